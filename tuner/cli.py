@@ -1,0 +1,273 @@
+"""The ``tuner`` command line. Commands build objects through :mod:`tuner.compose` and print;
+every TunerError becomes a message with a hint and its exit code (2 for bad input)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tuner.errors import TunerError, UsageError
+
+app = typer.Typer(
+    help="Measure vLLM serving configurations on real servers and recommend the best.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="tuner's own database tables (migrations).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+StorageOpt = Annotated[
+    str | None,
+    typer.Option("--storage", help="Database URL (default: $TUNER_DB_URL or sqlite:///tuner.db)."),
+]
+
+
+def _storage(url: str | None) -> str:
+    from tuner.db.session import default_url
+
+    return url or default_url()
+
+
+def _repo(url: str | None) -> Any:
+    from tuner.db.migrate import ensure_ready
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+
+    storage = _storage(url)
+    ensure_ready(storage, auto_upgrade=False)
+    return Repository(make_engine(storage))
+
+
+@app.command()
+def run(
+    spec_file: Annotated[
+        Path | None, typer.Argument(help="A study spec (studies/*.toml); default: embedded demo.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model alias, local dir or hub id.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU profile: a10g, h100, h200, cpu, ...")] = None,
+    workload: Annotated[
+        str | None, typer.Option(help="chat, rag, code, seed-bench, smoke or trace:FILE.")
+    ] = None,
+    trials: Annotated[int | None, typer.Option(min=1, help="Trials in the study.")] = None,
+    objective: Annotated[
+        str | None, typer.Option(help="balanced, throughput, latency or memory.")
+    ] = None,
+    slo: Annotated[str | None, typer.Option(help="e.g. ttft_p99=500ms,e2e_p99=10s")] = None,
+    study: Annotated[str | None, typer.Option(help="Study name (default from the spec).")] = None,
+    storage: StorageOpt = None,
+    vllm_python: Annotated[
+        str | None,
+        typer.Option(help="Interpreter with vLLM installed (default: $TUNER_VLLM_PYTHON)."),
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted study.")] = False,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+) -> None:
+    """Run a study: launch vLLM per trial, drive the workload, record and rank."""
+    from tuner.compose import prepare
+    from tuner.progress import ConsoleReporter
+    from tuner.spec import DEFAULT_SPEC_PATH, load_spec
+    from tuner.study import run_study
+
+    if spec_file is not None:
+        spec = load_spec(spec_file)
+    else:
+        spec = load_spec(DEFAULT_SPEC_PATH)
+        if model is not None:
+            # A model given on the command line starts from a plain spec, not the CPU demo.
+            from tuner.spec import StudySpec
+
+            spec = StudySpec(trials=16, workload="chat", source="command line")
+    spec = spec.with_overrides(
+        model=model,
+        gpu=gpu,
+        workload=workload,
+        trials=trials,
+        objective=objective,
+        slo=slo,
+        name=study,
+        vllm_python=vllm_python,
+        seed=seed,
+    )
+    prepared = prepare(spec, _storage(storage))
+    ctx = prepared.ctx
+    out.print(
+        f"study [bold]{ctx.name}[/]: {ctx.model.alias} on {prepared.runner.hardware.name}, "
+        f"vLLM {ctx.vllm_version}, workload {ctx.workload.name}, objective "
+        f"{spec.objective.value}, {spec.trials} trials"
+    )
+    reporter = ConsoleReporter(out)
+    try:
+        ranked = run_study(ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter)
+    finally:
+        reporter.close()
+    _print_best(prepared.repo, ctx.name)
+    if not ranked:
+        raise typer.Exit(1)
+
+
+@app.command()
+def studies(storage: StorageOpt = None) -> None:
+    """List the studies in the database."""
+    repo = _repo(storage)
+    table = Table("study", "model", "gpu", "workload", "objective", "status", "trials")
+    for s in repo.list_studies():
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(s.trial_counts.items())) or "0"
+        table.add_row(s.name, s.model, s.gpu, s.workload, s.objective, s.status, counts)
+    out.print(table)
+
+
+@app.command()
+def trials(
+    study: Annotated[str, typer.Argument(help="Study name.")],
+    state: Annotated[str | None, typer.Option(help="complete, failed, pruned, running")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    storage: StorageOpt = None,
+) -> None:
+    """List a study's trials with their metrics or failure class."""
+    from tuner.domain import TrialStatus, to_jsonable
+
+    repo = _repo(storage)
+    if repo.get_study(study) is None:
+        raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
+    status = _status(state)
+    rows = repo.list_trials(study, status=status, limit=100_000)
+    if as_json:
+        out.print_json(json.dumps([to_jsonable(r) for r in rows]))
+        return
+    table = Table("#", "status", "config", "out tok/s", "P99 E2E ms", "memory GiB", "backend",
+                  "failure")
+    for r in rows:
+        m = r.metrics
+        ok = r.status is TrialStatus.COMPLETE and m
+        values = r.objective_values or []
+        table.add_row(
+            str(r.number) + (" (baseline)" if r.is_baseline else ""),
+            r.status.value,
+            r.config.label(),
+            _ci(m["output_throughput"]) if ok else "",
+            _ci(m["e2e_p99_ms"]) if ok else "",
+            f"{values[1]:.2f}" if ok and len(values) == 3 else "",
+            r.effective_backend or "",
+            (r.failure.value + ": " + r.failure_detail[:60]) if r.failure else "",
+        )
+    out.print(table)
+
+
+def _status(state: str | None) -> Any:
+    from tuner.domain import TrialStatus
+
+    if state is None:
+        return None
+    try:
+        return TrialStatus(state)
+    except ValueError:
+        allowed = [s.value for s in TrialStatus]
+        raise UsageError(f"unknown state {state!r}", hint=f"use one of {allowed}") from None
+
+
+def _ci(e: Any) -> str:
+    return f"{e.median:.1f} [{e.low:.1f}, {e.high:.1f}]"
+
+
+@app.command()
+def best(
+    study: Annotated[str, typer.Argument(help="Study name.")],
+    storage: StorageOpt = None,
+) -> None:
+    """Print the best configuration's flags and a ready `vllm serve` line."""
+    repo = _repo(storage)
+    if repo.get_study(study) is None:
+        raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
+    _print_best(repo, study)
+
+
+def _print_best(repo: Any, name: str) -> None:
+    from tuner.recommend import recommendation
+
+    rec = recommendation(repo, name)
+    if rec is None:
+        out.print(f"[red]no trial of {name} completed[/]: nothing to recommend; see `tuner trials {name}`")
+        return
+    out.print(rec.render())
+
+
+@db_app.command("upgrade")
+def db_upgrade(storage: StorageOpt = None) -> None:
+    """Create or migrate tuner's tables to the current revision."""
+    from tuner.db.migrate import current_revision, upgrade
+
+    url = _storage(storage)
+    upgrade(url)
+    out.print(f"{url}: tuner schema at revision {current_revision(url)}")
+
+
+@db_app.command("current")
+def db_current(storage: StorageOpt = None) -> None:
+    """Print the schema revision of tuner's tables."""
+    from tuner.db.migrate import current_revision, head_revision
+
+    url = _storage(storage)
+    out.print(f"{url}: at {current_revision(url) or 'nothing (empty)'}, head {head_revision()}")
+
+
+@app.command()
+def models() -> None:
+    """List the catalogued models."""
+    from tuner.catalog.models import MODELS
+
+    table = Table("alias", "hub id", "architecture", "layers", "params", "max len")
+    for alias, m in MODELS.items():
+        table.add_row(alias, m.hub_id, m.architecture, str(m.num_layers),
+                      f"{m.parameter_count() / 1e9:.2f} B", str(m.max_position_embeddings))
+    out.print(table)
+
+
+@app.command()
+def gpus() -> None:
+    """List the GPU profiles."""
+    from tuner.catalog.gpus import GPUS
+
+    table = Table("name", "GPU", "memory", "sm", "attention backends", "kv dtypes")
+    for name, g in GPUS.items():
+        sm = f"{g.compute_capability[0]}.{g.compute_capability[1]}" if g.compute_capability else "-"
+        table.add_row(name, g.display_name, f"{g.memory_gib:g} GiB", sm,
+                      ", ".join(g.attention_backends), ", ".join(g.kv_cache_dtypes))
+    out.print(table)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except TunerError as exc:
+        err.print(f"[red]error:[/] {exc.message}")
+        if exc.hint:
+            err.print(f"[yellow]hint:[/] {exc.hint}")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted: the running trial is recorded as interrupted; --resume continues")
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Builds the objects a study needs from a spec: the composition root the CLI calls.
+
+Everything that touches the outside world at set-up time (NVML, the vLLM interpreter, the model
+cache, the database) is resolved here, in an order that fails fast: cheap checks of the user's
+input first, then hardware, then vLLM, and only then anything that writes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.materialize import materialize
+from tuner.catalog.models import resolve_model
+from tuner.db.migrate import ensure_ready
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
+from tuner.domain import Slo, Workload
+from tuner.errors import UsageError
+from tuner.hardware import check_hardware
+from tuner.load.workloads import get_workload
+from tuner.runner import RunnerSettings, VllmTrialRunner
+from tuner.scoring import parse_slo
+from tuner.space import SearchSpace
+from tuner.spec import StudySpec
+from tuner.study import StudyContext
+from tuner.telemetry.nvml import detect_gpus
+from tuner.vllm.leases import reap_orphans
+from tuner.vllm.version import detect_vllm
+
+
+def tuner_home() -> Path:
+    return Path(os.environ.get("TUNER_HOME", Path.home() / ".cache" / "tuner"))
+
+
+def default_vllm_python() -> str:
+    return os.environ.get("TUNER_VLLM_PYTHON") or sys.executable
+
+
+@dataclass(frozen=True)
+class Prepared:
+    ctx: StudyContext
+    runner: VllmTrialRunner
+    repo: Repository
+
+
+def resolve_workload(spec: StudySpec) -> Workload:
+    workload = get_workload(spec.workload)
+    if spec.workload_overrides:
+        try:
+            workload = workload.replace(**spec.workload_overrides)
+        except TypeError as exc:
+            raise UsageError(f"bad [workload] override in {spec.source}: {exc}") from None
+    return workload
+
+
+def resolve_slo(spec: StudySpec) -> Slo:
+    try:
+        return parse_slo(spec.slo)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="e.g. --slo ttft_p99=500ms,e2e_p99=10s") from None
+
+
+def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -> Prepared:
+    """Resolve and check everything; raises a TunerError before anything is written."""
+    model = resolve_model(spec.model)
+    gpu = get_gpu(spec.gpu)
+    workload = resolve_workload(spec)
+    slo = resolve_slo(spec)
+    space = SearchSpace(
+        model, gpu, workload, params=spec.params, choices=spec.choices, fixed=spec.fixed
+    )
+    for item in spec.enqueue:
+        problems = space.violations(space.config_from(item))
+        if problems:
+            raise UsageError(
+                f"enqueued configuration {item} is impossible: {'; '.join(problems)}",
+                hint=f"fix the [[enqueue]] entry in {spec.source}",
+            )
+    hardware = check_hardware(gpu, detect_gpus())
+    vllm = detect_vllm(spec.vllm_python or default_vllm_python())
+    home = tuner_home()
+    reap_orphans(home / "leases")
+    synthetic = model.source is None
+    model_path = str(materialize(model, home / "models")) if synthetic else str(model.source)
+    load_format = spec.load_format or ("dummy" if synthetic else None)
+    settings = RunnerSettings(
+        python=vllm.python,
+        vllm_version=vllm.version,
+        model_path=model_path,
+        load_format=load_format,
+        tokenizer=model_path if synthetic else None,
+        startup_timeout_s=spec.startup_timeout_s,
+        extra_args=spec.extra_args,
+        log_dir=log_dir or Path(".tuner") / "logs",
+        lease_dir=home / "leases",
+        synthetic_tokenizer=synthetic,
+    )
+    ensure_ready(storage_url, auto_upgrade=True)
+    repo = Repository(make_engine(storage_url))
+    ctx = StudyContext(
+        name=spec.study_name(),
+        spec=spec,
+        model=model,
+        gpu=gpu,
+        workload=workload,
+        slo=slo,
+        space=space,
+        storage_url=storage_url,
+        vllm_version=vllm.version,
+    )
+    return Prepared(ctx=ctx, runner=VllmTrialRunner(settings, model, hardware), repo=repo)

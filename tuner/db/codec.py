@@ -1,0 +1,106 @@
+"""Domain records to JSON columns and back.
+
+Writing goes through :func:`tuner.domain.to_jsonable`. Two things are added here:
+
+- non-finite floats (a NaN percentile, an infinite penalty) become the strings ``"nan"``,
+  ``"inf"``, ``"-inf"``, because PostgreSQL's JSON rejects them; ``float()`` reads them back;
+- reading ignores keys a record no longer has, so rows written by an older tuner still load
+  as long as new fields have defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from tuner.domain import (
+    Estimate,
+    LatencyStats,
+    MemoryUsage,
+    Provenance,
+    ServerInfo,
+    WindowMetrics,
+    to_jsonable,
+)
+
+T = TypeVar("T")
+
+
+def encode(obj: Any) -> Any:
+    """``obj`` as JSON values that every supported database accepts."""
+    return _finite(to_jsonable(obj))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "nan", "inf", "-inf"
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _known(cls: type[T], data: Mapping[str, Any]) -> dict[str, Any]:
+    assert dataclasses.is_dataclass(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _floats(values: Any) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+def decode_estimate(data: Mapping[str, Any]) -> Estimate:
+    return Estimate(
+        median=float(data["median"]),
+        low=float(data["low"]),
+        high=float(data["high"]),
+        values=_floats(data.get("values", ())),
+    )
+
+
+def decode_metrics(data: Mapping[str, Any]) -> dict[str, Estimate]:
+    return {name: decode_estimate(est) for name, est in data.items()}
+
+
+def decode_latency(data: Mapping[str, Any]) -> LatencyStats:
+    fields = _known(LatencyStats, data)
+    return LatencyStats(count=int(fields.pop("count")), **{k: float(v) for k, v in fields.items()})
+
+
+def decode_window(data: Mapping[str, Any]) -> WindowMetrics:
+    fields = _known(WindowMetrics, data)
+    for name in ("ttft_ms", "itl_ms", "e2e_ms"):
+        fields[name] = decode_latency(fields[name])
+    for name in ("duration_s", "request_throughput", "output_throughput", "total_throughput"):
+        fields[name] = float(fields[name])
+    if fields.get("goodput") is not None:
+        fields["goodput"] = float(fields["goodput"])
+    return WindowMetrics(**fields)
+
+
+def decode_memory(data: Mapping[str, Any]) -> MemoryUsage:
+    rss = data.get("host_peak_rss_bytes")
+    return MemoryUsage(
+        gpu_peak_bytes={k: int(v) for k, v in (data.get("gpu_peak_bytes") or {}).items()},
+        gpu_baseline_bytes={k: int(v) for k, v in (data.get("gpu_baseline_bytes") or {}).items()},
+        host_peak_rss_bytes=None if rss is None else int(rss),
+    )
+
+
+def decode_server(data: Mapping[str, Any] | None) -> ServerInfo | None:
+    if data is None:
+        return None
+    fields = _known(ServerInfo, data)
+    fields["argv"] = tuple(fields.get("argv") or ())
+    fields["env"] = dict(fields.get("env") or {})
+    return ServerInfo(**fields)
+
+
+def decode_provenance(data: Mapping[str, Any] | None) -> Provenance | None:
+    if data is None:
+        return None
+    return Provenance(**_known(Provenance, data))

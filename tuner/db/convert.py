@@ -1,0 +1,138 @@
+"""ORM models to frozen rows, and domain results onto ORM models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tuner.db import codec
+from tuner.db.models import ComparisonModel, StudyModel, TrialModel
+from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
+from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
+
+
+def study_row(m: StudyModel, counts: Mapping[str, int]) -> StudyRow:
+    """``counts``: trials per status value; statuses not in it count 0."""
+    return StudyRow(
+        id=m.id,
+        name=m.name,
+        optuna_study_name=m.optuna_study_name,
+        created_at=m.created_at,
+        updated_at=m.updated_at,
+        status=StudyStatus(m.status),
+        model=m.model,
+        model_source=m.model_source,
+        gpu=m.gpu,
+        workload=m.workload,
+        objective=m.objective,
+        slo=dict(m.slo),
+        spec=dict(m.spec),
+        emulated=m.emulated,
+        vllm_version=m.vllm_version,
+        notes=m.notes,
+        n_trials_requested=m.n_trials_requested,
+        trial_counts={s: counts.get(s.value, 0) for s in TrialStatus},
+    )
+
+
+def trial_row(m: TrialModel, study_name: str) -> TrialRow:
+    return TrialRow(
+        id=m.id,
+        study_name=study_name,
+        number=m.number,
+        phase=TrialPhase(m.phase),
+        is_baseline=m.is_baseline,
+        config=ServingConfig.from_dict(m.config),
+        config_label=m.config_label,
+        status=TrialStatus(m.status),
+        failure=None if m.failure_class is None else FailureClass(m.failure_class),
+        failure_detail=m.failure_detail,
+        log_tail=m.log_tail,
+        metrics=codec.decode_metrics(m.metrics),
+        windows=tuple(codec.decode_window(w) for w in m.windows),
+        memory=codec.decode_memory(m.memory),
+        server=codec.decode_server(m.server),
+        server_metrics={k: float(v) for k, v in m.server_metrics.items()},
+        provenance=codec.decode_provenance(m.provenance),
+        score=m.score,
+        objective_values=(
+            None if m.objective_values is None else tuple(float(v) for v in m.objective_values)
+        ),
+        started_at=m.started_at,
+        finished_at=m.finished_at,
+        gpu_name=m.gpu_name,
+        gpu_uuid=m.gpu_uuid,
+        driver_version=m.driver_version,
+        vllm_version=m.vllm_version,
+        model=m.model,
+        workload=m.workload,
+        emulated=m.emulated,
+        hostname=m.hostname,
+        effective_backend=m.effective_backend,
+        kv_cache_tokens=m.kv_cache_tokens,
+    )
+
+
+def comparison_row(m: ComparisonModel) -> ComparisonRow:
+    return ComparisonRow(
+        id=m.id,
+        created_at=m.created_at,
+        model=m.model,
+        gpu=m.gpu,
+        workload=m.workload,
+        a_config=ServingConfig.from_dict(m.a_config),
+        b_config=ServingConfig.from_dict(m.b_config),
+        repeats=m.repeats,
+        results=m.results,
+        verdicts=m.verdicts,
+        provenance=codec.decode_provenance(m.provenance),
+        study_id=m.study_id,
+    )
+
+
+def reset_trial(
+    m: TrialModel, config: ServingConfig, phase: str, is_baseline: bool, now: float
+) -> None:
+    """Make ``m`` a fresh RUNNING trial of ``config``: every outcome column cleared."""
+    m.phase = phase
+    m.is_baseline = is_baseline
+    m.config = config.to_dict()
+    m.config_label = config.label()
+    m.status = TrialStatus.RUNNING.value
+    m.failure_class = None
+    m.failure_detail = ""
+    m.log_tail = ""
+    m.metrics, m.windows, m.memory, m.server_metrics = {}, [], {}, {}
+    m.server = m.objective_values = m.provenance = None
+    m.score = m.finished_at = None
+    m.started_at = now
+    m.gpu_name = m.gpu_uuid = m.driver_version = m.vllm_version = None
+    m.model = m.workload = m.effective_backend = m.hostname = None
+    m.emulated = None
+    m.kv_cache_tokens = None
+
+
+def apply_result(m: TrialModel, result: TrialResult, now: float) -> None:
+    """Copy a finished result onto ``m``: JSON columns and the provenance columns."""
+    m.status = result.status.value
+    m.failure_class = None if result.failure is None else result.failure.value
+    m.failure_detail = result.failure_detail
+    m.log_tail = result.log_tail
+    m.metrics = codec.encode(result.metrics)
+    m.windows = codec.encode(result.windows)
+    m.memory = codec.encode(result.memory)
+    m.server = None if result.server is None else codec.encode(result.server)
+    m.server_metrics = codec.encode(result.server_metrics)
+    if result.started_at is not None:
+        m.started_at = result.started_at
+    m.finished_at = result.finished_at if result.finished_at is not None else now
+    prov, server = result.provenance, result.server
+    m.provenance = None if prov is None else codec.encode(prov)
+    if prov is not None:
+        m.gpu_name, m.gpu_uuid = prov.gpu_name, prov.gpu_uuid
+        m.driver_version, m.vllm_version = prov.driver_version, prov.vllm_version
+        m.model, m.workload = prov.model, prov.workload
+        m.emulated, m.hostname = prov.emulated, prov.hostname or None
+    if server is not None:
+        m.vllm_version = m.vllm_version or server.vllm_version
+        m.effective_backend = server.effective_backend
+        m.kv_cache_tokens = server.kv_cache_tokens

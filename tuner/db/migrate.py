@@ -1,0 +1,154 @@
+"""tuner's schema migrations (Alembic), independent of the working directory.
+
+tuner's history is recorded in its own version table, so Optuna's ``alembic_version`` in the
+same database is never touched. The Alembic config is built here in code; ``alembic.ini`` at
+the repository root only serves developers running ``alembic`` by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy import Connection, inspect
+from sqlalchemy import exc as sa_exc
+
+from tuner.db.models import TABLE_PREFIX, VERSION_TABLE
+from tuner.db.session import make_engine, safe_url, storage_error
+from tuner.errors import StorageError
+
+UPGRADE_HINT = "run `tuner db upgrade`"
+
+
+def alembic_dir() -> Path:
+    """The ``alembic/`` directory at the repository root (two levels above this package)."""
+    return Path(__file__).resolve().parents[2] / "alembic"
+
+
+def _config() -> Config:
+    where = alembic_dir()
+    if not (where / "env.py").is_file():
+        raise StorageError(
+            f"tuner's migration scripts are missing (looked in {where})",
+            hint="install tuner from its source tree: pip install -e .",
+        )
+    config = Config()
+    config.set_main_option("script_location", str(where))
+    return config
+
+
+@contextmanager
+def _connection(url: str) -> Iterator[Connection]:
+    """A connection in a transaction, with SQLAlchemy and Alembic errors as StorageError."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as connection:
+            yield connection
+    except sa_exc.SQLAlchemyError as e:
+        raise storage_error(e, url) from e
+    except CommandError as e:
+        raise StorageError(f"migration failed for {safe_url(url)}: {e}") from e
+    finally:
+        engine.dispose()
+
+
+def head_revision() -> str:
+    """The newest revision this tuner knows."""
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None, "alembic/versions holds no migration"
+    return head
+
+
+def current_revision(url: str) -> str | None:
+    """The revision the database is at, or None when tuner's tables were never created."""
+    with _connection(url) as connection:
+        return _current(connection)
+
+
+def _current(connection: Connection) -> str | None:
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate tuner's tables up to ``revision``; other tables in the database are untouched."""
+    _run(url, "upgrade", revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Migrate tuner's tables down to ``revision`` (``"base"`` drops them all)."""
+    _run(url, "downgrade", revision)
+
+
+def _run(url: str, direction: str, revision: str) -> None:
+    config = _config()
+    with _connection(url) as connection:
+        # env.py picks this connection up instead of opening its own.
+        config.attributes["connection"] = connection
+        if direction == "upgrade":
+            command.upgrade(config, revision)
+        else:
+            command.downgrade(config, revision)
+
+
+def ensure_current(url: str) -> None:
+    """Raise StorageError unless tuner's tables are at the head revision."""
+    current, head = current_revision(url), head_revision()
+    if current == head:
+        return
+    where = safe_url(url)
+    if current is None:
+        raise StorageError(
+            f"database {where} has no tuner tables, tuner needs {head}", hint=UPGRADE_HINT
+        )
+    known = {s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions()}
+    if current not in known:
+        raise StorageError(
+            f"database {where} is at revision {current}, which this tuner does not know",
+            hint="it was migrated by a newer tuner: upgrade tuner",
+        )
+    raise StorageError(
+        f"database {where} at revision {current}, tuner needs {head}", hint=UPGRADE_HINT
+    )
+
+
+def ensure_ready(url: str, auto_upgrade: bool = True) -> None:
+    """Like :func:`ensure_current`, but create tuner's tables in a database that has none.
+
+    Only a database without any ``tuner_`` table is upgraded automatically (it may hold
+    Optuna's tables); one at an older revision holds data, and its owner decides when to
+    migrate it, so that raises StorageError.
+    """
+    if auto_upgrade and current_revision(url) is None:
+        with _connection(url) as connection:
+            leftovers = [t for t in inspect(connection).get_table_names() if _ours(t)]
+        if leftovers:
+            raise StorageError(
+                f"database {safe_url(url)} has tuner tables {leftovers} but no revision record",
+                hint="move them out of the way (or use a new database), then " + UPGRADE_HINT,
+            )
+        upgrade(url)
+    ensure_current(url)
+
+
+def _ours(table: str | None) -> bool:
+    return table is not None and table.startswith(TABLE_PREFIX) and table != VERSION_TABLE
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Alembic hook: reflect only tuner's tables, since Optuna's share the database."""
+    return _ours(name) if type_ == "table" else True
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Alembic hook: autogenerate compares only tuner's tables."""
+    return _ours(name) if type_ == "table" else True

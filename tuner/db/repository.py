@@ -1,0 +1,373 @@
+"""Reading and writing tuner's tables. Every method is one short transaction.
+
+The repository speaks domain types and frozen rows (:mod:`tuner.db.rows`); ORM objects never
+leave it. Database errors come out as :class:`StorageError` (see
+:func:`tuner.db.session.session_scope`); naming a study that does not exist, or creating one
+that does, is a :class:`UsageError`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Engine, Select, delete, func, or_, select, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.orm import Session
+
+from tuner.db import codec
+from tuner.db.convert import apply_result, comparison_row, reset_trial, study_row, trial_row
+from tuner.db.models import ComparisonModel, StudyModel, TrialModel
+from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
+from tuner.db.session import session_scope
+from tuner.domain import FailureClass, Provenance, ServingConfig, TrialResult, TrialStatus
+from tuner.errors import StorageError, UsageError
+
+_NAME_MAX = 255
+_INTERRUPTED_DETAIL = "the tuner stopped while this trial was running"
+
+
+class Repository:
+    """tuner's tables in the database behind ``engine`` (migrated to head by the caller)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    # -- studies -------------------------------------------------------------------------
+
+    def create_study(
+        self,
+        name: str,
+        optuna_study_name: str,
+        model: str,
+        model_source: str | None,
+        gpu: str,
+        workload: str,
+        objective: str,
+        slo: Mapping[str, Any],
+        spec: Mapping[str, Any],
+        emulated: bool,
+        vllm_version: str | None,
+        n_trials_requested: int | None,
+        *,
+        notes: str = "",
+        status: StudyStatus | str = StudyStatus.QUEUED,
+    ) -> StudyRow:
+        """Record a new study. Raises UsageError when ``name`` is empty, too long or taken."""
+        if not name.strip() or len(name) > _NAME_MAX:
+            raise UsageError(
+                f"study name {name!r} must be 1 to {_NAME_MAX} characters",
+                hint="pass another --study name",
+            )
+        now = time.time()
+        row = StudyModel(
+            name=name,
+            optuna_study_name=optuna_study_name,
+            created_at=now,
+            updated_at=now,
+            status=StudyStatus(status).value,
+            model=model,
+            model_source=model_source,
+            gpu=gpu,
+            workload=workload,
+            objective=objective,
+            slo=codec.encode(slo),
+            spec=codec.encode(spec),
+            emulated=emulated,
+            vllm_version=vllm_version,
+            notes=notes,
+            n_trials_requested=n_trials_requested,
+        )
+        with session_scope(self._engine) as s:
+            if s.scalar(select(StudyModel.id).where(StudyModel.name == name)) is not None:
+                raise _name_taken(name)
+            s.add(row)
+            try:
+                s.flush()
+            except sa_exc.IntegrityError as e:  # another process took the name just now
+                raise _name_taken(name) from e
+            return study_row(row, {})
+
+    def get_study(self, name: str) -> StudyRow | None:
+        with session_scope(self._engine) as s:
+            row = s.scalar(select(StudyModel).where(StudyModel.name == name))
+            if row is None:
+                return None
+            return study_row(row, _counts(s, [row.id]).get(row.id, {}))
+
+    def list_studies(self) -> list[StudyRow]:
+        """All studies, newest first, each with its trial counts by status."""
+        with session_scope(self._engine) as s:
+            rows = s.scalars(
+                select(StudyModel).order_by(StudyModel.created_at.desc(), StudyModel.id.desc())
+            ).all()
+            counts = _counts(s, [r.id for r in rows])
+            return [study_row(r, counts.get(r.id, {})) for r in rows]
+
+    def set_study_status(self, name: str, status: StudyStatus | str) -> None:
+        value = StudyStatus(status).value
+        with session_scope(self._engine) as s:
+            study_id = _study_id(s, name)
+            s.execute(
+                update(StudyModel)
+                .where(StudyModel.id == study_id)
+                .values(status=value, updated_at=time.time())
+            )
+
+    def delete_study(self, name: str) -> bool:
+        """Delete a study and its trials (its comparisons stay, unlinked). False if absent."""
+        with session_scope(self._engine) as s:
+            result = s.execute(delete(StudyModel).where(StudyModel.name == name))
+            return bool(getattr(result, "rowcount", 0))
+
+    # -- trials --------------------------------------------------------------------------
+
+    def start_trial(
+        self,
+        study_name: str,
+        number: int,
+        config: ServingConfig,
+        phase: TrialPhase | str = TrialPhase.SEARCH,
+        is_baseline: bool = False,
+    ) -> int:
+        """Record trial ``number`` as RUNNING and return its id.
+
+        A row left RUNNING (or marked interrupted) by a crashed run is replaced; a row that
+        finished otherwise is kept and StorageError raised, since numbers come from Optuna
+        and are never reused.
+        """
+        phase_value = TrialPhase(phase).value
+        now = time.time()
+        with session_scope(self._engine) as s:
+            study_id = _study_id(s, study_name)
+            row = s.scalar(
+                select(TrialModel).where(
+                    TrialModel.study_id == study_id, TrialModel.number == number
+                )
+            )
+            if row is None:
+                row = TrialModel(study_id=study_id, number=number)
+                s.add(row)
+            elif not _replaceable(row):
+                raise StorageError(
+                    f"trial {number} of study {study_name!r} already finished ({row.status})",
+                    hint="trial numbers come from Optuna; is another tuner running this study?",
+                )
+            reset_trial(row, config, phase_value, is_baseline, now)
+            _touch(s, study_id, now)
+            s.flush()
+            return row.id
+
+    def finish_trial(
+        self,
+        trial_id: int,
+        result: TrialResult,
+        score: float | None,
+        objective_values: Sequence[float] | None,
+    ) -> None:
+        """Store the outcome of a RUNNING trial: JSON columns, provenance columns, score."""
+        if not result.status.is_finished():
+            raise ValueError("finish_trial needs a finished result, not a RUNNING one")
+        with session_scope(self._engine) as s:
+            row = s.get(TrialModel, trial_id)
+            if row is None:
+                raise StorageError(f"no trial with id {trial_id}", hint="start_trial first")
+            if row.status != TrialStatus.RUNNING.value:
+                raise StorageError(
+                    f"trial {row.number} already finished ({row.status})",
+                    hint="was it marked interrupted by a resume in another process?",
+                )
+            now = time.time()
+            apply_result(row, result, now)
+            row.score = None if score is None or math.isnan(score) else float(score)
+            row.objective_values = (
+                None if objective_values is None else codec.encode(list(objective_values))
+            )
+            _touch(s, row.study_id, now)
+
+    def list_trials(
+        self,
+        study_name: str,
+        status: TrialStatus | None = None,
+        phase: TrialPhase | str | None = None,
+        limit: int | None = 100,
+        offset: int = 0,
+    ) -> list[TrialRow]:
+        """Trials of a study by number; ``limit=None`` for all of them."""
+        if (limit is not None and limit < 0) or offset < 0:
+            raise UsageError(f"limit ({limit}) and offset ({offset}) must not be negative")
+        with session_scope(self._engine) as s:
+            query = _trials_of(_study_id(s, study_name), status)
+            if phase is not None:
+                query = query.where(TrialModel.phase == TrialPhase(phase).value)
+            query = query.order_by(TrialModel.number).offset(offset).limit(limit)
+            return [trial_row(r, study_name) for r in s.scalars(query)]
+
+    def count_trials(self, study_name: str, status: TrialStatus | None = None) -> int:
+        with session_scope(self._engine) as s:
+            query = _trials_of(_study_id(s, study_name), status)
+            return int(s.scalar(select(func.count()).select_from(query.subquery())) or 0)
+
+    def get_trial(self, study_name: str, number: int) -> TrialRow | None:
+        with session_scope(self._engine) as s:
+            query = _trials_of(_study_id(s, study_name)).where(TrialModel.number == number)
+            row = s.scalar(query)
+            return None if row is None else trial_row(row, study_name)
+
+    def mark_running_as_interrupted(self, study_name: str) -> int:
+        """Turn the study's RUNNING trials into FAILED/interrupted (on resume); return how many."""
+        now = time.time()
+        with session_scope(self._engine) as s:
+            study_id = _study_id(s, study_name)
+            result = s.execute(
+                update(TrialModel)
+                .where(
+                    TrialModel.study_id == study_id,
+                    TrialModel.status == TrialStatus.RUNNING.value,
+                )
+                .values(
+                    status=TrialStatus.FAILED.value,
+                    failure_class=FailureClass.INTERRUPTED.value,
+                    failure_detail=_INTERRUPTED_DETAIL,
+                    finished_at=now,
+                )
+            )
+            return int(getattr(result, "rowcount", 0))
+
+    def failed_configs(self, study_name: str) -> list[tuple[ServingConfig, FailureClass]]:
+        """Configs of FAILED and PRUNED trials with their failure class, by trial number."""
+        with session_scope(self._engine) as s:
+            query = (
+                select(TrialModel.config, TrialModel.failure_class)
+                .where(
+                    TrialModel.study_id == _study_id(s, study_name),
+                    TrialModel.status.in_([TrialStatus.FAILED.value, TrialStatus.PRUNED.value]),
+                    TrialModel.failure_class.is_not(None),
+                )
+                .order_by(TrialModel.number)
+            )
+            return [
+                (ServingConfig.from_dict(config), FailureClass(failure))
+                for config, failure in s.execute(query)
+            ]
+
+    def best_trials(
+        self,
+        model: str | None = None,
+        gpu: str | None = None,
+        workload: str | None = None,
+        *,
+        emulated: bool | None = None,
+        phase: TrialPhase | str | None = None,
+        limit: int = 10,
+    ) -> list[TrialRow]:
+        """COMPLETE scored trials of any study, highest score first, filtered by provenance.
+
+        ``gpu`` matches either the study's catalog key (``h200``) or the GPU name the trial
+        recorded; ``model`` and ``workload`` match the trial's provenance.
+        """
+        query = (
+            select(TrialModel, StudyModel.name)
+            .join(StudyModel, TrialModel.study_id == StudyModel.id)
+            .where(TrialModel.status == TrialStatus.COMPLETE.value, TrialModel.score.is_not(None))
+        )
+        if model is not None:
+            query = query.where(TrialModel.model == model)
+        if gpu is not None:
+            query = query.where(or_(TrialModel.gpu_name == gpu, StudyModel.gpu == gpu))
+        if workload is not None:
+            query = query.where(TrialModel.workload == workload)
+        if emulated is not None:
+            query = query.where(TrialModel.emulated == emulated)
+        if phase is not None:
+            query = query.where(TrialModel.phase == TrialPhase(phase).value)
+        query = query.order_by(TrialModel.score.desc(), TrialModel.id).limit(limit)
+        with session_scope(self._engine) as s:
+            return [trial_row(row, name) for row, name in s.execute(query)]
+
+    # -- comparisons ---------------------------------------------------------------------
+
+    def add_comparison(
+        self,
+        *,
+        model: str,
+        gpu: str,
+        workload: str,
+        a_config: ServingConfig,
+        b_config: ServingConfig,
+        repeats: int,
+        results: Any,
+        verdicts: Any,
+        provenance: Provenance | None = None,
+        study_name: str | None = None,
+    ) -> ComparisonRow:
+        """Record an A/B comparison; ``results`` and ``verdicts`` may hold domain records."""
+        row = ComparisonModel(
+            created_at=time.time(),
+            model=model,
+            gpu=gpu,
+            workload=workload,
+            a_config=a_config.to_dict(),
+            b_config=b_config.to_dict(),
+            repeats=repeats,
+            results=codec.encode(results),
+            verdicts=codec.encode(verdicts),
+            provenance=None if provenance is None else codec.encode(provenance),
+        )
+        with session_scope(self._engine) as s:
+            row.study_id = None if study_name is None else _study_id(s, study_name)
+            s.add(row)
+            s.flush()
+            return comparison_row(row)
+
+    def get_comparison(self, comparison_id: int) -> ComparisonRow | None:
+        with session_scope(self._engine) as s:
+            row = s.get(ComparisonModel, comparison_id)
+            return None if row is None else comparison_row(row)
+
+
+def _name_taken(name: str) -> UsageError:
+    return UsageError(
+        f"a study named {name!r} already exists",
+        hint="add --resume to continue it, or pick another --study name",
+    )
+
+
+def _study_id(s: Session, name: str) -> int:
+    study_id = s.scalar(select(StudyModel.id).where(StudyModel.name == name))
+    if study_id is None:
+        raise UsageError(f"no study named {name!r}", hint="`tuner studies` lists the studies")
+    return study_id
+
+
+def _touch(s: Session, study_id: int, now: float) -> None:
+    s.execute(update(StudyModel).where(StudyModel.id == study_id).values(updated_at=now))
+
+
+def _counts(s: Session, study_ids: list[int]) -> dict[int, dict[str, int]]:
+    out: dict[int, dict[str, int]] = {}
+    if not study_ids:
+        return out
+    query = (
+        select(TrialModel.study_id, TrialModel.status, func.count())
+        .where(TrialModel.study_id.in_(study_ids))
+        .group_by(TrialModel.study_id, TrialModel.status)
+    )
+    for study_id, status, n in s.execute(query):
+        out.setdefault(study_id, {})[status] = int(n)
+    return out
+
+
+def _trials_of(study_id: int, status: TrialStatus | None = None) -> Select[TrialModel]:
+    query = select(TrialModel).where(TrialModel.study_id == study_id)
+    if status is not None:
+        query = query.where(TrialModel.status == TrialStatus(status).value)
+    return query
+
+
+def _replaceable(row: TrialModel) -> bool:
+    return row.status == TrialStatus.RUNNING.value or (
+        row.failure_class == FailureClass.INTERRUPTED.value
+    )

@@ -1,0 +1,133 @@
+"""What the repository hands out: frozen rows in domain types, never ORM objects."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.domain import (
+    Estimate,
+    FailureClass,
+    MemoryUsage,
+    Provenance,
+    ServerInfo,
+    ServingConfig,
+    TrialResult,
+    TrialStatus,
+    WindowMetrics,
+)
+
+
+class StudyStatus(enum.StrEnum):
+    """Life cycle of a study (tuner's view, not Optuna's)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class TrialPhase(enum.StrEnum):
+    SEARCH = "search"  # proposed by the sampler
+    CONFIRM = "confirm"  # a re-run of a candidate (or the defaults) before recommending it
+
+
+@dataclass(frozen=True)
+class StudyRow:
+    id: int
+    name: str
+    optuna_study_name: str
+    created_at: float
+    updated_at: float
+    status: StudyStatus
+    model: str
+    model_source: str | None
+    gpu: str
+    workload: str
+    objective: str
+    slo: Mapping[str, Any]
+    spec: Mapping[str, Any]
+    emulated: bool
+    vllm_version: str | None
+    notes: str
+    n_trials_requested: int | None
+    # Number of trials per status; every status is present (0 when none).
+    trial_counts: Mapping[TrialStatus, int] = field(default_factory=dict)
+
+    @property
+    def n_trials(self) -> int:
+        return sum(self.trial_counts.values())
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    id: int
+    study_name: str
+    number: int
+    phase: TrialPhase
+    is_baseline: bool
+    config: ServingConfig
+    config_label: str
+    status: TrialStatus
+    failure: FailureClass | None
+    failure_detail: str
+    log_tail: str
+    metrics: Mapping[str, Estimate]
+    windows: tuple[WindowMetrics, ...]
+    memory: MemoryUsage
+    server: ServerInfo | None
+    server_metrics: Mapping[str, float]
+    provenance: Provenance | None
+    score: float | None
+    objective_values: tuple[float, ...] | None
+    started_at: float | None
+    finished_at: float | None
+    # The queryable columns, copied from provenance / server when the trial finished
+    # (None while it runs, or when the runner reported no provenance).
+    gpu_name: str | None = None
+    gpu_uuid: str | None = None
+    driver_version: str | None = None
+    vllm_version: str | None = None
+    model: str | None = None
+    workload: str | None = None
+    emulated: bool | None = None
+    hostname: str | None = None
+    effective_backend: str | None = None
+    kv_cache_tokens: int | None = None
+
+    def to_result(self) -> TrialResult:
+        """The trial as the runner reported it (RUNNING rows give a RUNNING result)."""
+        return TrialResult(
+            config=self.config,
+            status=self.status,
+            failure=self.failure,
+            failure_detail=self.failure_detail,
+            log_tail=self.log_tail,
+            windows=self.windows,
+            metrics=self.metrics,
+            memory=self.memory,
+            server=self.server,
+            server_metrics=self.server_metrics,
+            provenance=self.provenance,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+        )
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    id: int
+    created_at: float
+    model: str
+    gpu: str
+    workload: str
+    a_config: ServingConfig
+    b_config: ServingConfig
+    repeats: int
+    results: Any  # JSON, shaped by `tuner compare`
+    verdicts: Any  # JSON, shaped by `tuner compare`
+    provenance: Provenance | None
+    study_id: int | None

@@ -1,0 +1,139 @@
+"""Engines and sessions, and the one place SQLAlchemy's errors become :class:`StorageError`.
+
+SQLite is the default store and is shared by several processes (the study, the API, a second
+``tuner`` command): engines put it in WAL mode, so readers never block the writer, and give it
+a busy timeout, so a writer waits for another instead of failing with "database is locked".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session
+
+from tuner.errors import StorageError
+
+ENV_URL = "TUNER_DB_URL"
+DEFAULT_FILE = "tuner.db"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+_URL_HINT = (
+    f"set {ENV_URL} (or --db) to e.g. sqlite:///path/to/tuner.db or "
+    "postgresql+psycopg://user:password@host/dbname"
+)
+
+
+def default_url() -> str:
+    """The database URL: ``$TUNER_DB_URL`` if set, else ``./tuner.db`` in the working directory.
+
+    The file path is made absolute now, so that the URL means the same file wherever it is
+    used later.
+    """
+    env = os.environ.get(ENV_URL, "").strip()
+    if env:
+        return env
+    return "sqlite:///" + str(Path.cwd() / DEFAULT_FILE)
+
+
+def safe_url(url: str | URL) -> str:
+    """``url`` for messages: the password masked, or the raw text if it does not parse."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except sa_exc.ArgumentError:
+        return str(url)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; for a SQLite file, create its directory and set WAL mode,
+    a busy timeout and foreign-key enforcement on every connection.
+
+    Raises StorageError for a malformed URL or a database driver that is not installed.
+    Nothing connects yet: unreachable servers show up at the first query.
+    """
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError as e:
+        raise StorageError(f"not a database URL: {url!r}", hint=_URL_HINT) from e
+    is_sqlite = parsed.get_backend_name() == "sqlite"
+    if is_sqlite:
+        _make_sqlite_dir(parsed)
+    try:
+        engine = create_engine(parsed)
+    except (sa_exc.NoSuchModuleError, ImportError) as e:
+        hint = _URL_HINT
+        if parsed.get_backend_name() == "postgresql":
+            hint = "install the PostgreSQL driver: pip install 'tuner[postgres]'"
+        raise StorageError(f"cannot use database {safe_url(parsed)}: {e}", hint=hint) from e
+    if is_sqlite:
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _make_sqlite_dir(url: URL) -> None:
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return
+    try:
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(
+            f"cannot create the directory for database {database}: {e}",
+            hint="pick a writable location with " + _URL_HINT,
+        ) from e
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        # busy_timeout first: switching to WAL needs a lock another process may hold.
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """A session that commits when the block ends normally and rolls back otherwise.
+
+    SQLAlchemy errors raised inside the block leave it as :class:`StorageError`; other
+    exceptions (a UsageError raised by the caller, say) pass through unchanged.
+    """
+    session = Session(engine, expire_on_commit=False)
+    try:
+        yield session
+        session.commit()
+    except sa_exc.SQLAlchemyError as e:
+        session.rollback()
+        raise storage_error(e, engine.url) from e
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def storage_error(error: BaseException, url: str | URL | None = None) -> StorageError:
+    """Translate a database error into a StorageError whose hint says what to do next."""
+    text = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+    where = f" ({safe_url(url)})" if url is not None else ""
+    lowered = text.lower()
+    if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
+        hint = "the database has no tuner tables yet: run `tuner db upgrade`"
+    elif "database is locked" in lowered or "deadlock" in lowered:
+        hint = "another process held the database too long; retry, or use another database"
+    elif "unable to open database" in lowered or "readonly" in lowered:
+        hint = "check that the database file and its directory exist and are writable"
+    elif isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError):
+        hint = f"check that the database is reachable; {_URL_HINT}"
+    else:
+        hint = "this looks like a bug in tuner or a database changed by hand; please report it"
+    return StorageError(f"database error{where}: {text}", hint=hint)

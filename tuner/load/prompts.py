@@ -1,0 +1,65 @@
+"""Prompts of an exact token length.
+
+Catalogued models run with a *synthetic* tokenizer: a WordLevel vocabulary of the words
+``t0 ... t{V-1}`` (ids ``0 ... V-1``) with a whitespace pre-tokenizer and no special tokens,
+so ``k`` space-separated such words are exactly ``k`` tokens. For a real model, whose tokenizer
+tuner does not know, prompts are lists of token ids, which ``/v1/completions`` accepts as is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Real vocabularies keep their special and control tokens at the low ids (BOS, EOS, pad,
+# unk, byte fallbacks) and, in Llama 3 / Qwen style, reserved tokens at the very top.
+_REAL_LOW_RESERVED = 100
+_REAL_HIGH_RESERVED = 1024
+
+
+class PromptFactory:
+    """Makes prompts for one load run; every prompt shares the same prefix tokens.
+
+    ``make`` is deterministic in ``seed`` and the sequence of calls.
+    """
+
+    def __init__(self, vocab_size: int, synthetic: bool, seed: int = 0) -> None:
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+        self.vocab_size = vocab_size
+        self.synthetic = synthetic
+        if synthetic:
+            self._low, self._high = 0, vocab_size
+        else:
+            low = min(_REAL_LOW_RESERVED, vocab_size // 4)
+            top = _REAL_HIGH_RESERVED if vocab_size > 8 * _REAL_HIGH_RESERVED else 0
+            self._low, self._high = low, vocab_size - top
+        self._rng = np.random.default_rng(seed)
+        # The system prompt: drawn once from its own stream, so its content does not depend
+        # on how long the longest prefix asked for turns out to be.
+        self._prefix_rng = np.random.default_rng([seed, 1])
+        self._prefix: list[int] = []
+
+    def _shared(self, n: int) -> list[int]:
+        if n > len(self._prefix):
+            more = self._prefix_rng.integers(self._low, self._high, n - len(self._prefix))
+            self._prefix.extend(int(t) for t in more)
+        return self._prefix[:n]
+
+    def token_ids(self, prompt_tokens: int, shared_prefix_tokens: int = 0) -> list[int]:
+        """``prompt_tokens`` ids: the factory's fixed prefix, then random ids."""
+        if prompt_tokens < 1 or not 0 <= shared_prefix_tokens <= prompt_tokens:
+            raise ValueError(
+                f"need 1 <= prompt_tokens and 0 <= shared_prefix_tokens <= prompt_tokens, got "
+                f"prompt_tokens={prompt_tokens}, shared_prefix_tokens={shared_prefix_tokens}"
+            )
+        own = self._rng.integers(self._low, self._high, prompt_tokens - shared_prefix_tokens)
+        return self._shared(shared_prefix_tokens) + [int(t) for t in own]
+
+    def make(self, prompt_tokens: int, shared_prefix_tokens: int = 0) -> str | list[int]:
+        """A prompt of exactly ``prompt_tokens`` tokens whose first ``shared_prefix_tokens``
+        are the same for every prompt of this factory: text of ``tN`` words when synthetic,
+        a list of token ids otherwise."""
+        ids = self.token_ids(prompt_tokens, shared_prefix_tokens)
+        if self.synthetic:
+            return " ".join(f"t{i}" for i in ids)
+        return ids

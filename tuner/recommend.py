@@ -1,0 +1,101 @@
+"""The recommendation of a finished study: the best measured configuration, its flags spelled
+for the vLLM version it was measured with, its numbers against the baseline, and provenance."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tuner.db.repository import Repository
+from tuner.domain import Estimate, Objective, TrialStatus
+from tuner.study import rank
+from tuner.vllm import argv
+
+_SHOWN = (
+    ("output_throughput", "output tok/s", True),
+    ("request_throughput", "requests/s", True),
+    ("ttft_p99_ms", "P99 TTFT ms", False),
+    ("itl_p99_ms", "P99 ITL ms", False),
+    ("e2e_p99_ms", "P99 E2E ms", False),
+)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    study: str
+    trial_number: int
+    is_baseline: bool
+    score: float
+    flags: tuple[str, ...]
+    env: Mapping[str, str]
+    serve_command: str
+    metrics: Mapping[str, Estimate]
+    baseline_metrics: Mapping[str, Estimate] | None
+    memory_gib: float
+    baseline_memory_gib: float | None
+    provenance: Mapping[str, object]
+    feasible: bool
+
+    def render(self) -> str:
+        lines = [f"best of study {self.study}: trial #{self.trial_number}"
+                 + (" (vLLM's defaults)" if self.is_baseline else "")
+                 + ("" if self.feasible else "  [no trial met the SLO; closest shown]")]
+        lines.append(f"  flags: {' '.join(self.flags) or '(none: the defaults are best)'}")
+        if self.env:
+            lines.append(f"  env:   {' '.join(f'{k}={v}' for k, v in self.env.items())}")
+        lines.append(f"  serve: {self.serve_command}")
+        for key, label, _ in _SHOWN:
+            if key not in self.metrics:
+                continue
+            e = self.metrics[key]
+            base = self.baseline_metrics.get(key) if self.baseline_metrics else None
+            vs = f"   defaults {base.median:.1f} [{base.low:.1f}, {base.high:.1f}]" if base else ""
+            lines.append(f"  {label:>13}: {e.median:.1f} [{e.low:.1f}, {e.high:.1f}]{vs}")
+        base_mem = (
+            f"   defaults {self.baseline_memory_gib:.2f}" if self.baseline_memory_gib is not None
+            else ""
+        )
+        lines.append(f"  {'memory GiB':>13}: {self.memory_gib:.2f}{base_mem}")
+        lines.append(f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians with 95 % "
+                     "intervals over the measurement windows)")
+        prov = ", ".join(f"{k} {v}" for k, v in self.provenance.items() if v not in (None, ""))
+        lines.append(f"  measured on: {prov}")
+        return "\n".join(lines)
+
+
+def recommendation(repo: Repository, study: str) -> Recommendation | None:
+    row = repo.get_study(study)
+    if row is None:
+        return None
+    ranked = rank(repo, study, Objective(row.objective))
+    if not ranked:
+        return None
+    top = ranked[0]
+    trial = repo.get_trial(study, top.number)
+    assert trial is not None and trial.status is TrialStatus.COMPLETE
+    baseline = next((r for r in ranked if r.is_baseline), None)
+    base_trial = repo.get_trial(study, baseline.number) if baseline else None
+    version = trial.vllm_version or row.vllm_version or "0"
+    flags = argv.render_flags(top.config, version)
+    return Recommendation(
+        study=study,
+        trial_number=top.number,
+        is_baseline=top.is_baseline,
+        score=top.score,
+        flags=tuple(flags.args),
+        env=dict(flags.env),
+        serve_command=argv.serve_command(row.model_source or row.model, flags),
+        metrics=trial.metrics,
+        baseline_metrics=base_trial.metrics if base_trial else None,
+        memory_gib=top.values[1],
+        baseline_memory_gib=baseline.values[1] if baseline else None,
+        provenance={
+            "gpu": trial.gpu_name,
+            "vllm": version,
+            "model": trial.model,
+            "workload": trial.workload,
+            "emulated": trial.emulated,
+            "windows": len(trial.metrics["output_throughput"].values),
+        },
+        feasible=top.feasible,
+    )

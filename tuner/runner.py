@@ -1,0 +1,265 @@
+"""The trial runner seam: ``TrialRunner.run(config, workload) -> TrialResult``.
+
+:class:`VllmTrialRunner` is the real one: it launches a vLLM server (or anything that speaks the
+same argv and HTTP, such as :mod:`tuner.testing.fake_server`) in its own process group, waits for
+it, checks the server answering is the one it launched, warms it up and drives the workload,
+samples memory and ``/metrics`` meanwhile, and always tears the group down. Every way a trial can
+go wrong comes back as a FAILED :class:`TrialResult` with its class and the log tail; only an
+interrupt of the tuner itself propagates (after the server is stopped).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import tuner
+from tuner.domain import (
+    FailureClass,
+    ModelSpec,
+    Provenance,
+    ServerInfo,
+    ServingConfig,
+    Slo,
+    TrialResult,
+    TrialStatus,
+    Workload,
+)
+from tuner.errors import LoadFailure, ServerFailure, TrialFailure
+from tuner.load.generator import LoadGenerator
+from tuner.load.prompts import PromptFactory
+from tuner.load.stats import summarize
+from tuner.telemetry.probe import TelemetryProbe
+from tuner.vllm import argv, logparse
+from tuner.vllm.ports import free_port
+from tuner.vllm.server import VllmServer
+
+PhaseCallback = Callable[[str, str], None]
+"""Called with (phase, detail): phase is one of starting, warming up, measuring, stopping."""
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+class TrialRunner(Protocol):
+    """The one seam the study sees. Implementations never raise for a failed trial."""
+
+    def run(
+        self,
+        config: ServingConfig,
+        workload: Workload,
+        *,
+        slo: Slo | None = None,
+        on_phase: PhaseCallback | None = None,
+    ) -> TrialResult: ...
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The hardware a trial runs on, for provenance (from NVML, or the CPU)."""
+
+    name: str
+    uuid: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    is_gpu: bool = False
+    emulated: bool = False
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    python: str  # the interpreter that has vLLM
+    vllm_version: str
+    model_path: str  # what --model gets: a materialized dummy dir, a local dir or a hub id
+    load_format: str | None = "dummy"
+    tokenizer: str | None = None
+    dtype: str | None = None
+    module: str = VLLM_MODULE
+    host: str = "127.0.0.1"
+    startup_timeout_s: float = 900.0
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    log_dir: Path = Path(".tuner/logs")  # one log file per server
+    lease_dir: Path = Path.home() / ".cache" / "tuner" / "leases"  # see tuner.vllm.leases
+    synthetic_tokenizer: bool = True
+
+
+class VllmTrialRunner:
+    """Launch, check, warm up, measure, tear down. See the module docstring."""
+
+    def __init__(self, settings: RunnerSettings, model: ModelSpec, hardware: Hardware) -> None:
+        self.settings = settings
+        self.model = model
+        self.hardware = hardware
+        self.log_dir = settings.log_dir
+        self.lease_dir = settings.lease_dir
+
+    def run(
+        self,
+        config: ServingConfig,
+        workload: Workload,
+        *,
+        slo: Slo | None = None,
+        on_phase: PhaseCallback | None = None,
+    ) -> TrialResult:
+        phase = on_phase or (lambda _p, _d: None)
+        s = self.settings
+        started = time.time()
+        served = f"tuner-{uuid.uuid4().hex[:12]}"
+        port = free_port(s.host)
+        flags = argv.render_flags(config, s.vllm_version)
+        args = (
+            *argv.base_args(
+                s.model_path,
+                served_model_name=served,
+                host=s.host,
+                port=port,
+                load_format=s.load_format,
+                tokenizer=s.tokenizer,
+                dtype=s.dtype,
+                extra=s.extra_args,
+            ),
+            *flags.args,
+        )
+        env = {**os.environ, **s.env, **flags.env}
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        server = VllmServer(
+            argv.server_command(s.python, args, module=s.module),
+            env=env,
+            host=s.host,
+            port=port,
+            served_model_name=served,
+            log_path=self.log_dir / f"{served}.log",
+            lease_dir=self.lease_dir,
+        )
+        probe = TelemetryProbe(gpu=self.hardware.is_gpu, metrics_url=f"http://{s.host}:{port}/metrics")
+        info = ServerInfo(
+            argv=tuple(args),
+            env=dict(flags.env),
+            port=port,
+            served_model_name=served,
+            vllm_version=s.vllm_version,
+        )
+        provenance = self._provenance(workload)
+
+        def failed(exc: TrialFailure) -> TrialResult:
+            log = server.log_text()
+            backend, fa = logparse.effective_backend(log)
+            return TrialResult(
+                config=config,
+                status=TrialStatus.FAILED,
+                failure=exc.failure,
+                failure_detail=exc.message,
+                log_tail=exc.log_tail or server.log_tail(),
+                server=_with_log_facts(info, log, backend, fa),
+                provenance=provenance,
+                started_at=started,
+                finished_at=time.time(),
+            )
+
+        try:
+            with server:
+                phase("starting", f"port {port}")
+                probe.before_launch()
+                server.start()
+                probe.attach(server.pid)
+                startup_s = server.wait_ready(s.startup_timeout_s)
+                server.verify_identity()
+                log = server.log_text()
+                backend, fa = logparse.effective_backend(log)
+                info = _with_log_facts(info, log, backend, fa, startup_s=startup_s)
+                generator = LoadGenerator(
+                    f"http://{s.host}:{port}",
+                    served,
+                    PromptFactory(
+                        self.model.vocab_size, synthetic=s.synthetic_tokenizer, seed=workload.seed
+                    ),
+                )
+
+                def report_phase(name: str, done: int, total: int) -> None:
+                    label = "warming up" if name == "warmup" else "measuring"
+                    if name == "warmup":
+                        phase(label, f"{done}/{total} requests")
+                    else:
+                        phase(label, f"window {done + 1}/{total}")
+                        if done == 0:
+                            probe.start_load()
+
+                try:
+                    report = generator.run(
+                        workload,
+                        slo,
+                        on_phase=report_phase,
+                        should_abort=lambda: not server.is_alive(),
+                    )
+                finally:
+                    probe.stop_load()
+                if not server.is_alive():
+                    raise ServerFailure(FailureClass.CRASHED, "the server exited during the load")
+                server.verify_identity()
+                phase("stopping", "")
+        except LoadFailure as exc:
+            if not server.is_alive() and exc.failure is not FailureClass.CRASHED:
+                exc = LoadFailure(FailureClass.CRASHED, f"server died under load: {exc.message}")
+            return failed(exc)
+        except TrialFailure as exc:
+            return failed(exc)
+        finally:
+            probe.close()
+        memory, server_metrics = probe.result()
+        return TrialResult(
+            config=config,
+            status=TrialStatus.COMPLETE,
+            windows=report.windows,
+            metrics=summarize(report.windows),
+            memory=memory,
+            server=info,
+            server_metrics=server_metrics,
+            provenance=provenance,
+            log_tail=server.log_tail(20),
+            started_at=started,
+            finished_at=time.time(),
+        )
+
+    def _provenance(self, workload: Workload) -> Provenance:
+        hw = self.hardware
+        return Provenance(
+            gpu_name=hw.name,
+            gpu_uuid=hw.uuid,
+            driver_version=hw.driver_version,
+            cuda_version=hw.cuda_version,
+            vllm_version=self.settings.vllm_version,
+            model=self.model.alias,
+            workload=workload.name,
+            emulated=hw.emulated,
+            hostname=socket.gethostname(),
+            tuner_version=tuner.__version__,
+        )
+
+
+def _with_log_facts(
+    info: ServerInfo,
+    log: str,
+    backend: str | None,
+    fa_version: int | None,
+    *,
+    startup_s: float | None = None,
+) -> ServerInfo:
+    tokens, concurrency = logparse.kv_cache_capacity(log)
+    return ServerInfo(
+        argv=info.argv,
+        env=info.env,
+        port=info.port,
+        served_model_name=info.served_model_name,
+        vllm_version=info.vllm_version,
+        startup_s=startup_s if startup_s is not None else info.startup_s,
+        effective_backend=backend,
+        flash_attn_version=fa_version,
+        kv_cache_tokens=tokens,
+        max_concurrency=concurrency,
+    )

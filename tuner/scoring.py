@@ -1,0 +1,181 @@
+"""Objectives, SLO constraints and the scalar score: pure functions of trial results.
+
+The study optimises three objectives at once (Optuna multi-objective):
+
+    1. output tokens/s            (maximise)  median over the measurement windows
+    2. peak memory in GiB         (minimise)  GPU memory over baseline; host RSS on CPU
+    3. P99 end-to-end latency ms  (minimise)  median over windows of each window's P99
+
+SLOs become Optuna constraints: one value per SLO field, ``measured - target`` (feasible when
+<= 0), plus one for the error rate (at most 1 % of requests may fail). A configuration that could
+not run at all (a finding: it does not fit, it is not valid here) is reported with penalty
+values and a violated constraint, so constraint-aware samplers learn to avoid its region.
+
+For ranking, each objective preset has one documented scalar score, a weighted geometric mean of
+ratios against a reference (vLLM's defaults, trial 0, when it completed):
+
+    throughput : (thr / thr_ref)
+    latency    : (p99_ref / p99)
+    memory     : (mem_ref / mem) * min(1, thr / thr_ref)        (never buy memory with throughput)
+    balanced   : (thr / thr_ref)^0.5 * (p99_ref / p99)^0.3 * (mem_ref / mem)^0.2
+
+So a score of 1.25 reads "25 % better than the defaults on this objective". Without a reference
+the raw values are used (ranking is the same: the reference only rescales).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tuner.domain import Objective, Slo, TrialResult, TrialStatus
+
+GIB = 1024**3
+MAX_ERROR_RATE = 0.01
+# Penalty objective values for findings: worse than anything a real trial can measure.
+PENALTY_LATENCY_MS = 1e7
+FEASIBLE = -1.0
+VIOLATED = 1.0
+
+DIRECTIONS = ("maximize", "minimize", "minimize")
+OBJECTIVE_NAMES = ("output_throughput", "memory_gib", "e2e_p99_ms")
+
+_WEIGHTS: Mapping[Objective, tuple[float, float, float]] = {
+    Objective.THROUGHPUT: (1.0, 0.0, 0.0),
+    Objective.LATENCY: (0.0, 1.0, 0.0),
+    Objective.MEMORY: (0.0, 0.0, 1.0),
+    Objective.BALANCED: (0.5, 0.3, 0.2),
+}
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The three numbers the objectives use, taken from a complete trial."""
+
+    throughput: float
+    memory_gib: float
+    p99_ms: float
+
+    @classmethod
+    def of(cls, result: TrialResult) -> Headline:
+        if result.status is not TrialStatus.COMPLETE:
+            raise ValueError("only a complete trial has headline numbers")
+        mem = result.memory.headline_bytes
+        return cls(
+            throughput=result.metrics["output_throughput"].median,
+            memory_gib=(mem or 0) / GIB,
+            p99_ms=result.metrics["e2e_p99_ms"].median,
+        )
+
+    def as_values(self) -> list[float]:
+        return [self.throughput, self.memory_gib, self.p99_ms]
+
+
+def objective_values(result: TrialResult, *, memory_ceiling_gib: float) -> list[float]:
+    """Values for Optuna's three objectives; penalties for a trial that produced nothing."""
+    if result.status is TrialStatus.COMPLETE:
+        return Headline.of(result).as_values()
+    return [0.0, memory_ceiling_gib, PENALTY_LATENCY_MS]
+
+
+def constraint_values(result: TrialResult, slo: Slo) -> list[float]:
+    """Optuna constraint values (<= 0 is feasible): one per SLO field, then the error rate.
+
+    The list always has four entries (ttft, itl, e2e, errors) so every trial of a study has the
+    same shape; unset SLO fields are reported as feasible.
+    """
+    if result.status is not TrialStatus.COMPLETE:
+        return [VIOLATED] * 4
+    checks = (
+        (slo.ttft_p99_ms, "ttft_p99_ms"),
+        (slo.itl_p99_ms, "itl_p99_ms"),
+        (slo.e2e_p99_ms, "e2e_p99_ms"),
+    )
+    out = [
+        FEASIBLE if target is None else result.metrics[name].median - target
+        for target, name in checks
+    ]
+    out.append(result.metrics["error_rate"].median - MAX_ERROR_RATE)
+    return out
+
+
+def is_feasible(constraints: Sequence[float]) -> bool:
+    return all(c <= 0 for c in constraints)
+
+
+def score(result: TrialResult, objective: Objective, reference: TrialResult | None = None) -> float:
+    """The preset's scalar score (see the module docstring). 0.0 for a trial with no numbers."""
+    if result.status is not TrialStatus.COMPLETE:
+        return 0.0
+    ref = None
+    if reference is not None and reference.status is TrialStatus.COMPLETE:
+        ref = Headline.of(reference).as_values()
+    return score_values(Headline.of(result).as_values(), objective, ref)
+
+
+def score_values(
+    values: Sequence[float], objective: Objective, reference: Sequence[float] | None = None
+) -> float:
+    """:func:`score` on objective values ``[throughput, memory_gib, p99_ms]`` as stored."""
+    thr, mem, p99 = values
+    ref_thr, ref_mem, ref_p99 = reference if reference is not None else (1.0, 1.0, 1.0)
+    thr_ratio = _ratio(thr, ref_thr)
+    lat_ratio = _ratio(ref_p99, p99)
+    mem_ratio = _ratio(ref_mem, mem)
+    if objective is Objective.MEMORY:
+        return mem_ratio * min(1.0, thr_ratio)
+    w_thr, w_lat, w_mem = _WEIGHTS[objective]
+    return float(
+        math.exp(
+            w_thr * math.log(thr_ratio) + w_lat * math.log(lat_ratio) + w_mem * math.log(mem_ratio)
+        )
+    )
+
+
+def _ratio(num: float, den: float) -> float:
+    # Zero memory (a fake runner on a machine without telemetry) must not blow up the score.
+    if num <= 0 or den <= 0:
+        return 1.0
+    return num / den
+
+
+def parse_slo(text: str) -> Slo:
+    """Parse ``ttft_p99=500ms,itl_p99=50ms,e2e_p99=10s`` into an :class:`Slo`.
+
+    Units: ``ms`` or ``s``; a bare number is milliseconds. Raises ValueError with what is allowed.
+    """
+    allowed = {"ttft_p99": "ttft_p99_ms", "itl_p99": "itl_p99_ms", "e2e_p99": "e2e_p99_ms"}
+    values: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, raw = part.partition("=")
+        key = key.strip().removesuffix("_ms")
+        if not sep or key not in allowed:
+            raise ValueError(
+                f"bad SLO item {part!r}: expected NAME=VALUE with NAME in {sorted(allowed)}, "
+                "e.g. ttft_p99=500ms,e2e_p99=10s"
+            )
+        values[allowed[key]] = _parse_duration_ms(raw.strip(), part)
+    return Slo(**values)
+
+
+def _parse_duration_ms(raw: str, part: str) -> float:
+    scale = 1.0
+    if raw.endswith("ms"):
+        raw = raw[:-2]
+    elif raw.endswith("s"):
+        raw, scale = raw[:-1], 1000.0
+    try:
+        value = float(raw) * scale
+    except ValueError:
+        raise ValueError(
+            f"bad SLO value in {part!r}: use a number with ms or s, e.g. 500ms"
+        ) from None
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"bad SLO value in {part!r}: must be a positive duration")
+    return value
+
+
+def format_slo(slo: Slo) -> str:
+    items = [(name, getattr(slo, f"{name}_ms")) for name in ("ttft_p99", "itl_p99", "e2e_p99")]
+    return ",".join(f"{n}={v:g}ms" for n, v in items if v is not None) or "none"

@@ -1,0 +1,309 @@
+"""The search space: which vLLM knobs a study tries, with which values, and which
+combinations are hopeless before any server starts. The only module that calls
+``trial.suggest_*``.
+
+Every searched knob is categorical and its choices include the sentinel ``"default"`` (leave
+vLLM's default, ``None`` in :class:`ServingConfig`), so vLLM's defaults are a point of the
+space: the baseline trial. One documented exception: on ``cpu`` vLLM's default
+``--gpu-memory-utilization`` (0.92 of host memory for the worker) does not fit beside the OS
+and fails at start, so the cpu baseline uses :data:`CPU_BASELINE_UTILIZATION` (unless
+``fixed`` says otherwise) and ``"default"`` is a cpu choice for that knob only when the caller
+asks for it through ``choices``.
+
+``flash_attn_version`` is asked of the sampler only in trials whose attention backend is
+FLASH_ATTN (a conditional parameter), so the sampler does not waste trials on combinations
+vLLM ignores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import optuna
+
+from tuner.catalog import rules
+from tuner.catalog.gpus import FLASH_ATTN
+from tuner.catalog.models import has_facts
+from tuner.catalog.rules import effective_max_model_len, effective_utilization, kv_dtype
+from tuner.domain import FailureClass, GpuProfile, ModelSpec, ServingConfig, Workload
+from tuner.errors import UsageError
+
+DEFAULT = "default"
+KNOBS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ServingConfig))
+# 0.1 of a 24 GB CI host is 2.4 GB for the CPU worker: its own RSS (about 0.6 GB of imports
+# plus the model) and the KV cache. Below that the worker has nothing left for KV.
+CPU_BASELINE_UTILIZATION = 0.1
+
+_TYPES: Mapping[str, type] = {
+    "attention_backend": str,
+    "flash_attn_version": int,
+    "max_model_len": int,
+    "gpu_memory_utilization": float,
+    "enable_prefix_caching": bool,
+    "max_num_seqs": int,
+    "max_num_batched_tokens": int,
+    "kv_cache_dtype": str,
+    "enforce_eager": bool,
+}
+_MAX_LEN_CANDIDATES = 4
+_UTIL = "gpu_memory_utilization"
+_FA_VERSION = "flash_attn_version"
+
+
+class SearchSpace:
+    """Candidate values per knob for one model, GPU and workload, plus the validity rules.
+
+    ``params``: knobs to search (default: every knob with more than one sensible value here).
+    ``choices``: candidate values per knob, replacing the built-in ones (``"default"`` is
+    added). ``fixed``: knob values held in every trial, baseline included (``"default"``
+    holds vLLM's default). Bad names, types or overlaps raise :class:`UsageError`.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuProfile,
+        workload: Workload,
+        params: Sequence[str] | None = None,
+        choices: Mapping[str, Sequence[Any]] | None = None,
+        fixed: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model, self.gpu, self.workload = model, gpu, workload
+        fixed_values = {k: _normalize(k, v, "fixed") for k, v in (fixed or {}).items()}
+        given = {k: _normalize_choices(k, v) for k, v in (choices or {}).items()}
+        both = sorted(set(given) & set(fixed_values))
+        if both:
+            raise UsageError(
+                f"knob(s) {both} are both fixed and given choices",
+                hint="a knob is either held constant (fixed) or searched (choices), not both",
+            )
+        if params is None:
+            searched = [
+                k for k in KNOBS if k not in fixed_values and (k in given or self._builtin(k))
+            ]
+        else:
+            _check_names(params, "params")
+            clash = sorted(set(params) & set(fixed_values))
+            if clash:
+                raise UsageError(
+                    f"knob(s) {clash} are both searched (params) and fixed",
+                    hint="remove them from params or from fixed",
+                )
+            searched = [k for k in KNOBS if k in params]
+            for knob in searched:
+                if knob not in given and not self._builtin(knob):
+                    raise UsageError(
+                        f"{knob} has no candidate values to search on {gpu.name} for this model",
+                        hint=f"give choices for {knob} or leave it out of params",
+                    )
+            stray = sorted(set(given) - set(searched))
+            if stray:
+                raise UsageError(
+                    f"choices given for {stray}, which are not in params",
+                    hint="add them to params or drop their choices",
+                )
+        if _FA_VERSION in searched and not self._flash_attn_possible(searched, given, fixed_values):
+            if params is not None:
+                raise UsageError(
+                    "flash_attn_version is searched but attention_backend can never be FLASH_ATTN",
+                    hint="search attention_backend with FLASH_ATTN among its choices, "
+                    "or fix attention_backend = 'FLASH_ATTN'",
+                )
+            searched.remove(_FA_VERSION)
+        self.searched: tuple[str, ...] = tuple(searched)
+        self.fixed: dict[str, Any] = dict(fixed_values)
+        if gpu.is_cpu and _UTIL not in fixed_values and _UTIL not in searched:
+            self.fixed[_UTIL] = CPU_BASELINE_UTILIZATION
+        self.choices: dict[str, tuple[Any, ...]] = {
+            k: self._categories(k, given.get(k)) for k in self.searched
+        }
+
+    # -- candidates -------------------------------------------------------------------------
+
+    def _builtin(self, knob: str) -> tuple[Any, ...]:
+        """Built-in candidate values of ``knob`` here, without the sentinel; () if none."""
+        gpu, cpu = self.gpu, self.gpu.is_cpu
+        if knob == "attention_backend":
+            return gpu.attention_backends if len(gpu.attention_backends) > 1 else ()
+        if knob == _FA_VERSION:
+            return gpu.flash_attn_versions if len(gpu.flash_attn_versions) > 1 else ()
+        if knob == "kv_cache_dtype":
+            return tuple(d for d in gpu.kv_cache_dtypes if d != "auto")
+        if knob == "max_model_len":
+            return self._max_len_candidates()
+        if knob == _UTIL:
+            return (0.1, 0.15, 0.2, 0.3) if cpu else (0.5, 0.7, 0.85, 0.95)
+        if knob == "max_num_seqs":
+            return (4, 8, 16, 32, 64) if cpu else (16, 32, 64, 128, 256, 512)
+        if knob == "max_num_batched_tokens":
+            return (512, 1024, 2048, 4096) if cpu else (2048, 4096, 8192, 16384)
+        return (True, False)  # enable_prefix_caching, enforce_eager
+
+    def _max_len_candidates(self) -> tuple[int, ...]:
+        # Powers of two from the workload's longest request up to (not including) the model's
+        # positions, which is what "default" means. Unknown positions: nothing to offer.
+        if not has_facts(self.model):
+            return ()
+        limit = self.model.max_position_embeddings
+        value = 1 << max(0, self.workload.max_request_tokens - 1).bit_length()
+        out: list[int] = []
+        while value < limit and len(out) < _MAX_LEN_CANDIDATES:
+            out.append(value)
+            value *= 2
+        return tuple(out)
+
+    def _flash_attn_possible(
+        self, searched: list[str], given: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any]
+    ) -> bool:
+        if "attention_backend" in fixed:
+            return bool(fixed["attention_backend"] == FLASH_ATTN)
+        if "attention_backend" not in searched:
+            return False
+        return FLASH_ATTN in given.get("attention_backend", self._builtin("attention_backend"))
+
+    def _categories(self, knob: str, given: tuple[Any, ...] | None) -> tuple[Any, ...]:
+        values = list(given) if given is not None else list(self._builtin(knob))
+        if self.gpu.is_cpu and knob == _UTIL:
+            # No automatic "default" here (see the module docstring); the baseline's value
+            # must be a choice so that the baseline can be enqueued.
+            values = [DEFAULT if v is None else v for v in values]
+            if CPU_BASELINE_UTILIZATION not in values:
+                values.append(CPU_BASELINE_UTILIZATION)
+            return tuple(dict.fromkeys(values))
+        return tuple(dict.fromkeys([DEFAULT, *(v for v in values if v is not None)]))
+
+    # -- trials -----------------------------------------------------------------------------
+
+    def baseline_params(self) -> dict[str, Any]:
+        """Optuna params of the baseline trial (vLLM's defaults), for ``study.enqueue_trial``."""
+        params: dict[str, Any] = {}
+        for knob in self.searched:
+            if knob == _FA_VERSION and self.fixed.get("attention_backend") != FLASH_ATTN:
+                continue  # the backend stays at its default, so the version is never asked
+            params[knob] = CPU_BASELINE_UTILIZATION if self._cpu_util(knob) else DEFAULT
+        return params
+
+    def baseline(self) -> ServingConfig:
+        """The configuration :meth:`baseline_params` stands for."""
+        values = dict(self.fixed)
+        if self._cpu_util(_UTIL) and _UTIL in self.searched:
+            values[_UTIL] = CPU_BASELINE_UTILIZATION
+        return ServingConfig(**values)
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> ServingConfig:
+        """Ask ``trial`` for a value of every searched knob; fixed knobs applied."""
+        values = dict(self.fixed)
+        for knob in self.searched:
+            if knob == _FA_VERSION and values.get("attention_backend") != FLASH_ATTN:
+                continue
+            raw = trial.suggest_categorical(knob, self.choices[knob])
+            values[knob] = None if raw == DEFAULT else raw
+        return ServingConfig(**values)
+
+    def _cpu_util(self, knob: str) -> bool:
+        return self.gpu.is_cpu and knob == _UTIL
+
+    # -- rules ------------------------------------------------------------------------------
+
+    def violations(self, config: ServingConfig) -> list[str]:
+        """Why ``config`` cannot work here, one sentence per broken rule; [] when valid.
+
+        The rules live in :mod:`tuner.catalog.rules`: backend and FlashAttention version
+        available on this GPU, KV cache dtype supported by GPU and backend, max_model_len
+        within the model's positions and above the workload's longest request,
+        max_num_batched_tokens >= max_num_seqs, weights (and one full-length request's KV
+        cache) within gpu_memory_utilization × memory.
+        """
+        return rules.violations(self.model, self.gpu, self.workload, config)
+
+    def dominated_by(
+        self, config: ServingConfig, failures: Sequence[tuple[ServingConfig, FailureClass]]
+    ) -> ServingConfig | None:
+        """The earliest failed config that makes ``config`` hopeless, or None.
+
+        MEMORY_EXCEEDED at utilization u: any config asking for u or more. KV_CACHE_INSUFFICIENT
+        at (max_model_len L, utilization u, kv dtype d): configs with the same d, a length of
+        L or more and a utilization of u or less (and not more room from enforce_eager where
+        the failure had CUDA graphs). UNSUPPORTED: the same backend, FlashAttention version
+        and kv dtype. ``None`` knobs count as vLLM's effective defaults.
+        """
+        for failed, failure in failures:
+            if failure is FailureClass.MEMORY_EXCEEDED:
+                if effective_utilization(config) >= effective_utilization(failed):
+                    return failed
+            elif failure is FailureClass.KV_CACHE_INSUFFICIENT:
+                if self._kv_dominates(failed, config):
+                    return failed
+            elif failure is FailureClass.UNSUPPORTED and _support_key(config) == _support_key(
+                failed
+            ):
+                return failed
+        return None
+
+    def _kv_dominates(self, failed: ServingConfig, config: ServingConfig) -> bool:
+        if kv_dtype(config) != kv_dtype(failed):
+            return False
+        if effective_utilization(config) > effective_utilization(failed):
+            return False
+        # CUDA graphs take memory from the KV cache: an eager config may fit where a
+        # graph-capturing one did not.
+        if bool(config.enforce_eager) and not bool(failed.enforce_eager):
+            return False
+        have = effective_max_model_len(self.model, config)
+        had = effective_max_model_len(self.model, failed)
+        if have is None or had is None:
+            return have is None and had is None
+        return have >= had
+
+
+def _support_key(config: ServingConfig) -> tuple[str | None, int | None, str]:
+    return (config.attention_backend, config.flash_attn_version, kv_dtype(config))
+
+
+def _check_names(names: Sequence[str], where: str) -> None:
+    unknown = sorted(set(names) - set(KNOBS))
+    if unknown:
+        raise UsageError(f"unknown knob(s) {unknown} in {where}", hint=f"knobs: {', '.join(KNOBS)}")
+
+
+def _normalize_choices(knob: str, values: Sequence[Any]) -> tuple[Any, ...]:
+    _check_names([knob], "choices")
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
+        raise UsageError(
+            f"choices for {knob} must be a non-empty list", hint=f"e.g. {knob} = [...]"
+        )
+    return tuple(_normalize(knob, v, "choices") for v in values)
+
+
+def _normalize(knob: str, value: Any, where: str) -> Any:
+    """``value`` checked against ``knob``'s type; ``"default"`` and None become None."""
+    _check_names([knob], where)
+    if value is None or value == DEFAULT:
+        return None
+    kind = _TYPES[knob]
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if ok and kind in (int, float) and value <= 0:
+        ok = False
+    if ok and knob == _UTIL and value > 1:
+        ok = False
+    if ok and knob == _FA_VERSION and value not in (2, 3):
+        ok = False
+    if not ok:
+        raise UsageError(
+            f"{where}: {value!r} is not a valid value for {knob}",
+            hint=f"{knob} takes {_describe(knob)} or 'default'",
+        )
+    return value
+
+
+def _describe(knob: str) -> str:
+    if knob == _UTIL:
+        return "a fraction in (0, 1]"
+    if knob == _FA_VERSION:
+        return "2 or 3"
+    kind = _TYPES[knob]
+    return {bool: "true/false", int: "a positive integer", str: "a name"}.get(kind, str(kind))

@@ -1,0 +1,238 @@
+"""Study specs: what a study measures, read from a TOML file in ``studies/`` or built from CLI
+options (which override the file). Errors name the file and line and say what is allowed.
+
+A spec file::
+
+    [study]
+    name = "ernie-h200-chat"        # optional; default: model-gpu-workload-objective
+    model = "ernie-0.3b"            # catalog alias, local directory or hub id
+    gpu = "h200"                    # catalog GPU profile (tuner studies gpus lists them)
+    workload = "chat"               # preset name or "trace:FILE"
+    objective = "balanced"          # balanced | throughput | latency | memory
+    trials = 16
+    slo = "ttft_p99=500ms,e2e_p99=10s"
+    seed = 0
+
+    [workload]                      # overrides of the workload preset's fields
+    requests_per_window = 64
+
+    [space]
+    params = ["attention_backend", "max_num_seqs"]   # knobs to search (default: all that apply)
+    choices = { max_num_seqs = [16, 64, 256] }       # candidate values per knob
+    fixed = { enforce_eager = true }                 # held in every trial, baseline included
+
+    [[enqueue]]                     # configurations to try first, after vLLM's defaults
+    gpu_memory_utilization = 0.95
+
+    [runner]
+    startup_timeout_s = 900
+    extra_args = ["--dtype", "float32"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.domain import Objective, ServingConfig
+from tuner.errors import SpecError
+
+_SECTIONS: Mapping[str, frozenset[str]] = {
+    "study": frozenset(
+        {"name", "model", "gpu", "workload", "objective", "trials", "slo", "seed", "notes"}
+    ),
+    "workload": frozenset(
+        {
+            "prompt_tokens",
+            "output_tokens",
+            "shared_prefix_tokens",
+            "concurrency",
+            "request_rate",
+            "requests_per_window",
+            "windows",
+            "warmup_requests",
+            "length_jitter",
+            "seed",
+        }
+    ),
+    "space": frozenset({"params", "choices", "fixed"}),
+    "runner": frozenset({"startup_timeout_s", "extra_args", "vllm_python", "load_format"}),
+}
+_SERVING_KEYS = frozenset(f.name for f in dataclasses.fields(ServingConfig))
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    model: str = "tiny-ernie"
+    gpu: str = "cpu"
+    workload: str = "smoke"
+    objective: Objective = Objective.BALANCED
+    trials: int = 3
+    slo: str = ""
+    seed: int = 0
+    name: str | None = None
+    notes: str = ""
+    workload_overrides: Mapping[str, Any] = field(default_factory=dict)
+    params: tuple[str, ...] | None = None
+    choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    enqueue: tuple[Mapping[str, Any], ...] = ()
+    startup_timeout_s: float = 900.0
+    extra_args: tuple[str, ...] = ()
+    vllm_python: str | None = None
+    load_format: str | None = None  # None: dummy for catalogued models, auto for real weights
+    source: str = "<defaults>"
+
+    def study_name(self) -> str:
+        if self.name:
+            return self.name
+        wl = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.workload)
+        return f"{self.model}-{self.gpu}-{wl}-{self.objective.value}".replace("/", "_")
+
+    def with_overrides(self, **changes: Any) -> StudySpec:
+        """Apply CLI options; ``None`` means "not given on the command line"."""
+        given = {k: v for k, v in changes.items() if v is not None}
+        if "objective" in given:
+            given["objective"] = parse_objective(str(given["objective"]), where=self.source)
+        return dataclasses.replace(self, **given)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["objective"] = self.objective.value
+        return data
+
+
+DEFAULT_SPEC_PATH = Path(__file__).with_name("default_study.toml")
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    """Read and validate a spec file; raises SpecError naming the line of the first problem."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec file: {exc.strerror}", path=str(p)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+        raise SpecError(f"not valid TOML: {exc}", path=str(p), line=line) from None
+    return _from_mapping(data, text, str(p))
+
+
+def _from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
+    def fail(msg: str, key: str | None = None, hint: str = "") -> SpecError:
+        return SpecError(msg, path=where, line=_find_line(text, key) if key else None, hint=hint)
+
+    for section, value in data.items():
+        if section == "enqueue":
+            continue
+        allowed = _SECTIONS.get(section)
+        if allowed is None:
+            raise fail(
+                f"unknown section [{section}]",
+                section,
+                hint=f"allowed sections: {sorted([*_SECTIONS, 'enqueue'])}",
+            )
+        if not isinstance(value, dict):
+            raise fail(f"[{section}] must be a table", section)
+        for key in value:
+            if key not in allowed:
+                raise fail(
+                    f"unknown key {key!r} in [{section}]", key, hint=f"allowed: {sorted(allowed)}"
+                )
+    study = data.get("study", {})
+    space = data.get("space", {})
+    runner = data.get("runner", {})
+    kwargs: dict[str, Any] = {"source": where}
+    for key in ("model", "gpu", "workload", "slo", "name", "notes"):
+        if key in study:
+            kwargs[key] = _typed(study[key], str, key, fail)
+    for key in ("trials", "seed"):
+        if key in study:
+            kwargs[key] = _typed(study[key], int, key, fail)
+    if "trials" in kwargs and kwargs["trials"] < 1:
+        raise fail("trials must be at least 1", "trials")
+    if "objective" in study:
+        try:
+            kwargs["objective"] = parse_objective(str(study["objective"]), where=where)
+        except SpecError as exc:
+            raise fail(exc.message.split(": ", 1)[-1], "objective", exc.hint) from None
+    kwargs["workload_overrides"] = dict(data.get("workload", {}))
+    if "params" in space:
+        params = space["params"]
+        if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
+            raise fail("params must be a list of knob names", "params")
+        _check_knobs(params, "params", fail)
+        kwargs["params"] = tuple(params)
+    for key in ("choices", "fixed"):
+        if key in space:
+            table = space[key]
+            if not isinstance(table, dict):
+                raise fail(f"{key} must be a table of knob = value", key)
+            _check_knobs(table, key, fail)
+            kwargs[key] = (
+                {k: tuple(v) if isinstance(v, list) else (v,) for k, v in table.items()}
+                if key == "choices"
+                else dict(table)
+            )
+    enqueue = data.get("enqueue", [])
+    if not isinstance(enqueue, list):
+        raise fail("enqueue must be an array of tables: [[enqueue]]", "enqueue")
+    for item in enqueue:
+        _check_knobs(item, "enqueue", fail)
+    kwargs["enqueue"] = tuple(dict(item) for item in enqueue)
+    if "startup_timeout_s" in runner:
+        kwargs["startup_timeout_s"] = float(runner["startup_timeout_s"])
+    if "extra_args" in runner:
+        kwargs["extra_args"] = tuple(str(a) for a in runner["extra_args"])
+    for key in ("vllm_python", "load_format"):
+        if key in runner:
+            kwargs[key] = str(runner[key])
+    return StudySpec(**kwargs)
+
+
+def _typed(value: Any, kind: type, key: str, fail: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise fail(f"{key} must be a {kind.__name__}, got {value!r}", key)
+    return value
+
+
+def _check_knobs(names: Sequence[str] | Mapping[str, Any], where: str, fail: Any) -> None:
+    for name in names:
+        if name not in _SERVING_KEYS:
+            raise fail(
+                f"unknown serving knob {name!r} in {where}",
+                name,
+                hint=f"knobs: {sorted(_SERVING_KEYS)}",
+            )
+
+
+def parse_objective(text: str, *, where: str = "command line") -> Objective:
+    try:
+        return Objective(text)
+    except ValueError:
+        allowed = [o.value for o in Objective]
+        raise SpecError(
+            f"unknown objective {text!r}", path=where, hint=f"use one of {allowed}"
+        ) from None
+
+
+def _find_line(text: str, key: str) -> int | None:
+    pattern = re.compile(
+        rf"^\s*(\[+\s*{re.escape(key)}\s*\]+|{re.escape(key)}\s*=)|[{{,]\s*{re.escape(key)}\s*="
+    )
+    for number, line in enumerate(text.splitlines(), start=1):
+        if pattern.search(line):
+            return number
+    return None
+
+
+def _line_from_message(message: str) -> int | None:
+    match = re.search(r"line (\d+)", message)
+    return int(match.group(1)) if match else None

@@ -1,0 +1,334 @@
+"""GPU discovery and GPU-memory sampling through NVML (package ``nvidia-ml-py``, module ``pynvml``).
+
+Every function takes an optional ``nvml`` argument: an object with the ``pynvml`` functions used
+here and its ``NVMLError`` class. ``None`` means the real ``pynvml``. Tests pass a small fake.
+
+``pynvml.NVMLError`` is translated into :class:`tuner.errors.EnvironmentProblem` here and
+nowhere else. A machine without NVML (no package, no library, no driver) is not an error for
+discovery: :func:`detect_gpus` returns ``[]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+from tuner.errors import EnvironmentProblem
+
+log = logging.getLogger(__name__)
+
+# NVML return codes that mean "there is no NVIDIA GPU to talk to here" (nvml.h).
+_NVML_ERROR_DRIVER_NOT_LOADED = 9
+_NVML_ERROR_LIBRARY_NOT_FOUND = 12
+_ABSENT = frozenset({_NVML_ERROR_DRIVER_NOT_LOADED, _NVML_ERROR_LIBRARY_NOT_FOUND})
+
+_HINT = (
+    "check `nvidia-smi` works on this machine; without an NVIDIA GPU run tuner in CPU mode "
+    "(no --gpu)"
+)
+
+
+class Nvml(Protocol):
+    """The slice of ``pynvml`` tuner uses. Handles are opaque."""
+
+    @property
+    def NVMLError(self) -> type[Exception]: ...  # a class attribute does, too
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlSystemGetDriverVersion(self) -> str | bytes: ...
+    def nvmlSystemGetCudaDriverVersion(self) -> int: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any: ...
+    def nvmlDeviceGetName(self, handle: Any) -> str | bytes: ...
+    def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...  # has .total, .used
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]: ...
+
+
+@dataclass(frozen=True)
+class DetectedGpu:
+    """One GPU as NVML reports it."""
+
+    index: int
+    name: str
+    uuid: str
+    memory_total_bytes: int
+    compute_capability: tuple[int, int]
+    driver_version: str
+    cuda_driver_version: str | None  # e.g. "13.0"; None when NVML cannot tell
+
+
+def _load(nvml: Nvml | None) -> Nvml | None:
+    if nvml is not None:
+        return nvml
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    result: Nvml = pynvml
+    return result
+
+
+def _text(value: str | bytes) -> str:
+    # Older pynvml releases return bytes.
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def _translate(exc: BaseException, doing: str) -> EnvironmentProblem:
+    code = _code(exc)
+    return EnvironmentProblem(f"NVML failed while {doing}: {exc} (code {code})", hint=_HINT)
+
+
+@contextlib.contextmanager
+def _translated(api: Nvml, doing: str) -> Iterator[None]:
+    """Turn ``NVMLError`` raised inside into :class:`EnvironmentProblem`."""
+    try:
+        yield
+    except api.NVMLError as exc:
+        raise _translate(exc, doing) from exc
+
+
+def _shutdown(api: Nvml) -> None:
+    try:
+        api.nvmlShutdown()
+    except api.NVMLError as exc:  # nothing useful to do about it; the numbers are taken
+        log.debug("nvmlShutdown failed: %s", exc)
+
+
+def _cuda_driver_version(api: Nvml) -> str | None:
+    try:
+        raw = int(api.nvmlSystemGetCudaDriverVersion())
+    except api.NVMLError:
+        return None
+    # NVML encodes 13.0 as 13000 and 12.4 as 12040.
+    return f"{raw // 1000}.{(raw % 1000) // 10}"
+
+
+def detect_gpus(nvml: Nvml | None = None) -> list[DetectedGpu]:
+    """The GPUs NVML can see, in NVML index order.
+
+    Returns ``[]`` when ``pynvml`` is not installed, the NVML library is missing or no driver is
+    loaded (a CPU machine), or NVML finds no device. Raises :class:`EnvironmentProblem` when NVML
+    is present but fails otherwise (permissions, a lost GPU, a driver/library mismatch).
+    """
+    api = _load(nvml)
+    if api is None:
+        log.debug("pynvml is not installed: no GPUs")
+        return []
+    try:
+        api.nvmlInit()
+    except api.NVMLError as exc:
+        if _code(exc) in _ABSENT:
+            log.debug("NVML not available (%s): no GPUs", exc)
+            return []
+        raise _translate(exc, "initialising") from exc
+    try:
+        with _translated(api, "listing GPUs"):
+            driver = _text(api.nvmlSystemGetDriverVersion())
+            cuda = _cuda_driver_version(api)
+            gpus = []
+            for index in range(api.nvmlDeviceGetCount()):
+                handle = api.nvmlDeviceGetHandleByIndex(index)
+                major, minor = api.nvmlDeviceGetCudaComputeCapability(handle)
+                gpus.append(
+                    DetectedGpu(
+                        index=index,
+                        name=_text(api.nvmlDeviceGetName(handle)),
+                        uuid=_text(api.nvmlDeviceGetUUID(handle)),
+                        memory_total_bytes=int(api.nvmlDeviceGetMemoryInfo(handle).total),
+                        compute_capability=(int(major), int(minor)),
+                        driver_version=driver,
+                        cuda_driver_version=cuda,
+                    )
+                )
+            return gpus
+    finally:
+        _shutdown(api)
+
+
+def system_info(nvml: Nvml | None = None) -> dict[str, Any]:
+    """Driver, CUDA driver version and GPUs, as JSON values, for provenance records.
+
+    ``{"driver_version": None, "cuda_driver_version": None, "gpus": []}`` on a machine
+    without NVIDIA GPUs.
+    """
+    gpus = detect_gpus(nvml)
+    return {
+        "driver_version": gpus[0].driver_version if gpus else None,
+        "cuda_driver_version": gpus[0].cuda_driver_version if gpus else None,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "uuid": g.uuid,
+                "memory_total_bytes": g.memory_total_bytes,
+                "compute_capability": list(g.compute_capability),
+            }
+            for g in gpus
+        ],
+    }
+
+
+class GpuMemorySampler:
+    """Peak used GPU memory per GPU UUID, over a baseline taken before the server starts.
+
+    Use: ``baseline()`` before launching the server, then ``start()`` ... ``stop()`` (or
+    ``with sampler:``) around the part to measure, then ``result()``. ``uuids=None`` means every
+    GPU NVML sees, fixed at ``baseline()``. Used memory is device-wide, so memory other
+    processes take during the trial counts too: the baseline only removes what was there before.
+
+    Setting up (``baseline()``, ``start()``) raises :class:`EnvironmentProblem` when NVML is
+    unusable. A failed sample afterwards is logged and sampling goes on: it never raises into
+    the caller's thread.
+    """
+
+    def __init__(
+        self, uuids: Sequence[str] | None = None, interval_s: float = 0.1, nvml: Nvml | None = None
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s}")
+        self._uuids: tuple[str, ...] | None = tuple(uuids) if uuids is not None else None
+        self._interval_s = interval_s
+        self._nvml = nvml
+        self._api: Nvml | None = None
+        self._handles: dict[str, Any] = {}
+        self._baseline: dict[str, int] | None = None
+        self._peak: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failures = 0
+
+    def _open(self) -> Nvml:
+        """nvmlInit and resolve the handles; the caller must ``_close()``."""
+        api = _load(self._nvml)
+        if api is None:
+            raise EnvironmentProblem(
+                "cannot sample GPU memory: the nvidia-ml-py package (pynvml) is not installed",
+                hint="pip install nvidia-ml-py, or run tuner in CPU mode (no --gpu)",
+            )
+        with _translated(api, "initialising"):
+            api.nvmlInit()
+        try:
+            with _translated(api, "looking up GPUs"):
+                if self._uuids is None:
+                    count = api.nvmlDeviceGetCount()
+                    handles = [api.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+                    self._uuids = tuple(_text(api.nvmlDeviceGetUUID(h)) for h in handles)
+                    self._handles = dict(zip(self._uuids, handles, strict=True))
+                else:
+                    self._handles = {u: self._handle(api, u) for u in self._uuids}
+        except BaseException:
+            _shutdown(api)
+            raise
+        if not self._handles:
+            _shutdown(api)
+            raise EnvironmentProblem("cannot sample GPU memory: NVML sees no GPU", hint=_HINT)
+        self._api = api
+        return api
+
+    @staticmethod
+    def _handle(api: Nvml, uuid: str) -> Any:
+        try:
+            return api.nvmlDeviceGetHandleByUUID(uuid)
+        except api.NVMLError as exc:
+            raise EnvironmentProblem(
+                f"no GPU with UUID {uuid!r}: {exc}",
+                hint="list the GPUs and their UUIDs with `nvidia-smi -L`",
+            ) from exc
+
+    def _close(self) -> None:
+        if self._api is not None:
+            _shutdown(self._api)
+            self._api = None
+
+    def _read(self, api: Nvml) -> dict[str, int]:
+        return {u: int(api.nvmlDeviceGetMemoryInfo(h).used) for u, h in self._handles.items()}
+
+    def baseline(self) -> dict[str, int]:
+        """Record used memory per UUID now (before the server starts) and return it."""
+        api = self._open()
+        try:
+            with _translated(api, "reading the memory baseline"):
+                self._baseline = self._read(api)
+        finally:
+            self._close()
+        return dict(self._baseline)
+
+    def _sample(self) -> None:
+        api = self._api
+        if api is None:
+            return
+        try:
+            used = self._read(api)
+        except Exception as exc:  # keep sampling: one lost sample does not spoil the peak
+            self._failures += 1
+            level = logging.WARNING if self._failures == 1 else logging.DEBUG
+            log.log(level, "GPU memory sample failed (%d so far): %s", self._failures, exc)
+            return
+        with self._lock:
+            for uuid, value in used.items():
+                self._peak[uuid] = max(self._peak.get(uuid, 0), value)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._sample()
+
+    def start(self) -> None:
+        """Start sampling in a background thread. Takes the baseline first if not yet taken."""
+        if self._thread is not None:
+            raise RuntimeError("GpuMemorySampler.start() called twice")
+        if self._baseline is None:
+            log.warning("GPU baseline taken at start(): memory allocated before is not counted")
+            self.baseline()
+        self._open()
+        self._stop.clear()
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="tuner-gpu-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (one last sample first); idempotent."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join()
+        self._sample()
+        self._close()
+
+    def result(self) -> tuple[dict[str, int], dict[str, int]]:
+        """``(peak used memory over the baseline, baseline)``, both in bytes per GPU UUID.
+
+        A GPU without a successful sample has no peak entry (rather than a made-up 0); a peak
+        below the baseline counts as 0.
+        """
+        baseline = dict(self._baseline or {})
+        with self._lock:
+            peak = dict(self._peak)
+        over = {u: max(0, peak[u] - base) for u, base in baseline.items() if u in peak}
+        return over, baseline
+
+    def __enter__(self) -> GpuMemorySampler:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,136 @@
+"""The telemetry a trial runner wraps around one server: memory and server metrics.
+
+Order of calls::
+
+    probe = TelemetryProbe(gpu=True, metrics_url=f"http://127.0.0.1:{port}/metrics")
+    probe.before_launch()        # GPU baseline, before the server exists
+    server = launch(...)
+    probe.attach(server.pid)     # memory sampling from start-up on
+    ...wait for readiness, warm up...
+    probe.start_load()           # server metrics: the "before" scrape
+    ...drive the load...
+    probe.stop_load()            # last samples, the "after" scrape; all threads joined
+    memory, server_metrics = probe.result()
+
+Memory is sampled from ``attach()`` to ``stop_load()``, not only under load: vLLM takes most of
+its memory at start-up (weights, KV cache, CUDA graphs), and a start-up peak is part of what a
+config needs. On a GPU machine the GPU numbers come from NVML per GPU UUID over the baseline;
+the server's host RSS is recorded on every machine. ``close()`` (or leaving a ``with`` block)
+stops whatever still runs, for the error paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+
+from tuner.domain import MemoryUsage
+from tuner.telemetry.host import ProcessTreeRssSampler
+from tuner.telemetry.nvml import GpuMemorySampler, Nvml
+from tuner.telemetry.prometheus import MetricsPoller
+
+
+class TelemetryProbe:
+    """Memory and ``/metrics`` telemetry for one trial; see the module docstring for the order.
+
+    ``server_pid`` may be given here when the server already runs (then ``start_load()``
+    attaches to it) or later through ``attach()``. With ``gpu=True`` NVML must work:
+    ``before_launch()`` raises :class:`tuner.errors.EnvironmentProblem` otherwise.
+    """
+
+    def __init__(
+        self,
+        *,
+        gpu: bool,
+        metrics_url: str,
+        server_pid: int | None = None,
+        nvml: Nvml | None = None,
+        gpu_uuids: Sequence[str] | None = None,
+        gpu_interval_s: float = 0.1,
+        rss_interval_s: float = 0.2,
+        metrics_interval_s: float = 1.0,
+    ) -> None:
+        self.gpu = gpu
+        self.metrics_url = metrics_url
+        self._pending_pid = server_pid
+        self._rss_interval_s = rss_interval_s
+        self._gpu_sampler = (
+            GpuMemorySampler(gpu_uuids, interval_s=gpu_interval_s, nvml=nvml) if gpu else None
+        )
+        self._baseline_taken = False
+        self._rss: ProcessTreeRssSampler | None = None
+        self._poller = MetricsPoller(metrics_url, interval_s=metrics_interval_s)
+        self._load_started = False
+
+    def before_launch(self) -> None:
+        """Take the GPU memory baseline (no-op without GPU). Call before the server starts."""
+        if self._rss is not None:
+            raise RuntimeError("before_launch() must come before attach(): the server runs")
+        if self._gpu_sampler is not None:
+            self._gpu_sampler.baseline()
+            self._baseline_taken = True
+
+    def attach(self, server_pid: int) -> None:
+        """Start memory sampling of the just-launched server (its process tree)."""
+        if self._rss is not None:
+            raise RuntimeError(f"probe already attached to pid {self._rss.root_pid}")
+        if self._gpu_sampler is not None and not self._baseline_taken:
+            raise RuntimeError("call before_launch() before starting the server: no GPU baseline")
+        self._rss = ProcessTreeRssSampler(server_pid, interval_s=self._rss_interval_s)
+        self._rss.start()
+        if self._gpu_sampler is not None:
+            try:
+                self._gpu_sampler.start()
+            except BaseException:
+                self._rss.stop()
+                raise
+
+    def start_load(self) -> None:
+        """Begin the load phase: the first ``/metrics`` scrape, then polling."""
+        if self._load_started:
+            raise RuntimeError("start_load() called twice")
+        if self._rss is None:
+            if self._pending_pid is None:
+                raise RuntimeError("no server to watch: pass server_pid or call attach() first")
+            self.attach(self._pending_pid)
+        self._poller.start()
+        self._load_started = True
+
+    def stop_load(self) -> None:
+        """End the load phase: stop polling and sampling, joining every thread. Idempotent."""
+        self._poller.stop()
+        if self._gpu_sampler is not None:
+            self._gpu_sampler.stop()
+        if self._rss is not None:
+            self._rss.stop()
+
+    def close(self) -> None:
+        """Stop everything that still runs; safe to call at any point, any number of times."""
+        self.stop_load()
+
+    def result(self) -> tuple[MemoryUsage, dict[str, float]]:
+        """Memory used (GPU peak over baseline per UUID, host RSS peak) and the metrics summary.
+
+        Meant for after ``stop_load()``; before, it reports what was seen so far.
+        """
+        gpu_peak: dict[str, int] = {}
+        gpu_baseline: dict[str, int] = {}
+        if self._gpu_sampler is not None and self._baseline_taken:
+            gpu_peak, gpu_baseline = self._gpu_sampler.result()
+        memory = MemoryUsage(
+            gpu_peak_bytes=gpu_peak,
+            gpu_baseline_bytes=gpu_baseline,
+            host_peak_rss_bytes=self._rss.peak_bytes if self._rss is not None else None,
+        )
+        return memory, self._poller.summary()
+
+    def __enter__(self) -> TelemetryProbe:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,304 @@
+"""vLLM's Prometheus ``/metrics``: a small text-format parser, a scraper and a poller.
+
+Metric names are those of vLLM 0.32 (``vllm/v1/metrics/loggers.py``). prometheus_client
+exposes a counter registered as ``vllm:prompt_tokens`` as ``vllm:prompt_tokens_total``; the
+names below are the exposed ones. Older names are kept as aliases:
+
+=============================  ==============================================================
+summary key                    exposed metric (aliases for older vLLM versions after it)
+=============================  ==============================================================
+kv_cache_usage_peak            vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc)
+preemptions                    vllm:num_preemptions_total (vllm:num_preemptions)
+prefix_cache_hit_rate          vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total
+                               (vllm:gpu_prefix_cache_hits_total / ..._queries_total, also
+                               without ``_total``)
+requests_waiting_peak          vllm:num_requests_waiting
+requests_running_peak          vllm:num_requests_running
+prompt_tokens                  vllm:prompt_tokens_total
+generation_tokens              vllm:generation_tokens_total
+=============================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,?)')
+# Histogram buckets summed across ``le`` mean nothing; ``_created`` samples are timestamps.
+_SKIPPED_SUFFIXES = ("_bucket", "_created")
+_LABELLED_SUFFIXES = ("_sum", "_count")
+
+
+def _parse_labels(text: str, pos: int) -> tuple[dict[str, str], int] | None:
+    """Labels starting just after ``{``; returns them and the index after ``}``."""
+    labels: dict[str, str] = {}
+    while True:
+        while pos < len(text) and text[pos] == " ":
+            pos += 1
+        if pos < len(text) and text[pos] == "}":
+            return labels, pos + 1
+        match = _LABEL.match(text, pos)
+        if match is None:
+            return None
+        labels[match.group(1)] = match.group(2)
+        pos = match.end()
+        if not match.group(3):  # no comma: the closing brace must come next
+            rest = text[pos:].lstrip(" ")
+            return (labels, len(text) - len(rest) + 1) if rest.startswith("}") else None
+
+
+def _labelled_key(name: str, labels: Mapping[str, str]) -> str:
+    inner = ",".join(f'{k}="{labels[k]}"' for k in sorted(labels))
+    return f"{name}{{{inner}}}"
+
+
+def _parse_line(line: str) -> tuple[str, dict[str, str], float] | None:
+    match = _NAME.match(line)
+    if match is None:
+        return None
+    name, pos = match.group(0), match.end()
+    labels: dict[str, str] = {}
+    if pos < len(line) and line[pos] == "{":
+        parsed = _parse_labels(line, pos + 1)
+        if parsed is None:
+            return None
+        labels, pos = parsed
+    fields = line[pos:].split()
+    # value, then an optional timestamp
+    if not fields or len(fields) > 2 or (pos < len(line) and line[pos] not in " \t"):
+        return None
+    try:
+        value = float(fields[0])
+    except ValueError:
+        return None
+    return name, labels, value
+
+
+def parse_text(text: str) -> dict[str, float]:
+    """Parse Prometheus text exposition (what vLLM's ``/metrics`` serves) into flat numbers.
+
+    * ``key = metric name`` without labels; samples of one name are summed across label sets
+      (all engines, all finish reasons, ...). For a ratio gauge such as
+      ``vllm:kv_cache_usage_perc`` that sum is right only with one engine, which is how tuner
+      runs vLLM.
+    * Histogram/summary ``_sum`` and ``_count`` samples that carry labels are *also* kept under
+      ``name{label="value",...}`` with the labels sorted by name.
+    * Skipped, never fatal: comments (``# HELP``, ``# TYPE``, ``# EOF``), blank lines,
+      malformed lines, NaN values, ``_bucket`` samples (summing buckets across ``le`` means
+      nothing; tuner measures latency percentiles on the client) and ``_created`` samples
+      (timestamps). Timestamps after values are ignored.
+    """
+    out: dict[str, float] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parsed = _parse_line(line)
+        if parsed is None:
+            log.debug("skipping malformed metrics line: %r", raw)
+            continue
+        name, labels, value = parsed
+        if name.endswith(_SKIPPED_SUFFIXES) or math.isnan(value):
+            continue
+        out[name] = out.get(name, 0.0) + value
+        if labels and name.endswith(_LABELLED_SUFFIXES):
+            key = _labelled_key(name, labels)
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def scrape(
+    url: str, timeout_s: float = 5.0, *, client: httpx.Client | None = None
+) -> dict[str, float] | None:
+    """GET ``url`` (a ``/metrics`` address) and parse it; None when unreachable or not 2xx.
+
+    ``client`` lets a poller reuse one connection; the caller keeps ownership of it.
+    """
+    try:
+        if client is None:
+            response = httpx.get(url, timeout=timeout_s)
+        else:
+            response = client.get(url, timeout=timeout_s)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        log.debug("scrape of %s failed: %s", url, exc)
+        return None
+    return parse_text(response.text)
+
+
+_KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
+_PREFIX_HITS = (
+    "vllm:prefix_cache_hits_total",
+    "vllm:gpu_prefix_cache_hits_total",
+    "vllm:gpu_prefix_cache_hits",
+)
+_PREFIX_QUERIES = (
+    "vllm:prefix_cache_queries_total",
+    "vllm:gpu_prefix_cache_queries_total",
+    "vllm:gpu_prefix_cache_queries",
+)
+_WAITING = ("vllm:num_requests_waiting",)
+_RUNNING = ("vllm:num_requests_running",)
+_PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
+_GENERATION_TOKENS = ("vllm:generation_tokens_total",)
+
+
+def _peak(names: Sequence[str], *snapshots: Mapping[str, float]) -> float | None:
+    for name in names:
+        values = [s[name] for s in snapshots if name in s]
+        if values:
+            return max(values)
+    return None
+
+
+def _delta(
+    names: Sequence[str], before: Mapping[str, float], after: Mapping[str, float]
+) -> float | None:
+    for name in names:
+        if name in before and name in after:
+            change = after[name] - before[name]
+            # A counter that went down means the server restarted: the delta is unknown.
+            return change if change >= 0 else None
+    return None
+
+
+def summarize_vllm(
+    before: Mapping[str, float], after: Mapping[str, float], peaks: Mapping[str, float]
+) -> dict[str, float]:
+    """Numbers for one trial from two scrapes (``before``/``after`` the load) and per-key peaks.
+
+    Keys (see the module docstring for the metrics): ``kv_cache_usage_peak`` (fraction, 1 =
+    full), ``requests_waiting_peak``, ``requests_running_peak`` (max over ``peaks``, ``before``
+    and ``after``); ``preemptions``, ``prompt_tokens``, ``generation_tokens`` (after - before);
+    ``prefix_cache_hit_rate`` (delta hits / delta queries, only when queries grew). A key is
+    left out when the server does not expose its metric or a counter went backwards.
+    """
+    out: dict[str, float] = {}
+    for key, names in (
+        ("kv_cache_usage_peak", _KV_USAGE),
+        ("requests_waiting_peak", _WAITING),
+        ("requests_running_peak", _RUNNING),
+    ):
+        peak = _peak(names, peaks, before, after)
+        if peak is not None:
+            out[key] = peak
+    for key, names in (
+        ("preemptions", _PREEMPTIONS),
+        ("prompt_tokens", _PROMPT_TOKENS),
+        ("generation_tokens", _GENERATION_TOKENS),
+    ):
+        delta = _delta(names, before, after)
+        if delta is not None:
+            out[key] = delta
+    hits = _delta(_PREFIX_HITS, before, after)
+    queries = _delta(_PREFIX_QUERIES, before, after)
+    if hits is not None and queries:
+        out["prefix_cache_hit_rate"] = hits / queries
+    return out
+
+
+class MetricsPoller:
+    """Scrapes ``url`` every ``interval_s`` in a background thread.
+
+    Keeps the first and the last successful scrape and, per key, the highest value seen.
+    ``start()`` scrapes once at once (the "before" of the counters); ``stop()`` joins the
+    thread and scrapes once more (the "after"). Failed scrapes are logged and skipped; nothing
+    raises into the caller's thread.
+    """
+
+    def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 5.0) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s}")
+        self.url = url
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._client: httpx.Client | None = None
+        self._first: dict[str, float] | None = None
+        self._last: dict[str, float] | None = None
+        self._peaks: dict[str, float] = {}
+        self._scrapes = 0
+        self._failures = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def scrapes(self) -> int:
+        """Successful scrapes so far."""
+        with self._lock:
+            return self._scrapes
+
+    def _poll(self) -> None:
+        try:
+            snapshot = scrape(self.url, self._timeout_s, client=self._client)
+        except Exception as exc:  # a parser bug must not kill the poller
+            log.warning("scrape of %s failed: %s", self.url, exc)
+            snapshot = None
+        if snapshot is None:
+            self._failures += 1
+            if self._failures == 1:
+                log.warning("cannot scrape %s; will keep trying", self.url)
+            return
+        with self._lock:
+            self._scrapes += 1
+            if self._first is None:
+                self._first = snapshot
+            self._last = snapshot
+            for key, value in snapshot.items():
+                old = self._peaks.get(key)
+                self._peaks[key] = value if old is None else max(old, value)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._poll()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("MetricsPoller.start() called twice")
+        self._client = httpx.Client()
+        self._stop.clear()
+        self._poll()
+        self._thread = threading.Thread(target=self._run, name="tuner-metrics-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling (one last scrape first); idempotent."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join()
+        self._poll()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def summary(self) -> dict[str, float]:
+        """:func:`summarize_vllm` of the first and last scrapes; ``{}`` before any success."""
+        with self._lock:
+            if self._first is None or self._last is None:
+                return {}
+            return summarize_vllm(self._first, self._last, self._peaks)
+
+    def __enter__(self) -> MetricsPoller:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

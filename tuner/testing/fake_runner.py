@@ -1,0 +1,128 @@
+"""An in-process fake :class:`tuner.runner.TrialRunner` for fast study tests.
+
+It answers from a small performance model instead of a server, with seeded noise, and fails the
+way vLLM does for configurations that do not fit: utilization above what is free
+(MEMORY_EXCEEDED) and a max-model-len whose KV cache does not fit (KV_CACHE_INSUFFICIENT). It
+passes the same runner contract as the real runner (tests/integration/test_runner_contract.py).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+
+from tuner.domain import (
+    FailureClass,
+    MemoryUsage,
+    Provenance,
+    RequestRecord,
+    ServerInfo,
+    ServingConfig,
+    Slo,
+    TrialResult,
+    TrialStatus,
+    Workload,
+)
+from tuner.load.stats import summarize, window_metrics
+from tuner.runner import PhaseCallback
+
+GIB = 1024**3
+
+
+class FakeRunner:
+    """Deterministic for a given (seed, config); ``calls`` records what it was asked to run."""
+
+    def __init__(
+        self,
+        *,
+        memory_gib: float = 24.0,
+        max_utilization: float = 0.9,
+        kv_bytes_per_token: int = 16384,
+        seed: int = 0,
+        backend: str = "FAKE_ATTN",
+    ) -> None:
+        self.memory_gib = memory_gib
+        self.max_utilization = max_utilization
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.seed = seed
+        self.backend = backend
+        self.calls: list[ServingConfig] = []
+
+    def run(
+        self,
+        config: ServingConfig,
+        workload: Workload,
+        *,
+        slo: Slo | None = None,
+        on_phase: PhaseCallback | None = None,
+    ) -> TrialResult:
+        self.calls.append(config)
+        phase = on_phase or (lambda _p, _d: None)
+        started = time.time()
+        phase("starting", "fake")
+        util = config.gpu_memory_utilization or 0.9
+        info = ServerInfo(
+            argv=("fake", *(f"--{k}={v}" for k, v in config.to_dict().items())),
+            env={},
+            port=0,
+            served_model_name="fake",
+            vllm_version="0.0.0+fake",
+            startup_s=0.0,
+            effective_backend=config.attention_backend or self.backend,
+        )
+        prov = Provenance(
+            gpu_name="fake GPU", gpu_uuid="GPU-fake", driver_version=None,
+            vllm_version="0.0.0+fake", model="fake", workload=workload.name,
+        )
+        kv_tokens = int(util * self.memory_gib * GIB * 0.5 / self.kv_bytes_per_token)
+        failure: tuple[FailureClass, str] | None = None
+        if util > self.max_utilization:
+            failure = (
+                FailureClass.MEMORY_EXCEEDED,
+                f"ValueError: Free memory on device is less than desired GPU memory utilization "
+                f"({util}, {self.memory_gib * util:.1f} GiB)",
+            )
+        elif config.max_model_len is not None and config.max_model_len > kv_tokens:
+            failure = (
+                FailureClass.KV_CACHE_INSUFFICIENT,
+                f"ValueError: max_model_len ({config.max_model_len}) is larger than the maximum "
+                f"number of tokens that can be stored in KV cache ({kv_tokens})",
+            )
+        if failure is not None:
+            return TrialResult(
+                config=config, status=TrialStatus.FAILED, failure=failure[0],
+                failure_detail=failure[1], log_tail=f"INFO starting fake server\n{failure[1]}",
+                server=info, provenance=prov, started_at=started, finished_at=time.time(),
+            )
+        rng = random.Random(zlib.crc32(f"{self.seed}:{config.label()}".encode()))
+        seqs = config.max_num_seqs or 256
+        per_token_s = 0.002 * (1.0 + 0.5 * (config.enforce_eager or False))
+        batch = min(seqs, workload.concurrency)
+        windows = []
+        for w in range(workload.windows):
+            phase("measuring", f"window {w + 1}/{workload.windows}")
+            records = []
+            for i in range(workload.requests_per_window):
+                noise = rng.uniform(0.9, 1.1)
+                queue = (workload.concurrency / batch - 1.0) * workload.output_tokens * per_token_s
+                ttft = (0.01 + workload.prompt_tokens * 1e-5) * noise + queue
+                e2e = ttft + workload.output_tokens * per_token_s * noise
+                records.append(
+                    RequestRecord(
+                        ok=True, prompt_tokens=workload.prompt_tokens,
+                        output_tokens=workload.output_tokens, start_s=i * 0.01,
+                        ttft_s=ttft, e2e_s=e2e, itl_mean_s=per_token_s * noise,
+                    )
+                )
+            duration = workload.requests_per_window / batch * max(r.e2e_s or 0 for r in records)
+            windows.append(window_metrics(records, duration, slo))
+        memory = MemoryUsage(
+            gpu_peak_bytes={"GPU-fake": int(util * self.memory_gib * GIB)},
+            gpu_baseline_bytes={"GPU-fake": 0},
+        )
+        return TrialResult(
+            config=config, status=TrialStatus.COMPLETE, windows=tuple(windows),
+            metrics=summarize(windows), memory=memory, server=info, provenance=prov,
+            log_tail="INFO fake server ready", started_at=started, finished_at=time.time(),
+        )

@@ -1,0 +1,132 @@
+"""Lease files: a note per running server so that a later tuner can end what an earlier one
+left behind (killed tuner, power cut of the terminal, a bug).
+
+A lease names the process group, the leader's pid, its start time and its argv, and the
+tuner process that owns it. Only leases whose owner has exited count: a server another
+running tuner owns is left alone. Such a group is ended when its leader is still the very
+process tuner started (same pid, same start time, same command line), or when the leader
+is gone but members of its group live on; a pid the OS has since given to another program
+is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from tuner.errors import EnvironmentProblem
+from tuner.vllm.procgroup import START_TIME_TOLERANCE_S, kill_group
+
+_REAP_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Lease:
+    pgid: int
+    pid: int
+    served_model_name: str
+    argv: tuple[str, ...]
+    started_at: float  # unix time tuner launched it
+    create_time: float  # psutil's start time of the leader, to tell a recycled pid apart
+    owner_pid: int  # the tuner process that launched it
+    owner_create_time: float
+
+
+def write_lease(lease_dir: Path, lease: Lease) -> Path:
+    """Write ``lease`` atomically (a reader never sees half a file); returns its path."""
+    path = lease_dir / f"server-{lease.pid}.json"
+    tmp = path.with_suffix(".tmp")
+    try:
+        lease_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(asdict(lease)), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot write the server lease {path}: {exc}",
+            hint="make the lease directory writable or point tuner at another one",
+        ) from None
+    return path
+
+
+def read_lease(path: Path) -> Lease | None:
+    """The lease in ``path``; None when it is unreadable or not a lease."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Lease(
+            pgid=int(data["pgid"]),
+            pid=int(data["pid"]),
+            served_model_name=str(data["served_model_name"]),
+            argv=tuple(str(a) for a in data["argv"]),
+            started_at=float(data["started_at"]),
+            create_time=float(data["create_time"]),
+            owner_pid=int(data["owner_pid"]),
+            owner_create_time=float(data["owner_create_time"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remove_lease(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def _same_process(pid: int, create_time: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return abs(proc.create_time() - create_time) <= START_TIME_TOLERANCE_S
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # cannot tell: assume it still lives
+
+
+def owner_alive(lease: Lease) -> bool:
+    """True while the tuner process that wrote ``lease`` still runs."""
+    return _same_process(lease.owner_pid, lease.owner_create_time)
+
+
+def _leader_state(lease: Lease) -> str:
+    """Whether the leader is "ours" (still runs), "gone" (exited) or "other" (pid reused)."""
+    try:
+        proc = psutil.Process(lease.pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return "gone"
+        same_start = abs(proc.create_time() - lease.create_time) <= START_TIME_TOLERANCE_S
+        return "ours" if same_start and tuple(proc.cmdline()) == lease.argv else "other"
+    except psutil.NoSuchProcess:
+        return "gone"
+    except psutil.Error:
+        return "other"  # cannot inspect it: not ours to kill
+
+
+def reap_orphans(lease_dir: Path) -> list[int]:
+    """End every server group whose owning tuner has exited; drop their leases.
+
+    Leases of a live owner (this process included) stay untouched. Returns the
+    process-group ids that were ended.
+    """
+    ended: list[int] = []
+    if not lease_dir.is_dir():
+        return ended
+    for path in sorted(lease_dir.glob("server-*.json")):
+        lease = read_lease(path)
+        if lease is None or lease.pgid == os.getpgrp():
+            remove_lease(path)
+            continue
+        if owner_alive(lease):
+            continue
+        # A leader that exited may leave children alive; while any lives, the kernel keeps
+        # the group id (and so the pid) reserved, and kill_group checks they are younger
+        # than our leader, so those are our server's children.
+        if _leader_state(lease) in ("ours", "gone") and kill_group(
+            lease.pgid, _REAP_GRACE_S, not_before=lease.create_time
+        ):
+            ended.append(lease.pgid)
+        remove_lease(path)
+    return ended

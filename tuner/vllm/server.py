@@ -1,0 +1,314 @@
+"""One vLLM server process: launch, readiness, identity, log, teardown.
+
+The server runs in a process group of its own (``start_new_session``) with stdout and stderr
+in one log file, never through a shell. Readiness polling watches for an early exit and a
+deadline at once and fails loudly on either; teardown ends the whole group (the engine-core
+and worker children too), TERM first, KILL after a grace period. OSError and httpx errors
+are translated into :mod:`tuner.errors` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import httpx
+import psutil
+
+from tuner.domain import FailureClass
+from tuner.errors import EnvironmentProblem, ServerFailure
+from tuner.vllm.leases import Lease, remove_lease, write_lease
+from tuner.vllm.logparse import classify_start_failure
+from tuner.vllm.ports import port_is_open
+from tuner.vllm.procgroup import group_members, kill_group
+
+HTTP_TIMEOUT_S = 2.0
+FAILURE_GRACE_S = 5.0
+_POLL_MIN_S, _POLL_MAX_S = 0.05, 0.5
+
+
+def _client_host(host: str) -> str:
+    # A server bound to every interface is reached through loopback.
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "::1"
+    return host
+
+
+def _model_names(response: httpx.Response) -> list[str]:
+    """The ids in an OpenAI /v1/models answer; [] for anything else."""
+    try:
+        return [str(m["id"]) for m in response.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+class VllmServer:
+    """A launched OpenAI-compatible server (real vLLM or tuner's fake) and its process group.
+
+    ``command`` is the full argv; ``env`` is added to this process's environment. The lease
+    file (when ``lease_dir`` is given) lets :func:`tuner.vllm.leases.reap_orphans` end the
+    server if this tuner dies without stopping it.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        host: str,
+        port: int,
+        served_model_name: str,
+        log_path: Path,
+        lease_dir: Path | None,
+    ) -> None:
+        self.command = tuple(command)
+        self.env = dict(env)
+        self.host = host
+        self.port = port
+        self.served_model_name = served_model_name
+        self.log_path = log_path
+        self.lease_dir = lease_dir
+        host_in_url = _client_host(host)
+        if ":" in host_in_url:
+            host_in_url = f"[{host_in_url}]"
+        self.base_url = f"http://{host_in_url}:{port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._lease_path: Path | None = None
+        self._create_time: float | None = None
+        self._started_at = 0.0
+        self._stopped = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch the server. Refuses (ServerFailure STRANGER) when the port already answers."""
+        if self._proc is not None:
+            raise RuntimeError("this VllmServer was already started; create a new one")
+        if port_is_open(_client_host(self.host), self.port):
+            raise ServerFailure(
+                FailureClass.STRANGER,
+                f"port {self.port} on {self.host} already answers before launch: another "
+                "server holds it (vLLM binds with SO_REUSEPORT, so sharing it would mix "
+                "traffic); launch on a free port",
+            )
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        except OSError as exc:
+            raise EnvironmentProblem(
+                f"cannot write the server log {self.log_path}: {exc}",
+                hint="make the run directory writable or choose another one",
+            ) from None
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        try:
+            self._proc = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            self._log.close()
+            raise EnvironmentProblem(
+                f"cannot start {self.command[0]!r}: {exc.strerror or exc}",
+                hint="check --vllm-python (or TUNER_VLLM_PYTHON) names a working interpreter",
+            ) from None
+        self._started_at = time.monotonic()
+        try:
+            self._create_time = psutil.Process(self._proc.pid).create_time()
+            if self.lease_dir is not None:
+                self._lease_path = write_lease(self.lease_dir, self._lease())
+        except BaseException:
+            self.stop(grace_s=FAILURE_GRACE_S)
+            raise
+
+    def _lease(self) -> Lease:
+        assert self._proc is not None and self._create_time is not None
+        me = psutil.Process()
+        return Lease(
+            pgid=self._proc.pid,
+            pid=self._proc.pid,
+            served_model_name=self.served_model_name,
+            argv=self.command,
+            started_at=time.time(),
+            create_time=self._create_time,
+            owner_pid=me.pid,
+            owner_create_time=me.create_time(),
+        )
+
+    def wait_ready(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
+        """Block until GET /health and GET /v1/models answer 200; return seconds since start().
+
+        Raises ServerFailure with the class from the log when the process exits first, and
+        ServerFailure TIMEOUT (after ending the group) at the deadline. ``on_tick`` receives
+        the seconds since start() on each poll.
+        """
+        proc = self._require_started()
+        deadline = time.monotonic() + timeout_s
+        pause = _POLL_MIN_S
+        with self._client() as client:
+            while True:
+                code = proc.poll()
+                if code is not None:
+                    self._fail_exited(code)
+                if self._answers(client):
+                    return time.monotonic() - self._started_at
+                now = time.monotonic()
+                if now >= deadline:
+                    self.stop(grace_s=FAILURE_GRACE_S)
+                    raise ServerFailure(
+                        FailureClass.TIMEOUT,
+                        f"the server was not ready within {timeout_s:.1f} s; its process "
+                        "group was ended",
+                        log_tail=self.log_tail(),
+                    )
+                if on_tick is not None:
+                    on_tick(now - self._started_at)
+                time.sleep(min(pause, max(deadline - now, 0.0)))
+                pause = min(pause * 1.5, _POLL_MAX_S)
+
+    def verify_identity(self) -> None:
+        """Check that the server answering the port is ours: alive, serving our model name,
+        and no process outside our group listening on the port. ServerFailure otherwise."""
+        proc = self._require_started()
+        if proc.poll() is not None:
+            answered = port_is_open(_client_host(self.host), self.port)
+            raise ServerFailure(
+                FailureClass.STRANGER if answered else FailureClass.CRASHED,
+                f"the server process exited (code {proc.returncode})"
+                + ("; something else answers its port" if answered else ""),
+                log_tail=self.log_tail(),
+            )
+        try:
+            with self._client() as client:
+                response = client.get("/v1/models")
+        except httpx.HTTPError as exc:
+            raise ServerFailure(
+                FailureClass.INFRA,
+                f"the server runs but {self.base_url}/v1/models does not answer: {exc}",
+                log_tail=self.log_tail(),
+            ) from None
+        names = _model_names(response)
+        if response.status_code != 200 or self.served_model_name not in names:
+            raise ServerFailure(
+                FailureClass.STRANGER,
+                f"{self.base_url} serves {names or 'no models'} (HTTP {response.status_code}),"
+                f" not {self.served_model_name!r}: the server answering is not ours",
+                log_tail=self.log_tail(),
+            )
+        strangers = self._foreign_listeners()
+        if strangers:
+            raise ServerFailure(
+                FailureClass.STRANGER,
+                f"processes outside our server also listen on port {self.port}: {strangers}",
+                log_tail=self.log_tail(),
+            )
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """End the process group (TERM, ``grace_s``, KILL), reap, drop the lease. Idempotent."""
+        if self._proc is None or self._stopped:
+            return
+        self._stopped = True
+        proc = self._proc
+        try:
+            kill_group(proc.pid, grace_s, reap=proc.poll, not_before=self._create_time)
+            # kill_group already sent SIGKILL if needed; this only reaps the leader.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=FAILURE_GRACE_S)
+        finally:
+            if self._log is not None:
+                self._log.close()
+            if self._lease_path is not None:
+                remove_lease(self._lease_path)
+
+    def __enter__(self) -> VllmServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def is_alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _require_started(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise RuntimeError("the server was not started; call start() first")
+        return self._proc
+
+    def _client(self) -> httpx.Client:
+        # trust_env=False: a proxy from the environment must never see local trial traffic.
+        return httpx.Client(base_url=self.base_url, timeout=HTTP_TIMEOUT_S, trust_env=False)
+
+    @staticmethod
+    def _answers(client: httpx.Client) -> bool:
+        try:
+            return all(client.get(path).status_code == 200 for path in ("/health", "/v1/models"))
+        except httpx.HTTPError:
+            return False
+
+    def _fail_exited(self, code: int) -> None:
+        failure, summary = classify_start_failure(self.log_text())
+        self.stop(grace_s=FAILURE_GRACE_S)  # its children may outlive it
+        raise ServerFailure(
+            failure,
+            f"the server exited with code {code} during start-up: {summary}",
+            log_tail=self.log_tail(),
+        )
+
+    def _foreign_listeners(self) -> list[Any]:
+        """Pids (None when unknown) listening on our port that are not in our group."""
+        assert self._proc is not None
+        ours = {p.pid for p in group_members(self._proc.pid)}
+        try:
+            sockets = psutil.net_connections(kind="inet")
+        except psutil.Error:
+            return []  # cannot look; the model-name check stands alone
+        return sorted(
+            {
+                conn.pid
+                for conn in sockets
+                if conn.status == psutil.CONN_LISTEN
+                and conn.laddr
+                and conn.laddr.port == self.port
+                and conn.pid not in ours
+            },
+            key=str,
+        )
