@@ -144,8 +144,9 @@ def trials(
     if as_json:
         out.print_json(json.dumps([to_jsonable(r) for r in rows]))
         return
-    table = Table("#", "status", "config", "out tok/s", "P99 E2E ms", "memory GiB", "backend",
-                  "failure")
+    table = Table(
+        "#", "status", "config", "out tok/s", "P99 E2E ms", "memory GiB", "backend", "failure"
+    )
     for r in rows:
         m = r.metrics
         ok = r.status is TrialStatus.COMPLETE and m
@@ -196,7 +197,9 @@ def _print_best(repo: Any, name: str) -> None:
 
     rec = recommendation(repo, name)
     if rec is None:
-        out.print(f"[red]no trial of {name} completed[/]: nothing to recommend; see `tuner trials {name}`")
+        out.print(
+            f"[red]no trial of {name} completed[/]: nothing to recommend; see `tuner trials {name}`"
+        )
         return
     out.print(rec.render())
 
@@ -227,8 +230,14 @@ def models() -> None:
 
     table = Table("alias", "hub id", "architecture", "layers", "params", "max len")
     for alias, m in MODELS.items():
-        table.add_row(alias, m.hub_id, m.architecture, str(m.num_layers),
-                      f"{m.parameter_count() / 1e9:.2f} B", str(m.max_position_embeddings))
+        table.add_row(
+            alias,
+            m.hub_id,
+            m.architecture,
+            str(m.num_layers),
+            f"{m.parameter_count() / 1e9:.2f} B",
+            str(m.max_position_embeddings),
+        )
     out.print(table)
 
 
@@ -240,8 +249,14 @@ def gpus() -> None:
     table = Table("name", "GPU", "memory", "sm", "attention backends", "kv dtypes")
     for name, g in GPUS.items():
         sm = f"{g.compute_capability[0]}.{g.compute_capability[1]}" if g.compute_capability else "-"
-        table.add_row(name, g.display_name, f"{g.memory_gib:g} GiB", sm,
-                      ", ".join(g.attention_backends), ", ".join(g.kv_cache_dtypes))
+        table.add_row(
+            name,
+            g.display_name,
+            f"{g.memory_gib:g} GiB",
+            sm,
+            ", ".join(g.attention_backends),
+            ", ".join(g.kv_cache_dtypes),
+        )
     out.print(table)
 
 

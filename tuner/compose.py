@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.catalog.gpus import get_gpu
-from tuner.catalog.materialize import materialize
+from tuner.catalog.materialize import materialize, tokenizer_dir
 from tuner.catalog.models import resolve_model
 from tuner.db.migrate import ensure_ready
 from tuner.db.repository import Repository
@@ -92,7 +92,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         vllm_version=vllm.version,
         model_path=model_path,
         load_format=load_format,
-        tokenizer=model_path if synthetic else None,
+        tokenizer=str(tokenizer_dir(Path(model_path))) if synthetic else None,
         startup_timeout_s=spec.startup_timeout_s,
         extra_args=spec.extra_args,
         log_dir=log_dir or Path(".tuner") / "logs",

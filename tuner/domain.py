@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class TrialStatus(str, enum.Enum):
+class TrialStatus(enum.StrEnum):
     """Outcome of one trial as tuner sees it."""
 
     RUNNING = "running"
@@ -27,7 +27,7 @@ class TrialStatus(str, enum.Enum):
         return self is not TrialStatus.RUNNING
 
 
-class FailureClass(str, enum.Enum):
+class FailureClass(enum.StrEnum):
     """Why a trial did not produce a measurement.
 
     *Findings* say something about the configuration (it does not fit, it is not valid) and
@@ -64,7 +64,7 @@ _FINDINGS = frozenset(
 )
 
 
-class Objective(str, enum.Enum):
+class Objective(enum.StrEnum):
     """Ranking presets; see :mod:`tuner.scoring` for the exact formulas."""
 
     BALANCED = "balanced"

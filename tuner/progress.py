@@ -50,7 +50,8 @@ class ConsoleReporter:
             self.console.print(
                 f"  [green]measured[/] {m['output_throughput'].median:.1f} out tok/s "
                 f"[{m['output_throughput'].low:.1f}, {m['output_throughput'].high:.1f}], "
-                f"P99 TTFT {m['ttft_p99_ms'].median:.0f} ms, P99 E2E {m['e2e_p99_ms'].median:.0f} ms, "
+                f"P99 TTFT {m['ttft_p99_ms'].median:.0f} ms, "
+                f"P99 E2E {m['e2e_p99_ms'].median:.0f} ms, "
                 f"memory {(mem or 0) / 1024**3:.2f} GiB"
                 + (f", backend {result.server.effective_backend}" if result.server else "")
             )

@@ -37,9 +37,11 @@ class Recommendation:
     feasible: bool
 
     def render(self) -> str:
-        lines = [f"best of study {self.study}: trial #{self.trial_number}"
-                 + (" (vLLM's defaults)" if self.is_baseline else "")
-                 + ("" if self.feasible else "  [no trial met the SLO; closest shown]")]
+        lines = [
+            f"best of study {self.study}: trial #{self.trial_number}"
+            + (" (vLLM's defaults)" if self.is_baseline else "")
+            + ("" if self.feasible else "  [no trial met the SLO; closest shown]")
+        ]
         lines.append(f"  flags: {' '.join(self.flags) or '(none: the defaults are best)'}")
         if self.env:
             lines.append(f"  env:   {' '.join(f'{k}={v}' for k, v in self.env.items())}")
@@ -52,12 +54,15 @@ class Recommendation:
             vs = f"   defaults {base.median:.1f} [{base.low:.1f}, {base.high:.1f}]" if base else ""
             lines.append(f"  {label:>13}: {e.median:.1f} [{e.low:.1f}, {e.high:.1f}]{vs}")
         base_mem = (
-            f"   defaults {self.baseline_memory_gib:.2f}" if self.baseline_memory_gib is not None
+            f"   defaults {self.baseline_memory_gib:.2f}"
+            if self.baseline_memory_gib is not None
             else ""
         )
         lines.append(f"  {'memory GiB':>13}: {self.memory_gib:.2f}{base_mem}")
-        lines.append(f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians with 95 % "
-                     "intervals over the measurement windows)")
+        lines.append(
+            f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians with 95 % "
+            "intervals over the measurement windows)"
+        )
         prov = ", ".join(f"{k} {v}" for k, v in self.provenance.items() if v not in (None, ""))
         lines.append(f"  measured on: {prov}")
         return "\n".join(lines)

@@ -137,7 +137,7 @@ class VllmTrialRunner:
             log_path=self.log_dir / f"{served}.log",
             lease_dir=self.lease_dir,
         )
-        probe = TelemetryProbe(gpu=self.hardware.is_gpu, metrics_url=f"http://{s.host}:{port}/metrics")
+        probe = TelemetryProbe(gpu=self.hardware.is_gpu, metrics_url=f"{server.base_url}/metrics")
         info = ServerInfo(
             argv=tuple(args),
             env=dict(flags.env),
@@ -167,6 +167,7 @@ class VllmTrialRunner:
                 phase("starting", f"port {port}")
                 probe.before_launch()
                 server.start()
+                assert server.pid is not None
                 probe.attach(server.pid)
                 startup_s = server.wait_ready(s.startup_timeout_s)
                 server.verify_identity()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from tuner.domain import Objective, Slo, TrialResult, TrialStatus
 
@@ -38,7 +39,7 @@ PENALTY_LATENCY_MS = 1e7
 FEASIBLE = -1.0
 VIOLATED = 1.0
 
-DIRECTIONS = ("maximize", "minimize", "minimize")
+DIRECTIONS: tuple[Literal["maximize", "minimize"], ...] = ("maximize", "minimize", "minimize")
 OBJECTIVE_NAMES = ("output_throughput", "memory_gib", "e2e_p99_ms")
 
 _WEIGHTS: Mapping[Objective, tuple[float, float, float]] = {

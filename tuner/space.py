@@ -26,7 +26,6 @@ import optuna
 from tuner.catalog import rules
 from tuner.catalog.gpus import FLASH_ATTN
 from tuner.catalog.models import has_facts
-from tuner.catalog.rules import effective_max_model_len, effective_utilization, kv_dtype
 from tuner.domain import FailureClass, GpuProfile, ModelSpec, ServingConfig, Workload
 from tuner.errors import UsageError
 
@@ -202,6 +201,50 @@ class SearchSpace:
             values[knob] = None if raw == DEFAULT else raw
         return ServingConfig(**values)
 
+    def config_from(self, item: Mapping[str, Any]) -> ServingConfig:
+        """The configuration an ``[[enqueue]]`` entry stands for: the baseline with ``item``'s
+        knobs applied (``"default"`` = vLLM's default). Bad names or types, or a value that
+        contradicts ``fixed``, raise :class:`UsageError`."""
+        values = dataclasses.asdict(self.baseline())
+        for knob, raw in item.items():
+            value = _normalize(knob, raw, "enqueue")
+            if knob in self.fixed and value != self.fixed[knob]:
+                raise UsageError(
+                    f"enqueue sets {knob}={raw!r} but the study fixes it to {self.fixed[knob]!r}",
+                    hint=f"drop {knob} from the enqueued entry or from fixed",
+                )
+            values[knob] = value
+        return ServingConfig(**values)
+
+    def params_for(self, config: ServingConfig) -> dict[str, Any]:
+        """Optuna params that make :meth:`suggest` return ``config``, for ``enqueue_trial``.
+
+        A knob left at None takes the baseline's value. A knob set to a value that the space
+        cannot produce (not among its choices, or not searched and not fixed to that value)
+        raises :class:`UsageError`.
+        """
+        baseline = self.baseline_params()
+        params: dict[str, Any] = {}
+        for knob in KNOBS:
+            value = getattr(config, knob)
+            if knob not in self.searched:
+                if value is not None and value != self.fixed.get(knob):
+                    raise UsageError(
+                        f"{knob}={value!r} cannot be tried: the study does not search {knob}",
+                        hint=f"add {knob} to params (with {value!r} among its choices)",
+                    )
+                continue
+            if knob == _FA_VERSION and config.attention_backend != FLASH_ATTN:
+                continue  # never asked in such a trial; the rules explain a stray version
+            param = baseline.get(knob, DEFAULT) if value is None else value
+            if param not in self.choices[knob]:
+                raise UsageError(
+                    f"{knob}={value!r} is not among the study's choices {self.choices[knob]}",
+                    hint=f"add {value!r} to the choices for {knob}",
+                )
+            params[knob] = param
+        return params
+
     def _cpu_util(self, knob: str) -> bool:
         return self.gpu.is_cpu and knob == _UTIL
 
@@ -223,43 +266,12 @@ class SearchSpace:
     ) -> ServingConfig | None:
         """The earliest failed config that makes ``config`` hopeless, or None.
 
-        MEMORY_EXCEEDED at utilization u: any config asking for u or more. KV_CACHE_INSUFFICIENT
-        at (max_model_len L, utilization u, kv dtype d): configs with the same d, a length of
-        L or more and a utilization of u or less (and not more room from enforce_eager where
-        the failure had CUDA graphs). UNSUPPORTED: the same backend, FlashAttention version
-        and kv dtype. ``None`` knobs count as vLLM's effective defaults.
+        MEMORY_EXCEEDED at utilization u dominates utilization >= u; KV_CACHE_INSUFFICIENT at
+        (L, u, d) dominates the same kv dtype d with max_model_len >= L and utilization <= u;
+        UNSUPPORTED dominates the same backend, FlashAttention version and kv dtype. Details
+        in :func:`tuner.catalog.rules.dominated_by`.
         """
-        for failed, failure in failures:
-            if failure is FailureClass.MEMORY_EXCEEDED:
-                if effective_utilization(config) >= effective_utilization(failed):
-                    return failed
-            elif failure is FailureClass.KV_CACHE_INSUFFICIENT:
-                if self._kv_dominates(failed, config):
-                    return failed
-            elif failure is FailureClass.UNSUPPORTED and _support_key(config) == _support_key(
-                failed
-            ):
-                return failed
-        return None
-
-    def _kv_dominates(self, failed: ServingConfig, config: ServingConfig) -> bool:
-        if kv_dtype(config) != kv_dtype(failed):
-            return False
-        if effective_utilization(config) > effective_utilization(failed):
-            return False
-        # CUDA graphs take memory from the KV cache: an eager config may fit where a
-        # graph-capturing one did not.
-        if bool(config.enforce_eager) and not bool(failed.enforce_eager):
-            return False
-        have = effective_max_model_len(self.model, config)
-        had = effective_max_model_len(self.model, failed)
-        if have is None or had is None:
-            return have is None and had is None
-        return have >= had
-
-
-def _support_key(config: ServingConfig) -> tuple[str | None, int | None, str]:
-    return (config.attention_backend, config.flash_attn_version, kv_dtype(config))
+        return rules.dominated_by(self.model, config, failures)
 
 
 def _check_names(names: Sequence[str], where: str) -> None:

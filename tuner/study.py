@@ -298,4 +298,3 @@ def _best(repo: Repository, ctx: StudyContext) -> Ranked | None:
 
 def scoring_slo_dict(slo: Slo) -> dict[str, float]:
     return {k: v for k, v in vars(slo).items() if v is not None}
-

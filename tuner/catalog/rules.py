@@ -1,16 +1,19 @@
 """Validity rules: what vLLM accepts for a model on a GPU, checked before any server starts.
 
 Pure functions of the catalog facts (:mod:`tuner.catalog.gpus`, the model's config) and a
-:class:`ServingConfig`; :class:`tuner.space.SearchSpace` exposes them. Every rule returns a
+:class:`ServingConfig`; :class:`tuner.space.SearchSpace` exposes them, together with
+:func:`dominated_by` (which configs an earlier failure makes hopeless). Every rule returns a
 sentence saying what is wrong and why, so a pruned trial explains itself. Knobs left at
 ``None`` are judged at the value vLLM will actually use.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tuner.catalog.gpus import BACKEND_KV_CACHE_DTYPES, CPU_ATTN, FLASH_ATTN, FP8_KV_DTYPES
 from tuner.catalog.models import has_facts
-from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
+from tuner.domain import FailureClass, GpuProfile, ModelSpec, ServingConfig, Workload
 
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vllm.config.cache.CacheConfig
 
@@ -65,7 +68,7 @@ def _backend_rules(gpu: GpuProfile, c: ServingConfig) -> list[str]:
         if gpu.is_cpu:
             out.append(
                 f"attention backend {backend} is not available on CPU: vLLM's CPU build has only "
-                f"{CPU_ATTN} and silently ignores any other --attention-backend"
+                f"{CPU_ATTN} (it falls back to it from any other --attention-backend)"
             )
         else:
             out.append(
@@ -193,3 +196,47 @@ def _memory_rules(model: ModelSpec, gpu: GpuProfile, c: ServingConfig) -> list[s
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB"
+
+
+def dominated_by(
+    model: ModelSpec,
+    config: ServingConfig,
+    failures: Sequence[tuple[ServingConfig, FailureClass]],
+) -> ServingConfig | None:
+    """The earliest failed config that makes ``config`` hopeless, or None.
+
+    MEMORY_EXCEEDED at utilization u: any config asking for u or more. KV_CACHE_INSUFFICIENT
+    at (max_model_len L, utilization u, kv dtype d): configs with the same d, a length of L or
+    more and a utilization of u or less, except an eager config after a failure with CUDA
+    graphs (graphs take memory from the KV cache). UNSUPPORTED: the same backend,
+    FlashAttention version and kv dtype. Other failures never dominate. ``None`` knobs count
+    as the values vLLM uses.
+    """
+    for failed, failure in failures:
+        if failure is FailureClass.MEMORY_EXCEEDED:
+            if effective_utilization(config) >= effective_utilization(failed):
+                return failed
+        elif failure is FailureClass.KV_CACHE_INSUFFICIENT:
+            if _kv_dominates(model, failed, config):
+                return failed
+        elif failure is FailureClass.UNSUPPORTED and _support_key(config) == _support_key(failed):
+            return failed
+    return None
+
+
+def _kv_dominates(model: ModelSpec, failed: ServingConfig, config: ServingConfig) -> bool:
+    if kv_dtype(config) != kv_dtype(failed):
+        return False
+    if effective_utilization(config) > effective_utilization(failed):
+        return False
+    if bool(config.enforce_eager) and not bool(failed.enforce_eager):
+        return False
+    have = effective_max_model_len(model, config)
+    had = effective_max_model_len(model, failed)
+    if have is None or had is None:
+        return have is None and had is None  # both "the model's positions", unknown
+    return have >= had
+
+
+def _support_key(config: ServingConfig) -> tuple[str | None, int | None, str]:
+    return (config.attention_backend, config.flash_attn_version, kv_dtype(config))

@@ -45,7 +45,9 @@ def check_complete(result: TrialResult, *, min_windows: int = 3) -> None:
     mem = result.memory.headline_bytes
     assert mem is not None and mem > 0, "peak memory was not measured"
     _check_provenance(result)
-    assert result.server.effective_backend, "the effective attention backend was not parsed"
+    assert result.server is not None and result.server.effective_backend, (
+        "the effective attention backend was not parsed"
+    )
     assert result.started_at is not None and result.finished_at is not None
     assert result.finished_at >= result.started_at
 

@@ -72,8 +72,12 @@ class FakeRunner:
             effective_backend=config.attention_backend or self.backend,
         )
         prov = Provenance(
-            gpu_name="fake GPU", gpu_uuid="GPU-fake", driver_version=None,
-            vllm_version="0.0.0+fake", model="fake", workload=workload.name,
+            gpu_name="fake GPU",
+            gpu_uuid="GPU-fake",
+            driver_version=None,
+            vllm_version="0.0.0+fake",
+            model="fake",
+            workload=workload.name,
         )
         kv_tokens = int(util * self.memory_gib * GIB * 0.5 / self.kv_bytes_per_token)
         failure: tuple[FailureClass, str] | None = None
@@ -91,9 +95,15 @@ class FakeRunner:
             )
         if failure is not None:
             return TrialResult(
-                config=config, status=TrialStatus.FAILED, failure=failure[0],
-                failure_detail=failure[1], log_tail=f"INFO starting fake server\n{failure[1]}",
-                server=info, provenance=prov, started_at=started, finished_at=time.time(),
+                config=config,
+                status=TrialStatus.FAILED,
+                failure=failure[0],
+                failure_detail=failure[1],
+                log_tail=f"INFO starting fake server\n{failure[1]}",
+                server=info,
+                provenance=prov,
+                started_at=started,
+                finished_at=time.time(),
             )
         rng = random.Random(zlib.crc32(f"{self.seed}:{config.label()}".encode()))
         seqs = config.max_num_seqs or 256
@@ -110,9 +120,13 @@ class FakeRunner:
                 e2e = ttft + workload.output_tokens * per_token_s * noise
                 records.append(
                     RequestRecord(
-                        ok=True, prompt_tokens=workload.prompt_tokens,
-                        output_tokens=workload.output_tokens, start_s=i * 0.01,
-                        ttft_s=ttft, e2e_s=e2e, itl_mean_s=per_token_s * noise,
+                        ok=True,
+                        prompt_tokens=workload.prompt_tokens,
+                        output_tokens=workload.output_tokens,
+                        start_s=i * 0.01,
+                        ttft_s=ttft,
+                        e2e_s=e2e,
+                        itl_mean_s=per_token_s * noise,
                     )
                 )
             duration = workload.requests_per_window / batch * max(r.e2e_s or 0 for r in records)
@@ -122,7 +136,14 @@ class FakeRunner:
             gpu_baseline_bytes={"GPU-fake": 0},
         )
         return TrialResult(
-            config=config, status=TrialStatus.COMPLETE, windows=tuple(windows),
-            metrics=summarize(windows), memory=memory, server=info, provenance=prov,
-            log_tail="INFO fake server ready", started_at=started, finished_at=time.time(),
+            config=config,
+            status=TrialStatus.COMPLETE,
+            windows=tuple(windows),
+            metrics=summarize(windows),
+            memory=memory,
+            server=info,
+            provenance=prov,
+            log_tail="INFO fake server ready",
+            started_at=started,
+            finished_at=time.time(),
         )

@@ -156,6 +156,20 @@ class VllmServer:
         the seconds since start() on each poll.
         """
         proc = self._require_started()
+        if self._stopped:
+            raise RuntimeError("the server was stopped; start a new one")
+        try:
+            return self._poll_ready(proc, timeout_s, on_tick)
+        except BaseException:
+            self.stop(grace_s=FAILURE_GRACE_S)  # never leave a half-started server behind
+            raise
+
+    def _poll_ready(
+        self,
+        proc: subprocess.Popen[bytes],
+        timeout_s: float,
+        on_tick: Callable[[float], None] | None,
+    ) -> float:
         deadline = time.monotonic() + timeout_s
         pause = _POLL_MIN_S
         with self._client() as client:
@@ -167,7 +181,7 @@ class VllmServer:
                     return time.monotonic() - self._started_at
                 now = time.monotonic()
                 if now >= deadline:
-                    self.stop(grace_s=FAILURE_GRACE_S)
+                    self.stop(grace_s=FAILURE_GRACE_S)  # before the tail: the log is complete
                     raise ServerFailure(
                         FailureClass.TIMEOUT,
                         f"the server was not ready within {timeout_s:.1f} s; its process "

@@ -1,0 +1,256 @@
+"""The real process lifecycle (ports, signals, crashes, deadlines) against the fake server,
+through the same VllmServer that runs real vLLM."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tuner.domain import FailureClass
+from tuner.errors import EnvironmentProblem, ServerFailure
+from tuner.vllm.argv import base_args, server_command
+from tuner.vllm.leases import reap_orphans
+from tuner.vllm.logparse import effective_backend, kv_cache_capacity
+from tuner.vllm.ports import free_port, port_is_open
+from tuner.vllm.procgroup import group_members
+from tuner.vllm.server import VllmServer
+
+FAKE = "tuner.testing.fake_server"
+
+
+def _command(port: int, served: str, *extra: str) -> list[str]:
+    args = base_args("/models/fake", served_model_name=served, host="127.0.0.1", port=port,
+                     load_format="dummy", tokenizer=None, dtype=None, extra=extra)  # fmt: skip
+    return server_command(sys.executable, args, module=FAKE)
+
+
+def _server(tmp_path: Path, fault: str = "", *extra: str, **env: str) -> VllmServer:
+    port = free_port()
+    return VllmServer(
+        _command(port, "trial-1", *extra),
+        env={"TUNER_FAKE_STARTUP_S": "0.05", "TUNER_FAKE_FAULT": fault, **env},
+        host="127.0.0.1",
+        port=port,
+        served_model_name="trial-1",
+        log_path=tmp_path / "server.log",
+        lease_dir=tmp_path / "leases",
+    )
+
+
+def _engine_core_pid(log: str) -> int:
+    match = re.search(r"EngineCore_DP0 pid=(\d+)", log)
+    assert match, log
+    return int(match.group(1))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def servers() -> Iterator[list[VllmServer]]:
+    """Every server a test makes is stopped even when the test fails."""
+    made: list[VllmServer] = []
+    yield made
+    for server in made:
+        server.stop(grace_s=1.0)
+
+
+def test_ready_identity_and_clean_stop(tmp_path: Path, servers: list[VllmServer]) -> None:
+    server = _server(tmp_path, "", "--max-num-seqs", "4")
+    servers.append(server)
+    server.start()
+    assert (tmp_path / "leases" / f"server-{server.pid}.json").exists()
+    ticks: list[float] = []
+    startup_s = server.wait_ready(10.0, on_tick=ticks.append)
+    assert 0.0 < startup_s < 10.0
+    assert ticks == sorted(ticks)
+    server.verify_identity()
+    log = server.log_text()
+    assert effective_backend(log) == ("FLASH_ATTN", 3)
+    tokens, concurrency = kv_cache_capacity(log)
+    assert tokens == 450_000 and concurrency == pytest.approx(219.73)
+    child = _engine_core_pid(log)
+    assert server.pid is not None and len(group_members(server.pid)) == 2
+    server.stop(grace_s=5.0)
+    assert not server.is_alive() and _gone(child) and group_members(server.pid) == []
+    assert list((tmp_path / "leases").iterdir()) == []
+    assert not port_is_open("127.0.0.1", server.port)
+    server.stop()  # idempotent
+
+
+def test_hang_times_out_and_leaves_no_process(tmp_path: Path, servers: list[VllmServer]) -> None:
+    server = _server(tmp_path, "hang")
+    servers.append(server)
+    server.start()
+    with pytest.raises(ServerFailure) as caught:
+        server.wait_ready(1.0)
+    assert caught.value.failure is FailureClass.TIMEOUT
+    assert "Starting to load model" in caught.value.log_tail
+    assert server.pid is not None and group_members(server.pid) == []
+    assert _gone(_engine_core_pid(server.log_text()))
+
+
+def test_interrupted_wait_still_ends_the_group(tmp_path: Path) -> None:
+    server = _server(tmp_path, "hang")
+    server.start()
+
+    def interrupt(elapsed_s: float) -> None:
+        if elapsed_s > 0.2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        server.wait_ready(10.0, on_tick=interrupt)
+    assert server.pid is not None and group_members(server.pid) == []
+    assert list((tmp_path / "leases").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "failure", "needle"),
+    [
+        ("crash_at_start", FailureClass.START_FAILED, "RuntimeError: fake engine core crashed"),
+        ("oom_at_start", FailureClass.MEMORY_EXCEEDED, "less than desired CPU memory"),
+        ("kv_at_start", FailureClass.KV_CACHE_INSUFFICIENT, "larger than the available KV"),
+    ],
+)
+def test_start_failures_are_classified_and_cleaned_up(
+    tmp_path: Path, servers: list[VllmServer], fault: str, failure: FailureClass, needle: str
+) -> None:
+    server = _server(tmp_path, fault)
+    servers.append(server)
+    server.start()
+    with pytest.raises(ServerFailure) as caught:
+        server.wait_ready(10.0)
+    assert caught.value.failure is failure
+    assert needle in caught.value.message
+    assert "Traceback (most recent call last)" in caught.value.log_tail
+    # the fake leaves its engine core behind on purpose; the launcher must have ended it
+    assert _gone(_engine_core_pid(server.log_text()))
+    assert server.pid is not None and group_members(server.pid) == []
+
+
+def test_unknown_backend_is_unsupported(tmp_path: Path, servers: list[VllmServer]) -> None:
+    server = _server(tmp_path, "", "--attention-backend", "NO_SUCH_BACKEND")
+    servers.append(server)
+    server.start()
+    with pytest.raises(ServerFailure) as caught:
+        server.wait_ready(10.0)
+    assert caught.value.failure is FailureClass.UNSUPPORTED
+
+
+def test_stranger_serving_another_model(tmp_path: Path, servers: list[VllmServer]) -> None:
+    server = _server(tmp_path, "stranger")
+    servers.append(server)
+    server.start()
+    server.wait_ready(10.0)
+    with pytest.raises(ServerFailure) as caught:
+        server.verify_identity()
+    assert caught.value.failure is FailureClass.STRANGER
+    assert "someone-elses-model" in caught.value.message
+
+
+def test_port_already_taken_is_refused(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        server = VllmServer(_command(port, "trial-1"), env={}, host="127.0.0.1", port=port,
+                            served_model_name="trial-1", log_path=tmp_path / "s.log",
+                            lease_dir=tmp_path / "leases")  # fmt: skip
+        with pytest.raises(ServerFailure) as caught:
+            server.start()
+    assert caught.value.failure is FailureClass.STRANGER
+    assert server.pid is None
+
+
+def test_stop_kills_members_that_ignore_sigterm(tmp_path: Path) -> None:
+    server = _server(tmp_path, "", TUNER_FAKE_CHILD_IGNORES_TERM="1")
+    with server:
+        server.start()
+        server.wait_ready(10.0)
+        child = _engine_core_pid(server.log_text())
+        server.stop(grace_s=0.3)  # the child ignores TERM: only the KILL after grace ends it
+        assert _gone(child)
+        assert not server.is_alive()
+        assert server.pid is not None and group_members(server.pid) == []
+    # __exit__ after an explicit stop() is a no-op
+
+
+def test_crash_mid_load_is_seen_as_crashed(tmp_path: Path, servers: list[VllmServer]) -> None:
+    server = _server(tmp_path, "crash_mid_load", TUNER_FAKE_CRASH_AFTER="1")
+    servers.append(server)
+    server.start()
+    server.wait_ready(10.0)
+    body = {"model": "trial-1", "prompt": "a b", "max_tokens": 2}
+    with httpx.Client(base_url=server.base_url, trust_env=False) as client:
+        assert client.post("/v1/completions", json=body).status_code == 200
+        with pytest.raises(httpx.HTTPError):
+            client.post("/v1/completions", json=body)
+    server._proc.wait(timeout=5)  # type: ignore[union-attr]
+    with pytest.raises(ServerFailure) as caught:
+        server.verify_identity()
+    assert caught.value.failure is FailureClass.CRASHED
+
+
+def test_missing_interpreter_is_an_environment_problem(tmp_path: Path) -> None:
+    server = VllmServer(["/no/such/python", "-m", FAKE], env={}, host="127.0.0.1",
+                        port=free_port(), served_model_name="x", log_path=tmp_path / "s.log",
+                        lease_dir=None)  # fmt: skip
+    with pytest.raises(EnvironmentProblem, match="cannot start"):
+        server.start()
+
+
+_OWNER = """
+import sys, pathlib
+from tuner.vllm.server import VllmServer
+command, port = sys.argv[1].split("\\x1f"), int(sys.argv[2])
+lease_dir, log = sys.argv[3], sys.argv[4]
+server = VllmServer(command, env={"TUNER_FAKE_STARTUP_S": "0.05"}, host="127.0.0.1", port=port,
+                    served_model_name="trial-1", log_path=pathlib.Path(log),
+                    lease_dir=pathlib.Path(lease_dir))
+server.start()
+server.wait_ready(10.0)
+print(server.pid, flush=True)
+# the owner dies here without stop(): its server lives on, orphaned
+"""
+
+
+def test_reap_orphans_ends_a_group_whose_owner_died(tmp_path: Path) -> None:
+    port, leases = free_port(), tmp_path / "leases"
+    owner = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_OWNER), "\x1f".join(_command(port, "trial-1")),
+         str(port), str(leases), str(tmp_path / "orphan.log")],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    pgid = int(owner.stdout.strip())
+    child = _engine_core_pid((tmp_path / "orphan.log").read_text())
+    try:
+        assert len(group_members(pgid)) == 2 and port_is_open("127.0.0.1", port)
+        assert reap_orphans(leases) == [pgid]
+        assert group_members(pgid) == [] and _gone(child)
+        assert list(leases.iterdir()) == []
+    finally:
+        for proc in group_members(pgid):
+            proc.kill()
+
+
+def test_reap_orphans_spares_servers_of_a_live_owner(
+    tmp_path: Path, servers: list[VllmServer]
+) -> None:
+    server = _server(tmp_path)
+    servers.append(server)
+    server.start()
+    assert reap_orphans(tmp_path / "leases") == []
+    assert server.is_alive()

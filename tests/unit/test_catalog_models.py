@@ -1,0 +1,132 @@
+"""The model catalog and resolve_model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tuner.catalog.models import MODELS, UNKNOWN_FACTS_NOTE, has_facts, resolve_model
+from tuner.errors import UsageError
+
+# Published parameter counts (model cards); our estimate ignores biases and norms' details.
+PARAMS_BILLIONS = {
+    "ernie-0.3b": 0.36,
+    "qwen2.5-0.5b": 0.49,
+    "qwen2.5-7b": 7.6,
+    "qwen2.5-14b": 14.7,
+    "llama-3.1-8b": 8.0,
+}
+
+
+def test_catalog_has_the_briefed_models_with_their_hub_ids() -> None:
+    assert {alias: spec.hub_id for alias, spec in MODELS.items()} == {
+        "ernie-0.3b": "baidu/ERNIE-4.5-0.3B-PT",
+        "tiny-ernie": "baidu/ERNIE-4.5-0.3B-PT",
+        "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct",
+        "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+        "qwen2.5-14b": "Qwen/Qwen2.5-14B-Instruct",
+        "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    }
+    for alias, spec in MODELS.items():
+        assert spec.alias == alias
+        assert spec.source is None  # catalogued models run with random weights
+        assert has_facts(spec)
+
+
+@pytest.mark.parametrize("alias", sorted(PARAMS_BILLIONS))
+def test_parameter_counts_match_the_model_cards(alias: str) -> None:
+    billions = MODELS[alias].parameter_count() / 1e9
+    assert billions == pytest.approx(PARAMS_BILLIONS[alias], rel=0.05)
+
+
+def test_ernie_facts() -> None:
+    c = MODELS["ernie-0.3b"].config
+    assert c["architectures"] == ["Ernie4_5ForCausalLM"]
+    assert c["model_type"] == "ernie4_5"
+    assert (c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"]) == (1024, 18, 3072)
+    assert (c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]) == (16, 2, 128)
+    assert (c["vocab_size"], c["max_position_embeddings"]) == (103424, 131072)
+    assert c["tie_word_embeddings"] is True and c["rope_theta"] == 500000.0
+    assert c["rms_norm_eps"] == 1e-5 and c["torch_dtype"] == "bfloat16"
+    # vLLM builds it as a Llama: these keys must be present for the dummy load.
+    for key in ("hidden_act", "rms_norm_eps", "bos_token_id", "eos_token_id", "pad_token_id"):
+        assert key in c
+
+
+def test_tiny_ernie_is_the_cpu_test_shape() -> None:
+    tiny = MODELS["tiny-ernie"]
+    c = tiny.config
+    assert c["architectures"] == MODELS["ernie-0.3b"].config["architectures"]
+    assert (c["num_hidden_layers"], c["hidden_size"], c["num_attention_heads"]) == (2, 128, 4)
+    assert (c["num_key_value_heads"], c["head_dim"], c["vocab_size"]) == (2, 32, 1024)
+    assert tiny.max_position_embeddings == 4096
+    assert tiny.weight_bytes() < 2_000_000
+
+
+def test_llama_keeps_its_rope_scaling_and_eos_list() -> None:
+    c = MODELS["llama-3.1-8b"].config
+    assert c["rope_scaling"]["rope_type"] == "llama3"
+    assert c["eos_token_id"] == [128001, 128008, 128009]
+    assert MODELS["llama-3.1-8b"].num_kv_heads == 8
+
+
+def test_resolve_alias_returns_the_catalog_entry() -> None:
+    assert resolve_model("tiny-ernie") is MODELS["tiny-ernie"]
+
+
+def test_resolve_local_directory_reads_its_config(tmp_path: Path) -> None:
+    config = {**MODELS["qwen2.5-0.5b"].config, "torch_dtype": "float16"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = resolve_model(str(tmp_path))
+    assert spec.source == str(tmp_path.resolve())
+    assert spec.config == config
+    assert spec.dtype == "float16"
+    assert spec.num_layers == 24
+
+
+def test_resolve_directory_without_config_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"no config\.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_resolve_catalogued_hub_id_asks_for_real_weights() -> None:
+    spec = resolve_model("Qwen/Qwen2.5-7B-Instruct")
+    assert spec.source == "Qwen/Qwen2.5-7B-Instruct"
+    assert spec.config == MODELS["qwen2.5-7b"].config
+
+
+def test_resolve_unknown_hub_id_has_unknown_facts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    spec = resolve_model("someorg/some-model")
+    assert (spec.source, spec.hub_id, spec.alias) == (
+        "someorg/some-model",
+        "someorg/some-model",
+        "some-model",
+    )
+    assert spec.config == {}
+    assert spec.notes == UNKNOWN_FACTS_NOTE
+    assert not has_facts(spec)
+
+
+def test_resolve_hub_id_reads_the_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    repo = tmp_path / "models--someorg--some-model"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(MODELS["llama-3.1-8b"].config))
+    spec = resolve_model("someorg/some-model")
+    assert spec.config == MODELS["llama-3.1-8b"].config
+    assert has_facts(spec)
+
+
+def test_unknown_name_lists_the_aliases() -> None:
+    with pytest.raises(UsageError) as info:
+        resolve_model("no-such-model")
+    for alias in MODELS:
+        assert alias in info.value.hint

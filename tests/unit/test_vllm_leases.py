@@ -1,0 +1,85 @@
+"""Lease files and the safety rules of reap_orphans that need no child process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+
+from tuner.vllm.leases import Lease, read_lease, reap_orphans, write_lease
+
+NO_SUCH_PID = 2**22 + 7  # above Linux's largest pid_max: no process can have it
+
+
+def _lease(**changes: object) -> Lease:
+    fields: dict[str, object] = {
+        "pgid": NO_SUCH_PID,
+        "pid": NO_SUCH_PID,
+        "served_model_name": "trial-1",
+        "argv": ("/py", "-m", "vllm.entrypoints.openai.api_server"),
+        "started_at": 1.0,
+        "create_time": 1.0,
+        "owner_pid": NO_SUCH_PID,
+        "owner_create_time": 1.0,
+    }
+    fields.update(changes)
+    return Lease(**fields)  # type: ignore[arg-type]
+
+
+def test_write_then_read_round_trips(tmp_path: Path) -> None:
+    lease = _lease(pid=123, pgid=123)
+    path = write_lease(tmp_path / "leases", lease)
+    assert path.name == "server-123.json"
+    assert read_lease(path) == lease
+    assert not list((tmp_path / "leases").glob("*.tmp"))
+
+
+def test_unreadable_lease_reads_as_none(tmp_path: Path) -> None:
+    path = tmp_path / "server-1.json"
+    path.write_text("{not json", encoding="utf-8")
+    assert read_lease(path) is None
+    path.write_text('{"pid": 1}', encoding="utf-8")
+    assert read_lease(path) is None
+
+
+def test_missing_directory_reaps_nothing(tmp_path: Path) -> None:
+    assert reap_orphans(tmp_path / "absent") == []
+
+
+def test_stale_and_broken_leases_are_removed(tmp_path: Path) -> None:
+    write_lease(tmp_path, _lease())
+    (tmp_path / "server-9.json").write_text("garbage", encoding="utf-8")
+    assert reap_orphans(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_recycled_pid_is_never_killed(tmp_path: Path) -> None:
+    # The leader's pid now belongs to this very test process (another start time, another
+    # command line): it must survive, and the lease goes.
+    write_lease(tmp_path, _lease(pid=os.getpid(), pgid=os.getpid(), create_time=1.0))
+    assert reap_orphans(tmp_path) == []
+    assert psutil.Process().is_running()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_own_process_group_is_never_signalled(tmp_path: Path) -> None:
+    me = psutil.Process()
+    write_lease(
+        tmp_path,
+        _lease(
+            pid=os.getpid(),
+            pgid=os.getpgrp(),
+            create_time=me.create_time(),
+            argv=tuple(me.cmdline()),
+        ),
+    )
+    assert reap_orphans(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_lease_of_a_live_owner_is_kept(tmp_path: Path) -> None:
+    me = psutil.Process()
+    path = write_lease(tmp_path, _lease(owner_pid=me.pid, owner_create_time=me.create_time()))
+    assert reap_orphans(tmp_path) == []
+    assert path.exists()

@@ -1,0 +1,497 @@
+"""A fake vLLM OpenAI-compatible server: ``python -m tuner.testing.fake_server`` takes vLLM's
+api_server argv and behaves like vLLM wherever tuner can see it.
+
+- It prints the log lines :mod:`tuner.vllm.logparse` reads, in vLLM 0.32's wording, after a
+  start-up delay (``TUNER_FAKE_STARTUP_S``, default 0.3 s), and spawns one child process
+  (like vLLM's engine core, argv marked ``tuner-fake-engine-core``) so that ending the whole
+  process group is really exercised.
+- It serves GET /health, /v1/models, /metrics (``vllm:`` Prometheus names), /version and
+  POST /v1/completions, /v1/chat/completions, streamed as vLLM streams them.
+- Performance model: at most ``--max-num-seqs`` requests decode at once (the rest queue); a
+  decode step costs ``TUNER_FAKE_STEP_MS`` (default 2 ms) and grows mildly with the number
+  running; prefill costs time per prompt token not found in the prefix cache.
+- Faults (``TUNER_FAKE_FAULT``): hang, crash_at_start, oom_at_start, kv_at_start,
+  crash_mid_load (SIGKILLs itself when request ``TUNER_FAKE_CRASH_AFTER`` + 1 arrives,
+  default 5), stranger (serves another model name). ``TUNER_FAKE_CHILD_IGNORES_TERM=1``
+  makes the child ignore SIGTERM, so that only SIGKILL ends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+FAULTS = ("hang", "crash_at_start", "oom_at_start", "kv_at_start", "crash_mid_load", "stranger")
+ENGINE_CORE_MARKER = "tuner-fake-engine-core"
+FAKE_VLLM_VERSION = "0.32.0+fake"
+STRANGER_MODEL = "someone-elses-model"
+AUTO_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+KNOWN_BACKENDS = (*AUTO_BACKENDS, "CPU_ATTN", "TORCH_SDPA", "TREE_ATTN")
+KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+KV_TOKENS_AT_FULL_MEMORY = 500_000  # fake KV capacity at --gpu-memory-utilization 1.0
+_BLOCK = 16  # prefix-cache block size in tokens
+_CHILD_CODE = (
+    "import signal, sys, time\n"
+    "if sys.argv[1] == '1': signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "while True: time.sleep(3600)\n"
+)
+
+
+@dataclass
+class FakeEngine:
+    """Scheduler and counters behind the fake API: slots, queueing, prefix cache."""
+
+    max_num_seqs: int
+    step_s: float
+    prefill_s_per_token: float = 20e-6
+    kv_cache_tokens: int = 450_000
+    enable_prefix_caching: bool = True
+    running: int = 0
+    waiting: int = 0
+    tokens_in_use: int = 0
+    counters: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(
+            (
+                "prompt_tokens",
+                "generation_tokens",
+                "num_preemptions",
+                "prefix_cache_queries",
+                "prefix_cache_hits",
+            ),
+            0.0,
+        )
+    )
+    _seen: set[int] = field(default_factory=set)
+    _slots: asyncio.Semaphore | None = None
+
+    def _cached_tokens(self, prompt: Sequence[str]) -> int:
+        if not self.enable_prefix_caching:
+            return 0
+        hits, h, hitting = 0, 0, True
+        for start in range(0, len(prompt) - _BLOCK + 1, _BLOCK):
+            h = hash((h, tuple(prompt[start : start + _BLOCK])))
+            hitting = hitting and h in self._seen
+            hits += _BLOCK if hitting else 0
+            self._seen.add(h)
+        return hits
+
+    async def generate(self, prompt: Sequence[str], max_tokens: int) -> AsyncIterator[str]:
+        """Yield ``max_tokens`` token texts, paced like a batching engine."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_num_seqs)
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        held = len(prompt)  # KV tokens this request holds
+        self.tokens_in_use += held
+        try:
+            cached = self._cached_tokens(prompt)
+            self.counters["prefix_cache_queries"] += len(prompt)
+            self.counters["prefix_cache_hits"] += cached
+            self.counters["prompt_tokens"] += len(prompt)
+            await asyncio.sleep((len(prompt) - cached) * self.prefill_s_per_token)
+            for i in range(max_tokens):
+                await asyncio.sleep(self.step_s * (1.0 + 0.02 * (self.running - 1)))
+                self.counters["generation_tokens"] += 1
+                held += 1
+                self.tokens_in_use += 1
+                yield f" t{(len(prompt) * 31 + i * 7) % 1000}"
+        finally:
+            self.tokens_in_use -= held
+            self.running -= 1
+            self._slots.release()
+
+    def metrics_text(self, model_name: str) -> str:
+        labels = f'{{engine="0",model_name="{model_name}"}}'
+        gauges = {
+            "num_requests_running": self.running,
+            "num_requests_waiting": self.waiting,
+            "kv_cache_usage_perc": min(1.0, self.tokens_in_use / self.kv_cache_tokens),
+        }
+        lines = []
+        for name, value in gauges.items():
+            lines += [f"# TYPE vllm:{name} gauge", f"vllm:{name}{labels} {float(value)}"]
+        for name, value in self.counters.items():
+            lines += [f"# TYPE vllm:{name} counter", f"vllm:{name}_total{labels} {value}"]
+        return "\n".join(lines) + "\n"
+
+
+def _error(message: str, err_type: str, code: int, param: str | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+    return JSONResponse(body, status_code=code)
+
+
+def _json(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, separators=(",", ":"))  # compact, as pydantic writes vLLM's chunks
+
+
+def _words(value: Any) -> list[str]:
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return [f"t{v}" for v in value]  # token ids
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return str(value).split()
+
+
+def create_app(
+    served_model_name: str,
+    max_num_seqs: int = 256,
+    *,
+    max_model_len: int = 2048,
+    step_s: float = 0.002,
+    enable_prefix_caching: bool = True,
+    kv_cache_tokens: int = 450_000,
+    model_path: str | None = None,
+    crash_after: int | None = None,
+    crash: Callable[[], None] | None = None,
+) -> Starlette:
+    """The fake's ASGI app, for in-process tests. ``crash`` runs when request number
+    ``crash_after + 1`` arrives (the process entry point passes a SIGKILL to itself)."""
+    engine = FakeEngine(
+        max_num_seqs,
+        step_s,
+        kv_cache_tokens=kv_cache_tokens,
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    arrivals = [0]
+
+    async def health(_: Request) -> Response:
+        return Response(status_code=200)
+
+    async def models(_: Request) -> Response:
+        card = {
+            "id": served_model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "vllm",
+            "root": model_path or served_model_name,
+            "parent": None,
+            "max_model_len": max_model_len,
+            "permission": [],
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def metrics(_: Request) -> Response:
+        return PlainTextResponse(engine.metrics_text(served_model_name))
+
+    async def version(_: Request) -> Response:
+        return JSONResponse({"version": FAKE_VLLM_VERSION})
+
+    async def generate(request: Request) -> Response:
+        chat = request.url.path.endswith("/chat/completions")
+        try:
+            body = await request.json()
+            if chat:
+                prompt = [w for m in body["messages"] for w in _words(m.get("content", ""))]
+                prompt = ["<|user|>", *prompt, "<|assistant|>"]
+            else:
+                prompt = _words(body["prompt"])
+            max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return _error(f"invalid request: {exc}", "BadRequestError", 400)
+        model = body.get("model")
+        if model and model != served_model_name:
+            return _error(
+                f"The model `{model}` does not exist. Valid aliases: {served_model_name}.",
+                "NotFoundError",
+                404,
+                "model",
+            )
+        if len(prompt) + max_tokens > max_model_len:
+            return _error(
+                f"This model's maximum context length is {max_model_len} tokens. However, you "
+                f"requested {len(prompt) + max_tokens} tokens ({len(prompt)} in the prompt, "
+                f"{max_tokens} for the completion). Please reduce the length of the input "
+                "prompt or the number of requested output tokens.",
+                "BadRequestError",
+                400,
+            )
+        arrivals[0] += 1
+        if crash is not None and crash_after is not None and arrivals[0] > crash_after:
+            crash()
+        stream_opts = body.get("stream_options") or {}
+        return await _respond(
+            engine,
+            served_model_name,
+            chat,
+            prompt,
+            max_tokens,
+            bool(body.get("stream")),
+            bool(stream_opts.get("include_usage")),
+        )
+
+    routes = [
+        Route("/health", health),
+        Route("/v1/models", models),
+        Route("/metrics", metrics),
+        Route("/version", version),
+        Route("/v1/completions", generate, methods=["POST"]),
+        Route("/v1/chat/completions", generate, methods=["POST"]),
+    ]
+    return Starlette(routes=routes)
+
+
+async def _respond(
+    engine: FakeEngine,
+    model: str,
+    chat: bool,
+    prompt: list[str],
+    max_tokens: int,
+    stream: bool,
+    include_usage: bool,
+) -> Response:
+    rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    head = {
+        "id": rid,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+    }
+    usage = {
+        "prompt_tokens": len(prompt),
+        "total_tokens": len(prompt) + max_tokens,
+        "completion_tokens": max_tokens,
+    }
+
+    def choice(text: str, finish: str | None) -> dict[str, Any]:
+        if chat:
+            return {
+                "index": 0,
+                "delta": {"content": text},
+                "logprobs": None,
+                "finish_reason": finish,
+            } | ({"stop_reason": None} if finish else {})
+        return {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish,
+            "stop_reason": None,
+            "prompt_token_ids": None,
+            "token_ids": None,
+        }
+
+    if not stream:
+        text = "".join([t async for t in engine.generate(prompt, max_tokens)])
+        if chat:
+            body = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+            }
+        else:
+            body = choice(text, "length")
+        obj = "chat.completion" if chat else "text_completion"
+        return JSONResponse({**head, "object": obj, "choices": [body], "usage": usage})
+
+    async def events() -> AsyncIterator[str]:
+        if chat:  # vLLM opens a chat stream with the role
+            first = {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            yield f"data: {_json({**head, 'choices': [first]})}\n\n"
+        produced = 0
+        async for token in engine.generate(prompt, max_tokens):
+            produced += 1
+            finish = "length" if produced == max_tokens else None
+            yield f"data: {_json({**head, 'choices': [choice(token, finish)]})}\n\n"
+        if include_usage:
+            yield f"data: {_json({**head, 'choices': [], 'usage': usage})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+# -- the process: vLLM's argv, vLLM's log lines, faults --------------------------------------
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="tuner.testing.fake_server", allow_abbrev=False)
+    p.add_argument("--model", default="fake-model")
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--attention-backend", default=None)
+    p.add_argument("--attention-config", "-ac", default=None)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    args, _unknown = p.parse_known_args(argv)  # vLLM flags the fake does not model
+    return args
+
+
+def _log(level: str, where: str, message: str, engine_pid: int | None = None) -> None:
+    prefix = f"(EngineCore_DP0 pid={engine_pid}) " if engine_pid else ""
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(f"{prefix}{level} {stamp} [{where}] {message}", flush=True)
+
+
+def _fail(message: str, engine_pid: int) -> int:
+    """Print an engine-core traceback the way vLLM does, then the API server's wrapper."""
+    _log("ERROR", "core.py:1120", "EngineCore failed to start.", engine_pid)
+    for line in (
+        "Traceback (most recent call last):",
+        '  File "/fake/vllm/v1/engine/core.py", line 1111, in run_engine_core',
+        message,
+    ):
+        _log("ERROR", "core.py:1120", line, engine_pid)
+    print("Traceback (most recent call last):", flush=True)
+    print('  File "/fake/vllm/entrypoints/launchers/api_server/entry.py", line 235', flush=True)
+    print(
+        "RuntimeError: Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {}",
+        flush=True,
+    )
+    return 1
+
+
+def _attention(args: argparse.Namespace) -> tuple[str | None, int | None]:
+    """The backend and FlashAttention version asked for, vLLM 0.32's way (env as fallback)."""
+    config = json.loads(args.attention_config) if args.attention_config else {}
+    if args.attention_backend and config.get("backend"):
+        raise ValueError("attention_backend and attention_config.backend are mutually exclusive")
+    backend = args.attention_backend or config.get("backend")
+    backend = backend or os.environ.get("VLLM_ATTENTION_BACKEND")
+    version = config.get("flash_attn_version") or os.environ.get("VLLM_FLASH_ATTN_VERSION")
+    if backend is not None and backend.upper() not in KNOWN_BACKENDS:
+        raise ValueError(
+            f"Unknown attention backend: '{backend}'. Valid options are: "
+            + ", ".join(KNOWN_BACKENDS)
+        )
+    return (backend.upper() if backend else None), (int(version) if version else None)
+
+
+def _start_up(args: argparse.Namespace, fault: str, engine_pid: int) -> int | None:
+    """Log start-up like vLLM; return an exit code when start-up fails, None when ready."""
+    mml, gmu = args.max_model_len, args.gpu_memory_utilization
+    if fault == "hang":
+        _log("INFO", "gpu_model_runner.py:3279", "Starting to load model ...", engine_pid)
+        while True:
+            time.sleep(3600)
+    if fault == "crash_at_start":
+        return _fail("RuntimeError: fake engine core crashed (TUNER_FAKE_FAULT)", engine_pid)
+    if fault == "oom_at_start" or gmu > 0.95:
+        return _fail(
+            "ValueError: Available memory on node 0 (10.79/23.43 GiB) on startup is less than "
+            f"desired CPU memory utilization ({gmu}, 21.56 GiB). On the CPU backend, the "
+            "`--gpu-memory-utilization` flag controls the fraction of CPU memory reserved "
+            "(despite its name). To resolve: decrease `--gpu-memory-utilization` (e.g. "
+            "`--gpu-memory-utilization 0.5`) or reduce CPU memory used by other processes.",
+            engine_pid,
+        )
+    if args.kv_cache_dtype not in KV_DTYPES:
+        print(
+            f"error: argument --kv-cache-dtype: invalid choice: '{args.kv_cache_dtype}' "
+            f"(choose from {', '.join(repr(d) for d in KV_DTYPES)})",
+            flush=True,
+        )
+        return 2
+    try:
+        backend, fa_version = _attention(args)
+    except ValueError as exc:
+        return _fail(f"ValueError: {exc}", engine_pid)
+    kv_tokens = int(KV_TOKENS_AT_FULL_MEMORY * gmu * (2 if "fp8" in args.kv_cache_dtype else 1))
+    if fault == "kv_at_start" or mml > kv_tokens:
+        return _fail(
+            f"ValueError: To serve at least one request with the model's max seq len ({mml}), "
+            "(4.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(0.5 GiB). Based on the available memory, the estimated maximum model length is "
+            f"{min(mml - 1, kv_tokens)}. Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine.",
+            engine_pid,
+        )
+    if backend is None:
+        names = ", ".join(f"'{b}'" for b in AUTO_BACKENDS)
+        msg = f"Using FLASH_ATTN attention backend out of potential backends: [{names}]."
+    else:
+        msg = f"Using AttentionBackendEnum.{backend} backend."
+    _log("INFO", "cuda.py:446", msg, engine_pid)
+    if (backend or "FLASH_ATTN") == "FLASH_ATTN":
+        _log(
+            "INFO",
+            "flash_attn.py:1118",
+            f"Using FlashAttention version {fa_version or 3}",
+            engine_pid,
+        )
+    _log(
+        "INFO",
+        "kv_cache_utils.py:2328",
+        f"GPU KV cache size: {kv_tokens:,} tokens, Maximum concurrency for {mml:,} tokens "
+        f"per request: {kv_tokens / mml:.2f}x",
+        engine_pid,
+    )
+    return None
+
+
+def _spawn_engine_core() -> subprocess.Popen[bytes]:
+    ignore = "1" if os.environ.get("TUNER_FAKE_CHILD_IGNORES_TERM") == "1" else "0"
+    cmd = [sys.executable, "-c", _CHILD_CODE, ignore, ENGINE_CORE_MARKER]
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the fake server with vLLM's api_server argv; returns the exit code."""
+    import uvicorn  # only the process needs it, not in-process tests
+
+    args = _parse(argv)
+    fault = os.environ.get("TUNER_FAKE_FAULT", "")
+    if fault and fault not in FAULTS:
+        print(f"unknown TUNER_FAKE_FAULT {fault!r}; known: {', '.join(FAULTS)}", flush=True)
+        return 2
+    served = (args.served_model_name or [args.model])[0]
+    _log("INFO", "entry.py:1877", f"vLLM API server version {FAKE_VLLM_VERSION}")
+    _log("INFO", "utils.py:253", f"non-default args: {vars(args)}")
+    _log("INFO", "__init__.py:291", "Automatically detected platform cuda.")
+    engine_core = _spawn_engine_core()
+    time.sleep(float(os.environ.get("TUNER_FAKE_STARTUP_S", "0.3")))
+    code = _start_up(args, fault, engine_core.pid)
+    if code is not None:
+        return code  # the engine core is left behind on purpose: the launcher must end it
+    crash_after = int(os.environ.get("TUNER_FAKE_CRASH_AFTER", "5"))
+    app = create_app(
+        STRANGER_MODEL if fault == "stranger" else served,
+        args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        step_s=float(os.environ.get("TUNER_FAKE_STEP_MS", "2")) / 1000.0,
+        enable_prefix_caching=args.enable_prefix_caching,
+        model_path=args.model,
+        crash_after=crash_after if fault == "crash_mid_load" else None,
+        crash=lambda: os.kill(os.getpid(), signal.SIGKILL),
+    )
+    _log("INFO", "entry.py:140", f"Starting vLLM server on http://{args.host}:{args.port}")
+    try:
+        uvicorn.run(
+            app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=1
+        )
+    finally:
+        engine_core.terminate()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
