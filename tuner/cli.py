@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tuner.errors import TunerError, UsageError
@@ -38,14 +39,44 @@ def _storage(url: str | None) -> str:
     return url or default_url()
 
 
-def _repo(url: str | None) -> Any:
+def _repo(url: str | None, study: str | None = None) -> Any:
+    """The repository of an existing database, for the commands that only read.
+
+    A SQLite file that does not exist holds no studies: say so (exit 2, naming ``study`` if
+    given) rather than create an empty file as a side effect of a typo in the path.
+    """
     from tuner.db.migrate import ensure_ready
     from tuner.db.repository import Repository
     from tuner.db.session import make_engine
 
     storage = _storage(url)
+    missing = _missing_sqlite_file(storage)
+    if missing is not None:
+        what = f"no study named {study!r}" if study else "no studies"
+        raise UsageError(
+            f"{what}: database {missing} does not exist",
+            hint="`tuner run` creates it; or point --storage / $TUNER_DB_URL at another database",
+        )
     ensure_ready(storage, auto_upgrade=False)
     return Repository(make_engine(storage))
+
+
+def _missing_sqlite_file(url: str) -> Path | None:
+    """The path of a SQLite database file that does not exist; None for anything else."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None  # make_engine reports a malformed URL
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    if database.startswith("file:"):
+        return None
+    path = Path(database).expanduser()
+    return None if path.exists() else path
 
 
 @app.command()
@@ -136,10 +167,10 @@ def trials(
     """List a study's trials with their metrics or failure class."""
     from tuner.domain import TrialStatus, to_jsonable
 
-    repo = _repo(storage)
+    status = _status(state)
+    repo = _repo(storage, study)
     if repo.get_study(study) is None:
         raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
-    status = _status(state)
     rows = repo.list_trials(study, status=status, limit=100_000)
     if as_json:
         out.print_json(json.dumps([to_jsonable(r) for r in rows]))
@@ -186,7 +217,7 @@ def best(
     storage: StorageOpt = None,
 ) -> None:
     """Print the best configuration's flags and a ready `vllm serve` line."""
-    repo = _repo(storage)
+    repo = _repo(storage, study)
     if repo.get_study(study) is None:
         raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
     _print_best(repo, study)
@@ -260,28 +291,40 @@ def gpus() -> None:
     out.print(table)
 
 
+_INTERRUPTED = 130
+
+
 def main() -> None:
+    """Entry point: run the app, turning errors into a message and an exit code.
+
+    Without standalone mode typer *returns* the code of ``typer.Exit`` (``--help`` gives 0,
+    Ctrl-C gives 130) and raises click's usage errors, which subclass ``typer.TyperException``
+    (typer vendors click, so ``click.ClickException`` would not catch them).
+    """
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except TunerError as exc:
-        err.print(f"[red]error:[/] {exc.message}")
+        # escape: messages quote spec sections like [study], which rich would take for markup
+        err.print(f"[red]error:[/] {escape(exc.message)}")
         if exc.hint:
-            err.print(f"[yellow]hint:[/] {exc.hint}")
+            err.print(f"[yellow]hint:[/] {escape(exc.hint)}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err.print("interrupted: the running trial is recorded as interrupted; --resume continues")
-        sys.exit(130)
+        code = _INTERRUPTED
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        code = exc.exit_code
     except typer.Abort:
-        sys.exit(1)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(2)
-        raise
+        code = 1
+    except typer.TyperException as exc:  # unknown option, bad value, missing argument: exit 2
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()  # the usage line, "Try ... --help" and the error
+        else:
+            err.print(f"[red]error:[/] {escape(exc.format_message())}")
+        sys.exit(exc.exit_code)
+    if code == _INTERRUPTED:
+        err.print("interrupted: the running trial is recorded as interrupted; --resume continues")
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@ ratios against a reference (vLLM's defaults, trial 0, when it completed):
     balanced   : (thr / thr_ref)^0.5 * (p99_ref / p99)^0.3 * (mem_ref / mem)^0.2
 
 So a score of 1.25 reads "25 % better than the defaults on this objective". Without a reference
-the raw values are used (ranking is the same: the reference only rescales).
+the raw values are used (ranking is the same, the reference only rescales; except that the memory
+preset's throughput guard needs a reference to compare with). A configuration that produced no
+tokens scores 0 on every preset that weighs throughput; a zero or missing memory or latency
+number (no telemetry, no samples) is neutral.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ VIOLATED = 1.0
 
 DIRECTIONS: tuple[Literal["maximize", "minimize"], ...] = ("maximize", "minimize", "minimize")
 OBJECTIVE_NAMES = ("output_throughput", "memory_gib", "e2e_p99_ms")
+CONSTRAINT_NAMES = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms", "error_rate")
 
 _WEIGHTS: Mapping[Objective, tuple[float, float, float]] = {
     Objective.THROUGHPUT: (1.0, 0.0, 0.0),
@@ -93,12 +97,17 @@ def constraint_values(result: TrialResult, slo: Slo) -> list[float]:
         (slo.itl_p99_ms, "itl_p99_ms"),
         (slo.e2e_p99_ms, "e2e_p99_ms"),
     )
-    out = [
-        FEASIBLE if target is None else result.metrics[name].median - target
-        for target, name in checks
-    ]
+    out = [_slo_margin(result.metrics[name].median, target) for target, name in checks]
     out.append(result.metrics["error_rate"].median - MAX_ERROR_RATE)
     return out
+
+
+def _slo_margin(measured: float, target: float | None) -> float:
+    # NaN means the latency has no samples (one-token outputs have no inter-token latency):
+    # nothing violates the SLO, and Optuna rejects NaN constraint values.
+    if target is None or math.isnan(measured):
+        return FEASIBLE
+    return measured - target
 
 
 def is_feasible(constraints: Sequence[float]) -> bool:
@@ -124,6 +133,9 @@ def score_values(
     thr_ratio = _ratio(thr, ref_thr)
     lat_ratio = _ratio(ref_p99, p99)
     mem_ratio = _ratio(ref_mem, mem)
+    if not thr > 0 and objective is not Objective.LATENCY:
+        # _ratio would call zero throughput neutral; a config that produced nothing is worthless.
+        return 0.0
     if objective is Objective.MEMORY:
         return mem_ratio * min(1.0, thr_ratio)
     w_thr, w_lat, w_mem = _WEIGHTS[objective]
@@ -135,8 +147,9 @@ def score_values(
 
 
 def _ratio(num: float, den: float) -> float:
-    # Zero memory (a fake runner on a machine without telemetry) must not blow up the score.
-    if num <= 0 or den <= 0:
+    # Zero memory (a fake runner on a machine without telemetry) or NaN (no samples) must not
+    # blow up the score: such a number says nothing, so the ratio is neutral.
+    if not (num > 0 and den > 0):
         return 1.0
     return num / den
 
@@ -144,10 +157,13 @@ def _ratio(num: float, den: float) -> float:
 def parse_slo(text: str) -> Slo:
     """Parse ``ttft_p99=500ms,itl_p99=50ms,e2e_p99=10s`` into an :class:`Slo`.
 
-    Units: ``ms`` or ``s``; a bare number is milliseconds. Raises ValueError with what is allowed.
+    Units: ``ms`` or ``s``; a bare number is milliseconds. ``""`` and ``"none"`` (what
+    :func:`format_slo` writes for no SLO) give an empty Slo. Raises ValueError with what is allowed.
     """
     allowed = {"ttft_p99": "ttft_p99_ms", "itl_p99": "itl_p99_ms", "e2e_p99": "e2e_p99_ms"}
     values: dict[str, float] = {}
+    if text.strip().lower() == "none":
+        return Slo()
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, raw = part.partition("=")
         key = key.strip().removesuffix("_ms")
@@ -156,6 +172,8 @@ def parse_slo(text: str) -> Slo:
                 f"bad SLO item {part!r}: expected NAME=VALUE with NAME in {sorted(allowed)}, "
                 "e.g. ttft_p99=500ms,e2e_p99=10s"
             )
+        if allowed[key] in values:
+            raise ValueError(f"SLO {key} is given twice in {text!r}: give each name once")
         values[allowed[key]] = _parse_duration_ms(raw.strip(), part)
     return Slo(**values)
 

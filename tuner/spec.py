@@ -41,6 +41,7 @@ from typing import Any
 
 from tuner.domain import Objective, ServingConfig
 from tuner.errors import SpecError
+from tuner.scoring import parse_slo
 
 _SECTIONS: Mapping[str, frozenset[str]] = {
     "study": frozenset(
@@ -64,6 +65,13 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
     "runner": frozenset({"startup_timeout_s", "extra_args", "vllm_python", "load_format"}),
 }
 _SERVING_KEYS = frozenset(f.name for f in dataclasses.fields(ServingConfig))
+# Types of the [workload] overrides (Workload's fields); a float field also takes an integer.
+_WORKLOAD_TYPES: Mapping[str, type] = {
+    **{key: int for key in _SECTIONS["workload"]},
+    "request_rate": float,
+    "length_jitter": float,
+}
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
@@ -91,14 +99,14 @@ class StudySpec:
     def study_name(self) -> str:
         if self.name:
             return self.name
-        wl = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.workload)
-        return f"{self.model}-{self.gpu}-{wl}-{self.objective.value}".replace("/", "_")
+        model, workload = (_NAME_UNSAFE.sub("_", v) for v in (self.model, self.workload))
+        return f"{model}-{self.gpu}-{workload}-{self.objective.value}"
 
     def with_overrides(self, **changes: Any) -> StudySpec:
         """Apply CLI options; ``None`` means "not given on the command line"."""
         given = {k: v for k, v in changes.items() if v is not None}
         if "objective" in given:
-            given["objective"] = parse_objective(str(given["objective"]), where=self.source)
+            given["objective"] = parse_objective(str(given["objective"]), where="--objective")
         return dataclasses.replace(self, **given)
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,8 +134,11 @@ def load_spec(path: str | Path) -> StudySpec:
 
 
 def _from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
-    def fail(msg: str, key: str | None = None, hint: str = "") -> SpecError:
-        return SpecError(msg, path=where, line=_find_line(text, key) if key else None, hint=hint)
+    def fail(
+        msg: str, key: str | None = None, hint: str = "", section: str | None = None
+    ) -> SpecError:
+        line = _find_line(text, key, section) if key else None
+        return SpecError(msg, path=where, line=line, hint=hint)
 
     for section, value in data.items():
         if section == "enqueue":
@@ -144,7 +155,10 @@ def _from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
         for key in value:
             if key not in allowed:
                 raise fail(
-                    f"unknown key {key!r} in [{section}]", key, hint=f"allowed: {sorted(allowed)}"
+                    f"unknown key {key!r} in [{section}]",
+                    key,
+                    hint=f"allowed: {sorted(allowed)}",
+                    section=section,
                 )
     study = data.get("study", {})
     space = data.get("space", {})
@@ -152,10 +166,15 @@ def _from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
     kwargs: dict[str, Any] = {"source": where}
     for key in ("model", "gpu", "workload", "slo", "name", "notes"):
         if key in study:
-            kwargs[key] = _typed(study[key], str, key, fail)
+            kwargs[key] = _typed(study[key], str, key, fail, "study")
     for key in ("trials", "seed"):
         if key in study:
-            kwargs[key] = _typed(study[key], int, key, fail)
+            kwargs[key] = _typed(study[key], int, key, fail, "study")
+    if "slo" in kwargs:
+        try:
+            parse_slo(kwargs["slo"])
+        except ValueError as exc:
+            raise fail(str(exc), "slo", section="study") from None
     if "trials" in kwargs and kwargs["trials"] < 1:
         raise fail("trials must be at least 1", "trials")
     if "objective" in study:
@@ -163,7 +182,10 @@ def _from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
             kwargs["objective"] = parse_objective(str(study["objective"]), where=where)
         except SpecError as exc:
             raise fail(exc.message.split(": ", 1)[-1], "objective", exc.hint) from None
-    kwargs["workload_overrides"] = dict(data.get("workload", {}))
+    overrides = data.get("workload", {})
+    for key, value in overrides.items():
+        _typed(value, _WORKLOAD_TYPES[key], key, fail, "workload")
+    kwargs["workload_overrides"] = dict(overrides)
     if "params" in space:
         params = space["params"]
         if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
@@ -185,21 +207,36 @@ def _from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
     if not isinstance(enqueue, list):
         raise fail("enqueue must be an array of tables: [[enqueue]]", "enqueue")
     for item in enqueue:
+        if not isinstance(item, dict):
+            raise fail("enqueue must be an array of tables: [[enqueue]]", "enqueue")
         _check_knobs(item, "enqueue", fail)
     kwargs["enqueue"] = tuple(dict(item) for item in enqueue)
     if "startup_timeout_s" in runner:
-        kwargs["startup_timeout_s"] = float(runner["startup_timeout_s"])
+        timeout = _typed(runner["startup_timeout_s"], float, "startup_timeout_s", fail, "runner")
+        if not timeout > 0:
+            raise fail("startup_timeout_s must be positive", "startup_timeout_s", section="runner")
+        kwargs["startup_timeout_s"] = float(timeout)
     if "extra_args" in runner:
-        kwargs["extra_args"] = tuple(str(a) for a in runner["extra_args"])
+        extra = runner["extra_args"]
+        if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+            raise fail(
+                "extra_args must be a list of strings",
+                "extra_args",
+                hint='e.g. extra_args = ["--dtype", "float32"]',
+                section="runner",
+            )
+        kwargs["extra_args"] = tuple(extra)
     for key in ("vllm_python", "load_format"):
         if key in runner:
-            kwargs[key] = str(runner[key])
+            kwargs[key] = _typed(runner[key], str, key, fail, "runner")
     return StudySpec(**kwargs)
 
 
-def _typed(value: Any, kind: type, key: str, fail: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise fail(f"{key} must be a {kind.__name__}, got {value!r}", key)
+def _typed(value: Any, kind: type, key: str, fail: Any, section: str) -> Any:
+    # bool is an int subclass, but `trials = true` is surely a mistake; an int is a fine float.
+    accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        raise fail(f"{key} must be a {kind.__name__}, got {value!r}", key, section=section)
     return value
 
 
@@ -210,6 +247,7 @@ def _check_knobs(names: Sequence[str] | Mapping[str, Any], where: str, fail: Any
                 f"unknown serving knob {name!r} in {where}",
                 name,
                 hint=f"knobs: {sorted(_SERVING_KEYS)}",
+                section="enqueue" if where == "enqueue" else "space",
             )
 
 
@@ -223,14 +261,26 @@ def parse_objective(text: str, *, where: str = "command line") -> Objective:
         ) from None
 
 
-def _find_line(text: str, key: str) -> int | None:
+def _find_line(text: str, key: str, section: str | None = None) -> int | None:
+    """The first line that defines ``key`` (a table header, ``key =``, ``{key =`` inside an
+    inline table, or ``"key"`` inside an array), at or after ``section``'s header if given:
+    the same key may be valid in an earlier section."""
+    k = re.escape(key)
     pattern = re.compile(
-        rf"^\s*(\[+\s*{re.escape(key)}\s*\]+|{re.escape(key)}\s*=)|[{{,]\s*{re.escape(key)}\s*="
+        rf"^\s*(\[+\s*{k}\s*\]+|{k}\s*=)|[{{,]\s*{k}\s*=|(^|[\[,])\s*[\"']{k}[\"']"
     )
-    for number, line in enumerate(text.splitlines(), start=1):
-        if pattern.search(line):
+    lines = text.splitlines()
+    start = 0
+    if section is not None:
+        start = next((i for i, line in enumerate(lines) if _is_header(line, section)), 0)
+    for number, line in enumerate(lines[start:], start=start + 1):
+        if pattern.search(line.split("#", 1)[0]):
             return number
     return None
+
+
+def _is_header(line: str, section: str) -> bool:
+    return re.match(rf"^\s*\[+\s*{re.escape(section)}\s*\]+", line) is not None
 
 
 def _line_from_message(message: str) -> int | None:

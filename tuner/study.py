@@ -14,7 +14,7 @@ What Optuna is told:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,8 +38,6 @@ from tuner.errors import UsageError
 from tuner.runner import TrialRunner
 from tuner.space import SearchSpace
 from tuner.spec import StudySpec
-
-_CONSTRAINTS_ATTR = "constraints"
 
 
 @dataclass(frozen=True)
@@ -91,17 +89,12 @@ class SilentReporter:
         pass
 
 
-def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
-    return trial.user_attrs.get(_CONSTRAINTS_ATTR, [scoring.VIOLATED] * 4)  # type: ignore[no-any-return]
-
-
 def open_optuna_study(ctx: StudyContext, *, create: bool) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(
         seed=ctx.spec.seed,
         multivariate=True,
         n_startup_trials=max(3, ctx.spec.trials // 3),
-        constraints_func=_constraints,
     )
     storage = optuna.storages.RDBStorage(
         ctx.storage_url, engine_kwargs=_engine_kwargs(ctx.storage_url)
@@ -248,7 +241,8 @@ def _record(
     if result.failure is not None:
         trial.set_user_attr("failure_class", result.failure.value)
     if measured or finding:
-        trial.set_user_attr(_CONSTRAINTS_ATTR, constraints)
+        for name, value in zip(scoring.CONSTRAINT_NAMES, constraints, strict=True):
+            trial.set_constraint(name, value)
         study.tell(trial, values)
     else:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)

@@ -181,3 +181,22 @@ def test_summary_is_one_bounded_line() -> None:
     _, summary = classify_start_failure("RuntimeError: " + "x" * 5000)
     assert "\n" not in summary
     assert len(summary) <= 400
+
+
+def test_cpu_kv_request_too_small_is_kv_insufficient_not_memory_exceeded() -> None:
+    log = (
+        "(EngineCore pid=7) ERROR 11-30 12:00:00 [core.py:1] ValueError: Available memory on "
+        "node 0 (20.1/23.4 GiB) on kv cache allocation is less than requested memory for kv "
+        "(-0.30/0.23 GiB). Reduce CPU memory used by other processes.\n"
+    )
+    failure, summary = classify_start_failure(log)
+    assert failure is FailureClass.KV_CACHE_INSUFFICIENT
+    assert "requested memory for kv" in summary
+
+
+def test_cpu_kv_request_too_large_is_memory_exceeded() -> None:
+    log = (
+        "ValueError: Available memory on node 0 (2.1/23.4 GiB) on kv cache allocation is less "
+        "than requested memory for kv (9.50/10.0 GiB). Reduce CPU memory used by other processes."
+    )
+    assert classify_start_failure(log)[0] is FailureClass.MEMORY_EXCEEDED

@@ -86,6 +86,13 @@ _FAILURES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
     ),
 )
 
+# v1/worker/cpu_worker.py (0.32): "Available memory on node 0 (..) on kv cache allocation is
+#   less than requested memory for kv (X/Y GiB)". X is what is left for the KV cache after the
+#   weights: X <= 0 means the utilization is too *small* (nothing left for the cache), a positive
+#   X more than is free means it is too large. The two need opposite fixes, so they get
+#   different classes (and different dominance).
+_CPU_KV_REQUEST = re.compile(r"less than requested memory for kv \((-?[\d.]+)/[\d.]+ GiB\)")
+
 # "ValueError: ...", "torch.OutOfMemoryError: ...", "RuntimeError: ..." at any prefix.
 _EXCEPTION_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception|Exit): \S")
 # The API server's wrapper around the engine core's real error: never the best summary.
@@ -139,6 +146,12 @@ def classify_start_failure(log: str) -> tuple[FailureClass, str]:
     exception line (not vLLM's generic "Engine core initialization failed" wrapper).
     """
     lines = log.splitlines()
+    for line in lines:
+        match = _CPU_KV_REQUEST.search(line)
+        if match:
+            too_small = float(match.group(1)) <= 0
+            kind = FailureClass.KV_CACHE_INSUFFICIENT if too_small else FailureClass.MEMORY_EXCEEDED
+            return kind, _clean(line)
     for failure, pattern in _FAILURES:
         for line in lines:
             if pattern.search(line):
