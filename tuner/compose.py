@@ -111,5 +111,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         space=space,
         storage_url=storage_url,
         vllm_version=vllm.version,
+        serve_model=model.source
+        or (model.hub_id if model.weights_available else model_path),
     )
     return Prepared(ctx=ctx, runner=VllmTrialRunner(settings, model, hardware), repo=repo)

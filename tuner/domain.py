@@ -130,6 +130,9 @@ class ModelSpec:
     source: str | None = None  # a local directory or hub id with real weights
     dtype: str = "bfloat16"
     notes: str = ""
+    # False for test architectures that exist only as config facts (tiny-ernie): there are no
+    # weights to load, so a ready `vllm serve` line must keep --load-format dummy.
+    weights_available: bool = True
 
     @property
     def architecture(self) -> str:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from tuner.catalog.materialize import tokenizer_dir
+from tuner.catalog.models import MODELS
 from tuner.db.repository import Repository
 from tuner.domain import Estimate, Objective, TrialStatus
 from tuner.study import rank
@@ -82,6 +85,15 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
     base_trial = repo.get_trial(study, baseline.number) if baseline else None
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
+    serve_flags = flags
+    model = MODELS.get(row.model)
+    if model is not None and not model.weights_available and row.model_source:
+        # A test architecture without published weights: the line must keep random weights.
+        tokenizer = str(tokenizer_dir(Path(row.model_source)))
+        serve_flags = argv.RenderedFlags(
+            args=("--load-format", "dummy", "--tokenizer", tokenizer, *flags.args),
+            env=flags.env,
+        )
     return Recommendation(
         study=study,
         trial_number=top.number,
@@ -89,7 +101,7 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
         score=top.score,
         flags=tuple(flags.args),
         env=dict(flags.env),
-        serve_command=argv.serve_command(row.model_source or row.model, flags),
+        serve_command=argv.serve_command(row.model_source or row.model, serve_flags),
         metrics=trial.metrics,
         baseline_metrics=base_trial.metrics if base_trial else None,
         memory_gib=top.values[1],

@@ -53,6 +53,7 @@ class StudyContext:
     space: SearchSpace
     storage_url: str
     vllm_version: str
+    serve_model: str  # what a ready `vllm serve` line names: weights dir, hub id or dummy dir
     emulated: bool = False
 
 
@@ -137,7 +138,7 @@ def run_study(
             name=ctx.name,
             optuna_study_name=ctx.name,
             model=ctx.model.alias,
-            model_source=ctx.model.source or ctx.model.hub_id,
+            model_source=ctx.serve_model,
             gpu=ctx.gpu.name,
             workload=ctx.workload.name,
             objective=ctx.spec.objective.value,

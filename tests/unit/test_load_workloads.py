@@ -21,8 +21,8 @@ def test_presets_have_the_promised_shapes() -> None:
     assert (bench.prompt_tokens, bench.output_tokens, bench.concurrency) == (512, 256, 8)
     assert bench.length_jitter == 0
     smoke = WORKLOADS["smoke"]
-    assert (smoke.prompt_tokens, smoke.shared_prefix_tokens, smoke.output_tokens) == (128, 32, 32)
-    assert (smoke.requests_per_window, smoke.windows, smoke.warmup_requests) == (24, 3, 8)
+    assert (smoke.prompt_tokens, smoke.shared_prefix_tokens, smoke.output_tokens) == (128, 32, 64)
+    assert (smoke.requests_per_window, smoke.windows, smoke.warmup_requests) == (48, 3, 8)
     for name, w in WORKLOADS.items():
         assert w.name == name
         assert w.windows >= 3, "fewer windows give no usable interval"

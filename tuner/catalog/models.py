@@ -147,8 +147,12 @@ _LLAMA31_8B: dict[str, Any] = {
 }
 
 
-def _spec(alias: str, hub_id: str, config: dict[str, Any], notes: str = "") -> ModelSpec:
-    return ModelSpec(alias=alias, hub_id=hub_id, config=config, notes=notes)
+def _spec(
+    alias: str, hub_id: str, config: dict[str, Any], notes: str = "", weights: bool = True
+) -> ModelSpec:
+    return ModelSpec(
+        alias=alias, hub_id=hub_id, config=config, notes=notes, weights_available=weights
+    )
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -160,6 +164,7 @@ MODELS: dict[str, ModelSpec] = {
             "baidu/ERNIE-4.5-0.3B-PT",
             _TINY_ERNIE,
             notes="2-layer ERNIE-4.5 architecture for CPU tests; random weights only",
+            weights=False,
         ),
         _spec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B-Instruct", _QWEN25_05B),
         _spec("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", _QWEN25_7B),
