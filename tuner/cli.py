@@ -45,10 +45,6 @@ def _repo(url: str | None, study: str | None = None) -> Any:
     A SQLite file that does not exist holds no studies: say so (exit 2, naming ``study`` if
     given) rather than create an empty file as a side effect of a typo in the path.
     """
-    from tuner.db.migrate import ensure_ready
-    from tuner.db.repository import Repository
-    from tuner.db.session import make_engine
-
     storage = _storage(url)
     missing = _missing_sqlite_file(storage)
     if missing is not None:
@@ -57,6 +53,10 @@ def _repo(url: str | None, study: str | None = None) -> Any:
             f"{what}: database {missing} does not exist",
             hint="`tuner run` creates it; or point --storage / $TUNER_DB_URL at another database",
         )
+    from tuner.db.migrate import ensure_ready
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+
     ensure_ready(storage, auto_upgrade=False)
     return Repository(make_engine(storage))
 
@@ -104,10 +104,9 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
 ) -> None:
     """Run a study: launch vLLM per trial, drive the workload, record and rank."""
-    from tuner.compose import prepare
-    from tuner.progress import ConsoleReporter
+    # The heavy modules are imported only once the spec and options are known to be good, so
+    # that a typo is reported at once.
     from tuner.spec import DEFAULT_SPEC_PATH, load_spec
-    from tuner.study import run_study
 
     if spec_file is not None:
         spec = load_spec(spec_file)
@@ -129,7 +128,12 @@ def run(
         vllm_python=vllm_python,
         seed=seed,
     )
+    from tuner.compose import prepare
+
     prepared = prepare(spec, _storage(storage))
+    from tuner.progress import ConsoleReporter
+    from tuner.study import run_study
+
     ctx = prepared.ctx
     out.print(
         f"study [bold]{ctx.name}[/]: {ctx.model.alias} on {prepared.runner.hardware.name}, "

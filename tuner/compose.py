@@ -11,25 +11,21 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuner.catalog.gpus import get_gpu
-from tuner.catalog.materialize import materialize, tokenizer_dir
 from tuner.catalog.models import resolve_model
-from tuner.db.migrate import ensure_ready
-from tuner.db.repository import Repository
-from tuner.db.session import make_engine
 from tuner.domain import Slo, Workload
 from tuner.errors import UsageError
-from tuner.hardware import check_hardware
 from tuner.load.workloads import get_workload
-from tuner.runner import RunnerSettings, VllmTrialRunner
 from tuner.scoring import parse_slo
 from tuner.space import SearchSpace
 from tuner.spec import StudySpec
-from tuner.study import StudyContext
-from tuner.telemetry.nvml import detect_gpus
-from tuner.vllm.leases import reap_orphans
-from tuner.vllm.version import detect_vllm
+
+if TYPE_CHECKING:
+    from tuner.db.repository import Repository
+    from tuner.runner import VllmTrialRunner
+    from tuner.study import StudyContext
 
 
 def tuner_home() -> Path:
@@ -80,6 +76,19 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
                 f"enqueued configuration {item} is impossible: {'; '.join(problems)}",
                 hint=f"fix the [[enqueue]] entry in {spec.source}",
             )
+    # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
+    # takes longer than all the checks above, which should answer a typo at once.
+    from tuner.catalog.materialize import materialize, tokenizer_dir
+    from tuner.db.migrate import ensure_ready
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+    from tuner.hardware import check_hardware
+    from tuner.runner import RunnerSettings, VllmTrialRunner
+    from tuner.study import StudyContext
+    from tuner.telemetry.nvml import detect_gpus
+    from tuner.vllm.leases import reap_orphans
+    from tuner.vllm.version import detect_vllm
+
     hardware = check_hardware(gpu, detect_gpus())
     vllm = detect_vllm(spec.vllm_python or default_vllm_python())
     home = tuner_home()
@@ -111,7 +120,6 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         space=space,
         storage_url=storage_url,
         vllm_version=vllm.version,
-        serve_model=model.source
-        or (model.hub_id if model.weights_available else model_path),
+        serve_model=model.source or (model.hub_id if model.weights_available else model_path),
     )
     return Prepared(ctx=ctx, runner=VllmTrialRunner(settings, model, hardware), repo=repo)

@@ -71,6 +71,7 @@ _WORKLOAD_TYPES: Mapping[str, type] = {
     "request_rate": float,
     "length_jitter": float,
 }
+_KIND_NAMES: Mapping[type, str] = {int: "an integer", float: "a number", str: "a string"}
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -236,7 +237,7 @@ def _typed(value: Any, kind: type, key: str, fail: Any, section: str) -> Any:
     # bool is an int subclass, but `trials = true` is surely a mistake; an int is a fine float.
     accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
     if isinstance(value, bool) or not isinstance(value, accepted):
-        raise fail(f"{key} must be a {kind.__name__}, got {value!r}", key, section=section)
+        raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
     return value
 
 

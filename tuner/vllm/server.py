@@ -277,7 +277,7 @@ class VllmServer:
         except OSError:
             return ""
 
-    def log_tail(self, lines: int = 60) -> str:
+    def log_tail(self, lines: int = 150) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
     # -- helpers ----------------------------------------------------------------------------

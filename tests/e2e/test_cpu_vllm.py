@@ -1,0 +1,87 @@
+"""Real studies on real vLLM (CPU build): the CLI end to end, and a config that cannot start.
+
+Each real server costs 30-90 s on 2 cores, so these tests are few and each checks a lot."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.studykit import processes_mentioning
+from tuner.compose import prepare
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
+from tuner.domain import FailureClass, ServingConfig, TrialStatus
+from tuner.spec import DEFAULT_SPEC_PATH, load_spec
+from tuner.testing.contract import check_complete, check_failed
+
+pytestmark = pytest.mark.e2e
+VLLM_PROCESS = "vllm.entrypoints"
+
+
+def _tuner(
+    args: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.cli", *args],
+        cwd=cwd,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_three_trial_study_on_cpu_vllm(tmp_path: Path, vllm_python: str) -> None:
+    db = tmp_path / "e2e.db"
+    env = {**os.environ, "TUNER_VLLM_PYTHON": vllm_python, "TUNER_DB_URL": f"sqlite:///{db}"}
+    run = _tuner(["run", "--study", "e2e", "--trials", "3"], tmp_path, env, timeout=1500)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert "vllm serve" in run.stdout and "best of study e2e" in run.stdout
+
+    repo = Repository(make_engine(f"sqlite:///{db}"))
+    rows = repo.list_trials("e2e", limit=None)
+    assert len(rows) == 3
+    assert rows[0].is_baseline
+    for row in rows:
+        result = row.to_result()
+        check_complete(result)
+        assert result.provenance is not None
+        assert result.provenance.vllm_version.startswith("0.32")
+        assert result.provenance.model == "tiny-ernie"
+        assert result.provenance.gpu_name.startswith("cpu")
+        assert row.effective_backend == "CPU_ATTN"
+        assert result.memory.host_peak_rss_bytes and result.memory.host_peak_rss_bytes > 2**28
+        assert result.server is not None and "--load-format" in result.server.argv
+    # Distinct configurations were launched, each on its own server.
+    assert len({r.config for r in rows}) == 3
+    assert len({r.to_result().server.served_model_name for r in rows}) == 3  # type: ignore[union-attr]
+    assert processes_mentioning(VLLM_PROCESS) == []
+
+    best = _tuner(["best", "e2e"], tmp_path, env, timeout=60)
+    assert best.returncode == 0 and "--load-format dummy" in best.stdout
+    listed = _tuner(["trials", "e2e", "--json"], tmp_path, env, timeout=60)
+    assert listed.returncode == 0
+    assert len(json.loads(listed.stdout)) == 3
+
+
+def test_utilization_above_free_memory_is_a_recorded_finding(
+    tmp_path: Path, vllm_python: str
+) -> None:
+    spec = load_spec(DEFAULT_SPEC_PATH).with_overrides(vllm_python=vllm_python, name="infeasible")
+    prepared = prepare(spec, f"sqlite:///{tmp_path / 'f.db'}", log_dir=tmp_path / "logs")
+    # vLLM's own default (0.92 of host memory for the CPU worker) does not fit beside the OS.
+    result = prepared.runner.run(
+        ServingConfig(gpu_memory_utilization=0.98, enforce_eager=True), prepared.ctx.workload
+    )
+    check_failed(result, FailureClass.MEMORY_EXCEEDED)
+    assert result.status is TrialStatus.FAILED
+    assert "less than desired CPU memory utilization" in result.failure_detail
+    assert "less than desired CPU memory utilization" in result.log_tail
+    assert processes_mentioning(VLLM_PROCESS) == []

@@ -1,0 +1,186 @@
+"""The real ``tuner`` command on bad input: exit 2, a message that says what is wrong and what is
+allowed, and nothing written (no database, no model cache, no logs).
+
+Each case runs ``python -m tuner.cli`` in its own empty directory, with the database and
+TUNER_HOME pointed inside it, so "nothing written" means "the directory holds only what the test
+put there". The processes are started all at once (each spends about a second importing), so the
+whole file takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tuner.catalog.gpus import get_gpu, match_detected
+from tuner.telemetry.nvml import detect_gpus
+
+REPO = Path(__file__).resolve().parents[2]
+DB_FILE = "tuner.db"
+
+
+@dataclass(frozen=True)
+class Case:
+    args: tuple[str, ...]
+    files: Mapping[str, str] = field(default_factory=dict)  # written into the directory first
+    database: bool = False  # create an empty, up-to-date database first
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    output: str  # stdout and stderr, whitespace collapsed: rich wraps lines at the width
+    seconds: float
+    workdir: Path
+
+    def leftovers(self, case: Case) -> list[str]:
+        """What the command left in its directory besides the test's own files."""
+        names = {p.name for p in self.workdir.iterdir()} - set(case.files)
+        if case.database:  # with its SQLite WAL files, which a reader may leave behind
+            names = {n for n in names if not n.startswith(DB_FILE)}
+        return sorted(names)
+
+
+TYPO_SPEC = '[study]\nmodel = "tiny-ernie"\ngpu = "cpu"\ntrails = 3\n'
+FLASH_ON_CPU = (
+    '[study]\nmodel = "tiny-ernie"\ngpu = "cpu"\n\n[[enqueue]]\nattention_backend = "FLASH_ATTN"\n'
+)
+
+# name: (case, words the output must contain: what is wrong, then what is allowed or to do)
+BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
+    "unknown-model": (
+        Case(("run", "--model", "ernie-9b")),
+        ("unknown model 'ernie-9b'", "ernie-0.3b, tiny-ernie"),
+    ),
+    "unknown-gpu": (
+        Case(("run", "--gpu", "h900")),
+        ("unknown GPU profile 'h900'", "a10g", "h200", "cpu"),
+    ),
+    "unknown-workload": (
+        Case(("run", "--workload", "chatty")),
+        ("unknown workload 'chatty'", "chat, code, rag", "trace:PATH"),
+    ),
+    "unknown-objective": (
+        Case(("run", "--objective", "fastest")),
+        ("--objective: unknown objective 'fastest'", "'balanced', 'throughput'"),
+    ),
+    "malformed-slo": (
+        Case(("run", "--slo", "ttft_p99=fast")),
+        ("bad SLO value in 'ttft_p99=fast'", "ms or s", "ttft_p99=500ms"),
+    ),
+    "spec-typo": (
+        Case(("run", "study.toml"), {"study.toml": TYPO_SPEC}),
+        ("study.toml:4: unknown key 'trails' in [study]", "'trials'"),
+    ),
+    "impossible-enqueue": (
+        Case(("run", "study.toml"), {"study.toml": FLASH_ON_CPU}),
+        ("FLASH_ATTN is not available on CPU", "CPU_ATTN", "fix the [[enqueue]] entry"),
+    ),
+    "unknown-option": (
+        Case(("run", "--bogus")),
+        ("No such option: --bogus", "--help"),
+    ),
+    "bad-option-value": (
+        Case(("run", "--trials", "0")),
+        ("Invalid value for '--trials'", "greater than or equal to 1"),
+    ),
+    "trials-without-database": (
+        Case(("trials", "nosuchstudy")),
+        ("no study named 'nosuchstudy'", "does not exist", "tuner run"),
+    ),
+    "trials-unknown-study": (
+        Case(("trials", "nosuchstudy"), database=True),
+        ("no study named 'nosuchstudy'", "tuner studies"),
+    ),
+}
+ACCEPTANCE = Case(("run", "--model", "ernie-0.3b", "--gpu", "a10g"))
+HELP = Case(("--help",))
+
+
+def launch(case: Case, workdir: Path) -> Outcome:
+    workdir.mkdir(parents=True)
+    for name, text in case.files.items():
+        (workdir / name).write_text(text)
+    db_url = f"sqlite:///{workdir / DB_FILE}"
+    if case.database:
+        from tuner.db.migrate import upgrade
+
+        upgrade(db_url)
+    env = {
+        **os.environ,
+        "TUNER_DB_URL": db_url,
+        "TUNER_HOME": str(workdir / "home"),
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "200",
+    }
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner.cli", *case.args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    seconds = time.monotonic() - start
+    output = " ".join((proc.stdout + proc.stderr).split())
+    return Outcome(proc.returncode, output, seconds, workdir)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    root = tmp_path_factory.mktemp("cli")
+    # The acceptance case runs alone, so that its time is its own.
+    results = {"acceptance": launch(ACCEPTANCE, root / "acceptance")}
+    cases = {name: case for name, (case, _) in BAD_INPUT.items()} | {"help": HELP}
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        futures = {name: pool.submit(launch, case, root / name) for name, case in cases.items()}
+        results |= {name: future.result() for name, future in futures.items()}
+    return results
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUT))
+def test_bad_input_exits_2_saying_why_and_writes_nothing(
+    outcomes: dict[str, Outcome], name: str
+) -> None:
+    case, words = BAD_INPUT[name]
+    outcome = outcomes[name]
+    assert outcome.code == 2, outcome.output
+    for word in words:
+        assert word in outcome.output
+    assert "Traceback" not in outcome.output
+    assert outcome.leftovers(case) == []
+
+
+def test_a10g_on_this_machine_fails_at_once(outcomes: dict[str, Outcome]) -> None:
+    detected = detect_gpus()
+    if match_detected(get_gpu("a10g"), [g.name for g in detected]):
+        pytest.skip("this machine has an A10G: the study would really run")
+    outcome = outcomes["acceptance"]
+    assert outcome.code == 2, outcome.output
+    assert outcome.seconds < 10
+    assert "--gpu a10g asks for an NVIDIA A10G" in outcome.output
+    if detected:
+        assert detected[0].name in outcome.output
+    else:
+        assert "no NVIDIA GPU" in outcome.output
+        assert "use --gpu cpu" in outcome.output
+    assert "Traceback" not in outcome.output
+    assert outcome.leftovers(ACCEPTANCE) == []
+
+
+def test_help_exits_0(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes["help"]
+    assert outcome.code == 0, outcome.output
+    assert "Usage:" in outcome.output
+    for command in ("run", "studies", "trials", "best"):
+        assert f" {command} " in outcome.output
+    assert outcome.leftovers(HELP) == []

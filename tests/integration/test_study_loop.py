@@ -1,0 +1,141 @@
+"""The study loop over the in-process fake runner: baseline first, findings recorded and told to
+the sampler as infeasible, dominated configs never launched, interruption and resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.studykit import make_context, make_repo
+from tuner.domain import FailureClass, ServingConfig, TrialStatus
+from tuner.errors import UsageError
+from tuner.study import open_optuna_study, rank, run_study
+from tuner.testing.contract import check_complete, check_failed
+from tuner.testing.fake_runner import FakeRunner
+
+
+@pytest.fixture()
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
+def test_baseline_first_findings_recorded_and_dominated_configs_never_launched(db_url: str) -> None:
+    repo = make_repo(db_url)
+    ctx = make_context(db_url, trials=10, enqueue=[{"gpu_memory_utilization": 0.95}])
+    runner = FakeRunner(max_utilization=0.9)
+    ranked = run_study(ctx, runner, repo)
+
+    rows = repo.list_trials(ctx.name, limit=None)
+    assert len(rows) == 10
+    assert rows[0].number == 0 and rows[0].is_baseline
+    assert rows[0].config == ctx.space.baseline() == ServingConfig()
+    assert runner.calls[0] == ServingConfig()
+    assert rows[0].status is TrialStatus.COMPLETE
+    check_complete(rows[0].to_result())
+
+    # The enqueued config does not fit: a finding, with its class and the log tail.
+    enqueued = rows[1]
+    assert enqueued.config.gpu_memory_utilization == 0.95
+    assert enqueued.status is TrialStatus.FAILED
+    assert enqueued.failure is FailureClass.MEMORY_EXCEEDED
+    check_failed(enqueued.to_result(), FailureClass.MEMORY_EXCEEDED)
+
+    # Anything at least as demanding is ruled out without a launch.
+    launched_095 = [c for c in runner.calls if c.gpu_memory_utilization == 0.95]
+    assert len(launched_095) == 1
+    for row in rows[2:]:
+        if row.config.gpu_memory_utilization == 0.95:
+            assert row.status is TrialStatus.PRUNED
+            assert row.failure is FailureClass.DOMINATED
+
+    # Optuna was told: the finding is a complete trial with violated constraints.
+    study = open_optuna_study(ctx, create=False)
+    frozen = {t.number: t for t in study.get_trials()}
+    assert frozen[1].state is optuna.trial.TrialState.COMPLETE
+    assert any(v > 0 for v in frozen[1].constraints.values())
+    assert all(v <= 0 for v in frozen[0].constraints.values())
+    assert frozen[1].user_attrs["failure_class"] == "memory_exceeded"
+    assert len(frozen) == 10
+
+    # Ranking: measured trials only, best score first, baseline score exactly 1.
+    assert ranked and all(r.number != 1 for r in ranked)
+    assert [r.score for r in ranked] == sorted((r.score for r in ranked), reverse=True)
+    assert next(r for r in ranked if r.is_baseline).score == pytest.approx(1.0)
+    assert repo.get_study(ctx.name).status == "finished"
+
+
+def test_max_num_seqs_1_ranks_below_the_default_under_concurrency(db_url: str) -> None:
+    repo = make_repo(db_url)
+    ctx = make_context(
+        db_url,
+        trials=2,
+        enqueue=[{"max_num_seqs": 1}],
+        params=("max_num_seqs",),
+        choices={"max_num_seqs": (1, 64)},
+    )
+    ranked = run_study(ctx, FakeRunner(), repo)
+    assert [r.is_baseline for r in ranked] == [True, False]
+    assert ranked[1].config.max_num_seqs == 1 and ranked[1].score < 1.0
+
+
+def test_slo_violations_rank_after_feasible_trials(db_url: str) -> None:
+    repo = make_repo(db_url)
+    # max_num_seqs 1 queues requests: its P99 E2E breaks a 50 ms SLO the baseline meets.
+    ctx = make_context(
+        db_url,
+        trials=2,
+        enqueue=[{"max_num_seqs": 1}],
+        params=("max_num_seqs",),
+        choices={"max_num_seqs": (1, 64)},
+        slo="e2e_p99=50ms",
+    )
+    ranked = run_study(ctx, FakeRunner(), repo)
+    assert ranked[0].feasible and ranked[0].is_baseline
+    assert not ranked[1].feasible
+
+
+class _InterruptingRunner(FakeRunner):
+    def __init__(self, after: int) -> None:
+        super().__init__(max_utilization=0.9)
+        self.after = after
+
+    def run(self, config, workload, *, slo=None, on_phase=None):  # type: ignore[no-untyped-def]
+        if len(self.calls) >= self.after:
+            raise KeyboardInterrupt
+        return super().run(config, workload, slo=slo, on_phase=on_phase)
+
+
+def test_interrupted_study_resumes_without_losing_completed_trials(db_url: str) -> None:
+    repo = make_repo(db_url)
+    ctx = make_context(
+        db_url, trials=6, choices={"gpu_memory_utilization": (0.5, 0.6), "max_num_seqs": (1, 64)}
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx, _InterruptingRunner(after=3), repo)
+    assert repo.get_study(ctx.name).status == "interrupted"
+    before = {r.number: r for r in repo.list_trials(ctx.name, limit=None)}
+    assert [before[n].status for n in sorted(before)] == [TrialStatus.COMPLETE] * 3 + [
+        TrialStatus.FAILED
+    ]
+    assert before[3].failure is FailureClass.INTERRUPTED
+
+    with pytest.raises(UsageError, match="already exists"):
+        run_study(ctx, FakeRunner(), repo)
+    run_study(ctx, FakeRunner(), repo, resume=True)
+
+    after = {r.number: r for r in repo.list_trials(ctx.name, limit=None)}
+    for n in range(3):
+        assert after[n].metrics == before[n].metrics, "a completed trial changed on resume"
+    finished = [r for r in after.values() if r.status is not TrialStatus.RUNNING]
+    assert len(finished) >= 6
+    assert sum(r.status is TrialStatus.COMPLETE for r in after.values()) >= 5
+    assert repo.get_study(ctx.name).status == "finished"
+    assert rank(repo, ctx.name, ctx.spec.objective)
+
+
+def test_resume_of_unknown_study_is_a_usage_error(db_url: str) -> None:
+    repo = make_repo(db_url)
+    with pytest.raises(UsageError, match="no study"):
+        run_study(make_context(db_url, name="nope"), FakeRunner(), repo, resume=True)

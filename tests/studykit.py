@@ -1,0 +1,107 @@
+"""Builders shared by the study and runner tests: a StudyContext without the CLI, the real
+runner pointed at the fake server, and a scan for processes a test may have left behind."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
+from tuner.db.migrate import upgrade
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
+from tuner.domain import Workload
+from tuner.load.workloads import WORKLOADS
+from tuner.runner import Hardware, RunnerSettings, VllmTrialRunner
+from tuner.scoring import parse_slo
+from tuner.space import SearchSpace
+from tuner.spec import StudySpec
+from tuner.study import StudyContext
+
+# Small enough that a fake-server trial takes well under a second.
+TINY_WORKLOAD: Workload = WORKLOADS["smoke"].replace(
+    requests_per_window=8, warmup_requests=2, concurrency=4, output_tokens=8
+)
+
+
+def make_context(
+    db_url: str,
+    *,
+    gpu: str = "h100",
+    trials: int = 6,
+    params: Sequence[str] = ("gpu_memory_utilization", "max_num_seqs"),
+    choices: Mapping[str, tuple[Any, ...]] | None = None,
+    enqueue: Sequence[Mapping[str, Any]] = (),
+    slo: str = "",
+    name: str = "s1",
+    workload: Workload = TINY_WORKLOAD,
+) -> StudyContext:
+    spec = StudySpec(
+        model="tiny-ernie",
+        gpu=gpu,
+        workload=workload.name,
+        trials=trials,
+        params=tuple(params),
+        choices=dict(choices or {"gpu_memory_utilization": (0.5, 0.95), "max_num_seqs": (1, 64)}),
+        enqueue=tuple(enqueue),
+        slo=slo,
+        name=name,
+    )
+    model = resolve_model(spec.model)
+    profile = get_gpu(gpu)
+    space = SearchSpace(model, profile, workload, params=spec.params, choices=spec.choices)
+    return StudyContext(
+        name=name,
+        spec=spec,
+        model=model,
+        gpu=profile,
+        workload=workload,
+        slo=parse_slo(slo),
+        space=space,
+        storage_url=db_url,
+        vllm_version="0.32.0",
+        serve_model="baidu/ERNIE-4.5-0.3B-PT",
+    )
+
+
+def make_repo(db_url: str) -> Repository:
+    upgrade(db_url)
+    return Repository(make_engine(db_url))
+
+
+def fake_server_runner(
+    tmp_path: Path, *, env: Mapping[str, str] | None = None, startup_timeout_s: float = 20.0
+) -> VllmTrialRunner:
+    """The real runner, launching ``python -m tuner.testing.fake_server`` instead of vLLM."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir(exist_ok=True)
+    settings = RunnerSettings(
+        python=sys.executable,
+        vllm_version="0.32.0",
+        model_path=str(model_dir),
+        module="tuner.testing.fake_server",
+        startup_timeout_s=startup_timeout_s,
+        env={"TUNER_FAKE_STARTUP_S": "0.2", **(env or {})},
+        log_dir=tmp_path / "logs",
+        lease_dir=tmp_path / "leases",
+    )
+    return VllmTrialRunner(settings, resolve_model("tiny-ernie"), Hardware(name="test host"))
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line contains ``text`` (zombies excluded)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(text in part for part in proc.info["cmdline"] or ()):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found

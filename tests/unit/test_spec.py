@@ -1,0 +1,316 @@
+"""Study spec files (tuner.spec): parsing, validation with line numbers, CLI overrides, names."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
+from tuner.domain import Objective
+from tuner.errors import SpecError, UsageError
+from tuner.load.workloads import get_workload
+from tuner.space import SearchSpace
+from tuner.spec import DEFAULT_SPEC_PATH, StudySpec, load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+STUDY_FILES = sorted((REPO / "studies").glob("*.toml"))
+
+FULL = """\
+[study]
+name = "full-study"
+model = "qwen2.5-0.5b"
+gpu = "h100"
+workload = "rag"
+objective = "latency"
+trials = 12
+slo = "ttft_p99=500ms,e2e_p99=10s"
+seed = 7
+notes = "every section"
+
+[workload]
+requests_per_window = 32
+request_rate = 4
+length_jitter = 0.1
+
+[space]
+params = ["attention_backend", "max_num_seqs"]
+choices = { max_num_seqs = [16, 64, 256], attention_backend = "FLASHINFER" }
+fixed = { enforce_eager = true }
+
+[[enqueue]]
+gpu_memory_utilization = 0.95
+
+[[enqueue]]
+max_num_seqs = 64
+attention_backend = "FLASH_ATTN"
+
+[runner]
+startup_timeout_s = 300
+extra_args = ["--dtype", "float32"]
+vllm_python = "/opt/vllm/bin/python"
+load_format = "auto"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "study.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def spec_error(tmp_path: Path, text: str) -> SpecError:
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.path == str(path)
+    assert info.value.exit_code == 2  # bad input
+    return info.value
+
+
+# --- valid files ------------------------------------------------------------------------------
+
+
+def test_a_full_spec_sets_every_field(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    spec = load_spec(path)
+    assert spec == StudySpec(
+        model="qwen2.5-0.5b",
+        gpu="h100",
+        workload="rag",
+        objective=Objective.LATENCY,
+        trials=12,
+        slo="ttft_p99=500ms,e2e_p99=10s",
+        seed=7,
+        name="full-study",
+        notes="every section",
+        workload_overrides={"requests_per_window": 32, "request_rate": 4, "length_jitter": 0.1},
+        params=("attention_backend", "max_num_seqs"),
+        choices={"max_num_seqs": (16, 64, 256), "attention_backend": ("FLASHINFER",)},
+        fixed={"enforce_eager": True},
+        enqueue=(
+            {"gpu_memory_utilization": 0.95},
+            {"max_num_seqs": 64, "attention_backend": "FLASH_ATTN"},
+        ),
+        startup_timeout_s=300.0,
+        extra_args=("--dtype", "float32"),
+        vllm_python="/opt/vllm/bin/python",
+        load_format="auto",
+        source=str(path),
+    )
+    assert spec.study_name() == "full-study"
+    assert spec.to_dict()["objective"] == "latency"
+
+
+def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    assert load_spec(path) == StudySpec(source=str(path))
+
+
+def test_the_embedded_default_study() -> None:
+    spec = load_spec(DEFAULT_SPEC_PATH)
+    assert (spec.model, spec.gpu, spec.workload) == ("tiny-ernie", "cpu", "smoke")
+    assert spec.objective is Objective.BALANCED
+    assert spec.fixed == {"enforce_eager": True}
+    assert spec.params is not None and "max_num_seqs" in spec.params
+
+
+def test_the_repository_has_study_files() -> None:
+    assert STUDY_FILES, f"no studies/*.toml under {REPO}"
+
+
+@pytest.mark.parametrize("path", STUDY_FILES, ids=lambda p: p.name)
+def test_every_study_file_parses_and_resolves(path: Path) -> None:
+    spec = load_spec(path)
+    # The names it uses exist, and its space is one tuner can build.
+    model, gpu = resolve_model(spec.model), get_gpu(spec.gpu)
+    workload = get_workload(spec.workload).replace(**spec.workload_overrides)
+    SearchSpace(model, gpu, workload, params=spec.params, choices=spec.choices, fixed=spec.fixed)
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", spec.study_name())
+
+
+# --- errors name the line ---------------------------------------------------------------------
+
+
+def test_unknown_section(tmp_path: Path) -> None:
+    error = spec_error(tmp_path, '[study]\nmodel = "tiny-ernie"\n\n[studdy]\ntrials = 2\n')
+    assert error.line == 4
+    assert "unknown section [studdy]" in error.message
+    assert "study" in error.hint and "enqueue" in error.hint
+    assert str(error).startswith(f"{error.path}:4: ")
+
+
+def test_unknown_key_names_its_line_and_the_allowed_keys(tmp_path: Path) -> None:
+    error = spec_error(tmp_path, '[study]\nmodel = "tiny-ernie"\ntrails = 3\n')
+    assert error.line == 3
+    assert "unknown key 'trails' in [study]" in error.message
+    assert "trials" in error.hint
+
+
+def test_unknown_key_that_is_valid_in_an_earlier_section(tmp_path: Path) -> None:
+    # `seed` is fine in [study]; the error is the one under [runner].
+    error = spec_error(
+        tmp_path, "[study]\nseed = 1\n\n[runner]\nstartup_timeout_s = 60\nseed = 2\n"
+    )
+    assert error.line == 6
+    assert "[runner]" in error.message
+
+
+def test_unknown_knob_in_choices(tmp_path: Path) -> None:
+    text = (
+        '[study]\nmodel = "tiny-ernie"\n[space]\nchoices = { max_num_seqs = [8], max_seqs = [1] }\n'
+    )
+    error = spec_error(tmp_path, text)
+    assert error.line == 4
+    assert "unknown serving knob 'max_seqs'" in error.message
+    assert "max_num_seqs" in error.hint
+
+
+def test_unknown_knob_in_a_choices_table(tmp_path: Path) -> None:
+    error = spec_error(tmp_path, "[space.choices]\nmax_num_seqs = [8]\nprefix_caching = [true]\n")
+    assert error.line == 3
+    assert "'prefix_caching'" in error.message
+
+
+def test_unknown_knob_in_a_multiline_params_array(tmp_path: Path) -> None:
+    text = '[space]\nparams = ["max_num_seqs",\n          "max_model_length"]\n'
+    error = spec_error(tmp_path, text)
+    assert error.line == 3
+    assert "'max_model_length' in params" in error.message
+
+
+def test_unknown_knob_in_enqueue(tmp_path: Path) -> None:
+    text = """\
+        [study]
+        model = "tiny-ernie"
+
+        [[enqueue]]
+        max_num_seqs = 8
+
+        [[enqueue]]
+        max_num_seqs = 16
+        kv_dtype = "fp8"
+        """
+    error = spec_error(tmp_path, text)
+    assert error.line == 9
+    assert "unknown serving knob 'kv_dtype' in enqueue" in error.message
+    assert "kv_cache_dtype" in error.hint
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ('[study]\ntrials = "3"\n', 2, "trials must be an integer"),
+        ("[study]\ntrials = true\n", 2, "trials must be an integer"),
+        ("[study]\nmodel = 3\n", 2, "model must be a string"),
+        ("[study]\nseed = 1.5\n", 2, "seed must be an integer"),
+        ('[workload]\nconcurrency = "8"\n', 2, "concurrency must be an integer"),
+        ('[workload]\nlength_jitter = "low"\n', 2, "length_jitter must be a number"),
+        ('[runner]\nstartup_timeout_s = "slow"\n', 2, "startup_timeout_s must be a number"),
+        ("[runner]\nstartup_timeout_s = -1\n", 2, "must be positive"),
+        ('[runner]\nextra_args = "--dtype float32"\n', 2, "extra_args must be a list"),
+        ('[space]\nparams = "max_num_seqs"\n', 2, "params must be a list"),
+        ("[space]\nchoices = 3\n", 2, "choices must be a table"),
+        ("study = 3\n", 1, "[study] must be a table"),
+        ("enqueue = [1, 2]\n", 1, "array of tables"),
+    ],
+)
+def test_wrong_types(tmp_path: Path, text: str, line: int, words: str) -> None:
+    error = spec_error(tmp_path, text)
+    assert words in error.message
+    assert error.line == line
+
+
+def test_an_integer_is_a_fine_float(tmp_path: Path) -> None:
+    spec = load_spec(
+        write(tmp_path, "[workload]\nrequest_rate = 2\n[runner]\nstartup_timeout_s = 60\n")
+    )
+    assert spec.workload_overrides == {"request_rate": 2}
+    assert spec.startup_timeout_s == 60.0
+
+
+def test_bad_toml_names_the_line(tmp_path: Path) -> None:
+    error = spec_error(tmp_path, '[study]\nmodel = "tiny-ernie"\ngpu = "cpu\ntrials = 3\n')
+    assert error.line == 3
+    assert "not valid TOML" in error.message
+
+
+def test_trials_must_be_positive(tmp_path: Path) -> None:
+    error = spec_error(tmp_path, '[study]\nmodel = "tiny-ernie"\ntrials = 0\n')
+    assert error.line == 3
+    assert "at least 1" in error.message
+
+
+def test_unknown_objective_lists_the_presets(tmp_path: Path) -> None:
+    error = spec_error(tmp_path, '[study]\n\nobjective = "fastest"\n')
+    assert error.line == 3
+    assert "unknown objective 'fastest'" in error.message
+    assert all(o.value in error.hint for o in Objective)
+
+
+def test_bad_slo_names_the_line(tmp_path: Path) -> None:
+    error = spec_error(tmp_path, '[study]\nmodel = "tiny-ernie"\nslo = "ttft_p99=fast"\n')
+    assert error.line == 3
+    assert "ms or s" in error.message
+
+
+def test_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read spec file"):
+        load_spec(tmp_path / "nope.toml")
+
+
+# --- CLI overrides and names ------------------------------------------------------------------
+
+
+def test_with_overrides_none_means_not_given() -> None:
+    spec = StudySpec(model="ernie-0.3b", gpu="h200", trials=16, slo="ttft_p99=1s", seed=3)
+    same = spec.with_overrides(
+        model=None, gpu=None, workload=None, trials=None, objective=None, slo=None, seed=None
+    )
+    assert same == spec
+
+
+def test_with_overrides_replaces_what_is_given() -> None:
+    spec = StudySpec(model="ernie-0.3b", gpu="h200", trials=16)
+    changed = spec.with_overrides(gpu="a10g", trials=4, objective="memory", seed=0, name=None)
+    assert (changed.model, changed.gpu, changed.trials) == ("ernie-0.3b", "a10g", 4)
+    assert changed.objective is Objective.MEMORY
+    assert changed.seed == 0  # 0 is a value, not "not given"
+    assert spec.gpu == "h200"  # the original is unchanged
+
+
+def test_with_overrides_rejects_an_unknown_objective() -> None:
+    with pytest.raises(UsageError) as info:
+        StudySpec(source="studies/x.toml").with_overrides(objective="fastest")
+    # The bad value came from the command line, not from the spec file.
+    assert "--objective" in str(info.value) and "studies/x.toml" not in str(info.value)
+    assert "balanced" in info.value.hint
+
+
+def test_study_name_default() -> None:
+    assert StudySpec().study_name() == "tiny-ernie-cpu-smoke-balanced"
+    spec = StudySpec(model="ernie-0.3b", gpu="h200", workload="chat", objective=Objective.LATENCY)
+    assert spec.study_name() == "ernie-0.3b-h200-chat-latency"
+
+
+def test_an_explicit_name_wins() -> None:
+    assert StudySpec(name="mine").study_name() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("model", "workload", "expected"),
+    [
+        ("Qwen/Qwen2.5-0.5B", "chat", "Qwen_Qwen2.5-0.5B-cpu-chat-balanced"),
+        (
+            "tiny-ernie",
+            "trace:/tmp/my trace.jsonl",
+            "tiny-ernie-cpu-trace_tmp_my_trace.jsonl-balanced",
+        ),
+        ("/models/my model", "smoke", "_models_my_model-cpu-smoke-balanced"),
+    ],
+)
+def test_study_name_is_sanitised(model: str, workload: str, expected: str) -> None:
+    assert StudySpec(model=model, workload=workload).study_name() == expected
