@@ -60,7 +60,9 @@ def test_files_carry_the_model_facts(tiny_dir: Path) -> None:
     )
     assert tok["model_max_length"] == 4096
     assert "message['content']" in str(tok["chat_template"])
-    assert not (tokenizer_dir(tiny_dir) / "config.json").exists()
+    # Only a stub config beside the tokenizer: never the model's own (see the module doc).
+    stub = json.loads((tokenizer_dir(tiny_dir) / "config.json").read_text())
+    assert stub["model_type"] == "gpt2"
 
 
 def test_llama_specials_come_from_its_config() -> None:

@@ -10,7 +10,10 @@ The tokenizer files are written twice: beside ``config.json`` and in ``tokenizer
 (:func:`tokenizer_dir`). Serve with ``--tokenizer DIR/tokenizer``: transformers >= 5 ignores
 ``tokenizer_class`` for some model types (qwen2 among them) and rebuilds its own BPE
 tokenizer from ``tokenizer.json``, which turns every prompt into zero tokens; without a
-``config.json`` beside them the files load as the generic fast tokenizer for every model.
+``config.json`` of the model beside them the files load as the generic fast tokenizer for
+every model. vLLM still asks for a config there (and retries for 6 s per process when there is
+none), so ``tokenizer/`` gets a stub ``config.json`` naming a model type (gpt2) whose tokenizer
+transformers takes from the files as they are.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from tuner.domain import ModelSpec
 from tuner.errors import UsageError
 
 # Bump when the files written change, so old directories are not reused.
-_FORMAT = 2
+_FORMAT = 3
+# See the module docstring: a config vLLM can parse that does not redirect the tokenizer.
+_TOKENIZER_STUB_CONFIG = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}
 
 _SPECIAL_FLAGS: dict[str, bool] = {
     "single_word": True,
@@ -94,6 +99,8 @@ def materialize(model: ModelSpec, cache_dir: Path) -> Path:
             (tmp / name).write_text(text, encoding="utf-8")
             if name == "tokenizer_config.json":
                 (tokenizer_dir(tmp) / name).write_text(text, encoding="utf-8")
+        stub = json.dumps(_TOKENIZER_STUB_CONFIG, indent=2) + "\n"
+        (tokenizer_dir(tmp) / "config.json").write_text(stub, encoding="utf-8")
         for where in (tmp, tokenizer_dir(tmp)):
             tokenizer.save(str(where / "tokenizer.json"))
             where.chmod(0o755)  # mkdtemp makes 0700; others may serve from a shared cache
