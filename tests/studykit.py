@@ -40,6 +40,9 @@ def make_context(
     slo: str = "",
     name: str = "s1",
     workload: Workload = TINY_WORKLOAD,
+    confirm_launches: int = 0,
+    confirm_top: int = 3,
+    objective: str = "balanced",
 ) -> StudyContext:
     spec = StudySpec(
         model="tiny-ernie",
@@ -51,7 +54,9 @@ def make_context(
         enqueue=tuple(enqueue),
         slo=slo,
         name=name,
-    )
+        confirm_launches=confirm_launches,
+        confirm_top=confirm_top,
+    ).with_overrides(objective=objective)
     model = resolve_model(spec.model)
     profile = get_gpu(gpu)
     space = SearchSpace(model, profile, workload, params=spec.params, choices=spec.choices)

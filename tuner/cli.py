@@ -102,6 +102,13 @@ def run(
     ] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted study.")] = False,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    confirm_launches: Annotated[
+        int | None,
+        typer.Option(min=0, help="Fresh launches per candidate in the confirmation (0: off)."),
+    ] = None,
+    confirm_top: Annotated[
+        int | None, typer.Option(min=1, help="Candidates re-measured against the defaults.")
+    ] = None,
 ) -> None:
     """Run a study: launch vLLM per trial, drive the workload, record and rank."""
     # The heavy modules are imported only once the spec and options are known to be good, so
@@ -127,6 +134,8 @@ def run(
         name=study,
         vllm_python=vllm_python,
         seed=seed,
+        confirm_launches=confirm_launches,
+        confirm_top=confirm_top,
     )
     from tuner.compose import prepare
 
@@ -293,6 +302,111 @@ def gpus() -> None:
             ", ".join(g.kv_cache_dtypes),
         )
     out.print(table)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0 picks a free one).")] = 8080,
+    storage: StorageOpt = None,
+    api_key_env: Annotated[
+        str, typer.Option(help="Environment variable holding the key that writes need.")
+    ] = "TUNER_API_KEY",
+    cors_origin: Annotated[
+        list[str] | None, typer.Option(help="Allow this browser origin (repeatable).")
+    ] = None,
+) -> None:
+    """Serve the recommendations API and dashboards (docs at /docs) until Ctrl-C."""
+    from tuner.serve_cmd import serve as serve_api
+
+    serve_api(
+        storage_url=_storage(storage),
+        host=host,
+        port=port,
+        api_key_env=api_key_env,
+        cors_origins=cors_origin or (),
+        say=lambda text: out.print(escape(text)),
+    )
+
+
+@app.command()
+def doctor(
+    gpu: Annotated[str | None, typer.Option(help="Check for studies on this profile.")] = None,
+    vllm_python: Annotated[
+        str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
+    ] = None,
+    storage: StorageOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object for scripts.")] = False,
+) -> None:
+    """What this machine can tune, and what would stop a study (exit 1), with the fix."""
+    from tuner.compose import default_vllm_python
+    from tuner.doctor import examine
+    from tuner.doctor_view import render
+
+    report = examine(
+        gpu=gpu, vllm_python=vllm_python or default_vllm_python(), storage_url=_storage(storage)
+    )
+    data = report.to_json()
+    if as_json:
+        print(json.dumps(data, indent=2), flush=True)
+    else:
+        for line in render(data):
+            out.print(line)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def launch(
+    model: Annotated[str, typer.Option(help="Model alias (as studied), dir or hub id.")],
+    gpu: Annotated[str, typer.Option(help="GPU profile the configuration was measured on.")],
+    workload: Annotated[str | None, typer.Option(help="Only studies of this workload.")] = None,
+    objective: Annotated[
+        str | None, typer.Option(help="Rank by: balanced, throughput, latency or memory.")
+    ] = None,
+    storage: StorageOpt = None,
+    api: Annotated[
+        str | None, typer.Option(help="A tuner API to ask instead of the database.")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to serve on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to serve on.")] = 8000,
+    vllm_python: Annotated[
+        str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
+    ] = None,
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Only print the command, shell-quoted.")
+    ] = False,
+    startup_timeout: Annotated[float, typer.Option(help="Seconds to wait for vLLM.")] = 900.0,
+    dummy_weights: Annotated[
+        bool, typer.Option(help="Random weights even for a model whose weights exist.")
+    ] = False,
+    server_module: Annotated[str, typer.Option(hidden=True)] = "vllm.entrypoints.openai.api_server",
+) -> None:
+    """Serve a model with the best measured configuration (OpenAI API) until Ctrl-C."""
+    from tuner.launch_serve import run_launch
+
+    if storage is not None and api is not None:
+        raise UsageError("--storage and --api both name where to look", hint="pass one of them")
+    code = run_launch(
+        model=model,
+        gpu=gpu,
+        workload=workload,
+        objective=objective,
+        repo=None if api is not None else _repo(storage),
+        api=api,
+        source=api or _storage(storage),
+        host=host,
+        port=port,
+        vllm_python=vllm_python,
+        print_only=print_only,
+        startup_timeout_s=startup_timeout,
+        dummy_weights=dummy_weights,
+        module=server_module,
+        say=lambda text: out.print(escape(text), soft_wrap=True),
+        warn=lambda text: err.print(escape(text), soft_wrap=True),
+    )
+    if code:
+        raise typer.Exit(code)
 
 
 _INTERRUPTED = 130

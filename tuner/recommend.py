@@ -9,8 +9,10 @@ from pathlib import Path
 
 from tuner.catalog.materialize import tokenizer_dir
 from tuner.catalog.models import MODELS
+from tuner.confirm import DEFAULTS_LABEL, Confirmed, choose
 from tuner.db.repository import Repository
 from tuner.domain import Estimate, Objective, TrialStatus
+from tuner.significance import BETTER
 from tuner.study import rank
 from tuner.vllm import argv
 
@@ -38,6 +40,7 @@ class Recommendation:
     baseline_memory_gib: float | None
     provenance: Mapping[str, object]
     feasible: bool
+    confirmed: Confirmed | None = None
 
     def render(self) -> str:
         lines = [
@@ -66,6 +69,16 @@ class Recommendation:
             f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians with 95 % "
             "intervals over the measurement windows)"
         )
+        if self.confirmed is not None:
+            c = self.confirmed
+            verdict = (
+                f"better than vLLM's defaults: score x{c.score:.3f} [{c.score_low:.3f}, "
+                f"{c.score_high:.3f}]"
+                if c.verdict == BETTER
+                else "no significant difference from defaults: run vLLM's defaults"
+            )
+            lines.append(f"  confirmation (fresh launches, interleaved): {verdict}")
+            lines.extend(f"    {d}" for d in c.details)
         prov = ", ".join(f"{k} {v}" for k, v in self.provenance.items() if v not in (None, ""))
         lines.append(f"  measured on: {prov}")
         return "\n".join(lines)
@@ -78,7 +91,23 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
     ranked = rank(repo, study, Objective(row.objective))
     if not ranked:
         return None
+    confirmed = choose(repo.list_comparisons(study), Objective(row.objective))
     top = ranked[0]
+    if confirmed is not None:
+        # The confirmation decides: its winner, or the defaults when nothing beat them.
+        pick = next(
+            (
+                r
+                for r in ranked
+                if (
+                    r.is_baseline
+                    if confirmed.label == DEFAULTS_LABEL
+                    else f"#{r.number}" == confirmed.label
+                )
+            ),
+            None,
+        )
+        top = pick or top
     trial = repo.get_trial(study, top.number)
     assert trial is not None and trial.status is TrialStatus.COMPLETE
     baseline = next((r for r in ranked if r.is_baseline), None)
@@ -115,4 +144,5 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
             "windows": len(trial.metrics["output_throughput"].values),
         },
         feasible=top.feasible,
+        confirmed=confirmed,
     )

@@ -46,7 +46,7 @@ DIRECTIONS: tuple[Literal["maximize", "minimize"], ...] = ("maximize", "minimize
 OBJECTIVE_NAMES = ("output_throughput", "memory_gib", "e2e_p99_ms")
 CONSTRAINT_NAMES = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms", "error_rate")
 
-_WEIGHTS: Mapping[Objective, tuple[float, float, float]] = {
+WEIGHTS: Mapping[Objective, tuple[float, float, float]] = {
     Objective.THROUGHPUT: (1.0, 0.0, 0.0),
     Objective.LATENCY: (0.0, 1.0, 0.0),
     Objective.MEMORY: (0.0, 0.0, 1.0),
@@ -138,7 +138,7 @@ def score_values(
         return 0.0
     if objective is Objective.MEMORY:
         return mem_ratio * min(1.0, thr_ratio)
-    w_thr, w_lat, w_mem = _WEIGHTS[objective]
+    w_thr, w_lat, w_mem = WEIGHTS[objective]
     return float(
         math.exp(
             w_thr * math.log(thr_ratio) + w_lat * math.log(lat_ratio) + w_mem * math.log(mem_ratio)

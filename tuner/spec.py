@@ -62,6 +62,7 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
         }
     ),
     "space": frozenset({"params", "choices", "fixed"}),
+    "confirm": frozenset({"top", "launches", "confidence"}),
     "runner": frozenset({"startup_timeout_s", "extra_args", "vllm_python", "load_format"}),
 }
 _SERVING_KEYS = frozenset(f.name for f in dataclasses.fields(ServingConfig))
@@ -91,6 +92,10 @@ class StudySpec:
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     enqueue: tuple[Mapping[str, Any], ...] = ()
+    # The confirmation phase (tuner.confirm): candidates, fresh launches each, interval level.
+    confirm_top: int = 3
+    confirm_launches: int = 3
+    confidence: float = 0.95
     startup_timeout_s: float = 900.0
     extra_args: tuple[str, ...] = ()
     vllm_python: str | None = None
@@ -212,6 +217,20 @@ def _from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
             raise fail("enqueue must be an array of tables: [[enqueue]]", "enqueue")
         _check_knobs(item, "enqueue", fail)
     kwargs["enqueue"] = tuple(dict(item) for item in enqueue)
+    confirm = data.get("confirm", {})
+    for key, field_name, kind in (
+        ("top", "confirm_top", int),
+        ("launches", "confirm_launches", int),
+        ("confidence", "confidence", float),
+    ):
+        if key in confirm:
+            kwargs[field_name] = _typed(confirm[key], kind, key, fail, "confirm")
+    if kwargs.get("confirm_top", 1) < 1 or kwargs.get("confirm_launches", 0) < 0:
+        raise fail("confirm top must be >= 1 and launches >= 0 (0 turns it off)", "confirm")
+    if not 0.5 < kwargs.get("confidence", 0.95) < 1.0:
+        raise fail(
+            "confidence must be between 0.5 and 1, e.g. 0.95", "confidence", section="confirm"
+        )
     if "startup_timeout_s" in runner:
         timeout = _typed(runner["startup_timeout_s"], float, "startup_timeout_s", fail, "runner")
         if not timeout > 0:

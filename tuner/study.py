@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import optuna
 
 from tuner import scoring
+from tuner.confirm import run_confirmation
 from tuner.db.repository import Repository
 from tuner.domain import (
     Estimate,
@@ -160,6 +161,8 @@ def run_study(
     repo.set_study_status(ctx.name, "running")
     try:
         _loop(ctx, study, runner, repo, report)
+        if ctx.spec.confirm_launches > 0:
+            _confirm(ctx, runner, repo, report)
     except BaseException:
         repo.set_study_status(ctx.name, "interrupted")
         raise
@@ -199,6 +202,38 @@ def _loop(
             raise
         _record(ctx, study, trial, trial_id, result, repo)
         report.trial_finished(trial.number, result, _best(repo, ctx))
+
+
+def _confirm(ctx: StudyContext, runner: TrialRunner, repo: Repository, report: Reporter) -> None:
+    """Re-measure the best candidates against the defaults (see :mod:`tuner.confirm`)."""
+    if repo.list_comparisons(ctx.name):
+        return  # done before an interruption of the study's last steps
+    ranked = rank(repo, ctx.name, ctx.spec.objective)
+    if not any(r.is_baseline for r in ranked):
+        report.phase("confirmation skipped", "vLLM's defaults produced no measurement")
+        return
+    seen = {ctx.space.baseline()}
+    candidates = []
+    for r in ranked:
+        if r.feasible and not r.is_baseline and r.config not in seen:
+            seen.add(r.config)
+            candidates.append((r.number, r.config))
+    candidates = candidates[: ctx.spec.confirm_top]
+    if not candidates:
+        report.phase("confirmation skipped", "no candidate besides the defaults")
+        return
+    run_confirmation(
+        study=ctx.name,
+        baseline=ctx.space.baseline(),
+        candidates=candidates,
+        runner=runner,
+        repo=repo,
+        workload=ctx.workload,
+        slo=ctx.slo,
+        launches=ctx.spec.confirm_launches,
+        confidence=ctx.spec.confidence,
+        reporter=report,
+    )
 
 
 def _screen(ctx: StudyContext, config: ServingConfig, repo: Repository) -> TrialResult | None:
@@ -250,7 +285,7 @@ def _record(
 
 
 def _baseline_values(repo: Repository, name: str) -> list[float] | None:
-    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, limit=1000):
+    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
         if row.is_baseline and row.objective_values:
             return list(row.objective_values)
     return None
@@ -262,7 +297,7 @@ def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
     slo = Slo(**(study.slo if study else {}))
     reference = _baseline_values(repo, name)
     out = []
-    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, limit=100_000):
+    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
         if not row.objective_values:
             continue
         values = tuple(row.objective_values)

@@ -322,6 +322,14 @@ class Repository:
             s.flush()
             return comparison_row(row)
 
+    def list_comparisons(self, study_name: str | None = None) -> list[ComparisonRow]:
+        """Comparisons in creation order; only those of ``study_name`` when given."""
+        with session_scope(self._engine) as s:
+            query = select(ComparisonModel).order_by(ComparisonModel.id)
+            if study_name is not None:
+                query = query.where(ComparisonModel.study_id == _study_id(s, study_name))
+            return [comparison_row(r) for r in s.scalars(query)]
+
     def get_comparison(self, comparison_id: int) -> ComparisonRow | None:
         with session_scope(self._engine) as s:
             row = s.get(ComparisonModel, comparison_id)

@@ -41,7 +41,9 @@ class FakeRunner:
         kv_bytes_per_token: int = 16384,
         seed: int = 0,
         backend: str = "FAKE_ATTN",
+        launch_spread: float = 0.05,
     ) -> None:
+        self.launch_spread = launch_spread
         self.memory_gib = memory_gib
         self.max_utilization = max_utilization
         self.kv_bytes_per_token = kv_bytes_per_token
@@ -105,9 +107,13 @@ class FakeRunner:
                 started_at=started,
                 finished_at=time.time(),
             )
-        rng = random.Random(zlib.crc32(f"{self.seed}:{config.label()}".encode()))
+        # Seeded by config and launch count: reproducible, yet each launch differs a little,
+        # like a real server (launch_spread is the launch-to-launch noise).
+        key = f"{self.seed}:{config.label()}:{len(self.calls)}"
+        rng = random.Random(zlib.crc32(key.encode()))
+        launch = rng.uniform(1.0 - self.launch_spread, 1.0 + self.launch_spread)
         seqs = config.max_num_seqs or 256
-        per_token_s = 0.002 * (1.0 + 0.5 * (config.enforce_eager or False))
+        per_token_s = 0.002 * launch * (1.0 + 0.5 * (config.enforce_eager or False))
         batch = min(seqs, workload.concurrency)
         windows = []
         for w in range(workload.windows):

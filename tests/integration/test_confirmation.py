@@ -1,0 +1,101 @@
+"""The confirmation phase: candidates and defaults re-launched interleaved, and a recommendation
+that names a winner only when the interval says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.studykit import make_context, make_repo
+from tuner.confirm import CONFIRM_NUMBER_BASE, DEFAULTS_LABEL, choose
+from tuner.domain import Objective, ServingConfig, TrialStatus
+from tuner.recommend import recommendation
+from tuner.significance import BETTER, NO_DIFFERENCE
+from tuner.study import run_study
+from tuner.testing.fake_runner import FakeRunner
+
+
+@pytest.fixture()
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'c.db'}"
+
+
+def test_confirmation_runs_interleaved_and_finds_a_real_winner(db_url: str) -> None:
+    repo = make_repo(db_url)
+    # On the fake, utilization 0.5 holds throughput and latency and halves memory: a real,
+    # large improvement for the memory objective.
+    ctx = make_context(
+        db_url,
+        trials=2,
+        enqueue=[{"gpu_memory_utilization": 0.5}],
+        params=("gpu_memory_utilization",),
+        choices={"gpu_memory_utilization": (0.5,)},
+        confirm_launches=3,
+        confirm_top=1,
+        objective="memory",
+    )
+    runner = FakeRunner()
+    run_study(ctx, runner, repo)
+
+    # Search (2 launches), then D A D A D A.
+    assert len(runner.calls) == 2 + 6
+    confirm_calls = runner.calls[2:]
+    assert confirm_calls[0::2] == [ServingConfig()] * 3
+    assert all(c.gpu_memory_utilization == 0.5 for c in confirm_calls[1::2])
+    rows = repo.list_trials(ctx.name, phase="confirm", limit=None)
+    assert [r.number for r in rows] == list(range(CONFIRM_NUMBER_BASE, CONFIRM_NUMBER_BASE + 6))
+    assert all(r.status is TrialStatus.COMPLETE for r in rows)
+    assert [r.is_baseline for r in rows] == [True, False] * 3
+
+    comparisons = repo.list_comparisons(ctx.name)
+    assert len(comparisons) == 1
+    chosen = choose(comparisons, Objective.MEMORY)
+    assert chosen is not None and chosen.verdict == BETTER
+    assert chosen.config.gpu_memory_utilization == 0.5
+    assert chosen.score_low > 1.0
+
+    rec = recommendation(repo, ctx.name)
+    assert rec is not None and rec.confirmed is not None
+    assert "--gpu-memory-utilization 0.5" in rec.serve_command
+    assert "better than vLLM's defaults" in rec.render()
+
+
+def test_no_winner_when_the_candidate_only_matches_the_defaults(db_url: str) -> None:
+    repo = make_repo(db_url)
+    # max_num_seqs 64 is the default's behaviour under 4 streams: nothing to gain.
+    ctx = make_context(
+        db_url,
+        trials=2,
+        enqueue=[{"max_num_seqs": 64}],
+        params=("max_num_seqs",),
+        choices={"max_num_seqs": (64,)},
+        confirm_launches=3,
+        confirm_top=1,
+    )
+    run_study(ctx, FakeRunner(launch_spread=0.15), repo)
+    chosen = choose(repo.list_comparisons(ctx.name), Objective.BALANCED)
+    assert chosen is not None
+    assert chosen.verdict == NO_DIFFERENCE and chosen.label == DEFAULTS_LABEL
+    assert chosen.config == ServingConfig()
+    rec = recommendation(repo, ctx.name)
+    assert rec is not None and rec.is_baseline
+    assert "no significant difference from defaults" in rec.render()
+
+
+def test_confirmation_is_not_repeated_on_resume(db_url: str) -> None:
+    repo = make_repo(db_url)
+    ctx = make_context(
+        db_url,
+        trials=2,
+        enqueue=[{"max_num_seqs": 64}],
+        params=("max_num_seqs",),
+        choices={"max_num_seqs": (64,)},
+        confirm_launches=2,
+        confirm_top=1,
+    )
+    run_study(ctx, FakeRunner(), repo)
+    again = FakeRunner()
+    run_study(ctx, again, repo, resume=True)
+    assert again.calls == []
+    assert len(repo.list_comparisons(ctx.name)) == 1

@@ -1,0 +1,219 @@
+"""A/B measurements: interleaved fresh launches of several configurations, and the comparison
+of two of them metric by metric with intervals and verdicts (see :mod:`tuner.significance`).
+
+Interleaving (A B C A B C ...) spreads slow drifts of the machine (thermal, caches, other
+tenants) over every arm instead of charging them to whichever ran last. Every run is a fresh
+server launch: launch-to-launch spread is part of what a user will see.
+
+The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboards read)::
+
+    {"confidence": 0.95, "a_label": str, "b_label": str, "launches": {"a": n, "b": n},
+     "metrics": [{"metric": str, "label": str, "higher_is_better": bool,
+                  "a": {"median": x, "values": [...]}, "b": {"median": x, "values": [...]},
+                  "ratio": r | null, "low": l | null, "high": h | null, "verdict": str}],
+     "failures": {"a": [str], "b": [str]}}
+
+and ``verdicts`` is ``{metric: verdict, ..., "overall": verdict}``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.domain import ServingConfig, Slo, TrialResult, TrialStatus, Workload
+from tuner.runner import PhaseCallback, TrialRunner
+from tuner.scoring import GIB
+from tuner.significance import ratio_interval
+
+NOT_ENOUGH = "not enough launches"
+
+# (metric, label, higher is better). memory_gib is the trial's peak memory headline.
+COMPARED: tuple[tuple[str, str, bool], ...] = (
+    ("output_throughput", "output tok/s", True),
+    ("request_throughput", "requests/s", True),
+    ("ttft_p50_ms", "P50 TTFT ms", False),
+    ("ttft_p99_ms", "P99 TTFT ms", False),
+    ("itl_p99_ms", "P99 ITL ms", False),
+    ("e2e_p99_ms", "P99 E2E ms", False),
+    ("memory_gib", "memory GiB", False),
+)
+HEADLINE = "output_throughput"
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str
+    config: ServingConfig
+
+
+RunCallback = Callable[[int, int, Arm, TrialResult], None]
+"""Called after each launch with (run index, total runs, arm, result)."""
+
+
+def run_interleaved(
+    arms: Sequence[Arm],
+    runner: TrialRunner,
+    workload: Workload,
+    launches: int,
+    *,
+    slo: Slo | None = None,
+    on_run: RunCallback | None = None,
+    on_start: Callable[[int, int, Arm], None] | None = None,
+    on_phase: PhaseCallback | None = None,
+) -> list[list[TrialResult]]:
+    """Launch each arm ``launches`` times, round-robin; results per arm in launch order.
+
+    An arm whose launch fails with a *finding* (it cannot start here) is not launched again:
+    repeating a configuration that does not fit measures nothing.
+    """
+    results: list[list[TrialResult]] = [[] for _ in arms]
+    hopeless: set[int] = set()
+    total = launches * len(arms)
+    index = 0
+    for _ in range(launches):
+        for i, arm in enumerate(arms):
+            index += 1
+            if i in hopeless:
+                continue
+            if on_start:
+                on_start(index, total, arm)
+            result = runner.run(arm.config, workload, slo=slo, on_phase=on_phase)
+            results[i].append(result)
+            if result.failure is not None and result.failure.is_finding:
+                hopeless.add(i)
+            if on_run:
+                on_run(index, total, arm, result)
+    return results
+
+
+def launch_values(results: Sequence[TrialResult], metric: str) -> list[float]:
+    """One value per complete launch: the metric's median over its windows."""
+    out = []
+    for r in results:
+        if r.status is not TrialStatus.COMPLETE:
+            continue
+        if metric == "memory_gib":
+            mem = r.memory.headline_bytes
+            if mem:
+                out.append(mem / GIB)
+        elif metric in r.metrics:
+            out.append(r.metrics[metric].median)
+    return out
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    metric: str
+    label: str
+    higher_is_better: bool
+    a_values: tuple[float, ...]
+    b_values: tuple[float, ...]
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: str
+
+    def describe(self) -> str:
+        if self.ratio is None or self.low is None or self.high is None:
+            return f"{self.label}: not enough launches to compare"
+
+        def pct(x: float) -> str:
+            return f"{(x - 1.0) * 100:+.1f}"
+
+        return (
+            f"{self.label}: B/A {self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] "
+            f"({pct(self.ratio)} %) -> {self.verdict}"
+        )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Arm
+    b: Arm
+    confidence: float
+    metrics: tuple[MetricComparison, ...]
+    a_failures: tuple[str, ...]
+    b_failures: tuple[str, ...]
+
+    def metric(self, name: str) -> MetricComparison:
+        return next(m for m in self.metrics if m.metric == name)
+
+    @property
+    def overall(self) -> str:
+        """The headline verdict: output throughput, B relative to A."""
+        return self.metric(HEADLINE).verdict
+
+    def to_results(self) -> dict[str, Any]:
+        return {
+            "confidence": self.confidence,
+            "a_label": self.a.label,
+            "b_label": self.b.label,
+            "launches": {
+                "a": len(self.metric(HEADLINE).a_values),
+                "b": len(self.metric(HEADLINE).b_values),
+            },
+            "metrics": [
+                {
+                    "metric": m.metric,
+                    "label": m.label,
+                    "higher_is_better": m.higher_is_better,
+                    "a": _side(m.a_values),
+                    "b": _side(m.b_values),
+                    "ratio": m.ratio,
+                    "low": m.low,
+                    "high": m.high,
+                    "verdict": m.verdict,
+                }
+                for m in self.metrics
+            ],
+            "failures": {"a": list(self.a_failures), "b": list(self.b_failures)},
+        }
+
+    def to_verdicts(self) -> dict[str, str]:
+        return {**{m.metric: m.verdict for m in self.metrics}, "overall": self.overall}
+
+
+def _side(values: Sequence[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values) if values else None, "values": list(values)}
+
+
+def compare(
+    a: Arm,
+    a_results: Sequence[TrialResult],
+    b: Arm,
+    b_results: Sequence[TrialResult],
+    confidence: float = 0.95,
+) -> Comparison:
+    """B against A on every compared metric, from their launches."""
+    metrics = []
+    for name, label, higher in COMPARED:
+        av, bv = launch_values(a_results, name), launch_values(b_results, name)
+        interval = ratio_interval(av, bv, confidence)
+        metrics.append(
+            MetricComparison(
+                metric=name,
+                label=label,
+                higher_is_better=higher,
+                a_values=tuple(av),
+                b_values=tuple(bv),
+                ratio=interval.ratio if interval else None,
+                low=interval.low if interval else None,
+                high=interval.high if interval else None,
+                verdict=interval.verdict(higher) if interval else NOT_ENOUGH,
+            )
+        )
+    return Comparison(
+        a=a,
+        b=b,
+        confidence=confidence,
+        metrics=tuple(metrics),
+        a_failures=_failures(a_results),
+        b_failures=_failures(b_results),
+    )
+
+
+def _failures(results: Sequence[TrialResult]) -> tuple[str, ...]:
+    return tuple(f"{r.failure.value}: {r.failure_detail}" for r in results if r.failure is not None)

@@ -1,0 +1,186 @@
+"""The confirmation phase that ends every study, and the verdict it supports.
+
+The search ranks configurations on single launches, and a single launch can be lucky by 20 %.
+So the best candidates (the top ``confirm_top`` SLO-feasible ones, never fewer than the ones
+ranked above the defaults up to that count) and vLLM's defaults are launched again, interleaved
+(D A B D A B ...), ``confirm_launches`` times each. The recommendation comes from these runs:
+a candidate wins only when it is significantly better than the defaults on the objective and
+significantly worse on none of its metrics; otherwise the answer is "no significant difference
+from defaults", and the defaults are what to run.
+
+Confirmation runs are stored as trials of phase "confirm", numbered from
+:data:`CONFIRM_NUMBER_BASE` so they never collide with Optuna's numbers, and never told to
+Optuna. Each candidate's comparison against the defaults is stored as a comparison row of the
+study.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner import scoring
+from tuner.compare import Arm, compare, run_interleaved
+from tuner.db.repository import Repository
+from tuner.db.rows import ComparisonRow
+from tuner.domain import Objective, ServingConfig, TrialResult
+from tuner.runner import TrialRunner
+from tuner.significance import BETTER, NO_DIFFERENCE, WORSE, ratio_interval
+
+CONFIRM_NUMBER_BASE = 100_000
+DEFAULTS_LABEL = "defaults"
+
+
+def run_confirmation(
+    *,
+    study: str,
+    baseline: ServingConfig,
+    candidates: Sequence[tuple[int, ServingConfig]],
+    runner: TrialRunner,
+    repo: Repository,
+    workload: Any,
+    slo: Any,
+    launches: int,
+    confidence: float,
+    reporter: Any,
+) -> list[ComparisonRow]:
+    """Launch defaults and candidates interleaved; store runs and one comparison per candidate."""
+    arms = [Arm(DEFAULTS_LABEL, baseline)] + [Arm(f"#{n}", c) for n, c in candidates]
+    next_number = CONFIRM_NUMBER_BASE + len(repo.list_trials(study, phase="confirm", limit=None))
+    pending: dict[int, int] = {}
+
+    def started(index: int, total: int, arm: Arm) -> None:
+        number = next_number + index - 1
+        pending[index] = repo.start_trial(
+            study, number, arm.config, "confirm", arm.label == DEFAULTS_LABEL
+        )
+        reporter.trial_started(number, index, total, arm.config, arm.label == DEFAULTS_LABEL)
+
+    def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
+        values = (
+            scoring.objective_values(result, memory_ceiling_gib=1024.0) if result.metrics else None
+        )
+        repo.finish_trial(pending.pop(index), result, None, values)
+        reporter.trial_finished(next_number + index - 1, result, None)
+
+    results = run_interleaved(
+        arms,
+        runner,
+        workload,
+        launches,
+        slo=slo,
+        on_start=started,
+        on_run=finished,
+        on_phase=reporter.phase,
+    )
+    rows = []
+    for arm, arm_results in zip(arms[1:], results[1:], strict=True):
+        c = compare(arms[0], results[0], arm, arm_results, confidence)
+        prov = next((r.provenance for r in arm_results if r.provenance is not None), None)
+        rows.append(
+            repo.add_comparison(
+                model=prov.model if prov else "",
+                gpu=prov.gpu_name if prov else "",
+                workload=workload.name,
+                a_config=baseline,
+                b_config=arm.config,
+                repeats=launches,
+                results={**c.to_results(), "kind": "confirmation"},
+                verdicts=c.to_verdicts(),
+                provenance=prov,
+                study_name=study,
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """The verdict of a confirmation: which config to run and how sure we are."""
+
+    config: ServingConfig
+    label: str  # "#N" of the search trial, or "defaults"
+    verdict: str  # better / no significant difference (from defaults)
+    score: float  # confirmed score ratio vs the defaults (1.0 for the defaults themselves)
+    score_low: float
+    score_high: float
+    comparison_id: int | None
+    details: tuple[str, ...]  # one line per metric of the objective
+
+
+def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | None:
+    """The recommendation from a study's confirmation comparisons (None without any).
+
+    Each launch gets the objective's score as a single number (the weighted geometric mean of
+    :mod:`tuner.scoring`, which is log-linear), so the candidate's score relative to the
+    defaults has a Welch interval like any metric. A candidate wins when that interval lies
+    above 1 (and, for the memory preset, its throughput is not significantly worse); the best
+    winner by score is chosen. No winner: the defaults, "no significant difference".
+    """
+    rows = [
+        r for r in rows if isinstance(r.results, dict) and r.results.get("kind") == "confirmation"
+    ]
+    if not rows:
+        return None
+    best: Confirmed | None = None
+    for row in rows:
+        metrics = {m["metric"]: m for m in row.results["metrics"]}
+        confidence = float(row.results.get("confidence", 0.95))
+        interval = ratio_interval(
+            _composites(metrics, "a", objective), _composites(metrics, "b", objective), confidence
+        )
+        if interval is None:
+            continue
+        wins = interval.verdict(higher_is_better=True) == BETTER
+        if objective is Objective.MEMORY and metrics["output_throughput"]["verdict"] == WORSE:
+            wins = False
+        if wins and (best is None or interval.ratio > best.score):
+            best = Confirmed(
+                row.b_config,
+                str(row.results.get("b_label", "")),
+                BETTER,
+                interval.ratio,
+                interval.low,
+                interval.high,
+                row.id,
+                _details(metrics),
+            )
+    if best is not None:
+        return best
+    first = {m["metric"]: m for m in rows[0].results["metrics"]}
+    return Confirmed(
+        rows[0].a_config, DEFAULTS_LABEL, NO_DIFFERENCE, 1.0, 1.0, 1.0, None, _details(first)
+    )
+
+
+def _is_confirmation(row: ComparisonRow) -> bool:
+    return isinstance(row.results, dict) and row.results.get("kind") == "confirmation"
+
+
+def _composites(metrics: Mapping[str, Any], side: str, objective: Objective) -> list[float]:
+    """Per-launch score values: thr^w1 * p99^-w2 * mem^-w3 (launches in the same order)."""
+    w_thr, w_lat, w_mem = scoring.WEIGHTS[objective]
+    thr = metrics["output_throughput"][side]["values"]
+    p99 = metrics["e2e_p99_ms"][side]["values"]
+    mem = metrics["memory_gib"][side]["values"] or [1.0] * len(thr)
+    if not (len(thr) == len(p99) == len(mem)):
+        return []
+    return [
+        math.exp(w_thr * math.log(t) - w_lat * math.log(p) - w_mem * math.log(m))
+        for t, p, m in zip(thr, p99, mem, strict=True)
+        if t > 0 and p > 0 and m > 0
+    ]
+
+
+def _details(metrics: Mapping[str, Any]) -> tuple[str, ...]:
+    out = []
+    for m in metrics.values():
+        if m.get("ratio") is None:
+            out.append(f"{m['label']}: {m['verdict']}")
+            continue
+        pct = (m["ratio"] - 1.0) * 100
+        lo, hi = (m["low"] - 1.0) * 100, (m["high"] - 1.0) * 100
+        out.append(f"{m['label']}: {pct:+.1f} % [{lo:+.1f}, {hi:+.1f}] -> {m['verdict']}")
+    return tuple(out)
