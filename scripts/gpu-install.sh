@@ -14,13 +14,16 @@ declare -A MOD=([optuna]=optuna [SQLAlchemy]=sqlalchemy [sqlalchemy]=sqlalchemy 
   [annotated_doc]=annotated_doc [typing_extensions]=typing_extensions [tqdm]=tqdm [PyYAML]=yaml
   [pyyaml]=yaml)
 todo=()
+# Check from / : in the repository, its alembic/ folder would pass for the alembic package.
+here="$PWD"; DIR="$(cd "$DIR" && pwd)"; cd /
 for whl in "$DIR"/*.whl; do
   name=$(basename "$whl" | cut -d- -f1)
   mod="${MOD[$name]:-$name}"
   python3 -c "import $mod" 2>/dev/null || todo+=("$whl")
 done
+cd "$here"
 if [ ${#todo[@]} -gt 0 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "${todo[@]}" 2>&1 | grep -v WARNING || true
 fi
 echo "installed ${#todo[@]} wheels into $SITE"
-python3 -c "import optuna, sqlalchemy, alembic, typer, rich, httpx, pynvml, psutil; print('tuner deps ok, optuna', optuna.__version__)"
+(cd / && python3 -c "import optuna, sqlalchemy, alembic.command, typer, rich, httpx, pynvml, psutil; print('tuner deps ok, optuna', optuna.__version__)")

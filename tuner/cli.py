@@ -351,7 +351,7 @@ def doctor(
         print(json.dumps(data, indent=2), flush=True)
     else:
         for line in render(data):
-            out.print(line)
+            out.print(line, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -392,7 +392,7 @@ def launch(
         gpu=gpu,
         workload=workload,
         objective=objective,
-        repo=None if api is not None else _repo(storage),
+        open_repo=lambda: _repo(storage),
         api=api,
         source=api or _storage(storage),
         host=host,

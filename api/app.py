@@ -1,0 +1,109 @@
+"""``create_app(settings)``: the recommendations API as a FastAPI app.
+
+The app receives its storage (a database URL or a ready Repository) through
+:class:`api.settings.ApiSettings`; nothing is built at import time and there are no globals,
+so tests build as many apps as they like. Routes read through ``app.state`` (see
+:mod:`api.deps`); the dashboards (``api.dashboards``, when installed) are mounted beside them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import RedirectResponse
+
+import tuner
+from api.docs import install_docs
+from api.errors import install_error_handlers
+from api.index import StudyIndex
+from api.routes import catalog, health, recommendations, studies
+from api.settings import ApiSettings
+from tuner.db.repository import Repository
+
+log = logging.getLogger("tuner.api")
+
+DASHBOARDS_MODULE = "api.dashboards"
+DASHBOARD_HOME = "/ui/"
+
+
+def open_repository(url: str) -> tuple[Repository, object]:
+    """A repository on ``url`` with tuner's tables created if the database has none; returns
+    the engine too, for disposal. Raises StorageError for a database at another revision."""
+    from tuner.db.migrate import ensure_ready
+    from tuner.db.session import make_engine
+
+    ensure_ready(url, auto_upgrade=True)
+    engine = make_engine(url)
+    return Repository(engine), engine
+
+
+def create_app(settings: ApiSettings) -> FastAPI:
+    """Build the app over ``settings.storage``. Raises StorageError if the database is unusable."""
+    engine = None
+    if isinstance(settings.storage, Repository):
+        repo = settings.storage
+    else:
+        repo, engine = open_repository(settings.storage)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        dispose = getattr(engine, "dispose", None)  # only an engine this app opened
+        if dispose is not None:
+            dispose()
+
+    app = FastAPI(
+        title=settings.title,
+        version=tuner.__version__,
+        summary="Measured vLLM serving configurations: recommendations, studies and trials.",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.repo = repo
+    # The Optuna storage (same database) for the dashboards' parameter importances.
+    app.state.storage_url = settings.storage if isinstance(settings.storage, str) else None
+    app.state.index = StudyIndex(repo)
+    install_error_handlers(app)
+    install_docs(app)
+    for module in (recommendations, studies, catalog, health):
+        app.include_router(module.router)
+    home = _mount_dashboards(app)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse(home, status_code=307)
+
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "X-API-Key"],
+        )
+    return app
+
+
+def _mount_dashboards(app: FastAPI) -> str:
+    """Include the dashboards when the package exists; return where ``/`` should lead.
+
+    find_spec first, so that an import error *inside* the dashboards is not mistaken for
+    their absence and hidden.
+    """
+    if importlib.util.find_spec(DASHBOARDS_MODULE) is None:
+        return "/docs"
+    dashboards = importlib.import_module(DASHBOARDS_MODULE)
+    router, mount_static = (getattr(dashboards, n, None) for n in ("router", "mount_static"))
+    if router is None or mount_static is None:  # a package being written, not yet exporting
+        log.warning("%s exports no router/mount_static: dashboards off", DASHBOARDS_MODULE)
+        return "/docs"
+    app.include_router(router)
+    mount_static(app)
+    return DASHBOARD_HOME

@@ -1,0 +1,81 @@
+"""What each chart draws, as plain JSON for ``static/charts.js``: the report objects of
+:mod:`tuner.report` reshaped into columns, with axis titles and units. No plotly here; the
+browser draws (a chart with no data is drawn as a note instead, by the script)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuner.report import ComparisonReport, Distribution, StudyReport
+
+
+def _distribution(d: Distribution, title: str) -> dict[str, Any]:
+    # One box per trial per percentile; every window is one point of it.
+    def column(per_trial: tuple[tuple[float, ...], ...]) -> dict[str, list[Any]]:
+        x: list[str] = []
+        y: list[float] = []
+        for number, values in zip(d.numbers, per_trial, strict=True):
+            x.extend(f"#{number}" for _ in values)
+            y.extend(values)
+        return {"x": x, "y": y}
+
+    return {
+        "title": title,
+        "y_title": f"{title} per window (ms)",
+        "series": [{"name": "P50", **column(d.p50)}, {"name": "P99", **column(d.p99)}],
+        "categories": [f"#{n}" for n in d.numbers],
+    }
+
+
+def study_charts(report: StudyReport) -> dict[str, Any]:
+    """Data of the five study charts, keyed by the ``data-chart`` name of their element."""
+    h = report.history
+    points = report.pareto
+    front = sorted((p for p in points if p.on_front), key=lambda p: p.throughput)
+    imp = report.importances.values
+    return {
+        "history": {
+            "numbers": list(h.numbers),
+            "scores": list(h.scores),
+            "feasible": list(h.feasible),
+            "best": list(h.best_so_far),
+            "x_title": "trial number",
+            "y_title": f"{report.study.objective} score (1 = defaults)",
+        },
+        "pareto": {
+            "numbers": [p.number for p in points],
+            "throughput": [p.throughput for p in points],
+            "p99": [p.p99_ms for p in points],
+            "memory": [p.memory_gib for p in points],
+            "labels": [p.label for p in points],
+            "front_throughput": [p.throughput for p in front],
+            "front_p99": [p.p99_ms for p in front],
+            "x_title": "output throughput (tok/s)",
+            "y_title": "P99 end-to-end latency (ms)",
+            "color_title": f"{report.memory_label} (GiB)",
+        },
+        "importance": {
+            # Least important first: plotly draws horizontal bars bottom-up.
+            "params": list(reversed(list(imp))),
+            "values": list(reversed(list(imp.values()))),
+            "x_title": "importance (share of the score's variation, sums to 1)",
+        },
+        "ttft": _distribution(report.ttft, "TTFT"),
+        "e2e": _distribution(report.e2e, "E2E latency"),
+    }
+
+
+def compare_chart(report: ComparisonReport) -> dict[str, Any]:
+    """B/A ratio per metric with its interval; metrics without a ratio are left out."""
+    rows = [m for m in report.metrics if m.ratio is not None]
+    ratios = [m.ratio for m in rows if m.ratio is not None]
+    return {
+        "ratio": {
+            "labels": [f"{m.label} ({m.unit})" if m.unit else m.label for m in rows],
+            "ratio": [r.median for r in ratios],
+            "plus": [None if r.high is None else r.high - r.median for r in ratios],
+            "minus": [None if r.low is None else r.median - r.low for r in ratios],
+            "tones": [m.tone for m in rows],
+            "x_title": f"{report.b_label} / {report.a_label} (1 = no change)",
+        }
+    }

@@ -1,0 +1,107 @@
+"""Templates and the filters they use. Everything user-supplied reaches the page escaped:
+
+- HTML: Jinja2 autoescape is on for every template (study names, notes, configs, failure
+  details and log text are all plain strings to it);
+- data for the charts: :func:`script_json`, which is embedded in a
+  ``<script type="application/json">`` block, so nothing in it can end the block or open a tag.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+import markupsafe
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: they become null (a gap in a chart)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that is safe inside a ``<script>`` element.
+
+    ``<``, ``>`` and ``&`` become ``\\u003c``/``\\u003e``/``\\u0026`` (so ``</script>`` or
+    ``<!--`` cannot appear), and U+2028/U+2029 are escaped for old JavaScript parsers.
+    ``JSON.parse`` reads the text back unchanged.
+    """
+    text = json.dumps(_finite(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    for raw, escaped in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    """A number for a table cell; an em dash when there is none."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def timestamp(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def url_part(value: str) -> str:
+    """One path segment: every reserved character (``/`` too) percent-encoded."""
+    return quote(value, safe="")
+
+
+def make_environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,  # every template, whatever its name
+        undefined=jinja2.StrictUndefined,  # a misspelt variable is an error, not a blank
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        # Markup: the text is already safe in a <script> block (see script_json), and HTML
+        # escaping would turn its quotes into entities, which a script block does not decode.
+        script_json=lambda value: markupsafe.Markup(script_json(value)),
+        fmt=fmt,
+        timestamp=timestamp,
+        duration=duration,
+        url_part=url_part,
+    )
+    return env
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The one environment, built on first use (it only caches compiled templates)."""
+    return make_environment()
+
+
+def render(template: str, **context: Any) -> str:
+    return environment().get_template(template).render(**context)

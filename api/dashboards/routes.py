@@ -1,0 +1,147 @@
+"""The dashboard pages: ``/ui/`` (overview), ``/ui/studies/{name}``, ``/ui/compare/{id}``.
+
+Contract with the app (see :func:`api.app.create_app`):
+
+- ``app.state.repo``: the :class:`~tuner.db.repository.Repository` to read (required);
+- ``app.state.storage_url`` (optional): the Optuna storage URL, for parameter importances;
+  without it the study page uses :func:`tuner.report.fallback_importances`.
+
+Pages only read. An unknown study or comparison is a 404 page, an unreadable database a 503
+page, each saying what to do; never a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, HTMLResponse
+
+from api.dashboards.assets import plotly_js_path
+from api.dashboards.charts import compare_chart, study_charts
+from api.dashboards.render import render
+from tuner.db.repository import Repository
+from tuner.domain import Objective, TrialStatus
+from tuner.errors import TunerError, UsageError
+from tuner.report import comparison_report, overview, study_report
+
+log = logging.getLogger("tuner.dashboards")
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+def get_repo(request: Request) -> Repository:
+    repo = getattr(request.app.state, "repo", None)
+    if not isinstance(repo, Repository):
+        raise RuntimeError("app.state.repo is not set: the app must be given its Repository")
+    return repo
+
+
+def get_storage_url(request: Request) -> str | None:
+    url = getattr(request.app.state, "storage_url", None)
+    return url if isinstance(url, str) else None
+
+
+RepoDep = Annotated[Repository, Depends(get_repo)]
+StorageUrlDep = Annotated[str | None, Depends(get_storage_url)]
+
+
+# Scripts only from this app (plotly.js and charts.js); an injected inline script would not run
+# even if escaping failed somewhere. plotly.js sets inline styles, hence 'unsafe-inline' there.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+
+def _page(template: str, status_code: int = 200, **context: object) -> HTMLResponse:
+    return HTMLResponse(
+        render(template, **context),
+        status_code=status_code,
+        headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def _error(status_code: int, title: str, error: TunerError | str, hint: str = "") -> HTMLResponse:
+    message = error.message if isinstance(error, TunerError) else error
+    hint = error.hint if isinstance(error, TunerError) else hint
+    return _page(
+        "error.html", status_code, title=title, message=message, hint=hint, status=status_code
+    )
+
+
+@router.get("/", response_class=HTMLResponse)
+def overview_page(repo: RepoDep) -> HTMLResponse:
+    try:
+        studies = repo.list_studies()
+        trials = {
+            s.name: repo.list_trials(s.name, status=TrialStatus.COMPLETE, limit=None)
+            for s in studies
+        }
+    except TunerError as e:
+        return _error(503, "storage unavailable", e)
+    return _page("overview.html", studies=studies, best=overview(studies, trials))
+
+
+@router.get("/studies/{name:path}", response_class=HTMLResponse)
+def study_page(name: str, repo: RepoDep, storage_url: StorageUrlDep) -> HTMLResponse:
+    try:
+        study = repo.get_study(name)
+        if study is None:
+            return _error(
+                404, "no such study", f"no study named {name!r}", "the overview lists the studies"
+            )
+        trials = repo.list_trials(name, limit=None)
+    except TunerError as e:
+        return _error(503, "storage unavailable", e)
+    importances = _importances(storage_url, study.optuna_study_name, study.objective)
+    report = study_report(study, trials, importances)
+    return _page("study.html", r=report, charts=study_charts(report))
+
+
+def _importances(url: str | None, optuna_name: str, objective: str) -> dict[str, float] | None:
+    """Optuna's importances, or None (the report then falls back) when they cannot be had."""
+    if url is None:
+        return None
+    from tuner.importance import param_importances  # imports optuna: only when needed
+
+    try:
+        return param_importances(url, optuna_name, objective=Objective(objective))
+    except (TunerError, ValueError) as e:
+        # A study created without Optuna (imported rows) or an unreadable Optuna schema: the
+        # page is still useful with the fallback.
+        log.info("importances of %r from Optuna unavailable: %s", optuna_name, e)
+        return None
+
+
+@router.get("/compare/{comparison_id}", response_class=HTMLResponse)
+def compare_page(comparison_id: int, repo: RepoDep) -> HTMLResponse:
+    try:
+        row = repo.get_comparison(comparison_id)
+    except TunerError as e:
+        return _error(503, "storage unavailable", e)
+    if row is None:
+        return _error(
+            404,
+            "no such comparison",
+            UsageError(
+                f"no comparison with id {comparison_id}",
+                hint="`tuner compare` and confirmation runs record comparisons",
+            ),
+        )
+    study_name = None
+    if row.study_id is not None:
+        study_name = next((s.name for s in repo.list_studies() if s.id == row.study_id), None)
+    report = comparison_report(row)
+    return _page("compare.html", c=report, study_name=study_name, charts=compare_chart(report))
+
+
+@router.get("/vendor/plotly.min.js")
+def plotly_js() -> FileResponse:
+    """plotly.js from the installed ``plotly`` Python package: the pages never load a CDN."""
+    return FileResponse(
+        plotly_js_path(),
+        media_type="text/javascript",
+        headers={"Cache-Control": "public, max-age=86400"},
+    )

@@ -1,0 +1,84 @@
+"""FastAPI dependencies: what a route may ask for. Everything comes from ``app.state``, which
+:func:`api.app.create_app` fills; there are no module-level objects.
+
+The dashboards package uses the same ones: ``RepoDep`` for the repository, ``IndexDep`` for the
+cached snapshots of complete trials.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from api.errors import ApiError
+from api.index import StudyIndex
+from api.settings import ApiSettings
+from tuner.db.repository import Repository
+
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key")
+_bearer = HTTPBearer(auto_error=False, description="the API key as a bearer token")
+
+
+def get_settings(request: Request) -> ApiSettings:
+    settings: ApiSettings = request.app.state.settings
+    return settings
+
+
+def get_repo(request: Request) -> Repository:
+    repo: Repository = request.app.state.repo
+    return repo
+
+
+def get_index(request: Request) -> StudyIndex:
+    index: StudyIndex = request.app.state.index
+    return index
+
+
+SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
+RepoDep = Annotated[Repository, Depends(get_repo)]
+IndexDep = Annotated[StudyIndex, Depends(get_index)]
+
+
+def require_api_key(
+    settings: SettingsDep,
+    api_key: Annotated[str | None, Security(_api_key_header)] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+) -> None:
+    """Let a write through only with the configured key (``X-API-Key`` or ``Bearer``).
+
+    403 when the server has no key (writes are off), 401 when the key is missing or wrong.
+    """
+    env = settings.api_key_env
+    if settings.api_key is None:
+        raise ApiError(
+            403,
+            "writes_disabled",
+            "this server accepts no writes: no API key is configured",
+            hint=f"set the environment variable {env} to a secret before `tuner serve` "
+            f"(e.g. export {env}=$(openssl rand -hex 32)), then send it as X-API-Key",
+        )
+    given = api_key or (bearer.credentials if bearer is not None else None)
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if not given:
+        raise ApiError(
+            401,
+            "unauthorized",
+            "this endpoint needs an API key",
+            hint=f"send the value of {env} as header X-API-Key or Authorization: Bearer",
+            headers=challenge,
+        )
+    # compare_digest: the time taken must not tell how much of the key was right.
+    if not hmac.compare_digest(given.encode(), settings.api_key.encode()):
+        raise ApiError(
+            401,
+            "unauthorized",
+            "wrong API key",
+            hint=f"send the value of {env} the server was started with",
+            headers=challenge,
+        )
+
+
+WriteAccess = Depends(require_api_key)

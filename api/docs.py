@@ -1,0 +1,62 @@
+"""OpenAPI docs served from this machine: Swagger UI and ReDoc without any CDN.
+
+FastAPI's default /docs loads swagger-ui from a CDN, which a machine without internet access
+(a GPU box in a closed network) cannot reach. The ``fastapi-offline`` package ships Swagger UI
+5 (which renders OpenAPI 3.1, unlike the 4.x that other bundles carry) and ReDoc; we serve its
+files and write the two pages with FastAPI's own helpers pointed at them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fastapi_offline
+from fastapi import FastAPI
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+ASSETS = Path(fastapi_offline.__file__).parent / "static"
+STATIC_PREFIX = "/_docs-static"
+
+
+def install_docs(app: FastAPI, *, docs_url: str = "/docs", redoc_url: str = "/redoc") -> None:
+    """Serve Swagger UI at ``docs_url`` and ReDoc at ``redoc_url`` from local files only.
+
+    The app must be built with ``docs_url=None, redoc_url=None`` (FastAPI's CDN pages off).
+    """
+    app.mount(STATIC_PREFIX, StaticFiles(directory=ASSETS), name="docs-static")
+    openapi_url = app.openapi_url or "/openapi.json"
+    oauth_redirect = f"{docs_url}/oauth2-redirect"
+    favicon = f"{STATIC_PREFIX}/favicon.png"
+
+    @app.get(docs_url, include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} API",
+            swagger_js_url=f"{STATIC_PREFIX}/swagger-ui-bundle.js",
+            swagger_css_url=f"{STATIC_PREFIX}/swagger-ui.css",
+            swagger_favicon_url=favicon,
+            oauth2_redirect_url=oauth_redirect,
+            # No validator badge: Swagger UI would send the spec to validator.swagger.io.
+            swagger_ui_parameters={"validatorUrl": None},
+        )
+
+    @app.get(oauth_redirect, include_in_schema=False)
+    def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get(redoc_url, include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} API",
+            redoc_js_url=f"{STATIC_PREFIX}/redoc.standalone.js",
+            redoc_favicon_url=favicon,
+            with_google_fonts=False,
+        )

@@ -1,0 +1,139 @@
+"""A read cache over the repository: each study's complete trials, kept until the study changes.
+
+The recommendation endpoint ranks every complete trial of every matching study on each request;
+reading and decoding those rows (JSON metrics and windows) is most of its cost. A study's
+``updated_at`` moves whenever one of its trials starts or finishes or its status changes, so
+``(id, updated_at, trial counts)`` is a version that says when a snapshot is stale (a
+confirmation's comparisons are written before the study's final status change, which moves
+``updated_at`` again). Answers computed from the snapshots are memoised until the repository's
+change marker moves: a repeated question costs one aggregate query.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from tuner.confirm import DEFAULTS_LABEL, Confirmed, choose
+from tuner.db.repository import Repository
+from tuner.db.rows import StudyRow, TrialPhase, TrialRow
+from tuner.domain import Objective, TrialStatus
+from tuner.errors import UsageError
+
+_Version = tuple[int, float, tuple[tuple[str, int], ...]]
+T = TypeVar("T")
+MEMO_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class StudySnapshot:
+    """A study with its rankable trials (COMPLETE search trials with objective values, by
+    number) and the verdict of its confirmation phase per objective, where it has one."""
+
+    study: StudyRow
+    trials: tuple[TrialRow, ...]
+    baseline: TrialRow | None  # the measured vLLM-defaults trial, the scores' reference
+    confirmed: Mapping[Objective, Confirmed] = field(default_factory=dict)
+
+    def confirmed_trial(self, objective: Objective) -> tuple[Confirmed, TrialRow] | None:
+        """The search trial the confirmation chose for ``objective`` (the defaults when no
+        candidate was significantly better), or None without a usable confirmation."""
+        verdict = self.confirmed.get(objective)
+        if verdict is None:
+            return None
+        if verdict.label == DEFAULTS_LABEL:
+            trial = self.baseline
+        else:
+            trial = next((t for t in self.trials if f"#{t.number}" == verdict.label), None)
+        return None if trial is None else (verdict, trial)
+
+    @property
+    def reference(self) -> list[float] | None:
+        if self.baseline is None or not self.baseline.objective_values:
+            return None
+        return list(self.baseline.objective_values)
+
+
+def _version(study: StudyRow) -> _Version:
+    counts = tuple(sorted((str(k), v) for k, v in study.trial_counts.items()))
+    return (study.id, study.updated_at, counts)
+
+
+class StudyIndex:
+    """Studies and snapshots of their complete trials, and answers computed from them.
+    Thread-safe; never serves stale rows once the repository has committed a change."""
+
+    def __init__(self, repo: Repository, *, memo_size: int = MEMO_SIZE) -> None:
+        self.repo = repo
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[_Version, StudySnapshot]] = {}
+        self._memo: OrderedDict[Hashable, Any] = OrderedDict()
+        self._memo_size = memo_size
+        self._marker: object = None
+
+    def memo(self, key: Hashable, compute: Callable[[list[StudySnapshot]], T]) -> T:
+        """``compute(snapshots)`` for ``key``, remembered until any study changes.
+
+        Checking for a change costs one aggregate query (:meth:`Repository.change_marker`);
+        a hit costs nothing more. At most ``memo_size`` answers are kept (least recently used
+        go first), since keys come from query parameters anyone can vary.
+        """
+        marker = self.repo.change_marker()
+        with self._lock:
+            if marker != self._marker:
+                self._memo.clear()
+                self._marker = marker
+            elif key in self._memo:
+                self._memo.move_to_end(key)
+                return cast(T, self._memo[key])
+        value = compute(self.snapshots())
+        with self._lock:
+            if marker == self._marker:  # not if a change came in while computing
+                self._memo[key] = value
+                while len(self._memo) > self._memo_size:
+                    self._memo.popitem(last=False)
+        return value
+
+    def studies(self) -> list[StudyRow]:
+        """All studies, newest first (always read fresh)."""
+        return self.repo.list_studies()
+
+    def snapshot(self, study: StudyRow) -> StudySnapshot | None:
+        """The snapshot of ``study`` as listed; None if it was deleted meanwhile."""
+        version = _version(study)
+        with self._lock:
+            cached = self._cache.get(study.name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        try:
+            rows = self.repo.list_trials(
+                study.name, status=TrialStatus.COMPLETE, phase=TrialPhase.SEARCH, limit=None
+            )
+            comparisons = self.repo.list_comparisons(study.name)
+        except UsageError:  # deleted between the listing and now
+            return None
+        trials = tuple(r for r in rows if r.objective_values and len(r.objective_values) == 3)
+        baseline = next((t for t in trials if t.is_baseline), None)
+        confirmed = {}
+        if comparisons:
+            for objective in Objective:
+                verdict = choose(comparisons, objective)
+                if verdict is not None:
+                    confirmed[objective] = verdict
+        snap = StudySnapshot(study=study, trials=trials, baseline=baseline, confirmed=confirmed)
+        with self._lock:
+            self._cache[study.name] = (version, snap)
+        return snap
+
+    def snapshots(self, studies: Iterable[StudyRow] | None = None) -> list[StudySnapshot]:
+        """Snapshots of ``studies`` (default: all); forgets studies no longer listed."""
+        listed = self.studies() if studies is None else list(studies)
+        if studies is None:
+            names = {s.name for s in listed}
+            with self._lock:
+                for gone in [n for n in self._cache if n not in names]:
+                    del self._cache[gone]
+        return [s for s in (self.snapshot(row) for row in listed) if s is not None]

@@ -1,0 +1,278 @@
+"""Choosing the best measured configuration for a model x GPU x workload across studies.
+
+Every study that measured the combination (real or emulated, never both) takes part. Within a
+study each complete trial is scored by the objective (the request's, else the study's) against
+that study's own measurement of vLLM's defaults, as :func:`tuner.study.rank` does; scores are
+ratios to the defaults, so they also compare across studies of the same combination. An SLO in
+the request keeps only the trials that meet it (:func:`tuner.scoring.constraint_values` on the
+stored metrics); without one, trials meeting the study's own SLO rank first. Ties go to the
+more recently updated study. Where a study ended with a confirmation phase (fresh interleaved
+launches against the defaults, :mod:`tuner.confirm`), its verdict decides that study's pick,
+as it does for ``tuner best``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+from api.errors import not_found
+from api.index import StudySnapshot
+from api.schemas import (
+    BaselineOut,
+    ConfirmedOut,
+    ProvenanceOut,
+    RecommendationOut,
+    finite,
+    metrics_out,
+)
+from tuner import scoring
+from tuner.catalog.materialize import tokenizer_dir
+from tuner.catalog.models import MODELS
+from tuner.confirm import Confirmed
+from tuner.db.rows import StudyRow, TrialRow
+from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialResult, TrialStatus
+from tuner.vllm import argv
+
+_MAX_SUGGESTIONS = 8
+_RUN_HINT = "run a study for it: tuner run --model M --gpu G --workload W"
+
+
+@dataclass(frozen=True)
+class Query:
+    model: str
+    gpu: str
+    workload: str
+    objective: Objective | None = None
+    slo: Slo | None = None
+    vllm_version: str | None = None
+    emulated: bool = False
+
+
+@dataclass(frozen=True)
+class Pick:
+    snapshot: StudySnapshot
+    trial: TrialRow
+    objective: Objective
+    score: float
+    feasible: bool
+    confirmed: Confirmed | None = None
+
+
+def study_objective(study: StudyRow) -> Objective:
+    try:
+        return Objective(study.objective)
+    except ValueError:
+        return Objective.BALANCED
+
+
+def meets(metrics: Mapping[str, Estimate], slo: Slo) -> bool:
+    """Whether stored metrics meet ``slo`` (and the error-rate ceiling); False if incomplete."""
+    result = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=metrics)
+    try:
+        return scoring.is_feasible(scoring.constraint_values(result, slo))
+    except KeyError:  # a metric the check needs was never recorded
+        return False
+
+
+def trial_score(snap: StudySnapshot, trial: TrialRow, objective: Objective) -> float:
+    values = trial.objective_values or (0.0, 0.0, 0.0)
+    score = scoring.score_values(values, objective, snap.reference)
+    return score if math.isfinite(score) else 0.0
+
+
+def is_emulated(study: StudyRow, trial: TrialRow) -> bool:
+    return bool(study.emulated or trial.emulated)
+
+
+def _matches(snap: StudySnapshot, q: Query) -> bool:
+    s = snap.study
+    if q.model not in (s.model, s.model_source) or q.workload != s.workload:
+        return False
+    wanted = q.gpu.strip().lower()
+    return wanted == s.gpu.lower() or any((t.gpu_name or "").lower() == wanted for t in snap.trials)
+
+
+def _candidates(snap: StudySnapshot, q: Query) -> Iterable[TrialRow]:
+    return (t for t in snap.trials if is_emulated(snap.study, t) == q.emulated)
+
+
+def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True) -> list[Pick]:
+    """Matching trials best first; with ``q.slo`` (and ``use_slo``) only those meeting it.
+
+    A study whose confirmation phase gave a verdict for the objective offers only the trial
+    it chose (a search-phase winner the confirmation did not bear out is no recommendation),
+    unless that trial misses the requested SLO: then its trials compete on their search scores.
+    """
+    picks: list[tuple[tuple[bool, float, float, int], Pick]] = []
+    for snap in snapshots:
+        if not _matches(snap, q):
+            continue
+        objective = q.objective or study_objective(snap.study)
+        strict = q.slo is not None and use_slo
+        slo = q.slo if q.slo is not None and strict else Slo(**snap.study.slo)
+        offered: list[tuple[TrialRow, Confirmed | None]]
+        confirmed = snap.confirmed_trial(objective)
+        if confirmed is not None and (not strict or meets(confirmed[1].metrics, slo)):
+            offered = [(confirmed[1], confirmed[0])]
+        else:
+            offered = [(t, None) for t in snap.trials]
+        for trial, verdict in offered:
+            if is_emulated(snap.study, trial) != q.emulated:
+                continue
+            ok = meets(trial.metrics, slo)
+            if strict and not ok:
+                continue
+            score = trial_score(snap, trial, objective)
+            pick = Pick(snap, trial, objective, score, ok, verdict)
+            picks.append(((ok, score, snap.study.updated_at, -trial.number), pick))
+    picks.sort(key=lambda item: item[0], reverse=True)
+    return [p for _, p in picks]
+
+
+def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
+    """The best pick as the API's response; raises a 404 ApiError naming what exists instead."""
+    picks = ranked(snapshots, q)
+    if picks:
+        return response(picks[0], q)
+    what = f"model {q.model!r} on GPU {q.gpu!r} with workload {q.workload!r}"
+    kind = "emulated" if q.emulated else "real (not emulated)"
+    if q.slo is not None:
+        unconstrained = ranked(snapshots, q, use_slo=False)
+        if unconstrained:
+            closest = unconstrained[0]
+            raise not_found(
+                f"{len(unconstrained)} {kind} trials measured {what}, but none meets the SLO "
+                f"{scoring.format_slo(q.slo)}",
+                "relax the SLO, or run a study with it to search for a configuration that meets it",
+                closest={
+                    "study": closest.snapshot.study.name,
+                    "trial": closest.trial.number,
+                    "metrics": {
+                        k: v.model_dump() for k, v in metrics_out(closest.trial.metrics).items()
+                    },
+                },
+            )
+    other_kind = dataclasses.replace(q, emulated=not q.emulated)
+    hint = _RUN_HINT
+    if ranked(snapshots, other_kind, use_slo=False):
+        where = "in emulation" if not q.emulated else "for real (not emulated)"
+        hint = f"it was measured only {where}: add emulated={str(not q.emulated).lower()} to "
+        hint += f"see it; or {_RUN_HINT}"
+    raise not_found(f"nothing {kind} was measured for {what}", hint, nearest=nearest(snapshots, q))
+
+
+def nearest(snapshots: Iterable[StudySnapshot], q: Query) -> list[dict[str, object]]:
+    """Measured combinations closest to the query: same model and GPU first, then same model,
+    then same GPU and workload; each with the query URL that recommends it."""
+    combos: dict[tuple[str, str, str], set[str]] = {}
+    for snap in snapshots:
+        if any(True for _ in _candidates(snap, q)):
+            s = snap.study
+            combos.setdefault((s.model, s.gpu, s.workload), set()).add(s.name)
+    gpu = q.gpu.strip().lower()
+
+    def distance(combo: tuple[str, str, str]) -> tuple[int, str, str, str]:
+        model, g, workload = combo
+        same_model, same_gpu, same_wl = model == q.model, g.lower() == gpu, workload == q.workload
+        if same_model and same_gpu:
+            rank = 0
+        elif same_model and same_wl:
+            rank = 1
+        elif same_model:
+            rank = 2
+        elif same_gpu and same_wl:
+            rank = 3
+        else:
+            rank = 4 + (not same_gpu) + (not same_wl)
+        return (rank, model, g, workload)
+
+    out: list[dict[str, object]] = []
+    for combo in sorted(combos, key=distance)[:_MAX_SUGGESTIONS]:
+        model, g, workload = combo
+        params = {"model": model, "gpu": g, "workload": workload}
+        if q.emulated:
+            params["emulated"] = "true"
+        out.append(
+            {
+                "model": model,
+                "gpu": g,
+                "workload": workload,
+                "studies": sorted(combos[combo]),
+                "url": "/v1/recommendations?" + urlencode(params),
+            }
+        )
+    return out
+
+
+def serve_flags(study: StudyRow, flags: argv.RenderedFlags) -> argv.RenderedFlags:
+    """The flags a ready ``vllm serve`` line needs: a test architecture without published
+    weights keeps random weights and the synthetic tokenizer (as :mod:`tuner.recommend`)."""
+    model = MODELS.get(study.model)
+    if model is None or model.weights_available or not study.model_source:
+        return flags
+    tokenizer = str(tokenizer_dir(Path(study.model_source)))
+    return argv.RenderedFlags(
+        args=("--load-format", "dummy", "--tokenizer", tokenizer, *flags.args), env=flags.env
+    )
+
+
+def _memory(trial: TrialRow) -> float | None:
+    values = trial.objective_values
+    if not values or len(values) < 2 or not math.isfinite(values[1]):
+        return None
+    return float(values[1])
+
+
+def _baseline(base: TrialRow) -> BaselineOut:
+    return BaselineOut(
+        trial=base.number, metrics=metrics_out(base.metrics), memory_gib=_memory(base)
+    )
+
+
+def response(pick: Pick, q: Query) -> RecommendationOut:
+    snap, trial, study = pick.snapshot, pick.trial, pick.snapshot.study
+    version = q.vllm_version or trial.vllm_version or study.vllm_version or "0"
+    flags = argv.render_flags(trial.config, version)
+    base = snap.baseline
+    applied = q.slo if q.slo is not None else Slo(**study.slo)
+    return RecommendationOut(
+        model=study.model,
+        gpu=study.gpu,
+        workload=study.workload,
+        objective=pick.objective.value,
+        study=study.name,
+        trial=trial.number,
+        config=trial.config.to_dict(),
+        flags=list(flags.args),
+        env=dict(flags.env),
+        serve_command=argv.serve_command(
+            study.model_source or study.model, serve_flags(study, flags)
+        ),
+        vllm_version=version,
+        metrics=metrics_out(trial.metrics),
+        memory_gib=_memory(trial),
+        score=pick.score,
+        baseline=None if base is None else _baseline(base),
+        provenance=ProvenanceOut.of(trial, study),
+        feasible=pick.feasible,
+        is_baseline=trial.is_baseline,
+        slo={k: v for k, v in vars(applied).items() if v is not None},
+        confirmed=None if pick.confirmed is None else _confirmed(pick.confirmed),
+    )
+
+
+def _confirmed(c: Confirmed) -> ConfirmedOut:
+    return ConfirmedOut(
+        verdict=c.verdict,
+        label=c.label,
+        score=finite(c.score),
+        score_low=finite(c.score_low),
+        score_high=finite(c.score_high),
+        comparison_id=c.comparison_id,
+        details=list(c.details),
+    )

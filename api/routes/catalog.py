@@ -1,0 +1,67 @@
+"""The catalog: models and GPU profiles tuner knows, and A/B comparisons."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import RepoDep
+from api.errors import not_found
+from api.schemas import ComparisonOut, GpuOut, ModelOut
+from tuner.catalog.gpus import GPUS
+from tuner.catalog.models import MODELS
+
+router = APIRouter(prefix="/v1", tags=["catalog"])
+
+
+@router.get("/models", response_model=list[ModelOut])
+def list_models() -> list[ModelOut]:
+    """Catalogued models (aliases a study spec may name)."""
+    return [
+        ModelOut(
+            alias=alias,
+            hub_id=m.hub_id,
+            architecture=m.architecture,
+            layers=m.num_layers,
+            parameters=m.parameter_count(),
+            max_model_len=m.max_position_embeddings,
+            weights_available=m.weights_available,
+            notes=m.notes,
+        )
+        for alias, m in MODELS.items()
+    ]
+
+
+@router.get("/gpus", response_model=list[GpuOut])
+def list_gpus() -> list[GpuOut]:
+    """GPU profiles: memory, compute capability, attention backends and KV cache dtypes."""
+    return [
+        GpuOut(
+            name=name,
+            display_name=g.display_name,
+            memory_gib=g.memory_gib,
+            compute_capability=None
+            if g.compute_capability is None
+            else f"{g.compute_capability[0]}.{g.compute_capability[1]}",
+            attention_backends=list(g.attention_backends),
+            flash_attn_versions=list(g.flash_attn_versions),
+            kv_cache_dtypes=list(g.kv_cache_dtypes),
+        )
+        for name, g in GPUS.items()
+    ]
+
+
+@router.get(
+    "/compare/{comparison_id}",
+    response_model=ComparisonOut,
+    tags=["comparisons"],
+    responses={404: {"description": "no comparison with that id"}},
+)
+def get_comparison(repo: RepoDep, comparison_id: int) -> ComparisonOut:
+    """One A/B comparison as `tuner compare` recorded it: both configs, results and verdicts."""
+    row = repo.get_comparison(comparison_id)
+    if row is None:
+        raise not_found(
+            f"no comparison with id {comparison_id}",
+            "`tuner compare` records comparisons; its output names the id",
+        )
+    return ComparisonOut.of(row)

@@ -1,0 +1,116 @@
+"""GET /v1/recommendations: the best measured configuration for a model x GPU x workload."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.concurrency import run_in_threadpool
+
+from api import recommendations
+from api.deps import IndexDep
+from api.errors import ApiError, bad_request
+from api.index import StudySnapshot
+from api.schemas import RecommendationOut
+from tuner.domain import Objective, Slo
+from tuner.errors import EnvironmentProblem
+from tuner.scoring import parse_slo
+from tuner.vllm.version import parse_version
+
+router = APIRouter(prefix="/v1", tags=["recommendations"])
+
+_NOT_FOUND = {
+    "description": "nothing measured for that combination (the body names the nearest ones), "
+    "or nothing measured meets the SLO",
+}
+
+
+@router.get(
+    "/recommendations",
+    response_model=RecommendationOut,
+    responses={404: _NOT_FOUND, 422: {"description": "a parameter is invalid"}},
+)
+async def get_recommendation(
+    index: IndexDep,
+    model: Annotated[str, Query(min_length=1, description="catalog alias, e.g. ernie-0.3b")],
+    gpu: Annotated[str, Query(min_length=1, description="GPU profile (h200) or NVML name")],
+    workload: Annotated[str, Query(min_length=1, description="workload preset, e.g. chat")],
+    objective: Annotated[
+        Objective | None, Query(description="rank by this preset (default: the study's)")
+    ] = None,
+    slo: Annotated[
+        str | None, Query(description="only trials meeting it, e.g. ttft_p99=500ms,e2e_p99=10s")
+    ] = None,
+    vllm_version: Annotated[
+        str | None, Query(description="spell the flags for this vLLM (default: as measured)")
+    ] = None,
+    emulated: Annotated[
+        bool, Query(description="recommend from emulated results instead of real ones")
+    ] = False,
+) -> RecommendationOut:
+    """The best *measured* configuration: flags, a ready `vllm serve` line, metrics with 95 %
+    intervals, memory, vLLM's defaults from the same study, and provenance."""
+    query = recommendations.Query(
+        model=model,
+        gpu=gpu,
+        workload=workload,
+        objective=objective,
+        slo=_slo(slo),
+        vllm_version=_version(vllm_version),
+        emulated=emulated,
+    )
+    # async, with the database work in one threadpool hop: a sync endpoint would take a
+    # second hop for validating the response model (half the cost of a cached answer).
+    answer = await run_in_threadpool(
+        index.memo, ("recommendation", query), lambda snaps: _answer(snaps, query)
+    )
+    if isinstance(answer, _Refusal):
+        raise answer.error()
+    return answer
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """A remembered error answer; a fresh exception is raised each time (re-raising one
+    instance would grow its traceback with every request)."""
+
+    status: int
+    code: str
+    message: str
+    hint: str
+    extra: Mapping[str, Any]
+
+    def error(self) -> ApiError:
+        return ApiError(self.status, self.code, self.message, hint=self.hint, extra=self.extra)
+
+
+def _answer(
+    snapshots: list[StudySnapshot], query: recommendations.Query
+) -> RecommendationOut | _Refusal:
+    try:
+        return recommendations.recommend(snapshots, query)
+    except ApiError as exc:
+        return _Refusal(exc.status, exc.code, exc.message, exc.hint, exc.extra)
+
+
+def _slo(text: str | None) -> Slo | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_slo(text)
+    except ValueError as exc:
+        raise bad_request(f"query parameter slo: {exc}", "e.g. slo=ttft_p99=500ms") from None
+
+
+def _version(text: str | None) -> str | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        parse_version(text)
+    except EnvironmentProblem:
+        raise bad_request(
+            f"query parameter vllm_version: {text!r} is not a version", "e.g. vllm_version=0.12.0"
+        ) from None
+    return text.strip()

@@ -1,0 +1,204 @@
+"""Studies and their trials: list, detail, paginated trials, the Pareto front; queue a study."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Response
+
+from api import queue
+from api.deps import IndexDep, RepoDep, WriteAccess
+from api.errors import ApiError, not_found
+from api.index import StudyIndex, StudySnapshot
+from api.recommendations import study_objective, trial_score
+from api.schemas import (
+    ObjectiveOut,
+    ParetoOut,
+    StudyDetailOut,
+    StudyListOut,
+    StudyOut,
+    TrialDetailOut,
+    TrialOut,
+    TrialPageOut,
+    json_safe,
+)
+from tuner import scoring
+from tuner.db.repository import Repository
+from tuner.db.rows import StudyRow, TrialPhase, TrialRow
+from tuner.domain import TrialStatus
+from tuner.errors import UsageError
+
+router = APIRouter(prefix="/v1/studies", tags=["studies"])
+
+_NO_STUDY = {"description": "no study by that name"}
+MAX_PAGE = 1000
+
+
+def _study(repo: Repository, name: str) -> StudyRow:
+    row = repo.get_study(name)
+    if row is None:
+        raise not_found(f"no study named {name!r}", "GET /v1/studies lists the studies")
+    return row
+
+
+def _scorer(index: StudyIndex, study: StudyRow) -> Any:
+    snap = index.snapshot(study)
+    objective = study_objective(study)
+
+    def score(trial: TrialRow) -> float | None:
+        if snap is None or trial.status is not TrialStatus.COMPLETE or not trial.objective_values:
+            return None
+        return trial_score(snap, trial, objective)
+
+    return score
+
+
+@router.get("", response_model=StudyListOut)
+def list_studies(
+    index: IndexDep,
+    status: Annotated[str | None, Query(description="queued, running, finished, ...")] = None,
+    model: str | None = None,
+    gpu: str | None = None,
+    workload: str | None = None,
+) -> StudyListOut:
+    """All studies, newest first, with trial counts by status; optionally filtered."""
+    rows = [
+        s
+        for s in index.studies()
+        if (status is None or s.status == status)
+        and (model is None or s.model == model)
+        and (gpu is None or s.gpu == gpu.lower())
+        and (workload is None or s.workload == workload)
+    ]
+    return StudyListOut(total=len(rows), items=[StudyOut.of(s) for s in rows])
+
+
+@router.post(
+    "",
+    response_model=StudyDetailOut,
+    status_code=201,
+    dependencies=[WriteAccess],
+    responses={
+        401: {"description": "API key missing or wrong"},
+        403: {"description": "the server has no API key: writes are off"},
+        409: {"description": "a study with that name exists"},
+        422: {"description": "the spec is invalid (the message says why)"},
+    },
+)
+def queue_study(
+    repo: RepoDep,
+    response: Response,
+    body: Annotated[dict[str, Any], Body(examples=[queue.EXAMPLE])],
+) -> StudyDetailOut:
+    """Queue a study for a worker. The body is a spec file's structure as JSON (sections study,
+    workload, space, enqueue, runner); it is checked by the spec file's rules."""
+    try:
+        spec = queue.parse(body)
+    except UsageError as exc:  # SpecError included
+        raise ApiError(422, "invalid_spec", exc.message, hint=exc.hint) from None
+    name = spec.study_name()
+    if repo.get_study(name) is not None:
+        raise ApiError(
+            409,
+            "conflict",
+            f"a study named {name!r} already exists",
+            hint="pick another study.name",
+        )
+    try:
+        row = queue.queue(repo, spec)
+    except UsageError as exc:  # the name is valid (parse checked it): another writer took it
+        raise ApiError(409, "conflict", exc.message, hint=exc.hint) from None
+    response.headers["Location"] = f"/v1/studies/{row.name}"
+    return StudyDetailOut(**StudyOut.of(row).model_dump(), spec=json_safe(dict(row.spec)))
+
+
+@router.get("/{name}", response_model=StudyDetailOut, responses={404: _NO_STUDY})
+def get_study(repo: RepoDep, name: str) -> StudyDetailOut:
+    """One study with its spec and trial counts."""
+    row = _study(repo, name)
+    return StudyDetailOut(**StudyOut.of(row).model_dump(), spec=json_safe(dict(row.spec)))
+
+
+@router.get("/{name}/trials", response_model=TrialPageOut, responses={404: _NO_STUDY})
+def list_trials(
+    repo: RepoDep,
+    index: IndexDep,
+    name: str,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    state: Annotated[TrialStatus | None, Query(description="only trials in this state")] = None,
+    phase: Annotated[TrialPhase | None, Query(description="search or confirm")] = None,
+) -> TrialPageOut:
+    """A page of the study's trials by number, with the total count matching the filter."""
+    study = _study(repo, name)
+    rows = repo.list_trials(name, status=state, phase=phase, limit=limit, offset=offset)
+    if phase is None:
+        total = repo.count_trials(name, status=state)
+    else:  # count_trials has no phase filter; a study has at most a few hundred trials
+        total = len(repo.list_trials(name, status=state, phase=phase, limit=None))
+    score = _scorer(index, study)
+    return TrialPageOut(
+        study=name,
+        total=total,
+        limit=limit,
+        offset=offset,
+        items=[TrialOut.of(t, study, score(t)) for t in rows],
+    )
+
+
+@router.get("/{name}/trials/{number}", response_model=TrialDetailOut, responses={404: _NO_STUDY})
+def get_trial(repo: RepoDep, index: IndexDep, name: str, number: int) -> TrialDetailOut:
+    """One trial in full: windows, server facts, server metrics and the log tail."""
+    study = _study(repo, name)
+    trial = repo.get_trial(name, number)
+    if trial is None:
+        raise not_found(f"study {name!r} has no trial {number}", f"GET /v1/studies/{name}/trials")
+    base = TrialOut.of(trial, study, _scorer(index, study)(trial))
+    return TrialDetailOut(
+        **base.model_dump(),
+        log_tail=trial.log_tail,
+        windows=json_safe(list(trial.windows)),
+        server=None if trial.server is None else json_safe(trial.server),
+        server_metrics=json_safe(dict(trial.server_metrics)),
+    )
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """a is no worse than b on every objective and better on one (throughput up, rest down)."""
+    better_or_equal = a[0] >= b[0] and a[1] <= b[1] and a[2] <= b[2]
+    return better_or_equal and (a[0] > b[0] or a[1] < b[1] or a[2] < b[2])
+
+
+def pareto_front(snap: StudySnapshot) -> list[TrialRow]:
+    """The complete trials no other complete trial dominates, by trial number."""
+
+    def key(t: TrialRow) -> tuple[float, ...]:
+        thr, mem, p99 = t.objective_values or (0.0, math.inf, math.inf)
+        # NaN compares false both ways, which would make a trial undominatable: treat as worst.
+        return (
+            thr if math.isfinite(thr) else -math.inf,
+            mem if math.isfinite(mem) else math.inf,
+            p99 if math.isfinite(p99) else math.inf,
+        )
+
+    points = [(t, key(t)) for t in snap.trials]
+    return [t for t, v in points if not any(_dominates(w, v) for _, w in points)]
+
+
+@router.get("/{name}/pareto", response_model=ParetoOut, responses={404: _NO_STUDY})
+def get_pareto(repo: RepoDep, index: IndexDep, name: str) -> ParetoOut:
+    """Non-dominated complete trials: output tok/s up, memory down, P99 E2E latency down."""
+    study = _study(repo, name)
+    snap = index.snapshot(study)
+    if snap is None:
+        raise not_found(f"no study named {name!r}", "GET /v1/studies lists the studies")
+    objective = study_objective(study)
+    return ParetoOut(
+        study=name,
+        objectives=[
+            ObjectiveOut(name=n, direction=d)
+            for n, d in zip(scoring.OBJECTIVE_NAMES, scoring.DIRECTIONS, strict=True)
+        ],
+        trials=[TrialOut.of(t, study, trial_score(snap, t, objective)) for t in pareto_front(snap)],
+    )

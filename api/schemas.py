@@ -1,0 +1,302 @@
+"""Response models: the API's JSON shapes, built from the repository's frozen rows.
+
+They are not table models: the database layout can change without changing the API. Floats
+that are not finite (a latency with no samples is NaN) are sent as ``null``: JSON has no NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
+from tuner.domain import Estimate, to_jsonable
+
+
+def finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def json_safe(obj: Any) -> Any:
+    """Domain records as JSON values, with non-finite floats as None."""
+    value = to_jsonable(obj)
+    if isinstance(value, float):
+        return finite(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+class EstimateOut(BaseModel):
+    """A metric over the measurement windows: median and 95 % interval, and each window's value."""
+
+    median: float | None
+    low: float | None
+    high: float | None
+    values: list[float | None]
+
+    @classmethod
+    def of(cls, e: Estimate) -> EstimateOut:
+        return cls(
+            median=finite(e.median),
+            low=finite(e.low),
+            high=finite(e.high),
+            values=[finite(v) for v in e.values],
+        )
+
+
+def metrics_out(metrics: Mapping[str, Estimate]) -> dict[str, EstimateOut]:
+    return {name: EstimateOut.of(e) for name, e in metrics.items()}
+
+
+class ProvenanceOut(BaseModel):
+    gpu_name: str | None
+    gpu_uuid: str | None
+    driver_version: str | None
+    vllm_version: str | None
+    model: str | None
+    workload: str | None
+    emulated: bool
+    hostname: str | None
+
+    @classmethod
+    def of(cls, trial: TrialRow, study: StudyRow) -> ProvenanceOut:
+        return cls(
+            gpu_name=trial.gpu_name,
+            gpu_uuid=trial.gpu_uuid,
+            driver_version=trial.driver_version,
+            vllm_version=trial.vllm_version or study.vllm_version,
+            model=trial.model or study.model,
+            workload=trial.workload or study.workload,
+            emulated=bool(study.emulated or trial.emulated),
+            hostname=trial.hostname,
+        )
+
+
+class BaselineOut(BaseModel):
+    """vLLM's defaults as measured in the same study."""
+
+    trial: int
+    metrics: dict[str, EstimateOut]
+    memory_gib: float | None
+
+
+class ConfirmedOut(BaseModel):
+    """The confirmation phase's verdict: fresh launches interleaved with vLLM's defaults."""
+
+    verdict: str = Field(description="better, or no significant difference (run the defaults)")
+    label: str = Field(description="#N (the search trial) or defaults")
+    score: float | None = Field(description="confirmed score ratio to the defaults")
+    score_low: float | None
+    score_high: float | None
+    comparison_id: int | None = Field(description="GET /v1/compare/{id} for the details")
+    details: list[str]
+
+
+class RecommendationOut(BaseModel):
+    model: str
+    gpu: str
+    workload: str
+    objective: str
+    study: str
+    trial: int = Field(description="trial number within the study")
+    config: dict[str, Any] = Field(description="the knobs set; {} means vLLM's defaults")
+    flags: list[str]
+    env: dict[str, str] = Field(description="environment variables the flags need")
+    serve_command: str
+    vllm_version: str = Field(description="the vLLM version the flags are spelled for")
+    metrics: dict[str, EstimateOut]
+    memory_gib: float | None
+    score: float = Field(description="objective score; 1.0 = vLLM's defaults in that study")
+    baseline: BaselineOut | None
+    provenance: ProvenanceOut
+    feasible: bool = Field(description="meets the SLO (the request's, else the study's)")
+    is_baseline: bool
+    slo: dict[str, float]
+    confirmed: ConfirmedOut | None = Field(
+        default=None, description="the confirmation's verdict, when the study had one"
+    )
+
+
+class StudyOut(BaseModel):
+    name: str
+    status: str
+    model: str
+    model_source: str | None
+    gpu: str
+    workload: str
+    objective: str
+    slo: dict[str, Any]
+    emulated: bool
+    vllm_version: str | None
+    notes: str
+    n_trials_requested: int | None
+    n_trials: int
+    trial_counts: dict[str, int]
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, s: StudyRow) -> StudyOut:
+        return cls(
+            name=s.name,
+            status=str(s.status),
+            model=s.model,
+            model_source=s.model_source,
+            gpu=s.gpu,
+            workload=s.workload,
+            objective=s.objective,
+            slo=dict(s.slo),
+            emulated=s.emulated,
+            vllm_version=s.vllm_version,
+            notes=s.notes,
+            n_trials_requested=s.n_trials_requested,
+            n_trials=s.n_trials,
+            trial_counts={str(k): v for k, v in s.trial_counts.items()},
+            created_at=s.created_at,
+            updated_at=s.updated_at,
+        )
+
+
+class StudyDetailOut(StudyOut):
+    spec: dict[str, Any]
+
+
+class StudyListOut(BaseModel):
+    total: int
+    items: list[StudyOut]
+
+
+class TrialOut(BaseModel):
+    number: int
+    phase: str
+    is_baseline: bool
+    status: str
+    config: dict[str, Any]
+    config_label: str
+    failure: str | None
+    failure_detail: str
+    metrics: dict[str, EstimateOut]
+    memory_gib: float | None
+    score: float | None = Field(description="the study objective's score; 1.0 = the defaults")
+    objective_values: list[float | None] | None = Field(
+        description="[output tok/s, memory GiB, P99 E2E ms] as told to the sampler"
+    )
+    effective_backend: str | None
+    kv_cache_tokens: int | None
+    started_at: float | None
+    finished_at: float | None
+    provenance: ProvenanceOut | None
+
+    @classmethod
+    def of(cls, t: TrialRow, study: StudyRow, score: float | None) -> TrialOut:
+        values = list(t.objective_values) if t.objective_values else None
+        return cls(
+            number=t.number,
+            phase=str(t.phase),
+            is_baseline=t.is_baseline,
+            status=str(t.status),
+            config=t.config.to_dict(),
+            config_label=t.config_label,
+            failure=None if t.failure is None else str(t.failure),
+            failure_detail=t.failure_detail,
+            metrics=metrics_out(t.metrics),
+            memory_gib=finite(values[1]) if values and t.metrics else None,
+            score=None if score is None else finite(score),
+            objective_values=None if values is None else [finite(v) for v in values],
+            effective_backend=t.effective_backend,
+            kv_cache_tokens=t.kv_cache_tokens,
+            started_at=t.started_at,
+            finished_at=t.finished_at,
+            provenance=ProvenanceOut.of(t, study) if t.status.is_finished() else None,
+        )
+
+
+class TrialDetailOut(TrialOut):
+    log_tail: str
+    windows: list[dict[str, Any]]
+    server: dict[str, Any] | None
+    server_metrics: dict[str, float | None]
+
+
+class TrialPageOut(BaseModel):
+    study: str
+    total: int = Field(description="trials matching the filter, over all pages")
+    limit: int
+    offset: int
+    items: list[TrialOut]
+
+
+class ObjectiveOut(BaseModel):
+    name: str
+    direction: str
+
+
+class ParetoOut(BaseModel):
+    study: str
+    objectives: list[ObjectiveOut]
+    trials: list[TrialOut]
+
+
+class ComparisonOut(BaseModel):
+    id: int
+    created_at: float
+    model: str
+    gpu: str
+    workload: str
+    a_config: dict[str, Any]
+    b_config: dict[str, Any]
+    repeats: int
+    results: Any
+    verdicts: Any
+    provenance: dict[str, Any] | None
+    study_id: int | None
+
+    @classmethod
+    def of(cls, c: ComparisonRow) -> ComparisonOut:
+        return cls(
+            id=c.id,
+            created_at=c.created_at,
+            model=c.model,
+            gpu=c.gpu,
+            workload=c.workload,
+            a_config=c.a_config.to_dict(),
+            b_config=c.b_config.to_dict(),
+            repeats=c.repeats,
+            results=json_safe(c.results),
+            verdicts=json_safe(c.verdicts),
+            provenance=None if c.provenance is None else json_safe(c.provenance),
+            study_id=c.study_id,
+        )
+
+
+class ModelOut(BaseModel):
+    alias: str
+    hub_id: str
+    architecture: str
+    layers: int
+    parameters: int
+    max_model_len: int
+    weights_available: bool
+    notes: str
+
+
+class GpuOut(BaseModel):
+    name: str
+    display_name: str
+    memory_gib: float
+    compute_capability: str | None
+    attention_backends: list[str]
+    flash_attn_versions: list[int]
+    kv_cache_dtypes: list[str]
+
+
+class HealthOut(BaseModel):
+    status: str
+    version: str
+    studies: int

@@ -1,0 +1,47 @@
+"""What the API app is built from. The CLI reads the environment; the app never does."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tuner.db.repository import Repository
+
+DEFAULT_API_KEY_ENV = "TUNER_API_KEY"
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """Settings of one app instance.
+
+    ``storage`` is a database URL (the app opens it, creating tuner's tables in an empty
+    database) or a ready :class:`Repository` (used as is; tests pass one). ``api_key`` guards
+    every write; ``None`` refuses all writes, and ``api_key_env`` names the variable the
+    refusal tells the operator to set. ``cors_origins`` empty means no CORS headers at all.
+    """
+
+    storage: str | Repository
+    api_key: str | None = None
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    cors_origins: tuple[str, ...] = ()
+    title: str = "tuner"
+
+    @classmethod
+    def from_env(
+        cls,
+        storage: str | Repository,
+        *,
+        api_key_env: str = DEFAULT_API_KEY_ENV,
+        cors_origins: Sequence[str] = (),
+        environ: Mapping[str, str] | None = None,
+    ) -> ApiSettings:
+        """Settings with the API key read from ``environ[api_key_env]`` (blank means none)."""
+        env = os.environ if environ is None else environ
+        key = env.get(api_key_env, "").strip() or None
+        return cls(
+            storage=storage,
+            api_key=key,
+            api_key_env=api_key_env,
+            cors_origins=tuple(cors_origins),
+        )

@@ -1,0 +1,109 @@
+"""The database the dashboard tests browse: a real study through the fake server, an A/B
+comparison as ``tuner.compare`` records it, and a hostile study whose every free-text field is
+an XSS payload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.studykit import TINY_WORKLOAD, fake_server_runner, make_context, make_repo
+from tuner import scoring
+from tuner.compare import Arm, compare
+from tuner.db.repository import Repository
+from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
+from tuner.study import run_study
+from tuner.testing.fake_runner import FakeRunner
+
+STUDY = "chat-h100"
+SCRIPT_PAYLOAD = "<script>window.__xss=1</script>"
+IMG_PAYLOAD = '<img src=x onerror="window.__xss=2">'
+XSS_STUDY = f"{SCRIPT_PAYLOAD}{IMG_PAYLOAD}"
+XSS_NOTES = f"notes {IMG_PAYLOAD} & {SCRIPT_PAYLOAD}"
+
+
+@dataclass(frozen=True)
+class DashboardDb:
+    url: str
+    repo: Repository
+    comparison_id: int
+    xss_comparison_id: int
+
+
+def build(tmp: Path) -> DashboardDb:
+    url = f"sqlite:///{tmp / 'dashboards.db'}"
+    repo = make_repo(url)
+    ctx = make_context(
+        url,
+        name=STUDY,
+        trials=4,
+        # 0.97 does not fit on the fake server: one FAILED trial with a finding and a log tail.
+        enqueue=[{"gpu_memory_utilization": 0.97}, {"max_num_seqs": 4}],
+        choices={"gpu_memory_utilization": (0.5, 0.9, 0.97), "max_num_seqs": (4, 16, 64)},
+    )
+    run_study(ctx, fake_server_runner(tmp), repo)
+    return DashboardDb(
+        url=url,
+        repo=repo,
+        comparison_id=_comparison(repo, STUDY, "defaults", "max_num_seqs=16"),
+        xss_comparison_id=_xss_study(repo),
+    )
+
+
+def _comparison(repo: Repository, study: str | None, a_label: str, b_label: str) -> int:
+    """A/B of the defaults and max_num_seqs=16 over three in-process launches each."""
+    a = Arm(a_label, ServingConfig())
+    b = Arm(b_label, ServingConfig(max_num_seqs=16))
+    runs = [[FakeRunner(seed=i).run(arm.config, TINY_WORKLOAD) for i in range(3)] for arm in (a, b)]
+    c = compare(a, runs[0], b, runs[1])
+    prov = runs[0][0].provenance
+    row = repo.add_comparison(
+        model="tiny-ernie",
+        gpu=prov.gpu_name if prov else "",
+        workload=TINY_WORKLOAD.name,
+        a_config=a.config,
+        b_config=b.config,
+        repeats=3,
+        results=c.to_results(),
+        verdicts=c.to_verdicts(),
+        provenance=prov,
+        study_name=study,
+    )
+    return row.id
+
+
+def _xss_study(repo: Repository) -> int:
+    """A study and a comparison whose free text (name, notes, failure detail, log tail, arm
+    labels) is hostile markup; returns the comparison's id."""
+    repo.create_study(
+        name=XSS_STUDY,
+        optuna_study_name=XSS_STUDY,  # no Optuna study of this name: importances fall back
+        model="tiny-ernie",
+        model_source=None,
+        gpu="h100",
+        workload=TINY_WORKLOAD.name,
+        objective="balanced",
+        slo={},
+        spec={},
+        emulated=False,
+        vllm_version="0.32.0",
+        n_trials_requested=3,
+        notes=XSS_NOTES,
+    )
+    runner = FakeRunner()
+    configs = (ServingConfig(), ServingConfig(max_num_seqs=16))
+    for number, config in enumerate(configs):
+        result = runner.run(config, TINY_WORKLOAD)
+        trial_id = repo.start_trial(XSS_STUDY, number, config, is_baseline=number == 0)
+        values = scoring.objective_values(result, memory_ceiling_gib=80.0)
+        repo.finish_trial(trial_id, result, 1.0, values)
+    failed = TrialResult(
+        config=ServingConfig(max_num_seqs=64),
+        status=TrialStatus.FAILED,
+        failure=FailureClass.START_FAILED,
+        failure_detail=f"detail {SCRIPT_PAYLOAD}",
+        log_tail=f"log {IMG_PAYLOAD}\nTraceback </pre>{SCRIPT_PAYLOAD}",
+    )
+    trial_id = repo.start_trial(XSS_STUDY, 2, failed.config)
+    repo.finish_trial(trial_id, failed, None, None)
+    return _comparison(repo, XSS_STUDY, SCRIPT_PAYLOAD, IMG_PAYLOAD)

@@ -1,0 +1,143 @@
+"""Every dashboard page in headless Chromium over a database made by a real study: the charts
+render with the data the database holds, no JavaScript error, nothing loaded from elsewhere,
+and hostile text stays text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.browser.conftest import Probe, Served
+from tests.browser.dashdata import (
+    IMG_PAYLOAD,
+    SCRIPT_PAYLOAD,
+    STUDY,
+    XSS_NOTES,
+    XSS_STUDY,
+)
+from tuner.domain import TrialStatus
+
+_TRACES = """id => {
+    const gd = document.getElementById(id);
+    return (gd.data || []).map(t => ({type: t.type, x: (t.x || []).length, y: (t.y || []).length}));
+}"""
+
+
+def traces(page: Any, chart: str) -> list[dict[str, Any]]:
+    """The plotly traces drawn in ``#chart``, after checking that an SVG was drawn there."""
+    page.wait_for_selector(f"#{chart} .main-svg", timeout=10_000)
+    result: list[dict[str, Any]] = page.evaluate(_TRACES, chart)
+    return result
+
+
+def test_study_page_draws_every_chart_from_the_database(
+    probe: Probe, served: Served, screenshots: Path
+) -> None:
+    repo = served.db.repo
+    complete = repo.list_trials(STUDY, status=TrialStatus.COMPLETE, limit=None)
+    every = repo.list_trials(STUDY, limit=None)
+    windows = sum(len(t.windows) for t in complete)
+    assert len(complete) >= 2 and windows >= 2 * len(complete)
+
+    response = probe.goto(f"/ui/studies/{STUDY}")
+    assert response.status == 200
+    page = probe.page
+
+    history = traces(page, "chart-history")
+    assert [t["type"] for t in history] == ["scatter", "scatter"]
+    assert history[0]["x"] == history[0]["y"] == len(complete)
+
+    pareto = traces(page, "chart-pareto")
+    assert pareto[0]["x"] == len(complete)
+    assert 1 <= pareto[1]["x"] <= len(complete)  # the front: non-dominated points only
+
+    importance = traces(page, "chart-importance")
+    assert importance[0]["type"] == "bar"
+    params = page.evaluate("() => document.getElementById('chart-importance').data[0].y")
+    assert params and set(params) <= {"gpu_memory_utilization", "max_num_seqs"}
+    assert "PED-ANOVA" in page.inner_text("#chart-importance + .note")
+
+    for chart in ("chart-ttft", "chart-e2e"):
+        boxes = traces(page, chart)
+        assert [t["type"] for t in boxes] == ["box", "box"]
+        assert boxes[0]["y"] == boxes[1]["y"] == windows  # every window of every trial
+
+    rows = page.locator("#trials-table tbody tr")
+    assert rows.count() == len(every)
+    assert page.locator("#trials-table .badge.finding").first.inner_text() == "memory_exceeded"
+    provenance = page.text_content(".provenance") or ""
+    for fact in ("tiny-ernie", "h100", "0.32.0", "smoke", "windows per trial"):
+        assert fact in provenance
+    page.screenshot(path=str(screenshots / "study.png"), full_page=True)
+    probe.assert_clean()
+
+
+def test_overview_links_the_best_configuration_to_its_study(
+    probe: Probe, served: Served, screenshots: Path
+) -> None:
+    assert probe.goto("/ui/").status == 200
+    page = probe.page
+    best = page.locator("#best-table tbody tr")
+    assert best.count() == 2  # the real study and the hostile one
+    row = best.filter(has_text="smoke").filter(has=page.locator(f'a:text-is("{STUDY}")'))
+    assert row.count() == 1
+    page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
+    row.locator(f'a:text-is("{STUDY}")').click()
+    page.wait_for_load_state("load")
+    assert page.inner_text("#study-name") == STUDY
+    probe.assert_clean()
+
+
+def test_compare_page_draws_one_ratio_per_metric(
+    probe: Probe, served: Served, screenshots: Path
+) -> None:
+    row = served.db.repo.get_comparison(served.db.comparison_id)
+    assert row is not None
+    with_ratio = [m for m in row.results["metrics"] if m["ratio"] is not None]
+    assert probe.goto(f"/ui/compare/{row.id}").status == 200
+    page = probe.page
+    (ratio,) = traces(page, "chart-ratio")
+    assert ratio["x"] == ratio["y"] == len(with_ratio) >= 5
+    assert page.locator("#metrics-table tbody tr").count() == len(row.results["metrics"])
+    assert page.inner_text("#overall") == row.verdicts["overall"]
+    assert page.inner_text("#b-label") == "max_num_seqs=16"
+    page.screenshot(path=str(screenshots / "compare.png"), full_page=True)
+    probe.assert_clean()
+
+
+@pytest.mark.parametrize("page_of", ["study", "overview", "compare"])
+def test_hostile_text_is_shown_literally_and_never_runs(
+    probe: Probe, served: Served, screenshots: Path, page_of: str
+) -> None:
+    path = {
+        "study": f"/ui/studies/{quote(XSS_STUDY, safe='')}",
+        "overview": "/ui/",
+        "compare": f"/ui/compare/{served.db.xss_comparison_id}",
+    }[page_of]
+    assert probe.goto(path).status == 200
+    page = probe.page
+    if page_of == "study":
+        traces(page, "chart-history")
+        assert page.inner_text("#study-name") == XSS_STUDY
+        assert page.inner_text("#study-notes") == XSS_NOTES
+        failure = page.locator("#trials-table td.failure").nth(2)
+        assert SCRIPT_PAYLOAD in (failure.locator(".detail").text_content() or "")
+        assert IMG_PAYLOAD in (failure.locator("pre.log").text_content() or "")
+        page.screenshot(path=str(screenshots / "xss-study.png"), full_page=True)
+    elif page_of == "overview":
+        assert XSS_NOTES in page.inner_text("#studies-table")
+        links = page.locator("#studies-table a")
+        assert links.all_inner_texts().count(XSS_STUDY) == 1
+        links.get_by_text(XSS_STUDY, exact=True).click()  # its link, percent-encoded, works
+        page.wait_for_load_state("load")
+        assert page.inner_text("#study-name") == XSS_STUDY
+    else:
+        traces(page, "chart-ratio")
+        assert page.inner_text("#a-label") == SCRIPT_PAYLOAD
+        assert page.inner_text("#b-label") == IMG_PAYLOAD
+    assert page.evaluate("() => window.__xss") is None
+    assert page.locator("img").count() == 0  # the payload's <img> never became an element
+    probe.assert_clean()

@@ -1,0 +1,131 @@
+"""The dashboard pages over HTTP without a browser (always run): status codes, escaping in the
+HTML itself, the script-safe JSON, the assets, and Optuna's importances of a real study."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from api.dashboards import mount_static, router
+from api.dashboards.render import script_json
+from tests.studykit import make_context, make_repo
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
+from tuner.domain import Objective
+from tuner.errors import UsageError
+from tuner.importance import param_importances
+from tuner.study import run_study
+from tuner.testing.fake_runner import FakeRunner
+
+HOSTILE = "<script>alert(1)</script>&<img src=x onerror=alert(2)>"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Repository]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('http') / 'db.sqlite'}"
+    repo = make_repo(url)
+    ctx = make_context(url, name="s1", trials=6, enqueue=[{"gpu_memory_utilization": 0.95}])
+    run_study(ctx, FakeRunner(max_utilization=0.9), repo)
+    ctx = make_context(url, name=HOSTILE, trials=1)
+    run_study(ctx, FakeRunner(), repo)
+    return url, repo
+
+
+def _app(repo: Repository, storage_url: str | None) -> FastAPI:
+    # The contract the API's create_app fulfils: the repository (and the URL) on app.state.
+    app = FastAPI()
+    app.state.repo = repo
+    app.state.storage_url = storage_url
+    app.include_router(router)
+    mount_static(app)
+    return app
+
+
+@pytest.fixture()
+def client(db: tuple[str, Repository]) -> Iterator[TestClient]:
+    with TestClient(_app(db[1], db[0])) as c:
+        yield c
+
+
+def test_script_json_cannot_close_its_script_block_and_reads_back() -> None:
+    value = {"name": "</script><script>alert(1)</script>", "x": float("nan"), "s": "a&b\u2028"}
+    text = script_json(value)
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == {**value, "x": None}
+
+
+def test_pages_answer_and_unknown_things_are_404_pages(client: TestClient) -> None:
+    for path in ("/ui/", "/ui/studies/s1", f"/ui/studies/{quote(HOSTILE, safe='')}"):
+        r = client.get(path)
+        assert r.status_code == 200, path
+        assert r.headers["content-type"].startswith("text/html")
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+    missing = client.get("/ui/studies/nope")
+    assert missing.status_code == 404 and "no study named" in missing.text
+    assert "overview lists the studies" in missing.text
+    assert client.get("/ui/compare/99").status_code == 404
+
+
+def test_hostile_study_name_is_escaped_in_the_html(client: TestClient) -> None:
+    html = client.get(f"/ui/studies/{quote(HOSTILE, safe='')}").text
+    assert HOSTILE not in html and "<img" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&amp;&lt;img src=x onerror=alert(2)&gt;" in html
+    overview = client.get("/ui/").text
+    assert HOSTILE not in overview
+    assert f'href="/ui/studies/{quote(HOSTILE, safe="")}"' in overview
+
+
+def test_study_page_embeds_chart_data_with_optuna_importances(client: TestClient) -> None:
+    html = client.get("/ui/studies/s1").text
+    start = html.index('<script type="application/json" id="chart-data">')
+    block = html[html.index(">", start) + 1 : html.index("</script>", start)]
+    charts = json.loads(block)
+    assert set(charts) == {"history", "pareto", "importance", "ttft", "e2e"}
+    assert charts["history"]["numbers"][0] == 0 and charts["history"]["scores"][0] == 1.0
+    assert set(charts["importance"]["params"]) <= {"gpu_memory_utilization", "max_num_seqs"}
+    assert "PED-ANOVA" in html
+    assert "memory_exceeded" in html
+
+
+def test_without_a_storage_url_importances_fall_back(db: tuple[str, Repository]) -> None:
+    with TestClient(_app(db[1], None)) as c:
+        html = c.get("/ui/studies/s1").text
+    assert "PED-ANOVA" not in html and "fallback" in html
+
+
+def test_assets_are_served_locally(client: TestClient) -> None:
+    js = client.get("/ui/vendor/plotly.min.js")
+    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+    assert len(js.content) > 1_000_000 and b"plotly" in js.content[:2000].lower()
+    assert client.get("/ui/static/charts.js").status_code == 200
+    assert client.get("/ui/static/dashboard.css").status_code == 200
+    for path in ("/ui/", "/ui/studies/s1"):
+        assert "http://" not in client.get(path).text.replace("http://127", "")
+        assert "https://" not in client.get(path).text
+
+
+def test_unreadable_database_is_a_503_page_with_a_hint(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")  # never migrated
+    try:
+        with TestClient(_app(Repository(engine), None)) as c:
+            r = c.get("/ui/")
+    finally:
+        engine.dispose()
+    assert r.status_code == 503 and "storage unavailable" in r.text
+
+
+def test_param_importances_of_a_real_study(db: tuple[str, Repository]) -> None:
+    url, _ = db
+    imp = param_importances(url, "s1", objective=Objective.THROUGHPUT)
+    assert imp and set(imp) <= {"gpu_memory_utilization", "max_num_seqs"}
+    assert sum(imp.values()) == pytest.approx(1.0)
+    assert list(imp.values()) == sorted(imp.values(), reverse=True)
+    with pytest.raises(UsageError, match="no Optuna study named 'nope'"):
+        param_importances(url, "nope")
+    assert param_importances(url, HOSTILE) == {}  # one measured trial: nothing to compare

@@ -1,0 +1,271 @@
+"""The read endpoints over a database that real studies produced through the fake vLLM server:
+recommendations (flags, serve line, intervals, provenance, respelling, SLO, not-found with
+suggestions, emulated kept apart, confirmation verdicts), studies, trials, Pareto, catalog."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import ApiSettings
+from tests.studykit import TINY_WORKLOAD, fake_server_runner, make_context, make_repo
+from tuner.catalog.gpus import get_gpu
+from tuner.db.repository import Repository
+from tuner.domain import ServingConfig
+from tuner.space import SearchSpace
+from tuner.study import StudyContext, run_study
+from tuner.testing.fake_runner import FakeRunner
+
+CHAT = TINY_WORKLOAD.replace(name="chat")
+REAL = "/v1/recommendations?model=tiny-ernie&gpu=h100&workload=chat"
+
+
+def _with_fixed_backend(ctx: StudyContext) -> StudyContext:
+    """Every trial (the baseline too) holds FLASH_ATTN, so every recommendation has a flag
+    whose spelling depends on the vLLM version."""
+    fixed = {"attention_backend": "FLASH_ATTN"}
+    spec = dataclasses.replace(ctx.spec, fixed=fixed)
+    space = SearchSpace(
+        ctx.model, ctx.gpu, ctx.workload, params=spec.params, choices=spec.choices, fixed=fixed
+    )
+    return dataclasses.replace(ctx, spec=spec, space=space)
+
+
+@dataclasses.dataclass(frozen=True)
+class Db:
+    url: str
+    repo: Repository
+    comparison_id: int
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Db:
+    tmp = tmp_path_factory.mktemp("api")
+    url = f"sqlite:///{tmp / 'tuner.db'}"
+    repo = make_repo(url)
+    runner = fake_server_runner(tmp)
+    # Two real studies of tiny-ernie on h100 through the fake server (about 8 s together).
+    chat = _with_fixed_backend(make_context(url, trials=3, name="chat-a", workload=CHAT))
+    run_study(chat, runner, repo)
+    run_study(make_context(url, trials=2, name="smoke-b"), runner, repo)
+    # Emulated studies (in-process fake runner): one on the same combination, which must never
+    # leak into real answers, and one on h200 only, with a confirmation phase.
+    emu = make_context(url, trials=4, name="emu-h100", workload=CHAT)
+    run_study(dataclasses.replace(emu, emulated=True), FakeRunner(), repo)
+    h200 = make_context(url, trials=4, name="emu-h200", workload=CHAT, confirm_launches=2)
+    h200 = dataclasses.replace(h200, gpu=get_gpu("h200"), emulated=True)
+    run_study(h200, FakeRunner(), repo)
+    comparison = repo.add_comparison(
+        model="tiny-ernie",
+        gpu="h100",
+        workload="chat",
+        a_config=ServingConfig(),
+        b_config=ServingConfig(max_num_seqs=64),
+        repeats=3,
+        results={"kind": "ab", "metrics": [{"metric": "output_throughput", "ratio": 1.1}]},
+        verdicts={"overall": "better"},
+        study_name="chat-a",
+    )
+    return Db(url=url, repo=repo, comparison_id=comparison.id)
+
+
+@pytest.fixture(scope="module")
+def client(db: Db) -> Iterator[TestClient]:
+    with TestClient(create_app(ApiSettings(storage=db.url))) as c:
+        yield c
+
+
+def _get(client: TestClient, url: str, status: int = 200) -> Any:
+    r = client.get(url)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    return r.json()
+
+
+def test_recommendation_found_with_flags_serve_line_intervals_and_provenance(
+    client: TestClient, db: Db
+) -> None:
+    rec = _get(client, REAL)
+    assert (rec["model"], rec["gpu"], rec["workload"]) == ("tiny-ernie", "h100", "chat")
+    assert rec["study"] == "chat-a" and rec["objective"] == "balanced"
+    trial = db.repo.get_trial("chat-a", rec["trial"])
+    assert trial is not None and trial.status.value == "complete"
+    assert rec["config"] == trial.config.to_dict()
+    assert rec["config"]["attention_backend"] == "FLASH_ATTN"
+    assert rec["vllm_version"] == "0.32.0" and rec["env"] == {}
+    assert rec["flags"][rec["flags"].index("--attention-backend") + 1] == "FLASH_ATTN"
+    assert rec["serve_command"].startswith("vllm serve baidu/ERNIE-4.5-0.3B-PT")
+    assert " ".join(rec["flags"]) in rec["serve_command"]
+    # tiny-ernie has no published weights: the ready line keeps random weights.
+    assert "--load-format dummy" in rec["serve_command"]
+    for name in ("output_throughput", "e2e_p99_ms", "ttft_p99_ms"):
+        e = rec["metrics"][name]
+        assert e["low"] <= e["median"] <= e["high"]
+        assert len(e["values"]) == TINY_WORKLOAD.windows
+        assert e["median"] == pytest.approx(trial.metrics[name].median)
+    assert rec["memory_gib"] == pytest.approx(trial.objective_values[1])
+    assert rec["score"] > 0 and rec["feasible"] is True
+    assert rec["baseline"]["trial"] == 0 and "output_throughput" in rec["baseline"]["metrics"]
+    prov = rec["provenance"]
+    assert prov["gpu_name"] == "test host" and prov["vllm_version"] == "0.32.0"
+    assert prov["emulated"] is False and prov["model"] == "tiny-ernie"
+    assert prov["workload"] == "chat" and prov["hostname"]
+    assert rec["confirmed"] is None
+
+
+def test_flags_are_respelled_for_an_older_vllm(client: TestClient) -> None:
+    rec = _get(client, REAL + "&vllm_version=0.12.0")
+    assert rec["vllm_version"] == "0.12.0"
+    assert "--attention-backend" not in rec["flags"]
+    assert rec["env"] == {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}
+    assert rec["serve_command"].startswith("VLLM_ATTENTION_BACKEND=FLASH_ATTN vllm serve ")
+    assert rec["provenance"]["vllm_version"] == "0.32.0"  # still what it was measured with
+
+
+def test_slo_keeps_only_trials_that_meet_it(client: TestClient) -> None:
+    page = _get(client, "/v1/studies/chat-a/trials?state=complete&phase=search")
+    p99 = sorted((t["metrics"]["e2e_p99_ms"]["median"], t["number"]) for t in page["items"])
+    assert len(p99) >= 2 and p99[0][0] < p99[1][0]
+    limit = (p99[0][0] + p99[1][0]) / 2  # only the fastest trial meets it
+    rec = _get(client, REAL + f"&slo=e2e_p99={limit}ms")
+    assert rec["trial"] == p99[0][1]
+    assert rec["metrics"]["e2e_p99_ms"]["median"] <= limit
+    assert rec["slo"] == {"e2e_p99_ms": pytest.approx(limit)}
+
+    err = _get(client, REAL + "&slo=e2e_p99=0.001ms", 404)
+    assert "none meets the SLO" in err["message"] and err["closest"]["study"] == "chat-a"
+
+
+def test_objective_rescores_and_bad_parameters_are_422(client: TestClient) -> None:
+    rec = _get(client, REAL + "&objective=throughput")
+    assert rec["objective"] == "throughput"
+    page = _get(client, "/v1/studies/chat-a/trials?state=complete&phase=search")
+    best = max(page["items"], key=lambda t: t["metrics"]["output_throughput"]["median"])
+    assert rec["trial"] == best["number"]
+    for bad in ("&objective=fastest", "&slo=ttft=fast", "&vllm_version=banana", "&emulated=2"):
+        err = _get(client, REAL + bad, 422)
+        assert err["error"] == "invalid" and err["message"]
+
+
+def test_not_found_names_the_nearest_measured_combinations(client: TestClient) -> None:
+    err = _get(client, "/v1/recommendations?model=tiny-ernie&gpu=a100-80g&workload=chat", 404)
+    assert err["error"] == "not_found"
+    assert "tiny-ernie" in err["message"] and "a100-80g" in err["message"]
+    nearest = [(n["model"], n["gpu"], n["workload"]) for n in err["nearest"]]
+    assert nearest[0] == ("tiny-ernie", "h100", "chat")  # same model and workload, other GPU
+    assert ("tiny-ernie", "h100", "smoke") in nearest
+    assert all(n["gpu"] != "h200" for n in err["nearest"])  # emulated ones only when asked
+    assert _get(client, err["nearest"][0]["url"])["study"] == "chat-a"
+
+    err = _get(client, "/v1/recommendations?model=tiny-ernie&gpu=h100&workload=rag", 404)
+    assert [n["workload"] for n in err["nearest"][:2]] == ["chat", "smoke"]  # same model+GPU
+
+
+def test_emulated_results_never_mix_with_real_ones(client: TestClient) -> None:
+    assert _get(client, REAL)["study"] == "chat-a"
+    emu = _get(client, REAL + "&emulated=true")
+    assert emu["study"] == "emu-h100" and emu["provenance"]["emulated"] is True
+
+    only_emulated = "/v1/recommendations?model=tiny-ernie&gpu=h200&workload=chat"
+    err = _get(client, only_emulated, 404)
+    assert "emulated=true" in err["hint"]
+    rec = _get(client, only_emulated + "&emulated=true")
+    assert rec["study"] == "emu-h200"
+    # That study ended with a confirmation: its verdict picks the trial.
+    assert rec["confirmed"] is not None
+    expected = 0 if rec["confirmed"]["label"] == "defaults" else int(rec["confirmed"]["label"][1:])
+    assert rec["trial"] == expected
+
+
+def test_studies_list_and_detail(client: TestClient) -> None:
+    listing = _get(client, "/v1/studies")
+    names = [s["name"] for s in listing["items"]]
+    assert listing["total"] == 4 and set(names) == {"chat-a", "smoke-b", "emu-h100", "emu-h200"}
+    assert names[0] == "emu-h200"  # newest first
+    assert _get(client, "/v1/studies?workload=smoke")["total"] == 1
+    detail = _get(client, "/v1/studies/chat-a")
+    assert detail["status"] == "finished" and detail["n_trials"] == 3
+    assert detail["trial_counts"]["complete"] + detail["trial_counts"]["failed"] >= 1
+    assert detail["spec"]["fixed"] == {"attention_backend": "FLASH_ATTN"}
+    err = _get(client, "/v1/studies/nope", 404)
+    assert "nope" in err["message"]
+
+
+def test_trials_are_paginated_with_a_total_and_filtered_by_state(client: TestClient) -> None:
+    first = _get(client, "/v1/studies/chat-a/trials?limit=2&offset=0")
+    assert first["total"] == 3 and first["limit"] == 2 and first["offset"] == 0
+    assert [t["number"] for t in first["items"]] == [0, 1]
+    rest = _get(client, "/v1/studies/chat-a/trials?limit=2&offset=2")
+    assert [t["number"] for t in rest["items"]] == [2] and rest["total"] == 3
+    assert _get(client, "/v1/studies/chat-a/trials?offset=10")["items"] == []
+    complete = _get(client, "/v1/studies/chat-a/trials?state=complete")
+    assert complete["total"] == len(complete["items"]) >= 1
+    assert all(t["status"] == "complete" for t in complete["items"])
+    baseline = complete["items"][0]
+    assert baseline["is_baseline"] and baseline["score"] == pytest.approx(1.0)
+    assert _get(client, "/v1/studies/chat-a/trials?state=running")["total"] == 0
+    err = _get(client, "/v1/studies/chat-a/trials?state=exploded", 422)
+    assert "state" in err["message"]
+    err = _get(client, "/v1/studies/chat-a/trials?limit=0", 422)
+    assert "limit" in err["message"]
+    one = _get(client, "/v1/studies/chat-a/trials/0")
+    assert one["number"] == 0 and len(one["windows"]) == TINY_WORKLOAD.windows
+    _get(client, "/v1/studies/chat-a/trials/99", 404)
+
+
+def _dominates(a: list[float], b: list[float]) -> bool:
+    no_worse = a[0] >= b[0] and a[1] <= b[1] and a[2] <= b[2]
+    return no_worse and (a[0] > b[0] or a[1] < b[1] or a[2] < b[2])
+
+
+def test_pareto_front_is_exactly_the_non_dominated_complete_trials(client: TestClient) -> None:
+    for study in ("chat-a", "emu-h100"):
+        front = _get(client, f"/v1/studies/{study}/pareto")
+        assert [o["direction"] for o in front["objectives"]] == ["maximize", "minimize", "minimize"]
+        page = _get(client, f"/v1/studies/{study}/trials?state=complete&phase=search")
+        values = {t["number"]: t["objective_values"] for t in page["items"]}
+        on_front = {t["number"] for t in front["trials"]}
+        assert on_front and on_front <= set(values)
+        for n, v in values.items():
+            dominated = any(_dominates(w, v) for m, w in values.items() if m != n)
+            assert (n in on_front) is not dominated
+
+
+def test_comparison_models_gpus_and_health(client: TestClient, db: Db) -> None:
+    comparison = _get(client, f"/v1/compare/{db.comparison_id}")
+    assert comparison["b_config"] == {"max_num_seqs": 64} and comparison["a_config"] == {}
+    assert comparison["verdicts"] == {"overall": "better"}
+    assert "no comparison" in _get(client, "/v1/compare/999", 404)["message"]
+    models = {m["alias"]: m for m in _get(client, "/v1/models")}
+    assert models["tiny-ernie"]["weights_available"] is False and models["ernie-0.3b"]["layers"]
+    gpus = {g["name"]: g for g in _get(client, "/v1/gpus")}
+    assert gpus["h100"]["compute_capability"] == "9.0" and gpus["cpu"]["compute_capability"] is None
+    assert "FLASH_ATTN" in gpus["h200"]["attention_backends"]
+    health = _get(client, "/healthz")
+    assert health["status"] == "ok" and health["studies"] == 4
+
+
+def test_cached_rankings_follow_new_trials(tmp_path: Path) -> None:
+    """A study that grows after a first answer is re-read, not served from the cache."""
+    url = f"sqlite:///{tmp_path / 'grow.db'}"
+    repo = make_repo(url)
+    run_study(make_context(url, trials=1, name="grow", workload=CHAT), FakeRunner(), repo)
+    with TestClient(create_app(ApiSettings(storage=repo))) as c:
+        assert _get(c, REAL)["trial"] == 0
+        assert [t["number"] for t in _get(c, "/v1/studies/grow/pareto")["trials"]] == [0]
+        # A new trial twice as fast on the same memory: it must win at once.
+        base = repo.get_trial("grow", 0)
+        assert base is not None and base.objective_values is not None
+        better = dataclasses.replace(base.to_result(), config=ServingConfig(max_num_seqs=64))
+        thr, mem, p99 = base.objective_values
+        repo.finish_trial(
+            repo.start_trial("grow", 1, better.config), better, None, [2 * thr, mem, p99 / 2]
+        )
+        assert _get(c, REAL)["trial"] == 1
+        assert [t["number"] for t in _get(c, "/v1/studies/grow/pareto")["trials"]] == [1]

@@ -1,0 +1,113 @@
+"""POST /v1/studies: the API key rules (403 without a configured key, 401 without or with a
+wrong one) and the spec checks (422 with a message naming the problem), then the queued row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import ApiSettings
+from tests.studykit import make_repo
+from tuner.db.repository import Repository
+
+KEY = "s3cret-key"
+SPEC: dict[str, Any] = {
+    "study": {
+        "name": "queued-1",
+        "model": "tiny-ernie",
+        "gpu": "h100",
+        "workload": "chat",
+        "objective": "latency",
+        "trials": 8,
+        "slo": "ttft_p99=500ms",
+    },
+    "space": {"params": ["max_num_seqs"], "choices": {"max_num_seqs": [16, 64]}},
+}
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Repository:
+    return make_repo(f"sqlite:///{tmp_path / 'w.db'}")
+
+
+def _client(repo: Repository, key: str | None) -> TestClient:
+    return TestClient(create_app(ApiSettings(storage=repo, api_key=key, api_key_env="MY_KEY")))
+
+
+def test_writes_are_refused_when_no_key_is_configured(repo: Repository) -> None:
+    r = _client(repo, None).post("/v1/studies", json=SPEC, headers={"X-API-Key": "anything"})
+    assert r.status_code == 403
+    assert r.json()["error"] == "writes_disabled" and "MY_KEY" in r.json()["hint"]
+    assert repo.list_studies() == []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"X-API-Key": "wrong"}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}],
+)
+def test_missing_or_wrong_key_is_401(repo: Repository, headers: dict[str, str]) -> None:
+    r = _client(repo, KEY).post("/v1/studies", json=SPEC, headers=headers)
+    assert r.status_code == 401, r.text
+    assert r.json()["message"] in ("this endpoint needs an API key", "wrong API key")
+    assert r.headers["www-authenticate"] == "Bearer"
+    assert repo.list_studies() == []
+
+
+@pytest.mark.parametrize("headers", [{"X-API-Key": KEY}, {"Authorization": f"Bearer {KEY}"}])
+def test_a_study_is_queued_with_the_key(repo: Repository, headers: dict[str, str]) -> None:
+    client = _client(repo, KEY)
+    r = client.post("/v1/studies", json=SPEC, headers=headers)
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["name"] == "queued-1" and body["status"] == "queued"
+    assert body["objective"] == "latency" and body["slo"] == {"ttft_p99_ms": 500.0}
+    assert body["spec"]["choices"] == {"max_num_seqs": [16, 64]}
+    assert r.headers["location"] == "/v1/studies/queued-1"
+    row = repo.get_study("queued-1")
+    assert row is not None and row.status == "queued" and row.n_trials_requested == 8
+    assert client.get("/v1/studies?status=queued").json()["total"] == 1
+    again = client.post("/v1/studies", json=SPEC, headers=headers)
+    assert again.status_code == 409 and "already exists" in again.json()["message"]
+
+
+def _with(section: str, **changes: Any) -> dict[str, Any]:
+    return {**SPEC, section: {**SPEC.get(section, {}), **changes}}
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (_with("study", model="no-such-model"), "unknown model"),
+        (_with("study", gpu="tpu9"), "unknown GPU profile"),
+        (_with("study", workload="bowling"), "unknown workload"),
+        (_with("study", objective="fastest"), "unknown objective"),
+        (_with("study", slo="ttft=fast"), "bad SLO item"),
+        (_with("study", trials=0), "trials must be at least 1"),
+        (_with("study", model="/etc"), "local path"),
+        (_with("study", workload="trace:/etc/passwd"), "trace workloads"),
+        (_with("space", params=["warp_speed"]), "unknown serving knob"),
+        ({**SPEC, "telemetry": {}}, "unknown section"),
+        ({"model": "tiny-ernie"}, "needs a 'study' object"),
+    ],
+)
+def test_bad_specs_are_422_with_a_message(repo: Repository, body: Any, words: str) -> None:
+    r = _client(repo, KEY).post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "invalid_spec" and words in r.json()["message"]
+    assert repo.list_studies() == []
+
+
+def test_a_body_that_is_not_an_object_is_422(repo: Repository) -> None:
+    client = _client(repo, KEY)
+    for content in (b"[1, 2]", b"{not json"):
+        r = client.post(
+            "/v1/studies",
+            content=content,
+            headers={"X-API-Key": KEY, "Content-Type": "application/json"},
+        )
+        assert r.status_code == 422 and r.json()["error"] == "invalid"
+        assert "request body" in r.json()["message"]

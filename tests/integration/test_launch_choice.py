@@ -1,0 +1,251 @@
+"""Which configuration ``tuner launch`` serves and how it spells it: the local store's choice
+across studies, workloads and objectives; the tuner API's answer (a scripted transport for
+the failure cases, the real API app on a socket for the contract); the command it builds."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.test_launch_cli import E2E_CONFIG, insert_measured_study
+from tuner.catalog.materialize import tokenizer_dir
+from tuner.domain import Objective, ServingConfig
+from tuner.errors import EnvironmentProblem, UsageError
+from tuner.launch import Measured, best_local, model_source, plan
+from tuner.launch_api import best_remote
+from tuner.vllm.ports import free_port
+
+LEAN = ServingConfig(gpu_memory_utilization=0.5, enforce_eager=True)  # less memory, slower
+
+
+def test_local_choice_follows_objective_workload_and_skips_emulation(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    repo = insert_measured_study(url, [ServingConfig(), LEAN], name="smoke-study")
+    insert_measured_study(url, [ServingConfig(), E2E_CONFIG], name="chat", workload="chat")
+    insert_measured_study(url, [E2E_CONFIG], name="emu", workload="rag", emulated=True)
+
+    fast = best_local(repo, "tiny-ernie", "cpu", workload="smoke", objective=Objective.THROUGHPUT)
+    assert (fast.study, fast.trial, fast.is_baseline, fast.flags) == ("smoke-study", 0, True, ())
+    lean = best_local(repo, "tiny-ernie", "cpu", workload="smoke", objective=Objective.MEMORY)
+    assert (lean.trial, lean.config, lean.objective) == (1, LEAN, "memory")
+    assert lean.flags == ("--gpu-memory-utilization", "0.5", "--enforce-eager")
+    assert lean.metrics["output_throughput"].low <= lean.metrics["output_throughput"].high
+    assert lean.gpu == "cpu: test host" and lean.vllm_version == "0.32.0"
+
+    chat = best_local(repo, "tiny-ernie", "cpu", workload="chat")
+    assert chat.study == "chat" and chat.workload == "chat"
+    with pytest.raises(UsageError) as caught:
+        best_local(repo, "tiny-ernie", "cpu", workload="rag")  # measured only in emulation
+    assert "nothing measured" in caught.value.message and "(emulated)" in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def measured(config: ServingConfig, version: str = "0.32.0") -> Measured:
+    from tuner.vllm import argv
+
+    flags = argv.render_flags(config, version)
+    return Measured(
+        model="tiny-ernie",
+        study="s",
+        trial=3,
+        flags=flags.args,
+        env=flags.env,
+        vllm_version=version,
+        gpu="NVIDIA H200",
+        workload="chat",
+        objective="balanced",
+        source="test",
+        config=config,
+        extra_args=("--seed", "1"),
+    )
+
+
+def test_plan_keeps_the_flags_or_respells_them_for_another_vllm(tmp_path: Path) -> None:
+    config = ServingConfig(attention_backend="FLASH_ATTN", max_num_seqs=64)
+    same = plan(
+        measured(config),
+        python="/v/python",
+        vllm_version="0.32.1",
+        host="0.0.0.0",
+        port=9000,
+        home=tmp_path,
+    )
+    assert same.env == {} and same.notes[0].startswith("vLLM 0.32.1 will serve")
+    assert same.command[:3] == ("/v/python", "-m", "vllm.entrypoints.openai.api_server")
+    assert same.command[-6:] == (
+        "--seed",
+        "1",
+        "--max-num-seqs",
+        "64",
+        "--attention-backend",
+        "FLASH_ATTN",
+    )
+    assert same.shell().startswith("/v/python -m vllm.entrypoints.openai.api_server --model ")
+
+    old = plan(
+        measured(config),
+        python="/v/python",
+        vllm_version="0.12.0",
+        host="127.0.0.1",
+        port=9000,
+        home=tmp_path,
+    )
+    assert old.env == {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}
+    assert "--attention-backend" not in old.command
+    assert old.shell().startswith("VLLM_ATTENTION_BACKEND=FLASH_ATTN /v/python ")
+    assert any("spelled for vLLM 0.12.0" in n for n in old.notes)
+
+
+def test_model_source_random_weights_only_where_there_are_none(tmp_path: Path) -> None:
+    path, load, tokenizer = model_source("tiny-ernie", tmp_path, dummy_weights=False)
+    assert load == "dummy" and Path(path).parent == tmp_path / "models"
+    assert tokenizer == str(tokenizer_dir(Path(path))) and (Path(path) / "config.json").is_file()
+    assert model_source("ernie-0.3b", tmp_path, dummy_weights=False) == (
+        "baidu/ERNIE-4.5-0.3B-PT",
+        None,
+        None,
+    )
+    assert model_source("ernie-0.3b", tmp_path, dummy_weights=True)[1] == "dummy"
+    local = tmp_path / "my-model"
+    local.mkdir()
+    (local / "config.json").write_text(json.dumps({"architectures": ["X"]}))
+    assert model_source(str(local), tmp_path, dummy_weights=False) == (str(local), None, None)
+
+
+# -- the API -----------------------------------------------------------------------------------
+
+
+def scripted(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.MockTransport:
+    return httpx.MockTransport(handler)
+
+
+RECOMMENDATION = {
+    "model": "tiny-ernie",
+    "gpu": "h200",
+    "workload": "chat",
+    "objective": "throughput",
+    "study": "ernie-h200",
+    "trial": 7,
+    "config": {"max_num_seqs": 128},
+    "flags": ["--max-num-seqs", "128"],
+    "env": {},
+    "serve_command": "vllm serve ...",
+    "vllm_version": "0.26.0",
+    "metrics": {
+        "output_throughput": {"median": 1000.0, "low": 900.0, "high": 1100.0, "values": [1.0]},
+        "e2e_p99_ms": {"median": None, "low": None, "high": None, "values": [None]},
+    },
+    "provenance": {"gpu_name": "NVIDIA H200", "vllm_version": "0.26.0", "workload": "chat"},
+    "is_baseline": False,
+}
+
+
+def test_api_answer_becomes_the_measured_configuration() -> None:
+    asked: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        return httpx.Response(200, json=RECOMMENDATION)
+
+    got = best_remote(
+        "http://api.test/",
+        "tiny-ernie",
+        "h200",
+        workload="chat",
+        objective=Objective.THROUGHPUT,
+        transport=scripted(handler),
+    )
+    assert asked[0].url.path == "/v1/recommendations"
+    assert dict(asked[0].url.params) == {
+        "model": "tiny-ernie",
+        "gpu": "h200",
+        "workload": "chat",
+        "objective": "throughput",
+    }
+    assert (got.study, got.trial, got.flags, got.vllm_version) == (
+        "ernie-h200",
+        7,
+        ("--max-num-seqs", "128"),
+        "0.26.0",
+    )
+    assert got.config == ServingConfig(max_num_seqs=128) and got.gpu == "NVIDIA H200"
+    assert set(got.metrics) == {"output_throughput"}  # a metric sent as null is left out
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error", "words"),
+    [
+        (
+            404,
+            {"message": "nothing real was measured", "hint": "run a study"},
+            UsageError,
+            "nothing real",
+        ),
+        (500, {"message": "boom"}, EnvironmentProblem, "HTTP 500: boom"),
+        (200, {"flags": "--max-num-seqs 8"}, EnvironmentProblem, "cannot read"),
+        (200, ["not", "an", "object"], EnvironmentProblem, "HTTP 200"),
+    ],
+)
+def test_api_failures_say_what_happened(
+    status: int, body: object, error: type[Exception], words: str
+) -> None:
+    transport = scripted(lambda _r: httpx.Response(status, json=body))
+    with pytest.raises(error) as caught:
+        best_remote("http://api.test", "m", "h200", workload="chat", transport=transport)
+    assert words in str(caught.value)
+
+
+def test_api_unreachable_or_without_workload() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(EnvironmentProblem, match="cannot reach the tuner API"):
+        best_remote("http://api.test", "m", "h200", workload="chat", transport=scripted(refuse))
+    with pytest.raises(UsageError, match="--api needs --workload"):
+        best_remote("http://api.test", "m", "h200", workload=None)
+
+
+@pytest.fixture
+def api_server(tmp_path: Path) -> Iterator[str]:
+    """The real API app over a measured study, served by uvicorn in a thread."""
+    app_module = pytest.importorskip("api.app")
+    import uvicorn
+
+    from api.settings import ApiSettings
+
+    repo = insert_measured_study(f"sqlite:///{tmp_path / 'api.db'}", [ServingConfig(), LEAN])
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app_module.create_app(ApiSettings(storage=repo)),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the API did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_the_real_api_answers_what_launch_reads(api_server: str) -> None:
+    got = best_remote(api_server, "tiny-ernie", "cpu", workload="smoke", objective=Objective.MEMORY)
+    assert (got.study, got.trial, got.config) == ("measured", 1, LEAN)
+    assert got.flags == ("--gpu-memory-utilization", "0.5", "--enforce-eager")
+    assert got.vllm_version == "0.32.0" and "output_throughput" in got.metrics
+    with pytest.raises(UsageError, match="nothing measured"):
+        best_remote(api_server, "tiny-ernie", "h200", workload="smoke")

@@ -1,0 +1,118 @@
+"""tuner.report.compare: an A/B comparison row as the compare page shows it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tuner.compare import Arm, compare
+from tuner.db.rows import ComparisonRow
+from tuner.domain import Provenance, ServingConfig, Workload
+from tuner.report import comparison_report
+from tuner.testing.fake_runner import FakeRunner
+
+WORKLOAD = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_window=8)
+
+
+def _row(results: Any, verdicts: Any, provenance: Provenance | None = None) -> ComparisonRow:
+    return ComparisonRow(
+        id=7,
+        created_at=0.0,
+        model="m",
+        gpu="h200",
+        workload="chat",
+        a_config=ServingConfig(),
+        b_config=ServingConfig(max_num_seqs=64),
+        repeats=3,
+        results=results,
+        verdicts=verdicts,
+        provenance=provenance,
+        study_id=None,
+    )
+
+
+def test_reads_what_tuner_compare_records() -> None:
+    a, b = Arm("defaults", ServingConfig()), Arm("big", ServingConfig(max_num_seqs=64))
+    runs = [[FakeRunner(seed=i).run(arm.config, WORKLOAD) for i in range(3)] for arm in (a, b)]
+    c = compare(a, runs[0], b, runs[1])
+    # Through JSON, as the database hands it back.
+    results, verdicts = json.loads(json.dumps(c.to_results())), c.to_verdicts()
+    report = comparison_report(_row(results, verdicts))
+    assert (report.a_label, report.b_label) == ("defaults", "big")
+    assert report.confidence == 0.95 and report.launches == {"a": 3, "b": 3}
+    assert report.overall == verdicts["overall"]
+    assert report.metrics[0].metric == "output_throughput"
+    assert {m.metric for m in report.metrics} == {m.metric for m in c.metrics}
+    thr = next(m for m in report.metrics if m.metric == "output_throughput")
+    source = c.metric("output_throughput")
+    assert thr.ratio is not None and thr.ratio.median == pytest.approx(source.ratio)
+    assert (thr.ratio.low, thr.ratio.high) == pytest.approx((source.low, source.high))
+    assert thr.a is not None and thr.a.values == pytest.approx(source.a_values)
+    assert thr.verdict == source.verdict and thr.unit == "tok/s" and thr.higher_is_better
+    assert report.unparsed == ""  # everything had a place on the page
+
+
+def test_plain_map_shape_gets_a_conservative_ratio_interval() -> None:
+    results = {
+        "a": {"output_throughput": {"median": 100, "low": 90, "high": 110, "values": [90, 110]}},
+        "b": {"output_throughput": {"median": 120, "low": 115, "high": 125}},
+        "ratio": {"e2e_p99_ms": {"median": 0.9, "low": 0.8, "high": 1.0}},
+    }
+    verdicts = {"output_throughput": {"verdict": "better"}, "e2e_p99_ms": "worse"}
+    report = comparison_report(_row(results, verdicts))
+    thr, e2e = report.metrics
+    assert thr.ratio is not None
+    assert thr.ratio.median == pytest.approx(1.2)
+    assert (thr.ratio.low, thr.ratio.high) == pytest.approx((115 / 110, 125 / 90))
+    assert thr.verdict == "better" and thr.tone == "good"
+    assert e2e.ratio is not None and e2e.ratio.low == 0.8 and e2e.a is None
+    assert e2e.tone == "bad" and not e2e.higher_is_better
+
+
+def test_sides_without_an_interval_give_a_ratio_of_medians_only() -> None:
+    results = {"a": {"x_metric": {"median": 2.0}}, "b": {"x_metric": {"median": "nan"}}}
+    (x,) = comparison_report(_row(results, {})).metrics
+    assert x.b is None and x.ratio is None and x.label == "x_metric" and x.unit == ""
+    results = {"a": {"goodput": {"median": 2.0}}, "b": {"goodput": {"median": 3.0}}}
+    (g,) = comparison_report(_row(results, {})).metrics
+    assert g.ratio is not None and g.ratio.median == 1.5 and g.ratio.low is None
+
+
+def test_unexpected_json_is_kept_as_text_and_verdict_text_is_free() -> None:
+    results = {"a": {}, "notes": "<b>hand-written</b>", "kind": "confirmation"}
+    verdicts = {"overall": "<script>x</script>", "something_else": "odd"}
+    report = comparison_report(_row(results, verdicts))
+    assert report.metrics == () and report.overall == "<script>x</script>"
+    assert report.overall_tone == ""  # a CSS class is only ever a fixed word
+    assert json.loads(report.unparsed) == {
+        "notes": "<b>hand-written</b>",
+        "verdicts": {"something_else": "odd"},
+    }
+    assert report.provenance["kind"] == "confirmation"
+    listed = comparison_report(_row([1, 2], "no"))
+    assert json.loads(listed.unparsed) == {"results": [1, 2], "verdicts": "no"}
+
+
+def test_provenance_prefers_the_recorded_measurement() -> None:
+    prov = Provenance(
+        gpu_name="NVIDIA H200",
+        gpu_uuid=None,
+        driver_version="570.1",
+        vllm_version="0.32.0",
+        model="m",
+        workload="chat",
+        hostname="gpu-box",
+    )
+    report = comparison_report(_row({}, {}, prov))
+    assert report.provenance == {
+        "model": "m",
+        "GPU": "NVIDIA H200",
+        "vLLM": "0.32.0",
+        "workload": "chat",
+        "launches per arm": "3",
+        "driver": "570.1",
+        "host": "gpu-box",
+    }
+    assert comparison_report(_row({}, {})).provenance["GPU"] == "h200"

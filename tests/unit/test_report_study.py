@@ -1,0 +1,243 @@
+"""tuner.report.study and .overview: the numbers the study page and the overview draw."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from tuner.db.rows import StudyRow, StudyStatus, TrialPhase, TrialRow
+from tuner.domain import (
+    Estimate,
+    FailureClass,
+    LatencyStats,
+    MemoryUsage,
+    ServingConfig,
+    TrialStatus,
+    WindowMetrics,
+)
+from tuner.report import fallback_importances, overview, study_report
+from tuner.report.study import distribution, history, pareto, trial_lines
+
+GIB = 1024**3
+DEFAULTS = ServingConfig()
+NAN = float("nan")
+
+
+def _study(name: str = "s", objective: str = "throughput", **kw: Any) -> StudyRow:
+    fields: dict[str, Any] = dict(
+        id=1,
+        name=name,
+        optuna_study_name=name,
+        created_at=0.0,
+        updated_at=0.0,
+        status=StudyStatus.FINISHED,
+        model="m",
+        model_source=None,
+        gpu="h100",
+        workload="chat",
+        objective=objective,
+        slo={},
+        spec={},
+        emulated=False,
+        vllm_version="0.32.0",
+        notes="",
+        n_trials_requested=4,
+    )
+    fields.update(kw)
+    return StudyRow(**fields)
+
+
+def _lat(p50: float, p99: float) -> LatencyStats:
+    return LatencyStats(count=8, mean=p50, p50=p50, p90=p99, p99=p99, max=p99)
+
+
+def _window(ttft: tuple[float, float], e2e: tuple[float, float]) -> WindowMetrics:
+    return WindowMetrics(
+        duration_s=1.0,
+        requests_ok=8,
+        requests_failed=0,
+        prompt_tokens=80,
+        output_tokens=80,
+        request_throughput=8.0,
+        output_throughput=80.0,
+        total_throughput=160.0,
+        ttft_ms=_lat(*ttft),
+        itl_ms=_lat(1.0, 2.0),
+        e2e_ms=_lat(*e2e),
+    )
+
+
+def _est(v: float) -> Estimate:
+    return Estimate(median=v, low=v * 0.9, high=v * 1.1, values=(v, v, v))
+
+
+def _trial(
+    number: int,
+    thr: float | None = None,
+    p99: float = 100.0,
+    mem_gib: float = 10.0,
+    config: ServingConfig = DEFAULTS,
+    *,
+    failure: FailureClass | None = None,
+    windows: tuple[WindowMetrics, ...] = (),
+    gpu: bool = True,
+    **kw: Any,
+) -> TrialRow:
+    complete = thr is not None
+    metrics = (
+        {
+            "output_throughput": _est(thr),
+            "ttft_p99_ms": _est(p99 / 2),
+            "e2e_p99_ms": _est(p99),
+            "itl_p99_ms": _est(5.0),
+            "error_rate": _est(0.0),
+        }
+        if thr is not None
+        else {}
+    )
+    mem = int(mem_gib * GIB)
+    fields: dict[str, Any] = dict(
+        id=number + 1,
+        study_name="s",
+        number=number,
+        phase=TrialPhase.SEARCH,
+        is_baseline=number == 0,
+        config=config,
+        config_label=config.label(),
+        status=TrialStatus.COMPLETE if complete else TrialStatus.FAILED,
+        failure=None if complete else (failure or FailureClass.MEMORY_EXCEEDED),
+        failure_detail="" if complete else "does not fit",
+        log_tail="",
+        metrics=metrics,
+        windows=windows,
+        memory=MemoryUsage(gpu_peak_bytes={"GPU-1": mem})
+        if gpu
+        else MemoryUsage(host_peak_rss_bytes=mem),
+        server=None,
+        server_metrics={},
+        provenance=None,
+        score=123.0,  # stored scores are not used: they depend on when the baseline finished
+        objective_values=(thr, mem_gib, p99) if complete else None,
+        started_at=100.0,
+        finished_at=160.0,
+        gpu_name="NVIDIA H100" if complete else None,
+        vllm_version="0.32.0" if complete else None,
+    )
+    fields.update(kw)
+    return TrialRow(**fields)
+
+
+def test_scores_are_relative_to_the_baseline_and_failures_have_none() -> None:
+    trials = [_trial(0, 100.0), _trial(1), _trial(2, 150.0)]
+    lines = trial_lines(_study(objective="throughput"), trials)
+    assert [t.score for t in lines] == [pytest.approx(1.0), None, pytest.approx(1.5)]
+    assert lines[1].failure == "memory_exceeded" and lines[1].failure_is_finding
+    assert lines[1].throughput is None and lines[1].memory_gib is None
+    assert lines[2].duration_s == 60.0 and lines[2].memory_gib == pytest.approx(10.0)
+
+
+def test_history_best_so_far_counts_only_trials_that_meet_the_slo() -> None:
+    study = _study(objective="throughput", slo={"e2e_p99_ms": 150.0})
+    trials = [_trial(0, 100.0), _trial(1, 300.0, p99=200.0), _trial(2), _trial(3, 120.0)]
+    h = history(trial_lines(study, trials))
+    assert h.numbers == (0, 1, 3)  # the failed trial has no score
+    assert h.feasible == (True, False, True)
+    assert h.best_so_far == pytest.approx((1.0, 1.0, 1.2))
+    report = study_report(study, trials)
+    assert report.best is not None and report.best.number == 3  # feasible beats a higher score
+
+
+def test_pareto_front_keeps_the_non_dominated_trials() -> None:
+    trials = [
+        _trial(0, 100.0, p99=100.0),
+        _trial(1, 200.0, p99=150.0),  # faster but slower tail: on the front
+        _trial(2, 90.0, p99=120.0),  # worse on both than trial 0
+        _trial(3),
+    ]
+    points = pareto(trial_lines(_study(), trials))
+    assert {p.number: p.on_front for p in points} == {0: True, 1: True, 2: False}
+    assert points[1].memory_gib == pytest.approx(10.0)
+
+
+def test_distribution_collects_every_window_and_drops_missing_percentiles() -> None:
+    w = (_window((10, 20), (100, 200)), _window((NAN, NAN), (110, 210)))
+    trials = [_trial(1, 100.0, windows=w), _trial(0, 100.0, windows=w[:1]), _trial(2)]
+    ttft, e2e = distribution("ttft", trials), distribution("e2e", trials)
+    assert ttft.numbers == (0, 1) and ttft.p50 == ((10,), (10,)) and ttft.p99 == ((20,), (20,))
+    assert e2e.p50 == ((100,), (100, 110)) and e2e.p99 == ((200,), (200, 210))
+
+
+def test_fallback_importances_credit_the_knob_that_explains_the_score() -> None:
+    few, many = ServingConfig(max_num_seqs=8), ServingConfig(max_num_seqs=64)
+    trials = [
+        _trial(0, 100.0),
+        _trial(1, 50.0, config=few),
+        _trial(2, 52.0, config=few.replace(enforce_eager=True)),
+        _trial(3, 200.0, config=many.replace(enforce_eager=True)),
+    ]
+    imp = fallback_importances(trial_lines(_study(), trials))
+    assert list(imp) == ["max_num_seqs", "enforce_eager"]
+    assert sum(imp.values()) == pytest.approx(1.0) and imp["max_num_seqs"] > 0.8
+    assert fallback_importances(trial_lines(_study(), trials[:1])) == {}
+    constant = [_trial(0, 100.0), _trial(1, 100.0, config=few)]
+    assert fallback_importances(trial_lines(_study(), constant)) == {}
+
+
+def test_study_report_prefers_given_importances_and_says_which_method() -> None:
+    trials = [_trial(0, 100.0), _trial(1, 150.0, config=ServingConfig(max_num_seqs=8))]
+    given = study_report(_study(), trials, {"max_num_seqs": 1.0})
+    assert given.importances.values == {"max_num_seqs": 1.0}
+    assert "PED-ANOVA" in given.importances.method
+    fallback = study_report(_study(), trials, {})
+    assert fallback.importances.values == {"max_num_seqs": pytest.approx(1.0)}
+    assert "fallback" in fallback.importances.method
+    assert study_report(_study(), trials[:1]).importances.method == ""
+
+
+def test_provenance_and_memory_label_come_from_what_was_measured() -> None:
+    w = (_window((1, 2), (3, 4)),) * 3
+    trials = [_trial(0, 100.0, windows=w, gpu=False, hostname="box"), _trial(1)]
+    report = study_report(_study(emulated=True), trials)
+    assert report.provenance == {
+        "model": "m",
+        "GPU": "h100, NVIDIA H100",
+        "vLLM": "0.32.0",
+        "workload": "chat",
+        "windows per trial": "3",
+        "objective": "throughput",
+        "SLO": "none",
+        "host": "box",
+        "emulated": "yes",
+    }
+    assert report.memory_label == "host RSS"
+    assert study_report(_study(), [_trial(0, 1.0)]).memory_label == "GPU memory"
+
+
+def test_overview_keeps_the_best_study_per_model_gpu_and_workload() -> None:
+    a, b, c = _study("a"), _study("b"), _study("c", workload="rag")
+    trials = {
+        "a": [_trial(0, 100.0), _trial(1, 120.0, config=ServingConfig(max_num_seqs=8))],
+        "b": [_trial(0, 100.0), _trial(1, 180.0, config=ServingConfig(max_num_seqs=64))],
+        "c": [_trial(0)],  # nothing measured: not in the overview
+    }
+    (entry,) = overview([a, b, c], trials)
+    assert (entry.model, entry.gpu, entry.workload) == ("m", "NVIDIA H100", "chat")
+    assert entry.study == "b" and entry.trial.number == 1
+    assert entry.trial.score == pytest.approx(1.8)
+    assert entry.other_studies == ("a",) and entry.vllm_version == "0.32.0"
+
+
+def test_no_nan_reaches_the_report() -> None:
+    trials = [_trial(0, 100.0, p99=NAN)]
+    (line,) = trial_lines(_study(), trials)
+    assert line.e2e_p99_ms is None and line.ttft_p99_ms is None
+    assert line.score is not None and not math.isnan(line.score)
+
+
+def test_a_row_missing_slo_metrics_has_unknown_feasibility() -> None:
+    row = _trial(1, 100.0)
+    row = TrialRow(**{**vars(row), "metrics": {"output_throughput": _est(100.0)}})
+    (line,) = trial_lines(_study(slo={"ttft_p99_ms": 10.0}), [row])
+    assert line.feasible is None and line.score is not None

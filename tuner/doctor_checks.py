@@ -1,0 +1,112 @@
+"""The checks of ``tuner doctor`` that need no vLLM: tuner's storage and the ports trials use.
+
+Both only look: the storage check never creates a database or migrates one, and the port
+check releases every port it binds.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.errors import EnvironmentProblem, StorageError
+
+LAUNCH_PORT = 8000  # `tuner launch`'s default port, like vLLM's
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that stops a study, and what to do about it."""
+
+    what: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class StorageFacts:
+    url: str
+    revision: str | None
+    head: str | None
+    problem: Problem | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PortFacts:
+    host: str
+    checked: tuple[int, ...]
+    range: tuple[int, int] | None
+    launch_port_free: bool
+    error: str | None = None
+
+
+def gather_storage(url: str) -> StorageFacts:
+    """The schema revision of tuner's tables at ``url``; never creates a database."""
+    from tuner.db.migrate import current_revision, ensure_current, head_revision
+    from tuner.db.session import safe_url
+
+    where = safe_url(url)
+    try:
+        head = head_revision()
+    except StorageError as exc:
+        return StorageFacts(where, None, None, problem=Problem(exc.message, exc.hint))
+    if _missing_sqlite_file(url):
+        return StorageFacts(where, None, head, note="does not exist yet: `tuner run` creates it")
+    revision = None
+    try:
+        revision = current_revision(url)
+        if revision is None:
+            return StorageFacts(
+                where, None, head, note="no tuner tables yet: `tuner run` adds them"
+            )
+        ensure_current(url)
+    except StorageError as exc:
+        return StorageFacts(where, revision, head, problem=Problem(exc.message, exc.hint))
+    return StorageFacts(where, revision, head)
+
+
+def _missing_sqlite_file(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False  # current_revision reports the malformed URL
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return False
+    return not database.startswith("file:") and not Path(database).expanduser().exists()
+
+
+def _port_range() -> tuple[int, int] | None:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
+
+
+def _bind(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, port))
+
+
+def gather_ports(host: str = "127.0.0.1", count: int = 3) -> PortFacts:
+    """Take ``count`` ports the way trials do (:func:`free_port`) and bind each of them."""
+    from tuner.vllm.ports import free_port, port_is_open
+
+    checked: list[int] = []
+    error = None
+    try:
+        for _ in range(count):
+            port = free_port(host)
+            _bind(host, port)
+            checked.append(port)
+    except EnvironmentProblem as exc:
+        error = exc.message
+    except OSError as exc:
+        error = f"cannot bind a port on {host}: {exc}"
+    launch_free = not port_is_open(host, LAUNCH_PORT)
+    return PortFacts(host, tuple(checked), _port_range(), launch_free, error)
