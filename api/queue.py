@@ -21,8 +21,10 @@ from tuner.errors import UsageError
 from tuner.load.workloads import TRACE_PREFIX
 from tuner.scoring import format_slo
 from tuner.space import SearchSpace
-from tuner.spec import StudySpec
-from tuner.spec import _from_mapping as spec_from_mapping  # the spec file's own rules
+from tuner.spec import (
+    StudySpec,
+    spec_from_mapping,  # the spec file's own rules
+)
 
 WHERE = "request body"
 NAME_MAX = 255  # the column's width

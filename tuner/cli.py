@@ -409,6 +409,36 @@ def launch(
         raise typer.Exit(code)
 
 
+@app.command()
+def worker(
+    storage: StorageOpt = None,
+    once: Annotated[bool, typer.Option(help="Stop when no study is queued.")] = False,
+    poll: Annotated[float, typer.Option(min=0.1, help="Seconds between queue checks.")] = 10.0,
+    vllm_python: Annotated[
+        str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
+    ] = None,
+) -> None:
+    """Run studies queued through the API (POST /v1/studies), one after another."""
+    from tuner.db.migrate import ensure_ready
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+    from tuner.progress import ConsoleReporter
+    from tuner.worker import run_worker
+
+    url = _storage(storage)
+    ensure_ready(url, auto_upgrade=True)
+    taken = run_worker(
+        Repository(make_engine(url)),
+        url,
+        once=once,
+        poll_s=poll,
+        vllm_python=vllm_python,
+        say=out.print,
+        reporter_factory=lambda: ConsoleReporter(out),
+    )
+    out.print(f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken")
+
+
 _INTERRUPTED = 130
 
 

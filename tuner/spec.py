@@ -115,6 +115,19 @@ class StudySpec:
             given["objective"] = parse_objective(str(given["objective"]), where="--objective")
         return dataclasses.replace(self, **given)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StudySpec:
+        """The inverse of :meth:`to_dict` (a spec stored with a queued study)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["objective"] = Objective(kwargs.get("objective", Objective.BALANCED.value))
+        for key in ("params", "extra_args", "enqueue"):
+            if kwargs.get(key) is not None:
+                kwargs[key] = tuple(kwargs[key])
+        if "choices" in kwargs:
+            kwargs["choices"] = {k: tuple(v) for k, v in kwargs["choices"].items()}
+        return cls(**kwargs)
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["objective"] = self.objective.value
@@ -136,10 +149,15 @@ def load_spec(path: str | Path) -> StudySpec:
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
         raise SpecError(f"not valid TOML: {exc}", path=str(p), line=line) from None
-    return _from_mapping(data, text, str(p))
+    return spec_from_mapping(data, text, str(p))
 
 
-def _from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
+def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
+    """Validate parsed spec data (a TOML file's, or JSON posted to the API) into a StudySpec.
+
+    ``text`` is the source text used to find line numbers for errors ("" when there is none).
+    """
+
     def fail(
         msg: str, key: str | None = None, hint: str = "", section: str | None = None
     ) -> SpecError:

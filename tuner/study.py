@@ -119,40 +119,45 @@ def run_study(
     *,
     resume: bool = False,
     reporter: Reporter | None = None,
+    claimed: bool = False,
 ) -> list[Ranked]:
     """Run (or resume) the study until ``ctx.spec.trials`` trials have finished.
 
     Returns every finished trial ranked best first. Raises UsageError when the study exists and
-    ``resume`` is false, or when resuming a study that does not exist.
+    ``resume`` is false, or when resuming a study that does not exist. ``claimed``: the study
+    row was queued (``POST /v1/studies``) and taken by this worker; its Optuna study is created now.
     """
     report = reporter or SilentReporter()
     existing = repo.get_study(ctx.name)
-    if existing is not None and not resume:
+    if claimed and existing is None:
+        raise UsageError(f"no queued study named {ctx.name!r}", hint="run `tuner studies`")
+    if existing is not None and not resume and not claimed:
         raise UsageError(
             f"study {ctx.name!r} already exists ({existing.status})",
             hint="add --resume to continue it, or pick another --study name",
         )
     if existing is None and resume:
         raise UsageError(f"no study named {ctx.name!r} to resume", hint="run `tuner studies`")
-    if existing is None:
-        repo.create_study(
-            name=ctx.name,
-            optuna_study_name=ctx.name,
-            model=ctx.model.alias,
-            model_source=ctx.serve_model,
-            gpu=ctx.gpu.name,
-            workload=ctx.workload.name,
-            objective=ctx.spec.objective.value,
-            slo=scoring_slo_dict(ctx.slo),
-            spec=ctx.spec.to_dict(),
-            emulated=ctx.emulated,
-            vllm_version=ctx.vllm_version,
-            n_trials_requested=ctx.spec.trials,
-        )
+    if existing is None or claimed:
+        if existing is None:
+            repo.create_study(
+                name=ctx.name,
+                optuna_study_name=ctx.name,
+                model=ctx.model.alias,
+                model_source=ctx.serve_model,
+                gpu=ctx.gpu.name,
+                workload=ctx.workload.name,
+                objective=ctx.spec.objective.value,
+                slo=scoring_slo_dict(ctx.slo),
+                spec=ctx.spec.to_dict(),
+                emulated=ctx.emulated,
+                vllm_version=ctx.vllm_version,
+                n_trials_requested=ctx.spec.trials,
+            )
         study = open_optuna_study(ctx, create=True)
         study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})
         for item in ctx.spec.enqueue:
-            study.enqueue_trial(ctx.space.params_for(ServingConfig.from_dict(item)))
+            study.enqueue_trial(ctx.space.params_for(ctx.space.config_from(item)))
     else:
         study = open_optuna_study(ctx, create=False)
         repo.mark_running_as_interrupted(ctx.name)
@@ -200,7 +205,7 @@ def _loop(
             repo.finish_trial(trial_id, interrupted, None, None)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
-        _record(ctx, study, trial, trial_id, result, repo)
+        _record(ctx, study, trial, trial_id, result, repo, baseline)
         report.trial_finished(trial.number, result, _best(repo, ctx))
 
 
@@ -264,13 +269,15 @@ def _record(
     trial_id: int,
     result: TrialResult,
     repo: Repository,
+    baseline: bool,
 ) -> None:
     ceiling = ctx.gpu.memory_gib if not ctx.gpu.is_cpu else 1024.0
     values = scoring.objective_values(result, memory_ceiling_gib=ceiling)
     constraints = scoring.constraint_values(result, ctx.slo)
     measured = result.status is TrialStatus.COMPLETE
     finding = result.failure is not None and result.failure.is_finding
-    reference = _baseline_values(repo, ctx.name)
+    # The baseline is its own reference (score 1.0): it is measured before any other trial.
+    reference = _baseline_values(repo, ctx.name) or (values if baseline else None)
     score = scoring.score_values(values, ctx.spec.objective, reference) if measured else None
     repo.finish_trial(trial_id, result, score, values if measured or finding else None)
     trial.set_user_attr("tuner_status", result.status.value)

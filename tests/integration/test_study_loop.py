@@ -33,6 +33,7 @@ def test_baseline_first_findings_recorded_and_dominated_configs_never_launched(d
     assert rows[0].config == ctx.space.baseline() == ServingConfig()
     assert runner.calls[0] == ServingConfig()
     assert rows[0].status is TrialStatus.COMPLETE
+    assert rows[0].score == pytest.approx(1.0), "the baseline is its own reference"
     check_complete(rows[0].to_result())
 
     # The enqueued config does not fit: a finding, with its class and the log tail.

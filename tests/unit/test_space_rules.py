@@ -160,6 +160,15 @@ def test_memory_exceeded_dominates_equal_or_higher_utilization() -> None:
     assert not dominated(ServingConfig(gpu_memory_utilization=0.9), ServingConfig(), mem)
 
 
+def test_memory_exceeded_with_one_backend_leaves_the_others_alone() -> None:
+    # Seen on the H200: FLEX_ATTENTION ran out of memory at 0.95, TRITON_ATTN served there.
+    mem = FailureClass.MEMORY_EXCEEDED
+    flex = ServingConfig(attention_backend="FLEX_ATTENTION", gpu_memory_utilization=0.95)
+    triton = ServingConfig(attention_backend="TRITON_ATTN", gpu_memory_utilization=0.95)
+    assert not dominated(triton, flex, mem)
+    assert dominated(flex.replace(max_num_seqs=64), flex, mem)
+
+
 def test_kv_cache_insufficient_dominates_longer_or_tighter_configs() -> None:
     kv = FailureClass.KV_CACHE_INSUFFICIENT
     failed = ServingConfig(max_model_len=4096, gpu_memory_utilization=0.5)

@@ -205,7 +205,9 @@ def dominated_by(
 ) -> ServingConfig | None:
     """The earliest failed config that makes ``config`` hopeless, or None.
 
-    MEMORY_EXCEEDED at utilization u: any config asking for u or more. KV_CACHE_INSUFFICIENT
+    MEMORY_EXCEEDED at utilization u: any config with the same attention backend asking for u
+    or more (backends differ in the workspace they take beside the budget: on the H200,
+    FLEX_ATTENTION ran out of memory at 0.95 where TRITON_ATTN served). KV_CACHE_INSUFFICIENT
     at (max_model_len L, utilization u, kv dtype d): configs with the same d, a length of L or
     more and a utilization of u or less, except an eager config after a failure with CUDA
     graphs (graphs take memory from the KV cache). UNSUPPORTED: the same backend,
@@ -214,7 +216,8 @@ def dominated_by(
     """
     for failed, failure in failures:
         if failure is FailureClass.MEMORY_EXCEEDED:
-            if effective_utilization(config) >= effective_utilization(failed):
+            same_backend = config.attention_backend == failed.attention_backend
+            if same_backend and effective_utilization(config) >= effective_utilization(failed):
                 return failed
         elif failure is FailureClass.KV_CACHE_INSUFFICIENT:
             if _kv_dominates(model, failed, config):

@@ -135,6 +135,36 @@ class Repository:
                 .values(status=value, updated_at=time.time())
             )
 
+    def claim_queued_study(self) -> StudyRow | None:
+        """Atomically take the oldest queued study for this worker (status -> running).
+
+        A compare-and-set on the status, so two workers sharing the database (PostgreSQL, or
+        SQLite on one host) never take the same study. None when nothing is queued.
+        """
+        while True:
+            with session_scope(self._engine) as s:
+                candidate = s.scalar(
+                    select(StudyModel.id)
+                    .where(StudyModel.status == StudyStatus.QUEUED.value)
+                    .order_by(StudyModel.created_at, StudyModel.id)
+                    .limit(1)
+                )
+                if candidate is None:
+                    return None
+                taken = s.execute(
+                    update(StudyModel)
+                    .where(
+                        StudyModel.id == candidate, StudyModel.status == StudyStatus.QUEUED.value
+                    )
+                    .values(status=StudyStatus.RUNNING.value, updated_at=time.time())
+                )
+                if getattr(taken, "rowcount", 0) == 1:
+                    s.flush()
+                    row = s.get(StudyModel, candidate)
+                    assert row is not None
+                    return study_row(row, {})
+            # Another worker won the race for that one: look again.
+
     def delete_study(self, name: str) -> bool:
         """Delete a study and its trials (its comparisons stay, unlinked). False if absent."""
         with session_scope(self._engine) as s:
