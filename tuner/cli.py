@@ -439,6 +439,30 @@ def worker(
     out.print(f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken")
 
 
+@app.command()
+def export(
+    study: Annotated[str, typer.Argument(help="Study name.")],
+    fmt: Annotated[str, typer.Option("--format", help="jsonl (dataset) or md (table).")] = "jsonl",
+    output: Annotated[Path | None, typer.Option("--out", help="File (default: stdout).")] = None,
+    storage: StorageOpt = None,
+) -> None:
+    """Export a study's trials as a dataset (JSON Lines) or a Markdown table."""
+    from tuner.export import markdown_table, study_records, to_jsonl
+
+    if fmt not in ("jsonl", "md"):
+        raise UsageError(f"unknown format {fmt!r}", hint="use --format jsonl or --format md")
+    repo = _repo(storage)
+    if repo.get_study(study) is None:
+        raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
+    records = study_records(repo, study)
+    text = to_jsonl(records) if fmt == "jsonl" else markdown_table(records)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        out.print(f"{len(records)} trials written to {output}")
+
+
 _INTERRUPTED = 130
 
 

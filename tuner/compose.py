@@ -83,14 +83,22 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     from tuner.db.repository import Repository
     from tuner.db.session import make_engine
     from tuner.hardware import check_hardware
-    from tuner.runner import RunnerSettings, VllmTrialRunner
+    from tuner.runner import VLLM_MODULE, RunnerSettings, VllmTrialRunner
     from tuner.study import StudyContext
     from tuner.telemetry.nvml import detect_gpus
     from tuner.vllm.leases import reap_orphans
-    from tuner.vllm.version import detect_vllm
+    from tuner.vllm.version import VllmInstall, detect_vllm
 
     hardware = check_hardware(gpu, detect_gpus())
-    vllm = detect_vllm(spec.vllm_python or default_vllm_python())
+    # Test seam, not a user option: $TUNER_SERVER_MODULE (e.g. tuner.testing.fake_server, which
+    # speaks vLLM's argv and HTTP) is run by this interpreter instead of vLLM and reported as
+    # vLLM $TUNER_SERVER_VERSION, so that integration tests can drive whole commands quickly.
+    server_module = os.environ.get("TUNER_SERVER_MODULE")
+    if server_module:
+        version = os.environ.get("TUNER_SERVER_VERSION", "0.32.0")
+        vllm = VllmInstall(python=sys.executable, version=version, location="")
+    else:
+        vllm = detect_vllm(spec.vllm_python or default_vllm_python())
     home = tuner_home()
     reap_orphans(home / "leases")
     synthetic = model.source is None
@@ -107,6 +115,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         log_dir=log_dir or Path(".tuner") / "logs",
         lease_dir=home / "leases",
         synthetic_tokenizer=synthetic,
+        module=server_module or VLLM_MODULE,
     )
     ensure_ready(storage_url, auto_upgrade=True)
     repo = Repository(make_engine(storage_url))
