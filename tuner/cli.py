@@ -149,9 +149,14 @@ def run(
         f"vLLM {ctx.vllm_version}, workload {ctx.workload.name}, objective "
         f"{spec.objective.value}, {spec.trials} trials"
     )
+    from tuner.interrupts import sigterm_as_interrupt
+
     reporter = ConsoleReporter(out)
     try:
-        ranked = run_study(ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter)
+        with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
+            ranked = run_study(
+                ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter
+            )
     finally:
         reporter.close()
     _print_best(prepared.repo, ctx.name)
@@ -422,20 +427,22 @@ def worker(
     from tuner.db.migrate import ensure_ready
     from tuner.db.repository import Repository
     from tuner.db.session import make_engine
+    from tuner.interrupts import sigterm_as_interrupt
     from tuner.progress import ConsoleReporter
     from tuner.worker import run_worker
 
     url = _storage(storage)
     ensure_ready(url, auto_upgrade=True)
-    taken = run_worker(
-        Repository(make_engine(url)),
-        url,
-        once=once,
-        poll_s=poll,
-        vllm_python=vllm_python,
-        say=out.print,
-        reporter_factory=lambda: ConsoleReporter(out),
-    )
+    with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
+        taken = run_worker(
+            Repository(make_engine(url)),
+            url,
+            once=once,
+            poll_s=poll,
+            vllm_python=vllm_python,
+            say=out.print,
+            reporter_factory=lambda: ConsoleReporter(out),
+        )
     out.print(f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken")
 
 
@@ -461,6 +468,14 @@ def export(
     else:
         output.write_text(text)
         out.print(f"{len(records)} trials written to {output}")
+
+
+# `tuner compare` and `tuner verify-claims`: their modules import only typer at the top.
+from tuner.compare_cmd import compare as _compare  # noqa: E402
+from tuner.verify_cmd import verify_claims as _verify_claims  # noqa: E402
+
+app.command("compare")(_compare)
+app.command("verify-claims")(_verify_claims)
 
 
 _INTERRUPTED = 130

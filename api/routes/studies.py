@@ -140,7 +140,7 @@ def list_trials(
     score = _scorer(index, study)
     return TrialPageOut(
         study=name,
-        total=total,
+        total=page_total(total, offset=offset, limit=limit, returned=len(rows)),
         limit=limit,
         offset=offset,
         items=[TrialOut.of(t, study, score(t)) for t in rows],
@@ -162,6 +162,18 @@ def get_trial(repo: RepoDep, index: IndexDep, name: str, number: int) -> TrialDe
         server=None if trial.server is None else json_safe(trial.server),
         server_metrics=json_safe(dict(trial.server_metrics)),
     )
+
+
+def page_total(counted: int, *, offset: int, limit: int, returned: int) -> int:
+    """The total to send with a page of ``returned`` rows, consistent with the page itself.
+
+    The page and the count are two reads, and a running study may add a trial between them
+    (SQLite gives each its own snapshot): a short page is the last one, so it fixes the total
+    exactly; otherwise there are at least ``offset + returned`` rows.
+    """
+    if returned < limit and (returned > 0 or offset == 0):
+        return offset + returned
+    return max(counted, offset + returned)
 
 
 def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:

@@ -46,7 +46,7 @@ def test_three_trial_study_on_cpu_vllm(tmp_path: Path, vllm_python: str) -> None
     assert "vllm serve" in run.stdout and "best of study e2e" in run.stdout
 
     repo = Repository(make_engine(f"sqlite:///{db}"))
-    rows = repo.list_trials("e2e", limit=None)
+    rows = repo.list_trials("e2e", phase="search", limit=None)
     assert len(rows) == 3
     assert rows[0].is_baseline
     for row in rows:
@@ -62,13 +62,23 @@ def test_three_trial_study_on_cpu_vllm(tmp_path: Path, vllm_python: str) -> None
     # Distinct configurations were launched, each on its own server.
     assert len({r.config for r in rows}) == 3
     assert len({r.to_result().server.served_model_name for r in rows}) == 3  # type: ignore[union-attr]
+    # The confirmation phase: the best candidate and the defaults, 3 fresh launches each,
+    # interleaved, every one measured; one comparison with a verdict.
+    confirm = repo.list_trials("e2e", phase="confirm", limit=None)
+    assert len(confirm) == 6
+    assert [r.is_baseline for r in confirm] == [True, False] * 3
+    for row in confirm:
+        check_complete(row.to_result())
+    comparisons = repo.list_comparisons("e2e")
+    assert len(comparisons) == 1 and comparisons[0].verdicts["overall"]
+    assert "confirmation (fresh launches, interleaved)" in run.stdout
     assert processes_mentioning(VLLM_PROCESS) == []
 
     best = _tuner(["best", "e2e"], tmp_path, env, timeout=60)
     assert best.returncode == 0 and "--load-format dummy" in best.stdout
     listed = _tuner(["trials", "e2e", "--json"], tmp_path, env, timeout=60)
     assert listed.returncode == 0
-    assert len(json.loads(listed.stdout)) == 3
+    assert len(json.loads(listed.stdout)) == 9
 
 
 def test_utilization_above_free_memory_is_a_recorded_finding(

@@ -1,0 +1,116 @@
+"""A/B comparisons and claim verification on real vLLM (the CPU build).
+
+Each server costs about 35 s to start on 2 cores, so the library (prepare + run_interleaved +
+compare) measures three arms in one interleaved run, and `tuner verify-claims` then runs once
+as a subprocess. About ten minutes in all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.studykit import processes_mentioning
+from tuner.compare import Arm, compare, run_interleaved
+from tuner.compose import prepare
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
+from tuner.domain import TrialStatus
+from tuner.significance import NO_DIFFERENCE, WORSE
+from tuner.spec import StudySpec
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).parents[2]
+# Smoke-shaped, 16 concurrent streams; about 3 s windows for the defaults (2048 output tokens
+# at 700 tok/s), several times longer for max_num_seqs=1, which serves one stream at a time.
+SIXTEEN = {
+    "concurrency": 16,
+    "requests_per_window": 64,
+    "output_tokens": 32,
+    "warmup_requests": 16,
+    "windows": 2,
+}
+
+
+def test_defaults_twice_and_one_sequence_at_a_time(
+    tmp_path: Path, vllm_python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))  # the model dir: in every argv
+    spec = StudySpec(
+        model="tiny-ernie",
+        gpu="cpu",
+        workload="smoke",
+        workload_overrides=SIXTEEN,
+        fixed={"enforce_eager": True},  # torch.compile would double every start-up
+        vllm_python=vllm_python,
+        startup_timeout_s=600,
+        source="test",
+    )
+    prepared = prepare(spec, f"sqlite:///{tmp_path / 'e2e.db'}", log_dir=tmp_path / "logs")
+    space = prepared.ctx.space
+    defaults = space.baseline()
+    arms = [
+        Arm("defaults", defaults),
+        Arm("defaults again", defaults),
+        Arm("max_num_seqs=1", space.config_from({"max_num_seqs": 1})),
+    ]
+    results = run_interleaved(arms, prepared.runner, prepared.ctx.workload, 3)
+    for arm, runs in zip(arms, results, strict=True):
+        assert [r.status for r in runs] == [TrialStatus.COMPLETE] * 3, (arm, runs[-1].log_tail)
+    # At 95 % a comparison of a config with itself is "significant" in 1 run of 20 by design;
+    # 99 % keeps this test from failing once a week.
+    same = compare(arms[0], results[0], arms[1], results[1], confidence=0.99)
+    assert same.metric("output_throughput").verdict == NO_DIFFERENCE, same.metric(
+        "output_throughput"
+    ).describe()
+    one = compare(arms[0], results[0], arms[2], results[2], confidence=0.95)
+    thr = one.metric("output_throughput")
+    assert thr.verdict == WORSE and thr.high is not None and thr.high < 1.0, thr.describe()
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_verify_the_seed_claims_on_cpu_vllm(tmp_path: Path, vllm_python: str) -> None:
+    db = f"sqlite:///{tmp_path / 'claims.db'}"
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "TUNER_DB_URL"},
+        "TUNER_VLLM_PYTHON": vllm_python,
+        "PYTHONPATH": str(REPO),
+        "TUNER_HOME": str(tmp_path / "home"),
+    }
+    # enforce_eager and smaller windows keep the one measurable claim (prefix caching, 2 x 2
+    # launches) to about four minutes on 2 cores.
+    quick = "requests_per_window=24,warmup_requests=8,output_tokens=16,windows=2"
+    run = subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "verify-claims",
+         str(REPO / "studies" / "claims" / "seed-claims.toml"),
+         "--model", "tiny-ernie", "--gpu", "cpu", "--repeats", "2", "--json",
+         "--fixed", "enforce_eager=true", "--workload-set", quick, "--storage", db],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    records = {r["id"]: r for r in json.loads(run.stdout)}
+    assert len(records) == 10
+    for cid in ("fa2-memory", "fa2-throughput", "fa2-latency", "fa2-ttft", "fa2-context-2k"):
+        assert records[cid]["verdict"] == "not applicable"
+        assert "FLASH_ATTN is not available on CPU" in records[cid]["reason"]
+    assert "same configuration" in records["max-model-len-memory"]["reason"]
+    util = records["utilization-p99"]
+    assert util["verdict"] == "not applicable" and util["reason"], util
+    prefix = records["prefix-caching-throughput"]
+    assert prefix["verdict"] in ("confirmed", "refuted", "inconclusive"), prefix
+    assert prefix["measured"] is not None
+    row = Repository(make_engine(db)).get_comparison(prefix["comparison_id"])
+    assert row is not None and row.results["kind"] == "claim"
+    assert row.results["claim"]["verdict"] == prefix["verdict"]
+    assert row.provenance is not None and row.provenance.vllm_version.startswith("0.32")
+    assert [line for line in run.stderr.splitlines() if line.startswith("launch ")] == [
+        "launch 1/4: gpu_memory_utilization=0.1,enable_prefix_caching=False,enforce_eager=True",
+        "launch 2/4: gpu_memory_utilization=0.1,enable_prefix_caching=True,enforce_eager=True",
+        "launch 3/4: gpu_memory_utilization=0.1,enable_prefix_caching=False,enforce_eager=True",
+        "launch 4/4: gpu_memory_utilization=0.1,enable_prefix_caching=True,enforce_eager=True",
+    ]
+    assert processes_mentioning(str(tmp_path)) == []

@@ -1,0 +1,170 @@
+"""`tuner compare` and `tuner verify-claims` end to end as subprocesses, on the fake server
+(the test seam $TUNER_SERVER_MODULE of tuner.compose.prepare): real launches, ports, load and
+storage, at about a second a launch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.studykit import processes_mentioning
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
+
+REPO = Path(__file__).parents[2]
+CLAIMS = REPO / "studies" / "claims" / "seed-claims.toml"
+# 16 concurrent streams: max_num_seqs=1 then serves one at a time.
+QUICK = "concurrency=16,requests_per_window=16,warmup_requests=2,output_tokens=6,windows=2"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TUNER_DB_URL", "TUNER_VLLM_PYTHON")}
+    return {
+        **env,
+        "PYTHONPATH": str(REPO),
+        "TUNER_HOME": str(tmp_path / "home"),
+        "TUNER_SERVER_MODULE": "tuner.testing.fake_server",
+        "TUNER_SERVER_VERSION": "0.32.0",
+        "TUNER_FAKE_STARTUP_S": "0.1",
+        # Slower decode steps than the default 2 ms: decoding, not HTTP, dominates a request.
+        "TUNER_FAKE_STEP_MS": "5",
+    }
+
+
+def _tuner(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.cli", *args, "--storage", url],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def _compare(tmp_path: Path, a: str, b: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    base = ["compare", "--model", "tiny-ernie", "--gpu", "cpu", "--a", a, "--b", b]
+    return _tuner(tmp_path, *base, "--workload", "smoke", "--workload-set", QUICK, *extra)
+
+
+def _repo(tmp_path: Path) -> Repository:
+    return Repository(make_engine(f"sqlite:///{tmp_path / 'tuner.db'}"))
+
+
+def test_one_server_at_a_time_is_significantly_worse_and_stored(tmp_path: Path) -> None:
+    run = _compare(tmp_path, "defaults", "max_num_seqs=1", "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads(run.stdout)
+    thr = next(m for m in data["results"]["metrics"] if m["metric"] == "output_throughput")
+    assert thr["verdict"] == "worse" and thr["high"] < 1.0
+    assert len(thr["a"]["values"]) == len(thr["b"]["values"]) == 3
+    assert data["verdicts"]["overall"] == "worse"
+    # Progress went to stderr, interleaved A B A B A B.
+    launches = [line for line in run.stderr.splitlines() if line.startswith("launch ")]
+    assert [line.split(": ", 1)[1] for line in launches] == ["defaults", "max_num_seqs=1"] * 3
+    assert "comparison 1 stored: API /v1/compare/1, dashboard /ui/compare/1" in run.stderr
+
+    row = _repo(tmp_path).get_comparison(data["id"])
+    assert row is not None and row.results["kind"] == "compare"
+    assert row.verdicts["output_throughput"] == "worse"
+    assert row.a_config.gpu_memory_utilization == 0.1  # the CPU baseline applied to "defaults"
+    assert row.b_config.max_num_seqs == 1 and row.repeats == 3 and row.gpu == "cpu"
+    assert row.provenance is not None and row.provenance.vllm_version == "0.32.0"
+    assert row.workload.startswith("smoke[concurrency=16")
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_config_against_itself_shows_no_significant_difference(tmp_path: Path) -> None:
+    # 0.999: the same config differs "significantly" in 1 - confidence of runs by design.
+    run = _compare(tmp_path, "max_num_seqs=8", "max_num_seqs=8", "--confidence", "0.999")
+    assert run.returncode == 0, run.stdout + run.stderr
+    thr = next(line for line in run.stdout.splitlines() if "output tok/s: B/A" in line)
+    assert thr.endswith("-> no significant difference"), run.stdout
+    assert "B/A per metric (99.9 % intervals across launches):" in run.stdout
+    assert "A (max_num_seqs=8): out tok/s per launch" in run.stdout
+    assert "provenance: cpu" in run.stdout and "vLLM 0.32.0, model tiny-ernie" in run.stdout
+    assert "comparison 1 stored" in run.stdout
+
+
+def test_a_side_that_cannot_start_is_not_measured_and_not_launched_again(tmp_path: Path) -> None:
+    # The fake server, like vLLM on CPU, refuses a utilization above what the host has free.
+    run = _compare(tmp_path, "defaults", "gpu_memory_utilization=0.97", "--json")
+    assert run.returncode == 1, run.stdout + run.stderr
+    data = json.loads(run.stdout)
+    assert set(data["verdicts"].values()) == {"not measured"}
+    assert [f.split(":")[0] for f in data["results"]["failures"]["b"]] == ["memory_exceeded"]
+    launches = [line for line in run.stderr.splitlines() if line.startswith("launch ")]
+    assert len(launches) == 4  # A three times, B once
+    assert "B (gpu_memory_utilization=0.97) cannot start here, so it was not measured" in run.stderr
+
+
+def test_bad_input_exits_2_before_anything_starts(tmp_path: Path) -> None:
+    unknown = _compare(tmp_path, "defaults", "max_num_seq=4")
+    assert unknown.returncode == 2
+    assert "unknown knob(s) max_num_seq" in unknown.stderr and "max_num_seqs" in unknown.stderr
+    impossible = _compare(tmp_path, "attention_backend=FLASH_ATTN", "defaults")
+    assert impossible.returncode == 2 and "FLASH_ATTN is not available on CPU" in impossible.stderr
+    for extra in (["--confidence", "1.5"], ["--repeats", "1"]):
+        assert _compare(tmp_path, "defaults", "max_num_seqs=4", *extra).returncode == 2
+    bad_field = _tuner(
+        tmp_path, "compare", "--model", "tiny-ernie", "--gpu", "cpu", "--a", "defaults",
+        "--b", "max_num_seqs=4", "--workload-set", "speed=2",
+    )  # fmt: skip
+    assert bad_field.returncode == 2 and "unknown workload field 'speed'" in bad_field.stderr
+    assert not (tmp_path / "tuner.db").exists()  # nothing was written
+
+
+def test_verify_claims_on_the_fake_server(tmp_path: Path) -> None:
+    only = ["fa2-throughput", "fa2-context-8k", "max-model-len-memory", "prefix-caching-throughput"]
+    run = _tuner(
+        tmp_path, "verify-claims", str(CLAIMS), "--model", "tiny-ernie", "--gpu", "cpu",
+        "--repeats", "2", "--json",
+        "--workload-set", "requests_per_window=8,warmup_requests=2,output_tokens=4,windows=2",
+        *[arg for claim in only for arg in ("--only", claim)],
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    records = {r["id"]: r for r in json.loads(run.stdout)}
+    assert list(records) == [
+        "fa2-throughput",
+        "max-model-len-memory",
+        "prefix-caching-throughput",
+        "fa2-context-8k",
+    ]
+    for fa in ("fa2-throughput", "fa2-context-8k"):
+        assert records[fa]["verdict"] == "not applicable"
+        assert "FLASH_ATTN is not available on CPU" in records[fa]["reason"]
+    assert "exceeds the model's 4096 positions" in records["fa2-context-8k"]["reason"]
+    assert "same configuration" in records["max-model-len-memory"]["reason"]
+    prefix = records["prefix-caching-throughput"]
+    assert prefix["verdict"] in ("confirmed", "refuted", "inconclusive")
+    assert prefix["measured"]["low"] <= prefix["measured"]["ratio"] <= prefix["measured"]["high"]
+    row = _repo(tmp_path).get_comparison(prefix["comparison_id"])
+    assert row is not None and row.results["kind"] == "claim"
+    assert row.results["claim"]["id"] == "prefix-caching-throughput"
+    assert row.a_config.enable_prefix_caching is False and row.b_config.enable_prefix_caching
+    assert "comparison_id" not in records["fa2-throughput"]
+    assert len(_repo(tmp_path).list_comparisons()) == 1
+
+
+def test_verify_claims_prints_a_table_and_needs_no_vllm_when_nothing_applies(
+    tmp_path: Path,
+) -> None:
+    run = _tuner(
+        tmp_path, "verify-claims", str(CLAIMS), "--model", "tiny-ernie", "--gpu", "cpu",
+        "--only", "fa2-ttft", "--only", "max-model-len-memory",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].split() == ["claim", "metric", "measured", "B/A", "[interval]", "claimed",
+                                "B/A", "verdict"]  # fmt: skip
+    assert lines[1].split() == ["fa2-ttft", "ttft_p50_ms", "-", "0.7/1.2", "not", "applicable"]
+    assert any(line.startswith("fa2-ttft: not applicable: ") for line in lines)
+    assert not (tmp_path / "tuner.db").exists()
+    unknown = _tuner(tmp_path, "verify-claims", str(CLAIMS), "--model", "tiny-ernie",
+                     "--gpu", "cpu", "--only", "warp-drive")  # fmt: skip
+    assert unknown.returncode == 2 and "no claim ['warp-drive']" in unknown.stderr

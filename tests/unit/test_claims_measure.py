@@ -1,0 +1,138 @@
+"""SPEC parsing of `tuner compare`, the finding guard, and measuring claims in-process (the
+fake runner): shared launches, verdicts, and a side that cannot start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
+from tuner.claims import NOT_APPLICABLE, Claim, plan
+from tuner.compare_cmd import (
+    FindingGuard,
+    finding_of,
+    parse_config_spec,
+    parse_value,
+    parse_workload_overrides,
+)
+from tuner.domain import FailureClass, ServingConfig, TrialStatus
+from tuner.errors import UsageError
+from tuner.load.workloads import WORKLOADS
+from tuner.testing.fake_runner import FakeRunner
+from tuner.verify_cmd import claim_record, evaluate
+
+SMALL = WORKLOADS["smoke"].replace(requests_per_window=8, warmup_requests=0, windows=2)
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("2", 2), ("0.95", 0.95), ("true", True), ("False", False), ("FLASH_ATTN", "FLASH_ATTN")],
+)
+def test_values_are_typed(raw: str, value: Any) -> None:
+    parsed = parse_value(raw)
+    assert parsed == value and type(parsed) is type(value)
+
+
+def test_config_specs() -> None:
+    assert parse_config_spec("defaults", "--a") == {}
+    assert parse_config_spec("attention_backend=FLASH_ATTN, flash_attn_version=2", "--b") == {
+        "attention_backend": "FLASH_ATTN",
+        "flash_attn_version": 2,
+    }
+    assert parse_config_spec("enable_prefix_caching=false", "--a") == {
+        "enable_prefix_caching": False
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("max_num_seq=4", "unknown knob(s) max_num_seq"),
+        ("max_num_seqs=four", "'four' is not a valid value for max_num_seqs"),
+        ("flash_attn_version=4", "not a valid value for flash_attn_version"),
+        ("max_num_seqs", "cannot read 'max_num_seqs'"),
+        ("max_num_seqs=4,max_num_seqs=8", "given twice"),
+        ("max_num_seqs=", "cannot read"),
+    ],
+)
+def test_bad_specs_are_usage_errors(text: str, words: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_config_spec(text, "--b")
+    assert info.value.exit_code == 2
+    assert words in info.value.message and info.value.message.startswith("--b")
+    if "unknown knob" in words:
+        assert "max_num_seqs" in info.value.hint  # the knobs are listed
+
+
+def test_workload_overrides() -> None:
+    assert parse_workload_overrides(None) == {}
+    assert parse_workload_overrides("concurrency=16,length_jitter=0") == {
+        "concurrency": 16,
+        "length_jitter": 0,
+    }
+    with pytest.raises(UsageError, match="unknown workload field 'speed'"):
+        parse_workload_overrides("speed=3")
+    with pytest.raises(UsageError, match="concurrency must be an integer"):
+        parse_workload_overrides("concurrency=1.5")
+
+
+def test_the_guard_does_not_launch_what_a_finding_rules_out() -> None:
+    fake = FakeRunner(max_utilization=0.9)
+    guard = FindingGuard(fake, resolve_model("tiny-ernie"))
+    too_much = guard.run(ServingConfig(gpu_memory_utilization=0.93), SMALL)
+    assert too_much.failure is FailureClass.MEMORY_EXCEEDED
+    more = guard.run(ServingConfig(gpu_memory_utilization=0.95), SMALL)
+    assert more.status is TrialStatus.PRUNED and more.failure is FailureClass.DOMINATED
+    assert (
+        "gpu_memory_utilization=0.93 could not start here (memory_exceeded)" in more.failure_detail
+    )
+    less = guard.run(ServingConfig(gpu_memory_utilization=0.5), SMALL)
+    assert less.status is TrialStatus.COMPLETE
+    assert len(fake.calls) == 2  # the dominated one never reached the runner
+    assert finding_of([less, more]) is not None and finding_of([less]) is None
+
+
+def _claim(cid: str, a: dict[str, Any], b: dict[str, Any], metric: str, claimed: float) -> Claim:
+    return Claim(cid, "s", a, b, SMALL, metric, claimed, str(claimed))
+
+
+def test_claims_with_a_common_config_share_its_launches() -> None:
+    claims = [
+        _claim("faster", {}, {"max_num_seqs": 1}, "output_throughput", 1.5),  # the opposite
+        _claim("slower", {}, {"max_num_seqs": 1}, "e2e_p99_ms", 1.5),  # really much slower
+        _claim("memory", {}, {"gpu_memory_utilization": 0.5}, "memory_gib", 0.4),
+        _claim("no-start", {}, {"gpu_memory_utilization": 0.95}, "memory_gib", 1.05),
+    ]
+    planned = plan(claims, resolve_model("tiny-ernie"), get_gpu("h100"))
+    assert [p.reason for p in planned] == ["", "", "", ""]
+    fake = FakeRunner(max_utilization=0.9, launch_spread=0.02)
+    guard = FindingGuard(fake, resolve_model("tiny-ernie"))
+    started: list[str] = []
+    outcomes = evaluate(
+        planned, guard, 3, 0.95, on_start=lambda i, n, arm: started.append(arm.label)
+    )
+    # Four distinct configs (defaults shared by all four claims), three rounds; the one that
+    # cannot start is launched once only.
+    assert len(fake.calls) == 3 * 3 + 1
+    assert started.count("defaults") == 3
+    verdicts = {o.claim.id: o.verdict for o in outcomes}
+    assert verdicts == {
+        "faster": "refuted",
+        "slower": "confirmed",
+        "memory": "refuted",  # 0.5/0.9 = 0.56: real, but less than the claimed 0.4
+        "no-start": NOT_APPLICABLE,
+    }
+    no_start = outcomes[3]
+    assert no_start.reason.startswith("B (gpu_memory_utilization=0.95) cannot start here: memory")
+    record = claim_record(outcomes[1])
+    assert record["verdict"] == "confirmed" and record["measured"]["low"] > 1.5
+    assert claim_record(no_start)["measured"] is None
+
+
+def test_without_applicable_claims_no_runner_is_needed() -> None:
+    claim = _claim("fa", {}, {"attention_backend": "FLASH_ATTN"}, "output_throughput", 1.4)
+    planned = plan([claim], resolve_model("tiny-ernie"), get_gpu("cpu"))
+    (outcome,) = evaluate(planned, None, 3, 0.95)
+    assert outcome.verdict == NOT_APPLICABLE and "not available on CPU" in outcome.reason
