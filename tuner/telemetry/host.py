@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from types import TracebackType
 
 import psutil
+
+from tuner.telemetry.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def tree_rss_bytes(root_pid: int) -> int | None:
     return total
 
 
-class ProcessTreeRssSampler:
+class ProcessTreeRssSampler(Periodic):
     """Peak summed RSS of a process and its descendants, sampled in a background thread.
 
     vLLM runs the model in an engine-core child process, so the whole tree is summed.
@@ -50,15 +51,13 @@ class ProcessTreeRssSampler:
     Sampling never raises into the caller's thread.
     """
 
+    thread_name = "tuner-rss-sampler"
+
     def __init__(self, root_pid: int, interval_s: float = 0.2) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s}")
+        super().__init__(interval_s)
         self.root_pid = root_pid
-        self._interval_s = interval_s
         self._peak: int | None = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def peak_bytes(self) -> int | None:
@@ -66,7 +65,7 @@ class ProcessTreeRssSampler:
         with self._lock:
             return self._peak
 
-    def _sample(self) -> None:
+    def _tick(self) -> None:
         try:
             rss = tree_rss_bytes(self.root_pid)
         except Exception as exc:  # e.g. /proc unreadable: lose the sample, keep going
@@ -76,36 +75,3 @@ class ProcessTreeRssSampler:
             return
         with self._lock:
             self._peak = rss if self._peak is None else max(self._peak, rss)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self._sample()
-
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("ProcessTreeRssSampler.start() called twice")
-        self._stop.clear()
-        self._sample()
-        self._thread = threading.Thread(target=self._run, name="tuner-rss-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop sampling (one last sample first); idempotent."""
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._stop.set()
-        thread.join()
-        self._sample()
-
-    def __enter__(self) -> ProcessTreeRssSampler:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

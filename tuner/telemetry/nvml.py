@@ -15,10 +15,10 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Protocol
 
 from tuner.errors import EnvironmentProblem
+from tuner.telemetry.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def system_info(nvml: Nvml | None = None) -> dict[str, Any]:
     }
 
 
-class GpuMemorySampler:
+class GpuMemorySampler(Periodic):
     """Peak used GPU memory per GPU UUID, over a baseline taken before the server starts.
 
     Use: ``baseline()`` before launching the server, then ``start()`` ... ``stop()`` (or
@@ -194,21 +194,19 @@ class GpuMemorySampler:
     the caller's thread.
     """
 
+    thread_name = "tuner-gpu-sampler"
+
     def __init__(
         self, uuids: Sequence[str] | None = None, interval_s: float = 0.1, nvml: Nvml | None = None
     ) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s}")
+        super().__init__(interval_s)
         self._uuids: tuple[str, ...] | None = tuple(uuids) if uuids is not None else None
-        self._interval_s = interval_s
         self._nvml = nvml
         self._api: Nvml | None = None
         self._handles: dict[str, Any] = {}
         self._baseline: dict[str, int] | None = None
         self._peak: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failures = 0
 
     def _open(self) -> Nvml:
@@ -267,7 +265,7 @@ class GpuMemorySampler:
             self._close()
         return dict(self._baseline)
 
-    def _sample(self) -> None:
+    def _tick(self) -> None:
         api = self._api
         if api is None:
             return
@@ -282,31 +280,14 @@ class GpuMemorySampler:
             for uuid, value in used.items():
                 self._peak[uuid] = max(self._peak.get(uuid, 0), value)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self._sample()
-
-    def start(self) -> None:
-        """Start sampling in a background thread. Takes the baseline first if not yet taken."""
-        if self._thread is not None:
-            raise RuntimeError("GpuMemorySampler.start() called twice")
+    def _before_start(self) -> None:
+        # Takes the baseline first if it was not taken before the server started.
         if self._baseline is None:
             log.warning("GPU baseline taken at start(): memory allocated before is not counted")
             self.baseline()
         self._open()
-        self._stop.clear()
-        self._sample()
-        self._thread = threading.Thread(target=self._run, name="tuner-gpu-sampler", daemon=True)
-        self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the thread (one last sample first); idempotent."""
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._stop.set()
-        thread.join()
-        self._sample()
+    def _after_stop(self) -> None:
         self._close()
 
     def result(self) -> tuple[dict[str, int], dict[str, int]]:
@@ -320,15 +301,3 @@ class GpuMemorySampler:
             peak = dict(self._peak)
         over = {u: max(0, peak[u] - base) for u, base in baseline.items() if u in peak}
         return over, baseline
-
-    def __enter__(self) -> GpuMemorySampler:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

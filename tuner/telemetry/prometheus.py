@@ -26,9 +26,10 @@ import math
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 
 import httpx
+
+from tuner.telemetry.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +209,7 @@ def summarize_vllm(
     return out
 
 
-class MetricsPoller:
+class MetricsPoller(Periodic):
     """Scrapes ``url`` every ``interval_s`` in a background thread.
 
     Keeps the first and the last successful scrape and, per key, the highest value seen.
@@ -217,11 +218,11 @@ class MetricsPoller:
     raises into the caller's thread.
     """
 
+    thread_name = "tuner-metrics-poller"
+
     def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 5.0) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s}")
+        super().__init__(interval_s)
         self.url = url
-        self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._client: httpx.Client | None = None
         self._first: dict[str, float] | None = None
@@ -230,8 +231,6 @@ class MetricsPoller:
         self._scrapes = 0
         self._failures = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def scrapes(self) -> int:
@@ -239,7 +238,7 @@ class MetricsPoller:
         with self._lock:
             return self._scrapes
 
-    def _poll(self) -> None:
+    def _tick(self) -> None:
         try:
             snapshot = scrape(self.url, self._timeout_s, client=self._client)
         except Exception as exc:  # a parser bug must not kill the poller
@@ -259,27 +258,10 @@ class MetricsPoller:
                 old = self._peaks.get(key)
                 self._peaks[key] = value if old is None else max(old, value)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self._poll()
-
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("MetricsPoller.start() called twice")
+    def _before_start(self) -> None:
         self._client = httpx.Client()
-        self._stop.clear()
-        self._poll()
-        self._thread = threading.Thread(target=self._run, name="tuner-metrics-poller", daemon=True)
-        self._thread.start()
 
-    def stop(self) -> None:
-        """Stop polling (one last scrape first); idempotent."""
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._stop.set()
-        thread.join()
-        self._poll()
+    def _after_stop(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -290,15 +272,3 @@ class MetricsPoller:
             if self._first is None or self._last is None:
                 return {}
             return summarize_vllm(self._first, self._last, self._peaks)
-
-    def __enter__(self) -> MetricsPoller:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
