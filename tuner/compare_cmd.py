@@ -1,10 +1,11 @@
-"""``tuner compare`` (is B better than A, here, beyond the launch-to-launch noise?) and
-``tuner verify-claims`` (do published claims hold on this GPU?).
+"""``tuner compare``: is B better than A, here, beyond the launch-to-launch noise? And the
+parts ``tuner verify-claims`` (:mod:`tuner.verify_cmd`) shares with it.
 
-Both run fresh launches interleaved (A B A B ...) through the real runner that
-:func:`tuner.compose.prepare` builds, compare them with :func:`tuner.compare.compare` and store
-each comparison in ``tuner_comparisons`` (``results["kind"]``: "compare" or "claim"), which the
-API serves at ``/v1/compare/{id}`` and the dashboard at ``/ui/compare/{id}``.
+Fresh launches run interleaved (A B A B ...) through the real runner that
+:func:`tuner.compose.prepare` builds; :func:`tuner.compare.compare` gives B/A per metric with an
+interval and a verdict; the comparison is stored in ``tuner_comparisons`` (``results["kind"]``
+"compare"), which the API serves at ``/v1/compare/{id}`` and the dashboard at
+``/ui/compare/{id}``. This module imports only typer at the top: ``tuner --help`` stays fast.
 
 A configuration that cannot start here (a *finding*: it does not fit, the backend is not
 supported) is not launched again, and neither is one that asks at least as much of the

@@ -87,7 +87,8 @@ def test_server_crash_mid_measurement_fails_one_trial_and_the_study_goes_on(
     assert "measuring" in runner.phases[CRASH_AT_LAUNCH - 1], "it must die mid-measurement"
     assert crashed.status is TrialStatus.FAILED
     assert crashed.failure is FailureClass.CRASHED, crashed.failure_detail
-    assert "exited" in crashed.failure_detail or "died" in crashed.failure_detail
+    # The words depend on who saw it first (the load generator or the runner); the class not.
+    assert crashed.failure_detail
     assert crashed.log_tail.strip(), "a crash keeps the server's log tail"
     # Whatever windows it measured before dying are not presented as a result.
     assert not crashed.metrics and not crashed.windows
