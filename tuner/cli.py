@@ -109,6 +109,10 @@ def run(
     confirm_top: Annotated[
         int | None, typer.Option(min=1, help="Candidates re-measured against the defaults.")
     ] = None,
+    emulate: Annotated[
+        bool,
+        typer.Option(help="Emulate --gpu's memory on a larger GPU here (results labelled)."),
+    ] = False,
 ) -> None:
     """Run a study: launch vLLM per trial, drive the workload, record and rank."""
     # The heavy modules are imported only once the spec and options are known to be good, so
@@ -136,6 +140,7 @@ def run(
         seed=seed,
         confirm_launches=confirm_launches,
         confirm_top=confirm_top,
+        emulate=emulate or None,
     )
     from tuner.compose import prepare
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.catalog.gpus import get_gpu
-from tuner.catalog.models import resolve_model
-from tuner.domain import Slo, Workload
+from tuner.catalog.models import has_facts, resolve_model
+from tuner.domain import GpuProfile, ModelSpec, Slo, Workload
 from tuner.errors import UsageError
 from tuner.load.workloads import get_workload
 from tuner.scoring import parse_slo
@@ -60,6 +60,29 @@ def resolve_slo(spec: StudySpec) -> Slo:
         raise UsageError(str(exc), hint="e.g. --slo ttft_p99=500ms,e2e_p99=10s") from None
 
 
+# The highest utilization tuner tries: what is left is the least any configuration needs.
+_MAX_UTILIZATION = 0.95
+
+
+def check_fits(model: ModelSpec, gpu: GpuProfile) -> None:
+    """UsageError, with the numbers, when the weights alone exceed what any config can budget."""
+    if gpu.is_cpu or not has_facts(model):
+        return
+    weights = model.weight_bytes()
+    usable = gpu.memory_bytes * _MAX_UTILIZATION
+    if weights > usable:
+        gb = 1e9
+        raise UsageError(
+            f"{model.alias} does not fit on one {gpu.display_name}: its {model.dtype} weights "
+            f"alone take {weights / gb:.1f} GB ({model.parameter_count() / 1e9:.1f} B "
+            f"parameters), and the GPU has {gpu.memory_bytes / gb:.1f} GB, of which at most "
+            f"{usable / gb:.1f} GB at gpu-memory-utilization {_MAX_UTILIZATION}, before any "
+            "KV cache",
+            hint="pick a larger GPU, a smaller model, or a quantized checkpoint (a local "
+            "directory); tensor parallelism across GPUs is not tuned by tuner yet",
+        )
+
+
 def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -> Prepared:
     """Resolve and check everything; raises a TunerError before anything is written."""
     model = resolve_model(spec.model)
@@ -69,6 +92,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     space = SearchSpace(
         model, gpu, workload, params=spec.params, choices=spec.choices, fixed=spec.fixed
     )
+    check_fits(model, gpu)
     for item in spec.enqueue:
         problems = space.violations(space.config_from(item))
         if problems:
@@ -89,7 +113,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     from tuner.vllm.leases import reap_orphans
     from tuner.vllm.version import VllmInstall, detect_vllm
 
-    hardware = check_hardware(gpu, detect_gpus())
+    hardware = check_hardware(gpu, detect_gpus(), emulate=spec.emulate)
     # Test seam, not a user option: $TUNER_SERVER_MODULE (e.g. tuner.testing.fake_server, which
     # speaks vLLM's argv and HTTP) is run by this interpreter instead of vLLM and reported as
     # vLLM $TUNER_SERVER_VERSION, so that integration tests can drive whole commands quickly.
@@ -130,5 +154,6 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         storage_url=storage_url,
         vllm_version=vllm.version,
         serve_model=model.source or (model.hub_id if model.weights_available else model_path),
+        emulated=hardware.emulated,
     )
     return Prepared(ctx=ctx, runner=VllmTrialRunner(settings, model, hardware), repo=repo)

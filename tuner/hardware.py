@@ -30,10 +30,20 @@ def describe(detected: Sequence[DetectedGpu]) -> str:
     return f"{len(detected)} GPU(s): {names}"
 
 
-def check_hardware(profile: GpuProfile, detected: Sequence[DetectedGpu]) -> Hardware:
-    """The hardware trials will run on, or HardwareMismatch naming what was found instead."""
+def check_hardware(
+    profile: GpuProfile, detected: Sequence[DetectedGpu], *, emulate: bool = False
+) -> Hardware:
+    """The hardware trials will run on, or HardwareMismatch naming what was found instead.
+
+    ``emulate``: run on a larger GPU found here, limited to ``profile``'s memory (see
+    :func:`memory_scale`); the result is labelled emulated and is never mixed with real results.
+    """
     if profile.is_cpu:
+        if emulate:
+            raise HardwareMismatch("--emulate needs a GPU to emulate on; --gpu cpu is not emulated")
         return Hardware(name=f"cpu: {cpu_name()}", is_gpu=False)
+    if emulate:
+        return _emulating(profile, detected)
     matching = [g for g in detected if match_detected(profile, [g.name])]
     if not matching:
         here = describe(detected)
@@ -49,6 +59,26 @@ def check_hardware(profile: GpuProfile, detected: Sequence[DetectedGpu]) -> Hard
         driver_version=gpu.driver_version,
         cuda_version=gpu.cuda_driver_version,
         is_gpu=True,
+    )
+
+
+def _emulating(profile: GpuProfile, detected: Sequence[DetectedGpu]) -> Hardware:
+    big = [g for g in detected if g.memory_total_bytes >= profile.memory_bytes]
+    if not big:
+        raise HardwareMismatch(
+            f"--emulate {profile.name} needs a GPU with at least {profile.memory_gib:g} GiB, but "
+            f"this machine has {describe(detected)}",
+            hint="emulate a smaller GPU, or run on the real one without --emulate",
+        )
+    gpu = max(big, key=lambda g: g.memory_total_bytes)
+    return Hardware(
+        name=f"{gpu.name} emulating {profile.display_name} ({profile.memory_gib:g} GiB)",
+        uuid=gpu.uuid,
+        driver_version=gpu.driver_version,
+        cuda_version=gpu.cuda_driver_version,
+        is_gpu=True,
+        emulated=True,
+        memory_scale=profile.memory_bytes / gpu.memory_total_bytes,
     )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 import tuner
+from tuner.catalog.rules import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from tuner.domain import (
     FailureClass,
     ModelSpec,
@@ -69,6 +70,11 @@ class Hardware:
     cuda_version: str | None = None
     is_gpu: bool = False
     emulated: bool = False
+    # Emulation of a smaller GPU: its memory / this GPU's memory. Every trial's
+    # --gpu-memory-utilization (vLLM's default included) is multiplied by it, so vLLM budgets
+    # exactly the share of the smaller GPU's memory the configuration asks for. Compute speed
+    # is this GPU's: emulation is of memory only, and results say so.
+    memory_scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,7 @@ class VllmTrialRunner:
         started = time.time()
         served = f"tuner-{uuid.uuid4().hex[:12]}"
         port = free_port(s.host)
-        flags = argv.render_flags(config, s.vllm_version)
+        flags = argv.render_flags(self._launch_config(config), s.vllm_version)
         args = (
             *argv.base_args(
                 s.model_path,
@@ -226,6 +232,14 @@ class VllmTrialRunner:
             started_at=started,
             finished_at=time.time(),
         )
+
+    def _launch_config(self, config: ServingConfig) -> ServingConfig:
+        """The config as launched: utilization rescaled when emulating a smaller GPU."""
+        scale = self.hardware.memory_scale
+        if scale is None:
+            return config
+        asked = config.gpu_memory_utilization or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+        return config.replace(gpu_memory_utilization=round(asked * scale, 4))
 
     def _provenance(self, workload: Workload) -> Provenance:
         hw = self.hardware

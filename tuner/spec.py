@@ -45,7 +45,18 @@ from tuner.scoring import parse_slo
 
 _SECTIONS: Mapping[str, frozenset[str]] = {
     "study": frozenset(
-        {"name", "model", "gpu", "workload", "objective", "trials", "slo", "seed", "notes"}
+        {
+            "name",
+            "model",
+            "gpu",
+            "workload",
+            "objective",
+            "trials",
+            "slo",
+            "seed",
+            "notes",
+            "emulate",
+        }
     ),
     "workload": frozenset(
         {
@@ -72,7 +83,12 @@ _WORKLOAD_TYPES: Mapping[str, type] = {
     "request_rate": float,
     "length_jitter": float,
 }
-_KIND_NAMES: Mapping[type, str] = {int: "an integer", float: "a number", str: "a string"}
+_KIND_NAMES: Mapping[type, str] = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+}
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -87,6 +103,7 @@ class StudySpec:
     seed: int = 0
     name: str | None = None
     notes: str = ""
+    emulate: bool = False  # run on a larger GPU limited to --gpu's memory (labelled emulated)
     workload_overrides: Mapping[str, Any] = field(default_factory=dict)
     params: tuple[str, ...] | None = None
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -106,7 +123,9 @@ class StudySpec:
         if self.name:
             return self.name
         model, workload = (_NAME_UNSAFE.sub("_", v) for v in (self.model, self.workload))
-        return f"{model}-{self.gpu}-{workload}-{self.objective.value}"
+        # Emulated results are never mixed with real ones, not even in a study's name.
+        emulated = "-emulated" if self.emulate else ""
+        return f"{model}-{self.gpu}{emulated}-{workload}-{self.objective.value}"
 
     def with_overrides(self, **changes: Any) -> StudySpec:
         """Apply CLI options; ``None`` means "not given on the command line"."""
@@ -194,6 +213,8 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
     for key in ("trials", "seed"):
         if key in study:
             kwargs[key] = _typed(study[key], int, key, fail, "study")
+    if "emulate" in study:
+        kwargs["emulate"] = _typed(study["emulate"], bool, "emulate", fail, "study")
     if "slo" in kwargs:
         try:
             parse_slo(kwargs["slo"])
@@ -273,6 +294,10 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
 def _typed(value: Any, kind: type, key: str, fail: Any, section: str) -> Any:
     # bool is an int subclass, but `trials = true` is surely a mistake; an int is a fine float.
     accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
+        return value
     if isinstance(value, bool) or not isinstance(value, accepted):
         raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
     return value
