@@ -25,15 +25,11 @@ from tuner.spec import StudySpec
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).parents[2]
-# Smoke-shaped, 16 concurrent streams; about 3 s windows for the defaults (2048 output tokens
-# at 700 tok/s), several times longer for max_num_seqs=1, which serves one stream at a time.
-SIXTEEN = {
-    "concurrency": 16,
-    "requests_per_window": 64,
-    "output_tokens": 32,
-    "warmup_requests": 16,
-    "windows": 2,
-}
+# The smoke workload with 16 concurrent streams: about 5 s windows for the defaults (3072 output
+# tokens at 700 tok/s), three times longer for max_num_seqs=1, which serves one stream at a time.
+# Three windows a launch: the launch's median shrugs off one window that another process on
+# this 2-core machine disturbed.
+SIXTEEN = {"concurrency": 16, "warmup_requests": 16}
 
 
 def test_defaults_twice_and_one_sequence_at_a_time(
@@ -63,13 +59,14 @@ def test_defaults_twice_and_one_sequence_at_a_time(
         assert [r.status for r in runs] == [TrialStatus.COMPLETE] * 3, (arm, runs[-1].log_tail)
     # At 95 % a comparison of a config with itself is "significant" in 1 run of 20 by design;
     # 99 % keeps this test from failing once a week.
-    same = compare(arms[0], results[0], arms[1], results[1], confidence=0.99)
-    assert same.metric("output_throughput").verdict == NO_DIFFERENCE, same.metric(
+    same = compare(arms[0], results[0], arms[1], results[1], confidence=0.99).metric(
         "output_throughput"
-    ).describe()
+    )
+    assert same.verdict == NO_DIFFERENCE, (same.describe(), same.a_values, same.b_values)
     one = compare(arms[0], results[0], arms[2], results[2], confidence=0.95)
     thr = one.metric("output_throughput")
-    assert thr.verdict == WORSE and thr.high is not None and thr.high < 1.0, thr.describe()
+    shown = (thr.describe(), thr.a_values, thr.b_values)
+    assert thr.verdict == WORSE and thr.high is not None and thr.high < 1.0, shown
     assert processes_mentioning(str(tmp_path)) == []
 
 
