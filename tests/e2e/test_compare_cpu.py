@@ -66,9 +66,15 @@ def test_defaults_twice_and_one_sequence_at_a_time(
     )
     assert same.verdict == NO_DIFFERENCE, (same.describe(), same.a_values, same.b_values)
     one = compare(arms[0], results[0], arms[2], results[2], confidence=0.95)
+    # One sequence at a time under 16 streams queues 15 requests behind each one: the time to
+    # first token is where that shows beyond any doubt. Throughput drops too, but on 2 cores the
+    # defaults' throughput swings 2x from launch to launch (413-829 tok/s in one CI run, while
+    # max_num_seqs=1 held 349-393), so only its direction is asserted.
+    ttft = one.metric("ttft_p50_ms")
+    shown = (ttft.describe(), ttft.a_values, ttft.b_values)
+    assert ttft.verdict == WORSE and ttft.low is not None and ttft.low > 1.0, shown
     thr = one.metric("output_throughput")
-    shown = (thr.describe(), thr.a_values, thr.b_values)
-    assert thr.verdict == WORSE and thr.high is not None and thr.high < 1.0, shown
+    assert thr.ratio is not None and thr.ratio < 1.0, (thr.describe(), thr.a_values, thr.b_values)
     assert processes_mentioning(str(tmp_path)) == []
 
 
