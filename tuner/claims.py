@@ -33,8 +33,8 @@ from tuner.compare import COMPARED
 from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
 from tuner.errors import SpecError, UsageError
 from tuner.load.workloads import WORKLOADS, plan_requests
-from tuner.space import KNOBS, SearchSpace, _normalize
-from tuner.spec import _WORKLOAD_TYPES, _find_line, _line_from_message, _typed
+from tuner.space import KNOBS, SearchSpace, normalize_knob
+from tuner.spec import WORKLOAD_TYPES, find_line, line_from_message, typed_value
 
 CONFIRMED = "confirmed"
 REFUTED = "refuted"
@@ -75,13 +75,13 @@ def load_claims(path: str | Path) -> tuple[Claim, ...]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+        line = getattr(exc, "lineno", None) or line_from_message(str(exc))
         raise SpecError(f"not valid TOML: {exc}", path=str(p), line=line) from None
     stray = sorted(set(data) - {"claim"})
     entries = data.get("claim", [])
     if stray or not isinstance(entries, list) or not entries:
         what = f"unknown top-level key(s) {stray}" if stray else "no [[claim]] tables"
-        line = _find_line(text, stray[0]) if stray else None
+        line = find_line(text, stray[0]) if stray else None
         raise SpecError(what, path=str(p), line=line, hint="a claims file is [[claim]] tables")
     headers = [i for i, line in enumerate(text.splitlines()) if _HEADER.match(line)]
     claims: list[Claim] = []
@@ -98,7 +98,7 @@ def _claim(entry: Mapping[str, Any], text: str, start: int, where: str) -> Claim
     region = "\n".join(text.splitlines()[start:])
 
     def fail(msg: str, key: str | None = None, hint: str = "", section: str | None = None) -> Any:
-        found = _find_line(region, key) if key else None
+        found = find_line(region, key) if key else None
         line = start + (found if found is not None else 1)
         return SpecError(msg, path=where, line=line, hint=hint)
 
@@ -108,14 +108,14 @@ def _claim(entry: Mapping[str, Any], text: str, start: int, where: str) -> Claim
     for key in _REQUIRED:
         if key not in entry:
             raise fail(f"[[claim]] lacks {key!r}", hint=f"every claim has {', '.join(_REQUIRED)}")
-    claim_id = _typed(entry["id"], str, "id", fail, "claim")
+    claim_id = typed_value(entry["id"], str, "id", fail, "claim")
     if not _ID.match(claim_id):
         raise fail(f"claim id {claim_id!r}: use lower-case letters, digits and dashes", "id")
-    statement = _typed(entry["statement"], str, "statement", fail, "claim")
+    statement = typed_value(entry["statement"], str, "statement", fail, "claim")
     a, b = (_config(entry[side], side, fail) for side in ("a", "b"))
     if a == b:
         raise fail("a and b are the same configuration: there is nothing to compare", "b")
-    metric = _typed(entry["metric"], str, "metric", fail, "claim")
+    metric = typed_value(entry["metric"], str, "metric", fail, "claim")
     if metric not in METRICS:
         raise fail(f"unknown metric {metric!r}", "metric", hint=f"metrics: {', '.join(METRICS)}")
     claimed, claimed_text = _claimed(entry["claimed"], fail)
@@ -149,7 +149,7 @@ def _config(value: Any, side: str, fail: Any) -> dict[str, Any]:
         if knob not in KNOBS:
             raise fail(f"unknown knob {knob!r} in {side}", knob, hint=f"knobs: {', '.join(KNOBS)}")
         try:
-            _normalize(knob, raw, side)
+            normalize_knob(knob, raw, side)
         except UsageError as exc:
             raise fail(exc.message, knob, hint=exc.hint) from None
     return dict(value)
@@ -187,11 +187,11 @@ def _workload(value: Any, fail: Any) -> Workload:
             hint=f"presets: {', '.join(WORKLOADS)}",
         )
     for key, v in overrides.items():
-        if key not in _WORKLOAD_TYPES:
+        if key not in WORKLOAD_TYPES:
             raise fail(
-                f"unknown workload field {key!r}", key, hint=f"fields: {sorted(_WORKLOAD_TYPES)}"
+                f"unknown workload field {key!r}", key, hint=f"fields: {sorted(WORKLOAD_TYPES)}"
             )
-        _typed(v, _WORKLOAD_TYPES[key], key, fail, "workload")
+        typed_value(v, WORKLOAD_TYPES[key], key, fail, "workload")
     name = table.get("name")
     if name is not None and not isinstance(name, str):
         raise fail("the workload's name must be a string", "name")
@@ -280,7 +280,7 @@ def _unmet(claim: Claim, gpu: GpuProfile) -> str:
 def _held(claim: Claim, fixed: Mapping[str, Any]) -> str:
     for knob, value in fixed.items():
         for side in (claim.a, claim.b):
-            if knob in side and _normalize(knob, side[knob], "claim") != _normalize(
+            if knob in side and normalize_knob(knob, side[knob], "claim") != normalize_knob(
                 knob, value, "--fixed"
             ):
                 return f"the claim sets {knob}, which --fixed holds at {value!r}"

@@ -76,7 +76,7 @@ def parse_assignments(text: str, option: str) -> dict[str, Any]:
 def parse_config_spec(text: str, option: str) -> dict[str, Any]:
     """A SPEC of ``tuner compare``: ``defaults`` (-> {}) or ``knob=value,...``, knobs and
     values checked (UsageError, exit 2, listing the knobs)."""
-    from tuner.space import KNOBS, _normalize
+    from tuner.space import KNOBS, normalize_knob
 
     if text.strip() == "defaults":
         return {}
@@ -88,25 +88,25 @@ def parse_config_spec(text: str, option: str) -> dict[str, Any]:
             hint=f"knobs: {', '.join(KNOBS)}; or {option} defaults",
         )
     for knob, value in values.items():
-        _normalize(knob, value, option)
+        normalize_knob(knob, value, option)
     return values
 
 
 def parse_workload_overrides(text: str | None) -> dict[str, Any]:
     """``--workload-set key=value,...`` checked against the workload fields."""
-    from tuner.spec import _WORKLOAD_TYPES, _typed
+    from tuner.spec import WORKLOAD_TYPES, typed_value
 
     if not text:
         return {}
     values = parse_assignments(text, "--workload-set")
 
     def fail(msg: str, key: str, **_: Any) -> UsageError:
-        return UsageError(f"--workload-set: {msg}", hint=f"fields: {sorted(_WORKLOAD_TYPES)}")
+        return UsageError(f"--workload-set: {msg}", hint=f"fields: {sorted(WORKLOAD_TYPES)}")
 
     for key, value in values.items():
-        if key not in _WORKLOAD_TYPES:
+        if key not in WORKLOAD_TYPES:
             raise fail(f"unknown workload field {key!r}", key)
-        _typed(value, _WORKLOAD_TYPES[key], key, fail, "workload")
+        typed_value(value, WORKLOAD_TYPES[key], key, fail, "workload")
     return values
 
 

@@ -70,7 +70,7 @@ class SearchSpace:
         fixed: Mapping[str, Any] | None = None,
     ) -> None:
         self.model, self.gpu, self.workload = model, gpu, workload
-        fixed_values = {k: _normalize(k, v, "fixed") for k, v in (fixed or {}).items()}
+        fixed_values = {k: normalize_knob(k, v, "fixed") for k, v in (fixed or {}).items()}
         given = {k: _normalize_choices(k, v) for k, v in (choices or {}).items()}
         both = sorted(set(given) & set(fixed_values))
         if both:
@@ -207,7 +207,7 @@ class SearchSpace:
         contradicts ``fixed``, raise :class:`UsageError`."""
         values = dataclasses.asdict(self.baseline())
         for knob, raw in item.items():
-            value = _normalize(knob, raw, "enqueue")
+            value = normalize_knob(knob, raw, "enqueue")
             if knob in self.fixed and value != self.fixed[knob]:
                 raise UsageError(
                     f"enqueue sets {knob}={raw!r} but the study fixes it to {self.fixed[knob]!r}",
@@ -286,10 +286,10 @@ def _normalize_choices(knob: str, values: Sequence[Any]) -> tuple[Any, ...]:
         raise UsageError(
             f"choices for {knob} must be a non-empty list", hint=f"e.g. {knob} = [...]"
         )
-    return tuple(_normalize(knob, v, "choices") for v in values)
+    return tuple(normalize_knob(knob, v, "choices") for v in values)
 
 
-def _normalize(knob: str, value: Any, where: str) -> Any:
+def normalize_knob(knob: str, value: Any, where: str) -> Any:
     """``value`` checked against ``knob``'s type; ``"default"`` and None become None."""
     _check_names([knob], where)
     if value is None or value == DEFAULT:

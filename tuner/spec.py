@@ -78,7 +78,7 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
 }
 _SERVING_KEYS = frozenset(f.name for f in dataclasses.fields(ServingConfig))
 # Types of the [workload] overrides (Workload's fields); a float field also takes an integer.
-_WORKLOAD_TYPES: Mapping[str, type] = {
+WORKLOAD_TYPES: Mapping[str, type] = {
     **{key: int for key in _SECTIONS["workload"]},
     "request_rate": float,
     "length_jitter": float,
@@ -166,7 +166,7 @@ def load_spec(path: str | Path) -> StudySpec:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+        line = getattr(exc, "lineno", None) or line_from_message(str(exc))
         raise SpecError(f"not valid TOML: {exc}", path=str(p), line=line) from None
     return spec_from_mapping(data, text, str(p))
 
@@ -180,7 +180,7 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
     def fail(
         msg: str, key: str | None = None, hint: str = "", section: str | None = None
     ) -> SpecError:
-        line = _find_line(text, key, section) if key else None
+        line = find_line(text, key, section) if key else None
         return SpecError(msg, path=where, line=line, hint=hint)
 
     for section, value in data.items():
@@ -209,12 +209,12 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
     kwargs: dict[str, Any] = {"source": where}
     for key in ("model", "gpu", "workload", "slo", "name", "notes"):
         if key in study:
-            kwargs[key] = _typed(study[key], str, key, fail, "study")
+            kwargs[key] = typed_value(study[key], str, key, fail, "study")
     for key in ("trials", "seed"):
         if key in study:
-            kwargs[key] = _typed(study[key], int, key, fail, "study")
+            kwargs[key] = typed_value(study[key], int, key, fail, "study")
     if "emulate" in study:
-        kwargs["emulate"] = _typed(study["emulate"], bool, "emulate", fail, "study")
+        kwargs["emulate"] = typed_value(study["emulate"], bool, "emulate", fail, "study")
     if "slo" in kwargs:
         try:
             parse_slo(kwargs["slo"])
@@ -229,7 +229,7 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
             raise fail(exc.message.split(": ", 1)[-1], "objective", exc.hint) from None
     overrides = data.get("workload", {})
     for key, value in overrides.items():
-        _typed(value, _WORKLOAD_TYPES[key], key, fail, "workload")
+        typed_value(value, WORKLOAD_TYPES[key], key, fail, "workload")
     kwargs["workload_overrides"] = dict(overrides)
     if "params" in space:
         params = space["params"]
@@ -263,7 +263,7 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
         ("confidence", "confidence", float),
     ):
         if key in confirm:
-            kwargs[field_name] = _typed(confirm[key], kind, key, fail, "confirm")
+            kwargs[field_name] = typed_value(confirm[key], kind, key, fail, "confirm")
     if kwargs.get("confirm_top", 1) < 1 or kwargs.get("confirm_launches", 0) < 0:
         raise fail("confirm top must be >= 1 and launches >= 0 (0 turns it off)", "confirm")
     if not 0.5 < kwargs.get("confidence", 0.95) < 1.0:
@@ -271,7 +271,9 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
             "confidence must be between 0.5 and 1, e.g. 0.95", "confidence", section="confirm"
         )
     if "startup_timeout_s" in runner:
-        timeout = _typed(runner["startup_timeout_s"], float, "startup_timeout_s", fail, "runner")
+        timeout = typed_value(
+            runner["startup_timeout_s"], float, "startup_timeout_s", fail, "runner"
+        )
         if not timeout > 0:
             raise fail("startup_timeout_s must be positive", "startup_timeout_s", section="runner")
         kwargs["startup_timeout_s"] = float(timeout)
@@ -287,11 +289,11 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
         kwargs["extra_args"] = tuple(extra)
     for key in ("vllm_python", "load_format"):
         if key in runner:
-            kwargs[key] = _typed(runner[key], str, key, fail, "runner")
+            kwargs[key] = typed_value(runner[key], str, key, fail, "runner")
     return StudySpec(**kwargs)
 
 
-def _typed(value: Any, kind: type, key: str, fail: Any, section: str) -> Any:
+def typed_value(value: Any, kind: type, key: str, fail: Any, section: str) -> Any:
     # bool is an int subclass, but `trials = true` is surely a mistake; an int is a fine float.
     accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
     if kind is bool:
@@ -324,7 +326,7 @@ def parse_objective(text: str, *, where: str = "command line") -> Objective:
         ) from None
 
 
-def _find_line(text: str, key: str, section: str | None = None) -> int | None:
+def find_line(text: str, key: str, section: str | None = None) -> int | None:
     """The first line that defines ``key`` (a table header, ``key =``, ``{key =`` inside an
     inline table, or ``"key"`` inside an array), at or after ``section``'s header if given:
     the same key may be valid in an earlier section."""
@@ -346,6 +348,6 @@ def _is_header(line: str, section: str) -> bool:
     return re.match(rf"^\s*\[+\s*{re.escape(section)}\s*\]+", line) is not None
 
 
-def _line_from_message(message: str) -> int | None:
+def line_from_message(message: str) -> int | None:
     match = re.search(r"line (\d+)", message)
     return int(match.group(1)) if match else None
