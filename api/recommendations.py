@@ -17,7 +17,6 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlencode
 
 from api.errors import not_found
@@ -31,11 +30,10 @@ from api.schemas import (
     metrics_out,
 )
 from tuner import scoring
-from tuner.catalog.materialize import tokenizer_dir
-from tuner.catalog.models import MODELS
 from tuner.confirm import Confirmed
 from tuner.db.rows import StudyRow, TrialRow
 from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialResult, TrialStatus
+from tuner.recommend import serve_flags
 from tuner.vllm import argv
 
 _MAX_SUGGESTIONS = 8
@@ -207,18 +205,6 @@ def nearest(snapshots: Iterable[StudySnapshot], q: Query) -> list[dict[str, obje
             }
         )
     return out
-
-
-def serve_flags(study: StudyRow, flags: argv.RenderedFlags) -> argv.RenderedFlags:
-    """The flags a ready ``vllm serve`` line needs: a test architecture without published
-    weights keeps random weights and the synthetic tokenizer (as :mod:`tuner.recommend`)."""
-    model = MODELS.get(study.model)
-    if model is None or model.weights_available or not study.model_source:
-        return flags
-    tokenizer = str(tokenizer_dir(Path(study.model_source)))
-    return argv.RenderedFlags(
-        args=("--load-format", "dummy", "--tokenizer", tokenizer, *flags.args), env=flags.env
-    )
 
 
 def _memory(trial: TrialRow) -> float | None:

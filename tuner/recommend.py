@@ -11,6 +11,7 @@ from tuner.catalog.materialize import tokenizer_dir
 from tuner.catalog.models import MODELS
 from tuner.confirm import DEFAULTS_LABEL, Confirmed, choose
 from tuner.db.repository import Repository
+from tuner.db.rows import StudyRow
 from tuner.domain import Estimate, Objective, TrialStatus
 from tuner.significance import BETTER
 from tuner.study import rank
@@ -84,6 +85,18 @@ class Recommendation:
         return "\n".join(lines)
 
 
+def serve_flags(study: StudyRow, flags: argv.RenderedFlags) -> argv.RenderedFlags:
+    """The flags a ready ``vllm serve`` line needs for ``study``'s model: a test architecture
+    without published weights (tiny-ernie) keeps random weights and the synthetic tokenizer."""
+    model = MODELS.get(study.model)
+    if model is None or model.weights_available or not study.model_source:
+        return flags
+    tokenizer = str(tokenizer_dir(Path(study.model_source)))
+    return argv.RenderedFlags(
+        args=("--load-format", "dummy", "--tokenizer", tokenizer, *flags.args), env=flags.env
+    )
+
+
 def recommendation(repo: Repository, study: str) -> Recommendation | None:
     row = repo.get_study(study)
     if row is None:
@@ -114,15 +127,6 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
     base_trial = repo.get_trial(study, baseline.number) if baseline else None
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
-    serve_flags = flags
-    model = MODELS.get(row.model)
-    if model is not None and not model.weights_available and row.model_source:
-        # A test architecture without published weights: the line must keep random weights.
-        tokenizer = str(tokenizer_dir(Path(row.model_source)))
-        serve_flags = argv.RenderedFlags(
-            args=("--load-format", "dummy", "--tokenizer", tokenizer, *flags.args),
-            env=flags.env,
-        )
     return Recommendation(
         study=study,
         trial_number=top.number,
@@ -130,7 +134,7 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
         score=top.score,
         flags=tuple(flags.args),
         env=dict(flags.env),
-        serve_command=argv.serve_command(row.model_source or row.model, serve_flags),
+        serve_command=argv.serve_command(row.model_source or row.model, serve_flags(row, flags)),
         metrics=trial.metrics,
         baseline_metrics=base_trial.metrics if base_trial else None,
         memory_gib=top.values[1],
