@@ -113,7 +113,12 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     from tuner.vllm.leases import reap_orphans
     from tuner.vllm.version import VllmInstall, detect_vllm
 
-    hardware = check_hardware(gpu, detect_gpus(), emulate=spec.emulate)
+    hardware = check_hardware(
+        gpu,
+        detect_gpus(),
+        emulate=spec.emulate,
+        cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
     # Test seam, not a user option: $TUNER_SERVER_MODULE (e.g. tuner.testing.fake_server, which
     # speaks vLLM's argv and HTTP) is run by this interpreter instead of vLLM and reported as
     # vLLM $TUNER_SERVER_VERSION, so that integration tests can drive whole commands quickly.

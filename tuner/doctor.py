@@ -234,7 +234,7 @@ def find_problems(
         problems.append(Problem(gpus.error, gpus.fix))
     if gpu is not None and gpus.error is None:
         try:
-            check_hardware(gpu, gpus.gpus)
+            check_hardware(gpu, gpus.gpus, cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
         except HardwareMismatch as exc:
             problems.append(Problem(exc.message, exc.hint))
     if vllm.error is not None:

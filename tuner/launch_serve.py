@@ -7,6 +7,7 @@ that a second Ctrl-C cannot cut the teardown short and leave vLLM's engine proce
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
@@ -211,7 +212,7 @@ def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
     from tuner.telemetry.nvml import detect_gpus
     from tuner.vllm.ports import free_port, port_is_open
 
-    check_hardware(profile, detect_gpus())
+    check_hardware(profile, detect_gpus(), cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
     client_host = "127.0.0.1" if host in ("", "0.0.0.0") else host
     if port_is_open(client_host, port):
         raise UsageError(

@@ -66,6 +66,7 @@ class Hardware:
 
     name: str
     uuid: str | None = None
+    index: int | None = None  # NVML index (PCI bus order): the server is pinned to it
     driver_version: str | None = None
     cuda_version: str | None = None
     is_gpu: bool = False
@@ -132,7 +133,7 @@ class VllmTrialRunner:
             ),
             *flags.args,
         )
-        env = {**os.environ, **s.env, **flags.env}
+        env = {**os.environ, **s.env, **flags.env, **self._device_env()}
         self.log_dir.mkdir(parents=True, exist_ok=True)
         server = VllmServer(
             argv.server_command(s.python, args, module=s.module),
@@ -143,7 +144,11 @@ class VllmTrialRunner:
             log_path=self.log_dir / f"{served}.log",
             lease_dir=self.lease_dir,
         )
-        probe = TelemetryProbe(gpu=self.hardware.is_gpu, metrics_url=f"{server.base_url}/metrics")
+        probe = TelemetryProbe(
+            gpu=self.hardware.is_gpu,
+            gpu_uuids=(self.hardware.uuid,) if self.hardware.uuid else None,
+            metrics_url=f"{server.base_url}/metrics",
+        )
         info = ServerInfo(
             argv=tuple(args),
             env=dict(flags.env),
@@ -232,6 +237,14 @@ class VllmTrialRunner:
             started_at=started,
             finished_at=time.time(),
         )
+
+    def _device_env(self) -> dict[str, str]:
+        """Pin the server to the GPU that is measured: on a host with several GPUs, vLLM would
+        otherwise take CUDA's first, and the memory of the other GPUs is not this trial's."""
+        hw = self.hardware
+        if not hw.is_gpu or hw.index is None:
+            return {}
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(hw.index)}
 
     def _launch_config(self, config: ServingConfig) -> ServingConfig:
         """The config as launched: utilization rescaled when emulating a smaller GPU."""

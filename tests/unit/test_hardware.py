@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
 from tuner.errors import HardwareMismatch, UsageError
-from tuner.hardware import check_hardware, describe
+from tuner.hardware import check_hardware, describe, visible_gpus
+from tuner.runner import Hardware, RunnerSettings, VllmTrialRunner
 from tuner.telemetry.nvml import DetectedGpu
 
 GIB = 1024**3
@@ -80,3 +84,63 @@ def test_describe() -> None:
     assert describe([]).startswith("no NVIDIA GPU")
     two = describe([H200, gpu("NVIDIA H200", index=1)])
     assert two.startswith("2 GPU(s): ") and two.count("NVIDIA H200 (140 GiB)") == 2
+
+
+# --- hosts with several GPUs: CUDA_VISIBLE_DEVICES chooses, and only that GPU is measured -----
+
+TWO = [gpu("NVIDIA H200", 0), gpu("NVIDIA H200", 1)]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, [0, 1]),
+        ("1", [1]),
+        ("1,0", [1, 0]),
+        (" 0 , 1", [0, 1]),
+        ("GPU-0001", [1]),  # a unique UUID prefix
+        ("GPU-0001-uuid,0", [1, 0]),
+        ("", []),
+        ("-1", []),
+        ("0,7,1", [0]),  # CUDA stops at the first entry naming no device
+        ("GPU-000", []),  # a prefix of both names neither
+        ("0,0", [0]),
+    ],
+)
+def test_visible_gpus_reads_cuda_visible_devices_as_cuda_does(
+    value: str | None, expected: list[int]
+) -> None:
+    assert [g.index for g in visible_gpus(TWO, value)] == expected
+
+
+def test_cuda_visible_devices_picks_the_gpu_trials_run_on() -> None:
+    hardware = check_hardware(get_gpu("h200"), TWO, cuda_visible="1")
+    assert (hardware.index, hardware.uuid) == (1, "GPU-0001-uuid")
+    assert check_hardware(get_gpu("h200"), TWO).index == 0
+
+
+def test_emulation_uses_the_visible_gpu() -> None:
+    hardware = check_hardware(get_gpu("a10g"), TWO, emulate=True, cuda_visible="1")
+    assert hardware.emulated and hardware.index == 1
+
+
+def test_cuda_visible_devices_naming_no_gpu_is_a_clear_error() -> None:
+    with pytest.raises(HardwareMismatch) as info:
+        check_hardware(get_gpu("h200"), TWO, cuda_visible="5")
+    assert "CUDA_VISIBLE_DEVICES='5'" in info.value.message
+    assert "indices 0-1" in info.value.message
+    assert "nvidia-smi" in (info.value.hint or "")
+
+
+def test_the_cpu_profile_ignores_cuda_visible_devices() -> None:
+    assert not check_hardware(get_gpu("cpu"), TWO, cuda_visible="").is_gpu
+
+
+def test_the_server_is_pinned_to_the_measured_gpu(tmp_path: Path) -> None:
+    settings = RunnerSettings(python="python3", vllm_version="0.26.0", model_path=str(tmp_path))
+    pinned = VllmTrialRunner(
+        settings, resolve_model("tiny-ernie"), Hardware(name="H200", index=1, is_gpu=True)
+    )
+    assert pinned._device_env() == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}
+    cpu = VllmTrialRunner(settings, resolve_model("tiny-ernie"), Hardware(name="cpu"))
+    assert cpu._device_env() == {}

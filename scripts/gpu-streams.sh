@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs ON the GPU machine (after staging: .gpu/stage.sh install + scripts/gpu-install.sh).
+# Keeps every GPU of the host busy across several `run` calls: each "stream" is a plan file
+# (one tuner command per line) run in order on one GPU, detached with setsid so it outlives the
+# call that started it; later calls wait on the streams and copy their results to $OUT.
+#
+#   bash scripts/gpu-streams.sh start DEADLINE_EPOCH NAME:GPU:PLAN [NAME:GPU:PLAN ...]
+#   bash scripts/gpu-streams.sh wait SECONDS     # returns early when every stream has ended
+#   bash scripts/gpu-streams.sh collect          # databases, stream logs, server logs -> $OUT
+#
+# Each stream has its own database $HOME/tuner-NAME.db (seeded from $SEED_DB_<NAME> when that
+# variable names a file, to resume a committed study), its own server-log folder and log
+# $HOME/streams/NAME.log. A plan line may start with "@N " (N minutes): it is skipped when less
+# than N minutes remain before DEADLINE_EPOCH. Every command runs under
+# `timeout -s INT` to the deadline: SIGINT lets tuner record the running trial as interrupted
+# and stop its server group, so a study can be resumed in a later session.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+STREAMS="$HOME/streams"
+mkdir -p "$STREAMS"
+
+env_for() {  # NAME GPU
+  export PYTHONPATH="$HOME/venv/site:$HOME/tuner-site:$ROOT" PYTHONUNBUFFERED=1
+  export TUNER_VLLM_PYTHON="$(command -v python3)" TUNER_HOME="$HOME/.cache/tuner"
+  export TUNER_DB_URL="sqlite:///$HOME/tuner-$1.db"
+  export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="$2"
+}
+
+run_stream() {  # NAME GPU PLAN DEADLINE
+  local name="$1" gpu="$2" plan="$3" deadline="$4" line need left rc
+  env_for "$name" "$gpu"
+  export DEADLINE="$deadline"  # plan lines may end a step earlier: $((DEADLINE - $(date +%s) - 600))
+  cd "$ROOT"
+  while IFS= read -r line || [ -n "$line" ]; do
+    [[ -z "${line// }" || "$line" == \#* ]] && continue
+    need=0
+    if [[ "$line" =~ ^@([0-9]+)\ (.*)$ ]]; then need="${BASH_REMATCH[1]}"; line="${BASH_REMATCH[2]}"; fi
+    left=$(( deadline - $(date +%s) ))
+    if (( left < need * 60 + 30 )); then
+      echo "[$(date +%T)] skipped (${left}s left, needs ${need} min): $line"; continue
+    fi
+    echo "[$(date +%T)] \$ $line"
+    timeout -s INT -k 60 "$left" bash -c "$line"
+    rc=$?
+    echo "[$(date +%T)] exit $rc"
+  done < "$plan"
+  echo "[$(date +%T)] stream done"
+  touch "$STREAMS/$name.done"
+}
+
+case "${1:-}" in
+  start)
+    deadline="$2"; shift 2
+    for spec in "$@"; do
+      IFS=: read -r name gpu plan <<< "$spec"
+      seed_var="SEED_DB_${name//-/_}"
+      if [ -n "${!seed_var:-}" ] && [ ! -f "$HOME/tuner-$name.db" ]; then
+        cp "${!seed_var}" "$HOME/tuner-$name.db"
+      fi
+      rm -f "$STREAMS/$name.done"
+      setsid nohup bash "$0" _run "$name" "$gpu" "$ROOT/$plan" "$deadline" \
+        > "$STREAMS/$name.log" 2>&1 < /dev/null &
+      echo "started stream $name on GPU $gpu: $plan (deadline $(date -d @"$deadline" +%T))"
+    done
+    ;;
+  _run) shift; run_stream "$@" ;;
+  wait)
+    end=$(( $(date +%s) + $2 ))
+    while (( $(date +%s) < end )); do
+      all=1
+      for log in "$STREAMS"/*.log; do [ -f "${log%.log}.done" ] || all=0; done
+      (( all )) && break
+      sleep 10
+    done
+    for log in "$STREAMS"/*.log; do echo "== $log"; tail -n 8 "$log"; done
+    nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+    ;;
+  collect)
+    mkdir -p "$OUT"
+    nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv \
+      > "$OUT/nvidia-smi.csv" 2>&1
+    for db in "$HOME"/tuner-*.db; do
+      [ -f "$db" ] && python3 - "$db" "$OUT/$(basename "$db")" <<'EOF'
+import sqlite3, sys
+src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2])
+src.backup(dst)  # consistent copy even while a stream still writes (WAL)
+EOF
+    done
+    tar czf "$OUT/streams.tgz" -C "$STREAMS" --exclude='*.done' . 2>/dev/null
+    tar czf "$OUT/server-logs.tgz" -C "$ROOT/.tuner" logs 2>/dev/null
+    ls -la "$OUT"
+    ;;
+  *) sed -n 2,16p "$0"; exit 2 ;;
+esac
