@@ -4,12 +4,13 @@
 # (one tuner command per line) run in order on one GPU, detached with setsid so it outlives the
 # call that started it; later calls wait on the streams and copy their results to $OUT.
 #
-#   bash scripts/gpu-streams.sh start DEADLINE_EPOCH NAME:GPU:PLAN [NAME:GPU:PLAN ...]
+#   bash scripts/gpu-streams.sh start DEADLINE_EPOCH NAME:GPU:PLAN[:DB] [NAME:GPU:PLAN[:DB] ...]
 #   bash scripts/gpu-streams.sh wait SECONDS     # returns early when every stream has ended
 #   bash scripts/gpu-streams.sh collect          # databases, stream logs, server logs -> $OUT
 #
-# Each stream has its own database $HOME/tuner-NAME.db (seeded from $SEED_DB_<NAME> when that
-# variable names a file, to resume a committed study), its own server-log folder and log
+# Each stream has its database $HOME/tuner-DB.db (DB defaults to NAME; streams may share one:
+# SQLite in WAL mode takes several writers), seeded from $SEED_DB_<DB> when that variable names
+# a file (to resume a committed study or add to committed results), and its log
 # $HOME/streams/NAME.log. A plan line may start with "@N " (N minutes): it is skipped when less
 # than N minutes remain before DEADLINE_EPOCH. Every command runs under
 # `timeout -s INT` to the deadline: SIGINT lets tuner record the running trial as interrupted
@@ -19,16 +20,16 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STREAMS="$HOME/streams"
 mkdir -p "$STREAMS"
 
-env_for() {  # NAME GPU
+env_for() {  # DB GPU
   export PYTHONPATH="$HOME/venv/site:$HOME/tuner-site:$ROOT" PYTHONUNBUFFERED=1
   export TUNER_VLLM_PYTHON="$(command -v python3)" TUNER_HOME="$HOME/.cache/tuner"
   export TUNER_DB_URL="sqlite:///$HOME/tuner-$1.db"
   export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="$2"
 }
 
-run_stream() {  # NAME GPU PLAN DEADLINE
-  local name="$1" gpu="$2" plan="$3" deadline="$4" line need left rc
-  env_for "$name" "$gpu"
+run_stream() {  # NAME GPU PLAN DEADLINE DB
+  local name="$1" gpu="$2" plan="$3" deadline="$4" db="$5" line need left rc
+  env_for "$db" "$gpu"
   export DEADLINE="$deadline"  # plan lines may end a step earlier: $((DEADLINE - $(date +%s) - 600))
   cd "$ROOT"
   while IFS= read -r line || [ -n "$line" ]; do
@@ -52,13 +53,14 @@ case "${1:-}" in
   start)
     deadline="$2"; shift 2
     for spec in "$@"; do
-      IFS=: read -r name gpu plan <<< "$spec"
-      seed_var="SEED_DB_${name//-/_}"
-      if [ -n "${!seed_var:-}" ] && [ ! -f "$HOME/tuner-$name.db" ]; then
-        cp "${!seed_var}" "$HOME/tuner-$name.db"
+      IFS=: read -r name gpu plan db <<< "$spec"
+      db="${db:-$name}"
+      seed_var="SEED_DB_${db//-/_}"
+      if [ -n "${!seed_var:-}" ] && [ ! -f "$HOME/tuner-$db.db" ]; then
+        cp "${!seed_var}" "$HOME/tuner-$db.db"
       fi
       rm -f "$STREAMS/$name.done"
-      setsid nohup bash "$0" _run "$name" "$gpu" "$ROOT/$plan" "$deadline" \
+      setsid nohup bash "$0" _run "$name" "$gpu" "$ROOT/$plan" "$deadline" "$db" \
         > "$STREAMS/$name.log" 2>&1 < /dev/null &
       echo "started stream $name on GPU $gpu: $plan (deadline $(date -d @"$deadline" +%T))"
     done

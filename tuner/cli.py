@@ -453,26 +453,46 @@ def worker(
 
 @app.command()
 def export(
-    study: Annotated[str, typer.Argument(help="Study name.")],
+    study: Annotated[
+        str | None, typer.Argument(help="Study name (optional with --comparisons).")
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help="jsonl (dataset) or md (table).")] = "jsonl",
     output: Annotated[Path | None, typer.Option("--out", help="File (default: stdout).")] = None,
+    comparisons: Annotated[
+        bool,
+        typer.Option(
+            "--comparisons",
+            help="Export comparisons (the study's confirmation; without a study every stored "
+            "`tuner compare` and verify-claims result) instead of trials.",
+        ),
+    ] = False,
     storage: StorageOpt = None,
 ) -> None:
-    """Export a study's trials as a dataset (JSON Lines) or a Markdown table."""
+    """Export a study's trials, or comparisons, as a dataset (JSON Lines) or Markdown."""
     from tuner.export import markdown_table, study_records, to_jsonl
+    from tuner.export_comparisons import comparison_records, comparisons_markdown
 
     if fmt not in ("jsonl", "md"):
         raise UsageError(f"unknown format {fmt!r}", hint="use --format jsonl or --format md")
+    if study is None and not comparisons:
+        raise UsageError("name the study to export", hint="tuner export STUDY, or --comparisons")
     repo = _repo(storage)
-    if repo.get_study(study) is None:
+    if study is not None and repo.get_study(study) is None:
         raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
-    records = study_records(repo, study)
-    text = to_jsonl(records) if fmt == "jsonl" else markdown_table(records)
+    if comparisons:
+        records = comparison_records(repo, study)
+        text = to_jsonl(records) if fmt == "jsonl" else comparisons_markdown(records)
+        what = "comparisons"
+    else:
+        assert study is not None
+        records = study_records(repo, study)
+        text = to_jsonl(records) if fmt == "jsonl" else markdown_table(records)
+        what = "trials"
     if output is None:
         sys.stdout.write(text)
     else:
         output.write_text(text)
-        out.print(f"{len(records)} trials written to {output}")
+        out.print(f"{len(records)} {what} written to {output}")
 
 
 # `tuner compare` and `tuner verify-claims`: their modules import only typer at the top.

@@ -137,6 +137,9 @@ class Comparison:
     metrics: tuple[MetricComparison, ...]
     a_failures: tuple[str, ...]
     b_failures: tuple[str, ...]
+    # What each complete launch's server reported about itself, in launch order.
+    a_servers: tuple[dict[str, Any], ...] = ()
+    b_servers: tuple[dict[str, Any], ...] = ()
 
     def metric(self, name: str) -> MetricComparison:
         return next(m for m in self.metrics if m.metric == name)
@@ -170,6 +173,7 @@ class Comparison:
                 for m in self.metrics
             ],
             "failures": {"a": list(self.a_failures), "b": list(self.b_failures)},
+            "servers": {"a": list(self.a_servers), "b": list(self.b_servers)},
         }
 
     def to_verdicts(self) -> dict[str, str]:
@@ -212,6 +216,23 @@ def compare(
         metrics=tuple(metrics),
         a_failures=_failures(a_results),
         b_failures=_failures(b_results),
+        a_servers=_servers(a_results),
+        b_servers=_servers(b_results),
+    )
+
+
+def _servers(results: Sequence[TrialResult]) -> tuple[dict[str, Any], ...]:
+    """Per complete launch: the attention backend vLLM used (and FlashAttention version), its
+    KV-cache capacity and start-up time, so a comparison says what really ran."""
+    return tuple(
+        {
+            "effective_backend": r.server.effective_backend,
+            "flash_attn_version": r.server.flash_attn_version,
+            "kv_cache_tokens": r.server.kv_cache_tokens,
+            "startup_s": r.server.startup_s,
+        }
+        for r in results
+        if r.status is TrialStatus.COMPLETE and r.server is not None
     )
 
 

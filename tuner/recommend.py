@@ -42,6 +42,8 @@ class Recommendation:
     provenance: Mapping[str, object]
     feasible: bool
     confirmed: Confirmed | None = None
+    # An emulated study: the memory of the GPU emulated (GiB), to hold the peak against.
+    emulated_memory_gib: float | None = None
 
     def render(self) -> str:
         lines = [
@@ -82,7 +84,27 @@ class Recommendation:
             lines.extend(f"    {d}" for d in c.details)
         prov = ", ".join(f"{k} {v}" for k, v in self.provenance.items() if v not in (None, ""))
         lines.append(f"  measured on: {prov}")
+        warning = self.emulation_warning()
+        if warning:
+            lines.append(f"  warning: {warning}")
         return "\n".join(lines)
+
+    def emulation_warning(self) -> str | None:
+        """Set when an emulated result's peak GPU memory is above the emulated GPU's memory.
+
+        Emulation scales --gpu-memory-utilization, but vLLM's process uses memory beyond that
+        budget (on the H200, 2.2-2.8 GiB more at every utilization tried): a configuration that
+        served here may not start on the real, smaller GPU.
+        """
+        cap = self.emulated_memory_gib
+        if cap is None or self.memory_gib <= cap:
+            return None
+        return (
+            f"the peak GPU memory ({self.memory_gib:.2f} GiB) is above the emulated GPU's "
+            f"{cap:.1f} GiB: vLLM used more than --gpu-memory-utilization budgets, so on the real "
+            "GPU this configuration may not start; lower --gpu-memory-utilization there, or "
+            "measure on the real GPU"
+        )
 
 
 def serve_flags(study: StudyRow, flags: argv.RenderedFlags) -> argv.RenderedFlags:
@@ -149,4 +171,12 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
         },
         feasible=top.feasible,
         confirmed=confirmed,
+        emulated_memory_gib=_gpu_memory_gib(row.gpu) if trial.emulated else None,
     )
+
+
+def _gpu_memory_gib(profile: str) -> float | None:
+    from tuner.catalog.gpus import GPUS
+
+    gpu = GPUS.get(profile)
+    return gpu.memory_gib if gpu is not None else None

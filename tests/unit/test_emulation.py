@@ -14,6 +14,7 @@ from tuner.compose import check_fits
 from tuner.domain import ServingConfig
 from tuner.errors import HardwareMismatch, UsageError
 from tuner.hardware import check_hardware
+from tuner.recommend import Recommendation
 from tuner.runner import RunnerSettings, VllmTrialRunner
 from tuner.spec import StudySpec
 from tuner.telemetry.nvml import DetectedGpu
@@ -110,3 +111,31 @@ def test_cli_refuses_the_14b_on_a_4090_at_once(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "does not fit" in proc.stderr and "GB" in proc.stderr
     assert not (tmp_path / "tuner.db").exists(), "nothing is written for bad input"
+
+
+def _recommendation(memory_gib: float, emulated_memory_gib: float | None) -> Recommendation:
+    return Recommendation(
+        study="s",
+        trial_number=0,
+        is_baseline=True,
+        score=1.0,
+        flags=(),
+        env={},
+        serve_command="vllm serve m",
+        metrics={},
+        baseline_metrics=None,
+        memory_gib=memory_gib,
+        baseline_memory_gib=memory_gib,
+        provenance={"gpu": "NVIDIA H200 emulating NVIDIA A10G (22.5 GiB)", "emulated": True},
+        feasible=True,
+        emulated_memory_gib=emulated_memory_gib,
+    )
+
+
+def test_an_emulated_peak_above_the_emulated_gpu_is_flagged() -> None:
+    # Measured on the H200: vLLM's defaults emulating an A10G peaked at 23.51 GiB.
+    over = _recommendation(23.51, get_gpu("a10g").memory_gib)
+    assert over.emulation_warning() is not None
+    assert "23.51 GiB" in over.render() and "may not start" in over.render()
+    assert _recommendation(20.0, get_gpu("a10g").memory_gib).emulation_warning() is None
+    assert _recommendation(140.0, None).emulation_warning() is None  # not emulated

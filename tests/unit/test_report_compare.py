@@ -11,6 +11,7 @@ from tuner.compare import Arm, compare
 from tuner.db.rows import ComparisonRow
 from tuner.domain import Provenance, ServingConfig, Workload
 from tuner.report import comparison_report
+from tuner.report.compare import backends_text
 from tuner.testing.fake_runner import FakeRunner
 
 WORKLOAD = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_window=8)
@@ -52,6 +53,19 @@ def test_reads_what_tuner_compare_records() -> None:
     assert thr.a is not None and thr.a.values == pytest.approx(source.a_values)
     assert thr.verdict == source.verdict and thr.unit == "tok/s" and thr.higher_is_better
     assert report.unparsed == ""  # everything had a place on the page
+    assert report.backends == {"a": "FAKE_ATTN × 3", "b": "FAKE_ATTN × 3"}
+
+
+def test_backends_text_counts_what_ran_per_side() -> None:
+    servers = [
+        {"effective_backend": "FLASH_ATTN", "flash_attn_version": 3},
+        {"effective_backend": "TRITON_ATTN", "flash_attn_version": None},
+        {"effective_backend": "FLASH_ATTN", "flash_attn_version": 3},
+        {"effective_backend": None},
+        "not a server",
+    ]
+    assert backends_text(servers) == "FLASH_ATTN (FlashAttention 3) × 2, TRITON_ATTN × 1"
+    assert backends_text([]) == ""
 
 
 def test_plain_map_shape_gets_a_conservative_ratio_interval() -> None:

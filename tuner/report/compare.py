@@ -5,7 +5,10 @@ Two shapes of ``results`` JSON are read. The one :mod:`tuner.compare` writes::
     {"confidence": 0.95, "a_label": str, "b_label": str, "launches": {"a": n, "b": n},
      "metrics": [{"metric": str, "label": str, "higher_is_better": bool,
                   "a": SIDE, "b": SIDE, "ratio": r, "low": lo, "high": hi, "verdict": str}],
-     "failures": {"a": [str], "b": [str]}, "kind": str}
+     "failures": {"a": [str], "b": [str]}, "kind": str,
+     "servers": {"a": [SERVER], "b": [SERVER]}}
+
+with ``SERVER = {"effective_backend": str, "flash_attn_version": int, ...}`` per launch
 
 and a plain map ``{"a": {METRIC: SIDE}, "b": {METRIC: SIDE}, "ratio": {METRIC: RATIO}}`` with
 ``SIDE = {"median": m, "low": lo, "high": hi, "values": [...]}`` (all but median optional) and
@@ -77,12 +80,28 @@ class ComparisonReport:
     overall: str
     metrics: tuple[MetricComparison, ...]
     failures: Mapping[str, tuple[str, ...]]
+    # Per side, what the launches ran: "FLASH_ATTN (FlashAttention 3) × 3"; empty when unknown.
+    backends: Mapping[str, str]
     provenance: Mapping[str, str]
     unparsed: str  # JSON text of whatever did not fit the expected shape; "" when all did
 
     @property
     def overall_tone(self) -> str:
         return TONES.get(self.overall, "")
+
+
+def backends_text(servers: list[Any]) -> str:
+    """``[{"effective_backend": "FLASH_ATTN", "flash_attn_version": 3}, ...]`` as
+    "FLASH_ATTN (FlashAttention 3) × 2, TRITON_ATTN × 1", in order of first appearance."""
+    counts: dict[str, int] = {}
+    for s in servers:
+        if not isinstance(s, Mapping) or not s.get("effective_backend"):
+            continue
+        name = str(s["effective_backend"])
+        if s.get("flash_attn_version"):
+            name += f" (FlashAttention {s['flash_attn_version']})"
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{name} × {n}" for name, n in counts.items())
 
 
 def _map(x: Any) -> Mapping[str, Any]:
@@ -160,7 +179,9 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
     order = list(METRICS)
     metrics.sort(key=lambda m: order.index(m.metric) if m.metric in order else len(order))
     shown = {m.metric for m in metrics} | {"overall"}
-    leftover = {k: v for k, v in results.items() if k not in (*_KNOWN_KEYS, "failures", "kind")}
+    leftover = {
+        k: v for k, v in results.items() if k not in (*_KNOWN_KEYS, "failures", "kind", "servers")
+    }
     extra_verdicts = {k: v for k, v in verdicts.items() if k not in shown}
     if extra_verdicts:
         leftover["verdicts"] = extra_verdicts
@@ -193,6 +214,11 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
         overall=_verdict(verdicts.get("overall", "")),
         metrics=tuple(metrics),
         failures={k: tuple(str(x) for x in v) for k, v in failures.items() if isinstance(v, list)},
+        backends={
+            k: text
+            for k, v in _map(results.get("servers")).items()
+            if isinstance(v, list) and (text := backends_text(v))
+        },
         provenance={k: v for k, v in provenance.items() if v},
         unparsed=json.dumps(leftover, indent=2, sort_keys=True, default=str) if leftover else "",
     )

@@ -1,0 +1,127 @@
+"""`tuner export`: a study's trials and its comparisons as datasets, and the Markdown derived
+from them, checked against what the database holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.studykit import make_context, make_repo
+from tuner.compare import Arm, compare
+from tuner.domain import ServingConfig, Workload
+from tuner.export import from_jsonl, study_records
+from tuner.export_comparisons import (
+    claims_table,
+    comparison_records,
+    comparison_table,
+    comparisons_markdown,
+)
+from tuner.study import run_study
+from tuner.testing.fake_runner import FakeRunner
+
+REPO = Path(__file__).parents[2]
+WORKLOAD = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_window=8)
+
+
+@pytest.fixture()
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    repo = make_repo(url)
+    ctx = make_context(
+        url,
+        trials=2,
+        enqueue=[{"gpu_memory_utilization": 0.5}],
+        params=("gpu_memory_utilization",),
+        choices={"gpu_memory_utilization": (0.5,)},
+        confirm_launches=3,
+        confirm_top=1,
+        objective="memory",
+    )
+    run_study(ctx, FakeRunner(), repo)
+    # A verified claim, stored as verify-claims stores it.
+    a, b = Arm("defaults", ServingConfig()), Arm("fa2", ServingConfig(max_num_seqs=8))
+    runs = [[FakeRunner(seed=i).run(arm.config, WORKLOAD) for i in range(3)] for arm in (a, b)]
+    c = compare(a, runs[0], b, runs[1])
+    claim = {
+        "id": "c1",
+        "statement": "it is faster",
+        "metric": "output_throughput",
+        "claimed": 1.41,
+        "claimed_text": "1.41",
+        "workload": "w",
+        "verdict": "refuted",
+        "reason": "no significant effect",
+        "measured": {"ratio": 1.01, "low": 0.9, "high": 1.1},
+    }
+    repo.add_comparison(
+        model="tiny-ernie",
+        gpu="h100",
+        workload="w",
+        a_config=a.config,
+        b_config=b.config,
+        repeats=3,
+        results={**c.to_results(), "kind": "claim", "claim": claim},
+        verdicts=c.to_verdicts(),
+    )
+    return url
+
+
+def test_comparison_records_hold_the_confirmation_and_the_claim(db: str) -> None:
+    repo = make_repo(db)
+    records = json.loads(json.dumps(comparison_records(repo)))  # JSON-clean
+    assert [r["kind"] for r in records] == ["confirmation", "claim"]
+    confirmation, claim = records
+    assert confirmation["study"] == "s1" and claim["study"] is None
+    assert confirmation["a_config"] == {} and confirmation["b_label"].startswith("#")
+    assert confirmation["launches"] == {"a": 3, "b": 3}
+    assert confirmation["servers"]["b"][0]["effective_backend"] == "FAKE_ATTN"
+    assert len(confirmation["servers"]["a"]) == 3
+    memory = next(m for m in confirmation["metrics"] if m["metric"] == "memory_gib")
+    assert memory["verdict"] == "better" and memory["high"] < 1.0
+    assert confirmation["verdicts"]["overall"] == confirmation["metrics"][0]["verdict"]
+    assert [r["id"] for r in comparison_records(repo, "s1")] == [confirmation["id"]]
+    assert claim["claim"]["id"] == "c1" and claim["b_config"] == {"max_num_seqs": 8}
+
+    # The search + confirmation trials: confirmation launches carry phase "confirm".
+    trials = study_records(repo, "s1")
+    assert sum(t["phase"] == "confirm" for t in trials) == 6
+
+
+def test_markdown_is_derived_from_the_records(db: str) -> None:
+    records = comparison_records(make_repo(db))
+    table = comparison_table(records[0])
+    memory = next(m for m in records[0]["metrics"] if m["metric"] == "memory_gib")
+    low, high = ((memory[k] - 1) * 100 for k in ("low", "high"))
+    assert f"[{low:+.1f}, {high:+.1f}] | better |" in table
+    assert table.count("\n") == 2 + len(records[0]["metrics"])
+    claims = claims_table(records)
+    assert "| c1 | output_throughput | defaults | fa2 | w | 1.41 | 1.010 [0.900, 1.100] |" in claims
+    assert claims.count("\n") == 3  # the confirmation is not a claim
+    md = comparisons_markdown(records)
+    assert md.index("| c1 |") < md.index("### Comparison 1 (confirmation, study s1")
+
+
+def test_cli_exports_trials_and_comparisons(db: str, tmp_path: Path) -> None:
+    def tuner(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tuner.cli", "export", *args, "--storage", db],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+
+    out = tmp_path / "c.jsonl"
+    done = tuner("--comparisons", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "2 comparisons written" in done.stdout + done.stderr
+    assert [r["kind"] for r in from_jsonl(out.read_text())] == ["confirmation", "claim"]
+    only = tuner("s1", "--comparisons")
+    assert [r["kind"] for r in from_jsonl(only.stdout)] == ["confirmation"]
+    assert len(from_jsonl(tuner("s1").stdout)) == 8  # 2 search + 6 confirmation launches
+    missing = tuner()
+    assert missing.returncode == 2 and "name the study to export" in missing.stderr
