@@ -130,3 +130,24 @@ def test_provenance_prefers_the_recorded_measurement() -> None:
         "host": "gpu-box",
     }
     assert comparison_report(_row({}, {})).provenance["GPU"] == "h200"
+
+
+def test_a_verified_claim_gets_its_own_card() -> None:
+    a, b = Arm("defaults", ServingConfig()), Arm("fa2", ServingConfig(max_num_seqs=64))
+    runs = [[FakeRunner(seed=i).run(arm.config, WORKLOAD) for i in range(3)] for arm in (a, b)]
+    c = compare(a, runs[0], b, runs[1])
+    claim = {
+        "id": "fa2-throughput",
+        "statement": "FA2 is 41 % faster",
+        "metric": "output_throughput",
+        "claimed_text": "1.41",
+        "verdict": "refuted",
+        "reason": "no significant effect",
+        "measured": {"ratio": 0.958, "low": 0.752, "high": 1.221},
+    }
+    results = {**c.to_results(), "kind": "claim", "claim": claim}
+    report = comparison_report(_row(json.loads(json.dumps(results)), c.to_verdicts()))
+    assert report.claim is not None and report.claim["verdict"] == "refuted"
+    assert report.claim["measured_text"] == "0.958 [0.752, 1.221]"
+    assert report.unparsed == ""
+    assert comparison_report(_row(c.to_results(), c.to_verdicts())).claim is None

@@ -82,6 +82,9 @@ class ComparisonReport:
     failures: Mapping[str, tuple[str, ...]]
     # Per side, what the launches ran: "FLASH_ATTN (FlashAttention 3) × 3"; empty when unknown.
     backends: Mapping[str, str]
+    # A verified claim (`tuner verify-claims`): statement, metric, claimed_text, verdict, reason,
+    # measured {ratio, low, high}; None for other comparisons.
+    claim: Mapping[str, Any] | None
     provenance: Mapping[str, str]
     unparsed: str  # JSON text of whatever did not fit the expected shape; "" when all did
 
@@ -102,6 +105,18 @@ def backends_text(servers: list[Any]) -> str:
             name += f" (FlashAttention {s['flash_attn_version']})"
         counts[name] = counts.get(name, 0) + 1
     return ", ".join(f"{name} × {n}" for name, n in counts.items())
+
+
+def _claim(x: Any) -> Mapping[str, Any] | None:
+    if not isinstance(x, Mapping) or not x.get("statement"):
+        return None
+    m = _map(x.get("measured"))
+    measured = (
+        f"{m['ratio']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
+        if all(num(m.get(k)) is not None for k in ("ratio", "low", "high"))
+        else ""
+    )
+    return {**x, "measured_text": measured}
 
 
 def _map(x: Any) -> Mapping[str, Any]:
@@ -180,7 +195,7 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
     metrics.sort(key=lambda m: order.index(m.metric) if m.metric in order else len(order))
     shown = {m.metric for m in metrics} | {"overall"}
     leftover = {
-        k: v for k, v in results.items() if k not in (*_KNOWN_KEYS, "failures", "kind", "servers")
+        k: v for k, v in results.items() if k not in (*_KNOWN_KEYS, "failures", "kind", "servers", "claim")
     }
     extra_verdicts = {k: v for k, v in verdicts.items() if k not in shown}
     if extra_verdicts:
@@ -219,6 +234,7 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
             for k, v in _map(results.get("servers")).items()
             if isinstance(v, list) and (text := backends_text(v))
         },
+        claim=_claim(results.get("claim")),
         provenance={k: v for k, v in provenance.items() if v},
         unparsed=json.dumps(leftover, indent=2, sort_keys=True, default=str) if leftover else "",
     )
