@@ -34,6 +34,8 @@ from tuner.report.study import METRICS, num
 # Verdict words that get a colour; any other text is shown as it is, uncoloured.
 TONES: Mapping[str, str] = {"better": "good", "worse": "bad"}
 _KNOWN_KEYS = ("metrics", "a", "b", "ratio", "confidence", "a_label", "b_label", "launches")
+# Shown on the page in their own places rather than as leftover JSON.
+_PLACED_KEYS = ("failures", "kind", "servers", "claim")
 
 
 @dataclass(frozen=True)
@@ -194,9 +196,7 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
     order = list(METRICS)
     metrics.sort(key=lambda m: order.index(m.metric) if m.metric in order else len(order))
     shown = {m.metric for m in metrics} | {"overall"}
-    leftover = {
-        k: v for k, v in results.items() if k not in (*_KNOWN_KEYS, "failures", "kind", "servers", "claim")
-    }
+    leftover = {k: v for k, v in results.items() if k not in (*_KNOWN_KEYS, *_PLACED_KEYS)}
     extra_verdicts = {k: v for k, v in verdicts.items() if k not in shown}
     if extra_verdicts:
         leftover["verdicts"] = extra_verdicts
