@@ -93,10 +93,11 @@ def study_page(name: str, repo: RepoDep, storage_url: StorageUrlDep) -> HTMLResp
                 404, "no such study", f"no study named {name!r}", "the overview lists the studies"
             )
         trials = repo.list_trials(name, limit=None)
+        comparisons = repo.list_comparisons(name)
     except TunerError as e:
         return _error(503, "storage unavailable", e)
     importances = _importances(storage_url, study.optuna_study_name, study.objective)
-    report = study_report(study, trials, importances)
+    report = study_report(study, trials, importances, comparisons)
     return _page("study.html", r=report, charts=study_charts(report))
 
 

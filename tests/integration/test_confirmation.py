@@ -99,3 +99,49 @@ def test_confirmation_is_not_repeated_on_resume(db_url: str) -> None:
     run_study(ctx, again, repo, resume=True)
     assert again.calls == []
     assert len(repo.list_comparisons(ctx.name)) == 1
+
+
+def test_the_study_page_reports_the_confirmation_not_single_launches(db_url: str) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from api.dashboards import mount_static, router
+    from tuner.report import study_report
+
+    repo = make_repo(db_url)
+    ctx = make_context(
+        db_url,
+        trials=2,
+        enqueue=[{"gpu_memory_utilization": 0.5}],
+        params=("gpu_memory_utilization",),
+        choices={"gpu_memory_utilization": (0.5,)},
+        confirm_launches=3,
+        confirm_top=1,
+        objective="memory",
+    )
+    run_study(ctx, FakeRunner(), repo)
+    study = repo.get_study(ctx.name)
+    assert study is not None
+    report = study_report(
+        study, repo.list_trials(ctx.name, limit=None), None, repo.list_comparisons(ctx.name)
+    )
+    assert (report.search_count, report.confirm_count) == (2, 6)
+    # The search's history and best are the search's; confirmation launches are judged together.
+    assert report.history.numbers == (0, 1)
+    assert report.best is not None and report.best.phase == "search"
+    assert report.confirmation is not None
+    assert report.confirmation.confirmed.verdict == BETTER
+    assert report.confirmation.comparison_ids == tuple(
+        c.id for c in repo.list_comparisons(ctx.name)
+    )
+
+    app = FastAPI()
+    app.state.repo, app.state.storage_url = repo, db_url
+    app.include_router(router)
+    mount_static(app)
+    with TestClient(app) as client:
+        html = client.get(f"/ui/studies/{ctx.name}").text
+    assert 'id="confirmation"' in html and "better than the defaults" in html
+    assert "2 of 2 search trials + 6 confirmation launches" in html
+    assert f'href="/ui/compare/{report.confirmation.comparison_ids[0]}"' in html
+    assert "Best single launch of the search" in html

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner import scoring
-from tuner.db.rows import StudyRow, TrialRow
+from tuner.confirm import Confirmed, choose
+from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Objective, ServingConfig, Slo, TrialResult, TrialStatus, WindowMetrics
 
 GIB = 1024**3
@@ -119,6 +120,17 @@ class StudyReport:
     importances: Importances
     ttft: Distribution
     e2e: Distribution
+    search_count: int = 0  # trials of the search phase (the study's --trials counts these)
+    confirm_count: int = 0  # launches of the confirmation phase
+    confirmation: ConfirmationSummary | None = None
+
+
+@dataclass(frozen=True)
+class ConfirmationSummary:
+    """What the confirmation phase concluded (:func:`tuner.confirm.choose`), and its comparisons."""
+
+    confirmed: Confirmed
+    comparison_ids: tuple[int, ...]
 
 
 def _memory_gib(row: TrialRow) -> float | None:
@@ -188,13 +200,18 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
 
 
 def best_line(lines: Iterable[TrialLine]) -> TrialLine | None:
-    """The trial :func:`tuner.study.rank` puts first: feasible before infeasible, then score."""
-    scored = [t for t in lines if t.score is not None]
+    """The search trial :func:`tuner.study.rank` puts first: feasible before infeasible, then
+    score (confirmation launches are judged by the confirmation, not ranked one by one)."""
+    scored = [t for t in lines if t.score is not None and t.phase == "search"]
     return max(scored, key=lambda t: (bool(t.feasible), t.score), default=None)
 
 
 def history(lines: Sequence[TrialLine]) -> History:
-    scored = sorted((t for t in lines if t.score is not None), key=lambda t: t.number)
+    """The search's scores in trial order and the best so far (confirmation launches, numbered
+    from :data:`tuner.confirm.CONFIRM_NUMBER_BASE`, are not part of the search's history)."""
+    scored = sorted(
+        (t for t in lines if t.score is not None and t.phase == "search"), key=lambda t: t.number
+    )
     best: float | None = None
     best_so_far: list[float | None] = []
     for t in scored:
@@ -300,10 +317,14 @@ def _provenance(study: StudyRow, trials: Sequence[TrialRow]) -> dict[str, str]:
 
 
 def study_report(
-    study: StudyRow, trials: Sequence[TrialRow], importances: Mapping[str, float] | None = None
+    study: StudyRow,
+    trials: Sequence[TrialRow],
+    importances: Mapping[str, float] | None = None,
+    comparisons: Sequence[ComparisonRow] = (),
 ) -> StudyReport:
     """Everything the study page shows. ``importances`` are Optuna's (see
-    :mod:`tuner.importance`); when None or empty, :func:`fallback_importances` is used."""
+    :mod:`tuner.importance`); when None or empty, :func:`fallback_importances` is used.
+    ``comparisons``: the study's own (its confirmation phase)."""
     lines = trial_lines(study, trials)
     if importances:
         imp = Importances(dict(importances), "PED-ANOVA (Optuna)")
@@ -322,4 +343,21 @@ def study_report(
         importances=imp,
         ttft=distribution("ttft", trials),
         e2e=distribution("e2e", trials),
+        search_count=sum(t.phase == "search" for t in lines),
+        confirm_count=sum(t.phase == "confirm" for t in lines),
+        confirmation=_confirmation(study, comparisons),
     )
+
+
+def _confirmation(
+    study: StudyRow, comparisons: Sequence[ComparisonRow]
+) -> ConfirmationSummary | None:
+    confirmed = choose(comparisons, Objective(study.objective))
+    if confirmed is None:
+        return None
+    ids = tuple(
+        c.id
+        for c in comparisons
+        if isinstance(c.results, Mapping) and c.results.get("kind") == "confirmation"
+    )
+    return ConfirmationSummary(confirmed, ids)
