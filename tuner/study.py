@@ -161,6 +161,8 @@ def run_study(
     else:
         study = open_optuna_study(ctx, create=False)
         repo.mark_running_as_interrupted(ctx.name)
+        if existing.n_trials_requested != ctx.spec.trials:
+            repo.set_trials_requested(ctx.name, ctx.spec.trials)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             study.tell(t.number, state=optuna.trial.TrialState.FAIL)
     repo.set_study_status(ctx.name, "running")

@@ -135,6 +135,14 @@ def test_interrupted_study_resumes_without_losing_completed_trials(db_url: str) 
     assert repo.get_study(ctx.name).status == "finished"
     assert rank(repo, ctx.name, ctx.spec.objective)
 
+    # Resuming with more trials runs the extra ones and records the new target.
+    more = make_context(
+        db_url, trials=8, choices={"gpu_memory_utilization": (0.5, 0.6), "max_num_seqs": (1, 64)}
+    )
+    run_study(more, FakeRunner(), repo, resume=True)
+    assert repo.get_study(ctx.name).n_trials_requested == 8
+    assert len(repo.list_trials(ctx.name, limit=None)) >= 8
+
 
 def test_resume_of_unknown_study_is_a_usage_error(db_url: str) -> None:
     repo = make_repo(db_url)

@@ -135,6 +135,16 @@ class Repository:
                 .values(status=value, updated_at=time.time())
             )
 
+    def set_trials_requested(self, name: str, n_trials: int) -> None:
+        """Record the trial count a resumed study now runs to (``--resume --trials N``)."""
+        with session_scope(self._engine) as s:
+            study_id = _study_id(s, name)
+            s.execute(
+                update(StudyModel)
+                .where(StudyModel.id == study_id)
+                .values(n_trials_requested=n_trials, updated_at=time.time())
+            )
+
     def claim_queued_study(self) -> StudyRow | None:
         """Atomically take the oldest queued study for this worker (status -> running).
 
