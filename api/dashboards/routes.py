@@ -21,6 +21,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from api.dashboards.assets import plotly_js_path
 from api.dashboards.charts import compare_chart, study_charts
 from api.dashboards.render import render
+from tuner.confirm import choose
 from tuner.db.repository import Repository
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import TunerError, UsageError
@@ -79,9 +80,24 @@ def overview_page(repo: RepoDep) -> HTMLResponse:
             s.name: repo.list_trials(s.name, status=TrialStatus.COMPLETE, limit=None)
             for s in studies
         }
+        comparisons = repo.list_comparisons()
     except TunerError as e:
         return _error(503, "storage unavailable", e)
-    return _page("overview.html", studies=studies, best=overview(studies, trials))
+    names = {s.id: s for s in studies}
+    confirmed = {}
+    for study_id in {c.study_id for c in comparisons if c.study_id in names}:
+        study = names[study_id]
+        own = [c for c in comparisons if c.study_id == study_id]
+        pick = choose(own, Objective(study.objective))
+        if pick is not None:
+            confirmed[study.name] = pick
+    others = [comparison_report(c) for c in comparisons if c.study_id is None]
+    return _page(
+        "overview.html",
+        studies=studies,
+        best=overview(studies, trials, confirmed),
+        comparisons=others,
+    )
 
 
 @router.get("/studies/{name:path}", response_class=HTMLResponse)

@@ -145,3 +145,8 @@ def test_the_study_page_reports_the_confirmation_not_single_launches(db_url: str
     assert "2 of 2 search trials + 6 confirmation launches" in html
     assert f'href="/ui/compare/{report.confirmation.comparison_ids[0]}"' in html
     assert "Best single launch of the search" in html
+    with TestClient(app) as client:
+        overview_html = client.get("/ui/").text
+    # The overview recommends what the confirmation chose, with its interval.
+    assert "better</span> score ×" in overview_html
+    assert "gpu_memory_utilization=<b>0.5</b>" in overview_html

@@ -229,6 +229,24 @@ def test_overview_keeps_the_best_study_per_model_gpu_and_workload() -> None:
     assert entry.other_studies == ("a",) and entry.vllm_version == "0.32.0"
 
 
+def test_overview_shows_what_the_confirmation_chose() -> None:
+    from tuner.confirm import DEFAULTS_LABEL, Confirmed
+    from tuner.significance import BETTER, NO_DIFFERENCE
+
+    a = _study("a")
+    trials = {"a": [_trial(0, 100.0), _trial(1, 180.0, config=ServingConfig(max_num_seqs=64))]}
+    (unconfirmed,) = overview([a], trials)
+    assert unconfirmed.trial.number == 1 and unconfirmed.confirmed is None
+    # The confirmation found #1 no better: the defaults are what to run.
+    defaults = Confirmed(ServingConfig(), DEFAULTS_LABEL, NO_DIFFERENCE, 1.0, 1.0, 1.0, None, ())
+    (entry,) = overview([a], trials, {"a": defaults})
+    assert entry.trial.number == 0 and entry.trial.is_baseline
+    assert entry.confirmed is defaults
+    winner = Confirmed(ServingConfig(max_num_seqs=64), "#1", BETTER, 1.5, 1.2, 1.9, 3, ())
+    (entry,) = overview([a], trials, {"a": winner})
+    assert entry.trial.number == 1 and entry.confirmed is winner
+
+
 def test_no_nan_reaches_the_report() -> None:
     trials = [_trial(0, 100.0, p99=NAN)]
     (line,) = trial_lines(_study(), trials)
