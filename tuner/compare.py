@@ -63,20 +63,29 @@ def run_interleaved(
     on_run: RunCallback | None = None,
     on_start: Callable[[int, int, Arm], None] | None = None,
     on_phase: PhaseCallback | None = None,
+    done: Sequence[Sequence[TrialResult]] | None = None,
 ) -> list[list[TrialResult]]:
     """Launch each arm ``launches`` times, round-robin; results per arm in launch order.
 
     An arm whose launch fails with a *finding* (it cannot start here) is not launched again:
-    repeating a configuration that does not fit measures nothing.
+    repeating a configuration that does not fit measures nothing. ``done``: per arm, launches
+    an interrupted run already made; they count as that arm's first launches and the rounds
+    they fill are skipped for it (so a resumed run keeps the interleaving of the rest).
     """
-    results: list[list[TrialResult]] = [[] for _ in arms]
-    hopeless: set[int] = set()
+    if done is not None and len(done) != len(arms):
+        raise ValueError("done needs one list of earlier launches per arm")
+    results: list[list[TrialResult]] = [list(d) for d in done] if done else [[] for _ in arms]
+    hopeless = {
+        i
+        for i, rs in enumerate(results)
+        if any(r.failure is not None and r.failure.is_finding for r in rs)
+    }
     total = launches * len(arms)
     index = 0
-    for _ in range(launches):
+    for round_ in range(launches):
         for i, arm in enumerate(arms):
             index += 1
-            if i in hopeless:
+            if i in hopeless or len(results[i]) > round_:
                 continue
             if on_start:
                 on_start(index, total, arm)

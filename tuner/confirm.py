@@ -16,6 +16,7 @@ study.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from typing import Any
 from tuner import scoring
 from tuner.compare import Arm, compare, run_interleaved
 from tuner.db.repository import Repository
-from tuner.db.rows import ComparisonRow
-from tuner.domain import Objective, ServingConfig, TrialResult
+from tuner.db.rows import ComparisonRow, TrialRow
+from tuner.domain import FailureClass, Objective, ServingConfig, TrialResult, TrialStatus
 from tuner.runner import TrialRunner
 from tuner.significance import BETTER, NO_DIFFERENCE, WORSE, ratio_interval
 
@@ -46,35 +47,58 @@ def run_confirmation(
     confidence: float,
     reporter: Any,
 ) -> list[ComparisonRow]:
-    """Launch defaults and candidates interleaved; store runs and one comparison per candidate."""
+    """Launch defaults and candidates interleaved; store runs and one comparison per candidate.
+
+    Resumable: launches of an earlier, interrupted confirmation of this study (its ``confirm``
+    trials that completed or failed with a finding) count as done, and only the rest are
+    launched; interrupted launches are launched again under new numbers.
+    """
     arms = [Arm(DEFAULTS_LABEL, baseline)] + [Arm(f"#{n}", c) for n, c in candidates]
-    next_number = CONFIRM_NUMBER_BASE + len(repo.list_trials(study, phase="confirm", limit=None))
-    pending: dict[int, int] = {}
+    earlier = repo.list_trials(study, phase="confirm", limit=None)
+    next_number = CONFIRM_NUMBER_BASE + len(earlier)
+    done = _earlier_launches(earlier, arms)
+    pending: dict[int, tuple[int, int, ServingConfig]] = {}  # launch index -> trial id, number
+    numbers = itertools.count(next_number)  # this run's launches, numbered after the earlier
 
     def started(index: int, total: int, arm: Arm) -> None:
-        number = next_number + index - 1
-        pending[index] = repo.start_trial(
-            study, number, arm.config, "confirm", arm.label == DEFAULTS_LABEL
-        )
-        reporter.trial_started(number, index, total, arm.config, arm.label == DEFAULTS_LABEL)
+        number = next(numbers)
+        is_base = arm.label == DEFAULTS_LABEL
+        trial_id = repo.start_trial(study, number, arm.config, "confirm", is_base)
+        pending[index] = (trial_id, number, arm.config)
+        reporter.trial_started(number, index, total, arm.config, is_base)
 
     def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
         values = (
             scoring.objective_values(result, memory_ceiling_gib=1024.0) if result.metrics else None
         )
-        repo.finish_trial(pending.pop(index), result, None, values)
-        reporter.trial_finished(next_number + index - 1, result, None)
+        trial_id, number, _config = pending.pop(index)
+        repo.finish_trial(trial_id, result, None, values)
+        reporter.trial_finished(number, result, None)
 
-    results = run_interleaved(
-        arms,
-        runner,
-        workload,
-        launches,
-        slo=slo,
-        on_start=started,
-        on_run=finished,
-        on_phase=reporter.phase,
-    )
+    try:
+        results = run_interleaved(
+            arms,
+            runner,
+            workload,
+            launches,
+            slo=slo,
+            on_start=started,
+            on_run=finished,
+            on_phase=reporter.phase,
+            done=done,
+        )
+    except BaseException:
+        # The tuner is going down (Ctrl-C, SIGTERM): the launch in flight is recorded as
+        # interrupted, and a resumed study launches it again.
+        for trial_id, _number, config in pending.values():
+            stopped = TrialResult(
+                config=config,
+                status=TrialStatus.FAILED,
+                failure=FailureClass.INTERRUPTED,
+                failure_detail="the tuner stopped during this confirmation launch",
+            )
+            repo.finish_trial(trial_id, stopped, None, None)
+        raise
     rows = []
     for arm, arm_results in zip(arms[1:], results[1:], strict=True):
         c = compare(arms[0], results[0], arm, arm_results, confidence)
@@ -153,6 +177,23 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
     return Confirmed(
         rows[0].a_config, DEFAULTS_LABEL, NO_DIFFERENCE, 1.0, 1.0, 1.0, None, _details(first)
     )
+
+
+def _earlier_launches(trials: Sequence[TrialRow], arms: Sequence[Arm]) -> list[list[TrialResult]]:
+    """Per arm, the reusable launches among a study's earlier confirmation trials."""
+    done: list[list[TrialResult]] = [[] for _ in arms]
+    for t in sorted(trials, key=lambda t: t.number):
+        reusable = t.status is TrialStatus.COMPLETE or (
+            t.failure is not None and t.failure.is_finding
+        )
+        if not reusable:
+            continue
+        for i, arm in enumerate(arms):
+            is_defaults = arm.label == DEFAULTS_LABEL
+            if t.is_baseline == is_defaults and t.config == arm.config:
+                done[i].append(t.to_result())
+                break
+    return done
 
 
 def _is_confirmation(row: ComparisonRow) -> bool:

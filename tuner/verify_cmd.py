@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from tuner.claims import Claim, Planned
     from tuner.compare import Arm, Comparison, MetricComparison
     from tuner.domain import Provenance, ServingConfig, TrialResult, Workload
+    from tuner.launchlog import LaunchLog
     from tuner.runner import PhaseCallback, TrialRunner
 
 
@@ -69,12 +70,16 @@ def evaluate(
     on_start: Callable[[int, int, Arm], None] | None = None,
     on_run: Callable[[int, int, Arm, TrialResult], None] | None = None,
     on_phase: PhaseCallback | None = None,
+    launch_log: Callable[[Workload, list[Arm]], LaunchLog] | None = None,
+    on_resumed: Callable[[str], None] | None = None,
 ) -> list[Outcome]:
     """Measure the applicable claims (``launches`` fresh launches of each configuration) and
     judge each; outcomes in the order of ``planned``. ``runner`` may be None only when no
-    claim is applicable."""
+    claim is applicable. ``launch_log`` gives each workload group's :class:`LaunchLog`: its
+    earlier launches are reused and each new one is recorded as it finishes."""
     from tuner.claims import NOT_APPLICABLE
     from tuner.compare import Arm, run_interleaved
+    from tuner.launchlog import describe_resumed
 
     outcomes: dict[str, Outcome] = {}
     groups: dict[Workload, list[Planned]] = {}
@@ -90,8 +95,33 @@ def evaluate(
         arms = [Arm(c.label(), c) for c in configs]
         if on_group:
             on_group(workload, arms, [p.claim for p in members])
+        llog = launch_log(workload, arms) if launch_log else None
+        done = llog.load(arms) if llog else None
+        resumed = describe_resumed(done, arms) if done else None
+        if resumed and on_resumed:
+            on_resumed(resumed)
+
+        def finished(
+            index: int,
+            total: int,
+            arm: Arm,
+            result: TrialResult,
+            llog: LaunchLog | None = llog,
+        ) -> None:
+            if llog is not None:
+                llog.record(arm, result)
+            if on_run:
+                on_run(index, total, arm, result)
+
         results = run_interleaved(
-            arms, runner, workload, launches, on_start=on_start, on_run=on_run, on_phase=on_phase
+            arms,
+            runner,
+            workload,
+            launches,
+            on_start=on_start,
+            on_run=finished,
+            on_phase=on_phase,
+            done=done,
         )
         by_config = dict(zip(configs, results, strict=True))
         for p in members:
@@ -171,7 +201,9 @@ def run_verify_claims(
     from tuner.catalog.gpus import get_gpu
     from tuner.catalog.models import resolve_model
     from tuner.claims import NOT_APPLICABLE, load_claims, plan
-    from tuner.compose import prepare
+    from tuner.compose import prepare, tuner_home
+    from tuner.domain import to_jsonable
+    from tuner.launchlog import LaunchLog, run_key
     from tuner.spec import StudySpec
 
     if not 0.5 < confidence < 1.0:
@@ -187,19 +219,35 @@ def run_verify_claims(
     overrides = parse_workload_overrides(workload_set)
     profile, spec_model = get_gpu(gpu), resolve_model(model)
     planned = plan(claims, spec_model, profile, fixed=held, workload_overrides=overrides)
-    runner, repo = None, None
+    runner, repo, vllm_version, hardware = None, None, "", ""
     if any(not p.reason for p in planned):
         spec = StudySpec(
             model=model, gpu=gpu, fixed=held, vllm_python=vllm_python, source="command line"
         )
         prepared = prepare(spec, storage_url)
         runner, repo = FindingGuard(prepared.runner, spec_model), prepared.repo
+        vllm_version, hardware = prepared.ctx.vllm_version, prepared.runner.hardware.name
         say(
             f"verifying {len(claims)} claim(s) of {file} on {spec_model.alias} / {profile.name} "
             f"({prepared.runner.hardware.name}), vLLM {prepared.ctx.vllm_version}, "
             f"{repeats} launches per configuration"
         )
     p = Progress(say)
+    logs: list[LaunchLog] = []
+
+    def launch_log(load: Workload, arms: list[Arm]) -> LaunchLog:
+        key = run_key(
+            command="verify-claims",
+            model=spec_model.alias,
+            gpu=profile.name,
+            hardware=hardware,
+            vllm=vllm_version,
+            workload=to_jsonable(load),
+            configs=[a.config.to_dict() for a in arms],
+            launches=repeats,
+        )
+        logs.append(LaunchLog.for_run(tuner_home(), "verify-claims", key))
+        return logs[-1]
 
     def group(load: Workload, arms: list[Arm], members: list[Claim]) -> None:
         say(
@@ -216,6 +264,8 @@ def run_verify_claims(
         on_start=p.start,
         on_run=p.finished,
         on_phase=p.phase,
+        launch_log=launch_log,
+        on_resumed=say,
     )
     records = []
     for o in outcomes:
@@ -235,6 +285,8 @@ def run_verify_claims(
             )
             record["comparison_id"] = row.id
         records.append(record)
+    for llog in logs:  # stored: a later run of the same command measures afresh
+        llog.clear()
     _print_claims(outcomes, records, say)
     return records
 

@@ -17,10 +17,14 @@ from typing import Any, TypeVar
 
 from tuner.domain import (
     Estimate,
+    FailureClass,
     LatencyStats,
     MemoryUsage,
     Provenance,
     ServerInfo,
+    ServingConfig,
+    TrialResult,
+    TrialStatus,
     WindowMetrics,
     to_jsonable,
 )
@@ -104,3 +108,25 @@ def decode_provenance(data: Mapping[str, Any] | None) -> Provenance | None:
     if data is None:
         return None
     return Provenance(**_known(Provenance, data))
+
+
+def decode_result(data: Mapping[str, Any]) -> TrialResult:
+    """A :class:`TrialResult` from ``encode(result)`` (the inverse, for results kept outside
+    the trials table, e.g. the launches of an interrupted comparison)."""
+    failure = data.get("failure")
+    started, finished = data.get("started_at"), data.get("finished_at")
+    return TrialResult(
+        config=ServingConfig.from_dict(data.get("config") or {}),
+        status=TrialStatus(data["status"]),
+        failure=None if failure is None else FailureClass(failure),
+        failure_detail=str(data.get("failure_detail") or ""),
+        log_tail=str(data.get("log_tail") or ""),
+        windows=tuple(decode_window(w) for w in data.get("windows") or ()),
+        metrics=decode_metrics(data.get("metrics") or {}),
+        memory=decode_memory(data.get("memory") or {}),
+        server=decode_server(data.get("server")),
+        server_metrics={k: float(v) for k, v in (data.get("server_metrics") or {}).items()},
+        provenance=decode_provenance(data.get("provenance")),
+        started_at=None if started is None else float(started),
+        finished_at=None if finished is None else float(finished),
+    )

@@ -1,0 +1,130 @@
+"""Interrupted A/B runs resume: launches already made are reused, in the interleaving they had,
+for `tuner compare` / `verify-claims` (the launch log on disk) and for a study's confirmation
+phase (its confirm trials in the database)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.studykit import make_context, make_repo
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
+from tuner.claims import Claim, plan
+from tuner.compare import Arm, run_interleaved
+from tuner.confirm import CONFIRM_NUMBER_BASE
+from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus, Workload
+from tuner.launchlog import LaunchLog, describe_resumed, run_key
+from tuner.load.workloads import WORKLOADS
+from tuner.study import run_study
+from tuner.testing.fake_runner import FakeRunner
+from tuner.verify_cmd import evaluate
+
+LOAD = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_window=8)
+A, B = Arm("defaults", ServingConfig()), Arm("b", ServingConfig(max_num_seqs=8))
+
+
+class StopAfter(FakeRunner):
+    """Raises KeyboardInterrupt (the tuner being stopped) at launch number ``after`` + 1."""
+
+    def __init__(self, after: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.after = after
+
+    def run(self, config, workload, *, slo=None, on_phase=None):  # type: ignore[no-untyped-def]
+        if len(self.calls) >= self.after:
+            raise KeyboardInterrupt
+        return super().run(config, workload, slo=slo, on_phase=on_phase)
+
+
+def test_run_interleaved_skips_the_rounds_earlier_launches_filled() -> None:
+    earlier = FakeRunner(seed=9)
+    done = [
+        [earlier.run(A.config, LOAD), earlier.run(A.config, LOAD)],
+        [earlier.run(B.config, LOAD)],
+    ]
+    runner = FakeRunner()
+    results = run_interleaved([A, B], runner, LOAD, 3, done=done)
+    # Round 0: both done; round 1: only B; round 2: both.
+    assert runner.calls == [B.config, A.config, B.config]
+    assert [len(r) for r in results] == [3, 3]
+    assert results[0][:2] == done[0] and results[1][0] == done[1][0]
+    with pytest.raises(ValueError, match="one list"):
+        run_interleaved([A, B], runner, LOAD, 3, done=[[]])
+
+
+def test_the_launch_log_keeps_what_can_be_reused(tmp_path: Path) -> None:
+    log = LaunchLog.for_run(tmp_path, "compare", run_key(a=1))
+    assert log.load([A, B]) == [[], []] and describe_resumed([[], []], [A, B]) is None
+    fake = FakeRunner()
+    complete = fake.run(A.config, LOAD)
+    interrupted = TrialResult(B.config, TrialStatus.FAILED, FailureClass.INTERRUPTED, "stopped")
+    finding = TrialResult(B.config, TrialStatus.FAILED, FailureClass.MEMORY_EXCEEDED, "OOM")
+    other = fake.run(ServingConfig(max_num_seqs=64), LOAD)  # no arm of this run
+    for arm, result in ((A, complete), (B, interrupted), (B, finding), (B, other)):
+        log.record(arm, result)
+    with log.path.open("a") as f:
+        f.write('{"arm": "b", "result": {"status": "compl')  # a write cut short
+    done = log.load([A, B])
+    assert done == [[complete], [finding]]
+    assert describe_resumed(done, [A, B]) == (
+        "resuming: 1 of defaults, 1 of b already measured by an interrupted run of this command"
+    )
+    log.clear()
+    assert not log.path.exists()
+    assert run_key(a=1, b=[1, 2]) == run_key(b=[1, 2], a=1) != run_key(a=2, b=[1, 2])
+
+
+def test_verify_claims_resumes_from_its_launch_log(tmp_path: Path) -> None:
+    small = WORKLOADS["smoke"].replace(requests_per_window=8, warmup_requests=0, windows=2)
+    claim = Claim("c", "s", {}, {"max_num_seqs": 1}, small, "e2e_p99_ms", 1.5, "1.5")
+    planned = plan([claim], resolve_model("tiny-ernie"), get_gpu("h100"))
+    log = LaunchLog(tmp_path / "launches.jsonl")
+    first = StopAfter(after=3)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(planned, first, 3, 0.95, launch_log=lambda _w, _arms: log)
+    said: list[str] = []
+    second = FakeRunner()
+    (outcome,) = evaluate(
+        planned, second, 3, 0.95, launch_log=lambda _w, _arms: log, on_resumed=said.append
+    )
+    assert len(second.calls) == 3  # 6 launches in all, 3 made before the stop
+    assert said and said[0].startswith("resuming: 2 of defaults, 1 of max_num_seqs=1")
+    assert outcome.verdict == "confirmed"
+    assert outcome.comparison is not None
+    assert [len(outcome.comparison.metric("e2e_p99_ms").a_values)] == [3]
+
+
+def test_an_interrupted_confirmation_resumes_without_relaunching(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    repo = make_repo(url)
+
+    def ctx() -> Any:
+        return make_context(
+            url,
+            trials=2,
+            enqueue=[{"gpu_memory_utilization": 0.5}],
+            params=("gpu_memory_utilization",),
+            choices={"gpu_memory_utilization": (0.5,)},
+            confirm_launches=3,
+            confirm_top=1,
+            objective="memory",
+        )
+
+    # 2 search launches, then 3 of the 6 confirmation launches, then the tuner is stopped.
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx(), StopAfter(after=5), repo)
+    confirm = repo.list_trials("s1", phase="confirm", limit=None)
+    assert [t.status for t in confirm] == [TrialStatus.COMPLETE] * 3 + [TrialStatus.FAILED]
+    assert repo.list_comparisons("s1") == []
+
+    resumed = FakeRunner()
+    run_study(ctx(), resumed, repo, resume=True)
+    assert len(resumed.calls) == 3  # the interrupted launch and the two never made
+    confirm = repo.list_trials("s1", phase="confirm", limit=None)
+    numbers = [t.number for t in confirm]
+    assert numbers == list(range(CONFIRM_NUMBER_BASE, CONFIRM_NUMBER_BASE + 7))
+    (comparison,) = repo.list_comparisons("s1")
+    assert comparison.results["launches"] == {"a": 3, "b": 3}
