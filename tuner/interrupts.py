@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 
 @contextmanager
@@ -38,3 +39,38 @@ def sigterm_as_interrupt() -> Iterator[None]:
     finally:
         # None: a handler installed outside Python, which cannot be put back; use the default.
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for the block, then act on them once it has ended.
+
+    For a few lines that must not be cut in the middle: starting a server and taking hold of it
+    (a Ctrl-C between the fork and ``Popen`` returning would leave a server no one owns). A
+    signal that arrives inside is recorded and, after the block, handed to the handler that was
+    in place (so Ctrl-C still raises KeyboardInterrupt, right after the block). Only the main
+    thread can handle signals; elsewhere nothing changes. Handlers set here are Python
+    functions, which a child process does not inherit (exec resets them).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, FrameType | None]] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        caught.append((signum, frame))
+
+    previous: dict[int, Any] = {
+        int(s): signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        for signum, frame in caught[:1]:  # one stop request is enough
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)

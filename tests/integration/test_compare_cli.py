@@ -168,3 +168,42 @@ def test_verify_claims_prints_a_table_and_needs_no_vllm_when_nothing_applies(
     unknown = _tuner(tmp_path, "verify-claims", str(CLAIMS), "--model", "tiny-ernie",
                      "--gpu", "cpu", "--only", "warp-drive")  # fmt: skip
     assert unknown.returncode == 2 and "no claim ['warp-drive']" in unknown.stderr
+
+
+def test_an_interrupted_compare_resumes_from_its_launches(tmp_path: Path) -> None:
+    import signal
+
+    base = ["compare", "--model", "tiny-ernie", "--gpu", "cpu", "--a", "defaults"]
+    args = [*base, "--b", "max_num_seqs=4", "--workload", "smoke", "--workload-set", QUICK]
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner.cli", *args, "--storage", url],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # stop it while the third launch runs
+        seen.append(line)
+        if line.startswith("launch 3/6"):
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(seen)
+    logs = list((tmp_path / "home" / "launches").glob("compare-*.jsonl"))
+    assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 2
+
+    again = _tuner(tmp_path, *args)
+    assert again.returncode == 0, again.stderr
+    out = again.stdout + again.stderr
+    assert "resuming: 1 of defaults, 1 of max_num_seqs=4" in out
+    launched = [line for line in out.splitlines() if line.startswith("launch ")]
+    assert [line.split(": ", 1)[1] for line in launched] == ["defaults", "max_num_seqs=4"] * 2
+    row = _repo(tmp_path).get_comparison(1)
+    assert row is not None and row.results["launches"] == {"a": 3, "b": 3}
+    assert not logs[0].exists()  # stored: the launch log is gone
+    left = processes_mentioning(str(tmp_path))
+    assert left == [], [(p.pid, p.cmdline(), p.ppid()) for p in left]

@@ -23,6 +23,7 @@ import psutil
 
 from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
+from tuner.interrupts import deferred_interrupts
 from tuner.vllm.leases import Lease, remove_lease, write_lease
 from tuner.vllm.logparse import classify_start_failure
 from tuner.vllm.ports import port_is_open
@@ -109,30 +110,34 @@ class VllmServer:
                 hint="make the run directory writable or choose another one",
             ) from None
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        try:
-            self._proc = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as exc:
-            self._log.close()
-            raise EnvironmentProblem(
-                f"cannot start {self.command[0]!r}: {exc.strerror or exc}",
-                hint="check --vllm-python (or TUNER_VLLM_PYTHON) names a working interpreter",
-            ) from None
-        self._started_at = time.monotonic()
-        try:
-            self._create_time = psutil.Process(self._proc.pid).create_time()
-            if self.lease_dir is not None:
-                self._lease_path = write_lease(self.lease_dir, self._lease())
-        except BaseException:
-            self.stop(grace_s=FAILURE_GRACE_S)
-            raise
+        # A Ctrl-C (or SIGTERM) between the fork and Popen returning would leave a server that
+        # nothing here knows about: hold such signals until the server is ours (self._proc set,
+        # lease written); if one came, it takes effect right after and stop() ends the server.
+        with deferred_interrupts():
+            try:
+                self._proc = subprocess.Popen(
+                    self.command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=self._log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                self._log.close()
+                raise EnvironmentProblem(
+                    f"cannot start {self.command[0]!r}: {exc.strerror or exc}",
+                    hint="check --vllm-python (or TUNER_VLLM_PYTHON) names a working interpreter",
+                ) from None
+            self._started_at = time.monotonic()
+            try:
+                self._create_time = psutil.Process(self._proc.pid).create_time()
+                if self.lease_dir is not None:
+                    self._lease_path = write_lease(self.lease_dir, self._lease())
+            except BaseException:
+                self.stop(grace_s=FAILURE_GRACE_S)
+                raise
 
     def _lease(self) -> Lease:
         assert self._proc is not None and self._create_time is not None
