@@ -14,7 +14,10 @@
 # $HOME/streams/NAME.log. A plan line may start with "@N " (N minutes): it is skipped when less
 # than N minutes remain before DEADLINE_EPOCH. Every command runs under
 # `timeout -s INT` to the deadline: SIGINT lets tuner record the running trial as interrupted
-# and stop its server group, so a study can be resumed in a later session.
+# and stop its server group, so a study can be resumed in a later session. The launch logs of
+# unfinished `tuner compare` / `verify-claims` runs ($TUNER_HOME/launches) come back in
+# launches.tgz; `SEED_LAUNCHES=DIR` at start puts such a folder back, and the same command then
+# resumes from those launches.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STREAMS="$HOME/streams"
@@ -52,6 +55,9 @@ run_stream() {  # NAME GPU PLAN DEADLINE DB
 case "${1:-}" in
   start)
     deadline="$2"; shift 2
+    if [ -n "${SEED_LAUNCHES:-}" ] && [ -d "$SEED_LAUNCHES" ]; then
+      mkdir -p "$HOME/.cache/tuner/launches" && cp -n "$SEED_LAUNCHES"/*.jsonl "$HOME/.cache/tuner/launches/" 2>/dev/null
+    fi
     for spec in "$@"; do
       IFS=: read -r name gpu plan db <<< "$spec"
       db="${db:-$name}"
@@ -90,6 +96,7 @@ EOF
     done
     tar czf "$OUT/streams.tgz" -C "$STREAMS" --exclude='*.done' . 2>/dev/null
     tar czf "$OUT/server-logs.tgz" -C "$ROOT/.tuner" logs 2>/dev/null
+    [ -d "$HOME/.cache/tuner/launches" ] && tar czf "$OUT/launches.tgz" -C "$HOME/.cache/tuner" launches
     ls -la "$OUT"
     ;;
   *) sed -n 2,16p "$0"; exit 2 ;;
