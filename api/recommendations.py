@@ -33,7 +33,7 @@ from tuner import scoring
 from tuner.confirm import Confirmed
 from tuner.db.rows import StudyRow, TrialRow
 from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialResult, TrialStatus
-from tuner.recommend import serve_flags
+from tuner.recommend import emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.vllm import argv
 
 _MAX_SUGGESTIONS = 8
@@ -249,7 +249,15 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
         is_baseline=trial.is_baseline,
         slo={k: v for k, v in vars(applied).items() if v is not None},
         confirmed=None if pick.confirmed is None else _confirmed(pick.confirmed),
+        warnings=_warnings(study, trial),
     )
+
+
+def _warnings(study: StudyRow, trial: TrialRow) -> list[str]:
+    if not is_emulated(study, trial):
+        return []
+    warning = emulated_memory_warning(_memory(trial), gpu_memory_gib(study.gpu))
+    return [warning] if warning else []
 
 
 def _confirmed(c: Confirmed) -> ConfirmedOut:

@@ -121,6 +121,11 @@ class RecommendationOut(BaseModel):
     confirmed: ConfirmedOut | None = Field(
         default=None, description="the confirmation's verdict, when the study had one"
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what to check before trusting this result, e.g. an emulated peak memory "
+        "above the emulated GPU's",
+    )
 
 
 class StudyOut(BaseModel):

@@ -90,21 +90,25 @@ class Recommendation:
         return "\n".join(lines)
 
     def emulation_warning(self) -> str | None:
-        """Set when an emulated result's peak GPU memory is above the emulated GPU's memory.
+        """See :func:`emulated_memory_warning`."""
+        return emulated_memory_warning(self.memory_gib, self.emulated_memory_gib)
 
-        Emulation scales --gpu-memory-utilization, but vLLM's process uses memory beyond that
-        budget (on the H200, 2.2-2.8 GiB more at every utilization tried): a configuration that
-        served here may not start on the real, smaller GPU.
-        """
-        cap = self.emulated_memory_gib
-        if cap is None or self.memory_gib <= cap:
-            return None
-        return (
-            f"the peak GPU memory ({self.memory_gib:.2f} GiB) is above the emulated GPU's "
-            f"{cap:.1f} GiB: vLLM used more than --gpu-memory-utilization budgets, so on the real "
-            "GPU this configuration may not start; lower --gpu-memory-utilization there, or "
-            "measure on the real GPU"
-        )
+
+def emulated_memory_warning(memory_gib: float | None, capacity_gib: float | None) -> str | None:
+    """Set when an emulated result's peak GPU memory is above the emulated GPU's memory.
+
+    Emulation scales --gpu-memory-utilization, but vLLM's processes use memory beyond that
+    budget (on the H200, 2.2-2.8 GiB more at every utilization tried): a configuration that
+    served in emulation may not start on the real, smaller GPU.
+    """
+    if capacity_gib is None or memory_gib is None or memory_gib <= capacity_gib:
+        return None
+    return (
+        f"the peak GPU memory ({memory_gib:.2f} GiB) is above the emulated GPU's "
+        f"{capacity_gib:.1f} GiB: vLLM used more than --gpu-memory-utilization budgets, so on "
+        "the real GPU this configuration may not start; lower --gpu-memory-utilization there, "
+        "or measure on the real GPU"
+    )
 
 
 def serve_flags(study: StudyRow, flags: argv.RenderedFlags) -> argv.RenderedFlags:
@@ -171,11 +175,12 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
         },
         feasible=top.feasible,
         confirmed=confirmed,
-        emulated_memory_gib=_gpu_memory_gib(row.gpu) if trial.emulated else None,
+        emulated_memory_gib=gpu_memory_gib(row.gpu) if trial.emulated else None,
     )
 
 
-def _gpu_memory_gib(profile: str) -> float | None:
+def gpu_memory_gib(profile: str) -> float | None:
+    """The memory of GPU profile ``profile`` in GiB (None for an unknown profile)."""
     from tuner.catalog.gpus import GPUS
 
     gpu = GPUS.get(profile)

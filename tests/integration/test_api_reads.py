@@ -269,3 +269,22 @@ def test_cached_rankings_follow_new_trials(tmp_path: Path) -> None:
         )
         assert _get(c, REAL)["trial"] == 1
         assert [t["number"] for t in _get(c, "/v1/studies/grow/pareto")["trials"]] == [1]
+
+
+def test_an_emulated_peak_above_the_emulated_gpu_comes_with_a_warning(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'emu.db'}"
+    repo = make_repo(url)
+    # vLLM's processes overshoot their utilization budget (measured on the H200): a fake GPU of
+    # 26 GiB at the default 0.9 peaks at 23.4 GiB, above an A10G's 22.5.
+    ctx = make_context(url, trials=1, name="emu-a10g", gpu="a10g", workload=CHAT)
+    run_study(dataclasses.replace(ctx, emulated=True), FakeRunner(memory_gib=26.0), repo)
+    real = make_context(url, trials=1, name="real-a10g", gpu="a10g", workload=CHAT)
+    run_study(real, FakeRunner(memory_gib=26.0), repo)
+    query = "/v1/recommendations?model=tiny-ernie&gpu=a10g&workload=chat"
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        emulated = _get(c, query + "&emulated=true")
+        measured = _get(c, query)
+    assert emulated["memory_gib"] > get_gpu("a10g").memory_gib
+    (warning,) = emulated["warnings"]
+    assert "above the emulated GPU's 22.5 GiB" in warning
+    assert measured["warnings"] == []  # a real A10G's own measurement needs no such warning
