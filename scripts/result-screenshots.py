@@ -46,21 +46,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from tuner.testing.browser import CHROMIUM_ARGS, chromium_executable
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
-# The same flags as the browser tests (tests/browser/conftest.py): headless, no sandbox (root),
-# nothing that reaches beyond loopback.
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 # Every chart element has drawn: plotly's SVG is there, or charts.js said there is nothing to draw.
 CHARTS_DRAWN = """() => Array.from(document.querySelectorAll('[data-chart]')).every(
     el => el.querySelector('.main-svg') !== null || el.classList.contains('chart-empty'))"""
@@ -112,12 +101,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def find_chromium(given: str | None) -> str:
     """The Chromium binary, found as the browser tests find it."""
-    exe = (
-        given
-        or os.environ.get("TUNER_CHROMIUM")
-        or shutil.which("chromium")
-        or shutil.which("chromium-browser")
-    )
+    exe = given or chromium_executable()
     if exe is None:
         raise ScriptError("chromium not found: apt-get install -y chromium, or pass --chromium")
     return exe
@@ -289,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 user_data_dir=profile,
                 executable_path=chromium,
                 headless=True,
-                args=CHROMIUM_ARGS,
+                args=list(CHROMIUM_ARGS),
                 viewport={"width": args.width, "height": args.height},
             )
             try:

@@ -12,16 +12,18 @@ import psutil
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
+from tuner.compare import Arm, compare
 from tuner.db.migrate import upgrade
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
-from tuner.domain import Workload
+from tuner.domain import ServingConfig, Workload
 from tuner.load.workloads import WORKLOADS
 from tuner.runner import Hardware, RunnerSettings, VllmTrialRunner
 from tuner.scoring import parse_slo
 from tuner.space import SearchSpace
 from tuner.spec import StudySpec
 from tuner.study import StudyContext
+from tuner.testing.fake_runner import FakeRunner
 
 # Small enough that a fake-server trial takes well under a second.
 TINY_WORKLOAD: Workload = WORKLOADS["smoke"].replace(
@@ -110,3 +112,50 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def memory_confirmation_context(db_url: str) -> StudyContext:
+    """A 2-trial study for the memory objective whose second trial (utilization 0.5) is, on the
+    fake runner, a real and large improvement (same throughput and latency, half the memory),
+    followed by a confirmation of it against the defaults: 3 launches each, interleaved."""
+    return make_context(
+        db_url,
+        trials=2,
+        enqueue=[{"gpu_memory_utilization": 0.5}],
+        params=("gpu_memory_utilization",),
+        choices={"gpu_memory_utilization": (0.5,)},
+        confirm_launches=3,
+        confirm_top=1,
+        objective="memory",
+    )
+
+
+def store_claim(repo: Repository, statement: str = "it is faster") -> int:
+    """A verified claim stored as ``tuner verify-claims`` stores it: the defaults against
+    max_num_seqs=8 ("fa2"), three in-process fake launches each; returns the comparison id."""
+    load = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_window=8)
+    a, b = Arm("defaults", ServingConfig()), Arm("fa2", ServingConfig(max_num_seqs=8))
+    runs = [[FakeRunner(seed=i).run(arm.config, load) for i in range(3)] for arm in (a, b)]
+    c = compare(a, runs[0], b, runs[1])
+    claim = {
+        "id": "c1",
+        "statement": statement,
+        "metric": "output_throughput",
+        "claimed": 1.41,
+        "claimed_text": "1.41",
+        "workload": "w",
+        "verdict": "refuted",
+        "reason": "no significant effect",
+        "measured": {"ratio": 0.958, "low": 0.752, "high": 1.221},
+    }
+    row = repo.add_comparison(
+        model="tiny-ernie",
+        gpu="h100",
+        workload="w",
+        a_config=a.config,
+        b_config=b.config,
+        repeats=3,
+        results={**c.to_results(), "kind": "claim", "claim": claim},
+        verdicts=c.to_verdicts(),
+    )
+    return row.id

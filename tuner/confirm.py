@@ -26,7 +26,7 @@ from tuner import scoring
 from tuner.compare import Arm, compare, run_interleaved
 from tuner.db.repository import Repository
 from tuner.db.rows import ComparisonRow, TrialRow
-from tuner.domain import FailureClass, Objective, ServingConfig, TrialResult, TrialStatus
+from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
 from tuner.runner import TrialRunner
 from tuner.significance import BETTER, NO_DIFFERENCE, WORSE, ratio_interval
 
@@ -91,12 +91,7 @@ def run_confirmation(
         # The tuner is going down (Ctrl-C, SIGTERM): the launch in flight is recorded as
         # interrupted, and a resumed study launches it again.
         for trial_id, _number, config in pending.values():
-            stopped = TrialResult(
-                config=config,
-                status=TrialStatus.FAILED,
-                failure=FailureClass.INTERRUPTED,
-                failure_detail="the tuner stopped during this confirmation launch",
-            )
+            stopped = interrupted(config, "the tuner stopped during this confirmation launch")
             repo.finish_trial(trial_id, stopped, None, None)
         raise
     rows = []

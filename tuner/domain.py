@@ -398,6 +398,16 @@ class TrialResult:
             raise ValueError("only a complete trial carries metrics")
 
 
+def interrupted(config: ServingConfig, detail: str) -> TrialResult:
+    """The result recorded for a launch the tuner stopped itself during (Ctrl-C, SIGTERM)."""
+    return TrialResult(
+        config=config,
+        status=TrialStatus.FAILED,
+        failure=FailureClass.INTERRUPTED,
+        failure_detail=detail,
+    )
+
+
 def to_jsonable(obj: Any) -> Any:
     """Turn domain records (nested dataclasses, enums, tuples, mappings) into JSON values."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

@@ -34,6 +34,7 @@ from tuner.domain import (
     TrialResult,
     TrialStatus,
     Workload,
+    interrupted,
 )
 from tuner.errors import UsageError
 from tuner.runner import TrialRunner
@@ -198,13 +199,8 @@ def _loop(
             )
         except BaseException:
             # The tuner itself is going down (Ctrl-C, SIGTERM): record it, let it propagate.
-            interrupted = TrialResult(
-                config=config,
-                status=TrialStatus.FAILED,
-                failure=FailureClass.INTERRUPTED,
-                failure_detail="the tuner stopped during this trial",
-            )
-            repo.finish_trial(trial_id, interrupted, None, None)
+            stopped = interrupted(config, "the tuner stopped during this trial")
+            repo.finish_trial(trial_id, stopped, None, None)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
         _record(ctx, study, trial, trial_id, result, repo, baseline)

@@ -9,7 +9,6 @@ Screenshots go to a temporary directory (printed with -s); set TUNER_SCREENSHOTS
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import threading
 import time
@@ -22,37 +21,13 @@ import pytest
 import uvicorn
 
 from tests.browser.dashdata import DashboardDb, build
-
-# Headless, no sandbox (CI runs as root), and nothing that reaches beyond loopback.
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
-INSTALL_HINT = (
-    "apt-get update && apt-get install -y chromium; "
-    "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 .venv/bin/pip install playwright"
-)
+from tuner.testing.browser import CHROMIUM_ARGS, INSTALL_HINT, chromium_executable
 
 
 def _unavailable(reason: str) -> None:
     if os.environ.get("TUNER_REQUIRE_BROWSER") == "1":
         pytest.fail(f"{reason} (TUNER_REQUIRE_BROWSER=1); install: {INSTALL_HINT}", pytrace=False)
     pytest.skip(f"{reason}: browser tests skipped")
-
-
-def chromium_executable() -> str | None:
-    return (
-        os.environ.get("TUNER_CHROMIUM")
-        or shutil.which("chromium")
-        or shutil.which("chromium-browser")
-    )
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +63,7 @@ def browser(
             user_data_dir=str(profile),
             executable_path=chromium,
             headless=True,
-            args=CHROMIUM_ARGS,
+            args=list(CHROMIUM_ARGS),
             viewport={"width": 1280, "height": 900},
         )
         try:

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from api.dashboards import mount_static, router
 from api.dashboards.render import script_json
-from tests.studykit import make_context, make_repo
+from tests.studykit import make_context, make_repo, store_claim
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import Objective
@@ -132,35 +132,10 @@ def test_param_importances_of_a_real_study(db: tuple[str, Repository]) -> None:
 
 
 def test_a_claim_comparison_shows_the_claim_and_what_ran(db: tuple[str, Repository]) -> None:
-    from tuner.compare import Arm, compare
-    from tuner.domain import ServingConfig, Workload
-
     repo = db[1]
-    load = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_window=8)
-    a, b = Arm("defaults", ServingConfig()), Arm("fa2", ServingConfig(max_num_seqs=8))
-    runs = [[FakeRunner(seed=i).run(arm.config, load) for i in range(3)] for arm in (a, b)]
-    c = compare(a, runs[0], b, runs[1])
-    claim = {
-        "id": "c1",
-        "statement": HOSTILE,
-        "metric": "output_throughput",
-        "claimed_text": "1.41",
-        "verdict": "refuted",
-        "reason": "no significant effect",
-        "measured": {"ratio": 0.958, "low": 0.752, "high": 1.221},
-    }
-    row = repo.add_comparison(
-        model="tiny-ernie",
-        gpu="h100",
-        workload="w",
-        a_config=a.config,
-        b_config=b.config,
-        repeats=3,
-        results={**c.to_results(), "kind": "claim", "claim": claim},
-        verdicts=c.to_verdicts(),
-    )
+    comparison_id = store_claim(repo, statement=HOSTILE)
     with TestClient(_app(repo, db[0])) as client:
-        html = client.get(f"/ui/compare/{row.id}").text
+        html = client.get(f"/ui/compare/{comparison_id}").text
     assert 'id="claim"' in html and "refuted" in html
     assert "measured 0.958 [0.752, 1.221]" in html
     assert HOSTILE not in html and "&lt;script&gt;alert(1)" in html

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.studykit import make_context, make_repo
+from tests.studykit import make_context, make_repo, memory_confirmation_context
 from tuner.confirm import CONFIRM_NUMBER_BASE, DEFAULTS_LABEL, choose
 from tuner.domain import Objective, ServingConfig, TrialStatus
 from tuner.recommend import recommendation
@@ -25,16 +25,7 @@ def test_confirmation_runs_interleaved_and_finds_a_real_winner(db_url: str) -> N
     repo = make_repo(db_url)
     # On the fake, utilization 0.5 holds throughput and latency and halves memory: a real,
     # large improvement for the memory objective.
-    ctx = make_context(
-        db_url,
-        trials=2,
-        enqueue=[{"gpu_memory_utilization": 0.5}],
-        params=("gpu_memory_utilization",),
-        choices={"gpu_memory_utilization": (0.5,)},
-        confirm_launches=3,
-        confirm_top=1,
-        objective="memory",
-    )
+    ctx = memory_confirmation_context(db_url)
     runner = FakeRunner()
     run_study(ctx, runner, repo)
 
@@ -109,16 +100,7 @@ def test_the_study_page_reports_the_confirmation_not_single_launches(db_url: str
     from tuner.report import study_report
 
     repo = make_repo(db_url)
-    ctx = make_context(
-        db_url,
-        trials=2,
-        enqueue=[{"gpu_memory_utilization": 0.5}],
-        params=("gpu_memory_utilization",),
-        choices={"gpu_memory_utilization": (0.5,)},
-        confirm_launches=3,
-        confirm_top=1,
-        objective="memory",
-    )
+    ctx = memory_confirmation_context(db_url)
     run_study(ctx, FakeRunner(), repo)
     study = repo.get_study(ctx.name)
     assert study is not None

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.studykit import make_context, make_repo
-from tuner.compare import Arm, compare
-from tuner.domain import ServingConfig, Workload
+from tests.studykit import make_repo, memory_confirmation_context, store_claim
+from tuner.domain import Workload
 from tuner.export import from_jsonl, study_records
 from tuner.export_comparisons import (
     claims_table,
@@ -31,42 +30,9 @@ WORKLOAD = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_wi
 def db(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'x.db'}"
     repo = make_repo(url)
-    ctx = make_context(
-        url,
-        trials=2,
-        enqueue=[{"gpu_memory_utilization": 0.5}],
-        params=("gpu_memory_utilization",),
-        choices={"gpu_memory_utilization": (0.5,)},
-        confirm_launches=3,
-        confirm_top=1,
-        objective="memory",
-    )
+    ctx = memory_confirmation_context(url)
     run_study(ctx, FakeRunner(), repo)
-    # A verified claim, stored as verify-claims stores it.
-    a, b = Arm("defaults", ServingConfig()), Arm("fa2", ServingConfig(max_num_seqs=8))
-    runs = [[FakeRunner(seed=i).run(arm.config, WORKLOAD) for i in range(3)] for arm in (a, b)]
-    c = compare(a, runs[0], b, runs[1])
-    claim = {
-        "id": "c1",
-        "statement": "it is faster",
-        "metric": "output_throughput",
-        "claimed": 1.41,
-        "claimed_text": "1.41",
-        "workload": "w",
-        "verdict": "refuted",
-        "reason": "no significant effect",
-        "measured": {"ratio": 1.01, "low": 0.9, "high": 1.1},
-    }
-    repo.add_comparison(
-        model="tiny-ernie",
-        gpu="h100",
-        workload="w",
-        a_config=a.config,
-        b_config=b.config,
-        repeats=3,
-        results={**c.to_results(), "kind": "claim", "claim": claim},
-        verdicts=c.to_verdicts(),
-    )
+    store_claim(repo)  # a verified claim, as verify-claims stores it
     return url
 
 
@@ -99,7 +65,7 @@ def test_markdown_is_derived_from_the_records(db: str) -> None:
     assert f"[{low:+.1f}, {high:+.1f}] | better |" in table
     assert table.count("\n") == 2 + len(records[0]["metrics"])
     claims = claims_table(records)
-    assert "| c1 | output_throughput | defaults | fa2 | w | 1.41 | 1.010 [0.900, 1.100] |" in claims
+    assert "| c1 | output_throughput | defaults | fa2 | w | 1.41 | 0.958 [0.752, 1.221] |" in claims
     assert claims.count("\n") == 3  # the confirmation is not a claim
     md = comparisons_markdown(records)
     assert md.index("| c1 |") < md.index("### Comparison 1 (confirmation, study s1")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.studykit import make_context, make_repo
+from tests.studykit import make_repo, memory_confirmation_context
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.claims import Claim, plan
@@ -102,16 +102,7 @@ def test_an_interrupted_confirmation_resumes_without_relaunching(tmp_path: Path)
     repo = make_repo(url)
 
     def ctx() -> Any:
-        return make_context(
-            url,
-            trials=2,
-            enqueue=[{"gpu_memory_utilization": 0.5}],
-            params=("gpu_memory_utilization",),
-            choices={"gpu_memory_utilization": (0.5,)},
-            confirm_launches=3,
-            confirm_top=1,
-            objective="memory",
-        )
+        return memory_confirmation_context(url)
 
     # 2 search launches, then 3 of the 6 confirmation launches, then the tuner is stopped.
     with pytest.raises(KeyboardInterrupt):
