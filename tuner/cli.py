@@ -335,7 +335,7 @@ def serve(
         port=port,
         api_key_env=api_key_env,
         cors_origins=cors_origin or (),
-        say=lambda text: out.print(escape(text)),
+        say=lambda text: out.print(escape(text), soft_wrap=True),  # URLs and paths unbroken
     )
 
 
