@@ -231,10 +231,10 @@ def run_compare(
     from tuner.catalog.gpus import get_gpu
     from tuner.catalog.models import resolve_model
     from tuner.claims import with_overrides
-    from tuner.compare import Arm, compare, run_interleaved
+    from tuner.compare import Arm, compare
     from tuner.compose import prepare, resolve_workload, tuner_home
     from tuner.domain import to_jsonable
-    from tuner.launchlog import LaunchLog, describe_resumed, run_key
+    from tuner.launchlog import LaunchLog, run_logged
     from tuner.space import SearchSpace
     from tuner.spec import StudySpec
 
@@ -271,31 +271,27 @@ def run_compare(
     say(f"  workload {load.name}, {repeats} fresh launches each, interleaved A B A B ...")
     p = Progress(say)
     runner = FindingGuard(prepared.runner, spec_model)
-    llog = LaunchLog.for_run(
+    llog = LaunchLog.for_arms(
         tuner_home(),
         "compare",
-        run_key(
-            command="compare",
-            model=spec_model.alias,
-            gpu=profile.name,
-            hardware=prepared.runner.hardware.name,
-            vllm=prepared.ctx.vllm_version,
-            workload=to_jsonable(load),
-            configs=[arm.config.to_dict() for arm in arms],
-            launches=repeats,
-        ),
+        arms,
+        repeats,
+        model=spec_model.alias,
+        gpu=profile.name,
+        hardware=prepared.runner.hardware.name,
+        vllm=prepared.ctx.vllm_version,
+        workload=load,
     )
-    done = llog.load(arms)
-    resumed = describe_resumed(done, arms)
-    if resumed:
-        say(resumed)
-
-    def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
-        llog.record(arm, result)
-        p.finished(index, total, arm, result)
-
-    results = run_interleaved(
-        arms, runner, load, repeats, on_start=p.start, on_run=finished, on_phase=p.phase, done=done
+    results = run_logged(
+        llog,
+        arms,
+        runner,
+        load,
+        repeats,
+        on_start=p.start,
+        on_run=p.finished,
+        on_phase=p.phase,
+        on_resumed=say,
     )
     c = compare(arms[0], results[0], arms[1], results[1], confidence)
     out, verdicts = {**c.to_results(), "kind": "compare"}, c.to_verdicts()

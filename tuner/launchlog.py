@@ -16,13 +16,16 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tuner.compare import Arm
+from tuner.compare import Arm, RunCallback, run_interleaved
 from tuner.db.codec import decode_result, encode
-from tuner.domain import TrialResult, TrialStatus
+from tuner.domain import TrialResult, TrialStatus, Workload
+
+if TYPE_CHECKING:
+    from tuner.runner import PhaseCallback, TrialRunner
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,16 @@ class LaunchLog:
     @classmethod
     def for_run(cls, home: Path, kind: str, key: str) -> LaunchLog:
         return cls(home / "launches" / f"{kind}-{key}.jsonl")
+
+    @classmethod
+    def for_arms(
+        cls, home: Path, command: str, arms: Sequence[Arm], launches: int, **facts: Any
+    ) -> LaunchLog:
+        """The log of ``command`` measuring ``arms`` ``launches`` times each, where ``facts``
+        (model, GPU, hardware, vLLM version, workload, ...) say what else defines the run."""
+        configs = [arm.config.to_dict() for arm in arms]
+        key = run_key(command=command, configs=configs, launches=launches, **facts)
+        return cls.for_run(home, command, key)
 
     def load(self, arms: Sequence[Arm]) -> list[list[TrialResult]]:
         """Earlier reusable launches per arm (matched on the configuration), in launch order.
@@ -88,3 +101,41 @@ def describe_resumed(done: Sequence[Sequence[TrialResult]], arms: Sequence[Arm])
         return None
     listed = ", ".join(f"{n} of {label}" for label, n in counts.items())
     return f"resuming: {listed} already measured by an interrupted run of this command"
+
+
+def run_logged(
+    log: LaunchLog | None,
+    arms: Sequence[Arm],
+    runner: TrialRunner,
+    workload: Workload,
+    launches: int,
+    *,
+    on_start: Callable[[int, int, Arm], None] | None = None,
+    on_run: RunCallback | None = None,
+    on_phase: PhaseCallback | None = None,
+    on_resumed: Callable[[str], None] | None = None,
+) -> list[list[TrialResult]]:
+    """:func:`tuner.compare.run_interleaved`, resumed from ``log``'s earlier launches (said
+    through ``on_resumed``) and recording each new launch in ``log`` as it finishes; with
+    ``log`` None, plainly interleaved."""
+    done = log.load(arms) if log is not None else None
+    resumed = describe_resumed(done, arms) if done is not None else None
+    if resumed and on_resumed:
+        on_resumed(resumed)
+
+    def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
+        if log is not None:
+            log.record(arm, result)
+        if on_run:
+            on_run(index, total, arm, result)
+
+    return run_interleaved(
+        arms,
+        runner,
+        workload,
+        launches,
+        on_start=on_start,
+        on_run=finished,
+        on_phase=on_phase,
+        done=done,
+    )

@@ -78,8 +78,8 @@ def evaluate(
     claim is applicable. ``launch_log`` gives each workload group's :class:`LaunchLog`: its
     earlier launches are reused and each new one is recorded as it finishes."""
     from tuner.claims import NOT_APPLICABLE
-    from tuner.compare import Arm, run_interleaved
-    from tuner.launchlog import describe_resumed
+    from tuner.compare import Arm
+    from tuner.launchlog import run_logged
 
     outcomes: dict[str, Outcome] = {}
     groups: dict[Workload, list[Planned]] = {}
@@ -95,33 +95,16 @@ def evaluate(
         arms = [Arm(c.label(), c) for c in configs]
         if on_group:
             on_group(workload, arms, [p.claim for p in members])
-        llog = launch_log(workload, arms) if launch_log else None
-        done = llog.load(arms) if llog else None
-        resumed = describe_resumed(done, arms) if done else None
-        if resumed and on_resumed:
-            on_resumed(resumed)
-
-        def finished(
-            index: int,
-            total: int,
-            arm: Arm,
-            result: TrialResult,
-            llog: LaunchLog | None = llog,
-        ) -> None:
-            if llog is not None:
-                llog.record(arm, result)
-            if on_run:
-                on_run(index, total, arm, result)
-
-        results = run_interleaved(
+        results = run_logged(
+            launch_log(workload, arms) if launch_log else None,
             arms,
             runner,
             workload,
             launches,
             on_start=on_start,
-            on_run=finished,
+            on_run=on_run,
             on_phase=on_phase,
-            done=done,
+            on_resumed=on_resumed,
         )
         by_config = dict(zip(configs, results, strict=True))
         for p in members:
@@ -202,8 +185,7 @@ def run_verify_claims(
     from tuner.catalog.models import resolve_model
     from tuner.claims import NOT_APPLICABLE, load_claims, plan
     from tuner.compose import prepare, tuner_home
-    from tuner.domain import to_jsonable
-    from tuner.launchlog import LaunchLog, run_key
+    from tuner.launchlog import LaunchLog
     from tuner.spec import StudySpec
 
     if not 0.5 < confidence < 1.0:
@@ -236,17 +218,19 @@ def run_verify_claims(
     logs: list[LaunchLog] = []
 
     def launch_log(load: Workload, arms: list[Arm]) -> LaunchLog:
-        key = run_key(
-            command="verify-claims",
-            model=spec_model.alias,
-            gpu=profile.name,
-            hardware=hardware,
-            vllm=vllm_version,
-            workload=to_jsonable(load),
-            configs=[a.config.to_dict() for a in arms],
-            launches=repeats,
+        logs.append(
+            LaunchLog.for_arms(
+                tuner_home(),
+                "verify-claims",
+                arms,
+                repeats,
+                model=spec_model.alias,
+                gpu=profile.name,
+                hardware=hardware,
+                vllm=vllm_version,
+                workload=load,
+            )
         )
-        logs.append(LaunchLog.for_run(tuner_home(), "verify-claims", key))
         return logs[-1]
 
     def group(load: Workload, arms: list[Arm], members: list[Claim]) -> None:
