@@ -138,9 +138,7 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
     above 1 (and, for the memory preset, its throughput is not significantly worse); the best
     winner by score is chosen. No winner: the defaults, "no significant difference".
     """
-    rows = [
-        r for r in rows if isinstance(r.results, dict) and r.results.get("kind") == "confirmation"
-    ]
+    rows = [r for r in rows if is_confirmation(r)]
     if not rows:
         return None
     best: Confirmed | None = None
@@ -191,7 +189,8 @@ def _earlier_launches(trials: Sequence[TrialRow], arms: Sequence[Arm]) -> list[l
     return done
 
 
-def _is_confirmation(row: ComparisonRow) -> bool:
+def is_confirmation(row: ComparisonRow) -> bool:
+    """Whether ``row`` is a study's confirmation (not a `tuner compare` or a verified claim)."""
     return isinstance(row.results, dict) and row.results.get("kind") == "confirmation"
 
 

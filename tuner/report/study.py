@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner import scoring
-from tuner.confirm import Confirmed, choose
+from tuner.confirm import Confirmed, choose, is_confirmation
 from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Objective, ServingConfig, Slo, TrialResult, TrialStatus, WindowMetrics
 
@@ -355,9 +355,5 @@ def _confirmation(
     confirmed = choose(comparisons, Objective(study.objective))
     if confirmed is None:
         return None
-    ids = tuple(
-        c.id
-        for c in comparisons
-        if isinstance(c.results, Mapping) and c.results.get("kind") == "confirmation"
-    )
+    ids = tuple(c.id for c in comparisons if is_confirmation(c))
     return ConfirmationSummary(confirmed, ids)
