@@ -23,6 +23,7 @@ from typing import Any
 
 from tuner.db.repository import Repository
 from tuner.domain import to_jsonable
+from tuner.significance import ratio_text
 
 
 def comparison_records(repo: Repository, study: str | None = None) -> list[dict[str, Any]]:
@@ -109,11 +110,7 @@ def claims_table(records: Sequence[Mapping[str, Any]]) -> str:
         if not claim:
             continue
         m = claim.get("measured") or {}
-        measured = (
-            f"{m['ratio']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
-            if m.get("ratio") is not None and m.get("low") is not None
-            else "-"
-        )
+        measured = ratio_text(m.get("ratio"), m.get("low"), m.get("high")) or "-"
         lines.append(
             f"| {claim['id']} | {claim['metric']} | {r['a_label']} | {r['b_label']} | "
             f"{r['workload']} | {claim['claimed_text']} | {measured} | {claim['verdict']} | "

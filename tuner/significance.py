@@ -147,3 +147,10 @@ def _betainc(a: float, b: float, x: float) -> float:
         if abs(d * c - 1.0) < 1e-14:
             break
     return math.exp(log_front) * h / a
+
+
+def ratio_text(ratio: float | None, low: float | None, high: float | None) -> str | None:
+    """A B/A ratio with its interval as "0.958 [0.752, 1.221]"; None when any part is missing."""
+    if ratio is None or low is None or high is None:
+        return None
+    return f"{ratio:.3f} [{low:.3f}, {high:.3f}]"

@@ -33,6 +33,7 @@ from tuner.compare_cmd import (
     resolve_storage,
 )
 from tuner.errors import UsageError
+from tuner.significance import ratio_text
 
 if TYPE_CHECKING:
     from tuner.claims import Claim, Planned
@@ -279,9 +280,7 @@ def _print_claims(outcomes: list[Outcome], records: list[dict[str, Any]], say: S
     rows = [("claim", "metric", "measured B/A [interval]", "claimed B/A", "verdict")]
     for o in outcomes:
         m = o.measured
-        measured = "-"
-        if m is not None and m.ratio is not None and m.low is not None and m.high is not None:
-            measured = f"{m.ratio:.3f} [{m.low:.3f}, {m.high:.3f}]"
+        measured = (ratio_text(m.ratio, m.low, m.high) if m is not None else None) or "-"
         rows.append((o.claim.id, o.claim.metric, measured, o.claim.claimed_text, o.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:

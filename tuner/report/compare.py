@@ -30,6 +30,7 @@ from typing import Any
 from tuner.db.rows import ComparisonRow
 from tuner.load.stats import HIGHER_IS_BETTER
 from tuner.report.study import METRICS, num
+from tuner.significance import ratio_text
 
 # Verdict words that get a colour; any other text is shown as it is, uncoloured.
 TONES: Mapping[str, str] = {"better": "good", "worse": "bad"}
@@ -113,12 +114,8 @@ def _claim(x: Any) -> Mapping[str, Any] | None:
     if not isinstance(x, Mapping) or not x.get("statement"):
         return None
     m = _map(x.get("measured"))
-    measured = (
-        f"{m['ratio']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
-        if all(num(m.get(k)) is not None for k in ("ratio", "low", "high"))
-        else ""
-    )
-    return {**x, "measured_text": measured}
+    measured = ratio_text(num(m.get("ratio")), num(m.get("low")), num(m.get("high")))
+    return {**x, "measured_text": measured or ""}
 
 
 def _map(x: Any) -> Mapping[str, Any]:
