@@ -126,23 +126,19 @@ class Repository:
         return int(n), top, latest, total
 
     def set_study_status(self, name: str, status: StudyStatus | str) -> None:
-        value = StudyStatus(status).value
-        with session_scope(self._engine) as s:
-            study_id = _study_id(s, name)
-            s.execute(
-                update(StudyModel)
-                .where(StudyModel.id == study_id)
-                .values(status=value, updated_at=time.time())
-            )
+        self._update_study(name, status=StudyStatus(status).value)
 
     def set_trials_requested(self, name: str, n_trials: int) -> None:
         """Record the trial count a resumed study now runs to (``--resume --trials N``)."""
+        self._update_study(name, n_trials_requested=n_trials)
+
+    def _update_study(self, name: str, **values: Any) -> None:
         with session_scope(self._engine) as s:
             study_id = _study_id(s, name)
             s.execute(
                 update(StudyModel)
                 .where(StudyModel.id == study_id)
-                .values(n_trials_requested=n_trials, updated_at=time.time())
+                .values(**values, updated_at=time.time())
             )
 
     def claim_queued_study(self) -> StudyRow | None:
