@@ -71,12 +71,12 @@ def check_hardware(
     run on the first GPU it leaves that matches, and only that GPU is measured.
     """
     if cuda_visible is not None:
-        hidden = len(detected)
+        found = len(detected)
         detected = visible_gpus(detected, cuda_visible)
-        if hidden and not detected and not profile.is_cpu:
+        if found and not detected and not profile.is_cpu:
             raise HardwareMismatch(
                 f"CUDA_VISIBLE_DEVICES={cuda_visible!r} names none of this machine's "
-                f"{describe_all(hidden)}",
+                f"{found} GPU(s) (indices 0-{found - 1})",
                 hint="set it to GPU indices as nvidia-smi numbers them (e.g. 0 or 1) or to UUIDs, "
                 "or unset it",
             )
@@ -124,10 +124,6 @@ def _emulating(profile: GpuProfile, detected: Sequence[DetectedGpu]) -> Hardware
         emulated=True,
         memory_scale=profile.memory_bytes / gpu.memory_total_bytes,
     )
-
-
-def describe_all(count: int) -> str:
-    return f"{count} GPU(s) (indices 0-{count - 1})" if count else "no GPU"
 
 
 def _suggest(detected: Sequence[DetectedGpu]) -> str:
