@@ -5,8 +5,13 @@
 # call that started it; later calls wait on the streams and copy their results to $OUT.
 #
 #   bash scripts/gpu-streams.sh start DEADLINE_EPOCH NAME:GPU:PLAN[:DB] [NAME:GPU:PLAN[:DB] ...]
-#   bash scripts/gpu-streams.sh wait SECONDS     # returns early when every stream has ended
-#   bash scripts/gpu-streams.sh collect          # databases, stream logs, server logs -> $OUT
+#   bash scripts/gpu-streams.sh wait SECONDS     # returns early when every stream has ended,
+#                                                # then does what collect does
+#   bash scripts/gpu-streams.sh collect          # databases, stream logs, server/launch logs -> $OUT
+#
+# The machine can be released between two calls (30 s idle, or taken back): what ran on it is
+# then gone, so every `wait` brings back what has finished so far, and a `wait` on a fresh
+# machine fails at once instead of waiting on nothing.
 #
 # Each stream has its database $HOME/tuner-DB.db (DB defaults to NAME; streams may share one:
 # SQLite in WAL mode takes several writers), seeded from $SEED_DB_<DB> when that variable names
@@ -52,6 +57,23 @@ run_stream() {  # NAME GPU PLAN DEADLINE DB
   touch "$STREAMS/$name.done"
 }
 
+collect() {  # databases, stream logs, server logs, launch logs -> $OUT
+  mkdir -p "$OUT"
+  nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv \
+    > "$OUT/nvidia-smi.csv" 2>&1
+  for db in "$HOME"/tuner-*.db; do
+    [ -f "$db" ] && python3 - "$db" "$OUT/$(basename "$db")" <<'EOF'
+import sqlite3, sys
+src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2])
+src.backup(dst)  # consistent copy even while a stream still writes (WAL)
+EOF
+  done
+  tar czf "$OUT/streams.tgz" -C "$STREAMS" --exclude='*.done' . 2>/dev/null
+  tar czf "$OUT/server-logs.tgz" -C "$ROOT/.tuner" logs 2>/dev/null
+  [ -d "$HOME/.cache/tuner/launches" ] && tar czf "$OUT/launches.tgz" -C "$HOME/.cache/tuner" launches
+  ls -la "$OUT"
+}
+
 case "${1:-}" in
   start)
     deadline="$2"; shift 2
@@ -61,43 +83,37 @@ case "${1:-}" in
     for spec in "$@"; do
       IFS=: read -r name gpu plan db <<< "$spec"
       db="${db:-$name}"
+      [[ "$plan" == /* ]] || plan="$ROOT/$plan"
+      if [ ! -f "$plan" ]; then echo "error: no plan file $plan (stream $name)" >&2; exit 2; fi
       seed_var="SEED_DB_${db//-/_}"
       if [ -n "${!seed_var:-}" ] && [ ! -f "$HOME/tuner-$db.db" ]; then
         cp "${!seed_var}" "$HOME/tuner-$db.db"
       fi
       rm -f "$STREAMS/$name.done"
-      setsid nohup bash "$0" _run "$name" "$gpu" "$ROOT/$plan" "$deadline" "$db" \
+      setsid nohup bash "$0" _run "$name" "$gpu" "$plan" "$deadline" "$db" \
         > "$STREAMS/$name.log" 2>&1 < /dev/null &
       echo "started stream $name on GPU $gpu: $plan (deadline $(date -d @"$deadline" +%T))"
     done
     ;;
   _run) shift; run_stream "$@" ;;
   wait)
+    if ! compgen -G "$STREAMS/*.log" > /dev/null; then
+      echo "error: no streams on this machine: it was released (idle over 30 s, or taken back) and" >&2
+      echo "what ran on it is gone; stage again, and resume from the last call's launches.tgz" >&2
+      echo "(SEED_LAUNCHES) and databases (SEED_DB_<db>)" >&2
+      exit 3
+    fi
     end=$(( $(date +%s) + $2 ))
     while (( $(date +%s) < end )); do
       all=1
       for log in "$STREAMS"/*.log; do [ -f "${log%.log}.done" ] || all=0; done
       (( all )) && break
-      sleep 10
+      sleep 3
     done
     for log in "$STREAMS"/*.log; do echo "== $log"; tail -n 8 "$log"; done
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+    collect > /dev/null
     ;;
-  collect)
-    mkdir -p "$OUT"
-    nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv \
-      > "$OUT/nvidia-smi.csv" 2>&1
-    for db in "$HOME"/tuner-*.db; do
-      [ -f "$db" ] && python3 - "$db" "$OUT/$(basename "$db")" <<'EOF'
-import sqlite3, sys
-src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2])
-src.backup(dst)  # consistent copy even while a stream still writes (WAL)
-EOF
-    done
-    tar czf "$OUT/streams.tgz" -C "$STREAMS" --exclude='*.done' . 2>/dev/null
-    tar czf "$OUT/server-logs.tgz" -C "$ROOT/.tuner" logs 2>/dev/null
-    [ -d "$HOME/.cache/tuner/launches" ] && tar czf "$OUT/launches.tgz" -C "$HOME/.cache/tuner" launches
-    ls -la "$OUT"
-    ;;
-  *) sed -n 2,16p "$0"; exit 2 ;;
+  collect) collect ;;
+  *) sed -n 2,25p "$0"; exit 2 ;;
 esac
