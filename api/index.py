@@ -58,7 +58,16 @@ class StudySnapshot:
 
 
 def _version(study: StudyRow) -> _Version:
-    counts = tuple(sorted((str(k), v) for k, v in study.trial_counts.items()))
+    counts = tuple(
+        sorted(
+            (f"{phase}:{k}", v)
+            for phase, by_status in (
+                ("search", study.trial_counts),
+                ("confirm", study.confirmation_counts),
+            )
+            for k, v in by_status.items()
+        )
+    )
     return (study.id, study.updated_at, counts)
 
 

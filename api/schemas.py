@@ -143,6 +143,7 @@ class StudyOut(BaseModel):
     n_trials_requested: int | None
     n_trials: int
     trial_counts: dict[str, int]
+    confirmation_counts: dict[str, int]
     created_at: float
     updated_at: float
 
@@ -163,6 +164,7 @@ class StudyOut(BaseModel):
             n_trials_requested=s.n_trials_requested,
             n_trials=s.n_trials,
             trial_counts={str(k): v for k, v in s.trial_counts.items()},
+            confirmation_counts={str(k): v for k, v in s.confirmation_counts.items()},
             created_at=s.created_at,
             updated_at=s.updated_at,
         )

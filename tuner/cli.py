@@ -175,7 +175,9 @@ def studies(storage: StorageOpt = None) -> None:
     repo = _repo(storage)
     table = Table("study", "model", "gpu", "workload", "objective", "status", "trials")
     for s in repo.list_studies():
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(s.trial_counts.items())) or "0"
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(s.trial_counts.items()) if n) or "0"
+        if s.n_confirmation_launches:
+            counts += f"; {s.n_confirmation_launches} confirmation launches"
         table.add_row(s.name, s.model, s.gpu, s.workload, s.objective, s.status, counts)
     out.print(table)
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from api.dashboards import mount_static, router
 from api.dashboards.render import script_json
-from tests.studykit import make_context, make_repo, store_claim
+from tests.studykit import make_context, make_repo, memory_confirmation_context, store_claim
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import Objective
@@ -140,3 +140,16 @@ def test_a_claim_comparison_shows_the_claim_and_what_ran(db: tuple[str, Reposito
     assert "measured 0.958 [0.752, 1.221]" in html
     assert HOSTILE not in html and "&lt;script&gt;alert(1)" in html
     assert "FAKE_ATTN × 3" in html  # what the launches ran, per side
+
+
+def test_overview_counts_confirmation_launches_apart_from_the_search(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'confirmed.db'}"
+    repo = make_repo(url)
+    run_study(memory_confirmation_context(url), FakeRunner(), repo)
+    study = repo.get_study("s1")
+    assert study is not None and study.n_confirmation_launches == 6
+    with TestClient(_app(repo, url)) as client:
+        html = client.get("/ui/").text
+    row = html.split('id="studies-table"', 1)[1].split("</tr>", 2)[1]
+    assert "2 / 2" in row  # the search: 2 trials of 2 requested
+    assert "+ 6 confirmation" in row

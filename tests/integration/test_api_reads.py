@@ -193,6 +193,11 @@ def test_studies_list_and_detail(client: TestClient) -> None:
     assert detail["status"] == "finished" and detail["n_trials"] == 3
     assert detail["trial_counts"]["complete"] + detail["trial_counts"]["failed"] >= 1
     assert detail["spec"]["fixed"] == {"attention_backend": "FLASH_ATTN"}
+    assert sum(detail["confirmation_counts"].values()) == 0
+    # A confirmation's launches are counted apart: n_trials is the search, as requested.
+    confirmed = _get(client, "/v1/studies/emu-h200")
+    assert confirmed["n_trials"] == 4 == confirmed["n_trials_requested"]
+    assert confirmed["confirmation_counts"]["complete"] >= 2
     err = _get(client, "/v1/studies/nope", 404)
     assert "nope" in err["message"]
 

@@ -170,6 +170,19 @@ def test_study_round_trip_and_listing_with_counts(repo: Repository) -> None:
     assert repo.get_study("nope") is None
 
 
+def test_confirmation_launches_are_counted_apart_from_the_search_trials(repo: Repository) -> None:
+    for n in range(2):
+        repo.start_trial("s1", n, ServingConfig(max_num_seqs=64 * (n + 1)))
+    for n in range(2, 5):
+        repo.start_trial("s1", n, ServingConfig(), phase=TrialPhase.CONFIRM)
+    study = repo.get_study("s1")
+    assert study is not None
+    assert study.n_trials == 2 and study.trial_counts[TrialStatus.RUNNING] == 2
+    assert study.n_confirmation_launches == 3
+    assert study.confirmation_counts[TrialStatus.RUNNING] == 3
+    assert repo.list_studies()[0].confirmation_counts == study.confirmation_counts
+
+
 def test_duplicate_study_name_is_a_usage_error(repo: Repository) -> None:
     with pytest.raises(UsageError) as err:
         _study(repo, "s1")

@@ -10,8 +10,10 @@ from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, Tria
 from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
 
 
-def study_row(m: StudyModel, counts: Mapping[str, int]) -> StudyRow:
-    """``counts``: trials per status value; statuses not in it count 0."""
+def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRow:
+    """``counts``: trials per phase value, then per status value; missing ones count 0."""
+    search = counts.get(TrialPhase.SEARCH.value, {})
+    confirm = counts.get(TrialPhase.CONFIRM.value, {})
     return StudyRow(
         id=m.id,
         name=m.name,
@@ -30,7 +32,8 @@ def study_row(m: StudyModel, counts: Mapping[str, int]) -> StudyRow:
         vllm_version=m.vllm_version,
         notes=m.notes,
         n_trials_requested=m.n_trials_requested,
-        trial_counts={s: counts.get(s.value, 0) for s in TrialStatus},
+        trial_counts={s: search.get(s.value, 0) for s in TrialStatus},
+        confirmation_counts={s: confirm.get(s.value, 0) for s in TrialStatus},
     )
 
 

@@ -409,17 +409,18 @@ def _touch(s: Session, study_id: int, now: float) -> None:
     s.execute(update(StudyModel).where(StudyModel.id == study_id).values(updated_at=now))
 
 
-def _counts(s: Session, study_ids: list[int]) -> dict[int, dict[str, int]]:
-    out: dict[int, dict[str, int]] = {}
+def _counts(s: Session, study_ids: list[int]) -> dict[int, dict[str, dict[str, int]]]:
+    """Per study id: trials per phase, then per status."""
+    out: dict[int, dict[str, dict[str, int]]] = {}
     if not study_ids:
         return out
     query = (
-        select(TrialModel.study_id, TrialModel.status, func.count())
+        select(TrialModel.study_id, TrialModel.phase, TrialModel.status, func.count())
         .where(TrialModel.study_id.in_(study_ids))
-        .group_by(TrialModel.study_id, TrialModel.status)
+        .group_by(TrialModel.study_id, TrialModel.phase, TrialModel.status)
     )
-    for study_id, status, n in s.execute(query):
-        out.setdefault(study_id, {})[status] = int(n)
+    for study_id, phase, status, n in s.execute(query):
+        out.setdefault(study_id, {}).setdefault(phase, {})[status] = int(n)
     return out
 
 

@@ -54,12 +54,19 @@ class StudyRow:
     vllm_version: str | None
     notes: str
     n_trials_requested: int | None
-    # Number of trials per status; every status is present (0 when none).
+    # Search trials (those n_trials_requested counts) per status; every status is present.
     trial_counts: Mapping[TrialStatus, int] = field(default_factory=dict)
+    # The confirmation phase's launches per status, kept apart from the search's.
+    confirmation_counts: Mapping[TrialStatus, int] = field(default_factory=dict)
 
     @property
     def n_trials(self) -> int:
+        """Search trials, whatever their status (confirmation launches not included)."""
         return sum(self.trial_counts.values())
+
+    @property
+    def n_confirmation_launches(self) -> int:
+        return sum(self.confirmation_counts.values())
 
 
 @dataclass(frozen=True)
