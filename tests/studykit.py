@@ -9,11 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compare import Arm, compare
+from tuner.db import migrate
 from tuner.db.migrate import upgrade
+from tuner.db.models import VERSION_TABLE, Base
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import ServingConfig, Workload
@@ -79,6 +83,24 @@ def make_context(
 def make_repo(db_url: str) -> Repository:
     upgrade(db_url)
     return Repository(make_engine(db_url))
+
+
+def schema_drift(db_url: str) -> list[object]:
+    """Alembic's differences between tuner's models and the tables at ``db_url`` ([] if none)."""
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn,
+                opts={
+                    "version_table": VERSION_TABLE,
+                    "include_name": migrate.include_name,
+                    "include_object": migrate.include_object,
+                },
+            )
+            return list(compare_metadata(context, Base.metadata))
+    finally:
+        engine.dispose()
 
 
 def fake_server_runner(

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import optuna
+from sqlalchemy import exc as sa_exc
 
 from tuner import scoring
 from tuner.confirm import run_confirmation
 from tuner.db.repository import Repository
+from tuner.db.session import storage_error
 from tuner.domain import (
     Estimate,
     FailureClass,
@@ -92,16 +94,23 @@ class SilentReporter:
         pass
 
 
-def open_optuna_study(ctx: StudyContext, *, create: bool) -> optuna.Study:
+def optuna_storage(ctx: StudyContext) -> optuna.storages.RDBStorage:
+    """Optuna's storage on the study's database; its caller disposes ``storage.engine``."""
+    return optuna.storages.RDBStorage(
+        ctx.storage_url, engine_kwargs=_engine_kwargs(ctx.storage_url)
+    )
+
+
+def open_optuna_study(
+    ctx: StudyContext, *, create: bool, storage: optuna.storages.RDBStorage | None = None
+) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(
         seed=ctx.spec.seed,
         multivariate=True,
         n_startup_trials=max(3, ctx.spec.trials // 3),
     )
-    storage = optuna.storages.RDBStorage(
-        ctx.storage_url, engine_kwargs=_engine_kwargs(ctx.storage_url)
-    )
+    storage = storage or optuna_storage(ctx)
     if create:
         return optuna.create_study(
             study_name=ctx.name, storage=storage, sampler=sampler, directions=scoring.DIRECTIONS
@@ -127,8 +136,27 @@ def run_study(
     Returns every finished trial ranked best first. Raises UsageError when the study exists and
     ``resume`` is false, or when resuming a study that does not exist. ``claimed``: the study
     row was queued (``POST /v1/studies``) and taken by this worker; its Optuna study is created now.
+    A database error from Optuna's side is raised as a StorageError (the study is then marked
+    interrupted, resumable); Optuna's connections are closed when this returns.
     """
-    report = reporter or SilentReporter()
+    storage = optuna_storage(ctx)
+    try:
+        return _run_study(ctx, runner, repo, storage, resume, reporter or SilentReporter(), claimed)
+    except sa_exc.SQLAlchemyError as e:
+        raise storage_error(e, ctx.storage_url) from e
+    finally:
+        storage.engine.dispose()
+
+
+def _run_study(
+    ctx: StudyContext,
+    runner: TrialRunner,
+    repo: Repository,
+    storage: optuna.storages.RDBStorage,
+    resume: bool,
+    report: Reporter,
+    claimed: bool,
+) -> list[Ranked]:
     existing = repo.get_study(ctx.name)
     if claimed and existing is None:
         raise UsageError(f"no queued study named {ctx.name!r}", hint="run `tuner studies`")
@@ -155,12 +183,12 @@ def run_study(
                 vllm_version=ctx.vllm_version,
                 n_trials_requested=ctx.spec.trials,
             )
-        study = open_optuna_study(ctx, create=True)
+        study = open_optuna_study(ctx, create=True, storage=storage)
         study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})
         for item in ctx.spec.enqueue:
             study.enqueue_trial(ctx.space.params_for(ctx.space.config_from(item)))
     else:
-        study = open_optuna_study(ctx, create=False)
+        study = open_optuna_study(ctx, create=False, storage=storage)
         repo.mark_running_as_interrupted(ctx.name)
         if existing.n_trials_requested != ctx.spec.trials:
             repo.set_trials_requested(ctx.name, ctx.spec.trials)

@@ -8,6 +8,7 @@ vLLM missing) is marked failed with the reason in its notes, and the worker goes
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -51,4 +52,10 @@ def run_worker(
             repo.set_study_status(row.name, "failed")
             say(f"worker: study {row.name} failed to run: {exc}")
             continue
+        except BaseException:
+            # Ctrl-C, or a bug: never leave the claimed study "running", where no worker would
+            # take it again; "interrupted" can be resumed (`tuner run --study NAME --resume`).
+            with contextlib.suppress(Exception):
+                repo.set_study_status(row.name, "interrupted")
+            raise
         say(f"worker: study {row.name} finished")

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
+from tests.studykit import schema_drift as _diffs
 from tuner.db import migrate
 from tuner.db.models import VERSION_TABLE, Base
 from tuner.db.session import make_engine
@@ -27,23 +26,6 @@ def _tables(url: str) -> set[str]:
     try:
         with engine.connect() as conn:
             return set(inspect(conn).get_table_names())
-    finally:
-        engine.dispose()
-
-
-def _diffs(url: str) -> list[object]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as conn:
-            context = MigrationContext.configure(
-                conn,
-                opts={
-                    "version_table": VERSION_TABLE,
-                    "include_name": migrate.include_name,
-                    "include_object": migrate.include_object,
-                },
-            )
-            return list(compare_metadata(context, Base.metadata))
     finally:
         engine.dispose()
 

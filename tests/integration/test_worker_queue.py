@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from api.queue import parse, queue
 from tests.studykit import make_context, make_repo
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
@@ -11,6 +14,7 @@ from tuner.domain import TrialStatus
 from tuner.spec import StudySpec
 from tuner.study import run_study
 from tuner.testing.fake_runner import FakeRunner
+from tuner.worker import run_worker
 
 
 def _queue(repo: Repository, name: str, spec: StudySpec) -> None:
@@ -60,3 +64,35 @@ def test_claims_follow_queue_order(tmp_path: Path) -> None:
         _queue(repo, name, make_context(url, name=name).spec)
     assert [repo.claim_queued_study().name, repo.claim_queued_study().name] == ["a", "b"]  # type: ignore[union-attr]
     assert repo.claim_queued_study() is None
+
+
+def test_a_worker_that_dies_leaves_its_study_resumable_not_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TUNER_SERVER_MODULE", "tuner.testing.fake_server")
+    monkeypatch.setenv("TUNER_SERVER_VERSION", "0.32.0")
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    repo = make_repo(url)
+    body = {
+        "study": {"name": "doomed", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke"},
+        "confirm": {"launches": 0},
+    }
+    queue(repo, parse(body))
+
+    def broken_reporter() -> object:
+        raise RuntimeError("a bug in the worker")
+
+    with pytest.raises(RuntimeError, match="a bug in the worker"):
+        run_worker(
+            repo,
+            url,
+            once=True,
+            poll_s=0.0,
+            vllm_python=None,
+            say=lambda _line: None,
+            reporter_factory=broken_reporter,
+        )
+    study = repo.get_study("doomed")
+    assert study is not None and study.status == "interrupted"

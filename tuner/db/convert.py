@@ -10,6 +10,12 @@ from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, Tria
 from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
 
 
+def storable_text(text: str) -> str:
+    """``text`` with NUL characters as U+FFFD: PostgreSQL's text type cannot hold NUL, and a
+    crashed server's log may contain some. Same on every backend, so rows read back alike."""
+    return text.replace("\x00", "\ufffd")
+
+
 def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRow:
     """``counts``: trials per phase value, then per status value; missing ones count 0."""
     search = counts.get(TrialPhase.SEARCH.value, {})
@@ -118,8 +124,8 @@ def apply_result(m: TrialModel, result: TrialResult, now: float) -> None:
     """Copy a finished result onto ``m``: JSON columns and the provenance columns."""
     m.status = result.status.value
     m.failure_class = None if result.failure is None else result.failure.value
-    m.failure_detail = result.failure_detail
-    m.log_tail = result.log_tail
+    m.failure_detail = storable_text(result.failure_detail)
+    m.log_tail = storable_text(result.log_tail)
     m.metrics = codec.encode(result.metrics)
     m.windows = codec.encode(result.windows)
     m.memory = codec.encode(result.memory)

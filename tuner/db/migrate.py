@@ -17,7 +17,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Connection, inspect, text
 from sqlalchemy import exc as sa_exc
 
 from tuner.db.models import TABLE_PREFIX, VERSION_TABLE
@@ -25,6 +25,10 @@ from tuner.db.session import make_engine, safe_url, storage_error
 from tuner.errors import StorageError
 
 UPGRADE_HINT = "run `tuner db upgrade`"
+# Any constant will do: every tuner process takes this PostgreSQL advisory lock to set up tables.
+_SETUP_LOCK = 0x74756E6572  # "tuner"
+# Present once Optuna's RDBStorage has set up its schema (and stamped its own alembic_version).
+_OPTUNA_TABLES = frozenset({"studies", "trials", "version_info", "alembic_version"})
 
 
 def alembic_dir() -> Path:
@@ -120,22 +124,63 @@ def ensure_current(url: str) -> None:
 
 
 def ensure_ready(url: str, auto_upgrade: bool = True) -> None:
-    """Like :func:`ensure_current`, but create tuner's tables in a database that has none.
+    """Like :func:`ensure_current`, but create tuner's tables in a database that has none,
+    and Optuna's storage tables where they are missing.
 
     Only a database without any ``tuner_`` table is upgraded automatically (it may hold
     Optuna's tables); one at an older revision holds data, and its owner decides when to
-    migrate it, so that raises StorageError.
+    migrate it, so that raises StorageError. On PostgreSQL, processes set up one at a time:
+    two workers starting on a fresh database would otherwise both create the same tables
+    (tuner's, or Optuna's on its first use) and the second would fail.
     """
-    if auto_upgrade and current_revision(url) is None:
-        with _connection(url) as connection:
-            leftovers = [t for t in inspect(connection).get_table_names() if _ours(t)]
-        if leftovers:
-            raise StorageError(
-                f"database {safe_url(url)} has tuner tables {leftovers} but no revision record",
-                hint="move them out of the way (or use a new database), then " + UPGRADE_HINT,
-            )
-        upgrade(url)
+    if auto_upgrade:
+        with _setup_lock(url):
+            with _connection(url) as connection:
+                current = _current(connection)
+                tables = set(inspect(connection).get_table_names())
+            if current is None:
+                leftovers = sorted(t for t in tables if _ours(t))
+                if leftovers:
+                    raise StorageError(
+                        f"database {safe_url(url)} has tuner tables {leftovers} but no revision "
+                        "record",
+                        hint="move them out of the way (or use a new database), then "
+                        + UPGRADE_HINT,
+                    )
+                upgrade(url)
+            if _OPTUNA_TABLES - tables:
+                _create_optuna_tables(url)
     ensure_current(url)
+
+
+@contextmanager
+def _setup_lock(url: str) -> Iterator[None]:
+    """Hold tuner's set-up lock for the block: a session advisory lock on PostgreSQL, the
+    backend meant for workers on several hosts. Other backends get no lock (two processes
+    setting up one fresh SQLite file at the same instant remain a race)."""
+    engine = make_engine(url)
+    try:
+        if engine.dialect.name != "postgresql":
+            yield
+            return
+        with engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _SETUP_LOCK})
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _SETUP_LOCK})
+    except sa_exc.SQLAlchemyError as e:
+        raise storage_error(e, url) from e
+    finally:
+        engine.dispose()
+
+
+def _create_optuna_tables(url: str) -> None:
+    """Let Optuna create its tables now, under the set-up lock, rather than on first use."""
+    import optuna  # only needed by a database without Optuna's tables
+
+    storage = optuna.storages.RDBStorage(url)
+    storage.engine.dispose()
 
 
 def _ours(table: str | None) -> bool:

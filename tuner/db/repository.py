@@ -18,7 +18,14 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from tuner.db import codec
-from tuner.db.convert import apply_result, comparison_row, reset_trial, study_row, trial_row
+from tuner.db.convert import (
+    apply_result,
+    comparison_row,
+    reset_trial,
+    storable_text,
+    study_row,
+    trial_row,
+)
 from tuner.db.models import ComparisonModel, StudyModel, TrialModel
 from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.db.session import session_scope, storage_error
@@ -26,6 +33,7 @@ from tuner.domain import FailureClass, Provenance, ServingConfig, TrialResult, T
 from tuner.errors import StorageError, UsageError
 
 _NAME_MAX = 255
+_NUL = "\x00"  # PostgreSQL's text type cannot hold it: refused in names, replaced in free text
 _INTERRUPTED_DETAIL = "the tuner stopped while this trial was running"
 
 
@@ -55,10 +63,11 @@ class Repository:
         notes: str = "",
         status: StudyStatus | str = StudyStatus.QUEUED,
     ) -> StudyRow:
-        """Record a new study. Raises UsageError when ``name`` is empty, too long or taken."""
-        if not name.strip() or len(name) > _NAME_MAX:
+        """Record a new study. Raises UsageError when ``name`` is empty, too long, holds a NUL
+        character or is taken."""
+        if not name.strip() or len(name) > _NAME_MAX or _NUL in name:
             raise UsageError(
-                f"study name {name!r} must be 1 to {_NAME_MAX} characters",
+                f"study name {name!r} must be 1 to {_NAME_MAX} characters, none of them NUL",
                 hint="pass another --study name",
             )
         now = time.time()
@@ -77,7 +86,7 @@ class Repository:
             spec=codec.encode(spec),
             emulated=emulated,
             vllm_version=vllm_version,
-            notes=notes,
+            notes=storable_text(notes),
             n_trials_requested=n_trials_requested,
         )
         with session_scope(self._engine) as s:
@@ -91,6 +100,8 @@ class Repository:
             return study_row(row, {})
 
     def get_study(self, name: str) -> StudyRow | None:
+        if _NUL in name:
+            return None  # never created; and PostgreSQL refuses NUL even in a query
         with session_scope(self._engine) as s:
             row = s.scalar(select(StudyModel).where(StudyModel.name == name))
             if row is None:
@@ -173,6 +184,8 @@ class Repository:
 
     def delete_study(self, name: str) -> bool:
         """Delete a study and its trials (its comparisons stay, unlinked). False if absent."""
+        if _NUL in name:
+            return False
         with session_scope(self._engine) as s:
             result = s.execute(delete(StudyModel).where(StudyModel.name == name))
             return bool(getattr(result, "rowcount", 0))
@@ -323,6 +336,8 @@ class Repository:
         ``gpu`` matches either the study's catalog key (``h200``) or the GPU name the trial
         recorded; ``model`` and ``workload`` match the trial's provenance.
         """
+        if any(_NUL in f for f in (model, gpu, workload) if f is not None):
+            return []  # no stored value holds NUL, and PostgreSQL refuses it in a query
         query = (
             select(TrialModel, StudyModel.name)
             .join(StudyModel, TrialModel.study_id == StudyModel.id)
@@ -399,7 +414,9 @@ def _name_taken(name: str) -> UsageError:
 
 
 def _study_id(s: Session, name: str) -> int:
-    study_id = s.scalar(select(StudyModel.id).where(StudyModel.name == name))
+    study_id = (
+        None if _NUL in name else s.scalar(select(StudyModel.id).where(StudyModel.name == name))
+    )
     if study_id is None:
         raise UsageError(f"no study named {name!r}", hint="`tuner studies` lists the studies")
     return study_id
