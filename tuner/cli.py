@@ -279,6 +279,35 @@ def db_current(storage: StorageOpt = None) -> None:
     out.print(f"{url}: at {current_revision(url) or 'nothing (empty)'}, head {head_revision()}")
 
 
+@db_app.command("merge")
+def db_merge(
+    source: Annotated[str, typer.Argument(help="Database to merge in: a SQLite file or a URL.")],
+    storage: StorageOpt = None,
+    rename_suffix: Annotated[
+        str | None,
+        typer.Option(help="Merge a study whose name the target uses for another as NAME-SUFFIX."),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Say what would be merged; write nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object for scripts.")] = False,
+) -> None:
+    """Copy another database's studies, trials, comparisons and Optuna studies into this one."""
+    from tuner.merge_cmd import run_merge
+
+    say = (
+        (lambda t: print(t, flush=True))
+        if as_json
+        else (lambda t: out.print(escape(t), soft_wrap=True))  # URLs and paths unbroken
+    )
+    run_merge(
+        source,
+        _storage(storage),
+        rename_suffix=rename_suffix,
+        dry_run=dry_run,
+        as_json=as_json,
+        say=say,
+    )
+
+
 @app.command()
 def models() -> None:
     """List the catalogued models."""
