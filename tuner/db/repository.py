@@ -218,7 +218,7 @@ class Repository:
             if row is None:
                 row = TrialModel(study_id=study_id, number=number)
                 s.add(row)
-            elif not _replaceable(row):
+            elif not replaceable(row):
                 raise StorageError(
                     f"trial {number} of study {study_name!r} already finished ({row.status})",
                     hint="trial numbers come from Optuna; is another tuner running this study?",
@@ -448,7 +448,7 @@ def _trials_of(study_id: int, status: TrialStatus | None = None) -> Select[Trial
     return query
 
 
-def _replaceable(row: TrialModel) -> bool:
+def replaceable(row: TrialModel) -> bool:
     return row.status == TrialStatus.RUNNING.value or (
         row.failure_class == FailureClass.INTERRUPTED.value
     )

@@ -1,0 +1,347 @@
+"""``tuner db merge``: studies run elsewhere (each into its own SQLite file) brought into one store.
+
+Source databases are written by real studies on the in-process fake runner (a search, a
+confirmation with its comparison, a verified claim), and the real H200 results are merged
+from copies. Contents are compared through sqlite3, column by column, not through the code
+under test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from tests.studykit import make_context, make_repo, memory_confirmation_context, store_claim
+from tuner.cli import main
+from tuner.db.merge import MergeSummary, merge_databases
+from tuner.domain import ServingConfig, TrialResult, Workload
+from tuner.errors import StorageError, UsageError
+from tuner.runner import PhaseCallback
+from tuner.study import run_study
+from tuner.testing.fake_runner import FakeRunner
+
+H200 = Path(__file__).resolve().parents[2] / "studies" / "results" / "ernie-0.3b-h200"
+CHAT = "ernie-0.3b-h200-chat"
+
+
+def url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def copy_db(src: Path, dst: Path) -> Path:
+    """A consistent copy of a SQLite database, WAL content included (the backup API)."""
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+    a.close()
+    b.close()
+    return dst
+
+
+def run_studies(path: Path, *, search: str = "a") -> None:
+    """A 5-trial search ``search``, a memory study "conf" with its confirmation, one claim."""
+    repo = make_repo(url(path))
+    run_study(make_context(url(path), name=search, trials=5), FakeRunner(), repo)
+    conf = dataclasses.replace(memory_confirmation_context(url(path)), name="conf")
+    run_study(conf, FakeRunner(), repo)
+    store_claim(repo)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("source") / "gpu-host.db"
+    run_studies(path)
+    return path
+
+
+def rows(path: Path) -> dict[str, Any]:
+    """tuner's rows, keyed by content: ids dropped, study ids as study names."""
+    with sqlite3.connect(path) as con:
+        con.row_factory = sqlite3.Row
+        names = {r["id"]: r["name"] for r in con.execute("SELECT id, name FROM tuner_studies")}
+        studies = {
+            r["name"]: _without(r, "id", "updated_at")
+            for r in con.execute("SELECT * FROM tuner_studies")
+        }
+        trials = {
+            (names[r["study_id"]], r["number"]): _without(r, "id", "study_id")
+            for r in con.execute("SELECT * FROM tuner_trials")
+        }
+        comparisons = [
+            {**_without(r, "id", "study_id"), "study": names.get(r["study_id"])}
+            for r in con.execute("SELECT * FROM tuner_comparisons ORDER BY id")
+        ]
+    con.close()
+    return {"studies": studies, "trials": trials, "comparisons": comparisons}
+
+
+def _without(row: sqlite3.Row, *keys: str) -> dict[str, Any]:
+    return {k: row[k] for k in row.keys() if k not in keys}  # noqa: SIM118 (Row is no dict)
+
+
+def optuna_trials(path: Path, name: str) -> list[tuple[Any, ...]]:
+    storage = optuna.storages.RDBStorage(url(path), skip_table_creation=True)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+        return [
+            (t.number, t.state, t.values, t.params, t.user_attrs, t.system_attrs)
+            for t in study.get_trials(deepcopy=False)
+        ]
+    finally:
+        storage.engine.dispose()
+
+
+def dump(path: Path) -> list[str]:
+    """Every table, Optuna's included: to see that nothing at all changed."""
+    with sqlite3.connect(path) as con:
+        lines = list(con.iterdump())
+    con.close()
+    return lines
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def merge(source: Path, target: Path, **kwargs: Any) -> MergeSummary:
+    return merge_databases(str(source), url(target), **kwargs)
+
+
+def test_merge_into_an_empty_target_copies_everything(source: Path, tmp_path: Path) -> None:
+    before = digest(source)
+    target = tmp_path / "central.db"
+    summary = merge(source, target)
+    assert digest(source) == before  # read only
+    by_name = {s.name: s for s in summary.studies}
+    assert set(by_name) == {"a", "conf"}
+    assert by_name["a"].new and by_name["a"].trials_added == 5 and by_name["a"].trials_kept == 0
+    assert by_name["conf"].trials_added == 2 + 6  # the search, then 3 launches of 2 arms
+    assert by_name["conf"].comparisons_added == 1
+    assert (summary.comparisons_added, summary.comparisons_kept) == (1, 0)  # the claim
+    assert by_name["a"].optuna.action == "copied" and by_name["a"].optuna.trials_added == 5
+    assert rows(target) == rows(source)
+    for name in ("a", "conf"):
+        assert optuna_trials(target, name) == optuna_trials(source, name)
+    repo = make_repo(url(target))
+    assert [c.study_id for c in repo.list_comparisons("conf")] == [repo.get_study("conf").id]
+    assert repo.get_study("conf").n_confirmation_launches == 6
+
+
+def test_merge_beside_other_studies_keeps_them(source: Path, tmp_path: Path) -> None:
+    target = tmp_path / "central.db"
+    run_studies(target, search="local")  # its own "conf" is another study: rename it
+    ours = rows(target)
+    summary = merge(source, target, rename_suffix="gpu")
+    assert {(s.name, s.merged_as, s.new) for s in summary.studies} == {
+        ("a", "a", True),
+        ("conf", "conf-gpu", True),
+    }
+    merged, theirs = rows(target), rows(source)
+    local = {k: v for k, v in merged["trials"].items() if k[0] in ("local", "conf")}
+    assert local == ours["trials"]
+    gpu = {
+        ("conf" if study == "conf-gpu" else study, n): v
+        for (study, n), v in merged["trials"].items()
+        if study in ("a", "conf-gpu")
+    }
+    assert gpu == theirs["trials"]
+    assert len(merged["trials"]) == len(ours["trials"]) + len(theirs["trials"])
+    # Both claims: different times. The comparisons stay in creation order, each with its study.
+    assert [c["study"] for c in merged["comparisons"]] == ["conf", None, "conf-gpu", None]
+    assert merged["studies"]["conf-gpu"]["optuna_study_name"] == "conf-gpu"
+    assert json.loads(merged["studies"]["conf-gpu"]["spec"])["name"] == "conf-gpu"
+    assert optuna_trials(target, "conf-gpu") == optuna_trials(source, "conf")
+    again = merge(source, target, rename_suffix="gpu")  # lands on conf-gpu: the same study
+    assert not again.changed
+
+
+def test_merging_twice_changes_nothing(source: Path, tmp_path: Path) -> None:
+    target = tmp_path / "central.db"
+    merge(source, target)
+    first = dump(target)
+    again = merge(source, target)
+    assert dump(target) == first
+    assert not again.changed
+    assert all(s.trials_added == 0 and not s.new for s in again.studies)
+    assert {s.name: s.trials_kept for s in again.studies} == {"a": 5, "conf": 8}
+    assert again.comparisons_kept == 1
+
+
+def test_a_different_study_of_the_same_name_is_refused(source: Path, tmp_path: Path) -> None:
+    target = tmp_path / "central.db"
+    make_repo(url(target))
+    run_study(make_context(url(target), name="a", trials=2), FakeRunner(), make_repo(url(target)))
+    before = dump(target)
+    with pytest.raises(UsageError) as refused:
+        merge(source, target)
+    assert "'a'" in refused.value.message and "another study" in refused.value.message
+    assert "--rename-suffix" in refused.value.hint
+    assert dump(target) == before  # nothing written, not even the other study
+    summary = merge(source, target, rename_suffix="h200")
+    assert {s.merged_as for s in summary.studies} == {"a-h200", "conf"}
+    assert optuna_trials(target, "a-h200") == optuna_trials(source, "a")
+    assert len(optuna_trials(target, "a")) == 2  # the target's own, untouched
+
+
+def test_a_study_that_went_on_in_two_places_is_refused(source: Path, tmp_path: Path) -> None:
+    target = copy_db(source, tmp_path / "central.db")
+    with sqlite3.connect(target) as con:
+        con.execute(
+            "UPDATE tuner_trials SET score = score + 1 WHERE number = 1 AND score IS NOT NULL"
+        )
+    con.close()
+    with pytest.raises(UsageError, match="finished differently") as refused:
+        merge(source, target)
+    assert "trials 1 " in refused.value.message
+    assert merge(source, target, rename_suffix="b").studies[0].merged_as == "a-b"
+
+
+class SnapshotRunner:
+    """The fake runner, copying the study's database while its ``at``-th launch runs: the copy
+    a user takes of a study still running (trial RUNNING, study "running")."""
+
+    def __init__(self, db: Path, copy: Path, at: int) -> None:
+        self.db, self.copy, self.at, self.calls = db, copy, at, 0
+        self.fake = FakeRunner()
+
+    def run(
+        self,
+        config: ServingConfig,
+        workload: Workload,
+        *,
+        slo: Any = None,
+        on_phase: PhaseCallback | None = None,
+    ) -> TrialResult:
+        self.calls += 1
+        if self.calls == self.at:
+            copy_db(self.db, self.copy)
+        return self.fake.run(config, workload, slo=slo, on_phase=on_phase)
+
+
+def test_the_finished_trial_replaces_an_interrupted_one(tmp_path: Path) -> None:
+    source, target = tmp_path / "gpu-host.db", tmp_path / "central.db"
+    runner = SnapshotRunner(source, target, at=3)
+    run_study(make_context(url(source), name="a", trials=5), runner, make_repo(url(source)))
+    taken = make_repo(url(target))
+    assert taken.get_study("a").status == "running"
+    assert taken.mark_running_as_interrupted("a") == 1  # as `--resume` would
+    n_copied = taken.count_trials("a")
+    summary = merge(source, target).studies[0]
+    assert (summary.trials_replaced, summary.trials_kept) == (1, n_copied - 1)
+    assert summary.trials_added == 5 - n_copied and summary.updated  # now finished
+    assert (summary.optuna.trials_finished, summary.optuna.trials_added) == (1, 5 - n_copied)
+    assert rows(target) == rows(source)
+    assert optuna_trials(target, "a") == optuna_trials(source, "a")
+    assert not any(t[1] is optuna.trial.TrialState.RUNNING for t in optuna_trials(target, "a"))
+    assert taken.get_study("a").status == "finished"
+
+
+def test_dry_run_writes_nothing(source: Path, tmp_path: Path) -> None:
+    target = tmp_path / "central.db"
+    dry = merge(source, target, dry_run=True)
+    assert not target.exists()
+    real = merge(source, target)
+    assert {**dry.to_json(), "dry_run": False} == real.to_json()
+    before = dump(target)
+    assert not merge(source, target, dry_run=True).changed
+    assert dump(target) == before
+
+
+def test_real_h200_results_merge_into_one_store(tmp_path: Path) -> None:
+    copies = [
+        shutil.copy(H200 / f, tmp_path / f)
+        for f in ("tuner-gpu.db", "claims-h200.db", "emulated-a10g.db")
+    ]
+    target = tmp_path / "central.db"
+    for path in copies:
+        merge(Path(path), target)
+    repo = make_repo(url(target))
+    chat = repo.get_study(CHAT)
+    assert (chat.n_trials, chat.n_confirmation_launches) == (20, 6)
+    assert len(repo.list_comparisons(CHAT)) == 1
+    claims = [c for c in repo.list_comparisons() if c.study_id is None]
+    assert len(claims) == 5 and all(c.results["kind"] == "claim" for c in claims)
+    assert [s.n_trials for s in repo.list_studies() if s.emulated] == [3]
+    assert len(optuna_trials(target, CHAT)) == 20
+    assert not any(merge(Path(p), target).changed for p in copies)
+    assert [digest(Path(p)) for p in copies] == [
+        digest(H200 / Path(p).name) for p in copies
+    ]  # read without a change, and no -wal / -shm left beside them
+    assert sorted(p.name for p in tmp_path.iterdir() if "gpu" in p.name) == ["tuner-gpu.db"]
+
+
+def test_a_source_at_an_unknown_revision_is_refused(source: Path, tmp_path: Path) -> None:
+    newer = copy_db(source, tmp_path / "newer.db")
+    with sqlite3.connect(newer) as con:
+        con.execute("UPDATE tuner_alembic_version SET version_num = '9999_later'")
+    con.close()
+    with pytest.raises(StorageError, match="unknown to this tuner"):
+        merge(newer, tmp_path / "central.db")
+    with pytest.raises(UsageError, match="same database"):
+        merge(source, source)
+
+
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["tuner", "db", "merge", *args])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    out, err = capsys.readouterr()
+    return int(exited.value.code or 0), out, " ".join(err.split())
+
+
+@pytest.fixture()
+def no_env_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("TUNER_DB_URL", raising=False)
+    yield
+
+
+def test_cli_bad_sources_exit_2_and_say_why(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_env_db: None,
+) -> None:
+    target = tmp_path / "central.db"
+    text = tmp_path / "notes.db"
+    text.write_text("not a database, but long enough to be read as one " * 100)
+    empty = tmp_path / "empty.db"
+    with sqlite3.connect(empty) as con:
+        con.execute("CREATE TABLE other (x)")
+    con.close()
+    cases = {
+        str(tmp_path / "missing.db"): "does not exist",
+        str(text): "cannot read source database",
+        str(empty): "has no tuner tables",
+    }
+    for path, words in cases.items():
+        code, _out, err = cli(monkeypatch, capsys, path, "--storage", url(target))
+        assert code == 2, err
+        assert words in err and "hint:" in err
+    assert not target.exists()
+
+
+def test_cli_json_summary(
+    source: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("TUNER_DB_URL", url(tmp_path / "central.db"))
+    code, out, _err = cli(monkeypatch, capsys, str(source), "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["changed"] and {s["name"] for s in summary["studies"]} == {"a", "conf"}
+    code, out, _err = cli(monkeypatch, capsys, str(source))
+    assert code == 0 and "nothing to do" in " ".join(out.split())
+    assert "5 trials added" not in out and "(5 already there)" in " ".join(out.split())

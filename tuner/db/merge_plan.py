@@ -1,0 +1,285 @@
+"""Planning ``tuner db merge``: where each source row goes in the target, and what cannot go.
+
+Rows are copied column by column through the ORM models' tables (both databases are at the
+head revision), so a column added by a later migration is copied without a change here.
+
+A source study lands in the target as:
+
+- a new study, when the target has none of that name;
+- more of the same study, when the target's study of that name has the same ``created_at``:
+  only trials it lacks (by number and phase) are added, and a trial the target holds RUNNING
+  or interrupted is replaced by the source's finished one (the repository's rule for reusing a
+  trial number);
+- nothing, with a conflict: the target's study of that name is another study, or the same one
+  whose finished trials differ (it went on in two places), or the target holds an Optuna study
+  of that name without tuner's. ``rename_suffix`` then retries as ``NAME-SUFFIX``.
+
+Comparisons are matched on ``created_at`` and both configurations, wherever they are linked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tuner.db.models import Base, ComparisonModel, StudyModel, TrialModel
+
+# The repository's rule: a RUNNING or interrupted trial's number may be used again.
+from tuner.db.repository import replaceable
+from tuner.errors import UsageError
+
+NAME_MAX = 255  # tuner_studies.name
+_ROW_KEYS = frozenset({"id", "study_id"})  # the target gives its own
+_STUDY_KEYS = frozenset({"id", "name", "optuna_study_name", "created_at"})  # what makes a study
+
+
+def values(row: Base, skip: Iterable[str] = _ROW_KEYS) -> dict[str, Any]:
+    """Every column of ``row`` but ``skip``, by column name."""
+    left_out = set(skip)
+    return {c.key: getattr(row, c.key) for c in row.__table__.columns if c.key not in left_out}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def same_row(a: Base, b: Base) -> bool:
+    """Equal in every column but the ids."""
+    return _canonical(values(a)) == _canonical(values(b))
+
+
+def comparison_key(row: ComparisonModel) -> tuple[float, str, str]:
+    return (row.created_at, _canonical(row.a_config), _canonical(row.b_config))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Everything read from the source, detached from its session."""
+
+    studies: Sequence[StudyModel]  # oldest first
+    trials: Mapping[int, Sequence[TrialModel]]  # by source study id, by number
+    comparisons: Sequence[ComparisonModel]  # in creation (id) order
+
+
+class TargetView:
+    """What planning needs to know of the target; ``session=None`` for a target without
+    tuner's tables yet (a dry run does not create them)."""
+
+    def __init__(self, session: Session | None, optuna_names: Iterable[str]) -> None:
+        self._session = session
+        self.optuna_names = frozenset(optuna_names)
+
+    def study(self, name: str) -> StudyModel | None:
+        if self._session is None:
+            return None
+        return self._session.scalar(select(StudyModel).where(StudyModel.name == name))
+
+    def trials(self, study_id: int) -> list[TrialModel]:
+        if self._session is None:
+            return []
+        query = select(TrialModel).where(TrialModel.study_id == study_id)
+        return list(self._session.scalars(query.order_by(TrialModel.number)))
+
+    def comparison_keys(self) -> set[tuple[float, str, str]]:
+        if self._session is None:
+            return set()
+        query = select(
+            ComparisonModel.created_at, ComparisonModel.a_config, ComparisonModel.b_config
+        )
+        return {(c, _canonical(a), _canonical(b)) for c, a, b in self._session.execute(query)}
+
+
+@dataclass
+class StudyPlan:
+    source: StudyModel
+    name: str  # in the target
+    optuna_name: str  # in the target
+    target: StudyModel | None  # None: a new study
+    # Take the source's status, notes and requested trials: its row is the newer one.
+    refresh: bool = False
+    add: list[TrialModel] = field(default_factory=list)
+    replace: list[tuple[TrialModel, TrialModel]] = field(default_factory=list)  # target, source
+    kept: int = 0  # trials the target holds already (or holds further along)
+    comparisons_added: int = 0
+    comparisons_kept: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return (
+            self.target is None
+            or self.refresh
+            or bool(self.add or self.replace or self.comparisons_added)
+        )
+
+
+@dataclass
+class Plan:
+    studies: list[StudyPlan]
+    # Comparisons to add in source order, with the plan of their study (None: no study).
+    comparisons: list[tuple[ComparisonModel, StudyPlan | None]]
+    unlinked_kept: int
+
+
+def plan_merge(source: Source, target: TargetView, rename_suffix: str | None) -> Plan:
+    """Decide every row's fate. Raises UsageError naming every study that cannot be merged."""
+    plans: list[StudyPlan] = []
+    problems: list[str] = []
+    claimed: set[str] = set()
+    for study in source.studies:
+        plan, problem = _place(
+            study, source.trials.get(study.id, ()), target, rename_suffix, claimed
+        )
+        if plan is None:
+            problems.append(f"{study.name!r}: {problem}")
+        else:
+            claimed.add(plan.name)
+            plans.append(plan)
+    if problems:
+        raise _conflicts(problems, rename_suffix)
+    by_source_id = {p.source.id: p for p in plans}
+    known = target.comparison_keys()
+    to_add: list[tuple[ComparisonModel, StudyPlan | None]] = []
+    unlinked_kept = 0
+    for c in source.comparisons:
+        owner = None if c.study_id is None else by_source_id[c.study_id]
+        key = comparison_key(c)
+        if key in known:
+            if owner is None:
+                unlinked_kept += 1
+            else:
+                owner.comparisons_kept += 1
+            continue
+        known.add(key)
+        to_add.append((c, owner))
+        if owner is not None:
+            owner.comparisons_added += 1
+    return Plan(plans, to_add, unlinked_kept)
+
+
+def _place(
+    study: StudyModel,
+    trials: Sequence[TrialModel],
+    target: TargetView,
+    suffix: str | None,
+    claimed: set[str],
+) -> tuple[StudyPlan | None, str]:
+    """The plan under the study's own name, else under ``NAME-SUFFIX``; else (None, why)."""
+    names = [(study.name, study.optuna_study_name)]
+    if suffix is not None:
+        names.append((f"{study.name}-{suffix}", f"{study.optuna_study_name}-{suffix}"))
+    reasons = []
+    for name, optuna_name in names:
+        plan, reason = _try(study, trials, target, name, optuna_name, claimed)
+        if plan is not None:
+            return plan, ""
+        reasons.append(reason)
+    return None, "; as ".join(reasons)
+
+
+def _try(
+    study: StudyModel,
+    trials: Sequence[TrialModel],
+    target: TargetView,
+    name: str,
+    optuna_name: str,
+    claimed: set[str],
+) -> tuple[StudyPlan | None, str]:
+    if len(name) > NAME_MAX:
+        return None, f"{name!r} is longer than {NAME_MAX} characters"
+    if name in claimed:
+        return None, f"{name!r} is taken by another study of the source"
+    existing = target.study(name)
+    if existing is None:
+        if optuna_name in target.optuna_names:
+            return None, (
+                f"the target holds an Optuna study {optuna_name!r} but no tuner study "
+                f"{name!r} (left by a deleted study?)"
+            )
+        return StudyPlan(study, name, optuna_name, None, add=list(trials)), ""
+    if existing.created_at != study.created_at:
+        return None, (
+            f"the target's study {name!r} is another study (created {_when(existing)}; "
+            f"this one {_when(study)})"
+        )
+    newer = study.updated_at > existing.updated_at
+    plan = StudyPlan(study, name, existing.optuna_study_name, existing, refresh=newer)
+    diverged = _diff_trials(plan, trials, target.trials(existing.id))
+    if diverged:
+        shown = ", ".join(str(n) for n in diverged[:5]) + (", ..." if len(diverged) > 5 else "")
+        return None, (
+            f"{name!r} in the target is the same study, but its trials {shown} finished "
+            "differently there (was it continued in both places?)"
+        )
+    return plan, ""
+
+
+def _diff_trials(
+    plan: StudyPlan, source: Sequence[TrialModel], target: Sequence[TrialModel]
+) -> list[int]:
+    """Fill ``plan``'s add / replace / kept; return the numbers that conflict."""
+    theirs = {t.number: t for t in target}
+    diverged = []
+    for trial in source:
+        mine = theirs.get(trial.number)
+        if mine is None:
+            plan.add.append(trial)
+        elif mine.phase != trial.phase:
+            diverged.append(trial.number)
+        elif same_row(trial, mine) or replaceable(trial):
+            plan.kept += 1  # the target's copy is the same, or at least as far along
+        elif replaceable(mine):
+            plan.replace.append((mine, trial))
+        else:
+            diverged.append(trial.number)
+    return diverged
+
+
+def apply_plan(session: Session, plan: Plan, now: float) -> None:
+    """Write ``plan`` in ``session`` (the caller's transaction)."""
+    rows: dict[int, StudyModel] = {}  # source study id -> target row
+    for p in plan.studies:
+        row = p.target
+        if row is None:
+            row = StudyModel(**values(p.source, {"id"}))
+            if p.name != p.source.name:  # renamed: its spec names it as the study does
+                row.name, row.optuna_study_name = p.name, p.optuna_name
+                row.spec = {**row.spec, "name": p.name} if "name" in row.spec else row.spec
+            session.add(row)
+            session.flush()  # its id, for the trials
+        elif p.changed:
+            if p.refresh:
+                for key, value in values(p.source, _STUDY_KEYS).items():
+                    setattr(row, key, value)
+            # Every write moves updated_at: the API's caches watch it (Repository.change_marker).
+            row.updated_at = max(now, p.source.updated_at, row.updated_at)
+        rows[p.source.id] = row
+        session.add_all(TrialModel(study_id=row.id, **values(t)) for t in p.add)
+        for mine, theirs in p.replace:
+            for key, value in values(theirs).items():
+                setattr(mine, key, value)
+    for c, owner in plan.comparisons:
+        study_id = None if owner is None else rows[owner.source.id].id
+        session.add(ComparisonModel(study_id=study_id, **values(c)))
+    session.flush()
+
+
+def _when(study: StudyModel) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(study.created_at))
+
+
+def _conflicts(problems: list[str], suffix: str | None) -> UsageError:
+    if suffix is None:
+        hint = (
+            "merge them under other names with --rename-suffix SUFFIX "
+            "(NAME becomes NAME-SUFFIX, its Optuna study too)"
+        )
+    else:
+        hint = "pick another --rename-suffix"
+    what = "study" if len(problems) == 1 else f"{len(problems)} studies"
+    return UsageError(f"cannot merge {what}: " + "; ".join(problems), hint=hint)

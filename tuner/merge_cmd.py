@@ -1,0 +1,83 @@
+"""``tuner db merge``: what :func:`tuner.db.merge.merge_databases` did, as lines or JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tuner.db.merge import MergeSummary, StudyMerge
+
+Say = Callable[[str], None]
+
+
+def run_merge(
+    source: str,
+    target: str,
+    *,
+    rename_suffix: str | None,
+    dry_run: bool,
+    as_json: bool,
+    say: Say,
+) -> MergeSummary:
+    """Merge ``source`` into ``target`` and tell ``say`` what happened (one JSON document
+    when ``as_json``)."""
+    from tuner.db.merge import merge_databases
+
+    summary = merge_databases(source, target, rename_suffix=rename_suffix, dry_run=dry_run)
+    if as_json:
+        say(json.dumps(summary.to_json(), indent=2))
+    else:
+        for line in describe(summary):
+            say(line)
+    return summary
+
+
+def describe(summary: MergeSummary) -> list[str]:
+    """One line per study, one for the comparisons of no study, and a last one in words."""
+    would = "would be " if summary.dry_run else ""
+    lines = [f"{summary.source} -> {summary.target}" + (" (dry run)" if summary.dry_run else "")]
+    lines += [_study_line(s, would) for s in summary.studies]
+    if summary.comparisons_added or summary.comparisons_kept:
+        lines.append(
+            "comparisons without a study: "
+            + _counts(summary.comparisons_added, summary.comparisons_kept, "comparison", would)
+        )
+    if not summary.studies and not (summary.comparisons_added or summary.comparisons_kept):
+        lines.append("the source holds no study and no comparison")
+    if summary.dry_run:
+        lines.append("dry run: nothing written" + ("" if summary.changed else "; nothing to do"))
+    elif not summary.changed:
+        lines.append("nothing to do: the target holds all of it already")
+    return lines
+
+
+def _study_line(s: StudyMerge, would: str) -> str:
+    name = s.name if s.merged_as == s.name else f"{s.name} (as {s.merged_as})"
+    parts = []
+    if s.new:
+        parts.append(f"new study {would}copied")
+    elif s.updated:
+        parts.append(f"status and notes {would}taken from the source (newer)")
+    trials = _counts(s.trials_added, s.trials_kept, "trial", would)
+    if s.trials_replaced:
+        trials += f", {s.trials_replaced} unfinished {would}replaced by finished ones"
+    parts.append(trials)
+    if s.comparisons_added or s.comparisons_kept:
+        parts.append(_counts(s.comparisons_added, s.comparisons_kept, "comparison", would))
+    o = s.optuna
+    if o.action == "copied":
+        parts.append(f"Optuna study {would}copied ({o.trials_added} trials)")
+    elif o.action == "merged" and (o.trials_added or o.trials_finished):
+        parts.append(
+            f"Optuna study: {o.trials_added} trials {would}added, {o.trials_finished} finished"
+        )
+    elif o.action == "none":
+        parts.append("no Optuna study in the source")
+    return f"{name}: " + ", ".join(parts)
+
+
+def _counts(added: int, kept: int, noun: str, would: str) -> str:
+    text = f"{added} {noun}{'' if added == 1 else 's'} {would}added"
+    return text + (f" ({kept} already there)" if kept else "")
