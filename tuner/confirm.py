@@ -125,7 +125,7 @@ class Confirmed:
     score: float  # confirmed score ratio vs the defaults (1.0 for the defaults themselves)
     score_low: float
     score_high: float
-    comparison_id: int | None
+    comparison_id: int | None  # the comparison the verdict (and details) come from
     details: tuple[str, ...]  # one line per metric of the objective
 
 
@@ -166,9 +166,10 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
             )
     if best is not None:
         return best
+    # The evidence for keeping the defaults: the first candidate's comparison against them.
     first = {m["metric"]: m for m in rows[0].results["metrics"]}
     return Confirmed(
-        rows[0].a_config, DEFAULTS_LABEL, NO_DIFFERENCE, 1.0, 1.0, 1.0, None, _details(first)
+        rows[0].a_config, DEFAULTS_LABEL, NO_DIFFERENCE, 1.0, 1.0, 1.0, rows[0].id, _details(first)
     )
 
 

@@ -181,6 +181,8 @@ def test_emulated_results_never_mix_with_real_ones(client: TestClient) -> None:
     assert rec["confirmed"] is not None
     expected = 0 if rec["confirmed"]["label"] == "defaults" else int(rec["confirmed"]["label"][1:])
     assert rec["trial"] == expected
+    evidence = _get(client, f"/v1/compare/{rec['confirmed']['comparison_id']}")
+    assert evidence["results"]["kind"] == "confirmation"
 
 
 def test_studies_list_and_detail(client: TestClient) -> None:

@@ -69,6 +69,8 @@ def test_no_winner_when_the_candidate_only_matches_the_defaults(db_url: str) -> 
     assert chosen is not None
     assert chosen.verdict == NO_DIFFERENCE and chosen.label == DEFAULTS_LABEL
     assert chosen.config == ServingConfig()
+    # The evidence for keeping the defaults is the confirmation itself, linked for clients.
+    assert chosen.comparison_id == repo.list_comparisons(ctx.name)[0].id
     rec = recommendation(repo, ctx.name)
     assert rec is not None and rec.is_baseline
     assert "no significant difference from defaults" in rec.render()
