@@ -76,6 +76,7 @@ def compare_chart(report: ComparisonReport) -> dict[str, Any]:
             "plus": [None if r.high is None else r.high - r.median for r in ratios],
             "minus": [None if r.low is None else r.median - r.low for r in ratios],
             "tones": [m.tone for m in rows],
-            "x_title": f"{report.b_label} / {report.a_label} (1 = no change)",
+            # The cards above name A and B; their labels can be longer than the axis.
+            "x_title": "B / A (1 = no change)",
         }
     }

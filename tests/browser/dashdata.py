@@ -28,6 +28,7 @@ class DashboardDb:
     repo: Repository
     comparison_id: int
     xss_comparison_id: int
+    long_comparison_id: int
 
 
 def build(tmp: Path) -> DashboardDb:
@@ -47,7 +48,12 @@ def build(tmp: Path) -> DashboardDb:
         repo=repo,
         comparison_id=_comparison(repo, STUDY, "defaults", "max_num_seqs=16"),
         xss_comparison_id=_xss_study(repo),
+        long_comparison_id=_comparison(repo, None, LONG_LABEL, LONG_LABEL + ",max_num_seqs=16"),
     )
+
+
+# An arm label as long as a real claim's (several flags, no spaces to break at).
+LONG_LABEL = "attention_backend=FLASH_ATTN,flash_attn_version=2,max_model_len=16896"
 
 
 def _comparison(repo: Repository, study: str | None, a_label: str, b_label: str) -> int:

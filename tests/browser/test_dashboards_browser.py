@@ -13,6 +13,7 @@ import pytest
 from tests.browser.conftest import Probe, Served
 from tests.browser.dashdata import (
     IMG_PAYLOAD,
+    LONG_LABEL,
     SCRIPT_PAYLOAD,
     STUDY,
     XSS_NOTES,
@@ -105,6 +106,30 @@ def test_compare_page_draws_one_ratio_per_metric(
     assert page.inner_text("#overall") == row.verdicts["overall"]
     assert page.inner_text("#b-label") == "max_num_seqs=16"
     page.screenshot(path=str(screenshots / "compare.png"), full_page=True)
+    probe.assert_clean()
+
+
+_OVERFLOW = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+
+
+def test_long_arm_labels_wrap_inside_the_page(
+    probe: Probe, served: Served, screenshots: Path
+) -> None:
+    assert probe.goto(f"/ui/compare/{served.db.long_comparison_id}").status == 200
+    page = probe.page
+    traces(page, "chart-ratio")
+    assert page.inner_text("#b-label") == LONG_LABEL + ",max_num_seqs=16"
+    assert page.evaluate(_OVERFLOW) <= 0  # nothing runs off the right edge
+    cards = page.locator(".grid > section.card")
+    assert cards.count() == 2  # A's and B's
+    for i in range(2):
+        card, title = cards.nth(i), cards.nth(i).locator("h2")
+        card_box, title_box = card.bounding_box(), title.bounding_box()
+        assert card_box and title_box
+        # The title's text stays within its card (scrollWidth counts text that overflows).
+        assert title.evaluate("h => h.scrollWidth <= h.clientWidth")
+        assert title_box["x"] + title_box["width"] <= card_box["x"] + card_box["width"]
+    page.screenshot(path=str(screenshots / "compare-long-labels.png"), full_page=True)
     probe.assert_clean()
 
 

@@ -86,3 +86,54 @@ def test_emulated_results_are_labelled_and_within_the_emulated_budget(name: str)
         assert "emulating NVIDIA A10G" in r["provenance"]["gpu_name"]
         # Every launch reserved only the A10G's share of the H200 (plus vLLM's overhead).
         assert r["objective_values"][1] < 24.0
+
+
+def _times(m: dict[str, Any]) -> str:
+    return f"×{m['ratio']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
+
+
+def test_every_seed_claim_has_an_h200_verdict_quoted_in_the_summary() -> None:
+    import tomllib
+
+    spec = tomllib.loads((ROOT / "studies" / "claims" / "seed-claims.toml").read_text())
+    wanted = {c["id"]: c for c in spec["claim"]}
+    records = _load("claims.jsonl")
+    claims = {r["claim"]["id"]: r for r in records}
+    assert set(claims) == set(wanted) and len(records) == len(wanted)
+    summary = " ".join(REPORT.read_text().split("## What ran, and where")[0].split())
+    for cid, r in claims.items():
+        assert r["provenance"]["vllm_version"] == "0.26.0"
+        assert r["provenance"]["gpu_name"] == "NVIDIA H200"
+        assert r["launches"] == {"a": 3, "b": 3}
+        assert r["claim"]["verdict"] in {"confirmed", "refuted", "inconclusive"}
+        metric = next(m for m in r["metrics"] if m["metric"] == wanted[cid]["metric"])
+        assert metric["low"] <= metric["ratio"] <= metric["high"]
+        if cid.startswith(("prefix", "utilization", "fa2-context")):
+            assert _times(metric) in summary, cid
+    verdicts = {cid: r["claim"]["verdict"] for cid, r in claims.items()}
+    confirmed = sorted(c for c, v in verdicts.items() if v == "confirmed")
+    assert confirmed == ["fa2-context-16k", "fa2-context-8k"]
+    assert f"{len(confirmed)} confirmed, {len(verdicts) - len(confirmed)} refuted" in summary
+    # The article's "grows with the context": the FlashAttention-2 gain rises with the prompt.
+    gain = [
+        next(m for m in claims[c]["metrics"] if m["metric"] == "output_throughput")["ratio"]
+        for c in ("fa2-context-2k", "fa2-context-8k", "fa2-context-16k")
+    ]
+    assert gain == sorted(gain)
+
+
+def test_comparison_tables_follow_the_order_the_marker_gives() -> None:
+    data = "studies/results/ernie-0.3b-h200/claims.jsonl"
+    fwd = splice(f"<!-- table: comparison {data} 8,10 -->\n<!-- /table -->\n", ROOT)
+    rev = splice(f"<!-- table: comparison {data} 10,8 -->\n<!-- /table -->\n", ROOT)
+    assert fwd.index("max_model_len=2560") < fwd.index("max_model_len=8704")
+    assert rev.index("max_model_len=8704") < rev.index("max_model_len=2560")
+
+
+def test_a_marker_naming_a_missing_comparison_says_which_ids_exist() -> None:
+    from tuner.errors import UsageError
+
+    data = "studies/results/ernie-0.3b-h200/claims.jsonl"
+    with pytest.raises(UsageError, match=r"no comparison \[99\]") as err:
+        splice(f"<!-- table: comparison {data} 1,99 -->\n<!-- /table -->\n", ROOT)
+    assert "1, 2" in (err.value.hint or "")

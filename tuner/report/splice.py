@@ -9,7 +9,7 @@ A report marks each derived table with a pair of comments::
 Kinds: ``trials`` (:func:`tuner.export.markdown_table` of a trials dataset; an optional third
 word keeps only that phase, ``search`` or ``confirm``), ``comparison`` (the
 :func:`~tuner.export_comparisons.comparison_table` of each comparison in the file; an optional
-third word keeps only those ids, e.g. ``1,3``) and ``claims``
+third word keeps only those ids, in that order, e.g. ``3,1``) and ``claims``
 (:func:`~tuner.export_comparisons.claims_table`). Paths are relative to the repository root.
 :func:`splice` rewrites the blocks; :func:`stale_blocks` names those whose text differs from
 what the data says (a test keeps reports honest with it).
@@ -39,8 +39,15 @@ def _render(spec: str, root: Path) -> str:
         return markdown_table(records)
     if kind == "comparison":
         if len(rest) > 1:
-            ids = {int(x) for x in rest[1].split(",")}
-            records = [r for r in records if r["id"] in ids]
+            by_id = {r["id"]: r for r in records}
+            wanted = [int(x) for x in rest[1].split(",")]
+            missing = [i for i in wanted if i not in by_id]
+            if missing:
+                raise UsageError(
+                    f"table marker {spec!r}: no comparison {missing} in {rest[0]}",
+                    hint=f"the file holds ids {sorted(by_id)}",
+                )
+            records = [by_id[i] for i in wanted]
         return "\n".join(comparison_table(r) for r in records)
     if kind == "claims":
         return claims_table(records)
