@@ -3,11 +3,13 @@ headline numbers too, and the datasets carry real H200 provenance."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tuner.errors import UsageError
 from tuner.export import from_jsonl
 from tuner.report.splice import count_blocks, splice, stale_blocks
 
@@ -93,8 +95,6 @@ def _times(m: dict[str, Any]) -> str:
 
 
 def test_every_seed_claim_has_an_h200_verdict_quoted_in_the_summary() -> None:
-    import tomllib
-
     spec = tomllib.loads((ROOT / "studies" / "claims" / "seed-claims.toml").read_text())
     wanted = {c["id"]: c for c in spec["claim"]}
     records = _load("claims.jsonl")
@@ -131,8 +131,6 @@ def test_comparison_tables_follow_the_order_the_marker_gives() -> None:
 
 
 def test_a_marker_naming_a_missing_comparison_says_which_ids_exist() -> None:
-    from tuner.errors import UsageError
-
     data = "studies/results/ernie-0.3b-h200/claims.jsonl"
     with pytest.raises(UsageError, match=r"no comparison \[99\]") as err:
         splice(f"<!-- table: comparison {data} 1,99 -->\n<!-- /table -->\n", ROOT)
