@@ -33,12 +33,13 @@ def json_safe(obj: Any) -> Any:
 
 
 class EstimateOut(BaseModel):
-    """A metric over the measurement windows: median and 95 % interval, and each window's value."""
+    """A metric over the measurement windows of one launch: the median, the range (smallest
+    and largest window value; not a confidence interval) and each window's value."""
 
-    median: float | None
-    low: float | None
-    high: float | None
-    values: list[float | None]
+    median: float | None = Field(description="median over the measurement windows")
+    low: float | None = Field(description="smallest window value")
+    high: float | None = Field(description="largest window value")
+    values: list[float | None] = Field(description="one value per measurement window")
 
     @classmethod
     def of(cls, e: Estimate) -> EstimateOut:

@@ -12,7 +12,8 @@ declare -A MOD=([optuna]=optuna [SQLAlchemy]=sqlalchemy [sqlalchemy]=sqlalchemy 
   [httpcore]=httpcore [h11]=h11 [anyio]=anyio [sniffio]=sniffio [idna]=idna [certifi]=certifi
   [nvidia_ml_py]=pynvml [psutil]=psutil [greenlet]=greenlet [click]=click
   [annotated_doc]=annotated_doc [typing_extensions]=typing_extensions [tqdm]=tqdm [PyYAML]=yaml
-  [pyyaml]=yaml)
+  [pyyaml]=yaml [aiohttp]=aiohttp [aiohappyeyeballs]=aiohappyeyeballs [aiosignal]=aiosignal
+  [frozenlist]=frozenlist [multidict]=multidict [yarl]=yarl [propcache]=propcache [attrs]=attrs)
 todo=()
 # Check from / : in the repository, its alembic/ folder would pass for the alembic package.
 here="$PWD"; DIR="$(cd "$DIR" && pwd)"; cd /
@@ -26,4 +27,4 @@ if [ ${#todo[@]} -gt 0 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "${todo[@]}" 2>&1 | grep -v WARNING || true
 fi
 echo "installed ${#todo[@]} wheels into $SITE"
-(cd / && python3 -c "import optuna, sqlalchemy, alembic.command, typer, rich, httpx, pynvml, psutil; print('tuner deps ok, optuna', optuna.__version__)")
+(cd / && python3 -c "import optuna, sqlalchemy, alembic.command, typer, rich, httpx, aiohttp, pynvml, psutil; print('tuner deps ok, optuna', optuna.__version__)")

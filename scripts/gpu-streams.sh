@@ -71,6 +71,8 @@ EOF
   tar czf "$OUT/streams.tgz" -C "$STREAMS" --exclude='*.done' . 2>/dev/null
   tar czf "$OUT/server-logs.tgz" -C "$ROOT/.tuner" logs 2>/dev/null
   [ -d "$HOME/.cache/tuner/launches" ] && tar czf "$OUT/launches.tgz" -C "$HOME/.cache/tuner" launches
+  # Plans may write any other result files under $HOME/results (e.g. the load-fidelity bench).
+  [ -d "$HOME/results" ] && tar czf "$OUT/results.tgz" -C "$HOME" results
   ls -la "$OUT"
 }
 

@@ -71,6 +71,8 @@ class Objective(enum.StrEnum):
     THROUGHPUT = "throughput"
     LATENCY = "latency"
     MEMORY = "memory"
+    # The highest throughput of the launch's load curve whose P99 latencies meet the SLO.
+    CAPACITY = "capacity"
 
 
 @dataclass(frozen=True)
@@ -232,9 +234,37 @@ class Workload:
     length_jitter: float = 0.25
     seed: int = 0
     trace: tuple[TraceRequest, ...] | None = None
+    # A load curve: the same server measured at several concurrency levels (closed loop) or
+    # Poisson request rates, lowest first; empty means the one load point above.
+    concurrency_ladder: tuple[int, ...] = ()
+    rate_ladder: tuple[float, ...] = ()
 
     def replace(self, **changes: Any) -> Workload:
         return dataclasses.replace(self, **changes)
+
+    def load_points(self) -> tuple[Workload, ...]:
+        """This workload at each point of its ladder, lowest load first; itself when there
+        is no ladder. A rate ladder keeps ``concurrency`` as the cap on requests in flight.
+
+        A closed-loop window sends at least four requests per stream: with fewer, most of it
+        would be ramp-up and drain, and the point would never hold its concurrency."""
+        if self.concurrency_ladder:
+            return tuple(
+                self.replace(
+                    concurrency=c,
+                    request_rate=None,
+                    requests_per_window=max(self.requests_per_window, 4 * c),
+                    concurrency_ladder=(),
+                    rate_ladder=(),
+                )
+                for c in sorted(set(self.concurrency_ladder))
+            )
+        if self.rate_ladder:
+            return tuple(
+                self.replace(request_rate=r, concurrency_ladder=(), rate_ladder=())
+                for r in sorted(set(self.rate_ladder))
+            )
+        return (self,)
 
     @property
     def max_request_tokens(self) -> int:
@@ -259,7 +289,11 @@ class Slo:
 
 @dataclass(frozen=True)
 class LatencyStats:
-    """Percentiles of one latency in milliseconds over the requests of one window."""
+    """One latency in milliseconds over the requests (or chunk gaps) of one window.
+
+    Definitions follow ``vllm bench serve``: mean, median (``p50``), population ``std``, and
+    linearly interpolated percentiles.
+    """
 
     count: int
     mean: float
@@ -267,11 +301,16 @@ class LatencyStats:
     p90: float
     p99: float
     max: float
+    std: float | None = None  # None in records written before tuner kept it
 
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One request as the client saw it. Times in seconds from the window start."""
+    """One request as the client saw it. Times in seconds; ``start_s`` from the window start.
+
+    ``itl_s`` holds every gap between two streamed chunks with choices, in order (vLLM's ITL,
+    pooled over requests); ``ttft_s`` is the first such chunk, ``e2e_s`` the end of the stream.
+    """
 
     ok: bool
     prompt_tokens: int
@@ -279,13 +318,53 @@ class RequestRecord:
     start_s: float
     ttft_s: float | None
     e2e_s: float | None
-    itl_mean_s: float | None
+    itl_s: tuple[float, ...] = ()
     error: str | None = None
+
+    @property
+    def itl_mean_s(self) -> float | None:
+        return sum(self.itl_s) / len(self.itl_s) if self.itl_s else None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first: ``(E2E - TTFT) / (output tokens - 1)``, as
+        ``vllm bench serve`` defines it; None for one output token or a failed request."""
+        if self.ttft_s is None or self.e2e_s is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+@dataclass(frozen=True)
+class ClientHealth:
+    """How the load generator itself fared during one window (see :mod:`tuner.load.selfcheck`).
+
+    ``client_cpu`` is the generator's CPU time over the window's wall time (1.0 = one core
+    busy); ``loop_lag_*`` how late its event loop woke up. ``others_cpu`` is host CPU used by
+    processes that are neither the generator nor the server (None when the server's processes
+    are unknown), ``other_gpu_processes`` processes on the measured GPUs that are not the
+    server's. ``client_bound`` and ``disturbed`` are the verdicts, ``notes`` say why.
+    """
+
+    client_cpu: float
+    loop_lag_p99_ms: float
+    loop_lag_max_ms: float
+    host_cpu: float
+    host_cores: int
+    others_cpu: float | None = None
+    other_gpu_processes: int = 0
+    client_bound: bool = False
+    disturbed: bool = False
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class WindowMetrics:
-    """One measurement window of a trial."""
+    """One measurement window of a trial, at one load point.
+
+    ``itl_ms`` is pooled over every chunk gap of the window's requests and ``tpot_ms`` over
+    requests, as ``vllm bench serve`` computes them. ``concurrency`` / ``request_rate`` name the
+    load point (``request_rate`` None: closed loop); ``client`` the generator's self-check.
+    """
 
     duration_s: float
     requests_ok: int
@@ -299,16 +378,31 @@ class WindowMetrics:
     itl_ms: LatencyStats
     e2e_ms: LatencyStats
     goodput: float | None = None  # req/s meeting the SLO, None without SLO
+    tpot_ms: LatencyStats | None = None
+    concurrency: int | None = None
+    request_rate: float | None = None
+    client: ClientHealth | None = None
 
     @property
     def error_rate(self) -> float:
         n = self.requests_ok + self.requests_failed
         return self.requests_failed / n if n else 1.0
 
+    @property
+    def client_bound(self) -> bool:
+        return self.client is not None and self.client.client_bound
+
+    @property
+    def disturbed(self) -> bool:
+        return self.client is not None and self.client.disturbed
+
 
 @dataclass(frozen=True)
 class Estimate:
-    """A metric over several windows: median, a 95 % interval and the raw values."""
+    """A metric over several windows: the median, the range (``low`` = smallest, ``high`` =
+    largest window value) and the raw values. Within one launch this is a range, not a
+    confidence interval: three windows cannot support a 95 % claim. Intervals that are
+    confidence intervals (across launches) live in :mod:`tuner.significance`."""
 
     median: float
     low: float

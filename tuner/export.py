@@ -5,10 +5,11 @@ committed data.
 Each line holds: study, number, phase (search / confirm), is_baseline, status, failure_class,
 failure_detail, config (the knobs set; {} is vLLM's defaults), score (relative to the
 baseline; null when not measured), objective_values [output tok/s, memory GiB, P99 E2E ms],
-metrics {name: {median, low, high, values}} (medians over measurement windows with a 95 %
-bootstrap interval, values one per window), memory {gpu_peak_bytes, gpu_baseline_bytes,
-host_peak_rss_bytes}, effective_backend, kv_cache_tokens, startup_s, and provenance {gpu_name,
-gpu_uuid, driver_version, vllm_version, model, workload, emulated, hostname, tuner_version}.
+metrics {name: {median, low, high, values}} (the median over the measurement windows, low and
+high the smallest and largest window value: a range, not a confidence interval; values one per
+window), memory {gpu_peak_bytes, gpu_baseline_bytes, host_peak_rss_bytes}, effective_backend,
+kv_cache_tokens, startup_s, and provenance {gpu_name, gpu_uuid, driver_version, vllm_version,
+model, workload, emulated, hostname, tuner_version}.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def from_jsonl(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def _ci(metric: Mapping[str, Any] | None, digits: int = 0) -> str:
+def _range(metric: Mapping[str, Any] | None, digits: int = 0) -> str:
     if not metric or metric.get("median") is None:
         return ""
     return (
@@ -80,9 +81,10 @@ def _ci(metric: Mapping[str, Any] | None, digits: int = 0) -> str:
 
 
 def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
-    """The trials as a Markdown table (search phase first), numbers straight from the records."""
+    """The trials as a Markdown table (search phase first), numbers straight from the records:
+    each metric is its median [range over the measurement windows]."""
     head = (
-        "| # | phase | status | backend | config | out tok/s [95 % CI] | P99 TTFT ms | "
+        "| # | phase | status | backend | config | out tok/s [range] | P99 TTFT ms | "
         "P99 E2E ms | memory GiB | score |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n"
     )
@@ -99,7 +101,7 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
         lines.append(
             f"| {r['number']}{baseline} | {r['phase']} | {status} | "
             f"{r['effective_backend'] or ''} | {config} | "
-            f"{_ci(m.get('output_throughput'))} | {_ci(m.get('ttft_p99_ms'))} | "
-            f"{_ci(m.get('e2e_p99_ms'))} | {memory} | {score} |"
+            f"{_range(m.get('output_throughput'))} | {_range(m.get('ttft_p99_ms'))} | "
+            f"{_range(m.get('e2e_p99_ms'))} | {memory} | {score} |"
         )
     return head + "\n".join(lines) + "\n"

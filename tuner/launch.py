@@ -55,7 +55,7 @@ class Measured:
     is_baseline: bool = False
 
     def describe(self) -> list[str]:
-        """Provenance lines: study, trial, GPU, vLLM version, metrics with their intervals."""
+        """Provenance lines: study, trial, GPU, vLLM version, metrics with their window ranges."""
         trial = f"trial #{self.trial}" + (" (vLLM's defaults)" if self.is_baseline else "")
         lines = [
             f"best measured for {self.model}: {trial} of study {self.study}",
@@ -70,7 +70,7 @@ class Measured:
             if e is not None:
                 lines.append(f"  {label:>13}: {e.median:.1f} [{e.low:.1f}, {e.high:.1f}]")
         if self.metrics:
-            lines.append("  (medians with 95 % intervals over the measurement windows)")
+            lines.append("  (medians [range] over the measurement windows of one launch)")
         return lines
 
 

@@ -69,8 +69,8 @@ class Recommendation:
         )
         lines.append(f"  {'memory GiB':>13}: {self.memory_gib:.2f}{base_mem}")
         lines.append(
-            f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians with 95 % "
-            "intervals over the measurement windows)"
+            f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians [range] over the "
+            "measurement windows of one launch)"
         )
         if self.confirmed is not None:
             c = self.confirmed

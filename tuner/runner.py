@@ -33,9 +33,10 @@ from tuner.domain import (
     Workload,
 )
 from tuner.errors import LoadFailure, ServerFailure, TrialFailure
+from tuner.load.curve import trial_metrics
 from tuner.load.generator import LoadGenerator
 from tuner.load.prompts import PromptFactory
-from tuner.load.stats import summarize
+from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
 from tuner.telemetry.probe import TelemetryProbe
 from tuner.vllm import argv, logparse
 from tuner.vllm.ports import free_port
@@ -185,11 +186,16 @@ class VllmTrialRunner:
                 log = server.log_text()
                 backend, fa = logparse.effective_backend(log)
                 info = _with_log_facts(info, log, backend, fa, startup_s=startup_s)
+                uuids = (self.hardware.uuid,) if self.hardware.uuid else ()
                 generator = LoadGenerator(
                     f"http://{s.host}:{port}",
                     served,
                     PromptFactory(
                         self.model.vocab_size, synthetic=s.synthetic_tokenizer, seed=workload.seed
+                    ),
+                    neighbours=HostNeighbours(
+                        server_pid=lambda: server.pid,
+                        gpu_pids=nvml_compute_pids(uuids) if self.hardware.is_gpu else None,
                     ),
                 )
 
@@ -228,7 +234,7 @@ class VllmTrialRunner:
             config=config,
             status=TrialStatus.COMPLETE,
             windows=report.windows,
-            metrics=summarize(report.windows),
+            metrics=trial_metrics(workload, report.windows, slo),
             memory=memory,
             server=info,
             server_metrics=server_metrics,

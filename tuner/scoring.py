@@ -2,7 +2,9 @@
 
 The study optimises three objectives at once (Optuna multi-objective):
 
-    1. output tokens/s            (maximise)  median over the measurement windows
+    1. output tokens/s            (maximise)  median over the measurement windows; for the
+                                              capacity preset, the capacity read from the
+                                              launch's load curve (tuner.load.curve)
     2. peak memory in GiB         (minimise)  GPU memory over baseline; host RSS on CPU
     3. P99 end-to-end latency ms  (minimise)  median over windows of each window's P99
 
@@ -17,6 +19,7 @@ ratios against a reference (vLLM's defaults, trial 0, when it completed):
     throughput : (thr / thr_ref)
     latency    : (p99_ref / p99)
     memory     : (mem_ref / mem) * min(1, thr / thr_ref)        (never buy memory with throughput)
+    capacity   : (cap / cap_ref)           cap = capacity under the SLO, from the load curve
     balanced   : (thr / thr_ref)^0.5 * (p99_ref / p99)^0.3 * (mem_ref / mem)^0.2
 
 So a score of 1.25 reads "25 % better than the defaults on this objective". Without a reference
@@ -34,9 +37,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tuner.domain import Objective, Slo, TrialResult, TrialStatus
+from tuner.load.curve import MAX_ERROR_RATE
 
 GIB = 1024**3
-MAX_ERROR_RATE = 0.01
 # Penalty objective values for findings: worse than anything a real trial can measure.
 PENALTY_LATENCY_MS = 1e7
 FEASIBLE = -1.0
@@ -51,6 +54,7 @@ WEIGHTS: Mapping[Objective, tuple[float, float, float]] = {
     Objective.LATENCY: (0.0, 1.0, 0.0),
     Objective.MEMORY: (0.0, 0.0, 1.0),
     Objective.BALANCED: (0.5, 0.3, 0.2),
+    Objective.CAPACITY: (1.0, 0.0, 0.0),
 }
 
 
@@ -63,12 +67,19 @@ class Headline:
     p99_ms: float
 
     @classmethod
-    def of(cls, result: TrialResult) -> Headline:
+    def of(cls, result: TrialResult, objective: Objective | None = None) -> Headline:
+        """The headline numbers; throughput is the curve's capacity for the capacity preset
+        (0 for a trial that measured no curve: it cannot show a capacity)."""
         if result.status is not TrialStatus.COMPLETE:
             raise ValueError("only a complete trial has headline numbers")
         mem = result.memory.headline_bytes
+        if objective is Objective.CAPACITY:
+            cap = result.metrics.get("capacity_output_throughput")
+            throughput = cap.median if cap is not None else 0.0
+        else:
+            throughput = result.metrics["output_throughput"].median
         return cls(
-            throughput=result.metrics["output_throughput"].median,
+            throughput=throughput,
             memory_gib=(mem or 0) / GIB,
             p99_ms=result.metrics["e2e_p99_ms"].median,
         )
@@ -77,21 +88,31 @@ class Headline:
         return [self.throughput, self.memory_gib, self.p99_ms]
 
 
-def objective_values(result: TrialResult, *, memory_ceiling_gib: float) -> list[float]:
+def objective_values(
+    result: TrialResult, *, memory_ceiling_gib: float, objective: Objective | None = None
+) -> list[float]:
     """Values for Optuna's three objectives; penalties for a trial that produced nothing."""
     if result.status is TrialStatus.COMPLETE:
-        return Headline.of(result).as_values()
+        return Headline.of(result, objective).as_values()
     return [0.0, memory_ceiling_gib, PENALTY_LATENCY_MS]
 
 
-def constraint_values(result: TrialResult, slo: Slo) -> list[float]:
+def constraint_values(
+    result: TrialResult, slo: Slo, objective: Objective | None = None
+) -> list[float]:
     """Optuna constraint values (<= 0 is feasible): one per SLO field, then the error rate.
 
     The list always has four entries (ttft, itl, e2e, errors) so every trial of a study has the
-    same shape; unset SLO fields are reported as feasible.
+    same shape; unset SLO fields are reported as feasible. For the capacity preset the SLO was
+    applied when the capacity was read from the curve: a trial is feasible when some load
+    point met it (a capacity above 0).
     """
     if result.status is not TrialStatus.COMPLETE:
         return [VIOLATED] * 4
+    if objective is Objective.CAPACITY:
+        cap = result.metrics.get("capacity_output_throughput")
+        met = cap is not None and cap.median > 0
+        return [FEASIBLE if met else VIOLATED] * 3 + [FEASIBLE if met else VIOLATED]
     checks = (
         (slo.ttft_p99_ms, "ttft_p99_ms"),
         (slo.itl_p99_ms, "itl_p99_ms"),
@@ -120,8 +141,8 @@ def score(result: TrialResult, objective: Objective, reference: TrialResult | No
         return 0.0
     ref = None
     if reference is not None and reference.status is TrialStatus.COMPLETE:
-        ref = Headline.of(reference).as_values()
-    return score_values(Headline.of(result).as_values(), objective, ref)
+        ref = Headline.of(reference, objective).as_values()
+    return score_values(Headline.of(result, objective).as_values(), objective, ref)
 
 
 def score_values(

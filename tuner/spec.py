@@ -70,6 +70,8 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
             "warmup_requests",
             "length_jitter",
             "seed",
+            "concurrency_ladder",
+            "rate_ladder",
         }
     ),
     "space": frozenset({"params", "choices", "fixed"}),
@@ -82,6 +84,8 @@ WORKLOAD_TYPES: Mapping[str, type] = {
     **{key: int for key in _SECTIONS["workload"]},
     "request_rate": float,
     "length_jitter": float,
+    "concurrency_ladder": tuple,
+    "rate_ladder": tuple,
 }
 _KIND_NAMES: Mapping[type, str] = {
     int: "an integer",
@@ -227,10 +231,13 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
             kwargs["objective"] = parse_objective(str(study["objective"]), where=where)
         except SpecError as exc:
             raise fail(exc.message.split(": ", 1)[-1], "objective", exc.hint) from None
-    overrides = data.get("workload", {})
+    overrides = dict(data.get("workload", {}))
     for key, value in overrides.items():
-        typed_value(value, WORKLOAD_TYPES[key], key, fail, "workload")
-    kwargs["workload_overrides"] = dict(overrides)
+        if WORKLOAD_TYPES[key] is tuple:
+            overrides[key] = _ladder(value, key, fail)
+        else:
+            typed_value(value, WORKLOAD_TYPES[key], key, fail, "workload")
+    kwargs["workload_overrides"] = overrides
     if "params" in space:
         params = space["params"]
         if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
@@ -303,6 +310,22 @@ def typed_value(value: Any, kind: type, key: str, fail: Any, section: str) -> An
     if isinstance(value, bool) or not isinstance(value, accepted):
         raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
     return value
+
+
+def _ladder(value: Any, key: str, fail: Any) -> tuple[float, ...] | tuple[int, ...]:
+    """A load ladder: a non-empty list of positive numbers (integers for concurrencies)."""
+    integers = key == "concurrency_ladder"
+    kind = int if integers else (int, float)
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, kind) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        what = "positive integers" if integers else "positive numbers (requests per second)"
+        raise fail(
+            f"{key} must be a non-empty list of {what}, got {value!r}", key, section="workload"
+        )
+    return tuple(int(v) for v in value) if integers else tuple(float(v) for v in value)
 
 
 def _check_knobs(names: Sequence[str] | Mapping[str, Any], where: str, fail: Any) -> None:

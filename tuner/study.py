@@ -298,8 +298,9 @@ def _record(
     baseline: bool,
 ) -> None:
     ceiling = ctx.gpu.memory_gib if not ctx.gpu.is_cpu else 1024.0
-    values = scoring.objective_values(result, memory_ceiling_gib=ceiling)
-    constraints = scoring.constraint_values(result, ctx.slo)
+    objective = ctx.spec.objective
+    values = scoring.objective_values(result, memory_ceiling_gib=ceiling, objective=objective)
+    constraints = scoring.constraint_values(result, ctx.slo, objective)
     measured = result.status is TrialStatus.COMPLETE
     finding = result.failure is not None and result.failure.is_finding
     # The baseline is its own reference (score 1.0): it is measured before any other trial.
@@ -334,7 +335,7 @@ def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
         if not row.objective_values:
             continue
         values = tuple(row.objective_values)
-        constraints = _row_constraints(row.metrics, slo)
+        constraints = _row_constraints(row.metrics, slo, objective)
         out.append(
             Ranked(
                 number=row.number,
@@ -349,9 +350,11 @@ def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
     return out
 
 
-def _row_constraints(metrics: Mapping[str, Estimate], slo: Slo) -> list[float]:
+def _row_constraints(
+    metrics: Mapping[str, Estimate], slo: Slo, objective: Objective | None = None
+) -> list[float]:
     fake = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=metrics)
-    return scoring.constraint_values(fake, slo)
+    return scoring.constraint_values(fake, slo, objective)
 
 
 def _best(repo: Repository, ctx: StudyContext) -> Ranked | None:

@@ -50,8 +50,9 @@ async def get_recommendation(
         bool, Query(description="recommend from emulated results instead of real ones")
     ] = False,
 ) -> RecommendationOut:
-    """The best *measured* configuration: flags, a ready `vllm serve` line, metrics with 95 %
-    intervals, memory, vLLM's defaults from the same study, and provenance."""
+    """The best *measured* configuration: flags, a ready `vllm serve` line, metrics (medians
+    with their range over the measurement windows), memory, vLLM's defaults from the same
+    study, and provenance."""
     query = recommendations.Query(
         model=model,
         gpu=gpu,

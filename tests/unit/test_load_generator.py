@@ -1,23 +1,19 @@
-"""The load generator against canned SSE streams served by httpx.MockTransport."""
+"""The load generator over real sockets against scripted SSE servers (tests/sseserver.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
 
-import httpx
 import pytest
+from aiohttp import web
 
+from tests.sseserver import FakeVllm, endless, event, serving, stream
 from tuner.domain import FailureClass, Slo, Workload
 from tuner.errors import LoadFailure, UsageError
+from tuner.load import stream as stream_module
 from tuner.load.generator import LoadGenerator
 from tuner.load.prompts import PromptFactory
 from tuner.load.workloads import plan_requests
-
-Handler = Callable[[httpx.Request], Coroutine[Any, Any, httpx.Response]]
 
 SMALL = Workload(
     name="unit",
@@ -31,75 +27,22 @@ SMALL = Workload(
 )
 
 
-def _event(text: str | None = None, usage: dict[str, int] | None = None) -> bytes:
-    obj: dict[str, object] = {"object": "text_completion", "choices": []}
-    if text is not None:
-        obj["choices"] = [{"index": 0, "text": text}]
-    if usage is not None:
-        obj["usage"] = usage
-    return f"data: {json.dumps(obj)}\n\n".encode()
-
-
-async def _stream(parts: list[bytes], gap_s: float = 0.002) -> AsyncIterator[bytes]:
-    for part in parts:
-        await asyncio.sleep(gap_s)
-        yield part
-
-
-def _sse(parts: list[bytes], gap_s: float = 0.002) -> httpx.Response:
-    return httpx.Response(
-        200, headers={"content-type": "text/event-stream"}, content=_stream(parts, gap_s)
-    )
-
-
-class FakeVllm:
-    """Answers like vLLM: one text chunk per token, a usage chunk, then [DONE]."""
-
-    def __init__(self, usage: bool = True) -> None:
-        self.usage = usage
-        self.bodies: list[dict[str, object]] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    async def __call__(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        self.bodies.append(body)
-        n_out = int(body["max_tokens"])
-        parts = [_event(f" t{i}") for i in range(n_out)] + [_event("", None)]
-        if self.usage:
-            n_in = len(str(body["prompt"]).split())
-            usage = {"prompt_tokens": n_in, "completion_tokens": n_out}
-            parts.append(_event(None, usage))
-        parts.append(b"data: [DONE]\n\n")
-        return httpx.Response(
-            200, headers={"content-type": "text/event-stream"}, content=self._track(parts)
-        )
-
-    async def _track(self, parts: list[bytes]) -> AsyncIterator[bytes]:
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        async for part in _stream(parts[:-1]):
-            yield part
-        self.in_flight -= 1
-        yield parts[-1]
-
-
-def _generator(handler: Handler, timeout_s: float = 5.0) -> LoadGenerator:
+def _generator(url: str, timeout_s: float = 5.0) -> LoadGenerator:
     return LoadGenerator(
-        "http://fake:8000/v1/",
+        url + "/v1/",
         "tuner-trial-1",
         PromptFactory(1024, synthetic=True, seed=0),
         request_timeout_s=timeout_s,
-        transport=httpx.MockTransport(handler),
     )
 
 
 def test_streams_are_timed_and_counted() -> None:
     server = FakeVllm()
     phases: list[tuple[str, int, int]] = []
-    report = _generator(server).run(
-        SMALL, Slo(ttft_p99_ms=10_000), on_phase=lambda *a: phases.append(a)
-    )
+    with serving(server) as url:
+        report = _generator(url).run(
+            SMALL, Slo(ttft_p99_ms=10_000), on_phase=lambda *a: phases.append(a)
+        )
     assert len(report.windows) == 2 and [len(r) for r in report.records] == [6, 6]
     assert len(server.bodies) == 2 + 12
     assert server.max_in_flight == 3
@@ -111,14 +54,22 @@ def test_streams_are_timed_and_counted() -> None:
     for rec in report.records[0]:
         assert rec.ok and rec.error is None
         assert rec.output_tokens in (3, 4, 5)
-        assert rec.ttft_s is not None and rec.e2e_s is not None and rec.itl_mean_s is not None
+        assert rec.ttft_s is not None and rec.e2e_s is not None
         assert 0 < rec.ttft_s < rec.e2e_s
-        assert rec.itl_mean_s >= 0.0015  # the fake waits 2 ms between chunks
+        # One gap per chunk after the first, each at least the fake's 2 ms.
+        assert len(rec.itl_s) == rec.output_tokens - 1
+        assert min(rec.itl_s) >= 0.0015
+        assert rec.tpot_s is not None and rec.tpot_s >= 0.0015
     w = report.windows[0]
     assert w.requests_ok == 6 and w.requests_failed == 0
     assert w.output_tokens == sum(r.output_tokens for r in report.records[0])
     assert w.prompt_tokens == sum(len(str(b["prompt"]).split()) for b in server.bodies[2:8])
     assert w.output_throughput > 0 and w.goodput == pytest.approx(w.request_throughput)
+    # ITL is pooled over every gap of the window, as vLLM's benchmark pools it.
+    assert w.itl_ms.count == sum(len(r.itl_s) for r in report.records[0])
+    assert w.tpot_ms is not None and w.tpot_ms.count == 6
+    assert w.concurrency == 3 and w.request_rate is None
+    assert w.client is not None and not w.client_bound
     assert report.warmup_s > 0
     assert phases == [
         ("warmup", 0, 2),
@@ -129,18 +80,31 @@ def test_streams_are_timed_and_counted() -> None:
     ]
 
 
+def test_a_ladder_measures_each_load_point_after_one_warm_up() -> None:
+    server = FakeVllm(gap_s=0.0005)
+    ladder = SMALL.replace(concurrency_ladder=(4, 1, 2), windows=1, warmup_requests=3)
+    with serving(server) as url:
+        report = _generator(url).run(ladder)
+    # Lowest load first; each window at least four requests per stream.
+    assert [w.concurrency for w in report.windows] == [1, 2, 4]
+    assert [len(r) for r in report.records] == [6, 8, 16]
+    assert len(server.bodies) == 3 + 6 + 8 + 16
+    assert server.max_in_flight == 4
+
+
 def test_output_tokens_fall_back_to_counting_chunks() -> None:
-    report = _generator(FakeVllm(usage=False)).run(SMALL.replace(length_jitter=0.0))
+    with serving(FakeVllm(usage=False)) as url:
+        report = _generator(url).run(SMALL.replace(length_jitter=0.0))
     assert {r.output_tokens for rs in report.records for r in rs} == {4}
     assert {r.prompt_tokens for rs in report.records for r in rs} == {20}
 
 
 def test_http_errors_past_the_limit_fail_the_load() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(500, text="CUDA out of memory")
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=500, text="CUDA out of memory")
 
-    with pytest.raises(LoadFailure) as info:
-        _generator(handler).run(SMALL)
+    with serving(handler) as url, pytest.raises(LoadFailure) as info:
+        _generator(url).run(SMALL)
     assert info.value.failure is FailureClass.LOAD_ERRORS
     assert "HTTP 500: CUDA out of memory" in info.value.message
     assert "warm-up" in info.value.message
@@ -150,14 +114,16 @@ def test_some_failures_are_recorded_not_raised() -> None:
     server = FakeVllm()
     calls = 0
 
-    async def flaky(request: httpx.Request) -> httpx.Response:
+    async def flaky(request: web.Request) -> web.StreamResponse:
         nonlocal calls
         calls += 1
         if calls % 3 == 0:
-            return httpx.Response(503, text="busy")
+            await request.read()
+            return web.Response(status=503, text="busy")
         return await server(request)
 
-    report = _generator(flaky).run(SMALL, max_error_rate=0.5)
+    with serving(flaky) as url:
+        report = _generator(url).run(SMALL, max_error_rate=0.5)
     failed = [r for rs in report.records for r in rs if not r.ok]
     assert len(failed) == 4
     assert all(r.error == "HTTP 503: busy" and r.ttft_s is None for r in failed)
@@ -168,60 +134,81 @@ def test_some_failures_are_recorded_not_raised() -> None:
 @pytest.mark.parametrize(
     ("parts", "needle"),
     [
-        ([_event(" t1"), _event(" t2")], "ended before [DONE]"),
-        ([_event(" t1"), b'data: {"error": {"message": "engine dead"}}\n\n'], "engine dead"),
-        ([_event(" t1"), b"data: {not json\n\n"], "malformed"),
+        ([event(" t1"), event(" t2")], "ended before [DONE]"),
+        ([event(" t1"), b'data: {"error": {"message": "engine dead"}}\n\n'], "engine dead"),
+        ([event(" t1"), b"data: {not json}\n\n"], "malformed"),
+        ([event(" t1"), b"data: [1, 2]\n\n"], "unexpected stream data"),
+        ([event(" t1"), b'data: {"object":"error","message":"old style"}\n\n'], "old style"),
     ],
 )
 def test_bad_streams_are_failed_records(parts: list[bytes], needle: str) -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return _sse([*parts, b"data: [DONE]\n\n"] if "error" in needle else parts)
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        done = [b"data: [DONE]\n\n"] if "ended" not in needle else []
+        return await stream(request, [*parts, *done])
 
-    with pytest.raises(LoadFailure, match="warm-up") as info:
-        _generator(handler).run(SMALL)
+    with serving(handler) as url, pytest.raises(LoadFailure, match="warm-up") as info:
+        _generator(url).run(SMALL)
     assert needle in info.value.message
 
 
+def test_crlf_events_and_split_reads_parse_like_vllm_events() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        n = int(body["max_tokens"])
+        text = b"".join(event(f" t{i}").replace(b"\n", b"\r\n") for i in range(n))
+        text += event(None, {"prompt_tokens": 20, "completion_tokens": n}) + b"data: [DONE]\n\n"
+        # Cut the bytes at awkward places: inside "\r\n", inside a JSON document.
+        cuts = [text[i : i + 7] for i in range(0, len(text), 7)]
+        return await stream(request, cuts, gap_s=0.0)
+
+    with serving(handler) as url:
+        report = _generator(url).run(SMALL.replace(length_jitter=0.0))
+    assert all(r.ok and r.output_tokens == 4 for rs in report.records for r in rs)
+
+
 def test_broken_connection_is_a_failed_record() -> None:
-    async def broken() -> AsyncIterator[bytes]:
-        yield _event(" t1")
-        raise httpx.ReadError("connection reset by peer")
+    async def broken(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(event(" t1"))
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
 
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=broken())
+    with serving(broken) as url, pytest.raises(LoadFailure) as info:
+        _generator(url).run(SMALL)
+    assert "ClientPayloadError" in info.value.message or "Disconnected" in info.value.message
 
+
+def test_a_refused_connection_is_a_failed_record() -> None:
+    with serving(FakeVllm()) as url:
+        pass  # the port is closed again
     with pytest.raises(LoadFailure) as info:
-        _generator(handler).run(SMALL)
-    assert "ReadError: connection reset by peer" in info.value.message
+        _generator(url).run(SMALL)
+    assert "ClientConnectorError" in info.value.message
 
 
 def test_a_request_past_its_timeout_fails() -> None:
-    async def slow(request: httpx.Request) -> httpx.Response:
-        return _sse([_event(" t1"), b"data: [DONE]\n\n"], gap_s=5.0)
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return await stream(request, [event(" t1"), b"data: [DONE]\n\n"], gap_s=5.0)
 
-    t = time.perf_counter()
-    with pytest.raises(LoadFailure, match=r"timed out after 0\.05 s"):
-        _generator(slow, timeout_s=0.05).run(SMALL)
-    assert time.perf_counter() - t < 2.0
+    with serving(slow) as url:
+        t = time.perf_counter()
+        with pytest.raises(LoadFailure, match=r"timed out after 0\.05 s"):
+            _generator(url, timeout_s=0.05).run(SMALL)
+        assert time.perf_counter() - t < 2.0
 
 
 def test_abort_cancels_outstanding_requests() -> None:
-    cancelled = 0
+    cancelled: list[int] = []
 
-    async def endless() -> AsyncIterator[bytes]:
-        nonlocal cancelled
-        try:
-            while True:
-                await asyncio.sleep(0.01)
-                yield _event(" t1")
-        except asyncio.CancelledError:
-            cancelled += 1
-            raise
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return await endless(request, cancelled)
 
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=endless())
-
-    t = time.perf_counter()
     checks = 0
 
     def should_abort() -> bool:
@@ -229,30 +216,73 @@ def test_abort_cancels_outstanding_requests() -> None:
         checks += 1
         return checks > 1
 
-    with pytest.raises(LoadFailure) as info:
-        _generator(handler).run(SMALL.replace(warmup_requests=5), should_abort=should_abort)
+    with serving(handler) as url:
+        t = time.perf_counter()
+        with pytest.raises(LoadFailure) as info:
+            _generator(url).run(SMALL.replace(warmup_requests=5), should_abort=should_abort)
+        assert time.perf_counter() - t < 2.0
+        deadline = time.monotonic() + 2
+        while len(cancelled) < SMALL.concurrency and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert info.value.failure is FailureClass.CRASHED
     assert "aborted with 5 of 5 requests outstanding" in info.value.message
-    assert cancelled == SMALL.concurrency  # the two still queued never started
-    assert time.perf_counter() - t < 2.0
+    assert len(cancelled) == SMALL.concurrency  # the two still queued never started
 
 
 def test_poisson_arrivals_start_on_schedule() -> None:
-    server = FakeVllm()
     w = SMALL.replace(request_rate=50.0, concurrency=6, warmup_requests=0, windows=1)
-    report = _generator(server).run(w)
+    with serving(FakeVllm()) as url:
+        report = _generator(url).run(w)
     starts = [r.start_s for r in report.records[0]]
     planned = [p.arrival_s for p in plan_requests(w, 6, seed=1)]  # window 1 uses seed 1
     assert all(a is not None and s >= a - 0.001 for s, a in zip(starts, planned, strict=True))
     assert starts[0] < 0.05
     assert starts == sorted(starts)
     assert starts[-1] > 0.02  # spread out, not all at once
+    assert report.windows[0].request_rate == 50.0
 
 
 def test_bad_settings_are_rejected_before_any_request() -> None:
     server = FakeVllm()
-    with pytest.raises(ValueError, match="max_error_rate"):
-        _generator(server).run(SMALL, max_error_rate=2.0)
-    with pytest.raises(UsageError, match="concurrency"):
-        _generator(server).run(SMALL.replace(concurrency=0))
+    with serving(server) as url:
+        gen = _generator(url)
+        with pytest.raises(ValueError, match="max_error_rate"):
+            gen.run(SMALL, max_error_rate=2.0)
+        with pytest.raises(UsageError, match="concurrency"):
+            gen.run(SMALL.replace(concurrency=0))
+        with pytest.raises(UsageError, match="not both"):
+            gen.run(SMALL.replace(concurrency_ladder=(1, 2), rate_ladder=(1.0,)))
+        with pytest.raises(UsageError, match="request rate"):
+            gen.run(SMALL.replace(rate_ladder=(0.0,)))
     assert server.bodies == []
+
+
+def test_a_saturated_client_is_flagged_client_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A generator throttled to ~0.3 ms of CPU per chunk cannot keep up with a server that
+    sends chunks as fast as it can: its windows must say so."""
+    real = stream_module._Stream._token
+
+    def throttled(self: stream_module._Stream, now: float) -> None:
+        spin = time.perf_counter() + 0.0003
+        while time.perf_counter() < spin:
+            pass
+        real(self, now)
+
+    monkeypatch.setattr(stream_module._Stream, "_token", throttled)
+    fast = FakeVllm(gap_s=0.0)
+    w = SMALL.replace(output_tokens=200, concurrency=8, requests_per_window=24, windows=1)
+    with serving(fast) as url:
+        report = _generator(url).run(w.replace(warmup_requests=0, length_jitter=0.0))
+    health = report.windows[0].client
+    assert health is not None
+    assert health.client_bound, health
+    assert health.client_cpu >= 0.5
+    assert any("client" in n for n in health.notes)
+
+
+def test_an_idle_client_against_a_slow_server_is_not_flagged() -> None:
+    with serving(FakeVllm(gap_s=0.01)) as url:
+        report = _generator(url).run(SMALL.replace(windows=1, warmup_requests=0))
+    health = report.windows[0].client
+    assert health is not None and not health.client_bound
+    assert health.client_cpu < 0.9

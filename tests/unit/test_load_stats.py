@@ -35,8 +35,11 @@ def test_empty_latencies_are_nan() -> None:
     assert all(math.isnan(v) for v in (s.mean, s.p50, s.p90, s.p99, s.max))
 
 
-def _ok(ttft: float, itl: float | None, e2e: float, out: int = 10) -> RequestRecord:
-    return RequestRecord(True, 100, out, 0.0, ttft, e2e, itl)
+def _ok(ttft: float, itl: float | None, e2e: float | None = None, out: int = 10) -> RequestRecord:
+    """An ok request whose ``out - 1`` chunk gaps are all ``itl`` (E2E follows unless given)."""
+    gaps = () if itl is None else (itl,) * (out - 1)
+    end = e2e if e2e is not None else ttft + sum(gaps)
+    return RequestRecord(True, 100, out, 0.0, ttft, end, gaps)
 
 
 def test_window_metrics_counts_only_ok_requests() -> None:
@@ -44,7 +47,7 @@ def test_window_metrics_counts_only_ok_requests() -> None:
         _ok(0.1, 0.01, 1.0),
         _ok(0.3, 0.03, 2.0),
         _ok(0.2, None, 1.5, out=1),  # a single output token has no gap
-        RequestRecord(False, 100, 0, 0.0, None, None, None, error="HTTP 500: boom"),
+        RequestRecord(False, 100, 0, 0.0, None, None, error="HTTP 500: boom"),
     ]
     m = window_metrics(records, duration_s=2.0, slo=None)
     assert (m.requests_ok, m.requests_failed) == (3, 1)
@@ -53,7 +56,11 @@ def test_window_metrics_counts_only_ok_requests() -> None:
     assert m.output_throughput == pytest.approx(10.5)
     assert m.total_throughput == pytest.approx(160.5)
     assert m.ttft_ms.p50 == pytest.approx(200.0)
-    assert m.itl_ms.count == 2 and m.itl_ms.mean == pytest.approx(20.0)
+    # ITL pooled over all 18 gaps (vLLM's definition), TPOT per request with > 1 token.
+    assert m.itl_ms.count == 18 and m.itl_ms.mean == pytest.approx(20.0)
+    assert m.itl_ms.std == pytest.approx(10.0)
+    assert m.tpot_ms is not None and m.tpot_ms.count == 2
+    assert m.tpot_ms.p50 == pytest.approx(((900 / 9) + (1700 / 9)) / 2)
     assert m.e2e_ms.max == pytest.approx(2000.0)
     assert m.error_rate == pytest.approx(0.25)
     assert m.goodput is None
@@ -61,7 +68,8 @@ def test_window_metrics_counts_only_ok_requests() -> None:
 
 
 def test_goodput_counts_requests_meeting_every_set_bound() -> None:
-    records = [_ok(0.1, 0.01, 1.0), _ok(0.3, 0.01, 1.0), _ok(0.1, 0.05, 1.0), _ok(0.1, None, 3)]
+    # The ITL bound judges each request's TPOT, as vLLM's goodput does; one token: TPOT 0.
+    records = [_ok(0.1, 0.01), _ok(0.3, 0.01), _ok(0.1, 0.05), _ok(0.1, None, 3.0, out=1)]
     assert window_metrics(records, 2.0, Slo(ttft_p99_ms=200)).goodput == pytest.approx(1.5)
     both = Slo(ttft_p99_ms=200, itl_p99_ms=20)
     assert window_metrics(records, 2.0, both).goodput == pytest.approx(1.0)

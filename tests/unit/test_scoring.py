@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from tuner import scoring
 from tuner.domain import (
+    Estimate,
     FailureClass,
     MemoryUsage,
     Objective,
@@ -151,9 +153,29 @@ def test_is_feasible_boundary() -> None:
 # --- scores -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("objective", list(Objective))
+@pytest.mark.parametrize("objective", [o for o in Objective if o is not Objective.CAPACITY])
 def test_the_reference_scores_one_on_every_preset(objective: Objective) -> None:
     assert scoring.score(REF, objective, REF) == pytest.approx(1.0)
+
+
+def _with_capacity(result: TrialResult, capacity: float) -> TrialResult:
+    metrics = dict(result.metrics)
+    metrics["capacity_output_throughput"] = Estimate(capacity, capacity, capacity, (capacity,))
+    return dataclasses.replace(result, metrics=metrics)
+
+
+def test_the_capacity_preset_scores_the_curve_not_the_fixed_load() -> None:
+    ref = _with_capacity(REF, 500.0)
+    better = _with_capacity(complete(thr=50.0, p99=900.0, mem_gib=11.0), 1000.0)
+    assert scoring.score(ref, Objective.CAPACITY, ref) == pytest.approx(1.0)
+    assert scoring.score(better, Objective.CAPACITY, ref) == pytest.approx(2.0)
+    values = scoring.objective_values(better, memory_ceiling_gib=80, objective=Objective.CAPACITY)
+    assert values[0] == 1000.0
+    # No load point met the SLO: capacity 0, infeasible; no curve at all: scores nothing.
+    none_met = _with_capacity(REF, 0.0)
+    assert not scoring.is_feasible(scoring.constraint_values(none_met, Slo(), Objective.CAPACITY))
+    assert scoring.is_feasible(scoring.constraint_values(ref, Slo(), Objective.CAPACITY))
+    assert scoring.score(REF, Objective.CAPACITY, ref) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -221,8 +243,8 @@ def test_a_failed_trial_scores_zero(objective: Objective) -> None:
 @pytest.mark.parametrize("objective", list(Objective))
 def test_score_is_score_values_on_the_stored_objective_values(objective: Objective) -> None:
     result = complete(thr=140.0, p99=900.0, mem_gib=11.0)
-    values = scoring.objective_values(result, memory_ceiling_gib=80)
-    ref_values = scoring.objective_values(REF, memory_ceiling_gib=80)
+    values = scoring.objective_values(result, memory_ceiling_gib=80, objective=objective)
+    ref_values = scoring.objective_values(REF, memory_ceiling_gib=80, objective=objective)
     assert scoring.score(result, objective, REF) == pytest.approx(
         scoring.score_values(values, objective, ref_values)
     )

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from tuner.domain import (
+    ClientHealth,
     Estimate,
     FailureClass,
     LatencyStats,
@@ -72,13 +73,39 @@ def decode_metrics(data: Mapping[str, Any]) -> dict[str, Estimate]:
 
 def decode_latency(data: Mapping[str, Any]) -> LatencyStats:
     fields = _known(LatencyStats, data)
-    return LatencyStats(count=int(fields.pop("count")), **{k: float(v) for k, v in fields.items()})
+    std = fields.get("std")
+    return LatencyStats(
+        count=int(fields["count"]),
+        mean=float(fields["mean"]),
+        p50=float(fields["p50"]),
+        p90=float(fields["p90"]),
+        p99=float(fields["p99"]),
+        max=float(fields["max"]),
+        std=None if std is None else float(std),
+    )
+
+
+def decode_client(data: Mapping[str, Any] | None) -> ClientHealth | None:
+    if data is None:
+        return None
+    fields = _known(ClientHealth, data)
+    fields["notes"] = tuple(fields.get("notes") or ())
+    for name in ("client_cpu", "loop_lag_p99_ms", "loop_lag_max_ms", "host_cpu"):
+        fields[name] = float(fields[name])
+    if fields.get("others_cpu") is not None:
+        fields["others_cpu"] = float(fields["others_cpu"])
+    return ClientHealth(**fields)
 
 
 def decode_window(data: Mapping[str, Any]) -> WindowMetrics:
     fields = _known(WindowMetrics, data)
     for name in ("ttft_ms", "itl_ms", "e2e_ms"):
         fields[name] = decode_latency(fields[name])
+    if fields.get("tpot_ms") is not None:
+        fields["tpot_ms"] = decode_latency(fields["tpot_ms"])
+    if fields.get("request_rate") is not None:
+        fields["request_rate"] = float(fields["request_rate"])
+    fields["client"] = decode_client(fields.get("client"))
     for name in ("duration_s", "request_throughput", "output_throughput", "total_throughput"):
         fields[name] = float(fields[name])
     if fields.get("goodput") is not None:

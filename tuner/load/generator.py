@@ -1,5 +1,13 @@
 """The streaming load generator: drives an OpenAI-compatible ``/v1/completions`` as vLLM
-serves it and times every request as a client sees it.
+serves it, times every request as ``vllm bench serve`` does, and checks itself.
+
+One asyncio process over aiohttp, with a few byte searches per streamed chunk
+(:mod:`tuner.load.stream`), keeps up with hundreds of streams; every window also records
+whether the client kept up (:mod:`tuner.load.selfcheck`), so a window in which it did not is
+flagged instead of being reported as the server's number.
+
+A workload with a ladder is measured at each of its load points in turn on the same server,
+after one warm-up: one launch gives a throughput-latency curve.
 
 Every failure of one request (HTTP status, broken connection, timeout, an error event in the
 stream) becomes a failed :class:`tuner.domain.RequestRecord`; only the run as a whole fails,
@@ -13,13 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 
 from tuner.domain import FailureClass, RequestRecord, Slo, WindowMetrics, Workload
 from tuner.errors import LoadFailure, UsageError
 from tuner.load.prompts import PromptFactory
-from tuner.load.request import stream_completion
+from tuner.load.selfcheck import LoopLag, Neighbours, WindowCheck
 from tuner.load.stats import window_metrics
+from tuner.load.stream import request_body, stream_completion
 from tuner.load.workloads import PlannedRequest, plan_requests
 
 PhaseCallback = Callable[[str, int, int], None]
@@ -30,24 +39,42 @@ _POLL_S = 0.2  # how often should_abort is asked
 
 @dataclass(frozen=True)
 class LoadReport:
-    """What one run measured: per-window metrics and the records they were computed from."""
+    """What one run measured: per-window metrics (every load point, in the order measured)
+    and the per-request records they were computed from."""
 
     windows: tuple[WindowMetrics, ...]
     records: tuple[tuple[RequestRecord, ...], ...]  # one tuple per window
     warmup_s: float
 
 
-def _api_root(base_url: str) -> str:
+def api_root(base_url: str) -> str:
     """``http://host:port`` from that or ``http://host:port/v1`` (with or without a slash)."""
     root = base_url.rstrip("/")
     return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+def _validate(workload: Workload) -> None:
+    for field in ("concurrency", "requests_per_window", "windows"):
+        if getattr(workload, field) < 1:
+            raise UsageError(f"workload {workload.name!r}: {field} must be >= 1")
+    if workload.warmup_requests < 0:
+        raise UsageError(f"workload {workload.name!r}: warmup_requests must be >= 0")
+    if workload.concurrency_ladder and workload.rate_ladder:
+        raise UsageError(
+            f"workload {workload.name!r}: give a concurrency ladder or a rate ladder, not both"
+        )
+    if any(c < 1 for c in workload.concurrency_ladder):
+        raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
+    if any(not r > 0 for r in workload.rate_ladder):
+        raise UsageError(f"workload {workload.name!r}: every request rate must be > 0")
 
 
 class LoadGenerator:
     """Sends a :class:`Workload` to one server and measures it.
 
     ``base_url`` is the server root (``http://host:port``; a trailing ``/v1`` is accepted).
-    ``transport`` replaces the network, e.g. with :class:`httpx.MockTransport` in tests.
+    ``neighbours`` accounts for the host's other processes during each window (the runner
+    passes one that knows the server's processes and GPU).
     """
 
     def __init__(
@@ -56,15 +83,18 @@ class LoadGenerator:
         model: str,
         prompts: PromptFactory,
         request_timeout_s: float = 600,
-        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        neighbours: Neighbours | None = None,
+        ignore_eos: bool = True,
     ) -> None:
         if not request_timeout_s > 0:
             raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
-        self.base_url = _api_root(base_url)
+        self.base_url = api_root(base_url)
         self.model = model
         self.prompts = prompts
         self.request_timeout_s = request_timeout_s
-        self._transport = transport
+        self.neighbours = neighbours
+        self.ignore_eos = ignore_eos
 
     def run(
         self,
@@ -75,21 +105,18 @@ class LoadGenerator:
         should_abort: AbortCheck | None = None,
         max_error_rate: float = 0.5,
     ) -> LoadReport:
-        """Warm up, then measure ``workload.windows`` windows; blocks (runs its own event loop).
+        """Warm up once, then measure ``workload.windows`` windows at each load point; blocks
+        (runs its own event loop).
 
         ``on_phase`` gets ``("warmup", done, total)`` as warm-up requests finish and
-        ``("measure", i, windows)`` as window ``i`` (0-based) starts. ``should_abort`` is
-        polled about every 0.2 s; when it says True the outstanding requests are cancelled and
-        ``LoadFailure(CRASHED)`` is raised. A phase (warm-up included) whose error rate exceeds
-        ``max_error_rate`` raises ``LoadFailure(LOAD_ERRORS)`` naming the first errors.
+        ``("measure", i, n)`` as window ``i`` of ``n`` (0-based, over all load points) starts.
+        ``should_abort`` is polled about every 0.2 s; when it says True the outstanding requests
+        are cancelled and ``LoadFailure(CRASHED)`` is raised. A phase (warm-up included) whose
+        error rate exceeds ``max_error_rate`` raises ``LoadFailure(LOAD_ERRORS)``.
         """
         if not 0.0 <= max_error_rate <= 1.0:
             raise ValueError(f"max_error_rate must be in [0, 1], got {max_error_rate}")
-        for field in ("concurrency", "requests_per_window", "windows"):
-            if getattr(workload, field) < 1:
-                raise UsageError(f"workload {workload.name!r}: {field} must be >= 1")
-        if workload.warmup_requests < 0:
-            raise UsageError(f"workload {workload.name!r}: warmup_requests must be >= 0")
+        _validate(workload)
         return asyncio.run(self._run(workload, slo, on_phase, should_abort, max_error_rate))
 
     async def _run(
@@ -100,57 +127,78 @@ class LoadGenerator:
         should_abort: AbortCheck | None,
         max_error_rate: float,
     ) -> LoadReport:
+        points = workload.load_points()
         # The semaphore in _phase is the concurrency limit; the pool must not add its own.
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=workload.concurrency)
-        timeout = httpx.Timeout(self.request_timeout_s, connect=min(10.0, self.request_timeout_s))
-        async with httpx.AsyncClient(
-            base_url=self.base_url,
-            transport=self._transport,
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=None)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.request_timeout_s))
+        lag = LoopLag()
+        async with aiohttp.ClientSession(
+            connector=connector,
             timeout=timeout,
-            limits=limits,
             trust_env=False,  # a proxy from the environment must not sit between us and vLLM
-        ) as client:
-            started = time.perf_counter()
-            # Warm-up runs closed-loop whatever the arrival process: it is there to compile
-            # and cache the shapes, not to be timed, so it should finish fast.
-            warm = [
-                PlannedRequest(p.prompt_tokens, p.output_tokens, p.shared_prefix_tokens, None)
-                for p in plan_requests(workload, workload.warmup_requests, seed=0)
-            ]
-            if warm:
-                done = 0
+            auto_decompress=False,
+        ) as session:
+            lag.start()
+            try:
+                started = time.perf_counter()
+                # Warm-up runs closed-loop at the highest concurrency whatever the arrival
+                # process: it is there to compile and cache the shapes, not to be timed.
+                warm = [
+                    PlannedRequest(p.prompt_tokens, p.output_tokens, p.shared_prefix_tokens, None)
+                    for p in plan_requests(workload, workload.warmup_requests, seed=0)
+                ]
+                if warm:
+                    done = 0
 
-                def warmed() -> None:
-                    nonlocal done
-                    done += 1
+                    def warmed() -> None:
+                        nonlocal done
+                        done += 1
+                        if on_phase:
+                            on_phase("warmup", done, len(warm))
+
                     if on_phase:
-                        on_phase("warmup", done, len(warm))
+                        on_phase("warmup", 0, len(warm))
+                    top = max(p.concurrency for p in points)
+                    records, _ = await self._phase(session, warm, top, should_abort, warmed)
+                    _check_errors(records, "warm-up", max_error_rate)
+                warmup_s = time.perf_counter() - started
 
-                if on_phase:
-                    on_phase("warmup", 0, len(warm))
-                records, _ = await self._phase(
-                    client, warm, workload.concurrency, should_abort, warmed
-                )
-                _check_errors(records, "warm-up", max_error_rate)
-            warmup_s = time.perf_counter() - started
-
-            windows: list[WindowMetrics] = []
-            per_window: list[tuple[RequestRecord, ...]] = []
-            for index in range(workload.windows):
-                if on_phase:
-                    on_phase("measure", index, workload.windows)
-                plan = plan_requests(workload, workload.requests_per_window, seed=index + 1)
-                records, duration = await self._phase(
-                    client, plan, workload.concurrency, should_abort, None
-                )
-                _check_errors(records, f"window {index + 1}", max_error_rate)
-                windows.append(window_metrics(records, duration, slo))
-                per_window.append(tuple(records))
+                windows: list[WindowMetrics] = []
+                per_window: list[tuple[RequestRecord, ...]] = []
+                total = len(points) * workload.windows
+                check = WindowCheck(lag, self.neighbours)
+                for point in points:
+                    for index in range(workload.windows):
+                        if on_phase:
+                            on_phase("measure", len(windows), total)
+                        plan = plan_requests(point, point.requests_per_window, seed=index + 1)
+                        check.begin()
+                        records, duration = await self._phase(
+                            session, plan, point.concurrency, should_abort, None
+                        )
+                        health = check.end()
+                        where = f"window {index + 1}" + (
+                            f" at {_point_label(point)}" if len(points) > 1 else ""
+                        )
+                        _check_errors(records, where, max_error_rate)
+                        windows.append(
+                            window_metrics(
+                                records,
+                                duration,
+                                slo,
+                                concurrency=point.concurrency,
+                                request_rate=point.request_rate,
+                                client=health,
+                            )
+                        )
+                        per_window.append(tuple(records))
+            finally:
+                await lag.stop()
         return LoadReport(tuple(windows), tuple(per_window), warmup_s)
 
     async def _phase(
         self,
-        client: httpx.AsyncClient,
+        session: aiohttp.ClientSession,
         plan: list[PlannedRequest],
         concurrency: int,
         should_abort: AbortCheck | None,
@@ -158,25 +206,34 @@ class LoadGenerator:
     ) -> tuple[list[RequestRecord], float]:
         """Send ``plan`` with at most ``concurrency`` in flight; the records in plan order and
         the wall time from the first launch to the last completion."""
-        # Prompts are made before the clock starts so that building them is never timed.
-        prompts = [self.prompts.make(p.prompt_tokens, p.shared_prefix_tokens) for p in plan]
+        # Bodies are made before the clock starts so that building them is never timed.
+        bodies = [
+            request_body(
+                self.model,
+                self.prompts.make(p.prompt_tokens, p.shared_prefix_tokens),
+                p.output_tokens,
+                ignore_eos=self.ignore_eos,
+            )
+            for p in plan
+        ]
+        url = f"{self.base_url}/v1/completions"
         slots = asyncio.Semaphore(concurrency)
         t0 = time.perf_counter()
 
-        async def one(p: PlannedRequest, prompt: str | list[int]) -> RequestRecord:
+        async def one(p: PlannedRequest, body: bytes) -> RequestRecord:
             if p.arrival_s is not None:
                 delay = t0 + p.arrival_s - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
             async with slots:
                 record = await stream_completion(
-                    client, self.model, p, prompt, t0, self.request_timeout_s
+                    session, url, body, p.prompt_tokens, t0, self.request_timeout_s
                 )
             if on_done:
                 on_done()
             return record
 
-        tasks = [asyncio.create_task(one(p, s)) for p, s in zip(plan, prompts, strict=True)]
+        tasks = [asyncio.create_task(one(p, b)) for p, b in zip(plan, bodies, strict=True)]
         try:
             pending: set[asyncio.Task[RequestRecord]] = set(tasks)
             while pending:
@@ -195,11 +252,18 @@ class LoadGenerator:
                     exc = task.exception() if task.done() and not task.cancelled() else None
                     if exc is not None:
                         raise exc
+            duration = time.perf_counter() - t0
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        return [t.result() for t in tasks], time.perf_counter() - t0
+        return [t.result() for t in tasks], max(duration, 1e-9)
+
+
+def _point_label(point: Workload) -> str:
+    if point.request_rate is not None:
+        return f"{point.request_rate:g} req/s"
+    return f"{point.concurrency} streams"
 
 
 def _check_errors(records: list[RequestRecord], phase: str, max_error_rate: float) -> None:

@@ -1,4 +1,4 @@
-"""Statistics of a load run: percentiles per window, bootstrap intervals across windows.
+"""Statistics of a load run: vLLM's metrics per window, medians and ranges across windows.
 
 Pure functions over domain records; no I/O.
 """
@@ -6,12 +6,19 @@ Pure functions over domain records; no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from tuner.domain import Estimate, LatencyStats, RequestRecord, Slo, WindowMetrics
+from tuner.domain import (
+    ClientHealth,
+    Estimate,
+    LatencyStats,
+    RequestRecord,
+    Slo,
+    WindowMetrics,
+)
 
 # Every key summarize() returns; goodput only when the windows were measured against an SLO.
 METRIC_NAMES: tuple[str, ...] = (
@@ -25,6 +32,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "e2e_p50_ms",
     "e2e_p90_ms",
     "e2e_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
     "error_rate",
     "goodput",
 )
@@ -37,9 +46,10 @@ _NAN = float("nan")
 
 
 def latency_stats(values_ms: Sequence[float]) -> LatencyStats:
-    """Mean, linearly interpolated P50/P90/P99 and max; count 0 and NaN fields when empty."""
+    """Mean, population std, linearly interpolated P50/P90/P99 and max, as ``vllm bench
+    serve`` computes them (numpy's defaults); count 0 and NaN fields when empty."""
     if len(values_ms) == 0:
-        return LatencyStats(count=0, mean=_NAN, p50=_NAN, p90=_NAN, p99=_NAN, max=_NAN)
+        return LatencyStats(count=0, mean=_NAN, p50=_NAN, p90=_NAN, p99=_NAN, max=_NAN, std=_NAN)
     a = np.asarray(values_ms, dtype=float)
     p50, p90, p99 = np.percentile(a, [50, 90, 99], method="linear")
     return LatencyStats(
@@ -49,27 +59,36 @@ def latency_stats(values_ms: Sequence[float]) -> LatencyStats:
         p90=float(p90),
         p99=float(p99),
         max=float(a.max()),
+        std=float(a.std()),
     )
 
 
 def _meets(record: RequestRecord, slo: Slo) -> bool:
-    """Whether one ok request met every set SLO field (the P99 bounds, applied per request)."""
+    """Whether one ok request is "good" as ``vllm bench serve --goodput`` judges it: TTFT,
+    TPOT and E2E each within its bound. The SLO's ITL bound is applied to the request's TPOT
+    (its mean gap), as vLLM's goodput does; a request with one output token has TPOT 0."""
     checks = (
         (slo.ttft_p99_ms, record.ttft_s),
-        (slo.itl_p99_ms, record.itl_mean_s),
+        (slo.itl_p99_ms, record.tpot_s or 0.0),
         (slo.e2e_p99_ms, record.e2e_s),
     )
-    # A request with no inter-token gap (one output chunk) cannot violate the ITL bound.
     return all(bound is None or value is None or value * 1000.0 <= bound for bound, value in checks)
 
 
 def window_metrics(
-    records: Sequence[RequestRecord], duration_s: float, slo: Slo | None
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    slo: Slo | None,
+    *,
+    concurrency: int | None = None,
+    request_rate: float | None = None,
+    client: ClientHealth | None = None,
 ) -> WindowMetrics:
-    """Throughputs and latency percentiles of one window, from its ok requests.
+    """Throughputs and latency statistics of one window, from its ok requests, with
+    ``vllm bench serve``'s definitions: TTFT and E2E per request, TPOT per request with more
+    than one output token, ITL pooled over every chunk gap of every request.
 
-    ITL percentiles are over the per-request mean inter-token latencies. Goodput is the
-    ok requests meeting every set SLO field per second; None without an SLO (or an empty one).
+    Goodput is the ok requests meeting every set SLO field per second; None without an SLO.
     """
     if not duration_s > 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
@@ -80,7 +99,7 @@ def window_metrics(
     if slo is not None and not slo.is_empty():
         goodput = sum(1 for r in ok if _meets(r, slo)) / duration_s
 
-    def ms(values: Sequence[float | None]) -> list[float]:
+    def ms(values: Iterable[float | None]) -> list[float]:
         return [v * 1000.0 for v in values if v is not None]
 
     return WindowMetrics(
@@ -92,10 +111,14 @@ def window_metrics(
         request_throughput=len(ok) / duration_s,
         output_throughput=output / duration_s,
         total_throughput=(prompt + output) / duration_s,
-        ttft_ms=latency_stats(ms([r.ttft_s for r in ok])),
-        itl_ms=latency_stats(ms([r.itl_mean_s for r in ok])),
-        e2e_ms=latency_stats(ms([r.e2e_s for r in ok])),
+        ttft_ms=latency_stats(ms(r.ttft_s for r in ok)),
+        itl_ms=latency_stats(ms(gap for r in ok for gap in r.itl_s)),
+        e2e_ms=latency_stats(ms(r.e2e_s for r in ok)),
         goodput=goodput,
+        tpot_ms=latency_stats(ms(r.tpot_s for r in ok)),
+        concurrency=concurrency,
+        request_rate=request_rate,
+        client=client,
     )
 
 
@@ -128,17 +151,18 @@ def bootstrap_ci(
 
 
 def estimate(values: Sequence[float]) -> Estimate:
-    """Median and 95 % bootstrap interval of the finite values; all raw values are kept.
+    """Median and range (smallest and largest value) of the finite values; all raw values are
+    kept. With the few windows of one launch a bootstrap "95 %" interval of the median is this
+    same range, so it is called what it is.
 
-    NaN (a window with no latency samples) is left out of the statistics; with no finite
-    value at all the estimate is NaN throughout.
+    NaN (a window with no latency samples) is left out; with no finite value at all the
+    estimate is NaN throughout.
     """
     raw = tuple(float(v) for v in values)
     finite = [v for v in raw if math.isfinite(v)]
     if not finite:
         return Estimate(median=_NAN, low=_NAN, high=_NAN, values=raw)
-    low, high = bootstrap_ci(finite)
-    return Estimate(median=float(np.median(finite)), low=low, high=high, values=raw)
+    return Estimate(median=float(np.median(finite)), low=min(finite), high=max(finite), values=raw)
 
 
 def _window_values(w: WindowMetrics) -> dict[str, float]:
@@ -153,6 +177,8 @@ def _window_values(w: WindowMetrics) -> dict[str, float]:
         "e2e_p50_ms": w.e2e_ms.p50,
         "e2e_p90_ms": w.e2e_ms.p90,
         "e2e_p99_ms": w.e2e_ms.p99,
+        "tpot_p50_ms": w.tpot_ms.p50 if w.tpot_ms else _NAN,
+        "tpot_p99_ms": w.tpot_ms.p99 if w.tpot_ms else _NAN,
         "error_rate": w.error_rate,
     }
 

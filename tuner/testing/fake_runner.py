@@ -22,9 +22,11 @@ from tuner.domain import (
     Slo,
     TrialResult,
     TrialStatus,
+    WindowMetrics,
     Workload,
 )
-from tuner.load.stats import summarize, window_metrics
+from tuner.load.curve import trial_metrics
+from tuner.load.stats import window_metrics
 from tuner.runner import PhaseCallback
 
 GIB = 1024**3
@@ -114,29 +116,40 @@ class FakeRunner:
         launch = rng.uniform(1.0 - self.launch_spread, 1.0 + self.launch_spread)
         seqs = config.max_num_seqs or 256
         per_token_s = 0.002 * launch * (1.0 + 0.5 * (config.enforce_eager or False))
-        batch = min(seqs, workload.concurrency)
-        windows = []
-        for w in range(workload.windows):
-            phase("measuring", f"window {w + 1}/{workload.windows}")
-            records = []
-            for i in range(workload.requests_per_window):
-                noise = rng.uniform(0.9, 1.1)
-                queue = (workload.concurrency / batch - 1.0) * workload.output_tokens * per_token_s
-                ttft = (0.01 + workload.prompt_tokens * 1e-5) * noise + queue
-                e2e = ttft + workload.output_tokens * per_token_s * noise
-                records.append(
-                    RequestRecord(
-                        ok=True,
-                        prompt_tokens=workload.prompt_tokens,
-                        output_tokens=workload.output_tokens,
-                        start_s=i * 0.01,
-                        ttft_s=ttft,
-                        e2e_s=e2e,
-                        itl_mean_s=per_token_s * noise,
+        windows: list[WindowMetrics] = []
+        points = workload.load_points()
+        total = len(points) * workload.windows
+        for point in points:
+            batch = min(seqs, point.concurrency)
+            for _ in range(workload.windows):
+                phase("measuring", f"window {len(windows) + 1}/{total}")
+                records = []
+                for i in range(point.requests_per_window):
+                    noise = rng.uniform(0.9, 1.1)
+                    queue = (point.concurrency / batch - 1.0) * point.output_tokens * per_token_s
+                    ttft = (0.01 + point.prompt_tokens * 1e-5) * noise + queue
+                    e2e = ttft + point.output_tokens * per_token_s * noise
+                    records.append(
+                        RequestRecord(
+                            ok=True,
+                            prompt_tokens=point.prompt_tokens,
+                            output_tokens=point.output_tokens,
+                            start_s=i * 0.01,
+                            ttft_s=ttft,
+                            e2e_s=e2e,
+                            itl_s=(per_token_s * noise,) * (point.output_tokens - 1),
+                        )
+                    )
+                duration = point.requests_per_window / batch * max(r.e2e_s or 0 for r in records)
+                windows.append(
+                    window_metrics(
+                        records,
+                        duration,
+                        slo,
+                        concurrency=point.concurrency,
+                        request_rate=point.request_rate,
                     )
                 )
-            duration = workload.requests_per_window / batch * max(r.e2e_s or 0 for r in records)
-            windows.append(window_metrics(records, duration, slo))
         memory = MemoryUsage(
             gpu_peak_bytes={"GPU-fake": int(util * self.memory_gib * GIB)},
             gpu_baseline_bytes={"GPU-fake": 0},
@@ -145,7 +158,7 @@ class FakeRunner:
             config=config,
             status=TrialStatus.COMPLETE,
             windows=tuple(windows),
-            metrics=summarize(windows),
+            metrics=trial_metrics(workload, windows, slo),
             memory=memory,
             server=info,
             provenance=prov,

@@ -1,0 +1,220 @@
+"""Fidelity of tuner's load generator against ``vllm bench serve`` on one server.
+
+The two clients take turns on the same running server, for each concurrency and each round:
+tuner's generator (``tuner load``, as a user runs it) and vLLM's own benchmark (random dataset,
+``--ignore-eos``, the same prompt and output lengths and request count). Every pair is printed
+with the ratios tuner / vLLM of output and request throughput and P50/P99 TTFT, ITL and E2E,
+and each client's own check that it was not the bottleneck.
+
+    # on CPU vLLM, starting the tiny-ernie server itself:
+    .venv/bin/python bench/bench_load_fidelity.py --launch tiny-ernie \\
+        --vllm-python $TUNER_VLLM_PYTHON --concurrency 4,16 --prompt-tokens 128 --output-tokens 64
+    # on a server that already runs (the H200 script does this):
+    python bench/bench_load_fidelity.py --url http://127.0.0.1:8000 --model NAME \\
+        --tokenizer DIR --vllm-python python3 --concurrency 16,64,256 --rounds 2 --out DIR
+
+``--out DIR`` keeps every raw result (tuner's and vLLM's JSON) and ``fidelity.jsonl``, one line
+per (round, concurrency, client) with the compared fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# The fields compared, with vLLM's names: throughputs and latency medians / P99s.
+FIELDS = (
+    "output_throughput",
+    "request_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+)
+
+
+@contextmanager
+def launched(
+    model_alias: str, vllm_python: str, extra: list[str]
+) -> Iterator[tuple[str, str, str]]:
+    """Start a catalogued model (dummy weights) on CPU/GPU vLLM; yields (url, served, tokenizer)."""
+    from tuner.catalog.materialize import materialize, tokenizer_dir
+    from tuner.catalog.models import resolve_model
+    from tuner.vllm import argv
+    from tuner.vllm.ports import free_port
+    from tuner.vllm.server import VllmServer
+
+    model = resolve_model(model_alias)
+    cache = Path(os.environ.get("TUNER_HOME", Path.home() / ".cache" / "tuner")) / "models"
+    directory = materialize(model, cache)
+    tokenizer = str(tokenizer_dir(directory))
+    served = f"fidelity-{uuid.uuid4().hex[:8]}"
+    port = free_port("127.0.0.1")
+    args = argv.base_args(
+        str(directory),
+        served_model_name=served,
+        host="127.0.0.1",
+        port=port,
+        load_format="dummy",
+        tokenizer=tokenizer,
+        dtype=None,
+        extra=extra,
+    )
+    log = ROOT / ".tuner" / "logs" / f"{served}.log"  # where gpu-streams.sh collects logs
+    server = VllmServer(
+        argv.server_command(vllm_python, args),
+        env={},
+        host="127.0.0.1",
+        port=port,
+        served_model_name=served,
+        log_path=log,
+        lease_dir=None,
+    )
+    with server:
+        server.start()
+        startup = server.wait_ready(900)
+        print(f"server ready in {startup:.0f} s (log {log})", flush=True)
+        yield server.base_url, served, tokenizer
+
+
+def run_tuner(args: argparse.Namespace, url: str, model: str, c: int, n: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "tuner.cli", "load", url, "--model", model,
+        "--concurrency", str(c), "--requests", str(n),
+        "--prompt-tokens", str(args.prompt_tokens), "--output-tokens", str(args.output_tokens),
+        "--warmup", str(args.warmup), "--vocab-size", str(args.vocab_size), "--json",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
+    if out.returncode != 0:
+        raise SystemExit(f"tuner load failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return dict(lines[-1])
+
+
+def run_vllm(
+    args: argparse.Namespace, url: str, model: str, tokenizer: str, c: int, n: int, where: Path
+) -> dict[str, Any]:
+    name = f"vllm-c{c}-{uuid.uuid4().hex[:6]}.json"
+    cmd = [
+        args.vllm_python, str(ROOT / "bench" / "vllm_bench_serve.py"),
+        "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
+        "--model", model, "--tokenizer", tokenizer,
+        "--dataset-name", "random", "--random-input-len", str(args.prompt_tokens),
+        "--random-output-len", str(args.output_tokens), "--random-range-ratio", "0",
+        "--ignore-eos", "--max-concurrency", str(c), "--num-prompts", str(n),
+        "--num-warmups", str(args.warmup), "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,90,99", "--disable-tqdm",
+        "--save-result", "--result-dir", str(where), "--result-filename", name,
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"vllm bench serve failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return dict(json.loads((where / name).read_text()))
+
+
+def _row(result: dict[str, Any]) -> dict[str, Any]:
+    return {f: result.get(f) for f in FIELDS} | {
+        "completed": result.get("completed"),
+        "failed": result.get("failed"),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url")
+    p.add_argument("--model", help="served model name (with --url)")
+    p.add_argument("--tokenizer", help="tokenizer directory for vllm bench serve (with --url)")
+    p.add_argument("--launch", help="start this catalogued model instead of --url")
+    p.add_argument("--server-arg", action="append", default=[], help="extra vLLM flag (--launch)")
+    p.add_argument("--vllm-python", required=True, help="interpreter that has vLLM")
+    p.add_argument("--concurrency", default="16,64,256")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--output-tokens", type=int, default=256)
+    p.add_argument("--requests-per-stream", type=int, default=4)
+    p.add_argument("--min-requests", type=int, default=128)
+    p.add_argument("--warmup", type=int, default=16)
+    p.add_argument("--vocab-size", type=int, default=1024)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="fidelity-out-"))
+    out.mkdir(parents=True, exist_ok=True)
+    levels = [int(c) for c in args.concurrency.split(",")]
+
+    if args.launch:
+        extra = [a for arg in args.server_arg for a in arg.split()]
+        ctx = launched(args.launch, args.vllm_python, extra)
+    else:
+        if not (args.url and args.model and args.tokenizer):
+            p.error("give --launch MODEL, or --url, --model and --tokenizer")
+        ctx = _given(args.url, args.model, args.tokenizer)
+    rows: list[dict[str, Any]] = []
+    with ctx as (url, model, tokenizer), open(out / "fidelity.jsonl", "a") as sink:
+        for rnd in range(1, args.rounds + 1):
+            for c in levels:
+                n = max(args.min_requests, args.requests_per_stream * c)
+                for client in ("tuner", "vllm"):
+                    t = time.time()
+                    if client == "tuner":
+                        result = run_tuner(args, url, model, c, n)
+                        (out / f"tuner-r{rnd}-c{c}.json").write_text(json.dumps(result))
+                    else:
+                        result = run_vllm(args, url, model, tokenizer, c, n, out)
+                    row = {
+                        "round": rnd,
+                        "concurrency": c,
+                        "requests": n,
+                        "client": client,
+                        "prompt_tokens": args.prompt_tokens,
+                        "output_tokens": args.output_tokens,
+                        "started_at": t,
+                        **_row(result),
+                        "client_bound": bool(
+                            (result.get("tuner_client") or {}).get("client_bound")
+                        ),
+                    }
+                    rows.append(row)
+                    sink.write(json.dumps(row) + "\n")
+                    sink.flush()
+                    print(
+                        f"round {rnd} c={c:<4} {client:<6} out {row['output_throughput']:>10,.0f} "
+                        f"tok/s  P99 TTFT {row['p99_ttft_ms']:>8,.1f} ms  P99 E2E "
+                        f"{row['p99_e2el_ms']:>9,.1f} ms",
+                        flush=True,
+                    )
+    print()
+    print(ratio_table(rows))
+    return 0
+
+
+@contextmanager
+def _given(url: str, model: str, tokenizer: str) -> Iterator[tuple[str, str, str]]:
+    yield url, model, tokenizer
+
+
+def ratio_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per round and concurrency, tuner / vLLM for each compared field."""
+    from tuner.report.fidelity import ratios_markdown, values_markdown
+
+    return values_markdown(rows) + "\n\n" + ratios_markdown(rows)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

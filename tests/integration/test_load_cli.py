@@ -1,0 +1,175 @@
+"""``tuner load`` against the fake vLLM server (uvicorn in a thread of this process): the
+vLLM-format JSON lines, the saved result files, the table, and the one-line errors for a
+wrong model and an address nothing answers.
+
+The measuring cases run the command in process (typer's CliRunner); the error cases run the
+real entry point as a subprocess, where the exit code and the absence of a traceback are what
+a user sees."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from tuner.cli import app
+from tuner.load.benchjson import PER_REQUEST_FIELDS
+from tuner.testing.fake_server import create_app
+
+MODEL = "tuner-load-cli"
+REPO = Path(__file__).resolve().parents[2]
+# Small shapes: a few hundred milliseconds a point on the fake's 1 ms steps.
+QUICK = ("--prompt-tokens", "32", "--output-tokens", "8", "--warmup", "4")
+VLLM_KEYS = (
+    "date", "backend", "model_id", "num_prompts", "request_rate", "burstiness",
+    "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
+    "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
+    "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms",
+    "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms",
+)  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def base_url() -> Iterator[str]:
+    port = _free_port()
+    app_ = create_app(MODEL, max_num_seqs=8, step_s=0.001)
+    server = uvicorn.Server(uvicorn.Config(app_, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the fake server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _invoke(*args: str) -> str:
+    result = CliRunner().invoke(app, ["load", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_json_lines_per_load_point_in_vllm_format(base_url: str) -> None:
+    stdout = _invoke(base_url, "--model", MODEL, "--concurrency", "2,8", "--json",
+                     "--slo", "e2e_p99=60s", *QUICK)  # fmt: skip
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    assert len(lines) == 2, stdout
+    points = [json.loads(line) for line in lines]
+    for point, streams in zip(points, (2, 8), strict=True):
+        missing = [k for k in VLLM_KEYS if k not in point]
+        assert not missing, missing
+        assert not set(PER_REQUEST_FIELDS) & set(point)  # no per-request arrays on a line
+        requests = max(32, 4 * streams)
+        assert point["num_prompts"] == point["completed"] == requests
+        assert point["failed"] == 0
+        assert point["max_concurrency"] == streams and point["request_rate"] == "inf"
+        assert point["model_id"] == MODEL and point["backend"] == "openai"
+        assert point["total_input_tokens"] == 32 * requests
+        assert point["total_output_tokens"] == 8 * requests
+        assert point["output_throughput"] > 0
+        assert point["request_goodput"] == pytest.approx(point["request_throughput"])
+        for metric in ("ttft", "tpot", "itl", "e2el"):
+            assert point[f"p99_{metric}_ms"] >= point[f"median_{metric}_ms"] > 0
+            assert point[f"p90_{metric}_ms"] >= point[f"p50_{metric}_ms"]
+        assert point["tuner_load_point"] == f"{streams} streams"
+        assert set(point["tuner_client"]) >= {"client_bound", "disturbed", "notes"}
+    # The fake holds 8 sequences: 8 streams keep it busier than 2 do.
+    assert points[1]["output_throughput"] > points[0]["output_throughput"]
+
+
+def test_save_result_writes_full_files_per_point(base_url: str, tmp_path: Path) -> None:
+    out_dir = tmp_path / "results"
+    rates = ("--request-rate", "50,100", "--max-concurrency", "16", "--requests", "20")
+    _invoke(base_url, *rates, "--text-prompts", "--save-result", str(out_dir), *QUICK)
+    files = sorted(out_dir.iterdir())
+    assert [f.name.split("-concurrency16-")[0] for f in files] == [
+        "openai-100.0qps",
+        "openai-50.0qps",
+    ]
+    for path in files:
+        assert path.name.endswith(".json") and f"-{MODEL}-" in path.name
+        data = json.loads(path.read_text())
+        assert data["completed"] == data["num_prompts"] == 20
+        for field in PER_REQUEST_FIELDS:
+            assert len(data[field]) == 20, field
+        assert data["output_lens"] == [8] * 20 and data["input_lens"] == [32] * 20
+        assert all(len(gaps) == 7 for gaps in data["itls"])  # 8 tokens: 7 gaps each
+        assert data["errors"] == [""] * 20
+        assert data["request_rate"] in (50.0, 100.0) and data["max_concurrency"] == 16
+        assert data["request_goodput"] is None  # no --slo
+        assert data["tuner_prompts"] == "text"
+
+
+def test_table_names_every_point(base_url: str) -> None:
+    stdout = _invoke(base_url, "--concurrency", "1,4", *QUICK)  # --model: the server's own
+    assert f"model {MODEL}" in stdout
+    for word in ("req/s", "tok/s", "TTFT ms", "TPOT ms", "ITL ms", "E2EL ms", "P50/P99"):
+        assert word in stdout, stdout
+    rows = [line.split() for line in stdout.splitlines() if "streams" in line]
+    assert [row[:2] for row in rows] == [["1", "streams"], ["4", "streams"]], stdout
+    for row in rows:  # req/s, out tok/s, then median/P99 of TTFT, TPOT, ITL, E2EL
+        assert float(row[2]) > 0 and float(row[3]) > 0
+        pairs = [tuple(map(float, cell.split("/"))) for cell in row[4:]]
+        assert len(pairs) == 4 and all(0 < median <= p99 for median, p99 in pairs), row
+
+
+def _tuner(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "load", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def _one_line_error(run: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.stdout == "", run.stdout
+    lines = run.stderr.splitlines()
+    assert lines[0].startswith("error:"), run.stderr
+    assert any(line.startswith("hint:") for line in lines), run.stderr
+    return " ".join(run.stderr.split())
+
+
+def test_wrong_model_unreachable_and_silent_servers_are_one_line_errors(base_url: str) -> None:
+    wrong = _tuner(base_url, "--model", "not-the-model", "--json", *QUICK)
+    text = _one_line_error(wrong)
+    assert wrong.returncode == 2
+    assert "not-the-model" in text and MODEL in text and "--model" in text
+
+    nobody = _tuner(f"http://127.0.0.1:{_free_port()}", "--model", MODEL, *QUICK)
+    text = _one_line_error(nobody)
+    assert nobody.returncode == 1
+    assert "cannot reach http://127.0.0.1:" in text and "start the server" in text
+
+    with socket.socket() as silent:  # accepts connections (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        mute = _tuner(f"127.0.0.1:{port}", "--timeout", "1", *QUICK)
+    text = _one_line_error(mute)
+    assert mute.returncode == 1
+    assert f"127.0.0.1:{port} did not answer GET /v1/models within 1 s" in text
+
+    bad = _tuner(base_url, "--concurrency", "4,x")
+    assert bad.returncode == 2 and "'x' is not a number" in _one_line_error(bad)

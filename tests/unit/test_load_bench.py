@@ -1,0 +1,126 @@
+"""``tuner load``'s option checks, its one workload, and the warnings it prints per point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tuner.domain import ClientHealth, FailureClass, LatencyStats, WindowMetrics
+from tuner.errors import LoadFailure, TunerError, UsageError
+from tuner.load import bench
+
+DEFAULTS: dict[str, Any] = {
+    "url": "http://127.0.0.1:8000",
+    "model": "m",
+    "concurrency": None,
+    "request_rate": None,
+    "max_concurrency": None,
+    "prompt_tokens": 512,
+    "output_tokens": 256,
+    "requests": None,
+    "warmup": 32,
+    "vocab_size": 1024,
+    "text_prompts": False,
+    "timeout_s": 600.0,
+    "slo": None,
+    "percentiles": "50,90,99",
+}
+
+
+def _opts(**changes: Any) -> bench.LoadOptions:
+    return bench.options(**{**DEFAULTS, **changes})
+
+
+def test_closed_loop_ladder_in_one_workload_with_one_warmup() -> None:
+    opts = _opts(concurrency="64,16,256")
+    shape = bench.workload(opts)
+    assert shape.windows == 1 and shape.warmup_requests == 32 and shape.length_jitter == 0.0
+    points = shape.load_points()
+    assert [p.concurrency for p in points] == [16, 64, 256]
+    assert [p.requests_per_window for p in points] == [64, 256, 1024]  # 4 x concurrency
+    assert [p.request_rate for p in points] == [None] * 3
+    one = bench.workload(_opts()).load_points()
+    assert [(p.concurrency, p.requests_per_window) for p in one] == [(16, 64)]
+    small = bench.workload(_opts(concurrency="2")).load_points()
+    assert small[0].requests_per_window == 32  # at least 32
+
+
+def test_rate_ladder_capped_in_flight() -> None:
+    points = bench.workload(_opts(request_rate="8,2")).load_points()
+    assert [p.request_rate for p in points] == [2.0, 8.0]
+    assert {p.concurrency for p in points} == {256}
+    assert {p.requests_per_window for p in points} == {80}  # 10 s at 8 req/s
+    capped = bench.workload(_opts(request_rate="1", max_concurrency=4, requests=10))
+    assert capped.load_points()[0].concurrency == 4
+    assert capped.load_points()[0].requests_per_window == 10
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"concurrency": "4", "request_rate": "2"}, "both set the load"),
+        ({"max_concurrency": 8}, "--max-concurrency caps a --request-rate run"),
+        ({"concurrency": "4,0"}, "must be > 0"),
+        ({"request_rate": "fast"}, "'fast' is not a number"),
+        ({"prompt_tokens": 0}, "--prompt-tokens must be >= 1"),
+        ({"timeout_s": 0.0}, "--timeout must be > 0"),
+        ({"slo": "p99=1s"}, "--slo: bad SLO item"),
+        ({"percentiles": "50,101"}, "(0, 100]"),
+        ({"url": "ftp://host"}, "is not a server address"),
+        ({"url": "http://host:port"}, "is not a server address"),
+    ],
+)
+def test_bad_options_are_usage_errors(changes: dict[str, Any], words: str) -> None:
+    with pytest.raises(UsageError) as info:
+        _opts(**changes)
+    assert words in info.value.message
+
+
+def test_server_address_forms() -> None:
+    assert bench.server_root("127.0.0.1:8000") == "http://127.0.0.1:8000"
+    assert bench.server_root("http://h:1/v1/") == "http://h:1"
+    assert bench.server_root("https://h") == "https://h"
+    assert _opts(slo="ttft_p99=500ms").slo is not None
+    assert _opts(slo="none").slo is None
+
+
+def _point(client: ClientHealth | None, failed: int = 0) -> bench.PointResult:
+    stats = LatencyStats(1, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0)
+    window = WindowMetrics(1.0, 4, failed, 4, 4, 4.0, 4.0, 8.0, stats, stats, stats, client=client)
+    errors = [""] * 4 + ["HTTP 500: boom"] * failed
+    return bench.PointResult("16 streams", window, {"failed": failed, "num_prompts": 4 + failed,
+                                                    "errors": errors})  # fmt: skip
+
+
+def test_warnings_for_client_bound_disturbed_and_failed_points() -> None:
+    assert bench.warnings(_point(None)) == []
+    assert bench.warnings(_point(ClientHealth(0.1, 1.0, 1.0, 0.5, 2))) == []
+    bound = ClientHealth(0.97, 1.0, 1.0, 1.0, 2, client_bound=True, notes=("client used 97%",))
+    (line,) = bench.warnings(_point(bound))
+    assert line.startswith("16 streams: client-bound (client used 97%)")
+    noisy = ClientHealth(0.1, 30.0, 40.0, 2.0, 2, disturbed=True, notes=("others used 1.5",))
+    lines = bench.warnings(_point(noisy, failed=2))
+    assert lines == [
+        "16 streams: disturbed (others used 1.5): other work on this host shared it",
+        "16 streams: 2 of 6 failed: HTTP 500: boom",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "words"),
+    [
+        ("HTTP 404: The model `x` does not exist.", UsageError, "check --model"),
+        ("timed out after 5 s", TunerError, "raise --timeout"),
+        ("HTTP 400: maximum context length", TunerError, "--vocab-size"),
+        ("HTTP 401: unauthorized", TunerError, "API key"),
+        ("ClientConnectorError: refused", TunerError, "server's log"),
+    ],
+)
+def test_a_failed_run_says_what_to_do(error: str, kind: type[TunerError], words: str) -> None:
+    failure = LoadFailure(
+        FailureClass.LOAD_ERRORS, f"4 of 4 requests failed in warm-up; first errors: {error}"
+    )
+    explained = bench.explain_failure(failure, _opts(), "x")
+    assert type(explained) is kind
+    assert error in explained.message and words in explained.hint

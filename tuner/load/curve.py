@@ -1,0 +1,121 @@
+"""A launch's load curve: its windows grouped by load point, and the capacity read from it.
+
+"Capacity" is what vLLM's ``auto_tune`` and ``bench sweep`` look for: the highest output
+throughput among the load points whose P99 latencies (medians over the point's windows) meet
+the SLO and whose error rate is at most :data:`tuner.scoring`'s ceiling. Without an SLO it is
+the highest throughput of the curve. A point whose windows were client-bound is never taken as
+the capacity: its throughput is the client's floor, not the server's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tuner.domain import Estimate, Slo, WindowMetrics, Workload
+from tuner.load.stats import estimate, summarize
+
+MAX_ERROR_RATE = 0.01  # the same ceiling as the study's error-rate constraint
+CAPACITY_METRICS = (
+    "capacity_output_throughput",
+    "capacity_request_throughput",
+    "capacity_load",
+)
+_SLO_FIELDS = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")  # Slo field = metric name
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One point of the curve: its load level and the summary of its windows."""
+
+    concurrency: int | None
+    request_rate: float | None
+    windows: tuple[WindowMetrics, ...]
+    metrics: Mapping[str, Estimate]
+
+    @property
+    def load(self) -> float:
+        """The load level: the request rate of an open-loop point, else its concurrency."""
+        if self.request_rate is not None:
+            return self.request_rate
+        return float(self.concurrency or 0)
+
+    @property
+    def label(self) -> str:
+        if self.request_rate is not None:
+            return f"{self.request_rate:g} req/s"
+        return f"{self.concurrency} streams"
+
+    @property
+    def client_bound(self) -> bool:
+        return any(w.client_bound for w in self.windows)
+
+    def meets(self, slo: Slo | None) -> bool:
+        if self.metrics["error_rate"].median > MAX_ERROR_RATE:
+            return False
+        if slo is None:
+            return True
+        for name in _SLO_FIELDS:
+            bound = getattr(slo, name)
+            value = self.metrics[name].median
+            if bound is not None and math.isfinite(value) and value > bound:
+                return False
+        return True
+
+
+def load_points(windows: Sequence[WindowMetrics]) -> list[LoadPoint]:
+    """The windows grouped by load point, in the order first measured."""
+    groups: dict[tuple[int | None, float | None], list[WindowMetrics]] = {}
+    for w in windows:
+        groups.setdefault((w.concurrency, w.request_rate), []).append(w)
+    return [
+        LoadPoint(concurrency=c, request_rate=r, windows=tuple(ws), metrics=summarize(ws))
+        for (c, r), ws in groups.items()
+    ]
+
+
+def headline_windows(workload: Workload, windows: Sequence[WindowMetrics]) -> list[WindowMetrics]:
+    """The windows of the workload's own load point (its ``concurrency`` or ``request_rate``),
+    which the fixed-load objectives use; the highest load point when the ladder skips it."""
+    points = load_points(windows)
+    if len(points) <= 1:
+        return list(windows)
+    for p in points:
+        if workload.request_rate is not None and p.request_rate == workload.request_rate:
+            return list(p.windows)
+        if workload.rate_ladder == () and p.concurrency == workload.concurrency:
+            return list(p.windows)
+    return list(max(points, key=lambda p: p.load).windows)
+
+
+def capacity(points: Sequence[LoadPoint], slo: Slo | None) -> dict[str, Estimate] | None:
+    """The capacity metrics of a curve (see the module docstring), or None for a single point.
+
+    ``capacity_load`` is the chosen point's load level; every capacity metric is 0 when no
+    point meets the SLO.
+    """
+    if len(points) < 2:
+        return None
+    eligible = [p for p in points if p.meets(slo) and not p.client_bound]
+    if not eligible:
+        zero = estimate([0.0])
+        return dict.fromkeys(CAPACITY_METRICS, zero)
+    best = max(eligible, key=lambda p: p.metrics["output_throughput"].median)
+    return {
+        "capacity_output_throughput": best.metrics["output_throughput"],
+        "capacity_request_throughput": best.metrics["request_throughput"],
+        "capacity_load": estimate([best.load]),
+    }
+
+
+def trial_metrics(
+    workload: Workload, windows: Sequence[WindowMetrics], slo: Slo | None
+) -> dict[str, Estimate]:
+    """A trial's metrics: the fixed-load summary of its headline point, plus the capacity
+    metrics when it measured a curve."""
+    metrics = summarize(headline_windows(workload, windows))
+    cap = capacity(load_points(windows), slo)
+    if cap is not None:
+        metrics.update(cap)
+    return metrics

@@ -1,0 +1,112 @@
+"""A null streaming server: answers ``POST /v1/completions`` with the chunks vLLM would send,
+as fast as the socket takes them, doing no other work.
+
+It measures a load generator's own ceiling: whatever rate a client reaches against it is the
+most that client can ever report. Each response streams ``max_tokens`` chunks of one token
+(compact JSON, as vLLM's pydantic writes them), a usage chunk and ``[DONE]``, over HTTP/1.1
+chunked encoding with keep-alive. ``--events-per-write`` sets how many chunks go in one socket
+write (1: one HTTP chunk per token, as a real server at low load; more: the coalesced reads a
+client sees from a busy GPU server).
+
+    python -m tuner.testing.null_server --port 8000 [--events-per-write 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import Sequence
+
+_TOKEN = (
+    b'data: {"id":"cmpl-null","object":"text_completion","created":0,"model":"null",'
+    b'"choices":[{"index":0,"text":" t1","logprobs":null,"finish_reason":null,'
+    b'"stop_reason":null}],"usage":null}\n\n'
+)
+_DONE = b"data: [DONE]\n\n"
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
+
+
+def _usage(prompt: int, completion: int) -> bytes:
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+    event = {"id": "cmpl-null", "object": "text_completion", "choices": [], "usage": usage}
+    return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _prompt_len(prompt: object) -> int:
+    if isinstance(prompt, list):
+        return len(prompt)
+    return len(str(prompt).split())
+
+
+async def _serve_one(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, per_write: int
+) -> None:
+    try:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            body = json.loads(await reader.readexactly(length)) if length else {}
+            if not head.startswith(b"POST /v1/completions"):
+                msg = b'{"error":{"message":"not found"}}'
+                writer.write(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(msg), msg)
+                )
+                await writer.drain()
+                continue
+            tokens = int(body.get("max_tokens") or 16)
+            writer.write(_HEAD)
+            for start in range(0, tokens, per_write):
+                writer.write(_chunk(_TOKEN * min(per_write, tokens - start)))
+                await writer.drain()
+            writer.write(_chunk(_usage(_prompt_len(body.get("prompt")), tokens) + _DONE))
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+    except ConnectionError:
+        return
+    finally:
+        writer.close()
+
+
+async def serve(host: str, port: int, per_write: int, ready: asyncio.Event | None = None) -> None:
+    server = await asyncio.start_server(
+        lambda r, w: _serve_one(r, w, per_write), host, port, reuse_address=True, backlog=1024
+    )
+    for sock in server.sockets:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if ready is not None:
+        ready.set()
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--events-per-write", type=int, default=1)
+    args = parser.parse_args(argv)
+    print(f"null server on http://{args.host}:{args.port}", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(args.host, args.port, max(1, args.events_per_write)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
