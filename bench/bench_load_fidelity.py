@@ -100,6 +100,7 @@ def run_tuner(args: argparse.Namespace, url: str, model: str, c: int, n: int) ->
         "--concurrency", str(c), "--requests", str(n),
         "--prompt-tokens", str(args.prompt_tokens), "--output-tokens", str(args.output_tokens),
         "--warmup", str(args.warmup), "--vocab-size", str(args.vocab_size), "--json",
+        *(["--text-prompts"] if args.tuner_prompts == "text" else []),
     ]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if out.returncode != 0:
@@ -151,6 +152,13 @@ def main() -> int:
     p.add_argument("--min-requests", type=int, default=128)
     p.add_argument("--warmup", type=int, default=16)
     p.add_argument("--vocab-size", type=int, default=1024)
+    p.add_argument(
+        "--tuner-prompts",
+        choices=("text", "ids"),
+        default="text",
+        help="text: words of tuner's synthetic tokenizer, which the server tokenizes as it does "
+        "vLLM's random-dataset text (default); ids: token-id lists",
+    )
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
@@ -170,13 +178,16 @@ def main() -> int:
         for rnd in range(1, args.rounds + 1):
             for c in levels:
                 n = max(args.min_requests, args.requests_per_stream * c)
-                for client in ("tuner", "vllm"):
+                # Who goes first alternates, so that a drift of the server favours neither.
+                order = ("tuner", "vllm") if rnd % 2 else ("vllm", "tuner")
+                for client in order:
                     t = time.time()
                     if client == "tuner":
                         result = run_tuner(args, url, model, c, n)
                         (out / f"tuner-r{rnd}-c{c}.json").write_text(json.dumps(result))
                     else:
                         result = run_vllm(args, url, model, tokenizer, c, n, out)
+                    health = result.get("tuner_client") or {}
                     row = {
                         "round": rnd,
                         "concurrency": c,
@@ -186,9 +197,10 @@ def main() -> int:
                         "output_tokens": args.output_tokens,
                         "started_at": t,
                         **_row(result),
-                        "client_bound": bool(
-                            (result.get("tuner_client") or {}).get("client_bound")
-                        ),
+                        "client_bound": bool(health.get("client_bound")),
+                        "client_cpu": health.get("client_cpu"),
+                        "loop_lag_p99_ms": health.get("loop_lag_p99_ms"),
+                        "prompts": args.tuner_prompts if client == "tuner" else "text",
                     }
                     rows.append(row)
                     sink.write(json.dumps(row) + "\n")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import has_facts, resolve_model
-from tuner.domain import GpuProfile, ModelSpec, Slo, Workload
+from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload
 from tuner.errors import UsageError
 from tuner.load.workloads import get_workload
 from tuner.scoring import parse_slo
@@ -50,6 +50,13 @@ def resolve_workload(spec: StudySpec) -> Workload:
             workload = workload.replace(**spec.workload_overrides)
         except TypeError as exc:
             raise UsageError(f"bad [workload] override in {spec.source}: {exc}") from None
+    if spec.objective is Objective.CAPACITY and len(workload.load_points()) < 2:
+        raise UsageError(
+            f"the capacity objective reads each launch's load curve, but workload "
+            f"{workload.name!r} measures one load point",
+            hint="give the workload a ladder, e.g. [workload] concurrency_ladder = [4, 16, 64] "
+            "or rate_ladder = [1.0, 2.0, 4.0] in the spec",
+        )
     return workload
 
 

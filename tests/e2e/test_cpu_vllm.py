@@ -95,3 +95,43 @@ def test_utilization_above_free_memory_is_a_recorded_finding(
     assert "less than desired CPU memory utilization" in result.failure_detail
     assert "less than desired CPU memory utilization" in result.log_tail
     assert processes_mentioning(VLLM_PROCESS) == []
+
+
+def test_a_capacity_study_measures_a_load_curve_per_launch(
+    tmp_path: Path, vllm_python: str
+) -> None:
+    """Each trial's one server is measured at 2, 4 and 8 streams after one warm-up, and the
+    trials are ranked by the capacity read from their curves under the study's SLO."""
+    db = tmp_path / "curve.db"
+    env = {**os.environ, "TUNER_VLLM_PYTHON": vllm_python, "TUNER_DB_URL": f"sqlite:///{db}"}
+    spec = Path(__file__).resolve().parents[2] / "studies" / "tiny-ernie-cpu-curve.toml"
+    run = _tuner(["run", str(spec)], tmp_path, env, timeout=1200)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+
+    repo = Repository(make_engine(f"sqlite:///{db}"))
+    rows = repo.list_trials("tiny-ernie-cpu-curve", phase="search", limit=None)
+    assert len(rows) == 2
+    capacities = {}
+    for row in rows:
+        result = row.to_result()
+        check_complete(result)
+        # One launch, three load points, two windows each, lowest load first.
+        assert [w.concurrency for w in result.windows] == [2, 2, 4, 4, 8, 8]
+        for w in result.windows:
+            assert w.client is not None and w.tpot_ms is not None
+            assert w.requests_ok == max(16, 4 * (w.concurrency or 0))
+        cap = result.metrics["capacity_output_throughput"].median
+        load = result.metrics["capacity_load"].median
+        assert cap > 0 and load in (2.0, 4.0, 8.0)
+        # The capacity is the throughput of the chosen load point.
+        chosen = [w.output_throughput for w in result.windows if w.concurrency == load]
+        assert min(chosen) <= cap <= max(chosen)
+        assert row.objective_values is not None and row.objective_values[0] == cap
+        capacities[row.number] = cap
+    # The study ranks by capacity: its best trial is the one with the larger capacity.
+    best = max(capacities, key=lambda n: capacities[n])
+    listed = _tuner(["trials", "tiny-ernie-cpu-curve", "--json"], tmp_path, env, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    shown = _tuner(["best", "tiny-ernie-cpu-curve"], tmp_path, env, timeout=60)
+    assert shown.returncode == 0 and f"#{best}" in shown.stdout, shown.stdout
+    assert processes_mentioning(VLLM_PROCESS) == []

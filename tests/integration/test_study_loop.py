@@ -148,3 +148,47 @@ def test_resume_of_unknown_study_is_a_usage_error(db_url: str) -> None:
     repo = make_repo(db_url)
     with pytest.raises(UsageError, match="no study"):
         run_study(make_context(db_url, name="nope"), FakeRunner(), repo, resume=True)
+
+
+def test_a_capacity_study_ranks_by_the_curve_under_the_slo(db_url: str) -> None:
+    """Trials that measure a ladder are ranked by their capacity: the fake runner's queueing
+    grows with the streams beyond max_num_seqs, so a small max_num_seqs caps where the SLO
+    holds, and the ranking follows the capacity, not the fixed-load throughput."""
+    from tests.studykit import TINY_WORKLOAD
+
+    ladder = TINY_WORKLOAD.replace(concurrency=16, concurrency_ladder=(4, 8, 16), windows=2)
+    repo = make_repo(db_url)
+    ctx = make_context(
+        db_url,
+        trials=4,
+        workload=ladder,
+        objective="capacity",
+        slo="ttft_p99=200ms",
+        params=("max_num_seqs",),
+        choices={"max_num_seqs": (2, 4, 64)},
+    )
+    run_study(ctx, FakeRunner(), repo)
+    ranked = rank(repo, ctx.name, ctx.spec.objective)
+    rows = {r.number: r for r in repo.list_trials(ctx.name, phase="search", limit=None)}
+    assert len(rows) == 4
+    caps = {}
+    for number, row in rows.items():
+        result = row.to_result()
+        check_complete(result, min_windows=6)
+        assert [w.concurrency for w in result.windows] == [4, 4, 8, 8, 16, 16]
+        caps[number] = result.metrics["capacity_output_throughput"].median
+        assert row.objective_values is not None and row.objective_values[0] == caps[number]
+    assert [r.number for r in ranked if r.feasible] == sorted(
+        (n for n in caps if caps[n] > 0), key=lambda n: -caps[n]
+    )
+    assert ranked[0].values[0] == max(caps.values())
+
+
+def test_the_capacity_objective_needs_a_ladder(tmp_path: Path) -> None:
+    from tuner.compose import resolve_workload
+    from tuner.spec import StudySpec
+
+    spec = StudySpec(workload="smoke").with_overrides(objective="capacity")
+    with pytest.raises(UsageError, match="one load point") as info:
+        resolve_workload(spec)
+    assert "concurrency_ladder" in (info.value.hint or "")

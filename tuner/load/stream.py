@@ -160,17 +160,22 @@ async def stream_completion(
             buffer = b""
             # Read to the end even after [DONE]: a fully read response lets the connection
             # go back to the pool instead of being closed and reopened for the next request.
+            feed = state.feed
             async for data in resp.content.iter_any():
                 now = time.perf_counter()
                 buffer += data
                 if b"\r" in buffer:
                     buffer = buffer.replace(b"\r\n", b"\n")
+                # Walk the events by position: one copy per event, not one of the rest.
+                pos = 0
                 end = buffer.find(b"\n\n")
                 while end >= 0:
                     if state.done is None and state.error is None:
-                        state.feed(buffer[:end], now)
-                    buffer = buffer[end + 2 :]
-                    end = buffer.find(b"\n\n")
+                        feed(buffer[pos:end], now)
+                    pos = end + 2
+                    end = buffer.find(b"\n\n", pos)
+                if pos:
+                    buffer = buffer[pos:]
             if buffer.strip() and state.done is None and state.error is None:
                 state.feed(buffer.strip(), time.perf_counter())  # a last event without "\n\n"
     except TimeoutError:

@@ -25,10 +25,12 @@ TOLERANCE = 0.05  # the issue's bar: within 5 % of vLLM's benchmark
 
 
 def pairs(rows: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    """(tuner, vllm) row pairs of the same round and concurrency, in round then load order."""
-    by_key: dict[tuple[int, int], dict[str, Mapping[str, Any]]] = {}
+    """(tuner, vllm) row pairs of the same session, round and concurrency, in that order.
+    A pair whose other half is missing (a machine lost mid-round) is left out."""
+    by_key: dict[tuple[int, int, int], dict[str, Mapping[str, Any]]] = {}
     for r in rows:
-        by_key.setdefault((int(r["round"]), int(r["concurrency"])), {})[str(r["client"])] = r
+        key = (int(r.get("session", 0)), int(r["round"]), int(r["concurrency"]))
+        by_key.setdefault(key, {})[str(r["client"])] = r
     return [
         (v["tuner"], v["vllm"]) for _, v in sorted(by_key.items()) if "tuner" in v and "vllm" in v
     ]
@@ -38,6 +40,11 @@ def ratio(a: Any, b: Any) -> float:
     if a is None or b is None or not b:
         return math.nan
     return float(a) / float(b)
+
+
+def _run(row: Mapping[str, Any]) -> str:
+    session = row.get("session")
+    return f"{session}.{row['round']}" if session is not None else str(row["round"])
 
 
 def _fmt(value: Any, field: str) -> str:
@@ -50,18 +57,18 @@ def _fmt(value: Any, field: str) -> str:
 
 def values_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """The measured values side by side: tuner / vLLM per field."""
-    head = "| round | streams | " + " | ".join(label for _, label in COMPARED) + " |"
+    head = "| run | streams | " + " | ".join(label for _, label in COMPARED) + " |"
     sep = "|---|---|" + "---|" * len(COMPARED)
     lines = [head, sep]
     for t, v in pairs(rows):
         cells = [f"{_fmt(t.get(f), f)} / {_fmt(v.get(f), f)}" for f, _ in COMPARED]
-        lines.append(f"| {t['round']} | {t['concurrency']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_run(t)} | {t['concurrency']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def ratios_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """tuner / vLLM per field; a ratio outside 1 +- 5 % is marked with "!"."""
-    head = "| round | streams | " + " | ".join(label for _, label in COMPARED) + " | client-bound |"
+    head = "| run | streams | " + " | ".join(label for _, label in COMPARED) + " | client-bound |"
     sep = "|---|---|" + "---|" * len(COMPARED) + "---|"
     lines = [head, sep]
     for t, v in pairs(rows):
@@ -71,9 +78,7 @@ def ratios_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             mark = "" if math.isnan(r) or abs(r - 1.0) <= TOLERANCE else " !"
             cells.append("-" if math.isnan(r) else f"{r:.3f}{mark}")
         bound = "yes" if t.get("client_bound") else "no"
-        lines.append(
-            f"| {t['round']} | {t['concurrency']} | " + " | ".join(cells) + f" | {bound} |"
-        )
+        lines.append(f"| {_run(t)} | {t['concurrency']} | " + " | ".join(cells) + f" | {bound} |")
     return "\n".join(lines)
 
 
@@ -81,3 +86,75 @@ def worst_deviation(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) ->
     """The largest |tuner / vLLM - 1| over the pairs and ``fields``."""
     devs = [abs(ratio(t.get(f), v.get(f)) - 1.0) for t, v in pairs(rows) for f in fields]
     return max((d for d in devs if not math.isnan(d)), default=math.nan)
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if v > 0 and math.isfinite(v)]
+    if not finite:
+        return math.nan
+    return math.exp(sum(math.log(v) for v in finite) / len(finite))
+
+
+def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Per concurrency: the geometric mean of tuner / vLLM over all pairs, and how far vLLM's
+    benchmark disagreed with itself across those runs (its max / min output throughput): a
+    ratio inside that spread is no difference."""
+    by_c: dict[int, list[tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
+    for t, v in pairs(rows):
+        by_c.setdefault(int(t["concurrency"]), []).append((t, v))
+    head = (
+        "| streams | pairs | "
+        + " | ".join(label for _, label in COMPARED)
+        + " | vLLM's own spread (out tok/s, max/min) |"
+    )
+    sep = "|---|---|" + "---|" * len(COMPARED) + "---|"
+    lines = [head, sep]
+    for c, ps in sorted(by_c.items()):
+        cells = [
+            f"{geometric_mean([ratio(t.get(f), v.get(f)) for t, v in ps]):.3f}" for f, _ in COMPARED
+        ]
+        own = [float(v["output_throughput"]) for _, v in ps]
+        spread = max(own) / min(own)
+        lines.append(f"| {c} | {len(ps)} | " + " | ".join(cells) + f" | x{spread:.3f} |")
+    return "\n".join(lines)
+
+
+def load_sessions(paths: Sequence[Any]) -> list[dict[str, Any]]:
+    """The rows of several ``fidelity.jsonl`` files, each tagged with its session number
+    (1-based, in the order given)."""
+    import json
+    from pathlib import Path
+
+    rows: list[dict[str, Any]] = []
+    for number, path in enumerate(paths, start=1):
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                rows.append({**json.loads(line), "session": number})
+    return rows
+
+
+def client_markdown(raw_dirs: Sequence[Any]) -> str:
+    """tuner's self-check in each of its runs (from the raw ``tuner-rR-cC.json`` results):
+    its CPU share of one core, its event loop's P99 lag, and the verdict."""
+    import json
+    import re
+    from pathlib import Path
+
+    lines = [
+        "| run | streams | client CPU (of one core) | loop lag P99 ms | client-bound |",
+        "|---|---|---|---|---|",
+    ]
+    found = []
+    for number, raw in enumerate(raw_dirs, start=1):
+        for path in Path(raw).glob("tuner-r*-c*.json"):
+            m = re.fullmatch(r"tuner-r(\d+)-c(\d+)\.json", path.name)
+            if m:
+                found.append((number, int(m[1]), int(m[2]), json.loads(path.read_text())))
+    for session, rnd, c, result in sorted(found, key=lambda x: x[:3]):
+        h = result.get("tuner_client") or {}
+        bound = "yes" if h.get("client_bound") else "no"
+        lines.append(
+            f"| {session}.{rnd} | {c} | {h.get('client_cpu', math.nan):.2f} | "
+            f"{h.get('loop_lag_p99_ms', math.nan):.1f} | {bound} |"
+        )
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from tuner.domain import FailureClass, TrialResult, TrialStatus
+from tuner.load.curve import CAPACITY_METRICS, load_points
 
 REQUIRED_METRICS = (
     "request_throughput",
@@ -32,12 +33,20 @@ def check_complete(result: TrialResult, *, min_windows: int = 3) -> None:
     )
     assert result.failure is None
     assert len(result.windows) >= min_windows, f"only {len(result.windows)} windows"
+    points = load_points(result.windows)
+    per_point = {len(p.windows) for p in points}
     for name in REQUIRED_METRICS:
         assert name in result.metrics, f"metric {name} missing"
         est = result.metrics[name]
-        assert len(est.values) == len(result.windows), f"{name}: one value per window"
-        assert est.low <= est.median <= est.high, f"{name}: interval does not hold its median"
+        # The fixed-load metrics summarise the windows of one load point (the headline one).
+        assert len(est.values) in per_point, f"{name}: one value per window of its load point"
+        assert est.low <= est.median <= est.high, f"{name}: range does not hold its median"
         assert all(math.isfinite(v) for v in est.values), f"{name}: non-finite values"
+    if len(points) > 1:
+        for name in CAPACITY_METRICS:
+            assert name in result.metrics, f"a load curve without {name}"
+        loads = {p.load for p in points} | {0.0}
+        assert result.metrics["capacity_load"].median in loads, "capacity at no measured load"
     for name in ("output_throughput", "request_throughput", "ttft_p99_ms", "e2e_p99_ms"):
         assert result.metrics[name].median > 0, f"{name} must be positive"
     assert result.metrics["e2e_p99_ms"].median >= result.metrics["ttft_p99_ms"].median * 0.5

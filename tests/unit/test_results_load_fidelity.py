@@ -1,0 +1,66 @@
+"""The H200 load-fidelity report is re-derived from its committed data."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tuner.report.fidelity import (
+    client_markdown,
+    load_sessions,
+    pairs,
+    ratio,
+    ratios_markdown,
+    summary_markdown,
+    values_markdown,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "studies" / "results" / "load-fidelity-h200"
+REPORT = ROOT / "docs" / "results" / "load-fidelity-h200.md"
+SESSIONS = [DATA / "session-1", DATA / "session-2"]
+
+
+def _block(name: str) -> str:
+    text = REPORT.read_text()
+    m = re.search(rf"<!-- fidelity:{name} -->\n(.*?)\n<!-- /fidelity:{name} -->", text, re.S)
+    assert m, f"no fidelity:{name} block in {REPORT.name}"
+    return m.group(1)
+
+
+def _rows() -> list[dict[str, object]]:
+    return load_sessions([s / "fidelity.jsonl" for s in SESSIONS])
+
+
+def test_every_table_is_derived_from_the_committed_data() -> None:
+    rows = _rows()
+    assert _block("summary") == summary_markdown(rows)
+    assert _block("values") == values_markdown(rows)
+    assert _block("ratios") == ratios_markdown(rows)
+    assert _block("client") == client_markdown([s / "raw" for s in SESSIONS])
+
+
+def test_the_throughput_claims_hold_on_the_data() -> None:
+    """Throughput within 5 % of vLLM's benchmark on the mean over pairs at every load, and no
+    run of tuner's generator was client-bound."""
+    rows = _rows()
+    by_c: dict[int, list[float]] = {}
+    for t, v in pairs(rows):
+        by_c.setdefault(int(t["concurrency"]), []).append(
+            ratio(t["output_throughput"], v["output_throughput"])
+        )
+        assert not t["client_bound"]
+        assert t["failed"] == 0 and v["failed"] == 0
+    assert sorted(by_c) == [16, 64, 256]
+    for ratios in by_c.values():
+        mean = 1.0
+        for r in ratios:
+            mean *= r
+        assert abs(mean ** (1 / len(ratios)) - 1) <= 0.05
+    # The report's text quotes the summary it shows.
+    summary = _block("summary")
+    for c, ratios in by_c.items():
+        mean = 1.0
+        for r in ratios:
+            mean *= r
+        assert f"| {c} | {len(ratios)} | {mean ** (1 / len(ratios)):.3f} |" in summary
