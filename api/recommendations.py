@@ -269,4 +269,5 @@ def _confirmed(c: Confirmed) -> ConfirmedOut:
         score_high=finite(c.score_high),
         comparison_id=c.comparison_id,
         details=list(c.details),
+        caveats=list(c.caveats),
     )

@@ -90,13 +90,20 @@ class BaselineOut(BaseModel):
 class ConfirmedOut(BaseModel):
     """The confirmation phase's verdict: fresh launches interleaved with vLLM's defaults."""
 
-    verdict: str = Field(description="better, or no significant difference (run the defaults)")
+    verdict: str = Field(
+        description="better; or no significant difference, or inconclusive (launches of one "
+        "configuration disagreed far beyond their noise): run the defaults"
+    )
     label: str = Field(description="#N (the search trial) or defaults")
     score: float | None = Field(description="confirmed score ratio to the defaults")
     score_low: float | None
     score_high: float | None
     comparison_id: int | None = Field(description="GET /v1/compare/{id} for the details")
     details: list[str]
+    caveats: list[str] = Field(
+        default_factory=list,
+        description="client-bound or disturbed measurement windows of that comparison",
+    )
 
 
 class RecommendationOut(BaseModel):

@@ -92,7 +92,8 @@ def run(
     ] = None,
     trials: Annotated[int | None, typer.Option(min=1, help="Trials in the study.")] = None,
     objective: Annotated[
-        str | None, typer.Option(help="balanced, throughput, latency or memory.")
+        str | None,
+        typer.Option(help="balanced, throughput, latency, memory or capacity (needs a ladder)."),
     ] = None,
     slo: Annotated[str | None, typer.Option(help="e.g. ttft_p99=500ms,e2e_p99=10s")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default from the spec).")] = None,
@@ -190,7 +191,12 @@ def trials(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     storage: StorageOpt = None,
 ) -> None:
-    """List a study's trials with their metrics or failure class."""
+    """List a study's trials with their metrics or failure class.
+
+    "flags": the trial's client-bound windows (tuner's load generator was saturated: its
+    numbers are the client's floor) and disturbed ones (other processes took CPU or the GPU).
+    """
+    from tuner.caveats import window_flags
     from tuner.domain import TrialStatus, to_jsonable
 
     status = _status(state)
@@ -199,11 +205,13 @@ def trials(
         raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
     rows = repo.list_trials(study, status=status, limit=100_000)
     if as_json:
-        out.print_json(json.dumps([to_jsonable(r) for r in rows]))
+        records = [{**to_jsonable(r), "flags": window_flags(r.windows).to_dict()} for r in rows]
+        out.print_json(json.dumps(records))
         return
     table = Table(
-        "#", "status", "config", "out tok/s", "P99 E2E ms", "memory GiB", "backend", "failure"
-    )
+        "#", "status", "config", "out tok/s", "P99 E2E ms", "memory GiB", "backend", "failure",
+        "flags",
+    )  # fmt: skip
     for r in rows:
         m = r.metrics
         ok = r.status is TrialStatus.COMPLETE and m
@@ -217,6 +225,7 @@ def trials(
             f"{values[1]:.2f}" if ok and len(values) == 3 else "",
             r.effective_backend or "",
             (r.failure.value + ": " + r.failure_detail[:60]) if r.failure else "",
+            window_flags(r.windows).short(),
         )
     out.print(table)
 
@@ -404,7 +413,7 @@ def launch(
     gpu: Annotated[str, typer.Option(help="GPU profile the configuration was measured on.")],
     workload: Annotated[str | None, typer.Option(help="Only studies of this workload.")] = None,
     objective: Annotated[
-        str | None, typer.Option(help="Rank by: balanced, throughput, latency or memory.")
+        str | None, typer.Option(help="Rank by: balanced, throughput, latency, memory or capacity.")
     ] = None,
     storage: StorageOpt = None,
     api: Annotated[
@@ -483,12 +492,43 @@ def worker(
     out.print(f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken")
 
 
+def _export_bench(
+    study: str | None, output: Path | None, comparisons: bool, storage: str | None
+) -> None:
+    import json
+
+    from tuner.report.bench_export import bench_files
+
+    if study is None or comparisons or output is None:
+        raise UsageError(
+            "--format vllm-bench writes one file per window of a study's trials",
+            hint="tuner export STUDY --format vllm-bench --out DIR",
+        )
+    repo = _repo(storage)
+    if repo.get_study(study) is None:
+        raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
+    files = bench_files(repo, study)
+    output.mkdir(parents=True, exist_ok=True)
+    for name, result in files.items():
+        (output / name).write_text(json.dumps(result, allow_nan=False))
+    out.print(f"{len(files)} vllm bench serve results written to {output}/")
+    if not files:
+        out.print("(no trial of this study kept its per-request records)")
+
+
 @app.command()
 def export(
     study: Annotated[
         str | None, typer.Argument(help="Study name (optional with --comparisons).")
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="jsonl (dataset) or md (table).")] = "jsonl",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="jsonl (dataset), md (table), or vllm-bench (one `vllm bench serve "
+            "--save-result` JSON per measurement window, into the --out folder).",
+        ),
+    ] = "jsonl",
     output: Annotated[Path | None, typer.Option("--out", help="File (default: stdout).")] = None,
     comparisons: Annotated[
         bool,
@@ -504,8 +544,11 @@ def export(
     from tuner.export import markdown_table, study_records, to_jsonl
     from tuner.export_comparisons import comparison_records, comparisons_markdown
 
-    if fmt not in ("jsonl", "md"):
-        raise UsageError(f"unknown format {fmt!r}", hint="use --format jsonl or --format md")
+    if fmt not in ("jsonl", "md", "vllm-bench"):
+        raise UsageError(f"unknown format {fmt!r}", hint="use --format jsonl, md or vllm-bench")
+    if fmt == "vllm-bench":
+        _export_bench(study, output, comparisons, storage)
+        return
     if study is None and not comparisons:
         raise UsageError("name the study to export", hint="tuner export STUDY, or --comparisons")
     repo = _repo(storage)

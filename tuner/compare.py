@@ -10,23 +10,36 @@ The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboa
     {"confidence": 0.95, "a_label": str, "b_label": str, "launches": {"a": n, "b": n},
      "metrics": [{"metric": str, "label": str, "higher_is_better": bool,
                   "a": {"median": x, "values": [...]}, "b": {"median": x, "values": [...]},
-                  "ratio": r | null, "low": l | null, "high": h | null, "verdict": str}],
-     "failures": {"a": [str], "b": [str]}}
+                  "ratio": r | null, "low": l | null, "high": h | null, "verdict": str,
+                  "disagreement": {"a": D | null, "b": D | null}}],
+     "failures": {"a": [str], "b": [str]},
+     "windows": {"a": {"windows": n, "client_bound": n, "disturbed": n}, "b": {...}}}
 
-and ``verdicts`` is ``{metric: verdict, ..., "overall": verdict}``.
+with ``D = {"low", "high", "ratio", "within", "bound", "launches"}`` when that arm's launches
+disagree far beyond their noise (:func:`tuner.caveats.disagreement`; the metric's verdict is
+then "inconclusive: ..."), and ``verdicts`` is ``{metric: verdict, ..., "overall": verdict}``.
+Rows stored before tuner checked these lack "disagreement" and "windows".
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.caveats import (
+    Disagreement,
+    WindowFlags,
+    arm_window_note,
+    disagreement,
+    disagreement_verdict,
+    window_flags,
+)
 from tuner.domain import ServingConfig, Slo, TrialResult, TrialStatus, Workload
 from tuner.runner import PhaseCallback, TrialRunner
 from tuner.scoring import GIB
-from tuner.significance import ratio_interval
+from tuner.significance import is_inconclusive, ratio_interval
 
 NOT_ENOUGH = "not enough launches"
 
@@ -100,16 +113,23 @@ def run_interleaved(
 
 def launch_values(results: Sequence[TrialResult], metric: str) -> list[float]:
     """One value per complete launch: the metric's median over its windows."""
-    out = []
+    return [value for value, _ in _launches(results, metric)]
+
+
+def _launches(results: Sequence[TrialResult], metric: str) -> list[tuple[float, tuple[float, ...]]]:
+    """Per complete launch that has the metric: its value and its window values (none for
+    peak memory, a single number per launch)."""
+    out: list[tuple[float, tuple[float, ...]]] = []
     for r in results:
         if r.status is not TrialStatus.COMPLETE:
             continue
         if metric == "memory_gib":
             mem = r.memory.headline_bytes
             if mem:
-                out.append(mem / GIB)
+                out.append((mem / GIB, ()))
         elif metric in r.metrics:
-            out.append(r.metrics[metric].median)
+            e = r.metrics[metric]
+            out.append((e.median, tuple(e.values)))
     return out
 
 
@@ -124,6 +144,14 @@ class MetricComparison:
     low: float | None
     high: float | None
     verdict: str
+    # Set when that arm's launches disagree far beyond their noise: the verdict is then
+    # "inconclusive: ..." whatever the interval says.
+    a_disagreement: Disagreement | None = None
+    b_disagreement: Disagreement | None = None
+
+    @property
+    def inconclusive(self) -> bool:
+        return is_inconclusive(self.verdict)
 
     def describe(self) -> str:
         if self.ratio is None or self.low is None or self.high is None:
@@ -132,6 +160,11 @@ class MetricComparison:
         def pct(x: float) -> str:
             return f"{(x - 1.0) * 100:+.1f}"
 
+        if self.inconclusive:
+            return (
+                f"{self.label}: {self.verdict} (B/A {self.ratio:.3f} "
+                f"[{self.low:.3f}, {self.high:.3f}] is not a measurement of B against A)"
+            )
         return (
             f"{self.label}: B/A {self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] "
             f"({pct(self.ratio)} %) -> {self.verdict}"
@@ -149,14 +182,30 @@ class Comparison:
     # What each complete launch's server reported about itself, in launch order.
     a_servers: tuple[dict[str, Any], ...] = ()
     b_servers: tuple[dict[str, Any], ...] = ()
+    # Client-bound / disturbed windows over each arm's complete launches.
+    a_windows: WindowFlags = field(default_factory=WindowFlags)
+    b_windows: WindowFlags = field(default_factory=WindowFlags)
 
     def metric(self, name: str) -> MetricComparison:
         return next(m for m in self.metrics if m.metric == name)
 
     @property
     def overall(self) -> str:
-        """The headline verdict: output throughput, B relative to A."""
+        """The headline verdict: output throughput, B relative to A ("inconclusive: ..." when
+        the launches of a side disagree far beyond their noise)."""
         return self.metric(HEADLINE).verdict
+
+    @property
+    def window_note(self) -> str:
+        """'A (defaults): 2 of 9 windows disturbed; ...'; '' when no window was flagged."""
+        return arm_window_note(
+            {"a": self.a_windows, "b": self.b_windows}, {"a": self.a.label, "b": self.b.label}
+        )
+
+    def overall_text(self) -> str:
+        """The overall verdict as a sentence for people: with the flagged windows, if any."""
+        note = self.window_note
+        return f"{self.overall} ({note})" if note else self.overall
 
     def to_results(self) -> dict[str, Any]:
         return {
@@ -178,11 +227,16 @@ class Comparison:
                     "low": m.low,
                     "high": m.high,
                     "verdict": m.verdict,
+                    "disagreement": {
+                        "a": m.a_disagreement.to_dict() if m.a_disagreement else None,
+                        "b": m.b_disagreement.to_dict() if m.b_disagreement else None,
+                    },
                 }
                 for m in self.metrics
             ],
             "failures": {"a": list(self.a_failures), "b": list(self.b_failures)},
             "servers": {"a": list(self.a_servers), "b": list(self.b_servers)},
+            "windows": {"a": self.a_windows.to_dict(), "b": self.b_windows.to_dict()},
         }
 
     def to_verdicts(self) -> dict[str, str]:
@@ -200,11 +254,26 @@ def compare(
     b_results: Sequence[TrialResult],
     confidence: float = 0.95,
 ) -> Comparison:
-    """B against A on every compared metric, from their launches."""
+    """B against A on every compared metric, from their launches.
+
+    A metric on which either arm's launches disagree far beyond their noise gets the verdict
+    "inconclusive: ..." (see :mod:`tuner.caveats`) instead of better / worse / no difference.
+    """
     metrics = []
     for name, label, higher in COMPARED:
-        av, bv = launch_values(a_results, name), launch_values(b_results, name)
+        a_runs, b_runs = _launches(a_results, name), _launches(b_results, name)
+        av, bv = [v for v, _ in a_runs], [v for v, _ in b_runs]
         interval = ratio_interval(av, bv, confidence)
+        a_off = disagreement(av, [w for _, w in a_runs])
+        b_off = disagreement(bv, [w for _, w in b_runs])
+        verdict = interval.verdict(higher) if interval else NOT_ENOUGH
+        off: dict[str, tuple[str, Disagreement]] = {}
+        if a_off is not None:
+            off["a"] = (a.label, a_off)
+        if b_off is not None:
+            off["b"] = (b.label, b_off)
+        if interval and off:
+            verdict = disagreement_verdict(label.rsplit(" ", 1)[-1], off)  # "tok/s", "ms"
         metrics.append(
             MetricComparison(
                 metric=name,
@@ -215,7 +284,9 @@ def compare(
                 ratio=interval.ratio if interval else None,
                 low=interval.low if interval else None,
                 high=interval.high if interval else None,
-                verdict=interval.verdict(higher) if interval else NOT_ENOUGH,
+                verdict=verdict,
+                a_disagreement=a_off,
+                b_disagreement=b_off,
             )
         )
     return Comparison(
@@ -227,7 +298,14 @@ def compare(
         b_failures=_failures(b_results),
         a_servers=_servers(a_results),
         b_servers=_servers(b_results),
+        a_windows=_windows(a_results),
+        b_windows=_windows(b_results),
     )
+
+
+def _windows(results: Sequence[TrialResult]) -> WindowFlags:
+    """Client-bound / disturbed windows over the complete launches (every load point)."""
+    return window_flags(w for r in results if r.status is TrialStatus.COMPLETE for w in r.windows)
 
 
 def _servers(results: Sequence[TrialResult]) -> tuple[dict[str, Any], ...]:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 NOT_MEASURED = "not measured"
 NOT_ENOUGH = "not enough launches"  # tuner.compare.NOT_ENOUGH, without importing it
+INCONCLUSIVE = "inconclusive"  # tuner.significance.INCONCLUSIVE, without importing it
 
 Say = Callable[[str], None]
 
@@ -335,9 +336,9 @@ def _print_comparison(
     for m in c.metrics if not any(findings.values()) else ():
         say(f"  {m.describe()}")
     thr, p99 = c.metric("output_throughput"), c.metric("e2e_p99_ms")
-    for side, arm, tv, pv, failures in (
-        ("A", c.a, thr.a_values, p99.a_values, c.a_failures),
-        ("B", c.b, thr.b_values, p99.b_values, c.b_failures),
+    for side, arm, tv, pv, failures, flags in (
+        ("A", c.a, thr.a_values, p99.a_values, c.a_failures, c.a_windows),
+        ("B", c.b, thr.b_values, p99.b_values, c.b_failures, c.b_windows),
     ):
         finding = findings[side.lower()]
         if finding:
@@ -350,6 +351,8 @@ def _print_comparison(
         )
         for failure in failures:
             say(f"  failed: {failure}")
+        if flags.any:
+            say(f"  caution: {flags.explained()}")
     if prov is not None:
         say(
             f"provenance: {prov.gpu_name}, vLLM {prov.vllm_version}, model {prov.model}, "
@@ -410,7 +413,9 @@ def compare(
 ) -> None:
     """Is B better than A here? Interleaved fresh launches, B/A per metric with intervals.
 
-    Exit 1 when no interval could be given (a side not measured, or too few launches).
+    Exit 1 when no interval could be given (a side not measured, or too few launches), or when
+    the output throughput is inconclusive (the launches of a side disagree far beyond their
+    noise).
     """
     import json
 
@@ -429,5 +434,6 @@ def compare(
     )
     if as_json:
         print(json.dumps(data, indent=2), flush=True)
-    if data["verdicts"]["overall"] in (NOT_MEASURED, NOT_ENOUGH):
+    overall = data["verdicts"]["overall"]
+    if overall in (NOT_MEASURED, NOT_ENOUGH) or overall.startswith(INCONCLUSIVE):
         raise typer.Exit(1)

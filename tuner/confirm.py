@@ -23,12 +23,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner import scoring
+from tuner.caveats import stored_window_note
 from tuner.compare import Arm, compare, run_interleaved
 from tuner.db.repository import Repository
 from tuner.db.rows import ComparisonRow, TrialRow
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
 from tuner.runner import TrialRunner
-from tuner.significance import BETTER, NO_DIFFERENCE, WORSE, ratio_interval
+from tuner.significance import (
+    BETTER,
+    INCONCLUSIVE,
+    NO_DIFFERENCE,
+    WORSE,
+    is_inconclusive,
+    ratio_interval,
+)
 
 CONFIRM_NUMBER_BASE = 100_000
 DEFAULTS_LABEL = "defaults"
@@ -121,12 +129,16 @@ class Confirmed:
 
     config: ServingConfig
     label: str  # "#N" of the search trial, or "defaults"
-    verdict: str  # better / no significant difference (from defaults)
+    # better / no significant difference (from defaults) / inconclusive (a comparison's
+    # launches disagreed far beyond their noise on a metric of the objective: run the defaults)
+    verdict: str
     score: float  # confirmed score ratio vs the defaults (1.0 for the defaults themselves)
     score_low: float
     score_high: float
     comparison_id: int | None  # the comparison the verdict (and details) come from
     details: tuple[str, ...]  # one line per metric of the objective
+    # What to keep in mind: "A (defaults): 2 of 9 windows disturbed; ..." of that comparison.
+    caveats: tuple[str, ...] = ()
 
 
 def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | None:
@@ -136,14 +148,20 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
     :mod:`tuner.scoring`, which is log-linear), so the candidate's score relative to the
     defaults has a Welch interval like any metric. A candidate wins when that interval lies
     above 1 (and, for the memory preset, its throughput is not significantly worse); the best
-    winner by score is chosen. No winner: the defaults, "no significant difference".
+    winner by score is chosen. A candidate whose comparison is inconclusive on a metric of the
+    objective (launches of a side disagreed far beyond their noise) cannot win. No winner: the
+    defaults, "no significant difference", or "inconclusive" when some comparison was.
     """
     rows = [r for r in rows if is_confirmation(r)]
     if not rows:
         return None
     best: Confirmed | None = None
+    unclear: ComparisonRow | None = None  # the first comparison inconclusive on the objective
     for row in rows:
         metrics = {m["metric"]: m for m in row.results["metrics"]}
+        if any(is_inconclusive(metrics.get(n, {}).get("verdict")) for n in _judged(objective)):
+            unclear = unclear or row
+            continue
         confidence = float(row.results.get("confidence", 0.95))
         interval = ratio_interval(
             _composites(metrics, "a", objective), _composites(metrics, "b", objective), confidence
@@ -163,14 +181,40 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
                 interval.high,
                 row.id,
                 _details(metrics),
+                _caveats(row),
             )
     if best is not None:
         return best
-    # The evidence for keeping the defaults: the first candidate's comparison against them.
-    first = {m["metric"]: m for m in rows[0].results["metrics"]}
+    # The evidence for keeping the defaults: the first candidate's comparison against them, or
+    # the first one that could not say anything.
+    shown, verdict = (rows[0], NO_DIFFERENCE) if unclear is None else (unclear, INCONCLUSIVE)
+    first = {m["metric"]: m for m in shown.results["metrics"]}
     return Confirmed(
-        rows[0].a_config, DEFAULTS_LABEL, NO_DIFFERENCE, 1.0, 1.0, 1.0, rows[0].id, _details(first)
+        shown.a_config,
+        DEFAULTS_LABEL,
+        verdict,
+        1.0,
+        1.0,
+        1.0,
+        shown.id,
+        _details(first),
+        _caveats(shown),
     )
+
+
+def _judged(objective: Objective) -> tuple[str, ...]:
+    """The metrics a confirmation's verdict for ``objective`` rests on."""
+    composite = ("output_throughput", "e2e_p99_ms", "memory_gib")  # as _composites weighs them
+    weights = zip(composite, scoring.WEIGHTS[objective], strict=True)
+    names = [name for name, weight in weights if weight > 0]
+    if objective is Objective.MEMORY:
+        names.append("output_throughput")  # it must not be significantly worse
+    return tuple(names)
+
+
+def _caveats(row: ComparisonRow) -> tuple[str, ...]:
+    note = stored_window_note(row.results)
+    return (note,) if note else ()
 
 
 def _earlier_launches(trials: Sequence[TrialRow], arms: Sequence[Arm]) -> list[list[TrialResult]]:
@@ -213,7 +257,7 @@ def _composites(metrics: Mapping[str, Any], side: str, objective: Objective) -> 
 def _details(metrics: Mapping[str, Any]) -> tuple[str, ...]:
     out = []
     for m in metrics.values():
-        if m.get("ratio") is None:
+        if m.get("ratio") is None or is_inconclusive(m.get("verdict")):
             out.append(f"{m['label']}: {m['verdict']}")
             continue
         pct = (m["ratio"] - 1.0) * 100

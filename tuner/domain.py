@@ -482,6 +482,10 @@ class TrialResult:
     provenance: Provenance | None = None
     started_at: float | None = None  # unix time
     finished_at: float | None = None
+    # The per-request records, one tuple per window (in ``windows`` order); stored apart.
+    requests: tuple[tuple[RequestRecord, ...], ...] = field(
+        default=(), compare=False, repr=False, metadata={"stored_apart": True}
+    )
 
     def __post_init__(self) -> None:
         if self.status is TrialStatus.COMPLETE and self.failure is not None:
@@ -505,7 +509,11 @@ def interrupted(config: ServingConfig, detail: str) -> TrialResult:
 def to_jsonable(obj: Any) -> Any:
     """Turn domain records (nested dataclasses, enums, tuples, mappings) into JSON values."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {
+            f.name: to_jsonable(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if not f.metadata.get("stored_apart")
+        }
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, Mapping):

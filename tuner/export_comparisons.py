@@ -8,9 +8,13 @@ a_config / b_config (knobs set; {} is vLLM's defaults), a_label / b_label, repea
 launches {a, b} (complete fresh launches), failures {a, b}, servers {a, b} (per complete launch:
 effective_backend, flash_attn_version, kv_cache_tokens, startup_s; absent in comparisons stored
 before tuner recorded them), metrics [{metric, label,
-higher_is_better, a {median, values}, b {median, values}, ratio, low, high, verdict}] (values:
-one per launch, each the median of that launch's measurement windows; ratio B/A of the medians
-with a Welch interval on the log scale at ``confidence``), verdicts {metric: verdict, overall},
+higher_is_better, a {median, values}, b {median, values}, ratio, low, high, verdict,
+disagreement {a, b}}] (values: one per launch, each the median of that launch's measurement
+windows; ratio B/A of the medians with a Welch interval on the log scale at ``confidence``; a
+verdict "inconclusive: ..." when the launches of a side disagree far beyond their noise, see
+:mod:`tuner.caveats`), windows {a, b} (client-bound and disturbed windows of each side's
+launches; absent, like disagreement, in comparisons stored before tuner counted them),
+verdicts {metric: verdict, overall},
 claim (verify-claims only: id, statement, metric, claimed, verdict, reason, measured), and
 provenance {gpu_name, gpu_uuid, driver_version, cuda_version, vllm_version, model, workload,
 emulated, hostname, tuner_version}.
@@ -21,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tuner.caveats import stored_window_note
 from tuner.db.repository import Repository
 from tuner.domain import to_jsonable
-from tuner.significance import ratio_text
+from tuner.significance import is_inconclusive, ratio_text
 
 
 def comparison_records(repo: Repository, study: str | None = None) -> list[dict[str, Any]]:
@@ -50,6 +55,7 @@ def comparison_records(repo: Repository, study: str | None = None) -> list[dict[
                 "launches": results.get("launches"),
                 "failures": results.get("failures"),
                 "servers": results.get("servers"),
+                "windows": results.get("windows"),
                 "metrics": results.get("metrics", []),
                 "verdicts": c.verdicts,
                 "claim": results.get("claim"),
@@ -74,6 +80,8 @@ def _values(side: Mapping[str, Any], digits: int) -> str:
 def _change(m: Mapping[str, Any]) -> str:
     if m.get("ratio") is None or m.get("low") is None or m.get("high") is None:
         return ""
+    if is_inconclusive(m.get("verdict")):
+        return "not meaningful"
     pct = [(x - 1.0) * 100.0 for x in (m["ratio"], m["low"], m["high"])]
     return f"{pct[0]:+.1f} % [{pct[1]:+.1f}, {pct[2]:+.1f}]"
 
@@ -135,5 +143,7 @@ def comparisons_markdown(records: Sequence[Mapping[str, Any]]) -> str:
             f"{r['workload']}): {r['b_label']} against {r['a_label']}, overall "
             f"{(r.get('verdicts') or {}).get('overall', '-')}\n\n"
         )
-        parts.append(title + comparison_table(r))
+        note = stored_window_note(r)
+        caution = f"Caution: {note}.\n\n" if note else ""
+        parts.append(title + caution + comparison_table(r))
     return "\n".join(parts)

@@ -4,16 +4,17 @@ for the vLLM version it was measured with, its numbers against the baseline, and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuner.catalog.materialize import tokenizer_dir
 from tuner.catalog.models import MODELS
+from tuner.caveats import WindowFlags, window_flags
 from tuner.confirm import DEFAULTS_LABEL, Confirmed, choose
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow
 from tuner.domain import Estimate, Objective, TrialStatus
-from tuner.significance import BETTER
+from tuner.significance import BETTER, INCONCLUSIVE
 from tuner.study import rank
 from tuner.vllm import argv
 
@@ -44,6 +45,9 @@ class Recommendation:
     confirmed: Confirmed | None = None
     # An emulated study: the memory of the GPU emulated (GiB), to hold the peak against.
     emulated_memory_gib: float | None = None
+    # Client-bound / disturbed windows of the trial shown, and of the defaults' trial.
+    windows: WindowFlags = field(default_factory=WindowFlags)
+    baseline_windows: WindowFlags = field(default_factory=WindowFlags)
 
     def render(self) -> str:
         lines = [
@@ -72,22 +76,40 @@ class Recommendation:
             f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians [range] over the "
             "measurement windows of one launch)"
         )
+        lines.extend(f"  caution: {c}" for c in self.window_cautions())
         if self.confirmed is not None:
             c = self.confirmed
-            verdict = (
-                f"better than vLLM's defaults: score x{c.score:.3f} [{c.score_low:.3f}, "
-                f"{c.score_high:.3f}]"
-                if c.verdict == BETTER
-                else "no significant difference from defaults: run vLLM's defaults"
-            )
+            if c.verdict == BETTER:
+                verdict = (
+                    f"better than vLLM's defaults: score x{c.score:.3f} [{c.score_low:.3f}, "
+                    f"{c.score_high:.3f}]"
+                )
+            elif c.verdict == INCONCLUSIVE:
+                verdict = (
+                    "inconclusive: launches of one configuration disagreed far beyond their "
+                    "noise (see below), so nothing was confirmed: run vLLM's defaults, and "
+                    "measure again on a quiet machine"
+                )
+            else:
+                verdict = "no significant difference from defaults: run vLLM's defaults"
             lines.append(f"  confirmation (fresh launches, interleaved): {verdict}")
             lines.extend(f"    {d}" for d in c.details)
+            lines.extend(f"    caution: {note}" for note in c.caveats)
         prov = ", ".join(f"{k} {v}" for k, v in self.provenance.items() if v not in (None, ""))
         lines.append(f"  measured on: {prov}")
         warning = self.emulation_warning()
         if warning:
             lines.append(f"  warning: {warning}")
         return "\n".join(lines)
+
+    def window_cautions(self) -> list[str]:
+        """One line per shown trial with client-bound or disturbed windows."""
+        out = []
+        if self.windows.any:
+            out.append(f"trial #{self.trial_number}: {self.windows.explained()}")
+        if self.baseline_windows.any and not self.is_baseline:
+            out.append(f"vLLM's defaults: {self.baseline_windows.explained()}")
+        return out
 
     def emulation_warning(self) -> str | None:
         """See :func:`emulated_memory_warning`."""
@@ -176,6 +198,8 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
         feasible=top.feasible,
         confirmed=confirmed,
         emulated_memory_gib=gpu_memory_gib(row.gpu) if trial.emulated else None,
+        windows=window_flags(trial.windows),
+        baseline_windows=window_flags(base_trial.windows) if base_trial else WindowFlags(),
     )
 
 

@@ -235,6 +235,7 @@ class VllmTrialRunner:
             status=TrialStatus.COMPLETE,
             windows=report.windows,
             metrics=trial_metrics(workload, report.windows, slo),
+            requests=report.records,
             memory=memory,
             server=info,
             server_metrics=server_metrics,

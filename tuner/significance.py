@@ -11,7 +11,9 @@ close to its nominal coverage with as few as three launches a side for log-norma
 bootstrap of three values would be far too narrow; tests check its coverage by simulation.
 
 A verdict is "better" or "worse" only when the whole interval lies on one side of 1;
-otherwise "no significant difference".
+otherwise "no significant difference". When the launches of one side disagree far beyond their
+noise (:func:`tuner.caveats.disagreement`), the interval means nothing and the comparison's
+verdict is a sentence beginning "inconclusive" instead (:func:`is_inconclusive`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ from dataclasses import dataclass
 BETTER = "better"
 WORSE = "worse"
 NO_DIFFERENCE = "no significant difference"
+# The first word of a verdict whose launches disagree (the rest of the sentence says how).
+INCONCLUSIVE = "inconclusive"
+
+
+def is_inconclusive(verdict: object) -> bool:
+    """Whether a (stored) verdict text is an "inconclusive: ..." one."""
+    return isinstance(verdict, str) and verdict.startswith(INCONCLUSIVE)
 
 
 @dataclass(frozen=True)

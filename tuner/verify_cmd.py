@@ -136,9 +136,15 @@ def _outcome(
             f"{len(m.b_values)})" + (f"; failures: {'; '.join(failed)}" if failed else "")
         )
         verdict = INCONCLUSIVE
+    elif m.inconclusive:
+        # The launches of a side disagree far beyond their noise: the interval says nothing.
+        verdict = INCONCLUSIVE
+        reason = m.verdict.removeprefix(f"{INCONCLUSIVE}: ")
     else:
         verdict = judge(p.claim.claimed, m.low, m.high)
         reason = explain(verdict, p.claim.claimed, m.low, m.high)
+    if comparison.window_note:
+        reason += f" (caution: {comparison.window_note})"
     return Outcome(p.claim, p.workload, verdict, reason, p.a, p.b, comparison, prov)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.report import ComparisonReport, Distribution, StudyReport
+from tuner.report.curves import StudyCurves, TrialCurve
 
 
 def _distribution(d: Distribution, title: str) -> dict[str, Any]:
@@ -27,8 +28,9 @@ def _distribution(d: Distribution, title: str) -> dict[str, Any]:
     }
 
 
-def study_charts(report: StudyReport) -> dict[str, Any]:
-    """Data of the five study charts, keyed by the ``data-chart`` name of their element."""
+def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict[str, Any]:
+    """Data of the five study charts, keyed by the ``data-chart`` name of their element, and
+    of the two load-curve charts when the study measured curves."""
     h = report.history
     points = report.pareto
     front = sorted((p for p in points if p.on_front), key=lambda p: p.throughput)
@@ -62,6 +64,55 @@ def study_charts(report: StudyReport) -> dict[str, Any]:
         },
         "ttft": _distribution(report.ttft, "TTFT"),
         "e2e": _distribution(report.e2e, "E2E latency"),
+        **(curve_charts(curves) if curves is not None else {}),
+    }
+
+
+def _curve(t: TrialCurve) -> dict[str, Any]:
+    # One trace per trial; the script escapes every string (the label is a config label).
+    points = t.points
+    capacity = next((i for i, p in enumerate(points) if p.is_capacity), None)
+    return {
+        "number": t.number,
+        "name": f"#{t.number} {t.label}" + (" (baseline)" if t.is_baseline else ""),
+        "baseline": t.is_baseline,
+        "labels": [p.label for p in points],
+        "load": [p.load for p in points],
+        "windows": [p.windows for p in points],
+        "per_stream": [p.per_stream for p in points],
+        "per_gpu": [p.per_gpu for p in points],
+        "ttft_p99": [p.ttft_p99_ms for p in points],
+        "e2e_p99": [p.e2e_p99_ms for p in points],
+        "caveats": [p.caveat for p in points],
+        "notes": [list(p.notes) for p in points],
+        "capacity": capacity,
+    }
+
+
+def curve_charts(curves: StudyCurves) -> dict[str, Any]:
+    """The two load-curve charts (see :mod:`tuner.report.curves` for what x and y are):
+    throughput per GPU against throughput per stream, and P99 latencies against load."""
+    trials = [_curve(t) for t in curves.trials]
+    load = {
+        True: "load (requests/s)",
+        False: "load (concurrent streams)",
+        None: "load (concurrent streams, or requests/s)",
+    }[curves.open_loop]
+    slo = {k: v for k, v in vars(curves.slo).items() if k in ("ttft_p99_ms", "e2e_p99_ms")}
+    return {
+        "curve_throughput": {
+            "trials": trials,
+            "x_title": "output tok/s per stream (interactivity)",
+            "y_title": "output tok/s per GPU" if curves.per_gpu else "output tok/s per server",
+            "unit": "tok/s/GPU" if curves.per_gpu else "tok/s",
+        },
+        "curve_latency": {
+            "trials": trials,
+            "x_title": load,
+            "ttft_title": "P99 TTFT (ms)",
+            "e2e_title": "P99 E2E (ms)",
+            "slo": {k: v for k, v in slo.items() if v is not None},
+        },
     }
 
 

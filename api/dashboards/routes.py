@@ -26,6 +26,7 @@ from tuner.db.repository import Repository
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import TunerError, UsageError
 from tuner.report import comparison_report, overview, study_report
+from tuner.report.curves import any_capacity, study_curves, trial_capacities
 
 log = logging.getLogger("tuner.dashboards")
 
@@ -114,7 +115,16 @@ def study_page(name: str, repo: RepoDep, storage_url: StorageUrlDep) -> HTMLResp
         return _error(503, "storage unavailable", e)
     importances = _importances(storage_url, study.optuna_study_name, study.objective)
     report = study_report(study, trials, importances, comparisons)
-    return _page("study.html", r=report, charts=study_charts(report))
+    curves = study_curves(study, trials)
+    capacities = trial_capacities(trials)
+    return _page(
+        "study.html",
+        r=report,
+        curves=curves,
+        capacities=capacities,
+        show_capacity=any_capacity(capacities),
+        charts=study_charts(report, curves),
+    )
 
 
 def _importances(url: str | None, optuna_name: str, objective: str) -> dict[str, float] | None:

@@ -1,9 +1,11 @@
 """The database the dashboard tests browse: a real study through the fake server, an A/B
-comparison as ``tuner.compare`` records it, and a hostile study whose every free-text field is
-an XSS payload."""
+comparison as ``tuner.compare`` records it, a hostile study whose every free-text field is
+an XSS payload, a study whose trials measured a 3-point load curve (one of them with a
+client-bound window), and an old-style study whose windows carry no load point."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +13,17 @@ from tests.studykit import TINY_WORKLOAD, fake_server_runner, make_context, make
 from tuner import scoring
 from tuner.compare import Arm, compare
 from tuner.db.repository import Repository
-from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
+from tuner.domain import (
+    ClientHealth,
+    FailureClass,
+    ServingConfig,
+    Slo,
+    TrialResult,
+    TrialStatus,
+    Workload,
+)
+from tuner.load.curve import trial_metrics
+from tuner.runner import PhaseCallback
 from tuner.study import run_study
 from tuner.testing.fake_runner import FakeRunner
 
@@ -43,6 +55,8 @@ def build(tmp: Path) -> DashboardDb:
         choices={"gpu_memory_utilization": (0.5, 0.9, 0.97), "max_num_seqs": (4, 16, 64)},
     )
     run_study(ctx, fake_server_runner(tmp), repo)
+    curve_study(repo, url)
+    old_study(repo)
     return DashboardDb(
         url=url,
         repo=repo,
@@ -113,3 +127,100 @@ def _xss_study(repo: Repository) -> int:
     trial_id = repo.start_trial(XSS_STUDY, 2, failed.config)
     repo.finish_trial(trial_id, failed, None, None)
     return _comparison(repo, XSS_STUDY, SCRIPT_PAYLOAD, IMG_PAYLOAD)
+
+
+# -- load curves -----------------------------------------------------------------------------
+
+CURVE_STUDY = "chat-h100-curve"
+CURVE_LADDER = (2, 4, 8)
+CURVE_WORKLOAD = TINY_WORKLOAD.replace(concurrency_ladder=CURVE_LADDER)
+CURVE_SLO = "ttft_p99=40ms,e2e_p99=60ms"
+# Baseline, then these. On the fake runner more streams than max_num_seqs queue (throughput
+# falls, TTFT grows: max_num_seqs=2 misses the SLO at 8 streams), and enforce_eager=True is
+# slower per token. Its 8-stream point is client-bound, so its capacity is read at 4 streams.
+CURVE_CONFIGS = ({"max_num_seqs": 4}, {"enforce_eager": True}, {"max_num_seqs": 2})
+CLIENT_BOUND_CONFIG = ServingConfig(enforce_eager=True)
+CLIENT_BOUND_NOTE = "client used 97% of a core (saturated at 90%)"
+
+
+class SaturatingClientRunner:
+    """A FakeRunner whose load generator saturates in the last window of
+    :data:`CLIENT_BOUND_CONFIG`'s highest load point, as tuner's self-check would record it."""
+
+    def __init__(self) -> None:
+        self.inner = FakeRunner()
+
+    def run(
+        self,
+        config: ServingConfig,
+        workload: Workload,
+        *,
+        slo: Slo | None = None,
+        on_phase: PhaseCallback | None = None,
+    ) -> TrialResult:
+        result = self.inner.run(config, workload, slo=slo, on_phase=on_phase)
+        if config != CLIENT_BOUND_CONFIG or result.status is not TrialStatus.COMPLETE:
+            return result
+        health = ClientHealth(
+            client_cpu=0.97,
+            loop_lag_p99_ms=42.0,
+            loop_lag_max_ms=80.0,
+            host_cpu=1.9,
+            host_cores=2,
+            client_bound=True,
+            notes=(CLIENT_BOUND_NOTE,),
+        )
+        windows = list(result.windows)
+        windows[-1] = dataclasses.replace(windows[-1], client=health)
+        return dataclasses.replace(
+            result, windows=tuple(windows), metrics=trial_metrics(workload, windows, slo)
+        )
+
+
+def curve_study(repo: Repository, url: str) -> None:
+    """:data:`CURVE_STUDY`: the capacity objective over a 2/4/8-stream ladder, four trials."""
+    ctx = make_context(
+        url,
+        name=CURVE_STUDY,
+        trials=1 + len(CURVE_CONFIGS),
+        workload=CURVE_WORKLOAD,
+        objective="capacity",
+        slo=CURVE_SLO,
+        params=("max_num_seqs", "enforce_eager"),
+        choices={"max_num_seqs": (2, 4, 64), "enforce_eager": (False, True)},
+        enqueue=CURVE_CONFIGS,
+    )
+    run_study(ctx, SaturatingClientRunner(), repo)
+
+
+OLD_STUDY = "chat-h100-old"
+
+
+def old_study(repo: Repository) -> None:
+    """:data:`OLD_STUDY`: two trials stored as before load curves, one untagged load point and
+    no client self-check per window."""
+    repo.create_study(
+        name=OLD_STUDY,
+        optuna_study_name=OLD_STUDY,
+        model="tiny-ernie",
+        model_source=None,
+        gpu="h100",
+        workload=TINY_WORKLOAD.name,
+        objective="balanced",
+        slo={"e2e_p99_ms": 60.0},
+        spec={},
+        emulated=False,
+        vllm_version="0.32.0",
+        n_trials_requested=2,
+    )
+    runner = FakeRunner()
+    for number, config in enumerate((ServingConfig(), ServingConfig(max_num_seqs=16))):
+        result = runner.run(config, TINY_WORKLOAD)
+        untagged = tuple(
+            dataclasses.replace(w, concurrency=None, request_rate=None, client=None)
+            for w in result.windows
+        )
+        result = dataclasses.replace(result, windows=untagged)
+        trial_id = repo.start_trial(OLD_STUDY, number, config, is_baseline=number == 0)
+        values = scoring.objective_values(result, memory_ceiling_gib=80.0)
+        repo.finish_trial(trial_id, result, 1.0, values)

@@ -12,6 +12,10 @@ import pytest
 
 from tests.browser.conftest import Probe, Served
 from tests.browser.dashdata import (
+    CLIENT_BOUND_CONFIG,
+    CLIENT_BOUND_NOTE,
+    CURVE_LADDER,
+    CURVE_STUDY,
     IMG_PAYLOAD,
     LONG_LABEL,
     SCRIPT_PAYLOAD,
@@ -19,6 +23,7 @@ from tests.browser.dashdata import (
     XSS_NOTES,
     XSS_STUDY,
 )
+from tuner.db.rows import TrialPhase
 from tuner.domain import TrialStatus
 
 _TRACES = """id => {
@@ -165,4 +170,114 @@ def test_hostile_text_is_shown_literally_and_never_runs(
         assert page.inner_text("#b-label") == IMG_PAYLOAD
     assert page.evaluate("() => window.__xss") is None
     assert page.locator("img").count() == 0  # the payload's <img> never became an element
+    probe.assert_clean()
+
+
+_CURVE_TRACES = """id => document.getElementById(id).data.map(t => ({
+    meta: t.meta || "", name: t.name || "", yaxis: t.yaxis || "y",
+    x: (t.x || []).filter(v => v !== null).length, y: (t.y || []).filter(v => v !== null).length,
+    symbols: Array.isArray((t.marker || {}).symbol) ? t.marker.symbol : [],
+}))"""
+
+# Boxes of a chart's parts: every subplot's plot area, the x axis titles and the legend.
+_CURVE_BOXES = """id => {
+    const box = e => { const r = e.getBoundingClientRect();
+        return {x: r.left, y: r.top, w: r.width, h: r.height}; };
+    const el = document.getElementById(id);
+    return {
+        plots: [...el.querySelectorAll(".draglayer .nsewdrag")].map(box),
+        xtitles: [...el.querySelectorAll(".g-xtitle, .g-x2title")]
+            .filter(e => e.textContent).map(box),
+        ytitles: [...el.querySelectorAll(".g-ytitle, .g-y2title")].map(e => e.textContent),
+        legend: box(el.querySelector(".legend")),
+        chart: box(el),
+        points: el.querySelectorAll(".scatterlayer .trace .point").length,
+        shapes: el.querySelectorAll(".shapelayer path").length,
+    };
+}"""
+
+
+def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (
+        a["x"] < b["x"] + b["w"]
+        and b["x"] < a["x"] + a["w"]
+        and a["y"] < b["y"] + b["h"]
+        and b["y"] < a["y"] + a["h"]
+    )
+
+
+def _readable(boxes: dict[str, Any]) -> None:
+    """The legend covers no plot area and no axis title, and stays inside its chart."""
+    legend, chart = boxes["legend"], boxes["chart"]
+    for part in boxes["plots"] + boxes["xtitles"]:
+        assert not _overlap(legend, part), (legend, part)
+    assert legend["y"] + legend["h"] <= chart["y"] + chart["h"] + 1
+    assert (
+        legend["x"] >= chart["x"] - 1 and legend["x"] + legend["w"] <= chart["x"] + chart["w"] + 1
+    )
+
+
+def test_load_curves_draw_one_line_per_trial_with_capacity_and_client_flags(
+    probe: Probe, served: Served, screenshots: Path
+) -> None:
+    repo = served.db.repo
+    trials = [
+        t
+        for t in repo.list_trials(CURVE_STUDY, status=TrialStatus.COMPLETE, limit=None)
+        if t.phase is TrialPhase.SEARCH
+    ]
+    assert len(trials) == 4
+    assert probe.goto(f"/ui/studies/{CURVE_STUDY}").status == 200
+    page = probe.page
+    n = len(CURVE_LADDER)
+    flagged = next(t for t in trials if t.config == CLIENT_BOUND_CONFIG)
+
+    # (a) throughput per GPU against throughput per stream: one line of n points per trial.
+    page.wait_for_selector("#chart-curve-throughput .main-svg", timeout=10_000)
+    drawn = page.evaluate(_CURVE_TRACES, "chart-curve-throughput")
+    lines = [t for t in drawn if t["meta"] == "trial"]
+    assert [t["name"] for t in lines] == [
+        f"#{t.number} {t.config_label}" + (" (baseline)" if t.is_baseline else "") for t in trials
+    ]
+    assert lines[0]["name"] == "#0 defaults (baseline)"
+    assert all(t["x"] == t["y"] == n for t in lines)
+    (rings,) = [t for t in drawn if t["meta"] == "capacity"]
+    assert rings["x"] == len(trials)  # every trial met the SLO at some point
+    symbols = {t["name"]: t["symbols"] for t in lines}
+    assert symbols[f"#{flagged.number} {flagged.config_label}"] == ["circle", "circle", "x"]
+    assert symbols["#0 defaults (baseline)"] == ["square"] * n
+    boxes = page.evaluate(_CURVE_BOXES, "chart-curve-throughput")
+    assert boxes["points"] == len(trials) * n + len(trials)  # the lines' markers and the rings
+    assert boxes["ytitles"] == ["output tok/s per GPU"]
+    _readable(boxes)
+
+    # (b) P99 TTFT and P99 E2E against load, with the SLO bounds.
+    page.wait_for_selector("#chart-curve-latency .main-svg", timeout=10_000)
+    drawn = page.evaluate(_CURVE_TRACES, "chart-curve-latency")
+    lines = [t for t in drawn if t["meta"] == "trial"]
+    assert len(lines) == 2 * len(trials)
+    assert sorted(t["yaxis"] for t in lines) == ["y"] * len(trials) + ["y2"] * len(trials)
+    assert all(t["x"] == t["y"] == n for t in lines)
+    boxes = page.evaluate(_CURVE_BOXES, "chart-curve-latency")
+    assert boxes["ytitles"] == ["P99 TTFT (ms)", "P99 E2E (ms)"]
+    assert boxes["shapes"] == 2  # the TTFT and E2E bounds of the SLO
+    assert boxes["points"] == 2 * (len(trials) * n + len(trials))
+    _readable(boxes)
+    note = page.inner_text("#load-curves .note")
+    assert "Little's law" in note and "client-bound" in note
+
+    # The trials table: the capacity at its load, and the client-bound flag with its notes.
+    headers = page.locator("#trials-table thead th").all_inner_texts()
+    assert "capacity tok/s" in headers
+    row = page.locator(f"#trial-{flagged.number}")
+    assert "at 4 streams" in row.locator("td.capacity").inner_text()  # 8 was client-bound
+    flag = row.locator(".client-flag")
+    windows = len(flagged.windows)
+    assert flag.inner_text() == f"client-bound: 1 of {windows} windows"
+    assert CLIENT_BOUND_NOTE in (flag.get_attribute("title") or "")
+    assert page.locator("#trials-table .client-flag").count() == 1
+    assert page.locator("#trials-table td.capacity").count() == len(trials)
+
+    page.screenshot(path=str(screenshots / "study-load-curves.png"), full_page=True)
+    page.locator("#load-curves").screenshot(path=str(screenshots / "load-curves.png"))
     probe.assert_clean()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -14,6 +15,14 @@ from fastapi.testclient import TestClient
 
 from api.dashboards import mount_static, router
 from api.dashboards.render import script_json
+from tests.browser.dashdata import (
+    CLIENT_BOUND_CONFIG,
+    CURVE_LADDER,
+    CURVE_STUDY,
+    OLD_STUDY,
+    curve_study,
+    old_study,
+)
 from tests.studykit import make_context, make_repo, memory_confirmation_context, store_claim
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
@@ -53,6 +62,13 @@ def client(db: tuple[str, Repository]) -> Iterator[TestClient]:
         yield c
 
 
+def _chart_data(html: str) -> dict[str, Any]:
+    start = html.index('<script type="application/json" id="chart-data">')
+    block = html[html.index(">", start) + 1 : html.index("</script>", start)]
+    data: dict[str, Any] = json.loads(block)
+    return data
+
+
 def test_script_json_cannot_close_its_script_block_and_reads_back() -> None:
     value = {"name": "</script><script>alert(1)</script>", "x": float("nan"), "s": "a&b\u2028"}
     text = script_json(value)
@@ -83,9 +99,7 @@ def test_hostile_study_name_is_escaped_in_the_html(client: TestClient) -> None:
 
 def test_study_page_embeds_chart_data_with_optuna_importances(client: TestClient) -> None:
     html = client.get("/ui/studies/s1").text
-    start = html.index('<script type="application/json" id="chart-data">')
-    block = html[html.index(">", start) + 1 : html.index("</script>", start)]
-    charts = json.loads(block)
+    charts = _chart_data(html)
     assert set(charts) == {"history", "pareto", "importance", "ttft", "e2e"}
     assert charts["history"]["numbers"][0] == 0 and charts["history"]["scores"][0] == 1.0
     assert set(charts["importance"]["params"]) <= {"gpu_memory_utilization", "max_num_seqs"}
@@ -153,3 +167,46 @@ def test_overview_counts_confirmation_launches_apart_from_the_search(tmp_path: P
     row = html.split('id="studies-table"', 1)[1].split("</tr>", 2)[1]
     assert "2 / 2" in row  # the search: 2 trials of 2 requested
     assert "+ 6 confirmation" in row
+
+
+@pytest.fixture(scope="module")
+def curves_db(tmp_path_factory: pytest.TempPathFactory) -> Repository:
+    url = f"sqlite:///{tmp_path_factory.mktemp('curves') / 'db.sqlite'}"
+    repo = make_repo(url)
+    curve_study(repo, url)
+    old_study(repo)
+    return repo
+
+
+def test_an_old_single_point_study_has_no_load_curves(curves_db: Repository) -> None:
+    trials = curves_db.list_trials(OLD_STUDY, limit=None)
+    assert trials and all(w.concurrency is None for t in trials for w in t.windows)
+    with TestClient(_app(curves_db, None)) as client:
+        r = client.get(f"/ui/studies/{OLD_STUDY}")
+    assert r.status_code == 200
+    assert 'id="load-curves"' not in r.text and "Load curves" not in r.text
+    assert "capacity tok/s" not in r.text and "client-flag" not in r.text
+    assert set(_chart_data(r.text)) == {"history", "pareto", "importance", "ttft", "e2e"}
+    assert r.text.count('<tr id="trial-') == len(trials)
+
+
+def test_a_curve_study_page_embeds_one_curve_per_trial(curves_db: Repository) -> None:
+    trials = curves_db.list_trials(CURVE_STUDY, limit=None)
+    with TestClient(_app(curves_db, None)) as client:
+        html = client.get(f"/ui/studies/{CURVE_STUDY}").text
+    assert 'id="load-curves"' in html
+    charts = _chart_data(html)
+    curves = charts["curve_throughput"]["trials"]
+    assert [c["number"] for c in curves] == [t.number for t in trials]
+    assert charts["curve_latency"]["slo"] == {"ttft_p99_ms": 40.0, "e2e_p99_ms": 60.0}
+    assert charts["curve_latency"]["x_title"] == "load (concurrent streams)"
+    for curve, trial in zip(curves, trials, strict=True):
+        assert curve["load"] == [float(c) for c in CURVE_LADDER]
+        per_stream = [g / c for g, c in zip(curve["per_gpu"], CURVE_LADDER, strict=True)]
+        assert curve["per_stream"] == pytest.approx(per_stream)  # one GPU: per GPU = server
+        chosen = trial.metrics["capacity_load"].median
+        assert curve["load"][curve["capacity"]] == chosen
+        flagged = "client-bound" if trial.config == CLIENT_BOUND_CONFIG else ""
+        assert curve["caveats"] == ["", "", flagged]
+    assert html.count('class="badge caveat client-flag"') == 1
+    assert html.count('<td class="num capacity">') == len(trials)

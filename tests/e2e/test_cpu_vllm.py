@@ -127,6 +127,11 @@ def test_a_capacity_study_measures_a_load_curve_per_launch(
         chosen = [w.output_throughput for w in result.windows if w.concurrency == load]
         assert min(chosen) <= cap <= max(chosen)
         assert row.objective_values is not None and row.objective_values[0] == cap
+        # Every request was kept: four per stream at least, with its chunk gaps (vLLM may put
+        # more than one token in a chunk, never a chunk without one).
+        kept = repo.trial_requests(row.id)
+        assert [len(w) for w in kept] == [w.requests_ok for w in result.windows]
+        assert all(0 < len(r.itl_s) < r.output_tokens for w in kept for r in w if r.ok)
         capacities[row.number] = cap
     # The study ranks by capacity: its best trial is the one with the larger capacity.
     best = max(capacities, key=lambda n: capacities[n])
@@ -134,4 +139,15 @@ def test_a_capacity_study_measures_a_load_curve_per_launch(
     assert listed.returncode == 0, listed.stderr
     shown = _tuner(["best", "tiny-ernie-cpu-curve"], tmp_path, env, timeout=60)
     assert shown.returncode == 0 and f"#{best}" in shown.stdout, shown.stdout
+    exported = _tuner(
+        ["export", "tiny-ernie-cpu-curve", "--format", "vllm-bench", "--out", "bench"],
+        tmp_path,
+        env,
+        timeout=60,
+    )
+    assert exported.returncode == 0, exported.stderr
+    files = sorted((tmp_path / "bench").glob("*.json"))
+    assert len(files) == 2 * 6
+    first = json.loads(files[0].read_text())
+    assert {"output_throughput", "p99_ttft_ms", "median_itl_ms", "ttfts", "itls"} <= set(first)
     assert processes_mentioning(VLLM_PROCESS) == []

@@ -108,7 +108,12 @@ def test_tuner_downgrade_leaves_optuna_alone(url: str) -> None:
     before_tables, before_rev, before_trials = _snapshot(url)
     migrate.downgrade(url, "base")
     after_tables, after_rev, after_trials = _snapshot(url)
-    assert before_tables - after_tables == {"tuner_studies", "tuner_trials", "tuner_comparisons"}
+    assert before_tables - after_tables == {
+        "tuner_studies",
+        "tuner_trials",
+        "tuner_comparisons",
+        "tuner_trial_requests",
+    }
     assert (after_rev, after_trials) == (before_rev, before_trials)
     assert _optuna_trials(url, "keep-me") == 3
     migrate.upgrade(url)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -183,10 +184,12 @@ def test_broken_connection_is_a_failed_record() -> None:
 
 
 def test_a_refused_connection_is_a_failed_record() -> None:
-    with serving(FakeVllm()) as url:
-        pass  # the port is closed again
-    with pytest.raises(LoadFailure) as info:
-        _generator(url).run(SMALL)
+    # A port bound but never listening refuses connections, and nobody else can take it.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}"
+        with pytest.raises(LoadFailure) as info:
+            _generator(url).run(SMALL)
     assert "ClientConnectorError" in info.value.message
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -259,3 +260,25 @@ def test_a_row_missing_slo_metrics_has_unknown_feasibility() -> None:
     row = TrialRow(**{**vars(row), "metrics": {"output_throughput": _est(100.0)}})
     (line,) = trial_lines(_study(slo={"ttft_p99_ms": 10.0}), [row])
     assert line.feasible is None and line.score is not None
+
+
+def test_the_study_report_names_trials_with_client_bound_or_disturbed_windows() -> None:
+    from tuner.domain import ClientHealth
+
+    def flagged(bound: bool, disturbed: bool) -> WindowMetrics:
+        health = ClientHealth(0.95, 1.0, 2.0, 1.0, 2, client_bound=bound, disturbed=disturbed)
+        return dataclasses.replace(_window((10.0, 20.0), (100.0, 200.0)), client=health)
+
+    clean = _window((10.0, 20.0), (100.0, 200.0))
+    trials = [
+        _trial(0, 100.0, windows=(clean, clean, clean)),
+        _trial(1, 120.0, windows=(flagged(True, False), flagged(True, True), clean)),
+    ]
+    report = study_report(_study(), trials)
+    assert [t.flags for t in report.trials] == ["", "2/3 client-bound, 1/3 disturbed"]
+    assert report.window_caveat == (
+        "2 of 6 windows client-bound, 1 of 6 disturbed (tuner's load generator was saturated, "
+        "so those numbers are the client's floor, not the server's; other processes took CPU "
+        "or the GPU during them): #1 2/3 client-bound, 1/3 disturbed"
+    )
+    assert study_report(_study(), trials[:1]).window_caveat == ""

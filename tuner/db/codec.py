@@ -22,6 +22,7 @@ from tuner.domain import (
     LatencyStats,
     MemoryUsage,
     Provenance,
+    RequestRecord,
     ServerInfo,
     ServingConfig,
     TrialResult,
@@ -157,3 +158,43 @@ def decode_result(data: Mapping[str, Any]) -> TrialResult:
         started_at=None if started is None else float(started),
         finished_at=None if finished is None else float(finished),
     )
+
+
+def encode_requests(windows: tuple[tuple[RequestRecord, ...], ...]) -> list[Any]:
+    """Per-request records as the compact rows of ``tuner_trial_requests``."""
+
+    def num(v: float | None) -> float | None:
+        return None if v is None or not math.isfinite(v) else round(v, 6)
+
+    return [
+        [
+            [
+                num(r.start_s),
+                num(r.ttft_s),
+                num(r.e2e_s),
+                r.prompt_tokens,
+                r.output_tokens,
+                r.error,
+                [round(g * 1e6) for g in r.itl_s],
+            ]
+            for r in window
+        ]
+        for window in windows
+    ]
+
+
+def decode_requests(data: list[Any]) -> tuple[tuple[RequestRecord, ...], ...]:
+    def one(row: list[Any]) -> RequestRecord:
+        start, ttft, e2e, prompt, output, error, gaps = row
+        return RequestRecord(
+            ok=error is None,
+            prompt_tokens=int(prompt),
+            output_tokens=int(output),
+            start_s=float(start or 0.0),
+            ttft_s=None if ttft is None else float(ttft),
+            e2e_s=None if e2e is None else float(e2e),
+            itl_s=tuple(g / 1e6 for g in gaps),
+            error=error,
+        )
+
+    return tuple(tuple(one(row) for row in window) for window in data)

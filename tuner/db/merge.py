@@ -308,6 +308,11 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
     return Source(studies, trials, comparisons)
 
 
+# Older revisions whose studies, trials and comparisons tables are those of the head: 0002 only
+# added tuner_trial_requests (per-request records), which a merge does not copy.
+SAME_MERGED_COLUMNS = frozenset({"0001"})
+
+
 def _check_revision(where: str, url: str, revision: str | None, tables: list[str]) -> None:
     if revision is None:
         ours = [t for t in tables if t.startswith(TABLE_PREFIX)]
@@ -317,7 +322,7 @@ def _check_revision(where: str, url: str, revision: str | None, tables: list[str
             hint="is it the file a study wrote? `tuner studies --storage SOURCE` lists its studies",
         )
     head = migrate.head_revision()
-    if revision == head:
+    if revision == head or revision in SAME_MERGED_COLUMNS:
         return
     known = {s.revision for s in ScriptDirectory(str(migrate.alembic_dir())).walk_revisions()}
     if revision in known:

@@ -132,3 +132,17 @@ class ComparisonModel(Base):
     study_id: Mapped[int | None] = mapped_column(
         ForeignKey("tuner_studies.id", ondelete="SET NULL"), nullable=True
     )
+
+
+class TrialRequestsModel(Base):
+    """The per-request records of a trial, apart from its row so that listing trials stays
+    light: ``windows`` holds one list per measurement window, each request as
+    ``[start_s, ttft_s, e2e_s, prompt_tokens, output_tokens, error, [gap_us, ...]]`` (ITL gaps
+    as integer microseconds)."""
+
+    __tablename__ = "tuner_trial_requests"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("tuner_trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    windows: Mapped[list[Any]] = mapped_column(JSON)

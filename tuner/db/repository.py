@@ -26,10 +26,17 @@ from tuner.db.convert import (
     study_row,
     trial_row,
 )
-from tuner.db.models import ComparisonModel, StudyModel, TrialModel
+from tuner.db.models import ComparisonModel, StudyModel, TrialModel, TrialRequestsModel
 from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.db.session import session_scope, storage_error
-from tuner.domain import FailureClass, Provenance, ServingConfig, TrialResult, TrialStatus
+from tuner.domain import (
+    FailureClass,
+    Provenance,
+    RequestRecord,
+    ServingConfig,
+    TrialResult,
+    TrialStatus,
+)
 from tuner.errors import StorageError, UsageError
 
 _NAME_MAX = 255
@@ -249,11 +256,24 @@ class Repository:
                 )
             now = time.time()
             apply_result(row, result, now)
+            if result.requests:
+                s.merge(
+                    TrialRequestsModel(
+                        trial_id=trial_id, windows=codec.encode_requests(result.requests)
+                    )
+                )
             row.score = None if score is None or math.isnan(score) else float(score)
             row.objective_values = (
                 None if objective_values is None else codec.encode(list(objective_values))
             )
             _touch(s, row.study_id, now)
+
+    def trial_requests(self, trial_id: int) -> tuple[tuple[RequestRecord, ...], ...]:
+        """The per-request records of a trial, one tuple per window; empty when none were
+        kept (a failed trial, a fake runner, or rows written before tuner kept them)."""
+        with session_scope(self._engine) as s:
+            row = s.get(TrialRequestsModel, trial_id)
+            return codec.decode_requests(row.windows) if row is not None else ()
 
     def list_trials(
         self,

@@ -6,9 +6,12 @@ Two shapes of ``results`` JSON are read. The one :mod:`tuner.compare` writes::
      "metrics": [{"metric": str, "label": str, "higher_is_better": bool,
                   "a": SIDE, "b": SIDE, "ratio": r, "low": lo, "high": hi, "verdict": str}],
      "failures": {"a": [str], "b": [str]}, "kind": str,
-     "servers": {"a": [SERVER], "b": [SERVER]}}
+     "servers": {"a": [SERVER], "b": [SERVER]},
+     "windows": {"a": {"windows": n, "client_bound": n, "disturbed": n}, "b": {...}}}
 
-with ``SERVER = {"effective_backend": str, "flash_attn_version": int, ...}`` per launch
+with ``SERVER = {"effective_backend": str, "flash_attn_version": int, ...}`` per launch. A
+metric's verdict may be a sentence ("inconclusive: launches of A (defaults) disagree ...") and
+is shown as it is; "windows" (absent in older rows) becomes :attr:`ComparisonReport.window_note`.
 
 and a plain map ``{"a": {METRIC: SIDE}, "b": {METRIC: SIDE}, "ratio": {METRIC: RATIO}}`` with
 ``SIDE = {"median": m, "low": lo, "high": hi, "values": [...]}`` (all but median optional) and
@@ -27,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.caveats import stored_window_note
 from tuner.db.rows import ComparisonRow
 from tuner.load.stats import HIGHER_IS_BETTER
 from tuner.report.study import METRICS, num
@@ -36,7 +40,7 @@ from tuner.significance import ratio_text
 TONES: Mapping[str, str] = {"better": "good", "worse": "bad"}
 _KNOWN_KEYS = ("metrics", "a", "b", "ratio", "confidence", "a_label", "b_label", "launches")
 # Shown on the page in their own places rather than as leftover JSON.
-_PLACED_KEYS = ("failures", "kind", "servers", "claim")
+_PLACED_KEYS = ("failures", "kind", "servers", "claim", "windows")
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class ComparisonReport:
     claim: Mapping[str, Any] | None
     provenance: Mapping[str, str]
     unparsed: str  # JSON text of whatever did not fit the expected shape; "" when all did
+    # "A (defaults): 2 of 9 windows disturbed; ..." from "windows"; "" when none was flagged.
+    window_note: str = ""
 
     @property
     def overall_tone(self) -> str:
@@ -234,4 +240,5 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
         claim=_claim(results.get("claim")),
         provenance={k: v for k, v in provenance.items() if v},
         unparsed=json.dumps(leftover, indent=2, sort_keys=True, default=str) if leftover else "",
+        window_note=stored_window_note(results),
     )

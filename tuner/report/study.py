@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tuner import scoring
+from tuner.caveats import WindowFlags, window_flags
 from tuner.confirm import Confirmed, choose, is_confirmation
 from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Objective, ServingConfig, Slo, TrialResult, TrialStatus, WindowMetrics
@@ -70,6 +71,13 @@ class TrialLine:
     feasible: bool | None
     backend: str | None
     duration_s: float | None
+    # Client-bound / disturbed measurement windows of the trial (every load point).
+    windows: WindowFlags = field(default_factory=WindowFlags)
+
+    @property
+    def flags(self) -> str:
+        """'2/3 client-bound, 1/3 disturbed' for the trials table; '' when none was flagged."""
+        return self.windows.short()
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,8 @@ class StudyReport:
     search_count: int = 0  # trials of the search phase (the study's --trials counts these)
     confirm_count: int = 0  # launches of the confirmation phase
     confirmation: ConfirmationSummary | None = None
+    # "2 of 30 windows client-bound (...): #3 2/3 client-bound, ..."; "" when none was flagged.
+    window_caveat: str = ""
 
 
 @dataclass(frozen=True)
@@ -194,9 +204,21 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 feasible=_feasible(t, slo) if measured else None,
                 backend=t.effective_backend,
                 duration_s=took,
+                windows=window_flags(t.windows),
             )
         )
     return tuple(out)
+
+
+def window_caveat(lines: Sequence[TrialLine]) -> str:
+    """The client-bound / disturbed windows of ``lines`` in one sentence, naming the trials;
+    "" when no window was flagged."""
+    flagged = [t for t in lines if t.windows.any]
+    if not flagged:
+        return ""
+    total = sum((t.windows for t in lines), WindowFlags())
+    trials = ", ".join(f"#{t.number} {t.flags}" for t in flagged)
+    return f"{total.explained()}: {trials}"
 
 
 def best_line(lines: Iterable[TrialLine]) -> TrialLine | None:
@@ -346,6 +368,7 @@ def study_report(
         search_count=sum(t.phase == "search" for t in lines),
         confirm_count=sum(t.phase == "confirm" for t in lines),
         confirmation=_confirmation(study, comparisons),
+        window_caveat=window_caveat(lines),
     )
 
 

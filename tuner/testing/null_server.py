@@ -9,6 +9,15 @@ write (1: one HTTP chunk per token, as a real server at low load; more: the coal
 client sees from a busy GPU server).
 
     python -m tuner.testing.null_server --port 8000 [--events-per-write 16]
+
+With ``--step-ms S`` it behaves instead like an engine with a known schedule, to calibrate
+clients: every ``S`` ms each running request gets one token, and a request's first token goes
+out at the first step at least ``--prefill-ms P`` after it arrived. The server records when it
+wrote each request's first chunk (its TTFT as the server knows it); ``GET /stats`` returns those
+TTFTs in ms and ``POST /stats/reset`` clears them, so a client's measured TTFT can be compared
+with the truth.
+
+    python -m tuner.testing.null_server --port 8000 --step-ms 10 --prefill-ms 20
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ import asyncio
 import contextlib
 import json
 import socket
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 _TOKEN = (
     b'data: {"id":"cmpl-null","object":"text_completion","created":0,"model":"null",'
@@ -48,8 +59,62 @@ def _prompt_len(prompt: object) -> int:
     return len(str(prompt).split())
 
 
+@dataclass
+class _Running:
+    writer: asyncio.StreamWriter
+    arrived: float
+    tokens: int
+    prompt: int
+    done: asyncio.Future[None]
+    sent: int = 0
+
+
+@dataclass
+class Engine:
+    """A step loop: every ``step_s`` each running request past its prefill gets a token."""
+
+    step_s: float
+    prefill_s: float
+    running: list[_Running] = field(default_factory=list)
+    ttfts_ms: list[float] = field(default_factory=list)
+
+    async def run(self) -> None:
+        next_step = time.perf_counter()
+        while True:
+            next_step += self.step_s
+            await asyncio.sleep(max(0.0, next_step - time.perf_counter()))
+            now = time.perf_counter()
+            still = []
+            for r in self.running:
+                if now - r.arrived < self.prefill_s:
+                    still.append(r)
+                    continue
+                if r.sent == 0:
+                    self.ttfts_ms.append((now - r.arrived) * 1000.0)
+                r.writer.write(_chunk(_TOKEN))
+                r.sent += 1
+                if r.sent < r.tokens:
+                    still.append(r)
+                    continue
+                r.writer.write(_chunk(_usage(r.prompt, r.tokens) + _DONE) + b"0\r\n\r\n")
+                if not r.done.done():
+                    r.done.set_result(None)
+            self.running = still
+
+
+def _json_response(obj: object) -> bytes:
+    body = json.dumps(obj).encode()
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+
 async def _serve_one(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, per_write: int
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    per_write: int,
+    engine: Engine | None = None,
 ) -> None:
     try:
         while True:
@@ -62,6 +127,17 @@ async def _serve_one(
                 if line[:15].lower() == b"content-length:":
                     length = int(line[15:])
             body = json.loads(await reader.readexactly(length)) if length else {}
+            arrived = time.perf_counter()
+            if engine is not None and head.startswith((b"GET /stats", b"POST /stats/reset")):
+                if head.startswith(b"POST"):
+                    engine.ttfts_ms.clear()
+                writer.write(_json_response({"ttft_ms": engine.ttfts_ms}))
+                await writer.drain()
+                continue
+            if engine is not None and head.startswith(b"GET /v1/models"):
+                writer.write(_json_response({"object": "list", "data": [{"id": "null"}]}))
+                await writer.drain()
+                continue
             if not head.startswith(b"POST /v1/completions"):
                 msg = b'{"error":{"message":"not found"}}'
                 writer.write(
@@ -72,6 +148,13 @@ async def _serve_one(
                 continue
             tokens = int(body.get("max_tokens") or 16)
             writer.write(_HEAD)
+            if engine is not None:
+                done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                prompt = _prompt_len(body.get("prompt"))
+                engine.running.append(_Running(writer, arrived, tokens, prompt, done))
+                await done
+                await writer.drain()
+                continue
             for start in range(0, tokens, per_write):
                 writer.write(_chunk(_TOKEN * min(per_write, tokens - start)))
                 await writer.drain()
@@ -84,16 +167,31 @@ async def _serve_one(
         writer.close()
 
 
-async def serve(host: str, port: int, per_write: int, ready: asyncio.Event | None = None) -> None:
+async def serve(
+    host: str,
+    port: int,
+    per_write: int,
+    ready: asyncio.Event | None = None,
+    engine: Engine | None = None,
+) -> None:
     server = await asyncio.start_server(
-        lambda r, w: _serve_one(r, w, per_write), host, port, reuse_address=True, backlog=1024
+        lambda r, w: _serve_one(r, w, per_write, engine),
+        host,
+        port,
+        reuse_address=True,
+        backlog=1024,
     )
+    stepper = asyncio.create_task(engine.run()) if engine is not None else None
     for sock in server.sockets:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if ready is not None:
         ready.set()
-    async with server:
-        await server.serve_forever()
+    try:
+        async with server:
+            await server.serve_forever()
+    finally:
+        if stepper is not None:
+            stepper.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,10 +199,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--events-per-write", type=int, default=1)
+    parser.add_argument("--step-ms", type=float, help="engine mode: one token per step")
+    parser.add_argument("--prefill-ms", type=float, default=0.0)
     args = parser.parse_args(argv)
+    engine = None
+    if args.step_ms:
+        engine = Engine(step_s=args.step_ms / 1000.0, prefill_s=args.prefill_ms / 1000.0)
     print(f"null server on http://{args.host}:{args.port}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.host, args.port, max(1, args.events_per_write)))
+        asyncio.run(serve(args.host, args.port, max(1, args.events_per_write), engine=engine))
     return 0
 
 

@@ -159,6 +159,166 @@
     },
   };
 
+  // Load curves: one colour per trial, the baseline (vLLM's defaults) black and dashed.
+  const PALETTE = ["#2563eb", "#f59e0b", "#16a34a", "#dc2626", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#ea580c", "#4f46e5"];
+  const BASELINE = "#0f172a";
+
+  function trialStyle(t, i) {
+    const color = t.baseline ? BASELINE : PALETTE[i % PALETTE.length];
+    return { color: color, line: { color: color, width: t.baseline ? 3 : 2, dash: t.baseline ? "dash" : "solid" } };
+  }
+
+  // Flagged points (client-bound or disturbed windows) get an X instead of the trial's marker.
+  function curveMarker(t, color) {
+    return {
+      color: color, line: { width: 1, color: "#fff" },
+      symbol: t.caveats.map((c) => (c ? "x" : t.baseline ? "square" : "circle")),
+      size: t.caveats.map((c) => (c ? 13 : 8)),
+    };
+  }
+
+  function curveHover(t, i, lines) {
+    let text = esc(t.name) + "<br>" + esc(t.labels[i]) + " · " + t.windows[i] + " windows";
+    for (const line of lines) text += "<br>" + line;
+    if (t.capacity === i) text += "<br><b>capacity</b> (highest throughput meeting the SLO)";
+    if (t.caveats[i]) {
+      text += "<br><b>" + esc(t.caveats[i]) + "</b>";
+      for (const note of t.notes[i]) text += "<br>· " + esc(note);
+    }
+    return text;
+  }
+
+  function num(v, digits) {
+    return v === null ? "—" : v.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+  }
+
+  // The rings around each trial's capacity point, in the trials' order.
+  function capacityTrace(trials, xKey, yKey, axes, showlegend) {
+    const x = [], y = [];
+    for (const t of trials) {
+      if (t.capacity === null) continue;
+      x.push(t[xKey][t.capacity]);
+      y.push(t[yKey][t.capacity]);
+    }
+    return Object.assign({
+      type: "scatter", mode: "markers", name: "capacity (SLO met)", meta: "capacity",
+      x: x, y: y, showlegend: showlegend, hoverinfo: "skip", cliponaxis: false,
+      marker: { symbol: "circle-open", size: 20, color: BASELINE, line: { width: 2 } },
+    }, axes || {});
+  }
+
+  // A legend entry that explains the X marker (no data of its own).
+  function flaggedLegend(trials) {
+    if (!trials.some((t) => t.caveats.some((c) => c))) return [];
+    return [{
+      type: "scatter", mode: "markers", name: "client-bound / disturbed", meta: "legend",
+      x: [null], y: [null], hoverinfo: "skip",
+      marker: { symbol: "x", size: 11, color: COLORS.muted },
+    }];
+  }
+
+  // A legend name: the config label broken at its commas into lines of about 40 characters
+  // (plotly does not wrap legend text; a long label would push the plot aside).
+  function legendName(name) {
+    const lines = [];
+    let line = "";
+    for (const part of String(name).split(",")) {
+      const piece = line ? line + "," + part : part;
+      if (line && piece.length > 40) {
+        lines.push(line + ",");
+        line = part;
+      } else {
+        line = piece;
+      }
+    }
+    lines.push(line);
+    return lines.map(esc).join("<br>");
+  }
+
+  // Wide: the legend at the right of the plot (plotly scrolls it when there are many trials);
+  // narrow: under the plot, below the x axis title, the chart growing with the trial count.
+  function curveLayout(el, n, height, extra) {
+    let legend = { orientation: "v", x: 1.02, xanchor: "left", y: 1, yanchor: "top", font: { size: 11.5 } };
+    if (el.clientWidth < 760) {
+      height += 24 * (n + 2);
+      legend = { orientation: "h", x: 0, xanchor: "left", y: -(80 / (height - 100)), yanchor: "top", font: { size: 11.5 } };
+    }
+    el.style.height = height + "px";
+    return Object.assign({ height: height, margin: { l: 64, r: 20, t: 10, b: 20 }, legend: legend }, extra);
+  }
+
+  // The load axis: ticks at the measured loads; a geometric ladder (1, 2, 4, ... 256) on a
+  // log axis.
+  function loadAxis(trials) {
+    const loads = [...new Set(trials.flatMap((t) => t.load).filter((v) => v > 0))].sort((a, b) => a - b);
+    const span = loads.length ? loads[loads.length - 1] / loads[0] : 1;
+    const ticks = loads.length <= 12 ? { tickvals: loads, ticktext: loads.map((v) => String(v)) } : {};
+    return Object.assign(span > 4 ? { type: "log" } : { rangemode: "tozero" }, ticks);
+  }
+
+  DRAW.curve_throughput = function (el, d) {
+    if (!d.trials.length) return empty(el, "No measured trial yet.");
+    const traces = d.trials.map((t, k) => {
+      const style = trialStyle(t, k);
+      return {
+        type: "scatter", mode: "lines+markers", name: legendName(t.name), meta: "trial",
+        x: t.per_stream, y: t.per_gpu, line: style.line, marker: curveMarker(t, style.color), cliponaxis: false,
+        text: t.labels.map((_, i) => curveHover(t, i, [
+          num(t.per_gpu[i], 0) + " " + esc(d.unit) + " · " + num(t.per_stream[i], 1) + " tok/s per stream",
+        ])),
+        hovertemplate: "%{text}<extra></extra>",
+      };
+    });
+    traces.push(capacityTrace(d.trials, "per_stream", "per_gpu", null, true), ...flaggedLegend(d.trials));
+    Plotly.newPlot(el, traces, layout(d.x_title, d.y_title, curveLayout(el, d.trials.length, 420, {
+      xaxis: axis(d.x_title, { rangemode: "tozero" }),
+      yaxis: axis(d.y_title, { rangemode: "tozero" }),
+    })), CONFIG);
+  };
+
+  DRAW.curve_latency = function (el, d) {
+    if (!d.trials.length) return empty(el, "No measured trial yet.");
+    const traces = [];
+    const halves = [["ttft_p99", "y", "x", "P99 TTFT"], ["e2e_p99", "y2", "x2", "P99 E2E"]];
+    for (const [key, yaxis, xaxis, what] of halves) {
+      d.trials.forEach((t, k) => {
+        const style = trialStyle(t, k);
+        traces.push({
+          type: "scatter", mode: "lines+markers", name: legendName(t.name), meta: "trial",
+          legendgroup: "trial-" + t.number, showlegend: yaxis === "y",
+          x: t.load, y: t[key], xaxis: xaxis, yaxis: yaxis,
+          line: style.line, marker: curveMarker(t, style.color), cliponaxis: false,
+          text: t.labels.map((_, i) => curveHover(t, i, [
+            "P99 TTFT " + num(t.ttft_p99[i], 1) + " ms · P99 E2E " + num(t.e2e_p99[i], 1) + " ms",
+          ])),
+          hovertemplate: "%{text}<extra></extra>",
+        });
+      });
+      traces.push(capacityTrace(d.trials, "load", key, { xaxis: xaxis, yaxis: yaxis }, yaxis === "y"));
+    }
+    traces.push(...flaggedLegend(d.trials));
+    // The SLO bounds: a dotted line across each half, labelled at its right end.
+    const shapes = [], annotations = [];
+    for (const [name, yref] of [["ttft_p99_ms", "y"], ["e2e_p99_ms", "y2"]]) {
+      const bound = d.slo[name];
+      if (bound === undefined) continue;
+      shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, yref: yref, y0: bound, y1: bound, line: { dash: "dot", color: COLORS.bad, width: 1.5 } });
+      annotations.push({
+        xref: "paper", x: 1, xanchor: "right", yref: yref, y: bound, yanchor: "bottom",
+        text: "SLO " + num(bound, 0) + " ms", showarrow: false, font: { size: 11, color: COLORS.bad },
+        bgcolor: "rgba(255,255,255,0.85)",
+      });
+    }
+    const x = loadAxis(d.trials);
+    Plotly.newPlot(el, traces, layout(d.x_title, "", curveLayout(el, d.trials.length, 520, {
+      shapes: shapes, annotations: annotations,
+      xaxis: axis("", Object.assign({ anchor: "y", showticklabels: false }, x)),
+      xaxis2: axis(d.x_title, Object.assign({ anchor: "y2", matches: "x" }, x)),
+      yaxis: axis(d.ttft_title, { domain: [0.54, 1], rangemode: "tozero" }),
+      yaxis2: axis(d.e2e_title, { domain: [0, 0.46], rangemode: "tozero" }),
+    })), CONFIG);
+  };
+
   function main() {
     const block = document.getElementById("chart-data");
     if (!block) return;

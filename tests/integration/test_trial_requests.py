@@ -1,0 +1,85 @@
+"""A trial keeps its per-request records, and a study exports them as vllm bench serve JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.studykit import fake_server_runner, make_repo
+from tuner.cli import app
+from tuner.db import codec
+from tuner.domain import RequestRecord, ServingConfig, TrialStatus, Workload
+from tuner.report.bench_export import bench_files
+
+LADDER = Workload(
+    name="smoke",
+    prompt_tokens=16,
+    output_tokens=6,
+    concurrency=2,
+    concurrency_ladder=(1, 2),
+    requests_per_window=4,
+    windows=1,
+    warmup_requests=2,
+    length_jitter=0.0,
+)
+
+
+def test_records_round_trip_to_microseconds() -> None:
+    windows = (
+        (
+            RequestRecord(True, 10, 3, 0.5, 0.0123456789, 0.2, (0.001, 0.0021)),
+            RequestRecord(False, 10, 0, 0.6, None, None, error="HTTP 500: boom"),
+        ),
+    )
+    back = codec.decode_requests(json.loads(json.dumps(codec.encode_requests(windows))))
+    ok, failed = back[0]
+    assert ok.ok and ok.itl_s == pytest.approx((0.001, 0.0021), abs=1e-6)
+    assert ok.ttft_s == pytest.approx(0.0123457, abs=1e-6) and ok.output_tokens == 3
+    assert not failed.ok and failed.error == "HTTP 500: boom" and failed.ttft_s is None
+
+
+def test_a_trial_on_the_fake_server_keeps_and_exports_its_requests(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    repo = make_repo(url)
+    repo.create_study(
+        name="req",
+        optuna_study_name="req",
+        model="tiny-ernie",
+        model_source=None,
+        gpu="cpu",
+        workload="smoke",
+        objective="capacity",
+        slo={"ttft_p99_ms": 10_000.0},
+        spec={},
+        emulated=False,
+        vllm_version="0.32.0",
+        n_trials_requested=1,
+    )
+    result = fake_server_runner(tmp_path).run(ServingConfig(), LADDER)
+    assert result.status is TrialStatus.COMPLETE, result.failure_detail
+    trial_id = repo.start_trial("req", 0, ServingConfig(), "search", True)
+    repo.finish_trial(trial_id, result, 1.0, [1.0, 1.0, 1.0])
+
+    stored = repo.trial_requests(trial_id)
+    assert [len(w) for w in stored] == [4, 8]  # four requests per stream at least
+    assert all(r.ok and len(r.itl_s) == r.output_tokens - 1 for w in stored for r in w)
+    files = bench_files(repo, "req")
+    assert len(files) == 2
+    c2 = next(v for k, v in files.items() if "concurrency2" in k)
+    assert c2["completed"] == 8 and c2["max_concurrency"] == 2 and c2["failed"] == 0
+    assert c2["output_throughput"] == pytest.approx(result.windows[1].output_throughput)
+    assert len(c2["itls"]) == 8 and c2["request_goodput"] is not None
+    assert c2["tuner_trial"] == 0 and c2["tuner_config"] == "defaults"
+
+    out = tmp_path / "bench"
+    cli = CliRunner().invoke(
+        app, ["export", "req", "--format", "vllm-bench", "--out", str(out), "--storage", url]
+    )
+    assert cli.exit_code == 0, cli.output
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)
+    refused = CliRunner().invoke(app, ["export", "req", "--format", "vllm-bench", "--storage", url])
+    assert refused.exit_code != 0
+    assert "--out DIR" in (getattr(refused.exception, "hint", "") or "")

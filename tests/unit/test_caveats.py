@@ -1,0 +1,320 @@
+"""Launches of one configuration that disagree far beyond their noise, and client-bound or
+disturbed windows: the comparison says so instead of giving a verdict that reads as
+information, and every report that shows those numbers says so too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from tuner.caveats import (
+    DISAGREE_FLOOR,
+    WindowFlags,
+    disagreement,
+    noise_bound,
+    stored_window_note,
+    window_flags,
+)
+from tuner.compare import Arm, Comparison, compare
+from tuner.confirm import choose
+from tuner.db.rows import ComparisonRow
+from tuner.domain import (
+    ClientHealth,
+    LatencyStats,
+    MemoryUsage,
+    Objective,
+    ServingConfig,
+    TrialResult,
+    TrialStatus,
+    WindowMetrics,
+)
+from tuner.export_comparisons import comparisons_markdown
+from tuner.load.stats import summarize
+from tuner.recommend import Recommendation
+from tuner.report import comparison_report
+from tuner.significance import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE, is_inconclusive
+
+GIB = 1024**3
+DEFAULTS, CANDIDATE = Arm("defaults", ServingConfig()), Arm("#3", ServingConfig(max_num_seqs=8))
+
+
+def _lat(ms: float) -> LatencyStats:
+    return LatencyStats(count=64, mean=ms * 0.8, p50=ms * 0.7, p90=ms * 0.9, p99=ms, max=ms * 1.1)
+
+
+def _window(tok_s: float, *, bound: bool = False, disturbed: bool = False) -> WindowMetrics:
+    # Latencies scale with the throughput the way a slowed-down server's do.
+    slow = 1000.0 / tok_s
+    client = ClientHealth(
+        client_cpu=0.95 if bound else 0.2,
+        loop_lag_p99_ms=1.0,
+        loop_lag_max_ms=2.0,
+        host_cpu=1.0,
+        host_cores=2,
+        others_cpu=1.5 if disturbed else 0.0,
+        client_bound=bound,
+        disturbed=disturbed,
+    )
+    return WindowMetrics(
+        duration_s=10.0,
+        requests_ok=64,
+        requests_failed=0,
+        prompt_tokens=64 * 128,
+        output_tokens=int(tok_s * 10),
+        request_throughput=tok_s / 100.0,
+        output_throughput=tok_s,
+        total_throughput=tok_s * 2.0,
+        ttft_ms=_lat(80.0 * slow),
+        itl_ms=_lat(10.0 * slow),
+        e2e_ms=_lat(900.0 * slow),
+        client=client,
+    )
+
+
+def _launch(
+    config: ServingConfig,
+    tok_s: float,
+    spread: float = 0.03,
+    *,
+    bound: int = 0,
+    disturbed: int = 0,
+) -> TrialResult:
+    """One complete launch: three windows at tok_s x (1 - spread, 1, 1 + spread), the first
+    ``bound`` of them client-bound and the first ``disturbed`` disturbed."""
+    windows = tuple(
+        _window(tok_s * f, bound=i < bound, disturbed=i < disturbed)
+        for i, f in enumerate((1.0 - spread, 1.0, 1.0 + spread))
+    )
+    return TrialResult(
+        config=config,
+        status=TrialStatus.COMPLETE,
+        windows=windows,
+        metrics=summarize(windows),
+        memory=MemoryUsage(host_peak_rss_bytes=2 * GIB),
+    )
+
+
+def _compare(a: Sequence[float], b: Sequence[float], **b_flags: int) -> Comparison:
+    a_runs = [_launch(DEFAULTS.config, v) for v in a]
+    b_runs = [_launch(CANDIDATE.config, v, **b_flags) for v in b]
+    return compare(DEFAULTS, a_runs, CANDIDATE, b_runs)
+
+
+def _row(c: Comparison, kind: str = "confirmation") -> ComparisonRow:
+    """``c`` as the database hands it back (through JSON)."""
+    return ComparisonRow(
+        id=11,
+        created_at=0.0,
+        model="tiny-ernie",
+        gpu="cpu",
+        workload="smoke",
+        a_config=c.a.config,
+        b_config=c.b.config,
+        repeats=3,
+        results=json.loads(json.dumps({**c.to_results(), "kind": kind})),
+        verdicts=json.loads(json.dumps(c.to_verdicts())),
+        provenance=None,
+        study_id=1 if kind == "confirmation" else None,
+    )
+
+
+# -- the rule ---------------------------------------------------------------------------------
+
+
+def test_the_rule_flags_a_factor_beyond_the_floor_and_the_window_spread() -> None:
+    tight = [(0.97, 1.0, 1.03)] * 3
+    assert disagreement([100.0, 120.0, 80.0], tight) is None  # +-20 %: the H200's normal
+    assert disagreement([100.0, 190.0, 100.0], tight) is None  # x1.9: under the floor of 2
+    off = disagreement([462.0, 2363.0, 470.0], [(450, 462, 475), (2300, 2363, 2420)] * 2)
+    assert off is not None and off.ratio == pytest.approx(2363 / 462)
+    assert off.bound == DISAGREE_FLOOR and off.launches == 3
+    assert off.text("tok/s") == "462 … 2,363 tok/s, x5.1"
+
+
+def test_a_metric_noisy_within_a_launch_may_differ_more_across_launches() -> None:
+    wide = [(80.0, 100.0, 128.0)] * 3  # x1.6 between the windows of each launch
+    assert noise_bound(1.6) == pytest.approx(1.6**3)  # x4.1
+    assert disagreement([100.0, 300.0, 150.0], wide) is None
+    assert disagreement([100.0, 450.0, 150.0], wide) is not None
+
+
+def test_a_disturbed_launch_with_scattered_windows_does_not_excuse_itself() -> None:
+    # The typical launch's window spread counts (the median), not the widest launch's.
+    windows = [(98.0, 100.0, 102.0), (99.0, 100.0, 101.0), (200.0, 500.0, 900.0)]
+    assert disagreement([100.0, 100.0, 500.0], windows) is not None
+
+
+def test_too_few_launches_or_no_windows() -> None:
+    assert disagreement([100.0]) is None
+    assert disagreement([100.0, 0.0, float("nan")]) is None  # what cannot be on a log scale
+    # Peak memory has one number per launch: the floor alone applies.
+    assert disagreement([2.0, 2.1]) is None and disagreement([2.0, 4.5]) is not None
+
+
+# -- the comparison ---------------------------------------------------------------------------
+
+
+def test_the_cpu_example_is_inconclusive_not_a_huge_change() -> None:
+    # The defaults: one launch at 5x the others (another process was busy during two of
+    # them), each launch's windows within +-3 %.
+    c = _compare([462.0, 2363.0, 470.0], [480.0, 505.0, 495.0])
+    thr = c.metric("output_throughput")
+    assert thr.inconclusive and thr.a_disagreement is not None and thr.b_disagreement is None
+    assert thr.verdict == (
+        "inconclusive: launches of A (defaults) disagree (462 … 2,363 tok/s, x5.1) far "
+        "beyond their within-launch noise (x2.0 at most expected)"
+    )
+    assert c.overall == thr.verdict and c.to_verdicts()["overall"] == thr.verdict
+    line = thr.describe()
+    assert line.startswith("output tok/s: inconclusive: launches of A (defaults) disagree")
+    assert "-> " not in line and "is not a measurement of B against A" in line
+    # Latencies of the slow launches disagree as much; memory (the same every launch) does not.
+    assert c.metric("e2e_p99_ms").inconclusive
+    assert not c.metric("memory_gib").inconclusive
+    stored = next(m for m in c.to_results()["metrics"] if m["metric"] == "output_throughput")
+    assert stored["disagreement"]["b"] is None
+    assert stored["disagreement"]["a"]["ratio"] == pytest.approx(2363 / 462)
+    assert stored["disagreement"]["a"]["bound"] == DISAGREE_FLOOR
+
+
+def test_ordinary_launch_noise_gives_an_ordinary_verdict() -> None:
+    c = _compare([800.0, 1000.0, 1200.0], [1150.0, 950.0, 1300.0])
+    for m in c.metrics:
+        assert m.verdict in (BETTER, WORSE, NO_DIFFERENCE), m.verdict
+        assert m.a_disagreement is None and m.b_disagreement is None
+    assert c.overall == NO_DIFFERENCE and c.window_note == "" and c.overall_text() == c.overall
+    assert all(m["disagreement"] == {"a": None, "b": None} for m in c.to_results()["metrics"])
+
+
+def test_client_bound_and_disturbed_windows_are_counted_per_arm() -> None:
+    c = _compare([1000.0, 1010.0, 990.0], [1500.0, 1490.0, 1510.0], bound=1, disturbed=2)
+    assert c.a_windows == WindowFlags(9, 0, 0)
+    assert c.b_windows == WindowFlags(9, 3, 6)
+    assert c.overall == BETTER  # the verdict itself stays a verdict
+    note = "B (#3): 3 of 9 windows client-bound, 6 of 9 disturbed"
+    assert c.window_note == note and c.overall_text() == f"better ({note})"
+    windows = c.to_results()["windows"]
+    assert windows["b"] == {"windows": 9, "client_bound": 3, "disturbed": 6}
+    assert windows["a"] == {"windows": 9, "client_bound": 0, "disturbed": 0}
+    assert window_flags(_launch(DEFAULTS.config, 100.0, bound=3).windows).short() == (
+        "3/3 client-bound"
+    )
+
+
+# -- where the comparison is read back --------------------------------------------------------
+
+
+def test_the_compare_page_and_the_export_show_the_new_verdict_and_the_windows() -> None:
+    c = _compare([462.0, 2363.0, 470.0], [480.0, 505.0, 495.0], disturbed=1)
+    row = _row(c, kind="compare")
+    report = comparison_report(row)
+    thr = next(m for m in report.metrics if m.metric == "output_throughput")
+    assert thr.verdict == c.overall and thr.tone == "" and report.overall == c.overall
+    assert report.window_note == "B (#3): 3 of 9 windows disturbed"
+    assert report.unparsed == ""  # "windows" and "disagreement" have their places
+    md = comparisons_markdown(
+        [{**row.results, "id": 11, "study": None, "model": "m", "gpu": "cpu", "workload": "w",
+          "verdicts": row.verdicts, "metrics": row.results["metrics"]}]
+    )  # fmt: skip
+    assert "overall inconclusive: launches of A (defaults) disagree" in md
+    assert "Caution: B (#3): 3 of 9 windows disturbed." in md
+    thr_line = next(line for line in md.splitlines() if line.startswith("| output tok/s"))
+    assert "| not meaningful | inconclusive: launches of A (defaults)" in thr_line
+
+
+def test_rows_stored_before_the_checks_read_as_before() -> None:
+    c = _compare([1000.0, 1010.0, 990.0], [1500.0, 1490.0, 1510.0])
+    results: dict[str, Any] = c.to_results()
+    del results["windows"]
+    for m in results["metrics"]:
+        del m["disagreement"]
+    row = _row(c)
+    old = ComparisonRow(**{**vars(row), "results": results})
+    report = comparison_report(old)
+    assert report.window_note == "" and report.unparsed == "" and report.overall == BETTER
+    assert stored_window_note(results) == "" and stored_window_note(None) == ""
+    assert WindowFlags.from_dict({"windows": "9", "client_bound": -1}) == WindowFlags()
+
+
+# -- the confirmation and the recommendation --------------------------------------------------
+
+
+def test_a_confirmation_whose_defaults_disagree_confirms_nothing() -> None:
+    # B looks 3x "better" on the geometric mean, but the defaults' launches disagree x5.
+    c = _compare([462.0, 2363.0, 470.0], [1480.0, 1505.0, 1495.0])
+    assert c.metric("output_throughput").inconclusive
+    confirmed = choose([_row(c)], Objective.THROUGHPUT)
+    assert confirmed is not None and confirmed.verdict == INCONCLUSIVE
+    assert confirmed.config == ServingConfig() and confirmed.comparison_id == 11
+    thr_detail = next(d for d in confirmed.details if d.startswith("output tok/s"))
+    assert thr_detail.startswith("output tok/s: inconclusive: launches of A (defaults)")
+    assert "%" not in thr_detail  # no "+282.5 % [-99.1, +163935.7]"
+    # Without the disagreement the same candidate wins.
+    clean = choose([_row(_compare([462.0, 470.0, 455.0], [1480.0, 1505.0, 1495.0]))],
+                   Objective.THROUGHPUT)  # fmt: skip
+    assert clean is not None and clean.verdict == BETTER and clean.caveats == ()
+
+
+def test_the_memory_objective_ignores_a_throughput_it_does_not_weigh_only_when_sound() -> None:
+    # Memory is what the memory objective scores, but its throughput must not be worse: a
+    # comparison inconclusive on throughput cannot confirm a memory winner either.
+    c = _compare([462.0, 2363.0, 470.0], [480.0, 505.0, 495.0])
+    confirmed = choose([_row(c)], Objective.MEMORY)
+    assert confirmed is not None and confirmed.verdict == INCONCLUSIVE
+
+
+def test_the_confirmation_carries_the_flagged_windows() -> None:
+    c = _compare([1000.0, 1010.0, 990.0], [1500.0, 1490.0, 1510.0], bound=3)
+    confirmed = choose([_row(c)], Objective.THROUGHPUT)
+    assert confirmed is not None and confirmed.verdict == BETTER
+    assert confirmed.caveats == ("B (#3): 9 of 9 windows client-bound",)
+
+
+def _recommendation(**kw: Any) -> Recommendation:
+    fields: dict[str, Any] = dict(
+        study="s",
+        trial_number=3,
+        is_baseline=False,
+        score=1.4,
+        flags=("--max-num-seqs", "8"),
+        env={},
+        serve_command="vllm serve m --max-num-seqs 8",
+        metrics={},
+        baseline_metrics=None,
+        memory_gib=2.0,
+        baseline_memory_gib=2.0,
+        provenance={},
+        feasible=True,
+    )
+    fields.update(kw)
+    return Recommendation(**fields)
+
+
+def test_the_recommendation_mentions_flagged_windows_and_an_inconclusive_confirmation() -> None:
+    quiet = _recommendation().render()
+    assert "caution" not in quiet and "client-bound" not in quiet
+    text = _recommendation(
+        windows=WindowFlags(3, 2, 0), baseline_windows=WindowFlags(3, 0, 1)
+    ).render()
+    assert (
+        "  caution: trial #3: 2 of 3 windows client-bound (tuner's load generator was "
+        "saturated, so those numbers are the client's floor, not the server's)"
+    ) in text
+    assert "  caution: vLLM's defaults: 1 of 3 windows disturbed (other processes" in text
+
+    c = _compare([462.0, 2363.0, 470.0], [1480.0, 1505.0, 1495.0], disturbed=3)
+    confirmed = choose([_row(c)], Objective.THROUGHPUT)
+    text = _recommendation(confirmed=confirmed).render()
+    head = next(line for line in text.splitlines() if "confirmation (fresh" in line)
+    assert head.startswith("  confirmation (fresh launches, interleaved): inconclusive:")
+    assert "no significant difference" not in head and "run vLLM's defaults" in head
+    assert "    output tok/s: inconclusive: launches of A (defaults) disagree" in text
+    assert "    caution: B (#3): 9 of 9 windows disturbed" in text
+
+
+def test_is_inconclusive_reads_stored_text() -> None:
+    assert is_inconclusive("inconclusive: launches of A disagree")
+    assert not is_inconclusive(BETTER) and not is_inconclusive(None)

@@ -1,0 +1,53 @@
+"""A study's measurements in the shape of ``vllm bench serve --save-result`` JSON: one file per
+measurement window of every complete trial that kept its per-request records, so that tuner's
+numbers can be read by the same scripts as vLLM's own benchmark results."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from tuner.db.repository import Repository
+from tuner.domain import Slo, TrialStatus
+from tuner.load.benchjson import bench_result, goodput_bounds
+
+
+def bench_files(repo: Repository, study: str) -> dict[str, dict[str, Any]]:
+    """``{file name: vLLM-shaped result}`` for the study's complete trials (search and
+    confirmation); trials without stored requests are skipped."""
+    row = repo.get_study(study)
+    slo = Slo(**(row.slo if row else {}))
+    goodput = goodput_bounds(slo) or None
+    files: dict[str, dict[str, Any]] = {}
+    for trial in repo.list_trials(study, status=TrialStatus.COMPLETE, limit=None):
+        requests = repo.trial_requests(trial.id)
+        if not requests:
+            continue
+        result = trial.to_result()
+        model = result.provenance.model if result.provenance else (row.model if row else "")
+        when = dt.datetime.fromtimestamp(trial.finished_at or 0.0)
+        for index, (window, records) in enumerate(zip(result.windows, requests, strict=False)):
+            point = (
+                f"qps{window.request_rate:g}"
+                if window.request_rate is not None
+                else f"concurrency{window.concurrency or 'x'}"
+            )
+            name = f"{study}-{trial.phase}-{trial.number}-{point}-w{index + 1}.json"
+            files[name] = bench_result(
+                records,
+                window.duration_s,
+                model=model,
+                concurrency=window.concurrency,
+                request_rate=window.request_rate,
+                goodput=goodput,
+                client=window.client,
+                date=when,
+                extra={
+                    "tuner_study": study,
+                    "tuner_trial": trial.number,
+                    "tuner_phase": trial.phase,
+                    "tuner_config": trial.config_label,
+                    "tuner_window": index + 1,
+                },
+            )
+    return files
