@@ -71,8 +71,12 @@ def test_tuner_load_measures_cpu_vllm_at_two_concurrencies(
         assert point["total_input_tokens"] == 64 * requests
         assert point["total_output_tokens"] == 16 * requests  # ignore_eos
         assert point["output_throughput"] > 0
-        for metric in ("ttft", "tpot", "itl", "e2el"):
+        for metric in ("ttft", "e2el"):
             assert point[f"p99_{metric}_ms"] >= point[f"median_{metric}_ms"] > 0, metric
+        # On 2 busy cores the client may read several of a fast server's chunks in one read
+        # (their gaps are then 0): TPOT and ITL can be 0, never negative.
+        for metric in ("tpot", "itl"):
+            assert point[f"p99_{metric}_ms"] >= point[f"median_{metric}_ms"] >= 0, metric
         assert point["median_e2el_ms"] > point["median_ttft_ms"]
     files = sorted((tmp_path / "results").iterdir())
     assert len(files) == 2
