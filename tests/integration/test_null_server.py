@@ -70,7 +70,7 @@ def test_measured_ttft_and_itl_match_the_servers_known_schedule(engine_url: str)
     # The server writes the first chunk 20-25 ms after arrival, then one chunk per 5 ms step.
     assert 20.0 <= float(np.median(truth)) <= 27.0
     measured = window.ttft_ms.p50
-    assert float(np.median(truth)) - 1.0 <= measured <= float(np.median(truth)) + 10.0
+    assert float(np.median(truth)) - 1.0 <= measured <= float(np.median(truth)) + 15.0
     assert window.itl_ms.p50 == pytest.approx(5.0, abs=2.0)
     assert window.tpot_ms is not None and window.tpot_ms.p50 == pytest.approx(5.0, abs=1.5)
     assert window.client is not None and not window.client_bound
