@@ -4,7 +4,10 @@ runner pointed at the fake server, and a scan for processes a test may have left
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +184,26 @@ def store_claim(repo: Repository, statement: str = "it is faster") -> int:
         verdicts=c.to_verdicts(),
     )
     return row.id
+
+
+@contextmanager
+def uvicorn_in_thread(app: Any, *, timeout_s: float = 10.0) -> Iterator[str]:
+    """Serve an ASGI app (the fake vLLM server, the API) with uvicorn in a daemon thread of
+    this process on a free localhost port; yields its base URL and stops it afterwards."""
+    import uvicorn
+
+    from tuner.vllm.ports import free_port
+
+    port = free_port("127.0.0.1")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

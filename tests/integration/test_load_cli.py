@@ -13,18 +13,17 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
+from tests.studykit import uvicorn_in_thread
 from tuner.cli import app
 from tuner.load.benchjson import PER_REQUEST_FIELDS
 from tuner.testing.fake_server import create_app
+from tuner.vllm.ports import free_port
 
 MODEL = "tuner-load-cli"
 REPO = Path(__file__).resolve().parents[2]
@@ -40,28 +39,10 @@ VLLM_KEYS = (
 )  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    port = _free_port()
-    app_ = create_app(MODEL, max_num_seqs=8, step_s=0.001)
-    server = uvicorn.Server(uvicorn.Config(app_, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the fake server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with uvicorn_in_thread(create_app(MODEL, max_num_seqs=8, step_s=0.001)) as url:
+        yield url
 
 
 def _invoke(*args: str) -> str:
@@ -157,7 +138,7 @@ def test_wrong_model_unreachable_and_silent_servers_are_one_line_errors(base_url
     assert wrong.returncode == 2
     assert "not-the-model" in text and MODEL in text and "--model" in text
 
-    nobody = _tuner(f"http://127.0.0.1:{_free_port()}", "--model", MODEL, *QUICK)
+    nobody = _tuner(f"http://127.0.0.1:{free_port('127.0.0.1')}", "--model", MODEL, *QUICK)
     text = _one_line_error(nobody)
     assert nobody.returncode == 1
     assert "cannot reach http://127.0.0.1:" in text and "start the server" in text

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 
+from tests.studykit import uvicorn_in_thread
 from tuner.domain import FailureClass, Slo
 from tuner.errors import LoadFailure
 from tuner.load.generator import LoadGenerator
@@ -23,23 +20,9 @@ MODEL = "tuner-load-test"
 
 @pytest.fixture
 def base_url() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     # max_num_seqs below the workload's concurrency: some requests must queue in the server.
-    app = create_app(MODEL, max_num_seqs=4, step_s=0.001)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the fake server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with uvicorn_in_thread(create_app(MODEL, max_num_seqs=4, step_s=0.001)) as url:
+        yield url
 
 
 def test_smoke_workload_against_the_fake_server(base_url: str) -> None:
