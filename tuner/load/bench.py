@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from tuner.domain import FailureClass, Slo, WindowMetrics, Workload
 from tuner.errors import LoadFailure, TunerError, UsageError
 from tuner.load.benchjson import DEFAULT_PERCENTILES, bench_result, goodput_bounds, result_filename
+from tuner.load.curve import point_label
 from tuner.load.generator import LoadGenerator, PhaseCallback, api_root
 from tuner.load.prompts import PromptFactory
 
@@ -320,13 +321,6 @@ def run(
         )
         results.append(PointResult(label, window, result))
     return results
-
-
-def point_label(concurrency: int | None, request_rate: float | None) -> str:
-    """``16 streams`` (closed loop) or ``4 req/s`` (Poisson; its cap is the run's)."""
-    if request_rate is not None:
-        return f"{request_rate:g} req/s"
-    return f"{concurrency} streams"
 
 
 def save(results: Sequence[PointResult], directory: Path) -> list[Path]:

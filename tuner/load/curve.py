@@ -25,6 +25,13 @@ CAPACITY_METRICS = (
 _SLO_FIELDS = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")  # Slo field = metric name
 
 
+def point_label(concurrency: int | None, request_rate: float | None) -> str:
+    """``16 streams`` (closed loop) or ``4 req/s`` (Poisson arrivals)."""
+    if request_rate is not None:
+        return f"{request_rate:g} req/s"
+    return f"{concurrency} streams"
+
+
 @dataclass(frozen=True)
 class LoadPoint:
     """One point of the curve: its load level and the summary of its windows."""
@@ -43,9 +50,7 @@ class LoadPoint:
 
     @property
     def label(self) -> str:
-        if self.request_rate is not None:
-            return f"{self.request_rate:g} req/s"
-        return f"{self.concurrency} streams"
+        return point_label(self.concurrency, self.request_rate)
 
     @property
     def client_bound(self) -> bool:

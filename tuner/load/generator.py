@@ -25,6 +25,7 @@ import aiohttp
 
 from tuner.domain import FailureClass, RequestRecord, Slo, WindowMetrics, Workload
 from tuner.errors import LoadFailure, UsageError
+from tuner.load.curve import point_label
 from tuner.load.prompts import PromptFactory
 from tuner.load.selfcheck import LoopLag, Neighbours, WindowCheck
 from tuner.load.stats import window_metrics
@@ -177,9 +178,9 @@ class LoadGenerator:
                             session, plan, point.concurrency, should_abort, None
                         )
                         health = check.end()
-                        where = f"window {index + 1}" + (
-                            f" at {_point_label(point)}" if len(points) > 1 else ""
-                        )
+                        where = f"window {index + 1}"
+                        if len(points) > 1:
+                            where += f" at {point_label(point.concurrency, point.request_rate)}"
                         _check_errors(records, where, max_error_rate)
                         windows.append(
                             window_metrics(
@@ -258,12 +259,6 @@ class LoadGenerator:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return [t.result() for t in tasks], max(duration, 1e-9)
-
-
-def _point_label(point: Workload) -> str:
-    if point.request_rate is not None:
-        return f"{point.request_rate:g} req/s"
-    return f"{point.concurrency} streams"
 
 
 def _check_errors(records: list[RequestRecord], phase: str, max_error_rate: float) -> None:
