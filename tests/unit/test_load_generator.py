@@ -57,9 +57,10 @@ def test_streams_are_timed_and_counted() -> None:
         assert rec.output_tokens in (3, 4, 5)
         assert rec.ttft_s is not None and rec.e2e_s is not None
         assert 0 < rec.ttft_s < rec.e2e_s
-        # One gap per chunk after the first, each at least the fake's 2 ms.
+        # One gap per chunk after the first, on average the fake's 2 ms (one gap alone can be
+        # short: a chunk read late shortens the next gap; the server shares this process).
         assert len(rec.itl_s) == rec.output_tokens - 1
-        assert min(rec.itl_s) >= 0.0015
+        assert rec.itl_mean_s is not None and rec.itl_mean_s >= 0.0015
         assert rec.tpot_s is not None and rec.tpot_s >= 0.0015
     w = report.windows[0]
     assert w.requests_ok == 6 and w.requests_failed == 0
