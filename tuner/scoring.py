@@ -37,12 +37,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tuner.domain import Objective, Slo, TrialResult, TrialStatus
-from tuner.load.curve import MAX_ERROR_RATE
+from tuner.load.curve import FEASIBLE, slo_margins
 
 GIB = 1024**3
 # Penalty objective values for findings: worse than anything a real trial can measure.
 PENALTY_LATENCY_MS = 1e7
-FEASIBLE = -1.0
 VIOLATED = 1.0
 
 DIRECTIONS: tuple[Literal["maximize", "minimize"], ...] = ("maximize", "minimize", "minimize")
@@ -112,23 +111,9 @@ def constraint_values(
     if objective is Objective.CAPACITY:
         cap = result.metrics.get("capacity_output_throughput")
         met = cap is not None and cap.median > 0
-        return [FEASIBLE if met else VIOLATED] * 3 + [FEASIBLE if met else VIOLATED]
-    checks = (
-        (slo.ttft_p99_ms, "ttft_p99_ms"),
-        (slo.itl_p99_ms, "itl_p99_ms"),
-        (slo.e2e_p99_ms, "e2e_p99_ms"),
-    )
-    out = [_slo_margin(result.metrics[name].median, target) for target, name in checks]
-    out.append(result.metrics["error_rate"].median - MAX_ERROR_RATE)
-    return out
-
-
-def _slo_margin(measured: float, target: float | None) -> float:
-    # NaN means the latency has no samples (one-token outputs have no inter-token latency):
-    # nothing violates the SLO, and Optuna rejects NaN constraint values.
-    if target is None or math.isnan(measured):
-        return FEASIBLE
-    return measured - target
+        return [FEASIBLE if met else VIOLATED] * 4
+    # Optuna rejects NaN constraint values: slo_margins reports a latency without samples as met.
+    return slo_margins(result.metrics, slo)
 
 
 def is_feasible(constraints: Sequence[float]) -> bool:

@@ -18,6 +18,7 @@ from tuner.domain import (
     TrialResult,
     TrialStatus,
 )
+from tuner.load.curve import MAX_ERROR_RATE
 from tuner.load.stats import estimate
 
 GIB = 1024**3
@@ -108,7 +109,7 @@ def test_headline_of_a_failed_trial_is_refused() -> None:
 def test_no_slo_leaves_only_the_error_rate_constraint() -> None:
     constraints = scoring.constraint_values(complete(errors=0.0), Slo())
     assert constraints[:3] == [scoring.FEASIBLE] * 3
-    assert constraints[3] == pytest.approx(-scoring.MAX_ERROR_RATE)
+    assert constraints[3] == pytest.approx(-MAX_ERROR_RATE)
     assert len(constraints) == len(scoring.CONSTRAINT_NAMES)
     assert scoring.is_feasible(constraints)
 

@@ -16,13 +16,29 @@ from dataclasses import dataclass
 from tuner.domain import Estimate, Slo, WindowMetrics, Workload
 from tuner.load.stats import estimate, summarize
 
-MAX_ERROR_RATE = 0.01  # the same ceiling as the study's error-rate constraint
+MAX_ERROR_RATE = 0.01  # at most 1 % of requests may fail
+FEASIBLE = -1.0  # the margin of an SLO field that cannot be violated
 CAPACITY_METRICS = (
     "capacity_output_throughput",
     "capacity_request_throughput",
     "capacity_load",
 )
 _SLO_FIELDS = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")  # Slo field = metric name
+
+
+def slo_margins(metrics: Mapping[str, Estimate], slo: Slo) -> list[float]:
+    """``measured - bound`` for the SLO's P99 TTFT, ITL and E2E (medians over windows), then
+    ``error rate - MAX_ERROR_RATE``: all <= 0 means the SLO is met. An unset bound, or a
+    latency without samples (NaN: one-token outputs have no gap), counts as met
+    (:data:`FEASIBLE`). The one SLO rule: load points and trials (the study's Optuna
+    constraints, :func:`tuner.scoring.constraint_values`) are judged by it alike."""
+    out = []
+    for name in _SLO_FIELDS:
+        bound = getattr(slo, name)
+        measured = metrics[name].median
+        out.append(FEASIBLE if bound is None or math.isnan(measured) else measured - bound)
+    out.append(metrics["error_rate"].median - MAX_ERROR_RATE)
+    return out
 
 
 def point_label(concurrency: int | None, request_rate: float | None) -> str:
@@ -57,16 +73,7 @@ class LoadPoint:
         return any(w.client_bound for w in self.windows)
 
     def meets(self, slo: Slo | None) -> bool:
-        if self.metrics["error_rate"].median > MAX_ERROR_RATE:
-            return False
-        if slo is None:
-            return True
-        for name in _SLO_FIELDS:
-            bound = getattr(slo, name)
-            value = self.metrics[name].median
-            if bound is not None and math.isfinite(value) and value > bound:
-                return False
-        return True
+        return all(m <= 0 for m in slo_margins(self.metrics, slo or Slo()))
 
 
 def load_points(windows: Sequence[WindowMetrics]) -> list[LoadPoint]:
