@@ -22,7 +22,7 @@ import aiohttp
 from tuner.domain import RequestRecord
 
 _ERROR_BODY_CHARS = 300
-_EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
+_EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')  # compact (vLLM) and spaced JSON
 _ERROR_KEY = b'"error"'
 
 
@@ -88,7 +88,8 @@ class _Stream:
             _ERROR_KEY in payload
             or not payload.startswith(b"{")
             or not payload.endswith(b"}")
-            or any(marker in payload for marker in _EMPTY_CHOICES)
+            or _EMPTY_CHOICES[0] in payload
+            or _EMPTY_CHOICES[1] in payload
             or b'"choices"' not in payload
         ):
             self._document(payload)
