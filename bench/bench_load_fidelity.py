@@ -35,6 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import vllm_bench_serve  # noqa: E402
+
 # The fields compared, with vLLM's names: throughputs and latency medians / P99s.
 FIELDS = (
     "output_throughput",
@@ -112,22 +114,18 @@ def run_tuner(args: argparse.Namespace, url: str, model: str, c: int, n: int) ->
 def run_vllm(
     args: argparse.Namespace, url: str, model: str, tokenizer: str, c: int, n: int, where: Path
 ) -> dict[str, Any]:
-    name = f"vllm-c{c}-{uuid.uuid4().hex[:6]}.json"
-    cmd = [
-        args.vllm_python, str(ROOT / "bench" / "vllm_bench_serve.py"),
-        "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
-        "--model", model, "--tokenizer", tokenizer,
-        "--dataset-name", "random", "--random-input-len", str(args.prompt_tokens),
-        "--random-output-len", str(args.output_tokens), "--random-range-ratio", "0",
-        "--ignore-eos", "--max-concurrency", str(c), "--num-prompts", str(n),
-        "--num-warmups", str(args.warmup), "--percentile-metrics", "ttft,tpot,itl,e2el",
-        "--metric-percentiles", "50,90,99", "--disable-tqdm",
-        "--save-result", "--result-dir", str(where), "--result-filename", name,
-    ]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"vllm bench serve failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    return dict(json.loads((where / name).read_text()))
+    return vllm_bench_serve.run(
+        args.vllm_python,
+        url=url,
+        model=model,
+        tokenizer=tokenizer,
+        concurrency=c,
+        requests=n,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        warmups=args.warmup,
+        result_dir=where,
+    )
 
 
 def _row(result: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import vllm_bench_serve  # noqa: E402
 from tuner.catalog.materialize import materialize, tokenizer_dir  # noqa: E402
 from tuner.catalog.models import resolve_model  # noqa: E402
 from tuner.vllm.ports import free_port  # noqa: E402
@@ -50,18 +50,16 @@ def _tuner(url: str, c: int, n: int, args: argparse.Namespace) -> dict[str, Any]
 
 
 def _vllm(url: str, c: int, n: int, args: argparse.Namespace, tokenizer: str) -> dict[str, Any]:
-    where = Path(tempfile.mkdtemp(prefix="truth-"))
-    cmd = [args.vllm_python, str(ROOT / "bench" / "vllm_bench_serve.py"),
-           "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
-           "--model", "null", "--tokenizer", tokenizer, "--dataset-name", "random",
-           "--random-input-len", str(args.prompt_tokens),
-           "--random-output-len", str(args.output_tokens), "--random-range-ratio", "0",
-           "--ignore-eos", "--max-concurrency", str(c), "--num-prompts", str(n),
-           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-           "--disable-tqdm", "--save-result", "--result-dir", str(where),
-           "--result-filename", "r.json"]  # fmt: skip
-    subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return dict(json.loads((where / "r.json").read_text()))
+    return vllm_bench_serve.run(
+        args.vllm_python,
+        url=url,
+        model="null",
+        tokenizer=tokenizer,
+        concurrency=c,
+        requests=n,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+    )
 
 
 def main() -> int:

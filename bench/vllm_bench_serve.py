@@ -10,7 +10,48 @@ AVX-512. The benchmark module itself runs on any machine vLLM runs on.
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def run(
+    vllm_python: str,
+    *,
+    url: str,
+    model: str,
+    tokenizer: str,
+    concurrency: int,
+    requests: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    warmups: int = 0,
+    result_dir: Path | None = None,
+) -> dict[str, Any]:
+    """One closed-loop run of ``vllm bench serve`` (random dataset of fixed lengths,
+    ``--ignore-eos``) through this script; its ``--save-result`` JSON (kept in ``result_dir``
+    when given). Raises SystemExit with the benchmark's output tail when it fails."""
+    where = result_dir or Path(tempfile.mkdtemp(prefix="vllm-bench-"))
+    name = f"vllm-c{concurrency}-{uuid.uuid4().hex[:6]}.json"
+    cmd = [
+        vllm_python, __file__,
+        "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
+        "--model", model, "--tokenizer", tokenizer,
+        "--dataset-name", "random", "--random-input-len", str(prompt_tokens),
+        "--random-output-len", str(output_tokens), "--random-range-ratio", "0",
+        "--ignore-eos", "--max-concurrency", str(concurrency), "--num-prompts", str(requests),
+        "--num-warmups", str(warmups), "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,90,99", "--disable-tqdm",
+        "--save-result", "--result-dir", str(where), "--result-filename", name,
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"vllm bench serve failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return dict(json.loads((where / name).read_text()))
 
 
 def main(argv: list[str]) -> int:
