@@ -17,11 +17,11 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from tuner.confirm import DEFAULTS_LABEL, Confirmed, choose
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow, TrialPhase, TrialRow
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import UsageError
+from tuner.study.confirm import DEFAULTS_LABEL, Confirmed, choose
 
 _Version = tuple[int, float, tuple[tuple[str, int], ...]]
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """Queueing a study from a spec sent to the API, validated by the same rules as a spec file.
 
 The body is a spec file's TOML structure as JSON (``{"study": {...}, "space": {...}, ...}``,
-see :mod:`tuner.spec`). Model, GPU, workload, objective and SLO must resolve, and the search
+see :mod:`tuner.spec.study`). Model, GPU, workload, objective and SLO must resolve, and the search
 space must be buildable, before anything is written; the study is then recorded as
 ``queued`` for a worker to run. Local paths are refused: the API must not let a caller probe
 the server's file system, and a worker may not share it anyway.
@@ -14,17 +14,17 @@ from typing import Any
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.compose import resolve_slo, resolve_workload
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow, StudyStatus
 from tuner.errors import UsageError
 from tuner.load.workloads import TRACE_PREFIX
-from tuner.scoring import format_slo
+from tuner.scoring.objectives import format_slo
 from tuner.space import SearchSpace
-from tuner.spec import (
+from tuner.spec.study import (
     StudySpec,
     spec_from_mapping,  # the spec file's own rules
 )
+from tuner.study.compose import resolve_slo, resolve_workload
 
 WHERE = "request body"
 NAME_MAX = 255  # the column's width

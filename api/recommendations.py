@@ -2,12 +2,12 @@
 
 Every study that measured the combination (real or emulated, never both) takes part. Within a
 study each complete trial is scored by the objective (the request's, else the study's) against
-that study's own measurement of vLLM's defaults, as :func:`tuner.study.rank` does; scores are
+that study's own measurement of vLLM's defaults, as :func:`tuner.study.loop.rank` does; scores are
 ratios to the defaults, so they also compare across studies of the same combination. An SLO in
-the request keeps only the trials that meet it (:func:`tuner.scoring.constraint_values` on the
-stored metrics); without one, trials meeting the study's own SLO rank first. Ties go to the
+the request keeps only the trials that meet it (:func:`tuner.scoring.objectives.constraint_values`
+on the stored metrics); without one, trials meeting the study's own SLO rank first. Ties go to the
 more recently updated study. Where a study ended with a confirmation phase (fresh interleaved
-launches against the defaults, :mod:`tuner.confirm`), its verdict decides that study's pick,
+launches against the defaults, :mod:`tuner.study.confirm`), its verdict decides that study's pick,
 as it does for ``tuner best``.
 """
 
@@ -29,11 +29,11 @@ from api.schemas import (
     finite,
     metrics_out,
 )
-from tuner import scoring
-from tuner.confirm import Confirmed
 from tuner.db.rows import StudyRow, TrialRow
 from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialResult, TrialStatus
-from tuner.recommend import emulated_memory_warning, gpu_memory_gib, serve_flags
+from tuner.results.recommend import emulated_memory_warning, gpu_memory_gib, serve_flags
+from tuner.scoring import objectives as scoring
+from tuner.study.confirm import Confirmed
 from tuner.vllm import argv
 
 _MAX_SUGGESTIONS = 8

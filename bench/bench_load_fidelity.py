@@ -98,7 +98,7 @@ def launched(
 
 def run_tuner(args: argparse.Namespace, url: str, model: str, c: int, n: int) -> dict[str, Any]:
     cmd = [
-        sys.executable, "-m", "tuner.cli", "load", url, "--model", model,
+        sys.executable, "-m", "tuner", "load", url, "--model", model,
         "--concurrency", str(c), "--requests", str(n),
         "--prompt-tokens", str(args.prompt_tokens), "--output-tokens", str(args.output_tokens),
         "--warmup", str(args.warmup), "--vocab-size", str(args.vocab_size), "--json",
@@ -221,7 +221,7 @@ def _given(url: str, model: str, tokenizer: str) -> Iterator[tuple[str, str, str
 
 def ratio_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: per round and concurrency, tuner / vLLM for each compared field."""
-    from tuner.report.fidelity import ratios_markdown, values_markdown
+    from tuner.results.report.fidelity import ratios_markdown, values_markdown
 
     return values_markdown(rows) + "\n\n" + ratios_markdown(rows)
 

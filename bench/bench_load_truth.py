@@ -41,7 +41,7 @@ def _stats(url: str, reset: bool = False) -> list[float]:
 
 
 def _tuner(url: str, c: int, n: int, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "tuner.cli", "load", url, "--model", "null",
+    cmd = [sys.executable, "-m", "tuner", "load", url, "--model", "null",
            "--concurrency", str(c), "--requests", str(n), "--warmup", "0",
            "--prompt-tokens", str(args.prompt_tokens), "--output-tokens", str(args.output_tokens),
            "--text-prompts", "--json"]  # fmt: skip

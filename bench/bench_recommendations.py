@@ -53,8 +53,8 @@ def build_database(url: str, trials: int) -> None:
     from tuner.domain import Slo
     from tuner.load.workloads import WORKLOADS
     from tuner.space import SearchSpace
-    from tuner.spec import StudySpec
-    from tuner.study import StudyContext, run_study
+    from tuner.spec.study import StudySpec
+    from tuner.study.loop import StudyContext, run_study
     from tuner.testing.fake_runner import FakeRunner
 
     upgrade(url)
@@ -91,7 +91,7 @@ def build_database(url: str, trials: int) -> None:
 
 def start_server(url: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner.cli", "serve", "--port", "0", "--storage", url],
+        [sys.executable, "-m", "tuner", "serve", "--port", "0", "--storage", url],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

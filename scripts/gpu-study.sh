@@ -8,6 +8,6 @@ set -euo pipefail
 BUDGET="${1:?budget seconds}"; shift
 HERE="$(cd "$(dirname "$0")" && pwd)"
 plan="$(mktemp --suffix=.plan)"
-printf 'python3 -m tuner.cli run %s\n' "$(printf '%q ' "$@")" > "$plan"
+printf 'python3 -m tuner run %s\n' "$(printf '%q ' "$@")" > "$plan"
 bash "$HERE/gpu-streams.sh" start $(( $(date +%s) + BUDGET )) "study:${GPU:-0}:$plan:gpu"
 bash "$HERE/gpu-streams.sh" wait $(( BUDGET + 90 ))

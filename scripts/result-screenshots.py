@@ -129,7 +129,7 @@ def copy_db(src: Path, into: Path) -> Path:
 def served(python: Path, db: Path, log: Path, timeout: float) -> Iterator[str]:
     """``tuner serve`` on ``db``; yields its base URL once /healthz answers, stops it after."""
     port = free_port()
-    cmd = [str(python), "-m", "tuner.cli", "serve", "--storage", f"sqlite:///{db}"]
+    cmd = [str(python), "-m", "tuner", "serve", "--storage", f"sqlite:///{db}"]
     cmd += ["--port", str(port)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("TUNER_API_KEY", None)  # read-only: no writes, whatever the caller's shell holds

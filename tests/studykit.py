@@ -15,9 +15,9 @@ import psutil
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from tuner.abtest.compare import Arm, compare
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.compare import Arm, compare
 from tuner.db import migrate
 from tuner.db.migrate import upgrade
 from tuner.db.models import VERSION_TABLE, Base
@@ -25,11 +25,11 @@ from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import ServingConfig, Workload
 from tuner.load.workloads import WORKLOADS
-from tuner.runner import Hardware, RunnerSettings, VllmTrialRunner
-from tuner.scoring import parse_slo
+from tuner.runner.vllm import Hardware, RunnerSettings, VllmTrialRunner
+from tuner.scoring.objectives import parse_slo
 from tuner.space import SearchSpace
-from tuner.spec import StudySpec
-from tuner.study import StudyContext
+from tuner.spec.study import StudySpec
+from tuner.study.loop import StudyContext
 from tuner.testing.fake_runner import FakeRunner
 
 # Small enough that a fake-server trial takes well under a second.

@@ -65,7 +65,7 @@ _FINDINGS = frozenset(
 
 
 class Objective(enum.StrEnum):
-    """Ranking presets; see :mod:`tuner.scoring` for the exact formulas."""
+    """Ranking presets; see :mod:`tuner.scoring.objectives` for the exact formulas."""
 
     BALANCED = "balanced"
     THROUGHPUT = "throughput"
@@ -402,7 +402,7 @@ class Estimate:
     """A metric over several windows: the median, the range (``low`` = smallest, ``high`` =
     largest window value) and the raw values. Within one launch this is a range, not a
     confidence interval: three windows cannot support a 95 % claim. Intervals that are
-    confidence intervals (across launches) live in :mod:`tuner.significance`."""
+    confidence intervals (across launches) live in :mod:`tuner.scoring.significance`."""
 
     median: float
     low: float

@@ -1,13 +1,13 @@
 """What each chart draws, as plain JSON for ``static/charts.js``: the report objects of
-:mod:`tuner.report` reshaped into columns, with axis titles and units. No plotly here; the
+:mod:`tuner.results.report` reshaped into columns, with axis titles and units. No plotly here; the
 browser draws (a chart with no data is drawn as a note instead, by the script)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tuner.report import ComparisonReport, Distribution, StudyReport
-from tuner.report.curves import StudyCurves, TrialCurve
+from tuner.results.report import ComparisonReport, Distribution, StudyReport
+from tuner.results.report.curves import StudyCurves, TrialCurve
 
 
 def _distribution(d: Distribution, title: str) -> dict[str, Any]:
@@ -90,7 +90,7 @@ def _curve(t: TrialCurve) -> dict[str, Any]:
 
 
 def curve_charts(curves: StudyCurves) -> dict[str, Any]:
-    """The two load-curve charts (see :mod:`tuner.report.curves` for what x and y are):
+    """The two load-curve charts (see :mod:`tuner.results.report.curves` for what x and y are):
     throughput per GPU against throughput per stream, and P99 latencies against load."""
     trials = [_curve(t) for t in curves.trials]
     load = {

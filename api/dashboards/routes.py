@@ -4,7 +4,7 @@ Contract with the app (see :func:`api.app.create_app`):
 
 - ``app.state.repo``: the :class:`~tuner.db.repository.Repository` to read (required);
 - ``app.state.storage_url`` (optional): the Optuna storage URL, for parameter importances;
-  without it the study page uses :func:`tuner.report.fallback_importances`.
+  without it the study page uses :func:`tuner.results.report.fallback_importances`.
 
 Pages only read. An unknown study or comparison is a 404 page, an unreadable database a 503
 page, each saying what to do; never a stack trace.
@@ -21,12 +21,12 @@ from fastapi.responses import FileResponse, HTMLResponse
 from api.dashboards.assets import plotly_js_path
 from api.dashboards.charts import compare_chart, study_charts
 from api.dashboards.render import render
-from tuner.confirm import choose
 from tuner.db.repository import Repository
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import TunerError, UsageError
-from tuner.report import comparison_report, overview, study_report
-from tuner.report.curves import any_capacity, study_curves, trial_capacities
+from tuner.results.report import comparison_report, overview, study_report
+from tuner.results.report.curves import any_capacity, study_curves, trial_capacities
+from tuner.study.confirm import choose
 
 log = logging.getLogger("tuner.dashboards")
 
@@ -131,7 +131,7 @@ def _importances(url: str | None, optuna_name: str, objective: str) -> dict[str,
     """Optuna's importances, or None (the report then falls back) when they cannot be had."""
     if url is None:
         return None
-    from tuner.importance import param_importances  # imports optuna: only when needed
+    from tuner.results.importance import param_importances  # imports optuna: only when needed
 
     try:
         return param_importances(url, optuna_name, objective=Objective(objective))

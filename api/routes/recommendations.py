@@ -16,7 +16,7 @@ from api.index import StudySnapshot
 from api.schemas import RecommendationOut
 from tuner.domain import Objective, Slo
 from tuner.errors import EnvironmentProblem
-from tuner.scoring import parse_slo
+from tuner.scoring.objectives import parse_slo
 from tuner.vllm.version import parse_version
 
 router = APIRouter(prefix="/v1", tags=["recommendations"])

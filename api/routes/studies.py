@@ -23,11 +23,11 @@ from api.schemas import (
     TrialPageOut,
     json_safe,
 )
-from tuner import scoring
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow, TrialPhase, TrialRow
 from tuner.domain import TrialStatus
 from tuner.errors import UsageError
+from tuner.scoring import objectives as scoring
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
 

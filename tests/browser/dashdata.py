@@ -1,5 +1,5 @@
 """The database the dashboard tests browse: a real study through the fake server, an A/B
-comparison as ``tuner.compare`` records it, a hostile study whose every free-text field is
+comparison as ``tuner.abtest.compare`` records it, a hostile study whose every free-text field is
 an XSS payload, a study whose trials measured a 3-point load curve (one of them with a
 client-bound window), and an old-style study whose windows carry no load point."""
 
@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.studykit import TINY_WORKLOAD, fake_server_runner, make_context, make_repo
-from tuner import scoring
-from tuner.compare import Arm, compare
+from tuner.abtest.compare import Arm, compare
 from tuner.db.repository import Repository
 from tuner.domain import (
     ClientHealth,
@@ -23,8 +22,9 @@ from tuner.domain import (
     Workload,
 )
 from tuner.load.curve import trial_metrics
-from tuner.runner import PhaseCallback
-from tuner.study import run_study
+from tuner.runner.vllm import PhaseCallback
+from tuner.scoring import objectives as scoring
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 STUDY = "chat-h100"

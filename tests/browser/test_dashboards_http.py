@@ -28,8 +28,8 @@ from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import Objective
 from tuner.errors import UsageError
-from tuner.importance import param_importances
-from tuner.study import run_study
+from tuner.results.importance import param_importances
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 HOSTILE = "<script>alert(1)</script>&<img src=x onerror=alert(2)>"

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests.studykit import processes_mentioning
-from tuner.compare import Arm, compare, run_interleaved
-from tuner.compose import prepare
+from tuner.abtest.compare import Arm, compare, run_interleaved
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import TrialStatus
-from tuner.significance import NO_DIFFERENCE, WORSE
-from tuner.spec import StudySpec
+from tuner.scoring.significance import NO_DIFFERENCE, WORSE
+from tuner.spec.study import StudySpec
+from tuner.study.compose import prepare
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).parents[2]
@@ -96,7 +96,7 @@ def test_verify_the_seed_claims_on_cpu_vllm(tmp_path: Path, vllm_python: str) ->
     # launches) to about four minutes on 2 cores.
     quick = "requests_per_window=24,warmup_requests=8,output_tokens=16,windows=2"
     run = subprocess.run(
-        [sys.executable, "-m", "tuner.cli", "verify-claims",
+        [sys.executable, "-m", "tuner", "verify-claims",
          str(REPO / "studies" / "claims" / "seed-claims.toml"),
          "--model", "tiny-ernie", "--gpu", "cpu", "--repeats", "2", "--json",
          "--fixed", "enforce_eager=true", "--workload-set", quick, "--storage", db],

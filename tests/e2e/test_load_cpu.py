@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.studykit import processes_mentioning
+from tuner.deploy.local import model_source
 from tuner.domain import ServingConfig
-from tuner.launch import model_source
 from tuner.vllm import argv
 from tuner.vllm.ports import free_port
 from tuner.vllm.server import VllmServer
@@ -52,7 +52,7 @@ def test_tuner_load_measures_cpu_vllm_at_two_concurrencies(
         server.verify_identity()
         # Token-id prompts (the default) below tiny-ernie's vocabulary of 1024.
         run = subprocess.run(
-            [sys.executable, "-m", "tuner.cli", "load", server.base_url, "--model", SERVED,
+            [sys.executable, "-m", "tuner", "load", server.base_url, "--model", SERVED,
              "--concurrency", "1,4", "--prompt-tokens", "64", "--output-tokens", "16",
              "--warmup", "4", "--json", "--save-result", str(tmp_path / "results")],
             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -32,7 +32,7 @@ from schemathesis.python.asgi import ASGIClient, get_client
 from api.app import create_app
 from api.settings import ApiSettings
 from tests.studykit import make_context, make_repo
-from tuner.study import run_study
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 KEY = "fuzz-key-0123456789"

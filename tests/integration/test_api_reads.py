@@ -19,7 +19,7 @@ from tuner.catalog.gpus import get_gpu
 from tuner.db.repository import Repository
 from tuner.domain import ServingConfig
 from tuner.space import SearchSpace
-from tuner.study import StudyContext, run_study
+from tuner.study.loop import StudyContext, run_study
 from tuner.testing.fake_runner import FakeRunner
 
 CHAT = TINY_WORKLOAD.replace(name="chat")

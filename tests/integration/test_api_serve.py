@@ -14,12 +14,12 @@ from pathlib import Path
 
 import httpx
 
-from tuner.serve_cmd import bind_socket
+from tuner.cli.serve import bind_socket
 
 
 def _tuner(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tuner.cli", *args],
+        [sys.executable, "-m", "tuner", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

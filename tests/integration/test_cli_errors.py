@@ -1,7 +1,7 @@
 """The real ``tuner`` command on bad input: exit 2, a message that says what is wrong and what is
 allowed, and nothing written (no database, no model cache, no logs).
 
-Each case runs ``python -m tuner.cli`` in its own empty directory, with the database and
+Each case runs ``python -m tuner`` in its own empty directory, with the database and
 TUNER_HOME pointed inside it, so "nothing written" means "the directory holds only what the test
 put there". The processes are started all at once (each spends about a second importing), so the
 whole file takes a few seconds.
@@ -123,7 +123,7 @@ def launch(case: Case, workdir: Path) -> Outcome:
     }
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "tuner.cli", *case.args],
+        [sys.executable, "-m", "tuner", *case.args],
         cwd=workdir,
         env=env,
         capture_output=True,

@@ -1,5 +1,5 @@
 """`tuner compare` and `tuner verify-claims` end to end as subprocesses, on the fake server
-(the test seam $TUNER_SERVER_MODULE of tuner.compose.prepare): real launches, ports, load and
+(the test seam $TUNER_SERVER_MODULE of tuner.study.compose.prepare): real launches, ports, load and
 storage, at about a second a launch."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def _tuner(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     url = f"sqlite:///{tmp_path / 'tuner.db'}"
     return subprocess.run(
-        [sys.executable, "-m", "tuner.cli", *args, "--storage", url],
+        [sys.executable, "-m", "tuner", *args, "--storage", url],
         cwd=tmp_path,
         env=_env(tmp_path),
         capture_output=True,
@@ -177,7 +177,7 @@ def test_an_interrupted_compare_resumes_from_its_launches(tmp_path: Path) -> Non
     args = [*base, "--b", "max_num_seqs=4", "--workload", "smoke", "--workload-set", QUICK]
     url = f"sqlite:///{tmp_path / 'tuner.db'}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner.cli", *args, "--storage", url],
+        [sys.executable, "-m", "tuner", *args, "--storage", url],
         cwd=tmp_path,
         env=_env(tmp_path),
         stdout=subprocess.PIPE,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.studykit import make_context, make_repo, memory_confirmation_context
-from tuner.confirm import CONFIRM_NUMBER_BASE, DEFAULTS_LABEL, choose
 from tuner.domain import Objective, ServingConfig, TrialStatus
-from tuner.recommend import recommendation
-from tuner.significance import BETTER, NO_DIFFERENCE
-from tuner.study import run_study
+from tuner.results.recommend import recommendation
+from tuner.scoring.significance import BETTER, NO_DIFFERENCE
+from tuner.study.confirm import CONFIRM_NUMBER_BASE, DEFAULTS_LABEL, choose
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 
@@ -99,7 +99,7 @@ def test_the_study_page_reports_the_confirmation_not_single_launches(db_url: str
     from fastapi.testclient import TestClient
 
     from api.dashboards import mount_static, router
-    from tuner.report import study_report
+    from tuner.results.report import study_report
 
     repo = make_repo(db_url)
     ctx = memory_confirmation_context(db_url)

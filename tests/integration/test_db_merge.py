@@ -22,12 +22,12 @@ import optuna
 import pytest
 
 from tests.studykit import make_context, make_repo, memory_confirmation_context, store_claim
-from tuner.cli import main
+from tuner.cli.app import main
 from tuner.db.merge import MergeSummary, merge_databases
 from tuner.domain import ServingConfig, TrialResult, Workload
 from tuner.errors import StorageError, UsageError
-from tuner.runner import PhaseCallback
-from tuner.study import run_study
+from tuner.runner.vllm import PhaseCallback
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 H200 = Path(__file__).resolve().parents[2] / "studies" / "results" / "ernie-0.3b-h200"

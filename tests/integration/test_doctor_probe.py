@@ -19,8 +19,8 @@ import pytest
 from tuner.catalog.gpus import get_gpu, match_detected
 from tuner.db.migrate import head_revision, upgrade
 from tuner.db.models import VERSION_TABLE
-from tuner.doctor import FLASH_ATTN_NOTE, gather_vllm
-from tuner.doctor_checks import gather_ports, gather_storage
+from tuner.doctor.checks import gather_ports, gather_storage
+from tuner.doctor.report import FLASH_ATTN_NOTE, gather_vllm
 from tuner.telemetry.nvml import detect_gpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -179,7 +179,7 @@ def test_ports_are_taken_and_bound_like_trials_do() -> None:
 def _doctor(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("TUNER_DB_URL", "TUNER_VLLM_PYTHON")}
     return subprocess.run(
-        [sys.executable, "-m", "tuner.cli", "doctor", *args],
+        [sys.executable, "-m", "tuner", "doctor", *args],
         cwd=cwd,
         env={**env, "PYTHONPATH": str(REPO)},
         capture_output=True,

@@ -12,14 +12,14 @@ import pytest
 
 from tests.studykit import make_repo, memory_confirmation_context, store_claim
 from tuner.domain import Workload
-from tuner.export import from_jsonl, study_records
-from tuner.export_comparisons import (
+from tuner.results.comparisons import (
     claims_table,
     comparison_records,
     comparison_table,
     comparisons_markdown,
 )
-from tuner.study import run_study
+from tuner.results.export import from_jsonl, study_records
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 REPO = Path(__file__).parents[2]
@@ -74,7 +74,7 @@ def test_markdown_is_derived_from_the_records(db: str) -> None:
 def test_cli_exports_trials_and_comparisons(db: str, tmp_path: Path) -> None:
     def tuner(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "tuner.cli", "export", *args, "--storage", db],
+            [sys.executable, "-m", "tuner", "export", *args, "--storage", db],
             capture_output=True,
             text=True,
             cwd=REPO,

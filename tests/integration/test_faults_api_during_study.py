@@ -29,7 +29,7 @@ TRIALS = 24
 STUDY_SCRIPT = f"""
 import sys, time
 from tests.studykit import make_context, make_repo
-from tuner.study import run_study
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 class SlowFakeRunner(FakeRunner):

@@ -14,8 +14,8 @@ import psutil
 
 from tests.studykit import fake_server_runner, make_context, make_repo
 from tuner.domain import FailureClass, ServingConfig, Slo, TrialResult, TrialStatus, Workload
-from tuner.runner import PhaseCallback, VllmTrialRunner
-from tuner.study import open_optuna_study, rank, run_study
+from tuner.runner.vllm import PhaseCallback, VllmTrialRunner
+from tuner.study.loop import open_optuna_study, rank, run_study
 
 CRASH_AT_LAUNCH = 2  # the trial after the baseline
 # The fake SIGKILLs itself when request 7 arrives: after the 2 warm-up requests, so in the

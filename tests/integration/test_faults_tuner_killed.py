@@ -1,6 +1,6 @@
 """The tuner itself SIGKILLed in the middle of a trial, with real processes throughout.
 
-``python -m tuner.cli run`` drives the fake server (through compose's TUNER_SERVER_MODULE seam)
+``python -m tuner run`` drives the fake server (through compose's TUNER_SERVER_MODULE seam)
 and is killed with SIGKILL while a trial is under load: nothing of the tuner gets to clean up,
 so the server it launched is left running as an orphan. ``tuner run --resume`` must end that
 orphan (the lease in $TUNER_HOME/leases) before it launches anything, record the killed trial
@@ -34,7 +34,7 @@ from tuner.db.rows import TrialRow
 from tuner.db.session import make_engine
 from tuner.domain import FailureClass, TrialStatus
 from tuner.errors import StorageError
-from tuner.interrupts import sigterm_as_interrupt
+from tuner.vllm.interrupts import sigterm_as_interrupt
 from tuner.vllm.leases import Lease, read_lease
 from tuner.vllm.procgroup import group_members
 
@@ -83,7 +83,7 @@ class Scenario:
         log = open(self.workdir / "tuner.out", "ab")  # noqa: SIM115 - the child holds it
         try:
             return subprocess.Popen(
-                [sys.executable, "-m", "tuner.cli", "run", "spec.toml", *args],
+                [sys.executable, "-m", "tuner", "run", "spec.toml", *args],
                 cwd=self.workdir,
                 env=self.env,
                 stdin=subprocess.DEVNULL,

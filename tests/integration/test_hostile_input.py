@@ -33,8 +33,8 @@ from tests.studykit import (
     processes_mentioning,
 )
 from tuner.domain import FailureClass, ServingConfig
-from tuner.runner import VllmTrialRunner
-from tuner.study import run_study
+from tuner.runner.vllm import VllmTrialRunner
+from tuner.study.loop import run_study
 from tuner.testing.contract import check_complete, check_failed
 from tuner.testing.fake_runner import FakeRunner
 from tuner.vllm.leases import read_lease
@@ -150,7 +150,7 @@ launches = 0
 
     def tuner(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "tuner.cli", *args],
+            [sys.executable, "-m", "tuner", *args],
             cwd=tmp_path,
             env=env,
             capture_output=True,

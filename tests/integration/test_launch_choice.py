@@ -15,10 +15,10 @@ import pytest
 
 from tests.integration.test_launch_cli import E2E_CONFIG, insert_measured_study
 from tuner.catalog.materialize import tokenizer_dir
+from tuner.deploy.local import Measured, best_local, model_source, plan
+from tuner.deploy.remote import best_remote
 from tuner.domain import Objective, ServingConfig
 from tuner.errors import EnvironmentProblem, UsageError
-from tuner.launch import Measured, best_local, model_source, plan
-from tuner.launch_api import best_remote
 from tuner.vllm.ports import free_port
 
 LEAN = ServingConfig(gpu_memory_utilization=0.5, enforce_eager=True)  # less memory, slower

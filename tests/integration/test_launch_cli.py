@@ -27,7 +27,7 @@ from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import Provenance, ServingConfig
 from tuner.load.workloads import get_workload
-from tuner.scoring import objective_values
+from tuner.scoring.objectives import objective_values
 from tuner.testing.fake_runner import FakeRunner
 from tuner.vllm.ports import free_port
 from tuner.vllm.procgroup import group_members
@@ -95,7 +95,7 @@ def tuner(
     args: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tuner.cli", *args],
+        [sys.executable, "-m", "tuner", *args],
         cwd=cwd,
         env=dict(env),
         capture_output=True,
@@ -175,7 +175,7 @@ def serve_and_stop(
     (``run_client``), send it ``stop``; check it exits 0 and leaves no process (their command
     lines contain ``marker``). Returns (tuner's output, the client's)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner.cli", "launch", *args],
+        [sys.executable, "-m", "tuner", "launch", *args],
         cwd=cwd,
         env={**env, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
@@ -317,7 +317,7 @@ def test_a_server_that_fails_is_reported_with_its_log(tmp_path: Path, db_url: st
     # Dies on its first request: tuner notices, shows the log, exits 1, leaves nothing.
     port = free_port()
     crash = {**env, "TUNER_FAKE_FAULT": "crash_mid_load", "TUNER_FAKE_CRASH_AFTER": "0"}
-    command = [sys.executable, "-m", "tuner.cli", *LAUNCH, "--storage", db_url]
+    command = [sys.executable, "-m", "tuner", *LAUNCH, "--storage", db_url]
     proc = subprocess.Popen(
         [*command, "--port", str(port), *FAKE_SERVER],
         cwd=tmp_path,

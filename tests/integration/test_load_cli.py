@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.studykit import uvicorn_in_thread
-from tuner.cli import app
+from tuner.cli.app import app
 from tuner.load.benchjson import PER_REQUEST_FIELDS
 from tuner.testing.fake_server import create_app
 from tuner.vllm.ports import free_port
@@ -118,7 +118,7 @@ def test_table_names_every_point(base_url: str) -> None:
 def _tuner(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "tuner.cli", "load", *args],
+        [sys.executable, "-m", "tuner", "load", *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 

@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 
 from tests.studykit import make_repo, memory_confirmation_context
+from tuner.abtest.claims import Claim, plan
+from tuner.abtest.compare import Arm, run_interleaved
+from tuner.abtest.launchlog import LaunchLog, describe_resumed, run_key
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.claims import Claim, plan
-from tuner.compare import Arm, run_interleaved
-from tuner.confirm import CONFIRM_NUMBER_BASE
+from tuner.cli.verify import evaluate
 from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus, Workload
-from tuner.launchlog import LaunchLog, describe_resumed, run_key
 from tuner.load.workloads import WORKLOADS
-from tuner.study import run_study
+from tuner.study.confirm import CONFIRM_NUMBER_BASE
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
-from tuner.verify_cmd import evaluate
 
 LOAD = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_window=8)
 A, B = Arm("defaults", ServingConfig()), Arm("b", ServingConfig(max_num_seqs=8))

@@ -16,7 +16,7 @@ from tests.studykit import (
     processes_mentioning,
 )
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
-from tuner.study import run_study
+from tuner.study.loop import run_study
 from tuner.testing.contract import check_complete, check_failed
 from tuner.testing.fake_runner import FakeRunner
 

@@ -11,7 +11,7 @@ import pytest
 from tests.studykit import make_context, make_repo
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.errors import UsageError
-from tuner.study import open_optuna_study, rank, run_study
+from tuner.study.loop import open_optuna_study, rank, run_study
 from tuner.testing.contract import check_complete, check_failed
 from tuner.testing.fake_runner import FakeRunner
 
@@ -185,8 +185,8 @@ def test_a_capacity_study_ranks_by_the_curve_under_the_slo(db_url: str) -> None:
 
 
 def test_the_capacity_objective_needs_a_ladder(tmp_path: Path) -> None:
-    from tuner.compose import resolve_workload
-    from tuner.spec import StudySpec
+    from tuner.spec.study import StudySpec
+    from tuner.study.compose import resolve_workload
 
     spec = StudySpec(workload="smoke").with_overrides(objective="capacity")
     with pytest.raises(UsageError, match="one load point") as info:

@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.studykit import fake_server_runner, make_repo
-from tuner.cli import app
+from tuner.cli.app import app
 from tuner.db import codec
 from tuner.domain import RequestRecord, ServingConfig, TrialStatus, Workload
-from tuner.report.bench_export import bench_files
+from tuner.results.report.bench_export import bench_files
 
 LADDER = Workload(
     name="smoke",

@@ -13,7 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.studykit import make_repo
-from tuner import cli
+from tuner.cli import app as cli
 from tuner.domain import (
     ClientHealth,
     LatencyStats,

@@ -11,10 +11,10 @@ from tests.studykit import make_context, make_repo
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import TrialStatus
-from tuner.spec import StudySpec
-from tuner.study import run_study
+from tuner.spec.study import StudySpec
+from tuner.study.loop import run_study
+from tuner.study.worker import run_worker
 from tuner.testing.fake_runner import FakeRunner
-from tuner.worker import run_worker
 
 
 def _queue(repo: Repository, name: str, spec: StudySpec) -> None:

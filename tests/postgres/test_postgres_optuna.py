@@ -15,7 +15,7 @@ from tuner.db import migrate
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
-from tuner.study import run_study
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 NAME = "resumable"

@@ -135,7 +135,7 @@ def _worker(url: str, tmp_path: Path, index: int) -> subprocess.Popen[str]:
     workdir = tmp_path / f"worker{index}"
     workdir.mkdir()
     return subprocess.Popen(
-        [sys.executable, "-m", "tuner.cli", "worker", "--once", "--storage", url],
+        [sys.executable, "-m", "tuner", "worker", "--once", "--storage", url],
         cwd=workdir,
         env=env,
         stdin=subprocess.DEVNULL,

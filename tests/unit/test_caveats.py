@@ -10,16 +10,7 @@ from typing import Any
 
 import pytest
 
-from tuner.caveats import (
-    DISAGREE_FLOOR,
-    WindowFlags,
-    disagreement,
-    noise_bound,
-    stored_window_note,
-    window_flags,
-)
-from tuner.compare import Arm, Comparison, compare
-from tuner.confirm import choose
+from tuner.abtest.compare import Arm, Comparison, compare
 from tuner.db.rows import ComparisonRow
 from tuner.domain import (
     ClientHealth,
@@ -31,11 +22,20 @@ from tuner.domain import (
     TrialStatus,
     WindowMetrics,
 )
-from tuner.export_comparisons import comparisons_markdown
 from tuner.load.stats import summarize
-from tuner.recommend import Recommendation
-from tuner.report import comparison_report
-from tuner.significance import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE, is_inconclusive
+from tuner.results.comparisons import comparisons_markdown
+from tuner.results.recommend import Recommendation
+from tuner.results.report import comparison_report
+from tuner.scoring.caveats import (
+    DISAGREE_FLOOR,
+    WindowFlags,
+    disagreement,
+    noise_bound,
+    stored_window_note,
+    window_flags,
+)
+from tuner.scoring.significance import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE, is_inconclusive
+from tuner.study.confirm import choose
 
 GIB = 1024**3
 DEFAULTS, CANDIDATE = Arm("defaults", ServingConfig()), Arm("#3", ServingConfig(max_num_seqs=8))

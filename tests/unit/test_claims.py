@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.catalog.gpus import get_gpu
-from tuner.catalog.models import resolve_model
-from tuner.claims import (
+from tuner.abtest.claims import (
     CONFIRMED,
     INCONCLUSIVE,
     METRICS,
@@ -20,6 +18,8 @@ from tuner.claims import (
     plan,
     with_overrides,
 )
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
 from tuner.errors import SpecError
 from tuner.load.workloads import WORKLOADS
 

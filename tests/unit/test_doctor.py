@@ -10,9 +10,11 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tuner import doctor_probe
 from tuner.catalog.gpus import get_gpu
-from tuner.doctor import (
+from tuner.cli.doctor import render
+from tuner.doctor import probe as doctor_probe
+from tuner.doctor.checks import PortFacts, Problem, StorageFacts
+from tuner.doctor.report import (
     FLASH_ATTN_NOTE,
     GpuFacts,
     Report,
@@ -21,8 +23,6 @@ from tuner.doctor import (
     gather_gpus,
     parse_probe_output,
 )
-from tuner.doctor_checks import PortFacts, Problem, StorageFacts
-from tuner.doctor_view import render
 from tuner.telemetry.nvml import DetectedGpu
 
 GIB = 1024**3

@@ -10,13 +10,13 @@ import pytest
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.compose import check_fits
 from tuner.domain import ServingConfig
 from tuner.errors import HardwareMismatch, UsageError
-from tuner.hardware import check_hardware
-from tuner.recommend import Recommendation
-from tuner.runner import RunnerSettings, VllmTrialRunner
-from tuner.spec import StudySpec
+from tuner.results.recommend import Recommendation
+from tuner.runner.hardware import check_hardware
+from tuner.runner.vllm import RunnerSettings, VllmTrialRunner
+from tuner.spec.study import StudySpec
+from tuner.study.compose import check_fits
 from tuner.telemetry.nvml import DetectedGpu
 
 H200 = DetectedGpu(
@@ -93,7 +93,7 @@ def test_cli_refuses_the_14b_on_a_4090_at_once(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "tuner.cli",
+            "tuner.cli.app",
             "run",
             "--model",
             "qwen2.5-14b",

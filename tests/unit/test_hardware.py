@@ -1,4 +1,4 @@
-"""--gpu against the hardware NVML found (tuner.hardware), with fabricated device lists."""
+"""--gpu against the hardware NVML found (tuner.runner.hardware), with fabricated device lists."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.errors import HardwareMismatch, UsageError
-from tuner.hardware import check_hardware, describe, visible_gpus
-from tuner.runner import Hardware, RunnerSettings, VllmTrialRunner
+from tuner.runner.hardware import check_hardware, describe, visible_gpus
+from tuner.runner.vllm import Hardware, RunnerSettings, VllmTrialRunner
 from tuner.telemetry.nvml import DetectedGpu
 
 GIB = 1024**3

@@ -1,4 +1,4 @@
-"""tuner.report.compare: an A/B comparison row as the compare page shows it."""
+"""tuner.results.report.compare: an A/B comparison row as the compare page shows it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from tuner.compare import Arm, compare
+from tuner.abtest.compare import Arm, compare
 from tuner.db.rows import ComparisonRow
 from tuner.domain import Provenance, ServingConfig, Workload
-from tuner.report import comparison_report
-from tuner.report.compare import backends_text
+from tuner.results.report import comparison_report
+from tuner.results.report.compare import backends_text
 from tuner.testing.fake_runner import FakeRunner
 
 WORKLOAD = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_window=8)

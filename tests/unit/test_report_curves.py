@@ -1,4 +1,4 @@
-"""tuner.report.curves: what the study page's load-curve charts and capacity column show."""
+"""tuner.results.report.curves: what the study page's load-curve charts and capacity column show."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tuner.domain import (
 from tuner.load.curve import trial_metrics
 from tuner.load.stats import window_metrics
 from tuner.load.workloads import WORKLOADS
-from tuner.report.curves import any_capacity, study_curves, trial_capacities
+from tuner.results.report.curves import any_capacity, study_curves, trial_capacities
 
 GIB = 1024**3
 SLO = {"e2e_p99_ms": 500.0}

@@ -1,4 +1,4 @@
-"""tuner.report.study and .overview: the numbers the study page and the overview draw."""
+"""tuner.results.report.study and .overview: the numbers the study page and the overview draw."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from tuner.domain import (
     TrialStatus,
     WindowMetrics,
 )
-from tuner.report import fallback_importances, overview, study_report
-from tuner.report.study import distribution, history, pareto, trial_lines
+from tuner.results.report import fallback_importances, overview, study_report
+from tuner.results.report.study import distribution, history, pareto, trial_lines
 
 GIB = 1024**3
 DEFAULTS = ServingConfig()
@@ -231,8 +231,8 @@ def test_overview_keeps_the_best_study_per_model_gpu_and_workload() -> None:
 
 
 def test_overview_shows_what_the_confirmation_chose() -> None:
-    from tuner.confirm import DEFAULTS_LABEL, Confirmed
-    from tuner.significance import BETTER, NO_DIFFERENCE
+    from tuner.scoring.significance import BETTER, NO_DIFFERENCE
+    from tuner.study.confirm import DEFAULTS_LABEL, Confirmed
 
     a = _study("a")
     trials = {"a": [_trial(0, 100.0), _trial(1, 180.0, config=ServingConfig(max_num_seqs=64))]}

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tuner.errors import UsageError
-from tuner.export import from_jsonl
-from tuner.report.splice import count_blocks, splice, stale_blocks
+from tuner.results.export import from_jsonl
+from tuner.results.report.splice import count_blocks, splice, stale_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "studies" / "results" / "ernie-0.3b-h200"

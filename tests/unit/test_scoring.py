@@ -1,4 +1,5 @@
-"""Objectives, SLO constraints and preset scores (tuner.scoring) on hand-built trial results."""
+"""Objectives, SLO constraints and preset scores (tuner.scoring.objectives) on hand-built trial
+results."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import math
 
 import pytest
 
-from tuner import scoring
 from tuner.domain import (
     Estimate,
     FailureClass,
@@ -20,6 +20,7 @@ from tuner.domain import (
 )
 from tuner.load.curve import MAX_ERROR_RATE
 from tuner.load.stats import estimate
+from tuner.scoring import objectives as scoring
 
 GIB = 1024**3
 

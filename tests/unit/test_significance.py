@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tuner.significance import (
+from tuner.scoring.significance import (
     BETTER,
     NO_DIFFERENCE,
     WORSE,

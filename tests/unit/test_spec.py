@@ -1,4 +1,5 @@
-"""Study spec files (tuner.spec): parsing, validation with line numbers, CLI overrides, names."""
+"""Study spec files (tuner.spec.study): parsing, validation with line numbers, CLI overrides,
+names."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tuner.domain import Objective
 from tuner.errors import SpecError, UsageError
 from tuner.load.workloads import get_workload
 from tuner.space import SearchSpace
-from tuner.spec import DEFAULT_SPEC_PATH, StudySpec, load_spec
+from tuner.spec.study import DEFAULT_SPEC_PATH, StudySpec, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY_FILES = sorted((REPO / "studies").glob("*.toml"))

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from api.schemas import EstimateOut
+from tuner.deploy.local import Measured
 from tuner.domain import Estimate
-from tuner.export import markdown_table
-from tuner.export_comparisons import claims_table, comparison_table
-from tuner.launch import Measured
-from tuner.recommend import Recommendation
+from tuner.results.comparisons import claims_table, comparison_table
+from tuner.results.export import markdown_table
+from tuner.results.recommend import Recommendation
 
 EST = Estimate(median=100.0, low=90.0, high=110.0, values=(90.0, 100.0, 110.0))
 

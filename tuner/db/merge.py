@@ -262,7 +262,7 @@ def _read_only(path: Path | None) -> dict[str, Any]:
 
 
 def _optuna_engine_kwargs(url: str) -> dict[str, Any]:
-    # As tuner.study opens Optuna's storage: wait for a writer rather than fail.
+    # As tuner.study.loop opens Optuna's storage: wait for a writer rather than fail.
     return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
 
 

@@ -2,8 +2,8 @@
 
 "Capacity" is what vLLM's ``auto_tune`` and ``bench sweep`` look for: the highest output
 throughput among the load points whose P99 latencies (medians over the point's windows) meet
-the SLO and whose error rate is at most :data:`tuner.scoring`'s ceiling. Without an SLO it is
-the highest throughput of the curve. A point whose windows were client-bound is never taken as
+the SLO and whose error rate is at most :data:`tuner.scoring.objectives`'s ceiling. Without an SLO
+it is the highest throughput of the curve. A point whose windows were client-bound is never taken as
 the capacity: its throughput is the client's floor, not the server's.
 """
 
@@ -31,7 +31,7 @@ def slo_margins(metrics: Mapping[str, Estimate], slo: Slo) -> list[float]:
     ``error rate - MAX_ERROR_RATE``: all <= 0 means the SLO is met. An unset bound, or a
     latency without samples (NaN: one-token outputs have no gap), counts as met
     (:data:`FEASIBLE`). The one SLO rule: load points and trials (the study's Optuna
-    constraints, :func:`tuner.scoring.constraint_values`) are judged by it alike."""
+    constraints, :func:`tuner.scoring.objectives.constraint_values`) are judged by it alike."""
     out = []
     for name in _SLO_FIELDS:
         bound = getattr(slo, name)

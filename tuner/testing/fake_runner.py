@@ -1,4 +1,4 @@
-"""An in-process fake :class:`tuner.runner.TrialRunner` for fast study tests.
+"""An in-process fake :class:`tuner.runner.vllm.TrialRunner` for fast study tests.
 
 It answers from a small performance model instead of a server, with seeded noise, and fails the
 way vLLM does for configurations that do not fit: utilization above what is free
@@ -27,7 +27,7 @@ from tuner.domain import (
 )
 from tuner.load.curve import trial_metrics
 from tuner.load.stats import window_metrics
-from tuner.runner import PhaseCallback
+from tuner.runner.vllm import PhaseCallback
 
 GIB = 1024**3
 

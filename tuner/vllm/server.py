@@ -23,7 +23,7 @@ import psutil
 
 from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
-from tuner.interrupts import deferred_interrupts
+from tuner.vllm.interrupts import deferred_interrupts
 from tuner.vllm.leases import Lease, remove_lease, write_lease
 from tuner.vllm.logparse import classify_start_failure
 from tuner.vllm.ports import port_is_open

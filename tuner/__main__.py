@@ -1,0 +1,5 @@
+"""``python -m tuner``: the same as the ``tuner`` command."""
+
+from tuner.cli.app import main
+
+main()

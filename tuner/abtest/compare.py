@@ -1,0 +1,328 @@
+"""A/B measurements: interleaved fresh launches of several configurations, and the comparison
+of two of them metric by metric with intervals and verdicts (see :mod:`tuner.scoring.significance`).
+
+Interleaving (A B C A B C ...) spreads slow drifts of the machine (thermal, caches, other
+tenants) over every arm instead of charging them to whichever ran last. Every run is a fresh
+server launch: launch-to-launch spread is part of what a user will see.
+
+The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboards read)::
+
+    {"confidence": 0.95, "a_label": str, "b_label": str, "launches": {"a": n, "b": n},
+     "metrics": [{"metric": str, "label": str, "higher_is_better": bool,
+                  "a": {"median": x, "values": [...]}, "b": {"median": x, "values": [...]},
+                  "ratio": r | null, "low": l | null, "high": h | null, "verdict": str,
+                  "disagreement": {"a": D | null, "b": D | null}}],
+     "failures": {"a": [str], "b": [str]},
+     "windows": {"a": {"windows": n, "client_bound": n, "disturbed": n}, "b": {...}}}
+
+with ``D = {"low", "high", "ratio", "within", "bound", "launches"}`` when that arm's launches
+disagree far beyond their noise (:func:`tuner.scoring.caveats.disagreement`; the metric's verdict is
+then "inconclusive: ..."), and ``verdicts`` is ``{metric: verdict, ..., "overall": verdict}``.
+Rows stored before tuner checked these lack "disagreement" and "windows".
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.domain import ServingConfig, Slo, TrialResult, TrialStatus, Workload
+from tuner.runner.vllm import PhaseCallback, TrialRunner
+from tuner.scoring.caveats import (
+    Disagreement,
+    WindowFlags,
+    arm_window_note,
+    disagreement,
+    disagreement_verdict,
+    window_flags,
+)
+from tuner.scoring.objectives import GIB
+from tuner.scoring.significance import is_inconclusive, ratio_interval
+
+NOT_ENOUGH = "not enough launches"
+
+# (metric, label, higher is better). memory_gib is the trial's peak memory headline.
+COMPARED: tuple[tuple[str, str, bool], ...] = (
+    ("output_throughput", "output tok/s", True),
+    ("request_throughput", "requests/s", True),
+    ("ttft_p50_ms", "P50 TTFT ms", False),
+    ("ttft_p99_ms", "P99 TTFT ms", False),
+    ("itl_p99_ms", "P99 ITL ms", False),
+    ("e2e_p99_ms", "P99 E2E ms", False),
+    ("memory_gib", "memory GiB", False),
+)
+HEADLINE = "output_throughput"
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str
+    config: ServingConfig
+
+
+RunCallback = Callable[[int, int, Arm, TrialResult], None]
+"""Called after each launch with (run index, total runs, arm, result)."""
+
+
+def run_interleaved(
+    arms: Sequence[Arm],
+    runner: TrialRunner,
+    workload: Workload,
+    launches: int,
+    *,
+    slo: Slo | None = None,
+    on_run: RunCallback | None = None,
+    on_start: Callable[[int, int, Arm], None] | None = None,
+    on_phase: PhaseCallback | None = None,
+    done: Sequence[Sequence[TrialResult]] | None = None,
+) -> list[list[TrialResult]]:
+    """Launch each arm ``launches`` times, round-robin; results per arm in launch order.
+
+    An arm whose launch fails with a *finding* (it cannot start here) is not launched again:
+    repeating a configuration that does not fit measures nothing. ``done``: per arm, launches
+    an interrupted run already made; they count as that arm's first launches and the rounds
+    they fill are skipped for it (so a resumed run keeps the interleaving of the rest).
+    """
+    if done is not None and len(done) != len(arms):
+        raise ValueError("done needs one list of earlier launches per arm")
+    results: list[list[TrialResult]] = [list(d) for d in done] if done else [[] for _ in arms]
+    hopeless = {
+        i
+        for i, rs in enumerate(results)
+        if any(r.failure is not None and r.failure.is_finding for r in rs)
+    }
+    total = launches * len(arms)
+    index = 0
+    for round_ in range(launches):
+        for i, arm in enumerate(arms):
+            index += 1
+            if i in hopeless or len(results[i]) > round_:
+                continue
+            if on_start:
+                on_start(index, total, arm)
+            result = runner.run(arm.config, workload, slo=slo, on_phase=on_phase)
+            results[i].append(result)
+            if result.failure is not None and result.failure.is_finding:
+                hopeless.add(i)
+            if on_run:
+                on_run(index, total, arm, result)
+    return results
+
+
+def launch_values(results: Sequence[TrialResult], metric: str) -> list[float]:
+    """One value per complete launch: the metric's median over its windows."""
+    return [value for value, _ in _launches(results, metric)]
+
+
+def _launches(results: Sequence[TrialResult], metric: str) -> list[tuple[float, tuple[float, ...]]]:
+    """Per complete launch that has the metric: its value and its window values (none for
+    peak memory, a single number per launch)."""
+    out: list[tuple[float, tuple[float, ...]]] = []
+    for r in results:
+        if r.status is not TrialStatus.COMPLETE:
+            continue
+        if metric == "memory_gib":
+            mem = r.memory.headline_bytes
+            if mem:
+                out.append((mem / GIB, ()))
+        elif metric in r.metrics:
+            e = r.metrics[metric]
+            out.append((e.median, tuple(e.values)))
+    return out
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    metric: str
+    label: str
+    higher_is_better: bool
+    a_values: tuple[float, ...]
+    b_values: tuple[float, ...]
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: str
+    # Set when that arm's launches disagree far beyond their noise: the verdict is then
+    # "inconclusive: ..." whatever the interval says.
+    a_disagreement: Disagreement | None = None
+    b_disagreement: Disagreement | None = None
+
+    @property
+    def inconclusive(self) -> bool:
+        return is_inconclusive(self.verdict)
+
+    def describe(self) -> str:
+        if self.ratio is None or self.low is None or self.high is None:
+            return f"{self.label}: not enough launches to compare"
+
+        def pct(x: float) -> str:
+            return f"{(x - 1.0) * 100:+.1f}"
+
+        if self.inconclusive:
+            return (
+                f"{self.label}: {self.verdict} (B/A {self.ratio:.3f} "
+                f"[{self.low:.3f}, {self.high:.3f}] is not a measurement of B against A)"
+            )
+        return (
+            f"{self.label}: B/A {self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] "
+            f"({pct(self.ratio)} %) -> {self.verdict}"
+        )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Arm
+    b: Arm
+    confidence: float
+    metrics: tuple[MetricComparison, ...]
+    a_failures: tuple[str, ...]
+    b_failures: tuple[str, ...]
+    # What each complete launch's server reported about itself, in launch order.
+    a_servers: tuple[dict[str, Any], ...] = ()
+    b_servers: tuple[dict[str, Any], ...] = ()
+    # Client-bound / disturbed windows over each arm's complete launches.
+    a_windows: WindowFlags = field(default_factory=WindowFlags)
+    b_windows: WindowFlags = field(default_factory=WindowFlags)
+
+    def metric(self, name: str) -> MetricComparison:
+        return next(m for m in self.metrics if m.metric == name)
+
+    @property
+    def overall(self) -> str:
+        """The headline verdict: output throughput, B relative to A ("inconclusive: ..." when
+        the launches of a side disagree far beyond their noise)."""
+        return self.metric(HEADLINE).verdict
+
+    @property
+    def window_note(self) -> str:
+        """'A (defaults): 2 of 9 windows disturbed; ...'; '' when no window was flagged."""
+        return arm_window_note(
+            {"a": self.a_windows, "b": self.b_windows}, {"a": self.a.label, "b": self.b.label}
+        )
+
+    def overall_text(self) -> str:
+        """The overall verdict as a sentence for people: with the flagged windows, if any."""
+        note = self.window_note
+        return f"{self.overall} ({note})" if note else self.overall
+
+    def to_results(self) -> dict[str, Any]:
+        return {
+            "confidence": self.confidence,
+            "a_label": self.a.label,
+            "b_label": self.b.label,
+            "launches": {
+                "a": len(self.metric(HEADLINE).a_values),
+                "b": len(self.metric(HEADLINE).b_values),
+            },
+            "metrics": [
+                {
+                    "metric": m.metric,
+                    "label": m.label,
+                    "higher_is_better": m.higher_is_better,
+                    "a": _side(m.a_values),
+                    "b": _side(m.b_values),
+                    "ratio": m.ratio,
+                    "low": m.low,
+                    "high": m.high,
+                    "verdict": m.verdict,
+                    "disagreement": {
+                        "a": m.a_disagreement.to_dict() if m.a_disagreement else None,
+                        "b": m.b_disagreement.to_dict() if m.b_disagreement else None,
+                    },
+                }
+                for m in self.metrics
+            ],
+            "failures": {"a": list(self.a_failures), "b": list(self.b_failures)},
+            "servers": {"a": list(self.a_servers), "b": list(self.b_servers)},
+            "windows": {"a": self.a_windows.to_dict(), "b": self.b_windows.to_dict()},
+        }
+
+    def to_verdicts(self) -> dict[str, str]:
+        return {**{m.metric: m.verdict for m in self.metrics}, "overall": self.overall}
+
+
+def _side(values: Sequence[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values) if values else None, "values": list(values)}
+
+
+def compare(
+    a: Arm,
+    a_results: Sequence[TrialResult],
+    b: Arm,
+    b_results: Sequence[TrialResult],
+    confidence: float = 0.95,
+) -> Comparison:
+    """B against A on every compared metric, from their launches.
+
+    A metric on which either arm's launches disagree far beyond their noise gets the verdict
+    "inconclusive: ..." (see :mod:`tuner.scoring.caveats`) instead of better / worse / no
+    difference.
+    """
+    metrics = []
+    for name, label, higher in COMPARED:
+        a_runs, b_runs = _launches(a_results, name), _launches(b_results, name)
+        av, bv = [v for v, _ in a_runs], [v for v, _ in b_runs]
+        interval = ratio_interval(av, bv, confidence)
+        a_off = disagreement(av, [w for _, w in a_runs])
+        b_off = disagreement(bv, [w for _, w in b_runs])
+        verdict = interval.verdict(higher) if interval else NOT_ENOUGH
+        off: dict[str, tuple[str, Disagreement]] = {}
+        if a_off is not None:
+            off["a"] = (a.label, a_off)
+        if b_off is not None:
+            off["b"] = (b.label, b_off)
+        if interval and off:
+            verdict = disagreement_verdict(label.rsplit(" ", 1)[-1], off)  # "tok/s", "ms"
+        metrics.append(
+            MetricComparison(
+                metric=name,
+                label=label,
+                higher_is_better=higher,
+                a_values=tuple(av),
+                b_values=tuple(bv),
+                ratio=interval.ratio if interval else None,
+                low=interval.low if interval else None,
+                high=interval.high if interval else None,
+                verdict=verdict,
+                a_disagreement=a_off,
+                b_disagreement=b_off,
+            )
+        )
+    return Comparison(
+        a=a,
+        b=b,
+        confidence=confidence,
+        metrics=tuple(metrics),
+        a_failures=_failures(a_results),
+        b_failures=_failures(b_results),
+        a_servers=_servers(a_results),
+        b_servers=_servers(b_results),
+        a_windows=_windows(a_results),
+        b_windows=_windows(b_results),
+    )
+
+
+def _windows(results: Sequence[TrialResult]) -> WindowFlags:
+    """Client-bound / disturbed windows over the complete launches (every load point)."""
+    return window_flags(w for r in results if r.status is TrialStatus.COMPLETE for w in r.windows)
+
+
+def _servers(results: Sequence[TrialResult]) -> tuple[dict[str, Any], ...]:
+    """Per complete launch: the attention backend vLLM used (and FlashAttention version), its
+    KV-cache capacity and start-up time, so a comparison says what really ran."""
+    return tuple(
+        {
+            "effective_backend": r.server.effective_backend,
+            "flash_attn_version": r.server.flash_attn_version,
+            "kv_cache_tokens": r.server.kv_cache_tokens,
+            "startup_s": r.server.startup_s,
+        }
+        for r in results
+        if r.status is TrialStatus.COMPLETE and r.server is not None
+    )
+
+
+def _failures(results: Sequence[TrialResult]) -> tuple[str, ...]:
+    return tuple(f"{r.failure.value}: {r.failure_detail}" for r in results if r.failure is not None)

@@ -1,0 +1,141 @@
+"""Launches of an A/B run (``tuner compare``, ``tuner verify-claims``) kept on disk as each one
+finishes, so that a run stopped part-way (Ctrl-C, SIGTERM, a lost machine) resumes where it
+stopped instead of launching everything again.
+
+One JSON Lines file per run under ``$TUNER_HOME/launches/``, named by a hash of what defines the
+run (command, model, GPU, vLLM version, workload, configurations, launches per configuration):
+the same command line finds its earlier launches; any change starts afresh. Each line is
+``{"arm": label, "config": {...}, "result": encoded TrialResult}``. Launches that completed, or
+failed with a *finding* (the configuration cannot start here), are reused; interrupted launches
+and faults are launched again. The file is removed once the run's result is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tuner.abtest.compare import Arm, RunCallback, run_interleaved
+from tuner.db.codec import decode_result, encode
+from tuner.domain import TrialResult, TrialStatus, Workload
+
+if TYPE_CHECKING:
+    from tuner.runner.vllm import PhaseCallback, TrialRunner
+
+log = logging.getLogger(__name__)
+
+
+def run_key(**parts: Any) -> str:
+    """A stable short hash of the JSON of ``parts`` (the run's defining facts)."""
+    text = json.dumps(encode(parts), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _reusable(result: TrialResult) -> bool:
+    if result.status is TrialStatus.COMPLETE:
+        return True
+    return result.failure is not None and result.failure.is_finding
+
+
+class LaunchLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def for_run(cls, home: Path, kind: str, key: str) -> LaunchLog:
+        return cls(home / "launches" / f"{kind}-{key}.jsonl")
+
+    @classmethod
+    def for_arms(
+        cls, home: Path, command: str, arms: Sequence[Arm], launches: int, **facts: Any
+    ) -> LaunchLog:
+        """The log of ``command`` measuring ``arms`` ``launches`` times each, where ``facts``
+        (model, GPU, hardware, vLLM version, workload, ...) say what else defines the run."""
+        configs = [arm.config.to_dict() for arm in arms]
+        key = run_key(command=command, configs=configs, launches=launches, **facts)
+        return cls.for_run(home, command, key)
+
+    def load(self, arms: Sequence[Arm]) -> list[list[TrialResult]]:
+        """Earlier reusable launches per arm (matched on the configuration), in launch order.
+        A line that cannot be read (a write cut short) is skipped."""
+        done: list[list[TrialResult]] = [[] for _ in arms]
+        if not self.path.exists():
+            return done
+        index = {arm.config: i for i, arm in enumerate(arms)}
+        for n, line in enumerate(self.path.read_text().splitlines(), 1):
+            try:
+                entry = json.loads(line)
+                result = decode_result(entry["result"])
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("%s line %d unreadable, launched again: %s", self.path, n, exc)
+                continue
+            i = index.get(result.config)
+            if i is not None and _reusable(result):
+                done[i].append(result)
+        return done
+
+    def record(self, arm: Arm, result: TrialResult) -> None:
+        """Append one finished launch, flushed to disk before the next launch starts."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(
+            {"arm": arm.label, "config": arm.config.to_dict(), "result": encode(result)}
+        )
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def describe_resumed(done: Sequence[Sequence[TrialResult]], arms: Sequence[Arm]) -> str | None:
+    """ "resuming: 2 launches of defaults, 1 of fa2 from an interrupted run", or None."""
+    counts: Mapping[str, int] = {a.label: len(d) for a, d in zip(arms, done, strict=True) if d}
+    if not counts:
+        return None
+    listed = ", ".join(f"{n} of {label}" for label, n in counts.items())
+    return f"resuming: {listed} already measured by an interrupted run of this command"
+
+
+def run_logged(
+    log: LaunchLog | None,
+    arms: Sequence[Arm],
+    runner: TrialRunner,
+    workload: Workload,
+    launches: int,
+    *,
+    on_start: Callable[[int, int, Arm], None] | None = None,
+    on_run: RunCallback | None = None,
+    on_phase: PhaseCallback | None = None,
+    on_resumed: Callable[[str], None] | None = None,
+) -> list[list[TrialResult]]:
+    """:func:`tuner.abtest.compare.run_interleaved`, resumed from ``log``'s earlier launches (said
+    through ``on_resumed``) and recording each new launch in ``log`` as it finishes; with
+    ``log`` None, plainly interleaved."""
+    done = log.load(arms) if log is not None else None
+    resumed = describe_resumed(done, arms) if done is not None else None
+    if resumed and on_resumed:
+        on_resumed(resumed)
+
+    def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
+        if log is not None:
+            log.record(arm, result)
+        if on_run:
+            on_run(index, total, arm, result)
+
+    return run_interleaved(
+        arms,
+        runner,
+        workload,
+        launches,
+        on_start=on_start,
+        on_run=finished,
+        on_phase=on_phase,
+        done=done,
+    )

@@ -1,0 +1,221 @@
+"""``tuner launch`` in the foreground: from options to a served model, until Ctrl-C.
+
+SIGINT, SIGTERM and SIGHUP all mean "stop": they end the wait, and the server's whole process
+group is ended (TERM, then KILL after a grace period) with those signals ignored meanwhile, so
+that a second Ctrl-C cannot cut the teardown short and leave vLLM's engine processes behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from tuner.catalog.gpus import get_gpu
+from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
+from tuner.domain import GpuProfile, Objective
+from tuner.errors import EnvironmentProblem, ServerFailure, TunerError, UsageError
+from tuner.vllm import argv
+from tuner.vllm.procgroup import kill_group
+
+if TYPE_CHECKING:
+    from tuner.db.repository import Repository
+
+Say = Callable[[str], None]
+POLL_S = 0.5
+STOP_GRACE_S = 15.0
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(
+    launch: LaunchPlan,
+    *,
+    log_path: Path,
+    lease_dir: Path | None,
+    startup_timeout_s: float,
+    say: Say,
+) -> int:
+    """Start the server, wait until it answers as ours, print its base URL, and serve until a
+    stop signal (exit code 0) or until it dies by itself (1, after its log tail). Start-up
+    failures raise TunerError naming the log. No process of the server is left either way.
+    Must run in the main thread (it installs signal handlers, restored on return)."""
+    from tuner.vllm.server import VllmServer
+
+    server = VllmServer(
+        launch.command,
+        env=launch.env,
+        host=launch.host,
+        port=launch.port,
+        served_model_name=launch.served_model_name,
+        log_path=log_path,
+        lease_dir=lease_dir,
+    )
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _interrupt)
+    try:
+        say(f"starting vLLM {launch.vllm_version} (log: {log_path})")
+        try:
+            server.start()
+            startup_s = server.wait_ready(startup_timeout_s)
+            server.verify_identity()
+        except ServerFailure as exc:
+            _tail(exc.log_tail or server.log_tail(), say)
+            raise TunerError(exc.message, hint=f"the server's whole log: {log_path}") from None
+        say(f"ready in {startup_s:.0f} s")
+        say(f"base URL: {server.base_url}/v1")
+        say(f'model: "{launch.served_model_name}" (any api_key); Ctrl-C stops the server')
+        while server.is_alive():
+            time.sleep(POLL_S)
+        say(f"vLLM exited by itself (code {server.returncode}) while serving")
+        _tail(server.log_tail(), say)
+        return 1
+    except KeyboardInterrupt:
+        say("stopping vLLM ...")
+        return 0
+    finally:
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            server.stop(grace_s=STOP_GRACE_S)
+            if server.pid is not None:
+                # Again by group id: a stop inside VllmServer may have been cut short by a
+                # signal that arrived before the handlers above were set to ignore.
+                kill_group(server.pid, STOP_GRACE_S)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if server.pid is not None:
+            say("stopped: the server's process group has ended")
+
+
+def _tail(text: str, say: Say, lines: int = 30) -> None:
+    for line in text.splitlines()[-lines:]:
+        say(f"  | {line}")
+
+
+def run_launch(
+    *,
+    model: str,
+    gpu: str,
+    workload: str | None,
+    objective: str | None,
+    open_repo: Callable[[], Repository],
+    api: str | None,
+    source: str,
+    host: str,
+    port: int,
+    vllm_python: str | None,
+    print_only: bool,
+    startup_timeout_s: float,
+    dummy_weights: bool,
+    module: str,
+    say: Say,
+    warn: Say,
+) -> int:
+    """The whole command: choose the configuration (from ``api``, else the store
+    ``open_repo`` opens, after the options are checked), build the command, then print it
+    (``print_only``) or serve it. Returns the exit code."""
+    from tuner.study.compose import default_vllm_python, tuner_home
+
+    profile = get_gpu(gpu)
+    chosen = _objective(objective)
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port} is outside 1-65535")
+    measured: Measured
+    if api is not None:
+        from tuner.deploy.remote import best_remote
+
+        measured = best_remote(api, model, profile.name, workload=workload, objective=chosen)
+    else:
+        from tuner.db.session import safe_url
+
+        measured = best_local(
+            open_repo(),
+            model,
+            profile.name,
+            workload=workload,
+            objective=chosen,
+            source=safe_url(source),
+        )
+    python = vllm_python or default_vllm_python()
+    version = _vllm_version(python, measured, module, print_only, warn)
+    home = tuner_home()
+    launch = plan(
+        measured,
+        python=python,
+        vllm_version=version,
+        host=host,
+        port=port,
+        home=home,
+        module=module,
+        dummy_weights=dummy_weights,
+        model=model,
+    )
+    if print_only:
+        print(launch.shell(), flush=True)  # plain: a wrapped line could not be pasted
+        return 0
+    _check_can_serve(profile, host, port)
+    for line in [*measured.describe(), *launch.notes]:
+        say(line)
+    from tuner.vllm.leases import reap_orphans
+
+    reap_orphans(home / "leases")
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", launch.served_model_name)
+    log_path = (
+        Path(".tuner") / "logs" / f"launch-{name}-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    )
+    return serve(
+        launch,
+        log_path=log_path,
+        lease_dir=home / "leases",
+        startup_timeout_s=startup_timeout_s,
+        say=say,
+    )
+
+
+def _objective(text: str | None) -> Objective | None:
+    if text is None:
+        return None
+    try:
+        return Objective(text)
+    except ValueError:
+        names = [o.value for o in Objective]
+        raise UsageError(f"unknown objective {text!r}", hint=f"use one of {names}") from None
+
+
+def _vllm_version(python: str, measured: Measured, module: str, print_only: bool, warn: Say) -> str:
+    if module != argv.VLLM_API_SERVER_MODULE:
+        return measured.vllm_version  # a stand-in server (tests): there is no vLLM to ask
+    from tuner.vllm.version import detect_vllm
+
+    try:
+        return detect_vllm(python).version
+    except EnvironmentProblem as exc:
+        if not print_only:
+            raise
+        warn(f"note: {exc.message}; the flags are spelled for vLLM {measured.vllm_version}")
+        return measured.vllm_version
+
+
+def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
+    from tuner.runner.hardware import check_hardware
+    from tuner.telemetry.nvml import detect_gpus
+    from tuner.vllm.ports import free_port, port_is_open
+
+    check_hardware(profile, detect_gpus(), cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    client_host = "127.0.0.1" if host in ("", "0.0.0.0") else host
+    if port_is_open(client_host, port):
+        raise UsageError(
+            f"port {port} on {host} is already in use",
+            hint=f"stop what serves it, or pass another --port (e.g. {free_port(client_host)})",
+        )

@@ -1,0 +1,71 @@
+"""Live progress of a study on the terminal: trial k/N, phase, best so far.
+
+On a terminal a rich status line is redrawn in place; elsewhere (CI logs, pipes) each event is
+one plain line, so logs stay readable.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.status import Status
+
+from tuner.domain import ServingConfig, TrialResult, TrialStatus
+from tuner.study.loop import Ranked
+
+
+class ConsoleReporter:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self._status: Status | None = None
+        self._head = ""
+        self._best = "best: -"
+        self._t0 = time.monotonic()
+
+    def trial_started(
+        self, number: int, index: int, total: int, config: ServingConfig, baseline: bool
+    ) -> None:
+        tag = " (vLLM defaults, the baseline)" if baseline else ""
+        self._head = f"trial {index}/{total} #{number}{tag}"
+        self._t0 = time.monotonic()
+        self.console.print(f"[bold]{self._head}[/]: {config.label()}")
+        if self.live and self._status is None:
+            self._status = self.console.status(self._head)
+            self._status.start()
+
+    def phase(self, phase: str, detail: str) -> None:
+        elapsed = time.monotonic() - self._t0
+        line = f"{self._head} | {phase} {detail} | {elapsed:.0f}s | {self._best}"
+        if self._status is not None:
+            self._status.update(line)
+        else:
+            self.console.print(f"  {phase} {detail}".rstrip(), highlight=False)
+
+    def trial_finished(self, number: int, result: TrialResult, best: Ranked | None) -> None:
+        if result.status is TrialStatus.COMPLETE:
+            m = result.metrics
+            mem = result.memory.headline_bytes
+            self.console.print(
+                f"  [green]measured[/] {m['output_throughput'].median:.1f} out tok/s "
+                f"[{m['output_throughput'].low:.1f}, {m['output_throughput'].high:.1f}], "
+                f"P99 TTFT {m['ttft_p99_ms'].median:.0f} ms, "
+                f"P99 E2E {m['e2e_p99_ms'].median:.0f} ms, "
+                f"memory {(mem or 0) / 1024**3:.2f} GiB"
+                + (f", backend {result.server.effective_backend}" if result.server else "")
+            )
+        else:
+            failure = result.failure.value if result.failure else "?"
+            self.console.print(
+                f"  [red]{result.status.value}[/] ({failure}): {result.failure_detail}",
+                highlight=False,
+            )
+        if best is not None:
+            self._best = f"best: #{best.number} score {best.score:.3f}"
+            self.console.print(f"  {self._best} ({best.config.label()})", highlight=False)
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None

@@ -1,0 +1,274 @@
+"""``tuner launch``: serve a model with the best configuration tuner measured for it.
+
+The configuration comes from the local store (every real study of the model on that GPU
+profile, optionally of one workload, offers its pick as ``tuner best`` makes it; the best pick
+wins, see :func:`best_local`) or from a tuner API (:mod:`tuner.deploy.remote`). vLLM is started with
+exactly those flags, spelled for the vLLM that will run them, under the model's alias as its
+served name, through :class:`tuner.vllm.server.VllmServer` (own process group, readiness with
+crash and deadline checks, identity check, whole-group teardown): see :mod:`tuner.cli.launch`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tuner.catalog.models import resolve_model
+from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
+from tuner.errors import UsageError
+from tuner.vllm import argv
+
+if TYPE_CHECKING:
+    from tuner.db.repository import Repository
+    from tuner.db.rows import StudyRow
+    from tuner.study.loop import Ranked
+
+_SHOWN = (
+    ("output_throughput", "output tok/s"),
+    ("request_throughput", "requests/s"),
+    ("ttft_p99_ms", "P99 TTFT ms"),
+    ("itl_p99_ms", "P99 ITL ms"),
+    ("e2e_p99_ms", "P99 E2E ms"),
+)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The best measured configuration of a model on a GPU, and where it was measured."""
+
+    model: str  # the catalog alias (or the name resolve_model gives)
+    study: str
+    trial: int
+    flags: tuple[str, ...]  # spelled for vllm_version
+    env: Mapping[str, str]
+    vllm_version: str  # the vLLM it was measured with
+    gpu: str  # what it ran on, as recorded
+    workload: str
+    objective: str
+    source: str  # the database or API it came from
+    config: ServingConfig | None = None
+    metrics: Mapping[str, Estimate] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()  # the study's own extra vLLM arguments
+    is_baseline: bool = False
+
+    def describe(self) -> list[str]:
+        """Provenance lines: study, trial, GPU, vLLM version, metrics with their window ranges."""
+        trial = f"trial #{self.trial}" + (" (vLLM's defaults)" if self.is_baseline else "")
+        lines = [
+            f"best measured for {self.model}: {trial} of study {self.study}",
+            f"  measured on {self.gpu} with vLLM {self.vllm_version}, workload "
+            f"{self.workload}, objective {self.objective} ({self.source})",
+            f"  flags: {shlex.join(self.flags) or '(none: vLLM defaults)'}",
+        ]
+        if self.extra_args:
+            lines.append(f"  study's extra arguments: {shlex.join(self.extra_args)}")
+        for key, label in _SHOWN:
+            e = self.metrics.get(key)
+            if e is not None:
+                lines.append(f"  {label:>13}: {e.median:.1f} [{e.low:.1f}, {e.high:.1f}]")
+        if self.metrics:
+            lines.append("  (medians [range] over the measurement windows of one launch)")
+        return lines
+
+
+def nothing_measured(model: str, gpu: str, workload: str | None, where: str, seen: str) -> str:
+    what = f"{model} on {gpu}" + (f" with workload {workload}" if workload else "")
+    return f"nothing measured for {what} in {where}" + (f" (it has: {seen})" if seen else "")
+
+
+def best_local(
+    repo: Repository,
+    model: str,
+    gpu: str,
+    *,
+    workload: str | None = None,
+    objective: Objective | None = None,
+    source: str = "local store",
+) -> Measured:
+    """The best measured configuration over the real (not emulated) studies of ``model`` on
+    ``gpu`` (a profile name), optionally of one ``workload``.
+
+    Each study offers its pick for ``objective`` (default: the study's own), as ``tuner best``
+    makes it: the top of :func:`tuner.study.loop.rank`, or the winner of the study's confirmation
+    phase when it had one. Picks compare by SLO feasibility, then score (1.0 = that study's
+    vLLM defaults), then the most recently updated study. UsageError (exit 2) when nothing
+    was measured, naming the combinations the store does have.
+    """
+    alias = resolve_model(model).alias
+    studies = repo.list_studies()
+    best: tuple[tuple[bool, float, float], StudyRow, Ranked, Objective] | None = None
+    for study in studies:
+        if (
+            study.model != alias
+            or study.gpu != gpu
+            or study.emulated
+            or (workload is not None and study.workload != workload)
+            or not study.trial_counts.get(TrialStatus.COMPLETE, 0)
+        ):
+            continue
+        chosen = objective or _objective_of(study)
+        top = _study_pick(repo, study.name, chosen)
+        if top is None:
+            continue
+        key = (top.feasible, top.score, study.updated_at)
+        if best is None or key > best[0]:
+            best = (key, study, top, chosen)
+    if best is None:
+        seen = ", ".join(
+            sorted(
+                f"{s.model}/{s.gpu}/{s.workload}" + (" (emulated)" if s.emulated else "")
+                for s in studies
+            )
+        )
+        raise UsageError(
+            nothing_measured(alias, gpu, workload, source, seen),
+            hint=f"run `tuner run --model {model} --gpu {gpu}` first, or pass the "
+            "--storage / --api that holds the study",
+        )
+    _, study, top, chosen = best
+    trial = repo.get_trial(study.name, top.number)
+    assert trial is not None
+    version = trial.vllm_version or study.vllm_version or "0"
+    flags = argv.render_flags(top.config, version)
+    extra = study.spec.get("extra_args") or ()
+    return Measured(
+        model=alias,
+        study=study.name,
+        trial=top.number,
+        flags=tuple(flags.args),
+        env=dict(flags.env),
+        vllm_version=version,
+        gpu=trial.gpu_name or study.gpu,
+        workload=trial.workload or study.workload,
+        objective=chosen.value,
+        source=source,
+        config=top.config,
+        metrics=dict(trial.metrics),
+        extra_args=tuple(str(a) for a in extra),
+        is_baseline=top.is_baseline,
+    )
+
+
+def _objective_of(study: StudyRow) -> Objective:
+    try:
+        return Objective(study.objective)
+    except ValueError:
+        return Objective.BALANCED
+
+
+def _study_pick(repo: Repository, name: str, objective: Objective) -> Ranked | None:
+    """The study's recommendation for ``objective``: its confirmation's verdict (the winner,
+    or the defaults when nothing beat them) where it had one, else the top of the ranking."""
+    from tuner.study.confirm import DEFAULTS_LABEL, choose
+    from tuner.study.loop import rank
+
+    ranked = rank(repo, name, objective)
+    if not ranked:
+        return None
+    confirmed = choose(repo.list_comparisons(name), objective)
+    if confirmed is not None:
+        for r in ranked:
+            if (r.is_baseline and confirmed.label == DEFAULTS_LABEL) or (
+                f"#{r.number}" == confirmed.label
+            ):
+                return r
+    return ranked[0]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The exact server command, and what a client needs to know about it."""
+
+    command: tuple[str, ...]
+    env: Mapping[str, str]  # added to the environment (only old vLLMs take knobs from it)
+    host: str
+    port: int
+    served_model_name: str
+    vllm_version: str
+    notes: tuple[str, ...] = ()
+
+    def shell(self) -> str:
+        """The command as one shell line, environment assignments first."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        return " ".join([*env, shlex.join(self.command)])
+
+
+def model_source(
+    model: str, home: Path, *, dummy_weights: bool
+) -> tuple[str, str | None, str | None]:
+    """``(--model, --load-format, --tokenizer)`` as the study ran it, or with real weights.
+
+    A model without published weights (tiny-ernie) runs from the directory tuner writes, with
+    random weights and the synthetic tokenizer; a catalogued model with weights is served
+    from its hub id (``dummy_weights`` keeps random weights instead); a directory or hub id
+    given by the user is served as it is.
+    """
+    from tuner.catalog.materialize import materialize, tokenizer_dir
+
+    spec = resolve_model(model)
+    if spec.source is not None:
+        return spec.source, ("dummy" if dummy_weights else None), None
+    if spec.weights_available and not dummy_weights:
+        return spec.hub_id, None, None
+    path = materialize(spec, home / "models")
+    return str(path), "dummy", str(tokenizer_dir(path))
+
+
+def plan(
+    measured: Measured,
+    *,
+    python: str,
+    vllm_version: str,
+    host: str,
+    port: int,
+    home: Path,
+    module: str = argv.VLLM_API_SERVER_MODULE,
+    dummy_weights: bool = False,
+    model: str | None = None,
+) -> LaunchPlan:
+    """The command that serves ``measured`` with the vLLM of ``python`` (``vllm_version``),
+    under its alias; ``model`` is what the user named it by (an alias, a directory or a hub
+    id; default: the alias), which says where the weights come from (:func:`model_source`).
+
+    The measured flags are used verbatim when that vLLM spells the config the same way as
+    the one it was measured with; otherwise they are rendered again for it (with a note).
+    """
+    notes = []
+    flags = argv.RenderedFlags(args=measured.flags, env=measured.env)
+    if measured.config is not None:
+        here = argv.render_flags(measured.config, vllm_version)
+        if here != argv.render_flags(measured.config, measured.vllm_version):
+            flags = here
+            notes.append(
+                f"flags spelled for vLLM {vllm_version} (measured with {measured.vllm_version})"
+            )
+    if vllm_version != measured.vllm_version:
+        notes.append(
+            f"vLLM {vllm_version} will serve a configuration measured with "
+            f"{measured.vllm_version}: its numbers may differ"
+        )
+    model_path, load_format, tokenizer = model_source(
+        model or measured.model, home, dummy_weights=dummy_weights
+    )
+    args = argv.base_args(
+        model_path,
+        served_model_name=measured.model,
+        host=host,
+        port=port,
+        load_format=load_format,
+        tokenizer=tokenizer,
+        dtype=None,
+        extra=measured.extra_args,
+    )
+    return LaunchPlan(
+        command=tuple(argv.server_command(python, [*args, *flags.args], module=module)),
+        env=dict(flags.env),
+        host=host,
+        port=port,
+        served_model_name=measured.model,
+        vllm_version=vllm_version,
+        notes=tuple(notes),
+    )

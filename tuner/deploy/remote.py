@@ -1,0 +1,119 @@
+"""``tuner launch --api URL``: the best measured configuration, asked of a tuner API.
+
+``GET {api}/v1/recommendations?model=&gpu=&workload=[&objective=]`` answers one JSON object
+(see ``api/schemas.py``'s RecommendationOut): ``flags`` (argv elements, spelled for
+``vllm_version``), ``env``, ``config`` (the knobs), ``study``, ``trial``, ``metrics`` (name ->
+``{median, low, high, values}``), ``provenance`` (``gpu_name``, ``vllm_version``, ...). A 404
+answers ``{error, message, hint, ...}`` when nothing was measured for the combination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from tuner.deploy.local import Measured, nothing_measured
+from tuner.domain import Estimate, Objective, ServingConfig
+from tuner.errors import EnvironmentProblem, UsageError
+
+API_TIMEOUT_S = 30.0
+
+
+def best_remote(
+    api: str,
+    model: str,
+    gpu: str,
+    *,
+    workload: str | None,
+    objective: Objective | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> Measured:
+    """The API's recommendation for ``model`` on ``gpu`` with ``workload``.
+
+    UsageError when ``workload`` is missing (the API recommends per workload) or the API has
+    nothing measured (404); EnvironmentProblem when it cannot be reached or answers anything
+    else than a recommendation.
+    """
+    if not workload:
+        raise UsageError(
+            "--api needs --workload: the tuner API recommends per workload",
+            hint="e.g. --workload chat (`tuner studies` on the API's database lists them)",
+        )
+    params = {"model": model, "gpu": gpu, "workload": workload}
+    if objective is not None:
+        params["objective"] = objective.value
+    url = api.rstrip("/") + "/v1/recommendations"
+    hint = "check --api (the tuner API's base URL, without /v1), or use a local --storage"
+    try:
+        with httpx.Client(timeout=API_TIMEOUT_S, transport=transport) as client:
+            response = client.get(url, params=params)
+    except httpx.HTTPError as exc:
+        raise EnvironmentProblem(f"cannot reach the tuner API at {api}: {exc}", hint=hint) from None
+    body = _json(response)
+    if response.status_code == 404:
+        message, their_hint = _message(body, response)
+        raise UsageError(
+            nothing_measured(model, gpu, workload, api, "") + (f": {message}" if message else ""),
+            hint=their_hint or f"run a study of {model} on {gpu} first, or ask another --api",
+        )
+    if response.status_code != 200 or not isinstance(body, dict):
+        message, _ = _message(body, response)
+        raise EnvironmentProblem(
+            f"the tuner API at {api} answered HTTP {response.status_code}: {message}", hint=hint
+        )
+    try:
+        return from_api(body, api)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EnvironmentProblem(
+            f"the tuner API at {api} sent a recommendation tuner cannot read: {exc}", hint=hint
+        ) from None
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _message(body: Any, response: httpx.Response) -> tuple[str, str]:
+    if isinstance(body, dict):
+        text = body.get("message") or body.get("detail") or ""
+        return str(text)[:400], str(body.get("hint") or "")
+    return response.text[:400], ""
+
+
+def _estimates(data: Mapping[str, Any]) -> dict[str, Estimate]:
+    out = {}
+    for name, e in data.items():
+        # The API sends null for a number that is not finite; such a metric is left out.
+        if isinstance(e, dict) and all(e.get(k) is not None for k in ("median", "low", "high")):
+            values = tuple(float(v) for v in e.get("values") or () if v is not None)
+            out[name] = Estimate(float(e["median"]), float(e["low"]), float(e["high"]), values)
+    return out
+
+
+def from_api(data: Mapping[str, Any], api: str) -> Measured:
+    """A :class:`Measured` from the API's JSON. KeyError/TypeError/ValueError when malformed."""
+    flags = data["flags"]
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise TypeError("flags is not a list of strings")
+    prov = data.get("provenance") or {}
+    config = data.get("config")
+    return Measured(
+        model=str(data["model"]),
+        study=str(data["study"]),
+        trial=int(data["trial"]),
+        flags=tuple(flags),
+        env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+        vllm_version=str(data["vllm_version"]),
+        gpu=str(prov.get("gpu_name") or data.get("gpu") or "?"),
+        workload=str(data.get("workload") or prov.get("workload") or "?"),
+        objective=str(data.get("objective") or "?"),
+        source=api,
+        config=ServingConfig.from_dict(config) if isinstance(config, dict) else None,
+        metrics=_estimates(data.get("metrics") or {}),
+        is_baseline=bool(data.get("is_baseline", False)),
+    )

@@ -1,0 +1,149 @@
+"""Comparisons as a dataset: the confirmation phase of a study, ``tuner compare`` runs and
+``tuner verify-claims`` verdicts, one JSON object per comparison, and Markdown tables derived
+from exactly those objects.
+
+Each line holds: id, kind (``confirmation`` for a study's confirmation phase, ``claim`` for a
+verified claim, ``compare`` for ``tuner compare``), study (or null), model, gpu, workload,
+a_config / b_config (knobs set; {} is vLLM's defaults), a_label / b_label, repeats, confidence,
+launches {a, b} (complete fresh launches), failures {a, b}, servers {a, b} (per complete launch:
+effective_backend, flash_attn_version, kv_cache_tokens, startup_s; absent in comparisons stored
+before tuner recorded them), metrics [{metric, label,
+higher_is_better, a {median, values}, b {median, values}, ratio, low, high, verdict,
+disagreement {a, b}}] (values: one per launch, each the median of that launch's measurement
+windows; ratio B/A of the medians with a Welch interval on the log scale at ``confidence``; a
+verdict "inconclusive: ..." when the launches of a side disagree far beyond their noise, see
+:mod:`tuner.scoring.caveats`), windows {a, b} (client-bound and disturbed windows of each side's
+launches; absent, like disagreement, in comparisons stored before tuner counted them),
+verdicts {metric: verdict, overall},
+claim (verify-claims only: id, statement, metric, claimed, verdict, reason, measured), and
+provenance {gpu_name, gpu_uuid, driver_version, cuda_version, vllm_version, model, workload,
+emulated, hostname, tuner_version}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tuner.db.repository import Repository
+from tuner.domain import to_jsonable
+from tuner.scoring.caveats import stored_window_note
+from tuner.scoring.significance import is_inconclusive, ratio_text
+
+
+def comparison_records(repo: Repository, study: str | None = None) -> list[dict[str, Any]]:
+    """Every comparison stored in ``repo`` (only ``study``'s when given), in creation order."""
+    names = {s.id: s.name for s in repo.list_studies()}
+    out = []
+    for c in repo.list_comparisons(study):
+        results = c.results or {}
+        kind = results.get("kind") or ("confirmation" if c.study_id is not None else "compare")
+        out.append(
+            {
+                "id": c.id,
+                "kind": kind,
+                "study": names.get(c.study_id) if c.study_id is not None else None,
+                "model": c.model,
+                "gpu": c.gpu,
+                "workload": c.workload,
+                "a_config": c.a_config.to_dict(),
+                "b_config": c.b_config.to_dict(),
+                "a_label": results.get("a_label"),
+                "b_label": results.get("b_label"),
+                "repeats": c.repeats,
+                "confidence": results.get("confidence"),
+                "launches": results.get("launches"),
+                "failures": results.get("failures"),
+                "servers": results.get("servers"),
+                "windows": results.get("windows"),
+                "metrics": results.get("metrics", []),
+                "verdicts": c.verdicts,
+                "claim": results.get("claim"),
+                "provenance": to_jsonable(c.provenance),
+            }
+        )
+    return out
+
+
+def _num(x: float | None, digits: int) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def _digits(metric: str) -> int:
+    return 1 if metric in ("memory_gib", "itl_p99_ms", "request_throughput") else 0
+
+
+def _values(side: Mapping[str, Any], digits: int) -> str:
+    return ", ".join(_num(v, digits) for v in side.get("values", []))
+
+
+def _change(m: Mapping[str, Any]) -> str:
+    if m.get("ratio") is None or m.get("low") is None or m.get("high") is None:
+        return ""
+    if is_inconclusive(m.get("verdict")):
+        return "not meaningful"
+    pct = [(x - 1.0) * 100.0 for x in (m["ratio"], m["low"], m["high"])]
+    return f"{pct[0]:+.1f} % [{pct[1]:+.1f}, {pct[2]:+.1f}]"
+
+
+def comparison_table(record: Mapping[str, Any]) -> str:
+    """One comparison as a Markdown table: per metric, each side's launch values and median,
+    the change B/A - 1 with its interval, and the verdict."""
+    a, b = record["a_label"] or "A", record["b_label"] or "B"
+    level = f"{(record.get('confidence') or 0.95) * 100:g} %"
+    head = (
+        f"| metric | {a}: median (launches) | {b}: median (launches) | "
+        f"change [{level} CI] | verdict |\n|---|---|---|---|---|\n"
+    )
+    lines = []
+    for m in record["metrics"]:
+        d = _digits(m["metric"])
+        lines.append(
+            f"| {m['label']} | {_num(m['a'].get('median'), d)} ({_values(m['a'], d)}) | "
+            f"{_num(m['b'].get('median'), d)} ({_values(m['b'], d)}) | {_change(m)} | "
+            f"{m['verdict']} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def claims_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """Verified claims as a Markdown table: claimed and measured B/A, verdict and why."""
+    head = (
+        "| claim | metric | A | B | workload | claimed B/A | measured B/A [95 % CI] | "
+        "verdict | why |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in records:
+        claim = r.get("claim")
+        if not claim:
+            continue
+        m = claim.get("measured") or {}
+        measured = ratio_text(m.get("ratio"), m.get("low"), m.get("high")) or "-"
+        lines.append(
+            f"| {claim['id']} | {claim['metric']} | {r['a_label']} | {r['b_label']} | "
+            f"{r['workload']} | {claim['claimed_text']} | {measured} | {claim['verdict']} | "
+            f"{claim['reason']} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def comparisons_markdown(records: Sequence[Mapping[str, Any]]) -> str:
+    """All comparisons as Markdown: the claims in one table, every other comparison as its own
+    headed table (a study's confirmation: its candidate against vLLM's defaults)."""
+    parts = []
+    claims = [r for r in records if r.get("claim")]
+    if claims:
+        parts.append(claims_table(claims))
+    for r in records:
+        if r.get("claim"):
+            continue
+        where = f"study {r['study']}, " if r.get("study") else ""
+        title = (
+            f"### Comparison {r['id']} ({r['kind']}, {where}{r['model']} / {r['gpu']} / "
+            f"{r['workload']}): {r['b_label']} against {r['a_label']}, overall "
+            f"{(r.get('verdicts') or {}).get('overall', '-')}\n\n"
+        )
+        note = stored_window_note(r)
+        caution = f"Caution: {note}.\n\n" if note else ""
+        parts.append(title + caution + comparison_table(r))
+    return "\n".join(parts)

@@ -1,0 +1,107 @@
+"""A study as a dataset: one JSON object per trial (JSON Lines), and a Markdown summary
+derived from exactly those objects, so a report's numbers can always be re-derived from the
+committed data.
+
+Each line holds: study, number, phase (search / confirm), is_baseline, status, failure_class,
+failure_detail, config (the knobs set; {} is vLLM's defaults), score (relative to the
+baseline; null when not measured), objective_values [output tok/s, memory GiB, P99 E2E ms],
+metrics {name: {median, low, high, values}} (the median over the measurement windows, low and
+high the smallest and largest window value: a range, not a confidence interval; values one per
+window), memory {gpu_peak_bytes, gpu_baseline_bytes, host_peak_rss_bytes}, effective_backend,
+kv_cache_tokens, startup_s, and provenance {gpu_name, gpu_uuid, driver_version, vllm_version,
+model, workload, emulated, hostname, tuner_version}.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tuner.db.repository import Repository
+from tuner.domain import Objective, to_jsonable
+
+
+def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
+    """Every trial of ``study``; search-phase scores as :func:`tuner.study.loop.rank` gives them."""
+    from tuner.study.loop import rank
+
+    row_study = repo.get_study(study)
+    scores = (
+        {r.number: r.score for r in rank(repo, study, Objective(row_study.objective))}
+        if row_study
+        else {}
+    )
+    out = []
+    for row in repo.list_trials(study, limit=None):
+        result = row.to_result()
+        server = result.server
+        out.append(
+            {
+                "study": study,
+                "number": row.number,
+                "phase": str(row.phase),
+                "is_baseline": row.is_baseline,
+                "status": row.status.value,
+                "failure_class": row.failure.value if row.failure else None,
+                "failure_detail": row.failure_detail or None,
+                "config": row.config.to_dict(),
+                "score": _finite(scores.get(row.number, row.score)),
+                "objective_values": list(row.objective_values or []) or None,
+                "metrics": to_jsonable(row.metrics),
+                "memory": to_jsonable(result.memory),
+                "effective_backend": row.effective_backend,
+                "kv_cache_tokens": server.kv_cache_tokens if server else None,
+                "startup_s": server.startup_s if server else None,
+                "provenance": to_jsonable(result.provenance),
+            }
+        )
+    return out
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def to_jsonl(records: Iterable[Mapping[str, Any]]) -> str:
+    return "".join(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in records)
+
+
+def from_jsonl(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _range(metric: Mapping[str, Any] | None, digits: int = 0) -> str:
+    if not metric or metric.get("median") is None:
+        return ""
+    return (
+        f"{metric['median']:.{digits}f} [{metric['low']:.{digits}f}, {metric['high']:.{digits}f}]"
+    )
+
+
+def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """The trials as a Markdown table (search phase first), numbers straight from the records:
+    each metric is its median [range over the measurement windows]."""
+    head = (
+        "| # | phase | status | backend | config | out tok/s [range] | P99 TTFT ms | "
+        "P99 E2E ms | memory GiB | score |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in sorted(records, key=lambda r: (r["phase"] != "search", r["number"])):
+        m = r["metrics"] or {}
+        values = r["objective_values"] or []
+        config = ", ".join(f"{k}={v}" for k, v in r["config"].items()) or "defaults"
+        status = r["status"] + (f" ({r['failure_class']})" if r["failure_class"] else "")
+        measured = len(values) == 3 and r["status"] == "complete"
+        memory = f"{values[1]:.1f}" if measured else ""
+        score = f"{r['score']:.3f}" if r["score"] is not None else ""
+        baseline = " (baseline)" if r["is_baseline"] else ""
+        lines.append(
+            f"| {r['number']}{baseline} | {r['phase']} | {status} | "
+            f"{r['effective_backend'] or ''} | {config} | "
+            f"{_range(m.get('output_throughput'))} | {_range(m.get('ttft_p99_ms'))} | "
+            f"{_range(m.get('e2e_p99_ms'))} | {memory} | {score} |"
+        )
+    return head + "\n".join(lines) + "\n"

@@ -1,0 +1,211 @@
+"""The recommendation of a finished study: the best measured configuration, its flags spelled
+for the vLLM version it was measured with, its numbers against the baseline, and provenance."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuner.catalog.materialize import tokenizer_dir
+from tuner.catalog.models import MODELS
+from tuner.db.repository import Repository
+from tuner.db.rows import StudyRow
+from tuner.domain import Estimate, Objective, TrialStatus
+from tuner.scoring.caveats import WindowFlags, window_flags
+from tuner.scoring.significance import BETTER, INCONCLUSIVE
+from tuner.study.confirm import DEFAULTS_LABEL, Confirmed, choose
+from tuner.study.loop import rank
+from tuner.vllm import argv
+
+_SHOWN = (
+    ("output_throughput", "output tok/s", True),
+    ("request_throughput", "requests/s", True),
+    ("ttft_p99_ms", "P99 TTFT ms", False),
+    ("itl_p99_ms", "P99 ITL ms", False),
+    ("e2e_p99_ms", "P99 E2E ms", False),
+)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    study: str
+    trial_number: int
+    is_baseline: bool
+    score: float
+    flags: tuple[str, ...]
+    env: Mapping[str, str]
+    serve_command: str
+    metrics: Mapping[str, Estimate]
+    baseline_metrics: Mapping[str, Estimate] | None
+    memory_gib: float
+    baseline_memory_gib: float | None
+    provenance: Mapping[str, object]
+    feasible: bool
+    confirmed: Confirmed | None = None
+    # An emulated study: the memory of the GPU emulated (GiB), to hold the peak against.
+    emulated_memory_gib: float | None = None
+    # Client-bound / disturbed windows of the trial shown, and of the defaults' trial.
+    windows: WindowFlags = field(default_factory=WindowFlags)
+    baseline_windows: WindowFlags = field(default_factory=WindowFlags)
+
+    def render(self) -> str:
+        lines = [
+            f"best of study {self.study}: trial #{self.trial_number}"
+            + (" (vLLM's defaults)" if self.is_baseline else "")
+            + ("" if self.feasible else "  [no trial met the SLO; closest shown]")
+        ]
+        lines.append(f"  flags: {' '.join(self.flags) or '(none: the defaults are best)'}")
+        if self.env:
+            lines.append(f"  env:   {' '.join(f'{k}={v}' for k, v in self.env.items())}")
+        lines.append(f"  serve: {self.serve_command}")
+        for key, label, _ in _SHOWN:
+            if key not in self.metrics:
+                continue
+            e = self.metrics[key]
+            base = self.baseline_metrics.get(key) if self.baseline_metrics else None
+            vs = f"   defaults {base.median:.1f} [{base.low:.1f}, {base.high:.1f}]" if base else ""
+            lines.append(f"  {label:>13}: {e.median:.1f} [{e.low:.1f}, {e.high:.1f}]{vs}")
+        base_mem = (
+            f"   defaults {self.baseline_memory_gib:.2f}"
+            if self.baseline_memory_gib is not None
+            else ""
+        )
+        lines.append(f"  {'memory GiB':>13}: {self.memory_gib:.2f}{base_mem}")
+        lines.append(
+            f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians [range] over the "
+            "measurement windows of one launch)"
+        )
+        lines.extend(f"  caution: {c}" for c in self.window_cautions())
+        if self.confirmed is not None:
+            c = self.confirmed
+            if c.verdict == BETTER:
+                verdict = (
+                    f"better than vLLM's defaults: score x{c.score:.3f} [{c.score_low:.3f}, "
+                    f"{c.score_high:.3f}]"
+                )
+            elif c.verdict == INCONCLUSIVE:
+                verdict = (
+                    "inconclusive: launches of one configuration disagreed far beyond their "
+                    "noise (see below), so nothing was confirmed: run vLLM's defaults, and "
+                    "measure again on a quiet machine"
+                )
+            else:
+                verdict = "no significant difference from defaults: run vLLM's defaults"
+            lines.append(f"  confirmation (fresh launches, interleaved): {verdict}")
+            lines.extend(f"    {d}" for d in c.details)
+            lines.extend(f"    caution: {note}" for note in c.caveats)
+        prov = ", ".join(f"{k} {v}" for k, v in self.provenance.items() if v not in (None, ""))
+        lines.append(f"  measured on: {prov}")
+        warning = self.emulation_warning()
+        if warning:
+            lines.append(f"  warning: {warning}")
+        return "\n".join(lines)
+
+    def window_cautions(self) -> list[str]:
+        """One line per shown trial with client-bound or disturbed windows."""
+        out = []
+        if self.windows.any:
+            out.append(f"trial #{self.trial_number}: {self.windows.explained()}")
+        if self.baseline_windows.any and not self.is_baseline:
+            out.append(f"vLLM's defaults: {self.baseline_windows.explained()}")
+        return out
+
+    def emulation_warning(self) -> str | None:
+        """See :func:`emulated_memory_warning`."""
+        return emulated_memory_warning(self.memory_gib, self.emulated_memory_gib)
+
+
+def emulated_memory_warning(memory_gib: float | None, capacity_gib: float | None) -> str | None:
+    """Set when an emulated result's peak GPU memory is above the emulated GPU's memory.
+
+    Emulation scales --gpu-memory-utilization, but vLLM's processes use memory beyond that
+    budget (on the H200, 2.2-2.8 GiB more at every utilization tried): a configuration that
+    served in emulation may not start on the real, smaller GPU.
+    """
+    if capacity_gib is None or memory_gib is None or memory_gib <= capacity_gib:
+        return None
+    return (
+        f"the peak GPU memory ({memory_gib:.2f} GiB) is above the emulated GPU's "
+        f"{capacity_gib:.1f} GiB: vLLM used more than --gpu-memory-utilization budgets, so on "
+        "the real GPU this configuration may not start; lower --gpu-memory-utilization there, "
+        "or measure on the real GPU"
+    )
+
+
+def serve_flags(study: StudyRow, flags: argv.RenderedFlags) -> argv.RenderedFlags:
+    """The flags a ready ``vllm serve`` line needs for ``study``'s model: a test architecture
+    without published weights (tiny-ernie) keeps random weights and the synthetic tokenizer."""
+    model = MODELS.get(study.model)
+    if model is None or model.weights_available or not study.model_source:
+        return flags
+    tokenizer = str(tokenizer_dir(Path(study.model_source)))
+    return argv.RenderedFlags(
+        args=("--load-format", "dummy", "--tokenizer", tokenizer, *flags.args), env=flags.env
+    )
+
+
+def recommendation(repo: Repository, study: str) -> Recommendation | None:
+    row = repo.get_study(study)
+    if row is None:
+        return None
+    ranked = rank(repo, study, Objective(row.objective))
+    if not ranked:
+        return None
+    confirmed = choose(repo.list_comparisons(study), Objective(row.objective))
+    top = ranked[0]
+    if confirmed is not None:
+        # The confirmation decides: its winner, or the defaults when nothing beat them.
+        pick = next(
+            (
+                r
+                for r in ranked
+                if (
+                    r.is_baseline
+                    if confirmed.label == DEFAULTS_LABEL
+                    else f"#{r.number}" == confirmed.label
+                )
+            ),
+            None,
+        )
+        top = pick or top
+    trial = repo.get_trial(study, top.number)
+    assert trial is not None and trial.status is TrialStatus.COMPLETE
+    baseline = next((r for r in ranked if r.is_baseline), None)
+    base_trial = repo.get_trial(study, baseline.number) if baseline else None
+    version = trial.vllm_version or row.vllm_version or "0"
+    flags = argv.render_flags(top.config, version)
+    return Recommendation(
+        study=study,
+        trial_number=top.number,
+        is_baseline=top.is_baseline,
+        score=top.score,
+        flags=tuple(flags.args),
+        env=dict(flags.env),
+        serve_command=argv.serve_command(row.model_source or row.model, serve_flags(row, flags)),
+        metrics=trial.metrics,
+        baseline_metrics=base_trial.metrics if base_trial else None,
+        memory_gib=top.values[1],
+        baseline_memory_gib=baseline.values[1] if baseline else None,
+        provenance={
+            "gpu": trial.gpu_name,
+            "vllm": version,
+            "model": trial.model,
+            "workload": trial.workload,
+            "emulated": trial.emulated,
+            "windows": len(trial.metrics["output_throughput"].values),
+        },
+        feasible=top.feasible,
+        confirmed=confirmed,
+        emulated_memory_gib=gpu_memory_gib(row.gpu) if trial.emulated else None,
+        windows=window_flags(trial.windows),
+        baseline_windows=window_flags(base_trial.windows) if base_trial else WindowFlags(),
+    )
+
+
+def gpu_memory_gib(profile: str) -> float | None:
+    """The memory of GPU profile ``profile`` in GiB (None for an unknown profile)."""
+    from tuner.catalog.gpus import GPUS
+
+    gpu = GPUS.get(profile)
+    return gpu.memory_gib if gpu is not None else None

@@ -1,0 +1,90 @@
+"""Tables in a Markdown report, re-derived from committed datasets.
+
+A report marks each derived table with a pair of comments::
+
+    <!-- table: trials studies/results/x/trials.jsonl -->
+    ...the table...
+    <!-- /table -->
+
+Kinds: ``trials`` (:func:`tuner.results.export.markdown_table` of a trials dataset; an optional
+third word keeps only that phase, ``search`` or ``confirm``), ``comparison`` (the
+:func:`~tuner.results.comparisons.comparison_table` of each comparison in the file; an optional
+third word keeps only those ids, in that order, e.g. ``3,1``) and ``claims``
+(:func:`~tuner.results.comparisons.claims_table`). Paths are relative to the repository root.
+:func:`splice` rewrites the blocks; :func:`stale_blocks` names those whose text differs from
+what the data says (a test keeps reports honest with it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from tuner.errors import UsageError
+from tuner.results.comparisons import claims_table, comparison_table
+from tuner.results.export import from_jsonl, markdown_table
+
+_BLOCK = re.compile(r"(<!-- table: ([^>]*?) -->\n)(.*?)(<!-- /table -->)", re.DOTALL)
+
+
+def _render(spec: str, root: Path) -> str:
+    kind, *rest = spec.split()
+    if not rest:
+        raise UsageError(f"table marker {spec!r} names no dataset", hint="e.g. trials PATH")
+    records = from_jsonl((root / rest[0]).read_text())
+    if kind == "trials":
+        if len(rest) > 1:
+            records = [r for r in records if r["phase"] == rest[1]]
+        return markdown_table(records)
+    if kind == "comparison":
+        if len(rest) > 1:
+            by_id = {r["id"]: r for r in records}
+            wanted = [int(x) for x in rest[1].split(",")]
+            missing = [i for i in wanted if i not in by_id]
+            if missing:
+                raise UsageError(
+                    f"table marker {spec!r}: no comparison {missing} in {rest[0]}",
+                    hint=f"the file holds ids {sorted(by_id)}",
+                )
+            records = [by_id[i] for i in wanted]
+        return "\n".join(comparison_table(r) for r in records)
+    if kind == "claims":
+        return claims_table(records)
+    raise UsageError(f"unknown table kind {kind!r}", hint="trials, comparison or claims")
+
+
+def _walk(text: str, root: Path, on_block: Callable[[str, str, str], None]) -> str:
+    def replace(m: re.Match[str]) -> str:
+        fresh = _render(m.group(2), root)
+        on_block(m.group(2), m.group(3), fresh)
+        return m.group(1) + fresh + m.group(4)
+
+    return _BLOCK.sub(replace, text)
+
+
+def splice(text: str, root: Path) -> str:
+    """``text`` with every marked table re-derived from its dataset."""
+    return _walk(text, root, lambda _spec, _old, _new: None)
+
+
+def stale_blocks(text: str, root: Path) -> list[str]:
+    """The markers whose table differs from its dataset (empty: the report is up to date)."""
+    stale: list[str] = []
+    _walk(text, root, lambda spec, old, new: stale.append(spec) if old != new else None)
+    return stale
+
+
+def count_blocks(text: str) -> int:
+    return len(_BLOCK.findall(text))
+
+
+if (
+    __name__ == "__main__"
+):  # python -m tuner.results.report.splice REPORT.md [...]: rewrite in place
+    import sys
+
+    for name in sys.argv[1:]:
+        path = Path(name)
+        path.write_text(splice(path.read_text(), Path.cwd()))
+        print(f"{name}: {count_blocks(path.read_text())} tables re-derived")

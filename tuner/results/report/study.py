@@ -1,0 +1,383 @@
+"""Data for the study page and the overview: frozen objects computed from repository rows.
+
+Scores are recomputed here the way :func:`tuner.study.loop.rank` computes them (relative to the
+study's baseline trial, SLO-feasible first), because the score column stored with a trial is
+relative to whatever baseline existed when it finished. Missing numbers are ``None``, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
+from tuner.domain import Objective, ServingConfig, Slo, TrialResult, TrialStatus, WindowMetrics
+from tuner.scoring import objectives as scoring
+from tuner.scoring.caveats import WindowFlags, window_flags
+from tuner.study.confirm import Confirmed, choose, is_confirmation
+
+GIB = 1024**3
+# metric -> (label, unit); the order is the order of the comparison table.
+METRICS: Mapping[str, tuple[str, str]] = {
+    "output_throughput": ("output throughput", "tok/s"),
+    "request_throughput": ("request throughput", "req/s"),
+    "total_throughput": ("total throughput", "tok/s"),
+    "goodput": ("goodput", "req/s"),
+    "ttft_p50_ms": ("P50 TTFT", "ms"),
+    "ttft_p99_ms": ("P99 TTFT", "ms"),
+    "itl_p50_ms": ("P50 ITL", "ms"),
+    "itl_p99_ms": ("P99 ITL", "ms"),
+    "e2e_p50_ms": ("P50 E2E latency", "ms"),
+    "e2e_p90_ms": ("P90 E2E latency", "ms"),
+    "e2e_p99_ms": ("P99 E2E latency", "ms"),
+    "error_rate": ("error rate", "fraction"),
+    "memory_gib": ("peak memory", "GiB"),
+}
+
+
+def num(x: Any) -> float | None:
+    """A finite float or None (the codec stores NaN as the string "nan")."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+# -- the study page ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialLine:
+    """One row of the trials table; numbers are None when the trial has none."""
+
+    number: int
+    phase: str
+    is_baseline: bool
+    config: Mapping[str, Any]
+    config_label: str
+    status: str
+    failure: str | None
+    failure_is_finding: bool
+    failure_detail: str
+    log_tail: str
+    throughput: float | None  # output tok/s, median over windows
+    ttft_p99_ms: float | None
+    e2e_p99_ms: float | None
+    memory_gib: float | None
+    score: float | None
+    feasible: bool | None
+    backend: str | None
+    duration_s: float | None
+    # Client-bound / disturbed measurement windows of the trial (every load point).
+    windows: WindowFlags = field(default_factory=WindowFlags)
+
+    @property
+    def flags(self) -> str:
+        """'2/3 client-bound, 1/3 disturbed' for the trials table; '' when none was flagged."""
+        return self.windows.short()
+
+
+@dataclass(frozen=True)
+class History:
+    """Score per measured trial in trial order, and the best feasible score so far."""
+
+    numbers: tuple[int, ...]
+    scores: tuple[float, ...]
+    feasible: tuple[bool, ...]
+    best_so_far: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class ParetoPoint:
+    number: int
+    throughput: float
+    p99_ms: float
+    memory_gib: float | None
+    label: str
+    on_front: bool
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Per-window P50 and P99 of one latency, per measured trial (one tuple per trial)."""
+
+    metric: str
+    numbers: tuple[int, ...]
+    p50: tuple[tuple[float, ...], ...]
+    p99: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class Importances:
+    values: Mapping[str, float]  # largest first, summing to 1; empty when not computable
+    method: str
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    study: StudyRow
+    provenance: Mapping[str, str]  # label -> value, only what is known
+    trials: tuple[TrialLine, ...]
+    best: TrialLine | None
+    history: History
+    pareto: tuple[ParetoPoint, ...]
+    memory_label: str  # "GPU memory" or "host RSS" (CPU studies have no GPU telemetry)
+    importances: Importances
+    ttft: Distribution
+    e2e: Distribution
+    search_count: int = 0  # trials of the search phase (the study's --trials counts these)
+    confirm_count: int = 0  # launches of the confirmation phase
+    confirmation: ConfirmationSummary | None = None
+    # "2 of 30 windows client-bound (...): #3 2/3 client-bound, ..."; "" when none was flagged.
+    window_caveat: str = ""
+
+
+@dataclass(frozen=True)
+class ConfirmationSummary:
+    """What the confirmation phase concluded (:func:`tuner.study.confirm.choose`), and its
+    comparisons."""
+
+    confirmed: Confirmed
+    comparison_ids: tuple[int, ...]
+
+
+def _memory_gib(row: TrialRow) -> float | None:
+    b = row.memory.headline_bytes
+    return None if b is None else b / GIB
+
+
+def _metric(row: TrialRow, name: str) -> float | None:
+    e = row.metrics.get(name)
+    return None if e is None else num(e.median)
+
+
+def _baseline_values(trials: Sequence[TrialRow]) -> list[float] | None:
+    for t in trials:
+        if t.status is TrialStatus.COMPLETE and t.is_baseline and t.objective_values:
+            return list(t.objective_values)
+    return None
+
+
+def _feasible(row: TrialRow, slo: Slo) -> bool | None:
+    """Whether the trial met the SLO and error budget; None when a metric it needs is missing
+    (rows written by another tool): unknown, not a page error."""
+    fake = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=row.metrics)
+    try:
+        return scoring.is_feasible(scoring.constraint_values(fake, slo))
+    except KeyError:
+        return None
+
+
+def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine, ...]:
+    """Table rows for ``trials``, scored as :func:`tuner.study.loop.rank` scores them."""
+    objective = Objective(study.objective)
+    slo = Slo(**dict(study.slo))
+    reference = _baseline_values(trials)
+    out = []
+    for t in trials:
+        measured = t.status is TrialStatus.COMPLETE and bool(t.objective_values)
+        score = None
+        if measured and t.objective_values:
+            score = num(scoring.score_values(t.objective_values, objective, reference))
+        took = None
+        if t.started_at is not None and t.finished_at is not None:
+            took = t.finished_at - t.started_at
+        out.append(
+            TrialLine(
+                number=t.number,
+                phase=t.phase.value,
+                is_baseline=t.is_baseline,
+                config=t.config.to_dict(),
+                config_label=t.config_label,
+                status=t.status.value,
+                failure=t.failure.value if t.failure else None,
+                failure_is_finding=bool(t.failure and t.failure.is_finding),
+                failure_detail=t.failure_detail,
+                log_tail=t.log_tail,
+                throughput=_metric(t, "output_throughput"),
+                ttft_p99_ms=_metric(t, "ttft_p99_ms"),
+                e2e_p99_ms=_metric(t, "e2e_p99_ms"),
+                memory_gib=_memory_gib(t) if measured else None,
+                score=score,
+                feasible=_feasible(t, slo) if measured else None,
+                backend=t.effective_backend,
+                duration_s=took,
+                windows=window_flags(t.windows),
+            )
+        )
+    return tuple(out)
+
+
+def window_caveat(lines: Sequence[TrialLine]) -> str:
+    """The client-bound / disturbed windows of ``lines`` in one sentence, naming the trials;
+    "" when no window was flagged."""
+    flagged = [t for t in lines if t.windows.any]
+    if not flagged:
+        return ""
+    total = sum((t.windows for t in lines), WindowFlags())
+    trials = ", ".join(f"#{t.number} {t.flags}" for t in flagged)
+    return f"{total.explained()}: {trials}"
+
+
+def best_line(lines: Iterable[TrialLine]) -> TrialLine | None:
+    """The search trial :func:`tuner.study.loop.rank` puts first: feasible before infeasible, then
+    score (confirmation launches are judged by the confirmation, not ranked one by one)."""
+    scored = [t for t in lines if t.score is not None and t.phase == "search"]
+    return max(scored, key=lambda t: (bool(t.feasible), t.score), default=None)
+
+
+def history(lines: Sequence[TrialLine]) -> History:
+    """The search's scores in trial order and the best so far (confirmation launches, numbered
+    from :data:`tuner.study.confirm.CONFIRM_NUMBER_BASE`, are not part of the search's history)."""
+    scored = sorted(
+        (t for t in lines if t.score is not None and t.phase == "search"), key=lambda t: t.number
+    )
+    best: float | None = None
+    best_so_far: list[float | None] = []
+    for t in scored:
+        if t.feasible and t.score is not None:
+            best = t.score if best is None else max(best, t.score)
+        best_so_far.append(best)
+    return History(
+        numbers=tuple(t.number for t in scored),
+        scores=tuple(t.score for t in scored if t.score is not None),
+        feasible=tuple(bool(t.feasible) for t in scored),
+        best_so_far=tuple(best_so_far),
+    )
+
+
+def pareto(lines: Sequence[TrialLine]) -> tuple[ParetoPoint, ...]:
+    """Measured trials as (throughput up, P99 down) points; ``on_front`` marks the
+    non-dominated ones. Ties: equal points are all on the front."""
+    pts = [
+        (t.number, t.throughput, t.e2e_p99_ms, t.memory_gib, t.config_label)
+        for t in lines
+        if t.throughput is not None and t.e2e_p99_ms is not None and t.score is not None
+    ]
+
+    def dominated(thr: float, p99: float) -> bool:
+        return any(
+            o_thr >= thr and o_p99 <= p99 and (o_thr > thr or o_p99 < p99)
+            for _, o_thr, o_p99, _, _ in pts
+            if o_thr is not None and o_p99 is not None
+        )
+
+    return tuple(
+        ParetoPoint(n, thr, p99, mem, label, not dominated(thr, p99))
+        for n, thr, p99, mem, label in pts
+        if thr is not None and p99 is not None
+    )
+
+
+def distribution(metric: str, trials: Sequence[TrialRow]) -> Distribution:
+    """Per-window P50/P99 of ``metric`` ("ttft" or "e2e") for each trial that has windows."""
+    pick: Callable[[WindowMetrics], Any] = {
+        "ttft": lambda w: w.ttft_ms,
+        "e2e": lambda w: w.e2e_ms,
+    }[metric]
+    numbers, p50, p99 = [], [], []
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.status is not TrialStatus.COMPLETE or not t.windows:
+            continue
+        stats = [pick(w) for w in t.windows]
+        numbers.append(t.number)
+        p50.append(tuple(v for s in stats if (v := num(s.p50)) is not None))
+        p99.append(tuple(v for s in stats if (v := num(s.p99)) is not None))
+    return Distribution(metric, tuple(numbers), tuple(p50), tuple(p99))
+
+
+def fallback_importances(lines: Sequence[TrialLine]) -> dict[str, float]:
+    """Share of the score's variance explained by each knob (one-way ANOVA's eta squared),
+    normalised to sum 1. Used when Optuna's importances cannot be had (no Optuna study, or
+    too few trials for it); ``{}`` with fewer than 2 measured trials or a constant score."""
+    scored = [t for t in lines if t.score is not None]
+    if len(scored) < 2:
+        return {}
+    scores = [t.score for t in scored if t.score is not None]
+    mean = sum(scores) / len(scores)
+    total = sum((s - mean) ** 2 for s in scores)
+    if total <= 0:
+        return {}
+    knobs = sorted({k for t in scored for k in t.config})
+    raw: dict[str, float] = {}
+    for knob in knobs:
+        groups: dict[str, list[float]] = {}
+        for t, s in zip(scored, scores, strict=True):
+            groups.setdefault(repr(t.config.get(knob)), []).append(s)
+        if len(groups) < 2:
+            continue
+        between = sum(len(g) * (sum(g) / len(g) - mean) ** 2 for g in groups.values())
+        raw[knob] = between / total
+    norm = sum(raw.values())
+    if norm <= 0:
+        return {}
+    return dict(sorted(((k, v / norm) for k, v in raw.items()), key=lambda kv: -kv[1]))
+
+
+def _provenance(study: StudyRow, trials: Sequence[TrialRow]) -> dict[str, str]:
+    measured = [t for t in trials if t.status is TrialStatus.COMPLETE]
+
+    def seen(values: Iterable[Any]) -> str:
+        return ", ".join(dict.fromkeys(str(v) for v in values if v not in (None, "")))
+
+    windows = seen(len(t.windows) for t in measured)
+    out = {
+        "model": study.model,
+        "GPU": seen([study.gpu, *(t.gpu_name for t in measured)]),
+        "vLLM": seen([*(t.vllm_version for t in measured)] or [study.vllm_version]),
+        "workload": study.workload,
+        "windows per trial": windows,
+        "objective": study.objective,
+        "SLO": ", ".join(f"{k} ≤ {v:g}" for k, v in study.slo.items()) or "none",
+        "driver": seen(t.driver_version for t in measured),
+        "host": seen(t.hostname for t in measured),
+        "emulated": "yes" if study.emulated else "",
+    }
+    return {k: v for k, v in out.items() if v}
+
+
+def study_report(
+    study: StudyRow,
+    trials: Sequence[TrialRow],
+    importances: Mapping[str, float] | None = None,
+    comparisons: Sequence[ComparisonRow] = (),
+) -> StudyReport:
+    """Everything the study page shows. ``importances`` are Optuna's (see
+    :mod:`tuner.results.importance`); when None or empty, :func:`fallback_importances` is used.
+    ``comparisons``: the study's own (its confirmation phase)."""
+    lines = trial_lines(study, trials)
+    if importances:
+        imp = Importances(dict(importances), "PED-ANOVA (Optuna)")
+    else:
+        fb = fallback_importances(lines)
+        imp = Importances(fb, "variance of the score explained per knob (fallback)" if fb else "")
+    has_gpu = any(t.memory.gpu_peak_bytes for t in trials if t.status is TrialStatus.COMPLETE)
+    return StudyReport(
+        study=study,
+        provenance=_provenance(study, trials),
+        trials=lines,
+        best=best_line(lines),
+        history=history(lines),
+        pareto=pareto(lines),
+        memory_label="GPU memory" if has_gpu else "host RSS",
+        importances=imp,
+        ttft=distribution("ttft", trials),
+        e2e=distribution("e2e", trials),
+        search_count=sum(t.phase == "search" for t in lines),
+        confirm_count=sum(t.phase == "confirm" for t in lines),
+        confirmation=_confirmation(study, comparisons),
+        window_caveat=window_caveat(lines),
+    )
+
+
+def _confirmation(
+    study: StudyRow, comparisons: Sequence[ComparisonRow]
+) -> ConfirmationSummary | None:
+    confirmed = choose(comparisons, Objective(study.objective))
+    if confirmed is None:
+        return None
+    ids = tuple(c.id for c in comparisons if is_confirmation(c))
+    return ConfirmationSummary(confirmed, ids)

@@ -1,0 +1,131 @@
+"""Checks the ``--gpu`` a user asked for against what this machine really has."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+
+from tuner.catalog.gpus import GPUS, match_detected
+from tuner.domain import GpuProfile
+from tuner.errors import HardwareMismatch
+from tuner.runner.vllm import Hardware
+from tuner.telemetry.nvml import DetectedGpu
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def describe(detected: Sequence[DetectedGpu]) -> str:
+    if not detected:
+        return f"no NVIDIA GPU (NVML found none; CPU: {cpu_name()})"
+    names = ", ".join(f"{g.name} ({g.memory_total_bytes / 1024**3:.0f} GiB)" for g in detected)
+    return f"{len(detected)} GPU(s): {names}"
+
+
+def visible_gpus(detected: Sequence[DetectedGpu], cuda_visible: str | None) -> list[DetectedGpu]:
+    """The GPUs of ``detected`` that ``CUDA_VISIBLE_DEVICES`` (``cuda_visible``) leaves to tuner.
+
+    ``None`` leaves all of them. Otherwise a comma-separated list of NVML indices (the PCI bus
+    order that ``nvidia-smi`` shows; tuner launches vLLM with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+    so that CUDA counts the same way) or UUIDs (``GPU-…``, a unique prefix is enough), as CUDA
+    reads it: the list ends at the first entry that names no GPU, and an empty value hides all.
+    """
+    if cuda_visible is None:
+        return list(detected)
+    chosen: list[DetectedGpu] = []
+    for raw in cuda_visible.split(","):
+        item = raw.strip()
+        if item.isdigit():
+            found = [g for g in detected if g.index == int(item)]
+        elif item.startswith(("GPU-", "MIG-")):
+            found = [g for g in detected if g.uuid.startswith(item)]
+        else:
+            found = []
+        if len(found) != 1:
+            break
+        if found[0] not in chosen:
+            chosen.append(found[0])
+    return chosen
+
+
+def check_hardware(
+    profile: GpuProfile,
+    detected: Sequence[DetectedGpu],
+    *,
+    emulate: bool = False,
+    cuda_visible: str | None = None,
+) -> Hardware:
+    """The hardware trials will run on, or HardwareMismatch naming what was found instead.
+
+    ``emulate``: run on a larger GPU found here, limited to ``profile``'s memory (see
+    :func:`memory_scale`); the result is labelled emulated and is never mixed with real results.
+    ``cuda_visible``: the value of ``CUDA_VISIBLE_DEVICES`` (see :func:`visible_gpus`); trials
+    run on the first GPU it leaves that matches, and only that GPU is measured.
+    """
+    if cuda_visible is not None:
+        found = len(detected)
+        detected = visible_gpus(detected, cuda_visible)
+        if found and not detected and not profile.is_cpu:
+            raise HardwareMismatch(
+                f"CUDA_VISIBLE_DEVICES={cuda_visible!r} names none of this machine's "
+                f"{found} GPU(s) (indices 0-{found - 1})",
+                hint="set it to GPU indices as nvidia-smi numbers them (e.g. 0 or 1) or to UUIDs, "
+                "or unset it",
+            )
+    if profile.is_cpu:
+        if emulate:
+            raise HardwareMismatch("--emulate needs a GPU to emulate on; --gpu cpu is not emulated")
+        return Hardware(name=f"cpu: {cpu_name()}", is_gpu=False)
+    if emulate:
+        return _emulating(profile, detected)
+    matching = [g for g in detected if match_detected(profile, [g.name])]
+    if not matching:
+        here = describe(detected)
+        options = "--gpu cpu to tune CPU vLLM here" if not detected else _suggest(detected)
+        raise HardwareMismatch(
+            f"--gpu {profile.name} asks for an {profile.display_name}, but this machine has {here}",
+            hint=f"run tuner on a machine with an {profile.display_name}, or use {options}",
+        )
+    gpu = matching[0]
+    return Hardware(
+        name=gpu.name,
+        uuid=gpu.uuid,
+        index=gpu.index,
+        driver_version=gpu.driver_version,
+        cuda_version=gpu.cuda_driver_version,
+        is_gpu=True,
+    )
+
+
+def _emulating(profile: GpuProfile, detected: Sequence[DetectedGpu]) -> Hardware:
+    big = [g for g in detected if g.memory_total_bytes >= profile.memory_bytes]
+    if not big:
+        raise HardwareMismatch(
+            f"--emulate {profile.name} needs a GPU with at least {profile.memory_gib:g} GiB, but "
+            f"this machine has {describe(detected)}",
+            hint="emulate a smaller GPU, or run on the real one without --emulate",
+        )
+    gpu = max(big, key=lambda g: g.memory_total_bytes)  # the first of the largest
+    return Hardware(
+        name=f"{gpu.name} emulating {profile.display_name} ({profile.memory_gib:g} GiB)",
+        uuid=gpu.uuid,
+        index=gpu.index,
+        driver_version=gpu.driver_version,
+        cuda_version=gpu.cuda_driver_version,
+        is_gpu=True,
+        emulated=True,
+        memory_scale=profile.memory_bytes / gpu.memory_total_bytes,
+    )
+
+
+def _suggest(detected: Sequence[DetectedGpu]) -> str:
+    names = [p.name for p in GPUS.values() if any(match_detected(p, [g.name]) for g in detected)]
+    return f"--gpu {names[0]} (the GPU found here)" if names else "--gpu cpu"

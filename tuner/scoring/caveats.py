@@ -1,0 +1,242 @@
+"""What keeps a measurement from being read at face value, defined once for every report.
+
+**Launches that disagree far beyond the noise.** A comparison takes each launch's median as
+one value and puts a Welch interval on them (:mod:`tuner.scoring.significance`). That interval
+assumes the launches of one configuration scatter like ordinary launch-to-launch noise. When one of
+them is off by a factor (another process took the CPU during it: on CPU the defaults gave 462
+and 2,363 tok/s in two launches), the interval becomes "+282.5 % [-99.1, +163935.7]": a number
+that looks like information and is none. :func:`disagreement` detects it, per arm and metric:
+
+    max/min of the arm's launch values  >  max(DISAGREE_FLOOR, within ** DISAGREE_POWER)
+
+where ``within`` is the typical (median over launches) max/min of one launch's window values.
+
+- ``DISAGREE_FLOOR = 2``: on the H200, launches of one configuration differed by about +-20 %
+  (max/min about 1.5) against +-12 % between the windows of one server. A factor 2 is a third
+  beyond the widest ordinary launch spread; with a log-scale launch spread of 0.1 (+-20 % at
+  two sigma), three launches reach it far less than once in a million.
+- ``DISAGREE_POWER = 3`` (in log terms: the launch spread is more than 3 times the window
+  spread): on the H200 the launch spread was about 1.7 times the window spread in log terms
+  (log 1.5 / log 1.27), so 3 leaves the same margin again. A metric that is noisy within a launch
+  (a P99 over a few dozen requests whose windows differ by x1.5) is allowed launches x3.4
+  apart before they are called inconsistent, where the floor alone would flag it needlessly.
+- The *median* over launches, not the widest launch: a disturbed launch often has scattered
+  windows too, and must not excuse itself. A launch with one window, or a metric without
+  windows (peak memory), contributes no window spread: the floor alone applies.
+
+**Windows that were client-bound or disturbed** (:class:`tuner.domain.ClientHealth`): tuner's
+own load generator was saturated (the number is the client's floor, not the server's), or
+other processes took CPU or the GPU during the window. :class:`WindowFlags` counts them for a
+launch or an arm, so that every report says "N of M windows client-bound / disturbed".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.domain import WindowMetrics
+from tuner.scoring.significance import INCONCLUSIVE
+
+DISAGREE_FLOOR = 2.0
+DISAGREE_POWER = 3.0
+
+CLIENT_BOUND_MEANS = (
+    "tuner's load generator was saturated, so those numbers are the client's floor, "
+    "not the server's"
+)
+DISTURBED_MEANS = "other processes took CPU or the GPU during them"
+
+
+def noise_bound(within: float) -> float:
+    """The largest max/min of one configuration's launches still taken as noise, given the
+    typical max/min ``within`` of one launch's windows (see the module docstring)."""
+    return max(DISAGREE_FLOOR, float(max(within, 1.0) ** DISAGREE_POWER))
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """An arm's launches on one metric: smallest and largest launch value, the typical window
+    spread within a launch (max/min, 1.0 when unknown) and how many launches there were."""
+
+    low: float
+    high: float
+    within: float
+    launches: int
+
+    @property
+    def ratio(self) -> float:
+        return self.high / self.low
+
+    @property
+    def bound(self) -> float:
+        return noise_bound(self.within)
+
+    def text(self, unit: str) -> str:
+        """'462 … 2,363 tok/s, x5.1'"""
+        unit = f" {unit}" if unit else ""
+        return f"{number(self.low)} … {number(self.high)}{unit}, x{self.ratio:.1f}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "low": self.low,
+            "high": self.high,
+            "ratio": self.ratio,
+            "within": self.within,
+            "bound": self.bound,
+            "launches": self.launches,
+        }
+
+
+def disagreement(
+    launches: Sequence[float], windows: Iterable[Sequence[float]] = ()
+) -> Disagreement | None:
+    """The launches of one configuration when they disagree far beyond the noise, else None.
+
+    ``launches``: one value per launch (its median over windows); ``windows``: per launch, its
+    window values (any order, any count; empty when unknown). Values that are not positive and
+    finite are left out, as :func:`tuner.scoring.significance.ratio_interval` leaves them out; fewer
+    than two launches cannot disagree.
+    """
+    values = [v for v in launches if v > 0 and math.isfinite(v)]
+    if len(values) < 2:
+        return None
+    spreads = []
+    for ws in windows:
+        pos = [w for w in ws if w > 0 and math.isfinite(w)]
+        if len(pos) >= 2:
+            spreads.append(max(pos) / min(pos))
+    within = statistics.median(spreads) if spreads else 1.0
+    found = Disagreement(min(values), max(values), within, len(values))
+    return found if found.ratio > found.bound else None
+
+
+def disagreement_verdict(unit: str, sides: Mapping[str, tuple[str, Disagreement]]) -> str:
+    """The verdict of a metric whose launches disagree: 'inconclusive: launches of A (defaults)
+    disagree (462 … 2,363 tok/s, x5.1) far beyond their within-launch noise (x2.0 at most
+    expected)'. ``sides``: "a"/"b" -> (arm label, its disagreement), at least one."""
+    clauses = [
+        f"launches of {arm_name(side, label)} disagree ({d.text(unit)}) far beyond their "
+        f"within-launch noise (x{d.bound:.1f} at most expected)"
+        for side, (label, d) in sorted(sides.items())
+    ]
+    return f"{INCONCLUSIVE}: " + "; ".join(clauses)
+
+
+def number(x: float) -> str:
+    """A measured value for a sentence: '2,363', '46.2', '0.512'."""
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+@dataclass(frozen=True)
+class WindowFlags:
+    """How many of ``windows`` measurement windows were client-bound, and how many disturbed
+    (a window may be both)."""
+
+    windows: int = 0
+    client_bound: int = 0
+    disturbed: int = 0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.client_bound or self.disturbed)
+
+    def __add__(self, other: WindowFlags) -> WindowFlags:
+        return WindowFlags(
+            self.windows + other.windows,
+            self.client_bound + other.client_bound,
+            self.disturbed + other.disturbed,
+        )
+
+    def text(self) -> str:
+        """'2 of 9 windows client-bound, 1 of 9 disturbed'; '' when none was either."""
+        parts = []
+        if self.client_bound:
+            parts.append(f"{self.client_bound} of {self.windows} windows client-bound")
+        if self.disturbed:
+            noun = "" if parts else " windows"
+            parts.append(f"{self.disturbed} of {self.windows}{noun} disturbed")
+        return ", ".join(parts)
+
+    def explained(self) -> str:
+        """:meth:`text` with what it means; '' when none was either."""
+        if not self.any:
+            return ""
+        means = [CLIENT_BOUND_MEANS] if self.client_bound else []
+        means += [DISTURBED_MEANS] if self.disturbed else []
+        return f"{self.text()} ({'; '.join(means)})"
+
+    def short(self) -> str:
+        """'2/3 client-bound, 1/3 disturbed' for a table cell; '' when none was either."""
+        parts = []
+        if self.client_bound:
+            parts.append(f"{self.client_bound}/{self.windows} client-bound")
+        if self.disturbed:
+            parts.append(f"{self.disturbed}/{self.windows} disturbed")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "windows": self.windows,
+            "client_bound": self.client_bound,
+            "disturbed": self.disturbed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> WindowFlags:
+        """The stored counts back; zeros for anything missing or malformed (older rows)."""
+        if not isinstance(data, Mapping):
+            return cls()
+
+        def count(key: str) -> int:
+            v = data.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+        return cls(count("windows"), count("client_bound"), count("disturbed"))
+
+
+def window_flags(windows: Iterable[WindowMetrics]) -> WindowFlags:
+    """The counts over ``windows`` (every load point's windows of a launch, or several)."""
+    total = bound = disturbed = 0
+    for w in windows:
+        total += 1
+        bound += w.client_bound
+        disturbed += w.disturbed
+    return WindowFlags(total, bound, disturbed)
+
+
+def arm_window_note(flags: Mapping[str, WindowFlags], labels: Mapping[str, str]) -> str:
+    """'A (defaults): 2 of 9 windows disturbed; B (#3): ...' for the arms with flagged windows
+    (``flags`` and ``labels`` keyed "a"/"b"); '' when none has any."""
+    parts = []
+    for side in ("a", "b"):
+        f = flags.get(side)
+        if f is not None and f.any:
+            parts.append(f"{arm_name(side, labels.get(side, ''))}: {f.text()}")
+    return "; ".join(parts)
+
+
+def stored_window_note(results: Any) -> str:
+    """:func:`arm_window_note` of a stored comparison's ``results`` JSON ('' for rows stored
+    before tuner counted windows, or without flagged windows)."""
+    if not isinstance(results, Mapping):
+        return ""
+    stored = results.get("windows")
+    if not isinstance(stored, Mapping):
+        return ""
+    flags = {side: WindowFlags.from_dict(stored.get(side)) for side in ("a", "b")}
+    labels = {side: str(results.get(f"{side}_label") or "") for side in ("a", "b")}
+    return arm_window_note(flags, labels)
+
+
+def arm_name(side: str, label: str) -> str:
+    """'A (defaults)', or just 'A' when the label says nothing more."""
+    letter = side.upper()
+    return f"{letter} ({label})" if label and label != letter else letter

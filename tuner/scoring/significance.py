@@ -1,0 +1,165 @@
+"""Is B different from A? Ratios of metrics across server launches, with intervals.
+
+Each launch of a configuration gives one value per metric (the median over its measurement
+windows). Launch-to-launch spread is the noise that matters (the H200 showed +-20 % across
+launches against +-12 % within one server), so launches, not windows, are the unit of
+replication here.
+
+The ratio B/A is estimated on the log scale: ``exp(mean(log b) - mean(log a))`` (a ratio of
+geometric means), with a Welch t interval on the difference of log means. Welch's interval keeps
+close to its nominal coverage with as few as three launches a side for log-normal noise, where a
+bootstrap of three values would be far too narrow; tests check its coverage by simulation.
+
+A verdict is "better" or "worse" only when the whole interval lies on one side of 1;
+otherwise "no significant difference". When the launches of one side disagree far beyond their
+noise (:func:`tuner.scoring.caveats.disagreement`), the interval means nothing and the comparison's
+verdict is a sentence beginning "inconclusive" instead (:func:`is_inconclusive`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+BETTER = "better"
+WORSE = "worse"
+NO_DIFFERENCE = "no significant difference"
+# The first word of a verdict whose launches disagree (the rest of the sentence says how).
+INCONCLUSIVE = "inconclusive"
+
+
+def is_inconclusive(verdict: object) -> bool:
+    """Whether a (stored) verdict text is an "inconclusive: ..." one."""
+    return isinstance(verdict, str) and verdict.startswith(INCONCLUSIVE)
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """B/A with its interval at ``confidence``; ``n_a``/``n_b`` launches went into it."""
+
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    n_a: int
+    n_b: int
+
+    @property
+    def significant(self) -> bool:
+        return self.low > 1.0 or self.high < 1.0
+
+    def verdict(self, higher_is_better: bool) -> str:
+        if not self.significant:
+            return NO_DIFFERENCE
+        up = self.low > 1.0
+        return BETTER if up == higher_is_better else WORSE
+
+    def percent(self) -> str:
+        """'+12.3 % [+4.0, +21.2]' style text of the change."""
+
+        def pct(x: float) -> str:
+            return f"{(x - 1.0) * 100:+.1f}"
+
+        return f"{pct(self.ratio)} % [{pct(self.low)}, {pct(self.high)}]"
+
+
+def ratio_interval(
+    a: Sequence[float], b: Sequence[float], confidence: float = 0.95
+) -> RatioInterval | None:
+    """Welch interval of B/A on the log scale; None when either side has < 2 positive values.
+
+    Values that are not positive (a metric that was zero) cannot be put on the log scale and
+    are dropped; with fewer than two left there is no interval to give.
+    """
+    la = [math.log(v) for v in a if v > 0 and math.isfinite(v)]
+    lb = [math.log(v) for v in b if v > 0 and math.isfinite(v)]
+    if len(la) < 2 or len(lb) < 2:
+        return None
+    ma, mb = sum(la) / len(la), sum(lb) / len(lb)
+    va = _variance(la) / len(la)
+    vb = _variance(lb) / len(lb)
+    diff = mb - ma
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return RatioInterval(
+            math.exp(diff), math.exp(diff), math.exp(diff), confidence, len(la), len(lb)
+        )
+    # Welch-Satterthwaite degrees of freedom.
+    df_num = (va + vb) ** 2
+    df_den = (va**2 / (len(la) - 1) if va else 0.0) + (vb**2 / (len(lb) - 1) if vb else 0.0)
+    df = df_num / df_den if df_den else float(len(la) + len(lb) - 2)
+    t = t_quantile(0.5 + confidence / 2.0, df)
+    return RatioInterval(
+        ratio=math.exp(diff),
+        low=math.exp(diff - t * se),
+        high=math.exp(diff + t * se),
+        confidence=confidence,
+        n_a=len(la),
+        n_b=len(lb),
+    )
+
+
+def _variance(xs: Sequence[float]) -> float:
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Quantile of Student's t distribution (p in (0.5, 1)), by bisection on its CDF."""
+    if not 0.5 < p < 1.0 or df <= 0:
+        raise ValueError("t_quantile needs 0.5 < p < 1 and df > 0")
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(48):  # 2**-48 of the bracket: far below any reported digit
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def t_cdf(t: float, df: float) -> float:
+    """CDF of Student's t via the regularized incomplete beta function."""
+    x = df / (df + t * t)
+    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
+    return 1.0 - tail if t >= 0 else tail
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b) by its continued fraction (modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return math.exp(log_front) * h / a
+
+
+def ratio_text(ratio: float | None, low: float | None, high: float | None) -> str | None:
+    """A B/A ratio with its interval as "0.958 [0.752, 1.221]"; None when any part is missing."""
+    if ratio is None or low is None or high is None:
+        return None
+    return f"{ratio:.3f} [{low:.3f}, {high:.3f}]"

@@ -1,0 +1,1 @@
+"""Study specs: TOML files and CLI options turned into one validated StudySpec."""

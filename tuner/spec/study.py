@@ -1,0 +1,376 @@
+"""Study specs: what a study measures, read from a TOML file in ``studies/`` or built from CLI
+options (which override the file). Errors name the file and line and say what is allowed.
+
+A spec file::
+
+    [study]
+    name = "ernie-h200-chat"        # optional; default: model-gpu-workload-objective
+    model = "ernie-0.3b"            # catalog alias, local directory or hub id
+    gpu = "h200"                    # catalog GPU profile (tuner studies gpus lists them)
+    workload = "chat"               # preset name or "trace:FILE"
+    objective = "balanced"          # balanced | throughput | latency | memory
+    trials = 16
+    slo = "ttft_p99=500ms,e2e_p99=10s"
+    seed = 0
+
+    [workload]                      # overrides of the workload preset's fields
+    requests_per_window = 64
+
+    [space]
+    params = ["attention_backend", "max_num_seqs"]   # knobs to search (default: all that apply)
+    choices = { max_num_seqs = [16, 64, 256] }       # candidate values per knob
+    fixed = { enforce_eager = true }                 # held in every trial, baseline included
+
+    [[enqueue]]                     # configurations to try first, after vLLM's defaults
+    gpu_memory_utilization = 0.95
+
+    [runner]
+    startup_timeout_s = 900
+    extra_args = ["--dtype", "float32"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.domain import Objective, ServingConfig
+from tuner.errors import SpecError
+from tuner.scoring.objectives import parse_slo
+
+_SECTIONS: Mapping[str, frozenset[str]] = {
+    "study": frozenset(
+        {
+            "name",
+            "model",
+            "gpu",
+            "workload",
+            "objective",
+            "trials",
+            "slo",
+            "seed",
+            "notes",
+            "emulate",
+        }
+    ),
+    "workload": frozenset(
+        {
+            "prompt_tokens",
+            "output_tokens",
+            "shared_prefix_tokens",
+            "concurrency",
+            "request_rate",
+            "requests_per_window",
+            "windows",
+            "warmup_requests",
+            "length_jitter",
+            "seed",
+            "concurrency_ladder",
+            "rate_ladder",
+        }
+    ),
+    "space": frozenset({"params", "choices", "fixed"}),
+    "confirm": frozenset({"top", "launches", "confidence"}),
+    "runner": frozenset({"startup_timeout_s", "extra_args", "vllm_python", "load_format"}),
+}
+_SERVING_KEYS = frozenset(f.name for f in dataclasses.fields(ServingConfig))
+# Types of the [workload] overrides (Workload's fields); a float field also takes an integer.
+WORKLOAD_TYPES: Mapping[str, type] = {
+    **{key: int for key in _SECTIONS["workload"]},
+    "request_rate": float,
+    "length_jitter": float,
+    "concurrency_ladder": tuple,
+    "rate_ladder": tuple,
+}
+_KIND_NAMES: Mapping[type, str] = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+}
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    model: str = "tiny-ernie"
+    gpu: str = "cpu"
+    workload: str = "smoke"
+    objective: Objective = Objective.BALANCED
+    trials: int = 3
+    slo: str = ""
+    seed: int = 0
+    name: str | None = None
+    notes: str = ""
+    emulate: bool = False  # run on a larger GPU limited to --gpu's memory (labelled emulated)
+    workload_overrides: Mapping[str, Any] = field(default_factory=dict)
+    params: tuple[str, ...] | None = None
+    choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    enqueue: tuple[Mapping[str, Any], ...] = ()
+    # The confirmation phase (tuner.study.confirm): candidates, fresh launches each, interval level.
+    confirm_top: int = 3
+    confirm_launches: int = 3
+    confidence: float = 0.95
+    startup_timeout_s: float = 900.0
+    extra_args: tuple[str, ...] = ()
+    vllm_python: str | None = None
+    load_format: str | None = None  # None: dummy for catalogued models, auto for real weights
+    source: str = "<defaults>"
+
+    def study_name(self) -> str:
+        if self.name:
+            return self.name
+        model, workload = (_NAME_UNSAFE.sub("_", v) for v in (self.model, self.workload))
+        # Emulated results are never mixed with real ones, not even in a study's name.
+        emulated = "-emulated" if self.emulate else ""
+        return f"{model}-{self.gpu}{emulated}-{workload}-{self.objective.value}"
+
+    def with_overrides(self, **changes: Any) -> StudySpec:
+        """Apply CLI options; ``None`` means "not given on the command line"."""
+        given = {k: v for k, v in changes.items() if v is not None}
+        if "objective" in given:
+            given["objective"] = parse_objective(str(given["objective"]), where="--objective")
+        return dataclasses.replace(self, **given)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StudySpec:
+        """The inverse of :meth:`to_dict` (a spec stored with a queued study)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["objective"] = Objective(kwargs.get("objective", Objective.BALANCED.value))
+        for key in ("params", "extra_args", "enqueue"):
+            if kwargs.get(key) is not None:
+                kwargs[key] = tuple(kwargs[key])
+        if "choices" in kwargs:
+            kwargs["choices"] = {k: tuple(v) for k, v in kwargs["choices"].items()}
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["objective"] = self.objective.value
+        return data
+
+
+DEFAULT_SPEC_PATH = Path(__file__).with_name("default_study.toml")
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    """Read and validate a spec file; raises SpecError naming the line of the first problem."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec file: {exc.strerror}", path=str(p)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or line_from_message(str(exc))
+        raise SpecError(f"not valid TOML: {exc}", path=str(p), line=line) from None
+    return spec_from_mapping(data, text, str(p))
+
+
+def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
+    """Validate parsed spec data (a TOML file's, or JSON posted to the API) into a StudySpec.
+
+    ``text`` is the source text used to find line numbers for errors ("" when there is none).
+    """
+
+    def fail(
+        msg: str, key: str | None = None, hint: str = "", section: str | None = None
+    ) -> SpecError:
+        line = find_line(text, key, section) if key else None
+        return SpecError(msg, path=where, line=line, hint=hint)
+
+    for section, value in data.items():
+        if section == "enqueue":
+            continue
+        allowed = _SECTIONS.get(section)
+        if allowed is None:
+            raise fail(
+                f"unknown section [{section}]",
+                section,
+                hint=f"allowed sections: {sorted([*_SECTIONS, 'enqueue'])}",
+            )
+        if not isinstance(value, dict):
+            raise fail(f"[{section}] must be a table", section)
+        for key in value:
+            if key not in allowed:
+                raise fail(
+                    f"unknown key {key!r} in [{section}]",
+                    key,
+                    hint=f"allowed: {sorted(allowed)}",
+                    section=section,
+                )
+    study = data.get("study", {})
+    space = data.get("space", {})
+    runner = data.get("runner", {})
+    kwargs: dict[str, Any] = {"source": where}
+    for key in ("model", "gpu", "workload", "slo", "name", "notes"):
+        if key in study:
+            kwargs[key] = typed_value(study[key], str, key, fail, "study")
+    for key in ("trials", "seed"):
+        if key in study:
+            kwargs[key] = typed_value(study[key], int, key, fail, "study")
+    if "emulate" in study:
+        kwargs["emulate"] = typed_value(study["emulate"], bool, "emulate", fail, "study")
+    if "slo" in kwargs:
+        try:
+            parse_slo(kwargs["slo"])
+        except ValueError as exc:
+            raise fail(str(exc), "slo", section="study") from None
+    if "trials" in kwargs and kwargs["trials"] < 1:
+        raise fail("trials must be at least 1", "trials")
+    if "objective" in study:
+        try:
+            kwargs["objective"] = parse_objective(str(study["objective"]), where=where)
+        except SpecError as exc:
+            raise fail(exc.message.split(": ", 1)[-1], "objective", exc.hint) from None
+    overrides = dict(data.get("workload", {}))
+    for key, value in overrides.items():
+        if WORKLOAD_TYPES[key] is tuple:
+            overrides[key] = _ladder(value, key, fail)
+        else:
+            typed_value(value, WORKLOAD_TYPES[key], key, fail, "workload")
+    kwargs["workload_overrides"] = overrides
+    if "params" in space:
+        params = space["params"]
+        if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
+            raise fail("params must be a list of knob names", "params")
+        _check_knobs(params, "params", fail)
+        kwargs["params"] = tuple(params)
+    for key in ("choices", "fixed"):
+        if key in space:
+            table = space[key]
+            if not isinstance(table, dict):
+                raise fail(f"{key} must be a table of knob = value", key)
+            _check_knobs(table, key, fail)
+            kwargs[key] = (
+                {k: tuple(v) if isinstance(v, list) else (v,) for k, v in table.items()}
+                if key == "choices"
+                else dict(table)
+            )
+    enqueue = data.get("enqueue", [])
+    if not isinstance(enqueue, list):
+        raise fail("enqueue must be an array of tables: [[enqueue]]", "enqueue")
+    for item in enqueue:
+        if not isinstance(item, dict):
+            raise fail("enqueue must be an array of tables: [[enqueue]]", "enqueue")
+        _check_knobs(item, "enqueue", fail)
+    kwargs["enqueue"] = tuple(dict(item) for item in enqueue)
+    confirm = data.get("confirm", {})
+    for key, field_name, kind in (
+        ("top", "confirm_top", int),
+        ("launches", "confirm_launches", int),
+        ("confidence", "confidence", float),
+    ):
+        if key in confirm:
+            kwargs[field_name] = typed_value(confirm[key], kind, key, fail, "confirm")
+    if kwargs.get("confirm_top", 1) < 1 or kwargs.get("confirm_launches", 0) < 0:
+        raise fail("confirm top must be >= 1 and launches >= 0 (0 turns it off)", "confirm")
+    if not 0.5 < kwargs.get("confidence", 0.95) < 1.0:
+        raise fail(
+            "confidence must be between 0.5 and 1, e.g. 0.95", "confidence", section="confirm"
+        )
+    if "startup_timeout_s" in runner:
+        timeout = typed_value(
+            runner["startup_timeout_s"], float, "startup_timeout_s", fail, "runner"
+        )
+        if not timeout > 0:
+            raise fail("startup_timeout_s must be positive", "startup_timeout_s", section="runner")
+        kwargs["startup_timeout_s"] = float(timeout)
+    if "extra_args" in runner:
+        extra = runner["extra_args"]
+        if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+            raise fail(
+                "extra_args must be a list of strings",
+                "extra_args",
+                hint='e.g. extra_args = ["--dtype", "float32"]',
+                section="runner",
+            )
+        kwargs["extra_args"] = tuple(extra)
+    for key in ("vllm_python", "load_format"):
+        if key in runner:
+            kwargs[key] = typed_value(runner[key], str, key, fail, "runner")
+    return StudySpec(**kwargs)
+
+
+def typed_value(value: Any, kind: type, key: str, fail: Any, section: str) -> Any:
+    # bool is an int subclass, but `trials = true` is surely a mistake; an int is a fine float.
+    accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
+        return value
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
+    return value
+
+
+def _ladder(value: Any, key: str, fail: Any) -> tuple[float, ...] | tuple[int, ...]:
+    """A load ladder: a non-empty list of positive numbers (integers for concurrencies)."""
+    integers = key == "concurrency_ladder"
+    kind = int if integers else (int, float)
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, kind) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        what = "positive integers" if integers else "positive numbers (requests per second)"
+        raise fail(
+            f"{key} must be a non-empty list of {what}, got {value!r}", key, section="workload"
+        )
+    return tuple(int(v) for v in value) if integers else tuple(float(v) for v in value)
+
+
+def _check_knobs(names: Sequence[str] | Mapping[str, Any], where: str, fail: Any) -> None:
+    for name in names:
+        if name not in _SERVING_KEYS:
+            raise fail(
+                f"unknown serving knob {name!r} in {where}",
+                name,
+                hint=f"knobs: {sorted(_SERVING_KEYS)}",
+                section="enqueue" if where == "enqueue" else "space",
+            )
+
+
+def parse_objective(text: str, *, where: str = "command line") -> Objective:
+    try:
+        return Objective(text)
+    except ValueError:
+        allowed = [o.value for o in Objective]
+        raise SpecError(
+            f"unknown objective {text!r}", path=where, hint=f"use one of {allowed}"
+        ) from None
+
+
+def find_line(text: str, key: str, section: str | None = None) -> int | None:
+    """The first line that defines ``key`` (a table header, ``key =``, ``{key =`` inside an
+    inline table, or ``"key"`` inside an array), at or after ``section``'s header if given:
+    the same key may be valid in an earlier section."""
+    k = re.escape(key)
+    pattern = re.compile(
+        rf"^\s*(\[+\s*{k}\s*\]+|{k}\s*=)|[{{,]\s*{k}\s*=|(^|[\[,])\s*[\"']{k}[\"']"
+    )
+    lines = text.splitlines()
+    start = 0
+    if section is not None:
+        start = next((i for i, line in enumerate(lines) if _is_header(line, section)), 0)
+    for number, line in enumerate(lines[start:], start=start + 1):
+        if pattern.search(line.split("#", 1)[0]):
+            return number
+    return None
+
+
+def _is_header(line: str, section: str) -> bool:
+    return re.match(rf"^\s*\[+\s*{re.escape(section)}\s*\]+", line) is not None
+
+
+def line_from_message(message: str) -> int | None:
+    match = re.search(r"line (\d+)", message)
+    return int(match.group(1)) if match else None

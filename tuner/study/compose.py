@@ -1,0 +1,171 @@
+"""Builds the objects a study needs from a spec: the composition root the CLI calls.
+
+Everything that touches the outside world at set-up time (NVML, the vLLM interpreter, the model
+cache, the database) is resolved here, in an order that fails fast: cheap checks of the user's
+input first, then hardware, then vLLM, and only then anything that writes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import has_facts, resolve_model
+from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload
+from tuner.errors import UsageError
+from tuner.load.workloads import get_workload
+from tuner.scoring.objectives import parse_slo
+from tuner.space import SearchSpace
+from tuner.spec.study import StudySpec
+
+if TYPE_CHECKING:
+    from tuner.db.repository import Repository
+    from tuner.runner.vllm import VllmTrialRunner
+    from tuner.study.loop import StudyContext
+
+
+def tuner_home() -> Path:
+    return Path(os.environ.get("TUNER_HOME", Path.home() / ".cache" / "tuner"))
+
+
+def default_vllm_python() -> str:
+    return os.environ.get("TUNER_VLLM_PYTHON") or sys.executable
+
+
+@dataclass(frozen=True)
+class Prepared:
+    ctx: StudyContext
+    runner: VllmTrialRunner
+    repo: Repository
+
+
+def resolve_workload(spec: StudySpec) -> Workload:
+    workload = get_workload(spec.workload)
+    if spec.workload_overrides:
+        try:
+            workload = workload.replace(**spec.workload_overrides)
+        except TypeError as exc:
+            raise UsageError(f"bad [workload] override in {spec.source}: {exc}") from None
+    if spec.objective is Objective.CAPACITY and len(workload.load_points()) < 2:
+        raise UsageError(
+            f"the capacity objective reads each launch's load curve, but workload "
+            f"{workload.name!r} measures one load point",
+            hint="give the workload a ladder, e.g. [workload] concurrency_ladder = [4, 16, 64] "
+            "or rate_ladder = [1.0, 2.0, 4.0] in the spec",
+        )
+    return workload
+
+
+def resolve_slo(spec: StudySpec) -> Slo:
+    try:
+        return parse_slo(spec.slo)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="e.g. --slo ttft_p99=500ms,e2e_p99=10s") from None
+
+
+# The highest utilization tuner tries: what is left is the least any configuration needs.
+_MAX_UTILIZATION = 0.95
+
+
+def check_fits(model: ModelSpec, gpu: GpuProfile) -> None:
+    """UsageError, with the numbers, when the weights alone exceed what any config can budget."""
+    if gpu.is_cpu or not has_facts(model):
+        return
+    weights = model.weight_bytes()
+    usable = gpu.memory_bytes * _MAX_UTILIZATION
+    if weights > usable:
+        gb = 1e9
+        raise UsageError(
+            f"{model.alias} does not fit on one {gpu.display_name}: its {model.dtype} weights "
+            f"alone take {weights / gb:.1f} GB ({model.parameter_count() / 1e9:.1f} B "
+            f"parameters), and the GPU has {gpu.memory_bytes / gb:.1f} GB, of which at most "
+            f"{usable / gb:.1f} GB at gpu-memory-utilization {_MAX_UTILIZATION}, before any "
+            "KV cache",
+            hint="pick a larger GPU, a smaller model, or a quantized checkpoint (a local "
+            "directory); tensor parallelism across GPUs is not tuned by tuner yet",
+        )
+
+
+def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -> Prepared:
+    """Resolve and check everything; raises a TunerError before anything is written."""
+    model = resolve_model(spec.model)
+    gpu = get_gpu(spec.gpu)
+    workload = resolve_workload(spec)
+    slo = resolve_slo(spec)
+    space = SearchSpace(
+        model, gpu, workload, params=spec.params, choices=spec.choices, fixed=spec.fixed
+    )
+    check_fits(model, gpu)
+    for item in spec.enqueue:
+        problems = space.violations(space.config_from(item))
+        if problems:
+            raise UsageError(
+                f"enqueued configuration {item} is impossible: {'; '.join(problems)}",
+                hint=f"fix the [[enqueue]] entry in {spec.source}",
+            )
+    # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
+    # takes longer than all the checks above, which should answer a typo at once.
+    from tuner.catalog.materialize import materialize, tokenizer_dir
+    from tuner.db.migrate import ensure_ready
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+    from tuner.runner.hardware import check_hardware
+    from tuner.runner.vllm import VLLM_MODULE, RunnerSettings, VllmTrialRunner
+    from tuner.study.loop import StudyContext
+    from tuner.telemetry.nvml import detect_gpus
+    from tuner.vllm.leases import reap_orphans
+    from tuner.vllm.version import VllmInstall, detect_vllm
+
+    hardware = check_hardware(
+        gpu,
+        detect_gpus(),
+        emulate=spec.emulate,
+        cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+    # Test seam, not a user option: $TUNER_SERVER_MODULE (e.g. tuner.testing.fake_server, which
+    # speaks vLLM's argv and HTTP) is run by this interpreter instead of vLLM and reported as
+    # vLLM $TUNER_SERVER_VERSION, so that integration tests can drive whole commands quickly.
+    server_module = os.environ.get("TUNER_SERVER_MODULE")
+    if server_module:
+        version = os.environ.get("TUNER_SERVER_VERSION", "0.32.0")
+        vllm = VllmInstall(python=sys.executable, version=version, location="")
+    else:
+        vllm = detect_vllm(spec.vllm_python or default_vllm_python())
+    home = tuner_home()
+    reap_orphans(home / "leases")
+    synthetic = model.source is None
+    model_path = str(materialize(model, home / "models")) if synthetic else str(model.source)
+    load_format = spec.load_format or ("dummy" if synthetic else None)
+    settings = RunnerSettings(
+        python=vllm.python,
+        vllm_version=vllm.version,
+        model_path=model_path,
+        load_format=load_format,
+        tokenizer=str(tokenizer_dir(Path(model_path))) if synthetic else None,
+        startup_timeout_s=spec.startup_timeout_s,
+        extra_args=spec.extra_args,
+        log_dir=log_dir or Path(".tuner") / "logs",
+        lease_dir=home / "leases",
+        synthetic_tokenizer=synthetic,
+        module=server_module or VLLM_MODULE,
+    )
+    ensure_ready(storage_url, auto_upgrade=True)
+    repo = Repository(make_engine(storage_url))
+    ctx = StudyContext(
+        name=spec.study_name(),
+        spec=spec,
+        model=model,
+        gpu=gpu,
+        workload=workload,
+        slo=slo,
+        space=space,
+        storage_url=storage_url,
+        vllm_version=vllm.version,
+        serve_model=model.source or (model.hub_id if model.weights_available else model_path),
+        emulated=hardware.emulated,
+    )
+    return Prepared(ctx=ctx, runner=VllmTrialRunner(settings, model, hardware), repo=repo)

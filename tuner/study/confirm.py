@@ -1,0 +1,266 @@
+"""The confirmation phase that ends every study, and the verdict it supports.
+
+The search ranks configurations on single launches, and a single launch can be lucky by 20 %.
+So the best candidates (the top ``confirm_top`` SLO-feasible ones, never fewer than the ones
+ranked above the defaults up to that count) and vLLM's defaults are launched again, interleaved
+(D A B D A B ...), ``confirm_launches`` times each. The recommendation comes from these runs:
+a candidate wins only when it is significantly better than the defaults on the objective and
+significantly worse on none of its metrics; otherwise the answer is "no significant difference
+from defaults", and the defaults are what to run.
+
+Confirmation runs are stored as trials of phase "confirm", numbered from
+:data:`CONFIRM_NUMBER_BASE` so they never collide with Optuna's numbers, and never told to
+Optuna. Each candidate's comparison against the defaults is stored as a comparison row of the
+study.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.abtest.compare import Arm, compare, run_interleaved
+from tuner.db.repository import Repository
+from tuner.db.rows import ComparisonRow, TrialRow
+from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
+from tuner.runner.vllm import TrialRunner
+from tuner.scoring import objectives as scoring
+from tuner.scoring.caveats import stored_window_note
+from tuner.scoring.significance import (
+    BETTER,
+    INCONCLUSIVE,
+    NO_DIFFERENCE,
+    WORSE,
+    is_inconclusive,
+    ratio_interval,
+)
+
+CONFIRM_NUMBER_BASE = 100_000
+DEFAULTS_LABEL = "defaults"
+
+
+def run_confirmation(
+    *,
+    study: str,
+    baseline: ServingConfig,
+    candidates: Sequence[tuple[int, ServingConfig]],
+    runner: TrialRunner,
+    repo: Repository,
+    workload: Any,
+    slo: Any,
+    launches: int,
+    confidence: float,
+    reporter: Any,
+) -> list[ComparisonRow]:
+    """Launch defaults and candidates interleaved; store runs and one comparison per candidate.
+
+    Resumable: launches of an earlier, interrupted confirmation of this study (its ``confirm``
+    trials that completed or failed with a finding) count as done, and only the rest are
+    launched; interrupted launches are launched again under new numbers.
+    """
+    arms = [Arm(DEFAULTS_LABEL, baseline)] + [Arm(f"#{n}", c) for n, c in candidates]
+    earlier = repo.list_trials(study, phase="confirm", limit=None)
+    next_number = CONFIRM_NUMBER_BASE + len(earlier)
+    done = _earlier_launches(earlier, arms)
+    pending: dict[int, tuple[int, int, ServingConfig]] = {}  # launch index -> trial id, number
+    numbers = itertools.count(next_number)  # this run's launches, numbered after the earlier
+
+    def started(index: int, total: int, arm: Arm) -> None:
+        number = next(numbers)
+        is_base = arm.label == DEFAULTS_LABEL
+        trial_id = repo.start_trial(study, number, arm.config, "confirm", is_base)
+        pending[index] = (trial_id, number, arm.config)
+        reporter.trial_started(number, index, total, arm.config, is_base)
+
+    def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
+        values = (
+            scoring.objective_values(result, memory_ceiling_gib=1024.0) if result.metrics else None
+        )
+        trial_id, number, _config = pending.pop(index)
+        repo.finish_trial(trial_id, result, None, values)
+        reporter.trial_finished(number, result, None)
+
+    try:
+        results = run_interleaved(
+            arms,
+            runner,
+            workload,
+            launches,
+            slo=slo,
+            on_start=started,
+            on_run=finished,
+            on_phase=reporter.phase,
+            done=done,
+        )
+    except BaseException:
+        # The tuner is going down (Ctrl-C, SIGTERM): the launch in flight is recorded as
+        # interrupted, and a resumed study launches it again.
+        for trial_id, _number, config in pending.values():
+            stopped = interrupted(config, "the tuner stopped during this confirmation launch")
+            repo.finish_trial(trial_id, stopped, None, None)
+        raise
+    rows = []
+    for arm, arm_results in zip(arms[1:], results[1:], strict=True):
+        c = compare(arms[0], results[0], arm, arm_results, confidence)
+        prov = next((r.provenance for r in arm_results if r.provenance is not None), None)
+        rows.append(
+            repo.add_comparison(
+                model=prov.model if prov else "",
+                gpu=prov.gpu_name if prov else "",
+                workload=workload.name,
+                a_config=baseline,
+                b_config=arm.config,
+                repeats=launches,
+                results={**c.to_results(), "kind": "confirmation"},
+                verdicts=c.to_verdicts(),
+                provenance=prov,
+                study_name=study,
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """The verdict of a confirmation: which config to run and how sure we are."""
+
+    config: ServingConfig
+    label: str  # "#N" of the search trial, or "defaults"
+    # better / no significant difference (from defaults) / inconclusive (a comparison's
+    # launches disagreed far beyond their noise on a metric of the objective: run the defaults)
+    verdict: str
+    score: float  # confirmed score ratio vs the defaults (1.0 for the defaults themselves)
+    score_low: float
+    score_high: float
+    comparison_id: int | None  # the comparison the verdict (and details) come from
+    details: tuple[str, ...]  # one line per metric of the objective
+    # What to keep in mind: "A (defaults): 2 of 9 windows disturbed; ..." of that comparison.
+    caveats: tuple[str, ...] = ()
+
+
+def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | None:
+    """The recommendation from a study's confirmation comparisons (None without any).
+
+    Each launch gets the objective's score as a single number (the weighted geometric mean of
+    :mod:`tuner.scoring.objectives`, which is log-linear), so the candidate's score relative to the
+    defaults has a Welch interval like any metric. A candidate wins when that interval lies
+    above 1 (and, for the memory preset, its throughput is not significantly worse); the best
+    winner by score is chosen. A candidate whose comparison is inconclusive on a metric of the
+    objective (launches of a side disagreed far beyond their noise) cannot win. No winner: the
+    defaults, "no significant difference", or "inconclusive" when some comparison was.
+    """
+    rows = [r for r in rows if is_confirmation(r)]
+    if not rows:
+        return None
+    best: Confirmed | None = None
+    unclear: ComparisonRow | None = None  # the first comparison inconclusive on the objective
+    for row in rows:
+        metrics = {m["metric"]: m for m in row.results["metrics"]}
+        if any(is_inconclusive(metrics.get(n, {}).get("verdict")) for n in _judged(objective)):
+            unclear = unclear or row
+            continue
+        confidence = float(row.results.get("confidence", 0.95))
+        interval = ratio_interval(
+            _composites(metrics, "a", objective), _composites(metrics, "b", objective), confidence
+        )
+        if interval is None:
+            continue
+        wins = interval.verdict(higher_is_better=True) == BETTER
+        if objective is Objective.MEMORY and metrics["output_throughput"]["verdict"] == WORSE:
+            wins = False
+        if wins and (best is None or interval.ratio > best.score):
+            best = Confirmed(
+                row.b_config,
+                str(row.results.get("b_label", "")),
+                BETTER,
+                interval.ratio,
+                interval.low,
+                interval.high,
+                row.id,
+                _details(metrics),
+                _caveats(row),
+            )
+    if best is not None:
+        return best
+    # The evidence for keeping the defaults: the first candidate's comparison against them, or
+    # the first one that could not say anything.
+    shown, verdict = (rows[0], NO_DIFFERENCE) if unclear is None else (unclear, INCONCLUSIVE)
+    first = {m["metric"]: m for m in shown.results["metrics"]}
+    return Confirmed(
+        shown.a_config,
+        DEFAULTS_LABEL,
+        verdict,
+        1.0,
+        1.0,
+        1.0,
+        shown.id,
+        _details(first),
+        _caveats(shown),
+    )
+
+
+def _judged(objective: Objective) -> tuple[str, ...]:
+    """The metrics a confirmation's verdict for ``objective`` rests on."""
+    composite = ("output_throughput", "e2e_p99_ms", "memory_gib")  # as _composites weighs them
+    weights = zip(composite, scoring.WEIGHTS[objective], strict=True)
+    names = [name for name, weight in weights if weight > 0]
+    if objective is Objective.MEMORY:
+        names.append("output_throughput")  # it must not be significantly worse
+    return tuple(names)
+
+
+def _caveats(row: ComparisonRow) -> tuple[str, ...]:
+    note = stored_window_note(row.results)
+    return (note,) if note else ()
+
+
+def _earlier_launches(trials: Sequence[TrialRow], arms: Sequence[Arm]) -> list[list[TrialResult]]:
+    """Per arm, the reusable launches among a study's earlier confirmation trials."""
+    done: list[list[TrialResult]] = [[] for _ in arms]
+    for t in sorted(trials, key=lambda t: t.number):
+        reusable = t.status is TrialStatus.COMPLETE or (
+            t.failure is not None and t.failure.is_finding
+        )
+        if not reusable:
+            continue
+        for i, arm in enumerate(arms):
+            is_defaults = arm.label == DEFAULTS_LABEL
+            if t.is_baseline == is_defaults and t.config == arm.config:
+                done[i].append(t.to_result())
+                break
+    return done
+
+
+def is_confirmation(row: ComparisonRow) -> bool:
+    """Whether ``row`` is a study's confirmation (not a `tuner compare` or a verified claim)."""
+    return isinstance(row.results, dict) and row.results.get("kind") == "confirmation"
+
+
+def _composites(metrics: Mapping[str, Any], side: str, objective: Objective) -> list[float]:
+    """Per-launch score values: thr^w1 * p99^-w2 * mem^-w3 (launches in the same order)."""
+    w_thr, w_lat, w_mem = scoring.WEIGHTS[objective]
+    thr = metrics["output_throughput"][side]["values"]
+    p99 = metrics["e2e_p99_ms"][side]["values"]
+    mem = metrics["memory_gib"][side]["values"] or [1.0] * len(thr)
+    if not (len(thr) == len(p99) == len(mem)):
+        return []
+    return [
+        math.exp(w_thr * math.log(t) - w_lat * math.log(p) - w_mem * math.log(m))
+        for t, p, m in zip(thr, p99, mem, strict=True)
+        if t > 0 and p > 0 and m > 0
+    ]
+
+
+def _details(metrics: Mapping[str, Any]) -> tuple[str, ...]:
+    out = []
+    for m in metrics.values():
+        if m.get("ratio") is None or is_inconclusive(m.get("verdict")):
+            out.append(f"{m['label']}: {m['verdict']}")
+            continue
+        pct = (m["ratio"] - 1.0) * 100
+        lo, hi = (m["low"] - 1.0) * 100, (m["high"] - 1.0) * 100
+        out.append(f"{m['label']}: {pct:+.1f} % [{lo:+.1f}, {hi:+.1f}] -> {m['verdict']}")
+    return tuple(out)
