@@ -33,6 +33,7 @@ from tuner.db.rows import StudyRow, TrialRow
 from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialResult, TrialStatus
 from tuner.results.recommend import emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import objectives as scoring
+from tuner.scoring import ranking
 from tuner.study.confirm import Confirmed
 from tuner.vllm import argv
 
@@ -106,7 +107,7 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
     it chose (a search-phase winner the confirmation did not bear out is no recommendation),
     unless that trial misses the requested SLO: then its trials compete on their search scores.
     """
-    picks: list[tuple[tuple[bool, float, float, int], Pick]] = []
+    picks: list[Pick] = []
     for snap in snapshots:
         if not _matches(snap, q):
             continue
@@ -126,10 +127,13 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
             if strict and not ok:
                 continue
             score = trial_score(snap, trial, objective)
-            pick = Pick(snap, trial, objective, score, ok, verdict)
-            picks.append(((ok, score, snap.study.updated_at, -trial.number), pick))
-    picks.sort(key=lambda item: item[0], reverse=True)
-    return [p for _, p in picks]
+            picks.append(Pick(snap, trial, objective, score, ok, verdict))
+    return ranking.best_first(
+        picks,
+        lambda p: ranking.Standing(
+            p.feasible, p.score, p.snapshot.study.updated_at, p.trial.number
+        ),
+    )
 
 
 def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:

@@ -4,16 +4,13 @@ in the table and a "flags" object per trial in --json."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from pathlib import Path
 
-import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.studykit import make_repo
-from tuner.cli import app as cli
+from tuner.cli.app import app
 from tuner.domain import (
     ClientHealth,
     LatencyStats,
@@ -53,7 +50,7 @@ def _result(*flags: tuple[bool, bool]) -> TrialResult:
 
 
 def test_trials_lists_client_bound_and_disturbed_windows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 't.db'}"
     repo = make_repo(url)
@@ -68,22 +65,18 @@ def test_trials_lists_client_bound_and_disturbed_windows(
         trial = repo.start_trial("s", number, ServingConfig(), is_baseline=number == 0)
         repo.finish_trial(trial, result, 1.0, (64.0, 1.0, 15.0))
 
-    buffer = io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=buffer, width=300, highlight=False))
-    run = CliRunner().invoke(cli.app, ["trials", "s", "--json", "--storage", url])
+    run = CliRunner().invoke(app, ["trials", "s", "--json", "--storage", url])
     assert run.exit_code == 0, run.output
-    records = json.loads(buffer.getvalue())
+    records = json.loads(run.stdout)
     assert [r["flags"] for r in records] == [
         {"windows": 3, "client_bound": 0, "disturbed": 0},
         {"windows": 3, "client_bound": 2, "disturbed": 2},
     ]
     assert records[1]["windows"][0]["client"]["client_bound"] is True  # the raw record stays
 
-    buffer.seek(0)
-    buffer.truncate()
-    run = CliRunner().invoke(cli.app, ["trials", "s", "--storage", url])
+    run = CliRunner().invoke(app, ["trials", "s", "--storage", url])
     assert run.exit_code == 0, run.output
-    table = buffer.getvalue()
+    table = run.stdout  # not a terminal: never wrapped
     assert "flags" in table.splitlines()[1]
     row = next(line for line in table.splitlines() if line.lstrip("│ ").startswith("1 "))
     assert "2/3 client-bound, 2/3 disturbed" in row

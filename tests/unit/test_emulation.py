@@ -93,7 +93,7 @@ def test_cli_refuses_the_14b_on_a_4090_at_once(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "tuner.cli.app",
+            "tuner",
             "run",
             "--model",
             "qwen2.5-14b",

@@ -1,10 +1,16 @@
-"""``tuner db merge``: what :func:`tuner.db.merge.merge_databases` did, as lines or JSON."""
+"""``tuner db upgrade``, ``current`` and ``merge``: tuner's own tables, and what
+:func:`tuner.db.merge.merge_databases` did, as lines or JSON."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from tuner.cli.common import StorageOpt, out, storage_url
 
 if TYPE_CHECKING:
     from tuner.db.merge import MergeSummary, StudyMerge
@@ -81,3 +87,46 @@ def _study_line(s: StudyMerge, would: str) -> str:
 def _counts(added: int, kept: int, noun: str, would: str) -> str:
     text = f"{added} {noun}{'' if added == 1 else 's'} {would}added"
     return text + (f" ({kept} already there)" if kept else "")
+
+
+def db_upgrade(storage: StorageOpt = None) -> None:
+    """Create or migrate tuner's tables to the current revision."""
+    from tuner.db.migrate import current_revision, upgrade
+
+    url = storage_url(storage)
+    upgrade(url)
+    out.print(f"{url}: tuner schema at revision {current_revision(url)}")
+
+
+def db_current(storage: StorageOpt = None) -> None:
+    """Print the schema revision of tuner's tables."""
+    from tuner.db.migrate import current_revision, head_revision
+
+    url = storage_url(storage)
+    out.print(f"{url}: at {current_revision(url) or 'nothing (empty)'}, head {head_revision()}")
+
+
+def db_merge(
+    source: Annotated[str, typer.Argument(help="Database to merge in: a SQLite file or a URL.")],
+    storage: StorageOpt = None,
+    rename_suffix: Annotated[
+        str | None,
+        typer.Option(help="Merge a study whose name the target uses for another as NAME-SUFFIX."),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Say what would be merged; write nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object for scripts.")] = False,
+) -> None:
+    """Copy another database's studies, trials, comparisons and Optuna studies into this one."""
+    say = (
+        (lambda t: print(t, flush=True))
+        if as_json
+        else (lambda t: out.print(escape(t), soft_wrap=True))  # URLs and paths unbroken
+    )
+    run_merge(
+        source,
+        storage_url(storage),
+        rename_suffix=rename_suffix,
+        dry_run=dry_run,
+        as_json=as_json,
+        say=say,
+    )

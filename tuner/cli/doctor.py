@@ -3,9 +3,13 @@ that the two can never disagree. Pure: returns lines of rich markup."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Annotated, Any
 
+import typer
 from rich.markup import escape
+
+from tuner.cli.common import JsonOpt, StorageOpt, out, storage_url
 
 GIB = 1024**3
 _WIDTH = 11  # label column
@@ -102,3 +106,28 @@ def render(data: dict[str, Any]) -> list[str]:
         if p["fix"]:
             lines.append(f"    [yellow]fix:[/] {escape(p['fix'])}")
     return lines
+
+
+def doctor_command(
+    gpu: Annotated[str | None, typer.Option(help="Check for studies on this profile.")] = None,
+    vllm_python: Annotated[
+        str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
+    ] = None,
+    storage: StorageOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What this machine can tune, and what would stop a study (exit 1), with the fix."""
+    from tuner.doctor.report import examine
+    from tuner.study.compose import default_vllm_python
+
+    report = examine(
+        gpu=gpu, vllm_python=vllm_python or default_vllm_python(), storage_url=storage_url(storage)
+    )
+    data = report.to_json()
+    if as_json:
+        print(json.dumps(data, indent=2), flush=True)
+    else:
+        for line in render(data):
+            out.print(line, soft_wrap=True)
+    if not report.ok:
+        raise typer.Exit(1)

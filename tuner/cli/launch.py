@@ -14,9 +14,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
 
 from tuner.catalog.gpus import get_gpu
+from tuner.cli.common import StorageOpt, err, open_repo, out, storage_url
 from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
 from tuner.domain import GpuProfile, Objective
 from tuner.errors import EnvironmentProblem, ServerFailure, TunerError, UsageError
@@ -219,3 +223,53 @@ def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
             f"port {port} on {host} is already in use",
             hint=f"stop what serves it, or pass another --port (e.g. {free_port(client_host)})",
         )
+
+
+def launch_command(
+    model: Annotated[str, typer.Option(help="Model alias (as studied), dir or hub id.")],
+    gpu: Annotated[str, typer.Option(help="GPU profile the configuration was measured on.")],
+    workload: Annotated[str | None, typer.Option(help="Only studies of this workload.")] = None,
+    objective: Annotated[
+        str | None, typer.Option(help="Rank by: balanced, throughput, latency, memory or capacity.")
+    ] = None,
+    storage: StorageOpt = None,
+    api: Annotated[
+        str | None, typer.Option(help="A tuner API to ask instead of the database.")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to serve on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to serve on.")] = 8000,
+    vllm_python: Annotated[
+        str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
+    ] = None,
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Only print the command, shell-quoted.")
+    ] = False,
+    startup_timeout: Annotated[float, typer.Option(help="Seconds to wait for vLLM.")] = 900.0,
+    dummy_weights: Annotated[
+        bool, typer.Option(help="Random weights even for a model whose weights exist.")
+    ] = False,
+    server_module: Annotated[str, typer.Option(hidden=True)] = "vllm.entrypoints.openai.api_server",
+) -> None:
+    """Serve a model with the best measured configuration (OpenAI API) until Ctrl-C."""
+    if storage is not None and api is not None:
+        raise UsageError("--storage and --api both name where to look", hint="pass one of them")
+    code = run_launch(
+        model=model,
+        gpu=gpu,
+        workload=workload,
+        objective=objective,
+        open_repo=lambda: open_repo(storage),
+        api=api,
+        source=api or storage_url(storage),
+        host=host,
+        port=port,
+        vllm_python=vllm_python,
+        print_only=print_only,
+        startup_timeout_s=startup_timeout,
+        dummy_weights=dummy_weights,
+        module=server_module,
+        say=lambda text: out.print(escape(text), soft_wrap=True),
+        warn=lambda text: err.print(escape(text), soft_wrap=True),
+    )
+    if code:
+        raise typer.Exit(code)

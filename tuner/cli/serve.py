@@ -11,7 +11,12 @@ import gc
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
+from typing import Annotated
 
+import typer
+from rich.markup import escape
+
+from tuner.cli.common import StorageOpt, out, storage_url
 from tuner.errors import UsageError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -101,3 +106,25 @@ def _safe(url: str) -> str:
     from tuner.db.session import safe_url
 
     return safe_url(url)
+
+
+def serve_command(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0 picks a free one).")] = 8080,
+    storage: StorageOpt = None,
+    api_key_env: Annotated[
+        str, typer.Option(help="Environment variable holding the key that writes need.")
+    ] = "TUNER_API_KEY",
+    cors_origin: Annotated[
+        list[str] | None, typer.Option(help="Allow this browser origin (repeatable).")
+    ] = None,
+) -> None:
+    """Serve the recommendations API and dashboards (docs at /docs) until Ctrl-C."""
+    serve(
+        storage_url=storage_url(storage),
+        host=host,
+        port=port,
+        api_key_env=api_key_env,
+        cors_origins=cors_origin or (),
+        say=lambda text: out.print(escape(text), soft_wrap=True),  # URLs and paths unbroken
+    )

@@ -5,8 +5,9 @@ Optuna's storage has its own sessions, so this runs after tuner's transaction ha
 and it only ever adds what the target lacks: running a merge again finishes an interrupted one.
 An Optuna study absent from the target is copied whole (:func:`optuna.copy_study`); one present
 gets the source's trials past its last number (Optuna numbers trials 0, 1, ... in order) and
-has its unfinished trials finished as the source finished them. A trial the target already
-finished stays as it is: Optuna's storage does not change finished trials.
+has its unfinished trials finished as the source finished them, and the study-level attributes
+it lacks (the metric names of ``Study.set_metric_names`` are a study system attribute). A trial
+the target already finished stays as it is: Optuna's storage does not change finished trials.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def merge_study(
                     _finish(target, to_id, here, trial)
         added = theirs[len(mine) :]
         if not dry_run:
+            _add_study_attrs(source, from_id, target, to_id)
             for trial in added:
                 target.create_new_trial(to_id, template_trial=trial)
         return OptunaMerge("merged", trials_added=len(added), trials_finished=finished)
@@ -123,6 +125,19 @@ def merge_study(
         raise StorageError(
             f"merging Optuna study {from_name!r} into {to_name!r} failed: {e}"
         ) from e
+
+
+def _add_study_attrs(source: RDBStorage, from_id: int, target: RDBStorage, to_id: int) -> None:
+    """Give the target's study the user and system attributes of the source's that it lacks
+    (e.g. metric names, when the target's study was written before tuner named them)."""
+    theirs, mine = source.get_study_system_attrs(from_id), target.get_study_system_attrs(to_id)
+    for key, value in theirs.items():
+        if key not in mine:
+            target.set_study_system_attr(to_id, key, value)
+    theirs, mine = source.get_study_user_attrs(from_id), target.get_study_user_attrs(to_id)
+    for key, value in theirs.items():
+        if key not in mine:
+            target.set_study_user_attr(to_id, key, value)
 
 
 def _finish(storage: RDBStorage, study_id: int, here: FrozenTrial, done: FrozenTrial) -> None:

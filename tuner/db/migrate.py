@@ -3,12 +3,17 @@
 tuner's history is recorded in its own version table, so Optuna's ``alembic_version`` in the
 same database is never touched. The Alembic config is built here in code; ``alembic.ini`` at
 the repository root only serves developers running ``alembic`` by hand.
+
+The scripts live in ``alembic/`` at the repository root. An installed tuner (a wheel) carries
+them as the package ``tuner.db.migrations`` (pyproject.toml maps it to ``alembic/``); a source
+checkout run in place (``pythonpath``, an editable install) reads ``alembic/`` itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +36,38 @@ _SETUP_LOCK = 0x74756E6572  # "tuner"
 _OPTUNA_TABLES = frozenset({"studies", "trials", "version_info", "alembic_version"})
 
 
+def script_dirs() -> tuple[Path, Path]:
+    """Where tuner looks for its migration scripts, in order: beside this module in an
+    installed package (``tuner/db/migrations``), then ``alembic/`` of the source checkout this
+    module sits in (two levels above the package)."""
+    installed = resources.files(__package__ or "tuner.db").joinpath("migrations")
+    here = Path(__file__).resolve()
+    return Path(str(installed)), here.parents[2] / "alembic"
+
+
+def _has_scripts(where: Path) -> bool:
+    # env.py and versions/ both: the parent of an installed tuner is site-packages, whose
+    # ``alembic`` is the Alembic library itself.
+    return (where / "env.py").is_file() and (where / "versions").is_dir()
+
+
 def alembic_dir() -> Path:
-    """The ``alembic/`` directory at the repository root (two levels above this package)."""
-    return Path(__file__).resolve().parents[2] / "alembic"
+    """The directory of tuner's migration scripts (Alembic's ``script_location``)."""
+    candidates = script_dirs()
+    for where in candidates:
+        if _has_scripts(where):
+            return where
+    raise StorageError(
+        "tuner's migration scripts are missing (looked in "
+        + " and ".join(str(c) for c in candidates)
+        + ")",
+        hint="reinstall tuner (pip install --force-reinstall tuner, or pip install -e . in its "
+        "source tree)",
+    )
 
 
 def _config() -> Config:
     where = alembic_dir()
-    if not (where / "env.py").is_file():
-        raise StorageError(
-            f"tuner's migration scripts are missing (looked in {where})",
-            hint="install tuner from its source tree: pip install -e .",
-        )
     config = Config()
     config.set_main_option("script_location", str(where))
     return config

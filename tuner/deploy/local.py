@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from tuner.catalog.models import resolve_model
 from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
 from tuner.errors import UsageError
+from tuner.scoring import ranking
 from tuner.vllm import argv
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def best_local(
     """
     alias = resolve_model(model).alias
     studies = repo.list_studies()
-    best: tuple[tuple[bool, float, float], StudyRow, Ranked, Objective] | None = None
+    offers: list[tuple[StudyRow, Ranked, Objective]] = []
     for study in studies:
         if (
             study.model != alias
@@ -113,9 +114,10 @@ def best_local(
         top = _study_pick(repo, study.name, chosen)
         if top is None:
             continue
-        key = (top.feasible, top.score, study.updated_at)
-        if best is None or key > best[0]:
-            best = (key, study, top, chosen)
+        offers.append((study, top, chosen))
+    best = ranking.best(
+        offers, lambda o: ranking.Standing(o[1].feasible, o[1].score, o[0].updated_at, o[1].number)
+    )
     if best is None:
         seen = ", ".join(
             sorted(
@@ -128,7 +130,7 @@ def best_local(
             hint=f"run `tuner run --model {model} --gpu {gpu}` first, or pass the "
             "--storage / --api that holds the study",
         )
-    _, study, top, chosen = best
+    study, top, chosen = best
     trial = repo.get_trial(study.name, top.number)
     assert trial is not None
     version = trial.vllm_version or study.vllm_version or "0"

@@ -21,6 +21,7 @@ from typing import Any
 
 from tuner.db.repository import Repository
 from tuner.domain import Objective, to_jsonable
+from tuner.domain.jsonable import dumps
 
 
 def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
@@ -65,7 +66,9 @@ def _finite(x: float | None) -> float | None:
 
 
 def to_jsonl(records: Iterable[Mapping[str, Any]]) -> str:
-    return "".join(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in records)
+    """One strict JSON object per line; a NaN or infinity is null, and ``null_reasons`` says
+    which value it was (see :func:`tuner.domain.jsonable.finite_record`)."""
+    return "".join(dumps(r, sort_keys=True) + "\n" for r in records)
 
 
 def from_jsonl(text: str) -> list[dict[str, Any]]:

@@ -37,7 +37,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tuner.domain import Objective, ServingConfig
 from tuner.errors import SpecError
@@ -175,10 +175,21 @@ def load_spec(path: str | Path) -> StudySpec:
     return spec_from_mapping(data, text, str(p))
 
 
+class Fail(Protocol):
+    """Builds the error for a problem with ``key`` (its line looked up at or after the header
+    of ``section`` when given); the parsers raise what it returns."""
+
+    def __call__(
+        self, msg: str, key: str | None = None, hint: str = "", section: str | None = None
+    ) -> Exception: ...
+
+
 def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
     """Validate parsed spec data (a TOML file's, or JSON posted to the API) into a StudySpec.
 
     ``text`` is the source text used to find line numbers for errors ("" when there is none).
+    Each section has its parser below; they run in file-format order, so the first problem
+    reported is the same whatever the order of the sections in the file.
     """
 
     def fail(
@@ -187,6 +198,20 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
         line = find_line(text, key, section) if key else None
         return SpecError(msg, path=where, line=line, hint=hint)
 
+    _check_sections(data, fail)
+    return StudySpec(
+        source=where,
+        **_study_section(data.get("study", {}), fail, where),
+        workload_overrides=_workload_section(data.get("workload", {}), fail),
+        **_space_section(data.get("space", {}), fail),
+        enqueue=_enqueue_section(data.get("enqueue", []), fail),
+        **_confirm_section(data.get("confirm", {}), fail),
+        **_runner_section(data.get("runner", {}), fail),
+    )
+
+
+def _check_sections(data: Mapping[str, Any], fail: Fail) -> None:
+    """Every section known and a table, every key in it known (``[[enqueue]]`` has its own)."""
     for section, value in data.items():
         if section == "enqueue":
             continue
@@ -207,10 +232,11 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
                     hint=f"allowed: {sorted(allowed)}",
                     section=section,
                 )
-    study = data.get("study", {})
-    space = data.get("space", {})
-    runner = data.get("runner", {})
-    kwargs: dict[str, Any] = {"source": where}
+
+
+def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str, Any]:
+    """``[study]``: names, counts, the SLO and the objective."""
+    kwargs: dict[str, Any] = {}
     for key in ("model", "gpu", "workload", "slo", "name", "notes"):
         if key in study:
             kwargs[key] = typed_value(study[key], str, key, fail, "study")
@@ -231,13 +257,17 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
             kwargs["objective"] = parse_objective(str(study["objective"]), where=where)
         except SpecError as exc:
             raise fail(exc.message.split(": ", 1)[-1], "objective", exc.hint) from None
-    overrides = dict(data.get("workload", {}))
-    for key, value in overrides.items():
-        if WORKLOAD_TYPES[key] is tuple:
-            overrides[key] = _ladder(value, key, fail)
-        else:
-            typed_value(value, WORKLOAD_TYPES[key], key, fail, "workload")
-    kwargs["workload_overrides"] = overrides
+    return kwargs
+
+
+def _workload_section(workload: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
+    """``[workload]``: overrides of the preset's fields, typed (ladders as tuples)."""
+    return {key: workload_field(key, value, fail) for key, value in workload.items()}
+
+
+def _space_section(space: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
+    """``[space]``: the knobs searched, their candidate values and the knobs held."""
+    kwargs: dict[str, Any] = {}
     if "params" in space:
         params = space["params"]
         if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
@@ -255,15 +285,23 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
                 if key == "choices"
                 else dict(table)
             )
-    enqueue = data.get("enqueue", [])
+    return kwargs
+
+
+def _enqueue_section(enqueue: Any, fail: Fail) -> tuple[dict[str, Any], ...]:
+    """``[[enqueue]]``: configurations tried first, each a table of knob = value."""
     if not isinstance(enqueue, list):
         raise fail("enqueue must be an array of tables: [[enqueue]]", "enqueue")
     for item in enqueue:
         if not isinstance(item, dict):
             raise fail("enqueue must be an array of tables: [[enqueue]]", "enqueue")
         _check_knobs(item, "enqueue", fail)
-    kwargs["enqueue"] = tuple(dict(item) for item in enqueue)
-    confirm = data.get("confirm", {})
+    return tuple(dict(item) for item in enqueue)
+
+
+def _confirm_section(confirm: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
+    """``[confirm]``: the confirmation phase's candidates, launches and interval level."""
+    kwargs: dict[str, Any] = {}
     for key, field_name, kind in (
         ("top", "confirm_top", int),
         ("launches", "confirm_launches", int),
@@ -273,10 +311,16 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
             kwargs[field_name] = typed_value(confirm[key], kind, key, fail, "confirm")
     if kwargs.get("confirm_top", 1) < 1 or kwargs.get("confirm_launches", 0) < 0:
         raise fail("confirm top must be >= 1 and launches >= 0 (0 turns it off)", "confirm")
-    if not 0.5 < kwargs.get("confidence", 0.95) < 1.0:
+    if not valid_confidence(kwargs.get("confidence", 0.95)):
         raise fail(
             "confidence must be between 0.5 and 1, e.g. 0.95", "confidence", section="confirm"
         )
+    return kwargs
+
+
+def _runner_section(runner: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
+    """``[runner]``: how the server is launched."""
+    kwargs: dict[str, Any] = {}
     if "startup_timeout_s" in runner:
         timeout = typed_value(
             runner["startup_timeout_s"], float, "startup_timeout_s", fail, "runner"
@@ -297,10 +341,26 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
     for key in ("vllm_python", "load_format"):
         if key in runner:
             kwargs[key] = typed_value(runner[key], str, key, fail, "runner")
-    return StudySpec(**kwargs)
+    return kwargs
 
 
-def typed_value(value: Any, kind: type, key: str, fail: Any, section: str) -> Any:
+def valid_confidence(value: float) -> bool:
+    """Whether ``value`` is an interval level tuner accepts (strictly between 0.5 and 1)."""
+    return 0.5 < value < 1.0
+
+
+def workload_field(key: str, value: Any, fail: Fail) -> Any:
+    """One override of a workload's field, typed: the value itself (a ladder as a tuple);
+    problems (an unknown field, a value of the wrong type) raised through ``fail``."""
+    kind = WORKLOAD_TYPES.get(key)
+    if kind is None:
+        raise fail(f"unknown workload field {key!r}", key, hint=f"fields: {sorted(WORKLOAD_TYPES)}")
+    if kind is tuple:
+        return _ladder(value, key, fail)
+    return typed_value(value, kind, key, fail, "workload")
+
+
+def typed_value(value: Any, kind: type, key: str, fail: Fail, section: str) -> Any:
     # bool is an int subclass, but `trials = true` is surely a mistake; an int is a fine float.
     accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
     if kind is bool:
@@ -312,7 +372,7 @@ def typed_value(value: Any, kind: type, key: str, fail: Any, section: str) -> An
     return value
 
 
-def _ladder(value: Any, key: str, fail: Any) -> tuple[float, ...] | tuple[int, ...]:
+def _ladder(value: Any, key: str, fail: Fail) -> tuple[float, ...] | tuple[int, ...]:
     """A load ladder: a non-empty list of positive numbers (integers for concurrencies)."""
     integers = key == "concurrency_ladder"
     kind = int if integers else (int, float)
@@ -328,7 +388,7 @@ def _ladder(value: Any, key: str, fail: Any) -> tuple[float, ...] | tuple[int, .
     return tuple(int(v) for v in value) if integers else tuple(float(v) for v in value)
 
 
-def _check_knobs(names: Sequence[str] | Mapping[str, Any], where: str, fail: Any) -> None:
+def _check_knobs(names: Sequence[str] | Mapping[str, Any], where: str, fail: Fail) -> None:
     for name in names:
         if name not in _SERVING_KEYS:
             raise fail(

@@ -15,6 +15,7 @@ What Optuna is told:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -40,8 +41,10 @@ from tuner.domain import (
 from tuner.errors import UsageError
 from tuner.runner.vllm import TrialRunner
 from tuner.scoring import objectives as scoring
+from tuner.scoring.ranking import Standing, best_first
 from tuner.space import SearchSpace
 from tuner.spec.study import StudySpec
+from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
 
 
@@ -117,6 +120,20 @@ def open_optuna_study(
             study_name=ctx.name, storage=storage, sampler=sampler, directions=scoring.DIRECTIONS
         )
     return optuna.load_study(study_name=ctx.name, storage=storage, sampler=sampler)
+
+
+def _name_metrics(ctx: StudyContext, study: optuna.Study) -> None:
+    """Name the objectives (optuna-dashboard shows them); also on resume, for older studies."""
+    names = metric_names(ctx.spec.objective)
+    if study.metric_names != names:
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in practice
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(names)
+
+
+def _tell_attrs(trial: optuna.Trial, result: TrialResult) -> None:
+    for key, value in trial_attrs(result).items():
+        trial.set_user_attr(key, value)
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
@@ -195,6 +212,7 @@ def _run_study(
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+    _name_metrics(ctx, study)
     repo.set_study_status(ctx.name, "running")
     try:
         _loop(ctx, study, runner, repo, report)
@@ -230,6 +248,7 @@ def _loop(
             # The tuner itself is going down (Ctrl-C, SIGTERM): record it, let it propagate.
             stopped = interrupted(config, "the tuner stopped during this trial")
             repo.finish_trial(trial_id, stopped, None, None)
+            _tell_attrs(trial, stopped)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
         _record(ctx, study, trial, trial_id, result, repo, baseline)
@@ -308,9 +327,7 @@ def _record(
     reference = _baseline_values(repo, ctx.name) or (values if baseline else None)
     score = scoring.score_values(values, ctx.spec.objective, reference) if measured else None
     repo.finish_trial(trial_id, result, score, values if measured or finding else None)
-    trial.set_user_attr("tuner_status", result.status.value)
-    if result.failure is not None:
-        trial.set_user_attr("failure_class", result.failure.value)
+    _tell_attrs(trial, result)
     if measured or finding:
         for name, value in zip(scoring.CONSTRAINT_NAMES, constraints, strict=True):
             trial.set_constraint(name, value)
@@ -347,8 +364,7 @@ def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
                 is_baseline=row.is_baseline,
             )
         )
-    out.sort(key=lambda r: (not r.feasible, -r.score))
-    return out
+    return best_first(out, lambda r: Standing(r.feasible, r.score, number=r.number))
 
 
 def _row_constraints(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from tuner.db.rows import StudyRow, TrialRow
 from tuner.results.report.study import TrialLine, best_line, trial_lines
+from tuner.scoring import ranking
 from tuner.study.confirm import DEFAULTS_LABEL, Confirmed
 
 
@@ -48,8 +49,12 @@ def overview(
         groups.setdefault(key, []).append((s, best, row))
     out = []
     for (model, gpu, workload), entries in sorted(groups.items()):
-        entries.sort(key=lambda e: (bool(e[1].feasible), e[1].score or 0.0), reverse=True)
-        s, line, row = entries[0]
+        s, line, row = ranking.best_first(
+            entries,
+            lambda e: ranking.Standing(
+                bool(e[1].feasible), e[1].score, e[0].updated_at, e[1].number
+            ),
+        )[0]
         out.append(
             BestEntry(
                 model=model,

@@ -15,6 +15,7 @@ from typing import Any
 from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Objective, ServingConfig, Slo, TrialResult, TrialStatus, WindowMetrics
 from tuner.scoring import objectives as scoring
+from tuner.scoring import ranking
 from tuner.scoring.caveats import WindowFlags, window_flags
 from tuner.study.confirm import Confirmed, choose, is_confirmation
 
@@ -226,7 +227,9 @@ def best_line(lines: Iterable[TrialLine]) -> TrialLine | None:
     """The search trial :func:`tuner.study.loop.rank` puts first: feasible before infeasible, then
     score (confirmation launches are judged by the confirmation, not ranked one by one)."""
     scored = [t for t in lines if t.score is not None and t.phase == "search"]
-    return max(scored, key=lambda t: (bool(t.feasible), t.score), default=None)
+    return ranking.best(
+        scored, lambda t: ranking.Standing(bool(t.feasible), t.score, number=t.number)
+    )
 
 
 def history(lines: Sequence[TrialLine]) -> History:

@@ -1,0 +1,57 @@
+"""``tuner models`` and ``tuner gpus``: what the catalog knows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from tuner.cli.common import JsonOpt, out, print_json
+
+
+def models(as_json: JsonOpt = False) -> None:
+    """List the catalogued models."""
+    from tuner.catalog.models import MODELS
+
+    if as_json:
+        print_json([_model_record(alias, m) for alias, m in MODELS.items()])
+        return
+    table = Table("alias", "hub id", "architecture", "layers", "params", "max len")
+    for alias, m in MODELS.items():
+        table.add_row(
+            alias,
+            m.hub_id,
+            m.architecture,
+            str(m.num_layers),
+            f"{m.parameter_count() / 1e9:.2f} B",
+            str(m.max_position_embeddings),
+        )
+    out.print(table)
+
+
+def _model_record(alias: str, model: Any) -> dict[str, Any]:
+    from tuner.domain import to_jsonable
+
+    return {"alias": alias, **to_jsonable(model), "parameters": model.parameter_count()}
+
+
+def gpus(as_json: JsonOpt = False) -> None:
+    """List the GPU profiles."""
+    from tuner.catalog.gpus import GPUS
+    from tuner.domain import to_jsonable
+
+    if as_json:
+        print_json([{"name": name, **to_jsonable(g)} for name, g in GPUS.items()])
+        return
+    table = Table("name", "GPU", "memory", "sm", "attention backends", "kv dtypes")
+    for name, g in GPUS.items():
+        sm = f"{g.compute_capability[0]}.{g.compute_capability[1]}" if g.compute_capability else "-"
+        table.add_row(
+            name,
+            g.display_name,
+            f"{g.memory_gib:g} GiB",
+            sm,
+            ", ".join(g.attention_backends),
+            ", ".join(g.kv_cache_dtypes),
+        )
+    out.print(table)

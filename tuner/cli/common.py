@@ -1,0 +1,119 @@
+"""What every command shares: the consoles, the ``--storage`` and ``--json`` options, opening
+an existing store, and printing JSON.
+
+Output that is not a terminal (a pipe, a file, CI logs) is never wrapped: a line cut at 80
+columns in the middle of a flag or a path cannot be pasted or parsed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+
+from tuner.errors import UsageError
+
+if TYPE_CHECKING:
+    from tuner.db.repository import Repository
+
+_UNWRAPPED = 100_000  # columns of a console that is not a terminal: no line is ever cut
+
+
+def _console(stream: Any) -> Console:
+    if stream.isatty():
+        return Console(file=stream, highlight=False)
+    return Console(file=stream, highlight=False, width=_UNWRAPPED, soft_wrap=True)
+
+
+class _Lazy:
+    """A console made on first use, on the ``sys`` stream of that moment (tests swap it)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._made: tuple[Any, Console] | None = None
+
+    def _get(self) -> Console:
+        stream = getattr(sys, self._name)
+        if self._made is None or self._made[0] is not stream:
+            self._made = (stream, _console(stream))
+        return self._made[1]
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._get(), attr)
+
+
+out: Console = _Lazy("stdout")  # type: ignore[assignment]
+err: Console = _Lazy("stderr")  # type: ignore[assignment]
+
+StorageOpt = Annotated[
+    str | None,
+    typer.Option("--storage", help="Database URL (default: $TUNER_DB_URL or sqlite:///tuner.db)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output (strict JSON).")]
+
+
+def storage_url(url: str | None) -> str:
+    from tuner.db.session import default_url
+
+    return url or default_url()
+
+
+def open_repo(url: str | None, study: str | None = None) -> Repository:
+    """The repository of an existing database, for the commands that only read.
+
+    A SQLite file that does not exist holds no studies: say so (exit 2, naming ``study`` if
+    given) rather than create an empty file as a side effect of a typo in the path.
+    """
+    storage = storage_url(url)
+    missing = missing_sqlite_file(storage)
+    if missing is not None:
+        what = f"no study named {study!r}" if study else "no studies"
+        raise UsageError(
+            f"{what}: database {missing} does not exist",
+            hint="`tuner run` creates it; or point --storage / $TUNER_DB_URL at another database",
+        )
+    from tuner.db.migrate import ensure_ready
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+
+    ensure_ready(storage, auto_upgrade=False)
+    return Repository(make_engine(storage))
+
+
+def open_study(url: str | None, study: str) -> Repository:
+    """:func:`open_repo`, and a usage error when it holds no study named ``study``."""
+    repo = open_repo(url, study)
+    if repo.get_study(study) is None:
+        raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
+    return repo
+
+
+def missing_sqlite_file(url: str) -> Path | None:
+    """The path of a SQLite database file that does not exist; None for anything else."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None  # make_engine reports a malformed URL
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    if database.startswith("file:"):
+        return None
+    path = Path(database).expanduser()
+    return None if path.exists() else path
+
+
+def print_json(value: Any) -> None:
+    """``value`` as strict JSON on stdout: a NaN or infinity becomes null, and the record
+    that held it says why under ``null_reasons``."""
+    from tuner.domain import to_jsonable
+    from tuner.domain.jsonable import dumps
+
+    sys.stdout.write(dumps(to_jsonable(value), indent=2) + "\n")
+    sys.stdout.flush()

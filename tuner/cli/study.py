@@ -1,0 +1,248 @@
+"""``tuner run``, ``studies``, ``trials``, ``best`` and ``worker``: a study's life on the
+command line. The heavy modules are imported inside each command, once its options are known
+to be good, so that a typo is reported at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from tuner.cli.common import JsonOpt, StorageOpt, open_repo, open_study, out, print_json
+from tuner.cli.common import storage_url as _storage
+from tuner.errors import UsageError
+
+if TYPE_CHECKING:
+    from tuner.db.repository import Repository
+    from tuner.domain import Estimate, TrialStatus
+
+
+def run(
+    spec_file: Annotated[
+        Path | None, typer.Argument(help="A study spec (studies/*.toml); default: embedded demo.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model alias, local dir or hub id.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU profile: a10g, h100, h200, cpu, ...")] = None,
+    workload: Annotated[
+        str | None, typer.Option(help="chat, rag, code, seed-bench, smoke or trace:FILE.")
+    ] = None,
+    trials: Annotated[int | None, typer.Option(min=1, help="Trials in the study.")] = None,
+    objective: Annotated[
+        str | None,
+        typer.Option(help="balanced, throughput, latency, memory or capacity (needs a ladder)."),
+    ] = None,
+    slo: Annotated[str | None, typer.Option(help="e.g. ttft_p99=500ms,e2e_p99=10s")] = None,
+    study: Annotated[str | None, typer.Option(help="Study name (default from the spec).")] = None,
+    storage: StorageOpt = None,
+    vllm_python: Annotated[
+        str | None,
+        typer.Option(help="Interpreter with vLLM installed (default: $TUNER_VLLM_PYTHON)."),
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted study.")] = False,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    confirm_launches: Annotated[
+        int | None,
+        typer.Option(min=0, help="Fresh launches per candidate in the confirmation (0: off)."),
+    ] = None,
+    confirm_top: Annotated[
+        int | None, typer.Option(min=1, help="Candidates re-measured against the defaults.")
+    ] = None,
+    emulate: Annotated[
+        bool,
+        typer.Option(help="Emulate --gpu's memory on a larger GPU here (results labelled)."),
+    ] = False,
+) -> None:
+    """Run a study: launch vLLM per trial, drive the workload, record and rank."""
+    from tuner.spec.study import DEFAULT_SPEC_PATH, StudySpec, load_spec
+
+    if spec_file is not None:
+        spec = load_spec(spec_file)
+    elif model is not None:
+        # A model given on the command line starts from a plain spec, not the CPU demo.
+        spec = StudySpec(trials=16, workload="chat", source="command line")
+    else:
+        spec = load_spec(DEFAULT_SPEC_PATH)
+    spec = spec.with_overrides(
+        model=model,
+        gpu=gpu,
+        workload=workload,
+        trials=trials,
+        objective=objective,
+        slo=slo,
+        name=study,
+        vllm_python=vllm_python,
+        seed=seed,
+        confirm_launches=confirm_launches,
+        confirm_top=confirm_top,
+        emulate=emulate or None,
+    )
+    from tuner.cli.progress import ConsoleReporter
+    from tuner.study.compose import prepare
+    from tuner.study.loop import run_study
+    from tuner.vllm.interrupts import sigterm_as_interrupt
+
+    prepared = prepare(spec, _storage(storage))
+    ctx = prepared.ctx
+    out.print(
+        f"study [bold]{ctx.name}[/]: {ctx.model.alias} on {prepared.runner.hardware.name}, "
+        f"vLLM {ctx.vllm_version}, workload {ctx.workload.name}, objective "
+        f"{spec.objective.value}, {spec.trials} trials"
+    )
+    reporter = ConsoleReporter(out)
+    try:
+        with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
+            ranked = run_study(
+                ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter
+            )
+    finally:
+        reporter.close()
+    print_best(prepared.repo, ctx.name)
+    if not ranked:
+        raise typer.Exit(1)
+
+
+def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """List the studies in the database."""
+    rows = open_repo(storage).list_studies()
+    if as_json:
+        print_json([_study_record(s) for s in rows])
+        return
+    table = Table("study", "model", "gpu", "workload", "objective", "status", "trials")
+    for s in rows:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(s.trial_counts.items()) if n) or "0"
+        if s.n_confirmation_launches:
+            counts += f"; {s.n_confirmation_launches} confirmation launches"
+        table.add_row(s.name, s.model, s.gpu, s.workload, s.objective, s.status, counts)
+    out.print(table)
+
+
+def _study_record(study: Any) -> dict[str, Any]:
+    from tuner.domain import to_jsonable
+
+    record: dict[str, Any] = to_jsonable(study)
+    record["n_trials"] = study.n_trials
+    record["n_confirmation_launches"] = study.n_confirmation_launches
+    return record
+
+
+def trials(
+    study: Annotated[str, typer.Argument(help="Study name.")],
+    state: Annotated[str | None, typer.Option(help="complete, failed, pruned, running")] = None,
+    as_json: JsonOpt = False,
+    storage: StorageOpt = None,
+) -> None:
+    """List a study's trials with their metrics or failure class.
+
+    "flags": the trial's client-bound windows (tuner's load generator was saturated: its
+    numbers are the client's floor) and disturbed ones (other processes took CPU or the GPU).
+    """
+    from tuner.domain import TrialStatus, to_jsonable
+    from tuner.scoring.caveats import window_flags
+
+    status = _status(state)
+    rows = open_study(storage, study).list_trials(study, status=status, limit=100_000)
+    if as_json:
+        print_json([{**to_jsonable(r), "flags": window_flags(r.windows).to_dict()} for r in rows])
+        return
+    table = Table(
+        "#", "status", "config", "out tok/s", "P99 E2E ms", "memory GiB", "backend", "failure",
+        "flags",
+    )  # fmt: skip
+    for r in rows:
+        m = r.metrics
+        ok = r.status is TrialStatus.COMPLETE and m
+        values: list[float] = list(r.objective_values or [])
+        table.add_row(
+            str(r.number) + (" (baseline)" if r.is_baseline else ""),
+            r.status.value,
+            r.config.label(),
+            _ci(m["output_throughput"]) if ok else "",
+            _ci(m["e2e_p99_ms"]) if ok else "",
+            f"{values[1]:.2f}" if ok and len(values) == 3 else "",
+            r.effective_backend or "",
+            (r.failure.value + ": " + r.failure_detail[:60]) if r.failure else "",
+            window_flags(r.windows).short(),
+        )
+    out.print(table)
+
+
+def _status(state: str | None) -> TrialStatus | None:
+    from tuner.domain import TrialStatus
+
+    if state is None:
+        return None
+    try:
+        return TrialStatus(state)
+    except ValueError:
+        allowed = [s.value for s in TrialStatus]
+        raise UsageError(f"unknown state {state!r}", hint=f"use one of {allowed}") from None
+
+
+def _ci(e: Estimate) -> str:
+    return f"{e.median:.1f} [{e.low:.1f}, {e.high:.1f}]"
+
+
+def best(
+    study: Annotated[str, typer.Argument(help="Study name.")],
+    storage: StorageOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the best configuration's flags and a ready `vllm serve` line."""
+    repo = open_study(storage, study)
+    if as_json:
+        from tuner.results.recommend import recommendation
+
+        rec = recommendation(repo, study)
+        print_json({"study": study, "recommendation": rec})
+        if rec is None:
+            raise typer.Exit(1)
+        return
+    if not print_best(repo, study):
+        raise typer.Exit(1)
+
+
+def print_best(repo: Repository, name: str) -> bool:
+    """The study's recommendation on the screen; False when no trial completed."""
+    from tuner.results.recommend import recommendation
+
+    rec = recommendation(repo, name)
+    if rec is None:
+        out.print(
+            f"[red]no trial of {name} completed[/]: nothing to recommend; see `tuner trials {name}`"
+        )
+        return False
+    out.print(rec.render())
+    return True
+
+
+def worker(
+    storage: StorageOpt = None,
+    once: Annotated[bool, typer.Option(help="Stop when no study is queued.")] = False,
+    poll: Annotated[float, typer.Option(min=0.1, help="Seconds between queue checks.")] = 10.0,
+    vllm_python: Annotated[
+        str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
+    ] = None,
+) -> None:
+    """Run studies queued through the API (POST /v1/studies), one after another."""
+    from tuner.cli.progress import ConsoleReporter
+    from tuner.db.migrate import ensure_ready
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+    from tuner.study.worker import run_worker
+    from tuner.vllm.interrupts import sigterm_as_interrupt
+
+    url = _storage(storage)
+    ensure_ready(url, auto_upgrade=True)
+    with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
+        taken = run_worker(
+            Repository(make_engine(url)),
+            url,
+            once=once,
+            poll_s=poll,
+            vllm_python=vllm_python,
+            say=out.print,
+            reporter_factory=lambda: ConsoleReporter(out),
+        )
+    out.print(f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken")

@@ -1,0 +1,47 @@
+"""The nouns of tuner: frozen records and small enums, no I/O.
+
+Every other module speaks in these types. They are plain dataclasses so that they can be
+built in tests without any machinery, compared by value and turned into JSON with
+:func:`to_jsonable`. They live in a module per kind (:mod:`.kinds`, :mod:`.config`,
+:mod:`.workload`, :mod:`.measurements`, :mod:`.jsonable`) and are all importable from here.
+"""
+
+from tuner.domain.config import GpuProfile, ModelSpec, ServingConfig
+from tuner.domain.jsonable import to_jsonable
+from tuner.domain.kinds import FailureClass, Objective, TrialStatus
+from tuner.domain.measurements import (
+    ClientHealth,
+    Estimate,
+    LatencyStats,
+    MemoryUsage,
+    Provenance,
+    RequestRecord,
+    ServerInfo,
+    TrialResult,
+    WindowMetrics,
+    interrupted,
+)
+from tuner.domain.workload import Slo, TraceRequest, Workload
+
+__all__ = [
+    "ClientHealth",
+    "Estimate",
+    "FailureClass",
+    "GpuProfile",
+    "LatencyStats",
+    "MemoryUsage",
+    "ModelSpec",
+    "Objective",
+    "Provenance",
+    "RequestRecord",
+    "ServerInfo",
+    "ServingConfig",
+    "Slo",
+    "TraceRequest",
+    "TrialResult",
+    "TrialStatus",
+    "WindowMetrics",
+    "Workload",
+    "interrupted",
+    "to_jsonable",
+]

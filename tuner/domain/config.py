@@ -1,0 +1,140 @@
+"""What is tuned and on what: a server configuration, a model's facts, a GPU profile."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """The vLLM knobs tuner searches. ``None`` means "leave vLLM's default alone".
+
+    ``ServingConfig()`` is therefore vLLM's defaults: the baseline trial of every study.
+    """
+
+    attention_backend: str | None = None  # e.g. FLASH_ATTN, FLASHINFER, TRITON_ATTN, CPU_ATTN
+    flash_attn_version: int | None = None  # 2 or 3, only with FLASH_ATTN
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    enable_prefix_caching: bool | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_cache_dtype: str | None = None  # "auto", "fp8", "fp8_e4m3", "fp8_e5m2", ...
+    enforce_eager: bool | None = None
+
+    def is_default(self) -> bool:
+        return self == ServingConfig()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Only the knobs that are set; ``{}`` for the defaults."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServingConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown serving parameter(s) {unknown}; known: {sorted(names)}")
+        return cls(**dict(data))
+
+    def replace(self, **changes: Any) -> ServingConfig:
+        return dataclasses.replace(self, **changes)
+
+    def label(self) -> str:
+        items = self.to_dict()
+        if not items:
+            return "defaults"
+        return ",".join(f"{k}={v}" for k, v in items.items())
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as tuner needs it: what to pass to vLLM and the architecture facts.
+
+    ``config`` holds the ``config.json`` facts. A catalogued model runs with random weights
+    (``--load-format dummy``) from a directory tuner writes; ``source`` set to a local
+    directory or hub id makes vLLM load the real weights instead.
+    """
+
+    alias: str
+    hub_id: str
+    config: Mapping[str, Any]
+    source: str | None = None  # a local directory or hub id with real weights
+    dtype: str = "bfloat16"
+    notes: str = ""
+    # False for test architectures that exist only as config facts (tiny-ernie): there are no
+    # weights to load, so a ready `vllm serve` line must keep --load-format dummy.
+    weights_available: bool = True
+
+    @property
+    def architecture(self) -> str:
+        archs = self.config.get("architectures") or ["?"]
+        return str(archs[0])
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return int(self.config.get("max_position_embeddings", 2048))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config["vocab_size"])
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config["num_hidden_layers"])
+
+    @property
+    def num_kv_heads(self) -> int:
+        c = self.config
+        return int(c.get("num_key_value_heads", c["num_attention_heads"]))
+
+    @property
+    def head_dim(self) -> int:
+        c = self.config
+        return int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
+        """Bytes of KV cache one token occupies across all layers (K and V)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_dtype_bytes
+
+    def parameter_count(self) -> int:
+        """Approximate parameter count of a dense decoder from its config."""
+        c = self.config
+        h = int(c["hidden_size"])
+        inter = int(c.get("intermediate_size", 4 * h))
+        n_heads = int(c["num_attention_heads"])
+        attn = h * (n_heads * self.head_dim) * 2 + h * (self.num_kv_heads * self.head_dim) * 2
+        mlp = 3 * h * inter
+        per_layer = attn + mlp + 2 * h
+        emb = self.vocab_size * h
+        lm_head = 0 if c.get("tie_word_embeddings", False) else emb
+        return self.num_layers * per_layer + emb + lm_head + h
+
+    def weight_bytes(self) -> int:
+        per_param = 4 if self.dtype in ("float32", "float") else 2
+        return self.parameter_count() * per_param
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """What tuner knows about a kind of accelerator (or ``cpu``)."""
+
+    name: str  # catalog key: a10g, h100, cpu, ...
+    display_name: str
+    memory_gib: float
+    compute_capability: tuple[int, int] | None  # None for cpu
+    attention_backends: tuple[str, ...]
+    flash_attn_versions: tuple[int, ...]
+    kv_cache_dtypes: tuple[str, ...]
+    nvml_names: tuple[str, ...] = ()  # substrings of NVML's device name that identify it
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.compute_capability is None
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * 1024**3)

@@ -1,0 +1,87 @@
+"""What the server is asked to do: workloads (synthetic or traced) and their SLO."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    prompt_tokens: int
+    output_tokens: int
+    arrival_s: float  # offset from the start of the replay
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A load shape. Token counts are means; lengths vary by ``length_jitter`` around them.
+
+    ``request_rate`` None means closed-loop at ``concurrency`` streams; a number means Poisson
+    arrivals at that many requests per second (``concurrency`` then caps requests in flight).
+    """
+
+    name: str
+    prompt_tokens: int
+    output_tokens: int
+    shared_prefix_tokens: int = 0  # e.g. a system prompt shared by every request
+    concurrency: int = 8
+    request_rate: float | None = None
+    requests_per_window: int = 64
+    windows: int = 3
+    warmup_requests: int = 16
+    length_jitter: float = 0.25
+    seed: int = 0
+    trace: tuple[TraceRequest, ...] | None = None
+    # A load curve: the same server measured at several concurrency levels (closed loop) or
+    # Poisson request rates, lowest first; empty means the one load point above.
+    concurrency_ladder: tuple[int, ...] = ()
+    rate_ladder: tuple[float, ...] = ()
+
+    def replace(self, **changes: Any) -> Workload:
+        return dataclasses.replace(self, **changes)
+
+    def load_points(self) -> tuple[Workload, ...]:
+        """This workload at each point of its ladder, lowest load first; itself when there
+        is no ladder. A rate ladder keeps ``concurrency`` as the cap on requests in flight.
+
+        A closed-loop window sends at least four requests per stream: with fewer, most of it
+        would be ramp-up and drain, and the point would never hold its concurrency."""
+        if self.concurrency_ladder:
+            return tuple(
+                self.replace(
+                    concurrency=c,
+                    request_rate=None,
+                    requests_per_window=max(self.requests_per_window, 4 * c),
+                    concurrency_ladder=(),
+                    rate_ladder=(),
+                )
+                for c in sorted(set(self.concurrency_ladder))
+            )
+        if self.rate_ladder:
+            return tuple(
+                self.replace(request_rate=r, concurrency_ladder=(), rate_ladder=())
+                for r in sorted(set(self.rate_ladder))
+            )
+        return (self,)
+
+    @property
+    def max_request_tokens(self) -> int:
+        """Longest prompt+output a request of this workload can need."""
+        if self.trace:
+            return max(r.prompt_tokens + r.output_tokens for r in self.trace)
+        grow = 1.0 + self.length_jitter
+        return int(self.prompt_tokens * grow) + int(self.output_tokens * grow) + 1
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Service-level objectives, in milliseconds; None means unconstrained."""
+
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+    e2e_p99_ms: float | None = None
+
+    def is_empty(self) -> bool:
+        return self == Slo()

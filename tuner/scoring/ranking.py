@@ -1,0 +1,49 @@
+"""The one rule that orders measured configurations, best first.
+
+Every answer to "which configuration is best?" goes through :func:`best_first`: a study's own
+ranking (``tuner best``, the progress line, the export's scores), the pick ``tuner launch``
+makes across studies, ``GET /v1/recommendations`` and the dashboard's overview. Each caller
+says how one of its items stands (:class:`Standing`); the order is decided here only:
+
+1. meeting the SLO (and the error-rate ceiling) before missing it;
+2. the higher score (a non-finite or missing score counts as the lowest);
+3. on a tie, the more recently updated study (its numbers are the newer measurement);
+4. then the earlier trial of the study (the first configuration found to reach that score).
+
+Items that tie on all four keep the order they were given in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where one candidate stands: what the ranking compares, nothing else."""
+
+    feasible: bool
+    score: float | None
+    updated_at: float = 0.0  # the study's last update (epoch seconds); 0 within one study
+    number: int = 0  # the trial's number in its study
+
+    def key(self) -> tuple[bool, float, float, int]:
+        """Larger is better."""
+        score = self.score if self.score is not None and math.isfinite(self.score) else -math.inf
+        return (bool(self.feasible), score, self.updated_at, -self.number)
+
+
+def best_first(items: Iterable[T], standing: Callable[[T], Standing]) -> list[T]:
+    """``items`` ordered by :class:`Standing`, best first (stable for full ties)."""
+    return sorted(items, key=lambda item: standing(item).key(), reverse=True)
+
+
+def best(items: Iterable[T], standing: Callable[[T], Standing]) -> T | None:
+    """The first of :func:`best_first`, or None when there is nothing to rank."""
+    ordered = best_first(items, standing)
+    return ordered[0] if ordered else None

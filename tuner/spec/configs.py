@@ -1,0 +1,132 @@
+"""Serving configurations and workload changes as people write them, checked and typed.
+
+Two spellings reach here. On the command line (``tuner compare --a/--b``, ``tuner verify-claims
+--fixed``): ``defaults`` or ``knob=value,knob=value``, and ``--workload-set key=value,...``; a
+problem is a :class:`UsageError` naming the option. In a claims file: a side is ``"defaults"`` or
+a TOML table of knob = value, and a problem is raised through the file's ``fail`` (see
+:data:`tuner.spec.study.Fail`), which names the line. :func:`configs_in` then turns the knobs
+into the :class:`ServingConfig` a search space makes of them, refusing any that break its rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tuner.domain import ServingConfig, Workload
+from tuner.errors import UsageError
+from tuner.space import KNOBS, SearchSpace, normalize_knob
+from tuner.spec.study import WORKLOAD_TYPES, Fail, valid_confidence, workload_field
+
+DEFAULTS = "defaults"
+"""The spelling of "vLLM's defaults, no knob set" for a side of a comparison."""
+
+
+def parse_value(raw: str) -> Any:
+    """A command-line value typed: int, float, true/false, else the string itself."""
+    text = raw.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_assignments(text: str, option: str) -> dict[str, Any]:
+    """``"k=v,k=v"`` -> ``{k: typed v}``; UsageError naming ``option`` when malformed."""
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key or not value.strip():
+            raise UsageError(
+                f"{option}: cannot read {part.strip()!r} in {text!r}",
+                hint=f"write {option} knob=value,knob=value",
+            )
+        if key in out:
+            raise UsageError(f"{option}: {key} is given twice in {text!r}")
+        out[key] = parse_value(value)
+    return out
+
+
+def parse_config_spec(text: str, option: str) -> dict[str, Any]:
+    """A SPEC of ``tuner compare``: ``defaults`` (-> {}) or ``knob=value,...``, knobs and
+    values checked (UsageError, exit 2, listing the knobs)."""
+    if text.strip() == DEFAULTS:
+        return {}
+    values = parse_assignments(text, option)
+    unknown = sorted(set(values) - set(KNOBS))
+    if unknown:
+        raise UsageError(
+            f"{option}: unknown knob(s) {', '.join(unknown)}",
+            hint=f"knobs: {', '.join(KNOBS)}; or {option} {DEFAULTS}",
+        )
+    for knob, value in values.items():
+        normalize_knob(knob, value, option)
+    return values
+
+
+def parse_workload_overrides(text: str | None) -> dict[str, Any]:
+    """``--workload-set key=value,...`` checked against the workload fields."""
+    if not text:
+        return {}
+    values = parse_assignments(text, "--workload-set")
+
+    def fail(
+        msg: str, key: str | None = None, hint: str = "", section: str | None = None
+    ) -> UsageError:
+        return UsageError(f"--workload-set: {msg}", hint=f"fields: {sorted(WORKLOAD_TYPES)}")
+
+    return {key: workload_field(key, value, fail) for key, value in values.items()}
+
+
+def check_confidence(value: float) -> float:
+    """``--confidence`` itself, or UsageError when it is no interval level."""
+    if not valid_confidence(value):
+        raise UsageError(f"--confidence {value} is out of range", hint="e.g. 0.95 or 0.99")
+    return value
+
+
+def knob_table(value: Any, side: str, fail: Fail) -> dict[str, Any]:
+    """A side of a claim (``a`` or ``b``): ``"defaults"`` (-> {}) or a table of knob = value,
+    each knob known and its value valid; problems raised through ``fail`` at the knob's line."""
+    if value == DEFAULTS:
+        return {}
+    if not isinstance(value, dict):
+        raise fail(f'{side} must be "{DEFAULTS}" or a table of knob = value', side)
+    for knob, raw in value.items():
+        if knob not in KNOBS:
+            raise fail(f"unknown knob {knob!r} in {side}", knob, hint=f"knobs: {', '.join(KNOBS)}")
+        try:
+            normalize_knob(knob, raw, side)
+        except UsageError as exc:
+            raise fail(exc.message, knob, hint=exc.hint) from None
+    return dict(value)
+
+
+def configs_in(space: SearchSpace, sides: Mapping[str, Mapping[str, Any]]) -> dict[str, ServingConfig]:
+    """The configuration of each side (``{"A": knobs, "B": knobs}``) in ``space``: its baseline
+    with the knobs applied. UsageError naming the side's option (``--a``) when one breaks the
+    space's rules on this model, GPU and workload."""
+    configs = {side: space.config_from(knobs) for side, knobs in sides.items()}
+    for side, config in configs.items():
+        problems = space.violations(config)
+        if problems:
+            raise UsageError(
+                f"{side} ({config.label()}) cannot run here: {'; '.join(problems)}",
+                hint=f"change --{side.lower()}; `tuner gpus` lists what each profile offers",
+            )
+    return configs
+
+
+def with_overrides(
+    workload: Workload, overrides: Mapping[str, Any], *, name: str | None = None
+) -> Workload:
+    """``workload`` with some fields replaced; the name says so unless ``name`` is given."""
+    if not overrides:
+        return workload if name is None else workload.replace(name=name)
+    label = name or f"{workload.name}[{','.join(f'{k}={v}' for k, v in overrides.items())}]"
+    return workload.replace(**overrides, name=label)
