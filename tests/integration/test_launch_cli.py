@@ -51,9 +51,11 @@ def insert_measured_study(
     vllm_version: str = "0.32.0",
     emulated: bool = False,
     extra_args: Sequence[str] = (),
+    fresh_runner: bool = False,
 ) -> Repository:
     """A finished study whose trials (numbered from 0) are complete, with metrics from the
-    in-process FakeRunner, as if measured on this CPU with ``vllm_version``."""
+    in-process FakeRunner, as if measured on this CPU with ``vllm_version``. With
+    ``fresh_runner`` each trial gets a new FakeRunner: equal configurations measure the same."""
     upgrade(db_url)
     repo = Repository(make_engine(db_url))
     repo.create_study(
@@ -74,6 +76,7 @@ def insert_measured_study(
     shape = get_workload(workload).replace(requests_per_window=8, windows=3)
     runner = FakeRunner()
     for number, config in enumerate(configs):
+        runner = FakeRunner() if fresh_runner else runner
         result = dataclasses.replace(
             runner.run(config, shape),
             provenance=Provenance(

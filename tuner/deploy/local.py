@@ -164,20 +164,10 @@ def _objective_of(study: StudyRow) -> Objective:
 def _study_pick(repo: Repository, name: str, objective: Objective) -> Ranked | None:
     """The study's recommendation for ``objective``: its confirmation's verdict (the winner,
     or the defaults when nothing beat them) where it had one, else the top of the ranking."""
-    from tuner.study.confirm import DEFAULTS_LABEL, choose
+    from tuner.study.confirm import choose, study_pick
     from tuner.study.loop import rank
 
-    ranked = rank(repo, name, objective)
-    if not ranked:
-        return None
-    confirmed = choose(repo.list_comparisons(name), objective)
-    if confirmed is not None:
-        for r in ranked:
-            if (r.is_baseline and confirmed.label == DEFAULTS_LABEL) or (
-                f"#{r.number}" == confirmed.label
-            ):
-                return r
-    return ranked[0]
+    return study_pick(rank(repo, name, objective), choose(repo.list_comparisons(name), objective))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from tuner.db.rows import StudyRow
 from tuner.domain import Estimate, Objective, TrialStatus
 from tuner.scoring.caveats import WindowFlags, window_flags
 from tuner.scoring.significance import BETTER, INCONCLUSIVE
-from tuner.study.confirm import DEFAULTS_LABEL, Confirmed, choose
+from tuner.study.confirm import Confirmed, choose, study_pick
 from tuner.study.loop import rank
 from tuner.vllm import argv
 
@@ -153,22 +153,8 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
     if not ranked:
         return None
     confirmed = choose(repo.list_comparisons(study), Objective(row.objective))
-    top = ranked[0]
-    if confirmed is not None:
-        # The confirmation decides: its winner, or the defaults when nothing beat them.
-        pick = next(
-            (
-                r
-                for r in ranked
-                if (
-                    r.is_baseline
-                    if confirmed.label == DEFAULTS_LABEL
-                    else f"#{r.number}" == confirmed.label
-                )
-            ),
-            None,
-        )
-        top = pick or top
+    top = study_pick(ranked, confirmed)
+    assert top is not None
     trial = repo.get_trial(study, top.number)
     assert trial is not None and trial.status is TrialStatus.COMPLETE
     baseline = next((r for r in ranked if r.is_baseline), None)

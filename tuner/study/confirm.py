@@ -20,7 +20,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.abtest.compare import Arm, compare, run_interleaved
 from tuner.db.repository import Repository
@@ -39,6 +39,9 @@ from tuner.scoring.significance import (
 )
 
 CONFIRM_NUMBER_BASE = 100_000
+if TYPE_CHECKING:
+    from tuner.study.loop import Ranked
+
 DEFAULTS_LABEL = "defaults"
 
 
@@ -139,6 +142,10 @@ class Confirmed:
     details: tuple[str, ...]  # one line per metric of the objective
     # What to keep in mind: "A (defaults): 2 of 9 windows disturbed; ..." of that comparison.
     caveats: tuple[str, ...] = ()
+
+    def chose(self, number: int, is_baseline: bool) -> bool:
+        """Whether this verdict picks search trial ``number`` (the defaults: the baseline)."""
+        return is_baseline if self.label == DEFAULTS_LABEL else self.label == f"#{number}"
 
 
 def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | None:
@@ -264,3 +271,19 @@ def _details(metrics: Mapping[str, Any]) -> tuple[str, ...]:
         lo, hi = (m["low"] - 1.0) * 100, (m["high"] - 1.0) * 100
         out.append(f"{m['label']}: {pct:+.1f} % [{lo:+.1f}, {hi:+.1f}] -> {m['verdict']}")
     return tuple(out)
+
+
+def study_pick(ranked: Sequence[Ranked], confirmed: Confirmed | None) -> Ranked | None:
+    """A study's recommendation from its ranked search trials: the confirmation decides where
+    there was one (its winner, or the defaults when nothing beat them), else the top trial."""
+    if not ranked:
+        return None
+    if confirmed is not None:
+        for r in ranked:
+            if (
+                r.is_baseline
+                if confirmed.label == DEFAULTS_LABEL
+                else f"#{r.number}" == confirmed.label
+            ):
+                return r
+    return ranked[0]

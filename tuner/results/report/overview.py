@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from tuner.db.rows import StudyRow, TrialRow
 from tuner.results.report.study import TrialLine, best_line, trial_lines
 from tuner.scoring import ranking
-from tuner.study.confirm import DEFAULTS_LABEL, Confirmed
+from tuner.study.confirm import Confirmed
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,5 @@ def _confirmed_line(lines: Sequence[TrialLine], confirmed: Confirmed | None) -> 
     defaults; None when there is no confirmation (or its trial is not among ``lines``)."""
     if confirmed is None:
         return None
-    search = [t for t in lines if t.phase == "search" and t.score is not None]
-    if confirmed.label == DEFAULTS_LABEL:
-        return next((t for t in search if t.is_baseline), None)
-    number = confirmed.label.removeprefix("#")
-    return next((t for t in search if str(t.number) == number), None)
+    search = (t for t in lines if t.phase == "search" and t.score is not None)
+    return next((t for t in search if confirmed.chose(t.number, bool(t.is_baseline))), None)

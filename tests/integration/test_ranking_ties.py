@@ -1,0 +1,109 @@
+"""One ranking rule everywhere: given the same ties, ``tuner best`` (CLI), ``tuner launch``'s
+choice, ``GET /v1/recommendations`` and the dashboard's overview name the same winner.
+
+Two studies of the same model, GPU and workload measured the same configurations with the
+same in-process fake, so every score ties twice: between the two trials of one configuration
+inside a study (the earlier trial wins) and between the studies (the more recently updated
+study wins). Touching the older study flips the second tie, everywhere at once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from api.app import create_app
+from api.settings import ApiSettings
+from tests.integration.test_launch_cli import E2E_CONFIG, insert_measured_study
+from tuner.cli.app import app
+from tuner.db.repository import Repository
+from tuner.deploy.local import best_local
+from tuner.domain import Objective, ServingConfig
+from tuner.scoring.ranking import Standing, best_first
+from tuner.study.loop import rank
+
+# The defaults, then one configuration twice: trials 1 and 2 get identical measurements, and
+# E2E_CONFIG beats the defaults on the balanced score with the fake's model.
+CONFIGS = [ServingConfig(), E2E_CONFIG, E2E_CONFIG]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, Repository]:
+    url = f"sqlite:///{tmp_path / 'ties.db'}"
+    insert_measured_study(url, CONFIGS, name="older", fresh_runner=True)
+    time.sleep(0.01)  # updated_at is a float of seconds: keep the two studies apart
+    repo = insert_measured_study(url, CONFIGS, name="newer", fresh_runner=True)
+    return url, repo
+
+
+@pytest.fixture
+def client(store: tuple[str, Repository]) -> Iterator[TestClient]:
+    with TestClient(create_app(ApiSettings(storage=store[0]))) as c:
+        yield c
+
+
+def winners(url: str, repo: Repository, client: TestClient) -> dict[str, tuple[str, int]]:
+    """(study, trial) each surface names for tiny-ernie on cpu, smoke workload."""
+    found: dict[str, tuple[str, int]] = {}
+    for study in ("older", "newer"):  # tuner best: per study, so the study is given
+        run = CliRunner().invoke(app, ["best", study, "--json", "--storage", url])
+        assert run.exit_code == 0, run.output
+        found[f"cli:{study}"] = (study, json.loads(run.stdout)["recommendation"]["trial_number"])
+    launch = best_local(repo, "tiny-ernie", "cpu", workload="smoke")
+    found["launch"] = (launch.study, launch.trial)
+    answer = client.get(
+        "/v1/recommendations", params={"model": "tiny-ernie", "gpu": "cpu", "workload": "smoke"}
+    )
+    assert answer.status_code == 200, answer.text
+    found["api"] = (answer.json()["study"], answer.json()["trial"])
+    page = client.get("/ui/")
+    assert page.status_code == 200
+    best_table = page.text.split("</table>")[0]
+    link = re.search(r'href="[^"]*/studies/([\w-]+)"[^>]*>[^<]*</a>\s*#(\d+)', best_table)
+    assert link is not None, best_table
+    found["dashboard"] = (link.group(1), int(link.group(2)))
+    return found
+
+
+def test_every_surface_names_the_same_winner_on_ties(
+    store: tuple[str, Repository], client: TestClient
+) -> None:
+    url, repo = store
+    ranked = rank(repo, "newer", Objective.BALANCED)  # the studies' own
+    assert ranked[0].score == ranked[1].score and {ranked[0].number, ranked[1].number} == {1, 2}
+    assert ranked[0].number == 1  # the earlier of two equal trials
+
+    found = winners(url, repo, client)
+    assert found["cli:older"] == ("older", 1) and found["cli:newer"] == ("newer", 1)
+    assert found["launch"] == found["api"] == found["dashboard"] == ("newer", 1), found
+
+    repo.set_study_status("older", "finished")  # a write: "older" is now the recent one
+    found = winners(url, repo, client)
+    assert found["launch"] == found["api"] == found["dashboard"] == ("older", 1), found
+
+
+def test_the_rule_orders_feasibility_score_recency_then_trial() -> None:
+    items = [
+        ("infeasible, best score", Standing(False, 9.0, 5.0, 0)),
+        ("nan score", Standing(True, float("nan"), 9.0, 0)),
+        ("old study", Standing(True, 2.0, 1.0, 0)),
+        ("new study, later trial", Standing(True, 2.0, 3.0, 7)),
+        ("new study, earlier trial", Standing(True, 2.0, 3.0, 4)),
+        ("no score", Standing(True, None, 9.0, 0)),
+    ]
+    order = [name for name, _ in best_first(items, lambda item: item[1])]
+    assert order == [
+        "new study, earlier trial",
+        "new study, later trial",
+        "old study",
+        "nan score",  # a non-finite score ranks as the lowest, with a missing one
+        "no score",
+        "infeasible, best score",
+    ]
