@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,18 +19,14 @@ from urllib.parse import quote
 import jinja2
 import markupsafe
 
+from tuner.domain.jsonable import finite
+
 TEMPLATES = Path(__file__).parent / "templates"
 
 
 def _finite(value: Any) -> Any:
     """JSON has no NaN or infinity: they become null (a gap in a chart)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+    return finite(value)[0]
 
 
 def script_json(value: Any) -> str:

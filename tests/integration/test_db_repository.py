@@ -321,24 +321,6 @@ def test_pagination_and_filters(repo: Repository) -> None:
         repo.list_trials("ghost")
 
 
-def test_best_trials_filters_by_provenance(repo: Repository) -> None:
-    _study(repo, "cpu-study", gpu="cpu")
-    cases = [("s1", 0, 0.5, "NVIDIA H200"), ("s1", 1, 0.9, "NVIDIA H200")]
-    cases += [("cpu-study", 0, 2.0, "cpu")]
-    for study, number, score, gpu_name in cases:
-        config = ServingConfig(max_num_seqs=number + 1)
-        trial_id = repo.start_trial(study, number, config)
-        result = complete(config, gpu_name=gpu_name, emulated=gpu_name == "cpu")
-        repo.finish_trial(trial_id, result, score, None)
-    repo.start_trial("s1", 2, FA3)  # running: never among the best
-    best = repo.best_trials(model="ernie-0.3b", gpu="h200", workload="chat")
-    assert [(r.study_name, r.number) for r in best] == [("s1", 1), ("s1", 0)]
-    assert [r.number for r in repo.best_trials(gpu="NVIDIA H200", limit=1)] == [1]
-    assert [r.study_name for r in repo.best_trials(emulated=True)] == ["cpu-study"]
-    assert len(repo.best_trials()) == 3
-    assert repo.best_trials(workload="rag") == []
-
-
 def test_comparison_round_trip(repo: Repository) -> None:
     results = {"a": {"output_throughput": Estimate(1.0, 0.9, 1.1, (0.9, 1.0, 1.1))}}
     added = repo.add_comparison(

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, Select, delete, func, or_, select, update
+from sqlalchemy import Engine, Select, delete, func, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
@@ -340,44 +340,6 @@ class Repository:
                 (ServingConfig.from_dict(config), FailureClass(failure))
                 for config, failure in s.execute(query)
             ]
-
-    def best_trials(
-        self,
-        model: str | None = None,
-        gpu: str | None = None,
-        workload: str | None = None,
-        *,
-        emulated: bool | None = None,
-        phase: TrialPhase | str | None = None,
-        limit: int = 10,
-    ) -> list[TrialRow]:
-        """COMPLETE scored trials of any study, highest score first, filtered by provenance.
-
-        ``gpu`` matches either the study's catalog key (``h200``) or the GPU name the trial
-        recorded; ``model`` and ``workload`` match the trial's provenance.
-        """
-        if any(_NUL in f for f in (model, gpu, workload) if f is not None):
-            return []  # no stored value holds NUL, and PostgreSQL refuses it in a query
-        query = (
-            select(TrialModel, StudyModel.name)
-            .join(StudyModel, TrialModel.study_id == StudyModel.id)
-            .where(TrialModel.status == TrialStatus.COMPLETE.value, TrialModel.score.is_not(None))
-        )
-        if model is not None:
-            query = query.where(TrialModel.model == model)
-        if gpu is not None:
-            query = query.where(or_(TrialModel.gpu_name == gpu, StudyModel.gpu == gpu))
-        if workload is not None:
-            query = query.where(TrialModel.workload == workload)
-        if emulated is not None:
-            query = query.where(TrialModel.emulated == emulated)
-        if phase is not None:
-            query = query.where(TrialModel.phase == TrialPhase(phase).value)
-        query = query.order_by(TrialModel.score.desc(), TrialModel.id).limit(limit)
-        with session_scope(self._engine) as s:
-            return [trial_row(row, name) for row, name in s.execute(query)]
-
-    # -- comparisons ---------------------------------------------------------------------
 
     def add_comparison(
         self,
