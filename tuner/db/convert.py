@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from sqlalchemy import inspect as sa_inspect
 
 from tuner.db import codec
 from tuner.db.models import ComparisonModel, StudyModel, TrialModel
 from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
+
+R = TypeVar("R")
 
 
 def storable_text(text: str) -> str:
@@ -16,85 +22,58 @@ def storable_text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
+def _row(model: Any, row_type: type[R], **converted: Any) -> R:
+    """A frozen row from an ORM object: every row field that is a mapped column of the same
+    name is copied as it is; ``converted`` gives the others (decoded JSON, enums, counts)."""
+    columns = {c.key for c in sa_inspect(type(model)).column_attrs}
+    fields = {f.name for f in dataclasses.fields(row_type)}  # type: ignore[arg-type]
+    copied = {name: getattr(model, name) for name in (fields & columns) - converted.keys()}
+    return row_type(**copied, **converted)
+
+
 def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRow:
     """``counts``: trials per phase value, then per status value; missing ones count 0."""
     search = counts.get(TrialPhase.SEARCH.value, {})
     confirm = counts.get(TrialPhase.CONFIRM.value, {})
-    return StudyRow(
-        id=m.id,
-        name=m.name,
-        optuna_study_name=m.optuna_study_name,
-        created_at=m.created_at,
-        updated_at=m.updated_at,
+    return _row(
+        m,
+        StudyRow,
         status=StudyStatus(m.status),
-        model=m.model,
-        model_source=m.model_source,
-        gpu=m.gpu,
-        workload=m.workload,
-        objective=m.objective,
         slo=dict(m.slo),
         spec=dict(m.spec),
-        emulated=m.emulated,
-        vllm_version=m.vllm_version,
-        notes=m.notes,
-        n_trials_requested=m.n_trials_requested,
         trial_counts={s: search.get(s.value, 0) for s in TrialStatus},
         confirmation_counts={s: confirm.get(s.value, 0) for s in TrialStatus},
     )
 
 
 def trial_row(m: TrialModel, study_name: str) -> TrialRow:
-    return TrialRow(
-        id=m.id,
+    return _row(
+        m,
+        TrialRow,
         study_name=study_name,
-        number=m.number,
         phase=TrialPhase(m.phase),
-        is_baseline=m.is_baseline,
         config=ServingConfig.from_dict(m.config),
-        config_label=m.config_label,
         status=TrialStatus(m.status),
         failure=None if m.failure_class is None else FailureClass(m.failure_class),
-        failure_detail=m.failure_detail,
-        log_tail=m.log_tail,
         metrics=codec.decode_metrics(m.metrics),
         windows=tuple(codec.decode_window(w) for w in m.windows),
         memory=codec.decode_memory(m.memory),
         server=codec.decode_server(m.server),
         server_metrics={k: float(v) for k, v in m.server_metrics.items()},
         provenance=codec.decode_provenance(m.provenance),
-        score=m.score,
         objective_values=(
             None if m.objective_values is None else tuple(float(v) for v in m.objective_values)
         ),
-        started_at=m.started_at,
-        finished_at=m.finished_at,
-        gpu_name=m.gpu_name,
-        gpu_uuid=m.gpu_uuid,
-        driver_version=m.driver_version,
-        vllm_version=m.vllm_version,
-        model=m.model,
-        workload=m.workload,
-        emulated=m.emulated,
-        hostname=m.hostname,
-        effective_backend=m.effective_backend,
-        kv_cache_tokens=m.kv_cache_tokens,
     )
 
 
 def comparison_row(m: ComparisonModel) -> ComparisonRow:
-    return ComparisonRow(
-        id=m.id,
-        created_at=m.created_at,
-        model=m.model,
-        gpu=m.gpu,
-        workload=m.workload,
+    return _row(
+        m,
+        ComparisonRow,
         a_config=ServingConfig.from_dict(m.a_config),
         b_config=ServingConfig.from_dict(m.b_config),
-        repeats=m.repeats,
-        results=m.results,
-        verdicts=m.verdicts,
         provenance=codec.decode_provenance(m.provenance),
-        study_id=m.study_id,
     )
 
 
