@@ -16,9 +16,9 @@ from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow, StudyStatus
+from tuner.domain.workload import format_slo
 from tuner.errors import UsageError
 from tuner.load.workloads import TRACE_PREFIX
-from tuner.scoring.objectives import format_slo
 from tuner.space import SearchSpace
 from tuner.spec.study import (
     StudySpec,

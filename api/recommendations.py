@@ -31,6 +31,7 @@ from api.schemas import (
 )
 from tuner.db.rows import StudyRow, TrialRow
 from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialResult, TrialStatus
+from tuner.domain.workload import format_slo
 from tuner.results.recommend import emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import objectives as scoring
 from tuner.scoring import ranking
@@ -149,7 +150,7 @@ def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
             closest = unconstrained[0]
             raise not_found(
                 f"{len(unconstrained)} {kind} trials measured {what}, but none meets the SLO "
-                f"{scoring.format_slo(q.slo)}",
+                f"{format_slo(q.slo)}",
                 "relax the SLO, or run a study with it to search for a configuration that meets it",
                 closest={
                     "study": closest.snapshot.study.name,

@@ -24,9 +24,9 @@ from tuner.db.models import VERSION_TABLE, Base
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import ServingConfig, Workload
+from tuner.domain.workload import parse_slo
 from tuner.load.workloads import WORKLOADS
 from tuner.runner.vllm import Hardware, RunnerSettings, VllmTrialRunner
-from tuner.scoring.objectives import parse_slo
 from tuner.space import SearchSpace
 from tuner.spec.study import StudySpec
 from tuner.study.loop import StudyContext

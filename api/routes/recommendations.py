@@ -15,8 +15,8 @@ from api.errors import ApiError, bad_request
 from api.index import StudySnapshot
 from api.schemas import RecommendationOut
 from tuner.domain import Objective, Slo
+from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem
-from tuner.scoring.objectives import parse_slo
 from tuner.vllm.version import parse_version
 
 router = APIRouter(prefix="/v1", tags=["recommendations"])

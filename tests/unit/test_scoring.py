@@ -18,6 +18,7 @@ from tuner.domain import (
     TrialResult,
     TrialStatus,
 )
+from tuner.domain.workload import format_slo, parse_slo
 from tuner.load.curve import MAX_ERROR_RATE
 from tuner.load.stats import estimate
 from tuner.scoring import objectives as scoring
@@ -306,35 +307,35 @@ def test_missing_memory_telemetry_is_neutral() -> None:
     ],
 )
 def test_parse_slo(text: str, expected: Slo) -> None:
-    assert scoring.parse_slo(text) == expected
+    assert parse_slo(text) == expected
 
 
 def test_empty_slo_is_empty() -> None:
-    assert scoring.parse_slo("").is_empty()
+    assert parse_slo("").is_empty()
 
 
 @pytest.mark.parametrize("text", ["ttft=500ms", "p99", "ttft_p99:500ms", "ttft_p90=1s"])
 def test_parse_slo_rejects_bad_names_listing_the_allowed_ones(text: str) -> None:
     with pytest.raises(ValueError, match="bad SLO item") as info:
-        scoring.parse_slo(text)
+        parse_slo(text)
     assert "ttft_p99" in str(info.value) and "e2e_p99" in str(info.value)
 
 
 @pytest.mark.parametrize("text", ["ttft_p99=fast", "ttft_p99=5us", "ttft_p99=", "e2e_p99=10 min"])
 def test_parse_slo_rejects_bad_values_saying_which_units(text: str) -> None:
     with pytest.raises(ValueError, match="ms or s"):
-        scoring.parse_slo(text)
+        parse_slo(text)
 
 
 @pytest.mark.parametrize("text", ["ttft_p99=-5ms", "ttft_p99=0", "e2e_p99=nan", "e2e_p99=inf"])
 def test_parse_slo_rejects_non_positive_values(text: str) -> None:
     with pytest.raises(ValueError, match="positive"):
-        scoring.parse_slo(text)
+        parse_slo(text)
 
 
 def test_parse_slo_rejects_a_name_given_twice() -> None:
     with pytest.raises(ValueError, match="twice"):
-        scoring.parse_slo("ttft_p99=1s,ttft_p99=2s")
+        parse_slo("ttft_p99=1s,ttft_p99=2s")
 
 
 @pytest.mark.parametrize(
@@ -342,11 +343,11 @@ def test_parse_slo_rejects_a_name_given_twice() -> None:
     [Slo(), Slo(ttft_p99_ms=500.0), Slo(ttft_p99_ms=0.25, itl_p99_ms=40.0, e2e_p99_ms=12_000.0)],
 )
 def test_format_slo_round_trips(slo: Slo) -> None:
-    assert scoring.parse_slo(scoring.format_slo(slo)) == slo
+    assert parse_slo(format_slo(slo)) == slo
 
 
 def test_format_slo_text() -> None:
-    assert scoring.format_slo(Slo(ttft_p99_ms=500.0, e2e_p99_ms=10_000.0)) == (
+    assert format_slo(Slo(ttft_p99_ms=500.0, e2e_p99_ms=10_000.0)) == (
         "ttft_p99=500ms,e2e_p99=10000ms"
     )
-    assert scoring.format_slo(Slo()) == "none"
+    assert format_slo(Slo()) == "none"

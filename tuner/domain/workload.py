@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,3 +86,49 @@ class Slo:
 
     def is_empty(self) -> bool:
         return self == Slo()
+
+
+def parse_slo(text: str) -> Slo:
+    """Parse ``ttft_p99=500ms,itl_p99=50ms,e2e_p99=10s`` into an :class:`Slo`.
+
+    Units: ``ms`` or ``s``; a bare number is milliseconds. ``""`` and ``"none"`` (what
+    :func:`format_slo` writes for no SLO) give an empty Slo. Raises ValueError with what is allowed.
+    """
+    allowed = {"ttft_p99": "ttft_p99_ms", "itl_p99": "itl_p99_ms", "e2e_p99": "e2e_p99_ms"}
+    values: dict[str, float] = {}
+    if text.strip().lower() == "none":
+        return Slo()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, raw = part.partition("=")
+        key = key.strip().removesuffix("_ms")
+        if not sep or key not in allowed:
+            raise ValueError(
+                f"bad SLO item {part!r}: expected NAME=VALUE with NAME in {sorted(allowed)}, "
+                "e.g. ttft_p99=500ms,e2e_p99=10s"
+            )
+        if allowed[key] in values:
+            raise ValueError(f"SLO {key} is given twice in {text!r}: give each name once")
+        values[allowed[key]] = _parse_duration_ms(raw.strip(), part)
+    return Slo(**values)
+
+
+def _parse_duration_ms(raw: str, part: str) -> float:
+    scale = 1.0
+    if raw.endswith("ms"):
+        raw = raw[:-2]
+    elif raw.endswith("s"):
+        raw, scale = raw[:-1], 1000.0
+    try:
+        value = float(raw) * scale
+    except ValueError:
+        raise ValueError(
+            f"bad SLO value in {part!r}: use a number with ms or s, e.g. 500ms"
+        ) from None
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"bad SLO value in {part!r}: must be a positive duration")
+    return value
+
+
+def format_slo(slo: Slo) -> str:
+    items = [(name, getattr(slo, f"{name}_ms")) for name in ("ttft_p99", "itl_p99", "e2e_p99")]
+    return ",".join(f"{n}={v:g}ms" for n, v in items if v is not None) or "none"

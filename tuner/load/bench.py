@@ -122,7 +122,7 @@ def options(
     percentiles: str,
 ) -> LoadOptions:
     """The command's options checked and parsed; UsageError naming the option otherwise."""
-    from tuner.scoring.objectives import parse_slo
+    from tuner.domain.workload import parse_slo
 
     if concurrency is not None and request_rate is not None:
         raise UsageError(

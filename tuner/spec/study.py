@@ -33,15 +33,23 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tuner.domain import Objective, ServingConfig
+from tuner.domain.workload import parse_slo
 from tuner.errors import SpecError
-from tuner.scoring.objectives import parse_slo
+from tuner.spec.fields import (
+    WORKLOAD_TYPES,
+    Fail,
+    find_line,
+    read_toml,
+    typed_value,
+    valid_confidence,
+    workload_field,
+)
 
 _SECTIONS: Mapping[str, frozenset[str]] = {
     "study": frozenset(
@@ -58,41 +66,12 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
             "emulate",
         }
     ),
-    "workload": frozenset(
-        {
-            "prompt_tokens",
-            "output_tokens",
-            "shared_prefix_tokens",
-            "concurrency",
-            "request_rate",
-            "requests_per_window",
-            "windows",
-            "warmup_requests",
-            "length_jitter",
-            "seed",
-            "concurrency_ladder",
-            "rate_ladder",
-        }
-    ),
+    "workload": frozenset(WORKLOAD_TYPES),
     "space": frozenset({"params", "choices", "fixed"}),
     "confirm": frozenset({"top", "launches", "confidence"}),
     "runner": frozenset({"startup_timeout_s", "extra_args", "vllm_python", "load_format"}),
 }
 _SERVING_KEYS = frozenset(f.name for f in dataclasses.fields(ServingConfig))
-# Types of the [workload] overrides (Workload's fields); a float field also takes an integer.
-WORKLOAD_TYPES: Mapping[str, type] = {
-    **{key: int for key in _SECTIONS["workload"]},
-    "request_rate": float,
-    "length_jitter": float,
-    "concurrency_ladder": tuple,
-    "rate_ladder": tuple,
-}
-_KIND_NAMES: Mapping[type, str] = {
-    int: "an integer",
-    float: "a number",
-    str: "a string",
-    bool: "true or false",
-}
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -163,33 +142,16 @@ DEFAULT_SPEC_PATH = Path(__file__).with_name("default_study.toml")
 def load_spec(path: str | Path) -> StudySpec:
     """Read and validate a spec file; raises SpecError naming the line of the first problem."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read spec file: {exc.strerror}", path=str(p)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or line_from_message(str(exc))
-        raise SpecError(f"not valid TOML: {exc}", path=str(p), line=line) from None
+    data, text = read_toml(p, "spec")
     return spec_from_mapping(data, text, str(p))
-
-
-class Fail(Protocol):
-    """Builds the error for a problem with ``key`` (its line looked up at or after the header
-    of ``section`` when given); the parsers raise what it returns."""
-
-    def __call__(
-        self, msg: str, key: str | None = None, hint: str = "", section: str | None = None
-    ) -> Exception: ...
 
 
 def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
     """Validate parsed spec data (a TOML file's, or JSON posted to the API) into a StudySpec.
 
     ``text`` is the source text used to find line numbers for errors ("" when there is none).
-    Each section has its parser below; they run in file-format order, so the first problem
-    reported is the same whatever the order of the sections in the file.
+    Each section has its parser below; they run in a fixed order ([study], [workload], [space],
+    [[enqueue]], [confirm], [runner]), and the first problem found is the one reported.
     """
 
     def fail(
@@ -344,50 +306,6 @@ def _runner_section(runner: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
     return kwargs
 
 
-def valid_confidence(value: float) -> bool:
-    """Whether ``value`` is an interval level tuner accepts (strictly between 0.5 and 1)."""
-    return 0.5 < value < 1.0
-
-
-def workload_field(key: str, value: Any, fail: Fail) -> Any:
-    """One override of a workload's field, typed: the value itself (a ladder as a tuple);
-    problems (an unknown field, a value of the wrong type) raised through ``fail``."""
-    kind = WORKLOAD_TYPES.get(key)
-    if kind is None:
-        raise fail(f"unknown workload field {key!r}", key, hint=f"fields: {sorted(WORKLOAD_TYPES)}")
-    if kind is tuple:
-        return _ladder(value, key, fail)
-    return typed_value(value, kind, key, fail, "workload")
-
-
-def typed_value(value: Any, kind: type, key: str, fail: Fail, section: str) -> Any:
-    # bool is an int subclass, but `trials = true` is surely a mistake; an int is a fine float.
-    accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
-        return value
-    if isinstance(value, bool) or not isinstance(value, accepted):
-        raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
-    return value
-
-
-def _ladder(value: Any, key: str, fail: Fail) -> tuple[float, ...] | tuple[int, ...]:
-    """A load ladder: a non-empty list of positive numbers (integers for concurrencies)."""
-    integers = key == "concurrency_ladder"
-    kind = int if integers else (int, float)
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(v, kind) and not isinstance(v, bool) and v > 0 for v in value)
-    ):
-        what = "positive integers" if integers else "positive numbers (requests per second)"
-        raise fail(
-            f"{key} must be a non-empty list of {what}, got {value!r}", key, section="workload"
-        )
-    return tuple(int(v) for v in value) if integers else tuple(float(v) for v in value)
-
-
 def _check_knobs(names: Sequence[str] | Mapping[str, Any], where: str, fail: Fail) -> None:
     for name in names:
         if name not in _SERVING_KEYS:
@@ -407,30 +325,3 @@ def parse_objective(text: str, *, where: str = "command line") -> Objective:
         raise SpecError(
             f"unknown objective {text!r}", path=where, hint=f"use one of {allowed}"
         ) from None
-
-
-def find_line(text: str, key: str, section: str | None = None) -> int | None:
-    """The first line that defines ``key`` (a table header, ``key =``, ``{key =`` inside an
-    inline table, or ``"key"`` inside an array), at or after ``section``'s header if given:
-    the same key may be valid in an earlier section."""
-    k = re.escape(key)
-    pattern = re.compile(
-        rf"^\s*(\[+\s*{k}\s*\]+|{k}\s*=)|[{{,]\s*{k}\s*=|(^|[\[,])\s*[\"']{k}[\"']"
-    )
-    lines = text.splitlines()
-    start = 0
-    if section is not None:
-        start = next((i for i, line in enumerate(lines) if _is_header(line, section)), 0)
-    for number, line in enumerate(lines[start:], start=start + 1):
-        if pattern.search(line.split("#", 1)[0]):
-            return number
-    return None
-
-
-def _is_header(line: str, section: str) -> bool:
-    return re.match(rf"^\s*\[+\s*{re.escape(section)}\s*\]+", line) is not None
-
-
-def line_from_message(message: str) -> int | None:
-    match = re.search(r"line (\d+)", message)
-    return int(match.group(1)) if match else None

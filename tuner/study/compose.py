@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import has_facts, resolve_model
 from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload
+from tuner.domain.workload import parse_slo
 from tuner.errors import UsageError
 from tuner.load.workloads import get_workload
-from tuner.scoring.objectives import parse_slo
 from tuner.space import SearchSpace
 from tuner.spec.study import StudySpec
 
