@@ -13,9 +13,9 @@ from tests.studykit import make_repo, memory_confirmation_context
 from tuner.abtest.claims import Claim, plan
 from tuner.abtest.compare import Arm, run_interleaved
 from tuner.abtest.launchlog import LaunchLog, describe_resumed, run_key
+from tuner.abtest.verdicts import evaluate
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.cli.verify import evaluate
 from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus, Workload
 from tuner.load.workloads import WORKLOADS
 from tuner.study.confirm import CONFIRM_NUMBER_BASE

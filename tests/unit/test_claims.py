@@ -7,21 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tuner.abtest.claims import (
-    CONFIRMED,
-    INCONCLUSIVE,
-    METRICS,
-    REFUTED,
-    explain,
-    judge,
-    load_claims,
-    plan,
-    with_overrides,
-)
+from tuner.abtest.claims import METRICS, load_claims, plan
+from tuner.abtest.verdicts import CONFIRMED, INCONCLUSIVE, REFUTED, explain, judge
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.errors import SpecError
 from tuner.load.workloads import WORKLOADS
+from tuner.spec.configs import with_overrides
 
 SEED = Path(__file__).parents[2] / "studies" / "claims" / "seed-claims.toml"
 FA_IDS = {"fa2-memory", "fa2-throughput", "fa2-latency", "fa2-ttft"}

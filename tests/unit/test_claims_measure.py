@@ -7,20 +7,15 @@ from typing import Any
 
 import pytest
 
-from tuner.abtest.claims import NOT_APPLICABLE, Claim, plan
+from tuner.abtest.claims import Claim, plan
+from tuner.abtest.guard import FindingGuard, finding_of
+from tuner.abtest.verdicts import NOT_APPLICABLE, claim_record, evaluate
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.cli.compare import (
-    FindingGuard,
-    finding_of,
-    parse_config_spec,
-    parse_value,
-    parse_workload_overrides,
-)
-from tuner.cli.verify import claim_record, evaluate
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.errors import UsageError
 from tuner.load.workloads import WORKLOADS
+from tuner.spec.configs import parse_config_spec, parse_value, parse_workload_overrides
 from tuner.testing.fake_runner import FakeRunner
 
 SMALL = WORKLOADS["smoke"].replace(requests_per_window=8, warmup_requests=0, windows=2)

@@ -1,2 +1,3 @@
-"""A/B measurements on fresh launches: interleaved runs, comparisons with intervals, and the
-published claims judged on them."""
+"""A/B measurements on fresh launches: interleaved runs that resume from their launch logs,
+comparisons with intervals, the one pipeline that ``tuner compare`` and ``tuner verify-claims``
+run, and published claims judged on it."""

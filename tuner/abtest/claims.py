@@ -1,4 +1,4 @@
-"""Published claims about vLLM settings as testable statements, and their verdicts.
+"""Published claims about vLLM settings as testable statements, and where they can be measured.
 
 A claims file (``studies/claims/*.toml``) holds ``[[claim]]`` tables::
 
@@ -12,16 +12,16 @@ A claims file (``studies/claims/*.toml``) holds ``[[claim]]`` tables::
     claimed = 1.41                             # the claimed B/A of the metric; "0.7/1.2" works
     requires = ["gpu", "FLASH_ATTN"]           # optional: a CUDA GPU, backends it must offer
 
-:func:`load_claims` validates it (errors name the line), :func:`plan` decides per model and GPU
-which claims can be measured at all, :func:`evaluate` measures them (claims with the same
-workload share the launches of their common configurations) and :func:`judge` gives the verdict.
+:func:`load_claims` validates it (errors name the line), :func:`select` keeps the claims asked
+for, :func:`plan` decides per model and GPU which claims can be measured at all, and
+:func:`setup_claims` does all three for ``tuner verify-claims``'s options. Measuring and judging
+them is :mod:`tuner.abtest.verdicts`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,17 +29,21 @@ from typing import Any
 
 from tuner.abtest.compare import COMPARED
 from tuner.catalog import rules
-from tuner.catalog.gpus import FLASH_ATTN, GPUS
+from tuner.catalog.gpus import FLASH_ATTN, GPUS, get_gpu
+from tuner.catalog.models import resolve_model
 from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
 from tuner.errors import SpecError, UsageError
 from tuner.load.workloads import WORKLOADS, plan_requests
 from tuner.space import KNOBS, SearchSpace, normalize_knob
-from tuner.spec.study import WORKLOAD_TYPES, find_line, line_from_message, typed_value
-
-CONFIRMED = "confirmed"
-REFUTED = "refuted"
-INCONCLUSIVE = "inconclusive"
-NOT_APPLICABLE = "not applicable"
+from tuner.spec.configs import (
+    check_confidence,
+    knob_table,
+    parse_config_spec,
+    parse_workload_overrides,
+    with_overrides,
+)
+from tuner.spec.fields import Fail, find_line, read_toml, typed_value, workload_field
+from tuner.spec.study import StudySpec
 
 METRICS: tuple[str, ...] = tuple(name for name, _, _ in COMPARED)
 BACKENDS: frozenset[str] = frozenset(b for g in GPUS.values() for b in g.attention_backends)
@@ -68,15 +72,7 @@ class Claim:
 def load_claims(path: str | Path) -> tuple[Claim, ...]:
     """Read and validate a claims file; SpecError (exit 2) naming the line of the first problem."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read claims file: {exc.strerror}", path=str(p)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or line_from_message(str(exc))
-        raise SpecError(f"not valid TOML: {exc}", path=str(p), line=line) from None
+    data, text = read_toml(p, "claims")
     stray = sorted(set(data) - {"claim"})
     entries = data.get("claim", [])
     if stray or not isinstance(entries, list) or not entries:
@@ -97,7 +93,9 @@ def load_claims(path: str | Path) -> tuple[Claim, ...]:
 def _claim(entry: Mapping[str, Any], text: str, start: int, where: str) -> Claim:
     region = "\n".join(text.splitlines()[start:])
 
-    def fail(msg: str, key: str | None = None, hint: str = "", section: str | None = None) -> Any:
+    def fail(
+        msg: str, key: str | None = None, hint: str = "", section: str | None = None
+    ) -> SpecError:
         found = find_line(region, key) if key else None
         line = start + (found if found is not None else 1)
         return SpecError(msg, path=where, line=line, hint=hint)
@@ -112,7 +110,7 @@ def _claim(entry: Mapping[str, Any], text: str, start: int, where: str) -> Claim
     if not _ID.match(claim_id):
         raise fail(f"claim id {claim_id!r}: use lower-case letters, digits and dashes", "id")
     statement = typed_value(entry["statement"], str, "statement", fail, "claim")
-    a, b = (_config(entry[side], side, fail) for side in ("a", "b"))
+    a, b = (knob_table(entry[side], side, fail) for side in ("a", "b"))
     if a == b:
         raise fail("a and b are the same configuration: there is nothing to compare", "b")
     metric = typed_value(entry["metric"], str, "metric", fail, "claim")
@@ -140,22 +138,7 @@ def _claim(entry: Mapping[str, Any], text: str, start: int, where: str) -> Claim
     )
 
 
-def _config(value: Any, side: str, fail: Any) -> dict[str, Any]:
-    if value == "defaults":
-        return {}
-    if not isinstance(value, dict):
-        raise fail(f'{side} must be "defaults" or a table of knob = value', side)
-    for knob, raw in value.items():
-        if knob not in KNOBS:
-            raise fail(f"unknown knob {knob!r} in {side}", knob, hint=f"knobs: {', '.join(KNOBS)}")
-        try:
-            normalize_knob(knob, raw, side)
-        except UsageError as exc:
-            raise fail(exc.message, knob, hint=exc.hint) from None
-    return dict(value)
-
-
-def _claimed(value: Any, fail: Any) -> tuple[float, str]:
+def _claimed(value: Any, fail: Fail) -> tuple[float, str]:
     text = str(value)
     number: float | None = None
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -172,13 +155,13 @@ def _claimed(value: Any, fail: Any) -> tuple[float, str]:
     return number, text
 
 
-def _workload(value: Any, fail: Any) -> Workload:
+def _workload(value: Any, fail: Fail) -> Workload:
     table = {"preset": value} if isinstance(value, str) else value
     if not isinstance(table, dict) or not isinstance(table.get("preset"), str):
         raise fail(
             'workload must be a preset name or { preset = "...", key = value, ... }', "workload"
         )
-    overrides = {k: v for k, v in table.items() if k not in ("preset", "name")}
+    given = {k: v for k, v in table.items() if k not in ("preset", "name")}
     preset = WORKLOADS.get(table["preset"])
     if preset is None:
         raise fail(
@@ -186,12 +169,7 @@ def _workload(value: Any, fail: Any) -> Workload:
             "workload",
             hint=f"presets: {', '.join(WORKLOADS)}",
         )
-    for key, v in overrides.items():
-        if key not in WORKLOAD_TYPES:
-            raise fail(
-                f"unknown workload field {key!r}", key, hint=f"fields: {sorted(WORKLOAD_TYPES)}"
-            )
-        typed_value(v, WORKLOAD_TYPES[key], key, fail, "workload")
+    overrides = {key: workload_field(key, v, fail) for key, v in given.items()}
     name = table.get("name")
     if name is not None and not isinstance(name, str):
         raise fail("the workload's name must be a string", "name")
@@ -201,16 +179,6 @@ def _workload(value: Any, fail: Any) -> Workload:
     except UsageError as exc:
         raise fail(exc.message, "workload", hint=exc.hint) from None
     return workload
-
-
-def with_overrides(
-    workload: Workload, overrides: Mapping[str, Any], *, name: str | None = None
-) -> Workload:
-    """``workload`` with some fields replaced; the name says so unless ``name`` is given."""
-    if not overrides:
-        return workload if name is None else workload.replace(name=name)
-    label = name or f"{workload.name}[{','.join(f'{k}={v}' for k, v in overrides.items())}]"
-    return workload.replace(**overrides, name=label)
 
 
 # -- planning ----------------------------------------------------------------------------------
@@ -268,6 +236,58 @@ def plan(
     return out
 
 
+def select(claims: Sequence[Claim], only: Sequence[str] | None, where: str | Path) -> list[Claim]:
+    """The claims whose id is in ``only`` (all of them when ``only`` is empty), in file order;
+    UsageError naming ``where`` for an id the file does not have."""
+    if not only:
+        return list(claims)
+    ids = [c.id for c in claims]
+    unknown = [i for i in only if i not in ids]
+    if unknown:
+        raise UsageError(f"--only: no claim {unknown} in {where}", hint=f"ids: {', '.join(ids)}")
+    return [c for c in claims if c.id in only]
+
+
+@dataclass(frozen=True)
+class ClaimsSetup:
+    """The claims ``tuner verify-claims`` was asked to judge, planned for this model and GPU."""
+
+    claims: tuple[Claim, ...]
+    planned: list[Planned]
+    model: ModelSpec
+    gpu: GpuProfile
+    spec: StudySpec  # what sets the machine up, needed only when a claim is applicable
+
+    @property
+    def applicable(self) -> bool:
+        return any(not p.reason for p in self.planned)
+
+
+def setup_claims(
+    *,
+    file: Path,
+    model: str,
+    gpu: str,
+    confidence: float,
+    only: Sequence[str] | None,
+    fixed: str | None,
+    workload_set: str | None,
+    vllm_python: str | None,
+) -> ClaimsSetup:
+    """Everything ``tuner verify-claims`` was given, checked before anything starts (exit 2):
+    the confidence, the claims file, ``--only``, ``--fixed`` and ``--workload-set``."""
+    check_confidence(confidence)
+    claims = tuple(select(load_claims(file), only, file))
+    held = parse_config_spec(fixed, "--fixed") if fixed else {}
+    overrides = parse_workload_overrides(workload_set)
+    profile, spec_model = get_gpu(gpu), resolve_model(model)
+    planned = plan(claims, spec_model, profile, fixed=held, workload_overrides=overrides)
+    spec = StudySpec(
+        model=model, gpu=gpu, fixed=held, vllm_python=vllm_python, source="command line"
+    )
+    return ClaimsSetup(claims, planned, spec_model, profile, spec)
+
+
 def _unmet(claim: Claim, gpu: GpuProfile) -> str:
     for item in claim.requires:
         if item == "gpu" and gpu.is_cpu:
@@ -314,51 +334,3 @@ def _effective(model: ModelSpec, gpu: GpuProfile, c: ServingConfig) -> ServingCo
         gpu_memory_utilization=rules.effective_utilization(c),
         kv_cache_dtype=rules.kv_dtype(c),
     )
-
-
-# -- verdicts ----------------------------------------------------------------------------------
-
-
-def judge(claimed: float, low: float, high: float) -> str:
-    """The verdict on a claimed ratio B/A given the measured interval [low, high] of B/A.
-
-    Read the claim as "B/A is at least as far from 1 as ``claimed``, on its side of 1"
-    (articles report the effect they saw; a larger one does not contradict them). With the
-    claimed side above 1 (below 1: the same with every ratio inverted):
-
-    - confirmed: ``low > 1`` (a real effect in the claimed direction) and ``claimed <= high``
-      (the effect is not significantly smaller than claimed; ``low > claimed`` means it is
-      even larger);
-    - refuted: ``high < claimed``: the interval excludes the claimed effect on the near side,
-      whether it shows a smaller effect, none (a tight interval around 1) or the opposite;
-    - inconclusive: otherwise, i.e. ``low <= 1 < claimed <= high``: the interval contains
-      both "no change" and the claimed effect; more launches would tell.
-    """
-    if claimed <= 0 or claimed == 1.0 or not 0 < low <= high:
-        raise ValueError(
-            f"judge needs claimed > 0, != 1 and 0 < low <= high; got {claimed}, [{low}, {high}]"
-        )
-    if claimed < 1.0:
-        claimed, low, high = 1.0 / claimed, 1.0 / high, 1.0 / low
-    if high < claimed:
-        return REFUTED
-    if low > 1.0:
-        return CONFIRMED
-    return INCONCLUSIVE
-
-
-def explain(verdict: str, claimed: float, low: float, high: float) -> str:
-    """One sentence on why ``judge`` gave ``verdict`` for this interval."""
-    up = claimed > 1.0
-    near = low if up else high  # the end of the interval nearest to 1
-    if verdict == CONFIRMED:
-        if (near > claimed) if up else (near < claimed):
-            return "a real effect, even larger than claimed"
-        return "a real effect in the claimed direction; the claimed size is within the interval"
-    if verdict == REFUTED:
-        if (high < 1.0) if up else (low > 1.0):
-            return "the opposite of the claim: a real effect in the other direction"
-        if low <= 1.0 <= high:
-            return "no significant effect, and the interval rules out the claimed size"
-        return "a real effect in the claimed direction, but significantly smaller than claimed"
-    return "the interval contains both no change and the claimed effect: more launches needed"

@@ -34,7 +34,7 @@ from tuner.domain import (
 )
 from tuner.errors import LoadFailure, ServerFailure, TrialFailure
 from tuner.load.curve import trial_metrics
-from tuner.load.generator import LoadGenerator
+from tuner.load.generator import LoadGenerator, LoadReport
 from tuner.load.prompts import PromptFactory
 from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
 from tuner.telemetry.probe import TelemetryProbe
@@ -97,6 +97,19 @@ class RunnerSettings:
     synthetic_tokenizer: bool = True
 
 
+@dataclass
+class _Launch:
+    """One trial's server launch as it goes: ``info`` gains what the server's log says once it
+    is ready, and a failure after that keeps it."""
+
+    config: ServingConfig
+    server: VllmServer
+    probe: TelemetryProbe
+    info: ServerInfo
+    provenance: Provenance
+    started: float
+
+
 class VllmTrialRunner:
     """Launch, check, warm up, measure, tear down. See the module docstring."""
 
@@ -116,6 +129,26 @@ class VllmTrialRunner:
         on_phase: PhaseCallback | None = None,
     ) -> TrialResult:
         phase = on_phase or (lambda _p, _d: None)
+        launch = self._prepare(config, workload)
+        try:
+            with launch.server:
+                self._start(launch, phase)
+                report = self._measure(launch, workload, slo, phase)
+        except LoadFailure as exc:
+            if not launch.server.is_alive() and exc.failure is not FailureClass.CRASHED:
+                exc = LoadFailure(FailureClass.CRASHED, f"server died under load: {exc.message}")
+            return self._failed(launch, exc)
+        except TrialFailure as exc:
+            return self._failed(launch, exc)
+        finally:
+            launch.probe.close()
+        return self._complete(launch, workload, slo, report)
+
+    # -- the steps of a trial ------------------------------------------------------------------
+
+    def _prepare(self, config: ServingConfig, workload: Workload) -> _Launch:
+        """Everything about the launch decided before the server starts: its argv and
+        environment, its port and served name, its telemetry probe, the provenance."""
         s = self.settings
         started = time.time()
         served = f"tuner-{uuid.uuid4().hex[:12]}"
@@ -145,11 +178,6 @@ class VllmTrialRunner:
             log_path=self.log_dir / f"{served}.log",
             lease_dir=self.lease_dir,
         )
-        probe = TelemetryProbe(
-            gpu=self.hardware.is_gpu,
-            gpu_uuids=(self.hardware.uuid,) if self.hardware.uuid else None,
-            metrics_url=f"{server.base_url}/metrics",
-        )
         info = ServerInfo(
             argv=tuple(args),
             env=dict(flags.env),
@@ -157,91 +185,118 @@ class VllmTrialRunner:
             served_model_name=served,
             vllm_version=s.vllm_version,
         )
-        provenance = self._provenance(workload)
+        return _Launch(
+            config=config,
+            server=server,
+            probe=self._telemetry(server),
+            info=info,
+            provenance=self._provenance(workload),
+            started=started,
+        )
 
-        def failed(exc: TrialFailure) -> TrialResult:
-            log = server.log_text()
-            backend, fa = logparse.effective_backend(log)
-            return TrialResult(
-                config=config,
-                status=TrialStatus.FAILED,
-                failure=exc.failure,
-                failure_detail=exc.message,
-                log_tail=exc.log_tail or server.log_tail(),
-                server=_with_log_facts(info, log, backend, fa),
-                provenance=provenance,
-                started_at=started,
-                finished_at=time.time(),
-            )
+    def _telemetry(self, server: VllmServer) -> TelemetryProbe:
+        """The probe that samples the server's memory and ``/metrics`` during the trial."""
+        return TelemetryProbe(
+            gpu=self.hardware.is_gpu,
+            gpu_uuids=(self.hardware.uuid,) if self.hardware.uuid else None,
+            metrics_url=f"{server.base_url}/metrics",
+        )
+
+    def _start(self, launch: _Launch, phase: PhaseCallback) -> None:
+        """Launch the server and wait until it is ready and is the one launched; what its log
+        says about itself (backend, KV cache, start-up time) goes into ``launch.info``."""
+        server, probe = launch.server, launch.probe
+        phase("starting", f"port {launch.info.port}")
+        probe.before_launch()
+        server.start()
+        assert server.pid is not None
+        probe.attach(server.pid)
+        startup_s = server.wait_ready(self.settings.startup_timeout_s)
+        server.verify_identity()
+        log = server.log_text()
+        backend, fa = logparse.effective_backend(log)
+        launch.info = _with_log_facts(launch.info, log, backend, fa, startup_s=startup_s)
+
+    def _measure(
+        self, launch: _Launch, workload: Workload, slo: Slo | None, phase: PhaseCallback
+    ) -> LoadReport:
+        """Warm up and drive the workload, the probe's load phase starting with the first
+        measured window; the server must still be alive, and the same, at the end."""
+        server, probe = launch.server, launch.probe
+
+        def report_phase(name: str, done: int, total: int) -> None:
+            label = "warming up" if name == "warmup" else "measuring"
+            if name == "warmup":
+                phase(label, f"{done}/{total} requests")
+            else:
+                phase(label, f"window {done + 1}/{total}")
+                if done == 0:
+                    probe.start_load()
 
         try:
-            with server:
-                phase("starting", f"port {port}")
-                probe.before_launch()
-                server.start()
-                assert server.pid is not None
-                probe.attach(server.pid)
-                startup_s = server.wait_ready(s.startup_timeout_s)
-                server.verify_identity()
-                log = server.log_text()
-                backend, fa = logparse.effective_backend(log)
-                info = _with_log_facts(info, log, backend, fa, startup_s=startup_s)
-                uuids = (self.hardware.uuid,) if self.hardware.uuid else ()
-                generator = LoadGenerator(
-                    f"http://{s.host}:{port}",
-                    served,
-                    PromptFactory(
-                        self.model.vocab_size, synthetic=s.synthetic_tokenizer, seed=workload.seed
-                    ),
-                    neighbours=HostNeighbours(
-                        server_pid=lambda: server.pid,
-                        gpu_pids=nvml_compute_pids(uuids) if self.hardware.is_gpu else None,
-                    ),
-                )
-
-                def report_phase(name: str, done: int, total: int) -> None:
-                    label = "warming up" if name == "warmup" else "measuring"
-                    if name == "warmup":
-                        phase(label, f"{done}/{total} requests")
-                    else:
-                        phase(label, f"window {done + 1}/{total}")
-                        if done == 0:
-                            probe.start_load()
-
-                try:
-                    report = generator.run(
-                        workload,
-                        slo,
-                        on_phase=report_phase,
-                        should_abort=lambda: not server.is_alive(),
-                    )
-                finally:
-                    probe.stop_load()
-                if not server.is_alive():
-                    raise ServerFailure(FailureClass.CRASHED, "the server exited during the load")
-                server.verify_identity()
-                phase("stopping", "")
-        except LoadFailure as exc:
-            if not server.is_alive() and exc.failure is not FailureClass.CRASHED:
-                exc = LoadFailure(FailureClass.CRASHED, f"server died under load: {exc.message}")
-            return failed(exc)
-        except TrialFailure as exc:
-            return failed(exc)
+            report = self._generator(launch, workload).run(
+                workload,
+                slo,
+                on_phase=report_phase,
+                should_abort=lambda: not server.is_alive(),
+            )
         finally:
-            probe.close()
-        memory, server_metrics = probe.result()
+            probe.stop_load()
+        if not server.is_alive():
+            raise ServerFailure(FailureClass.CRASHED, "the server exited during the load")
+        server.verify_identity()
+        phase("stopping", "")
+        return report
+
+    def _generator(self, launch: _Launch, workload: Workload) -> LoadGenerator:
+        s, server = self.settings, launch.server
+        uuids = (self.hardware.uuid,) if self.hardware.uuid else ()
+        return LoadGenerator(
+            f"http://{s.host}:{launch.info.port}",
+            launch.info.served_model_name,
+            PromptFactory(
+                self.model.vocab_size, synthetic=s.synthetic_tokenizer, seed=workload.seed
+            ),
+            neighbours=HostNeighbours(
+                server_pid=lambda: server.pid,
+                gpu_pids=nvml_compute_pids(uuids) if self.hardware.is_gpu else None,
+            ),
+        )
+
+    def _failed(self, launch: _Launch, exc: TrialFailure) -> TrialResult:
+        """The FAILED result: the failure's class and message, the log's tail and facts."""
+        server = launch.server
+        log = server.log_text()
+        backend, fa = logparse.effective_backend(log)
         return TrialResult(
-            config=config,
+            config=launch.config,
+            status=TrialStatus.FAILED,
+            failure=exc.failure,
+            failure_detail=exc.message,
+            log_tail=exc.log_tail or server.log_tail(),
+            server=_with_log_facts(launch.info, log, backend, fa),
+            provenance=launch.provenance,
+            started_at=launch.started,
+            finished_at=time.time(),
+        )
+
+    def _complete(
+        self, launch: _Launch, workload: Workload, slo: Slo | None, report: LoadReport
+    ) -> TrialResult:
+        """The COMPLETE result: the windows and their metrics, the probe's samples."""
+        memory, server_metrics = launch.probe.result()
+        return TrialResult(
+            config=launch.config,
             status=TrialStatus.COMPLETE,
             windows=report.windows,
             metrics=trial_metrics(workload, report.windows, slo),
             requests=report.records,
             memory=memory,
-            server=info,
+            server=launch.info,
             server_metrics=server_metrics,
-            provenance=provenance,
-            log_tail=server.log_tail(20),
-            started_at=started,
+            provenance=launch.provenance,
+            log_tail=launch.server.log_tail(20),
+            started_at=launch.started,
             finished_at=time.time(),
         )
 

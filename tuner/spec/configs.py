@@ -4,7 +4,7 @@ Two spellings reach here. On the command line (``tuner compare --a/--b``, ``tune
 --fixed``): ``defaults`` or ``knob=value,knob=value``, and ``--workload-set key=value,...``; a
 problem is a :class:`UsageError` naming the option. In a claims file: a side is ``"defaults"`` or
 a TOML table of knob = value, and a problem is raised through the file's ``fail`` (see
-:data:`tuner.spec.study.Fail`), which names the line. :func:`configs_in` then turns the knobs
+:class:`tuner.spec.fields.Fail`), which names the line. :func:`configs_in` then turns the knobs
 into the :class:`ServingConfig` a search space makes of them, refusing any that break its rules.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from tuner.domain import ServingConfig, Workload
 from tuner.errors import UsageError
 from tuner.space import KNOBS, SearchSpace, normalize_knob
-from tuner.spec.study import WORKLOAD_TYPES, Fail, valid_confidence, workload_field
+from tuner.spec.fields import WORKLOAD_TYPES, Fail, valid_confidence, workload_field
 
 DEFAULTS = "defaults"
 """The spelling of "vLLM's defaults, no knob set" for a side of a comparison."""
@@ -107,7 +107,9 @@ def knob_table(value: Any, side: str, fail: Fail) -> dict[str, Any]:
     return dict(value)
 
 
-def configs_in(space: SearchSpace, sides: Mapping[str, Mapping[str, Any]]) -> dict[str, ServingConfig]:
+def configs_in(
+    space: SearchSpace, sides: Mapping[str, Mapping[str, Any]]
+) -> dict[str, ServingConfig]:
     """The configuration of each side (``{"A": knobs, "B": knobs}``) in ``space``: its baseline
     with the knobs applied. UsageError naming the side's option (``--a``) when one breaks the
     space's rules on this model, GPU and workload."""

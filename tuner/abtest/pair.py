@@ -1,0 +1,149 @@
+"""``tuner compare``'s core: is B better than A, here, beyond the launch-to-launch noise?
+
+:func:`setup_pair` checks everything the user typed before anything starts; :func:`run_pair`
+runs the :mod:`tuner.abtest.pipeline` on the two arms, with :func:`judge_pair` as its judge
+step: :func:`tuner.abtest.compare.compare` gives B/A per metric with an interval and a verdict,
+and the comparison is stored with ``results["kind"] == "compare"`` (the API serves it at
+``/v1/compare/{id}``, the dashboard at ``/ui/compare/{id}``).
+
+When a side cannot start here (a finding; see :mod:`tuner.abtest.guard`), every verdict of the
+comparison is "not measured".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.abtest.compare import NOT_ENOUGH, Arm, Comparison, compare
+from tuner.abtest.guard import finding_of
+from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
+from tuner.domain import GpuProfile, ModelSpec, Provenance, TrialResult, Workload, to_jsonable
+from tuner.scoring.significance import is_inconclusive
+from tuner.space import SearchSpace
+from tuner.spec.configs import (
+    check_confidence,
+    configs_in,
+    parse_config_spec,
+    parse_workload_overrides,
+    with_overrides,
+)
+from tuner.spec.study import StudySpec
+from tuner.study.compose import resolve_workload
+
+NOT_MEASURED = "not measured"
+
+
+@dataclass(frozen=True)
+class PairSetup:
+    """A and B as typed, made concrete for this model, GPU and workload."""
+
+    spec: StudySpec
+    model: ModelSpec
+    gpu: GpuProfile
+    workload: Workload
+    arms: tuple[Arm, Arm]  # labels as typed; configs with the platform's baseline applied
+
+
+def setup_pair(
+    *,
+    model: str,
+    gpu: str,
+    a: str,
+    b: str,
+    workload: str | None,
+    workload_set: str | None,
+    confidence: float,
+    vllm_python: str | None,
+) -> PairSetup:
+    """Check the SPECs (unknown knobs, bad values), the workload changes and the confidence,
+    then A and B against the space rules of this model, GPU and workload: UsageError (exit 2)
+    before anything starts."""
+    a_knobs, b_knobs = parse_config_spec(a, "--a"), parse_config_spec(b, "--b")
+    overrides = parse_workload_overrides(workload_set)
+    check_confidence(confidence)
+    profile, spec_model = get_gpu(gpu), resolve_model(model)
+    spec = StudySpec(
+        model=model,
+        gpu=gpu,
+        workload=workload or ("smoke" if profile.is_cpu else "chat"),
+        vllm_python=vllm_python,
+        source="command line",
+    )
+    load = with_overrides(resolve_workload(spec), overrides)
+    space = SearchSpace(spec_model, profile, load)
+    configs = configs_in(space, {"A": a_knobs, "B": b_knobs})
+    # Labels as typed; the configs add the platform baseline (e.g. CPU's utilization).
+    arm_a, arm_b = (Arm(t.strip(), c) for t, c in zip((a, b), configs.values(), strict=True))
+    return PairSetup(spec, spec_model, profile, load, (arm_a, arm_b))
+
+
+@dataclass(frozen=True)
+class PairOutcome:
+    """B against A as measured: the comparison, and what is stored and printed of it."""
+
+    setup: PairSetup
+    comparison: Comparison
+    findings: Mapping[str, str | None]  # "a", "b": why that side cannot start here, or None
+    results: dict[str, Any]
+    verdicts: dict[str, str]
+    provenance: Provenance | None
+    comparison_id: int | None = None  # once stored
+
+    def stored(self) -> Judgement:
+        a, b = self.setup.arms
+        return Judgement(
+            self.setup.workload, a.config, b.config, self.results, self.verdicts, self.provenance
+        )
+
+    @property
+    def conclusive(self) -> bool:
+        """False when no interval could be given (a side not measured, too few launches) or
+        the output throughput is inconclusive (a side's launches disagree beyond their noise)."""
+        overall = self.verdicts["overall"]
+        return overall not in (NOT_MEASURED, NOT_ENOUGH) and not is_inconclusive(overall)
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``tuner compare --json`` prints."""
+        a, b = self.setup.arms
+        return {
+            "id": self.comparison_id,
+            "model": self.setup.model.alias,
+            "gpu": self.setup.gpu.name,
+            "workload": self.setup.workload.name,
+            "a": a.config.to_dict(),
+            "b": b.config.to_dict(),
+            "results": self.results,
+            "verdicts": self.verdicts,
+            "provenance": to_jsonable(self.provenance),
+        }
+
+
+def judge_pair(
+    setup: PairSetup, results: Sequence[Sequence[TrialResult]], confidence: float
+) -> PairOutcome:
+    """B/A per metric from the launches of A and B (in that order); every verdict is
+    "not measured" when a side cannot start here."""
+    (a, b), (a_runs, b_runs) = setup.arms, results
+    c = compare(a, a_runs, b, b_runs, confidence)
+    out, verdicts = {**c.to_results(), "kind": "compare"}, c.to_verdicts()
+    findings = {side: finding_of(rs) for side, rs in zip("ab", results, strict=True)}
+    if any(findings.values()):
+        for m in out["metrics"]:
+            m["verdict"] = NOT_MEASURED
+        verdicts = dict.fromkeys(verdicts, NOT_MEASURED)
+    return PairOutcome(setup, c, findings, out, verdicts, first_provenance(*results))
+
+
+def run_pair(bench: Bench, setup: PairSetup, confidence: float, watch: Watch) -> PairOutcome:
+    """Measure B against A on ``bench`` (interleaved, resumable), judge and store."""
+    ((outcome, comparison_id),) = bench.run(
+        [Group(setup.workload, setup.arms)],
+        lambda _group, results: [judge_pair(setup, results, confidence)],
+        watch=watch,
+    )
+    return dataclasses.replace(outcome, comparison_id=comparison_id)
