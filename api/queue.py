@@ -14,6 +14,7 @@ from typing import Any
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
+from tuner.compose import resolve_slo, resolve_workload
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow, StudyStatus
 from tuner.domain.workload import format_slo
@@ -24,7 +25,6 @@ from tuner.spec.study import (
     StudySpec,
     spec_from_mapping,  # the spec file's own rules
 )
-from tuner.study.compose import resolve_slo, resolve_workload
 
 WHERE = "request body"
 NAME_MAX = 255  # the column's width

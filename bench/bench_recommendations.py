@@ -47,6 +47,7 @@ def build_database(url: str, trials: int) -> None:
     """Two finished studies of ``trials`` trials each, like the API tests' database."""
     from tuner.catalog.gpus import get_gpu
     from tuner.catalog.models import resolve_model
+    from tuner.compose import StudyContext
     from tuner.db.migrate import upgrade
     from tuner.db.repository import Repository
     from tuner.db.session import make_engine
@@ -54,7 +55,7 @@ def build_database(url: str, trials: int) -> None:
     from tuner.load.workloads import WORKLOADS
     from tuner.space import SearchSpace
     from tuner.spec.study import StudySpec
-    from tuner.study.loop import StudyContext, run_study
+    from tuner.study.loop import run_study
     from tuner.testing.fake_runner import FakeRunner
 
     upgrade(url)

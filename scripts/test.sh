@@ -15,6 +15,8 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache  # pyproject's layers: imports point down the pipeline
+bash scripts/wheel-check.sh  # the wheel, installed in a fresh venv, as a user gets it
 # A throwaway PostgreSQL server for tests/postgres (TUNER_REQUIRE_POSTGRES=1 turns their skip into
 # a failure); the trap stops it and removes its directory however pytest ends.
 PG_DIR="$(mktemp -d /tmp/tuner-pg.XXXXXX)"

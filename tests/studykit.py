@@ -18,6 +18,7 @@ from alembic.runtime.migration import MigrationContext
 from tuner.abtest.compare import Arm, compare
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
+from tuner.compose import StudyContext
 from tuner.db import migrate
 from tuner.db.migrate import upgrade
 from tuner.db.models import VERSION_TABLE, Base
@@ -29,7 +30,6 @@ from tuner.load.workloads import WORKLOADS
 from tuner.runner.vllm import Hardware, RunnerSettings, VllmTrialRunner
 from tuner.space import SearchSpace
 from tuner.spec.study import StudySpec
-from tuner.study.loop import StudyContext
 from tuner.testing.fake_runner import FakeRunner
 
 # Small enough that a fake-server trial takes well under a second.

@@ -41,7 +41,7 @@ _PUBLIC = {
     "TrialRunner": "tuner.runner.vllm",
     "VllmTrialRunner": "tuner.runner.vllm",
     "LoadGenerator": "tuner.load.generator",
-    "prepare": "tuner.study.compose",
+    "prepare": "tuner.compose",
     "run_study": "tuner.study.loop",
     "rank": "tuner.study.loop",
     "best_first": "tuner.scoring.ranking",

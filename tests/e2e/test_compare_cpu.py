@@ -17,12 +17,12 @@ import pytest
 
 from tests.studykit import processes_mentioning
 from tuner.abtest.compare import Arm, compare, run_interleaved
+from tuner.compose import prepare
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import TrialStatus
 from tuner.scoring.significance import NO_DIFFERENCE, WORSE
 from tuner.spec.study import StudySpec
-from tuner.study.compose import prepare
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).parents[2]

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.studykit import processes_mentioning
+from tuner.compose import prepare
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.spec.study import DEFAULT_SPEC_PATH, load_spec
-from tuner.study.compose import prepare
 from tuner.testing.contract import check_complete, check_failed
 
 pytestmark = pytest.mark.e2e

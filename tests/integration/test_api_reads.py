@@ -16,10 +16,11 @@ from api.app import create_app
 from api.settings import ApiSettings
 from tests.studykit import TINY_WORKLOAD, fake_server_runner, make_context, make_repo
 from tuner.catalog.gpus import get_gpu
+from tuner.compose import StudyContext
 from tuner.db.repository import Repository
 from tuner.domain import ServingConfig
 from tuner.space import SearchSpace
-from tuner.study.loop import StudyContext, run_study
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 CHAT = TINY_WORKLOAD.replace(name="chat")

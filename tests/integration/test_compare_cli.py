@@ -1,5 +1,5 @@
 """`tuner compare` and `tuner verify-claims` end to end as subprocesses, on the fake server
-(the test seam $TUNER_SERVER_MODULE of tuner.study.compose.prepare): real launches, ports, load and
+(the test seam $TUNER_SERVER_MODULE of tuner.compose.prepare): real launches, ports, load and
 storage, at about a second a launch."""
 
 from __future__ import annotations

@@ -185,8 +185,8 @@ def test_a_capacity_study_ranks_by_the_curve_under_the_slo(db_url: str) -> None:
 
 
 def test_the_capacity_objective_needs_a_ladder(tmp_path: Path) -> None:
+    from tuner.compose import resolve_workload
     from tuner.spec.study import StudySpec
-    from tuner.study.compose import resolve_workload
 
     spec = StudySpec(workload="smoke").with_overrides(objective="capacity")
     with pytest.raises(UsageError, match="one load point") as info:

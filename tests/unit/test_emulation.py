@@ -10,13 +10,13 @@ import pytest
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
+from tuner.compose import check_fits
 from tuner.domain import ServingConfig
 from tuner.errors import HardwareMismatch, UsageError
 from tuner.results.recommend import Recommendation
 from tuner.runner.hardware import check_hardware
 from tuner.runner.vllm import RunnerSettings, VllmTrialRunner
 from tuner.spec.study import StudySpec
-from tuner.study.compose import check_fits
 from tuner.telemetry.nvml import DetectedGpu
 
 H200 = DetectedGpu(

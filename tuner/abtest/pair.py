@@ -22,6 +22,7 @@ from tuner.abtest.guard import finding_of
 from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
+from tuner.compose import resolve_workload
 from tuner.domain import GpuProfile, ModelSpec, Provenance, TrialResult, Workload, to_jsonable
 from tuner.scoring.significance import is_inconclusive
 from tuner.space import SearchSpace
@@ -33,7 +34,6 @@ from tuner.spec.configs import (
     with_overrides,
 )
 from tuner.spec.study import StudySpec
-from tuner.study.compose import resolve_workload
 
 NOT_MEASURED = "not measured"
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from tuner.abtest.compare import Arm, RunCallback
 from tuner.abtest.guard import FindingGuard
 from tuner.abtest.launchlog import LaunchLog, run_logged
+from tuner.compose import prepare, tuner_home
 from tuner.domain import GpuProfile, ModelSpec, Provenance, ServingConfig, TrialResult, Workload
-from tuner.study.compose import prepare, tuner_home
 
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
@@ -204,7 +204,7 @@ def open_bench(
     gpu: GpuProfile,
     launches: int,
 ) -> Bench:
-    """Set the machine up for ``spec`` (:func:`tuner.study.compose.prepare`: a TunerError
+    """Set the machine up for ``spec`` (:func:`tuner.compose.prepare`: a TunerError
     before anything is written when it cannot be) and wrap its runner in the finding guard."""
     prepared = prepare(spec, storage_url)
     return Bench(

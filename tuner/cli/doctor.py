@@ -117,8 +117,8 @@ def doctor_command(
     as_json: JsonOpt = False,
 ) -> None:
     """What this machine can tune, and what would stop a study (exit 1), with the fix."""
+    from tuner.compose import default_vllm_python
     from tuner.doctor.report import examine
-    from tuner.study.compose import default_vllm_python
 
     report = examine(
         gpu=gpu, vllm_python=vllm_python or default_vllm_python(), storage_url=storage_url(storage)

@@ -129,7 +129,7 @@ def run_launch(
     """The whole command: choose the configuration (from ``api``, else the store
     ``open_repo`` opens, after the options are checked), build the command, then print it
     (``print_only``) or serve it. Returns the exit code."""
-    from tuner.study.compose import default_vllm_python, tuner_home
+    from tuner.compose import default_vllm_python, tuner_home
 
     profile = get_gpu(gpu)
     chosen = _objective(objective)

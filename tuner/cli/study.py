@@ -79,7 +79,7 @@ def run(
         emulate=emulate or None,
     )
     from tuner.cli.progress import ConsoleReporter
-    from tuner.study.compose import prepare
+    from tuner.compose import prepare
     from tuner.study.loop import run_study
     from tuner.vllm.interrupts import sigterm_as_interrupt
 

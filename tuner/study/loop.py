@@ -23,46 +23,25 @@ from typing import Any, Protocol
 import optuna
 from sqlalchemy import exc as sa_exc
 
+from tuner.compose import StudyContext
 from tuner.db.repository import Repository
 from tuner.db.session import storage_error
 from tuner.domain import (
     Estimate,
     FailureClass,
-    GpuProfile,
-    ModelSpec,
     Objective,
     ServingConfig,
     Slo,
     TrialResult,
     TrialStatus,
-    Workload,
     interrupted,
 )
 from tuner.errors import UsageError
 from tuner.runner.vllm import TrialRunner
 from tuner.scoring import objectives as scoring
 from tuner.scoring.ranking import Standing, best_first
-from tuner.space import SearchSpace
-from tuner.spec.study import StudySpec
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
-
-
-@dataclass(frozen=True)
-class StudyContext:
-    """Everything resolved from a spec, ready to run."""
-
-    name: str
-    spec: StudySpec
-    model: ModelSpec
-    gpu: GpuProfile
-    workload: Workload
-    slo: Slo
-    space: SearchSpace
-    storage_url: str
-    vllm_version: str
-    serve_model: str  # what a ready `vllm serve` line names: weights dir, hub id or dummy dir
-    emulated: bool = False
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def run_worker(
     reporter_factory: Callable[[], object] | None = None,
 ) -> int:
     """Take and run queued studies; returns how many were taken. ``once``: stop when idle."""
-    from tuner.study.compose import prepare
+    from tuner.compose import prepare
     from tuner.study.loop import run_study
 
     taken = 0

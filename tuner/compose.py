@@ -25,7 +25,6 @@ from tuner.spec.study import StudySpec
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
     from tuner.runner.vllm import VllmTrialRunner
-    from tuner.study.loop import StudyContext
 
 
 def tuner_home() -> Path:
@@ -34,6 +33,23 @@ def tuner_home() -> Path:
 
 def default_vllm_python() -> str:
     return os.environ.get("TUNER_VLLM_PYTHON") or sys.executable
+
+
+@dataclass(frozen=True)
+class StudyContext:
+    """Everything resolved from a spec, ready to run."""
+
+    name: str
+    spec: StudySpec
+    model: ModelSpec
+    gpu: GpuProfile
+    workload: Workload
+    slo: Slo
+    space: SearchSpace
+    storage_url: str
+    vllm_version: str
+    serve_model: str  # what a ready `vllm serve` line names: weights dir, hub id or dummy dir
+    emulated: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,7 +131,6 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     from tuner.db.session import make_engine
     from tuner.runner.hardware import check_hardware
     from tuner.runner.vllm import VLLM_MODULE, RunnerSettings, VllmTrialRunner
-    from tuner.study.loop import StudyContext
     from tuner.telemetry.nvml import detect_gpus
     from tuner.vllm.leases import reap_orphans
     from tuner.vllm.version import VllmInstall, detect_vllm

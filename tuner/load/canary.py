@@ -1,0 +1,348 @@
+"""The canary: request shapes a real client sends that a study's workload never does.
+
+A configuration is only worth recommending if its server survives what clients send. A study's
+warm-up and windows use the workload's own shapes (say 512-token prompts); a vLLM build that
+dies on a 3-token first prompt, or a flag that breaks ``n`` > 1 or logprobs, passes them and
+fails in production. So before a configuration can be recommended its server answers this
+fixed set, in this order (a fresh server's first requests are part of the test):
+
+==================  ===================================================================
+``first-1-token``   a 1-token prompt, the first request the server sees
+``first-3-token``   a 3-token prompt
+``chat-system``     a chat request with a system prompt
+``max-model-len``   a prompt that fills the context (max-model-len minus the 8 generated)
+``sampling``        temperature 0.8, top-p 0.9, a seed
+``n-2``             two completions of one prompt
+``logprobs``        the top-2 log-probabilities of every generated token
+``stop-string``     a stop string
+``streamed``        a streamed completion with its usage chunk, ending in ``[DONE]``
+``cancelled``       a streamed request dropped after its first tokens
+``still-serving``   a plain request after all of the above
+==================  ===================================================================
+
+Each answer is checked for its form (status 200, the choices asked for, the exact prompt
+length where the prompt is token ids, a finish reason, tokens within ``max_tokens``), and the
+server for life (``GET /health``) after it. The first failure ends the run: the shape that
+broke the server is the finding. :data:`QUICK` (the first three) runs on every trial's server
+before its warm-up; :data:`FULL` on a configuration's first confirmation launch and in
+``tuner launch`` before it announces the server.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from tuner.load.prompts import PromptFactory
+
+GENERATED = 8  # tokens asked of each request (the cancelled one asks for more)
+CANCEL_AFTER_CHUNKS = 2
+HEALTH_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class ShapeOutcome:
+    """One shape's answer: ``ok``, or what was wrong with it and whether the server lived."""
+
+    shape: str
+    ok: bool
+    detail: str = ""
+    seconds: float = 0.0
+    server_alive: bool = True
+
+
+@dataclass(frozen=True)
+class CanaryReport:
+    outcomes: tuple[ShapeOutcome, ...]
+    shapes: tuple[str, ...]  # the set that was asked for, in order
+    skipped: tuple[str, ...] = ()  # not sent: an earlier shape failed
+
+    @property
+    def passed(self) -> bool:
+        return all(o.ok for o in self.outcomes) and not self.skipped
+
+    @property
+    def broken_by(self) -> ShapeOutcome | None:
+        return next((o for o in self.outcomes if not o.ok), None)
+
+    def summary(self) -> str:
+        """One line: "canary passed (11 shapes)" or which shape broke what."""
+        bad = self.broken_by
+        if bad is None:
+            return f"canary passed ({len(self.outcomes)} shapes)"
+        alive = "the server kept serving" if bad.server_alive else "the server died"
+        return f"canary failed at {bad.shape!r}: {bad.detail} ({alive})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "summary": self.summary(),
+            "shapes": list(self.shapes),
+            "skipped": list(self.skipped),
+            "outcomes": [o.__dict__ for o in self.outcomes],
+        }
+
+
+class CanaryError(Exception):
+    """An answer of the wrong form (the message says what was expected)."""
+
+
+@dataclass
+class _Context:
+    client: httpx.Client
+    model: str
+    prompts: PromptFactory
+    max_model_len: int | None
+    chat_text: Callable[[int], str]
+    notes: list[str] = field(default_factory=list)
+
+
+Shape = Callable[[_Context], None]
+
+
+def _completion(ctx: _Context, prompt: Any, **params: Any) -> dict[str, Any]:
+    body = {"model": ctx.model, "prompt": prompt, "max_tokens": GENERATED, **params}
+    answer = ctx.client.post("/v1/completions", json=body)
+    return _json_answer(answer)
+
+
+def _json_answer(answer: httpx.Response) -> dict[str, Any]:
+    if answer.status_code != 200:
+        raise CanaryError(f"HTTP {answer.status_code}: {answer.text[:300]}")
+    try:
+        data = answer.json()
+    except ValueError:
+        raise CanaryError(f"not JSON: {answer.text[:200]!r}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        raise CanaryError(f"no choices in the answer: {str(data)[:200]}")
+    return data
+
+
+def _check_choices(data: dict[str, Any], n: int, prompt_tokens: int | None = None) -> None:
+    choices = data["choices"]
+    if len(choices) != n:
+        raise CanaryError(f"{len(choices)} choices, {n} asked for")
+    for choice in choices:
+        text = choice.get("text", (choice.get("message") or {}).get("content"))
+        if not isinstance(text, str):
+            raise CanaryError(f"a choice without text: {str(choice)[:200]}")
+        if choice.get("finish_reason") not in ("stop", "length"):
+            raise CanaryError(f"finish_reason {choice.get('finish_reason')!r}")
+    usage = data.get("usage") or {}
+    done = usage.get("completion_tokens")
+    if not isinstance(done, int) or not 0 <= done <= GENERATED * n:
+        raise CanaryError(f"completion_tokens {done!r} for max_tokens {GENERATED} x {n}")
+    if prompt_tokens is not None and usage.get("prompt_tokens") != prompt_tokens:
+        raise CanaryError(f"prompt_tokens {usage.get('prompt_tokens')!r}, sent {prompt_tokens}")
+
+
+def _ids(ctx: _Context, n: int) -> list[int]:
+    return ctx.prompts.token_ids(n)
+
+
+def _first_1_token(ctx: _Context) -> None:
+    _check_choices(_completion(ctx, _ids(ctx, 1), temperature=0), 1, prompt_tokens=1)
+
+
+def _first_3_token(ctx: _Context) -> None:
+    _check_choices(_completion(ctx, _ids(ctx, 3), temperature=0), 1, prompt_tokens=3)
+
+
+def _chat_system(ctx: _Context) -> None:
+    body = {
+        "model": ctx.model,
+        "messages": [
+            {"role": "system", "content": ctx.chat_text(6)},
+            {"role": "user", "content": ctx.chat_text(2)},
+        ],
+        "max_tokens": GENERATED,
+        "temperature": 0,
+    }
+    data = _json_answer(ctx.client.post("/v1/chat/completions", json=body))
+    _check_choices(data, 1)
+    if data["choices"][0].get("message", {}).get("role") != "assistant":
+        raise CanaryError(f"not an assistant message: {str(data['choices'][0])[:200]}")
+
+
+def _max_model_len(ctx: _Context) -> None:
+    if ctx.max_model_len is None:
+        raise CanaryError("the server does not report its max_model_len in /v1/models")
+    n = ctx.max_model_len - GENERATED
+    data = _completion(ctx, _ids(ctx, n), temperature=0)
+    _check_choices(data, 1, prompt_tokens=n)
+
+
+def _sampling(ctx: _Context) -> None:
+    data = _completion(ctx, _ids(ctx, 16), temperature=0.8, top_p=0.9, seed=1)
+    _check_choices(data, 1, prompt_tokens=16)
+
+
+def _n_2(ctx: _Context) -> None:
+    _check_choices(_completion(ctx, _ids(ctx, 16), temperature=0.8, n=2, seed=2), 2)
+
+
+def _logprobs(ctx: _Context) -> None:
+    data = _completion(ctx, _ids(ctx, 16), temperature=0, logprobs=2)
+    _check_choices(data, 1)
+    logprobs = data["choices"][0].get("logprobs") or {}
+    tokens, top = logprobs.get("tokens"), logprobs.get("top_logprobs")
+    if not isinstance(tokens, list) or not isinstance(top, list) or len(tokens) != len(top):
+        raise CanaryError(f"logprobs without tokens / top_logprobs: {str(logprobs)[:200]}")
+    if any(not isinstance(t, dict) or not t for t in top):
+        raise CanaryError("an empty top_logprobs entry")
+
+
+def _stop_string(ctx: _Context) -> None:
+    data = _completion(ctx, _ids(ctx, 16), temperature=0, stop=["\n", ctx.chat_text(1)])
+    _check_choices(data, 1)
+
+
+def _stream(ctx: _Context, max_tokens: int) -> Iterator[dict[str, Any]]:
+    body = {
+        "model": ctx.model,
+        "prompt": _ids(ctx, 16),
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with ctx.client.stream("POST", "/v1/completions", json=body) as answer:
+        if answer.status_code != 200:
+            raise CanaryError(f"HTTP {answer.status_code}: {answer.read()[:300]!r}")
+        for line in answer.iter_lines():
+            if not line.strip():
+                continue
+            if not line.startswith("data: "):
+                raise CanaryError(f"not a server-sent event: {line[:120]!r}")
+            payload = line[len("data: ") :]
+            if payload == "[DONE]":
+                yield {"done": True}
+                return
+            try:
+                yield json.loads(payload)
+            except ValueError:
+                raise CanaryError(f"an event that is not JSON: {payload[:120]!r}") from None
+    raise CanaryError("the stream ended without [DONE]")
+
+
+def _streamed(ctx: _Context) -> None:
+    text, usage, done = "", None, False
+    for event in _stream(ctx, GENERATED):
+        if event.get("done"):
+            done = True
+            break
+        if "error" in event:
+            raise CanaryError(f"error event: {str(event['error'])[:200]}")
+        for choice in event.get("choices") or []:
+            text += choice.get("text") or ""
+        usage = event.get("usage") or usage
+    if not done or usage is None:
+        raise CanaryError("no usage chunk before [DONE]")
+    if not 0 <= int(usage.get("completion_tokens", -1)) <= GENERATED:
+        raise CanaryError(f"usage {usage}")
+
+
+def _cancelled(ctx: _Context) -> None:
+    chunks = 0
+    for event in _stream(ctx, 512):
+        if event.get("done"):
+            ctx.notes.append("cancelled: the stream ended before it could be dropped")
+            return
+        if event.get("choices"):
+            chunks += 1
+        if chunks >= CANCEL_AFTER_CHUNKS:
+            return  # leaving the with-block closes the connection mid-stream
+
+
+def _still_serving(ctx: _Context) -> None:
+    _check_choices(_completion(ctx, _ids(ctx, 4), temperature=0), 1, prompt_tokens=4)
+
+
+SHAPES: dict[str, Shape] = {
+    "first-1-token": _first_1_token,
+    "first-3-token": _first_3_token,
+    "chat-system": _chat_system,
+    "max-model-len": _max_model_len,
+    "sampling": _sampling,
+    "n-2": _n_2,
+    "logprobs": _logprobs,
+    "stop-string": _stop_string,
+    "streamed": _streamed,
+    "cancelled": _cancelled,
+    "still-serving": _still_serving,
+}
+FULL: tuple[str, ...] = tuple(SHAPES)
+QUICK: tuple[str, ...] = ("first-1-token", "first-3-token", "chat-system")
+
+
+def server_max_model_len(client: httpx.Client, model: str) -> int | None:
+    """The context length ``/v1/models`` reports for ``model`` (vLLM's ``max_model_len``)."""
+    try:
+        data = client.get("/v1/models").json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    for entry in data.get("data") or []:
+        if entry.get("id") == model and isinstance(entry.get("max_model_len"), int):
+            return int(entry["max_model_len"])
+    return None
+
+
+def _alive(client: httpx.Client) -> bool:
+    try:
+        return client.get("/health", timeout=HEALTH_TIMEOUT_S).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def run_canary(
+    base_url: str,
+    model: str,
+    *,
+    shapes: Sequence[str] = FULL,
+    prompts: PromptFactory | None = None,
+    max_model_len: int | None = None,
+    timeout_s: float = 120.0,
+    alive: Callable[[], bool] | None = None,
+) -> CanaryReport:
+    """Send ``shapes`` to the server at ``base_url`` (without ``/v1``), in order, and check
+    each answer and the server's life after it. ``alive`` adds a check of its own (the
+    runner's: is the server process still running?) to ``GET /health``."""
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        raise ValueError(f"unknown canary shapes {unknown}: use {list(SHAPES)}")
+    prompts = prompts or PromptFactory(1024, synthetic=False)
+    synthetic = prompts.synthetic
+    outcomes: list[ShapeOutcome] = []
+    with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s) as client:
+        ctx = _Context(
+            client=client,
+            model=model,
+            prompts=prompts,
+            max_model_len=max_model_len or server_max_model_len(client, model),
+            chat_text=(
+                (lambda n: " ".join(f"t{i + 1}" for i in range(n)))
+                if synthetic
+                else (lambda n: " ".join(["Please", "answer", "in", "a", "few", "words"][:n]))
+            ),
+        )
+        for i, name in enumerate(shapes):
+            started = time.perf_counter()
+            try:
+                SHAPES[name](ctx)
+                detail, ok = "", True
+            except CanaryError as exc:
+                detail, ok = str(exc), False
+            except httpx.HTTPError as exc:
+                detail, ok = f"{type(exc).__name__}: {exc}", False
+            living = _alive(client) and (alive is None or alive())
+            if ok and not living:
+                detail, ok = "the answer came, then the server stopped answering /health", False
+            outcomes.append(ShapeOutcome(name, ok, detail, time.perf_counter() - started, living))
+            if not ok:
+                return CanaryReport(tuple(outcomes), tuple(shapes), tuple(shapes[i + 1 :]))
+    return CanaryReport(tuple(outcomes), tuple(shapes))
