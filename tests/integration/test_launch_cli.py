@@ -317,9 +317,11 @@ def test_a_server_that_fails_is_reported_with_its_log(tmp_path: Path, db_url: st
     text = " ".join(start.stderr.split())
     assert "exited with code 1 during start-up" in text and "whole log: .tuner/logs/" in text
 
-    # Dies on its first request: tuner notices, shows the log, exits 1, leaves nothing.
+    # Dies on a client's first request, once announced (after the 3 quick canary shapes, the
+    # smoke workload's 8 warm-up requests and the 11 of the full canary): tuner notices, shows
+    # the log, exits 1, leaves nothing.
     port = free_port()
-    crash = {**env, "TUNER_FAKE_FAULT": "crash_mid_load", "TUNER_FAKE_CRASH_AFTER": "0"}
+    crash = {**env, "TUNER_FAKE_FAULT": "crash_mid_load", "TUNER_FAKE_CRASH_AFTER": "22"}
     command = [sys.executable, "-m", "tuner", *LAUNCH, "--storage", db_url]
     proc = subprocess.Popen(
         [*command, "--port", str(port), *FAKE_SERVER],

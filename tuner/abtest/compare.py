@@ -77,8 +77,12 @@ def run_interleaved(
     on_start: Callable[[int, int, Arm], None] | None = None,
     on_phase: PhaseCallback | None = None,
     done: Sequence[Sequence[TrialResult]] | None = None,
+    first_canary: Sequence[str] | None = None,
 ) -> list[list[TrialResult]]:
     """Launch each arm ``launches`` times, round-robin; results per arm in launch order.
+
+    ``first_canary``: the canary shapes of each arm's first launch (the confirmation asks
+    for the full set there); the other launches get the runner's default, the quick set.
 
     An arm whose launch fails with a *finding* (it cannot start here) is not launched again:
     repeating a configuration that does not fit measures nothing. ``done``: per arm, launches
@@ -102,7 +106,12 @@ def run_interleaved(
                 continue
             if on_start:
                 on_start(index, total, arm)
-            result = runner.run(arm.config, workload, slo=slo, on_phase=on_phase)
+            if first_canary is not None and not results[i]:
+                result = runner.run(
+                    arm.config, workload, slo=slo, on_phase=on_phase, canary=first_canary
+                )
+            else:
+                result = runner.run(arm.config, workload, slo=slo, on_phase=on_phase)
             results[i].append(result)
             if result.failure is not None and result.failure.is_finding:
                 hopeless.add(i)

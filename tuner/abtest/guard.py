@@ -18,6 +18,7 @@ from tuner.domain import (
     TrialStatus,
     Workload,
 )
+from tuner.load.canary import QUICK
 
 if TYPE_CHECKING:
     from tuner.runner.vllm import PhaseCallback, TrialRunner
@@ -43,6 +44,7 @@ class FindingGuard:
         *,
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
+        canary: Sequence[str] = QUICK,
     ) -> TrialResult:
         failed = dominated_by(self.model, config, self.failures)
         if failed is not None:
@@ -54,7 +56,7 @@ class FindingGuard:
                 failure_detail=f"{failed.label()} could not start here ({cls.value}) and "
                 "this asks at least as much",
             )
-        result = self.runner.run(config, workload, slo=slo, on_phase=on_phase)
+        result = self.runner.run(config, workload, slo=slo, on_phase=on_phase, canary=canary)
         if result.failure is not None and result.failure.is_finding:
             self.failures.append((config, result.failure))
         return result

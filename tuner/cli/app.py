@@ -9,7 +9,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from tuner.cli import catalog, db, doctor, export, launch, load, serve, study
+from tuner.cli import canary, catalog, db, doctor, export, launch, load, serve, study
 from tuner.cli.common import err
 from tuner.cli.compare import compare
 from tuner.cli.verify import verify_claims
@@ -36,6 +36,7 @@ app.command("compare")(compare)
 app.command("verify-claims")(verify_claims)
 app.command()(export.export)
 app.command()(load.load)
+app.command()(canary.canary)
 app.command("launch")(launch.launch_command)
 app.command("serve")(serve.serve_command)
 app.command()(study.worker)

@@ -22,13 +22,14 @@ from rich.markup import escape
 from tuner.catalog.gpus import get_gpu
 from tuner.cli.common import StorageOpt, err, open_repo, out, storage_url
 from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
-from tuner.domain import GpuProfile, Objective
-from tuner.errors import EnvironmentProblem, ServerFailure, TunerError, UsageError
+from tuner.domain import FailureClass, GpuProfile, Objective
+from tuner.errors import EnvironmentProblem, TrialFailure, TunerError, UsageError
 from tuner.vllm import argv
 from tuner.vllm.procgroup import kill_group
 
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
+    from tuner.vllm.server import VllmServer
 
 Say = Callable[[str], None]
 POLL_S = 0.5
@@ -47,11 +48,14 @@ def serve(
     lease_dir: Path | None,
     startup_timeout_s: float,
     say: Say,
+    prepare: Callable[[VllmServer], None] | None = None,
 ) -> int:
-    """Start the server, wait until it answers as ours, print its base URL, and serve until a
-    stop signal (exit code 0) or until it dies by itself (1, after its log tail). Start-up
-    failures raise TunerError naming the log. No process of the server is left either way.
-    Must run in the main thread (it installs signal handlers, restored on return)."""
+    """Start the server, wait until it answers as ours, ``prepare`` it (warm-up and canary:
+    :func:`tuner.deploy.readiness.make_ready`), print its base URL, and serve until a stop
+    signal (exit code 0) or until it dies by itself (1, after its log tail). Start-up and
+    canary failures raise TunerError naming the log and what broke. No process of the server
+    is left either way. Must run in the main thread (it installs signal handlers, restored
+    on return)."""
     from tuner.vllm.server import VllmServer
 
     server = VllmServer(
@@ -72,9 +76,21 @@ def serve(
             server.start()
             startup_s = server.wait_ready(startup_timeout_s)
             server.verify_identity()
-        except ServerFailure as exc:
+            if prepare is not None:
+                say(f"up in {startup_s:.0f} s; not announced before its warm-up and canary")
+                prepare(server)
+        except TrialFailure as exc:
             _tail(exc.log_tail or server.log_tail(), say)
-            raise TunerError(exc.message, hint=f"the server's whole log: {log_path}") from None
+            what = (
+                "the server failed a request shape a client may send: "
+                if (exc.failure is FailureClass.CANARY_FAILED)
+                else ""
+            )
+            raise TunerError(
+                what + exc.message,
+                hint=f"not served; the server's whole log: {log_path}. Another configuration: "
+                "tuner launch --objective ..., or measure again with `tuner run`",
+            ) from None
         say(f"ready in {startup_s:.0f} s")
         say(f"base URL: {server.base_url}/v1")
         say(f'model: "{launch.served_model_name}" (any api_key); Ctrl-C stops the server')
@@ -184,7 +200,23 @@ def run_launch(
         lease_dir=home / "leases",
         startup_timeout_s=startup_timeout_s,
         say=say,
+        prepare=lambda server: _make_ready(server, launch, measured, say),
     )
+
+
+def _make_ready(server: VllmServer, launch: LaunchPlan, measured: Measured, say: Say) -> None:
+    from tuner.deploy.readiness import make_ready
+
+    ready = make_ready(
+        server.base_url,
+        launch.served_model_name,
+        model=measured.model,
+        workload=measured.workload,
+        synthetic_tokenizer=launch.synthetic_tokenizer,
+        alive=server.is_alive,
+        say=say,
+    )
+    say(ready.canary.summary())
 
 
 def _objective(text: str | None) -> Objective | None:

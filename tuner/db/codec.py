@@ -129,6 +129,7 @@ def decode_server(data: Mapping[str, Any] | None) -> ServerInfo | None:
     fields = _known(ServerInfo, data)
     fields["argv"] = tuple(fields.get("argv") or ())
     fields["env"] = dict(fields.get("env") or {})
+    fields["canary"] = tuple(fields.get("canary") or ())
     return ServerInfo(**fields)
 
 

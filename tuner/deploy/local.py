@@ -181,6 +181,8 @@ class LaunchPlan:
     served_model_name: str
     vllm_version: str
     notes: tuple[str, ...] = ()
+    # Served with tuner's synthetic tokenizer (a model without weights): prompts are its words.
+    synthetic_tokenizer: bool = False
 
     def shell(self) -> str:
         """The command as one shell line, environment assignments first."""
@@ -263,4 +265,5 @@ def plan(
         served_model_name=measured.model,
         vllm_version=vllm_version,
         notes=tuple(notes),
+        synthetic_tokenizer=tokenizer is not None,
     )

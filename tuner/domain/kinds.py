@@ -31,6 +31,9 @@ class FailureClass(enum.StrEnum):
     MEMORY_EXCEEDED = "memory_exceeded"  # requested memory (utilization) not available
     KV_CACHE_INSUFFICIENT = "kv_cache_insufficient"  # max-model-len does not fit the KV cache
     UNSUPPORTED = "unsupported"  # backend / dtype rejected by this vLLM on this hardware
+    # The server died or answered wrongly on a request shape of the canary
+    # (tuner.load.canary): it would fail a real client, so it is never recommended.
+    CANARY_FAILED = "canary_failed"
     START_FAILED = "start_failed"  # exited during start-up for another reason
     TIMEOUT = "timeout"  # not ready before the deadline
     CRASHED = "crashed"  # died while under load
@@ -51,6 +54,7 @@ _FINDINGS = frozenset(
         FailureClass.MEMORY_EXCEEDED,
         FailureClass.KV_CACHE_INSUFFICIENT,
         FailureClass.UNSUPPORTED,
+        FailureClass.CANARY_FAILED,
     }
 )
 

@@ -170,6 +170,8 @@ class ServerInfo:
     flash_attn_version: int | None = None
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
+    # The canary shapes (tuner.load.canary) this launch answered before it was measured.
+    canary: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from tuner.load.prompts import PromptFactory
 
 GENERATED = 8  # tokens asked of each request (the cancelled one asks for more)
 CANCEL_AFTER_CHUNKS = 2
+CANCELLED_TOKENS = 512  # asked of the request that is dropped (fewer if the context is short)
 HEALTH_TIMEOUT_S = 10.0
 
 
@@ -249,7 +250,8 @@ def _streamed(ctx: _Context) -> None:
 
 def _cancelled(ctx: _Context) -> None:
     chunks = 0
-    for event in _stream(ctx, 512):
+    room = (ctx.max_model_len - 16) if ctx.max_model_len else CANCELLED_TOKENS
+    for event in _stream(ctx, max(GENERATED, min(CANCELLED_TOKENS, room))):
         if event.get("done"):
             ctx.notes.append("cancelled: the stream ended before it could be dropped")
             return
@@ -318,7 +320,7 @@ def run_canary(
     prompts = prompts or PromptFactory(1024, synthetic=False)
     synthetic = prompts.synthetic
     outcomes: list[ShapeOutcome] = []
-    with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s) as client:
+    with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s, trust_env=False) as client:
         ctx = _Context(
             client=client,
             model=model,

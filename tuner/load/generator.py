@@ -129,39 +129,12 @@ class LoadGenerator:
         max_error_rate: float,
     ) -> LoadReport:
         points = workload.load_points()
-        # The semaphore in _phase is the concurrency limit; the pool must not add its own.
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=None)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.request_timeout_s))
         lag = LoopLag()
-        async with aiohttp.ClientSession(
-            connector=connector,
-            timeout=timeout,
-            trust_env=False,  # a proxy from the environment must not sit between us and vLLM
-            auto_decompress=False,
-        ) as session:
+        async with self._session() as session:
             lag.start()
             try:
                 started = time.perf_counter()
-                # Warm-up runs closed-loop at the highest concurrency whatever the arrival
-                # process: it is there to compile and cache the shapes, not to be timed.
-                warm = [
-                    PlannedRequest(p.prompt_tokens, p.output_tokens, p.shared_prefix_tokens, None)
-                    for p in plan_requests(workload, workload.warmup_requests, seed=0)
-                ]
-                if warm:
-                    done = 0
-
-                    def warmed() -> None:
-                        nonlocal done
-                        done += 1
-                        if on_phase:
-                            on_phase("warmup", done, len(warm))
-
-                    if on_phase:
-                        on_phase("warmup", 0, len(warm))
-                    top = max(p.concurrency for p in points)
-                    records, _ = await self._phase(session, warm, top, should_abort, warmed)
-                    _check_errors(records, "warm-up", max_error_rate)
+                await self._warm_up(session, workload, on_phase, should_abort, max_error_rate)
                 warmup_s = time.perf_counter() - started
 
                 windows: list[WindowMetrics] = []
@@ -196,6 +169,68 @@ class LoadGenerator:
             finally:
                 await lag.stop()
         return LoadReport(tuple(windows), tuple(per_window), warmup_s)
+
+    def warm_up(
+        self,
+        workload: Workload,
+        *,
+        on_phase: PhaseCallback | None = None,
+        should_abort: AbortCheck | None = None,
+        max_error_rate: float = 0.5,
+    ) -> float:
+        """Only the warm-up of :meth:`run` (the workload's own shapes, closed-loop at its
+        highest concurrency, untimed); returns its seconds. ``tuner launch`` sends it before it
+        announces a server, as a trial does before it measures."""
+        _validate(workload)
+
+        async def warm() -> float:
+            started = time.perf_counter()
+            async with self._session() as session:
+                await self._warm_up(session, workload, on_phase, should_abort, max_error_rate)
+            return time.perf_counter() - started
+
+        return asyncio.run(warm())
+
+    def _session(self) -> aiohttp.ClientSession:
+        # The semaphore in _phase is the concurrency limit; the pool must not add its own.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=None)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.request_timeout_s))
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            trust_env=False,  # a proxy from the environment must not sit between us and vLLM
+            auto_decompress=False,
+        )
+
+    async def _warm_up(
+        self,
+        session: aiohttp.ClientSession,
+        workload: Workload,
+        on_phase: PhaseCallback | None,
+        should_abort: AbortCheck | None,
+        max_error_rate: float,
+    ) -> None:
+        # Warm-up runs closed-loop at the highest concurrency whatever the arrival process: it
+        # is there to compile and cache the shapes, not to be timed.
+        warm = [
+            PlannedRequest(p.prompt_tokens, p.output_tokens, p.shared_prefix_tokens, None)
+            for p in plan_requests(workload, workload.warmup_requests, seed=0)
+        ]
+        if not warm:
+            return
+        done = 0
+
+        def warmed() -> None:
+            nonlocal done
+            done += 1
+            if on_phase:
+                on_phase("warmup", done, len(warm))
+
+        if on_phase:
+            on_phase("warmup", 0, len(warm))
+        top = max(p.concurrency for p in workload.load_points())
+        records, _ = await self._phase(session, warm, top, should_abort, warmed)
+        _check_errors(records, "warm-up", max_error_rate)
 
     async def _phase(
         self,

@@ -10,11 +10,12 @@ interrupt of the tuner itself propagates (after the server is stopped).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +34,7 @@ from tuner.domain import (
     Workload,
 )
 from tuner.errors import LoadFailure, ServerFailure, TrialFailure
+from tuner.load.canary import QUICK, run_canary
 from tuner.load.curve import trial_metrics
 from tuner.load.generator import LoadGenerator, LoadReport
 from tuner.load.prompts import PromptFactory
@@ -46,6 +48,7 @@ PhaseCallback = Callable[[str, str], None]
 """Called with (phase, detail): phase is one of starting, warming up, measuring, stopping."""
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+CANARY_TIMEOUT_S = 120.0  # one canary request (a CPU server prefills max-model-len slowly)
 
 
 class TrialRunner(Protocol):
@@ -58,7 +61,12 @@ class TrialRunner(Protocol):
         *,
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
-    ) -> TrialResult: ...
+        canary: Sequence[str] = QUICK,
+    ) -> TrialResult:
+        """One launch of ``config``, measured with ``workload``. Before its warm-up the server
+        answers the ``canary`` shapes (:mod:`tuner.load.canary`); one that breaks it makes the
+        trial a CANARY_FAILED finding."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -127,12 +135,14 @@ class VllmTrialRunner:
         *,
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
+        canary: Sequence[str] = QUICK,
     ) -> TrialResult:
         phase = on_phase or (lambda _p, _d: None)
         launch = self._prepare(config, workload)
         try:
             with launch.server:
                 self._start(launch, phase)
+                self._canary(launch, workload, canary, phase)
                 report = self._measure(launch, workload, slo, phase)
         except LoadFailure as exc:
             if not launch.server.is_alive() and exc.failure is not FailureClass.CRASHED:
@@ -217,6 +227,33 @@ class VllmTrialRunner:
         backend, fa = logparse.effective_backend(log)
         launch.info = _with_log_facts(launch.info, log, backend, fa, startup_s=startup_s)
 
+    def _canary(
+        self, launch: _Launch, workload: Workload, shapes: Sequence[str], phase: PhaseCallback
+    ) -> None:
+        """The canary's shapes on the fresh server; CANARY_FAILED naming the shape that broke
+        it (and whether the server survived), else ``launch.info.canary`` lists them."""
+        if not shapes:
+            return
+        phase("canary", f"{len(shapes)} request shapes")
+        server = launch.server
+        report = run_canary(
+            server.base_url,
+            launch.info.served_model_name,
+            shapes=shapes,
+            prompts=self._prompts(workload),
+            timeout_s=CANARY_TIMEOUT_S,
+            alive=server.is_alive,
+        )
+        if not report.passed:
+            raise ServerFailure(FailureClass.CANARY_FAILED, report.summary())
+        launch.info = dataclasses.replace(launch.info, canary=tuple(shapes))
+
+    def _prompts(self, workload: Workload) -> PromptFactory:
+        s = self.settings
+        return PromptFactory(
+            self.model.vocab_size, synthetic=s.synthetic_tokenizer, seed=workload.seed
+        )
+
     def _measure(
         self, launch: _Launch, workload: Workload, slo: Slo | None, phase: PhaseCallback
     ) -> LoadReport:
@@ -254,9 +291,7 @@ class VllmTrialRunner:
         return LoadGenerator(
             f"http://{s.host}:{launch.info.port}",
             launch.info.served_model_name,
-            PromptFactory(
-                self.model.vocab_size, synthetic=s.synthetic_tokenizer, seed=workload.seed
-            ),
+            self._prompts(workload),
             neighbours=HostNeighbours(
                 server_pid=lambda: server.pid,
                 gpu_pids=nvml_compute_pids(uuids) if self.hardware.is_gpu else None,
@@ -341,12 +376,8 @@ def _with_log_facts(
     startup_s: float | None = None,
 ) -> ServerInfo:
     tokens, concurrency = logparse.kv_cache_capacity(log)
-    return ServerInfo(
-        argv=info.argv,
-        env=info.env,
-        port=info.port,
-        served_model_name=info.served_model_name,
-        vllm_version=info.vllm_version,
+    return dataclasses.replace(
+        info,
         startup_s=startup_s if startup_s is not None else info.startup_s,
         effective_backend=backend,
         flash_attn_version=fa_version,

@@ -10,7 +10,8 @@ says how one of its items stands (:class:`Standing`); the order is decided here 
 3. on a tie, the more recently updated study (its numbers are the newer measurement);
 4. then the earlier trial of the study (the first configuration found to reach that score).
 
-Items that tie on all four keep the order they were given in.
+Items that tie on all four keep the order they were given in. Configurations that failed the
+canary are left out before any ordering (:func:`canary_broken`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
+
+from tuner.domain import FailureClass, ServingConfig
 
 T = TypeVar("T")
 
@@ -47,3 +50,20 @@ def best(items: Iterable[T], standing: Callable[[T], Standing]) -> T | None:
     """The first of :func:`best_first`, or None when there is nothing to rank."""
     ordered = best_first(items, standing)
     return ordered[0] if ordered else None
+
+
+class _Launched(Protocol):
+    @property
+    def config(self) -> ServingConfig: ...
+
+    @property
+    def failure(self) -> FailureClass | None: ...
+
+
+def canary_broken(trials: Iterable[_Launched]) -> frozenset[ServingConfig]:
+    """The configurations some launch of which failed the canary (:mod:`tuner.load.canary`).
+
+    They are never ranked nor recommended, whatever another launch of them measured: a server
+    that dies on a request shape a client may send is no recommendation.
+    """
+    return frozenset(t.config for t in trials if t.failure is FailureClass.CANARY_FAILED)

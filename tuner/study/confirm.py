@@ -26,6 +26,7 @@ from tuner.abtest.compare import Arm, compare, run_interleaved
 from tuner.db.repository import Repository
 from tuner.db.rows import ComparisonRow, TrialRow
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
+from tuner.load.canary import FULL
 from tuner.runner.vllm import TrialRunner
 from tuner.scoring import objectives as scoring
 from tuner.scoring.caveats import stored_window_note
@@ -97,6 +98,7 @@ def run_confirmation(
             on_run=finished,
             on_phase=reporter.phase,
             done=done,
+            first_canary=FULL,  # every candidate answers every shape before it can win
         )
     except BaseException:
         # The tuner is going down (Ctrl-C, SIGTERM): the launch in flight is recorded as

@@ -39,7 +39,7 @@ from tuner.domain import (
 from tuner.errors import UsageError
 from tuner.runner.vllm import TrialRunner
 from tuner.scoring import objectives as scoring
-from tuner.scoring.ranking import Standing, best_first
+from tuner.scoring.ranking import Standing, best_first, canary_broken
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
 
@@ -323,13 +323,16 @@ def _baseline_values(repo: Repository, name: str) -> list[float] | None:
 
 
 def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
-    """Complete trials ranked by the preset's score: SLO-feasible ones first."""
+    """Complete trials ranked by the preset's score: SLO-feasible ones first (the one rule,
+    :mod:`tuner.scoring.ranking`); configurations that failed the canary in any launch of the
+    study (its confirmation's included) are left out."""
     study = repo.get_study(name)
     slo = Slo(**(study.slo if study else {}))
     reference = _baseline_values(repo, name)
+    broken = canary_broken(repo.list_trials(name, status=TrialStatus.FAILED, limit=None))
     out = []
     for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
-        if not row.objective_values:
+        if not row.objective_values or row.config in broken:
             continue
         values = tuple(row.objective_values)
         constraints = _row_constraints(row.metrics, slo, objective)

@@ -6,7 +6,15 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-FAULTS = ("hang", "crash_at_start", "oom_at_start", "kv_at_start", "crash_mid_load", "stranger")
+FAULTS = (
+    "hang",
+    "crash_at_start",
+    "oom_at_start",
+    "kv_at_start",
+    "crash_mid_load",
+    "stranger",
+    "dies_on_short_first_prompt",
+)
 ENGINE_CORE_MARKER = "tuner-fake-engine-core"
 FAKE_VLLM_VERSION = "0.32.0+fake"
 STRANGER_MODEL = "someone-elses-model"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import time
 import zlib
+from collections.abc import Mapping, Sequence
 
 from tuner.domain import (
     FailureClass,
@@ -25,6 +26,7 @@ from tuner.domain import (
     WindowMetrics,
     Workload,
 )
+from tuner.load.canary import QUICK
 from tuner.load.curve import trial_metrics
 from tuner.load.stats import window_metrics
 from tuner.runner.vllm import PhaseCallback
@@ -33,7 +35,9 @@ GIB = 1024**3
 
 
 class FakeRunner:
-    """Deterministic for a given (seed, config); ``calls`` records what it was asked to run."""
+    """Deterministic for a given (seed, config); ``calls`` records what it was asked to run and
+    ``canaries`` the canary shapes of each call. ``canary_breaks`` maps a configuration to the
+    canary shape that breaks its server: a launch asked for that shape fails CANARY_FAILED."""
 
     def __init__(
         self,
@@ -44,7 +48,10 @@ class FakeRunner:
         seed: int = 0,
         backend: str = "FAKE_ATTN",
         launch_spread: float = 0.05,
+        canary_breaks: Mapping[ServingConfig, str] | None = None,
     ) -> None:
+        self.canary_breaks = dict(canary_breaks or {})
+        self.canaries: list[tuple[str, ...]] = []
         self.launch_spread = launch_spread
         self.memory_gib = memory_gib
         self.max_utilization = max_utilization
@@ -60,8 +67,10 @@ class FakeRunner:
         *,
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
+        canary: Sequence[str] = QUICK,
     ) -> TrialResult:
         self.calls.append(config)
+        self.canaries.append(tuple(canary))
         phase = on_phase or (lambda _p, _d: None)
         started = time.time()
         phase("starting", "fake")
@@ -74,6 +83,7 @@ class FakeRunner:
             vllm_version="0.0.0+fake",
             startup_s=0.0,
             effective_backend=config.attention_backend or self.backend,
+            canary=tuple(canary),
         )
         prov = Provenance(
             gpu_name="fake GPU",
@@ -96,6 +106,12 @@ class FakeRunner:
                 FailureClass.KV_CACHE_INSUFFICIENT,
                 f"ValueError: max_model_len ({config.max_model_len}) is larger than the maximum "
                 f"number of tokens that can be stored in KV cache ({kv_tokens})",
+            )
+        broken = self.canary_breaks.get(config)
+        if failure is None and broken is not None and broken in canary:
+            failure = (
+                FailureClass.CANARY_FAILED,
+                f"canary failed at {broken!r}: HTTP 500: EngineDeadError (the server died)",
             )
         if failure is not None:
             return TrialResult(

@@ -12,8 +12,12 @@ api_server argv and behaves like vLLM wherever tuner can see it.
   running; prefill costs time per prompt token not found in the prefix cache.
 - Faults (``TUNER_FAKE_FAULT``): hang, crash_at_start, oom_at_start, kv_at_start,
   crash_mid_load (SIGKILLs itself when request ``TUNER_FAKE_CRASH_AFTER`` + 1 arrives,
-  default 5), stranger (serves another model name). ``TUNER_FAKE_CHILD_IGNORES_TERM=1``
+  default 5), stranger (serves another model name), dies_on_short_first_prompt (a first
+  prompt under 8 tokens kills the engine core: every answer is 500 from then on, as vLLM CPU
+  after a SIGILL). ``TUNER_FAKE_FAULT_WHEN`` limits the fault to servers whose argv contains
+  that text (one configuration of a study). ``TUNER_FAKE_CHILD_IGNORES_TERM=1``
   makes the child ignore SIGTERM, so that only SIGKILL ends it.
+- Answers have the form vLLM's have for ``n``, ``logprobs`` (completions) and ``stop``.
 """
 
 from __future__ import annotations
@@ -25,15 +29,15 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from tuner.testing.fake_answers import Options, respond
 from tuner.testing.fake_engine import (
     AUTO_BACKENDS,
     CHILD_CODE,
@@ -51,10 +55,6 @@ from tuner.testing.fake_engine import (
 def _error(message: str, err_type: str, code: int, param: str | None = None) -> JSONResponse:
     body = {"error": {"message": message, "type": err_type, "param": param, "code": code}}
     return JSONResponse(body, status_code=code)
-
-
-def _json(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, separators=(",", ":"))  # compact, as pydantic writes vLLM's chunks
 
 
 def _words(value: Any) -> list[str]:
@@ -76,9 +76,14 @@ def create_app(
     model_path: str | None = None,
     crash_after: int | None = None,
     crash: Callable[[], None] | None = None,
+    short_first_prompt_kills: Callable[[], None] | None = None,
 ) -> Starlette:
     """The fake's ASGI app, for in-process tests. ``crash`` runs when request number
-    ``crash_after + 1`` arrives (the process entry point passes a SIGKILL to itself)."""
+    ``crash_after + 1`` arrives (the process entry point passes a SIGKILL to itself).
+    ``short_first_prompt_kills``: when the first generation request has a prompt of fewer
+    than :data:`SHORT_PROMPT` tokens, it is called (the process kills its engine core) and
+    the engine is dead from then on, as vLLM CPU's worker was after a SIGILL: that request
+    and every later one answer 500, and ``/health`` too."""
     engine = FakeEngine(
         max_num_seqs,
         step_s,
@@ -86,9 +91,10 @@ def create_app(
         enable_prefix_caching=enable_prefix_caching,
     )
     arrivals = [0]
+    dead: list[str] = []  # why the engine died, once it has
 
     async def health(_: Request) -> Response:
-        return Response(status_code=200)
+        return Response(status_code=500 if dead else 200)
 
     async def models(_: Request) -> Response:
         card = {
@@ -141,16 +147,16 @@ def create_app(
         arrivals[0] += 1
         if crash is not None and crash_after is not None and arrivals[0] > crash_after:
             crash()
-        stream_opts = body.get("stream_options") or {}
-        return await _respond(
-            engine,
-            served_model_name,
-            chat,
-            prompt,
-            max_tokens,
-            bool(body.get("stream")),
-            bool(stream_opts.get("include_usage")),
-        )
+        if short_first_prompt_kills is not None and arrivals[0] == 1 and len(prompt) < SHORT_PROMPT:
+            dead.append(f"EngineCore died (SIGILL) on a {len(prompt)}-token first prompt")
+            short_first_prompt_kills()
+        if dead:
+            return _error(f"EngineDeadError: {dead[0]}", "EngineDeadError", 500)
+        try:
+            options = Options.of(body)
+        except (ValueError, TypeError) as exc:
+            return _error(f"invalid request: {exc}", "BadRequestError", 400)
+        return await respond(engine, served_model_name, chat, prompt, max_tokens, options)
 
     routes = [
         Route("/health", health),
@@ -163,82 +169,7 @@ def create_app(
     return Starlette(routes=routes)
 
 
-async def _respond(
-    engine: FakeEngine,
-    model: str,
-    chat: bool,
-    prompt: list[str],
-    max_tokens: int,
-    stream: bool,
-    include_usage: bool,
-) -> Response:
-    rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    head = {
-        "id": rid,
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-    }
-    usage = {
-        "prompt_tokens": len(prompt),
-        "total_tokens": len(prompt) + max_tokens,
-        "completion_tokens": max_tokens,
-    }
-
-    def choice(text: str, finish: str | None) -> dict[str, Any]:
-        if chat:
-            return {
-                "index": 0,
-                "delta": {"content": text},
-                "logprobs": None,
-                "finish_reason": finish,
-            } | ({"stop_reason": None} if finish else {})
-        return {
-            "index": 0,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": finish,
-            "stop_reason": None,
-            "prompt_token_ids": None,
-            "token_ids": None,
-        }
-
-    if not stream:
-        text = "".join([t async for t in engine.generate(prompt, max_tokens)])
-        if chat:
-            body = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": "length",
-                "stop_reason": None,
-            }
-        else:
-            body = choice(text, "length")
-        obj = "chat.completion" if chat else "text_completion"
-        return JSONResponse({**head, "object": obj, "choices": [body], "usage": usage})
-
-    async def events() -> AsyncIterator[str]:
-        if chat:  # vLLM opens a chat stream with the role
-            first = {
-                "index": 0,
-                "delta": {"role": "assistant", "content": ""},
-                "logprobs": None,
-                "finish_reason": None,
-            }
-            yield f"data: {_json({**head, 'choices': [first]})}\n\n"
-        produced = 0
-        async for token in engine.generate(prompt, max_tokens):
-            produced += 1
-            finish = "length" if produced == max_tokens else None
-            yield f"data: {_json({**head, 'choices': [choice(token, finish)]})}\n\n"
-        if include_usage:
-            yield f"data: {_json({**head, 'choices': [], 'usage': usage})}\n\n"
-        yield "data: [DONE]\n\n"
-
-    return StreamingResponse(events(), media_type="text/event-stream")
-
-
+SHORT_PROMPT = 8  # tokens: a shorter first prompt kills the engine under that fault
 # -- the process: vLLM's argv, vLLM's log lines, faults --------------------------------------
 
 
@@ -377,6 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if fault and fault not in FAULTS:
         print(f"unknown TUNER_FAKE_FAULT {fault!r}; known: {', '.join(FAULTS)}", flush=True)
         return 2
+    when = os.environ.get("TUNER_FAKE_FAULT_WHEN", "")
+    if when and when not in " ".join(sys.argv[1:] if argv is None else argv):
+        fault = ""  # the fault is only this configuration's
     served = (args.served_model_name or [args.model])[0]
     _log("INFO", "entry.py:1877", f"vLLM API server version {FAKE_VLLM_VERSION}")
     _log("INFO", "utils.py:253", f"non-default args: {vars(args)}")
@@ -387,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if code is not None:
         return code  # the engine core is left behind on purpose: the launcher must end it
     crash_after = int(os.environ.get("TUNER_FAKE_CRASH_AFTER", "5"))
+    short_kills = fault == "dies_on_short_first_prompt"
     app = create_app(
         STRANGER_MODEL if fault == "stranger" else served,
         args.max_num_seqs,
@@ -396,6 +331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_path=args.model,
         crash_after=crash_after if fault == "crash_mid_load" else None,
         crash=lambda: os.kill(os.getpid(), signal.SIGKILL),
+        short_first_prompt_kills=(lambda: engine_core.send_signal(signal.SIGKILL))
+        if short_kills
+        else None,
     )
     _log("INFO", "entry.py:140", f"Starting vLLM server on http://{args.host}:{args.port}")
     try:

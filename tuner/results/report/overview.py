@@ -49,12 +49,13 @@ def overview(
         groups.setdefault(key, []).append((s, best, row))
     out = []
     for (model, gpu, workload), entries in sorted(groups.items()):
-        s, line, row = ranking.best_first(
+        entries = ranking.best_first(
             entries,
             lambda e: ranking.Standing(
                 bool(e[1].feasible), e[1].score, e[0].updated_at, e[1].number
             ),
-        )[0]
+        )
+        s, line, row = entries[0]
         out.append(
             BestEntry(
                 model=model,
@@ -75,5 +76,5 @@ def _confirmed_line(lines: Sequence[TrialLine], confirmed: Confirmed | None) -> 
     defaults; None when there is no confirmation (or its trial is not among ``lines``)."""
     if confirmed is None:
         return None
-    search = (t for t in lines if t.phase == "search" and t.score is not None)
+    search = (t for t in lines if t.phase == "search" and t.score is not None and t.recommendable)
     return next((t for t in search if confirmed.chose(t.number, bool(t.is_baseline))), None)

@@ -74,6 +74,8 @@ class TrialLine:
     duration_s: float | None
     # Client-bound / disturbed measurement windows of the trial (every load point).
     windows: WindowFlags = field(default_factory=WindowFlags)
+    # False when a launch of this configuration failed the canary: never the best.
+    recommendable: bool = True
 
     @property
     def flags(self) -> str:
@@ -177,6 +179,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
     objective = Objective(study.objective)
     slo = Slo(**dict(study.slo))
     reference = _baseline_values(trials)
+    broken = ranking.canary_broken(trials)
     out = []
     for t in trials:
         measured = t.status is TrialStatus.COMPLETE and bool(t.objective_values)
@@ -207,6 +210,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 backend=t.effective_backend,
                 duration_s=took,
                 windows=window_flags(t.windows),
+                recommendable=t.config not in broken,
             )
         )
     return tuple(out)
@@ -226,7 +230,7 @@ def window_caveat(lines: Sequence[TrialLine]) -> str:
 def best_line(lines: Iterable[TrialLine]) -> TrialLine | None:
     """The search trial :func:`tuner.study.loop.rank` puts first: feasible before infeasible, then
     score (confirmation launches are judged by the confirmation, not ranked one by one)."""
-    scored = [t for t in lines if t.score is not None and t.phase == "search"]
+    scored = [t for t in lines if t.score is not None and t.phase == "search" and t.recommendable]
     return ranking.best(
         scored, lambda t: ranking.Standing(bool(t.feasible), t.score, number=t.number)
     )

@@ -1,0 +1,67 @@
+"""What ``tuner launch`` sends before it says a server is ready, in this order: the canary's
+quick shapes as the fresh server's first requests (as every trial sends them), the study
+workload's warm-up shapes (as a trial sends them before it measures), then the full canary
+(:mod:`tuner.load.canary`). A server that a client's first request would break is reported,
+never announced."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tuner.catalog.models import resolve_model
+from tuner.domain import FailureClass
+from tuner.errors import LoadFailure, ServerFailure, UsageError
+from tuner.load.canary import FULL, QUICK, CanaryReport, run_canary
+from tuner.load.generator import LoadGenerator
+from tuner.load.prompts import PromptFactory
+from tuner.load.workloads import get_workload
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Readiness:
+    warmed_requests: int  # 0 when the workload could not be rebuilt here (a missing trace)
+    canary: CanaryReport
+
+
+def make_ready(
+    base_url: str,
+    served_model_name: str,
+    *,
+    model: str,
+    workload: str,
+    synthetic_tokenizer: bool,
+    alive: Callable[[], bool],
+    say: Say,
+) -> Readiness:
+    """The quick canary, a warm-up with ``workload``'s shapes, then the full canary.
+
+    Raises ServerFailure (CANARY_FAILED, naming the shape) when the canary breaks the server,
+    and LoadFailure when the warm-up's requests fail: the caller stops the server.
+    """
+    spec = resolve_model(model)
+    prompts = PromptFactory(spec.vocab_size, synthetic=synthetic_tokenizer)
+    say(f"canary: {len(QUICK)} request shapes first")
+    first = run_canary(base_url, served_model_name, shapes=QUICK, prompts=prompts, alive=alive)
+    if not first.passed:
+        raise ServerFailure(FailureClass.CANARY_FAILED, first.summary())
+    warmed = 0
+    try:
+        shape = get_workload(workload)
+    except UsageError as exc:  # e.g. trace:FILE measured on another machine
+        say(f"no warm-up: workload {workload!r} is not available here ({exc.message})")
+    else:
+        warmed = shape.warmup_requests
+        if warmed:
+            say(f"warming up: {warmed} requests of workload {workload}")
+            generator = LoadGenerator(base_url, served_model_name, prompts)
+            generator.warm_up(shape, should_abort=lambda: not alive())
+    if not alive():
+        raise LoadFailure(FailureClass.CRASHED, "the server exited during the warm-up")
+    say(f"canary: {len(FULL)} request shapes")
+    report = run_canary(base_url, served_model_name, shapes=FULL, prompts=prompts, alive=alive)
+    if not report.passed:
+        raise ServerFailure(FailureClass.CANARY_FAILED, report.summary())
+    return Readiness(warmed, report)
