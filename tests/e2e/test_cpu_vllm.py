@@ -17,6 +17,7 @@ from tuner.compose import prepare
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
+from tuner.load.canary import FULL, QUICK
 from tuner.spec.study import DEFAULT_SPEC_PATH, load_spec
 from tuner.testing.contract import check_complete, check_failed
 
@@ -59,6 +60,7 @@ def test_three_trial_study_on_cpu_vllm(tmp_path: Path, vllm_python: str) -> None
         assert row.effective_backend == "CPU_ATTN"
         assert result.memory.host_peak_rss_bytes and result.memory.host_peak_rss_bytes > 2**28
         assert result.server is not None and "--load-format" in result.server.argv
+        assert result.server.canary == QUICK  # a fresh server's first requests: short prompts
     # Distinct configurations were launched, each on its own server.
     assert len({r.config for r in rows}) == 3
     assert len({r.to_result().server.served_model_name for r in rows}) == 3  # type: ignore[union-attr]
@@ -69,6 +71,9 @@ def test_three_trial_study_on_cpu_vllm(tmp_path: Path, vllm_python: str) -> None
     assert [r.is_baseline for r in confirm] == [True, False] * 3
     for row in confirm:
         check_complete(row.to_result())
+    # Each arm's first confirmation launch answered the whole canary on real vLLM.
+    canaries = [row.to_result().server.canary for row in confirm]  # type: ignore[union-attr]
+    assert canaries[:2] == [FULL, FULL] and set(canaries[2:]) == {QUICK}
     comparisons = repo.list_comparisons("e2e")
     assert len(comparisons) == 1 and comparisons[0].verdicts["overall"]
     assert "confirmation (fresh launches, interleaved)" in run.stdout

@@ -45,6 +45,9 @@ def test_doctor_then_launch_the_measured_config_on_cpu_vllm(
         ready_timeout_s=600,
     )
     assert f"base URL: http://127.0.0.1:{port}/v1" in output
+    # Announced only after the quick canary, the workload's warm-up and the full canary.
+    marks = ("canary: 3", "warming up:", "canary passed", "base URL:")
+    assert [output.index(m) for m in marks] == sorted(output.index(m) for m in marks), output
     assert "trial #0 of study cpu-measured" in output
     assert "--gpu-memory-utilization 0.1 --max-num-seqs 8 --enforce-eager" in output
     chat, completion = client.splitlines()[:2]

@@ -58,7 +58,15 @@ def test_tuner_load_measures_cpu_vllm_at_two_concurrencies(
             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
+        # The full canary against real vLLM: the same set the fake server answers.
+        canary = subprocess.run(
+            [sys.executable, "-m", "tuner", "canary", server.base_url, "--model", SERVED, "--json"],
+            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
         log = server.log_tail(40)
+    assert canary.returncode == 0, canary.stdout[-3000:] + canary.stderr[-3000:] + log
+    assert json.loads(canary.stdout)["passed"] is True
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:] + log
     points = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
     assert [p["max_concurrency"] for p in points] == [1, 4]
