@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.studykit import TINY_WORKLOAD, fake_server_runner, make_context, make_repo
 from tuner.abtest.compare import Arm, compare
@@ -157,8 +158,9 @@ class SaturatingClientRunner:
         *,
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
+        **kw: Any,
     ) -> TrialResult:
-        result = self.inner.run(config, workload, slo=slo, on_phase=on_phase)
+        result = self.inner.run(config, workload, slo=slo, on_phase=on_phase, **kw)
         if config != CLIENT_BOUND_CONFIG or result.status is not TrialStatus.COMPLETE:
             return result
         health = ClientHealth(

@@ -220,11 +220,12 @@ class SnapshotRunner:
         *,
         slo: Any = None,
         on_phase: PhaseCallback | None = None,
+        **kw: Any,
     ) -> TrialResult:
         self.calls += 1
         if self.calls == self.at:
             copy_db(self.db, self.copy)
-        return self.fake.run(config, workload, slo=slo, on_phase=on_phase)
+        return self.fake.run(config, workload, slo=slo, on_phase=on_phase, **kw)
 
 
 def test_the_finished_trial_replaces_an_interrupted_one(tmp_path: Path) -> None:

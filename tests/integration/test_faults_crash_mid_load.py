@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import optuna
 import psutil
@@ -49,12 +50,13 @@ class OneServerCrashes:
         *,
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
+        **kw: Any,
     ) -> TrialResult:
         self.launches += 1
         runner = self.crashing if self.launches == self.crash_at else self.healthy
         seen: list[str] = []
         self.phases.append(seen)
-        return runner.run(config, workload, slo=slo, on_phase=lambda p, _d: seen.append(p))
+        return runner.run(config, workload, slo=slo, on_phase=lambda p, _d: seen.append(p), **kw)
 
 
 def _tagged(tag: str) -> list[psutil.Process]:

@@ -33,10 +33,10 @@ class StopAfter(FakeRunner):
         super().__init__(**kw)
         self.after = after
 
-    def run(self, config, workload, *, slo=None, on_phase=None):  # type: ignore[no-untyped-def]
+    def run(self, config, workload, *, slo=None, on_phase=None, **kw):  # type: ignore[no-untyped-def]
         if len(self.calls) >= self.after:
             raise KeyboardInterrupt
-        return super().run(config, workload, slo=slo, on_phase=on_phase)
+        return super().run(config, workload, slo=slo, on_phase=on_phase, **kw)
 
 
 def test_run_interleaved_skips_the_rounds_earlier_launches_filled() -> None:

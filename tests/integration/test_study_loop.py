@@ -102,10 +102,10 @@ class _InterruptingRunner(FakeRunner):
         super().__init__(max_utilization=0.9)
         self.after = after
 
-    def run(self, config, workload, *, slo=None, on_phase=None):  # type: ignore[no-untyped-def]
+    def run(self, config, workload, *, slo=None, on_phase=None, **kw):  # type: ignore[no-untyped-def]
         if len(self.calls) >= self.after:
             raise KeyboardInterrupt
-        return super().run(config, workload, slo=slo, on_phase=on_phase)
+        return super().run(config, workload, slo=slo, on_phase=on_phase, **kw)
 
 
 def test_interrupted_study_resumes_without_losing_completed_trials(db_url: str) -> None:
