@@ -155,9 +155,10 @@ def memory_confirmation_context(db_url: str) -> StudyContext:
     )
 
 
-def store_claim(repo: Repository, statement: str = "it is faster") -> int:
+def store_claim(repo: Repository, statement: str = "it is faster", **fields: Any) -> int:
     """A verified claim stored as ``tuner verify-claims`` stores it: the defaults against
-    max_num_seqs=8 ("fa2"), three in-process fake launches each; returns the comparison id."""
+    max_num_seqs=8 ("fa2"), three in-process fake launches each; returns the comparison id.
+    ``fields`` replace or add keys of the stored claim record."""
     load = Workload(name="w", prompt_tokens=32, output_tokens=8, requests_per_window=8)
     a, b = Arm("defaults", ServingConfig()), Arm("fa2", ServingConfig(max_num_seqs=8))
     runs = [[FakeRunner(seed=i).run(arm.config, load) for i in range(3)] for arm in (a, b)]
@@ -172,6 +173,7 @@ def store_claim(repo: Repository, statement: str = "it is faster") -> int:
         "verdict": "refuted",
         "reason": "no significant effect",
         "measured": {"ratio": 0.958, "low": 0.752, "high": 1.221},
+        **fields,
     }
     row = repo.add_comparison(
         model="tiny-ernie",

@@ -156,6 +156,24 @@ def test_a_claim_comparison_shows_the_claim_and_what_ran(db: tuple[str, Reposito
     assert "FAKE_ATTN × 3" in html  # what the launches ran, per side
 
 
+def test_a_claim_quoting_its_article_shows_its_figure(db: tuple[str, Repository]) -> None:
+    repo = db[1]
+    comparison_id = store_claim(
+        repo,
+        article="vllm-flash-attn",
+        figure="2k context: +10-20 % tokens/s",
+        claimed={"scale": "ratio", "low": 1.1, "high": 1.2, "unit": "", "text": "×1.10 to 1.20"},
+        verdict="inconclusive",
+        setting="measured on tiny-ernie / h100; the article's setting was Qwen 14B / RTX 4090",
+        measured={"ratio": 1.101, "low": 0.904, "high": 1.341, "text": "×1.101 [0.904, 1.341]"},
+    )
+    with TestClient(_app(repo, db[0])) as client:
+        html = client.get(f"/ui/compare/{comparison_id}").text
+    assert "2k context: +10-20 % tokens/s" in html and "(vllm-flash-attn)" in html
+    assert "claimed ×1.10 to 1.20, measured ×1.101 [0.904, 1.341]" in html
+    assert 'id="claim-setting"' in html and "Qwen 14B / RTX 4090" in html
+
+
 def test_overview_counts_confirmation_launches_apart_from_the_search(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'confirmed.db'}"
     repo = make_repo(url)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.studykit import processes_mentioning
+from tuner.abtest.claimed import EFFECT_VERDICTS
 from tuner.abtest.compare import Arm, compare, run_interleaved
 from tuner.compose import prepare
 from tuner.db.repository import Repository
@@ -104,7 +105,7 @@ def test_verify_the_seed_claims_on_cpu_vllm(tmp_path: Path, vllm_python: str) ->
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     records = {r["id"]: r for r in json.loads(run.stdout)}
-    assert len(records) == 10
+    assert len(records) == 18
     for cid in ("fa2-memory", "fa2-throughput", "fa2-latency", "fa2-ttft", "fa2-context-2k"):
         assert records[cid]["verdict"] == "not applicable"
         assert "FLASH_ATTN is not available on CPU" in records[cid]["reason"]
@@ -112,8 +113,16 @@ def test_verify_the_seed_claims_on_cpu_vllm(tmp_path: Path, vllm_python: str) ->
     util = records["utilization-p99"]
     assert util["verdict"] == "not applicable" and util["reason"], util
     prefix = records["prefix-caching-throughput"]
-    assert prefix["verdict"] in ("confirmed", "refuted", "inconclusive"), prefix
+    assert prefix["verdict"] in EFFECT_VERDICTS, prefix
     assert prefix["measured"] is not None
+    # Answered without a launch of their own: the flag from vLLM 0.32.0's flag list, the start
+    # from the prefix-caching launches (none passes --disable-custom-all-reduce).
+    assert records["enable-flash-attn-flag"]["verdict"] == "refuted"
+    assert records["enable-flash-attn-removed"]["verdict"] == "confirmed"
+    starts = records["custom-all-reduce-required"]
+    assert starts["verdict"] == "refuted", starts
+    assert "launches of 2 configuration(s) started without --disable-custom" in starts["reason"]
+    assert records["attention-intermediate-memory"]["verdict"] == "not measurable"
     row = Repository(make_engine(db)).get_comparison(prefix["comparison_id"])
     assert row is not None and row.results["kind"] == "claim"
     assert row.results["claim"]["verdict"] == prefix["verdict"]

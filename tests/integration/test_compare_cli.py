@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.studykit import processes_mentioning
+from tuner.abtest.claimed import EFFECT_VERDICTS
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 
@@ -141,8 +142,9 @@ def test_verify_claims_on_the_fake_server(tmp_path: Path) -> None:
     assert "exceeds the model's 4096 positions" in records["fa2-context-8k"]["reason"]
     assert "same configuration" in records["max-model-len-memory"]["reason"]
     prefix = records["prefix-caching-throughput"]
-    assert prefix["verdict"] in ("confirmed", "refuted", "inconclusive")
+    assert prefix["verdict"] in EFFECT_VERDICTS
     assert prefix["measured"]["low"] <= prefix["measured"]["ratio"] <= prefix["measured"]["high"]
+    assert prefix["article"] == "ernie-fa2" and "+15 %" in prefix["figure"]
     row = _repo(tmp_path).get_comparison(prefix["comparison_id"])
     assert row is not None and row.results["kind"] == "claim"
     assert row.results["claim"]["id"] == "prefix-caching-throughput"
@@ -160,9 +162,9 @@ def test_verify_claims_prints_a_table_and_needs_no_vllm_when_nothing_applies(
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].split() == ["claim", "metric", "measured", "B/A", "[interval]", "claimed",
-                                "B/A", "verdict"]  # fmt: skip
-    assert lines[1].split() == ["fa2-ttft", "ttft_p50_ms", "-", "0.7/1.2", "not", "applicable"]
+    assert lines[0].split() == ["claim", "metric", "measured", "[interval]", "claimed", "verdict"]
+    assert lines[1].split() == ["fa2-ttft", "ttft_p50_ms", "-", "≤", "-500", "ms", "not",
+                                "applicable"]  # fmt: skip
     assert any(line.startswith("fa2-ttft: not applicable: ") for line in lines)
     assert not (tmp_path / "tuner.db").exists()
     unknown = _tuner(tmp_path, "verify-claims", str(CLAIMS), "--model", "tiny-ernie",

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.studykit import make_repo, memory_confirmation_context
+from tuner.abtest.claimed import parse_claimed
 from tuner.abtest.claims import Claim, plan
 from tuner.abtest.compare import Arm, run_interleaved
 from tuner.abtest.launchlog import LaunchLog, describe_resumed, run_key
@@ -79,7 +80,8 @@ def test_the_launch_log_keeps_what_can_be_reused(tmp_path: Path) -> None:
 
 def test_verify_claims_resumes_from_its_launch_log(tmp_path: Path) -> None:
     small = WORKLOADS["smoke"].replace(requests_per_window=8, warmup_requests=0, windows=2)
-    claim = Claim("c", "s", {}, {"max_num_seqs": 1}, small, "e2e_p99_ms", 1.5, "1.5")
+    at_least = parse_claimed(">= 1.5", "e2e_p99_ms")
+    claim = Claim("c", "s", {}, {"max_num_seqs": 1}, small, "e2e_p99_ms", at_least, ">= 1.5")
     planned = plan([claim], resolve_model("tiny-ernie"), get_gpu("h100"))
     log = LaunchLog(tmp_path / "launches.jsonl")
     first = StopAfter(after=3)
@@ -92,7 +94,7 @@ def test_verify_claims_resumes_from_its_launch_log(tmp_path: Path) -> None:
     )
     assert len(second.calls) == 3  # 6 launches in all, 3 made before the stop
     assert said and said[0].startswith("resuming: 2 of defaults, 1 of max_num_seqs=1")
-    assert outcome.verdict == "confirmed"
+    assert outcome.verdict == "consistent"
     assert outcome.comparison is not None
     assert [len(outcome.comparison.metric("e2e_p99_ms").a_values)] == [3]
 

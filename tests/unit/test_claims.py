@@ -1,14 +1,29 @@
 """The claims file format (every shipped claim parses; errors name the line), planning per
-model and GPU (not applicable, with the reason) and the verdict on synthetic intervals."""
+model and GPU (not applicable, with the reason) and the verdict of a claimed figure (ratio,
+range, direction, difference in a unit) on synthetic intervals."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from tuner.abtest.claimed import (
+    CONSISTENT,
+    DIFFERENCE,
+    INCONCLUSIVE,
+    LARGER,
+    NO_EFFECT,
+    OPPOSITE,
+    RATIO,
+    SMALLER,
+    difference_interval,
+    explain,
+    judge,
+    parse_claimed,
+)
 from tuner.abtest.claims import METRICS, load_claims, plan
-from tuner.abtest.verdicts import CONFIRMED, INCONCLUSIVE, REFUTED, explain, judge
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.errors import SpecError
@@ -16,26 +31,66 @@ from tuner.load.workloads import WORKLOADS
 from tuner.spec.configs import with_overrides
 
 SEED = Path(__file__).parents[2] / "studies" / "claims" / "seed-claims.toml"
-FA_IDS = {"fa2-memory", "fa2-throughput", "fa2-latency", "fa2-ttft"}
-CONTEXT_IDS = {"fa2-context-2k", "fa2-context-8k", "fa2-context-16k"}
+FA_IDS = {
+    "fa2-memory",
+    "fa2-memory-freed",
+    "fa2-throughput",
+    "fa2-latency",
+    "fa2-ttft",
+    "fa2-streaming",
+}
+CONTEXT_IDS = {"fa2-context-2k", "fa2-context-8k", "fa2-context-16k", "flash-attn-ttft"}
+FACT_IDS = {
+    "enable-flash-attn-flag",
+    "enable-flash-attn-removed",
+    "custom-all-reduce-required",
+    "flash-attn-default",
+    "attention-intermediate-memory",
+}
 
 
 def test_every_shipped_claim_parses() -> None:
     claims = load_claims(SEED)
     ids = [c.id for c in claims]
-    assert len(ids) == len(set(ids)) == 10
-    assert set(ids) >= FA_IDS | CONTEXT_IDS
+    assert len(ids) == len(set(ids)) == 18
+    assert set(ids) >= FA_IDS | CONTEXT_IDS | FACT_IDS
     assert {"max-model-len-memory", "utilization-p99", "prefix-caching-throughput"} <= set(ids)
     for c in claims:
-        assert c.metric in METRICS and c.statement and c.a != c.b and c.claimed != 1.0
+        assert c.statement and c.article is not None and c.figure
+        if c.kind == "effect":
+            assert c.metric in METRICS and c.a != c.b and c.claimed is not None
     by_id = {c.id: c for c in claims}
-    assert by_id["fa2-ttft"].claimed == pytest.approx(0.7 / 1.2)
-    assert by_id["fa2-ttft"].claimed_text == "0.7/1.2"
-    assert by_id["fa2-memory"].claimed == 0.72 and by_id["fa2-memory"].a == {}
+    ttft = by_id["fa2-ttft"].claimed
+    assert ttft is not None and ttft.scale == DIFFERENCE and ttft.unit == "ms"
+    assert (ttft.low, ttft.high) == (float("-inf"), -500.0)
+    mml = by_id["max-model-len-memory"].claimed
+    assert mml is not None and mml.scale == DIFFERENCE
+    assert mml.low == mml.high == pytest.approx(-120e6 / 2**30)
+    memory = by_id["fa2-memory"].claimed
+    assert memory is not None and memory.low == memory.high == 0.72
+    assert by_id["fa2-memory"].a == {}
+    # The second article's figure per length, as ranges.
+    ranges = {
+        cid: (r.low, r.high)
+        for cid in ("fa2-context-2k", "fa2-context-8k", "fa2-context-16k")
+        if (r := by_id[cid].claimed) is not None
+    }
+    assert ranges == {
+        "fa2-context-2k": (1.10, 1.20),
+        "fa2-context-8k": (1.30, 1.50),
+        "fa2-context-16k": (1.50, float("inf")),
+    }
+    assert by_id["enable-flash-attn-flag"].flag == "--enable-flash-attn"
+    assert by_id["custom-all-reduce-required"].kind == "starts"
     assert by_id["prefix-caching-throughput"].workload == WORKLOADS["chat"]
     assert by_id["fa2-throughput"].workload == WORKLOADS["seed-bench"]
     lengths = {c.id: c.workload.prompt_tokens for c in claims if c.id in CONTEXT_IDS}
-    assert lengths == {"fa2-context-2k": 2048, "fa2-context-8k": 8192, "fa2-context-16k": 16384}
+    assert lengths == {
+        "fa2-context-2k": 2048,
+        "fa2-context-8k": 8192,
+        "fa2-context-16k": 16384,
+        "flash-attn-ttft": 2048,
+    }
     for cid in CONTEXT_IDS:
         c = by_id[cid]
         assert c.a["max_model_len"] == c.b["max_model_len"] >= c.workload.max_request_tokens
@@ -48,6 +103,13 @@ def test_on_cpu_gpu_claims_are_not_applicable_with_the_space_reason() -> None:
     }
     for cid in FA_IDS | CONTEXT_IDS:
         assert "FLASH_ATTN is not available on CPU" in planned[cid].reason, planned[cid].reason
+    # Flags, starts and what cannot be measured are answered on CPU too; the default backend
+    # is a GPU question.
+    for cid in FACT_IDS - {"flash-attn-default"}:
+        assert planned[cid].reason == "", (cid, planned[cid].reason)
+    assert planned["flash-attn-default"].reason.startswith("needs a CUDA GPU")
+    starts = planned["custom-all-reduce-required"]
+    assert starts.a is not None and starts.a == starts.b and starts.workload.name == "smoke"
     same = planned["max-model-len-memory"].reason
     assert "same configuration" in same and "max_model_len default and 4096 both mean 4096" in same
     # Measurable on CPU: the space's CPU baseline utilization is applied to the defaults.
@@ -105,42 +167,128 @@ def test_workload_overrides_apply_to_every_claim_and_rename_it() -> None:
 @pytest.mark.parametrize(
     ("claimed", "low", "high", "verdict"),
     [
-        (1.41, 1.2, 1.6, CONFIRMED),  # the claimed size inside a significant interval
-        (1.41, 1.5, 1.9, CONFIRMED),  # even larger than claimed
-        (1.41, 1.05, 1.41, CONFIRMED),  # the claimed ratio on the interval's edge
-        (1.41, 1.05, 1.3, REFUTED),  # real, but significantly smaller than claimed
-        (1.41, 0.97, 1.03, REFUTED),  # no effect, tight interval
-        (1.41, 0.7, 0.9, REFUTED),  # the opposite direction
+        (1.41, 1.2, 1.6, CONSISTENT),  # the claimed figure inside a significant interval
+        (1.41, 1.5, 1.9, LARGER),
+        (1.41, 1.05, 1.41, CONSISTENT),  # the claimed ratio on the interval's edge
+        (1.41, 1.05, 1.3, SMALLER),  # real, but short of the claim
+        (1.41, 0.97, 1.03, NO_EFFECT),  # no effect, tight interval
+        (1.41, 0.7, 0.9, OPPOSITE),
         (1.41, 0.8, 1.6, INCONCLUSIVE),  # contains both 1 and the claim
         (1.41, 1.0, 1.5, INCONCLUSIVE),  # touching 1 is not significant
-        (0.72, 0.6, 0.8, CONFIRMED),  # a claimed decrease, mirrored
-        (0.72, 0.4, 0.6, CONFIRMED),
-        (0.72, 0.8, 0.95, REFUTED),
-        (0.72, 0.97, 1.02, REFUTED),
-        (0.72, 1.1, 1.3, REFUTED),
+        (0.72, 0.6, 0.8, CONSISTENT),  # a claimed decrease, mirrored
+        (0.72, 0.4, 0.6, LARGER),
+        (0.72, 0.8, 0.95, SMALLER),
+        (0.72, 0.97, 1.02, NO_EFFECT),
+        (0.72, 1.1, 1.3, OPPOSITE),
         (0.72, 0.6, 1.1, INCONCLUSIVE),
+        # the second article's ranges
+        ("1.10 to 1.20", 0.904, 1.341, INCONCLUSIVE),  # the H200's 2k: too wide to tell
+        ("1.30 to 1.50", 1.330, 1.548, CONSISTENT),  # 8k
+        (">= 1.50", 2.148, 2.306, CONSISTENT),  # 16k: "or more" has no upper end
+        ("1.10 to 1.20", 1.25, 1.4, LARGER),
+        ("1.10 to 1.20", 1.01, 1.08, SMALLER),
+        ("1.10 to 1.20", 0.95, 1.05, NO_EFFECT),
+        ("1.10 to 1.20", 1.12, 1.15, CONSISTENT),
+        # a direction only: never "no effect"
+        ("< 1", 0.6, 0.9, CONSISTENT),
+        ("< 1", 0.99, 1.01, INCONCLUSIVE),
+        ("< 1", 1.01, 1.2, OPPOSITE),
+        # differences in the article's unit (interval in the metric's unit: GiB, ms)
+        ("-120 MB", -0.1136, -0.0114, CONSISTENT),
+        ("-840 MB", -0.176, -0.074, SMALLER),
+        ("<= -500 ms", -13.4, 24.2, NO_EFFECT),
+        ("<= -500 ms", -800.0, -600.0, CONSISTENT),
+        ("-120 MB", 0.01, 0.05, OPPOSITE),
     ],
 )
-def test_judge(claimed: float, low: float, high: float, verdict: str) -> None:
-    assert judge(claimed, low, high) == verdict
+def test_judge(claimed: float | str, low: float, high: float, verdict: str) -> None:
+    metric = "ttft_p50_ms" if "ms" in str(claimed) else "memory_gib"
+    assert judge(parse_claimed(claimed, metric), low, high) == verdict
 
 
-def test_explain_says_which_kind_of_verdict() -> None:
-    assert "even larger" in explain(CONFIRMED, 1.41, 1.5, 1.9)
-    assert "within the interval" in explain(CONFIRMED, 0.72, 0.6, 0.8)
-    assert "opposite" in explain(REFUTED, 1.41, 0.7, 0.9)
-    assert "opposite" in explain(REFUTED, 0.72, 1.1, 1.3)
-    assert "no significant effect" in explain(REFUTED, 1.41, 0.97, 1.03)
-    assert "smaller than claimed" in explain(REFUTED, 0.72, 0.8, 0.95)
-    assert "more launches" in explain(INCONCLUSIVE, 1.41, 0.8, 1.6)
+def test_explain_quotes_the_measured_and_the_claimed_figures() -> None:
+    two_k = parse_claimed("1.10 to 1.20", "output_throughput")
+    text = explain(INCONCLUSIVE, two_k, 1.101, 0.904, 1.341)
+    assert text == (
+        "the interval is too wide to tell: ×1.101 [0.904, 1.341] holds both no change and the "
+        "claimed ×1.10 to 1.20"
+    )
+    assert "overlaps the claimed ×1.30 to 1.50" in explain(
+        CONSISTENT, parse_claimed("1.30 to 1.50", "x"), 1.435, 1.33, 1.548
+    )
+    assert "lies within the claimed ≥ ×1.50" in explain(
+        CONSISTENT, parse_claimed(">= 1.5", "x"), 2.2, 2.1, 2.3
+    )
+    mb = parse_claimed("-120 MB", "memory_gib")
+    assert explain(CONSISTENT, mb, -0.0625, -0.1136, -0.0114) == (
+        "a real effect, -67 MB [-122, -12]; the claimed -120 MB lies within the interval"
+    )
+    assert "short of the claimed ×1.41" in explain(SMALLER, parse_claimed(1.41, "x"), 1.2, 1.1, 1.3)
+    assert "opposite" in explain(OPPOSITE, parse_claimed(0.72, "x"), 1.2, 1.1, 1.3)
+    assert "rules out the claimed ≤ -500 ms" in explain(
+        NO_EFFECT, parse_claimed("<= -500 ms", "ttft_p50_ms"), 5.4, -13.4, 24.2
+    )
+    assert "claimed direction (< ×1)" in explain(
+        CONSISTENT, parse_claimed("< 1", "x"), 0.74, 0.61, 0.9
+    )
 
 
 @pytest.mark.parametrize(
-    ("claimed", "low", "high"), [(1.0, 0.9, 1.1), (0.0, 0.9, 1.1), (1.2, 1.1, 1.0)]
+    ("text", "metric", "scale", "low", "high", "shown"),
+    [
+        (1.411, "output_throughput", RATIO, 1.411, 1.411, "×1.411"),
+        ("0.7/1.2", "ttft_p50_ms", RATIO, 0.7 / 1.2, 0.7 / 1.2, "×0.583"),
+        ("1.10-1.20", "output_throughput", RATIO, 1.1, 1.2, "×1.10 to 1.20"),
+        ("<= 0.92", "e2e_p99_ms", RATIO, 0.0, 0.92, "≤ ×0.92"),
+        ("> 1", "output_throughput", RATIO, 1.0, float("inf"), "> ×1"),
+        ("1.2 s", "e2e_p99_ms", DIFFERENCE, 1200.0, 1200.0, "+1.2 s"),
+        ("-2 GiB", "memory_gib", DIFFERENCE, -2.0, -2.0, "-2.0 GiB"),
+        ("+100 tok/s", "output_throughput", DIFFERENCE, 100.0, 100.0, "+100 tok/s"),
+    ],
 )
-def test_judge_rejects_nonsense(claimed: float, low: float, high: float) -> None:
+def test_claimed_figures_parse(
+    text: float | str, metric: str, scale: str, low: float, high: float, shown: str
+) -> None:
+    c = parse_claimed(text, metric)
+    assert (c.scale, c.shown()) == (scale, shown)
+    assert (c.low, c.high) == (pytest.approx(low), pytest.approx(high))
+
+
+@pytest.mark.parametrize(
+    ("text", "metric", "words"),
+    [
+        (1.0, "output_throughput", "one side of 1"),
+        ("0.9 to 1.1", "output_throughput", "one side of 1"),
+        ("-5 to 5 ms", "ttft_p50_ms", "one side of 0"),
+        (0, "output_throughput", "above 0"),
+        ("fast", "output_throughput", "not a ratio"),
+        ("-120 MB", "ttft_p50_ms", "not a unit of ttft_p50_ms"),
+        ("3 parsecs", "ttft_p50_ms", "unknown unit"),
+        (True, "output_throughput", "a number or a text"),
+    ],
+)
+def test_nonsense_claims_are_refused(text: object, metric: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        parse_claimed(text, metric)
+
+
+def test_judge_rejects_a_reversed_interval() -> None:
     with pytest.raises(ValueError):
-        judge(claimed, low, high)
+        judge(parse_claimed(1.2, "x"), 1.1, 1.0)
+
+
+def test_difference_interval_is_welch_on_the_launch_values() -> None:
+    # The H200's max-model-len comparison: memory GiB of three launches a side.
+    a = [131.47344970703125, 131.51251220703125, 131.51251220703125]
+    b = [131.41094970703125, 131.45001220703125, 131.45001220703125]
+    diff = difference_interval(a, b, 0.95)
+    assert diff is not None
+    assert diff[0] == pytest.approx(-0.0625)
+    assert diff[1] == pytest.approx(-0.11363, abs=1e-4) and diff[2] == pytest.approx(
+        -0.01137, abs=1e-4
+    )
+    assert difference_interval([1.0], b, 0.95) is None
+    assert difference_interval([2.0, 2.0], [3.0, 3.0], 0.95) == (1.0, 1.0, 1.0)
 
 
 # -- errors name the line ----------------------------------------------------------------------
@@ -180,8 +328,12 @@ def test_a_good_file_loads(tmp_path: Path) -> None:
         (("b = { max_num_seqs = 64 }", "b = { max_num_seqs = -1 }"), 6, "not a valid value"),
         (("b = { max_num_seqs = 64 }", 'b = "defaults"'), 6, "same configuration"),
         (('a = "defaults"', 'a = "vanilla"'), 5, 'must be "defaults" or a table'),
-        (("claimed = 1.2", "claimed = 1"), 9, "not 1"),
-        (("claimed = 1.2", 'claimed = "fast"'), 9, "ratio B/A"),
+        (("claimed = 1.2", "claimed = 1"), 9, "one side of 1"),
+        (("claimed = 1.2", 'claimed = "fast"'), 9, "not a ratio"),
+        (("claimed = 1.2", 'claimed = "-3 ms"'), 9, "not a unit of output_throughput"),
+        (('id = "one"', 'id = "one"\narticle = "nowhere"'), 4, "no [[article]] 'nowhere'"),
+        (('id = "one"', 'id = "one"\nkind = "rumour"'), 4, "unknown claim kind"),
+        (('id = "one"', 'id = "one"\nflag = "--x"'), 4, "unknown key 'flag'"),
         (('metric = "output_throughput"', 'metric = "speed"'), 8, "unknown metric 'speed'"),
         (('workload = "chat"', 'workload = "chatty"'), 7, "unknown workload preset"),
         (('workload = "chat"', 'workload = { preset = "chat", tokens = 3 }'), 7, "'tokens'"),
@@ -225,3 +377,70 @@ def test_a_file_without_claims_or_with_other_tables_is_refused(tmp_path: Path) -
         _load(tmp_path, GOOD + "[study]\nmodel = 'x'\n")
     with pytest.raises(SpecError, match="cannot read"):
         load_claims(tmp_path / "missing.toml")
+
+
+KINDS = """\
+[[article]]
+id = "post"
+title = "A post"
+setting = "Qwen 14B / RTX 4090"
+model = "qwen2.5-14b"
+gpu = "rtx4090"
+
+[[claim]]
+id = "flag"
+kind = "flag"
+article = "post"
+figure = "--magic exists"
+statement = "vLLM has --magic"
+flag = "--magic"
+claimed = "exists"
+
+[[claim]]
+id = "starts"
+kind = "starts"
+statement = "vLLM needs --magic to start"
+flag = "--magic"
+claimed = "required"
+config = { enforce_eager = true }
+
+[[claim]]
+id = "backend"
+kind = "default-backend"
+statement = "FlashAttention is the default"
+claimed = "FLASH_ATTN"
+requires = ["gpu"]
+
+[[claim]]
+id = "hidden"
+kind = "unmeasurable"
+statement = "attention keeps less"
+needs = "a profiler"
+"""
+
+
+def test_the_other_kinds_load(tmp_path: Path) -> None:
+    flag, starts, backend, hidden = _load(tmp_path, KINDS)  # type: ignore[misc]
+    assert flag.kind == "flag" and flag.flag == "--magic" and flag.claimed is None
+    assert flag.article.setting == "Qwen 14B / RTX 4090" and flag.figure == "--magic exists"
+    assert starts.a == starts.b == {"enforce_eager": True} and starts.workload.name == "smoke"
+    assert backend.claimed_text == "FLASH_ATTN" and backend.article is None
+    assert hidden.needs == "a profiler" and hidden.claimed_text == ""
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (('claimed = "exists"', 'claimed = "maybe"'), "one of ('exists', 'absent')"),
+        (('flag = "--magic"\nclaimed = "exists"', 'flag = "magic"\nclaimed = "exists"'), "spells"),
+        (('claimed = "FLASH_ATTN"', 'claimed = "FAST_ATTN"'), "unknown attention backend"),
+        (('needs = "a profiler"', ""), "lacks 'needs'"),
+        (('gpu = "rtx4090"', 'gpu = "rtx9090"'), "unknown GPU profile"),
+        (('setting = "Qwen 14B / RTX 4090"\n', ""), "lacks 'setting'"),
+    ],
+)
+def test_the_other_kinds_check_their_keys(
+    tmp_path: Path, change: tuple[str, str], words: str
+) -> None:
+    with pytest.raises(SpecError, match=re.escape(words)):
+        _load(tmp_path, KINDS.replace(*change, 1))

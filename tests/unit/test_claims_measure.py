@@ -3,11 +3,15 @@ fake runner): shared launches, verdicts, and a side that cannot start."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tuner.abtest.claims import Claim, plan
+from tuner.abtest.claimed import parse_claimed
+from tuner.abtest.claims import Claim, load_claims, plan
+from tuner.abtest.facts import Where
 from tuner.abtest.guard import FindingGuard, finding_of
 from tuner.abtest.verdicts import NOT_APPLICABLE, claim_record, evaluate
 from tuner.catalog.gpus import get_gpu
@@ -89,8 +93,11 @@ def test_the_guard_does_not_launch_what_a_finding_rules_out() -> None:
     assert finding_of([less, more]) is not None and finding_of([less]) is None
 
 
-def _claim(cid: str, a: dict[str, Any], b: dict[str, Any], metric: str, claimed: float) -> Claim:
-    return Claim(cid, "s", a, b, SMALL, metric, claimed, str(claimed))
+def _claim(
+    cid: str, a: dict[str, Any], b: dict[str, Any], metric: str, claimed: float | str
+) -> Claim:
+    parsed = parse_claimed(claimed, metric)
+    return Claim(cid, "s", a, b, SMALL, metric, parsed, parsed.text)
 
 
 def test_claims_with_a_common_config_share_its_launches() -> None:
@@ -114,15 +121,16 @@ def test_claims_with_a_common_config_share_its_launches() -> None:
     assert started.count("defaults") == 3
     verdicts = {o.claim.id: o.verdict for o in outcomes}
     assert verdicts == {
-        "faster": "refuted",
-        "slower": "confirmed",
-        "memory": "refuted",  # 0.5/0.9 = 0.56: real, but less than the claimed 0.4
+        "faster": "opposite",
+        "slower": "larger",  # one sequence at a time is far more than 1.5 times slower
+        "memory": "smaller",  # 0.5/0.9 = 0.56: real, but less than the claimed 0.4
         "no-start": NOT_APPLICABLE,
     }
     no_start = outcomes[3]
     assert no_start.reason.startswith("B (gpu_memory_utilization=0.95) cannot start here: memory")
     record = claim_record(outcomes[1])
-    assert record["verdict"] == "confirmed" and record["measured"]["low"] > 1.5
+    assert record["verdict"] == "larger" and record["measured"]["low"] > 1.5
+    assert record["measured"]["text"].startswith("×") and record["claimed"]["scale"] == "ratio"
     assert claim_record(no_start)["measured"] is None
 
 
@@ -131,3 +139,86 @@ def test_without_applicable_claims_no_runner_is_needed() -> None:
     planned = plan([claim], resolve_model("tiny-ernie"), get_gpu("cpu"))
     (outcome,) = evaluate(planned, None, 3, 0.95)
     assert outcome.verdict == NOT_APPLICABLE and "not available on CPU" in outcome.reason
+
+
+def test_a_difference_claim_is_judged_in_its_unit() -> None:
+    claim = _claim("less", {}, {"gpu_memory_utilization": 0.5}, "memory_gib", "<= -5 GiB")
+    planned = plan([claim], resolve_model("tiny-ernie"), get_gpu("h100"))
+    (outcome,) = evaluate(planned, FakeRunner(launch_spread=0.02), 3, 0.95)
+    assert outcome.verdict == "consistent", outcome.reason
+    measured = claim_record(outcome)["measured"]
+    assert measured["difference"] < -5 and measured["text"].startswith("-9.6 GiB [")
+
+
+SEED = Path(__file__).parents[2] / "studies" / "claims" / "seed-claims.toml"
+FACT_IDS = ("custom-all-reduce-required", "flash-attn-default", "enable-flash-attn-flag")
+
+
+class _Catalog:
+    """A flag list with one flag (tests need no tuner.vllm.flags snapshot)."""
+
+    def get(self, name: str) -> object | None:
+        return object() if name == "--disable-custom-all-reduce" else None
+
+
+class _Passing:
+    """A runner that passes ``flag`` (its server's argv says so)."""
+
+    def __init__(self, inner: FakeRunner, flag: str) -> None:
+        self.inner, self.flag = inner, flag
+
+    def run(self, config: ServingConfig, workload: Any, **kw: Any) -> Any:
+        result = self.inner.run(config, workload, **kw)
+        assert result.server is not None
+        server = dataclasses.replace(result.server, argv=(*result.server.argv, self.flag))
+        return dataclasses.replace(result, server=server)
+
+
+def test_fact_claims_on_their_own_launch_once_and_once_with_the_flag() -> None:
+    claims = [c for c in load_claims(SEED) if c.id in FACT_IDS]
+    planned = plan(claims, resolve_model("tiny-ernie"), get_gpu("h100"))
+    fake = FakeRunner(backend="FLASH_ATTN")
+    outcomes = {
+        o.claim.id: o
+        for o in evaluate(
+            planned,
+            fake,
+            3,
+            0.95,
+            where=Where("tiny-ernie", "h100", "NVIDIA H100", "0.26.0"),
+            flags=lambda: (_Catalog(), ""),
+            runner_with=lambda flag: _Passing(fake, flag),
+        )
+    }
+    assert len(fake.calls) == 2  # the defaults once without the flag, once with it
+    starts = outcomes["custom-all-reduce-required"]
+    assert starts.verdict == "refuted"
+    assert starts.reason == (
+        "1 of 1 launches of 1 configuration(s) started without --disable-custom-all-reduce; "
+        "with it, 1 of 1 launch(es) started"
+    )
+    assert "the article's setting was ERNIE-4.5-0.3B-PT / A10G" in starts.setting
+    backend = outcomes["flash-attn-default"]
+    assert backend.verdict == "confirmed" and "FLASH_ATTN in 1 of 1" in backend.reason
+    flag = outcomes["enable-flash-attn-flag"]
+    assert flag.verdict == "refuted" and flag.reason.startswith("vLLM 0.26.0 has no")
+    assert flag.setting == "answered for vLLM 0.26.0; the article used vLLM 0.6.3"
+    assert claim_record(flag)["measured"] == {"text": "vLLM 0.26.0 has no --enable-flash-attn"}
+
+
+def test_fact_claims_use_the_launches_of_the_effect_claims() -> None:
+    claims = [
+        *(c for c in load_claims(SEED) if c.id in FACT_IDS),
+        _claim("slower", {}, {"max_num_seqs": 1}, "e2e_p99_ms", 1.5),
+    ]
+    planned = plan(claims, resolve_model("tiny-ernie"), get_gpu("h100"))
+    fake = FakeRunner()
+    outcomes = {o.claim.id: o for o in evaluate(planned, fake, 2, 0.95, flags=None)}
+    assert len(fake.calls) == 4  # only the effect claim's launches
+    assert outcomes["custom-all-reduce-required"].reason.startswith("4 of 4 launches of 2")
+    # The fake runner's own choice of backend is FAKE_ATTN, not FlashAttention.
+    assert outcomes["flash-attn-default"].verdict == "refuted"
+    flag = outcomes["enable-flash-attn-flag"]
+    assert flag.verdict == "not measured yet" and "flag list" in flag.reason
+    assert outcomes["slower"].stored() is not None
+    assert outcomes["flash-attn-default"].stored() is None

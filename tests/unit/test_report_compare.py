@@ -151,3 +151,42 @@ def test_a_verified_claim_gets_its_own_card() -> None:
     assert report.claim["measured_text"] == "0.958 [0.752, 1.221]"
     assert report.unparsed == ""
     assert comparison_report(_row(c.to_results(), c.to_verdicts())).claim is None
+
+
+def test_a_claim_quoting_its_article_shows_the_figure_beside_the_measurement() -> None:
+    a, b = Arm("defaults", ServingConfig()), Arm("cap", ServingConfig(max_model_len=4096))
+    runs = [[FakeRunner(seed=i).run(arm.config, WORKLOAD) for i in range(3)] for arm in (a, b)]
+    c = compare(a, runs[0], b, runs[1])
+    claim = {
+        "id": "max-model-len-memory",
+        "kind": "effect",
+        "statement": "Capping the context saves about 120 MB",
+        "article": "ernie-fa2",
+        "figure": "--max-model-len 4096 saves about 120 MB more",
+        "metric": "memory_gib",
+        "claimed": {
+            "scale": "difference",
+            "low": -0.11,
+            "high": -0.11,
+            "unit": "MB",
+            "text": "-120 MB",
+        },
+        "claimed_text": "-120 MB",
+        "verdict": "consistent",
+        "reason": "a real effect, -67 MB [-122, -12]; the claimed -120 MB lies within it",
+        "setting": "measured on ernie-0.3b / NVIDIA H200; the article's setting was A10G",
+        "measured": {
+            "difference": -0.0625,
+            "low": -0.11,
+            "high": -0.01,
+            "text": "-67 MB [-122, -12]",
+        },
+    }
+    results = {**c.to_results(), "kind": "claim", "claim": claim}
+    report = comparison_report(_row(json.loads(json.dumps(results)), c.to_verdicts()))
+    assert report.claim is not None
+    assert report.claim["measured_text"] == "-67 MB [-122, -12]"
+    assert report.claim["claimed_shown"] == "-120 MB"
+    assert report.claim["figure"].endswith("120 MB more") and report.claim["article"] == "ernie-fa2"
+    assert report.claim["setting"].startswith("measured on ernie-0.3b")
+    assert report.unparsed == ""

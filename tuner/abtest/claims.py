@@ -1,184 +1,55 @@
-"""Published claims about vLLM settings as testable statements, and where they can be measured.
+"""Published claims about vLLM settings, and where they can be measured.
 
-A claims file (``studies/claims/*.toml``) holds ``[[claim]]`` tables::
-
-    [[claim]]
-    id = "fa2-throughput"                      # lower-case letters, digits and dashes
-    statement = "FlashAttention-2 raises throughput by 41 %."
-    a = "defaults"                             # or a knob table: { max_num_seqs = 64 }
-    b = { attention_backend = "FLASH_ATTN", flash_attn_version = 2 }
-    workload = "seed-bench"                    # or { preset = "seed-bench", prompt_tokens = 2048 }
-    metric = "output_throughput"               # one of tuner.abtest.compare.COMPARED
-    claimed = 1.41                             # the claimed B/A of the metric; "0.7/1.2" works
-    requires = ["gpu", "FLASH_ATTN"]           # optional: a CUDA GPU, backends it must offer
-
-:func:`load_claims` validates it (errors name the line), :func:`select` keeps the claims asked
-for, :func:`plan` decides per model and GPU which claims can be measured at all, and
-:func:`setup_claims` does all three for ``tuner verify-claims``'s options. Measuring and judging
-them is :mod:`tuner.abtest.verdicts`.
+The claims file (``studies/claims/*.toml``: ``[[article]]`` and ``[[claim]]`` tables) is read
+by :func:`load_claims` (:mod:`tuner.abtest.claimsfile`, which documents the format);
+:func:`select` keeps the claims asked for, :func:`plan` decides per model and GPU which claims
+can be measured at all, and :func:`setup_claims` does all three for ``tuner verify-claims``'s
+options. Measuring and judging them is :mod:`tuner.abtest.verdicts`.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.abtest.compare import COMPARED
+from tuner.abtest.claimsfile import (
+    BACKENDS,
+    EFFECT,
+    FLAG,
+    METRICS,
+    UNMEASURABLE,
+    Article,
+    Claim,
+    load_claims,
+)
 from tuner.catalog import rules
-from tuner.catalog.gpus import FLASH_ATTN, GPUS, get_gpu
+from tuner.catalog.gpus import FLASH_ATTN, get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
-from tuner.errors import SpecError, UsageError
-from tuner.load.workloads import WORKLOADS, plan_requests
+from tuner.errors import UsageError
 from tuner.space import KNOBS, SearchSpace, normalize_knob
 from tuner.spec.configs import (
     check_confidence,
-    knob_table,
     parse_config_spec,
     parse_workload_overrides,
     with_overrides,
 )
-from tuner.spec.fields import Fail, find_line, read_toml, typed_value, workload_field
 from tuner.spec.study import StudySpec
 
-METRICS: tuple[str, ...] = tuple(name for name, _, _ in COMPARED)
-BACKENDS: frozenset[str] = frozenset(b for g in GPUS.values() for b in g.attention_backends)
-_KEYS = frozenset({"id", "statement", "a", "b", "workload", "metric", "claimed", "requires"})
-_REQUIRED = ("id", "statement", "a", "b", "workload", "metric", "claimed")
-_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_HEADER = re.compile(r"^\s*\[\[\s*claim\s*\]\]")
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One testable statement: B against A on ``workload``, ``metric`` B/A = ``claimed``."""
-
-    id: str
-    statement: str
-    a: Mapping[str, Any]  # knob -> value as written ({} = defaults); see SearchSpace.config_from
-    b: Mapping[str, Any]
-    workload: Workload
-    metric: str
-    claimed: float
-    claimed_text: str  # as written: "1.41", "0.7/1.2"
-    requires: tuple[str, ...] = ()
-    line: int | None = None
-
-
-def load_claims(path: str | Path) -> tuple[Claim, ...]:
-    """Read and validate a claims file; SpecError (exit 2) naming the line of the first problem."""
-    p = Path(path)
-    data, text = read_toml(p, "claims")
-    stray = sorted(set(data) - {"claim"})
-    entries = data.get("claim", [])
-    if stray or not isinstance(entries, list) or not entries:
-        what = f"unknown top-level key(s) {stray}" if stray else "no [[claim]] tables"
-        line = find_line(text, stray[0]) if stray else None
-        raise SpecError(what, path=str(p), line=line, hint="a claims file is [[claim]] tables")
-    headers = [i for i, line in enumerate(text.splitlines()) if _HEADER.match(line)]
-    claims: list[Claim] = []
-    for index, entry in enumerate(entries):
-        start = headers[index] if index < len(headers) else 0
-        claim = _claim(entry, text, start, str(p))
-        if any(c.id == claim.id for c in claims):
-            raise SpecError(f"duplicate claim id {claim.id!r}", path=str(p), line=claim.line)
-        claims.append(claim)
-    return tuple(claims)
-
-
-def _claim(entry: Mapping[str, Any], text: str, start: int, where: str) -> Claim:
-    region = "\n".join(text.splitlines()[start:])
-
-    def fail(
-        msg: str, key: str | None = None, hint: str = "", section: str | None = None
-    ) -> SpecError:
-        found = find_line(region, key) if key else None
-        line = start + (found if found is not None else 1)
-        return SpecError(msg, path=where, line=line, hint=hint)
-
-    for key in entry:
-        if key not in _KEYS:
-            raise fail(f"unknown key {key!r} in [[claim]]", key, hint=f"allowed: {sorted(_KEYS)}")
-    for key in _REQUIRED:
-        if key not in entry:
-            raise fail(f"[[claim]] lacks {key!r}", hint=f"every claim has {', '.join(_REQUIRED)}")
-    claim_id = typed_value(entry["id"], str, "id", fail, "claim")
-    if not _ID.match(claim_id):
-        raise fail(f"claim id {claim_id!r}: use lower-case letters, digits and dashes", "id")
-    statement = typed_value(entry["statement"], str, "statement", fail, "claim")
-    a, b = (knob_table(entry[side], side, fail) for side in ("a", "b"))
-    if a == b:
-        raise fail("a and b are the same configuration: there is nothing to compare", "b")
-    metric = typed_value(entry["metric"], str, "metric", fail, "claim")
-    if metric not in METRICS:
-        raise fail(f"unknown metric {metric!r}", "metric", hint=f"metrics: {', '.join(METRICS)}")
-    claimed, claimed_text = _claimed(entry["claimed"], fail)
-    requires = entry.get("requires", [])
-    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
-        raise fail("requires must be a list of strings", "requires")
-    for item in requires:
-        if item != "gpu" and item not in BACKENDS:
-            known = ", ".join(["gpu", *sorted(BACKENDS)])
-            raise fail(f"unknown requirement {item!r}", "requires", hint=f"known: {known}")
-    return Claim(
-        id=claim_id,
-        statement=statement,
-        a=a,
-        b=b,
-        workload=_workload(entry["workload"], fail),
-        metric=metric,
-        claimed=claimed,
-        claimed_text=claimed_text,
-        requires=tuple(requires),
-        line=start + 1,
-    )
-
-
-def _claimed(value: Any, fail: Fail) -> tuple[float, str]:
-    text = str(value)
-    number: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
-    elif isinstance(value, str) and re.fullmatch(r"\s*[\d.]+\s*/\s*[\d.]+\s*", value):
-        top, bottom = (float(x) for x in value.split("/"))
-        number = top / bottom if bottom > 0 else None
-    if number is None or not math.isfinite(number) or number <= 0 or number == 1.0:
-        raise fail(
-            f"claimed must be a ratio B/A above 0 and not 1, got {value!r}",
-            "claimed",
-            hint='e.g. claimed = 1.41 (41 % more), 0.72 (28 % less) or "0.7/1.2"',
-        )
-    return number, text
-
-
-def _workload(value: Any, fail: Fail) -> Workload:
-    table = {"preset": value} if isinstance(value, str) else value
-    if not isinstance(table, dict) or not isinstance(table.get("preset"), str):
-        raise fail(
-            'workload must be a preset name or { preset = "...", key = value, ... }', "workload"
-        )
-    given = {k: v for k, v in table.items() if k not in ("preset", "name")}
-    preset = WORKLOADS.get(table["preset"])
-    if preset is None:
-        raise fail(
-            f"unknown workload preset {table['preset']!r}",
-            "workload",
-            hint=f"presets: {', '.join(WORKLOADS)}",
-        )
-    overrides = {key: workload_field(key, v, fail) for key, v in given.items()}
-    name = table.get("name")
-    if name is not None and not isinstance(name, str):
-        raise fail("the workload's name must be a string", "name")
-    try:
-        workload = with_overrides(preset, overrides, name=name)
-        plan_requests(workload, 1, 0)  # the shape checks, with a line number
-    except UsageError as exc:
-        raise fail(exc.message, "workload", hint=exc.hint) from None
-    return workload
+__all__ = [
+    "BACKENDS",
+    "METRICS",
+    "Article",
+    "Claim",
+    "ClaimsSetup",
+    "Planned",
+    "load_claims",
+    "plan",
+    "select",
+    "setup_claims",
+]
 
 
 # -- planning ----------------------------------------------------------------------------------
@@ -209,11 +80,16 @@ def plan(
     ``fixed`` (held in every configuration, like a spec's ``[space] fixed``) holds; A or B
     broken by the space rules (e.g. FLASH_ATTN on cpu); or A and B the same configuration
     once vLLM's defaults are spelled out (e.g. max_model_len 4096 for a model of 4096
-    positions). ``workload_overrides`` apply to every claim's workload.
+    positions). ``workload_overrides`` apply to every claim's workload. Claims of the other
+    kinds: ``starts`` and ``default-backend`` get their configuration as A and B (the launch
+    of their own, when they need one); ``flag`` and ``unmeasurable`` none.
     """
     out = []
     for claim in claims:
         workload = with_overrides(claim.workload, workload_overrides or {})
+        if claim.kind in (FLAG, UNMEASURABLE):  # no configuration: nothing the space can rule out
+            out.append(Planned(claim, workload, reason=_unmet(claim, gpu)))
+            continue
         reason = _held(claim, fixed or {})
         if reason:
             out.append(Planned(claim, workload, reason=reason))
@@ -228,7 +104,7 @@ def plan(
         ]
         if problems:
             reason = "; ".join(problems)
-        elif _effective(model, gpu, a) == _effective(model, gpu, b):
+        elif claim.kind == EFFECT and _effective(model, gpu, a) == _effective(model, gpu, b):
             reason = _same(model, gpu, a, b)
         else:
             reason = _unmet(claim, gpu)
@@ -260,7 +136,8 @@ class ClaimsSetup:
 
     @property
     def applicable(self) -> bool:
-        return any(not p.reason for p in self.planned)
+        """Whether anything needs this machine's vLLM (a launch, or its flag list)."""
+        return any(not p.reason and p.claim.kind != UNMEASURABLE for p in self.planned)
 
 
 def setup_claims(

@@ -1,88 +1,96 @@
-"""Verdicts on claims (:mod:`tuner.abtest.claims`): confirmed, refuted, inconclusive, or not
-applicable with the reason.
+"""Verdicts on claims (:mod:`tuner.abtest.claims`), measured here.
 
-:func:`judge` reads a claimed B/A against a measured interval. :func:`evaluate` measures planned
-claims through the :mod:`tuner.abtest.pipeline`: claims with the same workload form one group,
-launched interleaved over the distinct configurations they name, so that a configuration shared
-by several claims (the defaults of the FlashAttention ones) is launched once per round, not once
-per claim; the judge step gives each claim its :class:`Outcome`. :func:`verify` is what
-``tuner verify-claims`` runs: the same, each measured claim stored as a comparison
+An ``effect`` claim's verdict reads the measured interval against the article's figure
+(:mod:`tuner.abtest.claimed`): ``consistent``, ``smaller``, ``larger``, ``opposite``,
+``no effect`` or ``inconclusive``; the other kinds (:mod:`tuner.abtest.facts`) are
+``confirmed`` or ``refuted``, ``not measurable`` (what would be needed) or ``not measured yet``
+(what is needed). Any claim can be ``not applicable`` here, with the reason.
+
+:func:`evaluate` measures planned claims through the :mod:`tuner.abtest.pipeline`: effect claims
+with the same workload form one group, launched interleaved over the distinct configurations
+they name, so that a configuration shared by several claims (the defaults of the
+FlashAttention ones) is launched once per round, not once per claim. ``starts`` and
+``default-backend`` claims are answered by those launches; with none, by one launch of their
+own (a ``starts`` claim also by one with its flag, when it can). :func:`verify` is what
+``tuner verify-claims`` runs: the same, each measured effect claim stored as a comparison
 (``results["kind"] == "claim"``, ``results["claim"]`` its :func:`claim_record`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tuner.abtest.claimed import (
+    CONSISTENT,
+    EFFECT_VERDICTS,
+    INCONCLUSIVE,
+    LARGER,
+    NO_EFFECT,
+    OPPOSITE,
+    SMALLER,
+    Claimed,
+    read,
+)
 from tuner.abtest.claims import Claim, Planned
+from tuner.abtest.claimsfile import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
 from tuner.abtest.compare import Arm, Comparison, MetricComparison, RunCallback, compare
+from tuner.abtest.compare import run_interleaved as _interleaved
+from tuner.abtest.facts import (
+    CONFIRMED,
+    NOT_APPLICABLE,
+    NOT_MEASURABLE,
+    NOT_MEASURED,
+    REFUTED,
+    Fact,
+    FlagList,
+    Where,
+    judge_default_backend,
+    judge_flag,
+    judge_starts,
+    judge_unmeasurable,
+    launch_facts,
+    setting_note,
+)
 from tuner.abtest.guard import finding_of
 from tuner.abtest.launchlog import LaunchLog
-from tuner.abtest.pipeline import (
-    Bench,
-    Group,
-    Judgement,
-    Watch,
-    first_provenance,
-    run_groups,
-)
+from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance, run_groups
 from tuner.domain import Provenance, ServingConfig, TrialResult, Workload
-from tuner.scoring.significance import INCONCLUSIVE
 
 if TYPE_CHECKING:
     from tuner.runner.vllm import PhaseCallback, TrialRunner
 
-CONFIRMED = "confirmed"
-REFUTED = "refuted"
-NOT_APPLICABLE = "not applicable"
-
-
-def judge(claimed: float, low: float, high: float) -> str:
-    """The verdict on a claimed ratio B/A given the measured interval [low, high] of B/A.
-
-    Read the claim as "B/A is at least as far from 1 as ``claimed``, on its side of 1"
-    (articles report the effect they saw; a larger one does not contradict them). With the
-    claimed side above 1 (below 1: the same with every ratio inverted):
-
-    - confirmed: ``low > 1`` (a real effect in the claimed direction) and ``claimed <= high``
-      (the effect is not significantly smaller than claimed; ``low > claimed`` means it is
-      even larger);
-    - refuted: ``high < claimed``: the interval excludes the claimed effect on the near side,
-      whether it shows a smaller effect, none (a tight interval around 1) or the opposite;
-    - inconclusive: otherwise, i.e. ``low <= 1 < claimed <= high``: the interval contains
-      both "no change" and the claimed effect; more launches would tell.
-    """
-    if claimed <= 0 or claimed == 1.0 or not 0 < low <= high:
-        raise ValueError(
-            f"judge needs claimed > 0, != 1 and 0 < low <= high; got {claimed}, [{low}, {high}]"
-        )
-    if claimed < 1.0:
-        claimed, low, high = 1.0 / claimed, 1.0 / high, 1.0 / low
-    if high < claimed:
-        return REFUTED
-    if low > 1.0:
-        return CONFIRMED
-    return INCONCLUSIVE
-
-
-def explain(verdict: str, claimed: float, low: float, high: float) -> str:
-    """One sentence on why ``judge`` gave ``verdict`` for this interval."""
-    up = claimed > 1.0
-    near = low if up else high  # the end of the interval nearest to 1
-    if verdict == CONFIRMED:
-        if (near > claimed) if up else (near < claimed):
-            return "a real effect, even larger than claimed"
-        return "a real effect in the claimed direction; the claimed size is within the interval"
-    if verdict == REFUTED:
-        if (high < 1.0) if up else (low > 1.0):
-            return "the opposite of the claim: a real effect in the other direction"
-        if low <= 1.0 <= high:
-            return "no significant effect, and the interval rules out the claimed size"
-        return "a real effect in the claimed direction, but significantly smaller than claimed"
-    return "the interval contains both no change and the claimed effect: more launches needed"
+VERDICTS = (
+    *EFFECT_VERDICTS,
+    CONFIRMED,
+    REFUTED,
+    NOT_APPLICABLE,
+    NOT_MEASURABLE,
+    NOT_MEASURED,
+)
+__all__ = [
+    "CONFIRMED",
+    "CONSISTENT",
+    "INCONCLUSIVE",
+    "LARGER",
+    "NOT_APPLICABLE",
+    "NOT_MEASURABLE",
+    "NOT_MEASURED",
+    "NO_EFFECT",
+    "OPPOSITE",
+    "REFUTED",
+    "SMALLER",
+    "VERDICTS",
+    "Outcome",
+    "claim_record",
+    "evaluate",
+    "verify",
+]
+FlagSource = Callable[[], tuple[FlagList | None, str]]
+"""This machine's vLLM flag list, or None and why not (:func:`tuner.abtest.facts.flag_catalog`)."""
 
 
 @dataclass(frozen=True)
@@ -98,10 +106,16 @@ class Outcome:
     comparison: Comparison | None = field(default=None, compare=False)
     provenance: Provenance | None = None
     comparison_id: int | None = None  # once stored
+    # On the claim's scale: {"ratio" | "difference": x, "low", "high", "text"}; for the other
+    # kinds {"text": what the verdict rests on}. None when nothing was measured.
+    measured_record: dict[str, Any] | None = None
+    setting: str = ""  # the setting_note: measured elsewhere than the article measured it
 
     @property
     def measured(self) -> MetricComparison | None:
-        return None if self.comparison is None else self.comparison.metric(self.claim.metric)
+        if self.comparison is None or self.claim.kind != EFFECT:
+            return None
+        return self.comparison.metric(self.claim.metric)
 
     def stored(self) -> Judgement | None:
         """The comparison to store for this claim; None when it was not measured."""
@@ -119,35 +133,66 @@ class Outcome:
 
 
 def outcome_of(
-    p: Planned, a_runs: Sequence[TrialResult], b_runs: Sequence[TrialResult], confidence: float
+    p: Planned,
+    a_runs: Sequence[TrialResult],
+    b_runs: Sequence[TrialResult],
+    confidence: float,
+    where: Where | None = None,
 ) -> Outcome:
-    """The verdict on planned claim ``p`` from the launches of its A and B."""
-    assert p.a is not None and p.b is not None
+    """The verdict on planned effect claim ``p`` from the launches of its A and B."""
+    assert p.a is not None and p.b is not None and p.claim.claimed is not None
+    note = setting_note(p.claim, where)
     for side, config, runs in (("A", p.a, a_runs), ("B", p.b, b_runs)):
         finding = finding_of(runs)
         if finding:
             reason = f"{side} ({config.label()}) cannot start here: {finding}"
-            return Outcome(p.claim, p.workload, NOT_APPLICABLE, reason, p.a, p.b)
+            return Outcome(p.claim, p.workload, NOT_APPLICABLE, reason, p.a, p.b, setting=note)
     comparison = compare(Arm(p.a.label(), p.a), a_runs, Arm(p.b.label(), p.b), b_runs, confidence)
     m = comparison.metric(p.claim.metric)
-    if m.ratio is None or m.low is None or m.high is None:
+    reading = read(
+        p.claim.claimed,
+        ratio=m.ratio,
+        low=m.low,
+        high=m.high,
+        a_values=m.a_values,
+        b_values=m.b_values,
+        confidence=confidence,
+        disagreement=m.verdict.removeprefix(f"{INCONCLUSIVE}: ") if m.inconclusive else "",
+    )
+    reason = reading.reason
+    if reading.measured is None:
         failed = [*comparison.a_failures, *comparison.b_failures]
-        reason = (
-            f"not enough complete launches to compare (A {len(m.a_values)}, B "
-            f"{len(m.b_values)})" + (f"; failures: {'; '.join(failed)}" if failed else "")
-        )
-        verdict = INCONCLUSIVE
-    elif m.inconclusive:
-        # The launches of a side disagree far beyond their noise: the interval says nothing.
-        verdict = INCONCLUSIVE
-        reason = m.verdict.removeprefix(f"{INCONCLUSIVE}: ")
-    else:
-        verdict = judge(p.claim.claimed, m.low, m.high)
-        reason = explain(verdict, p.claim.claimed, m.low, m.high)
+        reason += f"; failures: {'; '.join(failed)}" if failed else ""
     if comparison.window_note:
         reason += f" (caution: {comparison.window_note})"
     prov = first_provenance(a_runs, b_runs)
-    return Outcome(p.claim, p.workload, verdict, reason, p.a, p.b, comparison, prov)
+    return Outcome(
+        p.claim,
+        p.workload,
+        reading.verdict,
+        reason,
+        p.a,
+        p.b,
+        comparison,
+        prov,
+        measured_record=reading.measured,
+        setting=note,
+    )
+
+
+def fact_outcome(p: Planned, fact: Fact, where: Where | None) -> Outcome:
+    measured = {"text": fact.measured} if fact.measured else None
+    note = setting_note(p.claim, where)
+    return Outcome(
+        p.claim,
+        p.workload,
+        fact.verdict,
+        fact.reason,
+        p.a,
+        p.b,
+        measured_record=measured,
+        setting=note,
+    )
 
 
 def evaluate(
@@ -163,28 +208,49 @@ def evaluate(
     launch_log: Callable[[Workload, list[Arm]], LaunchLog] | None = None,
     on_resumed: Callable[[str], None] | None = None,
     store: Callable[[Judgement], int] | None = None,
+    where: Where | None = None,
+    flags: FlagSource | None = None,
+    runner_with: Callable[[str], TrialRunner] | None = None,
 ) -> list[Outcome]:
     """Measure the applicable claims (``launches`` fresh launches of each configuration) and
     judge each; outcomes in the order of ``planned``. ``runner`` may be None only when no
-    claim is applicable. ``launch_log`` gives each workload group's :class:`LaunchLog`: its
+    claim needs a launch. ``launch_log`` gives each workload group's :class:`LaunchLog`: its
     earlier launches are reused and each new one is recorded as it finishes. With ``store``,
-    each measured claim is stored (its outcome then has ``comparison_id``) and the logs go."""
+    each measured effect claim is stored (its outcome then has ``comparison_id``) and the logs
+    go. ``where`` names this machine in the verdicts; ``flags`` gives its vLLM's flag list;
+    ``runner_with(flag)`` a runner that passes ``flag`` to vLLM (for a ``starts`` claim's
+    launch with its flag)."""
     outcomes: dict[str, Outcome] = {}
     members: dict[Workload, list[Planned]] = {}
+    facts: list[Planned] = []
     for p in planned:
-        if p.reason or p.a is None or p.b is None:
-            outcomes[p.claim.id] = Outcome(p.claim, p.workload, NOT_APPLICABLE, p.reason)
-        else:
+        kind = p.claim.kind
+        if p.reason:
+            note = setting_note(p.claim, where)
+            outcomes[p.claim.id] = Outcome(
+                p.claim, p.workload, NOT_APPLICABLE, p.reason, setting=note
+            )
+        elif kind == UNMEASURABLE:
+            outcomes[p.claim.id] = fact_outcome(p, judge_unmeasurable(p.claim), where)
+        elif kind == FLAG:
+            catalog, why = flags() if flags else (None, "")
+            fact = judge_flag(p.claim, catalog, where.vllm if where else "?", why)
+            outcomes[p.claim.id] = fact_outcome(p, fact, where)
+        elif kind in (STARTS, DEFAULT_BACKEND):
+            facts.append(p)
+        elif p.a is not None and p.b is not None:
             members.setdefault(p.workload, []).append(p)
     groups = []
     for workload, ps in members.items():
         configs = dict.fromkeys(c for p in ps for c in (p.a, p.b) if c is not None)
         groups.append(Group(workload, tuple(Arm(c.label(), c) for c in configs)))
+    seen: list[TrialResult] = []
 
     def judge_group(group: Group, results: list[list[TrialResult]]) -> list[Outcome]:
+        seen.extend(r for rs in results for r in rs)
         by_config = {arm.config: rs for arm, rs in zip(group.arms, results, strict=True)}
         return [
-            outcome_of(p, by_config[p.a], by_config[p.b], confidence)
+            outcome_of(p, by_config[p.a], by_config[p.b], confidence, where)
             for p in members[group.workload]
             if p.a is not None and p.b is not None
         ]
@@ -205,7 +271,42 @@ def evaluate(
     )
     for outcome, comparison_id in judged:
         outcomes[outcome.claim.id] = dataclasses.replace(outcome, comparison_id=comparison_id)
+    if facts:
+        own = _own_launches(facts, runner, seen, on_start=on_start, on_run=on_run)
+        for p in facts:
+            outcomes[p.claim.id] = fact_outcome(p, _fact(p, seen, own, runner_with), where)
     return [outcomes[p.claim.id] for p in planned]
+
+
+def _own_launches(
+    facts: Sequence[Planned],
+    runner: TrialRunner | None,
+    seen: list[TrialResult],
+    **watch: Any,
+) -> bool:
+    """With no launch made for effect claims, one launch of each fact claim's configuration
+    (into ``seen``); whether they were made."""
+    if seen or runner is None:
+        return False
+    configs = dict.fromkeys(p.a for p in facts if p.a is not None)
+    arms = [Arm(c.label(), c) for c in configs]
+    for rs in _interleaved(arms, runner, facts[0].workload, 1, **watch):
+        seen.extend(rs)
+    return True
+
+
+def _fact(
+    p: Planned,
+    seen: Sequence[TrialResult],
+    own: bool,
+    runner_with: Callable[[str], TrialRunner] | None,
+) -> Fact:
+    if p.claim.kind == DEFAULT_BACKEND:
+        return judge_default_backend(p.claim, launch_facts(seen))
+    with_flag: list[TrialResult] = []
+    if own and runner_with is not None and p.a is not None:
+        with_flag.append(runner_with(p.claim.flag).run(p.a, p.workload))
+    return judge_starts(p.claim, launch_facts([*seen, *with_flag], p.claim.flag))
 
 
 def verify(
@@ -216,10 +317,13 @@ def verify(
     *,
     watch: Watch,
     on_group: Callable[[Workload, list[Arm], list[Claim]], None] | None = None,
+    where: Where | None = None,
+    flags: FlagSource | None = None,
+    runner_with: Callable[[str], TrialRunner] | None = None,
 ) -> list[Outcome]:
     """``tuner verify-claims``: :func:`evaluate` on ``bench``, launch logs under
     ``$TUNER_HOME`` and each measured claim stored. ``bench`` may be None only when no claim
-    is applicable."""
+    needs this machine."""
     return evaluate(
         planned,
         bench.runner if bench else None,
@@ -232,27 +336,47 @@ def verify(
         on_resumed=watch.on_resumed,
         launch_log=bench.launch_log if bench else None,
         store=bench.store if bench else None,
+        where=where,
+        flags=flags,
+        runner_with=runner_with,
     )
+
+
+def claimed_record(claimed: Claimed | None) -> dict[str, Any] | None:
+    """A claimed range as JSON: infinite ends as None."""
+    if claimed is None:
+        return None
+
+    def end(v: float) -> float | None:
+        return None if math.isinf(v) else v
+
+    return {
+        "scale": claimed.scale,
+        "low": end(claimed.low),
+        "high": end(claimed.high),
+        "unit": claimed.unit,
+        "text": claimed.shown(),
+    }
 
 
 def claim_record(outcome: Outcome) -> dict[str, Any]:
     """The claim and its verdict as stored with the comparison and printed by ``--json``
     (there with ``comparison_id`` once stored)."""
-    m = outcome.measured
     c = outcome.claim
-    measured = None
-    if m is not None and m.ratio is not None:
-        measured = {"ratio": m.ratio, "low": m.low, "high": m.high}
     record: dict[str, Any] = {
         "id": c.id,
+        "kind": c.kind,
         "statement": c.statement,
+        "article": c.article.id if c.article else None,
+        "figure": c.figure,
         "metric": c.metric,
-        "claimed": c.claimed,
+        "claimed": claimed_record(c.claimed),
         "claimed_text": c.claimed_text,
         "workload": outcome.workload.name,
         "verdict": outcome.verdict,
         "reason": outcome.reason,
-        "measured": measured,
+        "setting": outcome.setting,
+        "measured": outcome.measured_record,
     }
     if outcome.comparison_id is not None:
         record["comparison_id"] = outcome.comparison_id

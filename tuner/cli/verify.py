@@ -1,5 +1,7 @@
 """``tuner verify-claims``: measure the claims of a claims file (:mod:`tuner.abtest.claims`) here
-and judge each one: confirmed, refuted, inconclusive, or not applicable with the reason.
+and judge each one against the article's figure (consistent, smaller, larger, opposite, no
+effect, inconclusive; confirmed or refuted for a flag or a start; not applicable, not
+measurable, not measured yet: with the reason).
 
 Options, progress lines and the table of verdicts; measuring and judging is
 :func:`tuner.abtest.verdicts.verify` (claims with the same workload share their launches, each
@@ -33,20 +35,19 @@ if TYPE_CHECKING:
 
 
 def _print_claims(outcomes: list[Outcome], say: Say) -> None:
-    from tuner.scoring.significance import ratio_text
-
-    rows = [("claim", "metric", "measured B/A [interval]", "claimed B/A", "verdict")]
+    rows = [("claim", "metric", "measured [interval]", "claimed", "verdict")]
     for o in outcomes:
-        m = o.measured
-        measured = (ratio_text(m.ratio, m.low, m.high) if m is not None else None) or "-"
-        rows.append((o.claim.id, o.claim.metric, measured, o.claim.claimed_text, o.verdict))
+        measured = str((o.measured_record or {}).get("text") or "-")
+        claimed = o.claim.claimed.shown() if o.claim.claimed else o.claim.claimed_text
+        rows.append((o.claim.id, o.claim.metric or o.claim.kind, measured, claimed, o.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         say("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     say("")
     for o in outcomes:
         stored = f" (comparison {o.comparison_id})" if o.comparison_id is not None else ""
-        say(f"{o.claim.id}: {o.verdict}{stored}: {o.reason}")
+        setting = f" ({o.setting})" if o.setting else ""
+        say(f"{o.claim.id}: {o.verdict}{stored}: {o.reason}{setting}")
 
 
 def verify_claims(
@@ -67,10 +68,11 @@ def verify_claims(
     vllm_python: VllmPython = None,
     as_json: Json = False,
 ) -> None:
-    """Test published claims here: confirmed, refuted, inconclusive or not applicable (why)."""
+    """Test published claims here against the articles' figures (see studies/claims/)."""
     import json
 
     from tuner.abtest.claims import setup_claims
+    from tuner.abtest.facts import Where, machine_flags, runner_passing
     from tuner.abtest.pipeline import open_bench
     from tuner.abtest.verdicts import claim_record, verify
 
@@ -100,8 +102,24 @@ def verify_claims(
             f"{', '.join(c.id for c in members)}"
         )
 
+    where = Where(
+        setup.model.alias,
+        setup.gpu.name,
+        setup.gpu.display_name,
+        bench.vllm_version if bench else "",
+    )
     outcomes = verify(
-        setup.planned, bench, repeats, confidence, watch=Progress(say).watch(), on_group=group
+        setup.planned,
+        bench,
+        repeats,
+        confidence,
+        watch=Progress(say).watch(),
+        on_group=group,
+        where=where,
+        flags=(lambda: machine_flags(setup.spec, where.vllm)) if bench else None,
+        runner_with=(lambda flag: runner_passing(flag, setup.spec, url, setup.model, setup.gpu))
+        if bench
+        else None,
     )
     records = [claim_record(o) for o in outcomes]
     _print_claims(outcomes, say)

@@ -15,7 +15,8 @@ verdict "inconclusive: ..." when the launches of a side disagree far beyond thei
 :mod:`tuner.scoring.caveats`), windows {a, b} (client-bound and disturbed windows of each side's
 launches; absent, like disagreement, in comparisons stored before tuner counted them),
 verdicts {metric: verdict, overall},
-claim (verify-claims only: id, statement, metric, claimed, verdict, reason, measured), and
+claim (verify-claims only: :func:`tuner.abtest.verdicts.claim_record`: id, kind, statement,
+article, figure, metric, claimed, claimed_text, verdict, reason, setting, measured), and
 provenance {gpu_name, gpu_uuid, driver_version, cuda_version, vllm_version, model, workload,
 emulated, hostname, tuner_version}.
 """
@@ -25,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tuner.abtest.claims import Claim
+from tuner.abtest.rejudge import rejudge
 from tuner.db.repository import Repository
 from tuner.domain import to_jsonable
 from tuner.scoring.caveats import stored_window_note
@@ -125,6 +128,72 @@ def claims_table(records: Sequence[Mapping[str, Any]]) -> str:
             f"{claim['reason']} |"
         )
     return head + "\n".join(lines) + "\n"
+
+
+def _cell(text: object) -> str:
+    return str(text or "").replace("|", "\\|").replace("\n", " ")
+
+
+def rejudged_table(records: Sequence[Mapping[str, Any]], claims: Sequence[Claim]) -> str:
+    """Every claim of a claims file, judged again from ``records`` (stored comparisons of one
+    model, GPU and vLLM version: :func:`tuner.abtest.rejudge.rejudge`), as a Markdown table:
+    the article's figure, what was tested, what was measured here, the verdict and why (with
+    the setting, when the article measured elsewhere)."""
+    return verdicts_table(rejudge(records, claims), claims, records)
+
+
+def verdicts_table(
+    verdicts: Sequence[Mapping[str, Any]],
+    claims: Sequence[Claim],
+    records: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """Claim records (:func:`tuner.abtest.verdicts.claim_record`, e.g. ``tuner verify-claims
+    --json``) as the claims table, each beside its article's figure from ``claims``; the B and
+    A of a measured claim from the comparison in ``records`` it names."""
+    by_id = {c.id: c for c in claims}
+    compared = {r["id"]: r for r in records}
+    head = (
+        "| claim | the article's figure | tested here as | B against A (workload) | measured "
+        "here [95 % CI] | verdict | why |\n|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for v in verdicts:
+        claim = by_id.get(v["id"])
+        article = f"{claim.article.id}: " if claim and claim.article else ""
+        figure = f"{article}{claim.figure if claim else v.get('figure', '')}"
+        tested = _tested(claim, v)
+        compared_row = compared.get(v.get("comparison_id"))
+        if compared_row:
+            arms = f"{compared_row['b_label']} vs {compared_row['a_label']} ({v['workload']})"
+        elif claim and claim.kind == "effect":
+            arms = f"{_label(claim.b)} vs {_label(claim.a)} ({v['workload']})"
+        else:
+            arms = "-"
+        measured = (v.get("measured") or {}).get("text") or "-"
+        why = v["reason"].rstrip(".") + (f"; {v['setting']}" if v.get("setting") else "")
+        lines.append(
+            "| " + " | ".join(_cell(x) for x in (v["id"], figure, tested, arms, measured))
+            + f" | **{_cell(v['verdict'])}** | {_cell(why)} |"
+        )  # fmt: skip
+    return head + "\n".join(lines) + "\n"
+
+
+def _label(knobs: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in knobs.items()) or "defaults"
+
+
+def _tested(claim: Claim | None, v: Mapping[str, Any]) -> str:
+    if claim is None:
+        return str(v.get("claimed_text") or "")
+    if claim.claimed is not None:
+        return f"{claim.metric} {claim.claimed.shown()}"
+    if claim.kind == "flag":
+        return f"{claim.flag} {claim.claimed_text}"
+    if claim.kind == "starts":
+        return f"{claim.flag} {claim.claimed_text} to start"
+    if claim.kind == "default-backend":
+        return f"default attention backend {claim.claimed_text}"
+    return claim.claimed_text or "-"
 
 
 def comparisons_markdown(records: Sequence[Mapping[str, Any]]) -> str:

@@ -89,8 +89,8 @@ class ComparisonReport:
     failures: Mapping[str, tuple[str, ...]]
     # Per side, what the launches ran: "FLASH_ATTN (FlashAttention 3) × 3"; empty when unknown.
     backends: Mapping[str, str]
-    # A verified claim (`tuner verify-claims`): statement, metric, claimed_text, verdict, reason,
-    # measured {ratio, low, high}; None for other comparisons.
+    # A verified claim (`tuner verify-claims`): statement, article, figure, metric, claimed_shown,
+    # measured_text, verdict, reason, setting; None for other comparisons.
     claim: Mapping[str, Any] | None
     provenance: Mapping[str, str]
     unparsed: str  # JSON text of whatever did not fit the expected shape; "" when all did
@@ -117,11 +117,25 @@ def backends_text(servers: list[Any]) -> str:
 
 
 def _claim(x: Any) -> Mapping[str, Any] | None:
+    """A stored claim record for the page: ``measured_text`` and ``claimed_shown`` as the
+    verdict quotes them ("×1.101 [0.904, 1.341]" against "×1.10 to 1.20"; rows stored before
+    claims quoted their article: "B/A 1.41"), the article and its figure, and the setting."""
     if not isinstance(x, Mapping) or not x.get("statement"):
         return None
     m = _map(x.get("measured"))
-    measured = ratio_text(num(m.get("ratio")), num(m.get("low")), num(m.get("high")))
-    return {**x, "measured_text": measured or ""}
+    measured = m.get("text") if isinstance(m.get("text"), str) else None
+    if measured is None:
+        measured = ratio_text(num(m.get("ratio")), num(m.get("low")), num(m.get("high")))
+    claimed = _map(x.get("claimed")).get("text")
+    shown = str(claimed) if claimed else f"B/A {x.get('claimed_text', '')}"
+    return {
+        **x,
+        "measured_text": measured or "",
+        "claimed_shown": shown,
+        "article": str(x.get("article") or ""),
+        "figure": str(x.get("figure") or ""),
+        "setting": str(x.get("setting") or ""),
+    }
 
 
 def _map(x: Any) -> Mapping[str, Any]:

@@ -9,20 +9,32 @@ A report marks each derived table with a pair of comments::
 Kinds: ``trials`` (:func:`tuner.results.export.markdown_table` of a trials dataset; an optional
 third word keeps only that phase, ``search`` or ``confirm``), ``comparison`` (the
 :func:`~tuner.results.comparisons.comparison_table` of each comparison in the file; an optional
-third word keeps only those ids, in that order, e.g. ``3,1``) and ``claims``
-(:func:`~tuner.results.comparisons.claims_table`). Paths are relative to the repository root.
+third word keeps only those ids, in that order, e.g. ``3,1``), ``claims``
+(:func:`~tuner.results.comparisons.claims_table` of the verdicts stored; with a claims file as
+third word, :func:`~tuner.results.comparisons.rejudged_table`: every claim of that file judged
+again from the comparisons) and ``verdicts`` (a JSON list of claim records as ``tuner
+verify-claims --json`` prints them, and the claims file:
+:func:`~tuner.results.comparisons.verdicts_table`). Paths are relative to the repository root.
 :func:`splice` rewrites the blocks; :func:`stale_blocks` names those whose text differs from
 what the data says (a test keeps reports honest with it).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from tuner.abtest.claims import load_claims
 from tuner.errors import UsageError
-from tuner.results.comparisons import claims_table, comparison_table
+from tuner.results.comparisons import (
+    claims_table,
+    comparison_table,
+    rejudged_table,
+    verdicts_table,
+)
 from tuner.results.export import from_jsonl, markdown_table
 
 _BLOCK = re.compile(r"(<!-- table: ([^>]*?) -->\n)(.*?)(<!-- /table -->)", re.DOTALL)
@@ -32,7 +44,12 @@ def _render(spec: str, root: Path) -> str:
     kind, *rest = spec.split()
     if not rest:
         raise UsageError(f"table marker {spec!r} names no dataset", hint="e.g. trials PATH")
-    records = from_jsonl((root / rest[0]).read_text())
+    text = (root / rest[0]).read_text()
+    if kind == "verdicts":
+        verdicts = json.loads(text)
+        records: list[dict[str, Any]] = []
+    else:
+        records = from_jsonl(text)
     if kind == "trials":
         if len(rest) > 1:
             records = [r for r in records if r["phase"] == rest[1]]
@@ -50,7 +67,15 @@ def _render(spec: str, root: Path) -> str:
             records = [by_id[i] for i in wanted]
         return "\n".join(comparison_table(r) for r in records)
     if kind == "claims":
+        if len(rest) > 1:  # the claims file: every claim judged again from the comparisons
+            return rejudged_table(records, load_claims(root / rest[1]))
         return claims_table(records)
+    if kind == "verdicts":  # claim records as `tuner verify-claims --json` prints them
+        if len(rest) < 2:
+            raise UsageError(
+                f"table marker {spec!r} names no claims file", hint="verdicts JSON CLAIMS"
+            )
+        return verdicts_table(verdicts, load_claims(root / rest[1]))
     raise UsageError(f"unknown table kind {kind!r}", hint="trials, comparison or claims")
 
 

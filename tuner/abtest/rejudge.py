@@ -1,0 +1,213 @@
+"""Claims judged again from stored comparisons, with no launch.
+
+A claims file changes (a figure quoted as the article states it, a claim added); the launches
+it was measured with do not. :func:`rejudge` takes the stored comparison records of one model
+and GPU (the dataset shape of :func:`tuner.results.comparisons.comparison_records`) and a
+claims file's claims, and gives each claim the verdict those launches support now, as a
+:func:`~tuner.abtest.verdicts.claim_record`:
+
+- an ``effect`` claim reads the comparison of the same workload and configurations (whichever
+  claim it was stored for: claims that share launches share comparisons), on its own metric,
+  in its own scale; with none, ``not measured yet`` and what it needs;
+- a ``flag`` claim asks the flag list of the vLLM version the comparisons ran (tuner's
+  shipped snapshot, :func:`tuner.vllm.flags.shipped`);
+- ``starts`` and ``default-backend`` claims read every stored launch: that it started, and the
+  backend its server reported;
+- ``unmeasurable`` claims say what would be needed; claims the GPU cannot run, why not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tuner.abtest.claimed import read
+from tuner.abtest.claims import Claim, Planned, plan
+from tuner.abtest.claimsfile import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
+from tuner.abtest.facts import (
+    NOT_APPLICABLE,
+    NOT_MEASURED,
+    Fact,
+    FlagList,
+    LaunchFact,
+    Where,
+    judge_default_backend,
+    judge_flag,
+    judge_starts,
+    judge_unmeasurable,
+    passes,
+    setting_note,
+)
+from tuner.abtest.verdicts import Outcome, claim_record, fact_outcome
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
+from tuner.domain import FailureClass
+from tuner.scoring.caveats import stored_window_note
+from tuner.scoring.significance import is_inconclusive
+
+Record = Mapping[str, Any]
+_NO_START = {
+    c.value
+    for c in (
+        FailureClass.START_FAILED,
+        FailureClass.TIMEOUT,
+        FailureClass.MEMORY_EXCEEDED,
+        FailureClass.KV_CACHE_INSUFFICIENT,
+        FailureClass.UNSUPPORTED,
+    )
+}
+
+
+def shipped_flags(version: str) -> FlagList | None:
+    """tuner's snapshot of vLLM ``version``'s flags; None without one (or without the reader)."""
+    try:
+        from tuner.vllm.flags import shipped
+    except ImportError:
+        return None
+    return shipped(version)
+
+
+def where_of(records: Sequence[Record]) -> Where:
+    """The one model, GPU and vLLM version the records were measured on; ValueError if several."""
+    settings = {
+        (r["model"], r["gpu"], (r.get("provenance") or {}).get("vllm_version") or "")
+        for r in records
+    }
+    if len(settings) != 1:
+        raise ValueError(f"records of one model, GPU and vLLM version only; got {sorted(settings)}")
+    ((model, gpu, vllm),) = settings
+    names = sorted({str((r.get("provenance") or {}).get("gpu_name") or "") for r in records} - {""})
+    return Where(model, gpu, names[0] if names else gpu, vllm)
+
+
+def rejudge(
+    records: Sequence[Record],
+    claims: Sequence[Claim],
+    *,
+    flags: Callable[[str], FlagList | None] = shipped_flags,
+) -> list[dict[str, Any]]:
+    """Every claim's verdict from ``records`` (stored comparisons of one model, GPU and vLLM
+    version), as claim records in the order of ``claims``; see the module docstring."""
+    where = where_of(records)
+    planned = plan(claims, resolve_model(where.model), get_gpu(where.gpu))
+    launches = max((int(r.get("repeats") or 0) for r in records), default=3) or 3
+    out = []
+    for p in planned:
+        outcome, comparison_id = _outcome(p, records, where, flags, launches)
+        record = claim_record(outcome)
+        if comparison_id is not None:
+            record["comparison_id"] = comparison_id
+        out.append(record)
+    return out
+
+
+def _outcome(
+    p: Planned,
+    records: Sequence[Record],
+    where: Where,
+    flags: Callable[[str], FlagList | None],
+    launches: int,
+) -> tuple[Outcome, int | None]:
+    claim = p.claim
+    if p.reason:
+        note = setting_note(claim, where)
+        return Outcome(claim, p.workload, NOT_APPLICABLE, p.reason, setting=note), None
+    if claim.kind == UNMEASURABLE:
+        return fact_outcome(p, judge_unmeasurable(claim), where), None
+    if claim.kind == FLAG:
+        catalog = flags(where.vllm)
+        return fact_outcome(p, judge_flag(claim, catalog, where.vllm), where), None
+    if claim.kind == STARTS:
+        facts = stored_launches(records, claim.flag)
+        return fact_outcome(p, judge_starts(claim, facts), where), None
+    if claim.kind == DEFAULT_BACKEND:
+        facts = stored_launches(records)
+        return fact_outcome(p, judge_default_backend(claim, facts), where), None
+    assert claim.kind == EFFECT and p.a is not None and p.b is not None
+    matching = [
+        r
+        for r in records
+        if r["workload"] == p.workload.name
+        and r["a_config"] == p.a.to_dict()
+        and r["b_config"] == p.b.to_dict()
+    ]
+    # Measured more than once (more launches later): the one with the most launches, then the
+    # latest.
+    record = max(matching, key=_launches_then_id, default=None)
+    metric = None
+    if record is not None:
+        metric = next((m for m in record["metrics"] if m["metric"] == claim.metric), None)
+    if record is None or metric is None:
+        needs = (
+            f"needs 2 configurations × {launches} fresh launches on {p.workload.name} here "
+            f"(tuner verify-claims --only {claim.id})"
+        )
+        fact = Fact(NOT_MEASURED, needs)
+        return fact_outcome(p, fact, where), None
+    assert claim.claimed is not None
+    verdict = metric.get("verdict")
+    reading = read(
+        claim.claimed,
+        ratio=metric.get("ratio"),
+        low=metric.get("low"),
+        high=metric.get("high"),
+        a_values=list(metric["a"].get("values", [])),
+        b_values=list(metric["b"].get("values", [])),
+        confidence=float(record.get("confidence") or 0.95),
+        disagreement=str(verdict).removeprefix("inconclusive: ")
+        if is_inconclusive(verdict)
+        else "",
+    )
+    reason = reading.reason
+    if note := stored_window_note(record):
+        reason += f" (caution: {note})"
+    outcome = Outcome(
+        claim,
+        p.workload,
+        reading.verdict,
+        reason,
+        p.a,
+        p.b,
+        measured_record=reading.measured,
+        setting=setting_note(claim, where),
+    )
+    return outcome, int(record["id"])
+
+
+def _launches_then_id(r: Record) -> tuple[int, int]:
+    launches = r.get("launches") or {}
+    return min(int(launches.get("a") or 0), int(launches.get("b") or 0)), int(r["id"])
+
+
+def stored_launches(records: Sequence[Record], flag: str = "") -> list[LaunchFact]:
+    """What the stored comparisons' launches showed, each launch once: comparisons that share
+    an arm (the same configuration on the same workload) share its launches. Launches of one
+    arm whose servers reported the same backend are one fact with their count; ``flag``: a
+    starts claim's, set in a configuration's knobs or not."""
+    arms: dict[tuple[str, str], list[LaunchFact]] = {}
+    for r in records:
+        for side in ("a", "b"):
+            config: Mapping[str, Any] = r[f"{side}_config"]
+            key = (str(r["workload"]), json.dumps(dict(config), sort_keys=True))
+            if key in arms:
+                continue
+            label = str(r.get(f"{side}_label") or side.upper())
+            default = config.get("attention_backend") is None
+            flagged = bool(flag) and passes(flag, config)
+            servers = (r.get("servers") or {}).get(side) or []
+            count = int((r.get("launches") or {}).get(side) or 0)
+            backends = [(s.get("effective_backend"), s.get("flash_attn_version")) for s in servers]
+            if len(backends) != count:  # rows stored before tuner recorded servers
+                backends = [(None, None)] * count
+            counted: dict[tuple[str | None, int | None], int] = {}
+            for b in backends:
+                counted[b] = counted.get(b, 0) + 1
+            facts = [
+                LaunchFact(label, True, default, b, v, n, flagged) for (b, v), n in counted.items()
+            ]
+            for text in (r.get("failures") or {}).get(side) or []:
+                if str(text).split(":", 1)[0] in _NO_START:
+                    facts.append(LaunchFact(label, False, default, with_flag=flagged))
+            arms[key] = facts
+    return [f for facts in arms.values() for f in facts]
