@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import has_facts, resolve_model
-from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload
+from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload, typed_knobs
 from tuner.domain.workload import parse_slo
-from tuner.errors import UsageError
-from tuner.load.workloads import get_workload
+from tuner.errors import EnvironmentProblem, UsageError
+from tuner.load.workloads import get_workload, recommended_slo
 from tuner.space import SearchSpace
-from tuner.spec.study import StudySpec
+from tuner.spec.study import NO_SLO, StudySpec, check_flags
+from tuner.vllm import argv
+from tuner.vllm.flags import FlagCatalog, load_flags, shipped, spelling_key
 
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
@@ -77,10 +79,70 @@ def resolve_workload(spec: StudySpec) -> Workload:
 
 
 def resolve_slo(spec: StudySpec) -> Slo:
+    """The spec's SLO; without one, the workload preset's recommended SLO (chat-heavy's TTFT
+    and ITL bounds); ``none`` for no SLO at all."""
+    text = spec.slo.strip()
+    if text.lower() == NO_SLO:
+        return Slo()
     try:
-        return parse_slo(spec.slo)
+        return parse_slo(text or recommended_slo(spec.workload))
     except ValueError as exc:
         raise UsageError(str(exc), hint="e.g. --slo ttft_p99=500ms,e2e_p99=10s") from None
+
+
+def extra_knobs(spec: StudySpec) -> list[str]:
+    """The knobs a spec names beyond the typed ones: flags to check against vLLM's list."""
+    names = [
+        *(spec.params or ()),
+        *spec.choices,
+        *spec.fixed,
+        *spec.search,
+        *(k for item in spec.enqueue for k in item),
+    ]
+    return [n for n in dict.fromkeys(names) if spelling_key(n) not in typed_knobs()]
+
+
+def study_flags(python: str, version: str, *, fake_server: bool) -> FlagCatalog:
+    """The ``vllm serve`` flags of the vLLM a study runs: asked of its interpreter once per
+    version (cached under TUNER_HOME); the shipped list of the version the fake server
+    reports under the TUNER_SERVER_MODULE test seam."""
+    if not fake_server:
+        return load_flags(python, version, tuner_home() / "vllm-flags")
+    catalog = shipped(version)
+    if catalog is None:
+        raise EnvironmentProblem(
+            f"no shipped vLLM flag list for TUNER_SERVER_VERSION={version}",
+            hint="tuner/vllm/flag_lists holds the versions tuner ships",
+        )
+    return catalog
+
+
+def build_space(
+    spec: StudySpec,
+    model: ModelSpec,
+    gpu: GpuProfile,
+    workload: Workload,
+    flags: FlagCatalog | None = None,
+) -> SearchSpace:
+    """The spec's search space, its enqueued configurations checked against its rules."""
+    space = SearchSpace(
+        model,
+        gpu,
+        workload,
+        params=spec.params,
+        choices=spec.choices,
+        fixed=spec.fixed,
+        search=spec.search,
+        flags=flags,
+    )
+    for item in spec.enqueue:
+        problems = space.violations(space.config_from(item))
+        if problems:
+            raise UsageError(
+                f"enqueued configuration {item} is impossible: {'; '.join(problems)}",
+                hint=f"fix the [[enqueue]] entry in {spec.source}",
+            )
+    return space
 
 
 # The highest utilization tuner tries: what is left is the least any configuration needs.
@@ -112,17 +174,9 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     gpu = get_gpu(spec.gpu)
     workload = resolve_workload(spec)
     slo = resolve_slo(spec)
-    space = SearchSpace(
-        model, gpu, workload, params=spec.params, choices=spec.choices, fixed=spec.fixed
-    )
+    # Flags beyond the typed knobs are checked once vLLM's flag list is known (below).
+    space = None if extra_knobs(spec) else build_space(spec, model, gpu, workload)
     check_fits(model, gpu)
-    for item in spec.enqueue:
-        problems = space.violations(space.config_from(item))
-        if problems:
-            raise UsageError(
-                f"enqueued configuration {item} is impossible: {'; '.join(problems)}",
-                hint=f"fix the [[enqueue]] entry in {spec.source}",
-            )
     # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
     # takes longer than all the checks above, which should answer a typo at once.
     from tuner.catalog.materialize import materialize, tokenizer_dir
@@ -150,6 +204,12 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         vllm = VllmInstall(python=sys.executable, version=version, location="")
     else:
         vllm = detect_vllm(spec.vllm_python or default_vllm_python())
+    flags = None
+    if space is None:
+        flags = study_flags(vllm.python, vllm.version, fake_server=bool(server_module))
+        check_flags(spec, flags)
+        space = build_space(spec, model, gpu, workload, flags)
+    argv.once(spec.extra_args, [*space.searched, *space.fixed], flags)
     home = tuner_home()
     reap_orphans(home / "leases")
     synthetic = model.source is None

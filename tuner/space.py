@@ -13,24 +13,33 @@ asks for it through ``choices``.
 ``flash_attn_version`` is asked of the sampler only in trials whose attention backend is
 FLASH_ATTN (a conditional parameter), so the sampler does not waste trials on combinations
 vLLM ignores.
+
+Beyond the nine typed knobs, any ``vllm serve`` flag of the installed vLLM is a knob
+(``ServingConfig.extra``): named by its dest or spelling (``stream_interval``,
+``--stream-interval``, ``compilation_config.cudagraph_mode``) in ``params``, ``choices``,
+``fixed``, ``search`` or an enqueued entry, resolved and typed against ``flags`` (the vLLM's
+flag list, :mod:`tuner.vllm.flags`), with built-in candidates for the levers of
+:mod:`tuner.catalog.levers`. An unknown flag is refused naming the closest real ones.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
 
-from tuner.catalog import rules
+from tuner.catalog import levers, rules
 from tuner.catalog.gpus import FLASH_ATTN
 from tuner.catalog.models import has_facts
-from tuner.domain import FailureClass, GpuProfile, ModelSpec, ServingConfig, Workload
+from tuner.domain import FailureClass, GpuProfile, ModelSpec, ServingConfig, Workload, typed_knobs
 from tuner.errors import UsageError
+from tuner.vllm import argv
+from tuner.vllm.flags import Flag, FlagCatalog, spelling_key
+from tuner.vllm.flagvalues import knob_flag, knob_key, typed_value
 
 DEFAULT = "default"
-KNOBS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ServingConfig))
+KNOBS: tuple[str, ...] = typed_knobs()
 # 0.1 of a 24 GB CI host is 2.4 GB for the CPU worker: its own RSS (about 0.6 GB of imports
 # plus the model) and the KV cache. Below that the worker has nothing left for KV.
 CPU_BASELINE_UTILIZATION = 0.1
@@ -54,10 +63,13 @@ _FA_VERSION = "flash_attn_version"
 class SearchSpace:
     """Candidate values per knob for one model, GPU and workload, plus the validity rules.
 
-    ``params``: knobs to search (default: every knob with more than one sensible value here).
-    ``choices``: candidate values per knob, replacing the built-in ones (``"default"`` is
-    added). ``fixed``: knob values held in every trial, baseline included (``"default"``
-    holds vLLM's default). Bad names, types or overlaps raise :class:`UsageError`.
+    ``params``: knobs to search (default: every typed knob with more than one sensible value
+    here). ``choices``: candidate values per knob, replacing the built-in ones (``"default"``
+    is added). ``fixed``: knob values held in every trial, baseline included (``"default"``
+    holds vLLM's default). ``search``: knobs searched on top of those, with their values (an
+    empty list: a lever's built-in candidates). ``flags``: the installed vLLM's flag list, which
+    any knob beyond the typed ones needs. Bad names, types or overlaps raise
+    :class:`UsageError`.
     """
 
     def __init__(
@@ -68,40 +80,63 @@ class SearchSpace:
         params: Sequence[str] | None = None,
         choices: Mapping[str, Sequence[Any]] | None = None,
         fixed: Mapping[str, Any] | None = None,
+        *,
+        search: Mapping[str, Sequence[Any]] | None = None,
+        flags: FlagCatalog | None = None,
     ) -> None:
-        self.model, self.gpu, self.workload = model, gpu, workload
-        fixed_values = {k: normalize_knob(k, v, "fixed") for k, v in (fixed or {}).items()}
-        given = {k: _normalize_choices(k, v) for k, v in (choices or {}).items()}
-        both = sorted(set(given) & set(fixed_values))
+        self.model, self.gpu, self.workload, self.flags = model, gpu, workload, flags
+        self._extra_flags: dict[str, tuple[Flag, str | None]] = {}
+        fixed_values = {
+            name: self._value(name, v, "fixed")
+            for k, v in (fixed or {}).items()
+            for name in [self._name(k, "fixed")]
+        }
+        given = {
+            self._name(k, "choices"): self._values(k, v, "choices")
+            for k, v in (choices or {}).items()
+        }
+        wanted = {self._name(k, "search"): (k, v) for k, v in (search or {}).items()}
+        twice = sorted(set(wanted) & set(given))
+        if twice:
+            raise UsageError(f"knob(s) {twice} are given both search values and choices")
+        for name, (raw, values) in wanted.items():
+            if values:
+                given[name] = self._values(raw, values, "search")
+        both = sorted((set(given) | set(wanted)) & set(fixed_values))
         if both:
             raise UsageError(
                 f"knob(s) {both} are both fixed and given choices",
                 hint="a knob is either held constant (fixed) or searched (choices), not both",
             )
-        if params is None:
+        names = None if params is None else [self._name(p, "params") for p in params]
+        if names is None:
             searched = [
-                k for k in KNOBS if k not in fixed_values and (k in given or self._builtin(k))
+                k
+                for k in KNOBS
+                if k not in fixed_values and (k in given or k in wanted or self._builtin(k))
             ]
+            searched += [k for k in dict.fromkeys([*given, *wanted]) if k not in KNOBS]
         else:
-            _check_names(params, "params")
-            clash = sorted(set(params) & set(fixed_values))
+            clash = sorted(set(names) & set(fixed_values))
             if clash:
                 raise UsageError(
                     f"knob(s) {clash} are both searched (params) and fixed",
                     hint="remove them from params or from fixed",
                 )
-            searched = [k for k in KNOBS if k in params]
-            for knob in searched:
-                if knob not in given and not self._builtin(knob):
-                    raise UsageError(
-                        f"{knob} has no candidate values to search on {gpu.name} for this model",
-                        hint=f"give choices for {knob} or leave it out of params",
-                    )
-            stray = sorted(set(given) - set(searched))
+            stray = sorted(set(given) - set(names) - set(wanted))
             if stray:
                 raise UsageError(
                     f"choices given for {stray}, which are not in params",
                     hint="add them to params or drop their choices",
+                )
+            chosen = set(names) | set(wanted)
+            searched = [k for k in KNOBS if k in chosen]
+            searched += [k for k in dict.fromkeys([*names, *wanted]) if k not in KNOBS]
+        for knob in searched:
+            if knob not in given and not self._builtin(knob):
+                raise UsageError(
+                    f"{knob} has no candidate values to search on {gpu.name} for this model",
+                    hint=f"give its values: --search {knob}=V1,V2 (or choices for {knob})",
                 )
         if _FA_VERSION in searched and not self._flash_attn_possible(searched, given, fixed_values):
             if params is not None:
@@ -118,12 +153,70 @@ class SearchSpace:
         self.choices: dict[str, tuple[Any, ...]] = {
             k: self._categories(k, given.get(k)) for k in self.searched
         }
+        for knob, values in self.choices.items():
+            if knob not in KNOBS and values == (DEFAULT,):
+                raise UsageError(
+                    f"the values given for {knob} are all vLLM's default: nothing to search",
+                    hint=f"give {knob} a value other than its default "
+                    f"({self._extra_flags[knob][0].default!r})",
+                )
+
+    # -- knob names and values --------------------------------------------------------------
+
+    def _name(self, raw: str, where: str) -> str:
+        """The knob ``raw`` names: a typed knob, else a vLLM flag's dest (or ``dest.key``)."""
+        if spelling_key(raw) in KNOBS:
+            return spelling_key(raw)
+        if self.flags is None:
+            raise UsageError(
+                f"unknown knob {raw!r} in {where}",
+                hint=f"knobs: {', '.join(KNOBS)}; any other vLLM flag needs vLLM's flag list "
+                "(tuner run reads it from the installed vLLM)",
+            )
+        found = knob_flag(self.flags, raw)
+        if found is None:
+            message, hint = self.flags.unknown(raw)
+            lever = levers.get(spelling_key(raw))
+            known = f" (tuner's levers: it is in vLLM {lever.versions})" if lever else ""
+            raise UsageError(f"{where}: {message}{known}", hint=hint)
+        flag, sub = found
+        name = knob_key(flag, sub)
+        if name in KNOBS:
+            return name
+        why = argv.reserved(name)
+        if why is not None:
+            raise UsageError(f"{flag.option} cannot be a knob ({where}): {why}")
+        self._extra_flags[name] = found
+        return name
+
+    def _value(self, knob: str, raw: Any, where: str) -> Any:
+        if knob in KNOBS:
+            return normalize_knob(knob, raw, where)
+        flag, sub = self._extra_flags[knob]
+        try:
+            return typed_value(flag, raw, sub)
+        except ValueError as exc:
+            raise UsageError(f"{where}: {exc}", hint=flag.help.split(". ")[0][:200]) from None
+
+    def _values(self, raw: str, values: Sequence[Any], where: str) -> tuple[Any, ...]:
+        knob = self._name(raw, where)
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
+            raise UsageError(
+                f"{where} for {knob} must be a non-empty list", hint=f"e.g. {knob} = [...]"
+            )
+        return tuple(self._value(knob, v, where) for v in values)
 
     # -- candidates -------------------------------------------------------------------------
 
     def _builtin(self, knob: str) -> tuple[Any, ...]:
         """Built-in candidate values of ``knob`` here, without the sentinel; () if none."""
         gpu, cpu = self.gpu, self.gpu.is_cpu
+        if knob not in KNOBS:
+            lever = levers.get(knob)
+            if lever is None:
+                return ()
+            typed = (self._value(knob, v, "built-in candidates") for v in lever.candidates(gpu))
+            return tuple(v for v in typed if v is not None)
         if knob == "attention_backend":
             return gpu.attention_backends if len(gpu.attention_backends) > 1 else ()
         if knob == _FA_VERSION:
@@ -189,7 +282,7 @@ class SearchSpace:
         values = dict(self.fixed)
         if self._cpu_util(_UTIL) and _UTIL in self.searched:
             values[_UTIL] = CPU_BASELINE_UTILIZATION
-        return ServingConfig(**values)
+        return _config(values)
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> ServingConfig:
         """Ask ``trial`` for a value of every searched knob; fixed knobs applied."""
@@ -199,22 +292,23 @@ class SearchSpace:
                 continue
             raw = trial.suggest_categorical(knob, self.choices[knob])
             values[knob] = None if raw == DEFAULT else raw
-        return ServingConfig(**values)
+        return _config(values)
 
     def config_from(self, item: Mapping[str, Any]) -> ServingConfig:
         """The configuration an ``[[enqueue]]`` entry stands for: the baseline with ``item``'s
         knobs applied (``"default"`` = vLLM's default). Bad names or types, or a value that
         contradicts ``fixed``, raise :class:`UsageError`."""
-        values = dataclasses.asdict(self.baseline())
-        for knob, raw in item.items():
-            value = normalize_knob(knob, raw, "enqueue")
+        values = _values_of(self.baseline())
+        for raw_name, raw in item.items():
+            knob = self._name(raw_name, "enqueue")
+            value = self._value(knob, raw, "enqueue")
             if knob in self.fixed and value != self.fixed[knob]:
                 raise UsageError(
                     f"enqueue sets {knob}={raw!r} but the study fixes it to {self.fixed[knob]!r}",
                     hint=f"drop {knob} from the enqueued entry or from fixed",
                 )
             values[knob] = value
-        return ServingConfig(**values)
+        return _config(values)
 
     def params_for(self, config: ServingConfig) -> dict[str, Any]:
         """Optuna params that make :meth:`suggest` return ``config``, for ``enqueue_trial``.
@@ -225,8 +319,9 @@ class SearchSpace:
         """
         baseline = self.baseline_params()
         params: dict[str, Any] = {}
-        for knob in KNOBS:
-            value = getattr(config, knob)
+        values = _values_of(config)
+        for knob in dict.fromkeys([*KNOBS, *self.searched, *values]):
+            value = values.get(knob)
             if knob not in self.searched:
                 if value is not None and value != self.fixed.get(knob):
                     raise UsageError(
@@ -257,9 +352,11 @@ class SearchSpace:
         available on this GPU, KV cache dtype supported by GPU and backend, max_model_len
         within the model's positions and above the workload's longest request,
         max_num_batched_tokens >= max_num_seqs, weights (and one full-length request's KV
-        cache) within gpu_memory_utilization × memory.
+        cache) within gpu_memory_utilization × memory; and, for the extra knobs, in
+        :mod:`tuner.catalog.levers` (chunked prefill, CUDA graphs with eager mode, ...).
         """
-        return rules.violations(self.model, self.gpu, self.workload, config)
+        out = rules.violations(self.model, self.gpu, self.workload, config)
+        return out + levers.violations(self.model, self.gpu, self.workload, config)
 
     def dominated_by(
         self, config: ServingConfig, failures: Sequence[tuple[ServingConfig, FailureClass]]
@@ -269,24 +366,28 @@ class SearchSpace:
         MEMORY_EXCEEDED at utilization u dominates utilization >= u; KV_CACHE_INSUFFICIENT at
         (L, u, d) dominates the same kv dtype d with max_model_len >= L and utilization <= u;
         UNSUPPORTED dominates the same backend, FlashAttention version and kv dtype. Details
-        in :func:`tuner.catalog.rules.dominated_by`.
+        in :func:`tuner.catalog.rules.dominated_by`. Only failures with the same extra knobs
+        count: tuner knows nothing of what those change.
         """
-        return rules.dominated_by(self.model, config, failures)
+        alike = [(c, f) for c, f in failures if c.extra == config.extra]
+        return rules.dominated_by(self.model, config, alike)
+
+
+def _config(values: Mapping[str, Any]) -> ServingConfig:
+    """A ServingConfig from knob values, typed and extra ones alike."""
+    typed = {k: v for k, v in values.items() if k in KNOBS}
+    return ServingConfig(**typed, extra={k: v for k, v in values.items() if k not in KNOBS})
+
+
+def _values_of(config: ServingConfig) -> dict[str, Any]:
+    """Every knob of ``config`` by name (None for typed knobs left at vLLM's default)."""
+    return {**{k: getattr(config, k) for k in KNOBS}, **config.extra}
 
 
 def _check_names(names: Sequence[str], where: str) -> None:
     unknown = sorted(set(names) - set(KNOBS))
     if unknown:
         raise UsageError(f"unknown knob(s) {unknown} in {where}", hint=f"knobs: {', '.join(KNOBS)}")
-
-
-def _normalize_choices(knob: str, values: Sequence[Any]) -> tuple[Any, ...]:
-    _check_names([knob], "choices")
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
-        raise UsageError(
-            f"choices for {knob} must be a non-empty list", hint=f"e.g. {knob} = [...]"
-        )
-    return tuple(normalize_knob(knob, v, "choices") for v in values)
 
 
 def normalize_knob(knob: str, value: Any, where: str) -> Any:

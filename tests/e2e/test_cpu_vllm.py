@@ -156,3 +156,73 @@ def test_a_capacity_study_measures_a_load_curve_per_launch(
     first = json.loads(files[0].read_text())
     assert {"output_throughput", "p99_ttft_ms", "median_itl_ms", "ttfts", "itls"} <= set(first)
     assert processes_mentioning(VLLM_PROCESS) == []
+
+
+FLAG_SPEC = """\
+[study]
+name = "e2e-flags"
+model = "tiny-ernie"
+gpu = "cpu"
+workload = "smoke"
+objective = "throughput"
+trials = 2
+
+[space]
+params = []  # none of the typed knobs: only the flags given with --search
+fixed = { gpu_memory_utilization = 0.98 }  # more of host memory than is free
+
+[[enqueue]]
+kv-cache-memory-bytes = 268435456
+stream_interval = 8
+
+[confirm]
+launches = 0
+"""
+
+
+def test_a_study_searches_vllm_flags_beyond_the_typed_knobs(
+    tmp_path: Path, vllm_python: str
+) -> None:
+    """Two flags that none of tuner's typed knobs covers, checked against vLLM's own list (read
+    from the CPU build's parser once, then cached): an explicit 256 MiB KV cache, and 8 tokens
+    per streamed chunk. vLLM's CPU build refuses to reserve 0.98 of host memory, so the
+    defaults cannot start; with --kv-cache-memory-bytes it sizes the KV cache by that instead
+    and serves, so the recommendation is that launch and its serve line carries both flags."""
+    db = tmp_path / "flags.db"
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        "TUNER_VLLM_PYTHON": vllm_python,
+        "TUNER_DB_URL": f"sqlite:///{db}",
+        "TUNER_HOME": str(home),
+    }
+    (tmp_path / "flags.toml").write_text(FLAG_SPEC)
+    search = ["--search", "kv-cache-memory-bytes=268435456", "--search", "stream_interval=8"]
+    run = _tuner(["run", "flags.toml", *search], tmp_path, env, timeout=1200)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    cached = json.loads((home / "vllm-flags" / "vllm-flags-0.32.0.json").read_text())
+    assert cached["source"].endswith("make_arg_parser")  # asked of the installed vLLM
+
+    repo = Repository(make_engine(f"sqlite:///{db}"))
+    baseline, tried = repo.list_trials("e2e-flags", phase="search", limit=None)
+    assert baseline.is_baseline and baseline.config.extra == {}
+    check_failed(baseline.to_result(), FailureClass.MEMORY_EXCEEDED)
+    # Not ruled out as "at least as demanding" as the failed defaults: its extra knobs differ.
+    assert tried.config.extra == {"kv_cache_memory_bytes": 268435456, "stream_interval": 8}
+    result = tried.to_result()
+    check_complete(result)
+    assert result.server is not None
+    args = list(result.server.argv)
+    for flag, value in (("--kv-cache-memory-bytes", "268435456"), ("--stream-interval", "8")):
+        assert args.count(flag) == 1 and args[args.index(flag) + 1] == value
+    # vLLM streamed about 8 tokens per chunk: some 1/8 as many gaps as tokens.
+    kept = [r for w in repo.trial_requests(tried.id) for r in w if r.ok]
+    gaps = sum(len(r.itl_s) for r in kept) / sum(r.output_tokens - 1 for r in kept)
+    assert 0 < gaps < 0.25, gaps
+
+    best = _tuner(["best", "e2e-flags"], tmp_path, env, timeout=60)
+    assert best.returncode == 0, best.stdout + best.stderr
+    assert "trial #1" in best.stdout
+    serve = next(line for line in best.stdout.splitlines() if "serve: vllm serve" in line)
+    assert "--kv-cache-memory-bytes 268435456" in serve and "--stream-interval 8" in serve
+    assert processes_mentioning(VLLM_PROCESS) == []

@@ -66,7 +66,12 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
     ),
     "unknown-workload": (
         Case(("run", "--workload", "chatty")),
-        ("unknown workload 'chatty'", "chat, code, rag", "trace:PATH"),
+        (
+            "unknown workload 'chatty'",
+            "chat, chat-heavy, code, rag",
+            "throughput-256",
+            "trace:PATH",
+        ),
     ),
     "unknown-objective": (
         Case(("run", "--objective", "fastest")),

@@ -15,7 +15,8 @@ from tuner.domain import Objective
 from tuner.errors import SpecError, UsageError
 from tuner.load.workloads import get_workload
 from tuner.space import SearchSpace
-from tuner.spec.study import DEFAULT_SPEC_PATH, StudySpec, load_spec
+from tuner.spec.study import DEFAULT_SPEC_PATH, StudySpec, check_flags, load_spec
+from tuner.vllm.flags import shipped
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY_FILES = sorted((REPO / "studies").glob("*.toml"))
@@ -69,6 +70,21 @@ def spec_error(tmp_path: Path, text: str) -> SpecError:
         load_spec(path)
     assert info.value.path == str(path)
     assert info.value.exit_code == 2  # bad input
+    return info.value
+
+
+def flag_error(tmp_path: Path, text: str) -> SpecError:
+    """A knob that is no typed knob and no flag of the vLLM (here 0.32.0's shipped list) is
+    refused when the study is prepared, naming the file and line."""
+    path = write(tmp_path, text)
+    spec = load_spec(path)  # a flag-shaped name may be a flag of the installed vLLM
+    catalog = shipped("0.32.0")
+    assert catalog is not None
+    with pytest.raises(SpecError) as info:
+        check_flags(spec, catalog)
+    assert info.value.path == str(path)
+    assert info.value.exit_code == 2
+    assert "vLLM 0.32.0 has no flag" in info.value.message
     return info.value
 
 
@@ -164,23 +180,23 @@ def test_unknown_knob_in_choices(tmp_path: Path) -> None:
     text = (
         '[study]\nmodel = "tiny-ernie"\n[space]\nchoices = { max_num_seqs = [8], max_seqs = [1] }\n'
     )
-    error = spec_error(tmp_path, text)
+    error = flag_error(tmp_path, text)
     assert error.line == 4
-    assert "unknown serving knob 'max_seqs'" in error.message
-    assert "max_num_seqs" in error.hint
+    assert "no flag 'max_seqs' (in choices)" in error.message
+    assert "--max-num-seqs" in error.hint
 
 
 def test_unknown_knob_in_a_choices_table(tmp_path: Path) -> None:
-    error = spec_error(tmp_path, "[space.choices]\nmax_num_seqs = [8]\nprefix_caching = [true]\n")
+    error = flag_error(tmp_path, "[space.choices]\nmax_num_seqs = [8]\nprefix_caching = [true]\n")
     assert error.line == 3
     assert "'prefix_caching'" in error.message
 
 
 def test_unknown_knob_in_a_multiline_params_array(tmp_path: Path) -> None:
     text = '[space]\nparams = ["max_num_seqs",\n          "max_model_length"]\n'
-    error = spec_error(tmp_path, text)
+    error = flag_error(tmp_path, text)
     assert error.line == 3
-    assert "'max_model_length' in params" in error.message
+    assert "'max_model_length' (in params)" in error.message
 
 
 def test_unknown_knob_in_enqueue(tmp_path: Path) -> None:
@@ -195,10 +211,10 @@ def test_unknown_knob_in_enqueue(tmp_path: Path) -> None:
         max_num_seqs = 16
         kv_dtype = "fp8"
         """
-    error = spec_error(tmp_path, text)
+    error = flag_error(tmp_path, text)
     assert error.line == 9
-    assert "unknown serving knob 'kv_dtype' in enqueue" in error.message
-    assert "kv_cache_dtype" in error.hint
+    assert "'kv_dtype' (in enqueue)" in error.message
+    assert "--kv-cache-dtype" in error.hint
 
 
 @pytest.mark.parametrize(

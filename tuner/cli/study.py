@@ -53,8 +53,17 @@ def run(
         bool,
         typer.Option(help="Emulate --gpu's memory on a larger GPU here (results labelled)."),
     ] = False,
+    search: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="FLAG=V1,V2",
+            help="Also search a `vllm serve` flag: FLAG=V1,V2,... (repeatable; the flag as vLLM "
+            "spells it or with underscores; FLAG alone takes tuner's built-in candidates).",
+        ),
+    ] = None,
 ) -> None:
     """Run a study: launch vLLM per trial, drive the workload, record and rank."""
+    from tuner.spec.configs import parse_search
     from tuner.spec.study import DEFAULT_SPEC_PATH, StudySpec, load_spec
 
     if spec_file is not None:
@@ -77,6 +86,7 @@ def run(
         confirm_launches=confirm_launches,
         confirm_top=confirm_top,
         emulate=emulate or None,
+        search=parse_search(search) if search else None,
     )
     from tuner.cli.progress import ConsoleReporter
     from tuner.compose import prepare

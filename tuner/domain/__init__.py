@@ -6,7 +6,7 @@ built in tests without any machinery, compared by value and turned into JSON wit
 :mod:`.workload`, :mod:`.measurements`, :mod:`.jsonable`) and are all importable from here.
 """
 
-from tuner.domain.config import GpuProfile, ModelSpec, ServingConfig
+from tuner.domain.config import GpuProfile, Knobs, ModelSpec, ServingConfig, typed_knobs
 from tuner.domain.jsonable import to_jsonable
 from tuner.domain.kinds import FailureClass, Objective, TrialStatus
 from tuner.domain.measurements import (
@@ -28,6 +28,7 @@ __all__ = [
     "Estimate",
     "FailureClass",
     "GpuProfile",
+    "Knobs",
     "LatencyStats",
     "MemoryUsage",
     "ModelSpec",
@@ -44,4 +45,5 @@ __all__ = [
     "Workload",
     "interrupted",
     "to_jsonable",
+    "typed_knobs",
 ]

@@ -3,9 +3,61 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+# A knob beyond the nine typed fields: a `vllm serve` flag by its dest (stream_interval), or a
+# key inside a JSON-valued flag (compilation_config.cudagraph_mode).
+_KNOB_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$")
+Scalar = bool | int | float | str
+
+
+class Knobs(Mapping[str, Scalar]):
+    """Knobs beyond the typed fields, by name: immutable, hashable, in sorted order.
+
+    Values are scalars (a JSON-valued flag's value is its compact JSON text), so that a
+    configuration can be a dict key and an Optuna categorical; a None value means "vLLM's
+    default" and is left out."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) -> None:
+        pairs = items.items() if isinstance(items, Mapping) else items
+        clean: dict[str, Scalar] = {}
+        for name, value in pairs:
+            if not isinstance(name, str) or not _KNOB_NAME.match(name):
+                raise ValueError(f"{name!r} is not a knob name (a vLLM flag's dest)")
+            if value is None:
+                continue
+            if not isinstance(value, bool | int | float | str):
+                raise ValueError(f"knob {name} must be a scalar, got {type(value).__name__}")
+            clean[name] = value
+        self._items: tuple[tuple[str, Scalar], ...] = tuple(sorted(clean.items()))
+
+    def __getitem__(self, key: str) -> Scalar:
+        for name, value in self._items:
+            if name == key:
+                return value
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Knobs):
+            return self._items == other._items
+        return isinstance(other, Mapping) and dict(self._items) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"Knobs({dict(self._items)!r})"
 
 
 @dataclass(frozen=True)
@@ -13,6 +65,9 @@ class ServingConfig:
     """The vLLM knobs tuner searches. ``None`` means "leave vLLM's default alone".
 
     ``ServingConfig()`` is therefore vLLM's defaults: the baseline trial of every study.
+    ``extra`` holds any other ``vllm serve`` flag, by dest (``{"stream_interval": 8}``); its
+    flag list and value types come from the installed vLLM (:mod:`tuner.vllm.flags`). In
+    :meth:`to_dict` (the database's JSON, the API) they sit beside the typed knobs.
     """
 
     attention_backend: str | None = None  # e.g. FLASH_ATTN, FLASHINFER, TRITON_ATTN, CPU_ATTN
@@ -24,21 +79,40 @@ class ServingConfig:
     max_num_batched_tokens: int | None = None
     kv_cache_dtype: str | None = None  # "auto", "fp8", "fp8_e4m3", "fp8_e5m2", ...
     enforce_eager: bool | None = None
+    extra: Mapping[str, Scalar] = field(default_factory=Knobs)
+
+    def __post_init__(self) -> None:
+        extra = self.extra if isinstance(self.extra, Knobs) else Knobs(self.extra)
+        typed = sorted(set(extra) & set(typed_knobs()))
+        if typed:
+            raise ValueError(f"{typed} are typed knobs: set them as fields, not in extra")
+        object.__setattr__(self, "extra", extra)
 
     def is_default(self) -> bool:
         return self == ServingConfig()
 
     def to_dict(self) -> dict[str, Any]:
-        """Only the knobs that are set; ``{}`` for the defaults."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """Only the knobs that are set, extra ones after the typed; ``{}`` for the defaults."""
+        typed = {k: getattr(self, k) for k in typed_knobs()}
+        return {**{k: v for k, v in typed.items() if v is not None}, **dict(self.extra)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"unknown serving parameter(s) {unknown}; known: {sorted(names)}")
-        return cls(**dict(data))
+        """The inverse of :meth:`to_dict`; also reads ``to_jsonable``'s form (``extra`` as a
+        table). A name that is no knob name raises ValueError; which flags exist is the
+        flag list's business (:mod:`tuner.vllm.flags`), not this record's."""
+        names = set(typed_knobs())
+        extra: dict[str, Any] = dict(data.get("extra") or {})
+        typed: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in names:
+                typed[key] = value
+            elif key != "extra":
+                extra[key] = value
+        try:
+            return cls(**typed, extra=Knobs(extra))
+        except ValueError as exc:
+            raise ValueError(f"{exc}; typed knobs: {sorted(names)}") from None
 
     def replace(self, **changes: Any) -> ServingConfig:
         return dataclasses.replace(self, **changes)
@@ -48,6 +122,11 @@ class ServingConfig:
         if not items:
             return "defaults"
         return ",".join(f"{k}={v}" for k, v in items.items())
+
+
+def typed_knobs() -> tuple[str, ...]:
+    """The names of :class:`ServingConfig`'s typed knobs (its fields but ``extra``)."""
+    return tuple(f.name for f in dataclasses.fields(ServingConfig) if f.name != "extra")
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuner.catalog import levers
 from tuner.catalog.materialize import tokenizer_dir
 from tuner.catalog.models import MODELS
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow
-from tuner.domain import Estimate, Objective, TrialStatus
+from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
 from tuner.scoring.caveats import WindowFlags, window_flags
 from tuner.scoring.significance import BETTER, INCONCLUSIVE
 from tuner.study.confirm import Confirmed, choose, study_pick
@@ -48,6 +49,10 @@ class Recommendation:
     # Client-bound / disturbed windows of the trial shown, and of the defaults' trial.
     windows: WindowFlags = field(default_factory=WindowFlags)
     baseline_windows: WindowFlags = field(default_factory=WindowFlags)
+    # What the configuration costs beside what it wins (a burstier stream), in words.
+    tradeoffs: tuple[str, ...] = ()
+    # Its knobs that change the model's outputs (quantization=fp8): not a free speed-up.
+    output_changes: tuple[str, ...] = ()
 
     def render(self) -> str:
         lines = [
@@ -72,6 +77,12 @@ class Recommendation:
             else ""
         )
         lines.append(f"  {'memory GiB':>13}: {self.memory_gib:.2f}{base_mem}")
+        lines.extend(f"  tradeoff: {t}" for t in self.tradeoffs)
+        if self.output_changes:
+            lines.append(
+                f"  changes outputs: {', '.join(self.output_changes)} changes what the model "
+                "generates (not only how fast): check its answers before adopting it"
+            )
         lines.append(
             f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians [range] over the "
             "measurement windows of one launch)"
@@ -161,6 +172,7 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
     base_trial = repo.get_trial(study, baseline.number) if baseline else None
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
+    base_metrics = base_trial.metrics if base_trial else None
     return Recommendation(
         study=study,
         trial_number=top.number,
@@ -170,7 +182,7 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
         env=dict(flags.env),
         serve_command=argv.serve_command(row.model_source or row.model, serve_flags(row, flags)),
         metrics=trial.metrics,
-        baseline_metrics=base_trial.metrics if base_trial else None,
+        baseline_metrics=base_metrics,
         memory_gib=top.values[1],
         baseline_memory_gib=baseline.values[1] if baseline else None,
         provenance={
@@ -186,7 +198,50 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
         emulated_memory_gib=gpu_memory_gib(row.gpu) if trial.emulated else None,
         windows=window_flags(trial.windows),
         baseline_windows=window_flags(base_trial.windows) if base_trial else WindowFlags(),
+        tradeoffs=()
+        if top.is_baseline
+        else tuple(tradeoffs(top.config, trial.metrics, base_metrics, row.slo)),
+        output_changes=tuple(levers.output_changing(top.config)),
     )
+
+
+# P99 ITL this much above the defaults' is worth a sentence: the stream got burstier.
+ITL_RISE = 1.25
+
+
+def tradeoffs(
+    config: ServingConfig,
+    metrics: Mapping[str, Estimate],
+    baseline: Mapping[str, Estimate] | None,
+    slo: Mapping[str, object],
+) -> list[str]:
+    """What ``config`` costs against vLLM's defaults, in words: today, a P99 ITL (the gap
+    between streamed chunks, as tuner measures ITL) well above the defaults', which a
+    stream_interval win brings with it, beside the throughput it bought."""
+    itl, base_itl = metrics.get("itl_p99_ms"), (baseline or {}).get("itl_p99_ms")
+    if itl is None or base_itl is None or not base_itl.median > 0:
+        return []
+    rise = itl.median / base_itl.median
+    if not rise >= ITL_RISE:
+        return []
+    bursty = levers.smoothness_knobs(config)
+    who = " and ".join(bursty) if bursty else "this configuration"
+    thr, base_thr = metrics.get("output_throughput"), (baseline or {}).get("output_throughput")
+    gain = ""
+    if thr is not None and base_thr is not None and base_thr.median > 0:
+        gain = f", for x{thr.median / base_thr.median:.2f} the defaults' output tok/s"
+    bound = slo.get("itl_p99_ms")
+    if isinstance(bound, int | float):
+        where = "within" if itl.median <= bound else "above"
+        judged = f"{where} the study's ITL SLO of {bound:g} ms"
+    else:
+        judged = "no ITL SLO judged it: add --slo itl_p99=50ms where users read the stream live"
+    what = "streams several tokens per chunk" if bursty else "streams less smoothly"
+    return [
+        f"{who} {what}: P99 ITL (the gap between streamed chunks) is {itl.median:.0f} ms "
+        f"against the defaults' {base_itl.median:.0f} ms (x{rise:.1f}){gain}; chat users see "
+        f"text arrive in bursts ({judged})"
+    ]
 
 
 def gpu_memory_gib(profile: str) -> float | None:

@@ -10,13 +10,14 @@ into the :class:`ServingConfig` a search space makes of them, refusing any that 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner.domain import ServingConfig, Workload
 from tuner.errors import UsageError
 from tuner.space import KNOBS, SearchSpace, normalize_knob
 from tuner.spec.fields import WORKLOAD_TYPES, Fail, valid_confidence, workload_field
+from tuner.vllm.flags import knob_spelling, spelt_like_a_flag
 
 DEFAULTS = "defaults"
 """The spelling of "vLLM's defaults, no knob set" for a side of a comparison."""
@@ -50,6 +51,43 @@ def parse_assignments(text: str, option: str) -> dict[str, Any]:
             raise UsageError(f"{option}: {key} is given twice in {text!r}")
         out[key] = parse_value(value)
     return out
+
+
+def parse_search(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """``--search FLAG=V1,V2`` options -> ``{flag: (typed values)}``; ``--search FLAG`` alone
+    -> ``{flag: ()}`` (tuner's built-in candidates). Flag names are checked against vLLM's
+    list when the study is prepared; here only their shape."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        key = knob_spelling(name)
+        words = _split_values(values) if sep else []
+        if not spelt_like_a_flag(name) or any(not w for w in words):
+            raise UsageError(
+                f"--search: cannot read {item!r}",
+                hint="write --search FLAG=V1,V2 (e.g. --search stream_interval=1,8), "
+                "or --search FLAG for tuner's built-in candidates",
+            )
+        if key in out:
+            raise UsageError(f"--search: {name.strip()} is given twice")
+        out[key] = tuple(_search_word(w) for w in words)
+    return out
+
+
+def _split_values(text: str) -> list[str]:
+    """``1,8`` -> ["1", "8"]; commas inside a JSON object (``{"a":1,"b":2},{...}``) stay."""
+    words, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"{": 1, "[": 1, "}": -1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            words.append(text[start:i].strip())
+            start = i + 1
+    return [*words, text[start:].strip()]
+
+
+def _search_word(text: str) -> Any:
+    """A value of ``--search``: a JSON object as is (a JSON-valued flag), else typed."""
+    return text if text.startswith("{") else parse_value(text)
 
 
 def parse_config_spec(text: str, option: str) -> dict[str, Any]:

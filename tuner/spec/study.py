@@ -20,6 +20,15 @@ A spec file::
     params = ["attention_backend", "max_num_seqs"]   # knobs to search (default: all that apply)
     choices = { max_num_seqs = [16, 64, 256] }       # candidate values per knob
     fixed = { enforce_eager = true }                 # held in every trial, baseline included
+    search = { stream_interval = [1, 8], block_size = [16, 32] }  # any `vllm serve` flag
+
+``search`` adds knobs to the study, each with its values: any flag of the installed vLLM, by
+its dest or spelling (``stream-interval``), or a key of a JSON-valued one
+(``"compilation_config.cudagraph_mode" = ["FULL"]``); an empty list (or a list of names,
+``search = ["stream_interval"]``) takes the built-in candidates of tuner's levers
+(:mod:`tuner.catalog.levers`). The command line's ``--search FLAG=V1,V2`` is the same. Such
+flags may also be named in params, choices, fixed and [[enqueue]]; they are checked against
+vLLM's own flag list, with their types, before anything starts.
 
     [[enqueue]]                     # configurations to try first, after vLLM's defaults
     gpu_memory_utilization = 0.95
@@ -38,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.domain import Objective, ServingConfig
+from tuner.domain import Objective, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import SpecError
 from tuner.spec.fields import (
@@ -50,6 +59,8 @@ from tuner.spec.fields import (
     valid_confidence,
     workload_field,
 )
+from tuner.vllm.flags import FlagCatalog, knob_spelling, spelling_key, spelt_like_a_flag
+from tuner.vllm.flagvalues import knob_flag
 
 _SECTIONS: Mapping[str, frozenset[str]] = {
     "study": frozenset(
@@ -67,11 +78,12 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
         }
     ),
     "workload": frozenset(WORKLOAD_TYPES),
-    "space": frozenset({"params", "choices", "fixed"}),
+    "space": frozenset({"params", "choices", "fixed", "search"}),
     "confirm": frozenset({"top", "launches", "confidence"}),
     "runner": frozenset({"startup_timeout_s", "extra_args", "vllm_python", "load_format"}),
 }
-_SERVING_KEYS = frozenset(f.name for f in dataclasses.fields(ServingConfig))
+_SERVING_KEYS = frozenset(typed_knobs())
+NO_SLO = "none"  # `slo = "none"`: no SLO, not even the workload's recommended one
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -91,6 +103,7 @@ class StudySpec:
     params: tuple[str, ...] | None = None
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    search: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # flag -> values
     enqueue: tuple[Mapping[str, Any], ...] = ()
     # The confirmation phase (tuner.study.confirm): candidates, fresh launches each, interval level.
     confirm_top: int = 3
@@ -113,6 +126,8 @@ class StudySpec:
     def with_overrides(self, **changes: Any) -> StudySpec:
         """Apply CLI options; ``None`` means "not given on the command line"."""
         given = {k: v for k, v in changes.items() if v is not None}
+        if "search" in given:  # --search adds to the file's, flag by flag
+            given["search"] = {**self.search, **given["search"]}
         if "objective" in given:
             given["objective"] = parse_objective(str(given["objective"]), where="--objective")
         return dataclasses.replace(self, **given)
@@ -126,8 +141,9 @@ class StudySpec:
         for key in ("params", "extra_args", "enqueue"):
             if kwargs.get(key) is not None:
                 kwargs[key] = tuple(kwargs[key])
-        if "choices" in kwargs:
-            kwargs["choices"] = {k: tuple(v) for k, v in kwargs["choices"].items()}
+        for key in ("choices", "search"):
+            if key in kwargs:
+                kwargs[key] = {k: tuple(v) for k, v in kwargs[key].items()}
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,7 +223,7 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
             kwargs[key] = typed_value(study[key], int, key, fail, "study")
     if "emulate" in study:
         kwargs["emulate"] = typed_value(study["emulate"], bool, "emulate", fail, "study")
-    if "slo" in kwargs:
+    if "slo" in kwargs and kwargs["slo"].strip().lower() != NO_SLO:
         try:
             parse_slo(kwargs["slo"])
         except ValueError as exc:
@@ -247,7 +263,34 @@ def _space_section(space: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
                 if key == "choices"
                 else dict(table)
             )
+    if "search" in space:
+        kwargs["search"] = _search_table(space["search"], fail)
     return kwargs
+
+
+def _search_table(value: Any, fail: Fail) -> dict[str, tuple[Any, ...]]:
+    """``[space] search``: a table of flag = [values] ([] for the built-in candidates), or a
+    list of flag names (built-in candidates), keyed by the flags' spelling in tuner."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = {name: [] for name in value}
+    if not isinstance(value, dict):
+        raise fail(
+            "search must be a table of flag = [values]",
+            "search",
+            hint="e.g. search = { stream_interval = [1, 8] }",
+            section="space",
+        )
+    _check_knobs(value, "search", fail)
+    out: dict[str, tuple[Any, ...]] = {}
+    for name, values in value.items():
+        values = values if isinstance(values, list) else [values]
+        if not all(isinstance(v, bool | int | float | str | dict) for v in values):
+            raise fail(f"search values for {name} must be numbers, names or tables", name)
+        key = knob_spelling(name)
+        if key in out:
+            raise fail(f"{name} is given twice in search", name, section="space")
+        out[key] = tuple(values)
+    return out
 
 
 def _enqueue_section(enqueue: Any, fail: Fail) -> tuple[dict[str, Any], ...]:
@@ -307,14 +350,39 @@ def _runner_section(runner: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
 
 
 def _check_knobs(names: Sequence[str] | Mapping[str, Any], where: str, fail: Fail) -> None:
+    """Every name a typed knob or spelt like a ``vllm serve`` flag; whether the installed vLLM
+    has such a flag is checked against its flag list when the study is prepared."""
     for name in names:
-        if name not in _SERVING_KEYS:
+        if name not in _SERVING_KEYS and not spelt_like_a_flag(str(name)):
             raise fail(
                 f"unknown serving knob {name!r} in {where}",
                 name,
-                hint=f"knobs: {sorted(_SERVING_KEYS)}",
+                hint=f"knobs: {sorted(_SERVING_KEYS)}, or a `vllm serve` flag by its name",
                 section="enqueue" if where == "enqueue" else "space",
             )
+
+
+def check_flags(spec: StudySpec, flags: FlagCatalog) -> None:
+    """SpecError, naming the spec file's line, for a knob of ``spec`` that is neither a typed
+    knob nor a flag of this vLLM (``flags``), with the closest real flags. The search space
+    checks the same again for specs that come from no file."""
+    text = ""
+    if spec.source not in ("", "<defaults>", "command line") and Path(spec.source).is_file():
+        text = Path(spec.source).read_text(encoding="utf-8")
+    named = [
+        *((n, "params") for n in spec.params or ()),
+        *((n, "choices") for n in spec.choices),
+        *((n, "fixed") for n in spec.fixed),
+        *((n, "search") for n in spec.search),
+        *((n, "enqueue") for item in spec.enqueue for n in item),
+    ]
+    for name, where in named:
+        if spelling_key(name) in _SERVING_KEYS or knob_flag(flags, name) is not None:
+            continue
+        message, hint = flags.unknown(name)
+        section = "enqueue" if where == "enqueue" else "space"
+        line = find_line(text, name, section) or find_line(text, name.replace("_", "-"), section)
+        raise SpecError(f"{message} (in {where})", path=spec.source, line=line, hint=hint)
 
 
 def parse_objective(text: str, *, where: str = "command line") -> Objective:

@@ -186,6 +186,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--stream-interval", type=int, default=1)  # typed as vLLM's: a bad value exits
     args, _unknown = p.parse_known_args(argv)  # vLLM flags the fake does not model
     return args
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuner.domain import ServingConfig
 from tuner.errors import UsageError
+from tuner.vllm.flags import FlagCatalog, spelling_key
 from tuner.vllm.version import parse_version
 
 # vLLM 0.13.0 introduced both `--attention-backend NAME` and the structured
@@ -89,7 +90,8 @@ def _number(value: float) -> str:
 
 
 def render_flags(config: ServingConfig, vllm_version: str) -> RenderedFlags:
-    """Flags for the knobs set in ``config`` (``None`` ones are left out), for ``vllm_version``.
+    """Flags for the knobs set in ``config`` (``None`` ones are left out), for ``vllm_version``:
+    the typed knobs, then the extra ones (:func:`extra_args`).
 
     Raises :class:`UsageError` for a knob vLLM could never accept (a backend name that is
     not a name, a FlashAttention version with another backend).
@@ -111,7 +113,96 @@ def render_flags(config: ServingConfig, vllm_version: str) -> RenderedFlags:
     if config.enforce_eager:
         args.append("--enforce-eager")
     attention = _attention(config, vllm_version)
-    return RenderedFlags(args=(*args, *attention.args), env=dict(attention.env))
+    extra = extra_args(config.extra)
+    return RenderedFlags(args=(*args, *attention.args, *extra), env=dict(attention.env))
+
+
+# Flags tuner itself sets on every launch, or renders for a typed knob: no extra knob may be
+# one of them, or its value would reach vLLM's argv twice.
+RESERVED_FLAGS: Mapping[str, str] = {
+    "model": "tuner passes the model itself",
+    "served_model_name": "tuner names each launch's server itself",
+    "host": "tuner picks the address itself",
+    "port": "tuner picks a free port for each launch",
+    "load_format": "tuner sets it (dummy weights for catalogued models); use [runner] load_format",
+    "tokenizer": "tuner sets it for synthetic models",
+    "attention_config": "tuner renders it from attention_backend and flash_attn_version",
+}
+
+
+def reserved(knob: str) -> str | None:
+    """Why ``knob`` (a dest, or ``dest.key``) cannot be an extra knob; None when it can."""
+    return RESERVED_FLAGS.get(knob.split(".", 1)[0])
+
+
+def extra_args(extra: Mapping[str, object]) -> list[str]:
+    """Argv for the extra knobs (``ServingConfig.extra``), each flag once, in name order.
+
+    A bool is ``--NAME`` or ``--no-NAME``; any other value is the next element (a JSON
+    object's compact text as is). Keys inside a JSON-valued flag
+    (``compilation_config.cudagraph_mode``) are merged into that flag's one JSON value.
+    The values come typed by :func:`tuner.vllm.flagvalues.typed_value`: a switch without a
+    ``--no-`` form never holds False there.
+    """
+    merged: dict[str, object] = {}
+    inner: dict[str, dict[str, object]] = {}
+    for knob, value in extra.items():
+        why = reserved(knob)
+        if why is not None:
+            raise UsageError(f"{knob} cannot be searched: {why}")
+        head, dot, sub = knob.partition(".")
+        if dot:
+            inner.setdefault(head, {})[sub] = value
+        else:
+            merged[head] = value
+    for head, keys in inner.items():
+        whole = merged.get(head)
+        base = json.loads(whole) if isinstance(whole, str) else {}
+        clash = sorted(set(base) & set(keys))
+        if clash:
+            raise UsageError(
+                f"{head} is set both whole and by key ({', '.join(clash)})",
+                hint=f"set {head} one way: the whole JSON or its keys",
+            )
+        merged[head] = json.dumps({**base, **keys}, sort_keys=True, separators=(",", ":"))
+    args: list[str] = []
+    for name in sorted(merged):
+        value = merged[name]
+        option = name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(f"--{option}" if value else f"--no-{option}")
+        else:
+            args += [f"--{option}", _number(value) if isinstance(value, float) else str(value)]
+    return args
+
+
+def once(extra: Sequence[str], knobs: Iterable[str], flags: FlagCatalog | None) -> None:
+    """UsageError when the study's own extra arguments (``[runner] extra_args``) set a flag
+    that a knob of the study sets too: its value would reach vLLM twice. ``flags`` resolves
+    aliases (``-asc``); without it options are matched by spelling."""
+    heads = {knob.split(".", 1)[0] for knob in knobs}
+    for arg in extra:
+        if not arg.startswith("-") or arg == "-" or _is_number(arg):
+            continue
+        option = arg.split("=", 1)[0].split(".", 1)[0]
+        if option.startswith("--no-"):
+            option = "--" + option[len("--no-") :]
+        flag = flags.get(option) if flags is not None else None
+        dest = flag.dest if flag is not None else spelling_key(option)
+        if dest in heads:
+            raise UsageError(
+                f"[runner] extra_args sets {arg.split('=', 1)[0]}, which the study also sets "
+                f"as the knob {dest}: vLLM would get it twice",
+                hint=f"drop it from extra_args, or hold it with [space] fixed = {{ {dest} = ... }}",
+            )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def base_args(

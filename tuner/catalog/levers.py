@@ -1,0 +1,226 @@
+"""What tuner knows about the ``vllm serve`` flags that matter beside its nine typed knobs: the
+candidate values it tries, the rules that rule a combination out before launch, which vLLM
+versions have the flag, and what each trades off.
+
+Any flag of the installed vLLM can be searched (``--search FLAG=V1,V2``); the flags listed here
+can also be searched with these candidates (``--search FLAG``, or ``[space] params``). None is
+searched unless a study asks: the default space stays the nine typed knobs. ``versions`` says
+what tuner checked against the flag lists it ships (``tuner/vllm/flag_lists``: 0.26.0, the H200
+machine, and 0.32.0, the CPU build); whether the installed vLLM has the flag is asked of it.
+
+A knob is a flag's dest (``stream_interval``) or a key inside a JSON-valued flag
+(``compilation_config.cudagraph_mode``, rendered into one ``--compilation-config`` JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tuner.catalog.rules import effective_max_model_len
+from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
+from tuner.domain.config import Scalar
+
+_BOTH = "0.26.0 and 0.32.0"
+_NGRAM = (
+    '{"method":"ngram","num_speculative_tokens":%d,"prompt_lookup_max":4,"prompt_lookup_min":2}'
+)
+
+
+@dataclass(frozen=True)
+class Lever:
+    knob: str
+    tradeoff: str  # what it buys and what it costs, in a sentence or two
+    gpu: tuple[Scalar, ...]  # candidates on a GPU (vLLM's default is always tried too)
+    cpu: tuple[Scalar, ...] = ()  # candidates on the CPU build; () = not searched there
+    versions: str = _BOTH  # the shipped flag lists that have it
+    changes_outputs: bool = False  # opt-in only; every result and recommendation says so
+    smoothness: bool = False  # makes streaming burstier: the chunk gap (P99 ITL) grows
+    multi_gpu: bool = False  # one server over several GPUs
+    measured: str = ""  # what tuner measured with it, where
+
+    def candidates(self, gpu: GpuProfile) -> tuple[Scalar, ...]:
+        return self.cpu if gpu.is_cpu else self.gpu
+
+
+LEVERS: Mapping[str, Lever] = {
+    lever.knob: lever
+    for lever in (
+        Lever(
+            "stream_interval",
+            "sends N tokens per streamed chunk instead of one: less API-server work per token "
+            "(detokenizing, JSON, HTTP), so more throughput and lower end-to-end latency at "
+            "high concurrency; the text arrives N tokens at a time, so the gap between chunks "
+            "(P99 ITL as tuner measures it) grows about N-fold",
+            gpu=(2, 4, 8, 16),
+            cpu=(4, 8),
+            versions=f"{_BOTH}; added by vllm-project/vllm PR #27869 (Nov 2025)",
+            smoothness=True,
+            measured="H200, vLLM 0.26, ernie-0.3b, 256 streams: --stream-interval 8 gave 1.5-2.3x "
+            "the defaults' output tok/s and a third lower P99 E2E, at a P99 chunk gap of "
+            "120-138 ms against 20-33 ms",
+        ),
+        Lever(
+            "async_scheduling",
+            "schedules the next step while the GPU runs the current one: fewer idle gaps "
+            "between steps (throughput, ITL); not every feature combines with it",
+            gpu=(True, False),
+        ),
+        Lever(
+            "api_server_count",
+            "runs N API-server processes that share the HTTP, tokenizing and detokenizing "
+            "work: helps when the frontend, not the GPU, is the bottleneck (many streams, small "
+            "model); each costs a CPU core and its memory",
+            gpu=(2, 4),
+        ),
+        Lever(
+            "max_num_partial_prefills",
+            "lets N prompts be part-way through chunked prefill at once, so short prompts need "
+            "not wait behind a long one: lower TTFT for mixed prompt lengths, for some "
+            "throughput",
+            gpu=(2, 4),
+            versions="0.26.0; not in 0.32.0",
+        ),
+        Lever(
+            "long_prefill_token_threshold",
+            "with chunked prefill, caps the tokens a long prompt gets per step (0: no cap): "
+            "decodes and short prompts keep moving beside long prompts (ITL, TTFT of short "
+            "prompts) while long prompts take longer to their first token",
+            gpu=(256, 1024),
+        ),
+        Lever(
+            "enable_chunked_prefill",
+            "splits long prompts across steps, mixed with decodes (vLLM's default: on): "
+            "smoother ITL; off, each prompt is prefilled whole, which can raise throughput for "
+            "short prompts but stalls decodes behind long ones",
+            gpu=(False,),
+        ),
+        Lever(
+            "block_size",
+            "tokens per KV-cache block: larger blocks mean smaller block tables and less "
+            "per-step bookkeeping, but more memory wasted at the end of every sequence and "
+            "coarser prefix-cache hits",
+            gpu=(16, 32, 64, 128),
+        ),
+        Lever(
+            "optimization_level",
+            "how much vLLM compiles before serving (-O0: nothing, eager; -O3: most; vLLM's "
+            "default: -O2): higher levels trade startup time for faster steps",
+            gpu=(0, 1, 3),
+        ),
+        Lever(
+            "compilation_config.cudagraph_mode",
+            "which steps replay CUDA graphs (NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, "
+            "FULL_AND_PIECEWISE): full graphs cut kernel-launch overhead most, at more graph "
+            "memory and startup time; not every attention backend supports them",
+            gpu=("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"),
+        ),
+        Lever(
+            "compilation_config.max_cudagraph_capture_size",
+            "the largest batch captured as a CUDA graph (vLLM's default: min(2 x "
+            "max_num_seqs, 512)): larger batches run without graphs; capturing more costs "
+            "startup time and GPU memory taken from the KV cache",
+            gpu=(128, 256, 512, 1024),
+        ),
+        Lever(
+            "speculative_config",
+            "n-gram speculative decoding (no draft model): proposes tokens by matching the "
+            "prompt and verifies them in one step; faster decode when outputs repeat the prompt "
+            "(code edits, quoting RAG), wasted verification compute otherwise and at large "
+            "batches. On random weights (tuner's dummy checkpoints) acceptance is not a real "
+            "model's: measure it with real weights",
+            gpu=(_NGRAM % 3, _NGRAM % 5),
+        ),
+        Lever(
+            "data_parallel_size",
+            "N engine replicas behind one server, one per GPU: up to N times the throughput "
+            "for N times the GPUs, on hosts with several GPUs",
+            gpu=(2, 4, 8),
+            multi_gpu=True,
+        ),
+        Lever(
+            "quantization",
+            "quantizes the weights at load time (fp8: half the weight memory of bf16, faster "
+            "matrix multiplies on GPUs with fp8 units), which changes the model's outputs: "
+            "opt-in only, and labelled so in every result",
+            gpu=("fp8",),
+            changes_outputs=True,
+        ),
+    )
+}
+_GRAPH_KNOBS = (
+    "compilation_config.cudagraph_mode",
+    "compilation_config.max_cudagraph_capture_size",
+    "max_cudagraph_capture_size",
+)
+
+
+def get(knob: str) -> Lever | None:
+    return LEVERS.get(knob)
+
+
+def output_changing(config: ServingConfig) -> list[str]:
+    """The set knobs of ``config`` that change the model's outputs (``quantization=fp8``)."""
+    return [f"{k}={v}" for k, v in config.extra.items() if (lv := get(k)) and lv.changes_outputs]
+
+
+def smoothness_knobs(config: ServingConfig) -> list[str]:
+    """The set knobs of ``config`` that make streaming burstier (``stream_interval=8``)."""
+    return [f"{k}={v}" for k, v in config.extra.items() if (lv := get(k)) and lv.smoothness]
+
+
+def violations(
+    model: ModelSpec, gpu: GpuProfile, workload: Workload, config: ServingConfig
+) -> list[str]:
+    """Why the extra knobs of ``config`` cannot work here, one sentence each (the typed knobs'
+    rules are :func:`tuner.catalog.rules.violations`)."""
+    x = config.extra
+    out: list[str] = []
+    chunked = x.get("enable_chunked_prefill", True)
+    max_len = effective_max_model_len(model, config)
+    batched = config.max_num_batched_tokens
+    if chunked is False and batched is not None and max_len is not None and batched < max_len:
+        out.append(
+            f"without chunked prefill vLLM refuses max_num_batched_tokens ({batched}) below "
+            f"max_model_len ({max_len}): a whole prompt must fit in one step"
+        )
+    partial = x.get("max_num_partial_prefills")
+    if chunked is False and (partial not in (None, 1) or x.get("long_prefill_token_threshold")):
+        out.append(
+            "max_num_partial_prefills and long_prefill_token_threshold apply to chunked "
+            "prefill only, and enable_chunked_prefill is false"
+        )
+    threshold = x.get("long_prefill_token_threshold")
+    if isinstance(threshold, int) and max_len is not None and threshold > max_len:
+        out.append(
+            f"vLLM refuses long_prefill_token_threshold ({threshold}) above max_model_len "
+            f"({max_len})"
+        )
+    graphs = [k for k in _GRAPH_KNOBS if k in x]
+    eager = bool(config.enforce_eager) or x.get("optimization_level") == 0
+    if graphs and eager:
+        why = "enforce_eager" if config.enforce_eager else "optimization_level 0 (-O0)"
+        out.append(f"{why} turns CUDA graphs off, so {', '.join(graphs)} would change nothing")
+    if gpu.is_cpu and "async_scheduling" in x:
+        out.append("vLLM's CPU build turns async scheduling off whatever the flag says")
+    if gpu.is_cpu and graphs:
+        out.append(f"vLLM's CPU build captures no CUDA graphs, so {', '.join(graphs)} does nothing")
+    dp = x.get("data_parallel_size")
+    if isinstance(dp, int) and dp > 1 and not gpu.is_cpu:
+        out.append(
+            f"data_parallel_size={dp} needs {dp} GPUs for one server, and tuner measures one "
+            "GPU per launch (the runner pins each server to the measured GPU)"
+        )
+    speculative = x.get("speculative_config")
+    if isinstance(speculative, str) and json.loads(speculative).get("method") not in (
+        None,
+        "ngram",
+        "ngram_gpu",
+        "suffix",
+    ):
+        out.append(
+            "tuner searches speculative decoding without a draft model only (method ngram): "
+            "a draft model or head is a different deployment, not a serving knob"
+        )
+    return out
