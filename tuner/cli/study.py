@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tuner.cli.common import JsonOpt, StorageOpt, open_repo, open_study, out, print_json
@@ -223,7 +224,7 @@ def print_best(repo: Repository, name: str) -> bool:
             f"[red]no trial of {name} completed[/]: nothing to recommend; see `tuner trials {name}`"
         )
         return False
-    out.print(rec.render())
+    out.print(escape(rec.render()))  # "[range]" and flags are text, not rich markup
     return True
 
 
