@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from api.schemas import ErrorOut
 from tuner.errors import (
     EnvironmentProblem,
     SpecError,
@@ -60,6 +61,16 @@ def not_found(message: str, hint: str = "", **extra: Any) -> ApiError:
 def bad_request(message: str, hint: str = "") -> ApiError:
     """A parameter that parsed but means nothing (an unknown objective, a bad SLO): 422."""
     return ApiError(422, "invalid", message, hint=hint)
+
+
+def responses(statuses: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses=``: each error status it can answer, with when, as ErrorOut."""
+    return {status: {"model": ErrorOut, "description": text} for status, text in statuses.items()}
+
+
+# The errors every route reading the database can answer.
+MALFORMED = {422: "a parameter is missing, malformed or out of range (problems names each)"}
+UNAVAILABLE = {503: "the database does not answer"}
 
 
 def error_body(code: str, message: str, hint: str = "", **extra: Any) -> dict[str, Any]:
@@ -139,6 +150,8 @@ async def _http_error(request: Request, exc: Exception) -> Any:
         if allowed:
             message += f"; allowed: {allowed}"
         body = error_body("method_not_allowed", message, "the endpoints are listed at /docs")
+    elif exc.status_code == 400:  # FastAPI's answer to a body it cannot decode
+        body = error_body("bad_request", str(exc.detail), "send the body as UTF-8 JSON")
     else:
         body = error_body(f"http_{exc.status_code}", str(exc.detail))
     return _json(exc.status_code, body, headers)

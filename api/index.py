@@ -21,6 +21,7 @@ from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow, TrialPhase, TrialRow
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import UsageError
+from tuner.scoring.ranking import canary_broken
 from tuner.study.confirm import DEFAULTS_LABEL, Confirmed, choose
 
 _Version = tuple[int, float, tuple[tuple[str, int], ...]]
@@ -122,15 +123,21 @@ class StudyIndex:
                 study.name, status=TrialStatus.COMPLETE, phase=TrialPhase.SEARCH, limit=None
             )
             comparisons = self.repo.list_comparisons(study.name)
+            failed = self.repo.list_trials(study.name, status=TrialStatus.FAILED, limit=None)
         except UsageError:  # deleted between the listing and now
             return None
-        trials = tuple(r for r in rows if r.objective_values and len(r.objective_values) == 3)
+        broken = canary_broken(failed)  # never recommended (tuner.scoring.ranking)
+        trials = tuple(
+            r
+            for r in rows
+            if r.objective_values and len(r.objective_values) == 3 and r.config not in broken
+        )
         baseline = next((t for t in trials if t.is_baseline), None)
         confirmed = {}
         if comparisons:
             for objective in Objective:
                 verdict = choose(comparisons, objective)
-                if verdict is not None:
+                if verdict is not None and verdict.config not in broken:
                     confirmed[objective] = verdict
         snap = StudySnapshot(study=study, trials=trials, baseline=baseline, confirmed=confirmed)
         with self._lock:

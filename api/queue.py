@@ -1,33 +1,48 @@
 """Queueing a study from a spec sent to the API, validated by the same rules as a spec file.
 
 The body is a spec file's TOML structure as JSON (``{"study": {...}, "space": {...}, ...}``,
-see :mod:`tuner.spec.study`). Model, GPU, workload, objective and SLO must resolve, and the search
-space must be buildable, before anything is written; the study is then recorded as
-``queued`` for a worker to run. Local paths are refused: the API must not let a caller probe
-the server's file system, and a worker may not share it anyway.
+see :mod:`tuner.spec.study`), within the schema of :mod:`api.spec_body`. Model, GPU, workload,
+objective and SLO must resolve, and the model must fit the GPU, before anything is written; the
+study is then recorded as ``queued`` for a worker to run. Local paths are refused (a model
+directory, a trace file, ``runner.vllm_python``): the API must not let a caller probe the
+server's file system or pick a program for the worker to run, and a worker may not share it.
+
+The search space is *fitted* rather than refused: whether a knob can be searched, or a
+configuration enqueued, depends on the GPU, the model and the workload together, which no
+schema states. So the API queues what can run and lists what it changed (:class:`Parsed`): a
+fixed knob is not searched, a knob with choices is, a knob without candidates here is left at
+vLLM's default (as when a spec names no params), and an enqueued configuration that cannot run
+here, or that the space cannot produce, is dropped. The stored spec is the fitted one, so the
+worker's own checks (:func:`tuner.compose.prepare`) pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from api import spec_body
+from api.bounds import STUDY_NAME_MAX
+from api.errors import describe_validation
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.compose import resolve_slo, resolve_workload
+from tuner.compose import check_fits, resolve_slo, resolve_workload
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow, StudyStatus
+from tuner.domain import GpuProfile, ModelSpec, Workload
 from tuner.domain.workload import format_slo
 from tuner.errors import UsageError
 from tuner.load.workloads import TRACE_PREFIX
-from tuner.space import SearchSpace
+from tuner.space import KNOBS, SearchSpace
 from tuner.spec.study import (
     StudySpec,
     spec_from_mapping,  # the spec file's own rules
 )
 
 WHERE = "request body"
-NAME_MAX = 255  # the column's width
+_FA = "flash_attn_version"
 
 EXAMPLE: dict[str, Any] = {
     "study": {
@@ -43,14 +58,64 @@ EXAMPLE: dict[str, Any] = {
 }
 
 
-def parse(body: Mapping[str, Any]) -> StudySpec:
-    """A validated spec; raises UsageError (SpecError) saying what is wrong."""
+@dataclass(frozen=True)
+class Parsed:
+    """A spec ready to queue, and what fitting its space to the hardware changed."""
+
+    spec: StudySpec
+    adjustments: tuple[str, ...] = ()
+
+
+def read(body: Mapping[str, Any]) -> Parsed:
+    """The spec to queue; raises UsageError (SpecError) saying what is wrong."""
     if "study" not in body:
         raise UsageError(
             f"{WHERE}: a study spec needs a 'study' object with model, gpu and workload",
             hint='e.g. {"study": {"model": "ernie-0.3b", "gpu": "h200", "workload": "chat"}}',
         )
+    body = whole_numbers(body)
     spec = spec_from_mapping(body, "", WHERE)
+    _refuse_local_paths(spec)
+    _refuse_other_knobs(spec)
+    name = spec.study_name()
+    if not name.strip() or len(name) > STUDY_NAME_MAX:
+        raise UsageError(
+            f"{WHERE}: study name {name!r} must be 1 to {STUDY_NAME_MAX} characters",
+            hint="set study.name",
+        )
+    # tuner's messages first (unknown model, GPU, workload), then the API's narrower schema.
+    model, gpu, workload = resolve_model(spec.model), get_gpu(spec.gpu), resolve_workload(spec)
+    resolve_slo(spec)
+    problems = describe_validation(
+        [{**e, "loc": ("body", *e["loc"])} for e in spec_body.check(body)]
+    )
+    if problems:
+        raise UsageError(
+            "; ".join(f"{p['where']}: {p['problem']}" for p in problems),
+            hint="the body's schema is in /docs (POST /v1/studies)",
+        )
+    check_fits(model, gpu)
+    return fit(spec, model, gpu, workload)
+
+
+def whole_numbers(value: Any) -> Any:
+    """``value`` with every float that has no fraction (``16.0``) as an int: JSON (and its
+    Schema) has numbers only, and ``"trials": 16.0`` means 16 trials."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    return value
+
+
+def parse(body: Mapping[str, Any]) -> StudySpec:
+    """:func:`read`'s spec alone."""
+    return read(body).spec
+
+
+def _refuse_local_paths(spec: StudySpec) -> None:
     if spec.model.startswith(("/", ".", "~")):
         raise UsageError(
             f"{WHERE}: model {spec.model!r} is a local path, which the API does not accept",
@@ -61,32 +126,99 @@ def parse(body: Mapping[str, Any]) -> StudySpec:
             f"{WHERE}: trace workloads read a file on the machine that runs the study",
             hint="queue a preset workload here, or start a trace study with `tuner run`",
         )
-    name = spec.study_name()
-    if not name.strip() or len(name) > NAME_MAX:
+    if spec.vllm_python is not None:
         raise UsageError(
-            f"{WHERE}: study name {name!r} must be 1 to {NAME_MAX} characters",
-            hint="set study.name",
+            f"{WHERE}: runner.vllm_python names a program on the machine that runs the study, "
+            "which the API does not accept",
+            hint="the worker runs the vLLM of its own --vllm-python (or $TUNER_VLLM_PYTHON)",
         )
-    resolve_model(spec.model)
-    space_of(spec)
-    return spec
 
 
-def space_of(spec: StudySpec) -> SearchSpace:
-    """The study's search space: checks knobs, choices and the enqueued configurations."""
-    model, gpu, workload = resolve_model(spec.model), get_gpu(spec.gpu), resolve_workload(spec)
-    resolve_slo(spec)
-    space = SearchSpace(
-        model, gpu, workload, params=spec.params, choices=spec.choices, fixed=spec.fixed
-    )
-    for item in spec.enqueue:
-        problems = space.violations(space.config_from(item))
-        if problems:
+def _refuse_other_knobs(spec: StudySpec) -> None:
+    """The API takes tuner's typed knobs only (:data:`api.spec_body.API_KNOBS`)."""
+    named = [
+        *(spec.params or ()),
+        *spec.choices,
+        *spec.fixed,
+        *(k for item in spec.enqueue for k in item),
+    ]
+    for name in named:
+        if name not in spec_body.API_KNOBS:
             raise UsageError(
-                f"{WHERE}: enqueued configuration {item} is impossible: {'; '.join(problems)}",
-                hint="fix or drop that enqueue entry",
+                f"{WHERE}: unknown serving knob {name!r}: the API takes {spec_body.API_KNOBS}",
+                hint="another `vllm serve` flag needs a spec file and `tuner run`",
             )
-    return space
+
+
+def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) -> Parsed:
+    """``spec`` with a search space that can be built here, and what was changed."""
+    notes: list[str] = []
+    fixed = dict(spec.fixed)
+    choices = {k: v for k, v in spec.choices.items() if k not in fixed}
+    notes += [f"{k} is fixed, so its choices are ignored" for k in spec.choices if k in fixed]
+    params = None if spec.params is None else _searchable(spec, model, gpu, workload, notes)
+    try:
+        space = SearchSpace(model, gpu, workload, params=params, choices=choices, fixed=fixed)
+    except UsageError:
+        if params is None or _FA not in params:
+            raise
+        # The one rule left: the version needs FLASH_ATTN among the backends searched or fixed.
+        notes.append(f"{_FA} is not searched: attention_backend can never be FLASH_ATTN here")
+        params = [k for k in params if k != _FA]
+        choices.pop(_FA, None)
+        space = SearchSpace(model, gpu, workload, params=params, choices=choices, fixed=fixed)
+    enqueue = []
+    for item in spec.enqueue:
+        problems = _cannot_enqueue(space, item)
+        if problems:
+            notes.append(f"enqueued configuration {item} is dropped: {'; '.join(problems)}")
+        else:
+            enqueue.append(item)
+    fitted = dataclasses.replace(
+        spec,
+        params=None if params is None else tuple(params),
+        choices=choices,
+        enqueue=tuple(enqueue),
+    )
+    return Parsed(fitted, tuple(notes))
+
+
+def _searchable(
+    spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload, notes: list[str]
+) -> list[str]:
+    """The knobs of ``params`` and of ``choices`` that can be searched here: what the space
+    would search given no params (a knob not fixed, with candidates) among them."""
+    assert spec.params is not None
+    fixed = dict(spec.fixed)
+    choices = {k: v for k, v in spec.choices.items() if k not in fixed}
+    everything = SearchSpace(model, gpu, workload, params=None, choices=choices, fixed=fixed)
+    possible = {*everything.searched, *choices}
+    kept = []
+    for knob in (k for k in KNOBS if k in spec.params or k in choices):
+        if knob in fixed:
+            notes.append(f"{knob} is fixed, so it is not searched")
+        elif knob not in possible:
+            notes.append(
+                f"{knob} is not searched: it has no candidate values on {gpu.name} for this "
+                "model and workload (give it choices to search it)"
+            )
+        else:
+            if knob not in spec.params:
+                notes.append(f"{knob} is searched: it has choices")
+            kept.append(knob)
+    return kept
+
+
+def _cannot_enqueue(space: SearchSpace, item: Mapping[str, Any]) -> Sequence[str]:
+    """Why the enqueued ``item`` cannot be tried first in ``space``; [] when it can."""
+    try:
+        config = space.config_from(item)
+        problems = space.violations(config)
+        if not problems:
+            space.params_for(config)  # what the worker enqueues: the space must produce it
+    except UsageError as exc:
+        return [exc.message]
+    return problems
 
 
 def queue(repo: Repository, spec: StudySpec) -> StudyRow:

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Estimate, to_jsonable
@@ -182,6 +182,13 @@ class StudyDetailOut(StudyOut):
     spec: dict[str, Any]
 
 
+class QueuedStudyOut(StudyDetailOut):
+    adjustments: list[str] = Field(
+        description="what fitting the search space to the GPU, model and workload changed: "
+        "knobs not searched here, enqueued configurations dropped ([] when nothing)"
+    )
+
+
 class StudyListOut(BaseModel):
     total: int
     items: list[StudyOut]
@@ -315,3 +322,22 @@ class HealthOut(BaseModel):
     status: str
     version: str
     studies: int
+
+
+class ProblemOut(BaseModel):
+    where: str = Field(description="e.g. query parameter limit, request body.study.trials")
+    problem: str
+
+
+class ErrorOut(BaseModel):
+    """Every error answer (:mod:`api.errors`); some add fields, e.g. the nearest measured
+    combinations of a recommendation's 404."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str = Field(description="a stable code: not_found, invalid, invalid_spec, ...")
+    message: str = Field(description="what is wrong")
+    hint: str = Field(description="what to do about it")
+    problems: list[ProblemOut] | None = Field(
+        default=None, description="each invalid parameter (422 of a malformed request)"
+    )

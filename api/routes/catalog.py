@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
+from fastapi import APIRouter, Path
+
+from api.bounds import INT_MAX
 from api.deps import RepoDep
-from api.errors import not_found
+from api.errors import MALFORMED, UNAVAILABLE, not_found, responses
 from api.schemas import ComparisonOut, GpuOut, ModelOut
 from tuner.catalog.gpus import GPUS
 from tuner.catalog.models import MODELS
@@ -54,9 +57,12 @@ def list_gpus() -> list[GpuOut]:
     "/compare/{comparison_id}",
     response_model=ComparisonOut,
     tags=["comparisons"],
-    responses={404: {"description": "no comparison with that id"}},
+    responses=responses({404: "no comparison with that id", **MALFORMED, **UNAVAILABLE}),
 )
-def get_comparison(repo: RepoDep, comparison_id: int) -> ComparisonOut:
+def get_comparison(
+    repo: RepoDep,
+    comparison_id: Annotated[int, Path(ge=1, le=INT_MAX, description="as `tuner compare` printed")],
+) -> ComparisonOut:
     """One A/B comparison as `tuner compare` recorded it: both configs, results and verdicts."""
     row = repo.get_comparison(comparison_id)
     if row is None:

@@ -6,12 +6,13 @@ from fastapi import APIRouter
 
 import tuner
 from api.deps import IndexDep
+from api.errors import UNAVAILABLE, responses
 from api.schemas import HealthOut
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=HealthOut)
+@router.get("/healthz", response_model=HealthOut, responses=responses(UNAVAILABLE))
 def healthz(index: IndexDep) -> HealthOut:
     """``ok`` with the number of studies; a database that does not answer gives a 503."""
     studies, *_ = index.repo.change_marker()  # one aggregate query

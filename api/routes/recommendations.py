@@ -10,8 +10,17 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 
 from api import recommendations
+from api.bounds import (
+    GPU_MAX,
+    MODEL_MAX,
+    SLO_EXAMPLE,
+    SLO_PATTERN,
+    VERSION_MAX,
+    VERSION_PATTERN,
+    WORKLOAD_MAX,
+)
 from api.deps import IndexDep
-from api.errors import ApiError, bad_request
+from api.errors import MALFORMED, UNAVAILABLE, ApiError, bad_request, responses
 from api.index import StudySnapshot
 from api.schemas import RecommendationOut
 from tuner.domain import Objective, Slo
@@ -21,30 +30,48 @@ from tuner.vllm.version import parse_version
 
 router = APIRouter(prefix="/v1", tags=["recommendations"])
 
-_NOT_FOUND = {
-    "description": "nothing measured for that combination (the body names the nearest ones), "
-    "or nothing measured meets the SLO",
-}
+_NOT_FOUND = (
+    "nothing measured for that combination (the body names the nearest ones), "
+    "or nothing measured meets the SLO"
+)
 
 
 @router.get(
     "/recommendations",
     response_model=RecommendationOut,
-    responses={404: _NOT_FOUND, 422: {"description": "a parameter is invalid"}},
+    responses=responses({404: _NOT_FOUND, **MALFORMED, **UNAVAILABLE}),
 )
 async def get_recommendation(
     index: IndexDep,
-    model: Annotated[str, Query(min_length=1, description="catalog alias, e.g. ernie-0.3b")],
-    gpu: Annotated[str, Query(min_length=1, description="GPU profile (h200) or NVML name")],
-    workload: Annotated[str, Query(min_length=1, description="workload preset, e.g. chat")],
+    model: Annotated[
+        str, Query(min_length=1, max_length=MODEL_MAX, description="catalog alias, e.g. ernie-0.3b")
+    ],
+    gpu: Annotated[
+        str, Query(min_length=1, max_length=GPU_MAX, description="GPU profile, e.g. h200")
+    ],
+    workload: Annotated[
+        str,
+        Query(min_length=1, max_length=WORKLOAD_MAX, description="workload preset, e.g. chat"),
+    ],
     objective: Annotated[
         Objective | None, Query(description="rank by this preset (default: the study's)")
     ] = None,
     slo: Annotated[
-        str | None, Query(description="only trials meeting it, e.g. ttft_p99=500ms,e2e_p99=10s")
+        str | None,
+        Query(
+            pattern=SLO_PATTERN,
+            description="only trials meeting it: NAME=DURATION items (ttft_p99, itl_p99, "
+            "e2e_p99; ms or s), each name once",
+            examples=[SLO_EXAMPLE],
+        ),
     ] = None,
     vllm_version: Annotated[
-        str | None, Query(description="spell the flags for this vLLM (default: as measured)")
+        str | None,
+        Query(
+            max_length=VERSION_MAX,
+            pattern=VERSION_PATTERN,
+            description="spell the flags for this vLLM, e.g. 0.12.0 (default: as measured)",
+        ),
     ] = None,
     emulated: Annotated[
         bool, Query(description="recommend from emulated results instead of real ones")

@@ -5,16 +5,18 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Path, Query, Response
 
-from api import queue
+from api import queue, spec_body
+from api.bounds import GPU_MAX, INT_MAX, MODEL_MAX, PAGE_MAX, STUDY_NAME_MAX, WORKLOAD_MAX
 from api.deps import IndexDep, RepoDep, WriteAccess
-from api.errors import ApiError, not_found
+from api.errors import MALFORMED, UNAVAILABLE, ApiError, not_found, responses
 from api.index import StudyIndex, StudySnapshot
 from api.recommendations import study_objective, trial_score
 from api.schemas import (
     ObjectiveOut,
     ParetoOut,
+    QueuedStudyOut,
     StudyDetailOut,
     StudyListOut,
     StudyOut,
@@ -24,15 +26,18 @@ from api.schemas import (
     json_safe,
 )
 from tuner.db.repository import Repository
-from tuner.db.rows import StudyRow, TrialPhase, TrialRow
+from tuner.db.rows import StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.domain import TrialStatus
 from tuner.errors import UsageError
 from tuner.scoring import objectives as scoring
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
 
-_NO_STUDY = {"description": "no study by that name"}
-MAX_PAGE = 1000
+READS = responses({**MALFORMED, **UNAVAILABLE})
+NAMED = responses({404: "no study by that name", **MALFORMED, **UNAVAILABLE})
+StudyName = Annotated[
+    str, Path(min_length=1, max_length=STUDY_NAME_MAX, description="the study's name")
+]
 
 
 def _study(repo: Repository, name: str) -> StudyRow:
@@ -54,13 +59,13 @@ def _scorer(index: StudyIndex, study: StudyRow) -> Any:
     return score
 
 
-@router.get("", response_model=StudyListOut)
+@router.get("", response_model=StudyListOut, responses=READS)
 def list_studies(
     index: IndexDep,
-    status: Annotated[str | None, Query(description="queued, running, finished, ...")] = None,
-    model: str | None = None,
-    gpu: str | None = None,
-    workload: str | None = None,
+    status: Annotated[StudyStatus | None, Query(description="only studies in this state")] = None,
+    model: Annotated[str | None, Query(max_length=MODEL_MAX)] = None,
+    gpu: Annotated[str | None, Query(max_length=GPU_MAX)] = None,
+    workload: Annotated[str | None, Query(max_length=WORKLOAD_MAX)] = None,
 ) -> StudyListOut:
     """All studies, newest first, with trial counts by status; optionally filtered."""
     rows = [
@@ -74,29 +79,50 @@ def list_studies(
     return StudyListOut(total=len(rows), items=[StudyOut.of(s) for s in rows])
 
 
+_QUEUED = {
+    "description": "queued for a worker",
+    "headers": {
+        "Location": {"description": "the study's URL", "schema": {"type": "string"}},
+    },
+}
+_BODY_SCHEMA = {"type": "object", **spec_body.openapi_schema(), "examples": [queue.EXAMPLE]}
+
+
 @router.post(
     "",
-    response_model=StudyDetailOut,
+    response_model=QueuedStudyOut,
     status_code=201,
     dependencies=[WriteAccess],
     responses={
-        401: {"description": "API key missing or wrong"},
-        403: {"description": "the server has no API key: writes are off"},
-        409: {"description": "a study with that name exists"},
-        422: {"description": "the spec is invalid (the message says why)"},
+        201: _QUEUED,
+        **responses(
+            {
+                400: "the body cannot be decoded (not UTF-8)",
+                401: "API key missing or wrong",
+                403: "the server has no API key: writes are off",
+                409: "a study with that name exists",
+                422: "the spec is invalid (the message says why)",
+                **UNAVAILABLE,
+            }
+        ),
+    },
+    openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _BODY_SCHEMA}}}
     },
 )
 def queue_study(
-    repo: RepoDep,
-    response: Response,
-    body: Annotated[dict[str, Any], Body(examples=[queue.EXAMPLE])],
-) -> StudyDetailOut:
+    repo: RepoDep, response: Response, body: Annotated[dict[str, Any], Body()]
+) -> QueuedStudyOut:
     """Queue a study for a worker. The body is a spec file's structure as JSON (sections study,
-    workload, space, enqueue, runner); it is checked by the spec file's rules."""
+    workload, space, enqueue, confirm, runner), checked by the spec file's rules within the
+    schema below. The search space is fitted to the GPU, model and workload: a knob that cannot
+    be searched there is left at vLLM's default, an enqueued configuration that cannot run is
+    dropped, and ``adjustments`` lists each change; the stored spec is the fitted one."""
     try:
-        spec = queue.parse(body)
+        parsed = queue.read(body)
     except UsageError as exc:  # SpecError included
         raise ApiError(422, "invalid_spec", exc.message, hint=exc.hint) from None
+    spec = parsed.spec
     name = spec.study_name()
     if repo.get_study(name) is not None:
         raise ApiError(
@@ -110,23 +136,27 @@ def queue_study(
     except UsageError as exc:  # the name is valid (parse checked it): another writer took it
         raise ApiError(409, "conflict", exc.message, hint=exc.hint) from None
     response.headers["Location"] = f"/v1/studies/{row.name}"
-    return StudyDetailOut(**StudyOut.of(row).model_dump(), spec=json_safe(dict(row.spec)))
+    return QueuedStudyOut(
+        **StudyOut.of(row).model_dump(),
+        spec=json_safe(dict(row.spec)),
+        adjustments=list(parsed.adjustments),
+    )
 
 
-@router.get("/{name}", response_model=StudyDetailOut, responses={404: _NO_STUDY})
-def get_study(repo: RepoDep, name: str) -> StudyDetailOut:
+@router.get("/{name}", response_model=StudyDetailOut, responses=NAMED)
+def get_study(repo: RepoDep, name: StudyName) -> StudyDetailOut:
     """One study with its spec and trial counts."""
     row = _study(repo, name)
     return StudyDetailOut(**StudyOut.of(row).model_dump(), spec=json_safe(dict(row.spec)))
 
 
-@router.get("/{name}/trials", response_model=TrialPageOut, responses={404: _NO_STUDY})
+@router.get("/{name}/trials", response_model=TrialPageOut, responses=NAMED)
 def list_trials(
     repo: RepoDep,
     index: IndexDep,
-    name: str,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    name: StudyName,
+    limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 50,
+    offset: Annotated[int, Query(ge=0, le=INT_MAX)] = 0,
     state: Annotated[TrialStatus | None, Query(description="only trials in this state")] = None,
     phase: Annotated[TrialPhase | None, Query(description="search or confirm")] = None,
 ) -> TrialPageOut:
@@ -147,8 +177,19 @@ def list_trials(
     )
 
 
-@router.get("/{name}/trials/{number}", response_model=TrialDetailOut, responses={404: _NO_STUDY})
-def get_trial(repo: RepoDep, index: IndexDep, name: str, number: int) -> TrialDetailOut:
+@router.get(
+    "/{name}/trials/{number}",
+    response_model=TrialDetailOut,
+    responses=responses(
+        {404: "no study by that name, or no such trial in it", **MALFORMED, **UNAVAILABLE}
+    ),
+)
+def get_trial(
+    repo: RepoDep,
+    index: IndexDep,
+    name: StudyName,
+    number: Annotated[int, Path(ge=0, le=INT_MAX, description="the trial's number in the study")],
+) -> TrialDetailOut:
     """One trial in full: windows, server facts, server metrics and the log tail."""
     study = _study(repo, name)
     trial = repo.get_trial(name, number)
@@ -198,8 +239,8 @@ def pareto_front(snap: StudySnapshot) -> list[TrialRow]:
     return [t for t, v in points if not any(_dominates(w, v) for _, w in points)]
 
 
-@router.get("/{name}/pareto", response_model=ParetoOut, responses={404: _NO_STUDY})
-def get_pareto(repo: RepoDep, index: IndexDep, name: str) -> ParetoOut:
+@router.get("/{name}/pareto", response_model=ParetoOut, responses=NAMED)
+def get_pareto(repo: RepoDep, index: IndexDep, name: StudyName) -> ParetoOut:
     """Non-dominated complete trials: output tok/s up, memory down, P99 E2E latency down."""
     study = _study(repo, name)
     snap = index.snapshot(study)

@@ -1,0 +1,63 @@
+"""The limits of what the API takes, defined once: what the database can hold, and the grammar
+of the few strings it parses (an SLO, a vLLM version).
+
+Routes put them in their ``Path``/``Query`` declarations and the POST body in its schema
+(:mod:`api.spec_body`), so the OpenAPI document states them and FastAPI's validation enforces
+them with the usual 422: an id or offset beyond what a column holds never reaches the database
+(SQLite's integers are 64-bit, PostgreSQL's ``INTEGER`` 32-bit: the narrower one is the bound).
+"""
+
+from __future__ import annotations
+
+from itertools import permutations
+
+from sqlalchemy import String
+from sqlalchemy.orm import InstrumentedAttribute
+
+from tuner.db.models import StudyModel
+
+INT_MAX = 2**31 - 1  # tuner's Integer columns on PostgreSQL (SQLite would take 2**63 - 1)
+SEED_MAX = 2**32 - 1  # the samplers' random seed (numpy's limit)
+PAGE_MAX = 1000  # trials in one page
+
+
+def column_length(column: InstrumentedAttribute[str] | InstrumentedAttribute[str | None]) -> int:
+    """The width of a String column of tuner's tables."""
+    kind = column.property.columns[0].type
+    assert isinstance(kind, String) and kind.length is not None, column
+    return int(kind.length)
+
+
+STUDY_NAME_MAX = column_length(StudyModel.name)
+MODEL_MAX = column_length(StudyModel.model)
+GPU_MAX = column_length(StudyModel.gpu)
+WORKLOAD_MAX = column_length(StudyModel.workload)
+VERSION_MAX = column_length(StudyModel.vllm_version)
+TEXT_MAX = 10_000  # free text (notes, arguments): the columns have no width, a request has one
+
+NO_NUL = r"^[^\x00]*$"  # PostgreSQL's text cannot hold NUL
+
+# An SLO as tuner.scoring.objectives.parse_slo reads it: NAME=DURATION items, each name at most
+# once (so every order of every subset is spelled out), a duration a positive number of ms or s.
+_DURATION = r"(?:[1-9][0-9]{0,8}(?:\.[0-9]{1,16})?|0\.[0-9]{0,15}[1-9][0-9]{0,15})(?:ms|s)?"
+SLO_NAMES = ("ttft_p99", "itl_p99", "e2e_p99")
+
+
+def _slo_pattern() -> str:
+    items = {name: f"{name}(?:_ms)?={_DURATION}" for name in SLO_NAMES}
+    orders = [
+        ",".join(items[name] for name in order)
+        for size in range(1, len(SLO_NAMES) + 1)
+        for order in permutations(SLO_NAMES, size)
+    ]
+    return "^(?:|none|" + "|".join(f"(?:{o})" for o in orders) + ")$"
+
+
+SLO_PATTERN = _slo_pattern()
+SLO_EXAMPLE = "ttft_p99=500ms,e2e_p99=10s"
+
+# A vLLM version as packaging reads it (a subset of PEP 440): 0.12.0, v0.11.1rc2, 0.32.0+cpu.
+VERSION_PATTERN = (
+    r"^v?[0-9]{1,4}(?:\.[0-9]{1,4}){0,3}(?:(?:a|b|rc)[0-9]{1,4})?(?:\.post[0-9]{1,4})?"
+    r"(?:\.dev[0-9]{1,4})?(?:\+[a-z0-9]{1,16}(?:\.[a-z0-9]{1,16}){0,3})?$"
+)

@@ -1,0 +1,269 @@
+"""The body of ``POST /v1/studies`` as a schema: exactly what the API queues.
+
+A spec file's structure as JSON (:mod:`tuner.spec.study`), narrowed to what a worker can run
+without surprises: catalog names as enums (GET /v1/models, /v1/gpus), counts within what the
+database holds, an SLO in parse_slo's grammar, and no local paths (no trace workload, no
+``runner.vllm_python``). The same types validate the body (:func:`check`) and become its
+OpenAPI schema (:func:`openapi_schema`), so the two cannot disagree. Two rules span sections and
+are stated as conditionals: a model must fit the GPU (:func:`tuner.compose.check_fits`) and the
+capacity objective needs a load ladder (:func:`tuner.compose.resolve_workload`); tuner's own
+checks enforce them. Rules between knobs (fixed vs searched, candidates per GPU, enqueued
+configurations) are not conditions on the body: :mod:`api.queue` fits the space instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Annotated, Any, Literal, Required, TypeVar
+
+from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, ValidationError, with_config
+from pydantic_core import core_schema
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
+
+from api.bounds import INT_MAX, NO_NUL, SEED_MAX, SLO_EXAMPLE, SLO_PATTERN, STUDY_NAME_MAX, TEXT_MAX
+from tuner.catalog.gpus import GPUS
+from tuner.catalog.models import MODELS, resolve_model
+from tuner.compose import check_fits
+from tuner.domain import Objective
+from tuner.errors import UsageError
+from tuner.load.workloads import WORKLOADS
+from tuner.space import KNOBS
+
+T = TypeVar("T")
+_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+DEFAULT = "default"  # a knob left at vLLM's default, as in a spec file
+
+
+class OneOf:
+    """``Annotated`` marker: the value is one of ``values`` (an enum in the schema)."""
+
+    def __init__(self, values: Sequence[Hashable]) -> None:
+        self.values = list(values)
+
+    def __get_pydantic_core_schema__(self, _source: Any, _handler: Any) -> core_schema.CoreSchema:
+        return core_schema.literal_schema(self.values)
+
+
+def _distinct(values: list[T]) -> list[T]:
+    if len(set(values)) != len(values):
+        raise ValueError("the points must be distinct")
+    return values
+
+
+# Names from the catalog. A model is an alias, a catalogued hub id, or another hub id (org/name).
+MODEL_NAMES = (*MODELS, *sorted({m.hub_id for m in MODELS.values()}))
+HUB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
+NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{STUDY_NAME_MAX - 1}}}$"
+BACKENDS = sorted({b for g in GPUS.values() for b in g.attention_backends})
+KV_DTYPES = sorted({d for g in GPUS.values() for d in g.kv_cache_dtypes})
+
+Count = Annotated[int, Field(ge=1, le=INT_MAX)]
+Amount = Annotated[int, Field(ge=0, le=INT_MAX)]
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+Positive = Annotated[float, Field(gt=0)]
+Text = Annotated[str, Field(max_length=TEXT_MAX, pattern=NO_NUL)]
+Points = Annotated[list[T], Field(min_length=2, json_schema_extra={"uniqueItems": True})]
+Model = Annotated[str, OneOf(MODEL_NAMES)] | Annotated[str, Field(pattern=HUB_ID_PATTERN)]
+
+
+@with_config(_STRICT)
+class StudySection(TypedDict, total=False):
+    name: Annotated[str, Field(pattern=NAME_PATTERN, description="default: from the others")]
+    model: Required[Annotated[Model, Field(description="catalog alias or hub id (org/name)")]]
+    gpu: Required[Annotated[str, OneOf(list(GPUS)), Field(description="GPU profile")]]
+    workload: Required[Annotated[str, OneOf(list(WORKLOADS)), Field(description="preset")]]
+    objective: Annotated[str, OneOf([o.value for o in Objective])]
+    trials: Count
+    slo: Annotated[str, Field(pattern=SLO_PATTERN, examples=[SLO_EXAMPLE])]
+    seed: Seed
+    notes: Text
+    emulate: bool
+
+
+@with_config(_STRICT)
+class WorkloadSection(TypedDict, total=False):
+    """Overrides of the preset's fields."""
+
+    prompt_tokens: Count
+    output_tokens: Count
+    shared_prefix_tokens: Amount
+    concurrency: Count
+    request_rate: Positive
+    requests_per_window: Count
+    windows: Count
+    warmup_requests: Amount
+    length_jitter: Annotated[float, Field(ge=0, lt=1)]
+    seed: Seed
+    concurrency_ladder: Annotated[Points[Count], AfterValidator(_distinct)]
+    rate_ladder: Annotated[Points[Positive], AfterValidator(_distinct)]
+
+
+# One value of each knob (tuner.space normalizes them); "default" leaves vLLM's.
+Backend = Annotated[str, OneOf([*BACKENDS, DEFAULT])]
+FlashAttnVersion = Literal[2, 3, "default"]
+Tokens = Count | Literal["default"]
+Utilization = Annotated[float, Field(gt=0, le=1)] | Literal["default"]
+Switch = bool | Literal["default"]
+KvDtype = Annotated[str, OneOf([*KV_DTYPES, DEFAULT])]
+Candidates = Annotated[list[T], Field(min_length=1)]
+
+
+@with_config(_STRICT)
+class Knobs(TypedDict, total=False):
+    """A value per knob (``fixed``, an ``enqueue`` entry)."""
+
+    attention_backend: Backend
+    flash_attn_version: FlashAttnVersion
+    max_model_len: Tokens
+    gpu_memory_utilization: Utilization
+    enable_prefix_caching: Switch
+    max_num_seqs: Tokens
+    max_num_batched_tokens: Tokens
+    kv_cache_dtype: KvDtype
+    enforce_eager: Switch
+
+
+@with_config(_STRICT)
+class Choices(TypedDict, total=False):
+    """Candidate values per knob: a knob given choices is searched."""
+
+    attention_backend: Candidates[Backend]
+    flash_attn_version: Candidates[FlashAttnVersion]
+    max_model_len: Candidates[Tokens]
+    gpu_memory_utilization: Candidates[Utilization]
+    enable_prefix_caching: Candidates[Switch]
+    max_num_seqs: Candidates[Tokens]
+    max_num_batched_tokens: Candidates[Tokens]
+    kv_cache_dtype: Candidates[KvDtype]
+    enforce_eager: Candidates[Switch]
+
+
+# The knobs the API takes: tuner's typed ones (a vLLM flag beyond them needs `tuner run`).
+API_KNOBS = [k for k in KNOBS if k in Knobs.__annotations__]
+assert set(API_KNOBS) == set(Knobs.__annotations__) == set(Choices.__annotations__)
+
+
+@with_config(_STRICT)
+class SpaceSection(TypedDict, total=False):
+    params: Annotated[
+        list[Annotated[str, OneOf(API_KNOBS)]],
+        Field(description="knobs to search (default: every knob with candidates here)"),
+    ]
+    choices: Choices
+    fixed: Annotated[Knobs, Field(description="held in every trial, vLLM's defaults included")]
+
+
+@with_config(_STRICT)
+class ConfirmSection(TypedDict, total=False):
+    top: Count
+    launches: Amount
+    confidence: Annotated[float, Field(gt=0.5, lt=1)]
+
+
+@with_config(_STRICT)
+class RunnerSection(TypedDict, total=False):
+    startup_timeout_s: Positive
+    extra_args: list[Text]
+    load_format: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+
+
+def _conditions() -> list[dict[str, Any]]:
+    """The rules across sections, as JSON Schema conditionals, from tuner's own checks."""
+    unfit: dict[tuple[str, ...], list[str]] = {}
+    for name in MODEL_NAMES:
+        model = resolve_model(name)
+        bad = []
+        for gpu_name, gpu in GPUS.items():
+            try:
+                check_fits(model, gpu)
+            except UsageError:
+                bad.append(gpu_name)
+        if bad:
+            unfit.setdefault(tuple(bad), []).append(name)
+    rules: list[dict[str, Any]] = [
+        {
+            "if": {
+                "properties": {
+                    "study": {"required": ["model"], "properties": {"model": {"enum": names}}}
+                }
+            },
+            "then": {
+                "properties": {
+                    "study": {"properties": {"gpu": {"enum": [g for g in GPUS if g not in bad]}}}
+                }
+            },
+        }
+        for bad, names in unfit.items()
+    ]
+    rules.append(
+        {
+            "if": {
+                "properties": {
+                    "study": {
+                        "required": ["objective"],
+                        "properties": {"objective": {"const": Objective.CAPACITY.value}},
+                    }
+                }
+            },
+            "then": {
+                "required": ["workload"],
+                "properties": {
+                    "workload": {
+                        "anyOf": [
+                            {"required": ["concurrency_ladder"]},
+                            {"required": ["rate_ladder"]},
+                        ]
+                    }
+                },
+            },
+        }
+    )
+    return rules
+
+
+_CROSS_SECTION: Any = {"allOf": _conditions()}
+
+
+@with_config(ConfigDict(**_STRICT, json_schema_extra=_CROSS_SECTION))
+class StudyBody(TypedDict, total=False):
+    """A study spec: a spec file's sections as JSON."""
+
+    study: Required[StudySection]
+    workload: WorkloadSection
+    space: SpaceSection
+    enqueue: Annotated[list[Knobs], Field(description="configurations to try first")]
+    confirm: ConfirmSection
+    runner: RunnerSection
+
+
+_ADAPTER: TypeAdapter[StudyBody] = TypeAdapter(StudyBody)
+
+
+def check(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The schema's complaints about ``body`` (pydantic's error dicts, ``loc`` inside the
+    body); [] when it conforms. The cross-section conditionals are tuner's checks' business."""
+    try:
+        _ADAPTER.validate_python(body)
+    except ValidationError as exc:
+        return [dict(e) for e in exc.errors(include_url=False)]
+    return []
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The body's JSON Schema, self-contained (no ``$ref``), for the OpenAPI document."""
+    schema = _ADAPTER.json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return {**inline(defs[ref.removeprefix("#/$defs/")]), **inline(rest)}
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    result: dict[str, Any] = inline(schema)
+    return result
