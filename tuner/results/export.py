@@ -88,8 +88,8 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
     each metric is its median [range over the measurement windows]."""
     head = (
         "| # | phase | status | backend | config | out tok/s [range] | P99 TTFT ms | "
-        "P99 E2E ms | memory GiB | score |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "P99 ITL ms | P99 E2E ms | memory GiB | score |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in sorted(records, key=lambda r: (r["phase"] != "search", r["number"])):
@@ -105,6 +105,7 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
             f"| {r['number']}{baseline} | {r['phase']} | {status} | "
             f"{r['effective_backend'] or ''} | {config} | "
             f"{_range(m.get('output_throughput'))} | {_range(m.get('ttft_p99_ms'))} | "
-            f"{_range(m.get('e2e_p99_ms'))} | {memory} | {score} |"
+            f"{_range(m.get('itl_p99_ms'), 1)} | {_range(m.get('e2e_p99_ms'))} | {memory} | "
+            f"{score} |"
         )
     return head + "\n".join(lines) + "\n"
