@@ -46,7 +46,6 @@ def test_the_confirmation_verdicts_are_what_the_report_says() -> None:
     thr = next(m for m in confirmation["metrics"] if m["metric"] == "output_throughput")
     assert thr["low"] < 1.0 < thr["high"]  # the interval holds 1: no significant difference
     confirm = [r for r in _rows("heavy-trials.jsonl") if r["phase"] == "confirm"]
-    medians = {r["is_baseline"]: r["metrics"]["output_throughput"]["median"] for r in confirm}
     candidate = [r for r in confirm if not r["is_baseline"]]
     defaults = [r for r in confirm if r["is_baseline"]]
     assert len(candidate) == len(defaults) == 3
