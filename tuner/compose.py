@@ -149,16 +149,18 @@ def build_space(
 _MAX_UTILIZATION = 0.95
 
 
-def check_fits(model: ModelSpec, gpu: GpuProfile) -> None:
-    """UsageError, with the numbers, when the weights alone exceed what any config can budget."""
+def check_fits(model: ModelSpec, gpu: GpuProfile, quantization: str | None = None) -> None:
+    """UsageError, with the numbers, when the weights alone exceed what any config can budget
+    (``quantization``: the one the study holds fixed, e.g. ``fp8``)."""
     if gpu.is_cpu or not has_facts(model):
         return
-    weights = model.weight_bytes()
+    weights = model.weight_bytes(quantization)
     usable = gpu.memory_bytes * _MAX_UTILIZATION
     if weights > usable:
         gb = 1e9
         raise UsageError(
-            f"{model.alias} does not fit on one {gpu.display_name}: its {model.dtype} weights "
+            f"{model.alias} does not fit on one {gpu.display_name}: its "
+            f"{quantization or model.dtype} weights "
             f"alone take {weights / gb:.1f} GB ({model.parameter_count() / 1e9:.1f} B "
             f"parameters), and the GPU has {gpu.memory_bytes / gb:.1f} GB, of which at most "
             f"{usable / gb:.1f} GB at gpu-memory-utilization {_MAX_UTILIZATION}, before any "
@@ -176,7 +178,8 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     slo = resolve_slo(spec)
     # Flags beyond the typed knobs are checked once vLLM's flag list is known (below).
     space = None if extra_knobs(spec) else build_space(spec, model, gpu, workload)
-    check_fits(model, gpu)
+    fixed_quantization = spec.fixed.get("quantization")
+    check_fits(model, gpu, fixed_quantization if isinstance(fixed_quantization, str) else None)
     # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
     # takes longer than all the checks above, which should answer a typo at once.
     from tuner.catalog.materialize import materialize, tokenizer_dir

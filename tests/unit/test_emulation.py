@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tuner.catalog import rules
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compose import check_fits
 from tuner.domain import ServingConfig
 from tuner.errors import HardwareMismatch, UsageError
+from tuner.load.workloads import get_workload
 from tuner.results.recommend import Recommendation
 from tuner.runner.hardware import check_hardware
 from tuner.runner.vllm import RunnerSettings, VllmTrialRunner
@@ -139,3 +141,19 @@ def test_an_emulated_peak_above_the_emulated_gpu_is_flagged() -> None:
     assert "23.51 GiB" in over.render() and "may not start" in over.render()
     assert _recommendation(20.0, get_gpu("a10g").memory_gib).emulation_warning() is None
     assert _recommendation(140.0, None).emulation_warning() is None  # not emulated
+
+
+def test_fp8_weights_make_the_14b_fit_a_4090_as_the_second_seed_asks() -> None:
+    qwen, rtx = resolve_model("qwen2.5-14b"), get_gpu("rtx4090")
+    fp8 = qwen.weight_bytes("fp8")
+    assert 0.5 < fp8 / qwen.weight_bytes() < 0.6  # embeddings and LM head stay bf16
+    check_fits(qwen, rtx, "fp8")  # 16.3 GB of weights in 24 GB: no error
+    with pytest.raises(UsageError, match="bfloat16 weights"):
+        check_fits(qwen, rtx)
+    fp8_config = ServingConfig(
+        gpu_memory_utilization=0.95, max_model_len=8192, extra={"quantization": "fp8"}
+    )
+    chat = get_workload("chat")
+    assert rules.violations(qwen, rtx, chat, fp8_config) == []
+    bf16 = rules.violations(qwen, rtx, chat, fp8_config.replace(extra={}))
+    assert any("do not fit" in v for v in bf16)

@@ -175,7 +175,8 @@ def _memory_rules(model: ModelSpec, gpu: GpuProfile, c: ServingConfig) -> list[s
         return []
     util = effective_utilization(c)
     budget = util * gpu.memory_bytes
-    weights = model.weight_bytes()
+    quantization = c.extra.get("quantization")
+    weights = model.weight_bytes(quantization if isinstance(quantization, str) else None)
     where = "of host memory" if gpu.is_cpu else f"of {gpu.display_name}"
     budget_text = f"gpu_memory_utilization {util} × {_gb(gpu.memory_bytes)} {where} = {_gb(budget)}"
     if weights > budget:

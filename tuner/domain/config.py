@@ -192,9 +192,17 @@ class ModelSpec:
         lm_head = 0 if c.get("tie_word_embeddings", False) else emb
         return self.num_layers * per_layer + emb + lm_head + h
 
-    def weight_bytes(self) -> int:
+    def weight_bytes(self, quantization: str | None = None) -> int:
+        """Bytes of the weights as vLLM holds them. With ``quantization`` = ``fp8`` (vLLM's
+        online FP8: the linear layers one byte a weight) the embeddings and the LM head keep
+        the model's dtype."""
         per_param = 4 if self.dtype in ("float32", "float") else 2
-        return self.parameter_count() * per_param
+        if quantization != "fp8":
+            return self.parameter_count() * per_param
+        c = self.config
+        emb = self.vocab_size * int(c["hidden_size"])
+        kept = emb * (1 if c.get("tie_word_embeddings", False) else 2)
+        return kept * per_param + (self.parameter_count() - kept)
 
 
 @dataclass(frozen=True)
