@@ -75,8 +75,9 @@ def test_json_lines_per_load_point_in_vllm_format(base_url: str) -> None:
             assert point[f"p90_{metric}_ms"] >= point[f"p50_{metric}_ms"]
         assert point["tuner_load_point"] == f"{streams} streams"
         assert set(point["tuner_client"]) >= {"client_bound", "disturbed", "notes"}
-    # The fake holds 8 sequences: 8 streams keep it busier than 2 do.
-    assert points[1]["output_throughput"] > points[0]["output_throughput"]
+    # Not asserted: that 8 streams out-serve 2. The fake runs in this process's thread, so on 2
+    # busy cores the client's own work can reverse the order (415 against 908 tok/s in one CI
+    # run); bench/bench_load_capacity.py measures throughput where it is the point.
 
 
 def test_save_result_writes_full_files_per_point(base_url: str, tmp_path: Path) -> None:
