@@ -145,7 +145,19 @@ def test_every_study_file_parses_and_resolves(path: Path) -> None:
     # The names it uses exist, and its space is one tuner can build.
     model, gpu = resolve_model(spec.model), get_gpu(spec.gpu)
     workload = get_workload(spec.workload).replace(**spec.workload_overrides)
-    SearchSpace(model, gpu, workload, params=spec.params, choices=spec.choices, fixed=spec.fixed)
+    # Flags beyond the nine knobs resolve against the flag list of the vLLM the study will meet
+    # (the H200 machine's 0.26.0 for GPU profiles, the CPU build's 0.32.0 for cpu).
+    flags = shipped("0.32.0" if gpu.is_cpu else "0.26.0")
+    SearchSpace(
+        model,
+        gpu,
+        workload,
+        params=spec.params,
+        choices=spec.choices,
+        fixed=spec.fixed,
+        search=spec.search,
+        flags=flags,
+    )
     assert re.fullmatch(r"[A-Za-z0-9_.-]+", spec.study_name())
 
 
