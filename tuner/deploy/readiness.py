@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tuner.catalog.models import resolve_model
 from tuner.domain import FailureClass
-from tuner.errors import LoadFailure, ServerFailure, UsageError
+from tuner.errors import LoadFailure, UsageError
 from tuner.load.canary import FULL, QUICK, CanaryReport, run_canary
 from tuner.load.generator import LoadGenerator
 from tuner.load.prompts import PromptFactory
@@ -45,8 +45,7 @@ def make_ready(
     prompts = PromptFactory(spec.vocab_size, synthetic=synthetic_tokenizer)
     say(f"canary: {len(QUICK)} request shapes first")
     first = run_canary(base_url, served_model_name, shapes=QUICK, prompts=prompts, alive=alive)
-    if not first.passed:
-        raise ServerFailure(FailureClass.CANARY_FAILED, first.summary())
+    first.raise_if_failed()
     warmed = 0
     try:
         shape = get_workload(workload)
@@ -62,6 +61,5 @@ def make_ready(
         raise LoadFailure(FailureClass.CRASHED, "the server exited during the warm-up")
     say(f"canary: {len(FULL)} request shapes")
     report = run_canary(base_url, served_model_name, shapes=FULL, prompts=prompts, alive=alive)
-    if not report.passed:
-        raise ServerFailure(FailureClass.CANARY_FAILED, report.summary())
+    report.raise_if_failed()
     return Readiness(warmed, report)

@@ -38,6 +38,8 @@ from typing import Any
 
 import httpx
 
+from tuner.domain import FailureClass
+from tuner.errors import ServerFailure
 from tuner.load.prompts import PromptFactory
 
 GENERATED = 8  # tokens asked of each request (the cancelled one asks for more)
@@ -78,6 +80,12 @@ class CanaryReport:
             return f"canary passed ({len(self.outcomes)} shapes)"
         alive = "the server kept serving" if bad.server_alive else "the server died"
         return f"canary failed at {bad.shape!r}: {bad.detail} ({alive})"
+
+    def raise_if_failed(self) -> None:
+        """ServerFailure (CANARY_FAILED, with :meth:`summary`) when a shape broke the server:
+        the one rule by which a failed canary becomes a finding."""
+        if not self.passed:
+            raise ServerFailure(FailureClass.CANARY_FAILED, self.summary())
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -244,8 +244,7 @@ class VllmTrialRunner:
             timeout_s=CANARY_TIMEOUT_S,
             alive=server.is_alive,
         )
-        if not report.passed:
-            raise ServerFailure(FailureClass.CANARY_FAILED, report.summary())
+        report.raise_if_failed()
         launch.info = dataclasses.replace(launch.info, canary=tuple(shapes))
 
     def _prompts(self, workload: Workload) -> PromptFactory:
