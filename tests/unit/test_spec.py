@@ -11,10 +11,10 @@ import pytest
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
+from tuner.compose import build_space
 from tuner.domain import Objective
 from tuner.errors import SpecError, UsageError
 from tuner.load.workloads import get_workload
-from tuner.space import SearchSpace
 from tuner.spec.study import DEFAULT_SPEC_PATH, StudySpec, check_flags, load_spec
 from tuner.vllm.flags import shipped
 
@@ -148,16 +148,7 @@ def test_every_study_file_parses_and_resolves(path: Path) -> None:
     # Flags beyond the nine knobs resolve against the flag list of the vLLM the study will meet
     # (the H200 machine's 0.26.0 for GPU profiles, the CPU build's 0.32.0 for cpu).
     flags = shipped("0.32.0" if gpu.is_cpu else "0.26.0")
-    SearchSpace(
-        model,
-        gpu,
-        workload,
-        params=spec.params,
-        choices=spec.choices,
-        fixed=spec.fixed,
-        search=spec.search,
-        flags=flags,
-    )
+    build_space(spec, model, gpu, workload, flags)  # and its [[enqueue]] entries hold
     assert re.fullmatch(r"[A-Za-z0-9_.-]+", spec.study_name())
 
 
