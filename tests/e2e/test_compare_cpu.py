@@ -2,7 +2,7 @@
 
 Each server costs about 35 s to start on 2 cores, so the library (prepare + run_interleaved +
 compare) measures three arms in one interleaved run, and `tuner verify-claims` then runs once
-as a subprocess. About ten minutes in all."""
+as a subprocess. About eight minutes in all."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tuner.compose import prepare
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import TrialStatus
-from tuner.scoring.significance import NO_DIFFERENCE, WORSE
+from tuner.scoring.significance import BETTER, NO_DIFFERENCE, is_inconclusive
 from tuner.spec.study import StudySpec
 
 pytestmark = pytest.mark.e2e
@@ -56,28 +56,32 @@ def test_defaults_twice_and_one_sequence_at_a_time(
         Arm("defaults again", defaults),
         Arm("max_num_seqs=1", space.config_from({"max_num_seqs": 1})),
     ]
-    # Four launches a side: with three, a launch disturbed by anything else on 2 cores can widen
-    # the interval past 1 even for a 2.5x difference (seen under a load average of 4.7).
-    results = run_interleaved(arms, prepared.runner, prepared.ctx.workload, 4)
+    # Three launches a side. A launch disturbed by anything else on 2 cores can widen the interval
+    # past 1 even for a 2.5x difference, or trip the guard on launches that disagree: the
+    # assertions below hold whatever one launch does.
+    results = run_interleaved(arms, prepared.runner, prepared.ctx.workload, 3)
     for arm, runs in zip(arms, results, strict=True):
-        assert [r.status for r in runs] == [TrialStatus.COMPLETE] * 4, (arm, runs[-1].log_tail)
+        assert [r.status for r in runs] == [TrialStatus.COMPLETE] * 3, (arm, runs[-1].log_tail)
     # At 95 % a comparison of a config with itself is "significant" in 1 run of 20 by design;
-    # 99 % keeps this test from failing once a week.
+    # 99 % keeps this test from failing once a week. It may be inconclusive (launches that
+    # disagree), never better or worse.
     same = compare(arms[0], results[0], arms[1], results[1], confidence=0.99).metric(
         "output_throughput"
     )
-    assert same.verdict == NO_DIFFERENCE, (same.describe(), same.a_values, same.b_values)
+    shown_same = (same.describe(), same.a_values, same.b_values)
+    assert same.verdict == NO_DIFFERENCE or is_inconclusive(same.verdict), shown_same
     one = compare(arms[0], results[0], arms[2], results[2], confidence=0.95)
     # One sequence at a time under 16 streams queues 15 requests behind each one: the time to
     # first token is where that shows. On 2 cores one launch of the defaults can be far off the
     # others (TTFT P50 of 423, 988, 1025 and 38 ms in one CI run, against 2235-3128 ms for
-    # max_num_seqs=1), which widens the log-scale interval past 1; so the test asserts what holds
-    # whatever one launch does: every launch of B slower than the defaults' median, a ratio of
-    # medians above 2, and never a verdict of "better". Throughput: its direction only (the
+    # max_num_seqs=1), which widens the log-scale interval past 1 or trips the disagreement guard
+    # (70-335 ms in another); so the test asserts what holds whatever one launch does: every
+    # launch of B slower than the defaults' median, a ratio of medians above 2, and never a
+    # verdict of "better". Throughput: its direction only (the
     # defaults' throughput swings 2x between launches here: 413-829 tok/s in one run).
     ttft = one.metric("ttft_p50_ms")
     shown = (ttft.describe(), ttft.a_values, ttft.b_values)
-    assert ttft.verdict in (WORSE, NO_DIFFERENCE), shown
+    assert ttft.verdict != BETTER, shown
     assert ttft.ratio is not None and ttft.ratio > 2.0, shown
     assert min(ttft.b_values) > statistics.median(ttft.a_values), shown
     thr = one.metric("output_throughput")
