@@ -1,11 +1,13 @@
 """The tuner itself SIGKILLed in the middle of a trial, with real processes throughout.
 
 ``python -m tuner run`` drives the fake server (through compose's TUNER_SERVER_MODULE seam)
-and is killed with SIGKILL while a trial is under load: nothing of the tuner gets to clean up,
-so the server it launched is left running as an orphan. ``tuner run --resume`` must end that
-orphan (the lease in $TUNER_HOME/leases) before it launches anything, record the killed trial
-as failed/interrupted, keep every completed trial exactly as it was, finish the study, and
-leave no process behind.
+and is killed with SIGKILL while a trial is under load: nothing of the tuner gets to clean up.
+The server's watchdog ends the server at once. Should the watchdog die too, the server is left
+running as an orphan, and ``tuner run --resume`` must end it (the lease in $TUNER_HOME/leases)
+before it launches anything. Either way the resume records the killed trial as
+failed/interrupted, measures its configuration again (an interruption is not a result), keeps
+every completed trial exactly as it was, finishes the study with the requested number of
+measured trials, and leaves no process behind.
 
 Every process of the scenario inherits a unique TUNER_TEST_TAG from the tuner's environment,
 so "no process left" is checked by that tag rather than by guessing command lines (the fake
@@ -165,9 +167,9 @@ def _generated_tokens(lease: Lease) -> float:
 
 
 def _wait_for_a_trial_under_load(
-    s: Scenario, tuner: subprocess.Popen[bytes], repo: Repository
+    s: Scenario, tuner: subprocess.Popen[bytes], repo: Repository, complete_before: int = 1
 ) -> Lease:
-    """Block until >= 1 trial is complete and the next one's server is measuring."""
+    """Block until ``complete_before`` trials are complete and the next one's server measures."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if tuner.poll() is not None:
@@ -176,7 +178,7 @@ def _wait_for_a_trial_under_load(
         complete = [r for r in rows if r.status is TrialStatus.COMPLETE]
         running = [r for r in rows if r.status is TrialStatus.RUNNING]
         leases = [x for p in s.lease_dir.glob("server-*.json") if (x := read_lease(p))]
-        if complete and running and len(leases) == 1:
+        if len(complete) == complete_before and running and len(leases) == 1:
             try:
                 if _generated_tokens(leases[0]) >= MEASURING_TOKENS:
                     return leases[0]
@@ -186,11 +188,56 @@ def _wait_for_a_trial_under_load(
     pytest.fail(f"no trial reached its measurement within 60 s:\n{s.output()}")
 
 
-def test_sigkilled_tuner_resumes_reaps_its_orphan_and_loses_nothing(scenario: Scenario) -> None:
+def _watchdogs(s: Scenario) -> list[psutil.Process]:
+    return [p for p in s.tagged_processes() if "tuner.vllm.watchdog" in " ".join(p.cmdline())]
+
+
+def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_defaults(
+    scenario: Scenario,
+) -> None:
+    """The issue's sequence: `kill -9` of `tuner run` during the defaults' first measurement."""
+    s = scenario
+    repo = Repository(make_engine(s.db_url))
+    tuner = s.tuner()
+    lease = _wait_for_a_trial_under_load(s, tuner, repo, complete_before=0)
+    assert len(_watchdogs(s)) == 1
+    tuner.send_signal(signal.SIGKILL)
+    assert tuner.wait(timeout=10) == -signal.SIGKILL
+    deadline = time.monotonic() + 20  # TERM, then KILL after the watchdog's 5 s grace
+    while s.tagged_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group_members(lease.pgid) == [], "the server outlived its tuner"
+    assert s.tagged_processes() == [], "the watchdog ends its server, then itself"
+    [baseline] = _trials(repo)
+    assert baseline.is_baseline and baseline.status is TrialStatus.RUNNING
+
+    resume = s.tuner("--resume")
+    assert resume.wait(timeout=120) == 0, s.output()
+    rows = repo.list_trials(STUDY, limit=None)
+    assert rows[0].status is TrialStatus.FAILED and rows[0].failure is FailureClass.INTERRUPTED
+    measured = [r for r in rows if r.status is TrialStatus.COMPLETE]
+    assert len(measured) == TRIALS, [(r.number, r.status) for r in rows]
+    # The defaults are measured first on resume (the killed baseline, queued again); the
+    # sampler may draw them again later, which is a trial like any other.
+    assert measured[0].is_baseline and measured[0].config == baseline.config
+    # No score against defaults that were not measured: the first score printed is the defaults'.
+    scores = [line for line in s.output().splitlines() if "score" in line]
+    assert scores and "score 1.000" in scores[0], scores
+    assert not list(s.lease_dir.glob("*")), "the resume drops the dead tuner's lease"
+    study = repo.get_study(STUDY)
+    assert study is not None and study.status == "finished"
+    assert s.tagged_processes() == []
+
+
+def test_sigkilled_tuner_and_watchdog_resume_reaps_the_orphan_and_loses_nothing(
+    scenario: Scenario,
+) -> None:
     s = scenario
     repo = Repository(make_engine(s.db_url))
     tuner = s.tuner()
     lease = _wait_for_a_trial_under_load(s, tuner, repo)
+    for watchdog in _watchdogs(s):  # a server that survives its tuner anyway
+        watchdog.kill()
     tuner.send_signal(signal.SIGKILL)
     assert tuner.wait(timeout=10) == -signal.SIGKILL
 
@@ -229,9 +276,12 @@ def test_sigkilled_tuner_resumes_reaps_its_orphan_and_loses_nothing(scenario: Sc
     assert victim.status is TrialStatus.FAILED
     assert victim.failure is FailureClass.INTERRUPTED
     assert not victim.metrics and victim.objective_values is None
-    assert len(after) == TRIALS and all(r.status.is_finished() for r in after.values())
+    assert all(r.status.is_finished() for r in after.values())
+    # The interruption is not a trial: TRIALS measured ones, the killed configuration again.
+    assert len(after) == TRIALS + 1
     new = [r for n, r in after.items() if n > killed[0]]
     assert new and all(r.status is TrialStatus.COMPLETE for r in new)
+    assert victim.config in {r.config for r in new}
     study = repo.get_study(STUDY)
     assert study is not None and study.status == "finished"
     assert s.tagged_processes() == []

@@ -9,7 +9,7 @@ import pytest
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.errors import HardwareMismatch, UsageError
-from tuner.runner.hardware import check_hardware, describe, visible_gpus
+from tuner.runner.hardware import check_hardware, describe, matching_gpus, visible_gpus
 from tuner.runner.vllm import Hardware, RunnerSettings, VllmTrialRunner
 from tuner.telemetry.nvml import DetectedGpu
 
@@ -142,5 +142,20 @@ def test_the_server_is_pinned_to_the_measured_gpu(tmp_path: Path) -> None:
         settings, resolve_model("tiny-ernie"), Hardware(name="H200", index=1, is_gpu=True)
     )
     assert pinned._device_env() == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}
+    by_uuid = VllmTrialRunner(
+        settings,
+        resolve_model("tiny-ernie"),
+        Hardware(name="H200", index=1, uuid="GPU-bbbb", is_gpu=True),
+    )
+    assert by_uuid._device_env()["CUDA_VISIBLE_DEVICES"] == "GPU-bbbb"
     cpu = VllmTrialRunner(settings, resolve_model("tiny-ernie"), Hardware(name="cpu"))
     assert cpu._device_env() == {}
+
+
+def test_parallel_workers_get_the_visible_gpus_of_the_profile() -> None:
+    mixed = [gpu("NVIDIA H200", 0), gpu("NVIDIA A10G", 1, 22.0), gpu("NVIDIA H200", 2)]
+    assert [g.index for g in matching_gpus(get_gpu("h200"), mixed, None)] == [0, 2]
+    assert [g.index for g in matching_gpus(get_gpu("h200"), mixed, "2,1")] == [2]
+    # Emulating a 24 GB GPU: any visible GPU with at least that much memory.
+    assert [g.index for g in matching_gpus(get_gpu("a10g"), mixed, None, emulate=True)] == [0, 2]
+    assert matching_gpus(get_gpu("h200"), mixed, "") == []

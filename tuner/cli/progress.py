@@ -62,7 +62,9 @@ class ConsoleReporter:
                 highlight=False,
             )
         if best is not None:
-            self._best = f"best: #{best.number} score {best.score:.3f}"
+            # A score is against vLLM's defaults: none is shown before they were measured.
+            score = f"score {best.score:.3f}" if best.relative else "no score: no defaults yet"
+            self._best = f"best: #{best.number} {score}"
             self.console.print(f"  {self._best} ({best.config.label()})", highlight=False)
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ to be good, so that a typo is reported at once."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -62,6 +63,14 @@ def run(
             "spells it or with underscores; FLAG alone takes tuner's built-in candidates).",
         ),
     ] = None,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Worker processes for this study: one per GPU of the study's kind here "
+            "(each pinned by UUID). Needs PostgreSQL; more hosts join with `tuner worker --study`.",
+        ),
+    ] = 1,
 ) -> None:
     """Run a study: launch vLLM per trial, drive the workload, record and rank."""
     from tuner.spec.configs import parse_search
@@ -94,6 +103,9 @@ def run(
     from tuner.study.loop import run_study
     from tuner.vllm.interrupts import sigterm_as_interrupt
 
+    if parallel > 1:
+        _run_parallel(spec, _storage(storage), parallel, resume=resume)
+        return
     prepared = prepare(spec, _storage(storage))
     ctx = prepared.ctx
     out.print(
@@ -111,6 +123,42 @@ def run(
         reporter.close()
     print_best(prepared.repo, ctx.name)
     if not ranked:
+        raise typer.Exit(1)
+
+
+def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
+    """``--parallel N``: set the study up here, then N workers join it (one per GPU)."""
+    from tuner.compose import prepare
+    from tuner.runner.hardware import matching_gpus
+    from tuner.study import parallel
+    from tuner.study.loop import set_up_study
+    from tuner.telemetry.nvml import detect_gpus
+
+    parallel.refuse_sqlite(url, f"--parallel {n}")
+    prepared = prepare(spec, url)
+    ctx = prepared.ctx
+    uuids = None
+    if not ctx.gpu.is_cpu:
+        found = matching_gpus(
+            ctx.gpu, detect_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"), emulate=spec.emulate
+        )
+        uuids = [g.uuid for g in found]
+    places = parallel.seats(n, uuids)
+    set_up_study(ctx, prepared.repo, resume=resume)
+    out.print(
+        f"study [bold]{ctx.name}[/]: {ctx.model.alias}, vLLM {ctx.vllm_version}, workload "
+        f"{ctx.workload.name}, {spec.trials} trials over {n} workers"
+        + ("" if uuids else " (on CPU: they share its cores, so each measures less)")
+    )
+    command = parallel.worker_command(ctx.name, url, spec.vllm_python)
+    codes = parallel.run_workers(
+        command, places, lambda line: out.print(line, markup=False, highlight=False)
+    )
+    for seat, code in zip(places, codes, strict=True):
+        if code != 0:
+            out.print(f"[red]{escape(seat.label)} exited with code {code}[/]")
+    shown = print_best(prepared.repo, ctx.name)
+    if not shown or any(codes):
         raise typer.Exit(1)
 
 
@@ -230,6 +278,13 @@ def print_best(repo: Repository, name: str) -> bool:
 
 def worker(
     storage: StorageOpt = None,
+    study: Annotated[
+        str | None,
+        typer.Option(
+            help="Join this running study (beside `tuner run --parallel` or other hosts' "
+            "workers) instead of taking queued ones. Needs PostgreSQL."
+        ),
+    ] = None,
     once: Annotated[bool, typer.Option(help="Stop when no study is queued.")] = False,
     poll: Annotated[float, typer.Option(min=0.1, help="Seconds between queue checks.")] = 10.0,
     vllm_python: Annotated[
@@ -246,6 +301,9 @@ def worker(
 
     url = _storage(storage)
     ensure_ready(url, auto_upgrade=True)
+    if study is not None:
+        _join(url, study, vllm_python)
+        return
     with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
         taken = run_worker(
             Repository(make_engine(url)),
@@ -257,3 +315,23 @@ def worker(
             reporter_factory=lambda: ConsoleReporter(out),
         )
     out.print(f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken")
+
+
+def _join(url: str, name: str, vllm_python: str | None) -> None:
+    from tuner.cli.progress import ConsoleReporter
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+    from tuner.study.parallel import refuse_sqlite
+    from tuner.study.worker import join_study
+    from tuner.vllm.interrupts import sigterm_as_interrupt
+
+    refuse_sqlite(url, "`tuner worker --study`")
+    reporter = ConsoleReporter(out)
+    try:
+        with sigterm_as_interrupt():
+            n = join_study(
+                Repository(make_engine(url)), url, name, vllm_python=vllm_python, reporter=reporter
+            )
+    finally:
+        reporter.close()
+    out.print(f"worker: study {name} has {n} measured trial(s); this worker is done")

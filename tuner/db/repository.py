@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, Select, delete, func, select, update
@@ -189,6 +189,17 @@ class Repository:
                     return study_row(row, {})
             # Another worker won the race for that one: look again.
 
+    def claim_study_step(self, name: str, to: StudyStatus, *, unless: Collection[str]) -> bool:
+        """Compare-and-set of the status: of several workers, exactly one gets True."""
+        with session_scope(self._engine) as s:
+            study_id = _study_id(s, name)
+            taken = s.execute(
+                update(StudyModel)
+                .where(StudyModel.id == study_id, StudyModel.status.not_in(list(unless)))
+                .values(status=StudyStatus(to).value, updated_at=time.time())
+            )
+            return getattr(taken, "rowcount", 0) == 1
+
     def delete_study(self, name: str) -> bool:
         """Delete a study and its trials (its comparisons stay, unlinked). False if absent."""
         if _NUL in name:
@@ -304,17 +315,19 @@ class Repository:
             row = s.scalar(query)
             return None if row is None else trial_row(row, study_name)
 
-    def mark_running_as_interrupted(self, study_name: str) -> int:
-        """Turn the study's RUNNING trials into FAILED/interrupted (on resume); return how many."""
+    def mark_running_as_interrupted(
+        self, study_name: str, numbers: Collection[int] | None = None
+    ) -> int:
+        """RUNNING trials (of ``numbers`` only, if given) -> FAILED/interrupted; how many."""
         now = time.time()
         with session_scope(self._engine) as s:
             study_id = _study_id(s, study_name)
+            which = [TrialModel.study_id == study_id, TrialModel.status == "running"]
+            if numbers is not None:
+                which.append(TrialModel.number.in_(list(numbers)))
             result = s.execute(
                 update(TrialModel)
-                .where(
-                    TrialModel.study_id == study_id,
-                    TrialModel.status == TrialStatus.RUNNING.value,
-                )
+                .where(*which)
                 .values(
                     status=TrialStatus.FAILED.value,
                     failure_class=FailureClass.INTERRUPTED.value,

@@ -25,6 +25,7 @@ class StudyStatus(enum.StrEnum):
 
     QUEUED = "queued"
     RUNNING = "running"
+    CONFIRMING = "confirming"  # one worker re-measures the best against the defaults
     FINISHED = "finished"
     FAILED = "failed"
     INTERRUPTED = "interrupted"

@@ -83,10 +83,16 @@ class Recommendation:
                 f"  changes outputs: {', '.join(self.output_changes)} changes what the model "
                 "generates (not only how fast): check its answers before adopting it"
             )
-        lines.append(
-            f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians [range] over the "
-            "measurement windows of one launch)"
-        )
+        if self.baseline_metrics is None and not self.is_baseline:
+            lines.append(
+                "  score: none (vLLM's defaults have no measurement in this study to score "
+                "against; medians [range] over the measurement windows of one launch)"
+            )
+        else:
+            lines.append(
+                f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians [range] over the "
+                "measurement windows of one launch)"
+            )
         lines.extend(f"  caution: {c}" for c in self.window_cautions())
         if self.confirmed is not None:
             c = self.confirmed

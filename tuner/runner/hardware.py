@@ -105,6 +105,21 @@ def check_hardware(
     )
 
 
+def matching_gpus(
+    profile: GpuProfile,
+    detected: Sequence[DetectedGpu],
+    cuda_visible: str | None,
+    *,
+    emulate: bool = False,
+) -> list[DetectedGpu]:
+    """The visible GPUs a study of ``profile`` can run a worker on (``tuner run --parallel``):
+    those of that kind, or when emulating, those with at least its memory."""
+    visible = visible_gpus(detected, cuda_visible)
+    if emulate:
+        return [g for g in visible if g.memory_total_bytes >= profile.memory_bytes]
+    return [g for g in visible if match_detected(profile, [g.name])]
+
+
 def _emulating(profile: GpuProfile, detected: Sequence[DetectedGpu]) -> Hardware:
     big = [g for g in detected if g.memory_total_bytes >= profile.memory_bytes]
     if not big:

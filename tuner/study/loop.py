@@ -1,23 +1,27 @@
-"""The orchestrator, and the only module that imports optuna (besides the space's suggest).
+"""The orchestrator: with :mod:`tuner.study.upkeep` and :mod:`tuner.study.share`, the only
+modules that drive optuna (besides the space's suggest).
 
 One loop: ask Optuna for a trial, let the space turn it into a :class:`ServingConfig`, rule it
 out early if the validity rules or an earlier failure say it cannot work, otherwise hand it to
 the runner; record the outcome in tuner's tables and tell Optuna. vLLM's defaults are enqueued
-as trial 0, the baseline every score is relative to.
+as trial 0, the baseline every score is relative to. Several workers may run the loop of one
+study at once (``tuner run --parallel``, ``tuner worker --study``): they share the trial
+budget, never measure one configuration at the same time, and take over the trials of a
+worker that died (:mod:`tuner.study.share`).
 
 What Optuna is told:
 - a measured trial: its three objective values and SLO constraints (see
   :mod:`tuner.scoring.objectives`);
 - a finding (the config cannot run here): penalty values and a violated constraint, so the
   sampler learns the region is infeasible;
-- a fault (timeout, crash, stranger, interrupt): FAIL, which samplers ignore; it may be retried.
+- a fault (timeout, crash, stranger): FAIL, which samplers ignore; it counts as a trial;
+- an interruption (Ctrl-C, SIGTERM, a dead worker): FAIL, not counted, and queued again.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import optuna
@@ -25,11 +29,10 @@ from sqlalchemy import exc as sa_exc
 
 from tuner.compose import StudyContext
 from tuner.db.repository import Repository
+from tuner.db.rows import StudyStatus
 from tuner.db.session import storage_error
 from tuner.domain import (
-    Estimate,
     FailureClass,
-    Objective,
     ServingConfig,
     Slo,
     TrialResult,
@@ -39,19 +42,14 @@ from tuner.domain import (
 from tuner.errors import UsageError
 from tuner.runner.vllm import TrialRunner
 from tuner.scoring import objectives as scoring
-from tuner.scoring.ranking import Standing, best_first, canary_broken
+from tuner.study import share, upkeep
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
+from tuner.study.standings import Ranked, baseline_values, rank
 
+__all__ = ["Ranked", "Reporter", "SilentReporter", "rank", "run_study", "set_up_study"]
 
-@dataclass(frozen=True)
-class Ranked:
-    number: int
-    config: ServingConfig
-    score: float
-    values: tuple[float, float, float]
-    feasible: bool
-    is_baseline: bool
+WAIT_S = 2.0  # between two looks at a study whose budget other workers' trials hold
 
 
 class Reporter(Protocol):
@@ -79,19 +77,25 @@ class SilentReporter:
 
 def optuna_storage(ctx: StudyContext) -> optuna.storages.RDBStorage:
     """Optuna's storage on the study's database; its caller disposes ``storage.engine``."""
-    return optuna.storages.RDBStorage(
-        ctx.storage_url, engine_kwargs=_engine_kwargs(ctx.storage_url)
-    )
+    with upkeep.quiet_optuna():  # the heartbeat arguments are "experimental" since Optuna 2.9
+        return optuna.storages.RDBStorage(
+            ctx.storage_url,
+            engine_kwargs=_engine_kwargs(ctx.storage_url),
+            **upkeep.storage_options(),
+        )
 
 
 def open_optuna_study(
     ctx: StudyContext, *, create: bool, storage: optuna.storages.RDBStorage | None = None
 ) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # constant_liar: a trial another worker measures counts as a poor one while it runs, so
+    # that concurrent workers are steered apart; with one worker nothing runs at ask time.
     sampler = optuna.samplers.TPESampler(
         seed=ctx.spec.seed,
         multivariate=True,
         n_startup_trials=max(3, ctx.spec.trials // 3),
+        constant_liar=True,
     )
     storage = storage or optuna_storage(ctx)
     if create:
@@ -127,18 +131,22 @@ def run_study(
     resume: bool = False,
     reporter: Reporter | None = None,
     claimed: bool = False,
+    join: bool = False,
 ) -> list[Ranked]:
-    """Run (or resume) the study until ``ctx.spec.trials`` trials have finished.
+    """Run (or resume, or join) the study until ``ctx.spec.trials`` trials have results.
 
     Returns every finished trial ranked best first. Raises UsageError when the study exists and
-    ``resume`` is false, or when resuming a study that does not exist. ``claimed``: the study
-    row was queued (``POST /v1/studies``) and taken by this worker; its Optuna study is created now.
+    neither ``resume`` nor ``join`` is set, or when resuming or joining one that does not exist.
+    ``claimed``: the study row was queued (``POST /v1/studies``) and taken by this worker; its
+    Optuna study is created now. ``join``: other workers may be running this study now
+    (``tuner worker --study``); their trials are left to them while they live.
     A database error from Optuna's side is raised as a StorageError (the study is then marked
     interrupted, resumable); Optuna's connections are closed when this returns.
     """
     storage = optuna_storage(ctx)
+    report = reporter or SilentReporter()
     try:
-        return _run_study(ctx, runner, repo, storage, resume, reporter or SilentReporter(), claimed)
+        return _run_study(ctx, runner, repo, storage, resume, report, claimed, join)
     except sa_exc.SQLAlchemyError as e:
         raise storage_error(e, ctx.storage_url) from e
     finally:
@@ -153,17 +161,65 @@ def _run_study(
     resume: bool,
     report: Reporter,
     claimed: bool,
+    join: bool,
 ) -> list[Ranked]:
+    study = _open(ctx, repo, storage, resume=resume, claimed=claimed, join=join)
+    _name_metrics(ctx, study)
+    row = repo.get_study(ctx.name)
+    if join and row is not None and row.status in (StudyStatus.CONFIRMING, StudyStatus.FINISHED):
+        report.phase("nothing to do", f"the study is {row.status}")
+        return rank(repo, ctx.name, ctx.spec.objective)
+    repo.set_study_status(ctx.name, "running")
+    try:
+        _loop(ctx, study, storage, runner, repo, report)
+        if ctx.spec.confirm_launches > 0:
+            if not repo.claim_study_step(
+                ctx.name, StudyStatus.CONFIRMING, unless=(StudyStatus.CONFIRMING,)
+            ):
+                report.phase("confirmation", "left to the worker that runs it")
+                return rank(repo, ctx.name, ctx.spec.objective)
+            _confirm(ctx, runner, repo, report)
+    except BaseException:
+        repo.set_study_status(ctx.name, "interrupted")
+        raise
+    repo.set_study_status(ctx.name, "finished")
+    return rank(repo, ctx.name, ctx.spec.objective)
+
+
+def set_up_study(ctx: StudyContext, repo: Repository, *, resume: bool) -> None:
+    """Create (or, with ``resume``, take over) the study without running a trial: what
+    ``tuner run --parallel`` does before its workers join it."""
+    storage = optuna_storage(ctx)
+    try:
+        study = _open(ctx, repo, storage, resume=resume, claimed=False, join=False)
+        _name_metrics(ctx, study)
+        repo.set_study_status(ctx.name, "running")  # not "queued": its Optuna study exists
+    except sa_exc.SQLAlchemyError as e:
+        raise storage_error(e, ctx.storage_url) from e
+    finally:
+        storage.engine.dispose()
+
+
+def _open(
+    ctx: StudyContext,
+    repo: Repository,
+    storage: optuna.storages.RDBStorage,
+    *,
+    resume: bool,
+    claimed: bool,
+    join: bool,
+) -> optuna.Study:
     existing = repo.get_study(ctx.name)
     if claimed and existing is None:
         raise UsageError(f"no queued study named {ctx.name!r}", hint="run `tuner studies`")
-    if existing is not None and not resume and not claimed:
+    if existing is not None and not (resume or claimed or join):
         raise UsageError(
             f"study {ctx.name!r} already exists ({existing.status})",
             hint="add --resume to continue it, or pick another --study name",
         )
-    if existing is None and resume:
-        raise UsageError(f"no study named {ctx.name!r} to resume", hint="run `tuner studies`")
+    if existing is None and (resume or join):
+        what = "resume" if resume else "join"
+        raise UsageError(f"no study named {ctx.name!r} to {what}", hint="run `tuner studies`")
     if existing is None or claimed:
         if existing is None:
             repo.create_study(
@@ -186,49 +242,63 @@ def _run_study(
             study.enqueue_trial(ctx.space.params_for(ctx.space.config_from(item)))
     else:
         study = open_optuna_study(ctx, create=False, storage=storage)
-        repo.mark_running_as_interrupted(ctx.name)
-        if existing.n_trials_requested != ctx.spec.trials:
+        if resume and existing.n_trials_requested != ctx.spec.trials:
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-    _name_metrics(ctx, study)
-    repo.set_study_status(ctx.name, "running")
-    try:
-        _loop(ctx, study, runner, repo, report)
-        if ctx.spec.confirm_launches > 0:
-            _confirm(ctx, runner, repo, report)
-    except BaseException:
-        repo.set_study_status(ctx.name, "interrupted")
-        raise
-    repo.set_study_status(ctx.name, "finished")
-    return rank(repo, ctx.name, ctx.spec.objective)
+        # A resume: nobody else runs the study, so every trial still running is dead.
+        upkeep.sweep(study, repo, ctx.name, alone=resume)
+    return study
 
 
 def _loop(
     ctx: StudyContext,
     study: optuna.Study,
+    storage: optuna.storages.RDBStorage,
     runner: TrialRunner,
     repo: Repository,
     report: Reporter,
 ) -> None:
     total = ctx.spec.trials
-    finished = optuna.trial.TrialState.is_finished
-    while (done := sum(1 for t in study.get_trials(deepcopy=False) if finished(t.state))) < total:
-        trial = study.ask()
+    me = share.worker_identity()
+    while True:
+        trials = upkeep.sweep(study, repo, ctx.name)
+        done = share.results(trials)
+        if done >= total:
+            return
+        if sum(1 for t in trials if share.counts(t)) >= total:
+            report.phase("waiting", "for the trials other workers measure")
+            time.sleep(WAIT_S)
+            continue
+        with upkeep.quiet_optuna():
+            trial = study.ask()
+        trial.set_user_attr(share.WORKER, me)
+        if share.over_budget(study.get_trials(deepcopy=False), trial.number, total):
+            upkeep.withdraw(study, trial, "the trial budget was taken by other workers")
+            continue
         config = ctx.space.suggest(trial)
+        twin = share.duplicate_of(study.get_trials(deepcopy=False), trial.number, trial.params)
+        if twin is not None:
+            upkeep.withdraw(study, trial, f"trial {twin} measures this configuration now")
+            report.phase("waiting", f"trial {twin} of another worker measures {config.label()}")
+            time.sleep(WAIT_S)
+            continue
         baseline = bool(trial.user_attrs.get("baseline")) or config == ctx.space.baseline()
         report.trial_started(trial.number, done + 1, total, config, baseline)
+        repo.set_study_status(ctx.name, "running")  # another worker may have stopped
         trial_id = repo.start_trial(ctx.name, trial.number, config, "search", baseline)
         try:
-            result = _screen(ctx, config, repo) or runner.run(
-                config, ctx.workload, slo=ctx.slo, on_phase=report.phase
-            )
+            with upkeep.heartbeat(storage, trial._trial_id):
+                result = _screen(ctx, config, repo) or runner.run(
+                    config, ctx.workload, slo=ctx.slo, on_phase=report.phase
+                )
         except BaseException:
-            # The tuner itself is going down (Ctrl-C, SIGTERM): record it, let it propagate.
+            # The tuner itself is going down (Ctrl-C, SIGTERM): record it, queue the
+            # configuration again (an interruption is not a result), let it propagate.
             stopped = interrupted(config, "the tuner stopped during this trial")
             repo.finish_trial(trial_id, stopped, None, None)
             _tell_attrs(trial, stopped)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            frozen = [t for t in study.get_trials(deepcopy=False) if t.number == trial.number]
+            upkeep.retry(study, frozen[0])
             raise
         _record(ctx, study, trial, trial_id, result, repo, baseline)
         report.trial_finished(trial.number, result, _best(repo, ctx))
@@ -302,9 +372,14 @@ def _record(
     constraints = scoring.constraint_values(result, ctx.slo, objective)
     measured = result.status is TrialStatus.COMPLETE
     finding = result.failure is not None and result.failure.is_finding
-    # The baseline is its own reference (score 1.0): it is measured before any other trial.
-    reference = _baseline_values(repo, ctx.name) or (values if baseline else None)
-    score = scoring.score_values(values, ctx.spec.objective, reference) if measured else None
+    # The baseline is its own reference (score 1.0). Without it (another worker still measures
+    # it, or it failed) no score is stored: rank() scores every trial once it exists.
+    reference = baseline_values(repo, ctx.name) or (values if baseline else None)
+    score = (
+        scoring.score_values(values, ctx.spec.objective, reference)
+        if measured and reference is not None
+        else None
+    )
     repo.finish_trial(trial_id, result, score, values if measured or finding else None)
     _tell_attrs(trial, result)
     if measured or finding:
@@ -312,48 +387,8 @@ def _record(
             trial.set_constraint(name, value)
         study.tell(trial, values)
     else:
+        trial.set_user_attr(share.COUNTED, True)  # a fault is a result: it uses the budget
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
-
-
-def _baseline_values(repo: Repository, name: str) -> list[float] | None:
-    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
-        if row.is_baseline and row.objective_values:
-            return list(row.objective_values)
-    return None
-
-
-def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
-    """Complete trials ranked by the preset's score: SLO-feasible ones first (the one rule,
-    :mod:`tuner.scoring.ranking`); configurations that failed the canary in any launch of the
-    study (its confirmation's included) are left out."""
-    study = repo.get_study(name)
-    slo = Slo(**(study.slo if study else {}))
-    reference = _baseline_values(repo, name)
-    broken = canary_broken(repo.list_trials(name, status=TrialStatus.FAILED, limit=None))
-    out = []
-    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
-        if not row.objective_values or row.config in broken:
-            continue
-        values = tuple(row.objective_values)
-        constraints = _row_constraints(row.metrics, slo, objective)
-        out.append(
-            Ranked(
-                number=row.number,
-                config=row.config,
-                score=scoring.score_values(values, objective, reference),
-                values=(values[0], values[1], values[2]),
-                feasible=scoring.is_feasible(constraints),
-                is_baseline=row.is_baseline,
-            )
-        )
-    return best_first(out, lambda r: Standing(r.feasible, r.score, number=r.number))
-
-
-def _row_constraints(
-    metrics: Mapping[str, Estimate], slo: Slo, objective: Objective | None = None
-) -> list[float]:
-    fake = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=metrics)
-    return scoring.constraint_values(fake, slo, objective)
 
 
 def _best(repo: Repository, ctx: StudyContext) -> Ranked | None:

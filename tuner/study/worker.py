@@ -1,4 +1,5 @@
-"""`tuner worker`: runs the studies queued through the API (``POST /v1/studies``).
+"""`tuner worker`: runs the studies queued through the API (``POST /v1/studies``), or joins
+one running study (``--study NAME``) beside its other workers.
 
 Workers share the database: each takes the oldest queued study with an atomic status change
 (:meth:`Repository.claim_queued_study`), so several workers on several GPU hosts can drain one
@@ -13,7 +14,8 @@ import time
 from collections.abc import Callable
 
 from tuner.db.repository import Repository
-from tuner.errors import TunerError
+from tuner.db.rows import StudyStatus
+from tuner.errors import TunerError, UsageError
 from tuner.spec.study import StudySpec
 
 
@@ -59,3 +61,59 @@ def run_worker(
                 repo.set_study_status(row.name, "interrupted")
             raise
         say(f"worker: study {row.name} finished")
+
+
+def join_study(
+    repo: Repository,
+    storage_url: str,
+    name: str,
+    *,
+    vllm_python: str | None,
+    reporter: object | None = None,
+) -> int:
+    """Run trials of the existing study ``name`` beside its other workers until its budget
+    is spent; returns how many of its trials have results. The spec is the study's own."""
+    from tuner.compose import prepare
+    from tuner.study.loop import rank, run_study
+
+    row = repo.get_study(name)
+    if row is None:
+        raise UsageError(f"no study named {name!r} to join", hint="run `tuner studies`")
+    spec = StudySpec.from_dict({**row.spec, "name": row.name}).with_overrides(
+        vllm_python=vllm_python
+    )
+    prepared = prepare(spec, storage_url)
+    # A study queued through the API: the first worker to join takes it and sets it up
+    # (Optuna's study, the baseline); the others wait for that, then join.
+    first = row.status == StudyStatus.QUEUED and repo.claim_study_step(
+        name, StudyStatus.RUNNING, unless=[s for s in StudyStatus if s is not StudyStatus.QUEUED]
+    )
+    if not first:
+        _wait_for_optuna_study(storage_url, name)
+    run_study(
+        prepared.ctx,
+        prepared.runner,
+        prepared.repo,
+        claimed=first,
+        join=not first,
+        reporter=reporter,  # type: ignore[arg-type]
+    )
+    return len(rank(prepared.repo, name, spec.objective))
+
+
+def _wait_for_optuna_study(storage_url: str, name: str, timeout_s: float = 120.0) -> None:
+    """Block until the worker that took a queued study has created its Optuna study."""
+    import optuna
+
+    deadline = time.monotonic() + timeout_s
+    storage = optuna.storages.RDBStorage(storage_url)
+    try:
+        while name not in optuna.get_all_study_names(storage):
+            if time.monotonic() > deadline:
+                raise UsageError(
+                    f"study {name!r} has no Optuna study after {timeout_s:.0f} s",
+                    hint="the worker that took it may have failed: see `tuner studies`",
+                )
+            time.sleep(1.0)
+    finally:
+        storage.engine.dispose()

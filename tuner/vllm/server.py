@@ -3,7 +3,8 @@
 The server runs in a process group of its own (``start_new_session``) with stdout and stderr
 in one log file, never through a shell. Readiness polling watches for an early exit and a
 deadline at once and fails loudly on either; teardown ends the whole group (the engine-core
-and worker children too), TERM first, KILL after a grace period. OSError and httpx errors
+and worker children too), TERM first, KILL after a grace period; a watchdog process does the
+same when the tuner dies without a teardown. OSError and httpx errors
 are translated into :mod:`tuner.errors` here and nowhere else.
 """
 
@@ -28,6 +29,7 @@ from tuner.vllm.leases import Lease, remove_lease, write_lease
 from tuner.vllm.logparse import classify_start_failure
 from tuner.vllm.ports import port_is_open
 from tuner.vllm.procgroup import group_members, kill_group
+from tuner.vllm.watchdog import spawn as spawn_watchdog
 
 HTTP_TIMEOUT_S = 2.0
 FAILURE_GRACE_S = 5.0
@@ -56,7 +58,8 @@ class VllmServer:
 
     ``command`` is the full argv; ``env`` is added to this process's environment. The lease
     file (when ``lease_dir`` is given) lets :func:`tuner.vllm.leases.reap_orphans` end the
-    server if this tuner dies without stopping it.
+    server if this tuner dies without stopping it; before that, the server's watchdog
+    (:mod:`tuner.vllm.watchdog`) ends it as soon as this tuner dies, ``kill -9`` included.
     """
 
     def __init__(
@@ -84,6 +87,8 @@ class VllmServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._lease_path: Path | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watchdog_pipe: int | None = None
         self._create_time: float | None = None
         self._started_at = 0.0
         self._stopped = False
@@ -135,6 +140,9 @@ class VllmServer:
                 self._create_time = psutil.Process(self._proc.pid).create_time()
                 if self.lease_dir is not None:
                     self._lease_path = write_lease(self.lease_dir, self._lease())
+                self._watchdog, self._watchdog_pipe = spawn_watchdog(
+                    self._proc.pid, self._create_time, FAILURE_GRACE_S
+                )
             except BaseException:
                 self.stop(grace_s=FAILURE_GRACE_S)
                 raise
@@ -247,10 +255,24 @@ class VllmServer:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=FAILURE_GRACE_S)
         finally:
+            self._release_watchdog()
             if self._log is not None:
                 self._log.close()
             if self._lease_path is not None:
                 remove_lease(self._lease_path)
+
+    def _release_watchdog(self) -> None:
+        """Close the watchdog's pipe (the group is ended: it exits at once) and reap it."""
+        if self._watchdog_pipe is not None:
+            os.close(self._watchdog_pipe)
+            self._watchdog_pipe = None
+        if self._watchdog is not None:
+            try:
+                self._watchdog.wait(timeout=FAILURE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self._watchdog.kill()
+                self._watchdog.wait()
+            self._watchdog = None
 
     def __enter__(self) -> VllmServer:
         return self

@@ -1,0 +1,123 @@
+"""``tuner run --parallel N``: one study, one worker process per GPU of this host.
+
+The study is set up once here (created, its baseline queued; or taken over on ``--resume``),
+then N ``tuner worker --study NAME`` processes join it, each with ``CUDA_VISIBLE_DEVICES`` set
+to its own GPU's UUID, so that each worker's servers run on, and its memory is read from, that
+GPU alone. Workers meet only in the database (:mod:`tuner.study.share`). Their output is passed
+through line by line, each line headed by the worker's number.
+
+The workers die with this process (Linux: a parent-death signal), and a Ctrl-C or SIGTERM here
+reaches each of them as a SIGTERM, which stops its trial and records it as interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import IO
+
+from tuner.errors import UsageError
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Seat:
+    """Where one worker runs: its GPU (None on CPU) and the label its lines carry."""
+
+    label: str
+    gpu_uuid: str | None = None
+
+
+def refuse_sqlite(storage_url: str, what: str) -> None:
+    """Several workers on one SQLite file: refused, as Optuna's documentation advises."""
+    if storage_url.startswith("sqlite"):
+        raise UsageError(
+            f"{what} needs a database server that several processes can write at once; "
+            f"{storage_url} is SQLite, whose file locks make parallel workers fail",
+            hint="pass --storage postgresql+psycopg://USER:PASS@HOST/DB (or set TUNER_DB_URL); "
+            "one worker on SQLite: `tuner run --resume`",
+        )
+
+
+def seats(n: int, gpu_uuids: Sequence[str] | None) -> list[Seat]:
+    """N seats: one per GPU when ``gpu_uuids`` is given (at least N of them), else CPU ones."""
+    if gpu_uuids is None:
+        return [Seat(f"worker {i}") for i in range(n)]
+    if len(gpu_uuids) < n:
+        raise UsageError(
+            f"--parallel {n} needs {n} GPUs of the study's kind, and this host shows "
+            f"{len(gpu_uuids)}",
+            hint=f"use --parallel {max(len(gpu_uuids), 1)}, or join from another host with "
+            "`tuner worker --study NAME`",
+        )
+    return [Seat(f"worker {i} {uuid[:12]}", uuid) for i, uuid in enumerate(gpu_uuids[:n])]
+
+
+def worker_command(study: str, storage_url: str, vllm_python: str | None) -> list[str]:
+    cmd = [sys.executable, "-m", "tuner", "worker", "--study", study, "--storage", storage_url]
+    if vllm_python:
+        cmd += ["--vllm-python", vllm_python]
+    return cmd
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def run_workers(
+    command: Sequence[str], places: Sequence[Seat], say: Callable[[str], None]
+) -> list[int]:
+    """Run one ``command`` per seat until all end; their exit codes, in seat order."""
+    procs: list[subprocess.Popen[str]] = []
+    pumps: list[threading.Thread] = []
+    try:
+        for seat in places:
+            env = dict(os.environ)
+            if seat.gpu_uuid is not None:
+                env["CUDA_VISIBLE_DEVICES"] = seat.gpu_uuid
+                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+            proc = subprocess.Popen(
+                list(command),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                start_new_session=True,  # a Ctrl-C is passed on as one SIGTERM, below
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+            procs.append(proc)
+            assert proc.stdout is not None
+            pump = threading.Thread(target=_pump, args=(proc.stdout, seat.label, say), daemon=True)
+            pump.start()
+            pumps.append(pump)
+        return [proc.wait() for proc in procs]
+    except BaseException:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # each records its trial and stops its server
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=60)
+            if proc.poll() is None:
+                proc.kill()
+        raise
+    finally:
+        for pump in pumps:
+            pump.join(timeout=5)
+
+
+def _pump(stream: IO[str], label: str, say: Callable[[str], None]) -> None:
+    for line in stream:
+        say(f"[{label}] {line.rstrip()}")

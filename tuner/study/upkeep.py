@@ -1,0 +1,131 @@
+"""Upkeep of a study's Optuna trials between two trials of a worker: dead trials found and
+recorded as interrupted, interrupted configurations queued again, trials given back, and the
+heartbeat that tells other workers this one still measures (rules: :mod:`tuner.study.share`).
+
+A dead trial is one whose worker ran on this host and exited (``kill -9``, a crash of the
+tuner) or whose heartbeat went stale (a worker on a lost machine). Its Optuna trial becomes
+FAIL; its row in tuner's tables becomes FAILED/interrupted, by an atomic update that exactly
+one worker wins, and that worker queues the configuration again (at most
+:data:`share.MAX_ATTEMPTS` tries), the baseline included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.db.repository import Repository
+from tuner.domain import TrialStatus
+from tuner.study import share
+
+# Seconds between two heartbeats of a measuring worker, and without one before its trial is
+# taken for dead. TUNER_HEARTBEAT_S changes the first (the grace is four beats): tests use 1 s.
+HEARTBEAT_S = 30
+_GRACE_BEATS = 4
+
+
+def heartbeat_s() -> int:
+    raw = os.environ.get("TUNER_HEARTBEAT_S", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else HEARTBEAT_S
+
+
+def storage_options() -> dict[str, Any]:
+    beat = heartbeat_s()
+    return {"heartbeat_interval": beat, "grace_period": beat * _GRACE_BEATS}
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna warns that heartbeats belong to ``Study.optimize``; tuner drives ask/tell and
+    runs the heartbeat itself (:func:`heartbeat`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+@contextlib.contextmanager
+def heartbeat(storage: optuna.storages.RDBStorage, trial_id: int) -> Iterator[None]:
+    """Record a heartbeat for ``trial_id`` now and every interval until the block ends."""
+    interval = storage.get_heartbeat_interval()
+    if interval is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a missed beat is retried at the next one
+                storage.record_heartbeat(trial_id)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=beat, name=f"tuner-heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def sweep(
+    study: optuna.Study, repo: Repository, name: str, *, alone: bool = False
+) -> list[FrozenTrial]:
+    """Fail the dead trials, record them as interrupted, queue them again; the trials after.
+
+    ``alone``: no other worker runs the study (``--resume``), so every running trial is dead.
+    """
+    storage = study._storage
+    with quiet_optuna():
+        optuna.storages.fail_stale_trials(study)
+    for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if alone or share.dead_here(running):
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                storage.set_trial_state_values(running._trial_id, state=TrialState.FAIL)
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for row in repo.list_trials(name, status=TrialStatus.RUNNING, phase="search", limit=None):
+        t = trials.get(row.number)
+        if t is None or not t.state.is_finished():
+            continue
+        won = repo.mark_running_as_interrupted(name, numbers=[row.number]) == 1
+        if won and t.state is TrialState.FAIL and not share.counts(t):
+            retry(study, t)
+    if alone:  # a confirmation launch cut short is measured again by the confirmation
+        repo.mark_running_as_interrupted(name)
+    return study.get_trials(deepcopy=False)
+
+
+def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
+    """Queue ``trial``'s configuration again, unless it was tried :data:`MAX_ATTEMPTS` times
+    or never got one (a trial stopped before its parameters were drawn, the baseline aside)."""
+    tries = share.attempt(trial)
+    if tries >= share.MAX_ATTEMPTS:
+        return False
+    params = dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
+    if not params:
+        return False
+    attrs: dict[str, Any] = {share.ATTEMPT: tries + 1, "retry_of": trial.number}
+    if trial.user_attrs.get("baseline"):
+        attrs["baseline"] = True
+    study.enqueue_trial(params, user_attrs=attrs)
+    return True
+
+
+def withdraw(study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
+    """Give ``trial`` back before it starts: FAIL, not counted; a queued configuration (the
+    baseline, a retry) is queued again so that it is not lost."""
+    frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
+    trial.set_user_attr(share.WITHDRAWN, reason)
+    study.tell(trial, state=TrialState.FAIL)
+    fixed = frozen.system_attrs.get("fixed_params")
+    if fixed:
+        attrs = {k: v for k, v in frozen.user_attrs.items() if k in ("baseline", share.ATTEMPT)}
+        study.enqueue_trial(dict(fixed), user_attrs=attrs)
