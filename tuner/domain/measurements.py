@@ -172,6 +172,8 @@ class ServerInfo:
     max_concurrency: float | None = None
     # The canary shapes (tuner.load.canary) this launch answered before it was measured.
     canary: tuple[str, ...] = ()
+    # How its compile caches started (tuner.vllm.caches): "warm", "cold" or "system".
+    compile_cache: str | None = None
 
 
 @dataclass(frozen=True)

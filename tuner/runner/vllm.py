@@ -41,6 +41,7 @@ from tuner.load.prompts import PromptFactory
 from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
 from tuner.telemetry.probe import TelemetryProbe
 from tuner.vllm import argv, logparse
+from tuner.vllm.caches import CacheDir, cache_dir, cache_key
 from tuner.vllm.ports import free_port
 from tuner.vllm.server import VllmServer
 
@@ -103,6 +104,10 @@ class RunnerSettings:
     log_dir: Path = Path(".tuner/logs")  # one log file per server
     lease_dir: Path = Path.home() / ".cache" / "tuner" / "leases"  # see tuner.vllm.leases
     synthetic_tokenizer: bool = True
+    # Compile and kernel caches (tuner.vllm.caches): "shared" per cache key under cache_root,
+    # "cold" (a fresh directory per launch) or "system" (vLLM's own); no root: "system".
+    compile_cache: str = "shared"
+    cache_root: Path | None = None
 
 
 @dataclass
@@ -116,6 +121,7 @@ class _Launch:
     info: ServerInfo
     provenance: Provenance
     started: float
+    cache: CacheDir
 
 
 class VllmTrialRunner:
@@ -152,6 +158,7 @@ class VllmTrialRunner:
             return self._failed(launch, exc)
         finally:
             launch.probe.close()
+            launch.cache.release()
         return self._complete(launch, workload, slo, report)
 
     # -- the steps of a trial ------------------------------------------------------------------
@@ -177,7 +184,8 @@ class VllmTrialRunner:
             ),
             *flags.args,
         )
-        env = {**os.environ, **s.env, **flags.env, **self._device_env()}
+        cache = self._cache(config)
+        env = {**os.environ, **cache.env(), **s.env, **flags.env, **self._device_env()}
         self.log_dir.mkdir(parents=True, exist_ok=True)
         server = VllmServer(
             argv.server_command(s.python, args, module=s.module),
@@ -194,6 +202,7 @@ class VllmTrialRunner:
             port=port,
             served_model_name=served,
             vllm_version=s.vllm_version,
+            compile_cache=cache.label,
         )
         return _Launch(
             config=config,
@@ -202,7 +211,22 @@ class VllmTrialRunner:
             info=info,
             provenance=self._provenance(workload),
             started=started,
+            cache=cache,
         )
+
+    def _cache(self, config: ServingConfig) -> CacheDir:
+        s = self.settings
+        if s.cache_root is None:
+            return cache_dir(Path("."), "system", "")
+        key = cache_key(
+            config,
+            vllm_version=s.vllm_version,
+            model=s.model_path,
+            gpu=self.hardware.name,
+            dtype=s.dtype,
+            extra_args=s.extra_args,
+        )
+        return cache_dir(s.cache_root, s.compile_cache, key)
 
     def _telemetry(self, server: VllmServer) -> TelemetryProbe:
         """The probe that samples the server's memory and ``/metrics`` during the trial."""

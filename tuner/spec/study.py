@@ -36,6 +36,7 @@ vLLM's own flag list, with their types, before anything starts.
     [runner]
     startup_timeout_s = 900
     extra_args = ["--dtype", "float32"]
+    compile_cache = "shared"        # or "cold" (each launch compiles anew), "system"
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from tuner.spec.fields import (
     valid_confidence,
     workload_field,
 )
+from tuner.vllm.caches import MODES as CACHE_MODES
 from tuner.vllm.flags import FlagCatalog, knob_spelling, spelling_key, spelt_like_a_flag
 from tuner.vllm.flagvalues import knob_flag
 
@@ -80,7 +82,9 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
     "workload": frozenset(WORKLOAD_TYPES),
     "space": frozenset({"params", "choices", "fixed", "search"}),
     "confirm": frozenset({"top", "launches", "confidence"}),
-    "runner": frozenset({"startup_timeout_s", "extra_args", "vllm_python", "load_format"}),
+    "runner": frozenset(
+        {"startup_timeout_s", "extra_args", "vllm_python", "load_format", "compile_cache"}
+    ),
 }
 _SERVING_KEYS = frozenset(typed_knobs())
 NO_SLO = "none"  # `slo = "none"`: no SLO, not even the workload's recommended one
@@ -110,6 +114,7 @@ class StudySpec:
     confirm_launches: int = 3
     confidence: float = 0.95
     startup_timeout_s: float = 900.0
+    compile_cache: str = "shared"  # tuner.vllm.caches: shared, cold or system
     extra_args: tuple[str, ...] = ()
     vllm_python: str | None = None
     load_format: str | None = None  # None: dummy for catalogued models, auto for real weights
@@ -346,6 +351,17 @@ def _runner_section(runner: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
     for key in ("vllm_python", "load_format"):
         if key in runner:
             kwargs[key] = typed_value(runner[key], str, key, fail, "runner")
+    if "compile_cache" in runner:
+        mode = typed_value(runner["compile_cache"], str, "compile_cache", fail, "runner")
+        if mode not in CACHE_MODES:
+            raise fail(
+                f"compile_cache {mode!r} is none of {', '.join(CACHE_MODES)}",
+                "compile_cache",
+                hint='"shared" reuses compiled kernels across launches; "cold" starts each '
+                "from nothing",
+                section="runner",
+            )
+        kwargs["compile_cache"] = mode
     return kwargs
 
 
