@@ -173,6 +173,7 @@ async def serve(
     per_write: int,
     ready: asyncio.Event | None = None,
     engine: Engine | None = None,
+    announce: str | None = None,
 ) -> None:
     server = await asyncio.start_server(
         lambda r, w: _serve_one(r, w, per_write, engine),
@@ -186,6 +187,8 @@ async def serve(
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if ready is not None:
         ready.set()
+    if announce is not None:
+        print(announce, flush=True)  # only now: a client that read it can connect
     try:
         async with server:
             await server.serve_forever()
@@ -205,9 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine = None
     if args.step_ms:
         engine = Engine(step_s=args.step_ms / 1000.0, prefill_s=args.prefill_ms / 1000.0)
-    print(f"null server on http://{args.host}:{args.port}", flush=True)
+    line = f"null server on http://{args.host}:{args.port}"
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.host, args.port, max(1, args.events_per_write), engine=engine))
+        asyncio.run(
+            serve(args.host, args.port, max(1, args.events_per_write), engine=engine, announce=line)
+        )
     return 0
 
 
