@@ -17,7 +17,7 @@ from tests.studykit import (
 )
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.study.loop import run_study
-from tuner.testing.contract import check_complete, check_failed
+from tuner.testing.contract import check_complete, check_failed, check_stopped_early
 from tuner.testing.fake_runner import FakeRunner
 
 
@@ -28,6 +28,25 @@ def test_fake_runner_passes_the_contract() -> None:
         runner.run(ServingConfig(gpu_memory_utilization=0.95), TINY_WORKLOAD),
         FailureClass.MEMORY_EXCEEDED,
     )
+
+
+@pytest.mark.parametrize("real", [False, True], ids=["fake-runner", "real-runner-fake-server"])
+def test_a_first_point_check_stops_the_measurement_there(tmp_path: Path, real: bool) -> None:
+    runner = fake_server_runner(tmp_path) if real else FakeRunner()
+    seen: list[int] = []
+
+    def stop(windows: tuple[object, ...]) -> str:
+        seen.append(len(windows))
+        return "worse than the best so far"
+
+    result = runner.run(ServingConfig(), TINY_WORKLOAD, first_point=stop)
+    check_stopped_early(result, seen, first=1)
+    kept: list[int] = []
+    whole = runner.run(ServingConfig(), TINY_WORKLOAD, first_point=lambda w: kept.append(len(w)))
+    check_complete(whole)
+    assert kept == [1], "the check is asked once, after the first window of a one-point workload"
+    if real:
+        assert processes_mentioning(str(tmp_path)) == []
 
 
 def test_real_runner_on_fake_server_measures_and_leaves_nothing(tmp_path: Path) -> None:

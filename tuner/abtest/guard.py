@@ -19,6 +19,7 @@ from tuner.domain import (
     Workload,
 )
 from tuner.load.canary import QUICK
+from tuner.load.generator import FirstPointCheck
 
 if TYPE_CHECKING:
     from tuner.runner.vllm import PhaseCallback, TrialRunner
@@ -45,6 +46,7 @@ class FindingGuard:
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
         canary: Sequence[str] = QUICK,
+        first_point: FirstPointCheck | None = None,
     ) -> TrialResult:
         failed = dominated_by(self.model, config, self.failures)
         if failed is not None:
@@ -56,7 +58,9 @@ class FindingGuard:
                 failure_detail=f"{failed.label()} could not start here ({cls.value}) and "
                 "this asks at least as much",
             )
-        result = self.runner.run(config, workload, slo=slo, on_phase=on_phase, canary=canary)
+        result = self.runner.run(
+            config, workload, slo=slo, on_phase=on_phase, canary=canary, first_point=first_point
+        )
         if result.failure is not None and result.failure.is_finding:
             self.failures.append((config, result.failure))
         return result

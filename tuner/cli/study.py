@@ -63,6 +63,14 @@ def run(
             "spells it or with underscores; FLAG alone takes tuner's built-in candidates).",
         ),
     ] = None,
+    early_stop: Annotated[
+        bool | None,
+        typer.Option(
+            "--early-stop/--no-early-stop",
+            help="Stop a trial after its first load point when it is clearly worse than the "
+            "best so far (beyond the measured noise); recorded as stopped_early.",
+        ),
+    ] = None,
     parallel: Annotated[
         int,
         typer.Option(
@@ -97,6 +105,7 @@ def run(
         confirm_top=confirm_top,
         emulate=emulate or None,
         search=parse_search(search) if search else None,
+        early_stop=early_stop,
     )
     from tuner.cli.progress import ConsoleReporter
     from tuner.compose import prepare

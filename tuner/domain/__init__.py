@@ -20,6 +20,7 @@ from tuner.domain.measurements import (
     TrialResult,
     WindowMetrics,
     interrupted,
+    stopped_early,
 )
 from tuner.domain.workload import Slo, TraceRequest, Workload
 
@@ -44,6 +45,7 @@ __all__ = [
     "WindowMetrics",
     "Workload",
     "interrupted",
+    "stopped_early",
     "to_jsonable",
     "typed_knobs",
 ]

@@ -40,6 +40,9 @@ class FailureClass(enum.StrEnum):
     STRANGER = "stranger"  # the port was answered by a server that is not ours
     LOAD_ERRORS = "load_errors"  # too many requests failed to count as a measurement
     INTERRUPTED = "interrupted"  # the tuner itself stopped mid-trial
+    # Measured at its first load point only: clearly worse than the best so far there, beyond
+    # the noise (tuner.scoring.early_stop); PRUNED, with its partial numbers.
+    STOPPED_EARLY = "stopped_early"
     INFRA = "infra"  # anything else outside the configuration
 
     @property

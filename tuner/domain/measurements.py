@@ -3,6 +3,7 @@ provenance and the trial's result."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -219,8 +220,9 @@ class TrialResult:
             raise ValueError("a complete trial has no failure class")
         if self.status in (TrialStatus.FAILED, TrialStatus.PRUNED) and self.failure is None:
             raise ValueError(f"a {self.status.value} trial needs a failure class")
-        if self.status is not TrialStatus.COMPLETE and self.metrics:
-            raise ValueError("only a complete trial carries metrics")
+        partial = self.failure is FailureClass.STOPPED_EARLY  # its first load point's numbers
+        if self.status is not TrialStatus.COMPLETE and self.metrics and not partial:
+            raise ValueError("only a complete trial (or one stopped early) carries metrics")
 
 
 def interrupted(config: ServingConfig, detail: str) -> TrialResult:
@@ -230,4 +232,12 @@ def interrupted(config: ServingConfig, detail: str) -> TrialResult:
         status=TrialStatus.FAILED,
         failure=FailureClass.INTERRUPTED,
         failure_detail=detail,
+    )
+
+
+def stopped_early(result: TrialResult, reason: str) -> TrialResult:
+    """A measured ``result`` that stopped after its first load point: PRUNED/STOPPED_EARLY,
+    its partial numbers kept (never ranked beside whole trials)."""
+    return dataclasses.replace(
+        result, status=TrialStatus.PRUNED, failure=FailureClass.STOPPED_EARLY, failure_detail=reason
     )

@@ -34,6 +34,9 @@ from tuner.load.workloads import PlannedRequest, plan_requests
 
 PhaseCallback = Callable[[str, int, int], None]
 AbortCheck = Callable[[], bool]
+# Called once with the windows of the first load point (the first window, for a workload of one
+# point): a reason to stop measuring there, or None to go on (tuner.scoring.early_stop).
+FirstPointCheck = Callable[[tuple[WindowMetrics, ...]], str | None]
 
 _POLL_S = 0.2  # how often should_abort is asked
 
@@ -46,6 +49,7 @@ class LoadReport:
     windows: tuple[WindowMetrics, ...]
     records: tuple[tuple[RequestRecord, ...], ...]  # one tuple per window
     warmup_s: float
+    stopped_early: str | None = None  # why the run stopped after its first load point
 
 
 def api_root(base_url: str) -> str:
@@ -105,9 +109,14 @@ class LoadGenerator:
         on_phase: PhaseCallback | None = None,
         should_abort: AbortCheck | None = None,
         max_error_rate: float = 0.5,
+        first_point: FirstPointCheck | None = None,
     ) -> LoadReport:
         """Warm up once, then measure ``workload.windows`` windows at each load point; blocks
         (runs its own event loop).
+
+        ``first_point`` (early stopping) sees the first load point's windows, or the first
+        window of a one-point workload; a reason it returns ends the run there, in the report's
+        ``stopped_early``.
 
         ``on_phase`` gets ``("warmup", done, total)`` as warm-up requests finish and
         ``("measure", i, n)`` as window ``i`` of ``n`` (0-based, over all load points) starts.
@@ -118,7 +127,9 @@ class LoadGenerator:
         if not 0.0 <= max_error_rate <= 1.0:
             raise ValueError(f"max_error_rate must be in [0, 1], got {max_error_rate}")
         _validate(workload)
-        return asyncio.run(self._run(workload, slo, on_phase, should_abort, max_error_rate))
+        return asyncio.run(
+            self._run(workload, slo, on_phase, should_abort, max_error_rate, first_point)
+        )
 
     async def _run(
         self,
@@ -127,6 +138,7 @@ class LoadGenerator:
         on_phase: PhaseCallback | None,
         should_abort: AbortCheck | None,
         max_error_rate: float,
+        first_point: FirstPointCheck | None = None,
     ) -> LoadReport:
         points = workload.load_points()
         lag = LoopLag()
@@ -166,6 +178,13 @@ class LoadGenerator:
                             )
                         )
                         per_window.append(tuple(records))
+                        checked = len(windows) == (1 if len(points) == 1 else workload.windows)
+                        if first_point is not None and checked:
+                            reason = first_point(tuple(windows))
+                            if reason is not None:
+                                return LoadReport(
+                                    tuple(windows), tuple(per_window), warmup_s, reason
+                                )
             finally:
                 await lag.stop()
         return LoadReport(tuple(windows), tuple(per_window), warmup_s)

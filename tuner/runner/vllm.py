@@ -32,11 +32,12 @@ from tuner.domain import (
     TrialResult,
     TrialStatus,
     Workload,
+    stopped_early,
 )
 from tuner.errors import LoadFailure, ServerFailure, TrialFailure
 from tuner.load.canary import QUICK, run_canary
 from tuner.load.curve import trial_metrics
-from tuner.load.generator import LoadGenerator, LoadReport
+from tuner.load.generator import FirstPointCheck, LoadGenerator, LoadReport
 from tuner.load.prompts import PromptFactory
 from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
 from tuner.telemetry.probe import TelemetryProbe
@@ -63,10 +64,13 @@ class TrialRunner(Protocol):
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
         canary: Sequence[str] = QUICK,
+        first_point: FirstPointCheck | None = None,
     ) -> TrialResult:
         """One launch of ``config``, measured with ``workload``. Before its warm-up the server
         answers the ``canary`` shapes (:mod:`tuner.load.canary`); one that breaks it makes the
-        trial a CANARY_FAILED finding."""
+        trial a CANARY_FAILED finding. ``first_point`` may stop the measurement after the
+        first load point (:class:`tuner.load.generator.FirstPointCheck`): the result is then
+        PRUNED/STOPPED_EARLY with the numbers measured so far."""
         ...
 
 
@@ -142,6 +146,7 @@ class VllmTrialRunner:
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
         canary: Sequence[str] = QUICK,
+        first_point: FirstPointCheck | None = None,
     ) -> TrialResult:
         phase = on_phase or (lambda _p, _d: None)
         launch = self._prepare(config, workload)
@@ -149,7 +154,7 @@ class VllmTrialRunner:
             with launch.server:
                 self._start(launch, phase)
                 self._canary(launch, workload, canary, phase)
-                report = self._measure(launch, workload, slo, phase)
+                report = self._measure(launch, workload, slo, phase, first_point)
         except LoadFailure as exc:
             if not launch.server.is_alive() and exc.failure is not FailureClass.CRASHED:
                 exc = LoadFailure(FailureClass.CRASHED, f"server died under load: {exc.message}")
@@ -159,7 +164,10 @@ class VllmTrialRunner:
         finally:
             launch.probe.close()
             launch.cache.release()
-        return self._complete(launch, workload, slo, report)
+        result = self._complete(launch, workload, slo, report)
+        return (
+            result if report.stopped_early is None else stopped_early(result, report.stopped_early)
+        )
 
     # -- the steps of a trial ------------------------------------------------------------------
 
@@ -278,7 +286,12 @@ class VllmTrialRunner:
         )
 
     def _measure(
-        self, launch: _Launch, workload: Workload, slo: Slo | None, phase: PhaseCallback
+        self,
+        launch: _Launch,
+        workload: Workload,
+        slo: Slo | None,
+        phase: PhaseCallback,
+        first_point: FirstPointCheck | None = None,
     ) -> LoadReport:
         """Warm up and drive the workload, the probe's load phase starting with the first
         measured window; the server must still be alive, and the same, at the end."""
@@ -299,6 +312,7 @@ class VllmTrialRunner:
                 slo,
                 on_phase=report_phase,
                 should_abort=lambda: not server.is_alive(),
+                first_point=first_point,
             )
         finally:
             probe.stop_load()

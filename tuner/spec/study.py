@@ -12,6 +12,7 @@ A spec file::
     trials = 16
     slo = "ttft_p99=500ms,e2e_p99=10s"
     seed = 0
+    early_stop = false              # true: a trial clearly worse at its first point stops there
 
     [workload]                      # overrides of the workload preset's fields
     requests_per_window = 64
@@ -77,6 +78,7 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
             "seed",
             "notes",
             "emulate",
+            "early_stop",
         }
     ),
     "workload": frozenset(WORKLOAD_TYPES),
@@ -103,6 +105,7 @@ class StudySpec:
     name: str | None = None
     notes: str = ""
     emulate: bool = False  # run on a larger GPU limited to --gpu's memory (labelled emulated)
+    early_stop: bool = False  # stop a trial at its first load point when clearly worse
     workload_overrides: Mapping[str, Any] = field(default_factory=dict)
     params: tuple[str, ...] | None = None
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -226,8 +229,9 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
     for key in ("trials", "seed"):
         if key in study:
             kwargs[key] = typed_value(study[key], int, key, fail, "study")
-    if "emulate" in study:
-        kwargs["emulate"] = typed_value(study["emulate"], bool, "emulate", fail, "study")
+    for flag in ("emulate", "early_stop"):
+        if flag in study:
+            kwargs[flag] = typed_value(study[flag], bool, flag, fail, "study")
     if "slo" in kwargs and kwargs["slo"].strip().lower() != NO_SLO:
         try:
             parse_slo(kwargs["slo"])

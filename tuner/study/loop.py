@@ -20,6 +20,7 @@ What Optuna is told:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from typing import Any, Protocol
@@ -45,6 +46,7 @@ from tuner.scoring import objectives as scoring
 from tuner.study import share, upkeep
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
+from tuner.study.early import first_point_check
 from tuner.study.standings import Ranked, baseline_values, rank
 
 __all__ = ["Ranked", "Reporter", "SilentReporter", "rank", "run_study", "set_up_study"]
@@ -285,10 +287,11 @@ def _loop(
         report.trial_started(trial.number, done + 1, total, config, baseline)
         repo.set_study_status(ctx.name, "running")  # another worker may have stopped
         trial_id = repo.start_trial(ctx.name, trial.number, config, "search", baseline)
+        check = None if baseline else first_point_check(ctx, repo)
         try:
             with upkeep.heartbeat(storage, trial._trial_id):
                 result = _screen(ctx, config, repo) or runner.run(
-                    config, ctx.workload, slo=ctx.slo, on_phase=report.phase
+                    config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
         except BaseException:
             # The tuner itself is going down (Ctrl-C, SIGTERM): record it, queue the
@@ -368,10 +371,17 @@ def _record(
 ) -> None:
     ceiling = ctx.gpu.memory_gib if not ctx.gpu.is_cpu else 1024.0
     objective = ctx.spec.objective
-    values = scoring.objective_values(result, memory_ceiling_gib=ceiling, objective=objective)
-    constraints = scoring.constraint_values(result, ctx.slo, objective)
+    # A trial stopped early tells Optuna its first point's numbers: a measurement, if partial.
+    told = result
+    partial = result.failure is FailureClass.STOPPED_EARLY
+    if partial:
+        told = dataclasses.replace(
+            result, status=TrialStatus.COMPLETE, failure=None, failure_detail=""
+        )
+    values = scoring.objective_values(told, memory_ceiling_gib=ceiling, objective=objective)
+    constraints = scoring.constraint_values(told, ctx.slo, objective)
     measured = result.status is TrialStatus.COMPLETE
-    finding = result.failure is not None and result.failure.is_finding
+    finding = partial or (result.failure is not None and result.failure.is_finding)
     # The baseline is its own reference (score 1.0). Without it (another worker still measures
     # it, or it failed) no score is stored: rank() scores every trial once it exists.
     reference = baseline_values(repo, ctx.name) or (values if baseline else None)

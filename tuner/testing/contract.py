@@ -61,6 +61,17 @@ def check_complete(result: TrialResult, *, min_windows: int = 3) -> None:
     assert result.finished_at >= result.started_at
 
 
+def check_stopped_early(result: TrialResult, seen: list[int], first: int) -> None:
+    """A trial stopped at its first load point: PRUNED/STOPPED_EARLY with the ``first``
+    windows the check saw (``seen``: the window counts it was called with) and their numbers."""
+    assert seen == [first], f"the first-point check ran at {seen} windows, expected [{first}]"
+    assert result.status is TrialStatus.PRUNED and result.failure is FailureClass.STOPPED_EARLY
+    assert result.failure_detail, "a stop needs its reason"
+    assert len(result.windows) == first, f"{len(result.windows)} windows kept, not {first}"
+    assert result.metrics["output_throughput"].median > 0, "the partial numbers are kept"
+    _check_provenance(result)
+
+
 def check_failed(result: TrialResult, *expected: FailureClass) -> None:
     """A trial that could not be measured: its class, a detail and the log tail, no metrics."""
     assert result.status is TrialStatus.FAILED, f"expected failed, got {result.status.value}"

@@ -25,9 +25,11 @@ from tuner.domain import (
     TrialStatus,
     WindowMetrics,
     Workload,
+    stopped_early,
 )
 from tuner.load.canary import QUICK
 from tuner.load.curve import trial_metrics
+from tuner.load.generator import FirstPointCheck
 from tuner.load.stats import window_metrics
 from tuner.runner.vllm import PhaseCallback
 
@@ -68,6 +70,7 @@ class FakeRunner:
         slo: Slo | None = None,
         on_phase: PhaseCallback | None = None,
         canary: Sequence[str] = QUICK,
+        first_point: FirstPointCheck | None = None,
     ) -> TrialResult:
         self.calls.append(config)
         self.canaries.append(tuple(canary))
@@ -135,42 +138,47 @@ class FakeRunner:
         windows: list[WindowMetrics] = []
         points = workload.load_points()
         total = len(points) * workload.windows
-        for point in points:
+        first = 1 if len(points) == 1 else workload.windows  # what first_point sees
+        stop: str | None = None
+        for point in [p for p in points for _ in range(workload.windows)]:
             batch = min(seqs, point.concurrency)
-            for _ in range(workload.windows):
-                phase("measuring", f"window {len(windows) + 1}/{total}")
-                records = []
-                for i in range(point.requests_per_window):
-                    noise = rng.uniform(0.9, 1.1)
-                    queue = (point.concurrency / batch - 1.0) * point.output_tokens * per_token_s
-                    ttft = (0.01 + point.prompt_tokens * 1e-5) * noise + queue
-                    e2e = ttft + point.output_tokens * per_token_s * noise
-                    records.append(
-                        RequestRecord(
-                            ok=True,
-                            prompt_tokens=point.prompt_tokens,
-                            output_tokens=point.output_tokens,
-                            start_s=i * 0.01,
-                            ttft_s=ttft,
-                            e2e_s=e2e,
-                            itl_s=(per_token_s * noise,) * (point.output_tokens - 1),
-                        )
-                    )
-                duration = point.requests_per_window / batch * max(r.e2e_s or 0 for r in records)
-                windows.append(
-                    window_metrics(
-                        records,
-                        duration,
-                        slo,
-                        concurrency=point.concurrency,
-                        request_rate=point.request_rate,
+            phase("measuring", f"window {len(windows) + 1}/{total}")
+            records = []
+            for i in range(point.requests_per_window):
+                noise = rng.uniform(0.9, 1.1)
+                queue = (point.concurrency / batch - 1.0) * point.output_tokens * per_token_s
+                ttft = (0.01 + point.prompt_tokens * 1e-5) * noise + queue
+                e2e = ttft + point.output_tokens * per_token_s * noise
+                records.append(
+                    RequestRecord(
+                        ok=True,
+                        prompt_tokens=point.prompt_tokens,
+                        output_tokens=point.output_tokens,
+                        start_s=i * 0.01,
+                        ttft_s=ttft,
+                        e2e_s=e2e,
+                        itl_s=(per_token_s * noise,) * (point.output_tokens - 1),
                     )
                 )
+            duration = point.requests_per_window / batch * max(r.e2e_s or 0 for r in records)
+            windows.append(
+                window_metrics(
+                    records,
+                    duration,
+                    slo,
+                    concurrency=point.concurrency,
+                    request_rate=point.request_rate,
+                )
+            )
+            if first_point is not None and len(windows) == first:
+                stop = first_point(tuple(windows))
+                if stop is not None:
+                    break  # after the first load point, as the real generator stops
         memory = MemoryUsage(
             gpu_peak_bytes={"GPU-fake": int(util * self.memory_gib * GIB)},
             gpu_baseline_bytes={"GPU-fake": 0},
         )
-        return TrialResult(
+        result = TrialResult(
             config=config,
             status=TrialStatus.COMPLETE,
             windows=tuple(windows),
@@ -182,3 +190,4 @@ class FakeRunner:
             started_at=started,
             finished_at=time.time(),
         )
+        return result if stop is None else stopped_early(result, stop)

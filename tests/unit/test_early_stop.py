@@ -1,0 +1,80 @@
+"""The early-stopping rule (tuner.scoring.early_stop): when a trial stops after its first load
+point, and how often a configuration as good as the best is stopped by chance."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tuner.domain import Slo
+from tuner.scoring.early_stop import StopPolicy, early_stop, meets_slo_within_noise
+from tuner.scoring.ranking import Standing
+
+POLICY = StopPolicy(launch_sigma=0.10, window_sigma=0.05, z=2.0)
+BEST = Standing(True, 1.30)
+
+
+def test_the_margin_is_z_spreads_of_a_difference_of_two_single_points() -> None:
+    assert math.isclose(POLICY.margin, 2.0 * math.sqrt(2 * (0.10**2 + 0.05**2)))
+    assert StopPolicy(0.0).margin == 0.0
+    with pytest.raises(ValueError):
+        StopPolicy(-0.1)
+    with pytest.raises(ValueError):
+        StopPolicy(0.1, z=0)
+
+
+def test_nothing_to_compare_with_goes_on() -> None:
+    assert not early_stop(Standing(True, 0.1), None, POLICY).stop
+    # The best so far misses the SLO (or has no score): the rule cannot say the trial is worse.
+    assert not early_stop(Standing(True, 0.1), Standing(False, 2.0), POLICY).stop
+    assert not early_stop(Standing(True, 0.1), Standing(True, None), POLICY).stop
+    assert not early_stop(Standing(True, 0.1), Standing(True, math.nan), POLICY).stop
+
+
+def test_a_first_point_within_the_noise_goes_on_and_one_beyond_it_stops() -> None:
+    edge = BEST.score * math.exp(-POLICY.margin)  # type: ignore[operator]
+    inside = early_stop(Standing(True, edge * 1.001), BEST, POLICY)
+    beyond = early_stop(Standing(True, edge * 0.999), BEST, POLICY)
+    assert not inside.stop and beyond.stop
+    assert beyond.ratio is not None and math.isclose(beyond.ratio, edge * 0.999 / 1.30)
+    assert "below the noise allowance" in beyond.reason
+    # Better than the best so far never stops.
+    assert not early_stop(Standing(True, 2.0), BEST, POLICY).stop
+
+
+def test_a_first_point_that_produced_nothing_or_misses_the_slo_stops() -> None:
+    for score in (0.0, None, math.nan, -1.0):
+        decision = early_stop(Standing(True, score), BEST, POLICY)
+        assert decision.stop and decision.ratio == 0.0
+    # Missing the SLO beyond the noise stops even a high score: it ranks below any feasible one.
+    missed = early_stop(Standing(False, 1.5), BEST, POLICY)
+    assert missed.stop and "misses the SLO" in missed.reason
+
+
+def test_slo_judged_with_the_noise_allowed_for() -> None:
+    slo = Slo(ttft_p99_ms=500.0, e2e_p99_ms=10_000.0)
+    margin = 0.2
+    ok = {"ttft_p99_ms": 500.0 * math.exp(margin) * 0.999, "e2e_p99_ms": 9000.0, "error_rate": 0}
+    assert meets_slo_within_noise(ok, slo, margin)
+    assert not meets_slo_within_noise(ok | {"ttft_p99_ms": 500.0 * math.exp(0.2) * 1.001}, slo, 0.2)
+    # An unset bound, and a latency without samples, do not count against the point.
+    assert meets_slo_within_noise(ok | {"itl_p99_ms": 1e9}, slo, margin)
+    assert meets_slo_within_noise(ok | {"e2e_p99_ms": math.nan}, slo, margin)
+    # The error-rate ceiling has no allowance.
+    assert not meets_slo_within_noise(ok | {"error_rate": 0.02}, slo, margin)
+
+
+def test_an_equal_configuration_is_stopped_by_chance_at_the_one_sided_rate() -> None:
+    """Reference and candidate of the same true score, each a single first point of its own
+    launch: the rule stops the candidate when the log difference exceeds z standard deviations
+    of that difference, one-sided 2.3 % for z = 2."""
+    rng = random.Random(7)
+    sd = math.sqrt(POLICY.launch_sigma**2 + POLICY.window_sigma**2)
+    n, stopped = 20_000, 0
+    for _ in range(n):
+        ref = Standing(True, math.exp(rng.gauss(0.0, sd)))
+        cand = Standing(True, math.exp(rng.gauss(0.0, sd)))
+        stopped += early_stop(cand, ref, POLICY).stop
+    assert 0.015 < stopped / n < 0.031

@@ -1,0 +1,104 @@
+"""Early stopping inside a study (``[study] early_stop = true``, ``tuner run --early-stop``): the
+first load point of a trial against the same point of the best trial so far, by the rule of
+:mod:`tuner.scoring.early_stop`, with the noise this study has measured.
+
+- **Score of a point**: the study objective's score of that point alone (throughput and P99
+  latency; memory is not known before the launch ends, so it counts as equal). The capacity
+  objective compares points by the throughput objective's score; the memory objective is never
+  stopped early (its score is the memory).
+- **Noise**: the launch-to-launch spread of the study's configurations measured more than once
+  (SD of log output throughput, pooled), else :data:`DEFAULT_LAUNCH_SIGMA`; the window-to-window
+  spread from the best trial's own windows at that point.
+- A stopped trial is PRUNED/STOPPED_EARLY with its partial numbers: Optuna is told them (it
+  learns the region is poor), the ranking never holds it beside whole trials.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+
+from tuner.compose import StudyContext
+from tuner.db.repository import Repository
+from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, WindowMetrics
+from tuner.load.generator import FirstPointCheck
+from tuner.load.stats import summarize
+from tuner.scoring import objectives as scoring
+from tuner.scoring.early_stop import StopPolicy, early_stop, meets_slo_within_noise
+from tuner.scoring.ranking import Standing
+from tuner.study.standings import rank
+
+# Log-scale SD of a configuration's throughput across fresh launches when the study has not
+# measured one: the H200's +-20 % between launches of one configuration (shared/gpu notes).
+DEFAULT_LAUNCH_SIGMA = 0.15
+
+
+def first_point_windows(n_points: int, windows_per_point: int) -> int:
+    """How many windows the check sees: the first point's, or one of a one-point workload."""
+    return 1 if n_points == 1 else windows_per_point
+
+
+def point_standing(
+    windows: Sequence[WindowMetrics], ctx: StudyContext, margin: float
+) -> Standing:
+    """The score and SLO feasibility of one load point's windows (see the module docstring)."""
+    metrics = summarize(windows)
+    objective = ctx.spec.objective
+    if objective is Objective.CAPACITY:
+        objective = Objective.THROUGHPUT
+    fake = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=metrics)
+    values = scoring.objective_values(fake, memory_ceiling_gib=1.0, objective=objective)
+    values[1] = 0.0  # memory: unknown yet, neutral in the score
+    medians = {k: e.median for k, e in metrics.items()}
+    feasible = meets_slo_within_noise(medians, ctx.slo, margin)
+    return Standing(feasible, scoring.score_values(values, objective))
+
+
+def launch_sigma(repo: Repository, name: str) -> float:
+    """Pooled log-scale SD of output throughput across launches of one configuration."""
+    by_config: dict[ServingConfig, list[float]] = defaultdict(list)
+    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, limit=None):
+        thr = row.metrics.get("output_throughput")
+        if thr is not None and thr.median > 0:
+            by_config[row.config].append(math.log(thr.median))
+    groups = [v for v in by_config.values() if len(v) >= 2]
+    dof = sum(len(v) - 1 for v in groups)
+    if dof < 2:
+        return DEFAULT_LAUNCH_SIGMA
+    pooled = sum(statistics.variance(v) * (len(v) - 1) for v in groups) / dof
+    return math.sqrt(pooled)
+
+
+def _window_sigma(windows: Sequence[WindowMetrics]) -> float:
+    logs = [math.log(w.output_throughput) for w in windows if w.output_throughput > 0]
+    return statistics.stdev(logs) if len(logs) >= 2 else 0.0
+
+
+def first_point_check(ctx: StudyContext, repo: Repository) -> FirstPointCheck | None:
+    """The check for the study's next trial; None when early stopping is off or has nothing
+    to compare with yet (no SLO-feasible trial, or the memory objective)."""
+    if not ctx.spec.early_stop or ctx.spec.objective is Objective.MEMORY:
+        return None
+    ranked = [r for r in rank(repo, ctx.name, ctx.spec.objective) if r.feasible]
+    if not ranked:
+        return None
+    best = repo.get_trial(ctx.name, ranked[0].number)
+    points = ctx.workload.load_points()
+    n = first_point_windows(len(points), ctx.workload.windows)
+    if best is None or len(best.windows) < n:
+        return None
+    reference_windows = best.windows[:n]
+    policy = StopPolicy(
+        launch_sigma=launch_sigma(repo, ctx.name), window_sigma=_window_sigma(best.windows)
+    )
+    reference = point_standing(reference_windows, ctx, policy.margin)
+
+    def check(windows: tuple[WindowMetrics, ...]) -> str | None:
+        decision = early_stop(point_standing(windows, ctx, policy.margin), reference, policy)
+        if not decision.stop:
+            return None
+        return f"{decision.reason} (trial {best.number}'s first point as the reference)"
+
+    return check
