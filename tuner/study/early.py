@@ -40,9 +40,7 @@ def first_point_windows(n_points: int, windows_per_point: int) -> int:
     return 1 if n_points == 1 else windows_per_point
 
 
-def point_standing(
-    windows: Sequence[WindowMetrics], ctx: StudyContext, margin: float
-) -> Standing:
+def point_standing(windows: Sequence[WindowMetrics], ctx: StudyContext, margin: float) -> Standing:
     """The score and SLO feasibility of one load point's windows (see the module docstring)."""
     metrics = summarize(windows)
     objective = ctx.spec.objective
