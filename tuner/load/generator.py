@@ -38,6 +38,13 @@ AbortCheck = Callable[[], bool]
 # point): a reason to stop measuring there, or None to go on (tuner.scoring.early_stop).
 FirstPointCheck = Callable[[tuple[WindowMetrics, ...]], str | None]
 
+
+def first_point_windows(workload: Workload) -> int:
+    """How many windows a :data:`FirstPointCheck` sees: the first load point's, or the first
+    window of a one-point workload."""
+    return 1 if len(workload.load_points()) == 1 else workload.windows
+
+
 _POLL_S = 0.2  # how often should_abort is asked
 
 
@@ -178,7 +185,7 @@ class LoadGenerator:
                             )
                         )
                         per_window.append(tuple(records))
-                        checked = len(windows) == (1 if len(points) == 1 else workload.windows)
+                        checked = len(windows) == first_point_windows(workload)
                         if first_point is not None and checked:
                             reason = first_point(tuple(windows))
                             if reason is not None:

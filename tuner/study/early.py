@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from tuner.compose import StudyContext
 from tuner.db.repository import Repository
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, WindowMetrics
-from tuner.load.generator import FirstPointCheck
+from tuner.load.generator import FirstPointCheck, first_point_windows
 from tuner.load.stats import summarize
 from tuner.scoring import objectives as scoring
 from tuner.scoring.early_stop import StopPolicy, early_stop, meets_slo_within_noise
@@ -33,11 +33,6 @@ from tuner.study.standings import rank
 # Log-scale SD of a configuration's throughput across fresh launches when the study has not
 # measured one: the H200's +-20 % between launches of one configuration (shared/gpu notes).
 DEFAULT_LAUNCH_SIGMA = 0.15
-
-
-def first_point_windows(n_points: int, windows_per_point: int) -> int:
-    """How many windows the check sees: the first point's, or one of a one-point workload."""
-    return 1 if n_points == 1 else windows_per_point
 
 
 def point_standing(windows: Sequence[WindowMetrics], ctx: StudyContext, margin: float) -> Standing:
@@ -83,8 +78,7 @@ def first_point_check(ctx: StudyContext, repo: Repository) -> FirstPointCheck | 
     if not ranked:
         return None
     best = repo.get_trial(ctx.name, ranked[0].number)
-    points = ctx.workload.load_points()
-    n = first_point_windows(len(points), ctx.workload.windows)
+    n = first_point_windows(ctx.workload)
     if best is None or len(best.windows) < n:
         return None
     reference_windows = best.windows[:n]

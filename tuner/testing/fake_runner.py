@@ -29,7 +29,7 @@ from tuner.domain import (
 )
 from tuner.load.canary import QUICK
 from tuner.load.curve import trial_metrics
-from tuner.load.generator import FirstPointCheck
+from tuner.load.generator import FirstPointCheck, first_point_windows
 from tuner.load.stats import window_metrics
 from tuner.runner.vllm import PhaseCallback
 
@@ -138,7 +138,7 @@ class FakeRunner:
         windows: list[WindowMetrics] = []
         points = workload.load_points()
         total = len(points) * workload.windows
-        first = 1 if len(points) == 1 else workload.windows  # what first_point sees
+        first = first_point_windows(workload)
         stop: str | None = None
         for point in [p for p in points for _ in range(workload.windows)]:
             batch = min(seqs, point.concurrency)
