@@ -159,9 +159,9 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
         f"{ctx.workload.name}, {spec.trials} trials over {n} workers"
         + ("" if uuids else " (on CPU: they share its cores, so each measures less)")
     )
-    command = parallel.worker_command(ctx.name, url, spec.vllm_python)
+    command = parallel.worker_command(ctx.name, spec.vllm_python)
     codes = parallel.run_workers(
-        command, places, lambda line: out.print(line, markup=False, highlight=False)
+        command, places, lambda line: out.print(line, markup=False, highlight=False), url
     )
     for seat, code in zip(places, codes, strict=True):
         if code != 0:

@@ -61,8 +61,10 @@ def seats(n: int, gpu_uuids: Sequence[str] | None) -> list[Seat]:
     return [Seat(f"worker {i} {uuid[:12]}", uuid) for i, uuid in enumerate(gpu_uuids[:n])]
 
 
-def worker_command(study: str, storage_url: str, vllm_python: str | None) -> list[str]:
-    cmd = [sys.executable, "-m", "tuner", "worker", "--study", study, "--storage", storage_url]
+def worker_command(study: str, vllm_python: str | None) -> list[str]:
+    """The workers' argv; their storage URL goes in ``TUNER_DB_URL`` (:func:`run_workers`), not
+    in the argv, where `ps` would show its password to every user of the host."""
+    cmd = [sys.executable, "-m", "tuner", "worker", "--study", study]
     if vllm_python:
         cmd += ["--vllm-python", vllm_python]
     return cmd
@@ -75,14 +77,14 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def run_workers(
-    command: Sequence[str], places: Sequence[Seat], say: Callable[[str], None]
+    command: Sequence[str], places: Sequence[Seat], say: Callable[[str], None], storage_url: str
 ) -> list[int]:
     """Run one ``command`` per seat until all end; their exit codes, in seat order."""
     procs: list[subprocess.Popen[str]] = []
     pumps: list[threading.Thread] = []
     try:
         for seat in places:
-            env = dict(os.environ)
+            env = {**os.environ, "TUNER_DB_URL": storage_url}
             if seat.gpu_uuid is not None:
                 env["CUDA_VISIBLE_DEVICES"] = seat.gpu_uuid
                 env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
