@@ -98,3 +98,18 @@ def test_a_dead_worker_on_this_host_is_told_apart_from_a_live_one_and_another_ho
     assert not share.dead_here(trial(4, TrialState.RUNNING, started_s=0)), "no owner: not judged"
     assert not share.dead_here(trial(5, TrialState.COMPLETE, started_s=0, worker=gone))
     assert os.getpid() == me["pid"]
+
+
+def test_a_worker_that_asked_first_but_draws_last_is_waited_for() -> None:
+    # Trial 0 asked first (started earlier) and has not drawn yet; trial 1 drew max_num_seqs=16.
+    same = {"max_num_seqs": 16}
+    before = [
+        trial(0, TrialState.RUNNING, started_s=0),
+        trial(1, TrialState.RUNNING, started_s=1, params=same),
+    ]
+    assert share.undrawn_earlier(before, 1) == [0], "1 must wait for 0 to draw"
+    assert share.undrawn_earlier(before, 0) == [], "nobody started before 0"
+    after = [trial(0, TrialState.RUNNING, started_s=0, params=same), before[1]]
+    assert share.undrawn_earlier(after, 1) == []
+    assert share.duplicate_of(after, 1, same) == 0, "the later one gives the configuration back"
+    assert share.duplicate_of(after, 0, same) is None, "and the earlier one keeps it"

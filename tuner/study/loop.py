@@ -277,7 +277,7 @@ def _loop(
             upkeep.withdraw(study, trial, "the trial budget was taken by other workers")
             continue
         config = ctx.space.suggest(trial)
-        twin = share.duplicate_of(study.get_trials(deepcopy=False), trial.number, trial.params)
+        twin = upkeep.twin_of(study, trial)
         if twin is not None:
             upkeep.withdraw(study, trial, f"trial {twin} measures this configuration now")
             report.phase("waiting", f"trial {twin} of another worker measures {config.label()}")

@@ -75,21 +75,36 @@ def over_budget(trials: Sequence[FrozenTrial], number: int, total: int) -> bool:
     return place is None or place >= total
 
 
+def _earlier_running(trials: Sequence[FrozenTrial], number: int) -> list[FrozenTrial]:
+    mine = next((t for t in trials if t.number == number), None)
+    if mine is None:
+        return []
+    return [
+        t
+        for t in trials
+        if t.number != number
+        and t.state is TrialState.RUNNING
+        and WITHDRAWN not in t.user_attrs
+        and start_order(t) < start_order(mine)
+    ]
+
+
+def undrawn_earlier(trials: Sequence[FrozenTrial], number: int) -> list[int]:
+    """Running trials that started before trial ``number`` and have no parameters yet: until
+    they have, :func:`duplicate_of` cannot tell whether they draw the same configuration (a
+    worker that asked first may draw last)."""
+    return [t.number for t in _earlier_running(trials, number) if not t.params]
+
+
 def duplicate_of(
     trials: Sequence[FrozenTrial], number: int, params: Mapping[str, Any]
 ) -> int | None:
-    """The number of a trial that measures ``params`` now and started before trial ``number``."""
-    mine = next((t for t in trials if t.number == number), None)
-    if mine is None:
-        return None
-    for t in trials:
-        if (
-            t.number != number
-            and t.state is TrialState.RUNNING
-            and WITHDRAWN not in t.user_attrs
-            and dict(t.params) == dict(params)
-            and start_order(t) < start_order(mine)
-        ):
+    """The number of a trial that measures ``params`` now and started before trial ``number``.
+
+    The earlier one keeps the configuration, so that two workers that drew it at once agree
+    on which gives it back; asked once :func:`undrawn_earlier` is empty, it is race-free."""
+    for t in _earlier_running(trials, number):
+        if dict(t.params) == dict(params):
             return t.number
     return None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +30,9 @@ from tuner.study import share
 # taken for dead. TUNER_HEARTBEAT_S changes the first (the grace is four beats): tests use 1 s.
 HEARTBEAT_S = 30
 _GRACE_BEATS = 4
+# How long a worker waits for earlier trials to draw their parameters before it judges its own
+# a duplicate or not (another worker draws in milliseconds; a dead one never does).
+DRAW_WAIT_S = 10.0
 
 
 def heartbeat_s() -> int:
@@ -129,3 +133,14 @@ def withdraw(study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
     if fixed:
         attrs = {k: v for k, v in frozen.user_attrs.items() if k in ("baseline", share.ATTEMPT)}
         study.enqueue_trial(dict(fixed), user_attrs=attrs)
+
+
+def twin_of(study: optuna.Study, trial: optuna.Trial) -> int | None:
+    """A trial of another worker, started earlier, that measures ``trial``'s configuration now
+    (:func:`share.duplicate_of`), once every earlier trial has drawn its parameters."""
+    deadline = time.monotonic() + DRAW_WAIT_S
+    while True:
+        trials = study.get_trials(deepcopy=False)
+        if not share.undrawn_earlier(trials, trial.number) or time.monotonic() > deadline:
+            return share.duplicate_of(trials, trial.number, trial.params)
+        time.sleep(0.05)
