@@ -160,6 +160,7 @@ class LoadGenerator:
                 per_window: list[tuple[RequestRecord, ...]] = []
                 total = len(points) * workload.windows
                 check = WindowCheck(lag, self.neighbours)
+                first = first_point_windows(workload)  # what first_point sees
                 for point in points:
                     for index in range(workload.windows):
                         if on_phase:
@@ -185,8 +186,7 @@ class LoadGenerator:
                             )
                         )
                         per_window.append(tuple(records))
-                        checked = len(windows) == first_point_windows(workload)
-                        if first_point is not None and checked:
+                        if first_point is not None and len(windows) == first:
                             reason = first_point(tuple(windows))
                             if reason is not None:
                                 return LoadReport(

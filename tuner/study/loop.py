@@ -20,9 +20,11 @@ What Optuna is told:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import optuna
@@ -145,10 +147,18 @@ def run_study(
     A database error from Optuna's side is raised as a StorageError (the study is then marked
     interrupted, resumable); Optuna's connections are closed when this returns.
     """
-    storage = optuna_storage(ctx)
     report = reporter or SilentReporter()
-    try:
+    with _optuna_session(ctx) as storage:
         return _run_study(ctx, runner, repo, storage, resume, report, claimed, join)
+
+
+@contextlib.contextmanager
+def _optuna_session(ctx: StudyContext) -> Iterator[optuna.storages.RDBStorage]:
+    """Optuna's storage for one call: its database errors raised as StorageError, its
+    connections closed at the end."""
+    storage = optuna_storage(ctx)
+    try:
+        yield storage
     except sa_exc.SQLAlchemyError as e:
         raise storage_error(e, ctx.storage_url) from e
     finally:
@@ -191,15 +201,10 @@ def _run_study(
 def set_up_study(ctx: StudyContext, repo: Repository, *, resume: bool) -> None:
     """Create (or, with ``resume``, take over) the study without running a trial: what
     ``tuner run --parallel`` does before its workers join it."""
-    storage = optuna_storage(ctx)
-    try:
+    with _optuna_session(ctx) as storage:
         study = _open(ctx, repo, storage, resume=resume, claimed=False, join=False)
         _name_metrics(ctx, study)
         repo.set_study_status(ctx.name, "running")  # not "queued": its Optuna study exists
-    except sa_exc.SQLAlchemyError as e:
-        raise storage_error(e, ctx.storage_url) from e
-    finally:
-        storage.engine.dispose()
 
 
 def _open(
@@ -300,8 +305,7 @@ def _loop(
             repo.finish_trial(trial_id, stopped, None, None)
             _tell_attrs(trial, stopped)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            frozen = [t for t in study.get_trials(deepcopy=False) if t.number == trial.number]
-            upkeep.retry(study, frozen[0])
+            upkeep.retry(study, upkeep.frozen(study, trial))
             raise
         _record(ctx, study, trial, trial_id, result, repo, baseline)
         report.trial_finished(trial.number, result, _best(repo, ctx))

@@ -123,15 +123,20 @@ def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
     return True
 
 
+def frozen(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
+    """``trial`` as the storage holds it now (its system attributes, its state)."""
+    return study._storage.get_trial(trial._trial_id)
+
+
 def withdraw(study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
     """Give ``trial`` back before it starts: FAIL, not counted; a queued configuration (the
     baseline, a retry) is queued again so that it is not lost."""
-    frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
+    before = frozen(study, trial)
     trial.set_user_attr(share.WITHDRAWN, reason)
     study.tell(trial, state=TrialState.FAIL)
-    fixed = frozen.system_attrs.get("fixed_params")
+    fixed = before.system_attrs.get("fixed_params")
     if fixed:
-        attrs = {k: v for k, v in frozen.user_attrs.items() if k in ("baseline", share.ATTEMPT)}
+        attrs = {k: v for k, v in before.user_attrs.items() if k in ("baseline", share.ATTEMPT)}
         study.enqueue_trial(dict(fixed), user_attrs=attrs)
 
 
