@@ -4,7 +4,8 @@ committed data.
 
 Each line holds: study, number, phase (search / confirm), is_baseline, status, failure_class,
 failure_detail, config (the knobs set; {} is vLLM's defaults), score (relative to the
-baseline; null when not measured), objective_values [output tok/s, memory GiB, P99 E2E ms],
+baseline; null when it or the baseline was not measured), objective_values [output tok/s,
+memory GiB, P99 E2E ms],
 metrics {name: {median, low, high, values}} (the median over the measurement windows, low and
 high the smallest and largest window value: a range, not a confidence interval; values one per
 window), memory {gpu_peak_bytes, gpu_baseline_bytes, host_peak_rss_bytes}, effective_backend,
@@ -29,11 +30,10 @@ def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
     from tuner.study.loop import rank
 
     row_study = repo.get_study(study)
-    scores = (
-        {r.number: r.score for r in rank(repo, study, Objective(row_study.objective))}
-        if row_study
-        else {}
-    )
+    # A score is only a score against vLLM's defaults: where they were never measured (they
+    # failed to start, say) the ranking falls back to raw objective values, which are no score.
+    ranked = rank(repo, study, Objective(row_study.objective)) if row_study else []
+    scores = {r.number: r.score if r.relative else None for r in ranked}
     out = []
     for row in repo.list_trials(study, limit=None):
         result = row.to_result()

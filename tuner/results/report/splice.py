@@ -14,7 +14,9 @@ third word keeps only those ids, in that order, e.g. ``3,1``), ``claims``
 third word, :func:`~tuner.results.comparisons.rejudged_table`: every claim of that file judged
 again from the comparisons) and ``verdicts`` (a JSON list of claim records as ``tuner
 verify-claims --json`` prints them, and the claims file:
-:func:`~tuner.results.comparisons.verdicts_table`). Paths are relative to the repository root.
+:func:`~tuner.results.comparisons.verdicts_table`) and ``starts`` (one or more JSON files of
+``bench/bench_warm_start.py``: :func:`~tuner.results.report.starts.starts_table`). Paths are
+relative to the repository root.
 :func:`splice` rewrites the blocks; :func:`stale_blocks` names those whose text differs from
 what the data says (a test keeps reports honest with it).
 """
@@ -36,6 +38,7 @@ from tuner.results.comparisons import (
     verdicts_table,
 )
 from tuner.results.export import from_jsonl, markdown_table
+from tuner.results.report.starts import starts_table
 
 _BLOCK = re.compile(r"(<!-- table: ([^>]*?) -->\n)(.*?)(<!-- /table -->)", re.DOTALL)
 
@@ -44,6 +47,8 @@ def _render(spec: str, root: Path) -> str:
     kind, *rest = spec.split()
     if not rest:
         raise UsageError(f"table marker {spec!r} names no dataset", hint="e.g. trials PATH")
+    if kind == "starts":
+        return starts_table([json.loads((root / path).read_text()) for path in rest])
     text = (root / rest[0]).read_text()
     if kind == "verdicts":
         verdicts = json.loads(text)
@@ -76,7 +81,9 @@ def _render(spec: str, root: Path) -> str:
                 f"table marker {spec!r} names no claims file", hint="verdicts JSON CLAIMS"
             )
         return verdicts_table(verdicts, load_claims(root / rest[1]))
-    raise UsageError(f"unknown table kind {kind!r}", hint="trials, comparison or claims")
+    raise UsageError(
+        f"unknown table kind {kind!r}", hint="trials, comparison, claims, verdicts or starts"
+    )
 
 
 def _walk(text: str, root: Path, on_block: Callable[[str, str, str], None]) -> str:
