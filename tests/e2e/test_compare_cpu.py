@@ -1,8 +1,10 @@
 """A/B comparisons and claim verification on real vLLM (the CPU build).
 
 Each server costs about 35 s to start on 2 cores, so the library (prepare + run_interleaved +
-compare) measures three arms in one interleaved run, and `tuner verify-claims` then runs once
-as a subprocess. About eight minutes in all."""
+compare) measures two arms in one interleaved run, and `tuner verify-claims` then runs once
+as a subprocess. About seven minutes in all. (A configuration against itself, which must never
+come out better or worse, is checked on the fake server: two more real launches a side cost CI
+three minutes for no path the fake does not take.)"""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from tuner.compose import prepare
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import TrialStatus
-from tuner.scoring.significance import BETTER, NO_DIFFERENCE, is_inconclusive
+from tuner.scoring.significance import BETTER
 from tuner.spec.study import StudySpec
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +36,7 @@ REPO = Path(__file__).parents[2]
 SIXTEEN = {"concurrency": 16, "warmup_requests": 16}
 
 
-def test_defaults_twice_and_one_sequence_at_a_time(
+def test_one_sequence_at_a_time_against_the_defaults(
     tmp_path: Path, vllm_python: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))  # the model dir: in every argv
@@ -53,7 +55,6 @@ def test_defaults_twice_and_one_sequence_at_a_time(
     defaults = space.baseline()
     arms = [
         Arm("defaults", defaults),
-        Arm("defaults again", defaults),
         Arm("max_num_seqs=1", space.config_from({"max_num_seqs": 1})),
     ]
     # Three launches a side. A launch disturbed by anything else on 2 cores can widen the interval
@@ -62,15 +63,7 @@ def test_defaults_twice_and_one_sequence_at_a_time(
     results = run_interleaved(arms, prepared.runner, prepared.ctx.workload, 3)
     for arm, runs in zip(arms, results, strict=True):
         assert [r.status for r in runs] == [TrialStatus.COMPLETE] * 3, (arm, runs[-1].log_tail)
-    # At 95 % a comparison of a config with itself is "significant" in 1 run of 20 by design;
-    # 99 % keeps this test from failing once a week. It may be inconclusive (launches that
-    # disagree), never better or worse.
-    same = compare(arms[0], results[0], arms[1], results[1], confidence=0.99).metric(
-        "output_throughput"
-    )
-    shown_same = (same.describe(), same.a_values, same.b_values)
-    assert same.verdict == NO_DIFFERENCE or is_inconclusive(same.verdict), shown_same
-    one = compare(arms[0], results[0], arms[2], results[2], confidence=0.95)
+    one = compare(arms[0], results[0], arms[1], results[1], confidence=0.95)
     # One sequence at a time under 16 streams queues 15 requests behind each one: the time to
     # first token is where that shows. On 2 cores one launch of the defaults can be far off the
     # others (TTFT P50 of 423, 988, 1025 and 38 ms in one CI run, against 2235-3128 ms for
