@@ -19,6 +19,7 @@ worker's own checks (:func:`tuner.compose.prepare`) pass.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 from api import spec_body
 from api.bounds import STUDY_NAME_MAX
 from api.errors import describe_validation
+from tuner.catalog import levers
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compose import check_fits, resolve_slo, resolve_workload
@@ -35,13 +37,18 @@ from tuner.domain import GpuProfile, ModelSpec, Workload
 from tuner.domain.workload import format_slo
 from tuner.errors import UsageError
 from tuner.load.workloads import TRACE_PREFIX
-from tuner.space import KNOBS, SearchSpace
+from tuner.space import KNOBS, NothingToSearch, SearchSpace
 from tuner.spec.study import (
     StudySpec,
     spec_from_mapping,  # the spec file's own rules
 )
+from tuner.vllm.flags import knob_spelling, shipped_union
 
 WHERE = "request body"
+# The API has no vLLM of its own: levers are typed against the flag lists tuner ships, and
+# the worker checks them again against its vLLM (a flag its version lacks fails the study
+# there, with the closest flags named).
+_FLAGS = shipped_union()
 _FA = "flash_attn_version"
 
 EXAMPLE: dict[str, Any] = {
@@ -135,7 +142,13 @@ def _refuse_local_paths(spec: StudySpec) -> None:
 
 
 def _refuse_other_knobs(spec: StudySpec) -> None:
-    """The API takes tuner's typed knobs only (:data:`api.spec_body.API_KNOBS`)."""
+    """The API takes tuner's typed knobs and its levers (:data:`api.spec_body.API_KNOBS`), by
+    their flags' dests (``stream_interval``); anything else is refused with the closest."""
+    if spec.search:
+        raise UsageError(
+            f"{WHERE}: space.search is for `tuner run`, which checks any flag against its vLLM",
+            hint='give a knob\'s values as space.choices, e.g. {"stream_interval": [1, 8]}',
+        )
     named = [
         *(spec.params or ()),
         *spec.choices,
@@ -143,22 +156,40 @@ def _refuse_other_knobs(spec: StudySpec) -> None:
         *(k for item in spec.enqueue for k in item),
     ]
     for name in named:
-        if name not in spec_body.API_KNOBS:
-            raise UsageError(
-                f"{WHERE}: unknown serving knob {name!r}: the API takes {spec_body.API_KNOBS}",
-                hint="another `vllm serve` flag needs a spec file and `tuner run`",
-            )
+        if name in spec_body.API_KNOBS:
+            continue
+        spelt = knob_spelling(name)
+        near = difflib.get_close_matches(spelt, spec_body.API_KNOBS, n=3)
+        if spelt in spec_body.API_KNOBS:
+            hint = f"the API names a knob by its flag's dest: {spelt}"
+        elif spelt == "data_parallel_size":
+            hint = "tuner measures one GPU per launch; data_parallel_size needs `tuner run`"
+        elif near:
+            hint = f"did you mean {', '.join(near)}? GET /docs lists the knobs the API takes"
+        else:
+            hint = "another `vllm serve` flag needs a spec file and `tuner run --search`"
+        raise UsageError(f"{WHERE}: unknown serving knob {name!r}", hint=hint)
 
 
 def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) -> Parsed:
     """``spec`` with a search space that can be built here, and what was changed."""
     notes: list[str] = []
     fixed = dict(spec.fixed)
+    # A lever whose every choice is vLLM's default has nothing to search (a typed knob's
+    # "default" is a point of its own space): it is left at vLLM's default.
+    idle = [k for k, v in spec.choices.items() if _only_default(k, v, model, gpu, workload)]
+    notes += [f"{k} is not searched: its only choice is vLLM's default" for k in idle]
+    if idle:
+        named = None if spec.params is None else tuple(k for k in spec.params if k not in idle)
+        kept = {k: v for k, v in spec.choices.items() if k not in idle}
+        spec = dataclasses.replace(spec, params=named, choices=kept)
     choices = {k: v for k, v in spec.choices.items() if k not in fixed}
     notes += [f"{k} is fixed, so its choices are ignored" for k in spec.choices if k in fixed]
     params = None if spec.params is None else _searchable(spec, model, gpu, workload, notes)
     try:
-        space = SearchSpace(model, gpu, workload, params=params, choices=choices, fixed=fixed)
+        space = SearchSpace(
+            model, gpu, workload, params=params, choices=choices, fixed=fixed, flags=_FLAGS
+        )
     except UsageError:
         if params is None or _FA not in params:
             raise
@@ -166,7 +197,9 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
         notes.append(f"{_FA} is not searched: attention_backend can never be FLASH_ATTN here")
         params = [k for k in params if k != _FA]
         choices.pop(_FA, None)
-        space = SearchSpace(model, gpu, workload, params=params, choices=choices, fixed=fixed)
+        space = SearchSpace(
+            model, gpu, workload, params=params, choices=choices, fixed=fixed, flags=_FLAGS
+        )
     enqueue = []
     for item in spec.enqueue:
         problems = _cannot_enqueue(space, item)
@@ -183,6 +216,21 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
     return Parsed(fitted, tuple(notes))
 
 
+def _only_default(
+    knob: str, values: Sequence[Any], model: ModelSpec, gpu: GpuProfile, workload: Workload
+) -> bool:
+    """Whether every value given for ``knob`` (not a typed knob) is vLLM's default here."""
+    if knob in KNOBS:
+        return False
+    try:
+        SearchSpace(model, gpu, workload, params=[knob], choices={knob: values}, flags=_FLAGS)
+    except NothingToSearch:
+        return True
+    except UsageError:
+        return False  # another problem, which the whole space reports
+    return False
+
+
 def _searchable(
     spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload, notes: list[str]
 ) -> list[str]:
@@ -191,10 +239,13 @@ def _searchable(
     assert spec.params is not None
     fixed = dict(spec.fixed)
     choices = {k: v for k, v in spec.choices.items() if k not in fixed}
-    everything = SearchSpace(model, gpu, workload, params=None, choices=choices, fixed=fixed)
-    possible = {*everything.searched, *choices}
+    everything = SearchSpace(
+        model, gpu, workload, params=None, choices=choices, fixed=fixed, flags=_FLAGS
+    )
+    built_in = {k for k, lever in levers.LEVERS.items() if lever.candidates(gpu)}
+    possible = {*everything.searched, *choices, *built_in}
     kept = []
-    for knob in (k for k in KNOBS if k in spec.params or k in choices):
+    for knob in (k for k in spec_body.API_KNOBS if k in spec.params or k in choices):
         if knob in fixed:
             notes.append(f"{knob} is fixed, so it is not searched")
         elif knob not in possible:

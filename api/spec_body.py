@@ -22,6 +22,7 @@ from typing_extensions import TypedDict  # pydantic needs this one before Python
 
 from api.bounds import INT_MAX, NO_NUL, SEED_MAX, SLO_EXAMPLE, SLO_PATTERN, STUDY_NAME_MAX, TEXT_MAX
 from tuner.catalog.gpus import GPUS
+from tuner.catalog.levers import LEVERS
 from tuner.catalog.models import MODELS, resolve_model
 from tuner.compose import check_fits
 from tuner.domain import Objective
@@ -108,39 +109,86 @@ KvDtype = Annotated[str, OneOf([*KV_DTYPES, DEFAULT])]
 Candidates = Annotated[list[T], Field(min_length=1)]
 
 
-@with_config(_STRICT)
-class Knobs(TypedDict, total=False):
-    """A value per knob (``fixed``, an ``enqueue`` entry)."""
+# tuner's levers beyond the typed knobs (tuner.catalog.levers), each with the values the API
+# takes. data_parallel_size is not among them (tuner measures one GPU per launch), nor are
+# other vLLM flags: the API has no vLLM to check them against (`tuner run --search` has).
+CUDAGRAPH_MODES = [str(m) for m in LEVERS["compilation_config.cudagraph_mode"].gpu]
+NGRAM_CONFIGS = [str(c) for c in LEVERS["speculative_config"].gpu]
+Stride = Annotated[int, Field(ge=1, le=1024)] | Literal["default"]
+Processes = Annotated[int, Field(ge=1, le=64)] | Literal["default"]
+Threshold = Amount | Literal["default"]
+BlockSize = Literal[8, 16, 32, 64, 128, "default"]
+OptLevel = Literal[0, 1, 2, 3, "default"]
+GraphMode = Annotated[str, OneOf([*CUDAGRAPH_MODES, DEFAULT])]
+CaptureSize = Annotated[int, Field(ge=1, le=8192)] | Literal["default"]
+Ngram = Annotated[str, OneOf([*NGRAM_CONFIGS, DEFAULT])]
+OnlineQuant = Literal["fp8", "default"]
 
-    attention_backend: Backend
-    flash_attn_version: FlashAttnVersion
-    max_model_len: Tokens
-    gpu_memory_utilization: Utilization
-    enable_prefix_caching: Switch
-    max_num_seqs: Tokens
-    max_num_batched_tokens: Tokens
-    kv_cache_dtype: KvDtype
-    enforce_eager: Switch
+# A value per knob (``fixed``, an ``enqueue`` entry).
+Knobs = TypedDict(
+    "Knobs",
+    {
+        "attention_backend": Backend,
+        "flash_attn_version": FlashAttnVersion,
+        "max_model_len": Tokens,
+        "gpu_memory_utilization": Utilization,
+        "enable_prefix_caching": Switch,
+        "max_num_seqs": Tokens,
+        "max_num_batched_tokens": Tokens,
+        "kv_cache_dtype": KvDtype,
+        "enforce_eager": Switch,
+        "stream_interval": Stride,
+        "async_scheduling": Switch,
+        "api_server_count": Processes,
+        "max_num_partial_prefills": Processes,
+        "long_prefill_token_threshold": Threshold,
+        "enable_chunked_prefill": Switch,
+        "block_size": BlockSize,
+        "optimization_level": OptLevel,
+        "compilation_config.cudagraph_mode": GraphMode,
+        "compilation_config.max_cudagraph_capture_size": CaptureSize,
+        "speculative_config": Ngram,
+        "quantization": OnlineQuant,
+    },
+    total=False,
+)
 
+# Candidate values per knob: a knob given choices is searched.
+Choices = TypedDict(
+    "Choices",
+    {
+        "attention_backend": Candidates[Backend],
+        "flash_attn_version": Candidates[FlashAttnVersion],
+        "max_model_len": Candidates[Tokens],
+        "gpu_memory_utilization": Candidates[Utilization],
+        "enable_prefix_caching": Candidates[Switch],
+        "max_num_seqs": Candidates[Tokens],
+        "max_num_batched_tokens": Candidates[Tokens],
+        "kv_cache_dtype": Candidates[KvDtype],
+        "enforce_eager": Candidates[Switch],
+        "stream_interval": Candidates[Stride],
+        "async_scheduling": Candidates[Switch],
+        "api_server_count": Candidates[Processes],
+        "max_num_partial_prefills": Candidates[Processes],
+        "long_prefill_token_threshold": Candidates[Threshold],
+        "enable_chunked_prefill": Candidates[Switch],
+        "block_size": Candidates[BlockSize],
+        "optimization_level": Candidates[OptLevel],
+        "compilation_config.cudagraph_mode": Candidates[GraphMode],
+        "compilation_config.max_cudagraph_capture_size": Candidates[CaptureSize],
+        "speculative_config": Candidates[Ngram],
+        "quantization": Candidates[OnlineQuant],
+    },
+    total=False,
+)
 
-@with_config(_STRICT)
-class Choices(TypedDict, total=False):
-    """Candidate values per knob: a knob given choices is searched."""
+with_config(_STRICT)(Knobs)
+with_config(_STRICT)(Choices)
 
-    attention_backend: Candidates[Backend]
-    flash_attn_version: Candidates[FlashAttnVersion]
-    max_model_len: Candidates[Tokens]
-    gpu_memory_utilization: Candidates[Utilization]
-    enable_prefix_caching: Candidates[Switch]
-    max_num_seqs: Candidates[Tokens]
-    max_num_batched_tokens: Candidates[Tokens]
-    kv_cache_dtype: Candidates[KvDtype]
-    enforce_eager: Candidates[Switch]
-
-
-# The knobs the API takes: tuner's typed ones (a vLLM flag beyond them needs `tuner run`).
-API_KNOBS = [k for k in KNOBS if k in Knobs.__annotations__]
+# The knobs the API takes: tuner's typed ones, then its levers.
+API_KNOBS = [k for k in (*KNOBS, *LEVERS) if k in Knobs.__annotations__]
 assert set(API_KNOBS) == set(Knobs.__annotations__) == set(Choices.__annotations__)
+assert set(LEVERS) - set(API_KNOBS) == {"data_parallel_size"}
 
 
 @with_config(_STRICT)

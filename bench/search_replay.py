@@ -71,6 +71,7 @@ from tuner.scoring.ranking import Standing  # noqa: E402
 DATASETS = {
     "h200-chat": ("studies/results/ernie-0.3b-h200/tuner-gpu.db", "ernie-0.3b-h200-chat"),
     "h200-heavy": ("studies/results/ernie-0.3b-h200-heavy/heavy-h200.db", "ernie-0.3b-h200-heavy"),
+    "cpu": ("studies/results/tiny-ernie-cpu-replay/replay-cpu.db", "tiny-ernie-cpu-replay"),
 }
 SAMPLERS = ("tpe", "tpe-score", "random", "grid", "nsga2", "gp")
 SCALAR = frozenset({"tpe-score"})  # told the preset's score, not the three objectives

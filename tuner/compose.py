@@ -27,6 +27,7 @@ from tuner.vllm.flags import FlagCatalog, load_flags, shipped, spelling_key
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
     from tuner.runner.vllm import VllmTrialRunner
+    from tuner.vllm.version import VllmInstall
 
 
 def tuner_home() -> Path:
@@ -170,6 +171,27 @@ def check_fits(model: ModelSpec, gpu: GpuProfile, quantization: str | None = Non
         )
 
 
+def vllm_install(spec: StudySpec) -> tuple[VllmInstall, str | None]:
+    """The vLLM a study of ``spec`` runs, and the server module standing in for it, if any.
+
+    Test seam, not a user option: $TUNER_SERVER_MODULE (e.g. tuner.testing.fake_server, which
+    speaks vLLM's argv and HTTP) is run by this interpreter instead of vLLM and reported as
+    vLLM $TUNER_SERVER_VERSION, so that integration tests can drive whole commands quickly."""
+    from tuner.vllm.version import VllmInstall, detect_vllm
+
+    server_module = os.environ.get("TUNER_SERVER_MODULE") or None
+    if server_module:
+        version = os.environ.get("TUNER_SERVER_VERSION", "0.32.0")
+        return VllmInstall(python=sys.executable, version=version, location=""), server_module
+    return detect_vllm(spec.vllm_python or default_vllm_python()), None
+
+
+def installed_flags(spec: StudySpec) -> FlagCatalog:
+    """The flag list of the vLLM that ``spec`` runs (:func:`study_flags`)."""
+    vllm, server_module = vllm_install(spec)
+    return study_flags(vllm.python, vllm.version, fake_server=server_module is not None)
+
+
 def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -> Prepared:
     """Resolve and check everything; raises a TunerError before anything is written."""
     model = resolve_model(spec.model)
@@ -190,7 +212,6 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     from tuner.runner.vllm import VLLM_MODULE, RunnerSettings, VllmTrialRunner
     from tuner.telemetry.nvml import detect_gpus
     from tuner.vllm.leases import reap_orphans
-    from tuner.vllm.version import VllmInstall, detect_vllm
 
     hardware = check_hardware(
         gpu,
@@ -198,15 +219,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         emulate=spec.emulate,
         cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
-    # Test seam, not a user option: $TUNER_SERVER_MODULE (e.g. tuner.testing.fake_server, which
-    # speaks vLLM's argv and HTTP) is run by this interpreter instead of vLLM and reported as
-    # vLLM $TUNER_SERVER_VERSION, so that integration tests can drive whole commands quickly.
-    server_module = os.environ.get("TUNER_SERVER_MODULE")
-    if server_module:
-        version = os.environ.get("TUNER_SERVER_VERSION", "0.32.0")
-        vllm = VllmInstall(python=sys.executable, version=version, location="")
-    else:
-        vllm = detect_vllm(spec.vllm_python or default_vllm_python())
+    vllm, server_module = vllm_install(spec)
     flags = None
     if space is None:
         flags = study_flags(vllm.python, vllm.version, fake_server=bool(server_module))

@@ -60,6 +60,10 @@ _UTIL = "gpu_memory_utilization"
 _FA_VERSION = "flash_attn_version"
 
 
+class NothingToSearch(UsageError):
+    """Every value given for a knob beyond the typed ones is vLLM's default."""
+
+
 class SearchSpace:
     """Candidate values per knob for one model, GPU and workload, plus the validity rules.
 
@@ -155,7 +159,7 @@ class SearchSpace:
         }
         for knob, values in self.choices.items():
             if knob not in KNOBS and values == (DEFAULT,):
-                raise UsageError(
+                raise NothingToSearch(
                     f"the values given for {knob} are all vLLM's default: nothing to search",
                     hint=f"give {knob} a value other than its default "
                     f"({self._extra_flags[knob][0].default!r})",
@@ -294,14 +298,14 @@ class SearchSpace:
             values[knob] = None if raw == DEFAULT else raw
         return _config(values)
 
-    def config_from(self, item: Mapping[str, Any]) -> ServingConfig:
-        """The configuration an ``[[enqueue]]`` entry stands for: the baseline with ``item``'s
-        knobs applied (``"default"`` = vLLM's default). Bad names or types, or a value that
-        contradicts ``fixed``, raise :class:`UsageError`."""
+    def config_from(self, item: Mapping[str, Any], where: str = "enqueue") -> ServingConfig:
+        """The configuration an ``[[enqueue]]`` entry (or what ``where`` names) stands for: the
+        baseline with ``item``'s knobs applied (``"default"`` = vLLM's default). Bad names or
+        types, or a value that contradicts ``fixed``, raise :class:`UsageError`."""
         values = _values_of(self.baseline())
         for raw_name, raw in item.items():
-            knob = self._name(raw_name, "enqueue")
-            value = self._value(knob, raw, "enqueue")
+            knob = self._name(raw_name, where)
+            value = self._value(knob, raw, where)
             if knob in self.fixed and value != self.fixed[knob]:
                 raise UsageError(
                     f"enqueue sets {knob}={raw!r} but the study fixes it to {self.fixed[knob]!r}",

@@ -111,3 +111,37 @@ def test_a_body_that_is_not_an_object_is_422(repo: Repository) -> None:
         )
         assert r.status_code == 422 and r.json()["error"] == "invalid"
         assert "request body" in r.json()["message"]
+
+
+def test_levers_are_queued_and_a_misspelt_one_names_the_closest(repo: Repository) -> None:
+    client = _client(repo, KEY)
+    space = {"choices": {"stream_interval": [1, 8]}, "fixed": {"quantization": "fp8"}}
+    body = {**SPEC, "study": {**SPEC["study"], "name": "levers-1"}, "space": space}
+    r = client.post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["choices"]["stream_interval"] == [1, 8]
+    assert r.json()["spec"]["fixed"] == {"quantization": "fp8"}
+    for knob, hint in (
+        ("stream_intervall", "did you mean stream_interval"),
+        ("--stream-interval", "by its flag's dest: stream_interval"),
+        ("data_parallel_size", "one GPU per launch"),
+    ):
+        bad = {**body, "study": {**body["study"], "name": "levers-2"}, "space": {"params": [knob]}}
+        r = client.post("/v1/studies", json=bad, headers={"X-API-Key": KEY})
+        assert r.status_code == 422 and "unknown serving knob" in r.json()["message"], r.text
+        assert hint in r.json()["hint"], r.text
+    searched = {**body, "study": {**body["study"], "name": "levers-3"},
+                "space": {"search": {"block_size": [16, 32]}}}  # fmt: skip
+    r = client.post("/v1/studies", json=searched, headers={"X-API-Key": KEY})
+    assert r.status_code == 422 and "space.search is for `tuner run`" in r.json()["message"]
+    # A lever whose only choice is vLLM's default (stream_interval 1) is left there, and said.
+    only_default = {"params": ["max_num_seqs"], "choices": {"stream_interval": [1, "default"]}}
+    idle = {**body, "study": {**body["study"], "name": "levers-4"}, "space": only_default}
+    r = client.post("/v1/studies", json=idle, headers={"X-API-Key": KEY})
+    assert r.status_code == 201, r.text
+    assert "stream_interval" not in r.json()["spec"].get("choices", {})
+    assert r.json()["spec"]["params"] == ["max_num_seqs"]
+    assert "stream_interval is not searched: its only choice is vLLM's default" in "\n".join(
+        r.json()["adjustments"]
+    )
+    assert sorted(s.name for s in repo.list_studies()) == ["levers-1", "levers-4"]

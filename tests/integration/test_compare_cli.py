@@ -107,7 +107,10 @@ def test_a_side_that_cannot_start_is_not_measured_and_not_launched_again(tmp_pat
 def test_bad_input_exits_2_before_anything_starts(tmp_path: Path) -> None:
     unknown = _compare(tmp_path, "defaults", "max_num_seq=4")
     assert unknown.returncode == 2
-    assert "unknown knob(s) max_num_seq" in unknown.stderr and "max_num_seqs" in unknown.stderr
+    # Not a typed knob, so a vLLM flag: refused by vLLM's flag list, naming the closest.
+    assert "--b: vLLM 0.32.0 has no flag 'max_num_seq'" in unknown.stderr, unknown.stderr
+    assert "did you mean --max-num-seqs" in unknown.stderr
+    assert _compare(tmp_path, "defaults", "warp speed=4").returncode == 2  # not even a flag
     impossible = _compare(tmp_path, "attention_backend=FLASH_ATTN", "defaults")
     assert impossible.returncode == 2 and "FLASH_ATTN is not available on CPU" in impossible.stderr
     for extra in (["--confidence", "1.5"], ["--repeats", "1"]):
@@ -209,3 +212,22 @@ def test_an_interrupted_compare_resumes_from_its_launches(tmp_path: Path) -> Non
     assert not logs[0].exists()  # stored: the launch log is gone
     left = processes_mentioning(str(tmp_path))
     assert left == [], [(p.pid, p.cmdline(), p.ppid()) for p in left]
+
+
+def test_a_flag_beyond_the_typed_knobs_reaches_b_launches_and_a_misspelt_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    run = _compare(tmp_path, "defaults", "stream_interval=4", "--repeats", "2", "--json")
+    assert run.returncode in (0, 1), run.stdout + run.stderr  # 1: an inconclusive verdict
+    data = json.loads(run.stdout)
+    assert data["b"]["stream_interval"] == 4 and "stream_interval" not in data["a"]
+    # Each launch's server log opens with the arguments it was given (vLLM's "non-default
+    # args" line): B's two launches had --stream-interval 4, A's two none.
+    logs = [p.read_text() for p in sorted((tmp_path / ".tuner" / "logs").glob("*.log"))]
+    assert len(logs) == 4
+    assert sorted("'stream_interval': 4" in log for log in logs) == [False, False, True, True]
+
+    bad = _compare(tmp_path, "defaults", "stream_intervall=4")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "stream_intervall" in bad.stderr and "--stream-interval" in bad.stderr
+    assert "launch " not in bad.stderr  # refused before anything started

@@ -96,3 +96,44 @@ def test_a_worker_that_dies_leaves_its_study_resumable_not_running(
         )
     study = repo.get_study("doomed")
     assert study is not None and study.status == "interrupted"
+
+
+def test_a_study_of_levers_queued_through_the_api_runs_with_their_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API's knobs beyond the typed nine (tuner's levers) travel from the body to the stored
+    spec, to the worker's space and to each server's argv, once each."""
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TUNER_SERVER_MODULE", "tuner.testing.fake_server")
+    monkeypatch.setenv("TUNER_SERVER_VERSION", "0.32.0")
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    repo = make_repo(url)
+    body = {
+        "study": {"name": "levers", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke",
+                  "trials": 3},
+        "space": {"params": ["stream_interval"], "choices": {"block_size": [16, 32]},
+                  "fixed": {"long_prefill_token_threshold": 256}},
+        "enqueue": [{"stream_interval": 8, "block_size": 32}],
+        "confirm": {"launches": 0},
+    }  # fmt: skip
+    queue(repo, parse(body))
+    assert run_worker(repo, url, once=True, poll_s=0.0, vllm_python=None, say=lambda _: None) == 1
+
+    rows = repo.list_trials("levers", limit=None)
+    assert len(rows) == 3 and all(r.status is TrialStatus.COMPLETE for r in rows)
+    assert rows[0].is_baseline and rows[0].config.extra == {"long_prefill_token_threshold": 256}
+    assert rows[1].config.extra == {
+        "stream_interval": 8, "block_size": 32, "long_prefill_token_threshold": 256,
+    }  # fmt: skip
+    for row in rows:
+        argv = row.to_result().server.argv  # type: ignore[union-attr]
+        assert argv.count("--long-prefill-token-threshold") == 1
+        for knob, flag in (
+            ("stream_interval", "--stream-interval"),
+            ("block_size", "--block-size"),
+        ):
+            value = row.config.extra.get(knob)
+            assert argv.count(flag) == (value is not None)
+            if value is not None:
+                assert argv[argv.index(flag) + 1] == str(value)

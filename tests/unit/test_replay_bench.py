@@ -40,7 +40,7 @@ def test_search_replay_reduced(tmp_path: Path) -> None:
         out=tmp_path / "search.json",
     )  # fmt: skip
     assert "| dataset | sampler | found |" in text and "| stop rule |" in text
-    assert set(data["datasets"]) == {"h200-chat", "h200-heavy"}
+    assert set(data["datasets"]) == {"h200-chat", "h200-heavy", "cpu"}
     for ds in data["datasets"].values():
         table = ds["table"]
         assert table["rows"] >= 3 and table["space_size"] >= table["rows"]

@@ -22,10 +22,10 @@ from tuner.abtest.guard import finding_of
 from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.compose import resolve_workload
+from tuner.compose import installed_flags, resolve_workload
 from tuner.domain import GpuProfile, ModelSpec, Provenance, TrialResult, Workload, to_jsonable
 from tuner.scoring.significance import is_inconclusive
-from tuner.space import SearchSpace
+from tuner.space import KNOBS, SearchSpace
 from tuner.spec.configs import (
     check_confidence,
     configs_in,
@@ -75,7 +75,11 @@ def setup_pair(
         source="command line",
     )
     load = with_overrides(resolve_workload(spec), overrides)
-    space = SearchSpace(spec_model, profile, load)
+    # A flag beyond the typed knobs is typed (or refused, naming the closest) by the flag list
+    # of the vLLM that will run: asked of its interpreter, and cached per version.
+    beyond = [k for k in (*a_knobs, *b_knobs) if k not in KNOBS]
+    flags = installed_flags(spec) if beyond else None
+    space = SearchSpace(spec_model, profile, load, flags=flags)
     configs = configs_in(space, {"A": a_knobs, "B": b_knobs})
     # Labels as typed; the configs add the platform baseline (e.g. CPU's utilization).
     arm_a, arm_b = (Arm(t.strip(), c) for t, c in zip((a, b), configs.values(), strict=True))

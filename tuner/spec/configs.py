@@ -96,14 +96,16 @@ def parse_config_spec(text: str, option: str) -> dict[str, Any]:
     if text.strip() == DEFAULTS:
         return {}
     values = parse_assignments(text, option)
-    unknown = sorted(set(values) - set(KNOBS))
+    unknown = sorted(k for k in values if k not in KNOBS and not spelt_like_a_flag(k))
     if unknown:
         raise UsageError(
             f"{option}: unknown knob(s) {', '.join(unknown)}",
-            hint=f"knobs: {', '.join(KNOBS)}; or {option} {DEFAULTS}",
+            hint=f"knobs: {', '.join(KNOBS)}, or a `vllm serve` flag (stream_interval=8); "
+            f"or {option} {DEFAULTS}",
         )
     for knob, value in values.items():
-        normalize_knob(knob, value, option)
+        if knob in KNOBS:  # other flags are typed by vLLM's flag list (the search space)
+            normalize_knob(knob, value, option)
     return values
 
 
@@ -151,7 +153,7 @@ def configs_in(
     """The configuration of each side (``{"A": knobs, "B": knobs}``) in ``space``: its baseline
     with the knobs applied. UsageError naming the side's option (``--a``) when one breaks the
     space's rules on this model, GPU and workload."""
-    configs = {side: space.config_from(knobs) for side, knobs in sides.items()}
+    configs = {side: space.config_from(knobs, f"--{side.lower()}") for side, knobs in sides.items()}
     for side, config in configs.items():
         problems = space.violations(config)
         if problems:

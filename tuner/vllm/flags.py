@@ -292,6 +292,23 @@ def shipped(version: str) -> FlagCatalog | None:
     return None
 
 
+def shipped_union() -> FlagCatalog:
+    """Every flag of the shipped snapshots in one catalog (the newest version's entry where two
+    differ), for checks made where no vLLM is installed, as in the API: a flag passes when some
+    shipped version has it, and the worker checks it again against its own vLLM."""
+    versions = shipped_versions()
+    flags: dict[str, Flag] = {}
+    for version in sorted(versions, key=_version_key):
+        catalog = shipped(version)
+        if catalog is not None:
+            flags.update(catalog.flags)
+    return FlagCatalog(version=" or ".join(versions), flags=flags, source="shipped snapshots")
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
 def cache_path(cache_dir: Path, version: str) -> Path:
     return cache_dir / f"vllm-flags-{_safe(version)}.json"
 
