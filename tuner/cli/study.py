@@ -5,6 +5,8 @@ to be good, so that a typo is reported at once."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,6 +19,7 @@ from tuner.cli.common import storage_url as _storage
 from tuner.errors import UsageError
 
 if TYPE_CHECKING:
+    from tuner.cli.progress import ConsoleReporter
     from tuner.db.repository import Repository
     from tuner.domain import Estimate, TrialStatus
 
@@ -107,10 +110,8 @@ def run(
         search=parse_search(search) if search else None,
         early_stop=early_stop,
     )
-    from tuner.cli.progress import ConsoleReporter
     from tuner.compose import prepare
     from tuner.study.loop import run_study
-    from tuner.vllm.interrupts import sigterm_as_interrupt
 
     if parallel > 1:
         _run_parallel(spec, _storage(storage), parallel, resume=resume)
@@ -122,17 +123,26 @@ def run(
         f"vLLM {ctx.vllm_version}, workload {ctx.workload.name}, objective "
         f"{spec.objective.value}, {spec.trials} trials"
     )
-    reporter = ConsoleReporter(out)
-    try:
-        with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
-            ranked = run_study(
-                ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter
-            )
-    finally:
-        reporter.close()
+    with _reporting() as reporter:
+        ranked = run_study(ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter)
     print_best(prepared.repo, ctx.name)
     if not ranked:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _reporting() -> Iterator[ConsoleReporter]:
+    """The console reporter of one study's run, closed at the end, with ``kill PID`` (SIGTERM)
+    taken as Ctrl-C: the running trial's server is ended and the trial recorded."""
+    from tuner.cli.progress import ConsoleReporter
+    from tuner.vllm.interrupts import sigterm_as_interrupt
+
+    reporter = ConsoleReporter(out)
+    try:
+        with sigterm_as_interrupt():
+            yield reporter
+    finally:
+        reporter.close()
 
 
 def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
@@ -327,20 +337,13 @@ def worker(
 
 
 def _join(url: str, name: str, vllm_python: str | None) -> None:
-    from tuner.cli.progress import ConsoleReporter
     from tuner.db.repository import Repository
     from tuner.db.session import make_engine
     from tuner.study.parallel import refuse_sqlite
     from tuner.study.worker import join_study
-    from tuner.vllm.interrupts import sigterm_as_interrupt
 
     refuse_sqlite(url, "`tuner worker --study`")
-    reporter = ConsoleReporter(out)
-    try:
-        with sigterm_as_interrupt():
-            n = join_study(
-                Repository(make_engine(url)), url, name, vllm_python=vllm_python, reporter=reporter
-            )
-    finally:
-        reporter.close()
+    with _reporting() as reporter:
+        repo = Repository(make_engine(url))
+        n = join_study(repo, url, name, vllm_python=vllm_python, reporter=reporter)
     out.print(f"worker: study {name} has {n} measured trial(s); this worker is done")
