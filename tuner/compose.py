@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,6 +101,12 @@ def extra_knobs(spec: StudySpec) -> list[str]:
         *spec.search,
         *(k for item in spec.enqueue for k in item),
     ]
+    return beyond_typed(names)
+
+
+def beyond_typed(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` that are no typed knob in any spelling (``max-num-seqs`` is
+    one): vLLM flags, which only vLLM's flag list can type."""
     return [n for n in dict.fromkeys(names) if spelling_key(n) not in typed_knobs()]
 
 

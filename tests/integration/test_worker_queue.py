@@ -66,15 +66,23 @@ def test_claims_follow_queue_order(tmp_path: Path) -> None:
     assert repo.claim_queued_study() is None
 
 
-def test_a_worker_that_dies_leaves_its_study_resumable_not_running(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture()
+def fake_server_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Repository, str]:
+    """A fresh database for a worker whose servers are the fake server (reported as vLLM
+    0.32.0), run from ``tmp_path``: its repository and URL."""
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TUNER_SERVER_MODULE", "tuner.testing.fake_server")
     monkeypatch.setenv("TUNER_SERVER_VERSION", "0.32.0")
     monkeypatch.chdir(tmp_path)
     url = f"sqlite:///{tmp_path / 'q.db'}"
     repo = make_repo(url)
+    return repo, url
+
+
+def test_a_worker_that_dies_leaves_its_study_resumable_not_running(
+    fake_server_db: tuple[Repository, str],
+) -> None:
+    repo, url = fake_server_db
     body = {
         "study": {"name": "doomed", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke"},
         "confirm": {"launches": 0},
@@ -99,16 +107,11 @@ def test_a_worker_that_dies_leaves_its_study_resumable_not_running(
 
 
 def test_a_study_of_levers_queued_through_the_api_runs_with_their_flags(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake_server_db: tuple[Repository, str],
 ) -> None:
     """The API's knobs beyond the typed nine (tuner's levers) travel from the body to the stored
     spec, to the worker's space and to each server's argv, once each."""
-    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TUNER_SERVER_MODULE", "tuner.testing.fake_server")
-    monkeypatch.setenv("TUNER_SERVER_VERSION", "0.32.0")
-    monkeypatch.chdir(tmp_path)
-    url = f"sqlite:///{tmp_path / 'q.db'}"
-    repo = make_repo(url)
+    repo, url = fake_server_db
     body = {
         "study": {"name": "levers", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke",
                   "trials": 3},

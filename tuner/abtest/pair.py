@@ -22,10 +22,10 @@ from tuner.abtest.guard import finding_of
 from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.compose import installed_flags, resolve_workload
+from tuner.compose import beyond_typed, installed_flags, resolve_workload
 from tuner.domain import GpuProfile, ModelSpec, Provenance, TrialResult, Workload, to_jsonable
 from tuner.scoring.significance import is_inconclusive
-from tuner.space import KNOBS, SearchSpace
+from tuner.space import SearchSpace
 from tuner.spec.configs import (
     check_confidence,
     configs_in,
@@ -77,8 +77,7 @@ def setup_pair(
     load = with_overrides(resolve_workload(spec), overrides)
     # A flag beyond the typed knobs is typed (or refused, naming the closest) by the flag list
     # of the vLLM that will run: asked of its interpreter, and cached per version.
-    beyond = [k for k in (*a_knobs, *b_knobs) if k not in KNOBS]
-    flags = installed_flags(spec) if beyond else None
+    flags = installed_flags(spec) if beyond_typed([*a_knobs, *b_knobs]) else None
     space = SearchSpace(spec_model, profile, load, flags=flags)
     configs = configs_in(space, {"A": a_knobs, "B": b_knobs})
     # Labels as typed; the configs add the platform baseline (e.g. CPU's utilization).

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import EnvironmentProblem
+from tuner.vllm.version import parse_version
 
 FLAG_TYPES = ("int", "float", "str", "bool", "json")
 PROBE_TIMEOUT_S = 300.0
@@ -298,15 +299,11 @@ def shipped_union() -> FlagCatalog:
     shipped version has it, and the worker checks it again against its own vLLM."""
     versions = shipped_versions()
     flags: dict[str, Flag] = {}
-    for version in sorted(versions, key=_version_key):
+    for version in sorted(versions, key=parse_version):
         catalog = shipped(version)
         if catalog is not None:
             flags.update(catalog.flags)
     return FlagCatalog(version=" or ".join(versions), flags=flags, source="shipped snapshots")
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
 def cache_path(cache_dir: Path, version: str) -> Path:
