@@ -27,6 +27,7 @@ from tuner.domain import (
     ServingConfig,
     TrialResult,
     TrialStatus,
+    WindowEnergy,
     WindowMetrics,
     to_jsonable,
 )
@@ -98,6 +99,18 @@ def decode_client(data: Mapping[str, Any] | None) -> ClientHealth | None:
     return ClientHealth(**fields)
 
 
+def decode_energy(data: Mapping[str, Any] | None) -> WindowEnergy | None:
+    if data is None:
+        return None
+    fields = _known(WindowEnergy, data)
+    for name in ("joules", "seconds", "watts"):
+        fields[name] = float(fields[name])
+    if fields.get("joules_per_output_token") is not None:
+        fields["joules_per_output_token"] = float(fields["joules_per_output_token"])
+    fields["samples"] = int(fields.get("samples") or 0)
+    return WindowEnergy(**fields)
+
+
 def decode_window(data: Mapping[str, Any]) -> WindowMetrics:
     fields = _known(WindowMetrics, data)
     for name in ("ttft_ms", "itl_ms", "e2e_ms"):
@@ -107,6 +120,7 @@ def decode_window(data: Mapping[str, Any]) -> WindowMetrics:
     if fields.get("request_rate") is not None:
         fields["request_rate"] = float(fields["request_rate"])
     fields["client"] = decode_client(fields.get("client"))
+    fields["energy"] = decode_energy(fields.get("energy"))
     for name in ("duration_s", "request_throughput", "output_throughput", "total_throughput"):
         fields[name] = float(fields[name])
     if fields.get("goodput") is not None:

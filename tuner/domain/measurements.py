@@ -82,12 +82,40 @@ class ClientHealth:
 
 
 @dataclass(frozen=True)
+class WindowEnergy:
+    """What the measured GPU drew during one window, read through NVML (never estimated).
+
+    ``method`` says how: ``"counter"`` (NVML's total energy counter, read as the window starts
+    and as it ends) or ``"power_samples"`` (the GPU's power readings, every few tenths of a
+    second, integrated over the window: used where the counter is missing, or went backwards),
+    and ``note`` why, when it is not the counter. ``seconds`` is the time between the two
+    readings; ``watts`` is ``joules / seconds``. ``joules_per_output_token`` divides by the
+    window's output tokens (None when it had none). One GPU only: the one the server runs on.
+    """
+
+    joules: float
+    seconds: float
+    watts: float
+    method: str  # "counter" | "power_samples"
+    gpu_uuid: str | None = None
+    joules_per_output_token: float | None = None
+    samples: int = 0  # power readings integrated (method "power_samples")
+    note: str = ""
+
+    def per_tokens(self, output_tokens: int) -> WindowEnergy:
+        """This reading with ``joules_per_output_token`` for a window of ``output_tokens``."""
+        per = self.joules / output_tokens if output_tokens > 0 else None
+        return dataclasses.replace(self, joules_per_output_token=per)
+
+
+@dataclass(frozen=True)
 class WindowMetrics:
     """One measurement window of a trial, at one load point.
 
     ``itl_ms`` is pooled over every chunk gap of the window's requests and ``tpot_ms`` over
     requests, as ``vllm bench serve`` computes them. ``concurrency`` / ``request_rate`` name the
-    load point (``request_rate`` None: closed loop); ``client`` the generator's self-check.
+    load point (``request_rate`` None: closed loop); ``client`` the generator's self-check;
+    ``energy`` the measured GPU's energy over the window (None: not measured, e.g. on a CPU).
     """
 
     duration_s: float
@@ -106,6 +134,7 @@ class WindowMetrics:
     concurrency: int | None = None
     request_rate: float | None = None
     client: ClientHealth | None = None
+    energy: WindowEnergy | None = None
 
     @property
     def error_rate(self) -> float:

@@ -27,7 +27,7 @@ from tuner.domain import FailureClass, RequestRecord, Slo, WindowMetrics, Worklo
 from tuner.errors import LoadFailure, UsageError
 from tuner.load.curve import point_label
 from tuner.load.prompts import PromptFactory
-from tuner.load.selfcheck import LoopLag, Neighbours, WindowCheck
+from tuner.load.selfcheck import EnergyMeter, LoopLag, Neighbours, WindowCheck
 from tuner.load.stats import window_metrics
 from tuner.load.stream import request_body, stream_completion
 from tuner.load.workloads import PlannedRequest, plan_requests
@@ -86,7 +86,8 @@ class LoadGenerator:
 
     ``base_url`` is the server root (``http://host:port``; a trailing ``/v1`` is accepted).
     ``neighbours`` accounts for the host's other processes during each window (the runner
-    passes one that knows the server's processes and GPU).
+    passes one that knows the server's processes and GPU); ``energy`` reads the measured GPU's
+    energy over each window (none: not measured).
     """
 
     def __init__(
@@ -98,6 +99,7 @@ class LoadGenerator:
         *,
         neighbours: Neighbours | None = None,
         ignore_eos: bool = True,
+        energy: EnergyMeter | None = None,
     ) -> None:
         if not request_timeout_s > 0:
             raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
@@ -107,6 +109,7 @@ class LoadGenerator:
         self.request_timeout_s = request_timeout_s
         self.neighbours = neighbours
         self.ignore_eos = ignore_eos
+        self.energy = energy
 
     def run(
         self,
@@ -167,9 +170,12 @@ class LoadGenerator:
                             on_phase("measure", len(windows), total)
                         plan = plan_requests(point, point.requests_per_window, seed=index + 1)
                         check.begin()
+                        if self.energy is not None:
+                            self.energy.begin()
                         records, duration = await self._phase(
                             session, plan, point.concurrency, should_abort, None
                         )
+                        energy = self.energy.end() if self.energy is not None else None
                         health = check.end()
                         where = f"window {index + 1}"
                         if len(points) > 1:
@@ -183,6 +189,7 @@ class LoadGenerator:
                                 concurrency=point.concurrency,
                                 request_rate=point.request_rate,
                                 client=health,
+                                energy=energy,
                             )
                         )
                         per_window.append(tuple(records))
@@ -194,6 +201,8 @@ class LoadGenerator:
                                 )
             finally:
                 await lag.stop()
+                if self.energy is not None:
+                    self.energy.end()  # a window cut short: stop its sampling, drop its reading
         return LoadReport(tuple(windows), tuple(per_window), warmup_s)
 
     def warm_up(

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tuner.domain import ClientHealth
+from tuner.domain import ClientHealth, WindowEnergy
 
 # The client's CPU share above which one asyncio process is taken as saturated.
 CPU_BOUND = 0.9
@@ -58,6 +58,15 @@ class Neighbours(Protocol):
     def begin(self) -> None: ...
 
     def end(self, client_cpu_s: float) -> NeighbourReading: ...
+
+
+class EnergyMeter(Protocol):
+    """The measured GPU's energy over one window (see :mod:`tuner.telemetry.energy`):
+    ``end()`` gives None when it was not measured, and neither call raises."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> WindowEnergy | None: ...
 
 
 class LoopLag:

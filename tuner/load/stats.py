@@ -17,6 +17,7 @@ from tuner.domain import (
     LatencyStats,
     RequestRecord,
     Slo,
+    WindowEnergy,
     WindowMetrics,
 )
 
@@ -37,6 +38,10 @@ METRIC_NAMES: tuple[str, ...] = (
     "error_rate",
     "goodput",
 )
+
+# The measured GPU's energy (tuner.telemetry.energy): summarize() adds these, both lower-is-better,
+# when every window measured it, and never on a CPU (nothing there is estimated).
+ENERGY_METRICS: tuple[str, ...] = ("joules_per_output_token", "gpu_power_w")
 
 HIGHER_IS_BETTER: dict[str, bool] = {
     name: name.endswith("throughput") or name == "goodput" for name in METRIC_NAMES
@@ -83,12 +88,14 @@ def window_metrics(
     concurrency: int | None = None,
     request_rate: float | None = None,
     client: ClientHealth | None = None,
+    energy: WindowEnergy | None = None,
 ) -> WindowMetrics:
     """Throughputs and latency statistics of one window, from its ok requests, with
     ``vllm bench serve``'s definitions: TTFT and E2E per request, TPOT per request with more
     than one output token, ITL pooled over every chunk gap of every request.
 
     Goodput is the ok requests meeting every set SLO field per second; None without an SLO.
+    ``energy`` (the GPU's, over the window) gains its joules per output token here.
     """
     if not duration_s > 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
@@ -119,6 +126,7 @@ def window_metrics(
         concurrency=concurrency,
         request_rate=request_rate,
         client=client,
+        energy=energy.per_tokens(output) if energy is not None else None,
     )
 
 
@@ -186,7 +194,8 @@ def _window_values(w: WindowMetrics) -> dict[str, float]:
 def summarize(windows: Sequence[WindowMetrics]) -> dict[str, Estimate]:
     """One :class:`Estimate` per metric name across windows, in :data:`METRIC_NAMES` order.
 
-    ``goodput`` is included when every window carries one.
+    ``goodput`` is included when every window carries one, the :data:`ENERGY_METRICS` when
+    every window measured the GPU's energy.
     """
     if not windows:
         raise ValueError("summarize needs at least one window")
@@ -199,4 +208,11 @@ def summarize(windows: Sequence[WindowMetrics]) -> dict[str, Estimate]:
                 out[name] = estimate([g for g in goodputs if g is not None])
             continue
         out[name] = estimate([v[name] for v in per_window])
+    energies = [w.energy for w in windows]
+    if all(e is not None and e.joules_per_output_token is not None for e in energies):
+        measured = [e for e in energies if e is not None]
+        out["joules_per_output_token"] = estimate(
+            [e.joules_per_output_token or _NAN for e in measured]
+        )
+        out["gpu_power_w"] = estimate([e.watts for e in measured])
     return out

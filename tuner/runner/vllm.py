@@ -39,6 +39,7 @@ from tuner.load.canary import QUICK, run_canary
 from tuner.load.curve import trial_metrics
 from tuner.load.generator import FirstPointCheck, LoadGenerator, LoadReport
 from tuner.load.prompts import PromptFactory
+from tuner.telemetry.energy import GpuEnergyMeter
 from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
 from tuner.telemetry.probe import TelemetryProbe
 from tuner.vllm import argv, logparse
@@ -333,7 +334,15 @@ class VllmTrialRunner:
                 server_pid=lambda: server.pid,
                 gpu_pids=nvml_compute_pids(uuids) if self.hardware.is_gpu else None,
             ),
+            energy=self._energy_meter(),
         )
+
+    def _energy_meter(self) -> GpuEnergyMeter | None:
+        """The measured GPU's energy per window; None on a CPU (energy is not measured there)."""
+        hw = self.hardware
+        if not hw.is_gpu or (hw.uuid is None and hw.index is None):
+            return None
+        return GpuEnergyMeter(hw.uuid, index=hw.index)
 
     def _failed(self, launch: _Launch, exc: TrialFailure) -> TrialResult:
         """The FAILED result: the failure's class and message, the log's tail and facts."""
