@@ -215,6 +215,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     from tuner.db.migrate import ensure_ready
     from tuner.db.repository import Repository
     from tuner.db.session import make_engine
+    from tuner.runner import placement
     from tuner.runner.hardware import check_hardware
     from tuner.runner.vllm import VLLM_MODULE, RunnerSettings, VllmTrialRunner
     from tuner.telemetry.nvml import detect_gpus
@@ -246,6 +247,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         tokenizer=str(tokenizer_dir(Path(model_path))) if synthetic else None,
         startup_timeout_s=spec.startup_timeout_s,
         compile_cache=spec.compile_cache,
+        cpu_placement=placement.resolve_mode(spec.cpu_placement),
         cache_root=home / "compile-cache",
         extra_args=spec.extra_args,
         log_dir=log_dir or Path(".tuner") / "logs",

@@ -204,6 +204,9 @@ class ServerInfo:
     canary: tuple[str, ...] = ()
     # How its compile caches started (tuner.vllm.caches): "warm", "cold" or "system".
     compile_cache: str | None = None
+    # Where its processes and the load generator ran (tuner.runner.placement): {"mode": "off"}
+    # or the pinned CPU sets; None for launches recorded before tuner placed them.
+    placement: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

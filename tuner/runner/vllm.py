@@ -39,8 +39,10 @@ from tuner.load.canary import QUICK, run_canary
 from tuner.load.curve import trial_metrics
 from tuner.load.generator import FirstPointCheck, LoadGenerator, LoadReport
 from tuner.load.prompts import PromptFactory
+from tuner.runner import placement
 from tuner.telemetry.energy import GpuEnergyMeter
 from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
+from tuner.telemetry.nvml import local_cpus
 from tuner.telemetry.probe import TelemetryProbe
 from tuner.vllm import argv, logparse
 from tuner.vllm.caches import CacheDir, cache_dir, cache_key
@@ -113,6 +115,9 @@ class RunnerSettings:
     # "cold" (a fresh directory per launch) or "system" (vLLM's own); no root: "system".
     compile_cache: str = "shared"
     cache_root: Path | None = None
+    # CPU placement of the server's processes and the load generator (tuner.runner.placement):
+    # "auto", "pinned" or "off"; TUNER_CPU_PLACEMENT in the environment overrides it.
+    cpu_placement: str = "auto"
 
 
 @dataclass
@@ -127,6 +132,7 @@ class _Launch:
     provenance: Provenance
     started: float
     cache: CacheDir
+    cpus: placement.CpuPlan | None = None
 
 
 class VllmTrialRunner:
@@ -221,7 +227,16 @@ class VllmTrialRunner:
             provenance=self._provenance(workload),
             started=started,
             cache=cache,
+            cpus=self._cpu_plan(),
         )
+
+    def _cpu_plan(self) -> placement.CpuPlan | None:
+        mode = placement.resolve_mode(self.settings.cpu_placement)
+        if mode == "off":
+            return None
+        hw = self.hardware
+        local = local_cpus(hw.uuid) if hw.is_gpu and hw.uuid else None
+        return placement.plan(mode, local)
 
     def _cache(self, config: ServingConfig) -> CacheDir:
         s = self.settings
@@ -253,12 +268,21 @@ class VllmTrialRunner:
         probe.before_launch()
         server.start()
         assert server.pid is not None
+        if launch.cpus is not None:  # its children inherit the server's CPUs, not tuner's
+            placement.set_affinity(server.pid, launch.cpus.server)
         probe.attach(server.pid)
         startup_s = server.wait_ready(self.settings.startup_timeout_s)
         server.verify_identity()
+        placed = (
+            placement.pin_server(launch.cpus, server.pid)
+            if launch.cpus is not None
+            else placement.NOT_PINNED
+        )
         log = server.log_text()
         backend, fa = logparse.effective_backend(log)
-        launch.info = _with_log_facts(launch.info, log, backend, fa, startup_s=startup_s)
+        launch.info = dataclasses.replace(
+            _with_log_facts(launch.info, log, backend, fa, startup_s=startup_s), placement=placed
+        )
 
     def _canary(
         self, launch: _Launch, workload: Workload, shapes: Sequence[str], phase: PhaseCallback
@@ -308,13 +332,14 @@ class VllmTrialRunner:
                     probe.start_load()
 
         try:
-            report = self._generator(launch, workload).run(
-                workload,
-                slo,
-                on_phase=report_phase,
-                should_abort=lambda: not server.is_alive(),
-                first_point=first_point,
-            )
+            with placement.client_pinned(launch.cpus):
+                report = self._generator(launch, workload).run(
+                    workload,
+                    slo,
+                    on_phase=report_phase,
+                    should_abort=lambda: not server.is_alive(),
+                    first_point=first_point,
+                )
         finally:
             probe.stop_load()
         if not server.is_alive():

@@ -38,6 +38,7 @@ vLLM's own flag list, with their types, before anything starts.
     startup_timeout_s = 900
     extra_args = ["--dtype", "float32"]
     compile_cache = "shared"        # or "cold" (each launch compiles anew), "system"
+    cpu_placement = "auto"          # or "pinned", "off" (tuner.runner.placement)
 """
 
 from __future__ import annotations
@@ -85,7 +86,14 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
     "space": frozenset({"params", "choices", "fixed", "search"}),
     "confirm": frozenset({"top", "launches", "confidence"}),
     "runner": frozenset(
-        {"startup_timeout_s", "extra_args", "vllm_python", "load_format", "compile_cache"}
+        {
+            "startup_timeout_s",
+            "extra_args",
+            "vllm_python",
+            "load_format",
+            "compile_cache",
+            "cpu_placement",
+        }
     ),
 }
 _SERVING_KEYS = frozenset(typed_knobs())
@@ -118,6 +126,7 @@ class StudySpec:
     confidence: float = 0.95
     startup_timeout_s: float = 900.0
     compile_cache: str = "shared"  # tuner.vllm.caches: shared, cold or system
+    cpu_placement: str = "auto"  # tuner.runner.placement: auto, pinned or off (checked there)
     extra_args: tuple[str, ...] = ()
     vllm_python: str | None = None
     load_format: str | None = None  # None: dummy for catalogued models, auto for real weights
@@ -352,7 +361,7 @@ def _runner_section(runner: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
                 section="runner",
             )
         kwargs["extra_args"] = tuple(extra)
-    for key in ("vllm_python", "load_format"):
+    for key in ("vllm_python", "load_format", "cpu_placement"):
         if key in runner:
             kwargs[key] = typed_value(runner[key], str, key, fail, "runner")
     if "compile_cache" in runner:

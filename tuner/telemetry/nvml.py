@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -301,3 +302,32 @@ class GpuMemorySampler(Periodic):
             peak = dict(self._peak)
         over = {u: max(0, peak[u] - base) for u, base in baseline.items() if u in peak}
         return over, baseline
+
+
+def local_cpus(uuid: str, nvml: Nvml | None = None) -> tuple[int, ...] | None:
+    """The CPUs NVML names as local to the GPU ``uuid`` (its NUMA node's, from
+    ``nvmlDeviceGetCpuAffinity``), in order; None where NVML cannot tell (no NVML, an old
+    driver, an unknown GPU): placement then falls back to the CPUs this process may use."""
+    api = _load(nvml)
+    if api is None:
+        return None
+    words = max(1, ((os.cpu_count() or 1) + 63) // 64)
+    try:
+        api.nvmlInit()
+    except api.NVMLError:
+        return None
+    try:
+        handle = api.nvmlDeviceGetHandleByUUID(uuid)
+        mask = getattr(api, "nvmlDeviceGetCpuAffinity")(handle, words)  # noqa: B009
+    except (api.NVMLError, AttributeError) as exc:
+        log.debug("no CPU affinity for %s from NVML: %s", uuid, exc)
+        return None
+    finally:
+        _shutdown(api)
+    cpus = tuple(
+        word_index * 64 + bit
+        for word_index, word in enumerate(mask)
+        for bit in range(64)
+        if int(word) >> bit & 1
+    )
+    return cpus or None
