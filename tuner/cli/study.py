@@ -224,19 +224,25 @@ def trials(
     if as_json:
         print_json([{**to_jsonable(r), "flags": window_flags(r.windows).to_dict()} for r in rows])
         return
+    from tuner.results import energy
+
     table = Table(
-        "#", "status", "config", "out tok/s", "P99 E2E ms", "memory GiB", "backend", "failure",
-        "flags",
+        "#", "status", "config", "out tok/s", "J/out tok", "P99 E2E ms", "memory GiB", "backend",
+        "failure", "flags",
     )  # fmt: skip
+    unmeasured: set[str] = set()
     for r in rows:
         m = r.metrics
         ok = r.status is TrialStatus.COMPLETE and m
         values: list[float] = list(r.objective_values or [])
+        why = energy.absent(m, on_gpu=r.gpu_uuid is not None) if ok else None
+        unmeasured.update([why] if why else [])
         table.add_row(
             str(r.number) + (" (baseline)" if r.is_baseline else ""),
             r.status.value,
             r.config.label(),
             _ci(m["output_throughput"]) if ok else "",
+            energy.per_token(m[energy.PER_TOKEN]) if ok and not why else "",
             _ci(m["e2e_p99_ms"]) if ok else "",
             f"{values[1]:.2f}" if ok and len(values) == 3 else "",
             r.effective_backend or "",
@@ -244,6 +250,8 @@ def trials(
             window_flags(r.windows).short(),
         )
     out.print(table)
+    for why in sorted(unmeasured):
+        out.print(escape(why))
 
 
 def _status(state: str | None) -> TrialStatus | None:

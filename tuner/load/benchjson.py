@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from tuner import __version__
-from tuner.domain import ClientHealth, RequestRecord, Slo, to_jsonable
+from tuner.domain import ClientHealth, RequestRecord, Slo, WindowEnergy, to_jsonable
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
@@ -207,6 +207,7 @@ def bench_result(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     goodput: Mapping[str, float] | None = None,
     client: ClientHealth | None = None,
+    energy: WindowEnergy | None = None,
     date: datetime | None = None,
     tuner_version: str | None = None,
     extra: Mapping[str, Any] | None = None,
@@ -216,6 +217,11 @@ def bench_result(
     ``concurrency`` is the cap on requests in flight (vLLM's ``max_concurrency``: the streams
     of a closed-loop point), ``request_rate`` the Poisson rate or None for a closed loop
     (written ``"inf"``, as vLLM does). ``extra`` adds keys that must start with ``tuner_``.
+    ``energy`` is the measured GPU's over the window: ``tuner_energy`` holds it (joules, seconds,
+    watts, joules_per_output_token, method, note) and ``tuner_joules_per_output_token`` /
+    ``tuner_gpu_watts`` repeat its two headline numbers; none of the three is there when it
+    was not measured (a CPU server, or ``tuner load`` against a URL, whose GPU tuner does not
+    know).
     All floats are finite or None.
     """
     when = date or datetime.now()
@@ -235,6 +241,10 @@ def bench_result(
     result["tuner_version"] = __version__ if tuner_version is None else tuner_version
     result["tuner_goodput"] = dict(goodput) if goodput else None
     result["tuner_client"] = None if client is None else to_jsonable(client)
+    if energy is not None:
+        result["tuner_energy"] = to_jsonable(energy)
+        result["tuner_joules_per_output_token"] = energy.joules_per_output_token
+        result["tuner_gpu_watts"] = energy.watts
     for key, value in (extra or {}).items():
         if not key.startswith("tuner_"):
             raise ValueError(f"extra key {key!r}: tuner's own keys start with 'tuner_'")

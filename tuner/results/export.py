@@ -9,8 +9,12 @@ memory GiB, P99 E2E ms],
 metrics {name: {median, low, high, values}} (the median over the measurement windows, low and
 high the smallest and largest window value: a range, not a confidence interval; values one per
 window), memory {gpu_peak_bytes, gpu_baseline_bytes, host_peak_rss_bytes}, effective_backend,
-kv_cache_tokens, startup_s, and provenance {gpu_name, gpu_uuid, driver_version, vllm_version,
-model, workload, emulated, hostname, tuner_version}.
+kv_cache_tokens, startup_s, provenance {gpu_name, gpu_uuid, driver_version, vllm_version,
+model, workload, emulated, hostname, tuner_version}, and window_energy: per window, the measured
+GPU's energy {joules, seconds, watts, joules_per_output_token, method, gpu_uuid, samples, note}
+(:class:`tuner.domain.WindowEnergy`) or null where it was not measured, and energy_note, why a
+complete trial has none ("energy: not measured on CPU"); the trial's medians are the metrics
+joules_per_output_token and gpu_power_w.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tuner.db.repository import Repository
-from tuner.domain import Objective, to_jsonable
+from tuner.domain import Objective, TrialStatus, to_jsonable
 from tuner.domain.jsonable import dumps
+from tuner.results import energy
 
 
 def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
@@ -56,6 +61,10 @@ def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
                 "kv_cache_tokens": server.kv_cache_tokens if server else None,
                 "startup_s": server.startup_s if server else None,
                 "provenance": to_jsonable(result.provenance),
+                "window_energy": [to_jsonable(w.energy) for w in result.windows],
+                "energy_note": energy.absent(row.metrics, on_gpu=row.gpu_uuid is not None)
+                if row.status is TrialStatus.COMPLETE
+                else None,
             }
         )
     return out
@@ -88,8 +97,8 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
     each metric is its median [range over the measurement windows]."""
     head = (
         "| # | phase | status | backend | config | out tok/s [range] | P99 TTFT ms | "
-        "P99 ITL ms | P99 E2E ms | memory GiB | score |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "P99 ITL ms | P99 E2E ms | memory GiB | J/out tok | score |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in sorted(records, key=lambda r: (r["phase"] != "search", r["number"])):
@@ -106,6 +115,6 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
             f"{r['effective_backend'] or ''} | {config} | "
             f"{_range(m.get('output_throughput'))} | {_range(m.get('ttft_p99_ms'))} | "
             f"{_range(m.get('itl_p99_ms'), 1)} | {_range(m.get('e2e_p99_ms'))} | {memory} | "
-            f"{score} |"
+            f"{_range(m.get(energy.PER_TOKEN), 3)} | {score} |"
         )
     return head + "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ from tuner.catalog.models import MODELS
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow
 from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
+from tuner.results import energy
 from tuner.scoring.caveats import WindowFlags, window_flags
 from tuner.scoring.significance import BETTER, INCONCLUSIVE
 from tuner.study.confirm import Confirmed, choose, study_pick
@@ -53,6 +54,8 @@ class Recommendation:
     tradeoffs: tuple[str, ...] = ()
     # Its knobs that change the model's outputs (quantization=fp8): not a free speed-up.
     output_changes: tuple[str, ...] = ()
+    # Why the trial shown has no measured energy ("energy: not measured on CPU"); None if it has.
+    energy_note: str | None = None
 
     def render(self) -> str:
         lines = [
@@ -77,6 +80,7 @@ class Recommendation:
             else ""
         )
         lines.append(f"  {'memory GiB':>13}: {self.memory_gib:.2f}{base_mem}")
+        lines.extend(self._energy_lines())
         lines.extend(f"  tradeoff: {t}" for t in self.tradeoffs)
         if self.output_changes:
             lines.append(
@@ -118,6 +122,22 @@ class Recommendation:
         if warning:
             lines.append(f"  warning: {warning}")
         return "\n".join(lines)
+
+    def _energy_lines(self) -> list[str]:
+        """The measured GPU energy beside the throughput, or why there is none."""
+        if self.energy_note is not None:
+            return [f"  {self.energy_note}"]
+        out = []
+        for key, label, text in (
+            (energy.PER_TOKEN, "J/out token", energy.per_token),
+            (energy.POWER, "GPU watts", energy.power),
+        ):
+            if key not in self.metrics:
+                continue
+            base = self.baseline_metrics.get(key) if self.baseline_metrics else None
+            vs = f"   defaults {text(base)}" if base else ""
+            out.append(f"  {label:>13}: {text(self.metrics[key])}{vs}")
+        return out
 
     def window_cautions(self) -> list[str]:
         """One line per shown trial with client-bound or disturbed windows."""
@@ -208,6 +228,7 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
         if top.is_baseline
         else tuple(tradeoffs(top.config, trial.metrics, base_metrics, row.slo)),
         output_changes=tuple(levers.output_changing(top.config)),
+        energy_note=energy.absent(trial.metrics, on_gpu=trial.gpu_uuid is not None),
     )
 
 

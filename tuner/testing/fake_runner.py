@@ -2,8 +2,10 @@
 
 It answers from a small performance model instead of a server, with seeded noise, and fails the
 way vLLM does for configurations that do not fit: utilization above what is free
-(MEMORY_EXCEEDED) and a max-model-len whose KV cache does not fit (KV_CACHE_INSUFFICIENT). It
-passes the same runner contract as the real runner (tests/integration/test_runner_contract.py).
+(MEMORY_EXCEEDED) and a max-model-len whose KV cache does not fit (KV_CACHE_INSUFFICIENT). Its
+fake GPU draws power as a real one reports it per window (more with more sequences in flight),
+so its trials carry energy as the real runner's do on a GPU. It passes the same runner contract
+as the real runner (tests/integration/test_runner_contract.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tuner.domain import (
     Slo,
     TrialResult,
     TrialStatus,
+    WindowEnergy,
     WindowMetrics,
     Workload,
     stopped_early,
@@ -161,6 +164,14 @@ class FakeRunner:
                     )
                 )
             duration = point.requests_per_window / batch * max(r.e2e_s or 0 for r in records)
+            watts = min(700.0, 150.0 + 4.0 * batch) * rng.uniform(0.98, 1.02)
+            energy = WindowEnergy(
+                joules=watts * duration,
+                seconds=duration,
+                watts=watts,
+                method="counter",
+                gpu_uuid="GPU-fake",
+            )
             windows.append(
                 window_metrics(
                     records,
@@ -168,6 +179,7 @@ class FakeRunner:
                     slo,
                     concurrency=point.concurrency,
                     request_rate=point.request_rate,
+                    energy=energy,
                 )
             )
             if first_point is not None and len(windows) == first:

@@ -8,8 +8,10 @@ import datetime as dt
 from typing import Any
 
 from tuner.db.repository import Repository
-from tuner.domain import Slo, TrialStatus
+from tuner.db.rows import TrialRow
+from tuner.domain import Slo, TrialStatus, WindowMetrics
 from tuner.load.benchjson import bench_result, goodput_bounds
+from tuner.results import energy
 
 
 def bench_files(repo: Repository, study: str) -> dict[str, dict[str, Any]]:
@@ -41,6 +43,7 @@ def bench_files(repo: Repository, study: str) -> dict[str, dict[str, Any]]:
                 request_rate=window.request_rate,
                 goodput=goodput,
                 client=window.client,
+                energy=window.energy,
                 date=when,
                 extra={
                     "tuner_study": study,
@@ -48,6 +51,15 @@ def bench_files(repo: Repository, study: str) -> dict[str, dict[str, Any]]:
                     "tuner_phase": trial.phase,
                     "tuner_config": trial.config_label,
                     "tuner_window": index + 1,
+                    **_energy_note(trial, window),
                 },
             )
     return files
+
+
+def _energy_note(trial: TrialRow, window: WindowMetrics) -> dict[str, str]:
+    """``tuner_energy_note`` saying why a window has no energy ("not measured on CPU")."""
+    if window.energy is not None:
+        return {}
+    on_gpu = trial.gpu_uuid is not None
+    return {"tuner_energy_note": energy.NOT_MEASURED if on_gpu else energy.NOT_ON_CPU}

@@ -14,6 +14,7 @@ from typing import Any
 
 from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Objective, ServingConfig, Slo, TrialResult, TrialStatus, WindowMetrics
+from tuner.results import energy
 from tuner.scoring import objectives as scoring
 from tuner.scoring import ranking
 from tuner.scoring.caveats import WindowFlags, window_flags
@@ -35,6 +36,8 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "e2e_p99_ms": ("P99 E2E latency", "ms"),
     "error_rate": ("error rate", "fraction"),
     "memory_gib": ("peak memory", "GiB"),
+    "joules_per_output_token": ("GPU energy per output token", "J"),
+    "gpu_power_w": ("GPU power", "W"),
 }
 
 
@@ -76,6 +79,9 @@ class TrialLine:
     windows: WindowFlags = field(default_factory=WindowFlags)
     # False when a launch of this configuration failed the canary: never the best.
     recommendable: bool = True
+    # The measured GPU's joules per output token and watts (None: not measured, e.g. on CPU).
+    joules_per_token: float | None = None
+    gpu_power_w: float | None = None
 
     @property
     def flags(self) -> str:
@@ -136,6 +142,8 @@ class StudyReport:
     confirmation: ConfirmationSummary | None = None
     # "2 of 30 windows client-bound (...): #3 2/3 client-bound, ..."; "" when none was flagged.
     window_caveat: str = ""
+    # Why measured trials have no energy ("energy: not measured on CPU"); "" when all have it.
+    energy_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -211,9 +219,21 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 duration_s=took,
                 windows=window_flags(t.windows),
                 recommendable=t.config not in broken,
+                joules_per_token=_metric(t, energy.PER_TOKEN),
+                gpu_power_w=_metric(t, energy.POWER),
             )
         )
     return tuple(out)
+
+
+def energy_note(trials: Sequence[TrialRow]) -> str:
+    """Why the measured trials that have no energy have none, in one line; "" when none lacks it."""
+    reasons = {
+        energy.absent(t.metrics, on_gpu=t.gpu_uuid is not None)
+        for t in trials
+        if t.status is TrialStatus.COMPLETE and t.metrics
+    }
+    return "; ".join(sorted(r for r in reasons if r))
 
 
 def window_caveat(lines: Sequence[TrialLine]) -> str:
@@ -377,6 +397,7 @@ def study_report(
         confirm_count=sum(t.phase == "confirm" for t in lines),
         confirmation=_confirmation(study, comparisons),
         window_caveat=window_caveat(lines),
+        energy_note=energy_note(trials),
     )
 
 
