@@ -38,8 +38,12 @@ from tuner.scoring.caveats import (
     disagreement_verdict,
     window_flags,
 )
+from tuner.scoring.noise import launch_value
 from tuner.scoring.objectives import GIB
-from tuner.scoring.significance import is_inconclusive, ratio_interval
+from tuner.scoring.significance import RatioInterval, is_inconclusive, ratio_interval
+
+MetricInterval = Callable[[str, Sequence[float], Sequence[float], float], RatioInterval | None]
+"""An interval of B/A for a metric: (metric, A's launch values, B's, confidence) -> interval."""
 
 NOT_ENOUGH = "not enough launches"
 
@@ -125,9 +129,12 @@ def launch_values(results: Sequence[TrialResult], metric: str) -> list[float]:
     return [value for value, _ in _launches(results, metric)]
 
 
-def _launches(results: Sequence[TrialResult], metric: str) -> list[tuple[float, tuple[float, ...]]]:
-    """Per complete launch that has the metric: its value and its window values (none for
-    peak memory, a single number per launch)."""
+def _launches(
+    results: Sequence[TrialResult], metric: str, geomean: bool = False
+) -> list[tuple[float, tuple[float, ...]]]:
+    """Per complete launch that has the metric: its value (the median of its windows, or with
+    ``geomean`` their geometric mean, the value of :mod:`tuner.scoring.noise`'s model) and its
+    window values (none for peak memory, a single number per launch)."""
     out: list[tuple[float, tuple[float, ...]]] = []
     for r in results:
         if r.status is not TrialStatus.COMPLETE:
@@ -138,7 +145,9 @@ def _launches(results: Sequence[TrialResult], metric: str) -> list[tuple[float, 
                 out.append((mem / GIB, ()))
         elif metric in r.metrics:
             e = r.metrics[metric]
-            out.append((e.median, tuple(e.values)))
+            value = launch_value(e.values) if geomean else e.median
+            if value is not None:
+                out.append((value, tuple(e.values)))
     return out
 
 
@@ -157,6 +166,9 @@ class MetricComparison:
     # "inconclusive: ..." whatever the interval says.
     a_disagreement: Disagreement | None = None
     b_disagreement: Disagreement | None = None
+    # How the interval was computed ("welch", "pooled", "welch: why not pooled") and its df.
+    method: str = ""
+    df: float | None = None
 
     @property
     def inconclusive(self) -> bool:
@@ -240,6 +252,7 @@ class Comparison:
                         "a": m.a_disagreement.to_dict() if m.a_disagreement else None,
                         "b": m.b_disagreement.to_dict() if m.b_disagreement else None,
                     },
+                    **({"method": m.method, "df": m.df} if m.method else {}),
                 }
                 for m in self.metrics
             ],
@@ -262,18 +275,25 @@ def compare(
     b: Arm,
     b_results: Sequence[TrialResult],
     confidence: float = 0.95,
+    *,
+    interval_of: MetricInterval | None = None,
+    geomean: bool = False,
 ) -> Comparison:
     """B against A on every compared metric, from their launches.
 
     A metric on which either arm's launches disagree far beyond their noise gets the verdict
     "inconclusive: ..." (see :mod:`tuner.scoring.caveats`) instead of better / worse / no
-    difference.
+    difference. ``interval_of`` gives each metric's interval (default: Welch's); ``geomean``
+    takes a launch's geometric mean of windows as its value instead of their median.
     """
     metrics = []
     for name, label, higher in COMPARED:
-        a_runs, b_runs = _launches(a_results, name), _launches(b_results, name)
+        a_runs, b_runs = _launches(a_results, name, geomean), _launches(b_results, name, geomean)
         av, bv = [v for v, _ in a_runs], [v for v, _ in b_runs]
-        interval = ratio_interval(av, bv, confidence)
+        if interval_of is None:
+            interval = ratio_interval(av, bv, confidence)
+        else:
+            interval = interval_of(name, av, bv, confidence)
         a_off = disagreement(av, [w for _, w in a_runs])
         b_off = disagreement(bv, [w for _, w in b_runs])
         verdict = interval.verdict(higher) if interval else NOT_ENOUGH
@@ -297,6 +317,8 @@ def compare(
                 verdict=verdict,
                 a_disagreement=a_off,
                 b_disagreement=b_off,
+                method=interval.method if interval and interval_of is not None else "",
+                df=interval.df if interval and interval_of is not None else None,
             )
         )
     return Comparison(

@@ -114,14 +114,17 @@ def run_logged(
     on_run: RunCallback | None = None,
     on_phase: PhaseCallback | None = None,
     on_resumed: Callable[[str], None] | None = None,
+    done: Sequence[Sequence[TrialResult]] | None = None,
 ) -> list[list[TrialResult]]:
     """:func:`tuner.abtest.compare.run_interleaved`, resumed from ``log``'s earlier launches (said
     through ``on_resumed``) and recording each new launch in ``log`` as it finishes; with
-    ``log`` None, plainly interleaved."""
-    done = log.load(arms) if log is not None else None
-    resumed = describe_resumed(done, arms) if done is not None else None
-    if resumed and on_resumed:
-        on_resumed(resumed)
+    ``log`` None, plainly interleaved. ``done``: the launches so far, given instead of read
+    from the log (a later look of a sequential design)."""
+    if done is None:
+        done = log.load(arms) if log is not None else None
+        resumed = describe_resumed(done, arms) if done is not None else None
+        if resumed and on_resumed:
+            on_resumed(resumed)
 
     def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
         if log is not None:

@@ -17,13 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.abtest.compare import NOT_ENOUGH, Arm, Comparison, compare
+from tuner.abtest.compare import NOT_ENOUGH, Arm, Comparison
+from tuner.abtest.decide import Design, Look, judge_look
 from tuner.abtest.guard import finding_of
 from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compose import beyond_typed, installed_flags, resolve_workload
 from tuner.domain import GpuProfile, ModelSpec, Provenance, TrialResult, Workload, to_jsonable
+from tuner.scoring.noise import NoiseProfile
 from tuner.scoring.significance import is_inconclusive
 from tuner.space import SearchSpace
 from tuner.spec.configs import (
@@ -96,12 +98,29 @@ class PairOutcome:
     verdicts: dict[str, str]
     provenance: Provenance | None
     comparison_id: int | None = None  # once stored
+    look: Look | None = None  # the decision: its design, how it stopped, what it cost
 
     def stored(self) -> Judgement:
         a, b = self.setup.arms
+        repeats = None
+        if self.look is not None:
+            repeats = max(self.look.step.n_a, self.look.step.n_b)
         return Judgement(
-            self.setup.workload, a.config, b.config, self.results, self.verdicts, self.provenance
+            self.setup.workload,
+            a.config,
+            b.config,
+            self.results,
+            self.verdicts,
+            self.provenance,
+            repeats,
         )
+
+    @property
+    def look_done(self) -> bool:
+        """Whether the design stops here (decided, precise enough, a side not measurable)."""
+        if any(self.findings.values()):
+            return True
+        return self.look is None or self.look.done
 
     @property
     def conclusive(self) -> bool:
@@ -127,26 +146,38 @@ class PairOutcome:
 
 
 def judge_pair(
-    setup: PairSetup, results: Sequence[Sequence[TrialResult]], confidence: float
+    setup: PairSetup,
+    results: Sequence[Sequence[TrialResult]],
+    design: Design,
+    profile: NoiseProfile | None = None,
 ) -> PairOutcome:
-    """B/A per metric from the launches of A and B (in that order); every verdict is
-    "not measured" when a side cannot start here."""
+    """B/A per metric from the launches of A and B (in that order) by the decision design
+    (:mod:`tuner.abtest.decide`); every verdict is "not measured" when a side cannot start
+    here."""
     (a, b), (a_runs, b_runs) = setup.arms, results
-    c = compare(a, a_runs, b, b_runs, confidence)
-    out, verdicts = {**c.to_results(), "kind": "compare"}, c.to_verdicts()
+    look = judge_look(a, a_runs, b, b_runs, design, profile)
+    c = look.comparison
+    out, verdicts = {**look.to_results(), "kind": "compare"}, c.to_verdicts()
     findings = {side: finding_of(rs) for side, rs in zip("ab", results, strict=True)}
     if any(findings.values()):
         for m in out["metrics"]:
             m["verdict"] = NOT_MEASURED
         verdicts = dict.fromkeys(verdicts, NOT_MEASURED)
-    return PairOutcome(setup, c, findings, out, verdicts, first_provenance(*results))
+    return PairOutcome(setup, c, findings, out, verdicts, first_provenance(*results), look=look)
 
 
-def run_pair(bench: Bench, setup: PairSetup, confidence: float, watch: Watch) -> PairOutcome:
-    """Measure B against A on ``bench`` (interleaved, resumable), judge and store."""
+def run_pair(bench: Bench, setup: PairSetup, watch: Watch) -> PairOutcome:
+    """Measure B against A on ``bench`` by its design (interleaved, resumable, a look after
+    every pair when sequential), judge and store."""
+    design = bench.design or Design.fixed_launches(bench.launches)
+
+    def judge(group: Group, results: list[list[TrialResult]]) -> list[PairOutcome]:
+        return [judge_pair(setup, results, design, bench.profile(group, results))]
+
+    def decided(group: Group, results: list[list[TrialResult]]) -> bool:
+        return judge(group, results)[0].look_done
+
     ((outcome, comparison_id),) = bench.run(
-        [Group(setup.workload, setup.arms)],
-        lambda _group, results: [judge_pair(setup, results, confidence)],
-        watch=watch,
+        [Group(setup.workload, setup.arms)], judge, watch=watch, decided=decided
     )
     return dataclasses.replace(outcome, comparison_id=comparison_id)

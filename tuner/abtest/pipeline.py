@@ -20,15 +20,28 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tuner.abtest.compare import Arm, RunCallback
+from tuner.abtest.decide import Design
 from tuner.abtest.guard import FindingGuard
 from tuner.abtest.launchlog import LaunchLog, run_logged
+from tuner.abtest.profile import load_profile, noise_key, record_launch, run_tag
 from tuner.compose import prepare, tuner_home
-from tuner.domain import GpuProfile, ModelSpec, Provenance, ServingConfig, TrialResult, Workload
+from tuner.domain import (
+    GpuProfile,
+    ModelSpec,
+    Provenance,
+    ServingConfig,
+    TrialResult,
+    TrialStatus,
+    Workload,
+)
 
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
     from tuner.runner.vllm import PhaseCallback, TrialRunner
+    from tuner.scoring.noise import NoiseProfile
     from tuner.spec.study import StudySpec
+
+DEFAULTS = "defaults"
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,7 @@ class Judgement:
     results: Mapping[str, Any]
     verdicts: Mapping[str, str]
     provenance: Provenance | None
+    repeats: int | None = None  # launches a side it took (default: the command's launches)
 
 
 class Judged(Protocol):
@@ -72,6 +86,21 @@ J = TypeVar("J", bound=Judged)
 Judge = Callable[[Group, list[list[TrialResult]]], Sequence[J]]
 """A judge step: a group and its launches per arm (in the order of ``group.arms``) -> verdicts."""
 LogFactory = Callable[[Workload, list[Arm]], LaunchLog]
+Decided = Callable[[Group, list[list[TrialResult]]], bool]
+"""Whether a group's launches so far decide everything it was launched for."""
+Record = Callable[[Group, Arm, TrialResult, Sequence[TrialResult]], None]
+"""Called after each new launch with the group, the arm, the result and every launch of the
+group so far (this one included)."""
+
+
+@dataclass(frozen=True)
+class Looks:
+    """A sequential design's schedule: launches a side at the first look, at most, and the
+    rule that says a group is decided."""
+
+    first: int
+    cap: int
+    decided: Decided
 
 
 def run_groups(
@@ -84,6 +113,8 @@ def run_groups(
     on_group: Callable[[Group], None] | None = None,
     launch_log: LogFactory | None = None,
     store: Callable[[Judgement], int] | None = None,
+    looks: Looks | None = None,
+    record: Record | None = None,
 ) -> list[tuple[J, int | None]]:
     """Launch each group's arms ``launches`` times each, judge each group, and store; see the
     module docstring. Returns every verdict in group order with the id of its stored comparison
@@ -91,7 +122,10 @@ def run_groups(
 
     ``runner`` may be None only when there is no group. ``launch_log`` gives each group's log
     (earlier launches reused, each new one recorded); ``store`` stores a judgement and gives
-    its id. Without ``store`` nothing is stored, and the launch logs are kept.
+    its id. Without ``store`` nothing is stored, and the launch logs are kept. ``looks``: a
+    sequential design instead of ``launches``: from ``looks.first`` launches a side, one more
+    round at a time until ``looks.decided`` or ``looks.cap``. ``record`` hears of each new
+    launch (the noise profile's store).
     """
     w = watch or Watch()
     logs: list[LaunchLog] = []
@@ -104,19 +138,7 @@ def run_groups(
         log = launch_log(group.workload, list(group.arms)) if launch_log else None
         if log is not None:
             logs.append(log)
-        measured.append(
-            run_logged(
-                log,
-                group.arms,
-                runner,
-                group.workload,
-                launches,
-                on_start=w.on_start,
-                on_run=w.on_run,
-                on_phase=w.on_phase,
-                on_resumed=w.on_resumed,
-            )
-        )
+        measured.append(_measure(group, runner, launches, log, w, looks, record))
     judged = [j for g, results in zip(groups, measured, strict=True) for j in judge(g, results)]
     if store is None:
         return [(j, None) for j in judged]
@@ -124,6 +146,50 @@ def run_groups(
     for log in logs:  # stored: a later run of the same command measures afresh
         log.clear()
     return list(zip(judged, ids, strict=True))
+
+
+def _measure(
+    group: Group,
+    runner: TrialRunner,
+    launches: int,
+    log: LaunchLog | None,
+    w: Watch,
+    looks: Looks | None,
+    record: Record | None,
+) -> list[list[TrialResult]]:
+    """One group's launches: ``launches`` rounds, or look by look (see :func:`run_groups`)."""
+    seen: list[TrialResult] = [r for rs in (log.load(list(group.arms)) if log else []) for r in rs]
+
+    def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
+        seen.append(result)
+        if record is not None:
+            record(group, arm, result, seen)
+        if w.on_run:
+            w.on_run(index, total, arm, result)
+
+    def measure(rounds: int, done: list[list[TrialResult]] | None) -> list[list[TrialResult]]:
+        return run_logged(
+            log,
+            group.arms,
+            runner,
+            group.workload,
+            rounds,
+            on_start=w.on_start,
+            on_run=finished,
+            on_phase=w.on_phase,
+            on_resumed=w.on_resumed,
+            done=done,
+        )
+
+    if looks is None:
+        return measure(launches, None)
+    rounds = looks.first
+    results = measure(rounds, None)
+    while rounds < looks.cap and not looks.decided(group, results):
+        # A resumed run may hold more than this look's launches: go on from where it stopped.
+        rounds = max(rounds + 1, min(len(rs) for rs in results) + 1)
+        results = measure(min(rounds, looks.cap), results)
+    return results
 
 
 def first_provenance(*runs: Sequence[TrialResult]) -> Provenance | None:
@@ -144,9 +210,11 @@ class Bench:
     repo: Repository
     hardware: str
     vllm_version: str
+    design: Design | None = None  # None: ``launches`` a side, as before the decision design
 
     def launch_log(self, workload: Workload, arms: Sequence[Arm]) -> LaunchLog:
         """The log of measuring ``arms`` on ``workload`` here, under ``$TUNER_HOME``."""
+        key = self.design.key() if self.design is not None else None
         return LaunchLog.for_arms(
             tuner_home(),
             self.command,
@@ -157,7 +225,39 @@ class Bench:
             hardware=self.hardware,
             vllm=self.vllm_version,
             workload=workload,
+            **({"design": key} if key is not None else {}),
         )
+
+    def run_tag(self, group: Group, seen: Sequence[TrialResult]) -> str:
+        """The tag of this run of the command on ``group`` (see :func:`run_tag`)."""
+        stem = self.launch_log(group.workload, group.arms).path.stem
+        return run_tag(self.command, stem, seen)
+
+    def record(
+        self, group: Group, arm: Arm, result: TrialResult, seen: Sequence[TrialResult]
+    ) -> None:
+        """Store a finished launch's summary for the noise profile of its key."""
+        record_launch(
+            self.repo,
+            result,
+            model=self.model.alias,
+            workload=group.workload.name,
+            is_defaults=arm.label.strip() == DEFAULTS,
+            source=self.command,
+            run=self.run_tag(group, seen),
+        )
+
+    def profile(
+        self, group: Group, results: Sequence[Sequence[TrialResult]]
+    ) -> NoiseProfile | None:
+        """The noise profile of the key of ``group``'s launches, from every stored launch but
+        this run's own; None before a launch completed or without a profile."""
+        flat = [r for rs in results for r in rs]
+        first = next((r for r in flat if r.status is TrialStatus.COMPLETE), None)
+        key = noise_key(first, self.model.alias, group.workload.name) if first else None
+        if key is None:
+            return None
+        return load_profile(self.repo, key, exclude_run=self.run_tag(group, flat))
 
     def store(self, judgement: Judgement) -> int:
         """Store ``judgement`` as a comparison; its id."""
@@ -167,7 +267,7 @@ class Bench:
             workload=judgement.workload.name,
             a_config=judgement.a,
             b_config=judgement.b,
-            repeats=self.launches,
+            repeats=judgement.repeats if judgement.repeats is not None else self.launches,
             results=judgement.results,
             verdicts=judgement.verdicts,
             provenance=judgement.provenance,
@@ -181,18 +281,26 @@ class Bench:
         *,
         watch: Watch | None = None,
         on_group: Callable[[Group], None] | None = None,
+        decided: Decided | None = None,
     ) -> list[tuple[J, int | None]]:
-        """:func:`run_groups` on this machine: launch logs under ``$TUNER_HOME``, verdicts
-        stored in its database."""
+        """:func:`run_groups` on this machine: launch logs under ``$TUNER_HOME``, each launch
+        summarised for the noise profile, verdicts stored in its database. With a sequential
+        design, ``decided`` says when a group's launches suffice."""
+        d = self.design
+        looks = None
+        if d is not None and not d.fixed and decided is not None:
+            looks = Looks(d.first, d.cap, decided)
         return run_groups(
             groups,
             self.runner,
-            self.launches,
+            d.first if d is not None else self.launches,
             judge,
             watch=watch,
             on_group=on_group,
             launch_log=self.launch_log,
             store=self.store,
+            looks=looks,
+            record=self.record,
         )
 
 
@@ -203,17 +311,20 @@ def open_bench(
     model: ModelSpec,
     gpu: GpuProfile,
     launches: int,
+    design: Design | None = None,
 ) -> Bench:
     """Set the machine up for ``spec`` (:func:`tuner.compose.prepare`: a TunerError
-    before anything is written when it cannot be) and wrap its runner in the finding guard."""
+    before anything is written when it cannot be) and wrap its runner in the finding guard.
+    ``design``: the decision design (``launches`` is then its first look)."""
     prepared = prepare(spec, storage_url)
     return Bench(
         command=command,
         model=model,
         gpu=gpu,
-        launches=launches,
+        launches=design.first if design is not None else launches,
         runner=FindingGuard(prepared.runner, model),
         repo=prepared.repo,
         hardware=prepared.runner.hardware.name,
         vllm_version=prepared.ctx.vllm_version,
+        design=design,
     )

@@ -17,6 +17,7 @@ from tuner.cli.common import StorageOpt, storage_url
 
 if TYPE_CHECKING:
     from tuner.abtest.compare import Arm
+    from tuner.abtest.decide import Look
     from tuner.abtest.pair import PairOutcome, PairSetup
     from tuner.abtest.pipeline import Bench, Watch
     from tuner.domain import TrialResult
@@ -72,17 +73,53 @@ def _say_plan(setup: PairSetup, bench: Bench, say: Say) -> None:
     )
     for side, arm in zip("AB", setup.arms, strict=True):
         say(f"  {side} = {arm.label}: launches with {arm.config.label()}")
-    say(
-        f"  workload {setup.workload.name}, {bench.launches} fresh launches each, "
-        "interleaved A B A B ..."
+    design = (
+        bench.design.text()
+        if bench.design is not None
+        else (f"{bench.launches} fresh launches each, interleaved A B A B ...")
     )
+    say(f"  workload {setup.workload.name}, {design}")
+
+
+def decision_lines(look: Look) -> list[str]:
+    """How a decision ended, its interval's method and its cost, for people."""
+    from tuner.abtest.profile import profile_lines
+    from tuner.scoring.sequential import BUDGET, PRECISE, SIGNIFICANT
+
+    step, found = look.step, look.step.interval
+    why = {
+        SIGNIFICANT: "the interval excludes 1",
+        PRECISE: f"the interval is within ±{(look.design.plan.min_effect or 0) * 100:g} %",
+        BUDGET: "the launch budget is spent" if not look.design.fixed else "the fixed design",
+    }.get(step.reason, step.reason)
+    head = look.comparison.metric("output_throughput")
+    lines = [
+        f"decision: {step.verdict} after {step.n_a} + {step.n_b} launches ({why}); "
+        f"{look.gpu_minutes:.1f} GPU-minutes"
+    ]
+    if found is not None and step.reason in (PRECISE, BUDGET):
+        hw = found.half_width * 100
+        lines.append(f"  interval half-width ±{hw:.1f} % ({found.percent()})")
+    c = look.profile.get("output_throughput") if look.profile is not None else None
+    min_effect = look.design.plan.min_effect
+    if step.reason == BUDGET and c is not None and min_effect:
+        need = c.launches_for(min_effect, look.design.plan.confidence)
+        lines.append(
+            f"  ±{min_effect * 100:g} % would take about {need} launches a side at the "
+            "profile's noise"
+        )
+    if head.method:
+        lines.append(f"  interval: {head.method}" + (f", {head.df:.0f} df" if head.df else ""))
+    lines += [f"  {line}" for line in profile_lines(look.profile)]
+    return lines
 
 
 def _print_comparison(outcome: PairOutcome, say: Say) -> None:
     from tuner.abtest.pair import NOT_MEASURED
 
     c, findings, prov = outcome.comparison, outcome.findings, outcome.provenance
-    say(f"B/A per metric ({c.confidence * 100:g} % intervals across launches):")
+    level = outcome.look.design.confidence if outcome.look is not None else c.confidence
+    say(f"B/A per metric ({level * 100:g} % intervals across launches):")
     for m in c.metrics if not any(findings.values()) else ():
         say(f"  {m.describe()}")
     thr, p99 = c.metric("output_throughput"), c.metric("e2e_p99_ms")
@@ -109,6 +146,9 @@ def _print_comparison(outcome: PairOutcome, say: Say) -> None:
             f"workload {prov.workload}, measured launches A {len(thr.a_values)} + B "
             f"{len(thr.b_values)}"
         )
+    if outcome.look is not None and not any(findings.values()):
+        for line in decision_lines(outcome.look):
+            say(line)
 
 
 # -- options shared with tuner verify-claims, and the command (registered in tuner.cli.app) ---
@@ -126,6 +166,30 @@ WorkloadSet = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+FirstLook = Annotated[
+    int | None,
+    typer.Option(
+        "--repeats",
+        min=2,
+        help="Fresh launches of each configuration: alone, a fixed design of that many; with "
+        "--max-launches, the first look (default: sequential from 3 to 6 a side).",
+    ),
+]
+MaxLaunches = Annotated[
+    int | None,
+    typer.Option(
+        min=2,
+        help="Launch budget a side of the sequential design: pairs are added until B/A is "
+        "decided, precise to --min-effect, or this many launches a side.",
+    ),
+]
+MinEffect = Annotated[
+    float,
+    typer.Option(
+        help="Smallest difference worth acting on: the sequential design stops with 'no "
+        "significant difference' once the interval is within this (0.05: ±5 %).",
+    ),
+]
 
 
 def consoles(as_json: bool) -> Say:
@@ -145,7 +209,9 @@ def compare(
         str | None, typer.Option(help="Preset or trace:FILE (default: smoke on cpu, else chat).")
     ] = None,
     workload_set: WorkloadSet = None,
-    repeats: Repeats = 3,
+    repeats: FirstLook = None,
+    max_launches: MaxLaunches = None,
+    min_effect: MinEffect = 0.05,
     confidence: Confidence = 0.95,
     storage: StorageOpt = None,
     vllm_python: VllmPython = None,
@@ -153,14 +219,30 @@ def compare(
 ) -> None:
     """Is B better than A here? Interleaved fresh launches, B/A per metric with intervals.
 
+    By default pairs of launches are added (from 3 a side) until B/A is decided, its interval
+    is within --min-effect, or --max-launches (6) a side are spent; intervals borrow the noise
+    profile of `tuner calibrate` and earlier launches when one exists.
+
     Exit 1 when no interval could be given (a side not measured, or too few launches), or when
     the output throughput is inconclusive (the launches of a side disagree far beyond their
     noise).
     """
     import json
 
+    from tuner.abtest.decide import Design
     from tuner.abtest.pair import run_pair, setup_pair
     from tuner.abtest.pipeline import open_bench
+    from tuner.errors import UsageError
+
+    if not 0.0 < min_effect < 1.0:
+        raise UsageError(
+            f"--min-effect {min_effect} is not a fraction", hint="e.g. --min-effect 0.05 for ±5 %"
+        )
+    if repeats is not None and max_launches is not None and repeats > max_launches:
+        raise UsageError(
+            f"--repeats {repeats} (the first look) is above --max-launches {max_launches}",
+            hint="lower --repeats or raise --max-launches",
+        )
 
     url, say = storage_url(storage), consoles(as_json)
     setup = setup_pair(
@@ -173,9 +255,10 @@ def compare(
         confidence=confidence,
         vllm_python=vllm_python,
     )
-    bench = open_bench("compare", setup.spec, url, setup.model, setup.gpu, repeats)
+    design = Design.of_options(repeats, max_launches, confidence, min_effect)
+    bench = open_bench("compare", setup.spec, url, setup.model, setup.gpu, design.first, design)
     _say_plan(setup, bench, say)
-    outcome = run_pair(bench, setup, confidence, Progress(say).watch())
+    outcome = run_pair(bench, setup, Progress(say).watch())
     _print_comparison(outcome, say)
     cid = outcome.comparison_id
     say(f"comparison {cid} stored: API /v1/compare/{cid}, dashboard /ui/compare/{cid}")

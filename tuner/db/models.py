@@ -146,3 +146,35 @@ class TrialRequestsModel(Base):
         ForeignKey("tuner_trials.id", ondelete="CASCADE"), primary_key=True
     )
     windows: Mapped[list[Any]] = mapped_column(JSON)
+
+
+class LaunchModel(Base):
+    """One server launch's summary for the noise profile of its key (host, GPU, vLLM version,
+    model, workload, windows per launch): the log of every window value of the compared
+    metrics, ``values = {metric: [log value, ...]}``, which configuration it ran, what measured
+    it (``source``: calibrate, compare, claim, confirm) and ``run``, the comparison or study it
+    belonged to (so that a comparison's own launches are not counted twice)."""
+
+    __tablename__ = "tuner_launches"
+    __table_args__ = (
+        Index(
+            "ix_tuner_launches_key", "host", "gpu", "vllm_version", "model", "workload", "windows"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    host: Mapped[str] = mapped_column(String(255))
+    gpu: Mapped[str] = mapped_column(String(255))
+    vllm_version: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(512))
+    workload: Mapped[str] = mapped_column(String(255))
+    windows: Mapped[int] = mapped_column(Integer)
+    config_label: Mapped[str] = mapped_column(Text)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    is_defaults: Mapped[bool] = mapped_column(Boolean)
+    source: Mapped[str] = mapped_column(String(32))
+    run: Mapped[str] = mapped_column(String(255))
+    values: Mapped[dict[str, Any]] = mapped_column(JSON)
+    wall_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    startup_s: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -26,8 +26,14 @@ from tuner.db.convert import (
     study_row,
     trial_row,
 )
-from tuner.db.models import ComparisonModel, StudyModel, TrialModel, TrialRequestsModel
-from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
+from tuner.db.models import (
+    ComparisonModel,
+    LaunchModel,
+    StudyModel,
+    TrialModel,
+    TrialRequestsModel,
+)
+from tuner.db.rows import ComparisonRow, LaunchRow, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.db.session import session_scope, storage_error
 from tuner.domain import (
     FailureClass,
@@ -399,6 +405,91 @@ class Repository:
         with session_scope(self._engine) as s:
             row = s.get(ComparisonModel, comparison_id)
             return None if row is None else comparison_row(row)
+
+    # -- launch summaries (noise profiles) -------------------------------------------------
+
+    def add_launch(
+        self,
+        *,
+        key: Mapping[str, Any],
+        config: ServingConfig,
+        is_defaults: bool,
+        source: str,
+        run: str,
+        values: Mapping[str, Sequence[float]],
+        wall_s: float | None = None,
+        startup_s: float | None = None,
+    ) -> LaunchRow:
+        """Record one launch's summary. ``key``: host, gpu, vllm_version, model, workload and
+        windows (a launch's count of measurement windows); ``values``: per metric, the logs of
+        its window values (finite numbers only)."""
+        clean = {
+            str(name): [float(v) for v in vs if math.isfinite(v)] for name, vs in values.items()
+        }
+        row = LaunchModel(
+            created_at=time.time(),
+            host=storable_text(str(key["host"]))[:_NAME_MAX],
+            gpu=storable_text(str(key["gpu"]))[:_NAME_MAX],
+            vllm_version=storable_text(str(key["vllm_version"]))[:64],
+            model=storable_text(str(key["model"]))[:512],
+            workload=storable_text(str(key["workload"]))[:_NAME_MAX],
+            windows=int(key["windows"]),
+            config_label=storable_text(config.label()),
+            config=config.to_dict(),
+            is_defaults=is_defaults,
+            source=source[:32],
+            run=storable_text(run)[:_NAME_MAX],
+            values=clean,
+            wall_s=wall_s,
+            startup_s=startup_s,
+        )
+        with session_scope(self._engine) as s:
+            s.add(row)
+            s.flush()
+            return _launch_row(row)
+
+    def list_launches(
+        self, key: Mapping[str, Any], *, exclude_run: str | None = None
+    ) -> list[LaunchRow]:
+        """The stored launches of ``key`` (see :meth:`add_launch`) in the order stored, without
+        those of ``exclude_run``."""
+        with session_scope(self._engine) as s:
+            query = (
+                select(LaunchModel)
+                .where(
+                    LaunchModel.host == str(key["host"]),
+                    LaunchModel.gpu == str(key["gpu"]),
+                    LaunchModel.vllm_version == str(key["vllm_version"]),
+                    LaunchModel.model == str(key["model"]),
+                    LaunchModel.workload == str(key["workload"]),
+                    LaunchModel.windows == int(key["windows"]),
+                )
+                .order_by(LaunchModel.id)
+            )
+            if exclude_run is not None:
+                query = query.where(LaunchModel.run != exclude_run)
+            return [_launch_row(r) for r in s.scalars(query)]
+
+
+def _launch_row(m: LaunchModel) -> LaunchRow:
+    return LaunchRow(
+        id=m.id,
+        created_at=m.created_at,
+        host=m.host,
+        gpu=m.gpu,
+        vllm_version=m.vllm_version,
+        model=m.model,
+        workload=m.workload,
+        windows=m.windows,
+        config_label=m.config_label,
+        config=ServingConfig.from_dict(m.config),
+        is_defaults=m.is_defaults,
+        source=m.source,
+        run=m.run,
+        values={str(k): tuple(float(v) for v in vs) for k, vs in (m.values or {}).items()},
+        wall_s=m.wall_s,
+        startup_s=m.startup_s,
+    )
 
 
 def _name_taken(name: str) -> UsageError:

@@ -139,3 +139,26 @@ class ComparisonRow:
     verdicts: Any  # JSON, shaped by `tuner compare`
     provenance: Provenance | None
     study_id: int | None
+
+
+@dataclass(frozen=True)
+class LaunchRow:
+    """A stored launch summary (:class:`tuner.db.models.LaunchModel`): its key, its
+    configuration and ``values``, the log window values per metric."""
+
+    id: int
+    created_at: float
+    host: str
+    gpu: str
+    vllm_version: str
+    model: str
+    workload: str
+    windows: int
+    config_label: str
+    config: ServingConfig
+    is_defaults: bool
+    source: str
+    run: str
+    values: Mapping[str, tuple[float, ...]]
+    wall_s: float | None
+    startup_s: float | None

@@ -44,6 +44,10 @@ class RatioInterval:
     confidence: float
     n_a: int
     n_b: int
+    # How it was computed ("welch", "pooled", "welch: why the profile was not used", ...) and
+    # the degrees of freedom of its t quantile (None: not a t interval).
+    method: str = "welch"
+    df: float | None = None
 
     @property
     def significant(self) -> bool:
@@ -62,6 +66,14 @@ class RatioInterval:
             return f"{(x - 1.0) * 100:+.1f}"
 
         return f"{pct(self.ratio)} % [{pct(self.low)}, {pct(self.high)}]"
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width on the log scale, as a factor minus one: 0.05 means the
+        interval runs from ratio / 1.05 to ratio * 1.05."""
+        if self.low <= 0 or not math.isfinite(self.high):
+            return math.inf
+        return math.expm1((math.log(self.high) - math.log(self.low)) / 2.0)
 
 
 def ratio_interval(
@@ -97,6 +109,7 @@ def ratio_interval(
         confidence=confidence,
         n_a=len(la),
         n_b=len(lb),
+        df=df,
     )
 
 

@@ -1,0 +1,222 @@
+"""The one decision design of ``tuner compare``, ``tuner verify-claims`` and a study's
+confirmation: how many launches a comparison takes, and its verdict at each look.
+
+A :class:`Design` is either
+
+- **sequential** (the default): interleaved pairs A B A B ... with a look after every pair from
+  ``first`` launches a side, until the interval of B/A excludes 1, or its half-width is at most
+  the smallest effect worth acting on (``min_effect``, default 5 %: "no significant
+  difference" with the tight interval stated), or ``cap`` launches a side are spent; each
+  look's interval at the Pocock level for the look schedule (:mod:`tuner.scoring.sequential`),
+  so the intervals are repeated confidence intervals that hold at the stated ``confidence``
+  whichever look the comparison stopped at;
+- **fixed**: ``n`` launches a side and one look at ``confidence`` (``--repeats`` alone).
+
+Either way a launch's value is the geometric mean of its windows, and each metric's interval
+borrows the noise profile of the key when there is one and the comparison's own launches do
+not contradict it (:func:`tuner.scoring.noise.pooled_ratio_interval`), else Welch's on its own
+launches. A side whose launches disagree far beyond their noise ends the comparison
+"inconclusive" (more launches cannot undo a disagreement).
+
+Every verdict carries its cost: the GPU-minutes of all launches it took (start-up included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.abtest.compare import HEADLINE, Arm, Comparison, compare
+from tuner.abtest.profile import gpu_seconds
+from tuner.domain import TrialResult, TrialStatus
+from tuner.scoring.noise import NoiseProfile, pooled_ratio_interval
+from tuner.scoring.sequential import (
+    BUDGET,
+    CONTINUE,
+    MIN_EFFECT,
+    SequentialPlan,
+    Step,
+    next_step,
+)
+from tuner.scoring.significance import RatioInterval
+
+FIRST = 3  # launches a side at the first look
+CAP = 6  # launches a side at most
+INCONCLUSIVE_STOP = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Design:
+    """How many launches a side, and at what level each look's intervals are."""
+
+    plan: SequentialPlan
+    confidence: float  # what the reported intervals hold at (overall, whichever look stopped)
+    fixed: bool = False
+
+    @classmethod
+    def fixed_launches(cls, n: int, confidence: float = 0.95) -> Design:
+        plan = SequentialPlan(first=n, cap=n, confidence=confidence, margin=None)
+        return cls(plan, confidence, fixed=True)
+
+    @classmethod
+    def sequential(
+        cls,
+        first: int = FIRST,
+        cap: int = CAP,
+        confidence: float = 0.95,
+        min_effect: float | None = MIN_EFFECT,
+    ) -> Design:
+        if first == cap:
+            return cls.fixed_launches(first, confidence)
+        plan = SequentialPlan.decision(first, cap, alpha=1.0 - confidence, min_effect=min_effect)
+        return cls(plan, confidence)
+
+    @classmethod
+    def of_options(
+        cls,
+        repeats: int | None,
+        max_launches: int | None,
+        confidence: float,
+        min_effect: float | None,
+    ) -> Design:
+        """The design from a command's options: ``--repeats`` alone is a fixed design;
+        ``--max-launches`` makes it sequential with ``--repeats`` (default 3, at most the
+        budget) as the first look; neither: sequential from 3 to 6 a side."""
+        if max_launches is None:
+            if repeats is not None:
+                return cls.fixed_launches(repeats, confidence)
+            return cls.sequential(FIRST, CAP, confidence, min_effect)
+        first = min(repeats if repeats is not None else FIRST, max_launches)
+        return cls.sequential(first, max_launches, confidence, min_effect)
+
+    @property
+    def first(self) -> int:
+        return self.plan.first
+
+    @property
+    def cap(self) -> int:
+        return self.plan.cap
+
+    def key(self) -> dict[str, Any] | None:
+        """What of the design defines a run (for its launch log); None for a fixed design,
+        whose run is defined by its launch count alone."""
+        if self.fixed:
+            return None
+        return {"first": self.first, "cap": self.cap, "confidence": self.confidence,
+                "min_effect": self.plan.min_effect}  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "fixed" if self.fixed else "sequential",
+            "first": self.first,
+            "max_launches": self.cap,
+            "confidence": self.confidence,
+            "per_look_confidence": self.plan.confidence,
+            "min_effect": self.plan.min_effect,
+            "boundary": None if self.fixed else "pocock",
+        }
+
+    def text(self) -> str:
+        """A sentence for the plan line."""
+        if self.fixed:
+            return f"{self.first} fresh launches each, interleaved A B A B ..."
+        stop = (
+            f" or the interval is within ±{self.plan.min_effect * 100:g} %"
+            if self.plan.min_effect
+            else ""
+        )
+        return (
+            f"interleaved pairs A B A B ..., a look after each pair from {self.first} to "
+            f"{self.cap} launches a side, until B/A excludes 1{stop} (each look at "
+            f"{self.plan.confidence * 100:.2f} %, Pocock, for {self.confidence * 100:g} % overall)"
+        )
+
+
+@dataclass(frozen=True)
+class Look:
+    """A comparison at one look: every metric, the headline's step and what it cost."""
+
+    comparison: Comparison
+    step: Step
+    design: Design
+    profile: NoiseProfile | None
+    gpu_s: float
+
+    @property
+    def done(self) -> bool:
+        return self.step.done
+
+    @property
+    def gpu_minutes(self) -> float:
+        return self.gpu_s / 60.0
+
+    def to_results(self) -> dict[str, Any]:
+        """The comparison's stored JSON (:meth:`Comparison.to_results`) with the design, how
+        it stopped, the noise used and the GPU-minutes."""
+        out = self.comparison.to_results()
+        out["confidence"] = self.design.confidence
+        headline = self.comparison.metric(HEADLINE)
+        found = self.step.interval
+        out["decision"] = {
+            **self.design.to_dict(),
+            "stopped": self.step.reason,
+            "launches": {"a": self.step.n_a, "b": self.step.n_b},
+            "half_width": found.half_width if found is not None else None,
+            "method": headline.method or None,
+            "df": headline.df,
+        }
+        if self.profile is not None:
+            out["noise"] = self.profile.to_dict()
+        out["gpu_minutes"] = self.gpu_minutes
+        return out
+
+
+def judge_look(
+    a: Arm,
+    a_runs: Sequence[TrialResult],
+    b: Arm,
+    b_runs: Sequence[TrialResult],
+    design: Design,
+    profile: NoiseProfile | None,
+) -> Look:
+    """The comparison of ``a_runs`` and ``b_runs`` at this look (see the module docstring)."""
+
+    def interval_of(
+        metric: str, av: Sequence[float], bv: Sequence[float], confidence: float
+    ) -> RatioInterval | None:
+        component = profile.get(metric) if profile is not None else None
+        return pooled_ratio_interval(av, bv, confidence, component)
+
+    c = compare(a, a_runs, b, b_runs, design.plan.confidence, interval_of=interval_of, geomean=True)
+    head = c.metric(HEADLINE)
+    a_n, b_n = len(head.a_values), len(head.b_values)
+    if head.inconclusive:
+        found = _interval(head, design)
+        step = Step(head.verdict, found, a_n, b_n, INCONCLUSIVE_STOP)
+    else:
+        step = next_step(
+            head.a_values,
+            head.b_values,
+            design.plan,
+            lambda av, bv, conf: interval_of(HEADLINE, av, bv, conf),
+        )
+        if step.verdict == CONTINUE and _hopeless(a_runs, b_runs):
+            step = Step(head.verdict, step.interval, a_n, b_n, BUDGET)
+    return Look(c, step, design, profile, gpu_seconds([*a_runs, *b_runs]))
+
+
+def _interval(head: Any, design: Design) -> RatioInterval | None:
+    if head.ratio is None:
+        return None
+    return RatioInterval(
+        head.ratio, head.low, head.high, design.plan.confidence, len(head.a_values),
+        len(head.b_values), head.method or "welch", head.df,
+    )  # fmt: skip
+
+
+def _hopeless(*runs: Sequence[TrialResult]) -> bool:
+    """Whether a side cannot start here (a finding): more launches of it measure nothing."""
+    return any(
+        r.failure is not None and r.failure.is_finding for rs in runs for r in rs
+    ) or not all(any(r.status is TrialStatus.COMPLETE for r in rs) for rs in runs)

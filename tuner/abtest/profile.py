@@ -1,0 +1,141 @@
+"""Noise profiles from stored launches: every launch of ``tuner calibrate``, ``tuner compare``,
+``tuner verify-claims`` and a study's confirmation is summarised in ``tuner_launches`` (the log
+of each window value of the compared metrics), and a comparison reads the profile of its key
+(:class:`tuner.scoring.noise.NoiseKey`) from all of them, its own launches left out
+(:func:`load_profile`); see :mod:`tuner.scoring.noise` for the model.
+
+Also the cost of a decision: :func:`gpu_seconds` sums the wall time of launches (start-up,
+canary, warm-up and measurement: from the start of the launch to the end of its last window).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tuner.abtest.compare import COMPARED
+from tuner.domain import TrialResult, TrialStatus
+from tuner.scoring.noise import Launch, NoiseKey, NoiseProfile, logs, profile_of
+from tuner.scoring.objectives import GIB
+
+if TYPE_CHECKING:
+    from tuner.db.repository import Repository
+
+HEADLINE = "output_throughput"
+
+
+def windows_of(result: TrialResult) -> int:
+    """How many measurement windows the launch's headline metric has (0 without it)."""
+    e = result.metrics.get(HEADLINE)
+    return len(e.values) if e is not None else 0
+
+
+def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None:
+    """The key of a complete launch: where it ran (its provenance), ``model`` (tuner's alias),
+    ``workload`` (its name, with any changes) and its windows; None without provenance."""
+    prov = result.provenance
+    if prov is None or result.status is not TrialStatus.COMPLETE or not windows_of(result):
+        return None
+    return NoiseKey(
+        host=prov.hostname,
+        gpu=prov.gpu_name,
+        vllm_version=prov.vllm_version,
+        model=model,
+        workload=workload,
+        windows=windows_of(result),
+    )
+
+
+def log_values(result: TrialResult) -> dict[str, list[float]]:
+    """Per compared metric, the logs of the launch's window values (peak memory: one value)."""
+    out: dict[str, list[float]] = {}
+    for name, _label, _higher in COMPARED:
+        if name == "memory_gib":
+            mem = result.memory.headline_bytes
+            if mem:
+                out[name] = [math.log(mem / GIB)]
+        elif name in result.metrics:
+            ls = logs(result.metrics[name].values)
+            if ls:
+                out[name] = ls
+    return out
+
+
+def wall_s(result: TrialResult) -> float | None:
+    """The launch's wall time: from its start to its end (start-up included)."""
+    if result.started_at is None or result.finished_at is None:
+        return None
+    return max(0.0, result.finished_at - result.started_at)
+
+
+def gpu_seconds(results: Iterable[TrialResult]) -> float:
+    """The summed wall time of ``results`` (failed launches cost time too)."""
+    return sum(w for r in results if (w := wall_s(r)) is not None)
+
+
+def run_tag(command: str, key: str, results: Iterable[TrialResult]) -> str:
+    """The tag of one run of a command (stored with each of its launches): the run's key and
+    the start of its first complete launch, the same when an interrupted run resumes."""
+    starts = [r.started_at for r in results if r.status is TrialStatus.COMPLETE and r.started_at]
+    first = min(starts) if starts else 0.0
+    return f"{command}:{key}:{first:.3f}"
+
+
+def record_launch(
+    repo: Repository,
+    result: TrialResult,
+    *,
+    model: str,
+    workload: str,
+    is_defaults: bool,
+    source: str,
+    run: str,
+) -> NoiseKey | None:
+    """Store the summary of a complete launch (nothing for any other); its key."""
+    key = noise_key(result, model, workload)
+    if key is None:
+        return None
+    repo.add_launch(
+        key=key.to_dict(),
+        config=result.config,
+        is_defaults=is_defaults,
+        source=source,
+        run=run,
+        values=log_values(result),
+        wall_s=wall_s(result),
+        startup_s=result.server.startup_s if result.server is not None else None,
+    )
+    return key
+
+
+def load_profile(
+    repo: Repository, key: NoiseKey, *, exclude_run: str | None = None
+) -> NoiseProfile | None:
+    """The profile of ``key`` from its stored launches (without ``exclude_run``'s); None
+    when no metric has two launches of one configuration."""
+    rows = repo.list_launches(key.to_dict(), exclude_run=exclude_run)
+    per_metric: dict[str, list[Launch]] = {}
+    for row in rows:
+        group = _group(row.config.to_dict())
+        for name, values in row.values.items():
+            per_metric.setdefault(name, []).append(Launch(group, tuple(values)))
+    profile = profile_of(key, per_metric, len(rows))
+    return profile if profile.metrics else None
+
+
+def _group(config: dict[str, Any]) -> str:
+    return repr(sorted(config.items()))
+
+
+def profile_lines(profile: NoiseProfile | None, metrics: Sequence[str] = (HEADLINE,)) -> list[str]:
+    """Lines for people: the key, then each metric's components."""
+    if profile is None:
+        return ["noise profile: none for this key yet (`tuner calibrate` measures one)"]
+    lines = [f"noise profile of {profile.key.text()}: {profile.launches} stored launches"]
+    labels = {name: label for name, label, _ in COMPARED}
+    for name in metrics:
+        c = profile.get(name)
+        if c is not None:
+            lines.append(f"  {labels.get(name, name)}: {c.text()}")
+    return lines

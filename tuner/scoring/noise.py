@@ -1,0 +1,311 @@
+"""The noise of a measurement, known before the comparison: windows nested in launches.
+
+A launch of a configuration measures a metric in ``m`` windows. On the log scale the model is
+the one-way nested random-effects model
+
+    y[c, i, j] = mu[c] + L[c, i] + e[c, i, j],   L ~ N(0, launch_var),  e ~ N(0, window_var)
+
+for configuration ``c``, launch ``i`` and window ``j``. A launch's value is the mean of its
+window logs (the geometric mean of its windows), whose variance around ``mu[c]`` is
+``launch_mean_var = launch_var + window_var / m``: that is the noise a comparison of launches
+fights, and what more windows (``window_var / m``) or more launches (``/ n``) buy down.
+
+:func:`components` estimates both components by the nested analysis of variance, pooled over
+every configuration measured on one key (host, GPU, vLLM version, model, workload, windows per
+launch; :class:`NoiseKey`), each configuration around its own mean:
+
+- ``MS_between = m * sum (ybar[c,i] - ybar[c])^2 / sum (n_c - 1)`` estimates
+  ``window_var + m * launch_var``, with ``sum (n_c - 1)`` degrees of freedom;
+- ``MS_within = sum (y[c,i,j] - ybar[c,i])^2 / sum n_c (m - 1)`` estimates ``window_var``;
+- ``launch_mean_var = MS_between / m`` is unbiased whatever the split, and has a scaled
+  chi-square distribution with ``df = sum (n_c - 1)``: a comparison's interval uses it with
+  Student's t at those degrees of freedom (:func:`pooled_interval`);
+- ``launch_var = max(0, (MS_between - MS_within) / m)``, the usual truncated estimate, says
+  where the noise comes from (it is not used for intervals).
+
+A comparison whose own launches scatter differently from the profile (another tenant on the
+machine today, a changed driver) must not borrow its tight interval: :func:`pooled_interval`
+tests the ratio of its own pooled variance to the profile's (an F test) and falls back to
+Welch's interval on its own launches when they contradict the profile, saying so in the
+interval's ``method``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scipy import stats
+
+from tuner.scoring.sequential import launches_for
+from tuner.scoring.significance import RatioInterval, ratio_interval
+
+# Two-sided level of the variance-ratio check: below it, a comparison's own launches contradict
+# the profile and it is not used (bench/decision_replay.py measured its effect).
+CONTRADICTS = 0.05
+POOLED = "pooled"
+WELCH = "welch"
+
+
+@dataclass(frozen=True)
+class NoiseKey:
+    """What a noise profile is valid for: launches on one machine, of one vLLM, model and
+    workload, with the same number of windows each."""
+
+    host: str
+    gpu: str
+    vllm_version: str
+    model: str
+    workload: str
+    windows: int
+
+    def text(self) -> str:
+        return (
+            f"{self.gpu} on {self.host or 'an unnamed host'}, vLLM {self.vllm_version}, "
+            f"{self.model}, {self.workload}, {self.windows} windows a launch"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "gpu": self.gpu,
+            "vllm_version": self.vllm_version,
+            "model": self.model,
+            "workload": self.workload,
+            "windows": self.windows,
+        }
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch's window values of a metric on the log scale; ``group`` names its
+    configuration (launches of one group share a true mean)."""
+
+    group: str
+    logs: tuple[float, ...]
+
+    @classmethod
+    def of(cls, group: str, windows: Sequence[float]) -> Launch:
+        """From the window values themselves (those not positive and finite left out)."""
+        return cls(group, tuple(logs(windows)))
+
+
+def logs(values: Sequence[float]) -> list[float]:
+    """The logs of the positive, finite values (the others cannot be put on the log scale)."""
+    return [math.log(v) for v in values if v > 0 and math.isfinite(v)]
+
+
+def launch_value(windows: Sequence[float]) -> float | None:
+    """A launch's value under the nested model: the geometric mean of its windows."""
+    ls = logs(windows)
+    return math.exp(sum(ls) / len(ls)) if ls else None
+
+
+@dataclass(frozen=True)
+class Components:
+    """The variance components of one metric on the log scale (see the module docstring)."""
+
+    launch_var: float
+    window_var: float | None  # None when a launch has a single value (peak memory)
+    launch_mean_var: float
+    df: int  # of launch_mean_var: sum over configurations of (launches - 1)
+    window_df: int
+    windows: int  # m: windows per launch
+    launches: int
+    groups: int
+
+    @property
+    def launch_sd(self) -> float:
+        return math.sqrt(self.launch_var)
+
+    @property
+    def window_sd(self) -> float | None:
+        return None if self.window_var is None else math.sqrt(self.window_var)
+
+    @property
+    def sd(self) -> float:
+        """The SD of one launch's value (log scale): what a comparison's interval rests on."""
+        return math.sqrt(self.launch_mean_var)
+
+    def launches_for(self, half_width: float, confidence: float = 0.95) -> int:
+        """Launches a side for an interval of B/A no wider than ``x(1 + half_width)`` either
+        way at ``confidence`` (this variance taken as known, both sides alike)."""
+        return launches_for(half_width, self.sd, confidence)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "launch_sd": self.launch_sd,
+            "window_sd": self.window_sd,
+            "launch_value_sd": self.sd,
+            "df": self.df,
+            "window_df": self.window_df,
+            "windows": self.windows,
+            "launches": self.launches,
+            "configurations": self.groups,
+        }
+
+    def text(self) -> str:
+        """'launch SD 0.081, window SD 0.102 (log), a launch's value 0.098, 12 df'"""
+        window = "" if self.window_sd is None else f", window SD {self.window_sd:.3f}"
+        return (
+            f"launch SD {self.launch_sd:.3f}{window} (log), a launch's value "
+            f"{self.sd:.3f}, {self.df} df from {self.launches} launches of {self.groups} "
+            f"configuration{'s' if self.groups != 1 else ''}"
+        )
+
+
+def components(launches: Sequence[Launch], windows: int | None = None) -> Components | None:
+    """The nested ANOVA estimate from ``launches`` (any configurations; see the module
+    docstring). Only launches with exactly ``windows`` usable window values count (default:
+    the most common count); None when no configuration has two such launches."""
+    usable = [(launch.group, list(launch.logs)) for launch in launches if launch.logs]
+    if not usable:
+        return None
+    m = windows or Counter(len(ls) for _, ls in usable).most_common(1)[0][0]
+    groups: dict[str, list[list[float]]] = {}
+    for g, ls in usable:
+        if len(ls) == m:
+            groups.setdefault(g, []).append(ls)
+    ss_between = ss_within = 0.0
+    df_between = df_within = n_launches = 0
+    for runs in groups.values():
+        means = [sum(ls) / m for ls in runs]
+        grand = sum(means) / len(means)
+        ss_between += m * sum((x - grand) ** 2 for x in means)
+        df_between += len(runs) - 1
+        ss_within += sum((y - mean) ** 2 for ls, mean in zip(runs, means, strict=True) for y in ls)
+        df_within += len(runs) * (m - 1)
+        n_launches += len(runs)
+    if df_between == 0:
+        return None
+    ms_between = ss_between / df_between
+    if m == 1 or df_within == 0:
+        return Components(ms_between, None, ms_between, df_between, 0, m, n_launches, len(groups))
+    ms_within = ss_within / df_within
+    return Components(
+        launch_var=max(0.0, (ms_between - ms_within) / m),
+        window_var=ms_within,
+        launch_mean_var=ms_between / m,
+        df=df_between,
+        window_df=df_within,
+        windows=m,
+        launches=n_launches,
+        groups=len(groups),
+    )
+
+
+def own_variance(a: Sequence[float], b: Sequence[float]) -> tuple[float, int] | None:
+    """The pooled variance of the log launch values of both sides around their own means, and
+    its degrees of freedom; None without any."""
+    la, lb = logs(a), logs(b)
+    df = len(la) + len(lb) - 2
+    if len(la) < 1 or len(lb) < 1 or df < 1:
+        return None
+    ss = sum((x - sum(side) / len(side)) ** 2 for side in (la, lb) for x in side)
+    return ss / df, df
+
+
+def contradicts(own: float, own_df: int, profile: Components, level: float = CONTRADICTS) -> float:
+    """The two-sided p-value of the F test of ``own`` (a comparison's pooled variance of its
+    launch values, ``own_df`` df) against the profile's; below ``level`` it contradicts it."""
+    if profile.launch_mean_var <= 0:
+        return 0.0 if own > 0 else 1.0
+    f = own / profile.launch_mean_var
+    dist = stats.f(own_df, profile.df)
+    return float(min(1.0, 2.0 * min(dist.cdf(f), dist.sf(f))))
+
+
+def pooled_ratio_interval(
+    a: Sequence[float],
+    b: Sequence[float],
+    confidence: float,
+    profile: Components | None,
+    level: float = CONTRADICTS,
+) -> RatioInterval | None:
+    """B/A from launch values ``a`` and ``b`` with the profile's variance pooled with the
+    comparison's own (t at the profile's df plus its own); Welch's interval on the own launches
+    when there is no profile or the own launches contradict it (``method`` says which)."""
+    la, lb = logs(a), logs(b)
+    if profile is None:
+        return _welch(a, b, confidence, "no noise profile for this key")
+    if len(la) < 1 or len(lb) < 1 or len(la) + len(lb) < 2:
+        return None
+    own = own_variance(a, b)
+    var, df = profile.launch_mean_var * profile.df, profile.df
+    if own is not None:
+        p = contradicts(own[0], own[1], profile)
+        if p < level:
+            ratio = math.sqrt(own[0] / profile.launch_mean_var) if profile.launch_mean_var else 0
+            why = (
+                f"own launches spread x{ratio:.2f} the profile's SD (F test p = {p:.3f}): "
+                "the profile is not used"
+            )
+            return _welch(a, b, confidence, why)
+        var, df = var + own[0] * own[1], df + own[1]
+    var /= df
+    diff = sum(lb) / len(lb) - sum(la) / len(la)
+    se = math.sqrt(var * (1.0 / len(la) + 1.0 / len(lb)))
+    t = float(stats.t.ppf(0.5 + confidence / 2.0, df))
+    return RatioInterval(
+        ratio=math.exp(diff),
+        low=math.exp(diff - t * se),
+        high=math.exp(diff + t * se),
+        confidence=confidence,
+        n_a=len(la),
+        n_b=len(lb),
+        method=POOLED,
+        df=float(df),
+    )
+
+
+def _welch(
+    a: Sequence[float], b: Sequence[float], confidence: float, why: str
+) -> RatioInterval | None:
+    found = ratio_interval(a, b, confidence)
+    if found is None:
+        return None
+    return RatioInterval(
+        found.ratio,
+        found.low,
+        found.high,
+        found.confidence,
+        found.n_a,
+        found.n_b,
+        method=f"{WELCH}: {why}",
+        df=found.df,
+    )
+
+
+@dataclass(frozen=True)
+class NoiseProfile:
+    """The components per metric on one key, from ``launches`` stored launches."""
+
+    key: NoiseKey
+    metrics: Mapping[str, Components]
+    launches: int
+
+    def get(self, metric: str) -> Components | None:
+        return self.metrics.get(metric)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key.to_dict(),
+            "launches": self.launches,
+            "metrics": {name: c.to_dict() for name, c in self.metrics.items()},
+        }
+
+
+def profile_of(
+    key: NoiseKey, per_metric: Mapping[str, Sequence[Launch]], launches: int
+) -> NoiseProfile:
+    """The profile from each metric's launches (metrics without two launches of one
+    configuration are left out)."""
+    metrics = {}
+    for name, runs in per_metric.items():
+        found = components(runs, None if name == "memory_gib" else key.windows)
+        if found is not None:
+            metrics[name] = found
+    return NoiseProfile(key, metrics, launches)
