@@ -9,7 +9,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from tuner.cli import canary, catalog, db, doctor, export, launch, load, serve, study
+from tuner.cli import calibrate, canary, catalog, db, doctor, export, launch, load, serve, study
 from tuner.cli.common import err
 from tuner.cli.compare import compare
 from tuner.cli.verify import verify_claims
@@ -33,6 +33,7 @@ app.command()(study.studies)
 app.command()(study.trials)
 app.command()(study.best)
 app.command("compare")(compare)
+app.command()(calibrate.calibrate)
 app.command("verify-claims")(verify_claims)
 app.command()(export.export)
 app.command()(load.load)

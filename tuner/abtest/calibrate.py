@@ -1,0 +1,76 @@
+"""``tuner calibrate``'s core: launch one configuration several times so that the noise
+profile of its key exists before anything is compared on it (see :mod:`tuner.cli.calibrate`).
+
+The launches go through the A/B pipeline (:mod:`tuner.abtest.pipeline`): resumable from their
+launch log, each one summarised in ``tuner_launches`` as it finishes; nothing is stored in
+``tuner_comparisons``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.abtest.compare import Arm
+from tuner.abtest.pipeline import Bench, Group, Judgement, Watch
+from tuner.abtest.profile import gpu_seconds, load_profile, noise_key
+from tuner.domain import TrialResult, TrialStatus, Workload, to_jsonable
+from tuner.scoring.noise import NoiseProfile
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a calibration measured: the profile of its key from every stored launch on it."""
+
+    arm: Arm
+    workload: Workload
+    results: tuple[TrialResult, ...]
+    profile: NoiseProfile | None
+
+    def stored(self) -> Judgement | None:
+        return None  # launches only: the profile is read from tuner_launches
+
+    @property
+    def launched(self) -> int:
+        return len(self.results)
+
+    @property
+    def completed(self) -> int:
+        return sum(r.status is TrialStatus.COMPLETE for r in self.results)
+
+    @property
+    def gpu_minutes(self) -> float:
+        return gpu_seconds(self.results) / 60.0
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``tuner calibrate --json`` prints."""
+        return {
+            "config": self.arm.config.to_dict(),
+            "label": self.arm.label,
+            "workload": self.workload.name,
+            "launches": self.launched,
+            "complete": self.completed,
+            "gpu_minutes": self.gpu_minutes,
+            "failures": [
+                f"{r.failure.value}: {r.failure_detail}" for r in self.results if r.failure
+            ],
+            "profile": None if self.profile is None else self.profile.to_dict(),
+            "provenance": to_jsonable(
+                next((r.provenance for r in self.results if r.provenance), None)
+            ),
+        }
+
+
+def run_calibration(bench: Bench, workload: Workload, arm: Arm, watch: Watch) -> Calibration:
+    """Launch ``arm`` ``bench.launches`` times on ``workload`` and read its key's profile."""
+
+    def judge(_group: Group, results: list[list[TrialResult]]) -> Sequence[Calibration]:
+        (runs,) = results
+        first = next((r for r in runs if r.status is TrialStatus.COMPLETE), None)
+        key = noise_key(first, bench.model.alias, workload.name) if first else None
+        profile = load_profile(bench.repo, key) if key is not None else None
+        return [Calibration(arm, workload, tuple(runs), profile)]
+
+    ((calibration, _),) = bench.run([Group(workload, (arm,))], judge, watch=watch)
+    return calibration

@@ -1,0 +1,82 @@
+"""``tuner calibrate``: measure the noise of a model, GPU and workload before comparing on it.
+
+The defaults (or ``--config``) are launched ``--launches`` times, fresh launches each; every
+launch is summarised in ``tuner_launches`` (:mod:`tuner.abtest.profile`), and the noise profile
+of the key (host, GPU, vLLM version, model, workload, windows per launch) is estimated from all
+the launches stored on it, these and any earlier ones (:mod:`tuner.scoring.noise`). ``tuner
+compare``, ``tuner verify-claims`` and a study's confirmation on the same key then borrow its
+degrees of freedom, and each of their launches refreshes it.
+
+A study does not calibrate first: its confirmation launches the defaults and several candidates
+interleaved, and their launches are stored on the key like these.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tuner.cli.common import StorageOpt, storage_url
+from tuner.cli.compare import Json, Progress, VllmPython, WorkloadSet, consoles
+
+
+def calibrate(
+    model: Annotated[str, typer.Option(help="Model alias, local dir or hub id.")],
+    gpu: Annotated[str, typer.Option(help="GPU profile: a10g, h100, h200, cpu, ...")],
+    workload: Annotated[
+        str | None, typer.Option(help="Preset or trace:FILE (default: smoke on cpu, else chat).")
+    ] = None,
+    workload_set: WorkloadSet = None,
+    launches: Annotated[
+        int, typer.Option(min=2, help="Fresh launches of the configuration (5: 4 df).")
+    ] = 5,
+    config: Annotated[
+        str, typer.Option(help="What to launch: 'defaults' or knob=value,knob=value.")
+    ] = "defaults",
+    storage: StorageOpt = None,
+    vllm_python: VllmPython = None,
+    as_json: Json = False,
+) -> None:
+    """Measure the launch-to-launch and window-to-window noise here and store its profile.
+
+    Exit 1 when fewer than two launches completed (no profile could be estimated).
+    """
+    import json
+
+    from tuner.abtest.calibrate import run_calibration
+    from tuner.abtest.pair import setup_pair
+    from tuner.abtest.pipeline import open_bench
+    from tuner.abtest.profile import profile_lines
+
+    url, say = storage_url(storage), consoles(as_json)
+    setup = setup_pair(
+        model=model,
+        gpu=gpu,
+        a=config,
+        b=config,
+        workload=workload,
+        workload_set=workload_set,
+        confidence=0.95,
+        vllm_python=vllm_python,
+    )
+    bench = open_bench("calibrate", setup.spec, url, setup.model, setup.gpu, launches)
+    arm = setup.arms[0]
+    say(
+        f"calibrate on {setup.model.alias} / {setup.gpu.name} ({bench.hardware}), vLLM "
+        f"{bench.vllm_version}: {launches} fresh launches of {arm.label} "
+        f"({arm.config.label()}), workload {setup.workload.name}"
+    )
+    outcome = run_calibration(bench, setup.workload, arm, Progress(say).watch())
+    from tuner.abtest.compare import COMPARED
+
+    for line in profile_lines(outcome.profile, [name for name, _, _ in COMPARED]):
+        say(line)
+    say(
+        f"{outcome.completed} of {outcome.launched} launches complete, "
+        f"{outcome.gpu_minutes:.1f} GPU-minutes"
+    )
+    if as_json:
+        print(json.dumps(outcome.to_json(), indent=2), flush=True)
+    if outcome.profile is None:
+        raise typer.Exit(1)
