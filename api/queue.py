@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from api import spec_body
-from api.bounds import STUDY_NAME_MAX
 from api.errors import describe_validation
 from tuner.catalog import levers
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compose import check_fits, resolve_slo, resolve_workload
+from tuner.db.names import check_study_name
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow, StudyStatus
 from tuner.domain import GpuProfile, ModelSpec, Workload
@@ -84,12 +84,7 @@ def read(body: Mapping[str, Any]) -> Parsed:
     spec = spec_from_mapping(body, "", WHERE)
     _refuse_local_paths(spec)
     _refuse_other_knobs(spec)
-    name = spec.study_name()
-    if not name.strip() or len(name) > STUDY_NAME_MAX:
-        raise UsageError(
-            f"{WHERE}: study name {name!r} must be 1 to {STUDY_NAME_MAX} characters",
-            hint="set study.name",
-        )
+    check_study_name(spec.study_name(), where=WHERE, hint="set study.name")
     # tuner's messages first (unknown model, GPU, workload), then the API's narrower schema.
     model, gpu, workload = resolve_model(spec.model), get_gpu(spec.gpu), resolve_workload(spec)
     resolve_slo(spec)

@@ -20,11 +20,12 @@ from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, ValidationE
 from pydantic_core import core_schema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from api.bounds import INT_MAX, NO_NUL, SEED_MAX, SLO_EXAMPLE, SLO_PATTERN, STUDY_NAME_MAX, TEXT_MAX
+from api.bounds import INT_MAX, NO_NUL, SEED_MAX, SLO_EXAMPLE, SLO_PATTERN, TEXT_MAX
 from tuner.catalog.gpus import GPUS
 from tuner.catalog.levers import LEVERS
 from tuner.catalog.models import MODELS, resolve_model
 from tuner.compose import check_fits
+from tuner.db.names import STUDY_NAME_PATTERN
 from tuner.domain import Objective
 from tuner.errors import UsageError
 from tuner.load.workloads import WORKLOADS
@@ -54,7 +55,7 @@ def _distinct(values: list[T]) -> list[T]:
 # Names from the catalog. A model is an alias, a catalogued hub id, or another hub id (org/name).
 MODEL_NAMES = (*MODELS, *sorted({m.hub_id for m in MODELS.values()}))
 HUB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
-NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{STUDY_NAME_MAX - 1}}}$"
+NAME_PATTERN = STUDY_NAME_PATTERN  # tuner's one rule for names (tuner.db.names)
 BACKENDS = sorted({b for g in GPUS.values() for b in g.attention_backends})
 KV_DTYPES = sorted({d for g in GPUS.values() for d in g.kv_cache_dtypes})
 

@@ -205,6 +205,21 @@ def test_a_study_that_went_on_in_two_places_is_refused(source: Path, tmp_path: P
     assert merge(source, target, rename_suffix="b").studies[0].merged_as == "a-b"
 
 
+@pytest.mark.parametrize("suffix", ["../<x> y", "a/b", ".hidden", "x\ny", "\x00"])
+def test_a_rename_suffix_follows_the_rule_for_names(
+    source: Path, tmp_path: Path, suffix: str
+) -> None:
+    """The suffix makes a study's name: tuner's one rule for names (tuner.db.names) holds."""
+    target = tmp_path / "central.db"
+    make_repo(url(target))
+    before = dump(target)
+    with pytest.raises(UsageError, match="is not a usable suffix") as refused:
+        merge(source, target, rename_suffix=suffix)
+    assert "--rename-suffix h200" in refused.value.hint
+    assert dump(target) == before
+    assert merge(source, target, rename_suffix="--h200.b_1").changed  # dashes in front dropped
+
+
 class SnapshotRunner:
     """The fake runner, copying the study's database while its ``at``-th launch runs: the copy
     a user takes of a study still running (trial RUNNING, study "running")."""

@@ -1,6 +1,6 @@
-"""Hostile names are inert: shell metacharacters in a model path, extra vLLM arguments, a knob
-value or a study name reach the server as literal argv elements, never through a shell, and the
-one shell line tuner writes (the ready ``vllm serve`` command) quotes them.
+"""Hostile names are inert: shell metacharacters in a model path, extra vLLM arguments or a knob
+value reach the server as literal argv elements, never through a shell, and the one shell line
+tuner writes (the ready ``vllm serve`` command) quotes them; a hostile study name is refused.
 
 Every payload tries to create a marker file in /tmp; the tests prove the marker never appears
 and that each payload arrives byte for byte where it was sent: in the live server's
@@ -114,11 +114,14 @@ def test_a_hostile_knob_value_is_refused_by_the_server_as_it_was_sent(
 
 
 def test_hostile_study_name_and_extra_args_through_the_cli(tmp_path: Path, marker: Path) -> None:
-    name = f"s$(touch {marker});`touch {marker}`"
+    """A hostile study name is refused at once by tuner's one rule for names (it would be
+    a path segment of the API and a word in a shell); hostile extra arguments reach the server
+    as one literal argv element."""
+    hostile = f"s$(touch {marker});`touch {marker}`"
     arg = f"; touch {marker}"
-    spec = f"""
+    spec = """
 [study]
-name = {json.dumps(name)}
+name = NAME
 model = "tiny-ernie"
 gpu = "cpu"
 workload = "smoke"
@@ -132,12 +135,11 @@ output_tokens = 4
 
 [runner]
 startup_timeout_s = 20
-extra_args = ["--revision", {json.dumps(arg)}]
+extra_args = ["--revision", ARG]
 
 [confirm]
 launches = 0
-"""
-    (tmp_path / "spec.toml").write_text(spec)
+""".replace("ARG", json.dumps(arg))
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -158,6 +160,14 @@ launches = 0
             timeout=60,
         )
 
+    (tmp_path / "hostile.toml").write_text(spec.replace("NAME", json.dumps(hostile)))
+    for refused in (tuner("run", "hostile.toml"), tuner("run", "--study", hostile)):
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "study name" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "tuner.db").exists() and not (tmp_path / "home").exists()
+
+    name = "hostile-args"
+    (tmp_path / "spec.toml").write_text(spec.replace("NAME", json.dumps(name)))
     ran = tuner("run", "spec.toml")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     listed = tuner("trials", name, "--json")

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.studykit import make_context, make_repo
+from tests.studykit import TINY_WORKLOAD, make_context, make_repo
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.errors import UsageError
 from tuner.study.loop import open_optuna_study, rank, run_study
@@ -142,6 +142,22 @@ def test_interrupted_study_resumes_without_losing_completed_trials(db_url: str) 
     run_study(more, FakeRunner(), repo, resume=True)
     assert repo.get_study(ctx.name).n_trials_requested == 8
     assert len(repo.list_trials(ctx.name, limit=None)) >= 8
+
+
+def test_a_resume_on_another_workload_is_refused_before_anything_runs(db_url: str) -> None:
+    """A trial's workload never differs from its study's: the loop itself holds the rule."""
+    repo = make_repo(db_url)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(make_context(db_url, trials=4), _InterruptingRunner(after=2), repo)
+    before = repo.list_trials("s1", limit=None)
+    other = make_context(db_url, trials=4, workload=TINY_WORKLOAD.replace(name="chat"))
+    runner = FakeRunner()
+    with pytest.raises(
+        UsageError, match="created with --workload smoke; this resume asks for chat"
+    ):
+        run_study(other, runner, repo, resume=True)
+    assert runner.calls == [] and repo.list_trials("s1", limit=None) == before
+    assert repo.get_study("s1").status == "interrupted"
 
 
 def test_resume_of_unknown_study_is_a_usage_error(db_url: str) -> None:

@@ -14,7 +14,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.cli.common import JsonOpt, StorageOpt, open_repo, open_study, out, print_json
+from tuner.cli.common import (
+    JsonOpt,
+    StorageOpt,
+    missing_sqlite_file,
+    open_repo,
+    open_study,
+    out,
+    print_json,
+)
 from tuner.cli.common import storage_url as _storage
 from tuner.errors import UsageError
 
@@ -22,6 +30,7 @@ if TYPE_CHECKING:
     from tuner.cli.progress import ConsoleReporter
     from tuner.db.repository import Repository
     from tuner.domain import Estimate, TrialStatus
+    from tuner.spec.study import StudySpec
 
 
 def run(
@@ -87,6 +96,26 @@ def run(
     from tuner.spec.configs import parse_search
     from tuner.spec.study import DEFAULT_SPEC_PATH, StudySpec, load_spec
 
+    if study is not None and not resume:  # a new study's name; a resumed one exists already
+        from tuner.db.names import check_study_name
+
+        check_study_name(study, where="--study")
+    options: dict[str, Any] = {
+        "model": model,
+        "gpu": gpu,
+        "workload": workload,
+        "trials": trials,
+        "objective": objective,
+        "slo": slo,
+        "name": study,
+        "vllm_python": vllm_python,
+        "seed": seed,
+        "confirm_launches": confirm_launches,
+        "confirm_top": confirm_top,
+        "emulate": emulate or None,
+        "search": parse_search(search) if search else None,
+        "early_stop": early_stop,
+    }
     if spec_file is not None:
         spec = load_spec(spec_file)
     elif model is not None:
@@ -94,29 +123,17 @@ def run(
         spec = StudySpec(trials=16, workload="chat", source="command line")
     else:
         spec = load_spec(DEFAULT_SPEC_PATH)
-    spec = spec.with_overrides(
-        model=model,
-        gpu=gpu,
-        workload=workload,
-        trials=trials,
-        objective=objective,
-        slo=slo,
-        name=study,
-        vllm_python=vllm_python,
-        seed=seed,
-        confirm_launches=confirm_launches,
-        confirm_top=confirm_top,
-        emulate=emulate or None,
-        search=parse_search(search) if search else None,
-        early_stop=early_stop,
-    )
+    spec = spec.with_overrides(**options)
+    url = _storage(storage)
+    if resume:
+        spec = _resumed(spec, url, options, from_file=spec_file is not None)
     from tuner.compose import prepare
     from tuner.study.loop import run_study
 
     if parallel > 1:
-        _run_parallel(spec, _storage(storage), parallel, resume=resume)
+        _run_parallel(spec, url, parallel, resume=resume)
         return
-    prepared = prepare(spec, _storage(storage))
+    prepared = prepare(spec, url)
     ctx = prepared.ctx
     out.print(
         f"study [bold]{ctx.name}[/]: {ctx.model.alias} on {prepared.runner.hardware.name}, "
@@ -128,6 +145,38 @@ def run(
     print_best(prepared.repo, ctx.name)
     if not ranked:
         raise typer.Exit(1)
+
+
+def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: bool) -> StudySpec:
+    """The spec ``--resume`` continues: the one stored with the study (found by ``spec``'s
+    name), with what the command line gives checked against it (:mod:`tuner.spec.resume`).
+    A study that is not there is left to the study loop to report."""
+    from tuner.spec.resume import resumed_spec, stored_spec
+
+    row = _stored_study(url, spec.study_name())
+    if row is None or not row.spec:
+        return spec
+    stored = stored_spec(row.spec, row.name)
+    if from_file:  # the file and the options on top of it: all of it must describe the study
+        return resumed_spec(stored, spec)
+    given = {k: v for k, v in options.items() if v is not None}
+    return resumed_spec(stored, stored.with_overrides(**given), changed=set(given))
+
+
+def _stored_study(url: str, name: str) -> Any:
+    """The row of study ``name``, or None (no such study, or no database file yet)."""
+    from tuner.db.migrate import ensure_ready
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+
+    if missing_sqlite_file(url) is not None:
+        return None
+    ensure_ready(url, auto_upgrade=True)
+    engine = make_engine(url)
+    try:
+        return Repository(engine).get_study(name)
+    finally:
+        engine.dispose()
 
 
 @contextmanager

@@ -32,9 +32,10 @@ from sqlalchemy.orm import Session
 
 from tuner.db import merge_optuna, migrate
 from tuner.db.merge_optuna import OptunaMerge
-from tuner.db.merge_plan import NAME_MAX, Plan, Source, StudyPlan, TargetView, apply_plan
+from tuner.db.merge_plan import Plan, Source, StudyPlan, TargetView, apply_plan
 from tuner.db.merge_plan import plan_merge as _plan_merge
 from tuner.db.models import TABLE_PREFIX, VERSION_TABLE, ComparisonModel, StudyModel, TrialModel
+from tuner.db.names import check_suffix
 from tuner.db.session import make_engine, safe_url, session_scope, storage_error
 from tuner.errors import StorageError, UsageError
 
@@ -217,15 +218,7 @@ def _summary(p: StudyPlan, optuna: OptunaMerge) -> StudyMerge:
 
 
 def _suffix(text: str | None) -> str | None:
-    if text is None:
-        return None
-    suffix = text.strip().lstrip("-")
-    if not suffix or "\x00" in suffix or len(suffix) >= NAME_MAX:
-        raise UsageError(
-            f"--rename-suffix {text!r} is not a usable suffix",
-            hint="pass a short word such as the host's name: --rename-suffix h200",
-        )
-    return suffix
+    return None if text is None else check_suffix(text)
 
 
 def _sqlite_file(url: str) -> Path | None:

@@ -29,12 +29,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tuner.db.models import Base, ComparisonModel, StudyModel, TrialModel
+from tuner.db.names import STUDY_NAME_MAX, name_problem
 
 # The repository's rule: a RUNNING or interrupted trial's number may be used again.
 from tuner.db.repository import replaceable
 from tuner.errors import UsageError
 
-NAME_MAX = 255  # tuner_studies.name
 _ROW_KEYS = frozenset({"id", "study_id"})  # the target gives its own
 _STUDY_KEYS = frozenset({"id", "name", "optuna_study_name", "created_at"})  # what makes a study
 
@@ -190,8 +190,10 @@ def _try(
     optuna_name: str,
     claimed: set[str],
 ) -> tuple[StudyPlan | None, str]:
-    if len(name) > NAME_MAX:
-        return None, f"{name!r} is longer than {NAME_MAX} characters"
+    if name != study.name and (problem := name_problem(name)) is not None:
+        return None, f"the new name {name!r} {problem}"  # a stored name is kept as it is
+    if len(name) > STUDY_NAME_MAX:
+        return None, f"{name!r} is longer than {STUDY_NAME_MAX} characters"
     if name in claimed:
         return None, f"{name!r} is taken by another study of the source"
     existing = target.study(name)

@@ -153,8 +153,20 @@ class Repository:
         self._update_study(name, status=StudyStatus(status).value)
 
     def set_trials_requested(self, name: str, n_trials: int) -> None:
-        """Record the trial count a resumed study now runs to (``--resume --trials N``)."""
-        self._update_study(name, n_trials_requested=n_trials)
+        """Record the trial count a resumed study now runs to (``--resume --trials N``), in its
+        row and in the spec stored with it (what the next resume continues)."""
+        with session_scope(self._engine) as s:
+            study_id = _study_id(s, name)
+            spec = s.scalar(select(StudyModel.spec).where(StudyModel.id == study_id)) or {}
+            s.execute(
+                update(StudyModel)
+                .where(StudyModel.id == study_id)
+                .values(
+                    n_trials_requested=n_trials,
+                    spec={**spec, "trials": n_trials} if spec else spec,
+                    updated_at=time.time(),
+                )
+            )
 
     def _update_study(self, name: str, **values: Any) -> None:
         with session_scope(self._engine) as s:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.db.names import name_problem
 from tuner.domain import Objective, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import SpecError
@@ -136,6 +137,7 @@ class StudySpec:
         if self.name:
             return self.name
         model, workload = (_NAME_UNSAFE.sub("_", v) for v in (self.model, self.workload))
+        model = model.lstrip(".-") or "model"  # a name never starts so (tuner.db.names)
         # Emulated results are never mixed with real ones, not even in a study's name.
         emulated = "-emulated" if self.emulate else ""
         return f"{model}-{self.gpu}{emulated}-{workload}-{self.objective.value}"
@@ -161,6 +163,11 @@ class StudySpec:
         for key in ("choices", "search"):
             if key in kwargs:
                 kwargs[key] = {k: tuple(v) for k, v in kwargs[key].items()}
+        if "workload_overrides" in kwargs:  # ladders are tuples, as a spec file gives them
+            kwargs["workload_overrides"] = {
+                k: tuple(v) if isinstance(v, list) else v
+                for k, v in kwargs["workload_overrides"].items()
+            }
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -246,6 +253,13 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
             parse_slo(kwargs["slo"])
         except ValueError as exc:
             raise fail(str(exc), "slo", section="study") from None
+    if "name" in kwargs and (problem := name_problem(kwargs["name"])) is not None:
+        raise fail(
+            f"study name {kwargs['name']!r} {problem}",
+            "name",
+            hint="pick a name such as ernie-h200-chat (letters, digits, _ . -)",
+            section="study",
+        )
     if "trials" in kwargs and kwargs["trials"] < 1:
         raise fail("trials must be at least 1", "trials")
     if "objective" in study:

@@ -31,6 +31,7 @@ import optuna
 from sqlalchemy import exc as sa_exc
 
 from tuner.compose import StudyContext
+from tuner.db.names import check_study_name
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyStatus
 from tuner.db.session import storage_error
@@ -45,6 +46,7 @@ from tuner.domain import (
 from tuner.errors import UsageError
 from tuner.runner.vllm import TrialRunner
 from tuner.scoring import objectives as scoring
+from tuner.spec.resume import resumed_spec, stored_spec
 from tuner.study import share, upkeep
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
@@ -229,6 +231,7 @@ def _open(
         raise UsageError(f"no study named {ctx.name!r} to {what}", hint="run `tuner studies`")
     if existing is None or claimed:
         if existing is None:
+            check_study_name(ctx.name, where="study")
             repo.create_study(
                 name=ctx.name,
                 optuna_study_name=ctx.name,
@@ -248,6 +251,8 @@ def _open(
         for item in ctx.spec.enqueue:
             study.enqueue_trial(ctx.space.params_for(ctx.space.config_from(item)))
     else:
+        if existing.spec:  # the study continues as it was created (tuner.spec.resume)
+            resumed_spec(stored_spec(existing.spec, existing.name), ctx.spec)
         study = open_optuna_study(ctx, create=False, storage=storage)
         if resume and existing.n_trials_requested != ctx.spec.trials:
             repo.set_trials_requested(ctx.name, ctx.spec.trials)

@@ -1,0 +1,95 @@
+"""What a resume runs (tuner.spec.resume): the stored spec, with what was given checked
+against it field by field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tuner.db import codec
+from tuner.domain import Objective
+from tuner.errors import UsageError
+from tuner.spec.resume import resumed_spec, stored_spec
+from tuner.spec.study import StudySpec
+
+CREATED = StudySpec(
+    name="chat-study",
+    model="tiny-ernie",
+    gpu="cpu",
+    workload="chat",
+    objective=Objective.THROUGHPUT,
+    trials=2,
+    slo="e2e_p99=10s",
+    workload_overrides={"requests_per_window": 8, "concurrency_ladder": (2, 4)},
+    params=("max_num_seqs",),
+    choices={"max_num_seqs": (4, 16)},
+    fixed={"enforce_eager": False},
+    confirm_launches=2,
+    confirm_top=1,
+    extra_args=("--dtype", "float32"),
+    source="spec.toml",
+)
+
+
+def stored() -> StudySpec:
+    """CREATED as the database gives it back (JSON: tuples as lists, the enum as its value)."""
+    return stored_spec(codec.encode(CREATED.to_dict()), "chat-study")
+
+
+def test_the_stored_spec_reads_back_as_it_was_created() -> None:
+    assert stored() == CREATED
+    assert stored_spec(codec.encode({**CREATED.to_dict(), "name": None}), "x").name == "x"
+
+
+def test_options_not_given_keep_the_stored_values() -> None:
+    # What `tuner run --study NAME --resume` alone gives: no option, so nothing compared.
+    demo = StudySpec()  # the embedded demo's workload (smoke) and its 3 trials
+    assert resumed_spec(stored(), demo, changed=set()) == stored()
+    again = resumed_spec(stored(), stored().with_overrides(workload="chat"), changed={"workload"})
+    assert again == stored()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("workload", "smoke", "--workload chat; this resume asks for smoke"),
+        ("model", "ernie-0.3b", "--model tiny-ernie"),
+        ("objective", "latency", "--objective throughput"),
+        ("slo", "e2e_p99=5s", "--slo e2e_p99=10s"),
+        ("confirm_launches", 3, "--confirm-launches 2"),
+        ("seed", 7, "--seed 0"),
+        ("search", {"stream_interval": (1, 8)}, "--search none"),
+    ],
+)
+def test_an_option_that_contradicts_the_study_is_refused_naming_the_stored_value(
+    option: str, value: object, words: str
+) -> None:
+    with pytest.raises(UsageError) as refused:
+        resumed_spec(stored(), stored().with_overrides(**{option: value}), changed={option})
+    assert words in refused.value.message
+    assert "chat-study" in refused.value.message and "leave" in refused.value.hint
+
+
+def test_a_spec_file_is_compared_whole() -> None:
+    file = dataclasses.replace(CREATED, fixed={"enforce_eager": True}, source="other.toml")
+    with pytest.raises(UsageError, match=r"\[space\] fixed"):
+        resumed_spec(stored(), file)
+    same = resumed_spec(stored(), dataclasses.replace(CREATED, source="moved/spec.toml"))
+    assert same.source == "moved/spec.toml" and same.fixed == CREATED.fixed
+
+
+def test_more_trials_are_taken_fewer_refused() -> None:
+    more = resumed_spec(stored(), stored().with_overrides(trials=5), changed={"trials"})
+    assert more.trials == 5 and more.workload == "chat"
+    with pytest.raises(UsageError, match="--trials 2; this resume asks for 1"):
+        resumed_spec(stored(), stored().with_overrides(trials=1), changed={"trials"})
+
+
+def test_how_servers_start_may_change_and_an_equal_slo_is_the_same() -> None:
+    given = stored().with_overrides(
+        vllm_python="/opt/vllm/bin/python", slo="e2e_p99=10000ms", startup_timeout_s=60.0
+    )
+    resumed = resumed_spec(stored(), given)
+    assert resumed.vllm_python == "/opt/vllm/bin/python" and resumed.startup_timeout_s == 60.0
+    assert resumed.slo == "e2e_p99=10s"  # the stored spelling is kept

@@ -1,0 +1,137 @@
+"""What a resumed study runs: the spec stored when it was created, never a new one.
+
+A study's spec (model, GPU, workload and its overrides, objective, SLO, space, trials, the
+confirmation's settings) is stored with the study when it is created. ``tuner run --study NAME
+--resume`` continues that spec: what the command line (or a spec file) gives on top of it is
+compared field by field, and
+
+- a field that decides what is measured (everything but the ones below) must agree with the
+  stored value; one that contradicts it is refused, naming the stored value;
+- ``trials`` may grow (the study runs on to the new count, which is recorded), never shrink;
+- how the server is started (``vllm_python``, ``startup_timeout_s``, ``compile_cache``) may
+  change: the interpreter's path or a slow disk is this run's, not the study's.
+
+So every trial of a study, its confirmation launches included, runs on one workload with one
+space and one objective, whatever a resume is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from tuner.domain.workload import parse_slo
+from tuner.errors import UsageError
+from tuner.spec.study import StudySpec
+
+# Fields a resume may set anew: how this run starts its servers, and where the spec came from.
+RUN_FIELDS = frozenset(
+    {"vllm_python", "startup_timeout_s", "compile_cache", "cpu_placement", "source"}
+)
+# Fields kept from the stored spec whatever is given: the study's own name and notes.
+KEPT_FIELDS = frozenset({"name", "notes"})
+
+# How the command line spells each field, for the message; the others are spec-file keys.
+_OPTIONS: Mapping[str, str] = {
+    "model": "--model",
+    "gpu": "--gpu",
+    "workload": "--workload",
+    "trials": "--trials",
+    "objective": "--objective",
+    "slo": "--slo",
+    "seed": "--seed",
+    "emulate": "--emulate",
+    "early_stop": "--early-stop",
+    "search": "--search",
+    "confirm_launches": "--confirm-launches",
+    "confirm_top": "--confirm-top",
+    "workload_overrides": "[workload]",
+    "params": "[space] params",
+    "choices": "[space] choices",
+    "fixed": "[space] fixed",
+    "enqueue": "[[enqueue]]",
+    "confidence": "[confirm] confidence",
+    "extra_args": "[runner] extra_args",
+    "load_format": "[runner] load_format",
+}
+
+
+def stored_spec(stored: Mapping[str, Any], name: str) -> StudySpec:
+    """The spec stored with study ``name`` (its row's ``spec``), named ``name``."""
+    return StudySpec.from_dict({**stored, "name": name})
+
+
+def resumed_spec(
+    stored: StudySpec, given: StudySpec, *, changed: set[str] | None = None
+) -> StudySpec:
+    """The spec a resume runs: ``stored``, with ``given``'s trial count and run settings.
+
+    ``changed``: the fields the caller was given (command-line options); None compares every
+    field (a spec file, or a context handed to the study loop). UsageError, naming the stored
+    value, for a field that contradicts the study, or for fewer trials than it was created with.
+    """
+    fields = [f.name for f in dataclasses.fields(StudySpec)]
+    compared = [f for f in fields if changed is None or f in changed]
+    for key in compared:
+        if key in RUN_FIELDS or key in KEPT_FIELDS:
+            continue
+        old, new = getattr(stored, key), getattr(given, key)
+        if key == "trials":
+            if new < old:
+                raise _contradiction(
+                    stored, key, old, new, "a resume may add trials, not drop them"
+                )
+            continue
+        if not _same(key, old, new):
+            raise _contradiction(stored, key, old, new)
+    updates = {k: getattr(given, k) for k in RUN_FIELDS if k in compared}
+    if "trials" in compared:
+        updates["trials"] = given.trials
+    return dataclasses.replace(stored, **updates)
+
+
+def _same(key: str, old: Any, new: Any) -> bool:
+    if key == "slo":
+        return bool(_slo_key(old) == _slo_key(new))
+    return bool(_plain(old) == _plain(new))
+
+
+def _slo_key(text: str) -> Any:
+    """An SLO as compared: ``ttft_p99=0.5s`` is ``ttft_p99=500ms``; ``""`` (the workload's
+    recommended one) is itself."""
+    stripped = text.strip().lower()
+    if not stripped:
+        return ""
+    try:
+        return parse_slo(stripped)
+    except ValueError:
+        return stripped
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as the database holds it (tuples as lists, enums as their values)."""
+    if hasattr(value, "value") and not isinstance(value, int | float | str):
+        value = value.value
+    return json.loads(json.dumps(value, default=str, sort_keys=True))
+
+
+def _show(key: str, value: Any) -> str:
+    plain = _plain(value)
+    if key == "slo" and not str(plain).strip():
+        return "the workload's recommended SLO"
+    if plain in (None, [], {}):
+        return "none"
+    return plain if isinstance(plain, str) else json.dumps(plain)
+
+
+def _contradiction(stored: StudySpec, key: str, old: Any, new: Any, why: str = "") -> UsageError:
+    name = stored.study_name()
+    option = _OPTIONS.get(key, key)
+    return UsageError(
+        f"study {name!r} was created with {option} {_show(key, old)}; this resume asks for "
+        f"{_show(key, new)}" + (f" ({why})" if why else ""),
+        hint=f"leave {option} out to resume the study as it was created, or start a new study "
+        "with another --study name",
+    )
