@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from tuner.domain import GpuProfile
 from tuner.errors import UsageError
@@ -97,6 +98,45 @@ GPUS: dict[str, GpuProfile] = {
         ),
     )
 }
+
+
+@dataclass(frozen=True)
+class GpuPrice:
+    """What one GPU of a profile costs per hour, and where that number comes from."""
+
+    usd_per_hour: float
+    source: str
+    catalog_default: bool = False
+
+    def label(self) -> str:
+        return f"${self.usd_per_hour:.2f}/GPU-hour ({self.source})"
+
+
+# On-demand list prices per GPU-hour: an assumption, not a quote. The middle of the "specialty
+# cloud" range of https://www.mercatus-ai.com/blog/cloud-gpu-pricing as read in May 2026
+# (A100 80GB $1.10-1.50, H100 SXM $2.50-3.50, H200 SXM $3.50-4.50). Hyperscalers charge more,
+# spot and reserved capacity less. Profiles without a read price have no default: give one.
+PRICE_SOURCE = (
+    "catalog default: list-price assumption, mid-range of specialty clouds' on-demand rates, "
+    "mercatus-ai.com/blog/cloud-gpu-pricing, May 2026"
+)
+CATALOG_PRICES: Mapping[str, float] = {"a100-80g": 1.30, "h100": 3.00, "h200": 4.00}
+
+
+def gpu_price(profile: str, override: float | None = None) -> GpuPrice | None:
+    """The price per GPU-hour for ``profile``: ``override`` (``--gpu-price`` or the spec's
+    ``gpu_price``) when given, else the catalog default, labelled as one; None when neither."""
+    if override is not None:
+        if not override >= 0:
+            raise UsageError(
+                f"a GPU price of {override} $/hour is not a price",
+                hint="give US dollars per GPU-hour, e.g. --gpu-price 3.5",
+            )
+        return GpuPrice(float(override), "given price")
+    default = CATALOG_PRICES.get(profile.strip().lower())
+    if default is None:
+        return None
+    return GpuPrice(default, PRICE_SOURCE, catalog_default=True)
 
 
 def get_gpu(name: str) -> GpuProfile:

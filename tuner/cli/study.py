@@ -45,9 +45,20 @@ def run(
     trials: Annotated[int | None, typer.Option(min=1, help="Trials in the study.")] = None,
     objective: Annotated[
         str | None,
-        typer.Option(help="balanced, throughput, latency, memory or capacity (needs a ladder)."),
+        typer.Option(
+            help="balanced, throughput, latency, memory, capacity (needs a ladder) or cost "
+            "(lowest $/1M output tokens within the SLO)."
+        ),
     ] = None,
     slo: Annotated[str | None, typer.Option(help="e.g. ttft_p99=500ms,e2e_p99=10s")] = None,
+    gpu_price: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="US dollars per GPU-hour for the $/1M-token figures (default: the catalog's "
+            "list-price assumption for --gpu, where it has one).",
+        ),
+    ] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default from the spec).")] = None,
     storage: StorageOpt = None,
     vllm_python: Annotated[
@@ -115,6 +126,7 @@ def run(
         "emulate": emulate or None,
         "search": parse_search(search) if search else None,
         "early_stop": early_stop,
+        "gpu_price": gpu_price,
     }
     if spec_file is not None:
         spec = load_spec(spec_file)

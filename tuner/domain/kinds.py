@@ -71,3 +71,5 @@ class Objective(enum.StrEnum):
     MEMORY = "memory"
     # The highest throughput of the launch's load curve whose P99 latencies meet the SLO.
     CAPACITY = "capacity"
+    # The lowest dollars per million output tokens meeting the SLO (tuner.scoring.cost).
+    COST = "cost"

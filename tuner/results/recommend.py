@@ -13,7 +13,7 @@ from tuner.catalog.models import MODELS
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow
 from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
-from tuner.results import energy
+from tuner.results import costs, energy
 from tuner.scoring.caveats import WindowFlags, window_flags
 from tuner.scoring.significance import BETTER, INCONCLUSIVE
 from tuner.study.confirm import Confirmed, choose, study_pick
@@ -56,6 +56,11 @@ class Recommendation:
     output_changes: tuple[str, ...] = ()
     # Why the trial shown has no measured energy ("energy: not measured on CPU"); None if it has.
     energy_note: str | None = None
+    # $ per 1M output tokens at the SLO throughput, the defaults', and the price assumed (or
+    # why there is no price).
+    cost: Estimate | None = None
+    baseline_cost: Estimate | None = None
+    price: str = ""
 
     def render(self) -> str:
         lines = [
@@ -81,6 +86,7 @@ class Recommendation:
         )
         lines.append(f"  {'memory GiB':>13}: {self.memory_gib:.2f}{base_mem}")
         lines.extend(self._energy_lines())
+        lines.extend(self._cost_lines())
         lines.extend(f"  tradeoff: {t}" for t in self.tradeoffs)
         if self.output_changes:
             lines.append(
@@ -122,6 +128,16 @@ class Recommendation:
         if warning:
             lines.append(f"  warning: {warning}")
         return "\n".join(lines)
+
+    def _cost_lines(self) -> list[str]:
+        if self.cost is None:
+            return [f"  {self.price}"] if self.price else []
+        base = self.baseline_cost
+        vs = f"   defaults {costs.usd_text(base)}" if base is not None else ""
+        return [
+            f"  {'$/1M out tok':>13}: {costs.usd_text(self.cost)}{vs}",
+            f"  {'':>13}  at {self.price}",
+        ]
 
     def _energy_lines(self) -> list[str]:
         """The measured GPU energy beside the throughput, or why there is none."""
@@ -199,6 +215,7 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None
+    price = costs.study_price(row.gpu, row.spec)
     return Recommendation(
         study=study,
         trial_number=top.number,
@@ -229,6 +246,9 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
         else tuple(tradeoffs(top.config, trial.metrics, base_metrics, row.slo)),
         output_changes=tuple(levers.output_changing(top.config)),
         energy_note=energy.absent(trial.metrics, on_gpu=trial.gpu_uuid is not None),
+        cost=costs.usd(trial.metrics, price),
+        baseline_cost=costs.usd(base_metrics, price) if base_metrics else None,
+        price=price.label() if price is not None else costs.no_price(row.gpu),
     )
 
 

@@ -20,6 +20,10 @@ ratios against a reference (vLLM's defaults, trial 0, when it completed):
     latency    : (p99_ref / p99)
     memory     : (mem_ref / mem) * min(1, thr / thr_ref)        (never buy memory with throughput)
     capacity   : (cap / cap_ref)           cap = capacity under the SLO, from the load curve
+    cost       : (usd_ref / usd)           usd = $ per 1M output tokens at the SLO's throughput
+                 = (thr_slo / thr_slo_ref) at one price per GPU-hour (tuner.scoring.cost):
+                 the curve's capacity where the trial measured one, else the fixed load's
+                 throughput with the SLO as the constraint
     balanced   : (thr / thr_ref)^0.5 * (p99_ref / p99)^0.3 * (mem_ref / mem)^0.2
 
 So a score of 1.25 reads "25 % better than the defaults on this objective". Without a reference
@@ -38,6 +42,7 @@ from typing import Literal
 
 from tuner.domain import Objective, Slo, TrialResult, TrialStatus
 from tuner.load.curve import FEASIBLE, slo_margins
+from tuner.scoring.cost import slo_throughput
 
 GIB = 1024**3
 # Penalty objective values for findings: worse than anything a real trial can measure.
@@ -54,6 +59,7 @@ WEIGHTS: Mapping[Objective, tuple[float, float, float]] = {
     Objective.MEMORY: (0.0, 0.0, 1.0),
     Objective.BALANCED: (0.5, 0.3, 0.2),
     Objective.CAPACITY: (1.0, 0.0, 0.0),
+    Objective.COST: (1.0, 0.0, 0.0),
 }
 
 
@@ -75,6 +81,8 @@ class Headline:
         if objective is Objective.CAPACITY:
             cap = result.metrics.get("capacity_output_throughput")
             throughput = cap.median if cap is not None else 0.0
+        elif objective is Objective.COST:
+            throughput = slo_throughput(result.metrics)[0].median
         else:
             throughput = result.metrics["output_throughput"].median
         return cls(
@@ -108,7 +116,8 @@ def constraint_values(
     """
     if result.status is not TrialStatus.COMPLETE:
         return [VIOLATED] * 4
-    if objective is Objective.CAPACITY:
+    curve = "capacity_output_throughput" in result.metrics
+    if objective is Objective.CAPACITY or (objective is Objective.COST and curve):
         cap = result.metrics.get("capacity_output_throughput")
         met = cap is not None and cap.median > 0
         return [FEASIBLE if met else VIOLATED] * 4

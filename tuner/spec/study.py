@@ -8,11 +8,12 @@ A spec file::
     model = "ernie-0.3b"            # catalog alias, local directory or hub id
     gpu = "h200"                    # catalog GPU profile (tuner studies gpus lists them)
     workload = "chat"               # preset name or "trace:FILE"
-    objective = "balanced"          # balanced | throughput | latency | memory
+    objective = "balanced"          # balanced | throughput | latency | memory | capacity | cost
     trials = 16
     slo = "ttft_p99=500ms,e2e_p99=10s"
     seed = 0
     early_stop = false              # true: a trial clearly worse at its first point stops there
+    gpu_price = 4.0                 # $ per GPU-hour for $/1M tokens (default: the catalog's)
 
     [workload]                      # overrides of the workload preset's fields
     requests_per_window = 64
@@ -81,6 +82,7 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
             "notes",
             "emulate",
             "early_stop",
+            "gpu_price",
         }
     ),
     "workload": frozenset(WORKLOAD_TYPES),
@@ -115,6 +117,7 @@ class StudySpec:
     notes: str = ""
     emulate: bool = False  # run on a larger GPU limited to --gpu's memory (labelled emulated)
     early_stop: bool = False  # stop a trial at its first load point when clearly worse
+    gpu_price: float | None = None  # $ per GPU-hour; None: the catalog default (tuner.catalog.gpus)
     workload_overrides: Mapping[str, Any] = field(default_factory=dict)
     params: tuple[str, ...] | None = None
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -262,6 +265,16 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
         )
     if "trials" in kwargs and kwargs["trials"] < 1:
         raise fail("trials must be at least 1", "trials")
+    if "gpu_price" in study:
+        price = typed_value(study["gpu_price"], float, "gpu_price", fail, "study")
+        if not price >= 0:
+            raise fail(
+                f"gpu_price must be US dollars per GPU-hour (0 or more), got {price}",
+                "gpu_price",
+                hint="e.g. gpu_price = 3.5",
+                section="study",
+            )
+        kwargs["gpu_price"] = float(price)
     if "objective" in study:
         try:
             kwargs["objective"] = parse_objective(str(study["objective"]), where=where)

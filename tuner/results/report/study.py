@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.catalog.gpus import GpuPrice
 from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Objective, ServingConfig, Slo, TrialResult, TrialStatus, WindowMetrics
-from tuner.results import energy
+from tuner.results import costs, energy
 from tuner.scoring import objectives as scoring
 from tuner.scoring import ranking
 from tuner.scoring.caveats import WindowFlags, window_flags
@@ -82,6 +83,8 @@ class TrialLine:
     # The measured GPU's joules per output token and watts (None: not measured, e.g. on CPU).
     joules_per_token: float | None = None
     gpu_power_w: float | None = None
+    # $ per 1M output tokens at its SLO throughput and the study's price (None: no price).
+    usd_per_million: float | None = None
 
     @property
     def flags(self) -> str:
@@ -144,6 +147,8 @@ class StudyReport:
     window_caveat: str = ""
     # Why measured trials have no energy ("energy: not measured on CPU"); "" when all have it.
     energy_note: str = ""
+    # The price per GPU-hour the $ figures assume, with its source, or why there are none.
+    price_label: str = ""
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
     slo = Slo(**dict(study.slo))
     reference = _baseline_values(trials)
     broken = ranking.canary_broken(trials)
+    price = costs.study_price(study.gpu, study.spec)
     out = []
     for t in trials:
         measured = t.status is TrialStatus.COMPLETE and bool(t.objective_values)
@@ -221,9 +227,15 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 recommendable=t.config not in broken,
                 joules_per_token=_metric(t, energy.PER_TOKEN),
                 gpu_power_w=_metric(t, energy.POWER),
+                usd_per_million=_usd(t, price) if measured else None,
             )
         )
     return tuple(out)
+
+
+def _usd(row: TrialRow, price: GpuPrice | None) -> float | None:
+    e = costs.usd(row.metrics, price) if row.metrics else None
+    return None if e is None else num(e.median)
 
 
 def energy_note(trials: Sequence[TrialRow]) -> str:
@@ -376,6 +388,7 @@ def study_report(
     :mod:`tuner.results.importance`); when None or empty, :func:`fallback_importances` is used.
     ``comparisons``: the study's own (its confirmation phase)."""
     lines = trial_lines(study, trials)
+    price = costs.study_price(study.gpu, study.spec)
     if importances:
         imp = Importances(dict(importances), "PED-ANOVA (Optuna)")
     else:
@@ -398,6 +411,7 @@ def study_report(
         confirmation=_confirmation(study, comparisons),
         window_caveat=window_caveat(lines),
         energy_note=energy_note(trials),
+        price_label=price.label() if price is not None else costs.no_price(study.gpu),
     )
 
 

@@ -1,0 +1,136 @@
+"""$ per 1M output tokens: the arithmetic, the price's source, the cost objective, the spec's
+gpu_price and `tuner best`'s lines."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_energy_display import _recommendation
+from tuner.catalog.gpus import CATALOG_PRICES, PRICE_SOURCE, gpu_price
+from tuner.domain import Estimate, MemoryUsage, Objective, ServingConfig, TrialResult, TrialStatus
+from tuner.errors import SpecError, UsageError
+from tuner.results import costs
+from tuner.scoring import objectives as scoring
+from tuner.scoring.cost import cost_estimate, slo_throughput, trial_cost, usd_per_million
+from tuner.spec.study import load_spec
+
+
+def _est(median: float, low: float, high: float) -> Estimate:
+    return Estimate(median, low, high, (low, median, high))
+
+
+def test_dollars_per_million_tokens() -> None:
+    # 1,000 tok/s is 3.6M tokens an hour: at $3.60 an hour, $1 per million.
+    assert usd_per_million(1000.0, 3.6) == pytest.approx(1.0)
+    assert usd_per_million(2000.0, 3.6) == pytest.approx(0.5)
+    assert usd_per_million(0.0, 3.6) == math.inf  # served nothing
+    assert math.isnan(usd_per_million(math.nan, 3.6))
+    with pytest.raises(ValueError):
+        usd_per_million(1000.0, -1.0)
+
+
+def test_a_cost_range_is_the_throughput_range_reversed() -> None:
+    cost = cost_estimate(_est(1000.0, 800.0, 1200.0), 3.6)
+    assert cost.median == pytest.approx(1.0)
+    assert cost.low == pytest.approx(1 / 1.2) and cost.high == pytest.approx(1 / 0.8)
+    assert cost.values == pytest.approx((1.25, 1.0, 1 / 1.2))
+
+
+def test_the_slo_throughput_is_the_capacity_where_a_curve_was_measured() -> None:
+    fixed = {"output_throughput": _est(900.0, 900.0, 900.0)}
+    curve = {**fixed, "capacity_output_throughput": _est(600.0, 600.0, 600.0)}
+    assert slo_throughput(fixed) == (fixed["output_throughput"], "output_throughput")
+    assert slo_throughput(curve)[1] == "capacity_output_throughput"
+    assert trial_cost(curve, 3.6) is not None
+    assert trial_cost(curve, 3.6).median == pytest.approx(1000 / 600)  # type: ignore[union-attr]
+    assert trial_cost({}, 3.6) is None
+
+
+def _result(thr: float, p99: float = 100.0, capacity: float | None = None) -> TrialResult:
+    metrics = {
+        "output_throughput": _est(thr, thr, thr),
+        "e2e_p99_ms": _est(p99, p99, p99),
+        "ttft_p99_ms": _est(10.0, 10.0, 10.0),
+        "itl_p99_ms": _est(5.0, 5.0, 5.0),
+        "error_rate": _est(0.0, 0.0, 0.0),
+    }
+    if capacity is not None:
+        metrics["capacity_output_throughput"] = _est(capacity, capacity, capacity)
+    return TrialResult(
+        config=ServingConfig(),
+        status=TrialStatus.COMPLETE,
+        metrics=metrics,
+        memory=MemoryUsage(gpu_peak_bytes={"GPU-1": 10 * 1024**3}),
+    )
+
+
+def test_the_cost_objective_scores_the_inverse_cost_ratio() -> None:
+    ref, cand = _result(1000.0), _result(1250.0, p99=400.0)
+    price = 4.0
+    ratio = usd_per_million(1000.0, price) / usd_per_million(1250.0, price)
+    assert scoring.score(cand, Objective.COST, ref) == pytest.approx(ratio) == pytest.approx(1.25)
+    # With a curve it is the capacity, not the fixed load's throughput, that is paid for.
+    curve_ref, curve = _result(1000.0, capacity=500.0), _result(1000.0, capacity=750.0)
+    assert scoring.score(curve, Objective.COST, curve_ref) == pytest.approx(1.5)
+    # The SLO: the fixed load's margins, or the curve's capacity above 0.
+    from tuner.domain import Slo
+
+    slow = scoring.constraint_values(cand, Slo(e2e_p99_ms=200.0), Objective.COST)
+    assert not scoring.is_feasible(slow)
+    none_met = _result(1000.0, capacity=0.0)
+    assert not scoring.is_feasible(scoring.constraint_values(none_met, Slo(), Objective.COST))
+    assert scoring.is_feasible(scoring.constraint_values(curve, Slo(), Objective.COST))
+
+
+def test_prices_name_their_source() -> None:
+    default = gpu_price("h200")
+    assert default is not None and default.catalog_default
+    assert default.usd_per_hour == CATALOG_PRICES["h200"]
+    assert "catalog default" in default.label() and "list-price assumption" in default.label()
+    assert default.source == PRICE_SOURCE and "May 2026" in PRICE_SOURCE
+    given = gpu_price("h200", 2.5)
+    assert given is not None and not given.catalog_default and given.usd_per_hour == 2.5
+    assert gpu_price("rtx4090") is None  # no price was read for it: none is made up
+    assert gpu_price("cpu") is None
+    with pytest.raises(UsageError, match="not a price"):
+        gpu_price("h200", -1.0)
+    assert costs.study_price("h100", {"gpu_price": 1.5}).usd_per_hour == 1.5  # type: ignore[union-attr]
+    assert costs.study_price("h100", {}).catalog_default  # type: ignore[union-attr]
+    assert costs.study_price("l4", None) is None and "--gpu-price" in costs.no_price("l4")
+
+
+def test_the_spec_takes_a_gpu_price_and_refuses_a_negative_one(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('[study]\nmodel = "tiny-ernie"\ngpu = "h200"\ngpu_price = 3.25\n')
+    assert load_spec(good).gpu_price == 3.25
+    assert load_spec(good).to_dict()["gpu_price"] == 3.25  # stored with the study
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[study]\nmodel = "tiny-ernie"\ngpu_price = -2\n')
+    with pytest.raises(SpecError, match="gpu_price"):
+        load_spec(bad)
+    cost = tmp_path / "cost.toml"
+    cost.write_text('[study]\nmodel = "tiny-ernie"\nobjective = "cost"\n')
+    assert load_spec(cost).objective is Objective.COST
+
+
+def test_best_shows_the_cost_and_the_price_it_assumed() -> None:
+    price = gpu_price("h200")
+    assert price is not None
+    rec = _recommendation({"output_throughput": _est(1000.0, 900.0, 1100.0)})
+    rec = type(rec)(
+        **{
+            **rec.__dict__,
+            "cost": trial_cost(rec.metrics, price.usd_per_hour),
+            "baseline_cost": trial_cost({"output_throughput": _est(500, 500, 500)}, 4.0),
+            "price": price.label(),
+        }
+    )
+    text = rec.render()
+    assert "$/1M out tok: 1.11 [1.01, 1.23]   defaults 2.22 [2.22, 2.22]" in text
+    assert "at $4.00/GPU-hour (catalog default: list-price assumption" in text
+    unpriced = _recommendation({"output_throughput": _est(1000.0, 900.0, 1100.0)})
+    unpriced = type(unpriced)(**{**unpriced.__dict__, "price": costs.no_price("l4")})
+    assert "cost: no price per GPU-hour for l4" in unpriced.render()

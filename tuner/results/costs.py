@@ -1,0 +1,35 @@
+"""What a study's measurements cost: its price per GPU-hour (the spec's ``gpu_price`` or
+``--gpu-price``, else the catalog's labelled default) and each trial's $ per 1M output tokens at
+its SLO throughput (:mod:`tuner.scoring.cost`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tuner.catalog.gpus import GpuPrice, gpu_price
+from tuner.domain import Estimate
+from tuner.scoring.cost import trial_cost
+
+
+def study_price(gpu: str, spec: Mapping[str, Any] | None) -> GpuPrice | None:
+    """The price of study on GPU profile ``gpu`` with stored ``spec``: the spec's own
+    ``gpu_price`` (``--gpu-price`` lands there), else the catalog default; None without one."""
+    given = (spec or {}).get("gpu_price")
+    return gpu_price(gpu, float(given) if given is not None else None)
+
+
+def no_price(gpu: str) -> str:
+    return (
+        f"cost: no price per GPU-hour for {gpu} (the catalog has none): "
+        "give --gpu-price or the spec's gpu_price"
+    )
+
+
+def usd(metrics: Mapping[str, Estimate], price: GpuPrice | None) -> Estimate | None:
+    """$ per 1M output tokens of a trial's ``metrics`` at ``price``; None without either."""
+    return None if price is None else trial_cost(metrics, price.usd_per_hour)
+
+
+def usd_text(e: Estimate) -> str:
+    return f"{e.median:.3g} [{e.low:.3g}, {e.high:.3g}]"
