@@ -10,6 +10,7 @@ as the real runner (tests/integration/test_runner_contract.py).
 
 from __future__ import annotations
 
+import math
 import random
 import time
 import zlib
@@ -54,7 +55,18 @@ class FakeRunner:
         backend: str = "FAKE_ATTN",
         launch_spread: float = 0.05,
         canary_breaks: Mapping[ServingConfig, str] | None = None,
+        launch_sd: float = 0.0,
+        window_sd: float = 0.0,
+        speedup: Mapping[ServingConfig, float] | None = None,
     ) -> None:
+        # Known noise on top of the performance model, for tests of the decision design: every
+        # time of a launch (TTFT, ITL, E2E, and so a window's duration) is scaled by
+        # exp(N(0, launch_sd)) per launch times exp(N(0, window_sd)) per window, and divided by
+        # ``speedup[config]``: the throughput of a configuration with speedup 1.2 is exactly
+        # 1.2 times another's in expectation on the log scale.
+        self.launch_sd = launch_sd
+        self.window_sd = window_sd
+        self.speedup = dict(speedup or {})
         self.canary_breaks = dict(canary_breaks or {})
         self.canaries: list[tuple[str, ...]] = []
         self.launch_spread = launch_spread
@@ -136,6 +148,8 @@ class FakeRunner:
         key = f"{self.seed}:{config.label()}:{len(self.calls)}"
         rng = random.Random(zlib.crc32(key.encode()))
         launch = rng.uniform(1.0 - self.launch_spread, 1.0 + self.launch_spread)
+        known = random.Random(zlib.crc32(f"{key}:known-noise".encode()))  # leaves rng's draws
+        launch_scale = math.exp(known.gauss(0.0, self.launch_sd)) / self.speedup.get(config, 1.0)
         seqs = config.max_num_seqs or 256
         per_token_s = 0.002 * launch * (1.0 + 0.5 * (config.enforce_eager or False))
         windows: list[WindowMetrics] = []
@@ -146,6 +160,7 @@ class FakeRunner:
         for point in [p for p in points for _ in range(workload.windows)]:
             batch = min(seqs, point.concurrency)
             phase("measuring", f"window {len(windows) + 1}/{total}")
+            scale = launch_scale * math.exp(known.gauss(0.0, self.window_sd))
             records = []
             for i in range(point.requests_per_window):
                 noise = rng.uniform(0.9, 1.1)
@@ -158,9 +173,9 @@ class FakeRunner:
                         prompt_tokens=point.prompt_tokens,
                         output_tokens=point.output_tokens,
                         start_s=i * 0.01,
-                        ttft_s=ttft,
-                        e2e_s=e2e,
-                        itl_s=(per_token_s * noise,) * (point.output_tokens - 1),
+                        ttft_s=ttft * scale,
+                        e2e_s=e2e * scale,
+                        itl_s=(per_token_s * noise * scale,) * (point.output_tokens - 1),
                     )
                 )
             duration = point.requests_per_window / batch * max(r.e2e_s or 0 for r in records)

@@ -1,0 +1,414 @@
+"""The decision design against today's fixed three-a-side Welch, on simulations from the
+committed H200 launches: false decisions at B/A = 1, power at x1.2, launches and GPU-minutes
+per decision, and the coverage of the reported interval.
+
+The noise is fitted from the committed launches on one key (H200, vLLM 0.26.0, ernie-0.3b,
+throughput-256, 3 windows a launch): the `tuner compare` launches of 2026-12-02
+(``studies/results/h200-compare-2026-12-02/launches.jsonl``) and the heavy study's launches
+(``studies/results/ernie-0.3b-h200-heavy/heavy-h200.db``), each configuration of each run
+around its own mean (:func:`tuner.scoring.noise.components`). A simulated launch of a side
+draws a launch effect and three window effects on the log scale, either
+
+- ``parametric``: normal, with the fitted launch and window SDs, or
+- ``resample``: the observed launch residuals (a launch's mean log minus its configuration's)
+  and window residuals (a window's log minus its launch's), drawn with replacement and scaled
+  up for the degrees of freedom their means took,
+
+and, in the ``outlier`` scenarios, one of the first three launches of a random side has all its
+windows at ``--outlier`` (0.6) of their value, as a launch that another process disturbed.
+Each comparison first has a calibration (``--calibration`` launches of the defaults drawn the
+same way, fresh for each comparison: the profile's own uncertainty is part of the result).
+
+Designs (every verdict through tuner's own code: :func:`tuner.abtest.compare.compare` for
+today's design, :func:`tuner.abtest.decide.judge_look` for the new one):
+
+- ``fixed-3-welch``: three launches a side, launch medians, Welch at 95 % (today);
+- ``fixed-3-pooled``: three a side with the calibrated profile's pooled interval;
+- ``seq-welch``: the decision design without a profile (Welch on its own launches);
+- ``seq-pooled``: the decision design (3 to ``--cap`` a side, Pocock boundary for 95 %
+  overall, stop within ±``--min-effect``) with the calibrated profile.
+
+A wrong decision is "better" or "worse" at B/A = 1, and "worse" at B/A > 1; "inconclusive"
+(the disagreement guard) is counted apart. Coverage: the final interval holds the true ratio.
+GPU-minutes: the launches' wall times drawn from the observed warm launches (the calibration's
+launches are not charged to the decision: a profile serves every later comparison on its key).
+
+    .venv/bin/python bench/decision_replay.py --reps 2000 --json-out decision.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sqlite3
+import statistics
+import sys
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from tuner.abtest.compare import HEADLINE, Arm, compare  # noqa: E402
+from tuner.abtest.decide import Design, judge_look  # noqa: E402
+from tuner.db.codec import decode_result  # noqa: E402
+from tuner.domain import Estimate, ServingConfig, TrialResult, TrialStatus  # noqa: E402
+from tuner.scoring.noise import Components, Launch, components, logs  # noqa: E402
+from tuner.scoring.significance import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE  # noqa: E402
+
+COMPARE_LOG = "studies/results/h200-compare-2026-12-02/launches.jsonl"
+HEAVY_DB = "studies/results/ernie-0.3b-h200-heavy/heavy-h200.db"
+WINDOWS = 3
+COLD_S = 180.0  # a launch whose start-up took longer was a cold start
+A_ARM = Arm("defaults", ServingConfig())
+B_ARM = Arm("B", ServingConfig(max_num_seqs=128))
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A committed launch: its run and configuration, window values, wall and start-up s."""
+
+    group: str
+    windows: tuple[float, ...]
+    wall_s: float | None
+    startup_s: float | None
+
+
+def load_observed(root: Path = REPO_ROOT) -> list[Observed]:
+    """The committed launches of the throughput-256 key (see the module docstring)."""
+    out = []
+    for line in (root / COMPARE_LOG).read_text().splitlines():
+        r = decode_result(json.loads(line)["result"])
+        out.append(_observed(f"compare:{r.config.label()}", r))
+    db = sqlite3.connect(f"file:{root / HEAVY_DB}?mode=ro", uri=True)
+    try:
+        rows = db.execute(
+            "SELECT config_label, metrics, started_at, finished_at, server FROM tuner_trials "
+            "WHERE status = 'complete' AND workload = 'throughput-256' ORDER BY number"
+        ).fetchall()
+    finally:
+        db.close()
+    for label, metrics, started, finished, server in rows:
+        values = tuple(json.loads(metrics)[HEADLINE]["values"])
+        startup = (json.loads(server) or {}).get("startup_s") if server else None
+        wall = finished - started if started and finished else None
+        out.append(Observed(f"heavy:{label}", values, wall, startup))
+    return out
+
+
+def _observed(group: str, r: TrialResult) -> Observed:
+    wall = r.finished_at - r.started_at if r.started_at and r.finished_at else None
+    startup = r.server.startup_s if r.server is not None else None
+    return Observed(group, tuple(r.metrics[HEADLINE].values), wall, startup)
+
+
+def fit(observed: Sequence[Observed]) -> Components:
+    found = components([Launch.of(o.group, o.windows) for o in observed], WINDOWS)
+    if found is None:
+        raise SystemExit("the committed launches give no variance components")
+    return found
+
+
+def residuals(observed: Sequence[Observed]) -> tuple[list[float], list[float]]:
+    """Launch residuals (launch mean log - configuration mean) and window residuals (window log
+    - launch mean), each scaled by sqrt(n / (n - 1)) for the mean it was taken from; the
+    launch residuals have the window noise's share of their spread taken out."""
+    groups: dict[str, list[list[float]]] = {}
+    for o in observed:
+        ls = logs(o.windows)
+        if len(ls) == WINDOWS:
+            groups.setdefault(o.group, []).append(ls)
+    launch_res, window_res = [], []
+    for runs in groups.values():
+        means = [sum(ls) / WINDOWS for ls in runs]
+        for ls, m in zip(runs, means, strict=True):
+            window_res += [(y - m) * math.sqrt(WINDOWS / (WINDOWS - 1)) for y in ls]
+        if len(runs) >= 2:
+            grand = sum(means) / len(means)
+            launch_res += [(m - grand) * math.sqrt(len(runs) / (len(runs) - 1)) for m in means]
+    wv = statistics.fmean(x * x for x in window_res)
+    lv = statistics.fmean(x * x for x in launch_res)
+    # A launch mean carries window noise / m; shrink the launch residuals to the launch share.
+    shrink = math.sqrt(max(0.0, lv - wv / WINDOWS) / lv) if lv > 0 else 0.0
+    return [x * shrink for x in launch_res], window_res
+
+
+Draw = Callable[[np.random.Generator], tuple[float, np.ndarray]]
+
+
+def parametric(c: Components) -> Draw:
+    window_sd = c.window_sd or 0.0
+
+    def draw(rng: np.random.Generator) -> tuple[float, np.ndarray]:
+        return float(rng.normal(0, c.launch_sd)), rng.normal(0, window_sd, WINDOWS)
+
+    return draw
+
+
+def resampled(launch_res: Sequence[float], window_res: Sequence[float]) -> Draw:
+    lr, wr = np.asarray(launch_res), np.asarray(window_res)
+
+    def draw(rng: np.random.Generator) -> tuple[float, np.ndarray]:
+        return float(rng.choice(lr)), rng.choice(wr, WINDOWS)
+
+    return draw
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    ratio: float
+    outlier: float | None
+
+
+class Sides:
+    """The launches of one simulated comparison, drawn as a design asks for them."""
+
+    def __init__(
+        self,
+        sc: Scenario,
+        draw: Draw,
+        walls: Sequence[float],
+        rng: np.random.Generator,
+    ) -> None:
+        self.sc, self.draw, self.walls, self.rng = sc, draw, walls, rng
+        self.outlier_at = None
+        if sc.outlier is not None:
+            self.outlier_at = ("a" if rng.random() < 0.5 else "b", int(rng.integers(3)))
+        self.runs: dict[str, list[TrialResult]] = {"a": [], "b": []}
+
+    def launch(self, side: str) -> TrialResult:
+        i = len(self.runs[side])
+        mu = math.log(15000.0) + (math.log(self.sc.ratio) if side == "b" else 0.0)
+        effect, window = self.draw(self.rng)
+        values = np.exp(mu + effect + window)
+        if self.outlier_at == (side, i):
+            values = values * (self.sc.outlier or 1.0)
+        wall = float(self.rng.choice(self.walls))
+        vs = tuple(float(v) for v in values)
+        result = TrialResult(
+            config=(A_ARM if side == "a" else B_ARM).config,
+            status=TrialStatus.COMPLETE,
+            metrics={HEADLINE: Estimate(float(np.median(values)), min(vs), max(vs), vs)},
+            started_at=0.0,
+            finished_at=wall,
+        )
+        self.runs[side].append(result)
+        return result
+
+    def upto(self, n: int) -> tuple[list[TrialResult], list[TrialResult]]:
+        for side in ("a", "b"):
+            while len(self.runs[side]) < n:
+                self.launch(side)
+        return self.runs["a"], self.runs["b"]
+
+
+def calibrated(draw: Draw, launches: int, rng: np.random.Generator) -> Components | None:
+    runs = []
+    for _ in range(launches):
+        effect, window = draw(rng)
+        runs.append(Launch("defaults", tuple(float(x) for x in window + effect)))
+    return components(runs, WINDOWS)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: str
+    launches: int
+    covered: bool | None
+    gpu_minutes: float
+    half_width: float | None
+
+
+def run_design(
+    name: str,
+    sides: Sides,
+    profile: Components | None,
+    first: int,
+    cap: int,
+    min_effect: float,
+) -> Outcome:
+    if name == "fixed-3-welch":
+        a, b = sides.upto(3)
+        c = compare(A_ARM, a, B_ARM, b, 0.95).metric(HEADLINE)
+        return _outcome(c.verdict, c.low, c.high, sides, a, b)
+    if name == "fixed-3-pooled":
+        design = Design.fixed_launches(3)
+    else:
+        design = Design.sequential(first, cap, 0.95, min_effect)
+    prof = profile if name in ("fixed-3-pooled", "seq-pooled") else None
+    n = design.first
+    while True:
+        a, b = sides.upto(n)
+        look = judge_look(A_ARM, a, B_ARM, b, design, _as_profile(prof))
+        if look.done or n >= design.cap:
+            found = look.step.interval
+            return _outcome(
+                look.step.verdict,
+                found.low if found else None,
+                found.high if found else None,
+                sides,
+                a,
+                b,
+            )
+        n += 1
+
+
+def _as_profile(c: Components | None) -> Any:
+    if c is None:
+        return None
+    from tuner.scoring.noise import NoiseKey, NoiseProfile
+
+    key = NoiseKey("sim", "NVIDIA H200", "0.26.0", "ernie-0.3b", "throughput-256", WINDOWS)
+    return NoiseProfile(key, {HEADLINE: c}, c.launches)
+
+
+def _outcome(
+    verdict: str,
+    low: float | None,
+    high: float | None,
+    sides: Sides,
+    a: Sequence[TrialResult],
+    b: Sequence[TrialResult],
+) -> Outcome:
+    covered = None if low is None or high is None else low <= sides.sc.ratio <= high
+    wall = sum((r.finished_at or 0.0) for r in (*a, *b))
+    hw = None
+    if low and high and low > 0 and math.isfinite(high):
+        hw = math.expm1((math.log(high) - math.log(low)) / 2)
+    return Outcome(verdict, len(a) + len(b), covered, wall / 60.0, hw)
+
+
+DESIGNS = ("fixed-3-welch", "fixed-3-pooled", "seq-welch", "seq-pooled")
+
+
+def simulate(
+    design: str,
+    sc: Scenario,
+    draw: Draw,
+    walls: Sequence[float],
+    args: argparse.Namespace,
+    seed: int,
+) -> dict[str, Any]:
+    verdicts: Counter[str] = Counter()
+    launches, minutes, covered, widths = [], [], [], []
+    for rep in range(args.reps):
+        # The same draws for every design: common random numbers.
+        rng = np.random.default_rng([seed, rep, zlib.crc32(sc.name.encode())])
+        profile = calibrated(draw, args.calibration, rng)
+        sides = Sides(sc, draw, walls, rng)
+        out = run_design(design, sides, profile, args.first, args.cap, args.min_effect)
+        kind = INCONCLUSIVE if out.verdict.startswith(INCONCLUSIVE) else out.verdict
+        verdicts[kind] += 1
+        launches.append(out.launches)
+        minutes.append(out.gpu_minutes)
+        if out.covered is not None:
+            covered.append(out.covered)
+        if out.half_width is not None:
+            widths.append(out.half_width)
+    n = args.reps
+    wrong = (verdicts[BETTER] + verdicts[WORSE]) if sc.ratio == 1.0 else verdicts[WORSE]
+    return {
+        "verdicts": {k: v / n for k, v in sorted(verdicts.items())},
+        "false_decisions": wrong / n,
+        "better": verdicts[BETTER] / n,
+        "no_difference": verdicts[NO_DIFFERENCE] / n,
+        "inconclusive": verdicts[INCONCLUSIVE] / n,
+        "launches_median": float(np.median(launches)),
+        "launches_mean": statistics.fmean(launches),
+        "gpu_minutes_median": float(np.median(minutes)),
+        "coverage": statistics.fmean(covered) if covered else None,
+        "half_width_median": float(np.median(widths)) if widths else None,
+    }
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    observed = load_observed()
+    c = fit(observed)
+    warm = [o.wall_s for o in observed if o.wall_s and (o.startup_s or 0) < COLD_S]
+    draws = {"parametric": parametric(c), "resample": resampled(*residuals(observed))}
+    scenarios = [
+        Scenario(f"x{r:g}{'-outlier' if o else ''}", r, o)
+        for r in args.ratios
+        for o in (None, args.outlier)
+    ]
+    out: dict[str, Any] = {
+        "args": {k: v for k, v in vars(args).items() if k != "json_out"},
+        "fitted": c.to_dict(),
+        "warm_wall_s": {"median": statistics.median(warm), "n": len(warm)},
+        "per_look_confidence": Design.sequential(args.first, args.cap, 0.95).plan.confidence,
+        "results": {},
+    }
+    for noise in args.noise:
+        draw = draws[noise]
+        for design in args.designs:
+            for sc in scenarios:
+                res = simulate(design, sc, draw, warm, args, zlib.crc32(noise.encode()))
+                out["results"].setdefault(noise, {}).setdefault(design, {})[sc.name] = res
+        print(f"[decision] {noise}: done", file=sys.stderr, flush=True)
+    return out
+
+
+def report(out: dict[str, Any]) -> str:
+    f = out["fitted"]
+    lines = [
+        f"fitted on {f['launches']} launches of {f['configurations']} configurations "
+        f"({f['df']} df): launch SD {f['launch_sd']:.3f}, window SD {f['window_sd']:.3f} "
+        f"(log), a launch's value {f['launch_value_sd']:.3f}; warm launch "
+        f"{out['warm_wall_s']['median']:.0f} s (median of {out['warm_wall_s']['n']}); "
+        f"per-look confidence {out['per_look_confidence']:.4f}",
+        "",
+    ]
+    for noise, designs in out["results"].items():
+        scen = list(next(iter(designs.values())))
+        lines += [
+            f"{noise} noise: false decisions / better / launches (median) / GPU-min (median) / "
+            "coverage / inconclusive",
+            "",
+            "| design | " + " | ".join(scen) + " |",
+            "|---|" + "---|" * len(scen),
+        ]
+        for design, res in designs.items():
+            cells = []
+            for r in res.values():
+                cov = "-" if r["coverage"] is None else f"{r['coverage']:.1%}"
+                cells.append(
+                    f"{r['false_decisions']:.1%} / {r['better']:.0%} / "
+                    f"{r['launches_median']:g} / {r['gpu_minutes_median']:.1f} / {cov} / "
+                    f"{r['inconclusive']:.1%}"
+                )
+            lines.append(f"| {design} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=2000)
+    p.add_argument("--first", type=int, default=3, help="launches a side at the first look")
+    p.add_argument("--cap", type=int, default=6, help="launch budget a side")
+    p.add_argument("--min-effect", type=float, default=0.05)
+    p.add_argument("--calibration", type=int, default=5, help="launches of the calibration")
+    p.add_argument("--outlier", type=float, default=0.6, help="one launch's factor")
+    p.add_argument("--ratios", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 1.2])
+    p.add_argument("--noise", action="append", choices=["parametric", "resample"])
+    p.add_argument("--designs", type=lambda s: s.split(","), default=list(DESIGNS))
+    p.add_argument("--json-out", type=Path)
+    args = p.parse_args(argv)
+    args.noise = args.noise or ["parametric", "resample"]
+    out = run_bench(args)
+    print(report(out))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""The decision design end to end on the in-process fake runner with known noise: a calibration
+stores a noise profile, `tuner compare`'s pipeline adds launch pairs until B/A is decided, and
+every launch lands in tuner_launches. A known x1.2 gain is found "better" within the launch
+budget; with no gain the comparison never says "better", whatever the seed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuner.abtest.calibrate import run_calibration
+from tuner.abtest.decide import Design
+from tuner.abtest.guard import FindingGuard
+from tuner.abtest.pair import PairSetup, run_pair, setup_pair
+from tuner.abtest.pipeline import Bench, Watch
+from tuner.db import migrate
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
+from tuner.domain import ServingConfig
+from tuner.scoring.significance import BETTER
+from tuner.testing.fake_runner import FakeRunner
+
+QUICK = "concurrency=8,requests_per_window=8,warmup_requests=1,output_tokens=16,windows=3"
+B_SPEC = "max_num_batched_tokens=4096"  # not in the fake's performance model
+LAUNCH_SD, WINDOW_SD = 0.06, 0.06  # log scale: a launch's value SD about 0.07
+BUDGET = 6
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Repository:
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    migrate.upgrade(url)
+    return Repository(make_engine(url))
+
+
+def _setup() -> PairSetup:
+    return setup_pair(
+        model="tiny-ernie",
+        gpu="cpu",
+        a="defaults",
+        b=B_SPEC,
+        workload="smoke",
+        workload_set=QUICK,
+        confidence=0.95,
+        vllm_python=None,
+    )
+
+
+def _bench(setup: PairSetup, repo: Repository, seed: int, gain: float, command: str) -> Bench:
+    b_config = setup.arms[1].config
+    runner = FakeRunner(
+        seed=seed,
+        launch_sd=LAUNCH_SD,
+        window_sd=WINDOW_SD,
+        speedup={b_config: gain} if gain != 1.0 else None,
+    )
+    design = Design.sequential(3, BUDGET, 0.95, 0.05) if command == "compare" else None
+    return Bench(
+        command=command,
+        model=setup.model,
+        gpu=setup.gpu,
+        launches=5 if design is None else design.first,
+        runner=FindingGuard(runner, setup.model),
+        repo=repo,
+        hardware="fake",
+        vllm_version="0.0.0+fake",
+        design=design,
+    )
+
+
+def _calibrate(setup: PairSetup, repo: Repository, seed: int) -> None:
+    bench = _bench(setup, repo, seed, 1.0, "calibrate")
+    calibration = run_calibration(bench, setup.workload, setup.arms[0], Watch())
+    assert calibration.completed == 5 and calibration.profile is not None
+    thr = calibration.profile.get("output_throughput")
+    assert thr is not None and thr.df == 4 and thr.windows == 3
+
+
+def test_a_known_gain_is_found_better_within_the_budget(repo: Repository) -> None:
+    setup = _setup()
+    _calibrate(setup, repo, seed=100)
+    outcome = run_pair(_bench(setup, repo, 1, 1.2, "compare"), setup, Watch())
+    look = outcome.look
+    assert look is not None and outcome.verdicts["overall"] == BETTER
+    assert look.step.n_a == look.step.n_b <= BUDGET
+    assert look.step.interval is not None and look.step.interval.low > 1.0
+    assert 1.0 < look.step.interval.low <= 1.2 <= look.step.interval.high
+    # The profile of the calibration was used (its 4 df and the comparison's own).
+    assert look.step.interval.method == "pooled" and look.profile is not None
+    decision = outcome.results["decision"]
+    assert decision["kind"] == "sequential" and decision["stopped"] == "significant"
+    assert outcome.results["gpu_minutes"] > 0 and outcome.results["noise"]["launches"] == 5
+    # Every launch of both commands is stored on the key: the calibration's and these.
+    rows = repo.list_launches(look.profile.key.to_dict())
+    assert len(rows) == 5 + look.step.n_a + look.step.n_b
+    assert {r.source for r in rows} == {"calibrate", "compare"}
+    assert sum(r.is_defaults for r in rows) == 5 + look.step.n_a
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_no_gain_is_never_better(repo: Repository, seed: int) -> None:
+    setup = _setup()
+    _calibrate(setup, repo, seed=200 + seed)
+    outcome = run_pair(_bench(setup, repo, seed, 1.0, "compare"), setup, Watch())
+    assert outcome.look is not None
+    assert outcome.verdicts["overall"] != BETTER, outcome.look.step
+    assert outcome.look.step.n_a <= BUDGET
+    found = outcome.look.step.interval
+    assert found is not None and found.low <= 1.0 <= found.high
+
+
+def test_the_fake_runners_known_noise_is_what_the_profile_measures(repo: Repository) -> None:
+    # 12 launches of one configuration: the nested ANOVA recovers the knobs within sampling
+    # error (launch SD 0.06 and window SD 0.06 on the log scale; 11 and 24 df).
+    setup = _setup()
+    runner = FakeRunner(seed=7, launch_sd=LAUNCH_SD, window_sd=WINDOW_SD, launch_spread=0.0)
+    from tuner.abtest.compare import launch_values
+
+    results = [runner.run(ServingConfig(), setup.workload) for _ in range(12)]
+    from tuner.abtest.profile import log_values
+    from tuner.scoring.noise import Launch, components
+
+    c = components([Launch("d", tuple(log_values(r)["output_throughput"])) for r in results])
+    assert c is not None and c.df == 11 and c.window_df == 24
+    assert 0.03 < c.window_var**0.5 < 0.09  # type: ignore[operator]
+    assert 0.04 < c.sd < 0.11
+    assert len(launch_values(results, "output_throughput")) == 12
