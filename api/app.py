@@ -13,6 +13,7 @@ import importlib.util
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -22,7 +23,7 @@ import tuner
 from api.docs import install_docs
 from api.errors import install_error_handlers
 from api.index import StudyIndex
-from api.routes import catalog, health, recommendations, studies
+from api.routes import catalog, health, recommendations, sizing, studies
 from api.settings import ApiSettings
 from tuner.db.repository import Repository
 
@@ -73,7 +74,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.state.index = StudyIndex(repo)
     install_error_handlers(app)
     install_docs(app)
-    for module in (recommendations, studies, catalog, health):
+    for module in (recommendations, studies, sizing, catalog, health):
         app.include_router(module.router)
     home = _mount_dashboards(app)
 
@@ -81,6 +82,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     def root() -> RedirectResponse:
         return RedirectResponse(home, status_code=307)
 
+    app.add_middleware(NoSniff)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -89,6 +91,30 @@ def create_app(settings: ApiSettings) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "X-API-Key"],
         )
     return app
+
+
+class NoSniff:
+    """Every answer says ``X-Content-Type-Options: nosniff``: a browser takes JSON (and the log
+    tails and names in it) for what its Content-Type says, never for a page or a script.
+    Plain ASGI: it adds one header and nothing per request beyond that."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if not any(k.lower() == b"x-content-type-options" for k, _ in headers):
+                    headers.append((b"x-content-type-options", b"nosniff"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def _mount_dashboards(app: FastAPI) -> str:

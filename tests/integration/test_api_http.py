@@ -3,6 +3,8 @@ methods, storage down, unexpected exceptions), CORS only when asked, and `/`."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from pathlib import Path
 
@@ -113,3 +115,21 @@ def test_root_redirects_to_the_dashboards_or_the_docs(client: TestClient) -> Non
     r = client.get("/", follow_redirects=False)
     assert r.status_code == 307 and r.headers["location"] in ("/ui/", "/docs")
     assert client.get(r.headers["location"]).status_code == 200
+
+
+def test_every_answer_says_nosniff_and_the_docs_carry_a_policy(client: TestClient) -> None:
+    for path in ("/v1/studies", "/healthz", "/openapi.json", "/v2/nothing", "/docs", "/ui/"):
+        r = client.get(path)
+        assert r.headers["x-content-type-options"] == "nosniff", path
+        assert r.headers.get_list("x-content-type-options") == ["nosniff"], path
+    for page in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        policy = client.get(page).headers["content-security-policy"]
+        assert "default-src 'self'" in policy and "object-src 'none'" in policy
+        assert "unsafe-eval" not in policy and "script-src 'self'" in policy
+    # Swagger UI's one inline script is allowed by its hash, and nothing else inline is.
+    page = client.get("/docs")
+    inline = re.findall(r"<script>(.*?)</script>", page.text, re.DOTALL)
+    digest = base64.b64encode(hashlib.sha256(inline[0].encode()).digest()).decode()
+    assert len(inline) == 1
+    assert f"script-src 'self' 'sha256-{digest}';" in page.headers["content-security-policy"]
+    assert "'unsafe-inline'" not in page.headers["content-security-policy"].split("style-src")[0]
