@@ -19,15 +19,15 @@ launch; :class:`NoiseKey`), each configuration around its own mean:
 - ``MS_within = sum (y[c,i,j] - ybar[c,i])^2 / sum n_c (m - 1)`` estimates ``window_var``;
 - ``launch_mean_var = MS_between / m`` is unbiased whatever the split, and has a scaled
   chi-square distribution with ``df = sum (n_c - 1)``: a comparison's interval uses it with
-  Student's t at those degrees of freedom (:func:`pooled_interval`);
+  Student's t at those degrees of freedom (:func:`pooled_ratio_interval`);
 - ``launch_var = max(0, (MS_between - MS_within) / m)``, the usual truncated estimate, says
   where the noise comes from (it is not used for intervals).
 
-A comparison whose own launches scatter differently from the profile (another tenant on the
-machine today, a changed driver) must not borrow its tight interval: :func:`pooled_interval`
-tests the ratio of its own pooled variance to the profile's (an F test) and falls back to
-Welch's interval on its own launches when they contradict the profile, saying so in the
-interval's ``method``.
+A comparison whose own launches scatter more than the profile says (another tenant on the
+machine today, a changed driver) must not borrow its tight interval:
+:func:`pooled_ratio_interval` tests the ratio of its own pooled variance to the profile's (a
+one-sided F test at :data:`CONTRADICTS`) and falls back to Welch's interval on its own launches
+when they contradict the profile, saying so in the interval's ``method``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from scipy import stats
 from tuner.scoring.sequential import launches_for
 from tuner.scoring.significance import RatioInterval, ratio_interval
 
-# Two-sided level of the variance-ratio check: below it, a comparison's own launches contradict
+# One-sided level of the variance-ratio check: below it, a comparison's own launches contradict
 # the profile and it is not used (bench/decision_replay.py measured its effect).
 CONTRADICTS = 0.05
 POOLED = "pooled"
@@ -208,14 +208,16 @@ def own_variance(a: Sequence[float], b: Sequence[float]) -> tuple[float, int] | 
     return ss / df, df
 
 
-def contradicts(own: float, own_df: int, profile: Components, level: float = CONTRADICTS) -> float:
-    """The two-sided p-value of the F test of ``own`` (a comparison's pooled variance of its
-    launch values, ``own_df`` df) against the profile's; below ``level`` it contradicts it."""
+def contradicts(own: float, own_df: int, profile: Components) -> float:
+    """The p-value of the F test that ``own`` (a comparison's pooled variance of its launch
+    values, ``own_df`` df) is larger than the profile's; below :data:`CONTRADICTS` the own
+    launches contradict the profile. One-sided: launches quieter than the profile do not make
+    its interval wrong, only wider than it need be, while falling back to Welch's on three
+    quiet launches a side would give intervals narrower than the noise."""
     if profile.launch_mean_var <= 0:
         return 0.0 if own > 0 else 1.0
     f = own / profile.launch_mean_var
-    dist = stats.f(own_df, profile.df)
-    return float(min(1.0, 2.0 * min(dist.cdf(f), dist.sf(f))))
+    return float(stats.f(own_df, profile.df).sf(f))
 
 
 def pooled_ratio_interval(

@@ -1,0 +1,166 @@
+"""The noise model (tuner.scoring.noise), the Pocock boundary and the decision design
+(tuner.scoring.sequential), with their error rates and coverage checked by simulation at a
+CI size."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tuner.scoring.noise import (
+    POOLED,
+    Components,
+    Launch,
+    components,
+    contradicts,
+    launch_value,
+    pooled_ratio_interval,
+)
+from tuner.scoring.sequential import (
+    BUDGET,
+    PRECISE,
+    SIGNIFICANT,
+    SequentialPlan,
+    next_step,
+    pocock_confidence,
+)
+from tuner.scoring.significance import BETTER, NO_DIFFERENCE, WORSE, ratio_interval
+
+
+def _launches(
+    rng: np.random.Generator, n: int, launch_sd: float, window_sd: float, m: int, mu: float = 0.0
+) -> list[tuple[float, ...]]:
+    return [tuple(mu + rng.normal(0, launch_sd) + rng.normal(0, window_sd, m)) for _ in range(n)]
+
+
+def test_the_nested_anova_by_hand() -> None:
+    # Two configurations, two launches each, two windows each (log values).
+    runs = [
+        Launch("a", (0.0, 0.2)),
+        Launch("a", (0.4, 0.6)),
+        Launch("b", (1.0, 1.0)),
+        Launch("b", (1.2, 1.2)),
+    ]
+    c = components(runs)
+    assert c is not None and (c.df, c.window_df, c.windows, c.launches, c.groups) == (2, 4, 2, 4, 2)
+    # Launch means 0.1, 0.5 (around 0.3) and 1.0, 1.2 (around 1.1): SS_between = 2 * 0.1.
+    assert math.isclose(c.launch_mean_var, 2 * 0.1 / 2 / 2)
+    assert math.isclose(c.window_var or 0, 0.04 / 4)  # only config a's windows differ
+    assert math.isclose(c.launch_var, (0.1 - 0.01) / 2)
+    assert c.sd == pytest.approx(math.sqrt(0.05))
+
+
+def test_components_need_two_launches_of_one_configuration() -> None:
+    assert components([]) is None
+    assert components([Launch("a", (1.0, 1.1)), Launch("b", (2.0, 2.1))]) is None
+    one = components([Launch("m", (1.0,)), Launch("m", (1.2,))])  # peak memory: no windows
+    assert one is not None and one.window_var is None and one.launch_var == one.launch_mean_var
+    # Launches with another window count than the key's are left out.
+    c = components([Launch("a", (1.0, 1.1, 1.2)), Launch("a", (1.0, 1.1)), Launch("a", (0.9,) * 3)])
+    assert c is not None and c.launches == 2 and c.windows == 3
+
+
+def test_the_components_recover_the_truth() -> None:
+    rng = np.random.default_rng(5)
+    runs = [
+        Launch(g, _launches(rng, 1, 0.08, 0.10, 3, mu)[0])
+        for g, mu in (("a", 9.6), ("b", 9.8), ("c", 9.7))
+        for _ in range(40)
+    ]
+    c = components(runs)
+    assert c is not None and c.df == 117
+    assert c.launch_sd == pytest.approx(0.08, abs=0.015)
+    assert c.window_sd == pytest.approx(0.10, abs=0.01)
+    assert c.sd == pytest.approx(math.sqrt(0.08**2 + 0.10**2 / 3), abs=0.012)
+
+
+def test_launch_value_is_the_geometric_mean() -> None:
+    assert launch_value([100.0, 400.0]) == pytest.approx(200.0)
+    assert launch_value([0.0, -1.0]) is None
+
+
+def test_pooled_interval_uses_the_profiles_df_and_falls_back_when_contradicted() -> None:
+    profile = Components(0.004, 0.01, 0.0073, 20, 60, 3, 25, 4)
+    a, b = [100.0, 104.0, 98.0], [120.0, 118.0, 125.0]
+    found = pooled_ratio_interval(a, b, 0.95, profile)
+    assert found is not None and found.method == POOLED and found.df == 24
+    assert found.low > 1.0 and found.verdict(True) == BETTER
+    welch = ratio_interval(a, b, 0.95)
+    assert welch is not None and welch.df is not None and welch.df < 5
+    # Launches ten times noisier than the profile: its interval is not borrowed.
+    wild = pooled_ratio_interval([60.0, 140.0, 100.0], [90.0, 170.0, 120.0], 0.95, profile)
+    assert wild is not None and wild.method.startswith("welch: own launches spread x")
+    assert contradicts(0.0073 * 10, 4, profile) < 0.01 < contradicts(0.0073 * 0.1, 4, profile)
+    none = pooled_ratio_interval(a, b, 0.95, None)
+    assert none is not None and none.method == "welch: no noise profile for this key"
+
+
+def test_launches_for_a_half_width() -> None:
+    c = Components(0.0064, 0.01, 0.0097, 30, 60, 3, 30, 2)  # the H200's: SD 0.098
+    need = c.launches_for(0.05)
+    # 2 * (1.96 * 0.098 / log 1.05)^2 = 31 a side
+    assert need == math.ceil(2 * (1.959964 * math.sqrt(0.0097) / math.log(1.05)) ** 2)
+
+
+def test_pocock_confidence_is_the_known_constant() -> None:
+    assert pocock_confidence((3,), 0.05) == pytest.approx(0.95)
+    # Pocock's constant for two equally spaced looks at 5 %: 2.178 (nominal 2.94 % a look).
+    assert pocock_confidence((1, 2), 0.05) == pytest.approx(1 - 0.0294, abs=3e-4)
+    # Five equally spaced looks: 2.413 (1.58 % a look).
+    assert pocock_confidence((1, 2, 3, 4, 5), 0.05) == pytest.approx(1 - 0.0158, abs=3e-4)
+    with pytest.raises(ValueError):
+        pocock_confidence((3, 2))
+
+
+def test_the_decision_plan_stops_for_precision_and_budget() -> None:
+    plan = SequentialPlan.decision(3, 6, alpha=0.05, min_effect=0.05)
+    assert plan.margin is None and 0.97 < plan.confidence < 0.99 and plan.looks == 4
+    same = [100.0, 100.5, 99.5]
+    tight = next_step(same, [100.2, 100.1, 99.9], plan)
+    assert (tight.verdict, tight.reason) == (NO_DIFFERENCE, PRECISE)
+    assert tight.interval is not None and tight.interval.half_width <= 0.05
+    clear = next_step(same, [70.0, 71.0, 69.0], plan)
+    assert (clear.verdict, clear.reason) == (WORSE, SIGNIFICANT)
+    wide = [80.0, 120.0, 100.0, 90.0, 110.0, 100.0]
+    spent = next_step(wide, [100.0, 95.0, 120.0, 85.0, 105.0, 98.0], plan)
+    assert (spent.verdict, spent.reason) == (NO_DIFFERENCE, BUDGET)
+
+
+def _simulate(ratio: float, reps: int, seed: int) -> tuple[float, float, float]:
+    """(false-or-better rate, coverage, mean launches a side) of the decision design with a
+    calibrated profile, on the H200's noise (launch SD 0.08, window SD 0.08, 3 windows)."""
+    rng = np.random.default_rng(seed)
+    plan = SequentialPlan.decision(3, 6, alpha=0.05, min_effect=0.05)
+    decided = covered = launches = 0
+    for _ in range(reps):
+        cal = components([Launch("d", w) for w in _launches(rng, 5, 0.08, 0.08, 3)])
+        sides = {
+            s: [math.exp(sum(w) / 3) for w in _launches(rng, 6, 0.08, 0.08, 3, mu)]
+            for s, mu in (("a", 0.0), ("b", math.log(ratio)))
+        }
+
+        def interval(a: list[float], b: list[float], conf: float, cal: object = cal) -> object:
+            return pooled_ratio_interval(a, b, conf, cal)  # type: ignore[arg-type]
+
+        for n in range(3, 7):
+            step = next_step(sides["a"][:n], sides["b"][:n], plan, interval)  # type: ignore[arg-type]
+            if step.done:
+                break
+        assert step.interval is not None
+        decided += step.verdict == (BETTER if ratio > 1 else NO_DIFFERENCE)
+        covered += step.interval.low <= ratio <= step.interval.high
+        launches += step.n_a
+    return decided / reps, covered / reps, launches / reps
+
+
+def test_by_simulation_false_decisions_stay_within_alpha_and_intervals_cover() -> None:
+    # 600 comparisons at B/A = 1: the design's false decisions (better or worse) are <= 5 %
+    # in expectation; 8 % is 3 binomial SDs above it. Coverage 95 % nominal, >= 92 % here.
+    no_difference, coverage, launches = _simulate(1.0, 600, seed=11)
+    assert 1.0 - no_difference <= 0.08
+    assert coverage >= 0.92
+    assert 5.5 <= launches <= 6.0  # at this noise +-5 % is out of reach: the budget ends it
+    power, coverage_up, launches_up = _simulate(1.2, 300, seed=12)
+    assert power >= 0.7 and coverage_up >= 0.9 and launches_up < 5.5
