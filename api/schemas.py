@@ -278,6 +278,11 @@ class ComparisonOut(BaseModel):
     verdicts: Any
     provenance: dict[str, Any] | None
     study_id: int | None
+    gpu_minutes: float | None = Field(
+        None,
+        description="GPU time the verdict took: the wall time of all its launches, start-up "
+        "included (null for comparisons stored before tuner recorded it)",
+    )
 
     @classmethod
     def of(cls, c: ComparisonRow) -> ComparisonOut:
@@ -294,7 +299,15 @@ class ComparisonOut(BaseModel):
             verdicts=json_safe(c.verdicts),
             provenance=None if c.provenance is None else json_safe(c.provenance),
             study_id=c.study_id,
+            gpu_minutes=_gpu_minutes(c.results),
         )
+
+
+def _gpu_minutes(results: Any) -> float | None:
+    value = results.get("gpu_minutes") if isinstance(results, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 class ModelOut(BaseModel):

@@ -10,13 +10,18 @@ effective_backend, flash_attn_version, kv_cache_tokens, startup_s; absent in com
 before tuner recorded them), metrics [{metric, label,
 higher_is_better, a {median, values}, b {median, values}, ratio, low, high, verdict,
 disagreement {a, b}}] (values: one per launch, each the median of that launch's measurement
-windows; ratio B/A of the medians with a Welch interval on the log scale at ``confidence``; a
+windows, or their geometric mean where a decision is recorded; ratio B/A with a Welch interval,
+or the decision's pooled one, on the log scale at ``confidence``; a
 verdict "inconclusive: ..." when the launches of a side disagree far beyond their noise, see
 :mod:`tuner.scoring.caveats`), windows {a, b} (client-bound and disturbed windows of each side's
 launches; absent, like disagreement, in comparisons stored before tuner counted them),
 verdicts {metric: verdict, overall},
 claim (verify-claims only: :func:`tuner.abtest.verdicts.claim_record`: id, kind, statement,
-article, figure, metric, claimed, claimed_text, verdict, reason, setting, measured), and
+article, figure, metric, claimed, claimed_text, verdict, reason, setting, measured), decision
+(the decision design of :mod:`tuner.abtest.decide`: kind, first, max_launches, confidence,
+per_look_confidence, min_effect, boundary, stopped, launches, half_width, method, df) and
+gpu_minutes (the wall time of every launch the verdict took; both null for comparisons stored
+before tuner recorded them), and
 provenance {gpu_name, gpu_uuid, driver_version, cuda_version, vllm_version, model, workload,
 emulated, hostname, tuner_version}.
 """
@@ -62,6 +67,10 @@ def comparison_records(repo: Repository, study: str | None = None) -> list[dict[
                 "metrics": results.get("metrics", []),
                 "verdicts": c.verdicts,
                 "claim": results.get("claim"),
+                # The decision design's record (design, how it stopped, the interval's method)
+                # and the GPU-minutes of all its launches; absent before tuner recorded them.
+                "decision": results.get("decision"),
+                "gpu_minutes": results.get("gpu_minutes"),
                 "provenance": to_jsonable(c.provenance),
             }
         )
@@ -207,10 +216,12 @@ def comparisons_markdown(records: Sequence[Mapping[str, Any]]) -> str:
         if r.get("claim"):
             continue
         where = f"study {r['study']}, " if r.get("study") else ""
+        minutes = r.get("gpu_minutes")
+        cost = f", {minutes:.1f} GPU-minutes" if isinstance(minutes, int | float) else ""
         title = (
             f"### Comparison {r['id']} ({r['kind']}, {where}{r['model']} / {r['gpu']} / "
             f"{r['workload']}): {r['b_label']} against {r['a_label']}, overall "
-            f"{(r.get('verdicts') or {}).get('overall', '-')}\n\n"
+            f"{(r.get('verdicts') or {}).get('overall', '-')}{cost}\n\n"
         )
         note = stored_window_note(r)
         caution = f"Caution: {note}.\n\n" if note else ""

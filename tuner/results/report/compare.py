@@ -40,7 +40,16 @@ from tuner.scoring.significance import ratio_text
 TONES: Mapping[str, str] = {"better": "good", "worse": "bad"}
 _KNOWN_KEYS = ("metrics", "a", "b", "ratio", "confidence", "a_label", "b_label", "launches")
 # Shown on the page in their own places rather than as leftover JSON.
-_PLACED_KEYS = ("failures", "kind", "servers", "claim", "windows")
+_PLACED_KEYS = (
+    "failures",
+    "kind",
+    "servers",
+    "claim",
+    "windows",
+    "decision",
+    "noise",
+    "gpu_minutes",
+)
 
 
 @dataclass(frozen=True)
@@ -185,6 +194,33 @@ def _verdict(x: Any) -> str:
     return "" if x is None else str(x)
 
 
+def decision_facts(results: Mapping[str, Any]) -> dict[str, str]:
+    """How the verdict was reached and what it cost, for the provenance table: the design,
+    why it stopped, the interval's method and the GPU-minutes ({} for older rows)."""
+    d = _map(results.get("decision"))
+    out: dict[str, str] = {}
+    minutes = num(results.get("gpu_minutes"))
+    if minutes is not None:
+        out["GPU-minutes"] = f"{minutes:.1f}"
+    if d:
+        launches = _map(d.get("launches"))
+        if d.get("kind") == "sequential":
+            effect = num(d.get("min_effect"))
+            out["design"] = (
+                f"sequential, {d.get('first')} to {d.get('max_launches')} launches a side"
+                + (f", stop within ±{effect * 100:g} %" if effect else "")
+            )
+        else:
+            out["design"] = f"fixed, {d.get('first')} launches a side"
+        out["stopped"] = (
+            f"{d.get('stopped') or '-'} after {launches.get('a', '?')} + {launches.get('b', '?')}"
+            " launches"
+        )
+        if d.get("method"):
+            out["interval"] = str(d["method"])
+    return out
+
+
 def comparison_report(row: ComparisonRow) -> ComparisonReport:
     """The per-metric table of an A/B comparison (see the module docstring for the JSON)."""
     results, verdicts = _map(row.results), _map(row.verdicts)
@@ -231,6 +267,7 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
         "workload": row.workload,
         "launches per arm": str(row.repeats),
         "confidence": f"{confidence:.0%}" if confidence is not None else "",
+        **decision_facts(results),
         "driver": (prov.driver_version or "") if prov else "",
         "host": prov.hostname if prov else "",
         "emulated": "yes" if prov and prov.emulated else "",
