@@ -38,7 +38,9 @@ class Lever:
     changes_outputs: bool = False  # opt-in only; every result and recommendation says so
     smoothness: bool = False  # makes streaming burstier: the chunk gap (P99 ITL) grows
     multi_gpu: bool = False  # one server over several GPUs
-    measured: str = ""  # what tuner measured with it, where
+    # What tuner measured with it, where: confirmed ratios with their intervals, never a single
+    # launch's figure as an effect (a single launch is said to be one).
+    measured: str = ""
 
     def candidates(self, gpu: GpuProfile) -> tuple[Scalar, ...]:
         return self.cpu if gpu.is_cpu else self.gpu
@@ -57,9 +59,13 @@ LEVERS: Mapping[str, Lever] = {
             cpu=(4, 8),
             versions=f"{_BOTH}; added by vllm-project/vllm PR #27869 (Nov 2025)",
             smoothness=True,
-            measured="H200, vLLM 0.26, ernie-0.3b, 256 streams: --stream-interval 8 gave 1.5-2.3x "
-            "the defaults' output tok/s and a third lower P99 E2E, at a P99 chunk gap of "
-            "120-138 ms against 20-33 ms",
+            measured="H200, vLLM 0.26, ernie-0.3b, 256 streams (docs/results/"
+            "ernie-0.3b-h200-heavy.md): confirmed with --async-scheduling at --stream-interval 4, "
+            "three launches a side: output tok/s +35 % [-4, +92] (95 %, not significant), P99 "
+            "TTFT -77 % [-80, -72] and P99 E2E -27 % [-44, -6] (significant), P99 chunk gap "
+            "x2.5 [1.6, 3.8] (significantly worse); --stream-interval 8 alone was never "
+            "confirmed (single-launch observations only: 1.2-2.3x the defaults' output tok/s in "
+            "one launch each, within what launch noise and the winner's curse give)",
         ),
         Lever(
             "async_scheduling",
