@@ -23,7 +23,7 @@ import tuner
 from api.docs import install_docs
 from api.errors import install_error_handlers
 from api.index import StudyIndex
-from api.routes import catalog, health, recommendations, studies
+from api.routes import catalog, health, recommendations, sizing, studies
 from api.settings import ApiSettings
 from tuner.db.repository import Repository
 
@@ -74,7 +74,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.state.index = StudyIndex(repo)
     install_error_handlers(app)
     install_docs(app)
-    for module in (recommendations, studies, catalog, health):
+    for module in (recommendations, studies, sizing, catalog, health):
         app.include_router(module.router)
     home = _mount_dashboards(app)
 

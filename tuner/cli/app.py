@@ -9,7 +9,19 @@ import sys
 import typer
 from rich.markup import escape
 
-from tuner.cli import calibrate, canary, catalog, db, doctor, export, launch, load, serve, study
+from tuner.cli import (
+    calibrate,
+    canary,
+    catalog,
+    db,
+    doctor,
+    export,
+    launch,
+    load,
+    serve,
+    size,
+    study,
+)
 from tuner.cli.common import err
 from tuner.cli.compare import compare
 from tuner.cli.verify import verify_claims
@@ -32,6 +44,7 @@ app.command()(study.run)
 app.command()(study.studies)
 app.command()(study.trials)
 app.command()(study.best)
+app.command()(size.size)
 app.command("compare")(compare)
 app.command()(calibrate.calibrate)
 app.command("verify-claims")(verify_claims)

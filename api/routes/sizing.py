@@ -1,0 +1,81 @@
+"""GET /v1/sizing: how many GPUs of the recommended configuration serve a target rate within
+the SLO, with $/hour and $ per 1M output tokens (:mod:`tuner.results.sizing`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.concurrency import run_in_threadpool
+
+from api.bounds import GPU_MAX, MODEL_MAX, SLO_EXAMPLE, SLO_PATTERN, WORKLOAD_MAX
+from api.deps import RepoDep
+from api.errors import MALFORMED, UNAVAILABLE, ApiError, bad_request, responses
+from tuner.domain import to_jsonable
+from tuner.domain.jsonable import finite_record
+from tuner.domain.workload import parse_slo
+from tuner.results.sizing import Rate, size
+
+router = APIRouter(prefix="/v1", tags=["sizing"])
+
+
+@router.get(
+    "/sizing",
+    responses=responses({404: "no measured study of that model (on those GPUs)", **MALFORMED,
+                         **UNAVAILABLE}),
+)  # fmt: skip
+async def get_sizing(
+    repo: RepoDep,
+    model: Annotated[
+        str, Query(min_length=1, max_length=MODEL_MAX, description="model alias, e.g. ernie-0.3b")
+    ],
+    rate: Annotated[float, Query(gt=0, le=1e12, description="the target rate, in unit (e.g. 20)")],
+    unit: Annotated[
+        Literal["req/s", "tok/s"],
+        Query(description="requests/s, or output tokens/s"),
+    ] = "req/s",
+    gpu: Annotated[
+        list[str] | None,
+        Query(max_length=GPU_MAX, description="GPU profile, repeatable (default: every one)"),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        Query(
+            pattern=SLO_PATTERN,
+            description="the SLO to size for (default: each study's own)",
+            examples=[SLO_EXAMPLE],
+        ),
+    ] = None,
+    workload: Annotated[
+        str | None, Query(max_length=WORKLOAD_MAX, description="only this workload's studies")
+    ] = None,
+    emulated: Annotated[bool, Query(description="size from emulated studies")] = False,
+) -> dict[str, Any]:
+    """One answer per study, fewest GPUs first: the recommended configuration, its capacity per
+    GPU (median and the range over one launch's windows), the GPUs for the rate from the low
+    end of that range (and from the median and the high end), $/hour and $ per 1M output
+    tokens at the study's price per GPU-hour (its source named)."""
+    target = Rate(float(rate), unit)
+    try:
+        wanted = parse_slo(slo) if slo else None
+    except ValueError as exc:
+        raise bad_request(f"query parameter slo: {exc}", "e.g. slo=ttft_p99=500ms") from None
+    answers = await run_in_threadpool(
+        size,
+        repo,
+        model=model,
+        rate=target,
+        gpus=tuple(gpu or ()),
+        workload=workload,
+        slo=wanted,
+        emulated=emulated,
+    )
+    if not answers:
+        raise ApiError(
+            404,
+            "not_found",
+            f"no measured study of {model!r}" + (f" on {', '.join(gpu)}" if gpu else ""),
+            hint="GET /v1/studies lists what was measured",
+        )
+    return finite_record({"model": model, "rate": to_jsonable(target),
+                          "sizes": to_jsonable(answers)})  # fmt: skip

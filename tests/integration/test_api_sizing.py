@@ -1,0 +1,41 @@
+"""GET /v1/sizing over stored studies of one model on two GPU profiles."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import ApiSettings
+from tests.integration.test_launch_cli import insert_measured_study
+from tuner.catalog.gpus import CATALOG_PRICES
+from tuner.domain import ServingConfig
+
+
+def test_sizing_answers_per_gpu_and_refuses_bad_input(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'api-size.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(url, configs, name="m-h100", gpu="h100", workload="chat")
+    insert_measured_study(url, configs, name="m-h200", gpu="h200", workload="chat")
+    with TestClient(create_app(ApiSettings(storage=url))) as client:
+        both = client.get(
+            "/v1/sizing", params={"model": "tiny-ernie", "rate": 1000, "unit": "tok/s"}
+        )
+        assert both.status_code == 200, both.text
+        body = both.json()
+        assert body["rate"] == {"value": 1000.0, "unit": "tok/s"}
+        assert {s["gpu"] for s in body["sizes"]} == {"h100", "h200"}
+        for s in body["sizes"]:
+            assert s["gpus"] == math.ceil(1000.0 / s["capacity"]["low"])
+            assert s["price"]["catalog_default"] and "list-price assumption" in s["price"]["source"]
+            assert s["usd_per_hour"] == s["gpus"] * CATALOG_PRICES[s["gpu"]]
+        one = client.get(
+            "/v1/sizing", params={"model": "tiny-ernie", "rate": "2", "gpu": "h100"}
+        ).json()
+        assert [s["gpu"] for s in one["sizes"]] == ["h100"]
+        assert client.get("/v1/sizing", params={"model": "x", "rate": "2"}).status_code == 404
+        for bad in ({"rate": "0"}, {"rate": "lots"}, {"rate": "2", "unit": "rps"}):
+            answer = client.get("/v1/sizing", params={"model": "tiny-ernie", **bad})
+            assert answer.status_code == 422, (bad, answer.text)

@@ -1,0 +1,145 @@
+"""Fleet sizing (tuner.results.sizing): GPUs for a rate from a capacity and its range, the
+dollars, an SLO other than the study's, and `tuner size` over stored studies on two GPUs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.integration.test_launch_cli import insert_measured_study
+from tests.unit.test_report_study import _study, _trial
+from tuner.catalog.gpus import CATALOG_PRICES
+from tuner.cli.app import app
+from tuner.domain import LatencyStats, ServingConfig, Slo, WindowMetrics
+from tuner.errors import UsageError
+from tuner.results.sizing import REQ, TOK, Rate, fleet_size, gpus_for, parse_rate
+
+
+def _lat(p99: float) -> LatencyStats:
+    return LatencyStats(count=10, mean=p99 / 2, p50=p99 / 2, p90=p99, p99=p99, max=p99)
+
+
+def _w(concurrency: int, req_s: float, p99_ms: float, tokens_per_req: int = 100) -> WindowMetrics:
+    return WindowMetrics(
+        duration_s=10.0,
+        requests_ok=int(req_s * 10),
+        requests_failed=0,
+        prompt_tokens=1000,
+        output_tokens=int(req_s * 10 * tokens_per_req),
+        request_throughput=req_s,
+        output_throughput=req_s * tokens_per_req,
+        total_throughput=req_s * tokens_per_req + 100,
+        ttft_ms=_lat(p99_ms / 10),
+        itl_ms=_lat(5.0),
+        e2e_ms=_lat(p99_ms),
+        concurrency=concurrency,
+    )
+
+
+# A curve of three points, three windows each: 8, 16 and 32 streams.
+CURVE = (
+    *(_w(8, r, 800.0) for r in (4.0, 4.2, 4.4)),
+    *(_w(16, r, 1500.0) for r in (7.5, 8.0, 8.4)),
+    *(_w(32, r, 4000.0) for r in (11.0, 12.0, 12.5)),
+)
+
+
+def test_gpus_for_a_rate() -> None:
+    assert gpus_for(10.0, 2.5) == 4  # exactly 4, not 4.000000001 -> 5
+    assert gpus_for(10.0, 3.0) == 4
+    assert gpus_for(0.5, 5.0) == 1
+    assert gpus_for(10.0, 0.0) is None and gpus_for(10.0, math.nan) is None
+
+
+def test_rates_parse_with_their_unit() -> None:
+    assert parse_rate("20") == Rate(20.0, REQ)
+    assert parse_rate("20req/s") == Rate(20.0, REQ)
+    assert parse_rate(" 5000 tok/s") == Rate(5000.0, TOK)
+    for bad in ("0", "-3", "fast", "20 rps"):
+        with pytest.raises(UsageError, match="positive rate"):
+            parse_rate(bad)
+
+
+def _sized(rate: Rate, slo: Slo | None = None, study_slo: dict[str, Any] | None = None) -> Any:
+    study = _study(gpu="h200", slo=study_slo or {"e2e_p99_ms": 2000.0})
+    trial = _trial(3, 800.0, windows=CURVE)
+    return fleet_size(study, trial, ("--max-num-seqs", "64"), rate, slo=slo)
+
+
+def test_the_count_takes_the_low_end_of_the_capacity_range() -> None:
+    sized = _sized(Rate(30.0, REQ))
+    # The study's SLO (E2E P99 <= 2 s) keeps 16 streams: 7.5, 8.0, 8.4 req/s per GPU.
+    assert "16 streams" in sized.basis
+    c = sized.capacity
+    assert (c.median, c.low, c.high) == (8.0, 7.5, 8.4)
+    assert sized.gpus == math.ceil(30 / 7.5) == 4
+    assert sized.gpus_at_median == math.ceil(30 / 8.0) == 4
+    assert sized.gpus_at_high == math.ceil(30 / 8.4) == 4
+    wide = _sized(Rate(32.0, REQ))
+    assert (wide.gpus, wide.gpus_at_median, wide.gpus_at_high) == (5, 4, 4)
+    price = CATALOG_PRICES["h200"]
+    assert wide.usd_per_hour == pytest.approx(5 * price)
+    # 32 req/s of 100 output tokens: 3,200 tok/s, 11.52M tokens an hour.
+    assert sized.tokens_per_request == pytest.approx(100.0)
+    assert wide.usd_per_million == pytest.approx(5 * price / (3200 * 3600) * 1e6)
+    text = wide.render()
+    assert "5 (rate / the low end of the capacity range; 4 at the median" in text
+    assert "not a confidence interval" in text and "catalog default" in text
+
+
+def test_a_rate_in_tokens_counts_the_output_tokens() -> None:
+    sized = _sized(Rate(2000.0, TOK))
+    assert sized.capacity.low == 750.0  # 7.5 req/s x 100 tokens
+    assert sized.gpus == 3  # 2000 / 750 = 2.67
+    assert sized.usd_per_million == pytest.approx(3 * CATALOG_PRICES["h200"] / 7.2)
+
+
+def test_a_stricter_slo_reads_the_capacity_again_and_says_so() -> None:
+    sized = _sized(Rate(30.0, REQ), slo=Slo(e2e_p99_ms=1000.0))
+    assert "8 streams" in sized.basis and sized.capacity.low == 4.0
+    assert sized.gpus == 8 and sized.slo_source == "given"
+    assert any("re-read from its windows" in n for n in sized.notes)
+    none = _sized(Rate(30.0, REQ), slo=Slo(e2e_p99_ms=100.0))
+    assert none.gpus is None and none.usd_per_hour is None
+    assert "none can serve it" in none.render()
+
+
+def test_a_study_without_price_says_so() -> None:
+    study = _study(gpu="l4", slo={})
+    sized = fleet_size(study, _trial(1, 800.0, windows=CURVE), (), Rate(10.0, REQ))
+    assert sized is not None and sized.price is None and sized.usd_per_hour is None
+    assert "no price per GPU-hour for l4" in sized.render()
+    given = dataclasses.replace(study, spec={"gpu_price": 0.8})
+    priced = fleet_size(given, _trial(1, 800.0, windows=CURVE), (), Rate(10.0, REQ))
+    assert priced is not None and priced.usd_per_hour == pytest.approx(0.8 * priced.gpus)
+
+
+def test_tuner_size_compares_two_gpu_profiles(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'size.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(url, configs, name="m-h100", gpu="h100", workload="chat")
+    insert_measured_study(url, configs, name="m-h200", gpu="h200", workload="chat")
+    run = CliRunner().invoke(
+        app, ["size", "--model", "tiny-ernie", "--rate", "5", "--storage", url, "--json"]
+    )
+    assert run.exit_code == 0, run.output
+    sizes = json.loads(run.stdout)["sizes"]
+    assert {s["gpu"] for s in sizes} == {"h100", "h200"}
+    for s in sizes:
+        assert s["gpus"] == math.ceil(5 / s["capacity"]["low"])
+        assert s["usd_per_hour"] == pytest.approx(s["gpus"] * CATALOG_PRICES[s["gpu"]])
+    text = CliRunner().invoke(
+        app, ["size", "--model", "tiny-ernie", "--rate", "5", "--gpu", "h200", "--storage", url]
+    )
+    assert text.exit_code == 0 and "tiny-ernie on h200" in text.stdout
+    assert "h100" not in text.stdout
+    missing = CliRunner().invoke(
+        app, ["size", "--model", "no-such-model", "--rate", "5", "--storage", url]
+    )
+    assert missing.exit_code == 1 and "no measured study" in missing.stdout

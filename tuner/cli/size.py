@@ -1,0 +1,70 @@
+"""``tuner size``: how many GPUs of the recommended configuration serve a target rate within the
+SLO, with the $/hour and $ per 1M output tokens (:mod:`tuner.results.sizing`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from tuner.cli.common import JsonOpt, StorageOpt, open_repo, out, print_json
+from tuner.errors import UsageError
+
+
+def size(
+    model: Annotated[str, typer.Option(help="Model alias as the studies name it.")],
+    rate: Annotated[
+        str,
+        typer.Option(
+            help="Target rate: requests/s (20 or 20req/s) or output tokens/s (5000tok/s)."
+        ),
+    ],
+    gpu: Annotated[
+        list[str] | None,
+        typer.Option(help="GPU profile (repeatable, to compare; default: every one measured)."),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(help="e.g. ttft_p99=500ms,e2e_p99=10s (default: each study's own SLO)."),
+    ] = None,
+    workload: Annotated[str | None, typer.Option(help="Only studies of this workload.")] = None,
+    emulated: Annotated[
+        bool, typer.Option(help="Size from emulated studies instead of real ones.")
+    ] = False,
+    storage: StorageOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """GPUs (and dollars) to serve --rate with the recommended configuration of each study."""
+    from tuner.domain import to_jsonable
+    from tuner.domain.workload import parse_slo
+    from tuner.results.sizing import parse_rate
+    from tuner.results.sizing import size as fleet
+
+    target = parse_rate(rate)
+    try:
+        wanted_slo = parse_slo(slo) if slo is not None else None
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="e.g. --slo ttft_p99=500ms,e2e_p99=10s") from None
+    answers = fleet(
+        open_repo(storage),
+        model=model,
+        rate=target,
+        gpus=tuple(gpu or ()),
+        workload=workload,
+        slo=wanted_slo,
+        emulated=emulated,
+    )
+    if as_json:
+        print_json({"model": model, "rate": to_jsonable(target), "sizes": to_jsonable(answers)})
+    else:
+        for answer in answers:
+            out.print(escape(answer.render()))
+    if not answers:
+        where = f" on {', '.join(gpu)}" if gpu else ""
+        if not as_json:
+            out.print(
+                f"[red]no measured study of {escape(model)}{escape(where)}[/]: nothing to size "
+                "from; see `tuner studies`"
+            )
+        raise typer.Exit(1)
