@@ -63,7 +63,11 @@ class ConsoleReporter:
             )
         if best is not None:
             # A score is against vLLM's defaults: none is shown before they were measured.
-            score = f"score {best.score:.3f}" if best.relative else "no score: no defaults yet"
+            score = (
+                f"score {best.score:.3f} (search phase, one launch)"
+                if best.relative
+                else "no score: no defaults yet"
+            )
             self._best = f"best: #{best.number} {score}"
             self.console.print(f"  {self._best} ({best.config.label()})", highlight=False)
 

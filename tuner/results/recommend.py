@@ -100,8 +100,9 @@ class Recommendation:
             )
         else:
             lines.append(
-                f"  score {self.score:.3f} (1.0 = vLLM's defaults; medians [range] over the "
-                "measurement windows of one launch)"
+                f"  score {self.score:.3f} (search phase, one launch: 1.0 = vLLM's defaults; "
+                "medians [range] over the measurement windows of one launch; an effect is only "
+                "what the confirmation below confirms)"
             )
         lines.extend(f"  caution: {c}" for c in self.window_cautions())
         if self.confirmed is not None:
