@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.abtest.compare import Arm, compare, run_interleaved
+from tuner.abtest.profile import record_launch
 from tuner.db.repository import Repository
 from tuner.db.rows import ComparisonRow, TrialRow
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
@@ -85,6 +86,16 @@ def run_confirmation(
         )
         trial_id, number, _config = pending.pop(index)
         repo.finish_trial(trial_id, result, None, values)
+        # Each confirmation launch refreshes the noise profile of its key, as compare's do.
+        record_launch(
+            repo,
+            result,
+            model=result.provenance.model if result.provenance else "",
+            workload=workload.name,
+            is_defaults=arm.label == DEFAULTS_LABEL,
+            source="confirm",
+            run=f"study:{study}",
+        )
         reporter.trial_finished(number, result, None)
 
     try:
