@@ -1,0 +1,41 @@
+"""bench/decision_replay.py runs on the committed H200 launches at a tiny size and says what it
+promises: the fitted noise of the key, and per design and scenario the false-decision rate,
+power, launches, GPU-minutes and coverage. (The rates themselves are checked at a CI size in
+tests/unit/test_noise.py.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_decision_bench_runs_on_the_committed_launches(tmp_path: Path) -> None:
+    out = tmp_path / "decision.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "decision_replay.py"), "--reps", "12",
+         "--noise", "parametric", "--designs", "fixed-3-welch,seq-pooled",
+         "--json-out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    fitted = data["fitted"]
+    # 5 compare launches and 9 of the heavy study, 3 windows each, 5 configuration groups.
+    assert (fitted["launches"], fitted["configurations"], fitted["windows"]) == (14, 5, 3)
+    assert 0.03 < fitted["launch_sd"] < 0.15 and 0.03 < fitted["window_sd"] < 0.15
+    results = data["results"]["parametric"]
+    assert set(results) == {"fixed-3-welch", "seq-pooled"}
+    for design, scenarios in results.items():
+        assert set(scenarios) == {"x1", "x1-outlier", "x1.2", "x1.2-outlier"}
+        for r in scenarios.values():
+            assert 0.0 <= r["false_decisions"] <= 1.0 and r["gpu_minutes_median"] > 0
+            assert r["coverage"] is None or 0.0 <= r["coverage"] <= 1.0
+        if design == "fixed-3-welch":
+            assert all(r["launches_median"] == 6 for r in scenarios.values())
+        else:
+            assert all(6 <= r["launches_median"] <= 12 for r in scenarios.values())
+    assert "| seq-pooled |" in done.stdout and "fitted on 14 launches" in done.stdout
