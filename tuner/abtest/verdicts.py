@@ -57,7 +57,15 @@ from tuner.abtest.facts import (
 )
 from tuner.abtest.guard import finding_of
 from tuner.abtest.launchlog import LaunchLog
-from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance, run_groups
+from tuner.abtest.pipeline import (
+    Bench,
+    Group,
+    Judgement,
+    Record,
+    Watch,
+    first_provenance,
+    run_groups,
+)
 from tuner.domain import Provenance, ServingConfig, TrialResult, Workload
 
 if TYPE_CHECKING:
@@ -211,6 +219,7 @@ def evaluate(
     where: Where | None = None,
     flags: FlagSource | None = None,
     runner_with: Callable[[str], TrialRunner] | None = None,
+    record: Record | None = None,
 ) -> list[Outcome]:
     """Measure the applicable claims (``launches`` fresh launches of each configuration) and
     judge each; outcomes in the order of ``planned``. ``runner`` may be None only when no
@@ -219,7 +228,7 @@ def evaluate(
     each measured effect claim is stored (its outcome then has ``comparison_id``) and the logs
     go. ``where`` names this machine in the verdicts; ``flags`` gives its vLLM's flag list;
     ``runner_with(flag)`` a runner that passes ``flag`` to vLLM (for a ``starts`` claim's
-    launch with its flag)."""
+    launch with its flag); ``record`` hears of each launch (the noise profile's store)."""
     outcomes: dict[str, Outcome] = {}
     members: dict[Workload, list[Planned]] = {}
     facts: list[Planned] = []
@@ -268,6 +277,7 @@ def evaluate(
         on_group=announce,
         launch_log=launch_log,
         store=store,
+        record=record,
     )
     for outcome, comparison_id in judged:
         outcomes[outcome.claim.id] = dataclasses.replace(outcome, comparison_id=comparison_id)
@@ -339,6 +349,7 @@ def verify(
         where=where,
         flags=flags,
         runner_with=runner_with,
+        record=bench.record if bench else None,
     )
 
 
