@@ -4,10 +4,12 @@ browser draws (a chart with no data is drawn as a note instead, by the script)."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tuner.results.report import ComparisonReport, Distribution, StudyReport
 from tuner.results.report.curves import StudyCurves, TrialCurve
+from tuner.results.report.study import ParetoPoint
 
 
 def _distribution(d: Distribution, title: str) -> dict[str, Any]:
@@ -28,12 +30,43 @@ def _distribution(d: Distribution, title: str) -> dict[str, Any]:
     }
 
 
+def recommended_number(report: StudyReport) -> int | None:
+    """The trial the page recommends: the confirmation's pick where there is one (the defaults'
+    trial unless it confirmed a candidate better), else the best measured search trial."""
+    if report.confirmation is not None:
+        c = report.confirmation.confirmed
+        if c.verdict == "better" and c.label.startswith("#"):
+            return int(c.label[1:])
+        base = next((t for t in report.trials if t.is_baseline and t.phase == "search"), None)
+        return base.number if base is not None else None
+    return report.best.number if report.best is not None else None
+
+
+def _marks(points: Sequence[ParetoPoint], recommended: int | None) -> dict[str, Any]:
+    """Where vLLM's defaults and the recommendation sit among ``points`` (index or None)."""
+    numbers = [p.number for p in points]
+    base = next((i for i, p in enumerate(points) if p.is_baseline), None)
+    return {
+        "baseline": base,
+        "recommended": numbers.index(recommended) if recommended in numbers else None,
+    }
+
+
 def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict[str, Any]:
-    """Data of the five study charts, keyed by the ``data-chart`` name of their element, and
-    of the two load-curve charts when the study measured curves."""
+    """Data of the six study charts, keyed by the ``data-chart`` name of their element, and
+    of the two load-curve charts when the study measured curves. Both Pareto charts mark
+    vLLM's defaults and the recommendation (``baseline`` / ``recommended``: an index into the
+    points, None when not among them)."""
     h = report.history
     points = report.pareto
-    front = sorted((p for p in points if p.on_front), key=lambda p: p.throughput)
+    front = sorted((p for p in points if p.on_front), key=lambda p: p.per_gpu or 0.0)
+    priced = [p for p in points if p.usd_per_million is not None]
+    cost_front = sorted(
+        (p for p in priced if p.on_cost_front), key=lambda p: p.usd_per_million or 0.0
+    )
+    recommended = recommended_number(report)
+    marks = _marks(points, recommended)
+    per = "GPU" if report.memory_label == "GPU memory" else "server"
     imp = report.importances.values
     return {
         "history": {
@@ -46,15 +79,28 @@ def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict
         },
         "pareto": {
             "numbers": [p.number for p in points],
-            "throughput": [p.throughput for p in points],
+            "throughput": [p.per_gpu for p in points],
             "p99": [p.p99_ms for p in points],
             "memory": [p.memory_gib for p in points],
             "labels": [p.label for p in points],
-            "front_throughput": [p.throughput for p in front],
+            "front_throughput": [p.per_gpu for p in front],
             "front_p99": [p.p99_ms for p in front],
-            "x_title": "output throughput (tok/s)",
+            **marks,
+            "x_title": f"output throughput per {per} (tok/s)",
             "y_title": "P99 end-to-end latency (ms)",
             "color_title": f"{report.memory_label} (GiB)",
+        },
+        "pareto_cost": {
+            "numbers": [p.number for p in priced],
+            "usd": [p.usd_per_million for p in priced],
+            "p99": [p.p99_ms for p in priced],
+            "labels": [p.label for p in priced],
+            "front_usd": [p.usd_per_million for p in cost_front],
+            "front_p99": [p.p99_ms for p in cost_front],
+            **_marks(priced, recommended),
+            "x_title": "$ per 1M output tokens at the SLO's throughput",
+            "y_title": "P99 end-to-end latency (ms)",
+            "price": report.price_label,
         },
         "importance": {
             # Least important first: plotly draws horizontal bars bottom-up.

@@ -100,7 +100,7 @@ def test_hostile_study_name_is_escaped_in_the_html(client: TestClient) -> None:
 def test_study_page_embeds_chart_data_with_optuna_importances(client: TestClient) -> None:
     html = client.get("/ui/studies/s1").text
     charts = _chart_data(html)
-    assert set(charts) == {"history", "pareto", "importance", "ttft", "e2e"}
+    assert set(charts) == {"history", "pareto", "pareto_cost", "importance", "ttft", "e2e"}
     assert charts["history"]["numbers"][0] == 0 and charts["history"]["scores"][0] == 1.0
     assert set(charts["importance"]["params"]) <= {"gpu_memory_utilization", "max_num_seqs"}
     assert "PED-ANOVA" in html
@@ -204,7 +204,14 @@ def test_an_old_single_point_study_has_no_load_curves(curves_db: Repository) -> 
     assert r.status_code == 200
     assert 'id="load-curves"' not in r.text and "Load curves" not in r.text
     assert "capacity tok/s" not in r.text and "client-flag" not in r.text
-    assert set(_chart_data(r.text)) == {"history", "pareto", "importance", "ttft", "e2e"}
+    assert set(_chart_data(r.text)) == {
+        "history",
+        "pareto",
+        "pareto_cost",
+        "importance",
+        "ttft",
+        "e2e",
+    }
     assert r.text.count('<tr id="trial-') == len(trials)
 
 

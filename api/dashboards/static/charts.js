@@ -46,6 +46,25 @@
     el.textContent = text;
   }
 
+  // vLLM's defaults (a black diamond) and the recommendation (a gold star) among a chart's
+  // points: d.baseline / d.recommended are indices into x and y, or null.
+  function marks(d, x, y, text, what) {
+    const out = [];
+    // The diamond is drawn larger, so that a recommendation of the defaults shows both.
+    const mark = (i, name, symbol, color, size) => {
+      if (i === null || i === undefined) return;
+      out.push({
+        type: "scatter", mode: "markers", name: name,
+        x: [x[i]], y: [y[i]], text: [text[i]],
+        marker: { symbol: symbol, size: size, color: color, line: { width: 1.5, color: "#1e293b" } },
+        hovertemplate: esc(name) + ": %{text}<br>" + what + "<br>P99 %{y:.1f} ms<extra></extra>",
+      });
+    };
+    mark(d.baseline, "vLLM's defaults", "diamond", "#111827", 24);
+    mark(d.recommended, "recommended", "star", "#f59e0b", 15);
+    return out;
+  }
+
   const DRAW = {
     history(el, d) {
       if (!d.numbers.length) return empty(el, "No measured trial yet.");
@@ -91,7 +110,28 @@
           marker: { symbol: "circle-open", size: 20, color: COLORS.good, line: { width: 2 } },
           hoverinfo: "skip",
         },
-      ];
+      ].concat(marks(d, d.throughput, d.p99, text, "%{x:.1f} tok/s"));
+      Plotly.newPlot(el, traces, layout(d.x_title, d.y_title), CONFIG);
+    },
+
+    pareto_cost(el, d) {
+      if (!d.numbers.length) return empty(el, esc(d.price || "No measured trial yet."));
+      const text = d.numbers.map((n, i) => "#" + n + " " + esc(d.labels[i]));
+      const traces = [
+        {
+          type: "scatter", mode: "markers", name: "measured trials",
+          x: d.usd, y: d.p99, text: text,
+          marker: { size: 12, color: COLORS.primary, line: { width: 1, color: "#fff" } },
+          hovertemplate: "%{text}<br>$%{x:.3f} per 1M output tokens<br>P99 %{y:.1f} ms<extra></extra>",
+        },
+        {
+          type: "scatter", mode: "lines+markers", name: "Pareto front",
+          x: d.front_usd, y: d.front_p99,
+          line: { color: COLORS.good, width: 2, dash: "dash" },
+          marker: { symbol: "circle-open", size: 20, color: COLORS.good, line: { width: 2 } },
+          hoverinfo: "skip",
+        },
+      ].concat(marks(d, d.usd, d.p99, text, "$%{x:.3f} per 1M"));
       Plotly.newPlot(el, traces, layout(d.x_title, d.y_title), CONFIG);
     },
 

@@ -85,6 +85,7 @@ class TrialLine:
     gpu_power_w: float | None = None
     # $ per 1M output tokens at its SLO throughput and the study's price (None: no price).
     usd_per_million: float | None = None
+    gpus: int = 1  # GPUs its memory telemetry saw (a CPU trial: one server)
 
     @property
     def flags(self) -> str:
@@ -110,6 +111,13 @@ class ParetoPoint:
     memory_gib: float | None
     label: str
     on_front: bool
+    # Output tok/s over the GPUs the trial's telemetry saw (1 per server: tuner launches no
+    # tensor parallelism; a CPU study's is per server).
+    per_gpu: float | None = None
+    usd_per_million: float | None = None
+    # Not dominated on ($/1M output tokens down, P99 down); False without a price.
+    on_cost_front: bool = False
+    is_baseline: bool = False
 
 
 @dataclass(frozen=True)
@@ -228,6 +236,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 joules_per_token=_metric(t, energy.PER_TOKEN),
                 gpu_power_w=_metric(t, energy.POWER),
                 usd_per_million=_usd(t, price) if measured else None,
+                gpus=len(t.memory.gpu_peak_bytes) or 1,
             )
         )
     return tuple(out)
@@ -290,24 +299,44 @@ def history(lines: Sequence[TrialLine]) -> History:
 
 def pareto(lines: Sequence[TrialLine]) -> tuple[ParetoPoint, ...]:
     """Measured trials as (throughput up, P99 down) points; ``on_front`` marks the
-    non-dominated ones. Ties: equal points are all on the front."""
-    pts = [
-        (t.number, t.throughput, t.e2e_p99_ms, t.memory_gib, t.config_label)
+    non-dominated ones, ``on_cost_front`` those not dominated on ($/1M down, P99 down). Ties:
+    equal points are all on the front."""
+    measured = [
+        t
         for t in lines
         if t.throughput is not None and t.e2e_p99_ms is not None and t.score is not None
     ]
 
-    def dominated(thr: float, p99: float) -> bool:
-        return any(
-            o_thr >= thr and o_p99 <= p99 and (o_thr > thr or o_p99 < p99)
-            for _, o_thr, o_p99, _, _ in pts
-            if o_thr is not None and o_p99 is not None
-        )
+    def front(pairs: Sequence[tuple[float, float]]) -> list[bool]:
+        # (a, b), both to minimise: dominated when another is no worse on both, better on one.
+        return [
+            not any(oa <= a and ob <= b and (oa < a or ob < b) for oa, ob in pairs)
+            for a, b in pairs
+        ]
 
+    speed = front([(-(t.throughput or 0.0), t.e2e_p99_ms or 0.0) for t in measured])
+    priced = [t for t in measured if t.usd_per_million is not None]
+    cheap = dict(
+        zip(
+            (t.number for t in priced),
+            front([(t.usd_per_million or 0.0, t.e2e_p99_ms or 0.0) for t in priced]),
+            strict=True,
+        )
+    )
     return tuple(
-        ParetoPoint(n, thr, p99, mem, label, not dominated(thr, p99))
-        for n, thr, p99, mem, label in pts
-        if thr is not None and p99 is not None
+        ParetoPoint(
+            t.number,
+            t.throughput or 0.0,
+            t.e2e_p99_ms or 0.0,
+            t.memory_gib,
+            t.config_label,
+            on,
+            per_gpu=(t.throughput or 0.0) / t.gpus,
+            usd_per_million=t.usd_per_million,
+            on_cost_front=cheap.get(t.number, False),
+            is_baseline=t.is_baseline,
+        )
+        for t, on in zip(measured, speed, strict=True)
     )
 
 
