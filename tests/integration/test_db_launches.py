@@ -1,0 +1,74 @@
+"""Launch summaries for the noise profiles (tuner_launches): stored and read back by key, a
+run's own launches left out, non-finite values dropped, text the database cannot hold made
+storable. The same checks run on PostgreSQL in tests/postgres/test_postgres_launches.py."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from tuner.db import migrate
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
+from tuner.domain import ServingConfig
+
+KEY = {
+    "host": "vm",
+    "gpu": "NVIDIA H200",
+    "vllm_version": "0.26.0",
+    "model": "ernie-0.3b",
+    "workload": "throughput-256",
+    "windows": 3,
+}
+
+
+def check_launches_round_trip(engine: Engine) -> None:
+    repo = Repository(engine)
+    b = ServingConfig(max_num_seqs=128)
+    first = repo.add_launch(
+        key=KEY,
+        config=ServingConfig(),
+        is_defaults=True,
+        source="calibrate",
+        run="calibrate:x:1.000",
+        values={"output_throughput": [9.5, 9.6, math.nan, 9.7], "memory_gib": [4.9]},
+        wall_s=117.0,
+        startup_s=65.5,
+    )
+    assert first.values["output_throughput"] == (9.5, 9.6, 9.7)  # NaN dropped
+    repo.add_launch(
+        key=KEY, config=b, is_defaults=False, source="compare", run="compare:y:2.000",
+        values={"output_throughput": [9.8, 9.9, 9.7]},
+    )  # fmt: skip
+    repo.add_launch(
+        key={**KEY, "windows": 2}, config=b, is_defaults=False, source="compare",
+        run="compare:y:2.000", values={"output_throughput": [9.8, 9.9]},
+    )  # fmt: skip
+    repo.add_launch(
+        key={**KEY, "host": "other\x00host"}, config=b, is_defaults=False, source="compare",
+        run="r", values={},
+    )  # fmt: skip
+    rows = repo.list_launches(KEY)
+    assert [(r.source, r.is_defaults, r.config) for r in rows] == [
+        ("calibrate", True, ServingConfig()),
+        ("compare", False, b),
+    ]
+    assert rows[0].wall_s == 117.0 and rows[0].startup_s == 65.5 and rows[1].wall_s is None
+    assert rows[0].values["memory_gib"] == (4.9,) and rows[0].config_label == "defaults"
+    assert [r.source for r in repo.list_launches(KEY, exclude_run="compare:y:2.000")] == [
+        "calibrate"
+    ]
+    assert len(repo.list_launches({**KEY, "windows": 2})) == 1
+    assert repo.list_launches({**KEY, "host": "other\ufffdhost"})[0].run == "r"
+
+
+def test_launches_round_trip_on_sqlite(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    try:
+        check_launches_round_trip(engine)
+    finally:
+        engine.dispose()
