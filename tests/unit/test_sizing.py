@@ -117,7 +117,8 @@ def test_a_study_without_price_says_so() -> None:
     assert "no price per GPU-hour for l4" in sized.render()
     given = dataclasses.replace(study, spec={"gpu_price": 0.8})
     priced = fleet_size(given, _trial(1, 800.0, windows=CURVE), (), Rate(10.0, REQ))
-    assert priced is not None and priced.usd_per_hour == pytest.approx(0.8 * priced.gpus)
+    assert priced is not None and priced.gpus is not None
+    assert priced.usd_per_hour == pytest.approx(0.8 * priced.gpus)
 
 
 def test_tuner_size_compares_two_gpu_profiles(tmp_path: Path) -> None:

@@ -296,3 +296,10 @@ def test_the_generator_reads_energy_around_every_window() -> None:
         assert w.energy is not None and w.energy.joules_per_output_token == pytest.approx(
             w.energy.joules / w.output_tokens
         )
+
+
+def test_the_real_pynvml_without_that_gpu_measures_nothing() -> None:
+    # No driver here (or, on a GPU machine, no GPU of this UUID): None, and nothing raised.
+    meter = GpuEnergyMeter("GPU-00000000-0000-0000-0000-000000000000", interval_s=3600)
+    meter.begin()
+    assert meter.end() is None

@@ -27,7 +27,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from tuner.domain import WindowEnergy
-from tuner.telemetry.nvml import Nvml, _load, _shutdown
 from tuner.telemetry.periodic import Periodic
 
 log = logging.getLogger(__name__)
@@ -40,16 +39,39 @@ COUNTER = "counter"
 POWER_SAMPLES = "power_samples"
 
 
-class EnergyNvml(Nvml, Protocol):
-    """The slice of ``pynvml`` the energy meter uses on top of :class:`Nvml`."""
+class EnergyNvml(Protocol):
+    """The slice of ``pynvml`` the energy meter uses. Handles are opaque."""
 
+    @property
+    def NVMLError(self) -> type[Exception]: ...  # a class attribute does, too
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any: ...
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int: ...  # millijoules
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...  # milliwatts
+
+
+def _shutdown(api: EnergyNvml) -> None:
+    try:
+        api.nvmlShutdown()
+    except Exception as exc:  # nothing useful to do about it; the numbers are taken
+        log.debug("nvmlShutdown failed: %s", exc)
 
 
 def _code(exc: BaseException) -> str:
     value = getattr(exc, "value", None)
     return f" (NVML code {value})" if isinstance(value, int) else ""
+
+
+def _pynvml() -> EnergyNvml | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    api: EnergyNvml = pynvml
+    return api
 
 
 class _PowerSamples(Periodic):
@@ -151,11 +173,10 @@ class GpuEnergyMeter:
 
     def begin(self) -> None:
         self.close()
-        loaded: Any = _load(self._nvml)
-        if loaded is None:
+        api = self._nvml if self._nvml is not None else _pynvml()
+        if api is None:
             self._warn("pynvml (nvidia-ml-py) is not installed: energy not measured")
             return
-        api: EnergyNvml = loaded
         try:
             api.nvmlInit()
         except Exception as exc:
