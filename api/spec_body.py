@@ -80,6 +80,9 @@ class StudySection(TypedDict, total=False):
     seed: Seed
     notes: Text
     emulate: bool
+    gpu_price: Annotated[
+        float, Field(ge=0, le=1e6, description="US dollars per GPU-hour (default: the catalog's)")
+    ]
 
 
 @with_config(_STRICT)

@@ -39,3 +39,15 @@ def test_sizing_answers_per_gpu_and_refuses_bad_input(tmp_path: Path) -> None:
         for bad in ({"rate": "0"}, {"rate": "lots"}, {"rate": "2", "unit": "rps"}):
             answer = client.get("/v1/sizing", params={"model": "tiny-ernie", **bad})
             assert answer.status_code == 422, (bad, answer.text)
+
+
+def test_a_posted_study_may_name_its_gpu_price(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'api-price.db'}"
+    settings = ApiSettings(storage=url, api_key="k")
+    body = {"study": {"model": "tiny-ernie", "gpu": "h200", "workload": "chat", "gpu_price": 2.5}}
+    with TestClient(create_app(settings)) as client:
+        headers = {"X-API-Key": "k"}
+        ok = client.post("/v1/studies", json=body, headers=headers)
+        assert ok.status_code in (200, 201, 202), ok.text
+        negative = {"study": {**body["study"], "gpu_price": -1}}
+        assert client.post("/v1/studies", json=negative, headers=headers).status_code == 422
