@@ -29,6 +29,7 @@ def upgrade() -> None:
         sa.Column("model", sa.String(length=512), nullable=False),
         sa.Column("workload", sa.String(length=255), nullable=False),
         sa.Column("windows", sa.Integer(), nullable=False),
+        sa.Column("placement", sa.String(length=16), nullable=False, server_default="off"),
         sa.Column("config_label", sa.Text(), nullable=False),
         sa.Column("config", sa.JSON(), nullable=False),
         sa.Column("is_defaults", sa.Boolean(), nullable=False),
@@ -42,7 +43,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_tuner_launches_key",
         "tuner_launches",
-        ["host", "gpu", "vllm_version", "model", "workload", "windows"],
+        ["host", "gpu", "vllm_version", "model", "workload", "windows", "placement"],
     )
 
 

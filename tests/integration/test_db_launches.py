@@ -62,6 +62,15 @@ def check_launches_round_trip(engine: Engine) -> None:
     ]
     assert len(repo.list_launches({**KEY, "windows": 2})) == 1
     assert repo.list_launches({**KEY, "host": "other\ufffdhost"})[0].run == "r"
+    # Pinned launches are a key of their own; a key without a placement is "off".
+    repo.add_launch(
+        key={**KEY, "placement": "pinned"}, config=b, is_defaults=False, source="calibrate",
+        run="p", values={"output_throughput": [9.0]},
+    )  # fmt: skip
+    pinned = repo.list_launches({**KEY, "placement": "pinned"})
+    assert [(r.run, r.placement) for r in pinned] == [("p", "pinned")]
+    assert len(repo.list_launches({**KEY, "placement": "off"})) == 2
+    assert {r.placement for r in repo.list_launches(KEY)} == {"off"}
 
 
 def test_launches_round_trip_on_sqlite(tmp_path: Path) -> None:

@@ -18,7 +18,13 @@ def _dialect(url: str) -> Dialect:
 
 def test_every_table_carries_the_prefix_and_the_hooks_keep_only_those() -> None:
     tables = set(Base.metadata.tables)
-    assert tables == {"tuner_studies", "tuner_trials", "tuner_comparisons", "tuner_trial_requests"}
+    assert tables == {
+        "tuner_studies",
+        "tuner_trials",
+        "tuner_comparisons",
+        "tuner_trial_requests",
+        "tuner_launches",
+    }
     assert all(include_name(t, "table", {}) for t in tables)
     for foreign in ("trials", "studies", "alembic_version", VERSION_TABLE):
         assert not include_name(foreign, "table", {})

@@ -33,7 +33,9 @@ def windows_of(result: TrialResult) -> int:
 
 def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None:
     """The key of a complete launch: where it ran (its provenance), ``model`` (tuner's alias),
-    ``workload`` (its name, with any changes) and its windows; None without provenance."""
+    ``workload`` (its name, with any changes), its windows and its CPU placement (as its
+    server recorded it; "off" for launches from before tuner placed them); None without
+    provenance."""
     prov = result.provenance
     if prov is None or result.status is not TrialStatus.COMPLETE or not windows_of(result):
         return None
@@ -44,7 +46,13 @@ def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None
         model=model,
         workload=workload,
         windows=windows_of(result),
+        placement=_placement(result),
     )
+
+
+def _placement(result: TrialResult) -> str:
+    placed = result.server.placement if result.server is not None else None
+    return str((placed or {}).get("mode", "off"))
 
 
 def log_values(result: TrialResult) -> dict[str, list[float]]:

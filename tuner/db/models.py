@@ -150,15 +150,22 @@ class TrialRequestsModel(Base):
 
 class LaunchModel(Base):
     """One server launch's summary for the noise profile of its key (host, GPU, vLLM version,
-    model, workload, windows per launch): the log of every window value of the compared
-    metrics, ``values = {metric: [log value, ...]}``, which configuration it ran, what measured
-    it (``source``: calibrate, compare, claim, confirm) and ``run``, the comparison or study it
-    belonged to (so that a comparison's own launches are not counted twice)."""
+    model, workload, windows per launch, CPU placement): the log of every window value of the
+    compared metrics, ``values = {metric: [log value, ...]}``, which configuration it ran, what
+    measured it (``source``: calibrate, compare, claim, confirm) and ``run``, the comparison or
+    study it belonged to (so that a comparison's own launches are not counted twice)."""
 
     __tablename__ = "tuner_launches"
     __table_args__ = (
         Index(
-            "ix_tuner_launches_key", "host", "gpu", "vllm_version", "model", "workload", "windows"
+            "ix_tuner_launches_key",
+            "host",
+            "gpu",
+            "vllm_version",
+            "model",
+            "workload",
+            "windows",
+            "placement",
         ),
     )
 
@@ -170,6 +177,8 @@ class LaunchModel(Base):
     model: Mapped[str] = mapped_column(String(512))
     workload: Mapped[str] = mapped_column(String(255))
     windows: Mapped[int] = mapped_column(Integer)
+    # tuner.runner.placement's mode the launch ran with: "off" or "pinned" (noise differs).
+    placement: Mapped[str] = mapped_column(String(16), server_default="off")
     config_label: Mapped[str] = mapped_column(Text)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     is_defaults: Mapped[bool] = mapped_column(Boolean)

@@ -432,9 +432,9 @@ class Repository:
         wall_s: float | None = None,
         startup_s: float | None = None,
     ) -> LaunchRow:
-        """Record one launch's summary. ``key``: host, gpu, vllm_version, model, workload and
-        windows (a launch's count of measurement windows); ``values``: per metric, the logs of
-        its window values (finite numbers only)."""
+        """Record one launch's summary. ``key``: host, gpu, vllm_version, model, workload,
+        windows (a launch's count of measurement windows) and placement (default "off");
+        ``values``: per metric, the logs of its window values (finite numbers only)."""
         clean = {
             str(name): [float(v) for v in vs if math.isfinite(v)] for name, vs in values.items()
         }
@@ -446,6 +446,7 @@ class Repository:
             model=storable_text(str(key["model"]))[:512],
             workload=storable_text(str(key["workload"]))[:_NAME_MAX],
             windows=int(key["windows"]),
+            placement=str(key.get("placement", "off"))[:16],
             config_label=storable_text(config.label()),
             config=config.to_dict(),
             is_defaults=is_defaults,
@@ -475,6 +476,7 @@ class Repository:
                     LaunchModel.model == str(key["model"]),
                     LaunchModel.workload == str(key["workload"]),
                     LaunchModel.windows == int(key["windows"]),
+                    LaunchModel.placement == str(key.get("placement", "off")),
                 )
                 .order_by(LaunchModel.id)
             )
@@ -493,6 +495,7 @@ def _launch_row(m: LaunchModel) -> LaunchRow:
         model=m.model,
         workload=m.workload,
         windows=m.windows,
+        placement=m.placement,
         config_label=m.config_label,
         config=ServingConfig.from_dict(m.config),
         is_defaults=m.is_defaults,

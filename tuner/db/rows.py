@@ -154,6 +154,7 @@ class LaunchRow:
     model: str
     workload: str
     windows: int
+    placement: str
     config_label: str
     config: ServingConfig
     is_defaults: bool

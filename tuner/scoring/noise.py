@@ -53,7 +53,8 @@ WELCH = "welch"
 @dataclass(frozen=True)
 class NoiseKey:
     """What a noise profile is valid for: launches on one machine, of one vLLM, model and
-    workload, with the same number of windows each."""
+    workload, with the same number of windows each and the same CPU placement (pinned launches
+    spread differently: :mod:`tuner.runner.placement`)."""
 
     host: str
     gpu: str
@@ -61,11 +62,13 @@ class NoiseKey:
     model: str
     workload: str
     windows: int
+    placement: str = "off"
 
     def text(self) -> str:
         return (
             f"{self.gpu} on {self.host or 'an unnamed host'}, vLLM {self.vllm_version}, "
-            f"{self.model}, {self.workload}, {self.windows} windows a launch"
+            f"{self.model}, {self.workload}, {self.windows} windows a launch, "
+            f"CPU placement {self.placement}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,6 +79,7 @@ class NoiseKey:
             "model": self.model,
             "workload": self.workload,
             "windows": self.windows,
+            "placement": self.placement,
         }
 
 
