@@ -59,7 +59,7 @@ def main() -> int:
         startup_timeout_s=1200, source="bench/noise_placement.py",
     )  # fmt: skip
     prepared = prepare(spec, args.storage)
-    runner, workload, repo = prepared.runner, prepared.ctx.workload, prepared.ctx.repo
+    runner, workload, repo = prepared.runner, prepared.ctx.workload, prepared.repo
     config = prepared.ctx.space.baseline()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     run = f"noise-placement:{time.time():.0f}"
