@@ -19,12 +19,15 @@ class ApiSettings:
     database) or a ready :class:`Repository` (used as is; tests pass one). ``api_key`` guards
     every write; ``None`` refuses all writes, and ``api_key_env`` names the variable the
     refusal tells the operator to set. ``cors_origins`` empty means no CORS headers at all.
+    ``allow_extra_args``: a queued study may pass ``runner.extra_args`` (any ``vllm serve``
+    flag, ``--trust-remote-code`` included) to the workers; off, such a study is refused.
     """
 
     storage: str | Repository
     api_key: str | None = None
     api_key_env: str = DEFAULT_API_KEY_ENV
     cors_origins: tuple[str, ...] = ()
+    allow_extra_args: bool = False
     title: str = "tuner"
 
     @classmethod
@@ -34,6 +37,7 @@ class ApiSettings:
         *,
         api_key_env: str = DEFAULT_API_KEY_ENV,
         cors_origins: Sequence[str] = (),
+        allow_extra_args: bool = False,
         environ: Mapping[str, str] | None = None,
     ) -> ApiSettings:
         """Settings with the API key read from ``environ[api_key_env]`` (blank means none)."""
@@ -44,4 +48,5 @@ class ApiSettings:
             api_key=key,
             api_key_env=api_key_env,
             cors_origins=tuple(cors_origins),
+            allow_extra_args=allow_extra_args,
         )

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Path, Query, Response
 
 from api import queue, spec_body
 from api.bounds import GPU_MAX, INT_MAX, MODEL_MAX, PAGE_MAX, STUDY_NAME_MAX, WORKLOAD_MAX
-from api.deps import IndexDep, RepoDep, WriteAccess
+from api.deps import IndexDep, RepoDep, SettingsDep, WriteAccess
 from api.errors import MALFORMED, UNAVAILABLE, ApiError, not_found, responses
 from api.index import StudyIndex, StudySnapshot
 from api.recommendations import study_objective, trial_score
@@ -99,7 +99,8 @@ _BODY_SCHEMA = {"type": "object", **spec_body.openapi_schema(), "examples": [que
             {
                 400: "the body cannot be decoded (not UTF-8)",
                 401: "API key missing or wrong",
-                403: "the server has no API key: writes are off",
+                403: "the server has no API key (writes are off), or the body passes "
+                "runner.extra_args, which this server does not take",
                 409: "a study with that name exists",
                 422: "the spec is invalid (the message says why)",
                 **UNAVAILABLE,
@@ -111,7 +112,10 @@ _BODY_SCHEMA = {"type": "object", **spec_body.openapi_schema(), "examples": [que
     },
 )
 def queue_study(
-    repo: RepoDep, response: Response, body: Annotated[dict[str, Any], Body()]
+    repo: RepoDep,
+    settings: SettingsDep,
+    response: Response,
+    body: Annotated[dict[str, Any], Body()],
 ) -> QueuedStudyOut:
     """Queue a study for a worker. The body is a spec file's structure as JSON (sections study,
     workload, space, enqueue, confirm, runner), checked by the spec file's rules within the
@@ -121,12 +125,23 @@ def queue_study(
     tuner's nine typed ones and its levers (``stream_interval``, ``async_scheduling``,
     ``block_size``, ``compilation_config.cudagraph_mode``, fp8 ``quantization``, ...), each
     with the values the schema lists; any other ``vllm serve`` flag needs ``tuner run
-    --search``, which checks it against the installed vLLM."""
+    --search``, which checks it against the installed vLLM. ``runner.extra_args`` reach
+    ``vllm serve`` on the worker as given, so they are refused (403) unless the server was
+    started with ``tuner serve --allow-extra-args``."""
     try:
         parsed = queue.read(body)
     except UsageError as exc:  # SpecError included
         raise ApiError(422, "invalid_spec", exc.message, hint=exc.hint) from None
     spec = parsed.spec
+    if spec.extra_args and not settings.allow_extra_args:
+        raise ApiError(
+            403,
+            "extra_args_disabled",
+            "this server does not take runner.extra_args: they reach `vllm serve` on the "
+            "worker as given (--trust-remote-code would run a model repository's code there)",
+            hint="leave runner.extra_args out, queue the study with `tuner run` on the worker, "
+            "or start the API with `tuner serve --allow-extra-args`",
+        )
     name = spec.study_name()
     if repo.get_study(name) is not None:
         raise ApiError(

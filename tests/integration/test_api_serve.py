@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.studykit import make_repo
 from tuner.cli.serve import bind_socket
 
 
@@ -30,6 +31,7 @@ def _tuner(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
 def test_serve_answers_on_loopback_and_stops_on_sigterm(tmp_path: Path) -> None:
     env = {**os.environ, "TUNER_API_KEY": "k1"}
     url = f"sqlite:///{tmp_path / 'serve.db'}"
+    make_repo(url)  # an empty store, as `tuner db upgrade` makes it
     proc = _tuner("serve", "--port", "0", "--storage", url, env=env)
     try:
         assert proc.stdout is not None
@@ -59,6 +61,7 @@ def test_serve_answers_on_loopback_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert proc.returncode in (0, -signal.SIGTERM), out
     assert "Application shutdown complete" in out
     assert "writes: on" in banner
+    assert "warning:" not in banner + out  # loopback: nobody else reaches the reads
 
 
 def test_a_taken_port_is_a_usage_error(tmp_path: Path) -> None:
@@ -66,6 +69,7 @@ def test_a_taken_port_is_a_usage_error(tmp_path: Path) -> None:
     try:
         port = taken.getsockname()[1]
         url = f"sqlite:///{tmp_path / 'serve.db'}"
+        make_repo(url)
         proc = _tuner("serve", "--port", str(port), "--storage", url, env=dict(os.environ))
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -82,3 +86,33 @@ def test_bind_socket_listens_on_ipv4_loopback_without_nagle() -> None:
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     finally:
         sock.close()
+
+
+def test_a_database_file_that_does_not_exist_is_refused_not_created(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'typo.db'}"
+    proc = _tuner("serve", "--port", "0", "--storage", url, env=dict(os.environ))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out
+    assert f"database {tmp_path / 'typo.db'} does not exist" in out
+    assert f"tuner db upgrade --storage {url}" in out and "Traceback" not in out
+    assert not (tmp_path / "typo.db").exists()
+
+
+def test_an_address_other_hosts_reach_is_said_on_stderr(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'serve.db'}"
+    make_repo(url)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "serve", "--host", "0.0.0.0", "--port", "0",
+         "--storage", url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k != "TUNER_API_KEY"} | {"COLUMNS": "300"},
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        warning = proc.stderr.readline()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, rest = proc.communicate(timeout=20)
+    assert warning.startswith("warning: listening on 0.0.0.0"), warning + rest
+    assert "every read" in warning and "needs no key" in warning and "none is set" in warning
+    assert "warning" not in out

@@ -145,3 +145,23 @@ def test_levers_are_queued_and_a_misspelt_one_names_the_closest(repo: Repository
         r.json()["adjustments"]
     )
     assert sorted(s.name for s in repo.list_studies()) == ["levers-1", "levers-4"]
+
+
+def test_extra_args_are_refused_unless_the_server_takes_them(repo: Repository) -> None:
+    """A key lets its holder queue studies, not run any `vllm serve` flag on the workers:
+    runner.extra_args (e.g. --trust-remote-code with a hub model: its repository's code on the
+    worker) need `tuner serve --allow-extra-args`."""
+    body = {**SPEC, "runner": {"extra_args": ["--trust-remote-code"]}}
+    headers = {"X-API-Key": KEY}
+    r = _client(repo, KEY).post("/v1/studies", json=body, headers=headers)
+    assert r.status_code == 403, r.text
+    assert r.json()["error"] == "extra_args_disabled"
+    assert "--trust-remote-code" in r.json()["message"] and "--allow-extra-args" in r.json()["hint"]
+    assert repo.list_studies() == []
+    assert _client(repo, KEY).post("/v1/studies", json=SPEC, headers=headers).status_code == 201
+    opted_in = ApiSettings(storage=repo, api_key=KEY, allow_extra_args=True)
+    r = TestClient(create_app(opted_in)).post(
+        "/v1/studies", json={**body, "study": {**SPEC["study"], "name": "q2"}}, headers=headers
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["extra_args"] == ["--trust-remote-code"]

@@ -65,7 +65,9 @@ def test_a_server_that_dies_on_a_short_first_prompt_is_caught_at_the_first_shape
     assert "HTTP 500" in bad.detail and "EngineDeadError" in bad.detail
     assert report.skipped == FULL[1:]  # nothing more is sent to a dead server
     assert "canary failed at 'first-1-token'" in report.summary()
-    assert "the server died" in report.summary()
+    # The fake's API server lives on with a dead engine, as vLLM's does: said as seen.
+    assert "(the server answers, but GET /health says HTTP 500)" in report.summary()
+    assert "died" not in report.summary().replace("EngineCore died", "")
 
 
 def _one_choice_server() -> Starlette:
@@ -116,6 +118,43 @@ def test_an_answer_of_the_wrong_form_is_caught_and_the_server_reported_alive() -
     data = json.loads(run.stdout)
     assert data["model"] == MODEL and data["passed"] is False
     assert data["outcomes"][-1]["shape"] == "n-2" and data["skipped"][0] == "logprobs"
+
+
+def _erring_server() -> Starlette:
+    """A live server that lists its model and answers every other request, /health included,
+    with HTTP 500."""
+
+    async def fail(_: Request) -> Response:
+        return JSONResponse({"error": "internal"}, status_code=500)
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"data": [{"id": MODEL, "max_model_len": 64}]})
+
+    paths = ("/v1/completions", "/v1/chat/completions", "/health")
+    return Starlette(
+        routes=[
+            Route("/v1/models", models),
+            *(Route(p, fail, methods=["GET", "POST"]) for p in paths),
+        ]
+    )
+
+
+def test_a_server_answering_500_is_said_to_answer_not_to_have_died() -> None:
+    with uvicorn_in_thread(_erring_server()) as url:
+        report = run_canary(url, MODEL, shapes=QUICK)
+        run = CliRunner().invoke(app, ["canary", url, "--shapes", "quick"])
+        gone = run_canary(url, MODEL, shapes=QUICK, alive=lambda: False)
+    bad = report.broken_by
+    assert bad is not None and not bad.server_alive and "HTTP 500" in bad.detail
+    assert bad.after == "the server answers, but GET /health says HTTP 500"
+    assert report.summary().endswith("(the server answers, but GET /health says HTTP 500)")
+    assert "died" not in report.summary() and "dead" not in run.stdout
+    assert run.exit_code == 1 and "GET /health says HTTP 500" in " ".join(run.stdout.split())
+    assert gone.summary().endswith("(the server process exited)")  # the runner's own check
+    with uvicorn_in_thread(_erring_server()) as url:
+        pass  # stopped: nothing listens there now
+    silent = run_canary(url, MODEL, shapes=QUICK, timeout_s=2)
+    assert silent.summary().endswith("(the server stopped answering)")
 
 
 def test_canary_command_passes_and_refuses_unknown_shapes() -> None:

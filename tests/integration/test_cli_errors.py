@@ -189,3 +189,125 @@ def test_help_exits_0(outcomes: dict[str, Outcome]) -> None:
     for command in ("run", "studies", "trials", "best"):
         assert f" {command} " in outcome.output
     assert outcome.leftovers(HELP) == []
+
+
+# --- every input that once ended in a traceback (issue 29): one error line, non-zero exit ---
+
+EXISTING = "kept.jsonl"  # an earlier export that must survive
+ONE_LINE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "export-to-a-folder": (("export", "s1", "--out", "folder"), ("--out folder is a folder",)),
+    "export-into-no-folder": (
+        ("export", "s1", "--out", "/nonexistent/x.jsonl"),
+        ("folder /nonexistent does not exist", "mkdir -p /nonexistent"),
+    ),
+    "export-md-into-no-folder": (
+        ("export", "s1", "--format", "md", "--out", "/nonexistent/x.md"),
+        ("folder /nonexistent does not exist",),
+    ),
+    "export-comparisons-into-no-folder": (
+        ("export", "--comparisons", "--out", "/nonexistent/x.jsonl"),
+        ("folder /nonexistent does not exist",),
+    ),
+    "export-over-a-file": (("export", "s1", "--out", EXISTING), ("exists", "--force")),
+    "export-bench-over-a-file": (
+        ("export", "s1", "--format", "vllm-bench", "--out", EXISTING),
+        ("is a file", "writes a folder"),
+    ),
+    "trace-not-utf8": (
+        ("run", "--workload", "trace:bad.jsonl"),
+        ("trace bad.jsonl is not UTF-8 text (byte 0 is 0xff)", "JSON Lines in UTF-8"),
+    ),
+    "spec-not-utf8": (("run", "bad.toml"), ("bad.toml:2: not UTF-8 text", "UTF-8")),
+    "study-name": (
+        ("run", "--study", "../x <script>"),
+        ("--study: study name '../x <script>' is not", "letters, digits"),
+    ),
+    "merge-suffix": (
+        ("db", "merge", DB_FILE, "--storage", "sqlite:///other.db", "--rename-suffix", "../<x> y"),
+        ("--rename-suffix '../<x> y' is not a usable suffix",),
+    ),
+    "serve-a-missing-file": (
+        ("serve", "--port", "0", "--storage", "sqlite:///typo.db"),
+        ("database typo.db does not exist", "tuner db upgrade --storage sqlite:///typo.db"),
+    ),
+    "upgrade-a-damaged-file": (
+        ("db", "upgrade", "--storage", "sqlite:///damaged.db"),
+        ("malformed", "damaged"),
+    ),
+    "current-of-a-damaged-file": (
+        ("db", "current", "--storage", "sqlite:///damaged.db"),
+        ("malformed", "damaged"),
+    ),
+    "resume-on-another-workload": (
+        ("run", "--study", "s1", "--resume", "--workload", "chat"),
+        ("study 's1' was created with --workload smoke; this resume asks for chat", "leave"),
+    ),
+}
+
+
+def _damaged_copy(url: str, path: Path) -> None:
+    """A SQLite file whose tables exist but whose studies table's page is overwritten."""
+    import sqlite3
+
+    from tuner.db.migrate import upgrade
+
+    upgrade(url)
+    with sqlite3.connect(path) as con:
+        root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tuner_studies'")
+        page = root.fetchone()[0]
+        size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    with path.open("r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xff" * 16)
+
+
+@pytest.fixture(scope="module")
+def one_line(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess]:
+    from tests.studykit import make_context, make_repo
+    from tuner.study.loop import run_study
+    from tuner.testing.fake_runner import FakeRunner
+
+    root = tmp_path_factory.mktemp("one-line")
+    db_url = f"sqlite:///{root / DB_FILE}"
+    run_study(make_context(db_url, trials=2, gpu="cpu"), FakeRunner(), make_repo(db_url))
+    (root / "folder").mkdir()
+    (root / EXISTING).write_text("an earlier export\n")
+    (root / "bad.jsonl").write_bytes(b"\xff\xfe{}\n")
+    (root / "bad.toml").write_bytes(b'[study]\nmodel = "tiny-\xe9rnie"\n')
+    _damaged_copy(f"sqlite:///{root / 'damaged.db'}", root / "damaged.db")
+    env = {
+        **os.environ,
+        "TUNER_DB_URL": db_url,
+        "TUNER_HOME": str(root / "home"),
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "200",
+    }
+
+    def one(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tuner", *args],
+            cwd=root, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(one, args) for name, (args, _) in ONE_LINE.items()}
+        done = {name: future.result() for name, future in futures.items()}
+    assert (root / EXISTING).read_text() == "an earlier export\n", "an export overwrote a file"
+    assert not (root / "typo.db").exists() and not (root / "folder" / "x.jsonl").exists()
+    return done
+
+
+@pytest.mark.parametrize("name", list(ONE_LINE))
+def test_each_once_fatal_input_is_one_error_line_and_a_non_zero_exit(
+    one_line: dict[str, subprocess.CompletedProcess], name: str
+) -> None:
+    run = one_line[name]
+    assert run.returncode != 0, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr + run.stdout
+    lines = run.stderr.splitlines()
+    assert lines and lines[0].startswith("error: "), run.stderr
+    assert all(line.startswith("hint: ") for line in lines[1:]) and len(lines) <= 2, run.stderr
+    text = " ".join(run.stderr.split())
+    for words in ONE_LINE[name][1]:
+        assert words in text, text

@@ -91,3 +91,22 @@ def test_cli_exports_trials_and_comparisons(db: str, tmp_path: Path) -> None:
     assert len(from_jsonl(tuner("s1").stdout)) == 8  # 2 search + 6 confirmation launches
     missing = tuner()
     assert missing.returncode == 2 and "name the study to export" in missing.stderr
+
+
+def test_an_existing_file_is_replaced_only_with_force_and_whole(db: str, tmp_path: Path) -> None:
+    def tuner(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tuner", "export", *args, "--storage", db],
+            capture_output=True, text=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+
+    out = tmp_path / "out" / "s1.md"
+    out.parent.mkdir()
+    out.write_text("notes of my own\n")
+    refused = tuner("s1", "--format", "md", "--out", str(out))
+    assert refused.returncode == 2 and "exists" in refused.stderr and "--force" in refused.stderr
+    assert out.read_text() == "notes of my own\n"
+    forced = tuner("s1", "--format", "md", "--out", str(out), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert out.read_text().startswith("|") and "8 trials written" in forced.stdout
+    assert sorted(p.name for p in out.parent.iterdir()) == ["s1.md"]  # no temporary file left

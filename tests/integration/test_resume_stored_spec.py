@@ -176,6 +176,7 @@ def test_resume_with_the_name_alone_continues_the_stored_study(scene: Scene) -> 
     said = s.output()[first_run:]
     assert "workload chat" in said and "2 trials" in said, said
     assert "smoke" not in said and "enforce_eager" not in said
+    assert "confirmation launch" in said and "trial 1/" not in said  # no search trial left
 
     study = repo.get_study(STUDY)
     assert study is not None and study.status == "finished"

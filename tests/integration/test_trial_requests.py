@@ -80,6 +80,11 @@ def test_a_trial_on_the_fake_server_keeps_and_exports_its_requests(tmp_path: Pat
     )
     assert cli.exit_code == 0, cli.output
     assert sorted(p.name for p in out.iterdir()) == sorted(files)
+    again = ["export", "req", "--format", "vllm-bench", "--out", str(out), "--storage", url]
+    kept = CliRunner().invoke(app, again)  # the files are there: replaced only with --force
+    assert kept.exit_code != 0 and "--force" in (getattr(kept.exception, "hint", "") or "")
+    assert CliRunner().invoke(app, [*again, "--force"]).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)
     refused = CliRunner().invoke(app, ["export", "req", "--format", "vllm-bench", "--storage", url])
     assert refused.exit_code != 0
     assert "--out DIR" in (getattr(refused.exception, "hint", "") or "")

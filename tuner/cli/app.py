@@ -22,7 +22,7 @@ from tuner.cli import (
     size,
     study,
 )
-from tuner.cli.common import err
+from tuner.cli.common import INTERRUPTED, err
 from tuner.cli.compare import compare
 from tuner.cli.verify import verify_claims
 from tuner.errors import TunerError
@@ -61,8 +61,6 @@ db_app.command("upgrade")(db.db_upgrade)
 db_app.command("current")(db.db_current)
 db_app.command("merge")(db.db_merge)
 
-INTERRUPTED = load.INTERRUPTED
-
 
 def main() -> None:
     """Entry point: run the app, turning errors into a message and an exit code.
@@ -92,8 +90,8 @@ def main() -> None:
         else:
             err.print(f"[red]error:[/] {escape(exc.format_message())}")
         sys.exit(exc.exit_code)
-    if code == INTERRUPTED:
-        err.print("interrupted: the running trial is recorded as interrupted; --resume continues")
+    if code == INTERRUPTED:  # a command with more to say (what it recorded) says it and exits
+        err.print("interrupted")
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -76,7 +76,7 @@ def canary(
                 o.shape,
                 "ok" if o.ok else f"[red]failed[/]: {escape(o.detail)}",
                 f"{o.seconds:.2f}",
-                "alive" if o.server_alive else "[red]dead[/]",
+                "serving" if o.server_alive else f"[red]{escape(o.after)}[/]",
             )
         for name in report.skipped:
             table.add_row(name, "not sent", "", "")

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tuner.db.repository import Repository
 
 _UNWRAPPED = 100_000  # columns of a console that is not a terminal: no line is ever cut
+INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C or SIGTERM
 
 
 def _console(stream: Any) -> Console:

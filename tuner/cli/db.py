@@ -91,18 +91,20 @@ def _counts(added: int, kept: int, noun: str, would: str) -> str:
 
 def db_upgrade(storage: StorageOpt = None) -> None:
     """Create or migrate tuner's tables to the current revision."""
-    from tuner.db.migrate import current_revision, upgrade
+    from tuner.db.migrate import check_integrity, current_revision, upgrade
 
     url = storage_url(storage)
+    check_integrity(url)  # a damaged file is not migrated, nor reported as "at revision"
     upgrade(url)
     out.print(f"{url}: tuner schema at revision {current_revision(url)}")
 
 
 def db_current(storage: StorageOpt = None) -> None:
     """Print the schema revision of tuner's tables."""
-    from tuner.db.migrate import current_revision, head_revision
+    from tuner.db.migrate import check_integrity, current_revision, head_revision
 
     url = storage_url(storage)
+    check_integrity(url)
     out.print(f"{url}: at {current_revision(url) or 'nothing (empty)'}, head {head_revision()}")
 
 

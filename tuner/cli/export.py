@@ -1,7 +1,15 @@
-"""``tuner export``: a study's trials or the stored comparisons as a dataset."""
+"""``tuner export``: a study's trials or the stored comparisons as a dataset.
+
+``--out`` never loses a file: one that exists is replaced only with ``--force`` (a vllm-bench
+folder: only the files it would replace count), and a file is written whole or not at all
+(a temporary file beside it, renamed over it). A path that cannot be written is a usage error
+that names it, checked before the database is read.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -27,6 +35,9 @@ def export(
         ),
     ] = "jsonl",
     output: Annotated[Path | None, typer.Option("--out", help="File (default: stdout).")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace --out's file(s) when they exist.")
+    ] = False,
     comparisons: Annotated[
         bool,
         typer.Option(
@@ -44,10 +55,12 @@ def export(
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}", hint="use --format jsonl, md or vllm-bench")
     if fmt == "vllm-bench":
-        _export_bench(study, output, comparisons, storage)
+        _export_bench(study, output, comparisons, storage, force)
         return
     if study is None and not comparisons:
         raise UsageError("name the study to export", hint="tuner export STUDY, or --comparisons")
+    if output is not None:
+        _check_file(output, force)
     repo = open_repo(storage) if study is None else open_study(storage, study)
     if comparisons:
         records = comparison_records(repo, study)
@@ -61,12 +74,43 @@ def export(
     if output is None:
         sys.stdout.write(text)
     else:
-        output.write_text(text)
+        _write(output, text)
         out.print(f"{len(records)} {what} written to {output}")
 
 
+def _check_file(path: Path, force: bool) -> None:
+    """UsageError unless ``path`` can be written as a file: not a folder, in a folder that
+    exists, and not there already unless ``force``."""
+    if path.is_dir():
+        raise UsageError(
+            f"--out {path} is a folder", hint=f"name a file in it, e.g. --out {path}/trials.jsonl"
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        raise UsageError(
+            f"--out {path}: folder {folder} does not exist", hint=f"create it (mkdir -p {folder})"
+        )
+    if path.exists() and not force:
+        raise UsageError(
+            f"--out {path} exists", hint="add --force to replace it, or name another file"
+        )
+
+
+def _write(path: Path, text: str) -> None:
+    """``text`` into ``path``, whole or not at all: a file beside it, renamed over it."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("x", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise UsageError(f"cannot write --out {path}: {exc.strerror or exc}") from None
+
+
 def _export_bench(
-    study: str | None, output: Path | None, comparisons: bool, storage: str | None
+    study: str | None, output: Path | None, comparisons: bool, storage: str | None, force: bool
 ) -> None:
     from tuner.domain.jsonable import dumps
     from tuner.results.report.bench_export import bench_files
@@ -76,10 +120,26 @@ def _export_bench(
             "--format vllm-bench writes one file per window of a study's trials",
             hint="tuner export STUDY --format vllm-bench --out DIR",
         )
+    if output.exists() and not output.is_dir():
+        raise UsageError(
+            f"--out {output} is a file; --format vllm-bench writes a folder of files",
+            hint=f"name a folder, e.g. --out {output.with_suffix('')}-bench",
+        )
     files = bench_files(open_study(storage, study), study)
-    output.mkdir(parents=True, exist_ok=True)
+    there = sorted(name for name in files if (output / name).exists())
+    if there and not force:
+        raise UsageError(
+            f"--out {output} holds {len(there)} of these files already: "
+            + ", ".join(there[:2])
+            + (", ..." if len(there) > 2 else ""),
+            hint="add --force to replace them, or name another folder",
+        )
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --out {output}: {exc.strerror or exc}") from None
     for name, result in files.items():
-        (output / name).write_text(dumps(result))
+        _write(output / name, dumps(result))
     out.print(f"{len(files)} vllm bench serve results written to {output}/")
     if not files:
         out.print("(no trial of this study kept its per-request records)")

@@ -20,7 +20,7 @@ import typer
 from rich.markup import escape
 
 from tuner.catalog.gpus import get_gpu
-from tuner.cli.common import StorageOpt, err, open_repo, out, storage_url
+from tuner.cli.common import INTERRUPTED, StorageOpt, err, open_repo, out, storage_url
 from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
 from tuner.domain import FailureClass, GpuProfile, Objective
 from tuner.errors import EnvironmentProblem, TrialFailure, TunerError, UsageError
@@ -70,6 +70,7 @@ def serve(
     previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
     for sig in _STOP_SIGNALS:
         signal.signal(sig, _interrupt)
+    serving = False  # a stop before the base URL was printed is an interruption, not the end
     try:
         say(f"starting vLLM {launch.vllm_version} (log: {log_path})")
         try:
@@ -94,14 +95,18 @@ def serve(
         say(f"ready in {startup_s:.0f} s")
         say(f"base URL: {server.base_url}/v1")
         say(f'model: "{launch.served_model_name}" (any api_key); Ctrl-C stops the server')
+        serving = True
         while server.is_alive():
             time.sleep(POLL_S)
         say(f"vLLM exited by itself (code {server.returncode}) while serving")
         _tail(server.log_tail(), say)
         return 1
     except KeyboardInterrupt:
-        say("stopping vLLM ...")
-        return 0
+        if serving:
+            say("stopping vLLM ...")
+            return 0
+        say("interrupted during start-up: stopping vLLM; nothing was served")
+        return INTERRUPTED
     finally:
         for sig in _STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)

@@ -1,4 +1,5 @@
-"""Live progress of a study on the terminal: trial k/N, phase, best so far.
+"""Live progress of a study on the terminal: trial k/N (or confirmation launch k/N), phase,
+best so far.
 
 On a terminal a rich status line is redrawn in place; elsewhere (CI logs, pipes) each event is
 one plain line, so logs stay readable.
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.status import Status
 
 from tuner.domain import ServingConfig, TrialResult, TrialStatus
+from tuner.study.confirm import CONFIRM_NUMBER_BASE
 from tuner.study.loop import Ranked
 
 
@@ -28,7 +30,10 @@ class ConsoleReporter:
         self, number: int, index: int, total: int, config: ServingConfig, baseline: bool
     ) -> None:
         tag = " (vLLM defaults, the baseline)" if baseline else ""
-        self._head = f"trial {index}/{total} #{number}{tag}"
+        if number >= CONFIRM_NUMBER_BASE:  # numbered apart from the search's trials
+            self._head = f"confirmation launch {index}/{total} #{number}{tag}"
+        else:
+            self._head = f"trial {index}/{total} #{number}{tag}"
         self._t0 = time.monotonic()
         self.console.print(f"[bold]{self._head}[/]: {config.label()}")
         if self.live and self._status is None:

@@ -1,8 +1,11 @@
 """``tuner serve``: the recommendations API (and dashboards) under uvicorn.
 
 Bound to 127.0.0.1 unless told otherwise, CORS off unless origins are given, writes off unless
-the API key variable is set. The listening socket is bound here, before uvicorn starts, so that
-a port in use is a clear usage error instead of a log line from deep inside uvicorn.
+the API key variable is set, and a queued study's ``runner.extra_args`` refused unless
+``--allow-extra-args``. Reads need no key: bound to an address other hosts reach, it says so on
+stderr. The listening socket is bound here, before uvicorn starts, so that a port in use is a
+clear usage error instead of a log line from deep inside uvicorn. A SQLite file that does not
+exist is refused (a typo in the path would serve an empty store).
 """
 
 from __future__ import annotations
@@ -10,13 +13,14 @@ from __future__ import annotations
 import gc
 import ipaddress
 import socket
+import sys
 from collections.abc import Callable, Sequence
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from tuner.cli.common import StorageOpt, out, storage_url
+from tuner.cli.common import StorageOpt, err, missing_sqlite_file, out, storage_url
 from tuner.errors import UsageError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -65,7 +69,9 @@ def serve(
     port: int = DEFAULT_PORT,
     api_key_env: str = "TUNER_API_KEY",
     cors_origins: Sequence[str] = (),
+    allow_extra_args: bool = False,
     say: Callable[[str], None] = print,
+    warn: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
 ) -> None:
     """Build the app over ``storage_url`` and serve it until interrupted.
 
@@ -78,7 +84,19 @@ def serve(
 
     if not api_key_env.strip():
         raise UsageError("--api-key-env must name an environment variable")
-    settings = ApiSettings.from_env(storage_url, api_key_env=api_key_env, cors_origins=cors_origins)
+    missing = missing_sqlite_file(storage_url)
+    if missing is not None:  # a typo in the path would serve an empty store, as if it were one
+        raise UsageError(
+            f"database {missing} does not exist",
+            hint=f"point --storage at an existing database, or create this one: "
+            f"tuner db upgrade --storage {storage_url}",
+        )
+    settings = ApiSettings.from_env(
+        storage_url,
+        api_key_env=api_key_env,
+        cors_origins=cors_origins,
+        allow_extra_args=allow_extra_args,
+    )
     app = create_app(settings)
     # Everything imported and built so far lives as long as the server: keep it out of the
     # garbage collector's full passes, which otherwise stall answers for tens of ms.
@@ -92,14 +110,37 @@ def serve(
         f"  writes: {'on, with the key in $' + api_key_env if settings.api_key else 'off'}"
         + ("" if settings.api_key else f" (set {api_key_env} to allow POST /v1/studies)")
     )
+    if settings.api_key:
+        say(
+            "  runner.extra_args: "
+            + (
+                "accepted (a key holder passes any vllm serve flag to the workers)"
+                if allow_extra_args
+                else "refused (--allow-extra-args takes them)"
+            )
+        )
     if settings.cors_origins:
         say(f"  CORS origins: {', '.join(settings.cors_origins)}")
+    if not _loopback(sock):
+        warn(
+            f"warning: listening on {shown}, which other hosts may reach: every read (studies, "
+            "trials with their server log tails and host names, recommendations) needs no key"
+            + ("" if settings.api_key else ", and none is set")
+            + "; bind 127.0.0.1 and reach it through an SSH tunnel or an authenticating proxy"
+        )
     config = uvicorn.Config(app, log_level="info", access_log=False)
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+def _loopback(sock: socket.socket) -> bool:
+    """Whether ``sock`` listens on a loopback address only (127.0.0.0/8, ::1)."""
+    address = ipaddress.ip_address(sock.getsockname()[0].split("%", 1)[0])
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
 
 
 def _safe(url: str) -> str:
@@ -118,6 +159,13 @@ def serve_command(
     cors_origin: Annotated[
         list[str] | None, typer.Option(help="Allow this browser origin (repeatable).")
     ] = None,
+    allow_extra_args: Annotated[
+        bool,
+        typer.Option(
+            help="Let a key holder queue studies with runner.extra_args: any `vllm serve` flag "
+            "on the workers, --trust-remote-code (code execution) included."
+        ),
+    ] = False,
 ) -> None:
     """Serve the recommendations API and dashboards (docs at /docs) until Ctrl-C."""
     serve(
@@ -126,5 +174,7 @@ def serve_command(
         port=port,
         api_key_env=api_key_env,
         cors_origins=cors_origin or (),
+        allow_extra_args=allow_extra_args,
         say=lambda text: out.print(escape(text), soft_wrap=True),  # URLs and paths unbroken
+        warn=lambda text: err.print(f"[yellow]{escape(text)}[/]", soft_wrap=True),
     )

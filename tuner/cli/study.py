@@ -15,8 +15,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from tuner.cli.common import (
+    INTERRUPTED,
     JsonOpt,
     StorageOpt,
+    err,
     missing_sqlite_file,
     open_repo,
     open_study,
@@ -152,7 +154,7 @@ def run(
         f"vLLM {ctx.vllm_version}, workload {ctx.workload.name}, objective "
         f"{spec.objective.value}, {spec.trials} trials"
     )
-    with _reporting() as reporter:
+    with _reporting(ctx.name) as reporter:
         ranked = run_study(ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter)
     print_best(prepared.repo, ctx.name)
     if not ranked:
@@ -192,9 +194,10 @@ def _stored_study(url: str, name: str) -> Any:
 
 
 @contextmanager
-def _reporting() -> Iterator[ConsoleReporter]:
-    """The console reporter of one study's run, closed at the end, with ``kill PID`` (SIGTERM)
-    taken as Ctrl-C: the running trial's server is ended and the trial recorded."""
+def _reporting(name: str) -> Iterator[ConsoleReporter]:
+    """The console reporter of study ``name``'s run, closed at the end, with ``kill PID``
+    (SIGTERM) taken as Ctrl-C: the running trial's server is ended, the trial recorded, and
+    the command exits 130 saying how to continue."""
     from tuner.cli.progress import ConsoleReporter
     from tuner.vllm.interrupts import sigterm_as_interrupt
 
@@ -202,6 +205,12 @@ def _reporting() -> Iterator[ConsoleReporter]:
     try:
         with sigterm_as_interrupt():
             yield reporter
+    except KeyboardInterrupt:
+        err.print(
+            "interrupted: the running trial is recorded as interrupted; --resume continues "
+            f"(tuner run --study {escape(name)} --resume)"
+        )
+        raise SystemExit(INTERRUPTED) from None  # past typer and main: said once, here
     finally:
         reporter.close()
 
@@ -412,7 +421,7 @@ def _join(url: str, name: str, vllm_python: str | None) -> None:
     from tuner.study.worker import join_study
 
     refuse_sqlite(url, "`tuner worker --study`")
-    with _reporting() as reporter:
+    with _reporting(name) as reporter:
         repo = Repository(make_engine(url))
         n = join_study(repo, url, name, vllm_python=vllm_python, reporter=reporter)
     out.print(f"worker: study {name} has {n} measured trial(s); this worker is done")

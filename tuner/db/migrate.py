@@ -26,7 +26,7 @@ from sqlalchemy import Connection, inspect, text
 from sqlalchemy import exc as sa_exc
 
 from tuner.db.models import TABLE_PREFIX, VERSION_TABLE
-from tuner.db.session import make_engine, safe_url, storage_error
+from tuner.db.session import DAMAGED_HINT, make_engine, safe_url, storage_error
 from tuner.errors import StorageError
 
 UPGRADE_HINT = "run `tuner db upgrade`"
@@ -104,6 +104,24 @@ def current_revision(url: str) -> str | None:
 def _current(connection: Connection) -> str | None:
     context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()
+
+
+def check_integrity(url: str) -> None:
+    """StorageError when a SQLite database is damaged: its quick check (every page's structure)
+    fails, or it cannot even be read. Other databases look after their own pages."""
+    with _connection(url) as connection:
+        if connection.dialect.name != "sqlite":
+            return
+        problems = [
+            str(row[0])
+            for row in connection.exec_driver_sql("PRAGMA quick_check")
+            if row[0] != "ok"
+        ]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise StorageError(
+            f"database {safe_url(url)} is damaged: {problems[0]}{more}", hint=DAMAGED_HINT
+        )
 
 
 def upgrade(url: str, revision: str = "head") -> None:

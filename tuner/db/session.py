@@ -24,8 +24,12 @@ ENV_URL = "TUNER_DB_URL"
 DEFAULT_FILE = "tuner.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
+DAMAGED_HINT = (
+    "the database file is damaged: restore it from a copy (`sqlite3 FILE .recover` may save "
+    "what is left)"
+)
 _URL_HINT = (
-    f"set {ENV_URL} (or --db) to e.g. sqlite:///path/to/tuner.db or "
+    f"pass --storage or set {ENV_URL}, e.g. sqlite:///path/to/tuner.db or "
     "postgresql+psycopg://user:password@host/dbname"
 )
 
@@ -85,7 +89,7 @@ def _make_sqlite_dir(url: URL) -> None:
     except OSError as e:
         raise StorageError(
             f"cannot create the directory for database {database}: {e}",
-            hint="pick a writable location with " + _URL_HINT,
+            hint="pick a writable location: " + _URL_HINT,
         ) from e
 
 
@@ -130,6 +134,8 @@ def storage_error(error: BaseException, url: str | URL | None = None) -> Storage
         hint = "the database has no tuner tables yet: run `tuner db upgrade`"
     elif "database is locked" in lowered or "deadlock" in lowered:
         hint = "another process held the database too long; retry, or use another database"
+    elif "malformed" in lowered or "file is not a database" in lowered:
+        hint = DAMAGED_HINT
     elif "unable to open database" in lowered or "readonly" in lowered:
         hint = "check that the database file and its directory exist and are writable"
     elif isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError):

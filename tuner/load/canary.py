@@ -57,6 +57,9 @@ class ShapeOutcome:
     detail: str = ""
     seconds: float = 0.0
     server_alive: bool = True
+    # What the look at the server after the shape saw, when it was not serving: "the server
+    # process exited", "the server stopped answering", "GET /health answers HTTP 500".
+    after: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,8 @@ class CanaryReport:
         bad = self.broken_by
         if bad is None:
             return f"canary passed ({len(self.outcomes)} shapes)"
-        alive = "the server kept serving" if bad.server_alive else "the server died"
-        return f"canary failed at {bad.shape!r}: {bad.detail} ({alive})"
+        after = "the server kept serving" if bad.server_alive else bad.after or "not serving"
+        return f"canary failed at {bad.shape!r}: {bad.detail} ({after})"
 
     def raise_if_failed(self) -> None:
         """ServerFailure (CANARY_FAILED, with :meth:`summary`) when a shape broke the server:
@@ -302,11 +305,17 @@ def server_max_model_len(client: httpx.Client, model: str) -> int | None:
     return None
 
 
-def _alive(client: httpx.Client) -> bool:
+def _health(client: httpx.Client, alive: Callable[[], bool] | None) -> str:
+    """ "" when the server serves (``GET /health`` is 200 and ``alive``, if given, says so);
+    else what was seen, in words that claim no more than that: a server that answers HTTP 500
+    lives, whatever its engine did."""
+    if alive is not None and not alive():
+        return "the server process exited"
     try:
-        return client.get("/health", timeout=HEALTH_TIMEOUT_S).status_code == 200
+        status = client.get("/health", timeout=HEALTH_TIMEOUT_S).status_code
     except httpx.HTTPError:
-        return False
+        return "the server stopped answering"
+    return "" if status == 200 else f"the server answers, but GET /health says HTTP {status}"
 
 
 def run_canary(
@@ -349,10 +358,11 @@ def run_canary(
                 detail, ok = str(exc), False
             except httpx.HTTPError as exc:
                 detail, ok = f"{type(exc).__name__}: {exc}", False
-            living = _alive(client) and (alive is None or alive())
-            if ok and not living:
-                detail, ok = "the answer came, then the server stopped answering /health", False
-            outcomes.append(ShapeOutcome(name, ok, detail, time.perf_counter() - started, living))
+            after = _health(client, alive)
+            if ok and after:
+                detail, ok = "the answer came, then the server stopped serving", False
+            seconds = time.perf_counter() - started
+            outcomes.append(ShapeOutcome(name, ok, detail, seconds, not after, after))
             if not ok:
                 return CanaryReport(tuple(outcomes), tuple(shapes), tuple(shapes[i + 1 :]))
     return CanaryReport(tuple(outcomes), tuple(shapes))

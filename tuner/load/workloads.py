@@ -192,6 +192,11 @@ def load_trace(path: Path) -> Workload:
             f"cannot read trace {path}: {exc.strerror or exc}",
             hint="give the path of a JSONL file after 'trace:'",
         ) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"trace {path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
+            hint="a trace is JSON Lines in UTF-8: one JSON object per line",
+        ) from None
     rows: list[TraceRequest] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -55,6 +55,13 @@ def read_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"cannot read {what} file: {exc.strerror}", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
+            path=str(path),
+            line=exc.object[: exc.start].count(b"\n") + 1,
+            hint="TOML files are UTF-8: save the file as UTF-8",
+        ) from None
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:

@@ -129,7 +129,8 @@ class FakeRunner:
         if failure is None and broken is not None and broken in canary:
             failure = (
                 FailureClass.CANARY_FAILED,
-                f"canary failed at {broken!r}: HTTP 500: EngineDeadError (the server died)",
+                f"canary failed at {broken!r}: HTTP 500: EngineDeadError (the server answers, "
+                "but GET /health says HTTP 500)",
             )
         if failure is not None:
             return TrialResult(
