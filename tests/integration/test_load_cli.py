@@ -8,15 +8,22 @@ a user sees."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from typer.testing import CliRunner
 
 from tests.studykit import uvicorn_in_thread
@@ -156,3 +163,59 @@ def test_wrong_model_unreachable_and_silent_servers_are_one_line_errors(base_url
 
     bad = _tuner(base_url, "--concurrency", "4,x")
     assert bad.returncode == 2 and "'x' is not a number" in _one_line_error(bad)
+
+
+def _stalling_server() -> Starlette:
+    """Lists its model, then never answers a completion: a hung server."""
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"data": [{"id": MODEL, "max_model_len": 4096}]})
+
+    async def hang(_: Request) -> Response:
+        await asyncio.sleep(3600)
+        return Response(status_code=500)
+
+    return Starlette(
+        routes=[Route("/v1/models", models), Route("/v1/completions", hang, methods=["POST"])]
+    )
+
+
+def test_a_stalled_server_fails_the_requests_at_the_stall_timeout_not_after_600_s() -> None:
+    with uvicorn_in_thread(_stalling_server()) as url:
+        started = time.monotonic()
+        stalled = _tuner(url, "--stall-timeout", "1", "--requests", "4", "--json", *QUICK)
+        seconds = time.monotonic() - started
+    assert "Traceback" not in stalled.stderr and stalled.stdout == ""
+    errors = [line for line in stalled.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, stalled.stderr
+    text = " ".join(stalled.stderr.split())
+    assert stalled.returncode != 0 and seconds < 30, (seconds, text)
+    assert "stalled: the server sent nothing for 1 s" in text and "--stall-timeout" in text
+    assert "stall-timeout" in _tuner("--help").stdout
+    zero = _tuner(url, "--stall-timeout", "0")
+    assert zero.returncode == 2 and "--stall-timeout must be > 0" in _one_line_error(zero)
+
+
+def test_ctrl_c_speaks_of_no_trial_and_no_resume() -> None:
+    """`tuner load` measures a server; it records no trial and has nothing to resume."""
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        silent.settimeout(60)
+        port = silent.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tuner", "load", f"127.0.0.1:{port}", "--timeout", "60"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            connection, _ = silent.accept()  # it asks GET /v1/models: now it waits
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=30)
+            connection.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == "interrupted", stderr
+    assert "trial" not in stderr and "--resume" not in stderr and "Traceback" not in stderr

@@ -11,9 +11,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.cli.common import err, out
-
-INTERRUPTED = 130
+from tuner.cli.common import INTERRUPTED, err, out
 
 
 def load(
@@ -62,6 +60,13 @@ def load(
         ),
     ] = False,
     timeout: Annotated[float, typer.Option(help="Seconds one request may take.")] = 600.0,
+    stall_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds without a byte from the server (before the first token or between "
+            "two) after which a request fails as stalled."
+        ),
+    ] = 60.0,
     slo: Annotated[
         str | None,
         typer.Option(
@@ -104,6 +109,7 @@ def load(
         vocab_size=vocab_size,
         text_prompts=text_prompts,
         timeout_s=timeout,
+        stall_s=stall_timeout,
         slo=slo,
         percentiles=metric_percentiles,
     )

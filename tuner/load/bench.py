@@ -50,6 +50,7 @@ class LoadOptions:
     vocab_size: int = 1024
     text_prompts: bool = False
     timeout_s: float = 600.0
+    stall_s: float | None = 60.0  # no byte from the server for this long fails a request
     slo: Slo | None = None
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
 
@@ -120,6 +121,7 @@ def options(
     timeout_s: float,
     slo: str | None,
     percentiles: str,
+    stall_s: float | None = 60.0,
 ) -> LoadOptions:
     """The command's options checked and parsed; UsageError naming the option otherwise."""
     from tuner.domain.workload import parse_slo
@@ -147,6 +149,10 @@ def options(
             raise UsageError(f"{name} must be >= {low}, got {value}")
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise UsageError(f"--timeout must be > 0 seconds, got {timeout_s}")
+    if stall_s is not None and not (math.isfinite(stall_s) and stall_s > 0):
+        raise UsageError(
+            f"--stall-timeout must be > 0 seconds, got {stall_s}", hint="e.g. --stall-timeout 60"
+        )
     points = parse_list(percentiles, "--metric-percentiles", float)
     if any(p > 100 for p in points):
         raise UsageError(f"--metric-percentiles {percentiles!r}: percentiles are in (0, 100]")
@@ -175,6 +181,7 @@ def options(
         vocab_size=vocab_size,
         text_prompts=text_prompts,
         timeout_s=timeout_s,
+        stall_s=stall_s,
         slo=None if parsed_slo is None or parsed_slo.is_empty() else parsed_slo,
         percentiles=tuple(sorted(set(points))),
     )
@@ -266,7 +273,13 @@ def explain_failure(exc: LoadFailure, opts: LoadOptions, model: str) -> TunerErr
             f"the server rejected the requests for model {model!r}: {text}",
             hint="check --model against the server's --served-model-name (GET /v1/models)",
         )
-    if "timed out after" in text:
+    if "stalled: " in text:
+        hint = (
+            f"the server sent nothing for --stall-timeout {opts.stall_s:g} s: check that it "
+            "is not hung (its log, GET /health); a long queue before the first token needs a "
+            "larger --stall-timeout"
+        )
+    elif "timed out after" in text:
         hint = f"the server took longer than --timeout {opts.timeout_s:g} s per request: " + (
             "raise --timeout, or lower the load or --output-tokens"
         )
@@ -290,7 +303,9 @@ def run(
     blocks. A run that fails becomes one TunerError with what to do."""
     shape = workload(opts)
     prompts = PromptFactory(opts.vocab_size, synthetic=opts.text_prompts, seed=shape.seed)
-    generator = LoadGenerator(opts.url, model, prompts, request_timeout_s=opts.timeout_s)
+    generator = LoadGenerator(
+        opts.url, model, prompts, request_timeout_s=opts.timeout_s, stall_timeout_s=opts.stall_s
+    )
     try:
         report = generator.run(shape, opts.slo, on_phase=on_phase)
     except LoadFailure as exc:

@@ -100,6 +100,7 @@ class LoadGenerator:
         neighbours: Neighbours | None = None,
         ignore_eos: bool = True,
         energy: EnergyMeter | None = None,
+        stall_timeout_s: float | None = None,  # no byte for this long fails a request
     ) -> None:
         if not request_timeout_s > 0:
             raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
@@ -107,6 +108,7 @@ class LoadGenerator:
         self.model = model
         self.prompts = prompts
         self.request_timeout_s = request_timeout_s
+        self.stall_timeout_s = stall_timeout_s
         self.neighbours = neighbours
         self.ignore_eos = ignore_eos
         self.energy = energy
@@ -298,7 +300,13 @@ class LoadGenerator:
                     await asyncio.sleep(delay)
             async with slots:
                 record = await stream_completion(
-                    session, url, body, p.prompt_tokens, t0, self.request_timeout_s
+                    session,
+                    url,
+                    body,
+                    p.prompt_tokens,
+                    t0,
+                    self.request_timeout_s,
+                    self.stall_timeout_s,
                 )
             if on_done:
                 on_done()

@@ -130,11 +130,15 @@ async def stream_completion(
     prompt_tokens: int,
     t0: float,
     timeout_s: float,
+    stall_s: float | None = None,
 ) -> RequestRecord:
     """Send one streamed completion and time it; never raises for a failure of the request.
 
     Token counts come from the final usage chunk (output falls back to the number of chunks
     with choices). ``start_s`` is seconds from ``t0``, the other times from the request's send.
+    ``timeout_s`` bounds the whole request; ``stall_s`` (None: no bound of its own) the wait
+    for the server's first byte and between two reads, so that a stalled server fails the
+    request within it.
     """
     start = time.perf_counter()
     state = _Stream()
@@ -150,36 +154,52 @@ async def stream_completion(
             error=error,
         )
 
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    stalled = [False]  # whether the window that ran out was the stall bound
+
+    def wait_more(window: asyncio.Timeout) -> None:
+        if stall_s is not None:
+            until = loop.time() + stall_s
+            stalled[0] = until < deadline
+            window.reschedule(min(until, deadline))
+
     try:
-        async with (
-            asyncio.timeout(timeout_s),
-            session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp,
-        ):
-            if resp.status != 200:
-                text = (await resp.read()).decode("utf-8", "replace")
-                return failed(f"HTTP {resp.status}: {text[:_ERROR_BODY_CHARS]}")
-            buffer = b""
-            # Read to the end even after [DONE]: a fully read response lets the connection
-            # go back to the pool instead of being closed and reopened for the next request.
-            feed = state.feed
-            async for data in resp.content.iter_any():
-                now = time.perf_counter()
-                buffer += data
-                if b"\r" in buffer:
-                    buffer = buffer.replace(b"\r\n", b"\n")
-                # Walk the events by position: one copy per event, not one of the rest.
-                pos = 0
-                end = buffer.find(b"\n\n")
-                while end >= 0:
-                    if state.done is None and state.error is None:
-                        feed(buffer[pos:end], now)
-                    pos = end + 2
-                    end = buffer.find(b"\n\n", pos)
-                if pos:
-                    buffer = buffer[pos:]
-            if buffer.strip() and state.done is None and state.error is None:
-                state.feed(buffer.strip(), time.perf_counter())  # a last event without "\n\n"
+        async with asyncio.timeout_at(deadline) as window:
+            wait_more(window)  # until the headers come
+            async with session.post(
+                url, data=body, headers={"Content-Type": "application/json"}
+            ) as resp:
+                if resp.status != 200:
+                    text = (await resp.read()).decode("utf-8", "replace")
+                    return failed(f"HTTP {resp.status}: {text[:_ERROR_BODY_CHARS]}")
+                buffer = b""
+                # Read to the end even after [DONE]: a fully read response lets the connection
+                # go back to the pool instead of being closed and reopened for the next request.
+                feed = state.feed
+                wait_more(window)  # the headers came; then the stream's first byte
+                async for data in resp.content.iter_any():
+                    if stall_s is not None:
+                        wait_more(window)
+                    now = time.perf_counter()
+                    buffer += data
+                    if b"\r" in buffer:
+                        buffer = buffer.replace(b"\r\n", b"\n")
+                    # Walk the events by position: one copy per event, not one of the rest.
+                    pos = 0
+                    end = buffer.find(b"\n\n")
+                    while end >= 0:
+                        if state.done is None and state.error is None:
+                            feed(buffer[pos:end], now)
+                        pos = end + 2
+                        end = buffer.find(b"\n\n", pos)
+                    if pos:
+                        buffer = buffer[pos:]
+                if buffer.strip() and state.done is None and state.error is None:
+                    state.feed(buffer.strip(), time.perf_counter())  # a last event without "\n\n"
     except TimeoutError:
+        if stalled[0]:
+            return failed(f"stalled: the server sent nothing for {stall_s:g} s")
         return failed(f"timed out after {timeout_s:g} s")
     except aiohttp.ClientError as exc:
         return failed(f"{type(exc).__name__}: {exc}")
