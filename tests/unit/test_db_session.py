@@ -36,6 +36,8 @@ def test_malformed_url_is_a_storage_error_with_an_example() -> None:
         make_engine("tuner.db")
     assert "not a database URL" in err.value.message
     assert "sqlite:///" in err.value.hint
+    # The options tuner has: --storage (and $TUNER_DB_URL); there is no --db.
+    assert "--storage" in err.value.hint and "--db" not in err.value.hint
 
 
 def test_unknown_backend_is_a_storage_error() -> None:
@@ -58,6 +60,8 @@ def test_sqlite_directory_is_created(tmp_path: Path) -> None:
         ("database is locked", "retry"),
         ("unable to open database file", "writable"),
         ("could not connect to server", "reachable"),
+        ("database disk image is malformed", "damaged: restore it from a copy"),
+        ("file is not a database", "damaged"),
     ],
 )
 def test_storage_error_hints(message: str, hint_part: str) -> None:
