@@ -258,7 +258,7 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
             raise fail(str(exc), "slo", section="study") from None
     if "name" in kwargs and (problem := name_problem(kwargs["name"])) is not None:
         raise fail(
-            f"study name {kwargs['name']!r} {problem}",
+            f"study.name {kwargs['name']!r} {problem}",
             "name",
             hint="pick a name such as ernie-h200-chat (letters, digits, _ . -)",
             section="study",
