@@ -8,7 +8,9 @@ command takes for an option), goes on with letters, digits, ``_``, ``.`` and ``-
 the ``tuner_studies.name`` column: it is a path segment of the API and the dashboards
 (``/v1/studies/{name}``), part of file names, and a word a shell reads without quotes. Names an
 older tuner stored are read as they are (they can still be listed, exported and merged as the
-same study); only names being given to a study are checked.
+same study); only names being given to a study are checked, where they are given: the study
+loop itself takes the name it is handed, and :meth:`StudySpec.study_name` derives only names
+that follow the rule.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ import optuna
 from sqlalchemy import exc as sa_exc
 
 from tuner.compose import StudyContext
-from tuner.db.names import check_study_name
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyStatus
 from tuner.db.session import storage_error
@@ -231,7 +230,6 @@ def _open(
         raise UsageError(f"no study named {ctx.name!r} to {what}", hint="run `tuner studies`")
     if existing is None or claimed:
         if existing is None:
-            check_study_name(ctx.name, where="study")
             repo.create_study(
                 name=ctx.name,
                 optuna_study_name=ctx.name,
