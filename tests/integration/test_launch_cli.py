@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -173,10 +173,12 @@ def serve_and_stop(
     model: str = "tiny-ernie",
     stop: signal.Signals = signal.SIGINT,
     run_client: bool = True,
+    while_serving: Callable[[str], None] | None = None,
 ) -> tuple[str, str]:
     """Run ``tuner launch ARGS``, wait for its base URL, run the example client against it
-    (``run_client``), send it ``stop``; check it exits 0 and leaves no process (their command
-    lines contain ``marker``). Returns (tuner's output, the client's)."""
+    (``run_client``) and ``while_serving(base URL)``, send it ``stop``; check it exits 0 and
+    leaves no process (their command lines contain ``marker``). Returns (tuner's output, the
+    client's)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tuner", "launch", *args],
         cwd=cwd,
@@ -203,6 +205,8 @@ def serve_and_stop(
             )
             assert done.returncode == 0, done.stdout + done.stderr
             client = done.stdout
+        if while_serving is not None:
+            while_serving(url)
         proc.send_signal(stop)
         assert proc.wait(timeout=60) == 0, lines.rest()
         output = lines.rest()
