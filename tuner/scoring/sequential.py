@@ -206,6 +206,17 @@ def launches_for(half_width: float, sd: float, confidence: float) -> int:
     return max(2, math.ceil(2.0 * (z * sd / math.log1p(half_width)) ** 2))
 
 
+def half_width_at(per_side: int, sd: float, confidence: float) -> float:
+    """The inverse of :func:`launches_for`: the half-width (``x(1 + h)`` either way) of a B/A
+    interval with ``per_side`` launches a side when a launch's value has SD ``sd`` (known)."""
+    from scipy import stats
+
+    if per_side < 1 or not sd >= 0:
+        raise ValueError("need a launch a side at least and an SD not negative")
+    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
+    return math.expm1(z * sd * math.sqrt(2.0 / per_side))
+
+
 def run_sequential(
     launch: Callable[[str], float],
     plan: SequentialPlan,

@@ -15,8 +15,10 @@ third word, :func:`~tuner.results.comparisons.rejudged_table`: every claim of th
 again from the comparisons) and ``verdicts`` (a JSON list of claim records as ``tuner
 verify-claims --json`` prints them, and the claims file:
 :func:`~tuner.results.comparisons.verdicts_table`) and ``starts`` (one or more JSON files of
-``bench/bench_warm_start.py``: :func:`~tuner.results.report.starts.starts_table`). Paths are
-relative to the repository root.
+``bench/bench_warm_start.py``: :func:`~tuner.results.report.starts.starts_table`), and
+``noise-launches``, ``noise-spread`` (third word ``all``: the cold launch too) and
+``noise-self`` (a launch log of ``bench/noise_placement.py``: :mod:`tuner.results.report.noise`).
+Paths are relative to the repository root.
 :func:`splice` rewrites the blocks; :func:`stale_blocks` names those whose text differs from
 what the data says (a test keeps reports honest with it).
 """
@@ -38,6 +40,7 @@ from tuner.results.comparisons import (
     verdicts_table,
 )
 from tuner.results.export import from_jsonl, markdown_table
+from tuner.results.report import noise
 from tuner.results.report.starts import starts_table
 
 _BLOCK = re.compile(r"(<!-- table: ([^>]*?) -->\n)(.*?)(<!-- /table -->)", re.DOTALL)
@@ -49,6 +52,14 @@ def _render(spec: str, root: Path) -> str:
         raise UsageError(f"table marker {spec!r} names no dataset", hint="e.g. trials PATH")
     if kind == "starts":
         return starts_table([json.loads((root / path).read_text()) for path in rest])
+    if kind.startswith("noise-"):  # a launch log of bench/noise_placement.py
+        lines = [json.loads(x) for x in (root / rest[0]).read_text().splitlines() if x.strip()]
+        if kind == "noise-launches":
+            return noise.launches_table(lines)
+        if kind == "noise-spread":
+            return noise.spread_table(lines, warm_only=rest[1:] != ["all"])
+        if kind == "noise-self":
+            return noise.self_table(lines)
     text = (root / rest[0]).read_text()
     if kind == "verdicts":
         verdicts = json.loads(text)
@@ -82,7 +93,8 @@ def _render(spec: str, root: Path) -> str:
             )
         return verdicts_table(verdicts, load_claims(root / rest[1]))
     raise UsageError(
-        f"unknown table kind {kind!r}", hint="trials, comparison, claims, verdicts or starts"
+        f"unknown table kind {kind!r}",
+        hint="trials, comparison, claims, verdicts, starts or noise-launches/-spread/-self",
     )
 
 
