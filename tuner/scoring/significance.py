@@ -22,6 +22,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scipy import stats
+
 BETTER = "better"
 WORSE = "worse"
 NO_DIFFERENCE = "no significant difference"
@@ -119,56 +121,15 @@ def _variance(xs: Sequence[float]) -> float:
 
 
 def t_quantile(p: float, df: float) -> float:
-    """Quantile of Student's t distribution (p in (0.5, 1)), by bisection on its CDF."""
+    """Quantile of Student's t distribution (p in (0.5, 1)): ``scipy.stats.t.ppf``."""
     if not 0.5 < p < 1.0 or df <= 0:
         raise ValueError("t_quantile needs 0.5 < p < 1 and df > 0")
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(48):  # 2**-48 of the bracket: far below any reported digit
-        mid = (lo + hi) / 2.0
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2.0
+    return float(stats.t.ppf(p, df))
 
 
 def t_cdf(t: float, df: float) -> float:
-    """CDF of Student's t via the regularized incomplete beta function."""
-    x = df / (df + t * t)
-    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
-    return 1.0 - tail if t >= 0 else tail
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta I_x(a, b) by its continued fraction (modified Lentz)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    if x > (a + 1.0) / (a + b + 2.0):
-        return 1.0 - _betainc(b, a, 1.0 - x)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-14:
-            break
-    return math.exp(log_front) * h / a
+    """CDF of Student's t: ``scipy.stats.t.cdf``."""
+    return float(stats.t.cdf(t, df))
 
 
 def ratio_text(ratio: float | None, low: float | None, high: float | None) -> str | None:
