@@ -13,7 +13,8 @@ declare -A MOD=([optuna]=optuna [SQLAlchemy]=sqlalchemy [sqlalchemy]=sqlalchemy 
   [nvidia_ml_py]=pynvml [psutil]=psutil [greenlet]=greenlet [click]=click
   [annotated_doc]=annotated_doc [typing_extensions]=typing_extensions [tqdm]=tqdm [PyYAML]=yaml
   [pyyaml]=yaml [aiohttp]=aiohttp [aiohappyeyeballs]=aiohappyeyeballs [aiosignal]=aiosignal
-  [frozenlist]=frozenlist [multidict]=multidict [yarl]=yarl [propcache]=propcache [attrs]=attrs)
+  [frozenlist]=frozenlist [multidict]=multidict [yarl]=yarl [propcache]=propcache [attrs]=attrs
+  [prometheus_client]=prometheus_client)
 todo=()
 # Check from / : in the repository, its alembic/ folder would pass for the alembic package.
 here="$PWD"; DIR="$(cd "$DIR" && pwd)"; cd /
@@ -27,4 +28,4 @@ if [ ${#todo[@]} -gt 0 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "${todo[@]}" 2>&1 | grep -v WARNING || true
 fi
 echo "installed ${#todo[@]} wheels into $SITE"
-(cd / && python3 -c "import optuna, sqlalchemy, alembic.command, typer, rich, httpx, aiohttp, pynvml, psutil; print('tuner deps ok, optuna', optuna.__version__)")
+(cd / && python3 -c "import optuna, sqlalchemy, alembic.command, typer, rich, httpx, aiohttp, pynvml, psutil, prometheus_client; print('tuner deps ok, optuna', optuna.__version__)")

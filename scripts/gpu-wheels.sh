@@ -11,5 +11,5 @@ PIP_CONSTRAINT= python3 -m pip download -q --no-deps --only-binary=:all: --pytho
   optuna sqlalchemy alembic mako colorlog typer shellingham rich markdown-it-py mdurl pygments \
   httpx httpcore h11 anyio sniffio idna certifi nvidia-ml-py psutil greenlet click \
   annotated-doc typing-extensions tqdm pyyaml aiohttp aiohappyeyeballs aiosignal frozenlist \
-  multidict yarl propcache attrs 2>&1 | grep -v -e '^WARNING: Location' -e 'is ignored' || true
+  multidict yarl propcache attrs prometheus_client 2>&1 | grep -v -e '^WARNING: Location' -e 'is ignored' || true
 ls "$DEST" | wc -l

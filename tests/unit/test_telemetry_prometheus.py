@@ -178,3 +178,8 @@ def test_summarize_vllm_leaves_out_what_it_cannot_know() -> None:
     before["vllm:generation_tokens_total"] = 20.0  # went backwards: the server restarted
     assert summarize_vllm(before, after, {}) == {}
     assert summarize_vllm({}, {}, {}) == {}
+
+
+def test_parse_text_writes_labelled_keys_as_the_exposition_escapes_them() -> None:
+    text = 'lat_sum{path="C:\\\\tmp",q="say \\"hi\\"",n="a\\nb"} 2\n'
+    assert parse_text(text)['lat_sum{n="a\\nb",path="C:\\\\tmp",q="say \\"hi\\""}'] == 2.0

@@ -1,4 +1,4 @@
-"""vLLM's Prometheus ``/metrics``: a small text-format parser, a scraper and a poller.
+"""vLLM's Prometheus ``/metrics``: reading the text format, a scraper and a poller.
 
 Metric names are those of vLLM 0.32 (``vllm/v1/metrics/loggers.py``). prometheus_client
 exposes a counter registered as ``vllm:prompt_tokens`` as ``vllm:prompt_tokens_total``; the
@@ -23,70 +23,50 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 from collections.abc import Mapping, Sequence
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from tuner.telemetry.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,?)')
 # Histogram buckets summed across ``le`` mean nothing; ``_created`` samples are timestamps.
 _SKIPPED_SUFFIXES = ("_bucket", "_created")
 _LABELLED_SUFFIXES = ("_sum", "_count")
 
 
-def _parse_labels(text: str, pos: int) -> tuple[dict[str, str], int] | None:
-    """Labels starting just after ``{``; returns them and the index after ``}``."""
-    labels: dict[str, str] = {}
-    while True:
-        while pos < len(text) and text[pos] == " ":
-            pos += 1
-        if pos < len(text) and text[pos] == "}":
-            return labels, pos + 1
-        match = _LABEL.match(text, pos)
-        if match is None:
-            return None
-        labels[match.group(1)] = match.group(2)
-        pos = match.end()
-        if not match.group(3):  # no comma: the closing brace must come next
-            rest = text[pos:].lstrip(" ")
-            return (labels, len(text) - len(rest) + 1) if rest.startswith("}") else None
+def _escaped(value: str) -> str:
+    """A label value as the exposition format writes it (``\\``, ``\\"``, ``\\n``)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _labelled_key(name: str, labels: Mapping[str, str]) -> str:
-    inner = ",".join(f'{k}="{labels[k]}"' for k in sorted(labels))
+    inner = ",".join(f'{k}="{_escaped(labels[k])}"' for k in sorted(labels))
     return f"{name}{{{inner}}}"
 
 
-def _parse_line(line: str) -> tuple[str, dict[str, str], float] | None:
-    match = _NAME.match(line)
-    if match is None:
-        return None
-    name, pos = match.group(0), match.end()
-    labels: dict[str, str] = {}
-    if pos < len(line) and line[pos] == "{":
-        parsed = _parse_labels(line, pos + 1)
-        if parsed is None:
-            return None
-        labels, pos = parsed
-    fields = line[pos:].split()
-    # value, then an optional timestamp
-    if not fields or len(fields) > 2 or (pos < len(line) and line[pos] not in " \t"):
+def _samples(line: str) -> list[Sample] | None:
+    """The samples of one exposition line by prometheus_client's parser; None when malformed.
+
+    One line at a time, so that a bad line costs only itself. The parser takes a value glued
+    to the closing brace (``x{a="1"}3``), which the format separates by a space: refused here.
+    """
+    if "{" in line and line.rpartition("}")[2][:1] not in (" ", "\t"):
         return None
     try:
-        value = float(fields[0])
+        return [s for family in text_string_to_metric_families(line + "\n") for s in family.samples]
     except ValueError:
         return None
-    return name, labels, value
 
 
 def parse_text(text: str) -> dict[str, float]:
     """Parse Prometheus text exposition (what vLLM's ``/metrics`` serves) into flat numbers.
+
+    Lines are read by prometheus_client's parser. What comes out:
 
     * ``key = metric name`` without labels; samples of one name are summed across label sets
       (all engines, all finish reasons, ...). For a ratio gauge such as
@@ -104,17 +84,18 @@ def parse_text(text: str) -> dict[str, float]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        parsed = _parse_line(line)
-        if parsed is None:
+        samples = _samples(line)
+        if samples is None:
             log.debug("skipping malformed metrics line: %r", raw)
             continue
-        name, labels, value = parsed
-        if name.endswith(_SKIPPED_SUFFIXES) or math.isnan(value):
-            continue
-        out[name] = out.get(name, 0.0) + value
-        if labels and name.endswith(_LABELLED_SUFFIXES):
-            key = _labelled_key(name, labels)
-            out[key] = out.get(key, 0.0) + value
+        for sample in samples:
+            name, value = sample.name, float(sample.value)
+            if name.endswith(_SKIPPED_SUFFIXES) or math.isnan(value):
+                continue
+            out[name] = out.get(name, 0.0) + value
+            if sample.labels and name.endswith(_LABELLED_SUFFIXES):
+                key = _labelled_key(name, sample.labels)
+                out[key] = out.get(key, 0.0) + value
     return out
 
 
