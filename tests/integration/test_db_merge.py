@@ -363,3 +363,82 @@ def test_cli_json_summary(
     code, out, _err = cli(monkeypatch, capsys, str(source))
     assert code == 0 and "nothing to do" in " ".join(out.split())
     assert "5 trials added" not in out and "(5 already there)" in " ".join(out.split())
+
+
+def launches(path: Path) -> list[dict[str, Any]]:
+    """The launch summaries (tuner_launches), ids dropped, in id order."""
+    with sqlite3.connect(path) as con:
+        con.row_factory = sqlite3.Row
+        found = [_without(r, "id") for r in con.execute("SELECT * FROM tuner_launches ORDER BY id")]
+    con.close()
+    return found
+
+
+def add_compare_launch(path: Path) -> None:
+    """A launch of ``tuner compare`` on a pinned key: no study, its own run tag."""
+    make_repo(url(path)).add_launch(
+        key={
+            "host": "gpu-host",
+            "gpu": "NVIDIA H200",
+            "vllm_version": "0.26.0",
+            "model": "ernie-0.3b",
+            "workload": "throughput-256",
+            "windows": 3,
+            "placement": "pinned",
+        },
+        config=ServingConfig(),
+        is_defaults=True,
+        source="compare",
+        run="compare:2026-12-01",
+        values={"output_throughput": [9.5, 9.6, 9.4]},
+        wall_s=120.0,
+        startup_s=65.0,
+    )
+
+
+def test_launch_summaries_are_copied_once_with_key_placement_and_run(tmp_path: Path) -> None:
+    source = tmp_path / "gpu-host.db"
+    run_studies(source)
+    add_compare_launch(source)
+    theirs = launches(source)
+    assert {r["run"] for r in theirs} == {"study:conf", "compare:2026-12-01"}
+    assert sum(r["run"] == "study:conf" for r in theirs) == 6  # the confirmation's launches
+    target = tmp_path / "central.db"
+    summary = merge(source, target)
+    assert (summary.launches_added, summary.launches_kept) == (len(theirs), 0)
+    assert launches(target) == theirs  # every column: key, placement, run, values, times
+    pinned = [r for r in launches(target) if r["placement"] == "pinned"]
+    assert [(r["host"], r["windows"], r["wall_s"]) for r in pinned] == [("gpu-host", 3, 120.0)]
+    again = merge(source, target)
+    assert (again.launches_added, again.launches_kept) == (0, len(theirs))
+    assert not again.changed and launches(target) == theirs
+    add_compare_launch(source)  # a later copy of the source: only the new launch comes
+    later = merge(source, target)
+    assert (later.launches_added, later.launches_kept) == (1, len(theirs))
+    assert later.changed and launches(target) == launches(source)
+
+
+def test_a_renamed_study_takes_its_launches_under_the_new_run_tag(
+    source: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "central.db"
+    run_studies(target, search="local")  # its own "conf" with its own 6 launches
+    ours = launches(target)
+    summary = merge(source, target, rename_suffix="gpu")
+    assert summary.launches_added == len(launches(source)) == 6
+    merged = launches(target)
+    assert merged[: len(ours)] == ours
+    renamed = merged[len(ours) :]
+    assert {r["run"] for r in renamed} == {"study:conf-gpu"}
+    assert [{**r, "run": "study:conf"} for r in renamed] == launches(source)
+    assert merge(source, target, rename_suffix="gpu").launches_added == 0
+
+
+def test_cli_names_the_launches_it_copies(source: Path, tmp_path: Path) -> None:
+    from tuner.cli.db import describe
+
+    target = tmp_path / "central.db"
+    lines = describe(merge(source, target))
+    assert "noise-profile launches: 6 launch records added" in lines
+    again = describe(merge(source, target))
+    assert "noise-profile launches: 0 launch records added (6 already there)" in again

@@ -41,7 +41,8 @@ def run_merge(
 
 
 def describe(summary: MergeSummary) -> list[str]:
-    """One line per study, one for the comparisons of no study, and a last one in words."""
+    """One line per study, one for the comparisons of no study, one for the launch summaries,
+    and a last one in words."""
     would = "would be " if summary.dry_run else ""
     lines = [f"{summary.source} -> {summary.target}" + (" (dry run)" if summary.dry_run else "")]
     lines += [_study_line(s, would) for s in summary.studies]
@@ -49,6 +50,11 @@ def describe(summary: MergeSummary) -> list[str]:
         lines.append(
             "comparisons without a study: "
             + _counts(summary.comparisons_added, summary.comparisons_kept, "comparison", would)
+        )
+    if summary.launches_added or summary.launches_kept:
+        lines.append(
+            "noise-profile launches: "
+            + _counts(summary.launches_added, summary.launches_kept, "launch record", would)
         )
     if not summary.studies and not (summary.comparisons_added or summary.comparisons_kept):
         lines.append("the source holds no study and no comparison")

@@ -1,8 +1,9 @@
 """``tuner db merge``: bring the studies of another database (the SQLite file a GPU host without
 network wrote) into this one, the store that ``tuner serve`` and ``tuner best`` read.
 
-Every tuner study with its trials and comparisons, and the comparisons of no study, are copied
-in one transaction (all or nothing); then each study's Optuna study (:mod:`merge_optuna`).
+Every tuner study with its trials and comparisons, the comparisons of no study, and the launch
+summaries of the noise profiles (``tuner_launches``) are copied in one transaction (all or
+nothing); then each study's Optuna study (:mod:`merge_optuna`).
 Merging is idempotent: what the target holds already is left alone, so merging the same file
 twice changes nothing the second time, and merging a later copy of it adds what is new. How
 rows are matched, and when a study is refused, is in :mod:`tuner.db.merge_plan`.
@@ -34,7 +35,14 @@ from tuner.db import merge_optuna, migrate
 from tuner.db.merge_optuna import OptunaMerge
 from tuner.db.merge_plan import Plan, Source, StudyPlan, TargetView, apply_plan
 from tuner.db.merge_plan import plan_merge as _plan_merge
-from tuner.db.models import TABLE_PREFIX, VERSION_TABLE, ComparisonModel, StudyModel, TrialModel
+from tuner.db.models import (
+    TABLE_PREFIX,
+    VERSION_TABLE,
+    ComparisonModel,
+    LaunchModel,
+    StudyModel,
+    TrialModel,
+)
 from tuner.db.names import check_suffix
 from tuner.db.session import make_engine, safe_url, session_scope, storage_error
 from tuner.errors import StorageError, UsageError
@@ -67,11 +75,15 @@ class MergeSummary:
     studies: tuple[StudyMerge, ...]
     comparisons_added: int  # comparisons of no study (``tuner compare``, verify-claims)
     comparisons_kept: int
+    launches_added: int = 0  # launch summaries (tuner_launches) of noise profiles
+    launches_kept: int = 0
 
     @property
     def changed(self) -> bool:
         """Whether the merge wrote (or, dry, would write) anything."""
-        return bool(self.comparisons_added) or any(_changed(s) for s in self.studies)
+        return bool(self.comparisons_added or self.launches_added) or any(
+            _changed(s) for s in self.studies
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "changed": self.changed}
@@ -127,6 +139,8 @@ def merge_databases(
         studies=tuple(_summary(p, merged[p.name]) for p in plan.studies),
         comparisons_added=sum(1 for _c, owner in plan.comparisons if owner is None),
         comparisons_kept=plan.unlinked_kept,
+        launches_added=len(plan.launches),
+        launches_kept=plan.launches_kept,
     )
 
 
@@ -290,6 +304,11 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
                 ):
                     trials.setdefault(t.study_id, []).append(t)
                 comparisons = list(s.scalars(select(ComparisonModel).order_by(ComparisonModel.id)))
+                launches = (
+                    list(s.scalars(select(LaunchModel).order_by(LaunchModel.id)))
+                    if LaunchModel.__tablename__ in tables
+                    else []
+                )
     except sa_exc.SQLAlchemyError as e:
         if path is None:
             raise storage_error(e, url) from e
@@ -298,11 +317,12 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
             f"cannot read source database {path}: {text}",
             hint="pass a SQLite file written by tuner; on read-only media, copy it off first",
         ) from e
-    return Source(studies, trials, comparisons)
+    return Source(studies, trials, comparisons, launches)
 
 
 # Older revisions whose studies, trials and comparisons tables are those of the head: 0002 only
-# added tuner_trial_requests (per-request records), which a merge does not copy.
+# added tuner_trial_requests (per-request records), which a merge does not copy; a source
+# before 0003 has no tuner_launches and brings no launch summaries.
 SAME_MERGED_COLUMNS = frozenset({"0001"})
 
 

@@ -15,6 +15,12 @@ A source study lands in the target as:
   of that name without tuner's. ``rename_suffix`` then retries as ``NAME-SUFFIX``.
 
 Comparisons are matched on ``created_at`` and both configurations, wherever they are linked.
+
+Launch summaries (``tuner_launches``, the noise profiles' data) are matched on ``created_at``,
+their noise key (host, GPU, vLLM version, model, workload, windows, placement), configuration
+and source; each is copied with its key, placement and run tag, so a profile in the target
+counts it once and a comparison still leaves its own launches out. A launch of a study merged
+under a new name (``--rename-suffix``) takes the new name in its run tag (``study:NAME``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tuner.db.models import Base, ComparisonModel, StudyModel, TrialModel
+from tuner.db.models import Base, ComparisonModel, LaunchModel, StudyModel, TrialModel
 from tuner.db.names import STUDY_NAME_MAX, name_problem
 
 # The repository's rule: a RUNNING or interrupted trial's number may be used again.
@@ -58,6 +64,30 @@ def comparison_key(row: ComparisonModel) -> tuple[float, str, str]:
     return (row.created_at, _canonical(row.a_config), _canonical(row.b_config))
 
 
+LaunchKey = tuple[float, str, str, str, str, str, int, str, str, str]
+
+
+def launch_key(row: LaunchModel) -> LaunchKey:
+    """What makes a launch summary the same launch (its run tag may differ after a rename)."""
+    return (
+        row.created_at,
+        row.host,
+        row.gpu,
+        row.vllm_version,
+        row.model,
+        row.workload,
+        row.windows,
+        row.placement,
+        row.config_label,
+        row.source,
+    )
+
+
+def study_run_tag(name: str) -> str:
+    """The run tag of a study's confirmation launches (tuner.study.confirm writes it)."""
+    return f"study:{name}"
+
+
 @dataclass(frozen=True)
 class Source:
     """Everything read from the source, detached from its session."""
@@ -65,6 +95,7 @@ class Source:
     studies: Sequence[StudyModel]  # oldest first
     trials: Mapping[int, Sequence[TrialModel]]  # by source study id, by number
     comparisons: Sequence[ComparisonModel]  # in creation (id) order
+    launches: Sequence[LaunchModel] = ()  # in id order; none before revision 0003
 
 
 class TargetView:
@@ -93,6 +124,11 @@ class TargetView:
             ComparisonModel.created_at, ComparisonModel.a_config, ComparisonModel.b_config
         )
         return {(c, _canonical(a), _canonical(b)) for c, a, b in self._session.execute(query)}
+
+    def launch_keys(self) -> set[LaunchKey]:
+        if self._session is None:
+            return set()
+        return {launch_key(r) for r in self._session.scalars(select(LaunchModel))}
 
 
 @dataclass
@@ -124,6 +160,9 @@ class Plan:
     # Comparisons to add in source order, with the plan of their study (None: no study).
     comparisons: list[tuple[ComparisonModel, StudyPlan | None]]
     unlinked_kept: int
+    # Launch summaries to add in source order, each with the run tag it gets in the target.
+    launches: list[tuple[LaunchModel, str]] = field(default_factory=list)
+    launches_kept: int = 0
 
 
 def plan_merge(source: Source, target: TargetView, rename_suffix: str | None) -> Plan:
@@ -159,7 +198,30 @@ def plan_merge(source: Source, target: TargetView, rename_suffix: str | None) ->
         to_add.append((c, owner))
         if owner is not None:
             owner.comparisons_added += 1
-    return Plan(plans, to_add, unlinked_kept)
+    launches, launches_kept = _plan_launches(source.launches, plans, target)
+    return Plan(plans, to_add, unlinked_kept, launches, launches_kept)
+
+
+def _plan_launches(
+    launches: Sequence[LaunchModel], plans: Sequence[StudyPlan], target: TargetView
+) -> tuple[list[tuple[LaunchModel, str]], int]:
+    """The launches the target lacks, with their run tags there; and the count it holds."""
+    renamed = {
+        study_run_tag(p.source.name): study_run_tag(p.name)
+        for p in plans
+        if p.name != p.source.name
+    }
+    known = target.launch_keys()
+    to_add: list[tuple[LaunchModel, str]] = []
+    kept = 0
+    for row in launches:
+        key = launch_key(row)
+        if key in known:
+            kept += 1
+            continue
+        known.add(key)
+        to_add.append((row, renamed.get(row.run, row.run)))
+    return to_add, kept
 
 
 def _place(
@@ -268,6 +330,8 @@ def apply_plan(session: Session, plan: Plan, now: float) -> None:
     for c, owner in plan.comparisons:
         study_id = None if owner is None else rows[owner.source.id].id
         session.add(ComparisonModel(study_id=study_id, **values(c)))
+    for launch, run in plan.launches:
+        session.add(LaunchModel(**{**values(launch, {"id"}), "run": run}))
     session.flush()
 
 
