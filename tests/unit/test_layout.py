@@ -45,3 +45,51 @@ def test_typer_is_imported_by_the_command_line_only() -> None:
             if any(n == "typer" or n.startswith("typer.") for n in names):
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+def _console_writes(path: Path, root: Path = ROOT) -> list[str]:
+    """Where ``path`` prints: print(), sys.stdout/stderr (or their __ originals), a terminal
+    library (rich, typer, click) imported."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "print":
+                found.append(f"{where} print()")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "sys" and node.attr.strip("_") in ("stdout", "stderr"):
+                found.append(f"{where} sys.{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "sys" and any(
+                a.name.strip("_") in ("stdout", "stderr") for a in node.names
+            ):
+                found.append(f"{where} from sys import stdout/stderr")
+            if node.module.split(".")[0] in ("rich", "typer", "click"):
+                found.append(f"{where} imports {node.module}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in ("rich", "typer", "click"):
+                    found.append(f"{where} imports {alias.name}")
+    return found
+
+
+def test_the_load_generator_prints_nothing() -> None:
+    """``tuner load``'s table and messages are the command line's (tuner/cli/load.py); the
+    load package returns numbers and raises errors, and logs through ``logging`` only."""
+    offenders = [line for path in _modules("tuner/load") for line in _console_writes(path)]
+    assert offenders == []
+
+
+def test_the_console_check_sees_each_way_of_printing(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import sys\nimport rich.console\nfrom sys import stderr\nimport logging\n"
+        "print('x')\nsys.stdout.write('x')\nsys.__stderr__.flush()\nlogging.info('x')\n"
+    )
+    assert sorted(_console_writes(probe, tmp_path)) == [
+        "probe.py:2 imports rich.console",
+        "probe.py:3 from sys import stdout/stderr",
+        "probe.py:5 print()",
+        "probe.py:6 sys.stdout",
+        "probe.py:7 sys.__stderr__",
+    ]

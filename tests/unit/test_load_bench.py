@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tuner.cli import load as command
 from tuner.domain import ClientHealth, FailureClass, LatencyStats, WindowMetrics
 from tuner.errors import LoadFailure, TunerError, UsageError
 from tuner.load import bench
@@ -29,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 def _opts(**changes: Any) -> bench.LoadOptions:
-    return bench.options(**{**DEFAULTS, **changes})
+    return command.options(**{**DEFAULTS, **changes})
 
 
 def test_closed_loop_ladder_in_one_workload_with_one_warmup() -> None:
@@ -78,9 +79,9 @@ def test_bad_options_are_usage_errors(changes: dict[str, Any], words: str) -> No
 
 
 def test_server_address_forms() -> None:
-    assert bench.server_root("127.0.0.1:8000") == "http://127.0.0.1:8000"
-    assert bench.server_root("http://h:1/v1/") == "http://h:1"
-    assert bench.server_root("https://h") == "https://h"
+    assert command.server_root("127.0.0.1:8000") == "http://127.0.0.1:8000"
+    assert command.server_root("http://h:1/v1/") == "http://h:1"
+    assert command.server_root("https://h") == "https://h"
     assert _opts(slo="ttft_p99=500ms").slo is not None
     assert _opts(slo="none").slo is None
 
@@ -94,13 +95,13 @@ def _point(client: ClientHealth | None, failed: int = 0) -> bench.PointResult:
 
 
 def test_warnings_for_client_bound_disturbed_and_failed_points() -> None:
-    assert bench.warnings(_point(None)) == []
-    assert bench.warnings(_point(ClientHealth(0.1, 1.0, 1.0, 0.5, 2))) == []
+    assert command.warnings(_point(None)) == []
+    assert command.warnings(_point(ClientHealth(0.1, 1.0, 1.0, 0.5, 2))) == []
     bound = ClientHealth(0.97, 1.0, 1.0, 1.0, 2, client_bound=True, notes=("client used 97%",))
-    (line,) = bench.warnings(_point(bound))
+    (line,) = command.warnings(_point(bound))
     assert line.startswith("16 streams: client-bound (client used 97%)")
     noisy = ClientHealth(0.1, 30.0, 40.0, 2.0, 2, disturbed=True, notes=("others used 1.5",))
-    lines = bench.warnings(_point(noisy, failed=2))
+    lines = command.warnings(_point(noisy, failed=2))
     assert lines == [
         "16 streams: disturbed (others used 1.5): other work on this host shared it",
         "16 streams: 2 of 6 failed: HTTP 500: boom",
@@ -121,6 +122,6 @@ def test_a_failed_run_says_what_to_do(error: str, kind: type[TunerError], words:
     failure = LoadFailure(
         FailureClass.LOAD_ERRORS, f"4 of 4 requests failed in warm-up; first errors: {error}"
     )
-    explained = bench.explain_failure(failure, _opts(), "x")
+    explained = command.explain_failure(failure, _opts(), "x")
     assert type(explained) is kind
     assert error in explained.message and words in explained.hint

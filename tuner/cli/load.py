@@ -1,10 +1,19 @@
 """``tuner load URL``: tuner's load generator against any running OpenAI-compatible server,
-with ``vllm bench serve``'s metrics and result format."""
+with ``vllm bench serve``'s metrics and result format.
+
+The command's part: its options checked into a :class:`tuner.load.bench.LoadOptions`, what a
+failed run means in terms of those options, and everything it prints (the summary line, the
+progress, the table, the warnings, ``--json``'s lines). :mod:`tuner.load.bench` measures.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 from rich import box
@@ -12,6 +21,267 @@ from rich.markup import escape
 from rich.table import Table
 
 from tuner.cli.common import INTERRUPTED, err, out
+from tuner.domain import FailureClass
+from tuner.errors import LoadFailure, TunerError, UsageError
+
+if TYPE_CHECKING:
+    from tuner.load.bench import LoadOptions, PointResult
+    from tuner.load.generator import PhaseCallback
+
+
+def parse_list(text: str, option: str, kind: type[int] | type[float]) -> tuple[Any, ...]:
+    """``"16,64,256"`` as positive numbers of ``kind``, in the order given."""
+    values: list[Any] = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            value = kind(part)
+        except ValueError:
+            what = "whole numbers" if kind is int else "numbers"
+            raise UsageError(
+                f"{option} {text!r}: {part!r} is not a number",
+                hint=f"give {what} separated by commas, e.g. {option} "
+                + ("16,64,256" if kind is int else "2,4,8"),
+            ) from None
+        if not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{option} {text!r}: every value must be > 0, got {part!r}")
+        values.append(value)
+    return tuple(values)
+
+
+def server_root(url: str) -> str:
+    """``http://host:port`` from what the user typed (``host:port``, ``.../v1`` accepted)."""
+    from tuner.load.generator import api_root
+
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(
+            f"{url!r} is not a server address",
+            hint="give the server's base URL, e.g. http://127.0.0.1:8000 (a /v1 suffix is fine)",
+        )
+    return api_root(f"{parts.scheme}://{parts.netloc}{parts.path}")
+
+
+def options(
+    *,
+    url: str,
+    model: str | None,
+    concurrency: str | None,
+    request_rate: str | None,
+    max_concurrency: int | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    requests: int | None,
+    warmup: int,
+    vocab_size: int,
+    text_prompts: bool,
+    timeout_s: float,
+    slo: str | None,
+    percentiles: str,
+    stall_s: float | None = 60.0,
+) -> LoadOptions:
+    """The command's options checked and parsed; UsageError naming the option otherwise."""
+    from tuner.domain.workload import parse_slo
+    from tuner.load.bench import DEFAULT_CONCURRENCY, DEFAULT_MAX_CONCURRENCY, LoadOptions
+
+    if concurrency is not None and request_rate is not None:
+        raise UsageError(
+            "--concurrency and --request-rate both set the load",
+            hint="closed loop: --concurrency 16,64; Poisson arrivals: --request-rate 2,4,8 "
+            "(with --max-concurrency as the cap on requests in flight)",
+        )
+    if max_concurrency is not None and request_rate is None:
+        raise UsageError(
+            "--max-concurrency caps a --request-rate run",
+            hint="for a closed loop give the streams with --concurrency",
+        )
+    for name, value, low in (
+        ("--prompt-tokens", prompt_tokens, 1),
+        ("--output-tokens", output_tokens, 1),
+        ("--warmup", warmup, 0),
+        ("--vocab-size", vocab_size, 2),
+        ("--max-concurrency", max_concurrency, 1),
+        ("--requests", requests, 1),
+    ):
+        if value is not None and value < low:
+            raise UsageError(f"{name} must be >= {low}, got {value}")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise UsageError(f"--timeout must be > 0 seconds, got {timeout_s}")
+    if stall_s is not None and not (math.isfinite(stall_s) and stall_s > 0):
+        raise UsageError(
+            f"--stall-timeout must be > 0 seconds, got {stall_s}", hint="e.g. --stall-timeout 60"
+        )
+    points = parse_list(percentiles, "--metric-percentiles", float)
+    if any(p > 100 for p in points):
+        raise UsageError(f"--metric-percentiles {percentiles!r}: percentiles are in (0, 100]")
+    parsed_slo = None
+    if slo is not None:
+        try:
+            parsed_slo = parse_slo(slo)
+        except ValueError as exc:
+            raise UsageError(f"--slo: {exc}") from None
+    rates: tuple[float, ...] = ()
+    streams: tuple[int, ...] = (DEFAULT_CONCURRENCY,)
+    if request_rate is not None:
+        rates = parse_list(request_rate, "--request-rate", float)
+    elif concurrency is not None:
+        streams = parse_list(concurrency, "--concurrency", int)
+    return LoadOptions(
+        url=server_root(url),
+        model=model,
+        concurrency=streams,
+        request_rates=rates,
+        max_concurrency=max_concurrency or DEFAULT_MAX_CONCURRENCY,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        requests=requests,
+        warmup=warmup,
+        vocab_size=vocab_size,
+        text_prompts=text_prompts,
+        timeout_s=timeout_s,
+        stall_s=stall_s,
+        slo=None if parsed_slo is None or parsed_slo.is_empty() else parsed_slo,
+        percentiles=tuple(sorted(set(points))),
+    )
+
+
+def explain_failure(exc: LoadFailure, opts: LoadOptions, model: str) -> TunerError:
+    """A failed run as one line with what to do."""
+    text = exc.message
+    if exc.failure is FailureClass.LOAD_ERRORS and "HTTP 404" in text:
+        return UsageError(
+            f"the server rejected the requests for model {model!r}: {text}",
+            hint="check --model against the server's --served-model-name (GET /v1/models)",
+        )
+    if "stalled: " in text:
+        hint = (
+            f"the server sent nothing for --stall-timeout {opts.stall_s:g} s: check that it "
+            "is not hung (its log, GET /health); a long queue before the first token needs a "
+            "larger --stall-timeout"
+        )
+    elif "timed out after" in text:
+        hint = f"the server took longer than --timeout {opts.timeout_s:g} s per request: " + (
+            "raise --timeout, or lower the load or --output-tokens"
+        )
+    elif "HTTP 400" in text:
+        hint = (
+            "the server refused the request shape: check --prompt-tokens + --output-tokens "
+            "against its max model length, and --vocab-size (token ids must exist in the "
+            "model's vocabulary; --text-prompts sends tuner's synthetic words instead)"
+        )
+    elif "HTTP 401" in text or "HTTP 403" in text:
+        hint = "the server wants an API key; tuner load sends none: serve without --api-key"
+    else:
+        hint = "see the server's log; lower the load if it is overloaded"
+    return TunerError(f"load on {opts.url} failed: {text}", hint=hint)
+
+
+def _ms(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+TABLE_METRICS: tuple[tuple[str, str], ...] = (
+    ("TTFT", "ttft"),
+    ("TPOT", "tpot"),
+    ("ITL", "itl"),
+    ("E2EL", "e2el"),
+)
+
+
+def table_header(opts: LoadOptions) -> list[str]:
+    top = _top_percentile(opts.percentiles)
+    head = ["load", "req/s", "out\ntok/s"]
+    if opts.slo is not None:
+        head.append("good\nreq/s")
+    head += [f"{name} ms\nP50/{top[0]}" for name, _ in TABLE_METRICS]
+    return head
+
+
+def _top_percentile(percentiles: Sequence[float]) -> tuple[str, float]:
+    p = max(percentiles)
+    word = str(int(p)) if int(p) == p else str(p)
+    return f"P{word}", p
+
+
+def table_row(point: PointResult, opts: LoadOptions) -> list[str]:
+    """The table's cells for one point: throughputs, then median / top percentile in ms."""
+    from tuner.load.benchjson import percentile_key
+
+    r = point.result
+    _, top = _top_percentile(opts.percentiles)
+    row = [point.label, f"{r['request_throughput']:.2f}", f"{r['output_throughput']:.1f}"]
+    if opts.slo is not None:
+        row.append(f"{r['request_goodput']:.2f}")
+    for _, metric in TABLE_METRICS:
+        median = r[f"median_{metric}_ms"]
+        row.append(f"{_ms(median)}/{_ms(r[percentile_key(top, metric)])}")
+    return row
+
+
+def warnings(point: PointResult) -> list[str]:
+    """One line per reason not to take the point's numbers as the server's."""
+    lines = []
+    client = point.window.client
+    if client is not None and client.client_bound:
+        notes = "; ".join(client.notes)
+        lines.append(
+            f"{point.label}: client-bound ({notes}): the load generator was the limit, not "
+            "the server; measure this point from a less loaded or faster client machine"
+        )
+    if client is not None and client.disturbed:
+        notes = "; ".join(client.notes)
+        lines.append(f"{point.label}: disturbed ({notes}): other work on this host shared it")
+    failed = point.result["failed"]
+    if failed:
+        first = next((e for e in point.result["errors"] if e), "?")
+        lines.append(f"{point.label}: {failed} of {point.result['num_prompts']} failed: {first}")
+    return lines
+
+
+def summary_line(opts: LoadOptions, model: str) -> str:
+    what = (
+        f"concurrency {','.join(map(str, opts.concurrency))}"
+        if opts.closed_loop
+        else f"request rate {','.join(f'{r:g}' for r in opts.request_rates)} req/s "
+        f"(max {opts.max_concurrency} in flight)"
+    )
+    return (
+        f"{opts.url} model {model}: {what}, {opts.prompt_tokens} prompt + "
+        f"{opts.output_tokens} output tokens, warm-up {opts.warmup} requests"
+    )
+
+
+def progress(say: Callable[[str], None], opts: LoadOptions) -> PhaseCallback:
+    """An ``on_phase`` callback that says when the warm-up and each load point start."""
+    from tuner.load.bench import workload
+    from tuner.load.curve import point_label
+
+    points = workload(opts).load_points()
+    labels = [point_label(p.concurrency, p.request_rate) for p in points]
+    counts = [p.requests_per_window for p in points]
+
+    def on_phase(phase: str, done: int, total: int) -> None:
+        if phase == "warmup" and done == 0:
+            say(f"warm-up: {total} requests")
+        elif phase == "measure" and done < len(labels):
+            say(f"measuring {labels[done]} ({done + 1}/{total}): {counts[done]} requests")
+
+    return on_phase
+
+
+def result_lines(results: Sequence[PointResult]) -> list[str]:
+    """``--json``: one JSON object per point, without the per-request arrays."""
+    from tuner.load.benchjson import summary
+
+    return [json.dumps(summary(p.result), allow_nan=False) for p in results]
 
 
 def load(
@@ -96,7 +366,7 @@ def load(
     """
     from tuner.load import bench
 
-    opts = bench.options(
+    opts = options(
         url=url,
         model=model,
         concurrency=concurrency,
@@ -115,22 +385,22 @@ def load(
     )
     served = bench.check_server(opts.url, opts.model, min(opts.timeout_s, bench.PROBE_TIMEOUT_S))
     note = err if as_json else out  # with --json, stdout holds only the results
-    note.print(escape(bench.summary_line(opts, served)), soft_wrap=True)
+    note.print(escape(summary_line(opts, served)), soft_wrap=True)
     try:
         results = bench.run(
-            opts,
-            served,
-            on_phase=bench.progress(lambda text: err.print(escape(text)), opts),
+            opts, served, on_phase=progress(lambda text: err.print(escape(text)), opts)
         )
+    except LoadFailure as exc:
+        raise explain_failure(exc, opts, served) from None
     except KeyboardInterrupt:
         err.print("interrupted: nothing was reported or written")
         raise SystemExit(INTERRUPTED) from None
     if as_json:
-        for line in bench.result_lines(results):
+        for line in result_lines(results):
             print(line, flush=True)
     else:
         table = Table(
-            *bench.table_header(opts), box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+            *table_header(opts), box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
         )
         for column in table.columns:  # fold rather than cut a number at a narrow width
             column.overflow = "fold"
@@ -138,10 +408,10 @@ def load(
         table.columns[0].justify = "left"
         table.columns[0].no_wrap = True
         for point in results:
-            table.add_row(*bench.table_row(point, opts))
+            table.add_row(*table_row(point, opts))
         out.print(table)
     for point in results:
-        for warning in bench.warnings(point):
+        for warning in warnings(point):
             note.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if save_result is not None:
         for path in bench.save(results, save_result):
