@@ -64,12 +64,12 @@ class Prepared:
 
 
 def resolve_workload(spec: StudySpec) -> Workload:
-    workload = get_workload(spec.workload)
-    if spec.workload_overrides:
-        try:
-            workload = workload.replace(**spec.workload_overrides)
-        except TypeError as exc:
-            raise UsageError(f"bad [workload] override in {spec.source}: {exc}") from None
+    try:
+        workload = get_workload(spec.workload, spec.workload_overrides)
+    except UsageError as exc:
+        if "override" not in exc.message:
+            raise
+        raise UsageError(f"bad [workload] override in {spec.source}: {exc.message}") from None
     if spec.objective is Objective.CAPACITY and len(workload.load_points()) < 2:
         raise UsageError(
             f"the capacity objective reads each launch's load curve, but workload "

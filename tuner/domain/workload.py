@@ -7,12 +7,24 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+# How a prompt is built: segments (stream, tokens), in order, then the request's own tokens.
+# A segment is the first ``tokens`` tokens of the named stream, so two prompts whose segments
+# agree share that prefix token for token (a system prompt, a conversation's earlier turns,
+# Mooncake's hash blocks). The stream "" is the workload's shared system prompt.
+Segments = tuple[tuple[str, int], ...]
+
+# Arrival processes a trace can be replayed with: its own timestamps, Poisson arrivals at
+# ``request_rate`` (or the trace's mean rate), or a closed loop at ``concurrency`` streams.
+ARRIVALS = ("trace", "poisson", "closed")
+
 
 @dataclass(frozen=True)
 class TraceRequest:
     prompt_tokens: int
     output_tokens: int
     arrival_s: float  # offset from the start of the replay
+    session: str | None = None  # turns of one session are sent in order, one at a time
+    segments: Segments = ()  # shared prompt prefixes (see Segments)
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,23 @@ class Workload:
     # Poisson request rates, lowest first; empty means the one load point above.
     concurrency_ladder: tuple[int, ...] = ()
     rate_ladder: tuple[float, ...] = ()
+    # Multi-turn conversations (turns > 1): each turn's prompt carries the earlier turns and
+    # their answers, then ``prompt_tokens - shared_prefix_tokens`` new tokens (the mean);
+    # exponential think time of mean ``think_time_s`` between a turn's answer and the next.
+    turns: int = 1
+    think_time_s: float = 0.0
+    # Replay options of a trace, applied when it is read (tuner.load.traces): time scaling
+    # (2 replays twice as fast), the window [start_s, end_s) of the trace's own time, a cap on
+    # its requests, the arrival process (ARRIVALS) and Mooncake's hash-block size.
+    speed: float = 1.0
+    start_s: float = 0.0
+    end_s: float | None = None
+    max_requests: int | None = None
+    arrival: str = "trace"
+    block_tokens: int = 512
+    # Where the shapes came from and how their token counts were found (a trace's file,
+    # format, tokenizer or approximation): provenance for the fingerprint.
+    source: str = ""
 
     def replace(self, **changes: Any) -> Workload:
         return dataclasses.replace(self, **changes)
@@ -73,7 +102,12 @@ class Workload:
         if self.trace:
             return max(r.prompt_tokens + r.output_tokens for r in self.trace)
         grow = 1.0 + self.length_jitter
-        return int(self.prompt_tokens * grow) + int(self.output_tokens * grow) + 1
+        turn = int(self.prompt_tokens * grow) + int(self.output_tokens * grow) + 1
+        if self.turns <= 1:
+            return turn
+        # The last turn carries every earlier turn's new text and answer.
+        own = int((self.prompt_tokens - self.shared_prefix_tokens) * grow)
+        return self.shared_prefix_tokens + self.turns * (own + int(self.output_tokens * grow)) + 1
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ with :class:`tuner.errors.LoadFailure`, when too many requests fail or the calle
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ class LoadReport:
     records: tuple[tuple[RequestRecord, ...], ...]  # one tuple per window
     warmup_s: float
     stopped_early: str | None = None  # why the run stopped after its first load point
+    # Multi-turn workloads: the planned turn of each record (0: no session), per window.
+    turns: tuple[tuple[int, ...], ...] = ()
 
 
 def api_root(base_url: str) -> str:
@@ -163,6 +166,7 @@ class LoadGenerator:
 
                 windows: list[WindowMetrics] = []
                 per_window: list[tuple[RequestRecord, ...]] = []
+                turns: list[tuple[int, ...]] = []
                 total = len(points) * workload.windows
                 check = WindowCheck(lag, self.neighbours)
                 first = first_point_windows(workload)  # what first_point sees
@@ -195,17 +199,22 @@ class LoadGenerator:
                             )
                         )
                         per_window.append(tuple(records))
+                        turns.append(tuple(p.turn for p in plan))
                         if first_point is not None and len(windows) == first:
                             reason = first_point(tuple(windows))
                             if reason is not None:
                                 return LoadReport(
-                                    tuple(windows), tuple(per_window), warmup_s, reason
+                                    tuple(windows),
+                                    tuple(per_window),
+                                    warmup_s,
+                                    reason,
+                                    tuple(turns),
                                 )
             finally:
                 await lag.stop()
                 if self.energy is not None:
                     self.energy.end()  # a window cut short: stop its sampling, drop its reading
-        return LoadReport(tuple(windows), tuple(per_window), warmup_s)
+        return LoadReport(tuple(windows), tuple(per_window), warmup_s, None, tuple(turns))
 
     def warm_up(
         self,
@@ -250,7 +259,7 @@ class LoadGenerator:
         # Warm-up runs closed-loop at the highest concurrency whatever the arrival process: it
         # is there to compile and cache the shapes, not to be timed.
         warm = [
-            PlannedRequest(p.prompt_tokens, p.output_tokens, p.shared_prefix_tokens, None)
+            dataclasses.replace(p, arrival_s=None, think_s=0.0)
             for p in plan_requests(workload, workload.warmup_requests, seed=0)
         ]
         if not warm:
@@ -283,7 +292,9 @@ class LoadGenerator:
         bodies = [
             request_body(
                 self.model,
-                self.prompts.make(p.prompt_tokens, p.shared_prefix_tokens),
+                self.prompts.make_segments(p.prompt_tokens, p.segments)
+                if p.segments
+                else self.prompts.make(p.prompt_tokens, p.shared_prefix_tokens),
                 p.output_tokens,
                 ignore_eos=self.ignore_eos,
             )
@@ -291,9 +302,28 @@ class LoadGenerator:
         ]
         url = f"{self.base_url}/v1/completions"
         slots = asyncio.Semaphore(concurrency)
+        # A session's turns go in plan order: each waits for the one before it to finish.
+        done_events = [asyncio.Event() for _ in plan]
+        previous: list[int | None] = []
+        last: dict[str, int] = {}
+        for i, p in enumerate(plan):
+            previous.append(last.get(p.session) if p.session is not None else None)
+            if p.session is not None:
+                last[p.session] = i
         t0 = time.perf_counter()
 
-        async def one(p: PlannedRequest, body: bytes) -> RequestRecord:
+        async def one(i: int, p: PlannedRequest, body: bytes) -> RequestRecord:
+            try:
+                return await send(i, p, body)
+            finally:
+                done_events[i].set()  # a failed turn still lets its session go on
+
+        async def send(i: int, p: PlannedRequest, body: bytes) -> RequestRecord:
+            before = previous[i]
+            if before is not None:
+                await done_events[before].wait()
+                if p.think_s > 0:
+                    await asyncio.sleep(p.think_s)
             if p.arrival_s is not None:
                 delay = t0 + p.arrival_s - time.perf_counter()
                 if delay > 0:
@@ -312,7 +342,10 @@ class LoadGenerator:
                 on_done()
             return record
 
-        tasks = [asyncio.create_task(one(p, b)) for p, b in zip(plan, bodies, strict=True)]
+        tasks = [
+            asyncio.create_task(one(i, p, b))
+            for i, (p, b) in enumerate(zip(plan, bodies, strict=True))
+        ]
         try:
             pending: set[asyncio.Task[RequestRecord]] = set(tasks)
             while pending:

@@ -8,6 +8,8 @@ tuner does not know, prompts are lists of token ids, which ``/v1/completions`` a
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 # Real vocabularies keep their special and control tokens at the low ids (BOS, EOS, pad,
@@ -27,6 +29,7 @@ class PromptFactory:
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
         self.vocab_size = vocab_size
         self.synthetic = synthetic
+        self._seed = seed
         if synthetic:
             self._low, self._high = 0, vocab_size
         else:
@@ -38,6 +41,8 @@ class PromptFactory:
         # on how long the longest prefix asked for turns out to be.
         self._prefix_rng = np.random.default_rng([seed, 1])
         self._prefix: list[int] = []
+        # Named prefix streams (tuner.domain.Segments): one generator and its tokens per name.
+        self._streams: dict[str, tuple[np.random.Generator, list[int]]] = {}
 
     def _shared(self, n: int) -> list[int]:
         if n > len(self._prefix):
@@ -55,11 +60,43 @@ class PromptFactory:
         own = self._rng.integers(self._low, self._high, prompt_tokens - shared_prefix_tokens)
         return self._shared(shared_prefix_tokens) + [int(t) for t in own]
 
+    def _stream(self, name: str, n: int) -> list[int]:
+        if name == "":
+            return self._shared(n)
+        rng, tokens = self._streams.setdefault(
+            name, (np.random.default_rng([self._seed, 2, zlib.crc32(name.encode())]), [])
+        )
+        if n > len(tokens):
+            tokens.extend(int(t) for t in rng.integers(self._low, self._high, n - len(tokens)))
+        return tokens[:n]
+
+    def segment_ids(self, prompt_tokens: int, segments: tuple[tuple[str, int], ...]) -> list[int]:
+        """``prompt_tokens`` ids: the first ``n`` ids of each named stream ``(name, n)`` in
+        order (the same for every prompt of this factory that names it; ``""`` is the shared
+        prefix of :meth:`token_ids`), then random ids."""
+        shared = sum(n for _, n in segments)
+        if prompt_tokens < 1 or shared > prompt_tokens or any(n < 0 for _, n in segments):
+            raise ValueError(
+                f"need 1 <= prompt_tokens and segments of >= 0 tokens that fit in it, got "
+                f"prompt_tokens={prompt_tokens}, segments={segments}"
+            )
+        ids = [t for name, n in segments for t in self._stream(name, n)]
+        own = self._rng.integers(self._low, self._high, prompt_tokens - shared)
+        return ids + [int(t) for t in own]
+
+    def make_segments(
+        self, prompt_tokens: int, segments: tuple[tuple[str, int], ...]
+    ) -> str | list[int]:
+        """As :meth:`make`, with the prompt's shared prefixes named by ``segments``."""
+        return self._render(self.segment_ids(prompt_tokens, segments))
+
+    def _render(self, ids: list[int]) -> str | list[int]:
+        if self.synthetic:
+            return " ".join(f"t{i}" for i in ids)
+        return ids
+
     def make(self, prompt_tokens: int, shared_prefix_tokens: int = 0) -> str | list[int]:
         """A prompt of exactly ``prompt_tokens`` tokens whose first ``shared_prefix_tokens``
         are the same for every prompt of this factory: text of ``tN`` words when synthetic,
         a list of token ids otherwise."""
-        ids = self.token_ids(prompt_tokens, shared_prefix_tokens)
-        if self.synthetic:
-            return " ".join(f"t{i}" for i in ids)
-        return ids
+        return self._render(self.token_ids(prompt_tokens, shared_prefix_tokens))

@@ -7,15 +7,18 @@ study sends exactly the same request shapes.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tuner.domain import TraceRequest, Workload
+from tuner.domain.workload import Segments
 from tuner.errors import UsageError
+from tuner.load.traces import FORMATS, TokenCounter, apply_replay, read_trace, split_name
 
 TRACE_PREFIX = "trace:"
 
@@ -90,6 +93,22 @@ WORKLOADS: dict[str, Workload] = {
         windows=3,
         warmup_requests=128,
     ),
+    # Conversations of four turns: each turn's prompt carries the 256-token system prompt,
+    # the earlier turns and their answers, then about 128 new tokens; the user thinks about
+    # 0.5 s (exponential) before the next turn. Later turns repeat most of their prompt, so a
+    # prefix cache decides their TTFT. Closed loop, at most 16 requests in flight.
+    "multi-turn": Workload(
+        name="multi-turn",
+        prompt_tokens=384,
+        output_tokens=96,
+        shared_prefix_tokens=256,
+        concurrency=16,
+        requests_per_window=128,
+        windows=3,
+        warmup_requests=32,
+        turns=4,
+        think_time_s=0.5,
+    ),
     # Small enough for vLLM's CPU build on a 2-core CI machine.
     "smoke": Workload(
         name="smoke",
@@ -124,105 +143,63 @@ class PlannedRequest:
     """One request to send. ``prompt_tokens`` includes the ``shared_prefix_tokens``.
 
     ``arrival_s`` is the launch offset from the window start, or None in a closed loop
-    (launch as soon as a concurrency slot is free).
+    (launch as soon as a concurrency slot is free). ``segments`` (when given, instead of
+    ``shared_prefix_tokens``) name the prompt's shared prefixes (:data:`Segments`). A request
+    of a ``session`` is sent after the session's previous request has finished and
+    ``think_s`` more seconds have passed; ``turn`` counts its session's turns from 1.
     """
 
     prompt_tokens: int
     output_tokens: int
     shared_prefix_tokens: int
     arrival_s: float | None
+    segments: Segments = ()
+    session: str | None = None
+    turn: int = 0
+    think_s: float = 0.0
+
+    def prefix_segments(self) -> Segments:
+        """The prompt's shared prefixes, the system prompt (stream "") included."""
+        if self.segments:
+            return self.segments
+        return (("", self.shared_prefix_tokens),) if self.shared_prefix_tokens else ()
 
 
 def _allowed_names() -> str:
-    return ", ".join(sorted(WORKLOADS)) + f", or {TRACE_PREFIX}PATH (a JSONL trace)"
+    formats = "/".join(FORMATS)
+    return ", ".join(sorted(WORKLOADS)) + f", or {formats}:FILE (a trace; trace: tells the format)"
 
 
-def get_workload(name: str) -> Workload:
-    """A preset by name, or ``trace:PATH`` to replay a JSONL trace.
+def get_workload(
+    name: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    count_tokens: TokenCounter | None = None,
+) -> Workload:
+    """A preset by name, or ``FORMAT:FILE`` to replay a trace (:mod:`tuner.load.traces`),
+    with ``overrides`` of its fields applied (a trace's replay options among them).
 
-    Raises :class:`tuner.errors.UsageError` for an unknown name or a malformed trace.
+    ``count_tokens`` counts the tokens of a trace's text (the model's tokenizer); without it
+    they are approximated. Raises :class:`tuner.errors.UsageError` for an unknown name, a bad
+    override or a malformed trace.
     """
-    if name.startswith(TRACE_PREFIX):
-        return load_trace(Path(name[len(TRACE_PREFIX) :]))
-    try:
-        return WORKLOADS[name]
-    except KeyError:
-        raise UsageError(
-            f"unknown workload {name!r}", hint=f"choose one of: {_allowed_names()}"
-        ) from None
-
-
-def _trace_row(obj: object, where: str) -> TraceRequest:
-    if not isinstance(obj, dict):
-        raise UsageError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    missing = [k for k in ("prompt_tokens", "output_tokens", "arrival_s") if k not in obj]
-    if missing:
-        raise UsageError(
-            f"{where}: missing field(s) {missing}",
-            hint='each line: {"prompt_tokens": INT, "output_tokens": INT, "arrival_s": SECONDS}',
-        )
-    counts: dict[str, int] = {}
-    for key in ("prompt_tokens", "output_tokens"):
-        value = obj[key]
-        # bool is an int subclass; true/false as a token count is surely a mistake.
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"{where}: {key} must be an integer >= 1, got {value!r}")
-        counts[key] = value
-    arrival = obj["arrival_s"]
-    if (
-        isinstance(arrival, bool)
-        or not isinstance(arrival, int | float)
-        or not math.isfinite(arrival)
-        or arrival < 0
-    ):
-        raise UsageError(f"{where}: arrival_s must be a number of seconds >= 0, got {arrival!r}")
-    return TraceRequest(counts["prompt_tokens"], counts["output_tokens"], float(arrival))
-
-
-def load_trace(path: Path) -> Workload:
-    """Read a JSONL trace into a workload; one window replays the whole trace.
-
-    Each non-blank line is ``{"prompt_tokens": int, "output_tokens": int, "arrival_s": float}``
-    with the arrival as an offset in seconds; rows are replayed in arrival order.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(
-            f"cannot read trace {path}: {exc.strerror or exc}",
-            hint="give the path of a JSONL file after 'trace:'",
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"trace {path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
-            hint="a trace is JSON Lines in UTF-8: one JSON object per line",
-        ) from None
-    rows: list[TraceRequest] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
+    overrides = dict(overrides or {})
+    if split_name(name) is not None:
+        block = overrides.get("block_tokens", 512)
+        workload = read_trace(name, count_tokens, block)
+    else:
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{where}: not valid JSON ({exc.msg})") from None
-        rows.append(_trace_row(obj, where))
-    if not rows:
-        raise UsageError(f"trace {path} has no requests", hint="add one JSON object per line")
-    rows.sort(key=lambda r: r.arrival_s)
-    n = len(rows)
-    return Workload(
-        name=f"{TRACE_PREFIX}{path.name}",
-        prompt_tokens=round(sum(r.prompt_tokens for r in rows) / n),
-        output_tokens=round(sum(r.output_tokens for r in rows) / n),
-        # A cap, not a target: the trace's own arrival times set the load.
-        concurrency=64,
-        requests_per_window=n,
-        windows=3,
-        warmup_requests=min(16, n),
-        length_jitter=0.0,
-        trace=tuple(rows),
-    )
+            workload = WORKLOADS[name]
+        except KeyError:
+            raise UsageError(
+                f"unknown workload {name!r}", hint=f"choose one of: {_allowed_names()}"
+            ) from None
+    if overrides:
+        try:
+            workload = workload.replace(**overrides)
+        except TypeError as exc:
+            raise UsageError(f"bad workload override: {exc}") from None
+    return apply_replay(workload, overrides)
 
 
 def _jittered(mean: int, jitter: float, u: float) -> int:
@@ -232,24 +209,96 @@ def _jittered(mean: int, jitter: float, u: float) -> int:
     return min(upper, max(1, round(mean * (1.0 + jitter * u))))
 
 
-def _plan_trace(trace: tuple[TraceRequest, ...], count: int, shared: int) -> list[PlannedRequest]:
-    ordered = sorted(trace, key=lambda r: r.arrival_s)
+def _trace_request(r: TraceRequest, shared: int, arrival: float | None) -> PlannedRequest:
+    segments = r.segments or ((("", min(shared, r.prompt_tokens - 1)),) if shared else ())
+    return PlannedRequest(
+        prompt_tokens=r.prompt_tokens,
+        output_tokens=r.output_tokens,
+        shared_prefix_tokens=sum(n for _, n in segments),
+        arrival_s=arrival,
+        segments=segments,
+    )
+
+
+def _plan_trace(workload: Workload, count: int, seed: int) -> list[PlannedRequest]:
+    """A trace's requests. ``arrival = "trace"`` replays the rows in order with their own
+    times, cycling when ``count`` exceeds them (a cycle starts one mean gap after the last);
+    a session's turns keep their order and a turn waits for the previous one. ``poisson`` and
+    ``closed`` draw rows (their lengths and prefixes, not their sessions) at random."""
+    ordered = workload.trace or ()
+    shared = workload.shared_prefix_tokens
+    if workload.arrival != "trace":
+        rng = np.random.default_rng([workload.seed, seed, 3])
+        rows = [ordered[int(i)] for i in rng.integers(0, len(ordered), count)]
+        arrivals: list[float | None] = [None] * count
+        if workload.arrival == "poisson" and count:
+            span = ordered[-1].arrival_s - ordered[0].arrival_s
+            rate = workload.request_rate or (
+                (len(ordered) - 1) / span if span > 0 else float(len(ordered))
+            )
+            gaps = rng.exponential(1.0 / rate, count)
+            gaps[0] = 0.0
+            arrivals = [float(t) for t in np.cumsum(gaps)]
+        return [_trace_request(r, shared, a) for r, a in zip(rows, arrivals, strict=True)]
     first = ordered[0].arrival_s
     span = ordered[-1].arrival_s - first
-    # A cycle starts one mean gap after the previous one ended, so the rate stays the trace's.
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
     plan = []
+    turns: dict[str, int] = {}
     for i in range(count):
         cycle, row = divmod(i, len(ordered))
         r = ordered[row]
-        plan.append(
-            PlannedRequest(
-                prompt_tokens=r.prompt_tokens,
-                output_tokens=r.output_tokens,
-                shared_prefix_tokens=min(shared, r.prompt_tokens - 1),
-                arrival_s=r.arrival_s - first + cycle * (span + gap),
+        p = _trace_request(r, shared, r.arrival_s - first + cycle * (span + gap))
+        if r.session is not None:
+            # Each cycle is a new conversation: its own stream, so it repeats no earlier cycle.
+            session = f"{r.session}#{cycle}" if cycle else r.session
+            turn = turns[session] = turns.get(session, 0) + 1
+            segments = tuple(
+                (f"{k}#{cycle}" if cycle and k.startswith("session:") else k, n)
+                for k, n in p.segments
             )
-        )
+            p = dataclasses.replace(p, session=session, turn=turn, segments=segments)
+        plan.append(p)
+    return plan
+
+
+def _plan_turns(workload: Workload, count: int, seed: int) -> list[PlannedRequest]:
+    """Conversations of ``workload.turns`` turns, ``count`` requests in all (the last
+    conversation cut short). Turn ``k`` carries turn ``k-1``'s prompt and answer, then new
+    tokens; the carried part is the first tokens of the conversation's own stream."""
+    rng = np.random.default_rng([workload.seed, seed, 4])
+    shared = workload.shared_prefix_tokens
+    own_mean = workload.prompt_tokens - shared
+    jitter = workload.length_jitter
+    plan: list[PlannedRequest] = []
+    conversation = 0
+    while len(plan) < count:
+        session = f"w{seed}c{conversation}"
+        carried = 0
+        for turn in range(1, workload.turns + 1):
+            if len(plan) == count:
+                break
+            new = _jittered(own_mean, jitter, float(rng.uniform(-1.0, 1.0)))
+            output = _jittered(workload.output_tokens, jitter, float(rng.uniform(-1.0, 1.0)))
+            think = float(rng.exponential(workload.think_time_s)) if turn > 1 else 0.0
+            segments: Segments = (("", shared),) if shared else ()
+            segments += ((f"conversation:{session}", carried + new),)
+            plan.append(
+                PlannedRequest(
+                    prompt_tokens=shared + carried + new,
+                    output_tokens=output,
+                    shared_prefix_tokens=shared,
+                    arrival_s=None,
+                    segments=segments,
+                    session=session,
+                    turn=turn,
+                    think_s=think,
+                )
+            )
+            # The answer joins the conversation: the next turn's prompt repeats it (as tokens
+            # of the conversation's stream; the server's own answer text is not re-sent).
+            carried += new + output
+        conversation += 1
     return plan
 
 
@@ -266,7 +315,7 @@ def plan_requests(workload: Workload, count: int, seed: int) -> list[PlannedRequ
         raise ValueError(f"count and seed must be >= 0, got count={count}, seed={seed}")
     shared = workload.shared_prefix_tokens
     if workload.trace:
-        return _plan_trace(workload.trace, count, shared)
+        return _plan_trace(workload, count, seed)
     if shared < 0 or shared >= workload.prompt_tokens:
         raise UsageError(
             f"workload {workload.name!r}: shared_prefix_tokens ({shared}) must be >= 0 and "
@@ -283,6 +332,16 @@ def plan_requests(workload: Workload, count: int, seed: int) -> list[PlannedRequ
     rate = workload.request_rate
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
+
+    if workload.turns < 1 or not (
+        math.isfinite(workload.think_time_s) and workload.think_time_s >= 0
+    ):
+        raise UsageError(
+            f"workload {workload.name!r}: turns must be >= 1 and think_time_s >= 0, got "
+            f"{workload.turns} and {workload.think_time_s}"
+        )
+    if workload.turns > 1:
+        return _plan_turns(workload, count, seed)
 
     rng = np.random.default_rng([workload.seed, seed])
     jitter = workload.length_jitter

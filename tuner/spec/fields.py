@@ -30,6 +30,15 @@ WORKLOAD_TYPES: Mapping[str, type] = {
     "seed": int,
     "concurrency_ladder": tuple,
     "rate_ladder": tuple,
+    "turns": int,
+    "think_time_s": float,
+    # A trace's replay options (tuner.load.traces).
+    "speed": float,
+    "start_s": float,
+    "end_s": float,
+    "max_requests": int,
+    "arrival": str,
+    "block_tokens": int,
 }
 _KIND_NAMES: Mapping[type, str] = {
     int: "an integer",

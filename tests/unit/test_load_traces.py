@@ -1,0 +1,165 @@
+"""Trace readers: each format on a small committed fixture, its malformed twin, and the
+replay options."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+
+from tuner.errors import UsageError
+from tuner.load.fingerprint import prefix_reuse
+from tuner.load.traces import approximate_tokens, tokenizer_counter
+from tuner.load.workloads import get_workload, plan_requests
+
+TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def test_sharegpt_takes_the_first_exchange_of_each_conversation() -> None:
+    w = get_workload(f"sharegpt:{TRACES / 'sharegpt.json'}", count_tokens=_words)
+    assert w.trace is not None
+    # Conversation c has no answer and is skipped, as vLLM's benchmark skips it.
+    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [(6, 6), (11, 16), (1, 7)]
+    assert w.arrival == "closed" and "tokenizer" in w.source
+    assert all(p.arrival_s is None for p in plan_requests(w, 6, seed=1))
+
+
+def test_without_a_tokenizer_text_lengths_are_approximated_and_say_so() -> None:
+    w = get_workload(f"trace:{TRACES / 'sharegpt.json'}")  # detected: a JSON array
+    assert w.trace is not None
+    question = "What is the capital of France?"
+    assert w.trace[0].prompt_tokens == approximate_tokens(question) == math.ceil(30 / 4)
+    assert "approximated as ceil(characters / 4)" in w.source
+    assert w.name == "trace:sharegpt.json"
+
+
+def test_a_model_tokenizer_counts_the_text(tmp_path: Path) -> None:
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2}
+    tokenizer = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    count = tokenizer_counter(tmp_path)
+    assert count is not None and count("hello world hello") == 3
+    assert tokenizer_counter(tmp_path / "elsewhere") is None
+
+
+def test_burstgpt_reads_times_and_counts_and_skips_failed_rows() -> None:
+    w = get_workload(f"trace:{TRACES / 'burstgpt.csv'}")
+    assert w.trace is not None
+    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [
+        (472, 18),
+        (417, 134),
+        (1360, 230),
+        (120, 64),
+    ]
+    # Arrivals start at 0 (the trace's first timestamp is 5 s).
+    assert [r.arrival_s for r in w.trace] == [0.0, 42.0, 42.0, 45.0]
+    assert "1 rows of 0 response tokens skipped" in w.source
+
+
+def test_custom_jsonl_is_vllms_prompt_and_output_tokens() -> None:
+    w = get_workload(f"custom:{TRACES / 'custom.jsonl'}", count_tokens=_words)
+    assert w.trace is not None
+    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [(8, 64), (4, 16), (13, 48)]
+    assert get_workload(f"trace:{TRACES / 'custom.jsonl'}").name == "trace:custom.jsonl"
+
+
+def test_mooncake_hash_ids_become_shared_prompt_blocks() -> None:
+    w = get_workload(f"mooncake:{TRACES / 'mooncake.jsonl'}")
+    assert w.trace is not None
+    assert [r.arrival_s for r in w.trace] == [0.0, 0.5, 1.5, 3.0]
+    first, second = w.trace[0], w.trace[1]
+    assert first.segments == (("hash:0", 512), ("hash:1", 512), ("hash:2", 176))
+    assert second.segments[:2] == first.segments[:2]
+    plan = plan_requests(w, 4, seed=1)
+    # Shared: rows 2 and 4 repeat blocks 0-1 (1024 each); row 4 also repeats block 2's 176
+    # tokens (and then has 124 own tokens past it).
+    assert prefix_reuse(plan) == pytest.approx((1024 + 1024 + 176) / (1200 + 1100 + 600 + 1300))
+    small = get_workload(f"mooncake:{TRACES / 'mooncake.jsonl'}", {"block_tokens": 400})
+    assert small.trace is not None and small.trace[0].segments[0] == ("hash:0", 400)
+
+
+def test_tuner_trace_sessions_and_prefixes() -> None:
+    w = get_workload(f"trace:{TRACES / 'sessions.jsonl'}")
+    plan = plan_requests(w, 4, seed=1)
+    assert [p.session for p in plan] == ["u1", "u2", "u1", None]
+    assert [p.turn for p in plan] == [1, 1, 2, 0]
+    assert plan[0].segments == (("prefix:sys", 200), ("session:u1", 100))
+    assert plan[2].segments == (("prefix:sys", 200), ("session:u1", 220))
+    # u2 repeats the system prefix (200); u1's second turn repeats its first prompt (300).
+    assert prefix_reuse(plan) == pytest.approx((200 + 300) / (300 + 250 + 420 + 100))
+    # A second cycle is new conversations: nothing of the first cycle's sessions repeats.
+    again = plan_requests(w, 8, seed=1)
+    assert again[6].session == "u1#1" and again[6].turn == 2
+
+
+def test_replay_options_scale_cut_and_redraw() -> None:
+    name = f"mooncake:{TRACES / 'mooncake.jsonl'}"
+    fast = get_workload(name, {"speed": 2.0})
+    assert fast.trace is not None and [r.arrival_s for r in fast.trace] == [0.0, 0.25, 0.75, 1.5]
+    window = get_workload(name, {"start_s": 0.5, "end_s": 3.0})
+    assert window.trace is not None and [r.arrival_s for r in window.trace] == [0.0, 1.0]
+    assert window.requests_per_window == 2
+    capped = get_workload(name, {"max_requests": 3, "requests_per_window": 9})
+    assert capped.trace is not None and len(capped.trace) == 3
+    assert capped.requests_per_window == 9
+    poisson = get_workload(name, {"arrival": "poisson", "request_rate": 50.0})
+    plan = plan_requests(poisson, 400, seed=1)
+    times = [p.arrival_s for p in plan if p.arrival_s is not None]
+    assert len(times) == 400 and 40 < 399 / times[-1] < 60
+    assert {p.prompt_tokens for p in plan} == {1200, 1100, 600, 1300}
+    closed = plan_requests(get_workload(name, {"arrival": "closed"}), 10, seed=1)
+    assert all(p.arrival_s is None for p in closed)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"speed": 0.0}, "speed must be > 0"),
+        ({"arrival": "bursty"}, "arrival must be one of"),
+        ({"start_s": 10.0}, "no request of the trace arrives"),
+        ({"max_requests": 0}, "max_requests must be >= 1"),
+        ({"block_tokens": 0}, "block_tokens must be >= 1"),
+    ],
+)
+def test_bad_replay_options(overrides: dict[str, object], needle: str) -> None:
+    with pytest.raises(UsageError, match=needle):
+        get_workload(f"mooncake:{TRACES / 'mooncake.jsonl'}", overrides)
+
+
+@pytest.mark.parametrize(
+    ("name", "where", "needle"),
+    [
+        ("sharegpt:sharegpt_bad.json", "sharegpt_bad.json: entry 1", "value"),
+        ("trace:burstgpt_bad.csv", "burstgpt_bad.csv:3", "Request tokens"),
+        ("custom:custom_bad.jsonl", "custom_bad.jsonl:2", "prompt must be non-empty"),
+        ("mooncake:mooncake_bad.jsonl", "mooncake_bad.jsonl:2", "hash_ids has 3 blocks"),
+        ("trace:sessions_bad.jsonl", "sessions_bad.jsonl:2", "prefix_tokens"),
+    ],
+)
+def test_malformed_traces_name_file_line_and_field(name: str, where: str, needle: str) -> None:
+    fmt, file = name.split(":")
+    with pytest.raises(UsageError) as info:
+        get_workload(f"{fmt}:{TRACES / file}")
+    text = str(info.value)
+    assert where in text and needle in text
+    assert "\n" not in info.value.message
+
+
+def test_undetectable_and_unknown_traces(tmp_path: Path) -> None:
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"tokens": 5}\n', encoding="utf-8")
+    with pytest.raises(UsageError, match="cannot tell the trace format"):
+        get_workload(f"trace:{odd}")
+    with pytest.raises(UsageError, match="cannot read trace"):
+        get_workload(f"burstgpt:{tmp_path / 'none.csv'}")
+    with pytest.raises(UsageError, match="sharegpt"):
+        get_workload("sharegtp")

@@ -1,0 +1,421 @@
+"""Trace readers: the request logs users already own, read into a :class:`Workload` to replay.
+
+``--workload`` (and a spec's ``workload``) names a trace as ``FORMAT:FILE``:
+
+============  ================================================================================
+``trace:``    any format below, told from the file: ``.csv`` is BurstGPT; a JSON array is
+              ShareGPT; JSON Lines by the keys of the first row (``prompt_tokens``: tuner's,
+              ``input_length``: Mooncake, ``prompt``: vLLM custom).
+``tuner:``    tuner's JSONL: ``{"prompt_tokens", "output_tokens", "arrival_s"}`` per line, with
+              optional ``session`` (turns of one session go in order, one at a time, and share
+              the session's prompt stream: a turn carries the earlier ones) and ``prefix`` with
+              ``prefix_tokens`` (rows naming the same prefix share their first tokens).
+``sharegpt:`` ShareGPT JSON: a list of ``{"conversations": [{"from", "value"}, ...]}``; as
+              ``vllm bench serve`` does, one request per conversation: its first message is the
+              prompt, the second the answer whose length is the output. No timestamps: closed
+              loop.
+``burstgpt:`` BurstGPT CSV: ``Timestamp`` (s), ``Request tokens``, ``Response tokens``; rows of
+              0 response tokens (failed in the log) are skipped and counted in the source.
+``mooncake:`` Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``,
+              ``hash_ids``: block ``i`` of the prompt is hash block ``hash_ids[i]`` of
+              ``block_tokens`` tokens (512 unless the workload says), so rows sharing leading
+              hash ids share those prompt blocks.
+``custom:``   vLLM's custom JSONL: ``{"prompt": TEXT, "output_tokens": INT}``; closed loop.
+============  ================================================================================
+
+Text (ShareGPT, custom) is counted with the model's tokenizer when one is given
+(:func:`tokenizer_counter`); otherwise as ``ceil(characters / 4)``, a rule of thumb for English
+under BPE vocabularies, and the workload's ``source`` says so.
+
+Bad input is a :class:`UsageError` naming the file, the line (or the ShareGPT entry) and the
+field. Replay options (the workload's ``speed``, ``start_s``/``end_s``, ``max_requests``,
+``arrival``) are applied by :func:`apply_replay` once the overrides are known.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tuner.domain import TraceRequest, Workload
+from tuner.domain.workload import ARRIVALS, Segments
+from tuner.errors import UsageError
+
+TokenCounter = Callable[[str], int]
+FORMATS = ("trace", "tuner", "sharegpt", "burstgpt", "mooncake", "custom")
+APPROXIMATION = "ceil(characters / 4)"
+_HINTS = {
+    "tuner": 'each line: {"prompt_tokens": INT, "output_tokens": INT, "arrival_s": SECONDS}',
+    "sharegpt": 'a JSON list of {"conversations": [{"from": "human", "value": TEXT}, ...]}',
+    "burstgpt": "a CSV with columns Timestamp, Request tokens, Response tokens",
+    "mooncake": 'each line: {"timestamp": MS, "input_length": INT, "output_length": INT, '
+    '"hash_ids": [INT, ...]}',
+    "custom": 'each line: {"prompt": TEXT, "output_tokens": INT}',
+}
+
+
+def approximate_tokens(text: str) -> int:
+    """The token count of ``text`` without a tokenizer: one token per four characters."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+def tokenizer_counter(path: Path) -> TokenCounter | None:
+    """A counter from the ``tokenizer.json`` in the model directory ``path`` (or that file),
+    None when there is none."""
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if file.name != "tokenizer.json" or not file.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(file))
+    return lambda text: max(1, len(tokenizer.encode(text, add_special_tokens=False).ids))
+
+
+def split_name(name: str) -> tuple[str, Path] | None:
+    """``(format, path)`` when ``name`` names a trace (``FORMAT:FILE``), else None."""
+    fmt, sep, rest = name.partition(":")
+    if not sep or fmt not in FORMATS or not rest:
+        return None
+    return fmt, Path(rest)
+
+
+def read_trace(
+    name: str, count_tokens: TokenCounter | None = None, block_tokens: int = 512
+) -> Workload:
+    """The workload of the trace ``name`` (``FORMAT:FILE``, see the module), not yet replayed
+    with any options; Mooncake hash blocks of ``block_tokens`` tokens."""
+    split = split_name(name)
+    if split is None:
+        raise UsageError(
+            f"{name!r} names no trace", hint=f"write FORMAT:FILE with FORMAT one of {FORMATS}"
+        )
+    fmt, path = split
+    given = fmt
+    if block_tokens < 1:
+        raise UsageError(f"workload {name!r}: block_tokens must be >= 1, got {block_tokens}")
+    text = _read(path, name)
+    if fmt == "trace":
+        fmt = detect(path, text)
+    counter = count_tokens or approximate_tokens
+    counted = "tokenizer" if count_tokens else f"approximated as {APPROXIMATION} (no tokenizer)"
+    note = ""
+    if fmt == "tuner":
+        rows = _tuner_rows(path, text)
+    elif fmt == "mooncake":
+        rows = _mooncake_rows(path, text, block_tokens)
+    elif fmt == "burstgpt":
+        rows, skipped = _burstgpt_rows(path, text)
+        note = f"; {skipped} rows of 0 response tokens skipped" if skipped else ""
+    elif fmt == "sharegpt":
+        rows = _sharegpt_rows(path, text, counter)
+        note = f"; prompt and output tokens {counted}"
+    else:
+        rows = _custom_rows(path, text, counter)
+        note = f"; prompt tokens {counted}"
+    if not rows:
+        raise UsageError(f"trace {path} has no requests", hint=_HINTS[fmt])
+    timed = fmt in ("tuner", "mooncake", "burstgpt")
+    ordered = tuple(sorted(rows, key=lambda r: r.arrival_s))
+    n = len(ordered)
+    return Workload(
+        name=f"{given}:{path.name}",
+        prompt_tokens=round(sum(r.prompt_tokens for r in ordered) / n),
+        output_tokens=round(sum(r.output_tokens for r in ordered) / n),
+        # A cap, not a target, when the trace's own arrival times set the load.
+        concurrency=64 if timed else 16,
+        requests_per_window=n,
+        windows=3,
+        warmup_requests=min(16, n),
+        length_jitter=0.0,
+        trace=ordered,
+        arrival="trace" if timed else "closed",
+        source=f"{fmt} trace {path} ({n} requests{note})",
+    )
+
+
+def detect(path: Path, text: str) -> str:
+    """The format of a ``trace:`` file, from its extension and first row."""
+    if path.suffix.lower() == ".csv":
+        return "burstgpt"
+    head = text.lstrip()
+    if head.startswith("["):
+        return "sharegpt"
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if not first:
+        return "tuner"  # empty: said as a trace with no requests
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        for key, fmt in (("prompt_tokens", "tuner"), ("input_length", "mooncake")):
+            if key in obj:
+                return fmt
+        if "prompt" in obj:
+            return "custom"
+    if obj is None and first:
+        raise UsageError(
+            f"{path}:1: not valid JSON", hint="a trace:FILE is JSON Lines, JSON or CSV"
+        )
+    raise UsageError(
+        f"{path}: cannot tell the trace format from its first row",
+        hint="name it: tuner:FILE, sharegpt:FILE, burstgpt:FILE, mooncake:FILE or custom:FILE",
+    )
+
+
+def _read(path: Path, name: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read trace {path}: {exc.strerror or exc}",
+            hint=f"give the path of a trace file after {name.split(':', 1)[0]!r}:",
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"trace {path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
+            hint="save the trace as UTF-8",
+        ) from None
+
+
+def _json_lines(path: Path, text: str, fmt: str) -> list[tuple[str, dict[str, Any]]]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where}: not valid JSON ({exc.msg})", hint=_HINTS[fmt]) from None
+        if not isinstance(obj, dict):
+            raise UsageError(
+                f"{where}: expected a JSON object, got {type(obj).__name__}", hint=_HINTS[fmt]
+            )
+        rows.append((where, obj))
+    return rows
+
+
+def _need(obj: Mapping[str, Any], keys: tuple[str, ...], where: str, fmt: str) -> None:
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise UsageError(f"{where}: missing field(s) {missing}", hint=_HINTS[fmt])
+
+
+def _count(value: Any, key: str, where: str, minimum: int = 1) -> int:
+    # bool is an int subclass; true/false as a token count is surely a mistake.
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UsageError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _seconds(value: Any, key: str, where: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise UsageError(f"{where}: {key} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _name(value: Any, key: str, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+        raise UsageError(f"{where}: {key} must be a non-empty string or an integer, got {value!r}")
+    return str(value)
+
+
+def _tuner_rows(path: Path, text: str) -> list[TraceRequest]:
+    rows = []
+    for where, obj in _json_lines(path, text, "tuner"):
+        _need(obj, ("prompt_tokens", "output_tokens", "arrival_s"), where, "tuner")
+        prompt = _count(obj["prompt_tokens"], "prompt_tokens", where)
+        output = _count(obj["output_tokens"], "output_tokens", where)
+        arrival = _seconds(obj["arrival_s"], "arrival_s", where)
+        segments: list[tuple[str, int]] = []
+        if "prefix" in obj or "prefix_tokens" in obj:
+            _need(obj, ("prefix", "prefix_tokens"), where, "tuner")
+            prefix = _name(obj["prefix"], "prefix", where)
+            tokens = _count(obj["prefix_tokens"], "prefix_tokens", where)
+            if tokens > prompt:
+                raise UsageError(
+                    f"{where}: prefix_tokens ({tokens}) must not exceed prompt_tokens ({prompt})"
+                )
+            segments.append((f"prefix:{prefix}", tokens))
+        session = None
+        if "session" in obj:
+            session = _name(obj["session"], "session", where)
+            # The session's own stream after the prefix: a later turn repeats the earlier ones.
+            rest = prompt - sum(n for _, n in segments)
+            if rest:
+                segments.append((f"session:{session}", rest))
+        rows.append(TraceRequest(prompt, output, arrival, session, tuple(segments)))
+    return rows
+
+
+def _mooncake_rows(path: Path, text: str, block: int = 512) -> list[TraceRequest]:
+    rows = []
+    for where, obj in _json_lines(path, text, "mooncake"):
+        _need(obj, ("timestamp", "input_length", "output_length"), where, "mooncake")
+        stamp = _seconds(obj["timestamp"], "timestamp", where)
+        prompt = _count(obj["input_length"], "input_length", where)
+        output = _count(obj["output_length"], "output_length", where)
+        hashes = obj.get("hash_ids", [])
+        if not isinstance(hashes, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in hashes
+        ):
+            raise UsageError(f"{where}: hash_ids must be a list of integers, got {hashes!r}")
+        if len(hashes) > math.ceil(prompt / block):
+            raise UsageError(
+                f"{where}: hash_ids has {len(hashes)} blocks but input_length {prompt} needs "
+                f"{math.ceil(prompt / block)} of {block} tokens",
+                hint="set [workload] block_tokens to the trace's block size",
+            )
+        rows.append(
+            TraceRequest(prompt, output, stamp / 1000.0, segments=_blocks(hashes, prompt, block))
+        )
+    return rows
+
+
+def _blocks(hashes: list[int], prompt: int, block: int) -> Segments:
+    """Hash block ``i`` is ``block`` tokens of the stream ``hash:ID``; the last is cut to fit
+    the prompt (tokens beyond the listed blocks are the request's own)."""
+    segments = []
+    left = prompt
+    for h in hashes:
+        n = min(block, left)
+        segments.append((f"hash:{h}", n))
+        left -= n
+    return tuple(segments)
+
+
+def _burstgpt_rows(path: Path, text: str) -> tuple[list[TraceRequest], int]:
+    reader = csv.DictReader(io.StringIO(text))
+    columns = ("Timestamp", "Request tokens", "Response tokens")
+    missing = [c for c in columns if c not in (reader.fieldnames or ())]
+    if missing:
+        raise UsageError(f"{path}:1: missing column(s) {missing}", hint=_HINTS["burstgpt"])
+    rows, skipped = [], 0
+    for row in reader:
+        where = f"{path}:{reader.line_num}"
+        values: dict[str, float] = {}
+        for column in columns:
+            raw = row.get(column)
+            try:
+                values[column] = float(raw) if raw is not None else math.nan
+            except ValueError:
+                values[column] = math.nan
+            value = values[column]
+            whole = column == "Timestamp" or value.is_integer()
+            if not math.isfinite(value) or value < 0 or not whole:
+                kind = "a number >= 0" if column == "Timestamp" else "an integer >= 0"
+                raise UsageError(f"{where}: {column} must be {kind}, got {raw!r}")
+        if values["Response tokens"] == 0:
+            skipped += 1
+            continue
+        prompt = _count(int(values["Request tokens"]), "Request tokens", where)
+        rows.append(TraceRequest(prompt, int(values["Response tokens"]), values["Timestamp"]))
+    return rows, skipped
+
+
+def _text(value: Any, key: str, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{where}: {key} must be non-empty text, got {value!r}")
+    return value
+
+
+def _sharegpt_rows(path: Path, text: str, count: TokenCounter) -> list[TraceRequest]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", hint=_HINTS["sharegpt"]
+        ) from None
+    if not isinstance(data, list):
+        raise UsageError(f"{path}: expected a JSON list of conversations", hint=_HINTS["sharegpt"])
+    rows = []
+    for index, entry in enumerate(data):
+        where = f"{path}: entry {index}"
+        if not isinstance(entry, dict) or "conversations" not in entry:
+            raise UsageError(f"{where}: missing field conversations", hint=_HINTS["sharegpt"])
+        turns = entry["conversations"]
+        if not isinstance(turns, list):
+            raise UsageError(f"{where}: conversations must be a list, got {turns!r}")
+        if len(turns) < 2:
+            continue  # vLLM's benchmark skips them too: no answer to size the output
+        messages = []
+        for k in (0, 1):
+            turn = turns[k]
+            if not isinstance(turn, dict) or "value" not in turn:
+                raise UsageError(f"{where}: conversations[{k}] needs a field value")
+            messages.append(_text(turn["value"], f"conversations[{k}].value", where))
+        rows.append(TraceRequest(count(messages[0]), count(messages[1]), 0.0))
+    return rows
+
+
+def _custom_rows(path: Path, text: str, count: TokenCounter) -> list[TraceRequest]:
+    rows = []
+    for where, obj in _json_lines(path, text, "custom"):
+        _need(obj, ("prompt", "output_tokens"), where, "custom")
+        prompt = count(_text(obj["prompt"], "prompt", where))
+        rows.append(TraceRequest(prompt, _count(obj["output_tokens"], "output_tokens", where), 0.0))
+    return rows
+
+
+def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
+    """A read trace with its replay options applied: hash blocks sized, the window and the
+    cap cut, arrivals scaled by ``speed`` and offset to start at 0. ``explicit``: the
+    overrides given (a ``requests_per_window`` among them is kept, else the selection's
+    count)."""
+    if workload.trace is None:
+        return workload
+    name = workload.name
+    if not (math.isfinite(workload.speed) and workload.speed > 0):
+        raise UsageError(f"workload {name!r}: speed must be > 0, got {workload.speed}")
+    if workload.arrival not in ARRIVALS:
+        raise UsageError(
+            f"workload {name!r}: arrival must be one of {ARRIVALS}, got {workload.arrival!r}"
+        )
+    end = workload.end_s if workload.end_s is not None else math.inf
+    if not 0 <= workload.start_s < end:
+        raise UsageError(
+            f"workload {name!r}: need 0 <= start_s < end_s, got {workload.start_s}, {end}"
+        )
+    rows = [r for r in workload.trace if workload.start_s <= r.arrival_s < end]
+    if workload.max_requests is not None:
+        if workload.max_requests < 1:
+            raise UsageError(f"workload {name!r}: max_requests must be >= 1")
+        rows = rows[: workload.max_requests]
+    if not rows:
+        raise UsageError(
+            f"workload {name!r}: no request of the trace arrives in [{workload.start_s}, {end}) s",
+            hint="widen start_s/end_s (seconds of the trace's own clock)",
+        )
+    first = rows[0].arrival_s
+    scaled = tuple(
+        TraceRequest(
+            r.prompt_tokens,
+            r.output_tokens,
+            (r.arrival_s - first) / workload.speed,
+            r.session,
+            r.segments,
+        )
+        for r in rows
+    )
+    n = len(scaled)
+    changes: dict[str, Any] = {
+        "trace": scaled,
+        "prompt_tokens": round(sum(r.prompt_tokens for r in scaled) / n),
+        "output_tokens": round(sum(r.output_tokens for r in scaled) / n),
+    }
+    if "requests_per_window" not in explicit:
+        changes["requests_per_window"] = n
+    if "warmup_requests" not in explicit:
+        changes["warmup_requests"] = min(workload.warmup_requests, n)
+    return workload.replace(**changes)
