@@ -26,7 +26,7 @@ from bench.legacy_load import run as legacy_run  # noqa: E402
 from tuner.domain import Workload  # noqa: E402
 from tuner.load.generator import LoadGenerator  # noqa: E402
 from tuner.load.prompts import PromptFactory  # noqa: E402
-from tuner.vllm.ports import free_port  # noqa: E402
+from tuner.runner.ports import free_port  # noqa: E402
 
 
 def measure(per_write: int, args: argparse.Namespace) -> tuple[float, float, str]:

@@ -60,8 +60,8 @@ def launched(
     from tuner.catalog.materialize import materialize, tokenizer_dir
     from tuner.catalog.models import resolve_model
     from tuner.vllm import argv
-    from tuner.vllm.ports import free_port
-    from tuner.vllm.server import VllmServer
+    from tuner.runner.ports import free_port
+    from tuner.runner.server import VllmServer
 
     model = resolve_model(model_alias)
     cache = Path(os.environ.get("TUNER_HOME", Path.home() / ".cache" / "tuner")) / "models"

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from bench import vllm_bench_serve  # noqa: E402
 from tuner.catalog.materialize import materialize, tokenizer_dir  # noqa: E402
 from tuner.catalog.models import resolve_model  # noqa: E402
-from tuner.vllm.ports import free_port  # noqa: E402
+from tuner.runner.ports import free_port  # noqa: E402
 
 
 def _stats(url: str, reset: bool = False) -> list[float]:

@@ -194,7 +194,7 @@ def uvicorn_in_thread(app: Any, *, timeout_s: float = 10.0) -> Iterator[str]:
     this process on a free localhost port; yields its base URL and stops it afterwards."""
     import uvicorn
 
-    from tuner.vllm.ports import free_port
+    from tuner.runner.ports import free_port
 
     port = free_port("127.0.0.1")
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))

@@ -219,7 +219,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     from tuner.runner.hardware import check_hardware
     from tuner.runner.vllm import VLLM_MODULE, RunnerSettings, VllmTrialRunner
     from tuner.telemetry.nvml import detect_gpus
-    from tuner.vllm.leases import reap_orphans
+    from tuner.runner.leases import reap_orphans
 
     hardware = check_hardware(
         gpu,

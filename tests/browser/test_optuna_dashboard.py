@@ -26,7 +26,7 @@ from tests.browser.conftest import _unavailable
 from tests.browser.dashdata import CURVE_STUDY, STUDY, DashboardDb
 from tuner.domain import Objective, TrialStatus
 from tuner.study.attrs import metric_names
-from tuner.vllm.ports import free_port
+from tuner.runner.ports import free_port
 
 START_TIMEOUT_S = 30.0
 

@@ -21,7 +21,7 @@ from tests.integration.test_launch_cli import (
     serve_and_stop,
     tuner,
 )
-from tuner.vllm.ports import free_port
+from tuner.runner.ports import free_port
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).parents[2]

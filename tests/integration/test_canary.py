@@ -40,7 +40,7 @@ from tuner.results.recommend import recommendation
 from tuner.study.loop import rank, run_study
 from tuner.testing.fake_runner import FakeRunner
 from tuner.testing.fake_server import create_app
-from tuner.vllm.ports import free_port
+from tuner.runner.ports import free_port
 
 MODEL = "canary-model"
 

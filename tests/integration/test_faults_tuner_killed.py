@@ -36,9 +36,9 @@ from tuner.db.rows import TrialRow
 from tuner.db.session import make_engine
 from tuner.domain import FailureClass, TrialStatus
 from tuner.errors import StorageError
-from tuner.vllm.interrupts import sigterm_as_interrupt
-from tuner.vllm.leases import Lease, read_lease
-from tuner.vllm.procgroup import group_members
+from tuner.runner.interrupts import sigterm_as_interrupt
+from tuner.runner.leases import Lease, read_lease
+from tuner.runner.procgroup import group_members
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = "killed-mid-trial"
@@ -189,7 +189,7 @@ def _wait_for_a_trial_under_load(
 
 
 def _watchdogs(s: Scenario) -> list[psutil.Process]:
-    return [p for p in s.tagged_processes() if "tuner.vllm.watchdog" in " ".join(p.cmdline())]
+    return [p for p in s.tagged_processes() if "tuner.runner.watchdog" in " ".join(p.cmdline())]
 
 
 def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_defaults(

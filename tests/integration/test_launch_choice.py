@@ -19,7 +19,7 @@ from tuner.deploy.local import Measured, best_local, model_source, plan
 from tuner.deploy.remote import best_remote
 from tuner.domain import Objective, ServingConfig
 from tuner.errors import EnvironmentProblem, UsageError
-from tuner.vllm.ports import free_port
+from tuner.runner.ports import free_port
 
 LEAN = ServingConfig(gpu_memory_utilization=0.5, enforce_eager=True)  # less memory, slower
 

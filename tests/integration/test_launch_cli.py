@@ -29,8 +29,8 @@ from tuner.domain import Provenance, ServingConfig
 from tuner.load.workloads import get_workload
 from tuner.scoring.objectives import objective_values
 from tuner.testing.fake_runner import FakeRunner
-from tuner.vllm.ports import free_port
-from tuner.vllm.procgroup import group_members
+from tuner.runner.ports import free_port
+from tuner.runner.procgroup import group_members
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "openai_client.py"

@@ -18,7 +18,7 @@ from tests.integration.test_launch_cli import (
 )
 from tests.studykit import processes_mentioning
 from tuner.domain import ServingConfig
-from tuner.vllm.ports import free_port
+from tuner.runner.ports import free_port
 
 
 def test_ctrl_c_during_start_up_exits_130_and_leaves_nothing(tmp_path: Path) -> None:

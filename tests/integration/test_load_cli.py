@@ -30,7 +30,7 @@ from tests.studykit import uvicorn_in_thread
 from tuner.cli.app import app
 from tuner.load.benchjson import PER_REQUEST_FIELDS
 from tuner.testing.fake_server import create_app
-from tuner.vllm.ports import free_port
+from tuner.runner.ports import free_port
 
 MODEL = "tuner-load-cli"
 REPO = Path(__file__).resolve().parents[2]

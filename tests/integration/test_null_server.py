@@ -14,7 +14,7 @@ import pytest
 from tuner.domain import Workload
 from tuner.load.generator import LoadGenerator
 from tuner.load.prompts import PromptFactory
-from tuner.vllm.ports import free_port
+from tuner.runner.ports import free_port
 
 W = Workload(
     name="null",

@@ -18,11 +18,11 @@ import pytest
 from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
 from tuner.vllm.argv import base_args, server_command
-from tuner.vllm.leases import reap_orphans
+from tuner.runner.leases import reap_orphans
 from tuner.vllm.logparse import effective_backend, kv_cache_capacity
-from tuner.vllm.ports import free_port, port_is_open
-from tuner.vllm.procgroup import group_members
-from tuner.vllm.server import VllmServer
+from tuner.runner.ports import free_port, port_is_open
+from tuner.runner.procgroup import group_members
+from tuner.runner.server import VllmServer
 
 FAKE = "tuner.testing.fake_server"
 
@@ -214,7 +214,7 @@ def test_missing_interpreter_is_an_environment_problem(tmp_path: Path) -> None:
 
 _OWNER = """
 import sys, pathlib
-from tuner.vllm.server import VllmServer
+from tuner.runner.server import VllmServer
 command, port = sys.argv[1].split("\\x1f"), int(sys.argv[2])
 lease_dir, log = sys.argv[3], sys.argv[4]
 server = VllmServer(command, env={"TUNER_FAKE_STARTUP_S": "0.05"}, host="127.0.0.1", port=port,

@@ -1,4 +1,4 @@
-"""Signals held back while a server is being taken hold of (tuner.vllm.interrupts)."""
+"""Signals held back while a server is being taken hold of (tuner.runner.interrupts)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tuner.vllm.interrupts import deferred_interrupts
+from tuner.runner.interrupts import deferred_interrupts
 
 
 def test_a_ctrl_c_inside_takes_effect_after_the_block() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from tuner.vllm.leases import Lease, read_lease, reap_orphans, write_lease
+from tuner.runner.leases import Lease, read_lease, reap_orphans, write_lease
 
 NO_SUCH_PID = 2**22 + 7  # above Linux's largest pid_max: no process can have it
 

@@ -25,11 +25,11 @@ from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
 from tuner.domain import FailureClass, GpuProfile, Objective
 from tuner.errors import EnvironmentProblem, TrialFailure, TunerError, UsageError
 from tuner.vllm import argv
-from tuner.vllm.procgroup import kill_group
+from tuner.runner.procgroup import kill_group
 
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
-    from tuner.vllm.server import VllmServer
+    from tuner.runner.server import VllmServer
 
 Say = Callable[[str], None]
 POLL_S = 0.5
@@ -56,7 +56,7 @@ def serve(
     canary failures raise TunerError naming the log and what broke. No process of the server
     is left either way. Must run in the main thread (it installs signal handlers, restored
     on return)."""
-    from tuner.vllm.server import VllmServer
+    from tuner.runner.server import VllmServer
 
     server = VllmServer(
         launch.command,
@@ -192,7 +192,7 @@ def run_launch(
     _check_can_serve(profile, host, port)
     for line in [*measured.describe(), *launch.notes]:
         say(line)
-    from tuner.vllm.leases import reap_orphans
+    from tuner.runner.leases import reap_orphans
 
     reap_orphans(home / "leases")
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", launch.served_model_name)
@@ -251,7 +251,7 @@ def _vllm_version(python: str, measured: Measured, module: str, print_only: bool
 def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
     from tuner.runner.hardware import check_hardware
     from tuner.telemetry.nvml import detect_gpus
-    from tuner.vllm.ports import free_port, port_is_open
+    from tuner.runner.ports import free_port, port_is_open
 
     check_hardware(profile, detect_gpus(), cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
     client_host = "127.0.0.1" if host in ("", "0.0.0.0") else host

@@ -199,7 +199,7 @@ def _reporting(name: str) -> Iterator[ConsoleReporter]:
     (SIGTERM) taken as Ctrl-C: the running trial's server is ended, the trial recorded, and
     the command exits 130 saying how to continue."""
     from tuner.cli.progress import ConsoleReporter
-    from tuner.vllm.interrupts import sigterm_as_interrupt
+    from tuner.runner.interrupts import sigterm_as_interrupt
 
     reporter = ConsoleReporter(out)
     try:
@@ -394,7 +394,7 @@ def worker(
     from tuner.db.repository import Repository
     from tuner.db.session import make_engine
     from tuner.study.worker import run_worker
-    from tuner.vllm.interrupts import sigterm_as_interrupt
+    from tuner.runner.interrupts import sigterm_as_interrupt
 
     url = _storage(storage)
     ensure_ready(url, auto_upgrade=True)

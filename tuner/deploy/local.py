@@ -4,7 +4,7 @@ The configuration comes from the local store (every real study of the model on t
 profile, optionally of one workload, offers its pick as ``tuner best`` makes it; the best pick
 wins, see :func:`best_local`) or from a tuner API (:mod:`tuner.deploy.remote`). vLLM is started with
 exactly those flags, spelled for the vLLM that will run them, under the model's alias as its
-served name, through :class:`tuner.vllm.server.VllmServer` (own process group, readiness with
+served name, through :class:`tuner.runner.server.VllmServer` (own process group, readiness with
 crash and deadline checks, identity check, whole-group teardown): see :mod:`tuner.cli.launch`.
 """
 

@@ -95,7 +95,7 @@ def _bind(host: str, port: int) -> None:
 
 def gather_ports(host: str = "127.0.0.1", count: int = 3) -> PortFacts:
     """Take ``count`` ports the way trials do (:func:`free_port`) and bind each of them."""
-    from tuner.vllm.ports import free_port, port_is_open
+    from tuner.runner.ports import free_port, port_is_open
 
     checked: list[int] = []
     error = None

@@ -46,8 +46,8 @@ from tuner.telemetry.nvml import local_cpus
 from tuner.telemetry.probe import TelemetryProbe
 from tuner.vllm import argv, logparse
 from tuner.vllm.caches import CacheDir, cache_dir, cache_key
-from tuner.vllm.ports import free_port
-from tuner.vllm.server import VllmServer
+from tuner.runner.ports import free_port
+from tuner.runner.server import VllmServer
 
 PhaseCallback = Callable[[str, str], None]
 """Called with (phase, detail): phase is one of starting, warming up, measuring, stopping."""
@@ -109,7 +109,7 @@ class RunnerSettings:
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     log_dir: Path = Path(".tuner/logs")  # one log file per server
-    lease_dir: Path = Path.home() / ".cache" / "tuner" / "leases"  # see tuner.vllm.leases
+    lease_dir: Path = Path.home() / ".cache" / "tuner" / "leases"  # see tuner.runner.leases
     synthetic_tokenizer: bool = True
     # Compile and kernel caches (tuner.vllm.caches): "shared" per cache key under cache_root,
     # "cold" (a fresh directory per launch) or "system" (vLLM's own); no root: "system".

@@ -1,15 +1,15 @@
 """A server's watchdog: a small process that ends the server's group when its tuner dies.
 
-Leases (:mod:`tuner.vllm.leases`) let the *next* tuner end a server that an earlier one left
+Leases (:mod:`tuner.runner.leases`) let the *next* tuner end a server that an earlier one left
 behind; the watchdog makes sure there is rarely anything to leave. For each server tuner
-starts ``python -m tuner.vllm.watchdog PGID CREATE_TIME GRACE_S`` in a session of its own with
+starts ``python -m tuner.runner.watchdog PGID CREATE_TIME GRACE_S`` in a session of its own with
 the read end of a pipe as its stdin, and keeps the write end. The watchdog blocks reading it.
 The kernel closes the write end whenever the tuner ends, however it ends (``kill -9``
 included), so the read returns end-of-file; the watchdog then ends the group (TERM, grace,
 KILL), unless it is already empty, and exits. A tuner that stops its server itself ends the
 group first and then closes the pipe, so the watchdog finds nothing to do.
 
-Only the standard library and :mod:`tuner.vllm.procgroup` are imported, so the watchdog
+Only the standard library and :mod:`tuner.runner.procgroup` are imported, so the watchdog
 starts in a few tens of milliseconds; it ignores SIGINT and SIGHUP (a Ctrl-C or a closed
 terminal reaches the tuner, which stops the server itself).
 """
@@ -22,7 +22,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-MODULE = "tuner.vllm.watchdog"
+MODULE = "tuner.runner.watchdog"
 
 
 def spawn(pgid: int, create_time: float, grace_s: float) -> tuple[subprocess.Popen[bytes], int]:
@@ -50,7 +50,7 @@ def spawn(pgid: int, create_time: float, grace_s: float) -> tuple[subprocess.Pop
 
 def watch(fd: int, pgid: int, create_time: float, grace_s: float) -> bool:
     """Block until ``fd`` reaches end-of-file, then end the group; True when it had members."""
-    from tuner.vllm.procgroup import kill_group
+    from tuner.runner.procgroup import kill_group
 
     while True:
         try:

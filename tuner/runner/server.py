@@ -24,12 +24,12 @@ import psutil
 
 from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
-from tuner.vllm.interrupts import deferred_interrupts
-from tuner.vllm.leases import Lease, remove_lease, write_lease
+from tuner.runner.interrupts import deferred_interrupts
+from tuner.runner.leases import Lease, remove_lease, write_lease
 from tuner.vllm.logparse import classify_start_failure
-from tuner.vllm.ports import port_is_open
-from tuner.vllm.procgroup import group_members, kill_group
-from tuner.vllm.watchdog import spawn as spawn_watchdog
+from tuner.runner.ports import port_is_open
+from tuner.runner.procgroup import group_members, kill_group
+from tuner.runner.watchdog import spawn as spawn_watchdog
 
 HTTP_TIMEOUT_S = 2.0
 FAILURE_GRACE_S = 5.0
@@ -57,9 +57,9 @@ class VllmServer:
     """A launched OpenAI-compatible server (real vLLM or tuner's fake) and its process group.
 
     ``command`` is the full argv; ``env`` is added to this process's environment. The lease
-    file (when ``lease_dir`` is given) lets :func:`tuner.vllm.leases.reap_orphans` end the
+    file (when ``lease_dir`` is given) lets :func:`tuner.runner.leases.reap_orphans` end the
     server if this tuner dies without stopping it; before that, the server's watchdog
-    (:mod:`tuner.vllm.watchdog`) ends it as soon as this tuner dies, ``kill -9`` included.
+    (:mod:`tuner.runner.watchdog`) ends it as soon as this tuner dies, ``kill -9`` included.
     """
 
     def __init__(

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from tuner.errors import EnvironmentProblem
-from tuner.vllm.procgroup import START_TIME_TOLERANCE_S, kill_group
+from tuner.runner.procgroup import START_TIME_TOLERANCE_S, kill_group
 
 _REAP_GRACE_S = 5.0
 
