@@ -184,7 +184,8 @@ def vllm_install(spec: StudySpec) -> tuple[VllmInstall, str | None]:
     Test seam, not a user option: $TUNER_SERVER_MODULE (e.g. tuner.testing.fake_server, which
     speaks vLLM's argv and HTTP) is run by this interpreter instead of vLLM and reported as
     vLLM $TUNER_SERVER_VERSION, so that integration tests can drive whole commands quickly."""
-    from tuner.vllm.version import VllmInstall, detect_vllm
+    from tuner.runner.interpreter import detect_vllm
+    from tuner.vllm.version import VllmInstall
 
     server_module = os.environ.get("TUNER_SERVER_MODULE") or None
     if server_module:

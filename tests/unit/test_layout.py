@@ -93,3 +93,58 @@ def test_the_console_check_sees_each_way_of_printing(tmp_path: Path) -> None:
         "probe.py:6 sys.stdout",
         "probe.py:7 sys.__stderr__",
     ]
+
+
+PROCESS_MODULES = ("subprocess", "signal", "multiprocessing")
+PROCESS_CALLS = ("kill", "killpg", "system", "popen", "fork", "setsid", "waitpid")
+# The flag probe (load_flags runs `python -c PROBE` in the vLLM interpreter) is still here:
+# tuner/abtest/facts.py calls tuner.vllm.flags.load_flags, and moves with it.
+VLLM_PROCESS_LEFT = {"tuner/vllm/flags.py:24 imports subprocess"}
+
+
+def _process_handling(path: Path, root: Path = ROOT) -> list[str]:
+    """Where ``path`` runs or signals processes: subprocess/signal/multiprocessing imported,
+    os.kill and its kin called."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+            if node.module == "os":
+                names += [f"os.{a.name}" for a in node.names if a.name in PROCESS_CALLS]
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+            and node.attr in PROCESS_CALLS
+        ):
+            found.append(f"{where} os.{node.attr}")
+        for name in names:
+            if name.split(".")[0] in PROCESS_MODULES or name.startswith("os."):
+                found.append(f"{where} imports {name}")
+    return found
+
+
+def test_vllm_knows_flags_versions_and_logs_and_runs_no_process() -> None:
+    """The vLLM process (start, watch, stop, signals, leases, ports) is tuner/runner/'s;
+    tuner/vllm/ holds what vLLM says and takes: flags, versions, log language."""
+    offenders = {line for path in _modules("tuner/vllm") for line in _process_handling(path)}
+    assert offenders == VLLM_PROCESS_LEFT
+
+
+def test_the_process_check_sees_each_way_of_handling_processes(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os\nimport subprocess\nfrom signal import SIGTERM\nfrom os import killpg\n"
+        "os.kill(1, 0)\nos.path.join('a')\nimport multiprocessing.pool\n"
+    )
+    assert sorted(_process_handling(probe, tmp_path)) == [
+        "probe.py:2 imports subprocess",
+        "probe.py:3 imports signal",
+        "probe.py:4 imports os.killpg",
+        "probe.py:5 os.kill",
+        "probe.py:7 imports multiprocessing.pool",
+    ]

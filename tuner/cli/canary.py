@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tuner.cli.common import JsonOpt, err, out, print_json
+from tuner.cli.load import server_root
 from tuner.errors import UsageError
 
 
@@ -55,7 +56,7 @@ def canary(
             )
     if vocab_size < 2:
         raise UsageError("--vocab-size must be at least 2")
-    root = bench.server_root(url)
+    root = server_root(url)
     served = bench.check_server(root, model, min(timeout, bench.PROBE_TIMEOUT_S))
     note = err if as_json else out
     note.print(escape(f"{root} model {served}: {len(chosen)} canary shapes"), soft_wrap=True)

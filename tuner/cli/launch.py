@@ -237,7 +237,7 @@ def _objective(text: str | None) -> Objective | None:
 def _vllm_version(python: str, measured: Measured, module: str, print_only: bool, warn: Say) -> str:
     if module != argv.VLLM_API_SERVER_MODULE:
         return measured.vllm_version  # a stand-in server (tests): there is no vLLM to ask
-    from tuner.vllm.version import detect_vllm
+    from tuner.runner.interpreter import detect_vllm
 
     try:
         return detect_vllm(python).version

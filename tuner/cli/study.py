@@ -154,6 +154,10 @@ def run(
         f"vLLM {ctx.vllm_version}, workload {ctx.workload.name}, objective "
         f"{spec.objective.value}, {spec.trials} trials"
     )
+    from tuner.load.fingerprint import fingerprint
+
+    for line in fingerprint(ctx.workload).lines():
+        out.print(escape(line))
     with _reporting(ctx.name) as reporter:
         ranked = run_study(ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter)
     print_best(prepared.repo, ctx.name)

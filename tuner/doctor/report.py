@@ -65,7 +65,7 @@ class GpuFacts:
 
 @dataclass(frozen=True)
 class VllmFacts:
-    """The vLLM interpreter: :func:`tuner.vllm.version.detect_vllm` plus the probe's answer."""
+    """The vLLM interpreter: :func:`tuner.runner.interpreter.detect_vllm` plus the probe's answer."""
 
     python: str
     version: str | None = None
@@ -176,7 +176,7 @@ def parse_probe_output(stdout: str) -> dict[str, Any] | None:
 
 def gather_vllm(python: str, timeout_s: float = PROBE_TIMEOUT_S) -> VllmFacts:
     """Find vLLM for ``python`` (fast, no import), then run the probe there once."""
-    from tuner.vllm.version import detect_vllm
+    from tuner.runner.interpreter import detect_vllm
 
     try:
         install = detect_vllm(python)

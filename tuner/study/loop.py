@@ -43,6 +43,7 @@ from tuner.domain import (
     interrupted,
 )
 from tuner.errors import UsageError
+from tuner.load.fingerprint import fingerprint
 from tuner.runner.vllm import TrialRunner
 from tuner.scoring import objectives as scoring
 from tuner.spec.resume import resumed_spec, stored_spec
@@ -239,7 +240,11 @@ def _open(
                 workload=ctx.workload.name,
                 objective=ctx.spec.objective.value,
                 slo=scoring_slo_dict(ctx.slo),
-                spec=ctx.spec.to_dict(),
+                # The workload's fingerprint rides with the spec (from_dict ignores it).
+                spec={
+                    **ctx.spec.to_dict(),
+                    "workload_fingerprint": fingerprint(ctx.workload).as_dict(),
+                },
                 emulated=ctx.emulated,
                 vllm_version=ctx.vllm_version,
                 n_trials_requested=ctx.spec.trials,
