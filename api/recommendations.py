@@ -1,14 +1,14 @@
 """Choosing the best measured configuration for a model x GPU x workload across studies.
 
-Every study that measured the combination (real or emulated, never both) takes part. Within a
-study each complete trial is scored by the objective (the request's, else the study's) against
-that study's own measurement of vLLM's defaults, as :func:`tuner.study.loop.rank` does; scores are
-ratios to the defaults, so they also compare across studies of the same combination. An SLO in
-the request keeps only the trials that meet it (:func:`tuner.scoring.objectives.constraint_values`
-on the stored metrics); without one, trials meeting the study's own SLO rank first. Ties go to the
-more recently updated study. Where a study ended with a confirmation phase (fresh interleaved
-launches against the defaults, :mod:`tuner.study.confirm`), its verdict decides that study's pick,
-as it does for ``tuner best``.
+Every study that measured the combination (real or emulated, never both) takes part. Within a study
+each complete trial is scored by the objective (the request's, else the study's) against that
+study's own measurement of vLLM's defaults, as :func:`tuner.study.standings.rank` does; scores are
+ratios to the defaults, so they also compare across studies of the same combination. An SLO in the
+request keeps only the trials that meet it (:func:`tuner.scoring.objectives.constraint_values` on
+the stored metrics); without one, trials meeting the study's own SLO rank first. Ties go to the more
+recently updated study. Where a study ended with a confirmation phase (fresh interleaved launches
+against the defaults, :mod:`tuner.study.confirm`), its verdict decides that study's pick, as it does
+for ``tuner best``.
 """
 
 from __future__ import annotations

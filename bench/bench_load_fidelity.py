@@ -59,9 +59,9 @@ def launched(
     """Start a catalogued model (dummy weights) on CPU/GPU vLLM; yields (url, served, tokenizer)."""
     from tuner.catalog.materialize import materialize, tokenizer_dir
     from tuner.catalog.models import resolve_model
-    from tuner.vllm import argv
     from tuner.runner.ports import free_port
     from tuner.runner.server import VllmServer
+    from tuner.vllm import argv
 
     model = resolve_model(model_alias)
     cache = Path(os.environ.get("TUNER_HOME", Path.home() / ".cache" / "tuner")) / "models"

@@ -1,16 +1,24 @@
 """tuner: measures vLLM serving configurations on real servers and recommends the best.
 
-The pipeline, one package per stage (each imports only the stages below it)::
+The packages stand in layers, top to bottom as the import-linter contract "imports point down
+the pipeline" in pyproject.toml lists them: a module imports from its own package and from
+the layers below, never from one above; packages that share a layer (``|``) do not import
+each other::
 
-    spec      a study spec (TOML or CLI options)           tuner.spec
-    space     the knobs tried and the rules that rule combinations out   tuner.space
-    runner    one measured server launch per trial          tuner.runner, tuner.vllm
-    load      streaming load, windows, statistics           tuner.load, tuner.telemetry
-    scoring   objectives, SLOs, the one ranking rule        tuner.scoring
-    study     the Optuna loop and its confirmation          tuner.study, tuner.abtest
-    storage   SQLite / PostgreSQL, migrations               tuner.db
-    results   recommendation, datasets, reports             tuner.results
-    API       the REST service and dashboards               api (beside this package)
+    tuner.cli                                      the commands: arguments and printing
+    api                                            the REST service and dashboards
+    tuner.deploy | tuner.results | tuner.doctor    launch; recommendation, reports; doctor
+    tuner.study                                    the Optuna loop, standings, the queue worker
+    tuner.abtest                                   interleaved launches, comparisons, claims
+    tuner.compose                                  a spec resolved into a study's context and runner
+    tuner.runner                                   the vLLM process; one measured launch per trial
+    tuner.spec                                     study specs
+    tuner.space                                    the knobs tried, the rules against combinations
+    tuner.telemetry | tuner.vllm | tuner.db | tuner.catalog | tuner.scoring
+                                                   telemetry; vLLM's flags; storage; models; scores
+    tuner.load                                     streaming load, windows, statistics
+    tuner.errors                                   the one exception tree
+    tuner.domain                                   frozen records and enums
 
 The names below are the public API; they are imported on first use, so ``import tuner`` stays
 cheap. Everything else may change between versions.
@@ -43,7 +51,7 @@ _PUBLIC = {
     "LoadGenerator": "tuner.load.generator",
     "prepare": "tuner.compose",
     "run_study": "tuner.study.loop",
-    "rank": "tuner.study.loop",
+    "rank": "tuner.study.standings",
     "best_first": "tuner.scoring.ranking",
     "Standing": "tuner.scoring.ranking",
     "Repository": "tuner.db.repository",

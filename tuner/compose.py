@@ -218,9 +218,9 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     from tuner.db.session import make_engine
     from tuner.runner import placement
     from tuner.runner.hardware import check_hardware
+    from tuner.runner.leases import reap_orphans
     from tuner.runner.vllm import VLLM_MODULE, RunnerSettings, VllmTrialRunner
     from tuner.telemetry.nvml import detect_gpus
-    from tuner.runner.leases import reap_orphans
 
     hardware = check_hardware(
         gpu,

@@ -25,8 +25,8 @@ import pytest
 from tests.browser.conftest import _unavailable
 from tests.browser.dashdata import CURVE_STUDY, STUDY, DashboardDb
 from tuner.domain import Objective, TrialStatus
-from tuner.study.attrs import metric_names
 from tuner.runner.ports import free_port
+from tuner.study.attrs import metric_names
 
 START_TIMEOUT_S = 30.0
 

@@ -37,10 +37,11 @@ from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.load.canary import FULL, QUICK, run_canary
 from tuner.load.prompts import PromptFactory
 from tuner.results.recommend import recommendation
-from tuner.study.loop import rank, run_study
+from tuner.runner.ports import free_port
+from tuner.study.loop import run_study
+from tuner.study.standings import rank
 from tuner.testing.fake_runner import FakeRunner
 from tuner.testing.fake_server import create_app
-from tuner.runner.ports import free_port
 
 MODEL = "canary-model"
 

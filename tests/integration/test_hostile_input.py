@@ -33,11 +33,11 @@ from tests.studykit import (
     processes_mentioning,
 )
 from tuner.domain import FailureClass, ServingConfig
+from tuner.runner.leases import read_lease
 from tuner.runner.vllm import VllmTrialRunner
 from tuner.study.loop import run_study
 from tuner.testing.contract import check_complete, check_failed
 from tuner.testing.fake_runner import FakeRunner
-from tuner.runner.leases import read_lease
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -27,10 +27,10 @@ from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import Provenance, ServingConfig
 from tuner.load.workloads import get_workload
-from tuner.scoring.objectives import objective_values
-from tuner.testing.fake_runner import FakeRunner
 from tuner.runner.ports import free_port
 from tuner.runner.procgroup import group_members
+from tuner.scoring.objectives import objective_values
+from tuner.testing.fake_runner import FakeRunner
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "openai_client.py"

@@ -29,8 +29,8 @@ from typer.testing import CliRunner
 from tests.studykit import uvicorn_in_thread
 from tuner.cli.app import app
 from tuner.load.benchjson import PER_REQUEST_FIELDS
-from tuner.testing.fake_server import create_app
 from tuner.runner.ports import free_port
+from tuner.testing.fake_server import create_app
 
 MODEL = "tuner-load-cli"
 REPO = Path(__file__).resolve().parents[2]

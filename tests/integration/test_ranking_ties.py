@@ -27,7 +27,7 @@ from tuner.db.repository import Repository
 from tuner.deploy.local import best_local
 from tuner.domain import Objective, ServingConfig
 from tuner.scoring.ranking import Standing, best_first
-from tuner.study.loop import rank
+from tuner.study.standings import rank
 
 # The defaults, then one configuration twice: trials 1 and 2 get identical measurements, and
 # E2E_CONFIG beats the defaults on the balanced score with the fake's model.

@@ -17,12 +17,12 @@ import pytest
 
 from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
-from tuner.vllm.argv import base_args, server_command
 from tuner.runner.leases import reap_orphans
-from tuner.vllm.logparse import effective_backend, kv_cache_capacity
 from tuner.runner.ports import free_port, port_is_open
 from tuner.runner.procgroup import group_members
 from tuner.runner.server import VllmServer
+from tuner.vllm.argv import base_args, server_command
+from tuner.vllm.logparse import effective_backend, kv_cache_capacity
 
 FAKE = "tuner.testing.fake_server"
 

@@ -148,3 +148,24 @@ def test_the_process_check_sees_each_way_of_handling_processes(tmp_path: Path) -
         "probe.py:5 os.kill",
         "probe.py:7 imports multiprocessing.pool",
     ]
+
+
+def test_the_package_docstring_quotes_the_import_layers() -> None:
+    """tuner/__init__.py draws the layers; they are the import-linter contract's, in order."""
+    import tomllib
+
+    import tuner
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = [
+        c
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c["name"] == "imports point down the pipeline"
+    ]
+    assert tuner.__doc__ is not None
+    drawn = []
+    for line in tuner.__doc__.splitlines():
+        words = line.strip().split("  ")[0] if line.startswith("    ") else ""
+        if words.startswith(("tuner.", "api")):
+            drawn.append(words)
+    assert drawn == contract["layers"]

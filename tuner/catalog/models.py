@@ -46,7 +46,7 @@ _ERNIE_03B: dict[str, Any] = {
     "torch_dtype": "bfloat16",
 }
 
-# The same architecture at toy size: seen serving on CPU vLLM 0.32 (see shared/cpu-vllm.md).
+# The same architecture at toy size: serves on CPU vLLM 0.32 (the e2e tests start it, tests/e2e/).
 _TINY_ERNIE: dict[str, Any] = {
     **_ERNIE_03B,
     "hidden_size": 128,

@@ -24,8 +24,8 @@ from tuner.cli.common import INTERRUPTED, StorageOpt, err, open_repo, out, stora
 from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
 from tuner.domain import FailureClass, GpuProfile, Objective
 from tuner.errors import EnvironmentProblem, TrialFailure, TunerError, UsageError
-from tuner.vllm import argv
 from tuner.runner.procgroup import kill_group
+from tuner.vllm import argv
 
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
@@ -250,8 +250,8 @@ def _vllm_version(python: str, measured: Measured, module: str, print_only: bool
 
 def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
     from tuner.runner.hardware import check_hardware
-    from tuner.telemetry.nvml import detect_gpus
     from tuner.runner.ports import free_port, port_is_open
+    from tuner.telemetry.nvml import detect_gpus
 
     check_hardware(profile, detect_gpus(), cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
     client_host = "127.0.0.1" if host in ("", "0.0.0.0") else host

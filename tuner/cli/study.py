@@ -397,8 +397,8 @@ def worker(
     from tuner.db.migrate import ensure_ready
     from tuner.db.repository import Repository
     from tuner.db.session import make_engine
-    from tuner.study.worker import run_worker
     from tuner.runner.interrupts import sigterm_as_interrupt
+    from tuner.study.worker import run_worker
 
     url = _storage(storage)
     ensure_ready(url, auto_upgrade=True)

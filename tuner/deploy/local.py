@@ -93,10 +93,10 @@ def best_local(
     ``gpu`` (a profile name), optionally of one ``workload``.
 
     Each study offers its pick for ``objective`` (default: the study's own), as ``tuner best``
-    makes it: the top of :func:`tuner.study.loop.rank`, or the winner of the study's confirmation
-    phase when it had one. Picks compare by SLO feasibility, then score (1.0 = that study's
-    vLLM defaults), then the most recently updated study. UsageError (exit 2) when nothing
-    was measured, naming the combinations the store does have.
+    makes it: the top of :func:`tuner.study.standings.rank`, or the winner of the study's
+    confirmation phase when it had one. Picks compare by SLO feasibility, then score (1.0 =
+    that study's vLLM defaults), then the most recently updated study. UsageError (exit 2) when
+    nothing was measured, naming the combinations the store does have.
     """
     alias = resolve_model(model).alias
     studies = repo.list_studies()
@@ -165,7 +165,7 @@ def _study_pick(repo: Repository, name: str, objective: Objective) -> Ranked | N
     """The study's recommendation for ``objective``: its confirmation's verdict (the winner,
     or the defaults when nothing beat them) where it had one, else the top of the ranking."""
     from tuner.study.confirm import choose, study_pick
-    from tuner.study.loop import rank
+    from tuner.study.standings import rank
 
     return study_pick(rank(repo, name, objective), choose(repo.list_comparisons(name), objective))
 

@@ -65,7 +65,8 @@ class GpuFacts:
 
 @dataclass(frozen=True)
 class VllmFacts:
-    """The vLLM interpreter: :func:`tuner.runner.interpreter.detect_vllm` plus the probe's answer."""
+    """The vLLM interpreter: :func:`tuner.runner.interpreter.detect_vllm` plus what the probe
+    answered."""
 
     python: str
     version: str | None = None

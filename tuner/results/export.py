@@ -31,8 +31,9 @@ from tuner.results import energy
 
 
 def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
-    """Every trial of ``study``; search-phase scores as :func:`tuner.study.loop.rank` gives them."""
-    from tuner.study.loop import rank
+    """Every trial of ``study``; search-phase scores as
+    :func:`tuner.study.standings.rank` gives them."""
+    from tuner.study.standings import rank
 
     row_study = repo.get_study(study)
     # A score is only a score against vLLM's defaults: where they were never measured (they

@@ -9,8 +9,8 @@ of a parameter for reaching the top quantile of scores. With the handful of tria
 has, the top quantile is widened so that it holds at least two trials (but never all of them).
 
 The target is tuner's scalar score (:func:`tuner.scoring.objectives.score_values`) for the study's
-objective preset, relative to the baseline trial as :func:`tuner.study.loop.rank` scores it. Only
-*measured* trials count (Optuna also holds findings, told with penalty values; they would say
+objective preset, relative to the baseline trial as :func:`tuner.study.standings.rank` scores it.
+Only *measured* trials count (Optuna also holds findings, told with penalty values; they would say
 "this parameter decides whether the server starts", which the trials table already shows).
 """
 

@@ -17,7 +17,7 @@ from tuner.results import costs, energy
 from tuner.scoring.caveats import WindowFlags, window_flags
 from tuner.scoring.significance import BETTER, INCONCLUSIVE
 from tuner.study.confirm import Confirmed, choose, study_pick
-from tuner.study.loop import rank
+from tuner.study.standings import rank
 from tuner.vllm import argv
 
 _SHOWN = (

@@ -26,10 +26,10 @@ from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
 from tuner.runner.interrupts import deferred_interrupts
 from tuner.runner.leases import Lease, remove_lease, write_lease
-from tuner.vllm.logparse import classify_start_failure
 from tuner.runner.ports import port_is_open
 from tuner.runner.procgroup import group_members, kill_group
 from tuner.runner.watchdog import spawn as spawn_watchdog
+from tuner.vllm.logparse import classify_start_failure
 
 HTTP_TIMEOUT_S = 2.0
 FAILURE_GRACE_S = 5.0

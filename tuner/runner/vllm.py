@@ -40,14 +40,14 @@ from tuner.load.curve import trial_metrics
 from tuner.load.generator import FirstPointCheck, LoadGenerator, LoadReport
 from tuner.load.prompts import PromptFactory
 from tuner.runner import placement
+from tuner.runner.ports import free_port
+from tuner.runner.server import VllmServer
 from tuner.telemetry.energy import GpuEnergyMeter
 from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
 from tuner.telemetry.nvml import local_cpus
 from tuner.telemetry.probe import TelemetryProbe
 from tuner.vllm import argv, logparse
 from tuner.vllm.caches import CacheDir, cache_dir, cache_key
-from tuner.runner.ports import free_port
-from tuner.runner.server import VllmServer
 
 PhaseCallback = Callable[[str, str], None]
 """Called with (phase, detail): phase is one of starting, warming up, measuring, stopping."""

@@ -31,7 +31,9 @@ from tuner.scoring.ranking import Standing
 from tuner.study.standings import rank
 
 # Log-scale SD of a configuration's throughput across fresh launches when the study has not
-# measured one: the H200's +-20 % between launches of one configuration (shared/gpu notes).
+# measured one: the H200's +-20 % between launches of one configuration in the first studies.
+# docs/results/noise-h200.md has since measured a launch value's SD of 0.056-0.079 there, so
+# this errs wide (a point is stopped early less often, never more).
 DEFAULT_LAUNCH_SIGMA = 0.15
 
 

@@ -1,5 +1,6 @@
-"""The orchestrator: with :mod:`tuner.study.upkeep` and :mod:`tuner.study.share`, the only
-modules that drive optuna (besides the space's suggest).
+"""The orchestrator: it asks Optuna for trials and tells it their outcomes;
+:mod:`tuner.study.upkeep` and :mod:`tuner.study.share` keep a study that several workers share
+in order.
 
 One loop: ask Optuna for a trial, let the space turn it into a :class:`ServingConfig`, rule it
 out early if the validity rules or an earlier failure say it cannot work, otherwise hand it to

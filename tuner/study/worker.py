@@ -74,7 +74,8 @@ def join_study(
     """Run trials of the existing study ``name`` beside its other workers until its budget
     is spent; returns how many of its trials have results. The spec is the study's own."""
     from tuner.compose import prepare
-    from tuner.study.loop import rank, run_study
+    from tuner.study.loop import run_study
+    from tuner.study.standings import rank
 
     row = repo.get_study(name)
     if row is None:

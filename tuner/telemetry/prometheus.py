@@ -1,6 +1,6 @@
 """vLLM's Prometheus ``/metrics``: reading the text format, a scraper and a poller.
 
-Metric names are those of vLLM 0.32 (``vllm/v1/metrics/loggers.py``). prometheus_client
+Metric names are those of vLLM 0.32 (its module ``vllm.v1.metrics.loggers``). prometheus_client
 exposes a counter registered as ``vllm:prompt_tokens`` as ``vllm:prompt_tokens_total``; the
 names below are the exposed ones. Older names are kept as aliases:
 

@@ -1,6 +1,6 @@
 """Data for the study page and the overview: frozen objects computed from repository rows.
 
-Scores are recomputed here the way :func:`tuner.study.loop.rank` computes them (relative to the
+Scores are recomputed here the way :func:`tuner.study.standings.rank` computes them (relative to the
 study's baseline trial, SLO-feasible first), because the score column stored with a trial is
 relative to whatever baseline existed when it finished. Missing numbers are ``None``, never NaN.
 """
@@ -196,7 +196,7 @@ def _feasible(row: TrialRow, slo: Slo) -> bool | None:
 
 
 def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine, ...]:
-    """Table rows for ``trials``, scored as :func:`tuner.study.loop.rank` scores them."""
+    """Table rows for ``trials``, scored as :func:`tuner.study.standings.rank` scores them."""
     objective = Objective(study.objective)
     slo = Slo(**dict(study.slo))
     reference = _baseline_values(trials)
@@ -269,8 +269,8 @@ def window_caveat(lines: Sequence[TrialLine]) -> str:
 
 
 def best_line(lines: Iterable[TrialLine]) -> TrialLine | None:
-    """The search trial :func:`tuner.study.loop.rank` puts first: feasible before infeasible, then
-    score (confirmation launches are judged by the confirmation, not ranked one by one)."""
+    """The search trial :func:`tuner.study.standings.rank` puts first: feasible before infeasible,
+    then score (confirmation launches are judged by the confirmation, not ranked one by one)."""
     scored = [t for t in lines if t.score is not None and t.phase == "search" and t.recommendable]
     return ranking.best(
         scored, lambda t: ranking.Standing(bool(t.feasible), t.score, number=t.number)
