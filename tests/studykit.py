@@ -27,7 +27,8 @@ from tuner.db.session import make_engine
 from tuner.domain import ServingConfig, Workload
 from tuner.domain.workload import parse_slo
 from tuner.load.workloads import WORKLOADS
-from tuner.runner.vllm import Hardware, RunnerSettings, VllmTrialRunner
+from tuner.runner.hardware import Hardware
+from tuner.runner.vllm import RunnerSettings, VllmTrialRunner
 from tuner.space import SearchSpace
 from tuner.spec.study import StudySpec
 from tuner.testing.fake_runner import FakeRunner

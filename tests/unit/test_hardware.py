@@ -9,8 +9,8 @@ import pytest
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.errors import HardwareMismatch, UsageError
-from tuner.runner.hardware import check_hardware, describe, matching_gpus, visible_gpus
-from tuner.runner.vllm import Hardware, RunnerSettings, VllmTrialRunner
+from tuner.runner.hardware import Hardware, check_hardware, describe, matching_gpus, visible_gpus
+from tuner.runner.vllm import RunnerSettings, VllmTrialRunner
 from tuner.telemetry.nvml import DetectedGpu
 
 GIB = 1024**3

@@ -1,16 +1,35 @@
-"""Checks the ``--gpu`` a user asked for against what this machine really has."""
+"""The hardware a trial runs on (:class:`Hardware`) and the check of the ``--gpu`` a user asked
+for against what this machine really has."""
 
 from __future__ import annotations
 
 import platform
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.catalog.gpus import GPUS, match_detected
 from tuner.domain import GpuProfile
 from tuner.errors import HardwareMismatch
-from tuner.runner.vllm import Hardware
 from tuner.telemetry.nvml import DetectedGpu
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The hardware a trial runs on, for provenance (from NVML, or the CPU)."""
+
+    name: str
+    uuid: str | None = None
+    index: int | None = None  # NVML index (PCI bus order): the server is pinned to it
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    is_gpu: bool = False
+    emulated: bool = False
+    # Emulation of a smaller GPU: its memory / this GPU's memory. Every trial's
+    # --gpu-memory-utilization (vLLM's default included) is multiplied by it, so vLLM budgets
+    # exactly the share of the smaller GPU's memory the configuration asks for. Compute speed
+    # is this GPU's: emulation is of memory only, and results say so.
+    memory_scale: float | None = None
 
 
 def cpu_name() -> str:

@@ -40,6 +40,7 @@ from tuner.load.curve import trial_metrics
 from tuner.load.generator import FirstPointCheck, LoadGenerator, LoadReport
 from tuner.load.prompts import PromptFactory
 from tuner.runner import placement
+from tuner.runner.hardware import Hardware
 from tuner.runner.ports import free_port
 from tuner.runner.server import VllmServer
 from tuner.telemetry.energy import GpuEnergyMeter
@@ -75,24 +76,6 @@ class TrialRunner(Protocol):
         first load point (:class:`tuner.load.generator.FirstPointCheck`): the result is then
         PRUNED/STOPPED_EARLY with the numbers measured so far."""
         ...
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """The hardware a trial runs on, for provenance (from NVML, or the CPU)."""
-
-    name: str
-    uuid: str | None = None
-    index: int | None = None  # NVML index (PCI bus order): the server is pinned to it
-    driver_version: str | None = None
-    cuda_version: str | None = None
-    is_gpu: bool = False
-    emulated: bool = False
-    # Emulation of a smaller GPU: its memory / this GPU's memory. Every trial's
-    # --gpu-memory-utilization (vLLM's default included) is multiplied by it, so vLLM budgets
-    # exactly the share of the smaller GPU's memory the configuration asks for. Compute speed
-    # is this GPU's: emulation is of memory only, and results say so.
-    memory_scale: float | None = None
 
 
 @dataclass(frozen=True)
