@@ -111,4 +111,6 @@ def test_doctor_then_launch_load_and_canary_on_cpu_vllm(
     for path in files:
         saved = json.loads(path.read_text())
         assert len(saved["itls"]) == saved["num_prompts"]
-        assert all(len(gaps) == 15 for gaps in saved["itls"])  # 16 tokens, one chunk each
+        # 16 tokens: at most 15 gaps. On 2 busy cores vLLM's API server may put more than one
+        # token in a chunk when it falls behind (fewer gaps), never a chunk without a token.
+        assert all(1 <= len(gaps) <= 15 for gaps in saved["itls"]), saved["itls"]
