@@ -6,6 +6,7 @@ budget; with no gain the comparison never says "better", whatever the seed."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,81 @@ def test_the_fake_runners_known_noise_is_what_the_profile_measures(repo: Reposit
     assert 0.03 < c.window_var**0.5 < 0.09  # type: ignore[operator]
     assert 0.04 < c.sd < 0.11
     assert len(launch_values(results, "output_throughput")) == 12
+
+
+def _claims_bench(repo: Repository, runner: FakeRunner, setup: PairSetup) -> Bench:
+    design = Design.sequential(3, BUDGET, 0.95, 0.05)
+    return Bench(
+        command="verify-claims",
+        model=setup.model,
+        gpu=setup.gpu,
+        launches=design.first,
+        runner=FindingGuard(runner, setup.model),
+        repo=repo,
+        hardware="fake",
+        vllm_version="0.0.0+fake",
+        design=design,
+    )
+
+
+def _planned(setup: PairSetup, cid: str, b: dict[str, object], metric: str, claimed: str) -> Any:
+    from tuner.abtest.claimed import parse_claimed
+    from tuner.abtest.claims import Claim, plan
+
+    parsed = parse_claimed(claimed, metric)
+    claim = Claim(cid, "s", {}, b, setup.workload, metric, parsed, parsed.text)
+    (planned,) = plan([claim], setup.model, setup.gpu)
+    assert planned.reason == "" and planned.b is not None
+    return planned
+
+
+def test_verify_claims_decides_a_known_gain_by_the_same_design(repo: Repository) -> None:
+    from tuner.abtest.verdicts import CONSISTENT, claim_record, verify
+
+    setup = _setup()
+    _calibrate(setup, repo, seed=100)
+    p = _planned(setup, "gain", {"max_num_batched_tokens": 4096}, "output_throughput", "1.2")
+    runner = FakeRunner(seed=1, launch_sd=LAUNCH_SD, window_sd=WINDOW_SD, speedup={p.b: 1.2})
+    (outcome,) = verify([p], _claims_bench(repo, runner, setup), 3, 0.95, watch=Watch())
+    look = outcome.look
+    assert look is not None and look.metric == "output_throughput"
+    assert look.step.reason == "significant" and look.step.n_a == look.step.n_b <= BUDGET
+    assert look.step.interval is not None and look.step.interval.method == "pooled"
+    assert outcome.verdict == CONSISTENT, outcome.reason
+    assert len(runner.calls) == look.step.n_a + look.step.n_b
+    record = claim_record(outcome)
+    assert record["gpu_minutes"] == look.gpu_minutes > 0
+    assert record["decision"]["launches"] == {"a": look.step.n_a, "b": look.step.n_b}
+    assert outcome.comparison_id is not None
+    row = repo.get_comparison(outcome.comparison_id)
+    assert row is not None and row.repeats == look.step.n_a
+    assert row.results["kind"] == "claim" and row.results["gpu_minutes"] == look.gpu_minutes
+    assert row.results["decision"]["metric"] == "output_throughput"
+    assert row.results["decision"]["stopped"] == "significant" and row.results["noise"]
+    sources = [r.source for r in repo.list_launches(look.profile.key.to_dict())]  # type: ignore[union-attr]
+    assert sources.count("verify-claims") == look.step.n_a + look.step.n_b
+
+
+def test_a_claims_own_metric_drives_the_stopping(repo: Repository) -> None:
+    """A memory claim is decided at the first look (memory barely varies) although the output
+    throughput of the same launches is far from decided; a no-gain throughput claim at the same
+    noise goes on past the first look and never says the claimed gain is there."""
+    from tuner.abtest.verdicts import CONSISTENT, verify
+
+    setup = _setup()
+    memory = _planned(setup, "mem", {"gpu_memory_utilization": 0.5}, "memory_gib", "0.6")
+    runner = FakeRunner(seed=3, launch_sd=LAUNCH_SD, window_sd=WINDOW_SD)
+    (outcome,) = verify([memory], _claims_bench(repo, runner, setup), 3, 0.95, watch=Watch())
+    assert outcome.look is not None and outcome.look.metric == "memory_gib"
+    assert (outcome.look.step.n_a, outcome.look.step.reason) == (3, "significant")
+    assert outcome.comparison is not None
+    thr = outcome.comparison.metric("output_throughput")
+    assert thr.low is not None and thr.high is not None and thr.low <= 1.0 <= thr.high
+    assert len(runner.calls) == 6
+    for seed in range(3):
+        flat = _planned(setup, f"flat{seed}", {"max_num_batched_tokens": 4096},
+                        "output_throughput", "1.2")  # fmt: skip
+        runner = FakeRunner(seed=10 + seed, launch_sd=LAUNCH_SD, window_sd=WINDOW_SD)
+        (no_gain,) = verify([flat], _claims_bench(repo, runner, setup), 3, 0.95, watch=Watch())
+        assert no_gain.look is not None and no_gain.verdict != CONSISTENT, no_gain.reason
+        assert 3 < no_gain.look.step.n_a <= BUDGET  # undecided at the first look: more pairs

@@ -23,6 +23,7 @@ Every verdict carries its cost: the GPU-minutes of all launches it took (start-u
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,13 +136,14 @@ class Design:
 
 @dataclass(frozen=True)
 class Look:
-    """A comparison at one look: every metric, the headline's step and what it cost."""
+    """A comparison at one look: every metric, the deciding metric's step and what it cost."""
 
     comparison: Comparison
     step: Step
     design: Design
     profile: NoiseProfile | None
     gpu_s: float
+    metric: str = HEADLINE  # the metric whose interval decides (a claim's own metric)
 
     @property
     def done(self) -> bool:
@@ -156,10 +158,11 @@ class Look:
         it stopped, the noise used and the GPU-minutes."""
         out = self.comparison.to_results()
         out["confidence"] = self.design.confidence
-        headline = self.comparison.metric(HEADLINE)
+        headline = self.comparison.metric(self.metric)
         found = self.step.interval
         out["decision"] = {
             **self.design.to_dict(),
+            "metric": self.metric,
             "stopped": self.step.reason,
             "launches": {"a": self.step.n_a, "b": self.step.n_b},
             "half_width": found.half_width if found is not None else None,
@@ -179,8 +182,10 @@ def judge_look(
     b_runs: Sequence[TrialResult],
     design: Design,
     profile: NoiseProfile | None,
+    metric: str = HEADLINE,
 ) -> Look:
-    """The comparison of ``a_runs`` and ``b_runs`` at this look (see the module docstring)."""
+    """The comparison of ``a_runs`` and ``b_runs`` at this look (see the module docstring);
+    ``metric``'s interval decides whether to stop (the output throughput, or a claim's metric)."""
 
     def interval_of(
         metric: str, av: Sequence[float], bv: Sequence[float], confidence: float
@@ -189,21 +194,24 @@ def judge_look(
         return pooled_ratio_interval(av, bv, confidence, component)
 
     c = compare(a, a_runs, b, b_runs, design.plan.confidence, interval_of=interval_of, geomean=True)
-    head = c.metric(HEADLINE)
+    head = c.metric(metric)
     a_n, b_n = len(head.a_values), len(head.b_values)
     if head.inconclusive:
         found = _interval(head, design)
         step = Step(head.verdict, found, a_n, b_n, INCONCLUSIVE_STOP)
     else:
+        plan = design.plan
+        if plan.higher_is_better != head.higher_is_better:  # a latency claim: lower is better
+            plan = dataclasses.replace(plan, higher_is_better=head.higher_is_better)
         step = next_step(
             head.a_values,
             head.b_values,
-            design.plan,
-            lambda av, bv, conf: interval_of(HEADLINE, av, bv, conf),
+            plan,
+            lambda av, bv, conf: interval_of(metric, av, bv, conf),
         )
         if step.verdict == CONTINUE and _hopeless(a_runs, b_runs):
             step = Step(head.verdict, step.interval, a_n, b_n, BUDGET)
-    return Look(c, step, design, profile, gpu_seconds([*a_runs, *b_runs]))
+    return Look(c, step, design, profile, gpu_seconds([*a_runs, *b_runs]), metric)
 
 
 def _interval(head: Any, design: Design) -> RatioInterval | None:

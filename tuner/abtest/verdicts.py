@@ -14,6 +14,15 @@ FlashAttention ones) is launched once per round, not once per claim. ``starts`` 
 own (a ``starts`` claim also by one with its flag, when it can). :func:`verify` is what
 ``tuner verify-claims`` runs: the same, each measured effect claim stored as a comparison
 (``results["kind"] == "claim"``, ``results["claim"]`` its :func:`claim_record`).
+
+With a decision design (:mod:`tuner.abtest.decide`, the one of ``tuner compare`` and a study's
+confirmation) each claim is judged by :func:`tuner.abtest.decide.judge_look` on its own metric:
+intervals borrow the key's noise profile where it holds, and a group's arms get another
+interleaved round after each look until every claim of the group is decided (its metric's
+interval excludes 1 or is within the smallest effect worth acting on) or the launch budget is
+spent. The claim's verdict then reads the interval at the design's per-look level, so it holds
+at the design's overall confidence; the stored comparison carries the decision and its
+GPU-minutes. Without a design, ``launches`` a side and Welch's interval, as before.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from tuner.abtest.claims import Claim, Planned
 from tuner.abtest.claimsfile import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
 from tuner.abtest.compare import Arm, Comparison, MetricComparison, RunCallback, compare
 from tuner.abtest.compare import run_interleaved as _interleaved
+from tuner.abtest.decide import Design, Look, judge_look
 from tuner.abtest.facts import (
     CONFIRMED,
     NOT_APPLICABLE,
@@ -61,6 +71,7 @@ from tuner.abtest.pipeline import (
     Bench,
     Group,
     Judgement,
+    Looks,
     Record,
     Watch,
     first_provenance,
@@ -70,6 +81,7 @@ from tuner.domain import Provenance, ServingConfig, TrialResult, Workload
 
 if TYPE_CHECKING:
     from tuner.runner.vllm import PhaseCallback, TrialRunner
+    from tuner.scoring.noise import NoiseProfile
 
 VERDICTS = (
     *EFFECT_VERDICTS,
@@ -99,6 +111,8 @@ __all__ = [
 ]
 FlagSource = Callable[[], tuple[FlagList | None, str]]
 """This machine's vLLM flag list, or None and why not (:func:`tuner.abtest.facts.flag_catalog`)."""
+ProfileSource = Callable[[Group, Sequence[Sequence[TrialResult]]], "NoiseProfile | None"]
+"""The noise profile of a group's key, without its own launches (:meth:`Bench.profile`)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +132,17 @@ class Outcome:
     # kinds {"text": what the verdict rests on}. None when nothing was measured.
     measured_record: dict[str, Any] | None = None
     setting: str = ""  # the setting_note: measured elsewhere than the article measured it
+    look: Look | None = field(default=None, compare=False)  # the decision, with a design
+
+    @property
+    def decided(self) -> bool:
+        """Whether more launches would not change this outcome's decision (no design: yes)."""
+        return self.look is None or self.comparison is None or self.look.done
+
+    @property
+    def gpu_minutes(self) -> float | None:
+        """GPU-minutes of the launches this verdict rests on (None without a design)."""
+        return None if self.look is None else self.look.gpu_minutes
 
     @property
     def measured(self) -> MetricComparison | None:
@@ -130,13 +155,16 @@ class Outcome:
         if self.verdict == NOT_APPLICABLE or self.comparison is None:
             return None
         assert self.a is not None and self.b is not None
+        look = self.look
+        results = look.to_results() if look is not None else self.comparison.to_results()
         return Judgement(
             workload=self.workload,
             a=self.a,
             b=self.b,
-            results={**self.comparison.to_results(), "kind": "claim", "claim": claim_record(self)},
+            results={**results, "kind": "claim", "claim": claim_record(self)},
             verdicts=self.comparison.to_verdicts(),
             provenance=self.provenance,
+            repeats=None if look is None else max(look.step.n_a, look.step.n_b),
         )
 
 
@@ -146,8 +174,11 @@ def outcome_of(
     b_runs: Sequence[TrialResult],
     confidence: float,
     where: Where | None = None,
+    design: Design | None = None,
+    profile: NoiseProfile | None = None,
 ) -> Outcome:
-    """The verdict on planned effect claim ``p`` from the launches of its A and B."""
+    """The verdict on planned effect claim ``p`` from the launches of its A and B; with
+    ``design``, judged by it on the claim's metric with the noise ``profile`` of the key."""
     assert p.a is not None and p.b is not None and p.claim.claimed is not None
     note = setting_note(p.claim, where)
     for side, config, runs in (("A", p.a, a_runs), ("B", p.b, b_runs)):
@@ -155,7 +186,13 @@ def outcome_of(
         if finding:
             reason = f"{side} ({config.label()}) cannot start here: {finding}"
             return Outcome(p.claim, p.workload, NOT_APPLICABLE, reason, p.a, p.b, setting=note)
-    comparison = compare(Arm(p.a.label(), p.a), a_runs, Arm(p.b.label(), p.b), b_runs, confidence)
+    arm_a, arm_b = Arm(p.a.label(), p.a), Arm(p.b.label(), p.b)
+    look = None
+    if design is None:
+        comparison = compare(arm_a, a_runs, arm_b, b_runs, confidence)
+    else:
+        look = judge_look(arm_a, a_runs, arm_b, b_runs, design, profile, p.claim.metric)
+        comparison, confidence = look.comparison, design.plan.confidence
     m = comparison.metric(p.claim.metric)
     reading = read(
         p.claim.claimed,
@@ -185,6 +222,7 @@ def outcome_of(
         prov,
         measured_record=reading.measured,
         setting=note,
+        look=look,
     )
 
 
@@ -220,9 +258,12 @@ def evaluate(
     flags: FlagSource | None = None,
     runner_with: Callable[[str], TrialRunner] | None = None,
     record: Record | None = None,
+    design: Design | None = None,
+    profile: ProfileSource | None = None,
 ) -> list[Outcome]:
-    """Measure the applicable claims (``launches`` fresh launches of each configuration) and
-    judge each; outcomes in the order of ``planned``. ``runner`` may be None only when no
+    """Measure the applicable claims (``launches`` fresh launches of each configuration, or
+    by ``design``: see the module docstring, ``profile`` giving each group's noise profile)
+    and judge each; outcomes in the order of ``planned``. ``runner`` may be None only when no
     claim needs a launch. ``launch_log`` gives each workload group's :class:`LaunchLog`: its
     earlier launches are reused and each new one is recorded as it finishes. With ``store``,
     each measured effect claim is stored (its outcome then has ``comparison_id``) and the logs
@@ -255,14 +296,25 @@ def evaluate(
         groups.append(Group(workload, tuple(Arm(c.label(), c) for c in configs)))
     seen: list[TrialResult] = []
 
-    def judge_group(group: Group, results: list[list[TrialResult]]) -> list[Outcome]:
-        seen.extend(r for rs in results for r in rs)
+    def outcomes_of(group: Group, results: list[list[TrialResult]]) -> list[Outcome]:
         by_config = {arm.config: rs for arm, rs in zip(group.arms, results, strict=True)}
+        noise = profile(group, results) if profile is not None and design is not None else None
         return [
-            outcome_of(p, by_config[p.a], by_config[p.b], confidence, where)
+            outcome_of(p, by_config[p.a], by_config[p.b], confidence, where, design, noise)
             for p in members[group.workload]
             if p.a is not None and p.b is not None
         ]
+
+    def judge_group(group: Group, results: list[list[TrialResult]]) -> list[Outcome]:
+        seen.extend(r for rs in results for r in rs)
+        return outcomes_of(group, results)
+
+    def decided(group: Group, results: list[list[TrialResult]]) -> bool:
+        return all(o.decided for o in outcomes_of(group, results))
+
+    looks = None
+    if design is not None and not design.fixed:
+        looks = Looks(design.first, design.cap, decided)
 
     def announce(group: Group) -> None:
         if on_group:
@@ -271,13 +323,14 @@ def evaluate(
     judged = run_groups(
         groups,
         runner,
-        launches,
+        design.first if design is not None else launches,
         judge_group,
         watch=Watch(on_start, on_run, on_phase, on_resumed),
         on_group=announce,
         launch_log=launch_log,
         store=store,
         record=record,
+        looks=looks,
     )
     for outcome, comparison_id in judged:
         outcomes[outcome.claim.id] = dataclasses.replace(outcome, comparison_id=comparison_id)
@@ -332,8 +385,9 @@ def verify(
     runner_with: Callable[[str], TrialRunner] | None = None,
 ) -> list[Outcome]:
     """``tuner verify-claims``: :func:`evaluate` on ``bench``, launch logs under
-    ``$TUNER_HOME`` and each measured claim stored. ``bench`` may be None only when no claim
-    needs this machine."""
+    ``$TUNER_HOME``, each launch summarised for the noise profile, intervals by the bench's
+    decision design with the key's profile, and each measured claim stored. ``bench`` may be
+    None only when no claim needs this machine."""
     return evaluate(
         planned,
         bench.runner if bench else None,
@@ -350,6 +404,8 @@ def verify(
         flags=flags,
         runner_with=runner_with,
         record=bench.record if bench else None,
+        design=bench.design if bench else None,
+        profile=bench.profile if bench else None,
     )
 
 
@@ -389,6 +445,14 @@ def claim_record(outcome: Outcome) -> dict[str, Any]:
         "setting": outcome.setting,
         "measured": outcome.measured_record,
     }
+    if outcome.look is not None:
+        step = outcome.look.step
+        record["decision"] = {
+            "design": outcome.look.design.to_dict()["kind"],
+            "stopped": step.reason,
+            "launches": {"a": step.n_a, "b": step.n_b},
+        }
+        record["gpu_minutes"] = outcome.look.gpu_minutes
     if outcome.comparison_id is not None:
         record["comparison_id"] = outcome.comparison_id
     return record

@@ -17,7 +17,7 @@ from tuner.cli.common import StorageOpt, storage_url
 
 if TYPE_CHECKING:
     from tuner.abtest.compare import Arm
-    from tuner.abtest.decide import Look
+    from tuner.abtest.decide import Design, Look
     from tuner.abtest.pair import PairOutcome, PairSetup
     from tuner.abtest.pipeline import Bench, Watch
     from tuner.domain import TrialResult
@@ -92,7 +92,7 @@ def decision_lines(look: Look) -> list[str]:
         PRECISE: f"the interval is within ±{(look.design.plan.min_effect or 0) * 100:g} %",
         BUDGET: "the launch budget is spent" if not look.design.fixed else "the fixed design",
     }.get(step.reason, step.reason)
-    head = look.comparison.metric("output_throughput")
+    head = look.comparison.metric(look.metric)
     lines = [
         f"decision: {step.verdict} after {step.n_a} + {step.n_b} launches ({why}); "
         f"{look.gpu_minutes:.1f} GPU-minutes"
@@ -100,7 +100,7 @@ def decision_lines(look: Look) -> list[str]:
     if found is not None and step.reason in (PRECISE, BUDGET):
         hw = found.half_width * 100
         lines.append(f"  interval half-width ±{hw:.1f} % ({found.percent()})")
-    c = look.profile.get("output_throughput") if look.profile is not None else None
+    c = look.profile.get(look.metric) if look.profile is not None else None
     min_effect = look.design.plan.min_effect
     if step.reason == BUDGET and c is not None and min_effect:
         need = c.launches_for(min_effect, look.design.plan.confidence)
@@ -192,6 +192,29 @@ MinEffect = Annotated[
 ]
 
 
+def design_of(
+    repeats: int | None, max_launches: int | None, min_effect: float, confidence: float
+) -> Design:
+    """The decision design of ``--repeats`` / ``--max-launches`` / ``--min-effect`` /
+    ``--confidence`` (shared by compare and verify-claims): UsageError for a confidence or a
+    min effect that is no fraction, or a first look above the budget."""
+    from tuner.abtest.decide import Design
+    from tuner.errors import UsageError
+    from tuner.spec.configs import check_confidence
+
+    check_confidence(confidence)
+    if not 0.0 < min_effect < 1.0:
+        raise UsageError(
+            f"--min-effect {min_effect} is not a fraction", hint="e.g. --min-effect 0.05 for ±5 %"
+        )
+    if repeats is not None and max_launches is not None and repeats > max_launches:
+        raise UsageError(
+            f"--repeats {repeats} (the first look) is above --max-launches {max_launches}",
+            hint="lower --repeats or raise --max-launches",
+        )
+    return Design.of_options(repeats, max_launches, confidence, min_effect)
+
+
 def consoles(as_json: bool) -> Say:
     """Where human-readable lines go: stdout, or stderr when stdout carries the JSON."""
     from rich.console import Console
@@ -229,21 +252,10 @@ def compare(
     """
     import json
 
-    from tuner.abtest.decide import Design
     from tuner.abtest.pair import run_pair, setup_pair
     from tuner.abtest.pipeline import open_bench
-    from tuner.errors import UsageError
 
-    if not 0.0 < min_effect < 1.0:
-        raise UsageError(
-            f"--min-effect {min_effect} is not a fraction", hint="e.g. --min-effect 0.05 for ±5 %"
-        )
-    if repeats is not None and max_launches is not None and repeats > max_launches:
-        raise UsageError(
-            f"--repeats {repeats} (the first look) is above --max-launches {max_launches}",
-            hint="lower --repeats or raise --max-launches",
-        )
-
+    design = design_of(repeats, max_launches, min_effect, confidence)
     url, say = storage_url(storage), consoles(as_json)
     setup = setup_pair(
         model=model,
@@ -255,7 +267,6 @@ def compare(
         confidence=confidence,
         vllm_python=vllm_python,
     )
-    design = Design.of_options(repeats, max_launches, confidence, min_effect)
     bench = open_bench("compare", setup.spec, url, setup.model, setup.gpu, design.first, design)
     _say_plan(setup, bench, say)
     outcome = run_pair(bench, setup, Progress(say).watch())

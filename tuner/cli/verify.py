@@ -18,13 +18,17 @@ import typer
 from tuner.cli.common import StorageOpt, storage_url
 from tuner.cli.compare import (
     Confidence,
+    FirstLook,
     Json,
+    MaxLaunches,
+    MinEffect,
     Progress,
-    Repeats,
     Say,
     VllmPython,
     WorkloadSet,
     consoles,
+    decision_lines,
+    design_of,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +52,9 @@ def _print_claims(outcomes: list[Outcome], say: Say) -> None:
         stored = f" (comparison {o.comparison_id})" if o.comparison_id is not None else ""
         setting = f" ({o.setting})" if o.setting else ""
         say(f"{o.claim.id}: {o.verdict}{stored}: {o.reason}{setting}")
+        if o.look is not None:  # how its metric's decision ended, and its GPU-minutes
+            for line in decision_lines(o.look):
+                say(f"  {line}")
 
 
 def verify_claims(
@@ -56,7 +63,9 @@ def verify_claims(
     ],
     model: Annotated[str, typer.Option(help="Model alias, local dir or hub id.")],
     gpu: Annotated[str, typer.Option(help="GPU profile: a10g, h100, h200, cpu, ...")],
-    repeats: Repeats = 3,
+    repeats: FirstLook = None,
+    max_launches: MaxLaunches = None,
+    min_effect: MinEffect = 0.05,
     confidence: Confidence = 0.95,
     only: Annotated[list[str] | None, typer.Option(help="Only this claim id (repeatable).")] = None,
     fixed: Annotated[
@@ -68,7 +77,13 @@ def verify_claims(
     vllm_python: VllmPython = None,
     as_json: Json = False,
 ) -> None:
-    """Test published claims here against the articles' figures (see studies/claims/)."""
+    """Test published claims here against the articles' figures (see studies/claims/).
+
+    Each claim is measured by the decision design of `tuner compare`: pairs of launches (from
+    3 a side) until the claim's metric is decided, its interval is within --min-effect, or
+    --max-launches (6) a side are spent; claims on one workload share their launches.
+    --repeats alone: that many launches a side, one look.
+    """
     import json
 
     from tuner.abtest.claims import setup_claims
@@ -76,6 +91,7 @@ def verify_claims(
     from tuner.abtest.pipeline import open_bench
     from tuner.abtest.verdicts import claim_record, verify
 
+    design = design_of(repeats, max_launches, min_effect, confidence)
     url, say = storage_url(storage), consoles(as_json)
     setup = setup_claims(
         file=file,
@@ -89,11 +105,12 @@ def verify_claims(
     )
     bench = None
     if setup.applicable:  # vLLM, hardware and database only when there is something to measure
-        bench = open_bench("verify-claims", setup.spec, url, setup.model, setup.gpu, repeats)
+        bench = open_bench(
+            "verify-claims", setup.spec, url, setup.model, setup.gpu, design.first, design
+        )
         say(
             f"verifying {len(setup.claims)} claim(s) of {file} on {setup.model.alias} / "
-            f"{setup.gpu.name} ({bench.hardware}), vLLM {bench.vllm_version}, "
-            f"{repeats} launches per configuration"
+            f"{setup.gpu.name} ({bench.hardware}), vLLM {bench.vllm_version}: {design.text()}"
         )
 
     def group(load: Workload, arms: list[Arm], members: list[Claim]) -> None:
@@ -111,7 +128,7 @@ def verify_claims(
     outcomes = verify(
         setup.planned,
         bench,
-        repeats,
+        design.first,
         confidence,
         watch=Progress(say).watch(),
         on_group=group,
