@@ -3,11 +3,14 @@ that names a winner only when the interval says so."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.studykit import make_context, make_repo, memory_confirmation_context
+from tuner.abtest.profile import record_launch
 from tuner.domain import Objective, ServingConfig, TrialStatus
 from tuner.results.recommend import recommendation
 from tuner.scoring.significance import BETTER, NO_DIFFERENCE
@@ -134,3 +137,103 @@ def test_the_study_page_reports_the_confirmation_not_single_launches(db_url: str
     # The overview recommends what the confirmation chose, with its interval.
     assert "better</span> score ×" in overview_html
     assert "gpu_memory_utilization=<b>0.5</b>" in overview_html
+
+
+# -- the decision design in a confirmation: known noise on the fake runner -----------------------
+
+LAUNCH_SD, WINDOW_SD = 0.06, 0.06  # log scale, as tests/integration/test_decision_fake.py
+BUDGET = 8
+CANDIDATE = {"max_num_batched_tokens": 4096}  # not in the fake's performance model
+
+
+def _decision_study(db_url: str, name: str) -> Any:
+    ctx = make_context(
+        db_url,
+        trials=2,
+        enqueue=[CANDIDATE],
+        params=("max_num_batched_tokens",),
+        choices={"max_num_batched_tokens": (4096,)},
+        confirm_launches=3,
+        confirm_top=1,
+        objective="throughput",
+        name=name,
+    )
+    spec = dataclasses.replace(ctx.spec, confirm_max_launches=BUDGET)
+    return dataclasses.replace(ctx, spec=spec)
+
+
+def _noisy(seed: int, gain: float, ctx: Any) -> FakeRunner:
+    candidate = ctx.space.config_from(CANDIDATE)
+    return FakeRunner(
+        seed=seed,
+        launch_sd=LAUNCH_SD,
+        window_sd=WINDOW_SD,
+        launch_spread=0.0,
+        speedup={candidate: gain} if gain != 1.0 else None,
+    )
+
+
+def _calibrate(repo: Any, ctx: Any, seed: int) -> None:
+    """Five launches of the defaults on the confirmation's key, as `tuner calibrate` stores."""
+    runner = _noisy(seed, 1.0, ctx)
+    for _ in range(5):
+        result = runner.run(ctx.space.baseline(), ctx.workload)
+        assert result.provenance is not None
+        record_launch(
+            repo,
+            result,
+            model=result.provenance.model,
+            workload=ctx.workload.name,
+            is_defaults=True,
+            source="calibrate",
+            run="calibrate:test",
+        )
+
+
+def test_a_known_gain_is_confirmed_within_the_launch_budget(db_url: str) -> None:
+    repo = make_repo(db_url)
+    ctx = _decision_study(db_url, "gain")
+    _calibrate(repo, ctx, seed=100)
+    run_study(ctx, _noisy(1, 1.2, ctx), repo)
+    (row,) = repo.list_comparisons(ctx.name)
+    decision = row.results["decision"]
+    n = decision["launches"]["a"]
+    assert decision["kind"] == "sequential" and decision["max_launches"] == BUDGET
+    assert decision["stopped"] == "significant" and 3 <= n <= BUDGET
+    assert decision["method"] == "pooled" and row.results["noise"]["launches"] == 5
+    assert row.repeats == n and row.results["gpu_minutes"] > 0
+    assert len(repo.list_trials(ctx.name, phase="confirm", limit=None)) == 2 * n
+    chosen = choose([row], Objective.THROUGHPUT)
+    assert chosen is not None and chosen.verdict == BETTER
+    assert chosen.config == ctx.space.config_from(CANDIDATE)
+    assert 1.0 < chosen.score_low <= 1.2 <= chosen.score_high
+    thr = next(m for m in row.results["metrics"] if m["metric"] == "output_throughput")
+    assert (chosen.score, chosen.score_low, chosen.score_high) == (
+        thr["ratio"],
+        thr["low"],
+        thr["high"],
+    )  # the throughput objective's score is the throughput: its pooled interval
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_candidate_without_gain_is_never_confirmed(db_url: str, seed: int) -> None:
+    repo = make_repo(db_url)
+    ctx = _decision_study(db_url, f"flat{seed}")
+    _calibrate(repo, ctx, seed=200 + seed)
+    run_study(ctx, _noisy(seed, 1.0, ctx), repo)
+    (row,) = repo.list_comparisons(ctx.name)
+    assert row.results["decision"]["launches"]["a"] <= BUDGET
+    chosen = choose([row], Objective.THROUGHPUT)
+    assert chosen is not None and chosen.verdict != BETTER
+    assert chosen.label == DEFAULTS_LABEL and chosen.config == ServingConfig()
+
+
+def test_without_a_budget_the_confirmation_takes_one_look(db_url: str) -> None:
+    repo = make_repo(db_url)
+    ctx = _decision_study(db_url, "fixed")
+    ctx = dataclasses.replace(ctx, spec=dataclasses.replace(ctx.spec, confirm_max_launches=None))
+    runner = _noisy(5, 1.0, ctx)
+    run_study(ctx, runner, repo)
+    assert len(runner.calls) == 2 + 6  # the search, then D A D A D A
+    (row,) = repo.list_comparisons(ctx.name)
+    assert row.results["decision"]["kind"] == "fixed" and row.repeats == 3

@@ -73,6 +73,14 @@ def run(
         int | None,
         typer.Option(min=0, help="Fresh launches per candidate in the confirmation (0: off)."),
     ] = None,
+    confirm_max_launches: Annotated[
+        int | None,
+        typer.Option(
+            min=2,
+            help="Launch budget per candidate in the confirmation: after --confirm-launches, "
+            "pairs are added until each candidate is decided (default: no more).",
+        ),
+    ] = None,
     confirm_top: Annotated[
         int | None, typer.Option(min=1, help="Candidates re-measured against the defaults.")
     ] = None,
@@ -124,6 +132,7 @@ def run(
         "vllm_python": vllm_python,
         "seed": seed,
         "confirm_launches": confirm_launches,
+        "confirm_max_launches": confirm_max_launches,
         "confirm_top": confirm_top,
         "emulate": emulate or None,
         "search": parse_search(search) if search else None,
@@ -138,6 +147,15 @@ def run(
     else:
         spec = load_spec(DEFAULT_SPEC_PATH)
     spec = spec.with_overrides(**options)
+    budget = spec.confirm_max_launches
+    if budget is not None and budget < spec.confirm_launches:
+        from tuner.errors import UsageError
+
+        raise UsageError(
+            f"--confirm-max-launches {budget} is below the confirmation's first look of "
+            f"{spec.confirm_launches} launches",
+            hint="raise --confirm-max-launches, or lower --confirm-launches",
+        )
     url = _storage(storage)
     if resume:
         spec = _resumed(spec, url, options, from_file=spec_file is not None)

@@ -46,6 +46,7 @@ _OPTIONS: Mapping[str, str] = {
     "early_stop": "--early-stop",
     "search": "--search",
     "confirm_launches": "--confirm-launches",
+    "confirm_max_launches": "--confirm-max-launches",
     "confirm_top": "--confirm-top",
     "workload_overrides": "[workload]",
     "params": "[space] params",

@@ -87,7 +87,7 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
     ),
     "workload": frozenset(WORKLOAD_TYPES),
     "space": frozenset({"params", "choices", "fixed", "search"}),
-    "confirm": frozenset({"top", "launches", "confidence"}),
+    "confirm": frozenset({"top", "launches", "max_launches", "confidence"}),
     "runner": frozenset(
         {
             "startup_timeout_s",
@@ -127,6 +127,9 @@ class StudySpec:
     # The confirmation phase (tuner.study.confirm): candidates, fresh launches each, interval level.
     confirm_top: int = 3
     confirm_launches: int = 3
+    # Launch budget each of the decision design (tuner.abtest.decide): pairs are added after
+    # the first look while a candidate is undecided; None: confirm_launches (one look).
+    confirm_max_launches: int | None = None
     confidence: float = 0.95
     startup_timeout_s: float = 900.0
     compile_cache: str = "shared"  # tuner.vllm.caches: shared, cold or system
@@ -355,12 +358,22 @@ def _confirm_section(confirm: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
     for key, field_name, kind in (
         ("top", "confirm_top", int),
         ("launches", "confirm_launches", int),
+        ("max_launches", "confirm_max_launches", int),
         ("confidence", "confidence", float),
     ):
         if key in confirm:
             kwargs[field_name] = typed_value(confirm[key], kind, key, fail, "confirm")
     if kwargs.get("confirm_top", 1) < 1 or kwargs.get("confirm_launches", 0) < 0:
         raise fail("confirm top must be >= 1 and launches >= 0 (0 turns it off)", "confirm")
+    budget = kwargs.get("confirm_max_launches")
+    if budget is not None and budget < kwargs.get("confirm_launches", 3):
+        raise fail(
+            f"confirm max_launches ({budget}) is below launches "
+            f"({kwargs.get('confirm_launches', 3)}): it is each arm's budget, first look included",
+            "max_launches",
+            hint="raise max_launches, or leave it out for one look of `launches`",
+            section="confirm",
+        )
     if not valid_confidence(kwargs.get("confidence", 0.95)):
         raise fail(
             "confidence must be between 0.5 and 1, e.g. 0.95", "confidence", section="confirm"

@@ -3,15 +3,32 @@
 The search ranks configurations on single launches, and a single launch can be lucky by 20 %.
 So the best candidates (the top ``confirm_top`` SLO-feasible ones, never fewer than the ones
 ranked above the defaults up to that count) and vLLM's defaults are launched again, interleaved
-(D A B D A B ...), ``confirm_launches`` times each. The recommendation comes from these runs:
-a candidate wins only when it is significantly better than the defaults on the objective and
-significantly worse on none of its metrics; otherwise the answer is "no significant difference
-from defaults", and the defaults are what to run.
+(D A B D A B ...), by the decision design of ``tuner compare`` and ``tuner verify-claims``
+(:mod:`tuner.abtest.decide`): ``confirm_launches`` launches each at the first look, then one more
+round at a time, up to ``confirm_max_launches`` each ([confirm] max_launches, default
+``confirm_launches``: one look, as before), until every candidate is decided (its interval on
+the objective's deciding metric excludes 1, or is within the design's smallest effect worth
+acting on) or the budget is spent. Each comparison's intervals borrow the noise profile of the
+key (:func:`tuner.abtest.profile.load_profile`, the study's own launches left out) where the
+launches do not contradict it, else Welch's on the launches; with looks they are at the Pocock
+level that holds the stated confidence whichever look stopped.
+
+The recommendation comes from these runs: a candidate wins only when it is significantly better
+than the defaults on the objective and significantly worse on none of its metrics; otherwise the
+answer is "no significant difference from defaults", and the defaults are what to run.
+
+The objective's score and the pooled interval: an objective that weighs one metric alone
+(throughput, latency, memory, capacity, cost) has that metric as its score, so its stored
+interval (pooled where valid) is the score's interval directly (inverted for a lower-is-better
+metric). The balanced objective's composite score mixes metrics whose noise profile is kept per
+metric, not for the composite; there the looks decide on the objective's deciding metric (the
+heaviest weight: the output throughput, :func:`decision_metric`) and the composite's interval
+stays Welch's on the per-launch composite values, at the per-look level.
 
 Confirmation runs are stored as trials of phase "confirm", numbered from
 :data:`CONFIRM_NUMBER_BASE` so they never collide with Optuna's numbers, and never told to
 Optuna. Each candidate's comparison against the defaults is stored as a comparison row of the
-study.
+study, with its decision (design, how it stopped, launches) and its GPU-minutes.
 """
 
 from __future__ import annotations
@@ -22,8 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tuner.abtest.compare import Arm, compare, run_interleaved
-from tuner.abtest.profile import record_launch
+from tuner.abtest.compare import Arm, run_interleaved
+from tuner.abtest.decide import Design, Look, judge_look
+from tuner.abtest.profile import load_profile, noise_key, record_launch
 from tuner.db.repository import Repository
 from tuner.db.rows import ComparisonRow, TrialRow
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
@@ -36,12 +54,14 @@ from tuner.scoring.significance import (
     INCONCLUSIVE,
     NO_DIFFERENCE,
     WORSE,
+    RatioInterval,
     is_inconclusive,
     ratio_interval,
 )
 
 CONFIRM_NUMBER_BASE = 100_000
 if TYPE_CHECKING:
+    from tuner.scoring.noise import NoiseProfile
     from tuner.study.loop import Ranked
 
 DEFAULTS_LABEL = "defaults"
@@ -59,13 +79,21 @@ def run_confirmation(
     launches: int,
     confidence: float,
     reporter: Any,
+    max_launches: int | None = None,
+    objective: Objective = Objective.BALANCED,
 ) -> list[ComparisonRow]:
     """Launch defaults and candidates interleaved; store runs and one comparison per candidate.
+
+    ``launches`` each at the first look; up to ``max_launches`` each (None: ``launches``, one
+    look) while a candidate's verdict on ``objective``'s deciding metric is open (see the
+    module docstring).
 
     Resumable: launches of an earlier, interrupted confirmation of this study (its ``confirm``
     trials that completed or failed with a finding) count as done, and only the rest are
     launched; interrupted launches are launched again under new numbers.
     """
+    design = confirmation_design(launches, max_launches, confidence)
+    metric = decision_metric(objective)
     arms = [Arm(DEFAULTS_LABEL, baseline)] + [Arm(f"#{n}", c) for n, c in candidates]
     earlier = repo.list_trials(study, phase="confirm", limit=None)
     next_number = CONFIRM_NUMBER_BASE + len(earlier)
@@ -94,23 +122,38 @@ def run_confirmation(
             workload=workload.name,
             is_defaults=arm.label == DEFAULTS_LABEL,
             source="confirm",
-            run=f"study:{study}",
+            run=study_run(study),
         )
         reporter.trial_finished(number, result, None)
 
-    try:
-        results = run_interleaved(
+    def measure(rounds: int, so_far: list[list[TrialResult]]) -> list[list[TrialResult]]:
+        return run_interleaved(
             arms,
             runner,
             workload,
-            launches,
+            rounds,
             slo=slo,
             on_start=started,
             on_run=finished,
             on_phase=reporter.phase,
-            done=done,
+            done=so_far,
             first_canary=FULL,  # every candidate answers every shape before it can win
         )
+
+    def looks(results: list[list[TrialResult]]) -> list[Look]:
+        profile = _profile(study, workload, results, repo)
+        return [
+            judge_look(arms[0], results[0], arm, rs, design, profile, metric)
+            for arm, rs in zip(arms[1:], results[1:], strict=True)
+        ]
+
+    try:
+        rounds = launches  # the first look (a single launch each: no interval, no looks)
+        results = measure(rounds, done)
+        while not design.fixed and rounds < design.cap and not _decided(looks(results)):
+            # A resumed confirmation may hold more launches than this look: go on from there.
+            rounds = min(design.cap, max(rounds + 1, min(len(rs) for rs in results) + 1))
+            results = measure(rounds, results)
     except BaseException:
         # The tuner is going down (Ctrl-C, SIGTERM): the launch in flight is recorded as
         # interrupted, and a resumed study launches it again.
@@ -119,8 +162,7 @@ def run_confirmation(
             repo.finish_trial(trial_id, stopped, None, None)
         raise
     rows = []
-    for arm, arm_results in zip(arms[1:], results[1:], strict=True):
-        c = compare(arms[0], results[0], arm, arm_results, confidence)
+    for arm, arm_results, look in zip(arms[1:], results[1:], looks(results), strict=True):
         prov = next((r.provenance for r in arm_results if r.provenance is not None), None)
         rows.append(
             repo.add_comparison(
@@ -129,14 +171,53 @@ def run_confirmation(
                 workload=workload.name,
                 a_config=baseline,
                 b_config=arm.config,
-                repeats=launches,
-                results={**c.to_results(), "kind": "confirmation"},
-                verdicts=c.to_verdicts(),
+                repeats=max(look.step.n_a, look.step.n_b, 1),
+                results={**look.to_results(), "kind": "confirmation"},
+                verdicts=look.comparison.to_verdicts(),
                 provenance=prov,
                 study_name=study,
             )
         )
     return rows
+
+
+def _decided(looks: Sequence[Look]) -> bool:
+    return all(look.done for look in looks)
+
+
+def confirmation_design(launches: int, max_launches: int | None, confidence: float) -> Design:
+    """The decision design of a confirmation: ``launches`` each at the first look, up to
+    ``max_launches`` (None or no more than ``launches``: one look of ``launches``; a single
+    launch each is judged as a fixed design of two, which gives no interval)."""
+    if max_launches is None or max_launches <= launches or launches < 2:
+        return Design.fixed_launches(max(launches, 2), confidence)
+    return Design.sequential(launches, max_launches, confidence)
+
+
+_COMPOSITE = ("output_throughput", "e2e_p99_ms", "memory_gib")  # as _composites weighs them
+
+
+def decision_metric(objective: Objective) -> str:
+    """The metric whose interval decides when a confirmation stops: the heaviest of the
+    objective's weights (ties: the first, the output throughput)."""
+    weights = scoring.WEIGHTS[objective]
+    return _COMPOSITE[max(range(len(weights)), key=lambda i: (weights[i], -i))]
+
+
+def _profile(
+    study: str, workload: Any, results: Sequence[Sequence[TrialResult]], repo: Repository
+) -> NoiseProfile | None:
+    """The noise profile of the confirmation's key without the study's own launches."""
+    first = next((r for rs in results for r in rs if r.status is TrialStatus.COMPLETE), None)
+    if first is None or first.provenance is None:
+        return None
+    key = noise_key(first, first.provenance.model, workload.name)
+    return None if key is None else load_profile(repo, key, exclude_run=study_run(study))
+
+
+def study_run(study: str) -> str:
+    """The run tag of a study's confirmation launches in tuner_launches."""
+    return f"study:{study}"
 
 
 @dataclass(frozen=True)
@@ -166,7 +247,9 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
 
     Each launch gets the objective's score as a single number (the weighted geometric mean of
     :mod:`tuner.scoring.objectives`, which is log-linear), so the candidate's score relative to the
-    defaults has a Welch interval like any metric. A candidate wins when that interval lies
+    defaults has an interval like any metric: the stored one of the metric an objective weighs
+    alone (pooled where valid), else Welch's on the composite values (see the module
+    docstring). A candidate wins when that interval lies
     above 1 (and, for the memory preset, its throughput is not significantly worse); the best
     winner by score is chosen. A candidate whose comparison is inconclusive on a metric of the
     objective (launches of a side disagreed far beyond their noise) cannot win. No winner: the
@@ -182,10 +265,7 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         if any(is_inconclusive(metrics.get(n, {}).get("verdict")) for n in _judged(objective)):
             unclear = unclear or row
             continue
-        confidence = float(row.results.get("confidence", 0.95))
-        interval = ratio_interval(
-            _composites(metrics, "a", objective), _composites(metrics, "b", objective), confidence
-        )
+        interval = _score_interval(row, metrics, objective)
         if interval is None:
             continue
         wins = interval.verdict(higher_is_better=True) == BETTER
@@ -222,10 +302,32 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
     )
 
 
+def _score_interval(
+    row: ComparisonRow, metrics: Mapping[str, Any], objective: Objective
+) -> RatioInterval | None:
+    """The candidate's score against the defaults with its interval (see :func:`choose`)."""
+    weights = scoring.WEIGHTS[objective]
+    alone = [name for name, w in zip(_COMPOSITE, weights, strict=True) if w]
+    if len(alone) == 1 and weights[_COMPOSITE.index(alone[0])] == 1.0:
+        m = metrics.get(alone[0], {})
+        ratio, low, high = m.get("ratio"), m.get("low"), m.get("high")
+        if ratio is None or low is None or high is None or not low > 0:
+            return None
+        if not m.get("higher_is_better", True):  # the score is its inverse
+            ratio, low, high = 1.0 / ratio, 1.0 / high, 1.0 / low
+        n_a, n_b = len(m["a"]["values"]), len(m["b"]["values"])
+        level = float(row.results.get("confidence", 0.95))
+        return RatioInterval(ratio, low, high, level, n_a, n_b, m.get("method") or "welch")
+    decision = row.results.get("decision") or {}
+    confidence = float(decision.get("per_look_confidence") or row.results.get("confidence", 0.95))
+    return ratio_interval(
+        _composites(metrics, "a", objective), _composites(metrics, "b", objective), confidence
+    )
+
+
 def _judged(objective: Objective) -> tuple[str, ...]:
     """The metrics a confirmation's verdict for ``objective`` rests on."""
-    composite = ("output_throughput", "e2e_p99_ms", "memory_gib")  # as _composites weighs them
-    weights = zip(composite, scoring.WEIGHTS[objective], strict=True)
+    weights = zip(_COMPOSITE, scoring.WEIGHTS[objective], strict=True)
     names = [name for name, weight in weights if weight > 0]
     if objective is Objective.MEMORY:
         names.append("output_throughput")  # it must not be significantly worse

@@ -349,6 +349,8 @@ def _confirm(ctx: StudyContext, runner: TrialRunner, repo: Repository, report: R
         launches=ctx.spec.confirm_launches,
         confidence=ctx.spec.confidence,
         reporter=report,
+        max_launches=ctx.spec.confirm_max_launches,
+        objective=ctx.spec.objective,
     )
 
 
