@@ -334,3 +334,13 @@ def test_an_explicit_name_wins() -> None:
 )
 def test_study_name_is_sanitised(model: str, workload: str, expected: str) -> None:
     assert StudySpec(model=model, workload=workload).study_name() == expected
+
+
+def test_the_confirmations_launch_budget(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, "[confirm]\nlaunches = 3\nmax_launches = 8\n"))
+    assert (spec.confirm_launches, spec.confirm_max_launches) == (3, 8)
+    assert load_spec(write(tmp_path, "[confirm]\nlaunches = 3\n")).confirm_max_launches is None
+    below = spec_error(tmp_path, "[confirm]\nlaunches = 4\nmax_launches = 3\n")
+    assert "max_launches (3) is below launches (4)" in below.message and below.line == 3
+    assert "raise max_launches" in below.hint
+    assert StudySpec.from_dict(spec.to_dict()).confirm_max_launches == 8  # stored with a study
