@@ -71,8 +71,8 @@ def test_workload_overrides() -> None:
         "concurrency": 16,
         "length_jitter": 0,
     }
-    with pytest.raises(UsageError, match="unknown workload field 'speed'"):
-        parse_workload_overrides("speed=3")
+    with pytest.raises(UsageError, match="unknown workload field 'sped'"):
+        parse_workload_overrides("sped=3")
     with pytest.raises(UsageError, match="concurrency must be an integer"):
         parse_workload_overrides("concurrency=1.5")
 
