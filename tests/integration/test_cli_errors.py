@@ -68,9 +68,9 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
         Case(("run", "--workload", "chatty")),
         (
             "unknown workload 'chatty'",
-            "chat, chat-heavy, code, rag",
+            "chat, chat-heavy, code, multi-turn, rag",
             "throughput-256",
-            "trace:PATH",
+            "custom:FILE (a trace",
         ),
     ),
     "unknown-objective": (
@@ -215,7 +215,7 @@ ONE_LINE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "trace-not-utf8": (
         ("run", "--workload", "trace:bad.jsonl"),
-        ("trace bad.jsonl is not UTF-8 text (byte 0 is 0xff)", "JSON Lines in UTF-8"),
+        ("trace bad.jsonl is not UTF-8 text (byte 0 is 0xff)", "save the trace as UTF-8"),
     ),
     "spec-not-utf8": (("run", "bad.toml"), ("bad.toml:2: not UTF-8 text", "UTF-8")),
     "study-name": (
