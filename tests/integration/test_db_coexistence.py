@@ -113,6 +113,7 @@ def test_tuner_downgrade_leaves_optuna_alone(url: str) -> None:
         "tuner_trials",
         "tuner_comparisons",
         "tuner_trial_requests",
+        "tuner_launches",
     }
     assert (after_rev, after_trials) == (before_rev, before_trials)
     assert _optuna_trials(url, "keep-me") == 3
