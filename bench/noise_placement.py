@@ -27,11 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuner.abtest.profile import load_profile, noise_key, profile_lines, record_launch
+from tuner.abtest.profile import load_profile, profile_lines, record_launch
 from tuner.compose import prepare
 from tuner.db.codec import encode
+from tuner.db.repository import Repository
 from tuner.domain import TrialStatus
 from tuner.runner import placement
+from tuner.scoring.noise import NoiseKey
 from tuner.spec.configs import parse_assignments
 from tuner.spec.study import StudySpec
 
@@ -63,7 +65,7 @@ def main() -> int:
     config = prepared.ctx.space.baseline()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     run = f"noise-placement:{time.time():.0f}"
-    keys = {}
+    keys: dict[str, NoiseKey] = {}
     if args.launch_log:
         args.launch_log.parent.mkdir(parents=True, exist_ok=True)
     for i in range(args.pairs):
@@ -94,17 +96,17 @@ def main() -> int:
                 repo, result, model=prepared.ctx.model.alias, workload=workload.name,
                 is_defaults=True, source="noise-placement", run=run,
             )  # fmt: skip
-            if key is not None:
-                keys[mode] = key
-            elif noise_key(result, prepared.ctx.model.alias, workload.name) is None:
+            if key is None:  # only a complete launch with provenance has a noise key
                 print(f"  (launch {i + 1} {mode} not summarised: {result.status.value})")
+            else:
+                keys[mode] = key
     return finish(repo, keys)
 
 
-def finish(repo: object, keys: dict[str, object]) -> int:
+def finish(repo: Repository, keys: dict[str, NoiseKey]) -> int:
     for mode, key in keys.items():
         print(f"== placement {mode}")
-        for line in profile_lines(load_profile(repo, key), ["output_throughput", "ttft_p99_ms"]):  # type: ignore[arg-type]
+        for line in profile_lines(load_profile(repo, key), ["output_throughput", "ttft_p99_ms"]):
             print(line)
     return 0
 
