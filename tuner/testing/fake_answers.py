@@ -1,6 +1,12 @@
 """The fake server's answers: the JSON and server-sent events vLLM's OpenAI endpoints send,
 with the form vLLM gives them for ``n``, ``logprobs`` (completions), ``stop`` and streaming
-with usage. The text is the fake engine's (:mod:`tuner.testing.fake_engine`)."""
+with usage. The text is the fake engine's (:mod:`tuner.testing.fake_engine`).
+
+Two parts of the API server's own cost are modelled here: ``stream_interval`` groups tokens
+into events as vLLM's ``--stream-interval`` does (the first token alone, then one event per
+``stream_interval`` tokens, the rest with the last), and ``chunk_cpu_s`` is CPU time spent in
+the event loop for every event that carries text (and once for a whole non-streamed answer),
+so that a loaded server saturates its core."""
 
 from __future__ import annotations
 
@@ -69,6 +75,16 @@ def _logprobs(tokens: list[str], k: int) -> dict[str, Any]:
     }
 
 
+def burn_cpu(seconds: float) -> None:
+    """Spin until this thread has used ``seconds`` of CPU time, holding the event loop (on a
+    busy host this takes longer than ``seconds`` of wall time, as real work would)."""
+    if seconds <= 0:
+        return
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
 async def respond(
     engine: FakeEngine,
     model: str,
@@ -76,6 +92,9 @@ async def respond(
     prompt: list[str],
     max_tokens: int,
     options: Options,
+    *,
+    stream_interval: int = 1,
+    chunk_cpu_s: float = 0.0,
 ) -> Response:
     stream, include_usage = options.stream, options.include_usage
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
@@ -130,6 +149,7 @@ async def respond(
                     body["logprobs"] = _logprobs(tokens, options.logprobs)
             bodies.append(body)
         usage = usage | {"completion_tokens": produced, "total_tokens": len(prompt) + produced}
+        burn_cpu(chunk_cpu_s)
         obj = "chat.completion" if chat else "text_completion"
         return JSONResponse({**head, "object": obj, "choices": bodies, "usage": usage})
 
@@ -143,10 +163,17 @@ async def respond(
             }
             yield f"data: {_json({**head, 'choices': [first]})}\n\n"
         produced = 0
+        pending: list[str] = []  # tokens not sent yet
         async for token in engine.generate(prompt, max_tokens):
             produced += 1
-            finish = "length" if produced == max_tokens else None
-            yield f"data: {_json({**head, 'choices': [choice(token, finish)]})}\n\n"
+            pending.append(token)
+            last = produced == max_tokens
+            if not (produced == 1 or last or len(pending) >= stream_interval):
+                continue
+            finish = "length" if last else None
+            burn_cpu(chunk_cpu_s)
+            yield f"data: {_json({**head, 'choices': [choice(''.join(pending), finish)]})}\n\n"
+            pending = []
         if include_usage:
             yield f"data: {_json({**head, 'choices': [], 'usage': usage})}\n\n"
         yield "data: [DONE]\n\n"

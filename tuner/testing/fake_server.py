@@ -6,11 +6,38 @@ api_server argv and behaves like vLLM wherever tuner can see it.
   ``VLLM_CACHE_ROOT`` holds an earlier start's artefacts), and spawns one child process
   (like vLLM's engine core, argv marked ``tuner-fake-engine-core``) so that ending the whole
   process group is really exercised.
-- It serves GET /health, /v1/models, /metrics (``vllm:`` Prometheus names), /version and
-  POST /v1/completions, /v1/chat/completions, streamed as vLLM streams them.
+- It serves GET /health, /v1/models, /metrics (``vllm:`` Prometheus names: gauges, counters,
+  and the request-phase histograms e2e_request_latency, request_queue_time,
+  request_inference_time, request_prefill_time, request_decode_time ``_seconds``, fed by the
+  simulated times of every request that ran to its end), /version and POST /v1/completions,
+  /v1/chat/completions, streamed as vLLM streams them.
 - Performance model: at most ``--max-num-seqs`` requests decode at once (the rest queue); a
-  decode step costs ``TUNER_FAKE_STEP_MS`` (default 2 ms) and grows mildly with the number
-  running; prefill costs time per prompt token not found in the prefix cache.
+  decode step costs ``TUNER_FAKE_STEP_MS`` (default 2 ms) and grows by 2 % per other running
+  request; prefill costs 20 us per prompt token not found in the prefix cache. The KV cache
+  holds ``500,000 * --gpu-memory-utilization`` tokens (twice that with an fp8
+  ``--kv-cache-dtype``) times ``TUNER_FAKE_KV_SCALE``; a request is admitted when its prompt
+  fits, and when a token finds none free the request admitted last is preempted
+  (``vllm:num_preemptions_total``): it waits to be admitted again, then recomputes its whole
+  sequence at the prefill rate.
+- Bottleneck regimes (``TUNER_FAKE_REGIME``):
+
+  - unset or empty: none in particular; ``--stream-interval`` and ``--async-scheduling`` are
+    accepted and change nothing, ``TUNER_FAKE_KV_SCALE`` defaults to 1 (no test load fills
+    the cache) and ``TUNER_FAKE_CHUNK_CPU_MS`` to 0.
+  - ``frontend``: the API server's CPU. Every streamed event that carries text costs
+    ``TUNER_FAKE_CHUNK_CPU_MS`` (default 1.5) of CPU time spun in the event loop, so under
+    load the process keeps one core busy and its events per second cap the throughput.
+    ``--stream-interval N`` sends the first token alone, then N tokens an event (the rest
+    with the last), as vLLM does: about N times less CPU per token.
+    ``--async-scheduling`` makes a step 15 % shorter. ``--api-server-count`` is accepted and
+    changes nothing: the fake is always one API server process (real vLLM would spread the
+    frontend's work over that many).
+  - ``kv``: the KV cache. As ``frontend`` for ``--stream-interval`` and
+    ``--async-scheduling``, without the CPU cost per event; ``TUNER_FAKE_KV_SCALE`` defaults
+    to 1/60: 7,500 tokens at utilization 0.9, where 16 streams of 512 + 256 tokens need up
+    to 12,288. More memory, an fp8 KV cache or a lower ``--max-num-seqs`` preempt less.
+
+  ``TUNER_FAKE_KV_SCALE`` and ``TUNER_FAKE_CHUNK_CPU_MS``, when set, count in any regime.
 - Faults (``TUNER_FAKE_FAULT``): hang, crash_at_start, oom_at_start, kv_at_start,
   crash_mid_load (SIGKILLs itself when request ``TUNER_FAKE_CRASH_AFTER`` + 1 arrives,
   default 5), stranger (serves another model name), dies_on_short_first_prompt (a first
@@ -41,14 +68,18 @@ from starlette.routing import Route
 
 from tuner.testing.fake_answers import Options, respond
 from tuner.testing.fake_engine import (
+    ASYNC_SCHEDULING_STEP,
     AUTO_BACKENDS,
     CHILD_CODE,
     ENGINE_CORE_MARKER,
     FAKE_VLLM_VERSION,
     FAULTS,
+    FRONTEND_CHUNK_CPU_MS,
     KNOWN_BACKENDS,
     KV_DTYPES,
+    KV_REGIME_SCALE,
     KV_TOKENS_AT_FULL_MEMORY,
+    REGIMES,
     STRANGER_MODEL,
     FakeEngine,
 )
@@ -79,13 +110,17 @@ def create_app(
     crash_after: int | None = None,
     crash: Callable[[], None] | None = None,
     short_first_prompt_kills: Callable[[], None] | None = None,
+    stream_interval: int = 1,
+    chunk_cpu_s: float = 0.0,
 ) -> Starlette:
     """The fake's ASGI app, for in-process tests. ``crash`` runs when request number
     ``crash_after + 1`` arrives (the process entry point passes a SIGKILL to itself).
     ``short_first_prompt_kills``: when the first generation request has a prompt of fewer
     than :data:`SHORT_PROMPT` tokens, it is called (the process kills its engine core) and
     the engine is dead from then on, as vLLM CPU's worker was after a SIGILL: that request
-    and every later one answer 500, and ``/health`` too."""
+    and every later one answer 500, and ``/health`` too. ``stream_interval`` (tokens per
+    streamed event) and ``chunk_cpu_s`` (CPU time per event) are the API server's costs
+    (:func:`tuner.testing.fake_answers.respond`)."""
     engine = FakeEngine(
         max_num_seqs,
         step_s,
@@ -158,7 +193,16 @@ def create_app(
             options = Options.of(body)
         except (ValueError, TypeError) as exc:
             return _error(f"invalid request: {exc}", "BadRequestError", 400)
-        return await respond(engine, served_model_name, chat, prompt, max_tokens, options)
+        return await respond(
+            engine,
+            served_model_name,
+            chat,
+            prompt,
+            max_tokens,
+            options,
+            stream_interval=max(1, stream_interval),
+            chunk_cpu_s=chunk_cpu_s,
+        )
 
     routes = [
         Route("/health", health),
@@ -189,6 +233,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--stream-interval", type=int, default=1)  # typed as vLLM's: a bad value exits
+    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--api-server-count", "-asc", type=int, default=None)
     args, _unknown = p.parse_known_args(argv)  # vLLM flags the fake does not model
     return args
 
@@ -234,7 +280,25 @@ def _attention(args: argparse.Namespace) -> tuple[str | None, int | None]:
     return (backend.upper() if backend else None), (int(version) if version else None)
 
 
-def _start_up(args: argparse.Namespace, fault: str, engine_pid: int) -> int | None:
+def _kv_tokens(args: argparse.Namespace, scale: float) -> int:
+    """The KV cache's capacity in tokens: proportional to the memory given, doubled by fp8."""
+    fp8 = 2 if "fp8" in args.kv_cache_dtype else 1
+    return int(KV_TOKENS_AT_FULL_MEMORY * args.gpu_memory_utilization * fp8 * scale)
+
+
+def _env_number(name: str, default: float, *, zero_ok: bool) -> float:
+    """A non-negative number from the environment (positive unless ``zero_ok``), else
+    ``default``; ValueError names a bad one."""
+    text = os.environ.get(name, "").strip()
+    value = float(text) if text else default
+    if not (value >= 0 if zero_ok else value > 0):
+        raise ValueError(f"{name}={text!r} must be {'>= 0' if zero_ok else '> 0'}")
+    return value
+
+
+def _start_up(
+    args: argparse.Namespace, fault: str, engine_pid: int, kv_scale: float = 1.0
+) -> int | None:
     """Log start-up like vLLM; return an exit code when start-up fails, None when ready."""
     mml, gmu = args.max_model_len, args.gpu_memory_utilization
     if fault == "hang":
@@ -263,7 +327,7 @@ def _start_up(args: argparse.Namespace, fault: str, engine_pid: int) -> int | No
         backend, fa_version = _attention(args)
     except ValueError as exc:
         return _fail(f"ValueError: {exc}", engine_pid)
-    kv_tokens = int(KV_TOKENS_AT_FULL_MEMORY * gmu * (2 if "fp8" in args.kv_cache_dtype else 1))
+    kv_tokens = _kv_tokens(args, kv_scale)
     if fault == "kv_at_start" or mml > kv_tokens:
         return _fail(
             f"ValueError: To serve at least one request with the model's max seq len ({mml}), "
@@ -326,6 +390,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if fault and fault not in FAULTS:
         print(f"unknown TUNER_FAKE_FAULT {fault!r}; known: {', '.join(FAULTS)}", flush=True)
         return 2
+    regime = os.environ.get("TUNER_FAKE_REGIME", "").strip()
+    if regime not in REGIMES:
+        print(f"unknown TUNER_FAKE_REGIME {regime!r}; known: {', '.join(REGIMES[1:])}", flush=True)
+        return 2
+    try:
+        kv_scale = _env_number(
+            "TUNER_FAKE_KV_SCALE", KV_REGIME_SCALE if regime == "kv" else 1.0, zero_ok=False
+        )
+        chunk_ms = FRONTEND_CHUNK_CPU_MS if regime == "frontend" else 0.0
+        chunk_cpu_s = _env_number("TUNER_FAKE_CHUNK_CPU_MS", chunk_ms, zero_ok=True) / 1000.0
+    except ValueError as exc:
+        print(f"bad fake-server setting: {exc}", flush=True)
+        return 2
     when = os.environ.get("TUNER_FAKE_FAULT_WHEN", "")
     if when and when not in " ".join(sys.argv[1:] if argv is None else argv):
         fault = ""  # the fault is only this configuration's
@@ -335,23 +412,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log("INFO", "__init__.py:291", "Automatically detected platform cuda.")
     engine_core = _spawn_engine_core()
     time.sleep(_startup_s())
-    code = _start_up(args, fault, engine_core.pid)
+    code = _start_up(args, fault, engine_core.pid, kv_scale)
     if code is not None:
         return code  # the engine core is left behind on purpose: the launcher must end it
     crash_after = int(os.environ.get("TUNER_FAKE_CRASH_AFTER", "5"))
     short_kills = fault == "dies_on_short_first_prompt"
+    step_ms = float(os.environ.get("TUNER_FAKE_STEP_MS", "2"))
+    if regime and args.async_scheduling:
+        step_ms *= ASYNC_SCHEDULING_STEP
     app = create_app(
         STRANGER_MODEL if fault == "stranger" else served,
         args.max_num_seqs,
         max_model_len=args.max_model_len,
-        step_s=float(os.environ.get("TUNER_FAKE_STEP_MS", "2")) / 1000.0,
+        step_s=step_ms / 1000.0,
         enable_prefix_caching=args.enable_prefix_caching,
+        kv_cache_tokens=_kv_tokens(args, kv_scale),
         model_path=args.model,
         crash_after=crash_after if fault == "crash_mid_load" else None,
         crash=lambda: os.kill(os.getpid(), signal.SIGKILL),
         short_first_prompt_kills=(lambda: engine_core.send_signal(signal.SIGKILL))
         if short_kills
         else None,
+        stream_interval=args.stream_interval if regime else 1,
+        chunk_cpu_s=chunk_cpu_s,
     )
     _log("INFO", "entry.py:140", f"Starting vLLM server on http://{args.host}:{args.port}")
     try:
