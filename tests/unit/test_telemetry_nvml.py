@@ -11,7 +11,13 @@ from dataclasses import dataclass
 import pytest
 
 from tuner.errors import EnvironmentProblem
-from tuner.telemetry.nvml import DetectedGpu, GpuMemorySampler, detect_gpus, system_info
+from tuner.telemetry.nvml import (
+    DetectedGpu,
+    GpuMemorySampler,
+    GpuUtilizationSampler,
+    detect_gpus,
+    system_info,
+)
 
 GIB = 1024**3
 
@@ -29,9 +35,17 @@ class FakeMemory:
     used: int
 
 
+@dataclass
+class FakeUtilization:
+    gpu: int  # percent
+    memory: int
+
+
 class FakeNvml:
     """Two GPUs. ``used[uuid]`` is a script: each memory read takes the next value (the last
-    one repeats); an ``int`` in ``errors`` at a read's position raises that code instead."""
+    one repeats); an ``int`` in ``errors`` at a read's position raises that code instead.
+    ``busy[uuid]`` scripts the utilisation reads (percent) the same way, with
+    ``busy_errors`` for GPU 0's."""
 
     NVMLError = FakeNVMLError
 
@@ -42,9 +56,14 @@ class FakeNvml:
         init_error: int | None = None,
         name_error: int | None = None,
         errors: dict[int, int] | None = None,
+        busy: dict[str, list[int]] | None = None,
+        busy_errors: dict[int, int] | None = None,
     ) -> None:
         self.uuids = ["GPU-aaaa", "GPU-bbbb"]
         self.used = used or {u: [GIB] for u in self.uuids}
+        self.busy = busy or {u: [0] for u in self.uuids}
+        self.busy_errors = busy_errors or {}
+        self.busy_reads = {u: 0 for u in self.uuids}
         self.init_error = init_error
         self.name_error = name_error
         self.errors = errors or {}  # read number (0-based, per GPU 0) -> error code
@@ -99,6 +118,15 @@ class FakeNvml:
         used = script[min(n, len(script) - 1)]
         total = 141 * GIB if handle == "GPU-aaaa" else 24 * GIB
         return FakeMemory(total=total, free=total - used, used=used)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> FakeUtilization:
+        with self._lock:
+            n = self.busy_reads[handle]
+            self.busy_reads[handle] += 1
+        if handle == self.uuids[0] and n in self.busy_errors:
+            raise FakeNVMLError(self.busy_errors[n])
+        script = self.busy[handle]
+        return FakeUtilization(gpu=script[min(n, len(script) - 1)], memory=0)
 
 
 @pytest.fixture(autouse=True)
@@ -235,3 +263,62 @@ def test_without_pynvml_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert detect_gpus() == []
     with pytest.raises(EnvironmentProblem, match="nvidia-ml-py"):
         GpuMemorySampler().baseline()
+
+
+def test_utilization_is_the_mean_per_gpu_averaged_over_gpus() -> None:
+    # One read per GPU a round: at start(), in the thread, at stop(); a script repeats its end.
+    nvml = FakeNvml(busy={"GPU-aaaa": [100, 80, 60, 40], "GPU-bbbb": [0, 0, 20, 20]})
+    sampler = GpuUtilizationSampler(interval_s=0.001, nvml=nvml)
+    sampler.start()
+    wait_until(lambda: nvml.busy_reads["GPU-bbbb"] >= 3)
+    sampler.stop()
+    rounds = sampler.samples
+    assert rounds >= 4 and nvml.busy_reads["GPU-aaaa"] == rounds
+    # Reads past the script repeat its last value (40 % and 20 %).
+    mean_a = (100 + 80 + 60 + 40 * (rounds - 3)) / 100 / rounds
+    mean_b = (0 + 0 + 20 * (rounds - 2)) / 100 / rounds
+    assert sampler.means() == {
+        "GPU-aaaa": pytest.approx(mean_a),
+        "GPU-bbbb": pytest.approx(mean_b),
+    }
+    assert sampler.summary() == {
+        "gpu_utilization_mean": pytest.approx((mean_a + mean_b) / 2),
+        "gpu_utilization_samples": float(rounds),
+    }
+    assert nvml.inits == nvml.shutdowns == 1
+
+
+def test_utilization_drops_a_round_with_a_failed_read(caplog: pytest.LogCaptureFixture) -> None:
+    # GPU 0 fails its second read: that round is dropped for both GPUs.
+    nvml = FakeNvml(busy={"GPU-aaaa": [50, 100, 50], "GPU-bbbb": [10]}, busy_errors={1: 999})
+    sampler = GpuUtilizationSampler(interval_s=0.001, nvml=nvml)
+    sampler.start()
+    wait_until(lambda: nvml.busy_reads["GPU-aaaa"] >= 3)
+    sampler.stop()
+    reads = nvml.busy_reads["GPU-aaaa"]
+    assert sampler.samples == reads - 1
+    assert sampler.means()["GPU-aaaa"] == pytest.approx(0.5)  # the 100 % read was lost
+    assert "GPU utilisation sample failed" in caplog.text
+
+
+def test_utilization_without_support_reports_nothing() -> None:
+    nvml = FakeNvml(busy_errors={n: 3 for n in range(10_000)})  # NVML_ERROR_NOT_SUPPORTED
+    with GpuUtilizationSampler(["GPU-aaaa"], interval_s=0.001, nvml=nvml) as sampler:
+        pass
+    assert sampler.samples == 0
+    assert sampler.means() == {} and sampler.summary() == {}
+    assert nvml.busy_reads["GPU-bbbb"] == 0  # not watched
+
+
+def test_utilization_sampler_setup_errors_are_environment_problems() -> None:
+    with pytest.raises(EnvironmentProblem, match="GPU-zzzz"):
+        GpuUtilizationSampler(["GPU-zzzz"], nvml=FakeNvml()).start()
+    with pytest.raises(EnvironmentProblem, match="initialising"):
+        GpuUtilizationSampler(nvml=FakeNvml(init_error=12)).start()
+
+
+def test_memory_sampler_names_the_gpus_it_found() -> None:
+    sampler = GpuMemorySampler(nvml=FakeNvml())
+    assert sampler.uuids is None
+    sampler.baseline()
+    assert sampler.uuids == ("GPU-aaaa", "GPU-bbbb")

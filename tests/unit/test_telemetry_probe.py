@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,14 +34,23 @@ class FakeMemory:
     used: int
 
 
+@dataclass
+class FakeUtilization:
+    gpu: int
+    memory: int
+
+
 class OneGpuNvml:
-    """One GPU whose used memory the test sets; ``present=False`` acts as a CPU machine."""
+    """One GPU whose used memory and utilisation (percent) the test sets; ``present=False``
+    acts as a CPU machine. ``utilization_reads`` counts the utilisation reads."""
 
     NVMLError = FakeNVMLError
 
-    def __init__(self, used: int = GIB, *, present: bool = True) -> None:
+    def __init__(self, used: int = GIB, *, present: bool = True, busy: int = 0) -> None:
         self.used = used
         self.present = present
+        self.busy = busy
+        self.utilization_reads = 0
 
     def nvmlInit(self) -> None:
         if not self.present:
@@ -75,6 +85,10 @@ class OneGpuNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: str) -> FakeMemory:
         return FakeMemory(total=80 * GIB, used=self.used)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> FakeUtilization:
+        self.utilization_reads += 1
+        return FakeUtilization(gpu=self.busy, memory=0)
 
 
 @pytest.fixture(autouse=True)
@@ -124,3 +138,48 @@ def test_gpu_memory_is_sampled_from_attach_over_the_baseline() -> None:
     assert memory.gpu_peak_bytes == {"GPU-only": 28 * GIB}
     assert memory.headline_bytes == 28 * GIB
     assert memory.host_peak_rss_bytes is not None and memory.host_peak_rss_bytes > 0
+
+
+CPU_KEYS = {"api_server_cpu", "api_server_processes", "server_cpu_peak_process"}
+GPU_KEYS = {"gpu_utilization_mean", "gpu_utilization_samples"}
+
+
+def test_load_phase_adds_cpu_and_gpu_utilization_to_the_server_metrics() -> None:
+    nvml = OneGpuNvml(busy=75)
+    probe = TelemetryProbe(
+        gpu=True,
+        metrics_url=UNUSED_URL,
+        nvml=nvml,
+        gpu_interval_s=0.01,
+        cpu_interval_s=0.01,
+        utilization_interval_s=0.01,
+    )
+    probe.before_launch()
+    probe.attach(os.getpid())  # this test process stands in for the server
+    assert nvml.utilization_reads == 0  # not before the load
+    probe.start_load()
+    began = time.monotonic()
+    # Some CPU for the API-server figure, over more than the shortest phase given cores.
+    while time.monotonic() - began < 0.2 or nvml.utilization_reads < 3:
+        sum(range(10_000))
+    probe.stop_load()
+    reads = nvml.utilization_reads
+    _, metrics = probe.result()
+    assert set(metrics) >= CPU_KEYS | GPU_KEYS
+    assert metrics["gpu_utilization_mean"] == pytest.approx(0.75)
+    assert metrics["gpu_utilization_samples"] == float(reads) >= 3
+    assert metrics["api_server_processes"] >= 1.0
+    assert metrics["api_server_cpu"] > 0.0
+    probe.close()
+    assert nvml.utilization_reads == reads  # nothing sampled after stop_load()
+
+
+def test_cpu_probe_measures_cpu_and_no_gpu_utilization() -> None:
+    probe = TelemetryProbe(gpu=False, metrics_url=UNUSED_URL, cpu_interval_s=0.01)
+    with probe:
+        probe.attach(os.getpid())
+        probe.start_load()
+        time.sleep(0.2)
+    _, metrics = probe.result()
+    assert set(metrics) >= CPU_KEYS
+    assert not GPU_KEYS & set(metrics)

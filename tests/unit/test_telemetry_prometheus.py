@@ -183,3 +183,52 @@ def test_summarize_vllm_leaves_out_what_it_cannot_know() -> None:
 def test_parse_text_writes_labelled_keys_as_the_exposition_escapes_them() -> None:
     text = 'lat_sum{path="C:\\\\tmp",q="say \\"hi\\"",n="a\\nb"} 2\n'
     assert parse_text(text)['lat_sum{n="a\\nb",path="C:\\\\tmp",q="say \\"hi\\""}'] == 2.0
+
+
+def _phase_histograms(scale: float) -> str:
+    """The four request-phase histograms of vLLM, two engines each, sums times ``scale``."""
+    lines = []
+    for metric, base in (
+        ("vllm:request_queue_time_seconds", 1.0),
+        ("vllm:request_prefill_time_seconds", 2.0),
+        ("vllm:request_decode_time_seconds", 5.0),
+        ("vllm:request_inference_time_seconds", 7.0),
+    ):
+        lines.append(f"# TYPE {metric} histogram")
+        for engine in ("0", "1"):
+            labels = f'engine="{engine}",model_name="tuner-7f3a"'
+            lines.append(f'{metric}_bucket{{{labels},le="+Inf"}} {10 * scale}')
+            lines.append(f"{metric}_count{{{labels}}} {10 * scale}")
+            lines.append(f"{metric}_sum{{{labels}}} {base * scale}")
+    return "\n".join(lines) + "\n"
+
+
+def test_parse_text_sums_histogram_sums_over_engines_under_the_bare_name() -> None:
+    m = parse_text(_phase_histograms(1.0))
+    assert m["vllm:request_prefill_time_seconds_sum"] == 4.0  # 2.0 from each engine
+    assert m["vllm:request_inference_time_seconds_count"] == 20.0
+    assert m['vllm:request_decode_time_seconds_sum{engine="1",model_name="tuner-7f3a"}'] == 5.0
+
+
+def test_summarize_vllm_reports_time_spent_per_request_phase() -> None:
+    before = parse_text(VLLM_METRICS + _phase_histograms(1.0))
+    after = parse_text(VLLM_METRICS + _phase_histograms(3.0))
+    summary = summarize_vllm(before, after, {})
+    # Each sum triples: the delta is twice the "before" total over both engines.
+    assert summary["queue_time_s"] == pytest.approx(4.0)
+    assert summary["prefill_time_s"] == pytest.approx(8.0)
+    assert summary["decode_time_s"] == pytest.approx(20.0)
+    assert summary["inference_time_s"] == pytest.approx(28.0)
+
+
+def test_summarize_vllm_leaves_out_phase_times_it_cannot_know() -> None:
+    before = {
+        "vllm:request_prefill_time_seconds_sum": 10.0,
+        "vllm:request_decode_time_seconds_sum": 50.0,
+    }
+    after = {
+        "vllm:request_prefill_time_seconds_sum": 12.5,
+        "vllm:request_decode_time_seconds_sum": 40.0,  # went backwards: a restart
+        "vllm:request_queue_time_seconds_sum": 3.0,  # missing before
+    }
+    assert summarize_vllm(before, after, {}) == {"prefill_time_s": 2.5}

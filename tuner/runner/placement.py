@@ -31,11 +31,12 @@ from pathlib import Path
 import psutil
 
 from tuner.errors import UsageError
+from tuner.telemetry.host import ENGINE_MARKERS as ENGINE_MARKERS  # re-exported: it lived here
+from tuner.telemetry.host import is_engine_core
 
 MODES = ("auto", "pinned", "off")
 ENV = "TUNER_CPU_PLACEMENT"
 AUTO_MIN_CORES = 6  # auto pins from 6 whole cores up: at least one each, engine core two or more
-ENGINE_MARKERS = ("EngineCore", "tuner-fake-engine-core")  # vLLM's process title; the fake's argv
 _SYS_CPU = Path("/sys/devices/system/cpu")
 
 
@@ -189,14 +190,6 @@ def set_affinity(pid: int, cpus: Sequence[int]) -> int:
     return done
 
 
-def _is_engine(proc: psutil.Process) -> bool:
-    try:
-        words = [proc.name(), *proc.cmdline()]
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return False
-    return any(marker in word for word in words for marker in ENGINE_MARKERS)
-
-
 def pin_server(cpu_plan: CpuPlan, root_pid: int) -> dict[str, str]:
     """Place a ready server's processes: engine cores on the engine set, the API server and
     every other child on the API set. What was done, for the launch's record."""
@@ -205,7 +198,7 @@ def pin_server(cpu_plan: CpuPlan, root_pid: int) -> dict[str, str]:
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return {**cpu_plan.describe(), "engine_processes": "0", "api_processes": "0"}
-    engines = [p for p in procs if _is_engine(p)]
+    engines = [p for p in procs if is_engine_core(p)]
     others = [p for p in procs if p not in engines]
     for proc in engines:
         set_affinity(proc.pid, cpu_plan.engine)

@@ -1,21 +1,38 @@
-"""Telemetry: GPU memory through NVML, host RSS through psutil, vLLM's Prometheus metrics.
+"""Telemetry: GPU memory and utilisation through NVML, host RSS and CPU use through psutil,
+vLLM's Prometheus metrics.
 
 :class:`TelemetryProbe` is what a trial runner uses; the pieces are usable on their own.
 """
 
-from tuner.telemetry.host import ProcessTreeRssSampler, host_memory
-from tuner.telemetry.nvml import DetectedGpu, GpuMemorySampler, detect_gpus, system_info
+from tuner.telemetry.host import (
+    ENGINE_MARKERS,
+    ProcessTreeCpuSampler,
+    ProcessTreeRssSampler,
+    host_memory,
+    is_engine_core,
+)
+from tuner.telemetry.nvml import (
+    DetectedGpu,
+    GpuMemorySampler,
+    GpuUtilizationSampler,
+    detect_gpus,
+    system_info,
+)
 from tuner.telemetry.probe import TelemetryProbe
 from tuner.telemetry.prometheus import MetricsPoller, parse_text, scrape, summarize_vllm
 
 __all__ = [
+    "ENGINE_MARKERS",
     "DetectedGpu",
     "GpuMemorySampler",
+    "GpuUtilizationSampler",
     "MetricsPoller",
+    "ProcessTreeCpuSampler",
     "ProcessTreeRssSampler",
     "TelemetryProbe",
     "detect_gpus",
     "host_memory",
+    "is_engine_core",
     "parse_text",
     "scrape",
     "summarize_vllm",

@@ -1,9 +1,17 @@
-"""Host memory: the resident memory of a server's process tree, and the machine's totals."""
+"""Host side of a server: its process tree's resident memory and CPU use, the machine's totals.
+
+The tree of a vLLM server is its API server (the launched process, and any other API-server
+processes it starts) and an engine core child that runs the scheduler and the model, with the
+engine core's own workers under it. :func:`is_engine_core` tells the two apart; CPU placement
+(``tuner.runner.placement``) and the CPU sampler here both rely on it.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from dataclasses import dataclass
 
 import psutil
 
@@ -14,6 +22,20 @@ log = logging.getLogger(__name__)
 # A process that exits, turns zombie or hides from us between listing and reading simply
 # does not count in that sample.
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
+
+# What marks an engine-core process: vLLM's process title (``VLLM::EngineCore_DP0``), and the
+# word tuner's fake server puts in its engine child's command line.
+ENGINE_MARKERS = ("EngineCore", "tuner-fake-engine-core")
+
+
+def is_engine_core(proc: psutil.Process) -> bool:
+    """Whether ``proc``'s name or command line carries one of :data:`ENGINE_MARKERS`; False
+    for a process that is gone or hidden from us."""
+    try:
+        words = [proc.name(), *proc.cmdline()]
+    except _GONE:
+        return False
+    return any(marker in word for word in words for marker in ENGINE_MARKERS)
 
 
 def host_memory() -> tuple[int, int]:
@@ -75,3 +97,136 @@ class ProcessTreeRssSampler(Periodic):
             return
         with self._lock:
             self._peak = rss if self._peak is None else max(self._peak, rss)
+
+
+# CPU time comes in clock ticks (10 ms on most kernels): over a phase shorter than this the
+# cores figure would be mostly rounding, so none is given.
+MIN_CPU_PHASE_S = 0.1
+
+
+@dataclass
+class _CpuSeen:
+    """One process as the CPU sampler saw it: CPU seconds at first and last sight, its role."""
+
+    first_s: float
+    last_s: float
+    engine: bool
+
+
+def _since_boot() -> float:
+    """Seconds since boot now, on the clock the kernel stamps a process's start with."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return time.time() - float(psutil.boot_time())
+    return time.clock_gettime(boottime)
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+class ProcessTreeCpuSampler(Periodic):
+    """CPU cores a server's API-server and engine-core processes use, between ``start()`` and
+    ``stop()``.
+
+    Each tick walks the tree from ``root_pid`` down, so that a process started meanwhile is
+    found, and records each process's CPU time (user + system, all its threads). A process is
+    an engine-core process when it or an ancestor below the root is an engine core
+    (:func:`is_engine_core`); every other process of the tree, the root included, is an
+    API-server process. A process counts with the CPU time it used while watched: from the
+    first tick that saw it, or from its birth when it started after ``start()``, to the last
+    tick that saw it (one that exited meanwhile keeps what was seen). Processes are told apart
+    by pid and start time, so a reused pid is a new process; start times are taken since boot,
+    so that a step of the system clock (NTP) changes neither. Sampling never raises into the
+    caller's thread.
+    """
+
+    thread_name = "tuner-cpu-sampler"
+
+    def __init__(self, root_pid: int, interval_s: float = 0.5) -> None:
+        super().__init__(interval_s)
+        self.root_pid = root_pid
+        self._seen: dict[tuple[int, float], _CpuSeen] = {}
+        self._started: float | None = None  # _since_boot() at the first tick
+        self._first_tick: float | None = None  # time.monotonic() of the first and last tick
+        self._last_tick: float | None = None
+        self._lock = threading.Lock()
+
+    def _walk(self) -> list[tuple[psutil.Process, bool]]:
+        """The tree's processes, each with whether it is (under) an engine core."""
+        try:
+            root = psutil.Process(self.root_pid)
+        except _GONE:
+            return []
+        found: list[tuple[psutil.Process, bool]] = []
+        stack = [(root, False)]
+        while stack:
+            proc, under_engine = stack.pop()
+            engine = under_engine or is_engine_core(proc)
+            found.append((proc, engine))
+            try:
+                stack.extend((child, engine) for child in proc.children())
+            except _GONE:
+                continue
+        return found
+
+    def _tick(self) -> None:
+        since_boot, now = _since_boot(), time.monotonic()
+        try:
+            boot = float(psutil.boot_time())
+            readings: list[tuple[tuple[int, float], float, bool, float]] = []
+            for proc, engine in self._walk():
+                try:
+                    # psutil gives boot time + start ticks; taken back to the ticks, 10 ms each.
+                    born = round(proc.create_time() - boot, 2)
+                    readings.append(((proc.pid, born), _cpu_seconds(proc), engine, born))
+                except _GONE:
+                    continue
+        except Exception as exc:  # e.g. /proc unreadable: lose the sample, keep going
+            log.warning("CPU sample of pid %d's tree failed: %s", self.root_pid, exc)
+            return
+        with self._lock:
+            if self._first_tick is None:
+                self._first_tick, self._started = now, since_boot
+            self._last_tick = now
+            started = self._started if self._started is not None else since_boot
+            for key, cpu_s, engine, born in readings:
+                seen = self._seen.get(key)
+                if seen is None:
+                    # Born while watched: everything it used so far was used in the phase.
+                    first = 0.0 if born > started else cpu_s
+                    self._seen[key] = _CpuSeen(first_s=first, last_s=cpu_s, engine=engine)
+                else:
+                    seen.last_s = max(seen.last_s, cpu_s)
+                    seen.engine = engine  # the latest word: vLLM titles its engine core late
+
+    def result(self) -> dict[str, float]:
+        """The CPU figures, in cores (CPU seconds per wall second of the watched phase).
+
+        ``api_server_cpu`` (summed over API-server processes), ``api_server_processes`` (how
+        many were seen), ``server_cpu_peak_process`` (the busiest single API-server process;
+        about 1.0 for a saturated single-threaded one), ``engine_core_cpu`` (summed over the
+        engine-core processes, their descendants included) and ``engine_core_processes``. The
+        API-server keys are left out when no API-server process was seen, the engine keys when
+        no engine core was, and all of them when the ticks span less than
+        :data:`MIN_CPU_PHASE_S`.
+        """
+        with self._lock:
+            if self._first_tick is None or self._last_tick is None:
+                return {}
+            wall = self._last_tick - self._first_tick
+            used = [(seen.last_s - seen.first_s, seen.engine) for seen in self._seen.values()]
+        if wall < MIN_CPU_PHASE_S:
+            return {}
+        api = [cpu_s / wall for cpu_s, engine in used if not engine]
+        engine_cores = [cpu_s / wall for cpu_s, engine in used if engine]
+        out: dict[str, float] = {}
+        if api:
+            out["api_server_cpu"] = sum(api)
+            out["api_server_processes"] = float(len(api))
+            out["server_cpu_peak_process"] = max(api)
+        if engine_cores:
+            out["engine_core_cpu"] = sum(engine_cores)
+            out["engine_core_processes"] = float(len(engine_cores))
+        return out

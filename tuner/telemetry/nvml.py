@@ -1,4 +1,5 @@
-"""GPU discovery and GPU-memory sampling through NVML (package ``nvidia-ml-py``, module ``pynvml``).
+"""GPU discovery, GPU memory and GPU utilisation through NVML (package ``nvidia-ml-py``, module
+``pynvml``).
 
 Every function takes an optional ``nvml`` argument: an object with the ``pynvml`` functions used
 here and its ``NVMLError`` class. ``None`` means the real ``pynvml``. Tests pass a small fake.
@@ -50,6 +51,7 @@ class Nvml(Protocol):
     def nvmlDeviceGetName(self, handle: Any) -> str | bytes: ...
     def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes: ...
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...  # has .total, .used
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any: ...  # has .gpu, .memory (%)
     def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]: ...
 
 
@@ -182,6 +184,48 @@ def system_info(nvml: Nvml | None = None) -> dict[str, Any]:
     }
 
 
+def _handle(api: Nvml, uuid: str) -> Any:
+    try:
+        return api.nvmlDeviceGetHandleByUUID(uuid)
+    except api.NVMLError as exc:
+        raise EnvironmentProblem(
+            f"no GPU with UUID {uuid!r}: {exc}",
+            hint="list the GPUs and their UUIDs with `nvidia-smi -L`",
+        ) from exc
+
+
+def _open_gpus(
+    nvml: Nvml | None, uuids: tuple[str, ...] | None, what: str
+) -> tuple[Nvml, tuple[str, ...], dict[str, Any]]:
+    """nvmlInit, then a handle per UUID (every GPU when ``uuids`` is None): ``(api, uuids,
+    handles)``. The caller must :func:`_shutdown` the api; on an error it is shut down here and
+    :class:`EnvironmentProblem` says what could not be sampled (``what``)."""
+    api = _load(nvml)
+    if api is None:
+        raise EnvironmentProblem(
+            f"cannot sample {what}: the nvidia-ml-py package (pynvml) is not installed",
+            hint="pip install nvidia-ml-py, or run tuner in CPU mode (no --gpu)",
+        )
+    with _translated(api, "initialising"):
+        api.nvmlInit()
+    try:
+        with _translated(api, "looking up GPUs"):
+            if uuids is None:
+                count = api.nvmlDeviceGetCount()
+                found = [api.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+                uuids = tuple(_text(api.nvmlDeviceGetUUID(h)) for h in found)
+                handles = dict(zip(uuids, found, strict=True))
+            else:
+                handles = {u: _handle(api, u) for u in uuids}
+    except BaseException:
+        _shutdown(api)
+        raise
+    if not handles:
+        _shutdown(api)
+        raise EnvironmentProblem(f"cannot sample {what}: NVML sees no GPU", hint=_HINT)
+    return api, uuids, handles
+
+
 class GpuMemorySampler(Periodic):
     """Peak used GPU memory per GPU UUID, over a baseline taken before the server starts.
 
@@ -210,43 +254,17 @@ class GpuMemorySampler(Periodic):
         self._lock = threading.Lock()
         self._failures = 0
 
+    @property
+    def uuids(self) -> tuple[str, ...] | None:
+        """The GPUs watched: those asked for, or every GPU NVML saw at ``baseline()``; None
+        before that when none were asked for."""
+        return self._uuids
+
     def _open(self) -> Nvml:
         """nvmlInit and resolve the handles; the caller must ``_close()``."""
-        api = _load(self._nvml)
-        if api is None:
-            raise EnvironmentProblem(
-                "cannot sample GPU memory: the nvidia-ml-py package (pynvml) is not installed",
-                hint="pip install nvidia-ml-py, or run tuner in CPU mode (no --gpu)",
-            )
-        with _translated(api, "initialising"):
-            api.nvmlInit()
-        try:
-            with _translated(api, "looking up GPUs"):
-                if self._uuids is None:
-                    count = api.nvmlDeviceGetCount()
-                    handles = [api.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-                    self._uuids = tuple(_text(api.nvmlDeviceGetUUID(h)) for h in handles)
-                    self._handles = dict(zip(self._uuids, handles, strict=True))
-                else:
-                    self._handles = {u: self._handle(api, u) for u in self._uuids}
-        except BaseException:
-            _shutdown(api)
-            raise
-        if not self._handles:
-            _shutdown(api)
-            raise EnvironmentProblem("cannot sample GPU memory: NVML sees no GPU", hint=_HINT)
+        api, self._uuids, self._handles = _open_gpus(self._nvml, self._uuids, "GPU memory")
         self._api = api
         return api
-
-    @staticmethod
-    def _handle(api: Nvml, uuid: str) -> Any:
-        try:
-            return api.nvmlDeviceGetHandleByUUID(uuid)
-        except api.NVMLError as exc:
-            raise EnvironmentProblem(
-                f"no GPU with UUID {uuid!r}: {exc}",
-                hint="list the GPUs and their UUIDs with `nvidia-smi -L`",
-            ) from exc
 
     def _close(self) -> None:
         if self._api is not None:
@@ -302,6 +320,88 @@ class GpuMemorySampler(Periodic):
             peak = dict(self._peak)
         over = {u: max(0, peak[u] - base) for u, base in baseline.items() if u in peak}
         return over, baseline
+
+
+class GpuUtilizationSampler(Periodic):
+    """How busy the GPUs are: NVML's utilisation rate (the share of the last sample period,
+    1/6 s to 1 s by product, in which a kernel ran on the GPU), sampled from ``start()`` to
+    ``stop()``.
+
+    ``start()`` raises :class:`EnvironmentProblem` when NVML is unusable. A failed sample
+    afterwards (some GPUs, MIG slices among them, do not report utilisation) is logged and
+    dropped; sampling never raises into the caller's thread.
+    """
+
+    thread_name = "tuner-gpu-utilization-sampler"
+
+    def __init__(
+        self, uuids: Sequence[str] | None = None, interval_s: float = 0.5, nvml: Nvml | None = None
+    ) -> None:
+        super().__init__(interval_s)
+        self._uuids: tuple[str, ...] | None = tuple(uuids) if uuids is not None else None
+        self._nvml = nvml
+        self._api: Nvml | None = None
+        self._handles: dict[str, Any] = {}
+        self._sums: dict[str, float] = {}
+        self._rounds = 0
+        self._failures = 0
+        self._lock = threading.Lock()
+
+    def _before_start(self) -> None:
+        self._api, self._uuids, self._handles = _open_gpus(
+            self._nvml, self._uuids, "GPU utilisation"
+        )
+
+    def _after_stop(self) -> None:
+        if self._api is not None:
+            _shutdown(self._api)
+            self._api = None
+
+    def _tick(self) -> None:
+        api = self._api
+        if api is None:
+            return
+        try:
+            # One round reads every GPU; a round with a failed read is dropped whole, so that
+            # every GPU's mean is over the same instants.
+            busy = {
+                u: float(api.nvmlDeviceGetUtilizationRates(h).gpu) / 100.0
+                for u, h in self._handles.items()
+            }
+        except Exception as exc:
+            self._failures += 1
+            level = logging.WARNING if self._failures == 1 else logging.DEBUG
+            log.log(level, "GPU utilisation sample failed (%d so far): %s", self._failures, exc)
+            return
+        with self._lock:
+            self._rounds += 1
+            for uuid, value in busy.items():
+                self._sums[uuid] = self._sums.get(uuid, 0.0) + value
+
+    @property
+    def samples(self) -> int:
+        """Successful sampling rounds (every GPU read once) so far."""
+        with self._lock:
+            return self._rounds
+
+    def means(self) -> dict[str, float]:
+        """Mean utilisation per GPU UUID, a fraction (1 = a kernel ran all the time); ``{}``
+        before any successful round."""
+        with self._lock:
+            if self._rounds == 0:
+                return {}
+            return {u: total / self._rounds for u, total in self._sums.items()}
+
+    def summary(self) -> dict[str, float]:
+        """``gpu_utilization_mean`` (the per-GPU means averaged over the GPUs) and
+        ``gpu_utilization_samples`` (the rounds behind it); ``{}`` without a successful one."""
+        means = self.means()
+        if not means:
+            return {}
+        return {
+            "gpu_utilization_mean": sum(means.values()) / len(means),
+            "gpu_utilization_samples": float(self.samples),
+        }
 
 
 def local_cpus(uuid: str, nvml: Nvml | None = None) -> tuple[int, ...] | None:

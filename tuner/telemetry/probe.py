@@ -1,4 +1,4 @@
-"""The telemetry a trial runner wraps around one server: memory and server metrics.
+"""The telemetry a trial runner wraps around one server: memory, CPU, GPU use, server metrics.
 
 Order of calls::
 
@@ -17,17 +17,30 @@ its memory at start-up (weights, KV cache, CUDA graphs), and a start-up peak is 
 config needs. On a GPU machine the GPU numbers come from NVML per GPU UUID over the baseline;
 the server's host RSS is recorded on every machine. ``close()`` (or leaving a ``with`` block)
 stops whatever still runs, for the error paths.
+
+What tells where a configuration is bound is measured over the load phase only
+(``start_load()`` to ``stop_load()``) and joins the ``/metrics`` summary in ``result()``: the
+CPU cores the API-server and the engine-core processes use
+(:meth:`tuner.telemetry.host.ProcessTreeCpuSampler.result`: ``api_server_cpu``,
+``api_server_processes``, ``server_cpu_peak_process``, ``engine_core_cpu``,
+``engine_core_processes``) on every machine, and on a GPU how busy the measured GPUs were
+(:meth:`tuner.telemetry.nvml.GpuUtilizationSampler.summary`: ``gpu_utilization_mean``,
+``gpu_utilization_samples``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from types import TracebackType
 
 from tuner.domain import MemoryUsage
-from tuner.telemetry.host import ProcessTreeRssSampler
-from tuner.telemetry.nvml import GpuMemorySampler, Nvml
+from tuner.errors import EnvironmentProblem
+from tuner.telemetry.host import ProcessTreeCpuSampler, ProcessTreeRssSampler
+from tuner.telemetry.nvml import GpuMemorySampler, GpuUtilizationSampler, Nvml
 from tuner.telemetry.prometheus import MetricsPoller
+
+log = logging.getLogger(__name__)
 
 
 class TelemetryProbe:
@@ -49,16 +62,23 @@ class TelemetryProbe:
         gpu_interval_s: float = 0.1,
         rss_interval_s: float = 0.2,
         metrics_interval_s: float = 1.0,
+        cpu_interval_s: float = 0.5,
+        utilization_interval_s: float = 0.5,
     ) -> None:
         self.gpu = gpu
         self.metrics_url = metrics_url
         self._pending_pid = server_pid
         self._rss_interval_s = rss_interval_s
+        self._cpu_interval_s = cpu_interval_s
+        self._utilization_interval_s = utilization_interval_s
+        self._nvml = nvml
         self._gpu_sampler = (
             GpuMemorySampler(gpu_uuids, interval_s=gpu_interval_s, nvml=nvml) if gpu else None
         )
         self._baseline_taken = False
         self._rss: ProcessTreeRssSampler | None = None
+        self._cpu: ProcessTreeCpuSampler | None = None
+        self._utilization: GpuUtilizationSampler | None = None
         self._poller = MetricsPoller(metrics_url, interval_s=metrics_interval_s)
         self._load_started = False
 
@@ -86,19 +106,37 @@ class TelemetryProbe:
                 raise
 
     def start_load(self) -> None:
-        """Begin the load phase: the first ``/metrics`` scrape, then polling."""
+        """Begin the load phase: the first ``/metrics`` scrape, then polling; CPU and GPU
+        utilisation sampling."""
         if self._load_started:
             raise RuntimeError("start_load() called twice")
         if self._rss is None:
             if self._pending_pid is None:
                 raise RuntimeError("no server to watch: pass server_pid or call attach() first")
             self.attach(self._pending_pid)
+        assert self._rss is not None
         self._poller.start()
         self._load_started = True
+        self._cpu = ProcessTreeCpuSampler(self._rss.root_pid, interval_s=self._cpu_interval_s)
+        self._cpu.start()
+        if self._gpu_sampler is not None:
+            utilization = GpuUtilizationSampler(
+                self._gpu_sampler.uuids, interval_s=self._utilization_interval_s, nvml=self._nvml
+            )
+            try:
+                utilization.start()
+            except EnvironmentProblem as exc:  # the memory samples still stand: go on without
+                log.warning("GPU utilisation is not sampled: %s", exc)
+            else:
+                self._utilization = utilization
 
     def stop_load(self) -> None:
         """End the load phase: stop polling and sampling, joining every thread. Idempotent."""
         self._poller.stop()
+        if self._cpu is not None:
+            self._cpu.stop()
+        if self._utilization is not None:
+            self._utilization.stop()
         if self._gpu_sampler is not None:
             self._gpu_sampler.stop()
         if self._rss is not None:
@@ -109,7 +147,8 @@ class TelemetryProbe:
         self.stop_load()
 
     def result(self) -> tuple[MemoryUsage, dict[str, float]]:
-        """Memory used (GPU peak over baseline per UUID, host RSS peak) and the metrics summary.
+        """Memory used (GPU peak over baseline per UUID, host RSS peak) and the server metrics:
+        the ``/metrics`` summary with the load phase's CPU and GPU-utilisation figures.
 
         Meant for after ``stop_load()``; before, it reports what was seen so far.
         """
@@ -122,7 +161,12 @@ class TelemetryProbe:
             gpu_baseline_bytes=gpu_baseline,
             host_peak_rss_bytes=self._rss.peak_bytes if self._rss is not None else None,
         )
-        return memory, self._poller.summary()
+        server_metrics = self._poller.summary()
+        if self._cpu is not None:
+            server_metrics.update(self._cpu.result())
+        if self._utilization is not None:
+            server_metrics.update(self._utilization.summary())
+        return memory, server_metrics
 
     def __enter__(self) -> TelemetryProbe:
         return self

@@ -16,7 +16,18 @@ requests_waiting_peak          vllm:num_requests_waiting
 requests_running_peak          vllm:num_requests_running
 prompt_tokens                  vllm:prompt_tokens_total
 generation_tokens              vllm:generation_tokens_total
+prefill_time_s                 vllm:request_prefill_time_seconds_sum
+decode_time_s                  vllm:request_decode_time_seconds_sum
+queue_time_s                   vllm:request_queue_time_seconds_sum
+inference_time_s               vllm:request_inference_time_seconds_sum
 =============================  ==============================================================
+
+The four ``*_time_s`` keys are the seconds the requests that finished during the load spent in
+each phase, summed over those requests (the histograms' ``_sum``): waiting in the scheduler's
+queue, in prefill (scheduled to first token), in decode (first token to last) and in all of
+prefill and decode. Over the same requests, ``prefill_time_s / inference_time_s`` is the share
+of the GPU-side time that went to prefill, and a large ``queue_time_s`` says requests waited for
+room in the batch.
 """
 
 from __future__ import annotations
@@ -134,6 +145,11 @@ _WAITING = ("vllm:num_requests_waiting",)
 _RUNNING = ("vllm:num_requests_running",)
 _PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
 _GENERATION_TOKENS = ("vllm:generation_tokens_total",)
+# Histogram sums; parse_text adds up every label set's ``_sum`` under the bare name.
+_PREFILL_TIME = ("vllm:request_prefill_time_seconds_sum",)
+_DECODE_TIME = ("vllm:request_decode_time_seconds_sum",)
+_QUEUE_TIME = ("vllm:request_queue_time_seconds_sum",)
+_INFERENCE_TIME = ("vllm:request_inference_time_seconds_sum",)
 
 
 def _peak(names: Sequence[str], *snapshots: Mapping[str, float]) -> float | None:
@@ -179,6 +195,10 @@ def summarize_vllm(
         ("preemptions", _PREEMPTIONS),
         ("prompt_tokens", _PROMPT_TOKENS),
         ("generation_tokens", _GENERATION_TOKENS),
+        ("prefill_time_s", _PREFILL_TIME),
+        ("decode_time_s", _DECODE_TIME),
+        ("queue_time_s", _QUEUE_TIME),
+        ("inference_time_s", _INFERENCE_TIME),
     ):
         delta = _delta(names, before, after)
         if delta is not None:
