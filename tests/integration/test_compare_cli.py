@@ -30,8 +30,9 @@ def _env(tmp_path: Path) -> dict[str, str]:
         "TUNER_SERVER_MODULE": "tuner.testing.fake_server",
         "TUNER_SERVER_VERSION": "0.32.0",
         "TUNER_FAKE_STARTUP_S": "0.1",
-        # Slower decode steps than the default 2 ms: decoding, not HTTP, dominates a request.
-        "TUNER_FAKE_STEP_MS": "5",
+        # Decode steps of 20 ms rather than 2: sleeping, not the CPU, dominates a request, so a
+        # 2-core machine busy with CPU vLLM beside it cannot make A's launches disagree x2.
+        "TUNER_FAKE_STEP_MS": "20",
     }
 
 

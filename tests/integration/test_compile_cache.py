@@ -17,7 +17,7 @@ W = Workload(
 
 
 def _runner(tmp_path: Path, mode: str):  # type: ignore[no-untyped-def]
-    runner = fake_server_runner(tmp_path, env={"TUNER_FAKE_STARTUP_S": "1.5"})
+    runner = fake_server_runner(tmp_path, env={"TUNER_FAKE_STARTUP_S": "4.5"})
     runner.settings = dataclasses.replace(
         runner.settings, compile_cache=mode, cache_root=tmp_path / "cache"
     )
@@ -33,7 +33,8 @@ def test_shared_caches_make_the_second_start_warm_and_faster(tmp_path: Path) -> 
         assert r.status is TrialStatus.COMPLETE, r.failure_detail
         assert r.server is not None and r.server.startup_s is not None
     assert [r.server.compile_cache for r in (first, second, other)] == ["cold", "warm", "cold"]  # type: ignore[union-attr]
-    assert second.server.startup_s < first.server.startup_s - 0.5  # type: ignore[union-attr,operator]
+    # Cold 4.5 s, warm 1.5 s: a 3 s gap, twice what a loaded 2-core machine adds to an import.
+    assert second.server.startup_s < first.server.startup_s - 1.5  # type: ignore[union-attr,operator]
     assert len(list((tmp_path / "cache").iterdir())) == 2
     # The recommendation's environment never carries tuner's cache paths.
     assert "VLLM_CACHE_ROOT" not in first.server.env  # type: ignore[union-attr]
