@@ -92,6 +92,12 @@ def resolve_slo(spec: StudySpec) -> Slo:
         raise UsageError(str(exc), hint="e.g. --slo ttft_p99=500ms,e2e_p99=10s") from None
 
 
+def plan_wanted(spec: StudySpec) -> bool:
+    """Whether the study leaves its space to the lever plan (:mod:`tuner.study.plan`): the
+    spec names no space of its own and does not turn the plan off."""
+    return spec.plan != "off" and spec.params is None and not spec.choices and not spec.search
+
+
 def extra_knobs(spec: StudySpec) -> list[str]:
     """The knobs a spec names beyond the typed ones: flags to check against vLLM's list."""
     names = [
@@ -207,7 +213,8 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     workload = resolve_workload(spec)
     slo = resolve_slo(spec)
     # Flags beyond the typed knobs are checked once vLLM's flag list is known (below).
-    space = None if extra_knobs(spec) else build_space(spec, model, gpu, workload)
+    planned = plan_wanted(spec)
+    space = None if extra_knobs(spec) or planned else build_space(spec, model, gpu, workload)
     fixed_quantization = spec.fixed.get("quantization")
     check_fits(model, gpu, fixed_quantization if isinstance(fixed_quantization, str) else None)
     # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
@@ -230,7 +237,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     )
     vllm, server_module = vllm_install(spec)
     flags = None
-    if space is None:
+    if space is None:  # flags beyond the typed knobs: named by the spec, or by a lever plan
         flags = study_flags(vllm.python, vllm.version, fake_server=bool(server_module))
         check_flags(spec, flags)
         space = build_space(spec, model, gpu, workload, flags)

@@ -153,6 +153,7 @@ class SearchSpace:
             searched.remove(_FA_VERSION)
         self.searched: tuple[str, ...] = tuple(searched)
         self.fixed: dict[str, Any] = dict(fixed_values)
+        self.given_fixed: dict[str, Any] = dict(fixed_values)  # as the spec held them
         if gpu.is_cpu and _UTIL not in fixed_values and _UTIL not in searched:
             self.fixed[_UTIL] = CPU_BASELINE_UTILIZATION
         self.choices: dict[str, tuple[Any, ...]] = {

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuner.catalog.rules import effective_max_model_len
-from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
+from tuner.domain import GpuProfile, ModelSpec, Regime, ServingConfig, Workload
 from tuner.domain.config import Scalar
 
 _BOTH = "0.26.0 and 0.32.0"
@@ -230,3 +230,65 @@ def violations(
             "a draft model or head is a different deployment, not a serving knob"
         )
     return out
+
+
+@dataclass(frozen=True)
+class Move:
+    """A knob worth searching in a regime: ``screen`` is the value measured once against the
+    defaults when the plan is screened (the lever's likeliest pay-off), ``why`` says what it
+    does about the bottleneck."""
+
+    knob: str
+    screen: Scalar | None  # None: the knob's first built-in candidate
+    why: str
+
+
+# What moves each bottleneck, likeliest first (typed knobs and levers alike). The defaults'
+# trial names the regime (tuner.scoring.regime); the plan searches these (tuner.study.plan).
+MOVES: Mapping[Regime, tuple[Move, ...]] = {
+    Regime.FRONTEND: (
+        Move("stream_interval", 8, "N tokens per streamed chunk: N times less API-server work"),
+        Move("api_server_count", 4, "the HTTP and detokenizing work spread over processes"),
+        Move("async_scheduling", True, "the engine schedules while the GPU runs"),
+        Move("max_num_seqs", 512, "larger batches once the frontend keeps up"),
+    ),
+    Regime.SCHEDULER: (
+        Move("async_scheduling", True, "scheduling overlapped with the GPU's step"),
+        Move("compilation_config.cudagraph_mode", "FULL_AND_PIECEWISE", "fewer kernel launches"),
+        Move("stream_interval", 8, "less output processing per token"),
+        Move("max_num_seqs", 512, "more work per scheduled step"),
+    ),
+    Regime.KV_CACHE: (
+        Move("gpu_memory_utilization", 0.95, "more memory for the KV cache"),
+        Move("kv_cache_dtype", "fp8", "twice the KV tokens in the same memory"),
+        Move("max_num_seqs", 64, "fewer sequences competing for the cache: fewer preemptions"),
+        Move("max_model_len", None, "a shorter context limit, near the longest request"),
+        Move("block_size", 32, "less memory lost to half-empty blocks"),
+    ),
+    Regime.PREFILL: (
+        Move("max_num_batched_tokens", 16384, "more prompt tokens per step"),
+        Move("enable_prefix_caching", True, "shared prefixes prefilled once"),
+        Move("long_prefill_token_threshold", 1024, "long prompts stop blocking short ones"),
+        Move("max_num_partial_prefills", 4, "several prompts prefilled side by side"),
+        Move("enable_chunked_prefill", False, "whole prompts in one step"),
+    ),
+    Regime.DECODE: (
+        Move("max_num_seqs", 512, "larger decode batches"),
+        Move("compilation_config.cudagraph_mode", "FULL_AND_PIECEWISE", "graphs for decode"),
+        Move("kv_cache_dtype", "fp8", "less KV memory read per decoded token"),
+        Move("async_scheduling", True, "no idle gap between decode steps"),
+        Move("attention_backend", "FLASHINFER", "another attention kernel"),
+    ),
+    Regime.LIGHT_LOAD: (
+        Move("async_scheduling", True, "no idle gap between steps of a small batch"),
+        Move("compilation_config.cudagraph_mode", "FULL", "one graph per small decode step"),
+        Move("attention_backend", "FLASHINFER", "another attention kernel"),
+        Move("max_num_batched_tokens", 16384, "a prompt prefilled in fewer steps"),
+    ),
+}
+
+# Knobs of the card that no plan searches, and why (the plan prints these beside its own).
+NOT_PLANNED: Mapping[str, str] = {
+    "enforce_eager": "no CUDA graphs is never faster under load",
+    "flash_attn_version": "one FlashAttention per GPU generation is the fast one",
+}

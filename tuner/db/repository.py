@@ -168,6 +168,19 @@ class Repository:
                 )
             )
 
+    def set_study_plan(self, name: str, plan: Mapping[str, Any]) -> None:
+        """Store the lever plan (:mod:`tuner.study.plan`) with the study, in its spec's
+        ``plan_record`` (what a resume or another worker continues; the spec's own fields are
+        untouched)."""
+        with session_scope(self._engine) as s:
+            study_id = _study_id(s, name)
+            spec = s.scalar(select(StudyModel.spec).where(StudyModel.id == study_id)) or {}
+            s.execute(
+                update(StudyModel)
+                .where(StudyModel.id == study_id)
+                .values(spec={**spec, "plan_record": dict(plan)}, updated_at=time.time())
+            )
+
     def _update_study(self, name: str, **values: Any) -> None:
         with session_scope(self._engine) as s:
             study_id = _study_id(s, name)

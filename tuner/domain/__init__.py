@@ -8,7 +8,7 @@ built in tests without any machinery, compared by value and turned into JSON wit
 
 from tuner.domain.config import GpuProfile, Knobs, ModelSpec, ServingConfig, typed_knobs
 from tuner.domain.jsonable import to_jsonable
-from tuner.domain.kinds import FailureClass, Objective, TrialStatus
+from tuner.domain.kinds import FailureClass, Objective, Regime, TrialStatus
 from tuner.domain.measurements import (
     ClientHealth,
     Estimate,
@@ -36,6 +36,7 @@ __all__ = [
     "ModelSpec",
     "Objective",
     "Provenance",
+    "Regime",
     "RequestRecord",
     "ServerInfo",
     "ServingConfig",

@@ -73,3 +73,16 @@ class Objective(enum.StrEnum):
     CAPACITY = "capacity"
     # The lowest dollars per million output tokens meeting the SLO (tuner.scoring.cost).
     COST = "cost"
+
+
+class Regime(enum.StrEnum):
+    """What limits a server under a workload, as :mod:`tuner.scoring.regime` names it from one
+    trial's telemetry; the lever plan (:mod:`tuner.study.plan`) searches what moves it."""
+
+    FRONTEND = "frontend-bound"  # the API server's CPU (HTTP, detokenizing) is saturated
+    SCHEDULER = "scheduler-bound"  # the engine core's CPU (scheduling, launches) is saturated
+    KV_CACHE = "kv-cache-bound"  # the KV cache is full: requests wait or are preempted
+    PREFILL = "prefill-bound"  # prompt processing dominates the requests' time
+    DECODE = "decode-bound"  # the accelerator is busy generating: the model's own speed
+    LIGHT_LOAD = "light-load"  # few requests in flight: per-request latency, not capacity
+    UNKNOWN = "unknown"  # the telemetry says too little to name one

@@ -86,7 +86,7 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
         }
     ),
     "workload": frozenset(WORKLOAD_TYPES),
-    "space": frozenset({"params", "choices", "fixed", "search"}),
+    "space": frozenset({"params", "choices", "fixed", "search", "plan"}),
     "confirm": frozenset({"top", "launches", "max_launches", "confidence"}),
     "runner": frozenset(
         {
@@ -124,6 +124,9 @@ class StudySpec:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     search: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # flag -> values
     enqueue: tuple[Mapping[str, Any], ...] = ()
+    # [space] plan: "auto" (a spec without a space of its own searches the lever plan of its
+    # defaults' bottleneck, tuner.study.plan) or "off" (the card's knobs, as given).
+    plan: str = "auto"
     # The confirmation phase (tuner.study.confirm): candidates, fresh launches each, interval level.
     confirm_top: int = 3
     confirm_launches: int = 3
@@ -313,6 +316,10 @@ def _space_section(space: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
             )
     if "search" in space:
         kwargs["search"] = _search_table(space["search"], fail)
+    if "plan" in space:
+        if space["plan"] not in ("auto", "off"):
+            raise fail('plan must be "auto" or "off"', "plan", section="space")
+        kwargs["plan"] = space["plan"]
     return kwargs
 
 

@@ -47,8 +47,9 @@ from tuner.errors import UsageError
 from tuner.load.fingerprint import fingerprint
 from tuner.runner.vllm import TrialRunner
 from tuner.scoring import objectives as scoring
+from tuner.space import SearchSpace
 from tuner.spec.resume import resumed_spec, stored_spec
-from tuner.study import share, upkeep
+from tuner.study import planning, share, upkeep
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
 from tuner.study.early import first_point_check
@@ -280,6 +281,7 @@ def _loop(
         done = share.results(trials)
         if done >= total:
             return
+        space = planning.current_space(ctx, study, repo, report.phase)
         if sum(1 for t in trials if share.counts(t)) >= total:
             report.phase("waiting", "for the trials other workers measure")
             time.sleep(WAIT_S)
@@ -290,7 +292,7 @@ def _loop(
         if share.over_budget(study.get_trials(deepcopy=False), trial.number, total):
             upkeep.withdraw(study, trial, "the trial budget was taken by other workers")
             continue
-        config = ctx.space.suggest(trial)
+        config = space.suggest(trial)
         twin = upkeep.twin_of(study, trial)
         if twin is not None:
             upkeep.withdraw(study, trial, f"trial {twin} measures this configuration now")
@@ -304,7 +306,7 @@ def _loop(
         check = None if baseline else first_point_check(ctx, repo)
         try:
             with upkeep.heartbeat(storage, trial._trial_id):
-                result = _screen(ctx, config, repo) or runner.run(
+                result = _screen(ctx, space, config, repo) or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
         except BaseException:
@@ -354,9 +356,11 @@ def _confirm(ctx: StudyContext, runner: TrialRunner, repo: Repository, report: R
     )
 
 
-def _screen(ctx: StudyContext, config: ServingConfig, repo: Repository) -> TrialResult | None:
+def _screen(
+    ctx: StudyContext, space: SearchSpace, config: ServingConfig, repo: Repository
+) -> TrialResult | None:
     """Rule a config out before launching it, or return None to go ahead."""
-    problems = ctx.space.violations(config)
+    problems = space.violations(config)
     if problems:
         return TrialResult(
             config=config,
@@ -364,7 +368,7 @@ def _screen(ctx: StudyContext, config: ServingConfig, repo: Repository) -> Trial
             failure=FailureClass.INVALID_CONFIG,
             failure_detail="; ".join(problems),
         )
-    blocker = ctx.space.dominated_by(config, repo.failed_configs(ctx.name))
+    blocker = space.dominated_by(config, repo.failed_configs(ctx.name))
     if blocker is not None:
         return TrialResult(
             config=config,

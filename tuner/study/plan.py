@@ -1,0 +1,214 @@
+"""The lever plan: where a study looks, decided from what limits the server.
+
+A study whose spec names no space of its own (no ``params``, ``choices`` or ``search``, and
+``[space] plan`` not ``"off"``) starts as before with vLLM's defaults. Their trial is
+diagnosed (:mod:`tuner.scoring.regime`); the regime and the objective pick the knobs that move
+that bottleneck (:data:`tuner.catalog.levers.MOVES`, at most :data:`MAX_KNOBS`), each checked
+here: searchable on this GPU and vLLM, valid for this model and workload, not fixed by the
+spec, not against the objective. The plan is printed and stored with the study before the
+search goes on.
+
+Then it is **screened**: each planned knob measured once against the defaults at its likeliest
+value. A knob is kept when its trial beats the defaults' score by more than one launch
+difference's noise (``sqrt(2)`` × the SD of one launch's value: from the noise profile of this
+GPU, model and workload where ``tuner calibrate`` or earlier decisions measured one, else
+:data:`DEFAULT_LAUNCH_SD`, the H200's). The sampler then searches the kept knobs (the best two
+when none is kept: the plan says so). Every trial of the plan counts in the study's budget;
+when the regime cannot be named, the study searches the card's knobs as before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.catalog import levers
+from tuner.domain import Objective, ServingConfig
+from tuner.errors import UsageError
+from tuner.load.fingerprint import fingerprint
+from tuner.scoring.regime import Diagnosis
+from tuner.space import DEFAULT, SearchSpace
+
+MAX_KNOBS = 4
+# The SD of one launch's output tok/s (log scale) on the H200, placement off: docs/results/
+# noise-h200.md (ernie-0.3b, throughput-256, 4 warm launches, 3 df).
+DEFAULT_LAUNCH_SD = 0.068
+REUSE_MATERIAL = 0.1  # prefix caching is only worth searching above this prefix reuse
+SCREEN = "screen"  # the Optuna user attribute that marks a screening trial (its knob)
+
+
+@dataclass(frozen=True)
+class Planned:
+    knob: str
+    screen: Any  # the value measured against the defaults
+    why: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The diagnosis, the knobs planned, those left out (with why), and the screening."""
+
+    diagnosis: Diagnosis
+    knobs: tuple[Planned, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+    # After screening: each knob's score against the defaults, the margin, the knobs kept.
+    effects: Mapping[str, float] = field(default_factory=dict)
+    margin: float | None = None
+    margin_source: str = ""
+    kept: tuple[str, ...] | None = None
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """The knobs the sampler works on now: the kept ones once screened, else the plan."""
+        return self.kept if self.kept is not None else tuple(k.knob for k in self.knobs)
+
+    def lines(self) -> list[str]:
+        out = [f"diagnosis: {self.diagnosis.summary()}"]
+        planned = ", ".join(f"{k.knob} ({k.why})" for k in self.knobs)
+        out.append(f"plan: screening {planned}" if self.knobs else "plan: nothing to screen")
+        if self.skipped:
+            out.append("not searching: " + "; ".join(f"{k}: {why}" for k, why in self.skipped))
+        if self.kept is not None and self.margin is not None:
+            seen = ", ".join(f"{k} x{v:.2f}" for k, v in self.effects.items())
+            out.append(
+                f"screened ({seen}; kept above x{math.exp(self.margin):.2f}, "
+                f"{self.margin_source}): searching {', '.join(self.kept) or 'nothing'}"
+            )
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "diagnosis": self.diagnosis.as_dict(),
+            "knobs": [{"knob": k.knob, "screen": k.screen, "why": k.why} for k in self.knobs],
+            "skipped": [list(s) for s in self.skipped],
+            "effects": dict(self.effects),
+            "margin": self.margin,
+            "margin_source": self.margin_source,
+            "kept": None if self.kept is None else list(self.kept),
+            "text": self.lines(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        kept = data.get("kept")
+        return cls(
+            diagnosis=Diagnosis.from_dict(data["diagnosis"]),
+            knobs=tuple(Planned(k["knob"], k["screen"], k["why"]) for k in data["knobs"]),
+            skipped=tuple((s[0], s[1]) for s in data.get("skipped") or ()),
+            effects={k: float(v) for k, v in (data.get("effects") or {}).items()},
+            margin=data.get("margin"),
+            margin_source=data.get("margin_source", ""),
+            kept=None if kept is None else tuple(kept),
+        )
+
+
+def space_of(card: SearchSpace, knobs: Sequence[str]) -> SearchSpace:
+    """The space that searches ``knobs`` with the knobs ``card``'s spec fixed held."""
+    return SearchSpace(
+        card.model,
+        card.gpu,
+        card.workload,
+        params=list(knobs),
+        fixed=card.given_fixed,
+        flags=card.flags,
+    )
+
+
+def make_plan(diagnosis: Diagnosis, card: SearchSpace, objective: Objective) -> Plan | None:
+    """The knobs that move ``diagnosis``'s bottleneck here; None when the regime is unknown
+    (the card's space is searched then)."""
+    moves = levers.MOVES.get(diagnosis.regime)
+    if not moves:
+        return None
+    planned: list[Planned] = []
+    skipped: list[tuple[str, str]] = []
+    for move in moves:
+        why_not = _why_not(move, card, objective)
+        if why_not is not None:
+            skipped.append((move.knob, why_not))
+            continue
+        value = _screen_value(move, card)
+        if value is None:
+            skipped.append((move.knob, "no candidate value besides vLLM's default here"))
+            continue
+        problems = space_of(card, [move.knob]).violations(_config(card, move.knob, value))
+        if problems:
+            skipped.append((move.knob, f"{move.knob}={value}: {problems[0]}"))
+            continue
+        if len(planned) < MAX_KNOBS:
+            planned.append(Planned(move.knob, value, move.why))
+    names = {p.knob for p in planned} | {k for k, _ in skipped}
+    rest = [k for k in card.searched if k not in names]
+    skipped += [(k, levers.NOT_PLANNED[k]) for k in rest if k in levers.NOT_PLANNED]
+    others = [k for k in rest if k not in levers.NOT_PLANNED]
+    if others:
+        skipped.append((", ".join(others), f"do not move a {diagnosis.regime} server"))
+    return Plan(diagnosis, tuple(planned), tuple(skipped))
+
+
+def _why_not(move: levers.Move, card: SearchSpace, objective: Objective) -> str | None:
+    lever = levers.get(move.knob)
+    if move.knob in card.given_fixed:
+        return "fixed by the study"
+    if lever is not None and lever.smoothness and objective is Objective.LATENCY:
+        return "makes streaming burstier (P99 chunk gap), against a latency objective"
+    if lever is not None and (lever.changes_outputs or lever.multi_gpu):
+        return "changes the model's outputs" if lever.changes_outputs else "needs several GPUs"
+    if move.knob == "enable_prefix_caching":
+        reuse = fingerprint(card.workload).prefix_reuse
+        if reuse < REUSE_MATERIAL:
+            return f"the workload repeats {reuse:.0%} of its prompt tokens"
+    if lever is not None and not lever.candidates(card.gpu):
+        return f"not searched on {card.gpu.name} (tuner's candidates are for GPUs)"
+    try:
+        space_of(card, [move.knob])
+    except UsageError as exc:
+        return exc.message
+    return None
+
+
+def _screen_value(move: levers.Move, card: SearchSpace) -> Any:
+    choices = [c for c in space_of(card, [move.knob]).choices[move.knob] if c != DEFAULT]
+    if move.screen in choices or not choices:
+        return move.screen if choices else None
+    target = move.screen
+    numbers = [c for c in choices if isinstance(c, int | float) and not isinstance(c, bool)]
+    if isinstance(target, int | float) and not isinstance(target, bool) and target > 0 and numbers:
+        # Not offered here (a CPU's smaller range): the candidate nearest to it, by ratio.
+        return min(numbers, key=lambda c: abs(math.log(c / target)) if c > 0 else math.inf)
+    return choices[0]
+
+
+def _config(card: SearchSpace, knob: str, value: Any) -> ServingConfig:
+    return space_of(card, [knob]).config_from({knob: value}, where="the plan")
+
+
+def screen_configs(plan: Plan, card: SearchSpace) -> list[tuple[str, ServingConfig]]:
+    """One configuration per planned knob: the defaults with that knob at its screen value."""
+    return [(k.knob, _config(card, k.knob, k.screen)) for k in plan.knobs]
+
+
+def screened(plan: Plan, scores: Mapping[str, float], launch_sd: float | None, source: str) -> Plan:
+    """``plan`` with its screening judged: ``scores`` maps each knob to its screening trial's
+    score against the defaults (1.0 = the defaults). ``launch_sd``: the SD of one launch's
+    value from a noise profile (None: :data:`DEFAULT_LAUNCH_SD`)."""
+    sd = DEFAULT_LAUNCH_SD if launch_sd is None else launch_sd
+    if launch_sd is None:
+        source = f"no noise profile here: the H200's launch SD {DEFAULT_LAUNCH_SD}"
+    margin = math.sqrt(2) * sd
+    effects = {k.knob: scores[k.knob] for k in plan.knobs if k.knob in scores}
+    kept = [k for k, s in effects.items() if s > 0 and math.log(s) > margin]
+    if not kept:  # nothing beat the noise: search the two likeliest anyway
+        kept = sorted(effects, key=lambda k: -effects[k])[:2]
+    order = [k.knob for k in plan.knobs]
+    return Plan(
+        plan.diagnosis,
+        plan.knobs,
+        plan.skipped,
+        effects,
+        margin,
+        source,
+        tuple(sorted(kept, key=order.index)),
+    )

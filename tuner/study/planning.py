@@ -1,0 +1,100 @@
+"""The study loop's side of the lever plan (:mod:`tuner.study.plan`): when the defaults'
+trial has a result, diagnose it, store and print the plan and enqueue its screening trials;
+when those have results, judge them and narrow the space. The plan lives in the study's row,
+so a resumed study, or another worker, continues the same plan.
+
+Called before every trial; it returns the space the next trial is drawn from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from tuner.abtest.profile import HEADLINE, load_profile, noise_key
+from tuner.compose import StudyContext, plan_wanted
+from tuner.db.repository import Repository
+from tuner.domain import TrialResult, TrialStatus
+from tuner.scoring.regime import diagnose
+from tuner.space import SearchSpace
+from tuner.study.plan import SCREEN, Plan, make_plan, screen_configs, screened, space_of
+from tuner.study.standings import rank
+
+Say = Callable[[str, str], None]
+_UNFINISHED = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+
+
+def stored_plan(repo: Repository, name: str) -> dict[str, Any] | None:
+    """The plan record stored with study ``name`` (None: none yet, or not a planned study)."""
+    row = repo.get_study(name)
+    record = (row.spec or {}).get("plan_record") if row is not None else None
+    return dict(record) if isinstance(record, dict) else None
+
+
+def _baseline_result(repo: Repository, name: str) -> TrialResult | None:
+    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
+        if row.is_baseline:
+            return row.to_result()
+    return None
+
+
+def current_space(
+    ctx: StudyContext, study: optuna.Study, repo: Repository, say: Say
+) -> SearchSpace:
+    """The space of the study's next trial (see the module docstring)."""
+    if not plan_wanted(ctx.spec):
+        return ctx.space
+    record = stored_plan(repo, ctx.name)
+    if record is None:
+        return _diagnose(ctx, study, repo, say)
+    if record.get("knobs") is None:  # the regime was unknown: the card's knobs
+        return ctx.space
+    plan = Plan.from_dict(record)
+    if plan.kept is None:
+        plan = _judge(ctx, study, repo, plan, say)
+    return space_of(ctx.space, plan.searched)
+
+
+def _diagnose(ctx: StudyContext, study: optuna.Study, repo: Repository, say: Say) -> SearchSpace:
+    baseline = _baseline_result(repo, ctx.name)
+    if baseline is None:
+        return ctx.space  # the defaults are measured first (or failed: the card is searched)
+    diagnosis = diagnose(baseline)
+    plan = make_plan(diagnosis, ctx.space, ctx.spec.objective)
+    say("diagnosis", diagnosis.summary())  # before the search goes on, as soon as it is known
+    if plan is None or not plan.knobs:
+        repo.set_study_plan(ctx.name, {"diagnosis": diagnosis.as_dict(), "knobs": None})
+        say("plan", "nothing planned for this regime: searching the card's knobs")
+        return ctx.space
+    repo.set_study_plan(ctx.name, plan.as_dict())
+    for line in plan.lines()[1:]:
+        say(*line.split(": ", 1))
+    space = space_of(ctx.space, plan.searched)
+    for knob, config in screen_configs(plan, ctx.space):
+        study.enqueue_trial(space.params_for(config), user_attrs={SCREEN: knob})
+    return space
+
+
+def _judge(ctx: StudyContext, study: optuna.Study, repo: Repository, plan: Plan, say: Say) -> Plan:
+    trials = [t for t in study.get_trials(deepcopy=False) if SCREEN in t.user_attrs]
+    if len(trials) < len(plan.knobs) or any(t.state in _UNFINISHED for t in trials):
+        return plan  # screening still runs
+    scores = {r.number: r.score for r in rank(repo, ctx.name, ctx.spec.objective)}
+    by_knob = {str(t.user_attrs[SCREEN]): scores.get(t.number, 0.0) for t in trials}
+    sd, source = _launch_sd(ctx, repo)
+    judged = screened(plan, by_knob, sd, source)
+    repo.set_study_plan(ctx.name, judged.as_dict())
+    say(*judged.lines()[-1].split(": ", 1))
+    return judged
+
+
+def _launch_sd(ctx: StudyContext, repo: Repository) -> tuple[float | None, str]:
+    baseline = _baseline_result(repo, ctx.name)
+    key = noise_key(baseline, ctx.model.alias, ctx.workload.name) if baseline else None
+    profile = load_profile(repo, key) if key is not None else None
+    parts = profile.get(HEADLINE) if profile is not None else None
+    if parts is None:
+        return None, ""
+    return parts.sd, f"launch SD {parts.sd:.3f} from {parts.launches} stored launches"
