@@ -1,0 +1,121 @@
+"""The bottleneck diagnosis (tuner.scoring.regime) and the lever plan (tuner.study.plan) on
+hand-made telemetry: each regime's evidence, the order of the rules, and what a plan keeps,
+skips and screens on a GPU and on a CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
+from tuner.domain import Objective, Regime, ServingConfig, TrialResult, TrialStatus
+from tuner.load.workloads import get_workload
+from tuner.scoring.regime import Diagnosis, diagnose
+from tuner.space import SearchSpace
+from tuner.study.plan import DEFAULT_LAUNCH_SD, Plan, make_plan, screen_configs, screened
+from tuner.vllm.flags import shipped
+
+
+def _trial(**metrics: float) -> TrialResult:
+    return TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, server_metrics=metrics)
+
+
+@pytest.mark.parametrize(
+    ("metrics", "regime"),
+    [
+        ({"preemptions": 3, "kv_cache_usage_peak": 1.0}, Regime.KV_CACHE),
+        ({"kv_cache_usage_peak": 0.97, "requests_waiting_peak": 5}, Regime.KV_CACHE),
+        ({"server_cpu_peak_process": 0.98, "gpu_utilization_mean": 0.4}, Regime.FRONTEND),
+        # One API server's share of the total: two processes at 0.9 cores together.
+        ({"api_server_cpu": 1.8, "api_server_processes": 2}, Regime.FRONTEND),
+        ({"engine_core_cpu": 0.95, "gpu_utilization_mean": 0.5}, Regime.SCHEDULER),
+        ({"requests_running_peak": 2, "gpu_utilization_mean": 0.3}, Regime.LIGHT_LOAD),
+        ({"prefill_time_s": 30, "decode_time_s": 10, "inference_time_s": 40}, Regime.PREFILL),
+        ({"prefill_time_s": 5, "decode_time_s": 35, "inference_time_s": 40}, Regime.DECODE),
+        ({"gpu_utilization_mean": 0.97, "requests_running_peak": 200}, Regime.DECODE),
+        ({}, Regime.UNKNOWN),
+    ],
+)
+def test_each_regime_from_its_evidence(metrics: dict[str, float], regime: Regime) -> None:
+    assert diagnose(_trial(**metrics)).regime is regime
+
+
+def test_a_busy_gpu_is_not_frontend_bound_and_the_cpu_build_is_never_scheduler_bound() -> None:
+    busy = _trial(server_cpu_peak_process=0.95, gpu_utilization_mean=0.9, requests_running_peak=99)
+    assert diagnose(busy).regime is Regime.DECODE
+    # On a CPU there is no GPU telemetry: a saturated engine core is the compute, not a gap.
+    cpu = _trial(engine_core_cpu=1.9, decode_time_s=9, prefill_time_s=1, inference_time_s=10)
+    assert diagnose(cpu).regime is Regime.DECODE
+
+
+def test_preemptions_win_over_a_saturated_frontend_and_the_record_round_trips() -> None:
+    d = diagnose(_trial(preemptions=7, server_cpu_peak_process=1.0, kv_cache_usage_peak=1.0))
+    assert d.regime is Regime.KV_CACHE
+    assert "7 preemptions" in d.summary() and "KV cache 100 % full" in d.summary()
+    assert Diagnosis.from_dict(d.as_dict()) == d
+
+
+def _card(gpu: str, workload: str = "throughput-256", **fixed: object) -> SearchSpace:
+    flags = shipped("0.26.0" if gpu != "cpu" else "0.32.0")
+    model = resolve_model("ernie-0.3b" if gpu != "cpu" else "tiny-ernie")
+    return SearchSpace(model, get_gpu(gpu), get_workload(workload), fixed=fixed, flags=flags)
+
+
+def test_a_frontend_plan_on_the_h200_searches_the_levers_not_the_card() -> None:
+    d = Diagnosis(Regime.FRONTEND, ("API server at 1.00 of a core",), {}, 256)
+    plan = make_plan(d, _card("h200"), Objective.THROUGHPUT)
+    assert plan is not None
+    assert [k.knob for k in plan.knobs] == [
+        "stream_interval", "api_server_count", "async_scheduling", "max_num_seqs",
+    ]  # fmt: skip
+    assert [k.screen for k in plan.knobs] == [8, 4, True, 512]
+    skipped = dict(plan.skipped)
+    assert skipped["enforce_eager"] == "no CUDA graphs is never faster under load"
+    assert any("attention_backend" in k for k in skipped)
+    text = "\n".join(plan.lines())
+    assert text.startswith("diagnosis: frontend-bound at 256 streams: API server at 1.00")
+    configs = dict(screen_configs(plan, _card("h200")))
+    assert configs["stream_interval"].extra == {"stream_interval": 8}
+    assert Plan.from_dict(plan.as_dict()) == plan
+
+
+def test_the_objective_and_the_spec_shape_the_plan() -> None:
+    d = Diagnosis(Regime.FRONTEND, (), {}, 256)
+    latency = make_plan(d, _card("h200"), Objective.LATENCY)
+    assert latency is not None and "stream_interval" not in [k.knob for k in latency.knobs]
+    assert "burstier" in dict(latency.skipped)["stream_interval"]
+    held = make_plan(d, _card("h200", max_num_seqs=256), Objective.THROUGHPUT)
+    assert held is not None and dict(held.skipped)["max_num_seqs"] == "fixed by the study"
+
+
+def test_a_kv_plan_differs_and_on_a_cpu_takes_the_nearest_candidates() -> None:
+    d = Diagnosis(Regime.KV_CACHE, (), {}, 24)
+    gpu = make_plan(d, _card("h200"), Objective.THROUGHPUT)
+    cpu = make_plan(d, _card("cpu", "smoke"), Objective.THROUGHPUT)
+    assert gpu is not None and cpu is not None
+    assert [k.knob for k in gpu.knobs][:2] == ["gpu_memory_utilization", "kv_cache_dtype"]
+    screens = {k.knob: k.screen for k in cpu.knobs}
+    assert screens["gpu_memory_utilization"] == 0.3  # nearest to 0.95 among 0.1-0.3
+    assert "kv_cache_dtype" not in screens  # one KV dtype on the CPU build
+    assert make_plan(Diagnosis(Regime.UNKNOWN, ()), _card("h200"), Objective.THROUGHPUT) is None
+
+
+def test_screening_keeps_what_beats_one_launch_difference_of_noise() -> None:
+    d = Diagnosis(Regime.FRONTEND, (), {}, 256)
+    plan = make_plan(d, _card("h200"), Objective.THROUGHPUT)
+    assert plan is not None
+    margin = math.sqrt(2) * DEFAULT_LAUNCH_SD  # x1.10
+    scores = {"stream_interval": 1.25, "api_server_count": 1.05, "async_scheduling": 1.12}
+    judged = screened(plan, {**scores, "max_num_seqs": 0.0}, None, "")
+    assert judged.kept == ("stream_interval", "async_scheduling")
+    assert judged.margin == pytest.approx(margin)
+    assert "no noise profile" in judged.margin_source
+    # A tighter profile keeps the 5 % one too; nothing above the noise keeps the best two.
+    assert screened(plan, scores, 0.02, "profile").kept == (
+        "stream_interval", "api_server_count", "async_scheduling",
+    )  # fmt: skip
+    flat = screened(plan, {"stream_interval": 1.01, "api_server_count": 1.03}, None, "")
+    assert flat.kept == ("stream_interval", "api_server_count")
+    assert judged.searched == judged.kept and plan.searched == tuple(k.knob for k in plan.knobs)
