@@ -180,6 +180,12 @@ class StudyOut(BaseModel):
 
 class StudyDetailOut(StudyOut):
     spec: dict[str, Any]
+    plan: dict[str, Any] | None = Field(
+        default=None,
+        description="the bottleneck diagnosed from vLLM's defaults and the lever plan searched "
+        "(regime, evidence, knobs screened and kept, the printed lines); null when the study "
+        "searched a space of its own",
+    )
 
 
 class QueuedStudyOut(StudyDetailOut):

@@ -166,7 +166,12 @@ def queue_study(
 def get_study(repo: RepoDep, name: StudyName) -> StudyDetailOut:
     """One study with its spec and trial counts."""
     row = _study(repo, name)
-    return StudyDetailOut(**StudyOut.of(row).model_dump(), spec=json_safe(dict(row.spec)))
+    plan = row.spec.get("plan_record") if row.spec else None
+    return StudyDetailOut(
+        **StudyOut.of(row).model_dump(),
+        spec=json_safe(dict(row.spec)),
+        plan=json_safe(dict(plan)) if isinstance(plan, dict) else None,
+    )
 
 
 @router.get("/{name}/trials", response_model=TrialPageOut, responses=NAMED)

@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import ApiSettings
 from tests.studykit import processes_mentioning
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
@@ -91,6 +95,14 @@ def test_a_frontend_bound_server_gets_stream_interval_and_the_study_finds_it(
     assert "screened (stream_interval x" in out
     best = rank(Repository(make_engine(got["url"])), "planned", Objective.THROUGHPUT)[0]
     assert best.config.extra.get("stream_interval") in (4, 8), best
+    # The API and the study's page show the same plan.
+    with TestClient(create_app(ApiSettings(storage=got["url"]))) as client:
+        api = client.get("/v1/studies/planned").json()
+        page = client.get("/ui/studies/planned").text
+    assert api["plan"]["diagnosis"]["regime"] == "frontend-bound"
+    assert api["plan"]["kept"] == plan["kept"]
+    assert "Bottleneck and lever plan: frontend-bound" in page
+    assert "screening stream_interval" in page
 
 
 def test_a_kv_bound_server_gets_another_plan(tmp_path: Path) -> None:
