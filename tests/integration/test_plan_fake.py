@@ -95,6 +95,13 @@ def test_a_frontend_bound_server_gets_stream_interval_and_the_study_finds_it(
     assert "screened (stream_interval x" in out
     best = rank(Repository(make_engine(got["url"])), "planned", Objective.THROUGHPUT)[0]
     assert best.config.extra.get("stream_interval") in (4, 8), best
+    shown = subprocess.run(
+        [sys.executable, "-m", "tuner", "best", "planned", "--storage", got["url"]],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "where tuner looked (the lever plan):" in shown.stdout, shown.stdout + shown.stderr
+    assert "diagnosis: frontend-bound" in shown.stdout
     # The API and the study's page show the same plan.
     with TestClient(create_app(ApiSettings(storage=got["url"]))) as client:
         api = client.get("/v1/studies/planned").json()

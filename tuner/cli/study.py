@@ -371,9 +371,10 @@ def best(
     repo = open_study(storage, study)
     if as_json:
         from tuner.results.recommend import recommendation
+        from tuner.study.planning import stored_plan
 
         rec = recommendation(repo, study)
-        print_json({"study": study, "recommendation": rec})
+        print_json({"study": study, "recommendation": rec, "plan": stored_plan(repo, study)})
         if rec is None:
             raise typer.Exit(1)
         return
@@ -392,6 +393,13 @@ def print_best(repo: Repository, name: str) -> bool:
         )
         return False
     out.print(escape(rec.render()))  # "[range]" and flags are text, not rich markup
+    from tuner.study.planning import stored_plan
+
+    plan = stored_plan(repo, name)
+    if plan and plan.get("text"):
+        out.print("where tuner looked (the lever plan):")
+        for line in plan["text"]:
+            out.print(f"  {escape(line)}")
     return True
 
 
