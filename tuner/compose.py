@@ -213,8 +213,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     workload = resolve_workload(spec)
     slo = resolve_slo(spec)
     # Flags beyond the typed knobs are checked once vLLM's flag list is known (below).
-    planned = plan_wanted(spec)
-    space = None if extra_knobs(spec) or planned else build_space(spec, model, gpu, workload)
+    space = None if extra_knobs(spec) else build_space(spec, model, gpu, workload)
     fixed_quantization = spec.fixed.get("quantization")
     check_fits(model, gpu, fixed_quantization if isinstance(fixed_quantization, str) else None)
     # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
@@ -237,7 +236,8 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     )
     vllm, server_module = vllm_install(spec)
     flags = None
-    if space is None:  # flags beyond the typed knobs: named by the spec, or by a lever plan
+    # Flags beyond the typed knobs: named by the spec, or by the lever plan (tuner.study.plan).
+    if space is None or plan_wanted(spec):
         flags = study_flags(vllm.python, vllm.version, fake_server=bool(server_module))
         check_flags(spec, flags)
         space = build_space(spec, model, gpu, workload, flags)
