@@ -119,3 +119,22 @@ def test_screening_keeps_what_beats_one_launch_difference_of_noise() -> None:
     flat = screened(plan, {"stream_interval": 1.01, "api_server_count": 1.03}, None, "")
     assert flat.kept == ("stream_interval", "api_server_count")
     assert judged.searched == judged.kept and plan.searched == tuple(k.knob for k in plan.knobs)
+
+
+def test_when_the_best_trial_has_another_bottleneck_its_levers_join_the_search() -> None:
+    from tuner.study.plan import moved
+
+    card = _card("h200")
+    plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 256), card, Objective.THROUGHPUT)
+    assert plan is not None
+    assert moved(plan, 3, Diagnosis(Regime.DECODE, ()), card, Objective.THROUGHPUT) is None
+    judged = screened(plan, {"stream_interval": 1.4}, None, "")
+    same = Diagnosis(Regime.FRONTEND, ())
+    assert moved(judged, 3, same, card, Objective.THROUGHPUT) is None  # not moved
+    grown = moved(judged, 3, Diagnosis(Regime.DECODE, ()), card, Objective.THROUGHPUT)
+    assert grown is not None and grown.moved == ((3, "decode-bound"),)
+    assert grown.searched[0] == "stream_interval"
+    assert {"compilation_config.cudagraph_mode", "kv_cache_dtype"} <= set(grown.searched)
+    assert "moved: the best trial (#3) is decode-bound" in grown.lines()[-1]
+    assert moved(grown, 5, Diagnosis(Regime.DECODE, ()), card, Objective.THROUGHPUT) is None
+    assert Plan.from_dict(grown.as_dict()) == grown

@@ -19,6 +19,7 @@ when the regime cannot be named, the study searches the card's knobs as before.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,11 +59,17 @@ class Plan:
     margin: float | None = None
     margin_source: str = ""
     kept: tuple[str, ...] | None = None
+    # The bottleneck moved: the best trial's own diagnosis (its number, the regime) and the
+    # knobs of its plan added to the search, unscreened.
+    moved: tuple[tuple[int, str], ...] = ()
+    added: tuple[str, ...] = ()
 
     @property
     def searched(self) -> tuple[str, ...]:
         """The knobs the sampler works on now: the kept ones once screened, else the plan."""
-        return self.kept if self.kept is not None else tuple(k.knob for k in self.knobs)
+        if self.kept is None:
+            return tuple(k.knob for k in self.knobs)
+        return (*self.kept, *(k for k in self.added if k not in self.kept))
 
     def lines(self) -> list[str]:
         out = [f"diagnosis: {self.diagnosis.summary()}"]
@@ -76,6 +83,11 @@ class Plan:
                 f"screened ({seen}; kept above x{math.exp(self.margin):.2f}, "
                 f"{self.margin_source}): searching {', '.join(self.kept) or 'nothing'}"
             )
+        for number, regime in self.moved:
+            out.append(
+                f"moved: the best trial (#{number}) is {regime}: searching "
+                f"{', '.join(self.searched)}"
+            )
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -87,6 +99,8 @@ class Plan:
             "margin": self.margin,
             "margin_source": self.margin_source,
             "kept": None if self.kept is None else list(self.kept),
+            "moved": [list(m) for m in self.moved],
+            "added": list(self.added),
             "text": self.lines(),
         }
 
@@ -101,6 +115,8 @@ class Plan:
             margin=data.get("margin"),
             margin_source=data.get("margin_source", ""),
             kept=None if kept is None else tuple(kept),
+            moved=tuple((int(n), str(r)) for n, r in data.get("moved") or ()),
+            added=tuple(data.get("added") or ()),
         )
 
 
@@ -211,4 +227,19 @@ def screened(plan: Plan, scores: Mapping[str, float], launch_sd: float | None, s
         margin,
         source,
         tuple(sorted(kept, key=order.index)),
+    )
+
+
+def moved(plan: Plan, number: int, diagnosis: Diagnosis, card: SearchSpace,
+          objective: Objective) -> Plan | None:  # fmt: skip
+    """``plan`` grown by the levers of the best trial's regime when that is not the regime
+    planned for (nor one it already moved to); None when the bottleneck has not moved."""
+    seen = {plan.diagnosis.regime.value, *(r for _, r in plan.moved)}
+    if diagnosis.regime.value in seen or plan.kept is None:
+        return None
+    extra = make_plan(diagnosis, card, objective)
+    knobs = [k.knob for k in extra.knobs] if extra is not None else []
+    added = (*plan.added, *(k for k in knobs if k not in plan.searched))
+    return dataclasses.replace(
+        plan, moved=(*plan.moved, (number, diagnosis.regime.value)), added=added
     )

@@ -19,7 +19,7 @@ from tuner.db.repository import Repository
 from tuner.domain import TrialResult, TrialStatus
 from tuner.scoring.regime import diagnose
 from tuner.space import SearchSpace
-from tuner.study.plan import SCREEN, Plan, make_plan, screen_configs, screened, space_of
+from tuner.study.plan import SCREEN, Plan, make_plan, moved, screen_configs, screened, space_of
 from tuner.study.standings import rank
 
 Say = Callable[[str, str], None]
@@ -54,7 +54,22 @@ def current_space(
     plan = Plan.from_dict(record)
     if plan.kept is None:
         plan = _judge(ctx, study, repo, plan, say)
+    elif (grown := _moved(ctx, repo, plan)) is not None:
+        repo.set_study_plan(ctx.name, grown.as_dict())
+        say(*grown.lines()[-1].split(": ", 1))
+        plan = grown
     return space_of(ctx.space, plan.searched)
+
+
+def _moved(ctx: StudyContext, repo: Repository, plan: Plan) -> Plan | None:
+    """The plan grown when the best trial so far has another bottleneck than the defaults."""
+    ranked = [r for r in rank(repo, ctx.name, ctx.spec.objective) if r.feasible]
+    if not ranked or ranked[0].is_baseline:
+        return None
+    row = repo.get_trial(ctx.name, ranked[0].number)
+    if row is None or row.status is not TrialStatus.COMPLETE:
+        return None
+    return moved(plan, row.number, diagnose(row.to_result()), ctx.space, ctx.spec.objective)
 
 
 def _diagnose(ctx: StudyContext, study: optuna.Study, repo: Repository, say: Say) -> SearchSpace:
