@@ -22,7 +22,9 @@ import pytest
 from tests.studykit import processes_mentioning
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
+from tuner.domain import Regime
 from tuner.load.canary import FULL, QUICK
+from tuner.scoring.regime import diagnose
 from tuner.testing.contract import check_complete
 
 pytestmark = pytest.mark.e2e
@@ -123,6 +125,13 @@ def test_a_study_with_a_curve_and_vllm_flags_confirms_its_best(
         kept = repo.trial_requests(row.id)
         assert [len(w) for w in kept] == [w.requests_ok for w in result.windows]
         assert all(r.ok and 0 < len(r.itl_s) < r.output_tokens for w in kept for r in w)
+        # What the diagnosis reads, from real vLLM: its API server and engine core (found by
+        # its process title) under load, vLLM's request-phase histograms; a named regime.
+        m = result.server_metrics
+        assert m["api_server_processes"] >= 1 and m["engine_core_processes"] >= 1, m
+        assert m["engine_core_cpu"] > 0.1 and m["api_server_cpu"] > 0, m
+        assert m["prefill_time_s"] > 0 and m["decode_time_s"] > 0, m
+        assert diagnose(result).regime is not Regime.UNKNOWN, diagnose(result)
     # Each configuration on a server of its own.
     names = {r.to_result().server.served_model_name for r in (baseline, flagged)}  # type: ignore[union-attr]
     assert len(names) == 2
