@@ -75,8 +75,8 @@ def options(
     concurrency: str | None,
     request_rate: str | None,
     max_concurrency: int | None,
-    prompt_tokens: int,
-    output_tokens: int,
+    prompt_tokens: int | None,
+    output_tokens: int | None,
     requests: int | None,
     warmup: int,
     vocab_size: int,
@@ -85,10 +85,37 @@ def options(
     slo: str | None,
     percentiles: str,
     stall_s: float | None = 60.0,
+    workload: str | None = None,
+    tokenizer: Path | None = None,
 ) -> LoadOptions:
-    """The command's options checked and parsed; UsageError naming the option otherwise."""
+    """The command's options checked and parsed; UsageError naming the option otherwise.
+    ``--workload`` is read later (:func:`tuner.load.bench.with_workload`), once the server
+    names its model."""
     from tuner.domain.workload import parse_slo
     from tuner.load.bench import DEFAULT_CONCURRENCY, DEFAULT_MAX_CONCURRENCY, LoadOptions
+    from tuner.load.traces import tokenizer_file
+
+    if workload is not None:
+        for name, value in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
+            if value is not None:
+                raise UsageError(
+                    f"{name} sets the shape of tuner load's own requests; --workload "
+                    f"{workload} brings its own",
+                    hint=f"leave {name} out, or drop --workload for fixed shapes",
+                )
+    if tokenizer is not None:
+        if workload is None:
+            raise UsageError(
+                "--tokenizer counts the text of a trace given with --workload",
+                hint="e.g. --workload sharegpt:FILE --tokenizer MODEL_DIR",
+            )
+        if tokenizer_file(tokenizer) is None:
+            raise UsageError(
+                f"--tokenizer {tokenizer}: no tokenizer.json there",
+                hint="give the model's directory (holding tokenizer.json) or the file itself",
+            )
+    prompt_tokens = 512 if prompt_tokens is None else prompt_tokens
+    output_tokens = 256 if output_tokens is None else output_tokens
 
     if concurrency is not None and request_rate is not None:
         raise UsageError(
@@ -148,6 +175,9 @@ def options(
         stall_s=stall_s,
         slo=None if parsed_slo is None or parsed_slo.is_empty() else parsed_slo,
         percentiles=tuple(sorted(set(points))),
+        workload_name=workload,
+        tokenizer=tokenizer,
+        ladder_given=concurrency is not None or request_rate is not None,
     )
 
 
@@ -247,16 +277,41 @@ def warnings(point: PointResult) -> list[str]:
 
 
 def summary_line(opts: LoadOptions, model: str) -> str:
-    what = (
-        f"concurrency {','.join(map(str, opts.concurrency))}"
-        if opts.closed_loop
-        else f"request rate {','.join(f'{r:g}' for r in opts.request_rates)} req/s "
-        f"(max {opts.max_concurrency} in flight)"
-    )
-    return (
-        f"{opts.url} model {model}: {what}, {opts.prompt_tokens} prompt + "
-        f"{opts.output_tokens} output tokens, warm-up {opts.warmup} requests"
-    )
+    shape = opts.workload
+    if (
+        opts.closed_loop
+        and shape is not None
+        and shape.trace is not None
+        and (shape.arrival == "trace")
+    ):
+        what = f"the trace's arrivals, at most {','.join(map(str, opts.concurrency))} in flight"
+    elif opts.closed_loop:
+        what = f"concurrency {','.join(map(str, opts.concurrency))}"
+    else:
+        what = (
+            f"request rate {','.join(f'{r:g}' for r in opts.request_rates)} req/s "
+            f"(max {opts.max_concurrency} in flight)"
+        )
+    if shape is None:
+        lengths = f"{opts.prompt_tokens} prompt + {opts.output_tokens} output tokens"
+    else:
+        lengths = f"workload {shape.name}"
+        if shape.source:
+            lengths += f" ({shape.source})"
+    return f"{opts.url} model {model}: {what}, {lengths}, warm-up {opts.warmup} requests"
+
+
+def turn_lines(results: Sequence[PointResult]) -> list[str]:
+    """TTFT per turn of a run with sessions, one line per load point and turn:
+    ``TTFT by turn at 4 streams: turn 2: P50 3.1 ms, P99 5.0 ms (32 requests)``."""
+    lines = []
+    for point in results:
+        for turn, stats in sorted(point.turns.items()):
+            lines.append(
+                f"TTFT by turn at {point.label}: turn {turn}: P50 {_ms(stats.p50)} ms, "
+                f"P99 {_ms(stats.p99)} ms ({stats.count} requests)"
+            )
+    return lines
 
 
 def progress(say: Callable[[str], None], opts: LoadOptions) -> PhaseCallback:
@@ -304,10 +359,32 @@ def load(
         int | None,
         typer.Option(help="With --request-rate: the cap on requests in flight (default 256)."),
     ] = None,
-    prompt_tokens: Annotated[int, typer.Option(help="Tokens per prompt.")] = 512,
+    prompt_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per prompt (default 512).", show_default=False)
+    ] = None,
     output_tokens: Annotated[
-        int, typer.Option(help="Tokens generated per request (EOS ignored).")
-    ] = 256,
+        int | None,
+        typer.Option(
+            help="Tokens generated per request, EOS ignored (default 256).", show_default=False
+        ),
+    ] = None,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            help="Send a workload's requests instead of fixed shapes: a preset (multi-turn, "
+            "chat, ...) or a trace as FORMAT:FILE (sharegpt:, burstgpt:, mooncake:, custom:, "
+            "tuner:, trace:). Without --concurrency/--request-rate, at its own load. "
+            "A workload with sessions reports TTFT per turn."
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            help="Count a text trace's tokens with this tokenizer.json (or the model directory "
+            "holding it). Default: the served model's, when its name is a local directory; "
+            "else ceil(characters / 4)."
+        ),
+    ] = None,
     requests: Annotated[
         int | None,
         typer.Option(
@@ -382,8 +459,11 @@ def load(
         stall_s=stall_timeout,
         slo=slo,
         percentiles=metric_percentiles,
+        workload=workload,
+        tokenizer=tokenizer,
     )
     served = bench.check_server(opts.url, opts.model, min(opts.timeout_s, bench.PROBE_TIMEOUT_S))
+    opts = bench.with_workload(opts, served)
     note = err if as_json else out  # with --json, stdout holds only the results
     note.print(escape(summary_line(opts, served)), soft_wrap=True)
     try:
@@ -410,6 +490,8 @@ def load(
         for point in results:
             table.add_row(*table_row(point, opts))
         out.print(table)
+        for line in turn_lines(results):
+            out.print(escape(line), soft_wrap=True)
     for point in results:
         for warning in warnings(point):
             note.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)

@@ -4,27 +4,33 @@ with tuner's own load generator, and report every load point in vLLM's result fo
 :mod:`tuner.cli.load`'s; nothing here prints.
 
 One run is one :class:`tuner.domain.Workload` with a concurrency (or request-rate) ladder and
-one window per point, so one warm-up serves the whole ladder. Before any load the server is
-asked for ``/v1/models``: an address that does not answer and a model it does not serve are
-reported at once, with what to do, instead of as a run of failed requests.
+one window per point, so one warm-up serves the whole ladder. Its shapes are fixed lengths, or
+those of a named workload (``--workload``: a preset such as ``multi-turn``, or a trace); a
+workload with sessions adds each point's TTFT per turn to its result (``tuner_ttft_by_turn``).
+
+Before any load the server is asked for ``/v1/models``: an address that does not answer and a
+model it does not serve are reported at once, with what to do, instead of as a run of failed
+requests.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tuner.domain import Slo, WindowMetrics, Workload
+from tuner.domain import LatencyStats, Slo, WindowMetrics, Workload
 from tuner.errors import TunerError, UsageError
 from tuner.load.benchjson import DEFAULT_PERCENTILES, bench_result, goodput_bounds, result_filename
 from tuner.load.curve import point_label
 from tuner.load.generator import LoadGenerator, PhaseCallback
 from tuner.load.prompts import PromptFactory
+from tuner.load.stats import ttft_by_turn, turn_summary
 
 DEFAULT_CONCURRENCY = 16
 DEFAULT_MAX_CONCURRENCY = 256  # the cap on requests in flight of a request-rate point
@@ -53,6 +59,14 @@ class LoadOptions:
     stall_s: float | None = 60.0  # no byte from the server for this long fails a request
     slo: Slo | None = None
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    # ``--workload``: a preset or FORMAT:FILE whose shapes, sessions and arrivals replace the
+    # fixed prompt/output lengths (read by with_workload once the server's model is known);
+    # ``tokenizer`` counts a text trace; ``ladder_given``: the ladder above is the user's, not
+    # the default one (which then gives way to the workload's own load point).
+    workload_name: str | None = None
+    tokenizer: Path | None = None
+    ladder_given: bool = True
+    workload: Workload | None = None  # the workload read
 
     @property
     def closed_loop(self) -> bool:
@@ -66,6 +80,8 @@ class PointResult:
     label: str
     window: WindowMetrics
     result: dict[str, Any]
+    # TTFT (ms) per turn of a workload with sessions (1 = a conversation's first); else empty.
+    turns: dict[int, LatencyStats] = field(default_factory=dict)
 
 
 def requests_per_point(opts: LoadOptions) -> int:
@@ -73,27 +89,67 @@ def requests_per_point(opts: LoadOptions) -> int:
     at least 4 x its concurrency (:meth:`tuner.domain.Workload.load_points`)."""
     if opts.requests is not None:
         return opts.requests
+    if opts.workload is not None:
+        return opts.workload.requests_per_window
     if opts.closed_loop:
         return MIN_CLOSED_REQUESTS
     return max(MIN_RATE_REQUESTS, math.ceil(RATE_WINDOW_S * max(opts.request_rates)))
 
 
 def workload(opts: LoadOptions) -> Workload:
-    """The one workload of the run: fixed shapes, one window per load point."""
-    shape = Workload(
-        name="tuner-load",
-        prompt_tokens=opts.prompt_tokens,
-        output_tokens=opts.output_tokens,
-        requests_per_window=requests_per_point(opts),
-        windows=1,
-        warmup_requests=opts.warmup,
-        length_jitter=0.0,
-    )
+    """The one workload of the run: fixed shapes (or the named workload's), one window per
+    load point. A trace given a request rate is replayed with Poisson arrivals of its rows."""
+    if opts.workload is not None:
+        shape = opts.workload.replace(
+            requests_per_window=requests_per_point(opts),
+            windows=1,
+            warmup_requests=opts.warmup,
+            concurrency_ladder=(),
+            rate_ladder=(),
+        )
+    else:
+        shape = Workload(
+            name="tuner-load",
+            prompt_tokens=opts.prompt_tokens,
+            output_tokens=opts.output_tokens,
+            requests_per_window=requests_per_point(opts),
+            windows=1,
+            warmup_requests=opts.warmup,
+            length_jitter=0.0,
+        )
     if opts.closed_loop:
         return shape.replace(
-            concurrency=max(opts.concurrency), concurrency_ladder=tuple(opts.concurrency)
+            concurrency=max(opts.concurrency),
+            request_rate=None,
+            concurrency_ladder=tuple(opts.concurrency),
         )
+    if shape.trace is not None:
+        shape = shape.replace(arrival="poisson")
     return shape.replace(concurrency=opts.max_concurrency, rate_ladder=tuple(opts.request_rates))
+
+
+def with_workload(opts: LoadOptions, model: str) -> LoadOptions:
+    """``opts`` with its ``--workload`` read. A text trace is counted with ``--tokenizer``, else
+    with the served model's own ``tokenizer.json`` when ``model`` (the served name) is a local
+    model directory, as ``vllm serve DIR`` names it; else approximated (the source says which).
+    Without a ladder of the user's, the run measures the workload's own load point."""
+    if opts.workload_name is None:
+        return opts
+    from tuner.load.traces import tokenizer_file
+    from tuner.load.workloads import get_workload
+
+    tokenizer = opts.tokenizer
+    if tokenizer is None and tokenizer_file(Path(model)) is not None:
+        tokenizer = Path(model)
+    shape = get_workload(opts.workload_name, tokenizer=tokenizer)
+    changes: dict[str, Any] = {"workload": shape, "tokenizer": tokenizer}
+    if not opts.ladder_given:
+        if shape.request_rate is not None and shape.trace is None:
+            changes.update(concurrency=(), request_rates=(shape.request_rate,))
+            changes["max_concurrency"] = shape.concurrency
+        else:
+            changes["concurrency"] = (shape.concurrency,)
+    return dataclasses.replace(opts, **changes)
 
 
 def check_server(root: str, model: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> str:
@@ -160,10 +216,24 @@ def run(
     date = datetime.now()
     bounds = goodput_bounds(opts.slo)
     results = []
-    for point, window, records in zip(
-        shape.load_points(), report.windows, report.records, strict=True
+    turns = report.turns or tuple(() for _ in report.records)
+    for point, window, records, planned in zip(
+        shape.load_points(), report.windows, report.records, turns, strict=True
     ):
         label = point_label(point.concurrency, point.request_rate)
+        by_turn = ttft_by_turn([records], [planned]) if planned else {}
+        extra: dict[str, Any] = {
+            "tuner_load_point": label,
+            "tuner_prompts": "text" if opts.text_prompts else "token_ids",
+            "tuner_warmup_requests": opts.warmup,
+            "tuner_warmup_s": report.warmup_s,
+        }
+        if opts.workload is not None:
+            extra["tuner_workload"] = shape.name
+            if shape.source:
+                extra["tuner_workload_source"] = shape.source
+        if by_turn:
+            extra["tuner_ttft_by_turn"] = turn_summary(by_turn)
         result = bench_result(
             records,
             window.duration_s,
@@ -174,14 +244,9 @@ def run(
             goodput=bounds,
             client=window.client,
             date=date,
-            extra={
-                "tuner_load_point": label,
-                "tuner_prompts": "text" if opts.text_prompts else "token_ids",
-                "tuner_warmup_requests": opts.warmup,
-                "tuner_warmup_s": report.warmup_s,
-            },
+            extra=extra,
         )
-        results.append(PointResult(label, window, result))
+        results.append(PointResult(label, window, result, by_turn))
     return results
 
 

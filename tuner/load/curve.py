@@ -13,8 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tuner.domain import Estimate, Slo, WindowMetrics, Workload
-from tuner.load.stats import estimate, summarize
+from tuner.domain import Estimate, RequestRecord, Slo, WindowMetrics, Workload
+from tuner.load.stats import estimate, summarize, turn_metrics
 
 MAX_ERROR_RATE = 0.01  # at most 1 % of requests may fail
 FEASIBLE = -1.0  # the margin of an SLO field that cannot be violated
@@ -122,12 +122,25 @@ def capacity(points: Sequence[LoadPoint], slo: Slo | None) -> dict[str, Estimate
 
 
 def trial_metrics(
-    workload: Workload, windows: Sequence[WindowMetrics], slo: Slo | None
+    workload: Workload,
+    windows: Sequence[WindowMetrics],
+    slo: Slo | None,
+    *,
+    records: Sequence[Sequence[RequestRecord]] = (),
+    turns: Sequence[Sequence[int]] = (),
 ) -> dict[str, Estimate]:
     """A trial's metrics: the fixed-load summary of its headline point, plus the capacity
-    metrics when it measured a curve."""
-    metrics = summarize(headline_windows(workload, windows))
+    metrics when it measured a curve.
+
+    Given the run's ``records`` and ``turns`` (:class:`tuner.load.generator.LoadReport`'s, one
+    entry per window) of a workload with sessions, the headline point's TTFT per turn joins
+    them (:func:`tuner.load.stats.turn_metrics`: ``ttft_turn1_p50_ms``, ...)."""
+    headline = headline_windows(workload, windows)
+    metrics = summarize(headline)
     cap = capacity(load_points(windows), slo)
     if cap is not None:
         metrics.update(cap)
+    if turns and any(t > 0 for window in turns for t in window):
+        chosen = [i for i, w in enumerate(windows) if any(w is h for h in headline)]
+        metrics.update(turn_metrics([records[i] for i in chosen], [turns[i] for i in chosen]))
     return metrics

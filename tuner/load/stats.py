@@ -6,7 +6,7 @@ Pure functions over domain records; no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -230,3 +230,35 @@ def ttft_by_turn(
             if turn > 0 and record.ok and record.ttft_s is not None:
                 pooled.setdefault(turn, []).append(record.ttft_s * 1000.0)
     return {turn: latency_stats(pooled[turn]) for turn in sorted(pooled)}
+
+
+def turn_summary(by_turn: Mapping[int, LatencyStats]) -> dict[str, dict[str, float]]:
+    """:func:`ttft_by_turn` as plain JSON: ``{"1": {"count", "mean_ms", "p50_ms", "p90_ms",
+    "p99_ms", "max_ms"}, ...}``, turn numbers as strings (JSON object keys)."""
+    return {
+        str(turn): {
+            "count": s.count,
+            "mean_ms": s.mean,
+            "p50_ms": s.p50,
+            "p90_ms": s.p90,
+            "p99_ms": s.p99,
+            "max_ms": s.max,
+        }
+        for turn, s in sorted(by_turn.items())
+    }
+
+
+def turn_metrics(
+    records: Sequence[Sequence[RequestRecord]], turns: Sequence[Sequence[int]]
+) -> dict[str, Estimate]:
+    """Per-turn TTFT as trial metrics: ``ttft_turn{k}_p50_ms`` and ``ttft_turn{k}_p99_ms``,
+    each the :func:`estimate` over windows of that window's turn-``k`` percentile (a window
+    without turn ``k`` gives NaN, which the estimate leaves out). Empty without sessions."""
+    per_window = [ttft_by_turn([r], [t]) for r, t in zip(records, turns, strict=True)]
+    numbers = sorted({k for window in per_window for k in window})
+    out: dict[str, Estimate] = {}
+    for k in numbers:
+        for q in ("p50", "p99"):
+            values = [getattr(w[k], q) if k in w else _NAN for w in per_window]
+            out[f"ttft_turn{k}_{q}_ms"] = estimate(values)
+    return out

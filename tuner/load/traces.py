@@ -23,9 +23,10 @@
 ``custom:``   vLLM's custom JSONL: ``{"prompt": TEXT, "output_tokens": INT}``; closed loop.
 ============  ================================================================================
 
-Text (ShareGPT, custom) is counted with the model's tokenizer when one is given
-(:func:`tokenizer_counter`); otherwise as ``ceil(characters / 4)``, a rule of thumb for English
-under BPE vocabularies, and the workload's ``source`` says so.
+Text (ShareGPT, custom) is counted with the model's tokenizer when one is given (a model
+directory or ``tokenizer.json``, read by :func:`tokenizer_counter`; or a counting function);
+otherwise as ``ceil(characters / 4)``, a rule of thumb for English under BPE vocabularies. The
+workload's ``source`` names the counter either way, so the fingerprint says which it was.
 
 Bad input is a :class:`UsageError` naming the file, the line (or the ShareGPT entry) and the
 field. Replay options (the workload's ``speed``, ``start_s``/``end_s``, ``max_requests``,
@@ -64,11 +65,19 @@ def approximate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
+def tokenizer_file(path: Path) -> Path | None:
+    """The ``tokenizer.json`` of the model directory ``path`` (or ``path`` itself when it is
+    that file), None when there is none."""
+    file = path / "tokenizer.json" if path.is_dir() else path
+    return file if file.name == "tokenizer.json" and file.is_file() else None
+
+
 def tokenizer_counter(path: Path) -> TokenCounter | None:
     """A counter from the ``tokenizer.json`` in the model directory ``path`` (or that file),
-    None when there is none."""
-    file = path / "tokenizer.json" if path.is_dir() else path
-    if file.name != "tokenizer.json" or not file.is_file():
+    None when there is none. Special tokens are not added: a trace's text is counted as the
+    prompt text it is, as ``vllm bench serve`` counts a dataset's prompt lengths."""
+    file = tokenizer_file(path)
+    if file is None:
         return None
     from tokenizers import Tokenizer
 
@@ -84,11 +93,36 @@ def split_name(name: str) -> tuple[str, Path] | None:
     return fmt, Path(rest)
 
 
+def text_counter(
+    count_tokens: TokenCounter | None = None, tokenizer: Path | None = None
+) -> tuple[TokenCounter, str]:
+    """How a trace's text is counted, and the words that say so in its ``source``:
+    ``count_tokens`` when given, else the ``tokenizer.json`` found at ``tokenizer`` (a model
+    directory or the file), else ``ceil(characters / 4)`` (naming where no tokenizer was
+    found, when a place was given)."""
+    if count_tokens is not None:
+        return count_tokens, "counted with the given tokenizer"
+    if tokenizer is not None:
+        file = tokenizer_file(tokenizer)
+        counter = tokenizer_counter(tokenizer) if file is not None else None
+        if counter is not None:
+            return counter, f"counted with the tokenizer {file}"
+        return approximate_tokens, (
+            f"approximated as {APPROXIMATION} (no tokenizer.json in {tokenizer})"
+        )
+    return approximate_tokens, f"approximated as {APPROXIMATION} (no tokenizer)"
+
+
 def read_trace(
-    name: str, count_tokens: TokenCounter | None = None, block_tokens: int = 512
+    name: str,
+    count_tokens: TokenCounter | None = None,
+    block_tokens: int = 512,
+    *,
+    tokenizer: Path | None = None,
 ) -> Workload:
     """The workload of the trace ``name`` (``FORMAT:FILE``, see the module), not yet replayed
-    with any options; Mooncake hash blocks of ``block_tokens`` tokens."""
+    with any options; Mooncake hash blocks of ``block_tokens`` tokens. Text is counted as
+    :func:`text_counter` says, from ``count_tokens`` or ``tokenizer``."""
     split = split_name(name)
     if split is None:
         raise UsageError(
@@ -101,8 +135,6 @@ def read_trace(
     text = _read(path, name)
     if fmt == "trace":
         fmt = detect(path, text)
-    counter = count_tokens or approximate_tokens
-    counted = "tokenizer" if count_tokens else f"approximated as {APPROXIMATION} (no tokenizer)"
     note = ""
     if fmt == "tuner":
         rows = _tuner_rows(path, text)
@@ -112,9 +144,11 @@ def read_trace(
         rows, skipped = _burstgpt_rows(path, text)
         note = f"; {skipped} rows of 0 response tokens skipped" if skipped else ""
     elif fmt == "sharegpt":
+        counter, counted = text_counter(count_tokens, tokenizer)
         rows = _sharegpt_rows(path, text, counter)
         note = f"; prompt and output tokens {counted}"
     else:
+        counter, counted = text_counter(count_tokens, tokenizer)
         rows = _custom_rows(path, text, counter)
         note = f"; prompt tokens {counted}"
     if not rows:

@@ -11,6 +11,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -175,18 +176,21 @@ def get_workload(
     overrides: Mapping[str, Any] | None = None,
     *,
     count_tokens: TokenCounter | None = None,
+    tokenizer: Path | None = None,
 ) -> Workload:
     """A preset by name, or ``FORMAT:FILE`` to replay a trace (:mod:`tuner.load.traces`),
     with ``overrides`` of its fields applied (a trace's replay options among them).
 
-    ``count_tokens`` counts the tokens of a trace's text (the model's tokenizer); without it
-    they are approximated. Raises :class:`tuner.errors.UsageError` for an unknown name, a bad
+    A trace's text is counted by ``count_tokens``, else by the ``tokenizer.json`` at
+    ``tokenizer`` (the model's directory or the file; a study passes its model's), else
+    approximated; the workload's ``source`` says which (:func:`tuner.load.traces.text_counter`).
+    Raises :class:`tuner.errors.UsageError` for an unknown name, a bad
     override or a malformed trace.
     """
     overrides = dict(overrides or {})
     if split_name(name) is not None:
         block = overrides.get("block_tokens", 512)
-        workload = read_trace(name, count_tokens, block)
+        workload = read_trace(name, count_tokens, block, tokenizer=tokenizer)
     else:
         try:
             workload = WORKLOADS[name]
