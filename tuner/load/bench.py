@@ -117,6 +117,18 @@ def workload(opts: LoadOptions) -> Workload:
             warmup_requests=opts.warmup,
             length_jitter=0.0,
         )
+    if opts.workload is not None and not opts.ladder_given:
+        return shape  # the workload's own load point
+    timed = shape.trace is not None and shape.arrival == "trace"
+    if opts.closed_loop and timed:
+        # The trace's arrival times set the load; the streams only cap requests in flight.
+        if len(opts.concurrency) > 1:
+            raise UsageError(
+                f"workload {shape.name}: its own arrival times set the load, so --concurrency "
+                "takes one value (the most requests in flight)",
+                hint="for a load curve give --request-rate 2,4,8 (Poisson arrivals of its rows)",
+            )
+        return shape.replace(concurrency=opts.concurrency[0], request_rate=None)
     if opts.closed_loop:
         return shape.replace(
             concurrency=max(opts.concurrency),
