@@ -8,13 +8,17 @@ here: searchable on this GPU and vLLM, valid for this model and workload, not fi
 spec, not against the objective. The plan is printed and stored with the study before the
 search goes on.
 
-Then it is **screened**: each planned knob measured once against the defaults at its likeliest
-value. A knob is kept when its trial beats the defaults' score by more than one launch
-difference's noise (``sqrt(2)`` × the SD of one launch's value: from the noise profile of this
-GPU, model and workload where ``tuner calibrate`` or earlier decisions measured one, else
-:data:`DEFAULT_LAUNCH_SD`, the H200's). The sampler then searches the kept knobs (the best two
-when none is kept: the plan says so). Every trial of the plan counts in the study's budget;
-when the regime cannot be named, the study searches the card's knobs as before.
+Then it is **screened** from the regime's recipe down, not up from the defaults: the first
+trial sets every planned knob at its likeliest value at once (levers that only pay together,
+such as async scheduling with a stream interval, pay there), then one trial drops each knob
+from that recipe again. A knob's effect is the recipe's score over the score without it; it is
+kept when that beats one launch difference's noise (``sqrt(2)`` x the SD of one launch's
+value: from the noise profile of this GPU, model and workload where ``tuner calibrate`` or
+earlier decisions measured one, else :data:`DEFAULT_LAUNCH_SD`, the H200's). The sampler then
+searches the kept knobs (the ones above 1 when none beats the noise, the best two when none
+helps: the plan says so). With one planned knob the defaults are its "without". Every trial
+of the plan counts in the study's budget; when the regime cannot be named, the study searches
+the card's knobs as before.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ MAX_KNOBS = 4
 # noise-h200.md (ernie-0.3b, throughput-256, 4 warm launches, 3 df).
 DEFAULT_LAUNCH_SD = 0.068
 REUSE_MATERIAL = 0.1  # prefix caching is only worth searching above this prefix reuse
-SCREEN = "screen"  # the Optuna user attribute that marks a screening trial (its knob)
+SCREEN = "screen"  # the Optuna user attribute of a screening trial: RECIPE or the knob dropped
+RECIPE = "recipe"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class Plan:
     margin: float | None = None
     margin_source: str = ""
     kept: tuple[str, ...] | None = None
+    recipe: float | None = None  # the recipe's score against the defaults
     # The bottleneck moved: the best trial's own diagnosis (its number, the regime) and the
     # knobs of its plan added to the search, unscreened.
     moved: tuple[tuple[int, str], ...] = ()
@@ -74,13 +80,18 @@ class Plan:
     def lines(self) -> list[str]:
         out = [f"diagnosis: {self.diagnosis.summary()}"]
         planned = ", ".join(f"{k.knob} ({k.why})" for k in self.knobs)
-        out.append(f"plan: screening {planned}" if self.knobs else "plan: nothing to screen")
+        out.append(
+            f"plan: screening {planned}: all at once, then each left out"
+            if self.knobs
+            else "plan: nothing to screen"
+        )
         if self.skipped:
             out.append("not searching: " + "; ".join(f"{k}: {why}" for k, why in self.skipped))
         if self.kept is not None and self.margin is not None:
             seen = ", ".join(f"{k} x{v:.2f}" for k, v in self.effects.items())
             out.append(
-                f"screened ({seen}; kept above x{math.exp(self.margin):.2f}, "
+                f"screened (the recipe x{self.recipe or 0:.2f} the defaults; each knob's share: "
+                f"{seen}; kept above x{math.exp(self.margin):.2f}, "
                 f"{self.margin_source}): searching {', '.join(self.kept) or 'nothing'}"
             )
         for number, regime in self.moved:
@@ -99,6 +110,7 @@ class Plan:
             "margin": self.margin,
             "margin_source": self.margin_source,
             "kept": None if self.kept is None else list(self.kept),
+            "recipe": self.recipe,
             "moved": [list(m) for m in self.moved],
             "added": list(self.added),
             "text": self.lines(),
@@ -115,6 +127,7 @@ class Plan:
             margin=data.get("margin"),
             margin_source=data.get("margin_source", ""),
             kept=None if kept is None else tuple(kept),
+            recipe=data.get("recipe"),
             moved=tuple((int(n), str(r)) for n, r in data.get("moved") or ()),
             added=tuple(data.get("added") or ()),
         )
@@ -149,12 +162,14 @@ def make_plan(diagnosis: Diagnosis, card: SearchSpace, objective: Objective) -> 
         if value is None:
             skipped.append((move.knob, "no candidate value besides vLLM's default here"))
             continue
-        problems = space_of(card, [move.knob]).violations(_config(card, move.knob, value))
-        if problems:
+        if len(planned) >= MAX_KNOBS:
+            continue
+        trial = [*planned, Planned(move.knob, value, move.why)]
+        problems = space_of(card, [k.knob for k in trial]).violations(_recipe(card, trial))
+        if problems:  # alone, or with the knobs planned before it
             skipped.append((move.knob, f"{move.knob}={value}: {problems[0]}"))
             continue
-        if len(planned) < MAX_KNOBS:
-            planned.append(Planned(move.knob, value, move.why))
+        planned = trial
     names = {p.knob for p in planned} | {k for k, _ in skipped}
     rest = [k for k in card.searched if k not in names]
     skipped += [(k, levers.NOT_PLANNED[k]) for k in rest if k in levers.NOT_PLANNED]
@@ -197,36 +212,51 @@ def _screen_value(move: levers.Move, card: SearchSpace) -> Any:
     return choices[0]
 
 
-def _config(card: SearchSpace, knob: str, value: Any) -> ServingConfig:
-    return space_of(card, [knob]).config_from({knob: value}, where="the plan")
+def _recipe(card: SearchSpace, knobs: Sequence[Planned]) -> ServingConfig:
+    """The defaults with every one of ``knobs`` at its screen value."""
+    space = space_of(card, [k.knob for k in knobs])
+    return space.config_from({k.knob: k.screen for k in knobs}, where="the plan")
 
 
 def screen_configs(plan: Plan, card: SearchSpace) -> list[tuple[str, ServingConfig]]:
-    """One configuration per planned knob: the defaults with that knob at its screen value."""
-    return [(k.knob, _config(card, k.knob, k.screen)) for k in plan.knobs]
+    """The screening trials: the recipe (every planned knob set), then the recipe without each
+    knob in turn (none with a single knob: its "without" is the defaults' trial)."""
+    out = [(RECIPE, _recipe(card, plan.knobs))]
+    if len(plan.knobs) > 1:
+        for k in plan.knobs:
+            out.append((k.knob, _recipe(card, [o for o in plan.knobs if o is not k])))
+    return out
 
 
 def screened(plan: Plan, scores: Mapping[str, float], launch_sd: float | None, source: str) -> Plan:
-    """``plan`` with its screening judged: ``scores`` maps each knob to its screening trial's
-    score against the defaults (1.0 = the defaults). ``launch_sd``: the SD of one launch's
-    value from a noise profile (None: :data:`DEFAULT_LAUNCH_SD`)."""
+    """``plan`` with its screening judged. ``scores``: the screening trials' scores against the
+    defaults (1.0 = the defaults), keyed by :data:`RECIPE` and by the knob each one dropped (a
+    trial that failed: 0). ``launch_sd``: the SD of one launch's value from a noise profile
+    (None: :data:`DEFAULT_LAUNCH_SD`)."""
     sd = DEFAULT_LAUNCH_SD if launch_sd is None else launch_sd
     if launch_sd is None:
         source = f"no noise profile here: the H200's launch SD {DEFAULT_LAUNCH_SD}"
     margin = math.sqrt(2) * sd
-    effects = {k.knob: scores[k.knob] for k in plan.knobs if k.knob in scores}
-    kept = [k for k, s in effects.items() if s > 0 and math.log(s) > margin]
-    if not kept:  # nothing beat the noise: search the two likeliest anyway
-        kept = sorted(effects, key=lambda k: -effects[k])[:2]
+    recipe = scores.get(RECIPE, 0.0)
+    without = {k.knob: scores.get(k.knob, 0.0) for k in plan.knobs}
+    if len(plan.knobs) == 1:
+        without = {plan.knobs[0].knob: 1.0}  # the defaults
+    effects = {
+        k: (recipe / w if w > 0 else math.inf) if recipe > 0 else 0.0 for k, w in without.items()
+    }
+    kept = [k for k, e in effects.items() if e > 0 and math.log(e) > margin]
+    if not kept:  # nothing beat the noise: what helped at all, else the two likeliest
+        kept = [k for k, e in effects.items() if e > 1.0] or sorted(
+            effects, key=lambda k: -effects[k]
+        )[:2]
     order = [k.knob for k in plan.knobs]
-    return Plan(
-        plan.diagnosis,
-        plan.knobs,
-        plan.skipped,
-        effects,
-        margin,
-        source,
-        tuple(sorted(kept, key=order.index)),
+    return dataclasses.replace(
+        plan,
+        effects=effects,
+        margin=margin,
+        margin_source=source,
+        kept=tuple(sorted(kept, key=order.index)),
+        recipe=recipe,
     )
 
 

@@ -94,7 +94,8 @@ def _diagnose(ctx: StudyContext, study: optuna.Study, repo: Repository, say: Say
 
 def _judge(ctx: StudyContext, study: optuna.Study, repo: Repository, plan: Plan, say: Say) -> Plan:
     trials = [t for t in study.get_trials(deepcopy=False) if SCREEN in t.user_attrs]
-    if len(trials) < len(plan.knobs) or any(t.state in _UNFINISHED for t in trials):
+    expected = len(screen_configs(plan, ctx.space))
+    if len(trials) < expected or any(t.state in _UNFINISHED for t in trials):
         return plan  # screening still runs
     scores = {r.number: r.score for r in rank(repo, ctx.name, ctx.spec.objective)}
     by_knob = {str(t.user_attrs[SCREEN]): scores.get(t.number, 0.0) for t in trials}
