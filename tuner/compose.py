@@ -63,9 +63,11 @@ class Prepared:
     repo: Repository
 
 
-def resolve_workload(spec: StudySpec) -> Workload:
+def resolve_workload(spec: StudySpec, tokenizer: Path | None = None) -> Workload:
+    """The spec's workload; a trace's text counted with ``tokenizer`` (a model directory with a
+    ``tokenizer.json``) where given, else by the characters-per-token rule."""
     try:
-        workload = get_workload(spec.workload, spec.workload_overrides)
+        workload = get_workload(spec.workload, spec.workload_overrides, tokenizer=tokenizer)
     except UsageError as exc:
         if "override" not in exc.message:
             raise
@@ -247,6 +249,11 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     synthetic = model.source is None
     model_path = str(materialize(model, home / "models")) if synthetic else str(model.source)
     load_format = spec.load_format or ("dummy" if synthetic else None)
+    if synthetic or Path(model_path).is_dir():  # a trace's text counted by the model's tokenizer
+        counted = resolve_workload(spec, Path(model_path))
+        if counted != workload:
+            workload = counted
+            space = build_space(spec, model, gpu, workload, flags)
     settings = RunnerSettings(
         python=vllm.python,
         vllm_version=vllm.version,

@@ -378,7 +378,9 @@ class VllmTrialRunner:
             config=launch.config,
             status=TrialStatus.COMPLETE,
             windows=report.windows,
-            metrics=trial_metrics(workload, report.windows, slo),
+            metrics=trial_metrics(
+                workload, report.windows, slo, records=report.records, turns=report.turns
+            ),
             requests=report.records,
             memory=memory,
             server=launch.info,
