@@ -82,7 +82,7 @@ def test_best_json_of_a_study_without_a_completed_trial_exits_1(tmp_path: Path) 
     assert repo.get_study("empty") is not None
     run = CliRunner().invoke(app, ["best", "empty", "--json", "--storage", url])
     assert run.exit_code == 1
-    assert _strict(run.stdout) == {"study": "empty", "recommendation": None}
+    assert _strict(run.stdout) == {"study": "empty", "recommendation": None, "plan": None}
 
 
 def test_export_writes_a_nan_metric_as_null(url: str, tmp_path: Path) -> None:
