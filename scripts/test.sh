@@ -11,8 +11,9 @@
 # start as soon as CPU vLLM is installed (in the background from the first second: about 4
 # minutes, mostly downloading). The end-to-end tests' output follows the others' at the end.
 #
-# --fast: lint, types, the import contract and every test that needs no real vLLM (-m "not
-# e2e"): no vLLM, no wheel check. Enough for a change that does not touch how tuner starts,
+# --fast: lint, types, the import contract and every test that needs no real vLLM but the
+# modules of long fake-server runs (-m "not e2e and not slow"; tests/conftest.py lists them):
+# no vLLM, no wheel check. Enough for a change that does not touch how tuner starts,
 # drives or reads real vLLM; run everything before you stop (tests/README.md says when).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -96,7 +97,11 @@ fi
 
 status=0
 stage "tests that need no real vLLM"
-run_pytest -m "not e2e" "$@" || status=$?
+if [ "$FAST" = 1 ]; then
+  run_pytest -m "not e2e and not slow" "$@" || status=$?
+else
+  run_pytest -m "not e2e" "$@" || status=$?
+fi
 if [ "$FAST" = 1 ]; then
   stage "done (--fast: no real-vLLM tests, no wheel check; status $status)"
   exit "$status"

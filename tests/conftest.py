@@ -1,0 +1,48 @@
+"""Test-suite wide: the modules `scripts/test.sh --fast` leaves to the full run.
+
+Each of these spends 10 s or more on a 2-core machine running whole studies, many server
+launches or API fuzzing on the fake server (the suite's --durations list says which). Their
+paths are what `--fast` would need most rarely: the study loop's and the runner's behaviour
+across processes. They carry the marker ``slow``; the full run (CI) runs every one of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SLOW = frozenset(
+    {
+        "integration/test_api_fuzz.py",
+        "integration/test_cli_errors.py",
+        "integration/test_compare_cli.py",
+        "integration/test_compile_cache.py",
+        "integration/test_export.py",
+        "integration/test_fake_regimes.py",
+        "integration/test_faults_api_during_study.py",
+        "integration/test_faults_crash_mid_load.py",
+        "integration/test_faults_tuner_killed.py",
+        "integration/test_hostile_input.py",
+        "integration/test_launch_cli.py",
+        "integration/test_load_cli.py",
+        "integration/test_plan_fake.py",
+        "integration/test_resume_stored_spec.py",
+        "integration/test_search_any_flag.py",
+        "integration/test_worker_queue.py",
+        "postgres/test_postgres_api_fuzz.py",
+        "postgres/test_postgres_one_study.py",
+        "postgres/test_postgres_workers.py",
+    }
+)
+_ROOT = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            where = item.path.relative_to(_ROOT).as_posix()
+        except ValueError:
+            continue
+        if where in SLOW:
+            item.add_marker(pytest.mark.slow)
