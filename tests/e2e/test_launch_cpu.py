@@ -105,7 +105,8 @@ def test_doctor_then_launch_load_and_canary_on_cpu_vllm(
         # (their gaps are then 0): TPOT and ITL can be 0, never negative.
         for metric in ("tpot", "itl"):
             assert point[f"p99_{metric}_ms"] >= point[f"median_{metric}_ms"] >= 0, metric
-        assert point["median_e2el_ms"] > point["median_ttft_ms"]
+        # Equal when the client read a request's whole answer in its first chunk (coalesced).
+        assert point["median_e2el_ms"] >= point["median_ttft_ms"]
     files = sorted(results.iterdir())
     assert len(files) == 2
     for path in files:
