@@ -155,30 +155,27 @@ class Repository:
     def set_trials_requested(self, name: str, n_trials: int) -> None:
         """Record the trial count a resumed study now runs to (``--resume --trials N``), in its
         row and in the spec stored with it (what the next resume continues)."""
-        with session_scope(self._engine) as s:
-            study_id = _study_id(s, name)
-            spec = s.scalar(select(StudyModel.spec).where(StudyModel.id == study_id)) or {}
-            s.execute(
-                update(StudyModel)
-                .where(StudyModel.id == study_id)
-                .values(
-                    n_trials_requested=n_trials,
-                    spec={**spec, "trials": n_trials} if spec else spec,
-                    updated_at=time.time(),
-                )
-            )
+        self._update_spec(name, {"trials": n_trials}, into_empty=False, n_trials_requested=n_trials)
 
     def set_study_plan(self, name: str, plan: Mapping[str, Any]) -> None:
         """Store the lever plan (:mod:`tuner.study.plan`) with the study, in its spec's
         ``plan_record`` (what a resume or another worker continues; the spec's own fields are
         untouched)."""
+        self._update_spec(name, {"plan_record": dict(plan)}, into_empty=True)
+
+    def _update_spec(
+        self, name: str, changes: Mapping[str, Any], *, into_empty: bool, **values: Any
+    ) -> None:
+        """Merge ``changes`` into the study's stored spec (an empty spec stays empty unless
+        ``into_empty``) and set ``values``' columns, in one transaction."""
         with session_scope(self._engine) as s:
             study_id = _study_id(s, name)
             spec = s.scalar(select(StudyModel.spec).where(StudyModel.id == study_id)) or {}
+            merged = {**spec, **changes} if spec or into_empty else spec
             s.execute(
                 update(StudyModel)
                 .where(StudyModel.id == study_id)
-                .values(spec={**spec, "plan_record": dict(plan)}, updated_at=time.time())
+                .values(**values, spec=merged, updated_at=time.time())
             )
 
     def _update_study(self, name: str, **values: Any) -> None:

@@ -20,7 +20,7 @@ from tuner.domain import TrialResult, TrialStatus
 from tuner.scoring.regime import diagnose
 from tuner.space import SearchSpace
 from tuner.study.plan import SCREEN, Plan, make_plan, moved, screen_configs, screened, space_of
-from tuner.study.standings import rank
+from tuner.study.standings import baseline_row, rank
 
 Say = Callable[[str, str], None]
 _UNFINISHED = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
@@ -34,10 +34,8 @@ def stored_plan(repo: Repository, name: str) -> dict[str, Any] | None:
 
 
 def _baseline_result(repo: Repository, name: str) -> TrialResult | None:
-    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
-        if row.is_baseline:
-            return row.to_result()
-    return None
+    row = baseline_row(repo, name)
+    return row.to_result() if row is not None else None
 
 
 def current_space(

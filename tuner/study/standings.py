@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuner.db.repository import Repository
+from tuner.db.rows import TrialRow
 from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialResult, TrialStatus
 from tuner.scoring import objectives as scoring
 from tuner.scoring.ranking import Standing, best_first, canary_broken
@@ -23,11 +24,17 @@ class Ranked:
     relative: bool = True  # the score is against vLLM's defaults (measured in this study)
 
 
-def baseline_values(repo: Repository, name: str) -> list[float] | None:
+def baseline_row(repo: Repository, name: str) -> TrialRow | None:
+    """The study's measured baseline trial (vLLM's defaults), None before it completed."""
     for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
-        if row.is_baseline and row.objective_values:
-            return list(row.objective_values)
+        if row.is_baseline:
+            return row
     return None
+
+
+def baseline_values(repo: Repository, name: str) -> list[float] | None:
+    row = baseline_row(repo, name)
+    return list(row.objective_values) if row is not None and row.objective_values else None
 
 
 def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
