@@ -30,12 +30,13 @@ from api.schemas import (
     metrics_out,
 )
 from tuner.db.rows import StudyRow, TrialRow
-from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialResult, TrialStatus
+from tuner.domain import Estimate, Objective, Slo
 from tuner.domain.workload import format_slo
 from tuner.results.recommend import emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import objectives as scoring
 from tuner.scoring import ranking
 from tuner.study.confirm import Confirmed
+from tuner.study.standings import study_objective
 from tuner.vllm import argv
 
 _MAX_SUGGESTIONS = 8
@@ -63,18 +64,10 @@ class Pick:
     confirmed: Confirmed | None = None
 
 
-def study_objective(study: StudyRow) -> Objective:
-    try:
-        return Objective(study.objective)
-    except ValueError:
-        return Objective.BALANCED
-
-
 def meets(metrics: Mapping[str, Estimate], slo: Slo) -> bool:
     """Whether stored metrics meet ``slo`` (and the error-rate ceiling); False if incomplete."""
-    result = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=metrics)
     try:
-        return scoring.is_feasible(scoring.constraint_values(result, slo))
+        return scoring.is_feasible(scoring.metric_constraints(metrics, slo))
     except KeyError:  # a metric the check needs was never recorded
         return False
 

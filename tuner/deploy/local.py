@@ -98,6 +98,8 @@ def best_local(
     that study's vLLM defaults), then the most recently updated study. UsageError (exit 2) when
     nothing was measured, naming the combinations the store does have.
     """
+    from tuner.study.standings import study_objective
+
     alias = resolve_model(model).alias
     studies = repo.list_studies()
     offers: list[tuple[StudyRow, Ranked, Objective]] = []
@@ -110,7 +112,7 @@ def best_local(
             or not study.trial_counts.get(TrialStatus.COMPLETE, 0)
         ):
             continue
-        chosen = objective or _objective_of(study)
+        chosen = objective or study_objective(study)
         top = _study_pick(repo, study.name, chosen)
         if top is None:
             continue
@@ -152,13 +154,6 @@ def best_local(
         extra_args=tuple(str(a) for a in extra),
         is_baseline=top.is_baseline,
     )
-
-
-def _objective_of(study: StudyRow) -> Objective:
-    try:
-        return Objective(study.objective)
-    except ValueError:
-        return Objective.BALANCED
 
 
 def _study_pick(repo: Repository, name: str, objective: Objective) -> Ranked | None:

@@ -36,7 +36,6 @@ from tuner.domain import (
     Objective,
     ServingConfig,
     Slo,
-    TrialResult,
     TrialStatus,
     WindowMetrics,
 )
@@ -127,8 +126,7 @@ class Table:
     def constraints(self, metrics: Mapping[str, float]) -> list[float]:
         """Optuna's constraint values for a launch's numbers (the study's SLO rule)."""
         estimates = {k: Estimate(v, v, v, (v,)) for k, v in metrics.items()}
-        fake = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=estimates)
-        return scoring.constraint_values(fake, self.slo, self.objective)
+        return scoring.metric_constraints(estimates, self.slo, self.objective)
 
     def standing(self, metrics: Mapping[str, float] | None, number: int = 0) -> Standing:
         """Where numbers stand by the ranking rule; None (a finding) stands last."""

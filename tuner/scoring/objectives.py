@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tuner.domain import Objective, Slo, TrialResult, TrialStatus
+from tuner.domain import Estimate, Objective, Slo, TrialResult, TrialStatus
 from tuner.load.curve import FEASIBLE, slo_margins
 from tuner.scoring.cost import slo_throughput
 
@@ -73,22 +73,34 @@ class Headline:
 
     @classmethod
     def of(cls, result: TrialResult, objective: Objective | None = None) -> Headline:
-        """The headline numbers; throughput is the curve's capacity for the capacity preset
-        (0 for a trial that measured no curve: it cannot show a capacity)."""
+        """The headline numbers of a complete trial: :meth:`of_metrics` on its metrics and
+        its headline memory."""
         if result.status is not TrialStatus.COMPLETE:
             raise ValueError("only a complete trial has headline numbers")
-        mem = result.memory.headline_bytes
+        return cls.of_metrics(result.metrics, objective, memory_bytes=result.memory.headline_bytes)
+
+    @classmethod
+    def of_metrics(
+        cls,
+        metrics: Mapping[str, Estimate],
+        objective: Objective | None = None,
+        *,
+        memory_bytes: int | None = None,
+    ) -> Headline:
+        """The headline numbers of a complete trial's metrics; throughput is the curve's
+        capacity for the capacity preset (0 for a trial that measured no curve: it cannot show
+        a capacity). Memory without ``memory_bytes`` is 0 (unknown: neutral in the score)."""
         if objective is Objective.CAPACITY:
-            cap = result.metrics.get("capacity_output_throughput")
+            cap = metrics.get("capacity_output_throughput")
             throughput = cap.median if cap is not None else 0.0
         elif objective is Objective.COST:
-            throughput = slo_throughput(result.metrics)[0].median
+            throughput = slo_throughput(metrics)[0].median
         else:
-            throughput = result.metrics["output_throughput"].median
+            throughput = metrics["output_throughput"].median
         return cls(
             throughput=throughput,
-            memory_gib=(mem or 0) / GIB,
-            p99_ms=result.metrics["e2e_p99_ms"].median,
+            memory_gib=(memory_bytes or 0) / GIB,
+            p99_ms=metrics["e2e_p99_ms"].median,
         )
 
     def as_values(self) -> list[float]:
@@ -107,22 +119,31 @@ def objective_values(
 def constraint_values(
     result: TrialResult, slo: Slo, objective: Objective | None = None
 ) -> list[float]:
-    """Optuna constraint values (<= 0 is feasible): one per SLO field, then the error rate.
+    """Optuna constraint values (<= 0 is feasible): :func:`metric_constraints` of a complete
+    trial's metrics; all violated for a trial that produced nothing."""
+    if result.status is not TrialStatus.COMPLETE:
+        return [VIOLATED] * 4
+    return metric_constraints(result.metrics, slo, objective)
+
+
+def metric_constraints(
+    metrics: Mapping[str, Estimate], slo: Slo, objective: Objective | None = None
+) -> list[float]:
+    """Optuna constraint values (<= 0 is feasible) of a complete trial's metrics: one per SLO
+    field, then the error rate.
 
     The list always has four entries (ttft, itl, e2e, errors) so every trial of a study has the
     same shape; unset SLO fields are reported as feasible. For the capacity preset the SLO was
     applied when the capacity was read from the curve: a trial is feasible when some load
     point met it (a capacity above 0).
     """
-    if result.status is not TrialStatus.COMPLETE:
-        return [VIOLATED] * 4
-    curve = "capacity_output_throughput" in result.metrics
+    curve = "capacity_output_throughput" in metrics
     if objective is Objective.CAPACITY or (objective is Objective.COST and curve):
-        cap = result.metrics.get("capacity_output_throughput")
+        cap = metrics.get("capacity_output_throughput")
         met = cap is not None and cap.median > 0
         return [FEASIBLE if met else VIOLATED] * 4
     # Optuna rejects NaN constraint values: slo_margins reports a latency without samples as met.
-    return slo_margins(result.metrics, slo)
+    return slo_margins(metrics, slo)
 
 
 def is_feasible(constraints: Sequence[float]) -> bool:
@@ -133,10 +154,33 @@ def score(result: TrialResult, objective: Objective, reference: TrialResult | No
     """The preset's scalar score (see the module docstring). 0.0 for a trial with no numbers."""
     if result.status is not TrialStatus.COMPLETE:
         return 0.0
+    ref = reference if reference is not None and reference.status is TrialStatus.COMPLETE else None
+    return score_metrics(
+        result.metrics,
+        objective,
+        ref.metrics if ref is not None else None,
+        memory_bytes=result.memory.headline_bytes,
+        reference_memory_bytes=ref.memory.headline_bytes if ref is not None else None,
+    )
+
+
+def score_metrics(
+    metrics: Mapping[str, Estimate],
+    objective: Objective,
+    reference: Mapping[str, Estimate] | None = None,
+    *,
+    memory_bytes: int | None = None,
+    reference_memory_bytes: int | None = None,
+) -> float:
+    """The preset's scalar score of a complete trial's metrics, against a reference trial's
+    metrics (raw values without one). Memory not given is unknown: neutral in the score."""
     ref = None
-    if reference is not None and reference.status is TrialStatus.COMPLETE:
-        ref = Headline.of(reference, objective).as_values()
-    return score_values(Headline.of(result, objective).as_values(), objective, ref)
+    if reference is not None:
+        ref = Headline.of_metrics(
+            reference, objective, memory_bytes=reference_memory_bytes
+        ).as_values()
+    values = Headline.of_metrics(metrics, objective, memory_bytes=memory_bytes).as_values()
+    return score_values(values, objective, ref)
 
 
 def score_values(

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from tuner.compose import StudyContext
 from tuner.db.repository import Repository
-from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, WindowMetrics
+from tuner.domain import Objective, ServingConfig, TrialStatus, WindowMetrics
 from tuner.load.generator import FirstPointCheck, first_point_windows
 from tuner.load.stats import summarize
 from tuner.scoring import objectives as scoring
@@ -43,12 +43,10 @@ def point_standing(windows: Sequence[WindowMetrics], ctx: StudyContext, margin: 
     objective = ctx.spec.objective
     if objective is Objective.CAPACITY:
         objective = Objective.THROUGHPUT
-    fake = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=metrics)
-    values = scoring.objective_values(fake, memory_ceiling_gib=1.0, objective=objective)
-    values[1] = 0.0  # memory: unknown yet, neutral in the score
     medians = {k: e.median for k, e in metrics.items()}
     feasible = meets_slo_within_noise(medians, ctx.slo, margin)
-    return Standing(feasible, scoring.score_values(values, objective))
+    # Memory is not known yet: left out, it is neutral in the score.
+    return Standing(feasible, scoring.score_metrics(metrics, objective))
 
 
 def launch_sigma(repo: Repository, name: str) -> float:

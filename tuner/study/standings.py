@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuner.db.repository import Repository
-from tuner.db.rows import TrialRow
-from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialResult, TrialStatus
+from tuner.db.rows import StudyRow, TrialRow
+from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialStatus
 from tuner.scoring import objectives as scoring
 from tuner.scoring.ranking import Standing, best_first, canary_broken
 
@@ -22,6 +22,14 @@ class Ranked:
     feasible: bool
     is_baseline: bool
     relative: bool = True  # the score is against vLLM's defaults (measured in this study)
+
+
+def study_objective(study: StudyRow) -> Objective:
+    """The study's objective preset; balanced for a name this tuner does not know."""
+    try:
+        return Objective(study.objective)
+    except ValueError:
+        return Objective.BALANCED
 
 
 def baseline_row(repo: Repository, name: str) -> TrialRow | None:
@@ -68,5 +76,4 @@ def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
 def row_constraints(
     metrics: Mapping[str, Estimate], slo: Slo, objective: Objective | None = None
 ) -> list[float]:
-    fake = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=metrics)
-    return scoring.constraint_values(fake, slo, objective)
+    return scoring.metric_constraints(metrics, slo, objective)

@@ -14,7 +14,7 @@ from typing import Any
 
 from tuner.catalog.gpus import GpuPrice
 from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
-from tuner.domain import Objective, ServingConfig, Slo, TrialResult, TrialStatus, WindowMetrics
+from tuner.domain import Objective, Slo, TrialStatus, WindowMetrics
 from tuner.results import costs, energy
 from tuner.scoring import objectives as scoring
 from tuner.scoring import ranking
@@ -188,9 +188,8 @@ def _baseline_values(trials: Sequence[TrialRow]) -> list[float] | None:
 def _feasible(row: TrialRow, slo: Slo) -> bool | None:
     """Whether the trial met the SLO and error budget; None when a metric it needs is missing
     (rows written by another tool): unknown, not a page error."""
-    fake = TrialResult(config=ServingConfig(), status=TrialStatus.COMPLETE, metrics=row.metrics)
     try:
-        return scoring.is_feasible(scoring.constraint_values(fake, slo))
+        return scoring.is_feasible(scoring.metric_constraints(row.metrics, slo))
     except KeyError:
         return None
 
