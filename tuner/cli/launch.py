@@ -25,7 +25,7 @@ from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
 from tuner.domain import FailureClass, GpuProfile, Objective
 from tuner.errors import EnvironmentProblem, TrialFailure, TunerError, UsageError
 from tuner.runner.procgroup import kill_group
-from tuner.vllm import argv
+from tuner.vllm import argv, logparse
 
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
@@ -87,8 +87,10 @@ def serve(
                 if (exc.failure is FailureClass.CANARY_FAILED)
                 else ""
             )
+            died = exc.failure in (FailureClass.CANARY_FAILED, FailureClass.CRASHED)
+            cause = logparse.engine_death(server.log_text()) if died else None
             raise TunerError(
-                what + exc.message,
+                what + exc.message + (f" ({cause})" if cause else ""),
                 hint=f"not served; the server's whole log: {log_path}. Another configuration: "
                 "tuner launch --objective ..., or measure again with `tuner run`",
             ) from None

@@ -284,7 +284,13 @@ class VllmTrialRunner:
             timeout_s=CANARY_TIMEOUT_S,
             alive=server.is_alive,
         )
-        report.raise_if_failed()
+        try:
+            report.raise_if_failed()
+        except ServerFailure as exc:
+            cause = logparse.engine_death(server.log_text())
+            if cause is None:
+                raise
+            raise ServerFailure(exc.failure, f"{exc} ({cause})", log_tail=exc.log_tail) from None
         launch.info = dataclasses.replace(launch.info, canary=tuple(shapes))
 
     def _prompts(self, workload: Workload) -> PromptFactory:

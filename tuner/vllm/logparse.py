@@ -162,3 +162,29 @@ def classify_start_failure(log: str) -> tuple[FailureClass, str]:
         if candidates:
             return FailureClass.START_FAILED, _clean(candidates[-1])
     return FailureClass.START_FAILED, "the server exited during start-up without any output"
+
+
+# v1/executor/multiproc_executor.py: "Worker proc VllmWorker-0 died unexpectedly (exit code:
+#   -4), shutting down executor." A negative code is the signal that ended the worker.
+# Linux signal numbers of the deaths seen in practice.
+_SIGNALS = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+_WORKER_DIED = re.compile(r"Worker proc (\S+) died unexpectedly \(exit code: (-?\d+)\)")
+
+
+def engine_death(log: str) -> str | None:
+    """What ended a running server's engine, in one line, or None when its log does not say:
+    the worker vLLM saw die, with its exit code and the signal's name (SIGILL: kernels the CPU
+    cannot run; SIGKILL: most often the kernel's out-of-memory killer), else the root exception
+    line of the engine core's traceback (not vLLM's generic wrapper)."""
+    died = _WORKER_DIED.findall(log)
+    if died:
+        worker, code = died[0]
+        number = int(code)
+        name = f", {_SIGNALS[-number]}" if -number in _SIGNALS else ""
+        return f"vLLM's worker {worker} died (exit code {number}{name})"
+    engine = [line for line in log.splitlines() if "EngineCore" in line and " ERROR " in line]
+    exceptions = [line for line in engine if _EXCEPTION_LINE.search(line)]
+    specific = [line for line in exceptions if not _GENERIC.search(line)]
+    if specific:
+        return f"vLLM's engine core failed: {_clean(specific[0])}"
+    return None
