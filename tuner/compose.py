@@ -20,10 +20,11 @@ from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload, typed_
 from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem, UsageError
 from tuner.load.workloads import get_workload, recommended_slo
+from tuner.runner.interpreter import load_flags
 from tuner.space import SearchSpace
 from tuner.spec.study import NO_SLO, StudySpec, check_flags
 from tuner.vllm import argv
-from tuner.vllm.flags import FlagCatalog, load_flags, shipped, spelling_key
+from tuner.vllm.flags import FlagCatalog, shipped, spelling_key
 
 if TYPE_CHECKING:
     from tuner.db.repository import Repository

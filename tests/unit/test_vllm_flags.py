@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 
 from tuner.errors import EnvironmentProblem
+from tuner.runner.interpreter import load_flags, probe_flags
 from tuner.vllm.flaghelp import catalog_from_help
 from tuner.vllm.flags import (
     PROBE,
     FlagCatalog,
     cache_path,
     knob_spelling,
-    load_flags,
-    probe_flags,
     shipped,
     shipped_versions,
     spelt_like_a_flag,

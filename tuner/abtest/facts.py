@@ -133,8 +133,10 @@ def flag_catalog(
         return catalog, ""
     if python is None or cache_dir is None:
         return None, f"needs vLLM {version}'s flag list: tuner ships none for that version"
+    from tuner.runner.interpreter import load_flags
+
     try:
-        return flags.load_flags(python, version, cache_dir), ""
+        return load_flags(python, version, cache_dir), ""
     except Exception as exc:  # any failure to read it is a reason for no verdict, not a crash
         return None, f"could not read vLLM {version}'s flag list from {python}: {exc}"
 

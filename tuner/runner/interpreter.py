@@ -1,4 +1,5 @@
-"""Asking a vLLM interpreter, in a child process, which vLLM it has; never importing vLLM here.
+"""Asking a vLLM interpreter, in a child process, which vLLM it has and which ``vllm serve`` flags
+it takes (the flag probe of :mod:`tuner.vllm.flags`, cached per version); never importing vLLM here.
 
 ``import vllm`` costs seconds (torch, transformers, ...), so the probe asks the package
 metadata of the interpreter and only falls back to reading the version file that
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 from tuner.errors import EnvironmentProblem
+from tuner.vllm.flags import PROBE, PROBE_MARK, PROBE_TIMEOUT_S, FlagCatalog, cache_path, shipped
 from tuner.vllm.version import VllmInstall, parse_version
 
 VERSION_PROBE_TIMEOUT_S = 60.0
@@ -90,3 +93,67 @@ def detect_vllm(python: str) -> VllmInstall:
         raise EnvironmentProblem(f"vLLM is not installed for {python!r}", hint=_HINT)
     parse_version(version)  # fail here, not later, on a version we cannot compare
     return VllmInstall(python=python, version=str(version), location=str(location))
+
+
+def load_flags(python: str, version: str, cache_dir: Path) -> FlagCatalog:
+    """The flags of the vLLM that ``python`` runs (reported as ``version``): the cached answer
+    of an earlier call, else asked of the interpreter once (10-60 s: it imports vLLM) and
+    cached. When the interpreter cannot answer, the shipped snapshot of ``version`` stands in;
+    without one, :class:`EnvironmentProblem`."""
+    path = cache_path(cache_dir, version)
+    try:
+        return FlagCatalog.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no cache yet, or one that cannot be read: ask again
+    try:
+        catalog = probe_flags(python, version)
+    except EnvironmentProblem:
+        fallback = shipped(version)
+        if fallback is None:
+            raise
+        return fallback
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(catalog.to_dict(), indent=1), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home only costs the next study the probe again
+    return catalog
+
+
+def probe_flags(python: str, version: str) -> FlagCatalog:
+    """Ask ``python`` for its ``vllm serve`` flags (no cache). EnvironmentProblem when it
+    cannot run the probe or answers nonsense."""
+    hint = "check that `import vllm` works in that interpreter (TUNER_VLLM_PYTHON)"
+    try:
+        proc = subprocess.run(
+            [python, "-c", PROBE],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(
+            f"{python!r} did not list vLLM's flags within {PROBE_TIMEOUT_S:.0f} s", hint=hint
+        ) from None
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot run {python!r}: {exc}", hint=hint) from None
+    line = next(
+        (ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(PROBE_MARK)), None
+    )
+    if proc.returncode != 0 or line is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EnvironmentProblem(
+            f"{python!r} could not list vLLM's flags (exit {proc.returncode}): {tail[:300]}",
+            hint=hint,
+        )
+    try:
+        data = json.loads(line[len(PROBE_MARK) :])
+        data["version"] = version or data.get("version") or "?"
+        return FlagCatalog.from_dict(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EnvironmentProblem(
+            f"{python!r} answered the flag probe with unexpected output: {exc}", hint=hint
+        ) from None

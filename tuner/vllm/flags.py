@@ -1,8 +1,8 @@
 """Which flags ``vllm serve`` takes, with their types: read from the installed vLLM itself.
 
-``import vllm`` costs seconds, so :func:`load_flags` asks the vLLM interpreter once per
-version (:data:`PROBE`, run as ``python -c``: it builds the serve argument parser the way
-``vllm serve`` does, ``make_arg_parser(FlexibleArgumentParser())``, falling back to
+``import vllm`` costs seconds, so :func:`tuner.runner.interpreter.load_flags` asks the vLLM
+interpreter once per version (:data:`PROBE`, run as ``python -c``: it builds the serve argument
+parser the way ``vllm serve`` does, ``make_arg_parser(FlexibleArgumentParser())``, falling back to
 ``AsyncEngineArgs.add_cli_args``, and prints every option as JSON) and caches the answer as
 ``vllm-flags-<version>.json``. :func:`shipped` returns the snapshots that ship with tuner for
 the versions it has measured on (``flag_lists/<version>.json``): 0.32.0 dumped by
@@ -21,14 +21,12 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tuner.errors import EnvironmentProblem
 from tuner.vllm.version import parse_version
 
 FLAG_TYPES = ("int", "float", "str", "bool", "json")
@@ -308,67 +306,3 @@ def shipped_union() -> FlagCatalog:
 
 def cache_path(cache_dir: Path, version: str) -> Path:
     return cache_dir / f"vllm-flags-{_safe(version)}.json"
-
-
-def load_flags(python: str, version: str, cache_dir: Path) -> FlagCatalog:
-    """The flags of the vLLM that ``python`` runs (reported as ``version``): the cached answer
-    of an earlier call, else asked of the interpreter once (10-60 s: it imports vLLM) and
-    cached. When the interpreter cannot answer, the shipped snapshot of ``version`` stands in;
-    without one, :class:`EnvironmentProblem`."""
-    path = cache_path(cache_dir, version)
-    try:
-        return FlagCatalog.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # no cache yet, or one that cannot be read: ask again
-    try:
-        catalog = probe_flags(python, version)
-    except EnvironmentProblem:
-        fallback = shipped(version)
-        if fallback is None:
-            raise
-        return fallback
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(catalog.to_dict(), indent=1), encoding="utf-8")
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only home only costs the next study the probe again
-    return catalog
-
-
-def probe_flags(python: str, version: str) -> FlagCatalog:
-    """Ask ``python`` for its ``vllm serve`` flags (no cache). EnvironmentProblem when it
-    cannot run the probe or answers nonsense."""
-    hint = "check that `import vllm` works in that interpreter (TUNER_VLLM_PYTHON)"
-    try:
-        proc = subprocess.run(
-            [python, "-c", PROBE],
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise EnvironmentProblem(
-            f"{python!r} did not list vLLM's flags within {PROBE_TIMEOUT_S:.0f} s", hint=hint
-        ) from None
-    except OSError as exc:
-        raise EnvironmentProblem(f"cannot run {python!r}: {exc}", hint=hint) from None
-    line = next(
-        (ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(PROBE_MARK)), None
-    )
-    if proc.returncode != 0 or line is None:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EnvironmentProblem(
-            f"{python!r} could not list vLLM's flags (exit {proc.returncode}): {tail[:300]}",
-            hint=hint,
-        )
-    try:
-        data = json.loads(line[len(PROBE_MARK) :])
-        data["version"] = version or data.get("version") or "?"
-        return FlagCatalog.from_dict(data)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EnvironmentProblem(
-            f"{python!r} answered the flag probe with unexpected output: {exc}", hint=hint
-        ) from None
