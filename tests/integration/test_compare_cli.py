@@ -70,6 +70,10 @@ def test_one_server_at_a_time_is_significantly_worse_and_stored(tmp_path: Path) 
     launches = [line for line in run.stderr.splitlines() if line.startswith("launch ")]
     assert [line.split(": ", 1)[1] for line in launches] == ["defaults", "max_num_seqs=1"] * 3
     assert "comparison 1 stored: API /v1/compare/1, dashboard /ui/compare/1" in run.stderr
+    # The workload's fingerprint, before the launches and in the JSON.
+    assert run.stderr.index("prefix reuse: ") < run.stderr.index("launch 1/")
+    fp = data["workload_fingerprint"]
+    assert fp["requests"] > 0 and 0.0 < fp["prefix_reuse"] < 1.0
 
     row = _repo(tmp_path).get_comparison(data["id"])
     assert row is not None and row.results["kind"] == "compare"

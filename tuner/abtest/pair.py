@@ -25,6 +25,7 @@ from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compose import beyond_typed, installed_flags, resolve_workload
 from tuner.domain import GpuProfile, ModelSpec, Provenance, TrialResult, Workload, to_jsonable
+from tuner.load.fingerprint import fingerprint
 from tuner.scoring.noise import NoiseProfile
 from tuner.scoring.significance import is_inconclusive
 from tuner.space import SearchSpace
@@ -137,6 +138,7 @@ class PairOutcome:
             "model": self.setup.model.alias,
             "gpu": self.setup.gpu.name,
             "workload": self.setup.workload.name,
+            "workload_fingerprint": fingerprint(self.setup.workload).as_dict(),
             "a": a.config.to_dict(),
             "b": b.config.to_dict(),
             "results": self.results,

@@ -79,6 +79,10 @@ def _say_plan(setup: PairSetup, bench: Bench, say: Say) -> None:
         else (f"{bench.launches} fresh launches each, interleaved A B A B ...")
     )
     say(f"  workload {setup.workload.name}, {design}")
+    from tuner.load.fingerprint import fingerprint
+
+    for line in fingerprint(setup.workload).lines():
+        say(f"  {line}")
 
 
 def decision_lines(look: Look) -> list[str]:
