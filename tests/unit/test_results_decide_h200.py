@@ -138,3 +138,32 @@ def test_the_study_figures_quoted(run) -> None:
     for trial in trials:
         usd = usd_per_million(trial["output_throughput"], price)
         assert f"${usd:.3f}" in text
+
+
+def cost_table(run: dict[str, Any]) -> str:
+    """Per side: the median launch and range, $/1M at the catalog price, GPUs for 1M tok/s."""
+    import statistics
+
+    from tuner.results.sizing import gpus_for
+
+    price = CATALOG_PRICES["h200"]
+    launches = run["compare"]["launches"]
+    rows = [
+        "| side | median launch, out tok/s [range] | $/1M output tokens (median; slowest "
+        "launch) | GPUs for 1M out tok/s (slowest launch; median) |",
+        "|---|---|---|---|",
+    ]
+    for side in ("a", "b"):
+        values = launches[side]["output_throughput"]
+        mid, low, high = statistics.median(values), min(values), max(values)
+        label = launches[side]["config"].replace(",", ", ")
+        rows.append(
+            f"| {label} | {mid:,.0f} [{low:,.0f}-{high:,.0f}] | "
+            f"${usd_per_million(mid, price):.4f}; ${usd_per_million(low, price):.4f} | "
+            f"{gpus_for(1e6, low)}; {gpus_for(1e6, mid)} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def test_the_cost_table_is_derived_from_the_printed_launches(run) -> None:
+    assert cost_table(run) in REPORT.read_text()
