@@ -2,7 +2,7 @@
 
 Every study that measured the combination (real or emulated, never both) takes part. Within a study
 each complete trial is scored by the objective (the request's, else the study's) against that
-study's own measurement of vLLM's defaults, as :func:`tuner.study.standings.rank` does; scores are
+study's own measurement of vLLM's defaults, by :func:`tuner.study.standings.standings`; scores are
 ratios to the defaults, so they also compare across studies of the same combination. An SLO in the
 request keeps only the trials that meet it (:func:`tuner.scoring.objectives.constraint_values` on
 the stored metrics); without one, trials meeting the study's own SLO rank first. Ties go to the more
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -30,13 +30,13 @@ from api.schemas import (
     metrics_out,
 )
 from tuner.db.rows import StudyRow, TrialRow
-from tuner.domain import Estimate, Objective, Slo
+from tuner.domain import Objective, Slo
 from tuner.domain.workload import format_slo
 from tuner.results.recommend import emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import objectives as scoring
 from tuner.scoring import ranking
 from tuner.study.confirm import Confirmed
-from tuner.study.standings import study_objective
+from tuner.study.standings import Ranked, standings, study_objective
 from tuner.vllm import argv
 
 _MAX_SUGGESTIONS = 8
@@ -57,19 +57,9 @@ class Query:
 @dataclass(frozen=True)
 class Pick:
     snapshot: StudySnapshot
-    trial: TrialRow
+    ranked: Ranked
     objective: Objective
-    score: float
-    feasible: bool
     confirmed: Confirmed | None = None
-
-
-def meets(metrics: Mapping[str, Estimate], slo: Slo) -> bool:
-    """Whether stored metrics meet ``slo`` (and the error-rate ceiling); False if incomplete."""
-    try:
-        return scoring.is_feasible(scoring.metric_constraints(metrics, slo))
-    except KeyError:  # a metric the check needs was never recorded
-        return False
 
 
 def trial_score(snap: StudySnapshot, trial: TrialRow, objective: Objective) -> float:
@@ -108,26 +98,22 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
         objective = q.objective or study_objective(snap.study)
         strict = q.slo is not None and use_slo
         slo = q.slo if q.slo is not None and strict else Slo(**snap.study.slo)
-        offered: list[tuple[TrialRow, Confirmed | None]]
-        confirmed = snap.confirmed_trial(objective)
-        if confirmed is not None and (not strict or meets(confirmed[1].metrics, slo)):
-            offered = [(confirmed[1], confirmed[0])]
+        # Judged on the stored metrics whatever the preset: no curve was read with a request's SLO.
+        table = standings(
+            snap.trials, objective, slo, updated_at=snap.study.updated_at, by_curve=False
+        )
+        verdict = snap.confirmed.get(objective)
+        mine = [r for r in table if verdict and verdict.chose(r.number, r.is_baseline)][:1]
+        if mine and (not strict or mine[0].feasible):
+            table = mine
         else:
-            offered = [(t, None) for t in snap.trials]
-        for trial, verdict in offered:
-            if is_emulated(snap.study, trial) != q.emulated:
-                continue
-            ok = meets(trial.metrics, slo)
-            if strict and not ok:
-                continue
-            score = trial_score(snap, trial, objective)
-            picks.append(Pick(snap, trial, objective, score, ok, verdict))
-    return ranking.best_first(
-        picks,
-        lambda p: ranking.Standing(
-            p.feasible, p.score, p.snapshot.study.updated_at, p.trial.number
-        ),
-    )
+            verdict = None
+        picks.extend(
+            Pick(snap, r, objective, verdict)
+            for r in table
+            if is_emulated(snap.study, r.row) == q.emulated and (r.feasible or not strict)
+        )
+    return ranking.best_first(picks, lambda p: p.ranked.standing)
 
 
 def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
@@ -147,9 +133,10 @@ def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
                 "relax the SLO, or run a study with it to search for a configuration that meets it",
                 closest={
                     "study": closest.snapshot.study.name,
-                    "trial": closest.trial.number,
+                    "trial": closest.ranked.number,
                     "metrics": {
-                        k: v.model_dump() for k, v in metrics_out(closest.trial.metrics).items()
+                        k: v.model_dump()
+                        for k, v in metrics_out(closest.ranked.row.metrics).items()
                     },
                 },
             )
@@ -219,7 +206,7 @@ def _baseline(base: TrialRow) -> BaselineOut:
 
 
 def response(pick: Pick, q: Query) -> RecommendationOut:
-    snap, trial, study = pick.snapshot, pick.trial, pick.snapshot.study
+    snap, trial, study = pick.snapshot, pick.ranked.row, pick.snapshot.study
     version = q.vllm_version or trial.vllm_version or study.vllm_version or "0"
     flags = argv.render_flags(trial.config, version)
     base = snap.baseline
@@ -240,10 +227,10 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
         vllm_version=version,
         metrics=metrics_out(trial.metrics),
         memory_gib=_memory(trial),
-        score=pick.score,
+        score=finite(pick.ranked.score) or 0.0,
         baseline=None if base is None else _baseline(base),
         provenance=ProvenanceOut.of(trial, study),
-        feasible=pick.feasible,
+        feasible=pick.ranked.feasible,
         is_baseline=trial.is_baseline,
         slo={k: v for k, v in vars(applied).items() if v is not None},
         confirmed=None if pick.confirmed is None else _confirmed(pick.confirmed),

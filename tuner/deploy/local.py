@@ -19,13 +19,10 @@ from typing import TYPE_CHECKING
 from tuner.catalog.models import resolve_model
 from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
 from tuner.errors import UsageError
-from tuner.scoring import ranking
 from tuner.vllm import argv
 
 if TYPE_CHECKING:
     from tuner.db.repository import Repository
-    from tuner.db.rows import StudyRow
-    from tuner.study.loop import Ranked
 
 _SHOWN = (
     ("output_throughput", "output tok/s"),
@@ -93,16 +90,16 @@ def best_local(
     ``gpu`` (a profile name), optionally of one ``workload``.
 
     Each study offers its pick for ``objective`` (default: the study's own), as ``tuner best``
-    makes it: the top of :func:`tuner.study.standings.rank`, or the winner of the study's
-    confirmation phase when it had one. Picks compare by SLO feasibility, then score (1.0 =
-    that study's vLLM defaults), then the most recently updated study. UsageError (exit 2) when
-    nothing was measured, naming the combinations the store does have.
+    makes it. Picks compare by SLO feasibility, then score (1.0 = that study's vLLM defaults),
+    then the most recently updated study (:func:`tuner.study.standings.best_across`).
+    UsageError (exit 2) when nothing was measured, naming the combinations the store does have.
     """
-    from tuner.study.standings import study_objective
+    from tuner.study.confirm import choose
+    from tuner.study.standings import best_across, study_objective
 
     alias = resolve_model(model).alias
     studies = repo.list_studies()
-    offers: list[tuple[StudyRow, Ranked, Objective]] = []
+    offers = []
     for study in studies:
         if (
             study.model != alias
@@ -113,14 +110,10 @@ def best_local(
         ):
             continue
         chosen = objective or study_objective(study)
-        top = _study_pick(repo, study.name, chosen)
-        if top is None:
-            continue
-        offers.append((study, top, chosen))
-    best = ranking.best(
-        offers, lambda o: ranking.Standing(o[1].feasible, o[1].score, o[0].updated_at, o[1].number)
-    )
-    if best is None:
+        confirmed = choose(repo.list_comparisons(study.name), chosen)
+        offers.append((study, repo.list_trials(study.name, limit=None), chosen, confirmed))
+    picks = best_across(offers)
+    if not picks:
         seen = ", ".join(
             sorted(
                 f"{s.model}/{s.gpu}/{s.workload}" + (" (emulated)" if s.emulated else "")
@@ -132,9 +125,8 @@ def best_local(
             hint=f"run `tuner run --model {model} --gpu {gpu}` first, or pass the "
             "--storage / --api that holds the study",
         )
-    study, top, chosen = best
-    trial = repo.get_trial(study.name, top.number)
-    assert trial is not None
+    study, top = picks[0]
+    trial = top.row
     version = trial.vllm_version or study.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
     extra = study.spec.get("extra_args") or ()
@@ -147,22 +139,13 @@ def best_local(
         vllm_version=version,
         gpu=trial.gpu_name or study.gpu,
         workload=trial.workload or study.workload,
-        objective=chosen.value,
+        objective=(objective or study_objective(study)).value,
         source=source,
         config=top.config,
         metrics=dict(trial.metrics),
         extra_args=tuple(str(a) for a in extra),
         is_baseline=top.is_baseline,
     )
-
-
-def _study_pick(repo: Repository, name: str, objective: Objective) -> Ranked | None:
-    """The study's recommendation for ``objective``: its confirmation's verdict (the winner,
-    or the defaults when nothing beat them) where it had one, else the top of the ranking."""
-    from tuner.study.confirm import choose, study_pick
-    from tuner.study.standings import rank
-
-    return study_pick(rank(repo, name, objective), choose(repo.list_comparisons(name), objective))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from tuner.catalog.materialize import tokenizer_dir
 from tuner.catalog.models import MODELS
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow
-from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
+from tuner.domain import Estimate, Objective, ServingConfig
 from tuner.results import costs, energy
 from tuner.scoring.caveats import WindowFlags, window_flags
 from tuner.scoring.significance import BETTER, INCONCLUSIVE
@@ -209,10 +209,9 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
     confirmed = choose(repo.list_comparisons(study), Objective(row.objective))
     top = study_pick(ranked, confirmed)
     assert top is not None
-    trial = repo.get_trial(study, top.number)
-    assert trial is not None and trial.status is TrialStatus.COMPLETE
+    trial = top.row
     baseline = next((r for r in ranked if r.is_baseline), None)
-    base_trial = repo.get_trial(study, baseline.number) if baseline else None
+    base_trial = baseline.row if baseline else None
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None

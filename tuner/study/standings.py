@@ -1,20 +1,24 @@
-"""The standings of a study: its measured search trials scored against vLLM's defaults and
-ordered by the one ranking rule (:mod:`tuner.scoring.ranking`)."""
+"""Which configuration is best, from stored rows: a study's :func:`standings` (its search trials
+scored against its :func:`baseline`, vLLM's defaults, ordered by :mod:`tuner.scoring.ranking`)
+and :func:`best_across` studies of one model, GPU and workload (scores are ratios to each study's
+defaults, so they compare). ``tuner best``, ``tuner launch``, the API and the dashboard ask here."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from tuner.db.repository import Repository
-from tuner.db.rows import StudyRow, TrialRow
-from tuner.domain import Estimate, Objective, ServingConfig, Slo, TrialStatus
+from tuner.db.rows import StudyRow, TrialPhase, TrialRow
+from tuner.domain import Objective, ServingConfig, Slo, TrialStatus
 from tuner.scoring import objectives as scoring
 from tuner.scoring.ranking import Standing, best_first, canary_broken
+from tuner.study.confirm import Confirmed, study_pick
 
 
 @dataclass(frozen=True)
 class Ranked:
+    row: TrialRow = field(compare=False, repr=False)  # the stored trial
     number: int
     config: ServingConfig
     score: float
@@ -22,6 +26,11 @@ class Ranked:
     feasible: bool
     is_baseline: bool
     relative: bool = True  # the score is against vLLM's defaults (measured in this study)
+    updated_at: float = 0.0  # the study's, where its standing meets other studies'
+
+    @property
+    def standing(self) -> Standing:
+        return Standing(self.feasible, self.score, self.updated_at, self.number)
 
 
 def study_objective(study: StudyRow) -> Objective:
@@ -32,48 +41,88 @@ def study_objective(study: StudyRow) -> Objective:
         return Objective.BALANCED
 
 
+def _measured(row: TrialRow) -> bool:
+    done = row.status is TrialStatus.COMPLETE and row.phase is TrialPhase.SEARCH
+    return done and len(row.objective_values or ()) == 3
+
+
+def baseline(rows: Iterable[TrialRow]) -> TrialRow | None:
+    """The study's measured baseline among ``rows``: its complete search trial of vLLM's
+    defaults, the reference of every score; None before it completed."""
+    return next((r for r in rows if r.is_baseline and _measured(r)), None)
+
+
+def standings(
+    rows: Iterable[TrialRow],
+    objective: Objective,
+    slo: Slo,
+    *,
+    updated_at: float = 0.0,
+    by_curve: bool = True,
+) -> list[Ranked]:
+    """The study's complete search trials among ``rows`` by the preset's score against its
+    :func:`baseline`, SLO-feasible first, less any configuration that failed the canary in a
+    launch among ``rows``. ``by_curve`` judges the capacity and cost presets' SLO by the load
+    curve, as the study did; False, on the fixed-load metrics (a request's own SLO)."""
+    rows = list(rows)
+    base = baseline(rows)
+    reference = list(base.objective_values or ()) if base is not None else None
+    broken = canary_broken(r for r in rows if r.status is TrialStatus.FAILED)
+    judged = objective if by_curve else None
+    out = []
+    for row in rows:
+        if not _measured(row) or row.config in broken:
+            continue
+        thr, mem, p99 = values = row.objective_values or (0.0, 0.0, 0.0)
+        try:
+            constraints = scoring.metric_constraints(row.metrics, slo, judged)
+        except KeyError:  # a metric the check needs was never recorded
+            constraints = [scoring.VIOLATED]
+        out.append(
+            Ranked(
+                row=row,
+                number=row.number,
+                config=row.config,
+                score=scoring.score_values(values, objective, reference),
+                values=(thr, mem, p99),
+                feasible=scoring.is_feasible(constraints),
+                is_baseline=row.is_baseline,
+                relative=reference is not None,
+                updated_at=updated_at,
+            )
+        )
+    return best_first(out, lambda r: r.standing)
+
+
+def best_across(
+    studies: Iterable[tuple[StudyRow, Sequence[TrialRow], Objective, Confirmed | None]],
+    *,
+    by_curve: bool = True,
+) -> list[tuple[StudyRow, Ranked]]:
+    """Each study's pick for its objective, best first (the one rule: a tie goes to the more
+    recently updated study). A study's pick is its confirmation's verdict where it had one (the
+    winner, or the defaults when nothing beat them), else the top of its :func:`standings`."""
+    picks = []
+    for study, rows, objective, confirmed in studies:
+        slo = Slo(**study.slo)
+        table = standings(rows, objective, slo, updated_at=study.updated_at, by_curve=by_curve)
+        if (top := study_pick(table, confirmed)) is not None:
+            picks.append((study, top))
+    return best_first(picks, lambda p: p[1].standing)
+
+
+def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
+    """:func:`standings` of the stored study ``name`` against its own SLO."""
+    study = repo.get_study(name)
+    slo = Slo(**(study.slo if study else {}))
+    return standings(repo.list_trials(name, limit=None), objective, slo)
+
+
 def baseline_row(repo: Repository, name: str) -> TrialRow | None:
-    """The study's measured baseline trial (vLLM's defaults), None before it completed."""
-    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
-        if row.is_baseline:
-            return row
-    return None
+    """:func:`baseline` of the stored study ``name``."""
+    return baseline(repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None))
 
 
 def baseline_values(repo: Repository, name: str) -> list[float] | None:
     row = baseline_row(repo, name)
     return list(row.objective_values) if row is not None and row.objective_values else None
-
-
-def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
-    """Complete trials ranked by the preset's score: SLO-feasible ones first (the one rule,
-    :mod:`tuner.scoring.ranking`); configurations that failed the canary in any launch of the
-    study (its confirmation's included) are left out."""
-    study = repo.get_study(name)
-    slo = Slo(**(study.slo if study else {}))
-    reference = baseline_values(repo, name)
-    broken = canary_broken(repo.list_trials(name, status=TrialStatus.FAILED, limit=None))
-    out = []
-    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None):
-        if not row.objective_values or row.config in broken:
-            continue
-        values = tuple(row.objective_values)
-        constraints = row_constraints(row.metrics, slo, objective)
-        out.append(
-            Ranked(
-                number=row.number,
-                config=row.config,
-                score=scoring.score_values(values, objective, reference),
-                values=(values[0], values[1], values[2]),
-                feasible=scoring.is_feasible(constraints),
-                is_baseline=row.is_baseline,
-                relative=reference is not None,
-            )
-        )
-    return best_first(out, lambda r: Standing(r.feasible, r.score, number=r.number))
-
-
-def row_constraints(
-    metrics: Mapping[str, Estimate], slo: Slo, objective: Objective | None = None
-) -> list[float]:
-    return scoring.metric_constraints(metrics, slo, objective)

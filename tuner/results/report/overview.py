@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tuner.db.rows import StudyRow, TrialRow
-from tuner.results.report.study import TrialLine, best_line, trial_lines
-from tuner.scoring import ranking
+from tuner.results.report.study import TrialLine, trial_lines
 from tuner.study.confirm import Confirmed
+from tuner.study.standings import Ranked, best_across, study_objective
 
 
 @dataclass(frozen=True)
@@ -33,48 +33,34 @@ def overview(
     confirmed_by_study: Mapping[str, Confirmed] | None = None,
 ) -> tuple[BestEntry, ...]:
     """One entry per (model, measured GPU, workload): each study's pick competes with the
-    others' on its score (each relative to its own study's baseline), feasible first. A study's
-    pick is what its confirmation chose when it has one (:func:`tuner.study.confirm.choose`), else
-    its best search trial."""
+    others' as :func:`tuner.study.standings.best_across` orders them (a score is relative to its
+    own study's baseline, feasible first). A study's pick is what its confirmation chose when it
+    has one (:func:`tuner.study.confirm.choose`), else its best search trial."""
     confirmed_by_study = confirmed_by_study or {}
-    groups: dict[tuple[str, str, str], list[tuple[StudyRow, TrialLine, TrialRow]]] = {}
-    for s in studies:
-        trials = trials_by_study.get(s.name, ())
-        lines = trial_lines(s, trials)
-        best = _confirmed_line(lines, confirmed_by_study.get(s.name)) or best_line(lines)
-        if best is None:
-            continue
-        row = next(t for t in trials if t.number == best.number)
-        key = (s.model, row.gpu_name or s.gpu, s.workload)
-        groups.setdefault(key, []).append((s, best, row))
+    picks = best_across(
+        (
+            (s, trials_by_study.get(s.name, ()), study_objective(s), confirmed_by_study.get(s.name))
+            for s in studies
+        ),
+        by_curve=False,  # judged as the trials table shows it
+    )
+    groups: dict[tuple[str, str, str], list[tuple[StudyRow, Ranked]]] = {}
+    for s, top in picks:  # best first, so each group's too
+        groups.setdefault((s.model, top.row.gpu_name or s.gpu, s.workload), []).append((s, top))
     out = []
     for (model, gpu, workload), entries in sorted(groups.items()):
-        entries = ranking.best_first(
-            entries,
-            lambda e: ranking.Standing(
-                bool(e[1].feasible), e[1].score, e[0].updated_at, e[1].number
-            ),
-        )
-        s, line, row = entries[0]
+        s, top = entries[0]
+        lines = trial_lines(s, trials_by_study.get(s.name, ()))
         out.append(
             BestEntry(
                 model=model,
                 gpu=gpu,
                 workload=workload,
                 study=s.name,
-                trial=line,
-                vllm_version=row.vllm_version or s.vllm_version or "?",
+                trial=next(line for line in lines if line.number == top.number),
+                vllm_version=top.row.vllm_version or s.vllm_version or "?",
                 other_studies=tuple(e[0].name for e in entries[1:]),
                 confirmed=confirmed_by_study.get(s.name),
             )
         )
     return tuple(out)
-
-
-def _confirmed_line(lines: Sequence[TrialLine], confirmed: Confirmed | None) -> TrialLine | None:
-    """The search line of the confirmed choice: trial N for "#N", the baseline for the
-    defaults; None when there is no confirmation (or its trial is not among ``lines``)."""
-    if confirmed is None:
-        return None
-    search = (t for t in lines if t.phase == "search" and t.score is not None and t.recommendable)
-    return next((t for t in search if confirmed.chose(t.number, bool(t.is_baseline))), None)

@@ -1,0 +1,51 @@
+"""tuner.study.standings from rows alone: one study's standings and the picks across studies."""
+
+from __future__ import annotations
+
+from tests.unit.test_report_study import _study, _trial
+from tuner.db.rows import TrialPhase
+from tuner.domain import FailureClass, Objective, ServingConfig, Slo
+from tuner.scoring.significance import BETTER, NO_DIFFERENCE
+from tuner.study.confirm import DEFAULTS_LABEL, Confirmed
+from tuner.study.standings import baseline, best_across, standings
+
+FAST = ServingConfig(max_num_seqs=64)
+BROKEN = ServingConfig(max_num_seqs=8)
+
+
+def test_standings_score_against_the_search_baseline_and_leave_out_canary_failures() -> None:
+    rows = [
+        _trial(0, 100.0),
+        _trial(1, 150.0, config=FAST),
+        _trial(2, 300.0, config=BROKEN),
+        _trial(3, config=BROKEN, failure=FailureClass.CANARY_FAILED, phase=TrialPhase.CONFIRM),
+        _trial(4, 500.0, phase=TrialPhase.CONFIRM),  # a confirmation launch is not ranked
+        _trial(5, 200.0, p99=1e4, config=ServingConfig(max_num_seqs=32)),  # misses the SLO
+    ]
+    assert baseline(rows) is rows[0]
+    table = standings(rows, Objective.THROUGHPUT, Slo(e2e_p99_ms=1000.0))
+    assert [(r.number, r.score, r.feasible) for r in table] == [
+        (1, 1.5, True),
+        (0, 1.0, True),
+        (5, 2.0, False),
+    ]
+    assert table[0].row is rows[1] and all(r.relative for r in table)
+    assert not standings(rows[1:2], Objective.THROUGHPUT, Slo())[0].relative  # no defaults
+
+
+def test_best_across_takes_each_studys_pick_and_gives_a_tie_to_the_newer_study() -> None:
+    rows = [_trial(0, 100.0), _trial(1, 150.0, config=FAST)]
+    old, new = _study("old", updated_at=1.0), _study("new", updated_at=2.0)
+    picks = best_across(
+        [(old, rows, Objective.THROUGHPUT, None), (new, rows, Objective.THROUGHPUT, None)]
+    )
+    assert [(s.name, r.number) for s, r in picks] == [("new", 1), ("old", 1)]
+
+    defaults = Confirmed(ServingConfig(), DEFAULTS_LABEL, NO_DIFFERENCE, 1.0, 1.0, 1.0, None, ())
+    picks = best_across(
+        [(old, rows, Objective.THROUGHPUT, None), (new, rows, Objective.THROUGHPUT, defaults)]
+    )
+    assert [(s.name, r.number) for s, r in picks] == [("old", 1), ("new", 0)]
+    winner = Confirmed(FAST, "#1", BETTER, 1.5, 1.2, 1.9, 3, ())
+    assert best_across([(new, rows, Objective.THROUGHPUT, winner)])[0][1].number == 1
+    assert best_across([(new, [], Objective.THROUGHPUT, None)]) == []
