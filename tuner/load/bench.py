@@ -98,7 +98,8 @@ def requests_per_point(opts: LoadOptions) -> int:
 
 def workload(opts: LoadOptions) -> Workload:
     """The one workload of the run: fixed shapes (or the named workload's), one window per
-    load point. A trace given a request rate is replayed with Poisson arrivals of its rows."""
+    load point. A trace given a request rate is replayed with Poisson arrivals of its rows; one
+    without arrival times in a closed loop sends its rows in order (:func:`each_row_once`)."""
     if opts.workload is not None:
         shape = opts.workload.replace(
             requests_per_window=requests_per_point(opts),
@@ -118,7 +119,8 @@ def workload(opts: LoadOptions) -> Workload:
             length_jitter=0.0,
         )
     if opts.workload is not None and not opts.ladder_given:
-        return shape  # the workload's own load point
+        # The workload's own load point.
+        return each_row_once(shape) if opts.closed_loop else shape
     timed = shape.trace is not None and shape.arrival == "trace"
     if opts.closed_loop and timed:
         # The trace's arrival times set the load; the streams only cap requests in flight.
@@ -130,7 +132,7 @@ def workload(opts: LoadOptions) -> Workload:
             )
         return shape.replace(concurrency=opts.concurrency[0], request_rate=None)
     if opts.closed_loop:
-        return shape.replace(
+        return each_row_once(shape).replace(
             concurrency=max(opts.concurrency),
             request_rate=None,
             concurrency_ladder=tuple(opts.concurrency),
@@ -138,6 +140,21 @@ def workload(opts: LoadOptions) -> Workload:
     if shape.trace is not None:
         shape = shape.replace(arrival="poisson")
     return shape.replace(concurrency=opts.max_concurrency, rate_ladder=tuple(opts.request_rates))
+
+
+def each_row_once(shape: Workload) -> Workload:
+    """A closed-loop trace without arrival times (ShareGPT, custom) sent as ``vllm bench
+    serve`` sends a dataset: every row once, in the file's order (vLLM's with
+    ``--disable-shuffle``; without it vLLM shuffles them first), then again from the first
+    when more requests are asked for than it has (where vLLM draws the extra ones at random).
+    A window of as many requests as the trace has rows then carries the file's own token
+    totals, where random draws of rows (what a trial's closed loop does) repeat some and leave
+    others out. The rows all arrive at 0, so the streams alone pace them: still a closed loop.
+    Any other shape is returned as it is."""
+    if shape.trace is None or shape.arrival != "closed":
+        return shape
+    rows = tuple(dataclasses.replace(r, arrival_s=0.0) for r in shape.trace)
+    return shape.replace(trace=rows, arrival="trace")
 
 
 def with_workload(opts: LoadOptions, model: str) -> LoadOptions:
