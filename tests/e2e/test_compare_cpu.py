@@ -1,15 +1,17 @@
 """``tuner compare`` on real vLLM (the CPU build): prefix caching off against on, under the
 ``multi-turn`` preset, where each turn's prompt carries the conversation so far. Its own
 options on real servers (the fixed design of two fresh launches a side, interleaved), the
-workload's fingerprint printed before the launches, the comparison stored, no server left.
+workload's fingerprint printed before the launches, TTFT per turn beside the headline metrics,
+vLLM's own prefix-cache counters per launch, the comparison stored, no server left.
 
 What a busy 2-core machine lets this assert honestly: two launches a side give Welch's interval
-one or two degrees of freedom, and the machine's other work moves a launch by up to x2, so the
-interval need not exclude 1. The effect is larger than that: without the cache every turn
-prefills the whole conversation again, and the median TTFT of every launch with the cache lies
-well below that of every launch without it (about x0.35 measured on this machine). The test
-asserts that ordering with a margin, and that no metric calls the cache worse for TTFT. About
-three minutes."""
+one or two degrees of freedom, and the machine's other work moves a launch by x2 or more (the
+CI runs the rest of the suite beside it), while the TTFT that prefix caching changes on a
+2-layer model is no larger: B/A of the median TTFT ranged from x0.37 to x1.53 over four runs of
+this workload on this machine, other work beside them. So the test asserts
+the mechanism, which does not depend on the load: with the cache, vLLM's counters show most
+prompt tokens of the measured windows served from it, without it none; and the TTFT verdicts
+are reported per turn. About two and a half minutes."""
 
 from __future__ import annotations
 
@@ -62,11 +64,19 @@ def test_prefix_caching_on_multi_turn_traffic_cuts_ttft(
     assert int(reuse.group(1)) == round(100 * fp["prefix_reuse"])
 
     metrics = {m["metric"]: m for m in data["results"]["metrics"]}
-    ttft = metrics["ttft_p50_ms"]
-    off, on = ttft["a"]["values"], ttft["b"]["values"]
-    assert len(off) == len(on) == 2
-    assert max(on) < 0.8 * min(off), (off, on)
-    assert ttft["verdict"] != "worse" and metrics["ttft_p99_ms"]["verdict"] != "worse"
+    turns = [f"ttft_turn{k}_p50_ms" for k in (1, 2, 3, 4)]
+    for name in ("ttft_p50_ms", "ttft_p99_ms", *turns):
+        assert len(metrics[name]["a"]["values"]) == len(metrics[name]["b"]["values"]) == 2
+        assert metrics[name]["verdict"], name
+    assert "turn 4 P50 TTFT ms: " in run.stderr
+    # vLLM's prefix-cache counters over the measured windows: most prompt tokens were served
+    # from the cache with it (the fingerprint's reuse, less what was evicted or not yet
+    # written), none without it.
+    servers = data["results"]["servers"]
+    off = [s["prefix_cache_hit_rate"] or 0.0 for s in servers["a"]]
+    on = [s["prefix_cache_hit_rate"] for s in servers["b"]]
+    assert len(off) == len(on) == 2 and all(rate == 0.0 for rate in off), off
+    assert all(rate is not None and rate >= 0.4 for rate in on), on
 
     row = Repository(make_engine(db)).get_comparison(data["id"])
     assert row is not None and row.results["kind"] == "compare" and row.repeats == 2

@@ -23,6 +23,7 @@ Rows stored before tuner checked these lack "disagreement" and "windows".
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -265,6 +266,24 @@ class Comparison:
         return {**{m.metric: m.verdict for m in self.metrics}, "overall": self.overall}
 
 
+_TURN_P50 = re.compile(r"ttft_turn(\d+)_p50_ms")
+
+
+def turn_metrics(*results: TrialResult) -> tuple[tuple[str, str, bool], ...]:
+    """The per-turn median TTFT metrics (``ttft_turn{k}_p50_ms``, multi-turn workloads) that
+    every complete launch of ``results`` has, in turn order, as :data:`COMPARED` lists them:
+    with sessions, whether later turns find their conversation cached shows there first."""
+    common: set[int] | None = None
+    for r in results:
+        if r.status is not TrialStatus.COMPLETE:
+            continue
+        turns = {int(m.group(1)) for m in map(_TURN_P50.fullmatch, r.metrics) if m}
+        common = turns if common is None else common & turns
+    return tuple(
+        (f"ttft_turn{k}_p50_ms", f"turn {k} P50 TTFT ms", False) for k in sorted(common or ())
+    )
+
+
 def _side(values: Sequence[float]) -> dict[str, Any]:
     return {"median": statistics.median(values) if values else None, "values": list(values)}
 
@@ -287,7 +306,7 @@ def compare(
     takes a launch's geometric mean of windows as its value instead of their median.
     """
     metrics = []
-    for name, label, higher in COMPARED:
+    for name, label, higher in (*COMPARED, *turn_metrics(*a_results, *b_results)):
         a_runs, b_runs = _launches(a_results, name, geomean), _launches(b_results, name, geomean)
         av, bv = [v for v, _ in a_runs], [v for v, _ in b_runs]
         if interval_of is None:
@@ -342,13 +361,16 @@ def _windows(results: Sequence[TrialResult]) -> WindowFlags:
 
 def _servers(results: Sequence[TrialResult]) -> tuple[dict[str, Any], ...]:
     """Per complete launch: the attention backend vLLM used (and FlashAttention version), its
-    KV-cache capacity and start-up time, so a comparison says what really ran."""
+    KV-cache capacity, start-up time and the share of prompt tokens its prefix cache served
+    while measured (vLLM's counters; None where it exposes none), so a comparison says what
+    really ran."""
     return tuple(
         {
             "effective_backend": r.server.effective_backend,
             "flash_attn_version": r.server.flash_attn_version,
             "kv_cache_tokens": r.server.kv_cache_tokens,
             "startup_s": r.server.startup_s,
+            "prefix_cache_hit_rate": (r.server_metrics or {}).get("prefix_cache_hit_rate"),
         }
         for r in results
         if r.status is TrialStatus.COMPLETE and r.server is not None
