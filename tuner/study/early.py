@@ -18,17 +18,17 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from tuner.compose import StudyContext
-from tuner.db.repository import Repository
-from tuner.domain import Objective, ServingConfig, TrialStatus, WindowMetrics
+from tuner.db.rows import TrialRow
+from tuner.domain import Objective, ServingConfig, Slo, TrialStatus, WindowMetrics
 from tuner.load.generator import FirstPointCheck, first_point_windows
 from tuner.load.stats import summarize
 from tuner.scoring import objectives as scoring
 from tuner.scoring.early_stop import StopPolicy, early_stop, meets_slo_within_noise
 from tuner.scoring.ranking import Standing
-from tuner.study.standings import rank
+from tuner.study.standings import standings
 
 # Log-scale SD of a configuration's throughput across fresh launches when the study has not
 # measured one: the H200's +-20 % between launches of one configuration in the first studies.
@@ -49,10 +49,13 @@ def point_standing(windows: Sequence[WindowMetrics], ctx: StudyContext, margin: 
     return Standing(feasible, scoring.score_metrics(metrics, objective))
 
 
-def launch_sigma(repo: Repository, name: str) -> float:
-    """Pooled log-scale SD of output throughput across launches of one configuration."""
+def launch_sigma(rows: Iterable[TrialRow]) -> float:
+    """Pooled log-scale SD of output throughput across launches of one configuration, from
+    the study's complete trials among ``rows``."""
     by_config: dict[ServingConfig, list[float]] = defaultdict(list)
-    for row in repo.list_trials(name, status=TrialStatus.COMPLETE, limit=None):
+    for row in rows:
+        if row.status is not TrialStatus.COMPLETE:
+            continue
         thr = row.metrics.get("output_throughput")
         if thr is not None and thr.median > 0:
             by_config[row.config].append(math.log(thr.median))
@@ -69,22 +72,23 @@ def _window_sigma(windows: Sequence[WindowMetrics]) -> float:
     return statistics.stdev(logs) if len(logs) >= 2 else 0.0
 
 
-def first_point_check(ctx: StudyContext, repo: Repository) -> FirstPointCheck | None:
-    """The check for the study's next trial; None when early stopping is off or has nothing
-    to compare with yet (no SLO-feasible trial, or the memory objective)."""
+def first_point_check(
+    ctx: StudyContext, rows: Sequence[TrialRow], slo: Slo
+) -> FirstPointCheck | None:
+    """The check for the study's next trial, from the study's trial ``rows`` (``slo``: the
+    one stored with it); None when early stopping is off or has nothing to compare with yet
+    (no SLO-feasible trial, or the memory objective)."""
     if not ctx.spec.early_stop or ctx.spec.objective is Objective.MEMORY:
         return None
-    ranked = [r for r in rank(repo, ctx.name, ctx.spec.objective) if r.feasible]
+    ranked = [r for r in standings(rows, ctx.spec.objective, slo) if r.feasible]
     if not ranked:
         return None
-    best = repo.get_trial(ctx.name, ranked[0].number)
+    best = ranked[0].row
     n = first_point_windows(ctx.workload)
-    if best is None or len(best.windows) < n:
+    if len(best.windows) < n:
         return None
     reference_windows = best.windows[:n]
-    policy = StopPolicy(
-        launch_sigma=launch_sigma(repo, ctx.name), window_sigma=_window_sigma(best.windows)
-    )
+    policy = StopPolicy(launch_sigma=launch_sigma(rows), window_sigma=_window_sigma(best.windows))
     reference = point_standing(reference_windows, ctx, policy.margin)
 
     def check(windows: tuple[WindowMetrics, ...]) -> str | None:

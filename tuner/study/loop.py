@@ -17,12 +17,20 @@ What Optuna is told:
   sampler learns the region is infeasible;
 - a fault (timeout, crash, stranger): FAIL, which samplers ignore; it counts as a trial;
 - an interruption (Ctrl-C, SIGTERM, a dead worker): FAIL, not counted, and queued again.
+
+What the loop reads per trial: the study's trial rows, once (with the trials other workers
+finished meanwhile), from which it takes the failed configurations, the defaults' values (the
+reference of a score), the standings and what the lever plan and early stopping need; the
+standings it reports after a trial are those rows with the trial's own row added in memory.
+Besides: the plan record, in a planned study (once when its screening is judged, the stored
+launches of the noise profile), and the rows again while the defaults have no result yet.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -33,7 +41,7 @@ from sqlalchemy import exc as sa_exc
 
 from tuner.compose import StudyContext
 from tuner.db.repository import Repository
-from tuner.db.rows import StudyStatus
+from tuner.db.rows import StudyStatus, TrialPhase, TrialRow
 from tuner.db.session import storage_error
 from tuner.domain import (
     FailureClass,
@@ -53,7 +61,15 @@ from tuner.study import planning, share, upkeep
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
 from tuner.study.early import first_point_check
-from tuner.study.standings import Ranked, baseline_values, rank
+from tuner.study.standings import (
+    Ranked,
+    baseline,
+    failed_configs,
+    rank,
+    standings,
+    study_slo,
+    with_row,
+)
 
 __all__ = ["Ranked", "Reporter", "SilentReporter", "rank", "run_study", "set_up_study"]
 
@@ -187,7 +203,7 @@ def _run_study(
         return rank(repo, ctx.name, ctx.spec.objective)
     repo.set_study_status(ctx.name, "running")
     try:
-        _loop(ctx, study, storage, runner, repo, report)
+        _loop(ctx, study, storage, runner, repo, report, study_slo(row))
         if ctx.spec.confirm_launches > 0:
             if not repo.claim_study_step(
                 ctx.name, StudyStatus.CONFIRMING, unless=(StudyStatus.CONFIRMING,)
@@ -273,15 +289,17 @@ def _loop(
     runner: TrialRunner,
     repo: Repository,
     report: Reporter,
+    slo: Slo,
 ) -> None:
+    """``slo``: the one stored with the study, which its standings are judged by."""
     total = ctx.spec.trials
     me = share.worker_identity()
     while True:
-        trials = upkeep.sweep(study, repo, ctx.name)
+        trials, rows = upkeep.swept(study, repo, ctx.name)  # the one read of the trial rows
         done = share.results(trials)
         if done >= total:
             return
-        space = planning.current_space(ctx, study, repo, report.phase)
+        space = planning.current_space(ctx, study, repo, report.phase, rows, slo)
         if sum(1 for t in trials if share.counts(t)) >= total:
             report.phase("waiting", "for the trials other workers measure")
             time.sleep(WAIT_S)
@@ -303,10 +321,10 @@ def _loop(
         report.trial_started(trial.number, done + 1, total, config, baseline)
         repo.set_study_status(ctx.name, "running")  # another worker may have stopped
         trial_id = repo.start_trial(ctx.name, trial.number, config, "search", baseline)
-        check = None if baseline else first_point_check(ctx, repo)
+        check = None if baseline else first_point_check(ctx, rows, slo)
         try:
             with upkeep.heartbeat(storage, trial._trial_id):
-                result = _screen(ctx, space, config, repo) or runner.run(
+                result = _screen(space, config, rows) or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
         except BaseException:
@@ -318,8 +336,8 @@ def _loop(
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             upkeep.retry(study, upkeep.frozen(study, trial))
             raise
-        _record(ctx, study, trial, trial_id, result, repo, baseline)
-        report.trial_finished(trial.number, result, _best(repo, ctx))
+        rows = _record(ctx, study, trial, trial_id, config, result, repo, baseline, rows)
+        report.trial_finished(trial.number, result, _best(ctx, rows, slo))
 
 
 def _confirm(ctx: StudyContext, runner: TrialRunner, repo: Repository, report: Reporter) -> None:
@@ -356,10 +374,9 @@ def _confirm(ctx: StudyContext, runner: TrialRunner, repo: Repository, report: R
     )
 
 
-def _screen(
-    ctx: StudyContext, space: SearchSpace, config: ServingConfig, repo: Repository
-) -> TrialResult | None:
-    """Rule a config out before launching it, or return None to go ahead."""
+def _screen(space: SearchSpace, config: ServingConfig, rows: list[TrialRow]) -> TrialResult | None:
+    """Rule a config out before launching it, or return None to go ahead (``rows``: the
+    study's trial rows, whose failures rule out what they dominate)."""
     problems = space.violations(config)
     if problems:
         return TrialResult(
@@ -368,7 +385,7 @@ def _screen(
             failure=FailureClass.INVALID_CONFIG,
             failure_detail="; ".join(problems),
         )
-    blocker = space.dominated_by(config, repo.failed_configs(ctx.name))
+    blocker = space.dominated_by(config, failed_configs(rows))
     if blocker is not None:
         return TrialResult(
             config=config,
@@ -384,10 +401,14 @@ def _record(
     study: optuna.Study,
     trial: optuna.Trial,
     trial_id: int,
+    config: ServingConfig,
     result: TrialResult,
     repo: Repository,
     baseline: bool,
-) -> None:
+    rows: list[TrialRow],
+) -> list[TrialRow]:
+    """Store the trial's outcome and tell Optuna; the study's trial rows (``rows``, read
+    before the trial) with this trial's row as stored, the standings after it."""
     ceiling = ctx.gpu.memory_gib if not ctx.gpu.is_cpu else 1024.0
     objective = ctx.spec.objective
     # A trial stopped early tells Optuna its first point's numbers: a measurement, if partial.
@@ -402,14 +423,18 @@ def _record(
     measured = result.status is TrialStatus.COMPLETE
     finding = partial or (result.failure is not None and result.failure.is_finding)
     # The baseline is its own reference (score 1.0). Without it (another worker still measures
-    # it, or it failed) no score is stored: rank() scores every trial once it exists.
-    reference = baseline_values(repo, ctx.name) or (values if baseline else None)
+    # it, or it failed) no score is stored: rank() scores every trial once it exists. Until
+    # the defaults' result is known for good the rows are read again: it may have come since.
+    if _unsettled(rows, trial.number):
+        rows = repo.list_trials(ctx.name, limit=None)
+    reference = _defaults_values(rows) or (values if baseline else None)
     score = (
         scoring.score_values(values, ctx.spec.objective, reference)
         if measured and reference is not None
         else None
     )
-    repo.finish_trial(trial_id, result, score, values if measured or finding else None)
+    stored = values if measured or finding else None
+    repo.finish_trial(trial_id, result, score, stored)
     _tell_attrs(trial, result)
     if measured or finding:
         for name, value in zip(scoring.CONSTRAINT_NAMES, constraints, strict=True):
@@ -418,10 +443,72 @@ def _record(
     else:
         trial.set_user_attr(share.COUNTED, True)  # a fault is a result: it uses the budget
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    own = _finished_row(ctx.name, trial_id, trial.number, config, baseline, result, score, stored)
+    return with_row(rows, own)
 
 
-def _best(repo: Repository, ctx: StudyContext) -> Ranked | None:
-    ranked = rank(repo, ctx.name, ctx.spec.objective)
+def _defaults_values(rows: list[TrialRow]) -> list[float] | None:
+    """The objective values of the defaults' result among ``rows``, if they have one."""
+    row = baseline(rows)
+    return list(row.objective_values) if row is not None and row.objective_values else None
+
+
+def _unsettled(rows: list[TrialRow], number: int) -> bool:
+    """Whether the defaults' result among ``rows`` may differ from the stored one by now:
+    none yet, or a trial of the defaults numbered before it still runs (trial ``number``,
+    this worker's own, aside)."""
+    base = baseline(rows)
+    if base is None:
+        return True
+    return any(
+        r.is_baseline
+        and r.status is TrialStatus.RUNNING
+        and r.phase is TrialPhase.SEARCH
+        and r.number < base.number
+        and r.number != number
+        for r in rows
+    )
+
+
+def _finished_row(
+    name: str,
+    trial_id: int,
+    number: int,
+    config: ServingConfig,
+    baseline: bool,
+    result: TrialResult,
+    score: float | None,
+    values: list[float] | None,
+) -> TrialRow:
+    """The search trial's row as :meth:`Repository.start_trial` and ``finish_trial`` store it,
+    in the columns the standings read (the queryable provenance columns are left out)."""
+    return TrialRow(
+        id=trial_id,
+        study_name=name,
+        number=number,
+        phase=TrialPhase.SEARCH,
+        is_baseline=baseline,
+        config=config,
+        config_label=config.label(),
+        status=result.status,
+        failure=result.failure,
+        failure_detail=result.failure_detail,
+        log_tail=result.log_tail,
+        metrics=dict(result.metrics),
+        windows=tuple(result.windows),
+        memory=result.memory,
+        server=result.server,
+        server_metrics=dict(result.server_metrics),
+        provenance=result.provenance,
+        score=None if score is None or math.isnan(score) else score,
+        objective_values=None if values is None else tuple(float(v) for v in values),
+        started_at=result.started_at,
+        finished_at=result.finished_at if result.finished_at is not None else time.time(),
+    )
+
+
+def _best(ctx: StudyContext, rows: list[TrialRow], slo: Slo) -> Ranked | None:
+    ranked = standings(rows, ctx.spec.objective, slo)
     return ranked[0] if ranked else None
 
 

@@ -3,12 +3,14 @@ trial has a result, diagnose it, store and print the plan and enqueue its screen
 when those have results, judge them and narrow the space. The plan lives in the study's row,
 so a resumed study, or another worker, continues the same plan.
 
-Called before every trial; it returns the space the next trial is drawn from.
+Called before every trial with the study's trial rows the loop read for it; it returns the space
+the next trial is drawn from. Its own reads: the plan record (another worker may have written
+it), and once, when the screening is judged, the stored launches of the noise profile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -16,11 +18,12 @@ import optuna
 from tuner.abtest.profile import HEADLINE, load_profile, noise_key
 from tuner.compose import StudyContext, plan_wanted
 from tuner.db.repository import Repository
-from tuner.domain import TrialResult, TrialStatus
+from tuner.db.rows import TrialRow
+from tuner.domain import Slo, TrialResult, TrialStatus
 from tuner.scoring.regime import diagnose
 from tuner.space import SearchSpace
 from tuner.study.plan import SCREEN, Plan, make_plan, moved, screen_configs, screened, space_of
-from tuner.study.standings import baseline_row, rank
+from tuner.study.standings import baseline, standings
 
 Say = Callable[[str, str], None]
 _UNFINISHED = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
@@ -33,48 +36,56 @@ def stored_plan(repo: Repository, name: str) -> dict[str, Any] | None:
     return dict(record) if isinstance(record, dict) else None
 
 
-def _baseline_result(repo: Repository, name: str) -> TrialResult | None:
-    row = baseline_row(repo, name)
+def _baseline_result(rows: Sequence[TrialRow]) -> TrialResult | None:
+    row = baseline(rows)
     return row.to_result() if row is not None else None
 
 
 def current_space(
-    ctx: StudyContext, study: optuna.Study, repo: Repository, say: Say
+    ctx: StudyContext,
+    study: optuna.Study,
+    repo: Repository,
+    say: Say,
+    rows: Sequence[TrialRow],
+    slo: Slo,
 ) -> SearchSpace:
-    """The space of the study's next trial (see the module docstring)."""
+    """The space of the study's next trial (see the module docstring); ``rows``: the study's
+    trial rows, ``slo``: the one stored with it."""
     if not plan_wanted(ctx.spec):
         return ctx.space
     record = stored_plan(repo, ctx.name)
     if record is None:
-        return _diagnose(ctx, study, repo, say)
+        return _diagnose(ctx, study, repo, say, rows)
     if record.get("knobs") is None:  # the regime was unknown: the card's knobs
         return ctx.space
     plan = Plan.from_dict(record)
     if plan.kept is None:
-        plan = _judge(ctx, study, repo, plan, say)
-    elif (grown := _moved(ctx, repo, plan)) is not None:
+        plan = _judge(ctx, study, repo, plan, say, rows, slo)
+    elif (grown := _moved(ctx, plan, rows, slo)) is not None:
         repo.set_study_plan(ctx.name, grown.as_dict())
         say(*grown.lines()[-1].split(": ", 1))
         plan = grown
     return space_of(ctx.space, plan.searched)
 
 
-def _moved(ctx: StudyContext, repo: Repository, plan: Plan) -> Plan | None:
+def _moved(ctx: StudyContext, plan: Plan, rows: Sequence[TrialRow], slo: Slo) -> Plan | None:
     """The plan grown when the best trial so far has another bottleneck than the defaults."""
-    ranked = [r for r in rank(repo, ctx.name, ctx.spec.objective) if r.feasible]
+    ranked = [r for r in standings(rows, ctx.spec.objective, slo) if r.feasible]
     if not ranked or ranked[0].is_baseline:
         return None
-    row = repo.get_trial(ctx.name, ranked[0].number)
-    if row is None or row.status is not TrialStatus.COMPLETE:
+    row = ranked[0].row
+    if row.status is not TrialStatus.COMPLETE:
         return None
     return moved(plan, row.number, diagnose(row.to_result()), ctx.space, ctx.spec.objective)
 
 
-def _diagnose(ctx: StudyContext, study: optuna.Study, repo: Repository, say: Say) -> SearchSpace:
-    baseline = _baseline_result(repo, ctx.name)
-    if baseline is None:
+def _diagnose(
+    ctx: StudyContext, study: optuna.Study, repo: Repository, say: Say, rows: Sequence[TrialRow]
+) -> SearchSpace:
+    defaults = _baseline_result(rows)
+    if defaults is None:
         return ctx.space  # the defaults are measured first (or failed: the card is searched)
-    diagnosis = diagnose(baseline)
+    diagnosis = diagnose(defaults)
     plan = make_plan(diagnosis, ctx.space, ctx.spec.objective)
     say("diagnosis", diagnosis.summary())  # before the search goes on, as soon as it is known
     if plan is None or not plan.knobs:
@@ -90,23 +101,33 @@ def _diagnose(ctx: StudyContext, study: optuna.Study, repo: Repository, say: Say
     return space
 
 
-def _judge(ctx: StudyContext, study: optuna.Study, repo: Repository, plan: Plan, say: Say) -> Plan:
+def _judge(
+    ctx: StudyContext,
+    study: optuna.Study,
+    repo: Repository,
+    plan: Plan,
+    say: Say,
+    rows: Sequence[TrialRow],
+    slo: Slo,
+) -> Plan:
     trials = [t for t in study.get_trials(deepcopy=False) if SCREEN in t.user_attrs]
     expected = len(screen_configs(plan, ctx.space))
     if len(trials) < expected or any(t.state in _UNFINISHED for t in trials):
         return plan  # screening still runs
-    scores = {r.number: r.score for r in rank(repo, ctx.name, ctx.spec.objective)}
+    scores = {r.number: r.score for r in standings(rows, ctx.spec.objective, slo)}
     by_knob = {str(t.user_attrs[SCREEN]): scores.get(t.number, 0.0) for t in trials}
-    sd, source = _launch_sd(ctx, repo)
+    sd, source = _launch_sd(ctx, repo, rows)
     judged = screened(plan, by_knob, sd, source)
     repo.set_study_plan(ctx.name, judged.as_dict())
     say(*judged.lines()[-1].split(": ", 1))
     return judged
 
 
-def _launch_sd(ctx: StudyContext, repo: Repository) -> tuple[float | None, str]:
-    baseline = _baseline_result(repo, ctx.name)
-    key = noise_key(baseline, ctx.model.alias, ctx.workload.name) if baseline else None
+def _launch_sd(
+    ctx: StudyContext, repo: Repository, rows: Sequence[TrialRow]
+) -> tuple[float | None, str]:
+    defaults = _baseline_result(rows)
+    key = noise_key(defaults, ctx.model.alias, ctx.workload.name) if defaults else None
     profile = load_profile(repo, key) if key is not None else None
     parts = profile.get(HEADLINE) if profile is not None else None
     if parts is None:

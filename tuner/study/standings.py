@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from tuner.db.repository import Repository
 from tuner.db.rows import StudyRow, TrialPhase, TrialRow
-from tuner.domain import Objective, ServingConfig, Slo, TrialStatus
+from tuner.domain import FailureClass, Objective, ServingConfig, Slo, TrialStatus
 from tuner.scoring import objectives as scoring
 from tuner.scoring.ranking import Standing, best_first, canary_broken
 from tuner.study.confirm import Confirmed, study_pick
@@ -50,6 +50,17 @@ def baseline(rows: Iterable[TrialRow]) -> TrialRow | None:
     """The study's measured baseline among ``rows``: its complete search trial of vLLM's
     defaults, the reference of every score; None before it completed."""
     return next((r for r in rows if r.is_baseline and _measured(r)), None)
+
+
+def failed_configs(rows: Iterable[TrialRow]) -> list[tuple[ServingConfig, FailureClass]]:
+    """The configurations of the FAILED and PRUNED trials among ``rows`` with their failure
+    class, by trial number: :meth:`Repository.failed_configs` of rows already read."""
+    failed = (TrialStatus.FAILED, TrialStatus.PRUNED)
+    return [
+        (r.config, r.failure)
+        for r in sorted(rows, key=lambda r: r.number)
+        if r.status in failed and r.failure is not None
+    ]
 
 
 def standings(
@@ -111,10 +122,20 @@ def best_across(
     return best_first(picks, lambda p: p[1].standing)
 
 
+def study_slo(study: StudyRow | None) -> Slo:
+    """The SLO stored with ``study``, which its standings are judged by (None: no SLO)."""
+    return Slo(**(study.slo if study else {}))
+
+
+def with_row(rows: Iterable[TrialRow], row: TrialRow) -> list[TrialRow]:
+    """``rows`` with ``row`` in place of the one of its number (or added), by number: the
+    rows of a study kept in memory, brought up to date as one of its trials finishes."""
+    return sorted([*(r for r in rows if r.number != row.number), row], key=lambda r: r.number)
+
+
 def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
     """:func:`standings` of the stored study ``name`` against its own SLO."""
-    study = repo.get_study(name)
-    slo = Slo(**(study.slo if study else {}))
+    slo = study_slo(repo.get_study(name))
     return standings(repo.list_trials(name, limit=None), objective, slo)
 
 

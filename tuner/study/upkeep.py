@@ -12,6 +12,7 @@ one worker wins, and that worker queues the configuration again (at most
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -23,7 +24,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.db.repository import Repository
-from tuner.domain import TrialStatus
+from tuner.db.rows import TrialPhase, TrialRow
+from tuner.domain import FailureClass, TrialStatus
 from tuner.study import share
 
 # Seconds between two heartbeats of a measuring worker, and without one before its trial is
@@ -87,6 +89,15 @@ def sweep(
 
     ``alone``: no other worker runs the study (``--resume``), so every running trial is dead.
     """
+    return swept(study, repo, name, alone=alone)[0]
+
+
+def swept(
+    study: optuna.Study, repo: Repository, name: str, *, alone: bool = False
+) -> tuple[list[FrozenTrial], list[TrialRow]]:
+    """:func:`sweep`, and the study's trial rows, read once on the way (the trials of other
+    workers that finished meanwhile with them). The rows this sweep marked interrupted say
+    so (FAILED/interrupted); their other columns are as read."""
     storage = study._storage
     with quiet_optuna():
         optuna.storages.fail_stale_trials(study)
@@ -95,16 +106,28 @@ def sweep(
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 storage.set_trial_state_values(running._trial_id, state=TrialState.FAIL)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    for row in repo.list_trials(name, status=TrialStatus.RUNNING, phase="search", limit=None):
+    rows = repo.list_trials(name, limit=None)
+    marked = set()
+    for row in rows:
+        if row.status is not TrialStatus.RUNNING or row.phase is not TrialPhase.SEARCH:
+            continue
         t = trials.get(row.number)
         if t is None or not t.state.is_finished():
             continue
         won = repo.mark_running_as_interrupted(name, numbers=[row.number]) == 1
-        if won and t.state is TrialState.FAIL and not share.counts(t):
-            retry(study, t)
+        if won:
+            marked.add(row.number)
+            if t.state is TrialState.FAIL and not share.counts(t):
+                retry(study, t)
     if alone:  # a confirmation launch cut short is measured again by the confirmation
         repo.mark_running_as_interrupted(name)
-    return study.get_trials(deepcopy=False)
+        marked |= {r.number for r in rows if r.status is TrialStatus.RUNNING}
+    rows = [_interrupted(r) if r.number in marked else r for r in rows]
+    return study.get_trials(deepcopy=False), rows
+
+
+def _interrupted(row: TrialRow) -> TrialRow:
+    return dataclasses.replace(row, status=TrialStatus.FAILED, failure=FailureClass.INTERRUPTED)
 
 
 def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
