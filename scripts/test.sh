@@ -96,12 +96,16 @@ if [ "$FAST" = 0 ]; then
 fi
 
 status=0
-stage "tests that need no real vLLM"
-if [ "$FAST" = 1 ]; then
-  run_pytest -m "not e2e and not slow" "$@" || status=$?
-else
-  run_pytest -m "not e2e" "$@" || status=$?
-fi
+# Most of these tests wait on fake servers' sleeps rather than on the CPU: spread over
+# $TUNER_TEST_WORKERS processes (pytest-xdist); those whose assertions read the CPU time or the
+# timing of signals (marker serial, tests/conftest.py) run alone after them.
+WORKERS="${TUNER_TEST_WORKERS:-3}"
+SELECT="not e2e"
+if [ "$FAST" = 1 ]; then SELECT="not e2e and not slow"; fi
+stage "tests that need no real vLLM, $WORKERS workers"
+run_pytest -m "$SELECT and not serial" -n "$WORKERS" "$@" || status=$?
+stage "tests that need no real vLLM and read the clock or the CPU, alone"
+run_pytest -m "$SELECT and serial" "$@" || status=$?
 if [ "$FAST" = 1 ]; then
   stage "done (--fast: no real-vLLM tests, no wheel check; status $status)"
   exit "$status"

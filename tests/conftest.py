@@ -35,6 +35,19 @@ SLOW = frozenset(
         "postgres/test_postgres_workers.py",
     }
 )
+# Modules whose assertions read the machine's CPU time or the timing of signals and sleeps: a
+# machine busy with other tests moves them (a fake server's cores, a Ctrl-C that must land in
+# the third launch). scripts/test.sh runs them alone, after the tests spread over workers.
+SERIAL = frozenset(
+    {
+        "integration/test_compare_cli.py",
+        "integration/test_compile_cache.py",
+        "integration/test_fake_regimes.py",
+        "integration/test_load_cli.py",
+        "integration/test_plan_fake.py",
+        "integration/test_worker_queue.py",
+    }
+)
 _ROOT = Path(__file__).parent
 
 
@@ -46,3 +59,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         if where in SLOW:
             item.add_marker(pytest.mark.slow)
+        if where in SERIAL:
+            item.add_marker(pytest.mark.serial)

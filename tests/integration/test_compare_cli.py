@@ -195,7 +195,9 @@ def test_an_interrupted_compare_resumes_from_its_launches(tmp_path: Path) -> Non
     proc = subprocess.Popen(
         [sys.executable, "-m", "tuner", *args, "--storage", url],
         cwd=tmp_path,
-        env=_env(tmp_path),
+        # Servers that take 2 s to come up: the Ctrl-C lands in the third launch's start-up
+        # even when a busy machine makes this test read the line late.
+        env={**_env(tmp_path), "TUNER_FAKE_STARTUP_S": "2"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

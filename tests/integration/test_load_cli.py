@@ -209,6 +209,8 @@ def test_ctrl_c_speaks_of_no_trial_and_no_resume() -> None:
         )  # fmt: skip
         try:
             connection, _ = silent.accept()  # it asks GET /v1/models: now it waits
+            connection.settimeout(60)
+            assert connection.recv(1024).startswith(b"GET ")  # the request is out
             proc.send_signal(signal.SIGINT)
             _, stderr = proc.communicate(timeout=30)
             connection.close()
