@@ -12,7 +12,7 @@ from api.bounds import GPU_MAX, INT_MAX, MODEL_MAX, PAGE_MAX, STUDY_NAME_MAX, WO
 from api.deps import IndexDep, RepoDep, SettingsDep, WriteAccess
 from api.errors import MALFORMED, UNAVAILABLE, ApiError, not_found, responses
 from api.index import StudyIndex, StudySnapshot
-from api.recommendations import study_objective, trial_score
+from api.recommendations import trial_score
 from api.schemas import (
     ObjectiveOut,
     ParetoOut,
@@ -30,6 +30,7 @@ from tuner.db.rows import StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.domain import TrialStatus
 from tuner.errors import UsageError
 from tuner.scoring import objectives as scoring
+from tuner.study.standings import study_objective
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
 
