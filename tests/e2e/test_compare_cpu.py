@@ -33,7 +33,7 @@ REPO = Path(__file__).parents[2]
 SMALL = "requests_per_window=48,windows=2,warmup_requests=8,output_tokens=16,think_time_s=0.1"
 
 
-def test_prefix_caching_on_multi_turn_traffic_cuts_ttft(
+def test_prefix_caching_off_against_on_under_multi_turn_traffic(
     tmp_path: Path, vllm_python: str, e2e_home: Path
 ) -> None:
     db = f"sqlite:///{tmp_path / 'compare.db'}"
