@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command.
 #
-#   bash scripts/test.sh [pytest options]          # everything: what CI runs (about 20 minutes)
-#   bash scripts/test.sh --fast [pytest options]   # the inner loop (about 5 minutes)
+#   bash scripts/test.sh [pytest options]          # everything: what CI runs (about 12 minutes)
+#   bash scripts/test.sh --fast [pytest options]   # the inner loop (about 4 minutes)
 #
 # Everything: lint, types, the import contract, the wheel as a user installs it, and every test:
 # those that need no real vLLM (unit, integration on the fake server, a real PostgreSQL started
@@ -99,7 +99,7 @@ status=0
 # Most of these tests wait on fake servers' sleeps rather than on the CPU: spread over
 # $TUNER_TEST_WORKERS processes (pytest-xdist); those whose assertions read the CPU time or the
 # timing of signals (marker serial, tests/conftest.py) run alone after them.
-WORKERS="${TUNER_TEST_WORKERS:-3}"
+WORKERS="${TUNER_TEST_WORKERS:-2}"
 SELECT="not e2e"
 if [ "$FAST" = 1 ]; then SELECT="not e2e and not slow"; fi
 stage "tests that need no real vLLM, $WORKERS workers"

@@ -35,17 +35,26 @@ SLOW = frozenset(
         "postgres/test_postgres_workers.py",
     }
 )
-# Modules whose assertions read the machine's CPU time or the timing of signals and sleeps: a
-# machine busy with other tests moves them (a fake server's cores, a Ctrl-C that must land in
-# the third launch). scripts/test.sh runs them alone, after the tests spread over workers.
+# Modules whose assertions read the machine's CPU time or the timing of signals, kills and
+# sleeps: a machine busy with other tests moves them (a fake server's cores, a Ctrl-C that must
+# land in the third launch, a watchdog or a worker that must act within seconds).
+# scripts/test.sh runs them alone, after the tests spread over workers.
 SERIAL = frozenset(
     {
         "integration/test_compare_cli.py",
         "integration/test_compile_cache.py",
         "integration/test_fake_regimes.py",
+        "integration/test_faults_api_during_study.py",
+        "integration/test_faults_crash_mid_load.py",
+        "integration/test_faults_tuner_killed.py",
         "integration/test_load_cli.py",
         "integration/test_plan_fake.py",
+        "integration/test_resume_stored_spec.py",
+        "integration/test_server_lifecycle.py",
         "integration/test_worker_queue.py",
+        "postgres/test_postgres_one_study.py",
+        "postgres/test_postgres_optuna.py",
+        "postgres/test_postgres_workers.py",
     }
 )
 _ROOT = Path(__file__).parent

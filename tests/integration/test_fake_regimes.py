@@ -112,9 +112,10 @@ def test_frontend_regime_is_cpu_bound_and_stream_interval_relieves_it() -> None:
     # 16 tokens: 16 events against 3 (1 + 8 + 7); about x4 measured on an idle machine.
     ratio = eight.output_throughput / one.output_throughput
     assert ratio > 1.3, f"stream_interval 8 gave x{ratio:.2f} the output throughput"
-    # The event loop spins 1.5 ms of CPU per event: one core busy (about 1.0 when idle; a
-    # busy 2-core host shares it).
-    assert one.server_cores > 0.5, f"the server used {one.server_cores:.2f} cores"
+    # The event loop spins 1.5 ms of CPU per event: one core busy (about 1.0 when idle; 0.38
+    # seen on a 2-core host with CPU vLLM serving on the other core in CI). A fake server that
+    # only sleeps uses a few hundredths.
+    assert one.server_cores > 0.25, f"the server used {one.server_cores:.2f} cores"
     assert one.server["preemptions"] == 0  # the KV cache is the default regime's, ample
 
 
