@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command.
 #
-#   bash scripts/test.sh [pytest options]          # everything: what CI runs (about 12 minutes)
-#   bash scripts/test.sh --fast [pytest options]   # the inner loop (about 4 minutes)
+#   bash scripts/test.sh [pytest options]          # everything: what CI runs (about 20 minutes)
+#   bash scripts/test.sh --fast [pytest options]   # the inner loop (about 5 minutes)
 #
 # Everything: lint, types, the import contract, the wheel as a user installs it, and every test:
 # those that need no real vLLM (unit, integration on the fake server, a real PostgreSQL started
@@ -96,13 +96,15 @@ if [ "$FAST" = 0 ]; then
 fi
 
 status=0
-# Most of these tests wait on fake servers' sleeps rather than on the CPU: spread over
-# $TUNER_TEST_WORKERS processes (pytest-xdist); those whose assertions read the CPU time or the
-# timing of signals (marker serial, tests/conftest.py) run alone after them.
-WORKERS="${TUNER_TEST_WORKERS:-2}"
+# Most of these tests wait on fake servers' sleeps rather than on the CPU: TUNER_TEST_WORKERS=2
+# spreads them over pytest-xdist workers (about a third faster on an otherwise idle machine),
+# and those whose assertions read the CPU time or the timing of signals (marker serial,
+# tests/conftest.py) run alone after them. The default is 0 (one process): beside CPU vLLM on
+# 2 cores, as in CI, more timing-bound tests moved than the serial list holds.
+WORKERS="${TUNER_TEST_WORKERS:-0}"
 SELECT="not e2e"
 if [ "$FAST" = 1 ]; then SELECT="not e2e and not slow"; fi
-stage "tests that need no real vLLM, $WORKERS workers"
+stage "tests that need no real vLLM (xdist workers: $WORKERS)"
 run_pytest -m "$SELECT and not serial" -n "$WORKERS" "$@" || status=$?
 stage "tests that need no real vLLM and read the clock or the CPU, alone"
 run_pytest -m "$SELECT and serial" "$@" || status=$?

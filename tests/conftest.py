@@ -26,6 +26,7 @@ SLOW = frozenset(
         "integration/test_hostile_input.py",
         "integration/test_launch_cli.py",
         "integration/test_load_cli.py",
+        "integration/test_load_cli_turns.py",
         "integration/test_plan_fake.py",
         "integration/test_resume_stored_spec.py",
         "integration/test_search_any_flag.py",
@@ -33,6 +34,7 @@ SLOW = frozenset(
         "postgres/test_postgres_api_fuzz.py",
         "postgres/test_postgres_one_study.py",
         "postgres/test_postgres_workers.py",
+        "unit/test_load_generator.py",
     }
 )
 # Modules whose assertions read the machine's CPU time or the timing of signals, kills and
