@@ -100,7 +100,7 @@ def test_sharegpt_counted_with_the_tokenizer(tmp_path: Path) -> None:
     by_tokenizer = {len(pieces.findall(p)) for p in prompts}
     by_chars = {max(1, -(-len(p) // 4)) for p in prompts}
     assert by_tokenizer != by_chars
-    # A closed loop draws the trace's rows at random, the same rows in both runs.
+    # A closed loop sends the trace's rows once each in file order: the same rows in both runs.
     assert counted["num_prompts"] == approx["num_prompts"] == 8
     assert set(counted["input_lens"]) <= by_tokenizer
     assert set(approx["input_lens"]) <= by_chars

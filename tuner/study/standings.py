@@ -137,13 +137,3 @@ def rank(repo: Repository, name: str, objective: Objective) -> list[Ranked]:
     """:func:`standings` of the stored study ``name`` against its own SLO."""
     slo = study_slo(repo.get_study(name))
     return standings(repo.list_trials(name, limit=None), objective, slo)
-
-
-def baseline_row(repo: Repository, name: str) -> TrialRow | None:
-    """:func:`baseline` of the stored study ``name``."""
-    return baseline(repo.list_trials(name, status=TrialStatus.COMPLETE, phase="search", limit=None))
-
-
-def baseline_values(repo: Repository, name: str) -> list[float] | None:
-    row = baseline_row(repo, name)
-    return list(row.objective_values) if row is not None and row.objective_values else None
