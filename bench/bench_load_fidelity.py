@@ -20,6 +20,7 @@ per (round, concurrency, client) with the compared fields.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -164,13 +165,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     levels = [int(c) for c in args.concurrency.split(",")]
 
-    if args.launch:
-        extra = [a for arg in args.server_arg for a in arg.split()]
-        ctx = launched(args.launch, args.vllm_python, extra)
-    else:
-        if not (args.url and args.model and args.tokenizer):
-            p.error("give --launch MODEL, or --url, --model and --tokenizer")
-        ctx = _given(args.url, args.model, args.tokenizer)
+    ctx = server(args, p)
     rows: list[dict[str, Any]] = []
     with ctx as (url, model, tokenizer), open(out / "fidelity.jsonl", "a") as sink:
         for rnd in range(1, args.rounds + 1):
@@ -214,9 +209,18 @@ def main() -> int:
     return 0
 
 
-@contextmanager
-def _given(url: str, model: str, tokenizer: str) -> Iterator[tuple[str, str, str]]:
-    yield url, model, tokenizer
+def server(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> contextlib.AbstractContextManager[tuple[str, str, str]]:
+    """The server a bench measures, as ``(url, served model, tokenizer dir)``: the catalogued
+    model of ``--launch`` started here (with ``--server-arg`` flags), or the one at ``--url``
+    with ``--model`` and ``--tokenizer``."""
+    if args.launch:
+        extra = [a for arg in args.server_arg for a in arg.split()]
+        return launched(args.launch, args.vllm_python, extra)
+    if not (args.url and args.model and args.tokenizer):
+        parser.error("give --launch MODEL, or --url, --model and --tokenizer")
+    return contextlib.nullcontext((args.url, args.model, args.tokenizer))
 
 
 def ratio_table(rows: list[dict[str, Any]]) -> str:

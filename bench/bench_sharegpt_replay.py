@@ -55,8 +55,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -461,11 +460,6 @@ def vllm_version(vllm_python: str) -> str:
     return lines[-1] if out.returncode == 0 and lines else "?"
 
 
-@contextmanager
-def _given(url: str, model: str, tokenizer: str) -> Iterator[tuple[str, str, str]]:
-    yield url, model, tokenizer
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url")
@@ -494,15 +488,9 @@ def main() -> int:
     raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
 
-    if args.launch:
-        from bench.bench_load_fidelity import launched
+    from bench.bench_load_fidelity import server
 
-        extra = [a for arg in args.server_arg for a in arg.split()]
-        ctx = launched(args.launch, args.vllm_python, extra)
-    else:
-        if not (args.url and args.model and args.tokenizer):
-            p.error("give --launch MODEL, or --url, --model and --tokenizer")
-        ctx = _given(args.url, args.model, args.tokenizer)
+    ctx = server(args, p)
     rows: list[dict[str, Any]] = []
     started = time.time()
     load_before = os.getloadavg()  # the machine may be shared: its load, before and after
