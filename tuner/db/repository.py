@@ -280,8 +280,9 @@ class Repository:
         result: TrialResult,
         score: float | None,
         objective_values: Sequence[float] | None,
-    ) -> None:
-        """Store the outcome of a RUNNING trial: JSON columns, provenance columns, score."""
+    ) -> TrialRow:
+        """Store the outcome of a RUNNING trial: JSON columns, provenance columns, score; the
+        row as stored is returned (the study loop adds it to the rows it read)."""
         if not result.status.is_finished():
             raise ValueError("finish_trial needs a finished result, not a RUNNING one")
         with session_scope(self._engine) as s:
@@ -306,6 +307,9 @@ class Repository:
                 None if objective_values is None else codec.encode(list(objective_values))
             )
             _touch(s, row.study_id, now)
+            s.flush()
+            name = s.scalar(select(StudyModel.name).where(StudyModel.id == row.study_id))
+            return trial_row(row, str(name))
 
     def trial_requests(self, trial_id: int) -> tuple[tuple[RequestRecord, ...], ...]:
         """The per-request records of a trial, one tuple per window; empty when none were

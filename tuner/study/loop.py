@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -336,7 +335,7 @@ def _loop(
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             upkeep.retry(study, upkeep.frozen(study, trial))
             raise
-        rows = _record(ctx, study, trial, trial_id, config, result, repo, baseline, rows)
+        rows = _record(ctx, study, trial, trial_id, result, repo, baseline, rows)
         report.trial_finished(trial.number, result, _best(ctx, rows, slo))
 
 
@@ -401,7 +400,6 @@ def _record(
     study: optuna.Study,
     trial: optuna.Trial,
     trial_id: int,
-    config: ServingConfig,
     result: TrialResult,
     repo: Repository,
     baseline: bool,
@@ -433,8 +431,7 @@ def _record(
         if measured and reference is not None
         else None
     )
-    stored = values if measured or finding else None
-    repo.finish_trial(trial_id, result, score, stored)
+    own = repo.finish_trial(trial_id, result, score, values if measured or finding else None)
     _tell_attrs(trial, result)
     if measured or finding:
         for name, value in zip(scoring.CONSTRAINT_NAMES, constraints, strict=True):
@@ -443,7 +440,6 @@ def _record(
     else:
         trial.set_user_attr(share.COUNTED, True)  # a fault is a result: it uses the budget
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    own = _finished_row(ctx.name, trial_id, trial.number, config, baseline, result, score, stored)
     return with_row(rows, own)
 
 
@@ -467,43 +463,6 @@ def _unsettled(rows: list[TrialRow], number: int) -> bool:
         and r.number < base.number
         and r.number != number
         for r in rows
-    )
-
-
-def _finished_row(
-    name: str,
-    trial_id: int,
-    number: int,
-    config: ServingConfig,
-    baseline: bool,
-    result: TrialResult,
-    score: float | None,
-    values: list[float] | None,
-) -> TrialRow:
-    """The search trial's row as :meth:`Repository.start_trial` and ``finish_trial`` store it,
-    in the columns the standings read (the queryable provenance columns are left out)."""
-    return TrialRow(
-        id=trial_id,
-        study_name=name,
-        number=number,
-        phase=TrialPhase.SEARCH,
-        is_baseline=baseline,
-        config=config,
-        config_label=config.label(),
-        status=result.status,
-        failure=result.failure,
-        failure_detail=result.failure_detail,
-        log_tail=result.log_tail,
-        metrics=dict(result.metrics),
-        windows=tuple(result.windows),
-        memory=result.memory,
-        server=result.server,
-        server_metrics=dict(result.server_metrics),
-        provenance=result.provenance,
-        score=None if score is None or math.isnan(score) else score,
-        objective_values=None if values is None else tuple(float(v) for v in values),
-        started_at=result.started_at,
-        finished_at=result.finished_at if result.finished_at is not None else time.time(),
     )
 
 
