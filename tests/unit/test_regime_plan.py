@@ -159,7 +159,51 @@ def test_when_the_best_trial_has_another_bottleneck_its_levers_join_the_search()
     grown = moved(judged, 3, Diagnosis(Regime.DECODE, ()), card, Objective.THROUGHPUT)
     assert grown is not None and grown.moved == ((3, "decode-bound"),)
     assert grown.searched[0] == "stream_interval"
-    assert {"compilation_config.cudagraph_mode", "kv_cache_dtype"} <= set(grown.searched)
+    # The decode levers join, less CUDA graphs FULL_AND_PIECEWISE: vLLM's default on the H200.
+    assert {"kv_cache_dtype", "attention_backend"} <= set(grown.searched)
+    assert "compilation_config.cudagraph_mode" not in grown.searched
     assert "moved: the best trial (#3) is decode-bound" in grown.lines()[-1]
     assert moved(grown, 5, Diagnosis(Regime.DECODE, ()), card, Objective.THROUGHPUT) is None
     assert Plan.from_dict(grown.as_dict()) == grown
+
+
+def test_a_knob_already_at_vllms_resolved_default_or_a_cap_that_never_bound_is_not_screened() -> (
+    None
+):
+    """What the H200 run of 2026-12-03 showed (docs/results/plan-h200.md): the decode plan of a
+    7B model at 16 streams screened CUDA graphs FULL_AND_PIECEWISE, which vLLM 0.26 already
+    resolves to there, and max_num_seqs=512 where at most 16 requests ever ran under a cap of
+    1,024 (the frontend plan at 256 streams likewise)."""
+    from tuner.catalog.levers import vllm_default
+
+    card = _card("h200")
+    decode = Diagnosis(Regime.DECODE, (), {"requests_running_peak": 16.0}, 16)
+    plan = make_plan(decode, card, Objective.THROUGHPUT)
+    assert plan is not None
+    knobs = [k.knob for k in plan.knobs]
+    assert knobs == ["kv_cache_dtype", "async_scheduling", "attention_backend"]
+    why = dict(plan.skipped)
+    assert why["compilation_config.cudagraph_mode"] == (
+        "FULL_AND_PIECEWISE is already vLLM's default on h200"
+    )
+    assert why["max_num_seqs"] == (
+        "at most 16 requests ran at once, under vLLM's cap of 1024 on h200: a cap of 512 binds "
+        "nothing"
+    )
+    frontend = Diagnosis(Regime.FRONTEND, (), {"requests_running_peak": 256.0}, 256)
+    plan = make_plan(frontend, card, Objective.THROUGHPUT)
+    assert plan is not None and "max_num_seqs" not in [k.knob for k in plan.knobs]
+    # Where the cap did bind (a smaller GPU's 256 reached), the larger cap is screened; and a
+    # KV-bound plan's smaller cap (64, under the peak) still is.
+    full = Diagnosis(Regime.FRONTEND, (), {"requests_running_peak": 256.0}, 512)
+    plan = make_plan(full, _card("a10g"), Objective.THROUGHPUT)
+    assert plan is not None and "max_num_seqs" in [k.knob for k in plan.knobs]
+    kv = Diagnosis(Regime.KV_CACHE, (), {"requests_running_peak": 200.0}, 256)
+    plan = make_plan(kv, card, Objective.THROUGHPUT)
+    assert plan is not None and ("max_num_seqs", 64) in [(k.knob, k.screen) for k in plan.knobs]
+    # Without the figure (an older trial), nothing is assumed.
+    plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 256), card, Objective.THROUGHPUT)
+    assert plan is not None and "max_num_seqs" in [k.knob for k in plan.knobs]
+    assert vllm_default("max_num_seqs", _card("a100-80g").gpu) == 256
+    assert vllm_default("max_num_batched_tokens", card.gpu) == 8192
+    assert vllm_default("max_num_seqs", _card("cpu", "smoke").gpu) == 128

@@ -166,6 +166,25 @@ def get(knob: str) -> Lever | None:
     return LEVERS.get(knob)
 
 
+def vllm_default(knob: str, gpu: GpuProfile) -> Scalar | None:
+    """What vLLM's ``serve`` resolves ``knob`` to on ``gpu`` when no flag sets it, where that
+    depends on the hardware and tuner knows it; None where it does not. Checked against vLLM
+    0.32.0's ``EngineArgs`` defaults and vLLM 0.26.0's start-up log on the H200 (its engine
+    config: ``cudagraph_mode`` FULL_AND_PIECEWISE, ``max_num_batched_tokens=8192``): 80 GiB
+    class GPUs other than the A100 batch up to 1,024 sequences and 8,192 tokens a step, GPUs of
+    160 GiB or more 1,024 and 16,384, others 256 and 2,048, the CPU build 128 and 2,048."""
+    if gpu.is_cpu:
+        return {"max_num_seqs": 128, "max_num_batched_tokens": 2048}.get(knob)
+    if knob == "compilation_config.cudagraph_mode":
+        return "FULL_AND_PIECEWISE"
+    big = gpu.memory_gib >= 160 or (gpu.memory_gib >= 70 and "a100" not in gpu.name.lower())
+    if knob == "max_num_seqs":
+        return 1024 if big else 256
+    if knob == "max_num_batched_tokens":
+        return 16384 if gpu.memory_gib >= 160 else 8192 if big else 2048
+    return None
+
+
 def output_changing(config: ServingConfig) -> list[str]:
     """The set knobs of ``config`` that change the model's outputs (``quantization=fp8``)."""
     return [f"{k}={v}" for k, v in config.extra.items() if (lv := get(k)) and lv.changes_outputs]

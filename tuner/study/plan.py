@@ -162,6 +162,10 @@ def make_plan(diagnosis: Diagnosis, card: SearchSpace, objective: Objective) -> 
         if value is None:
             skipped.append((move.knob, "no candidate value besides vLLM's default here"))
             continue
+        idle = _changes_nothing(move.knob, value, diagnosis, card)
+        if idle is not None:
+            skipped.append((move.knob, idle))
+            continue
         if len(planned) >= MAX_KNOBS:
             continue
         trial = [*planned, Planned(move.knob, value, move.why)]
@@ -197,6 +201,23 @@ def _why_not(move: levers.Move, card: SearchSpace, objective: Objective) -> str 
         space_of(card, [move.knob])
     except UsageError as exc:
         return exc.message
+    return None
+
+
+def _changes_nothing(knob: str, value: Any, diagnosis: Diagnosis, card: SearchSpace) -> str | None:
+    """Why screening ``knob=value`` here would measure the defaults again, from what vLLM
+    resolves the knob to on this GPU and from the defaults' own trial; None when it may not."""
+    default = levers.vllm_default(knob, card.gpu)
+    if default is not None and value == default:
+        return f"{value} is already vLLM's default on {card.gpu.name}"
+    peak = diagnosis.figures.get("requests_running_peak")
+    bound = isinstance(default, int) and peak is not None and peak >= default
+    if knob == "max_num_seqs" and peak is not None and not bound and value > peak:
+        # The cap never bound in the defaults' trial, and would not at value either.
+        return (
+            f"at most {peak:.0f} requests ran at once, under vLLM's cap of {default} on "
+            f"{card.gpu.name}: a cap of {value} binds nothing"
+        )
     return None
 
 
