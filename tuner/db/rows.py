@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tuner.domain import (
-    Estimate,
-    FailureClass,
-    MemoryUsage,
     Provenance,
-    ServerInfo,
     ServingConfig,
     TrialResult,
     TrialStatus,
-    WindowMetrics,
 )
 
 
@@ -70,29 +65,20 @@ class StudyRow:
         return sum(self.confirmation_counts.values())
 
 
-@dataclass(frozen=True)
-class TrialRow:
+@dataclass(frozen=True, kw_only=True)
+class TrialRow(TrialResult):
+    """A stored trial: the result the runner reported (every field of :class:`TrialResult`,
+    inherited, not restated; ``requests`` stay stored apart and are empty here) and what the
+    study and the repository add to it."""
+
     id: int
     study_name: str
     number: int
     phase: TrialPhase
     is_baseline: bool
-    config: ServingConfig
     config_label: str
-    status: TrialStatus
-    failure: FailureClass | None
-    failure_detail: str
-    log_tail: str
-    metrics: Mapping[str, Estimate]
-    windows: tuple[WindowMetrics, ...]
-    memory: MemoryUsage
-    server: ServerInfo | None
-    server_metrics: Mapping[str, float]
-    provenance: Provenance | None
     score: float | None
     objective_values: tuple[float, ...] | None
-    started_at: float | None
-    finished_at: float | None
     # The queryable columns, copied from provenance / server when the trial finished
     # (None while it runs, or when the runner reported no provenance).
     gpu_name: str | None = None
@@ -108,21 +94,7 @@ class TrialRow:
 
     def to_result(self) -> TrialResult:
         """The trial as the runner reported it (RUNNING rows give a RUNNING result)."""
-        return TrialResult(
-            config=self.config,
-            status=self.status,
-            failure=self.failure,
-            failure_detail=self.failure_detail,
-            log_tail=self.log_tail,
-            windows=self.windows,
-            metrics=self.metrics,
-            memory=self.memory,
-            server=self.server,
-            server_metrics=self.server_metrics,
-            provenance=self.provenance,
-            started_at=self.started_at,
-            finished_at=self.finished_at,
-        )
+        return TrialResult(**{f.name: getattr(self, f.name) for f in fields(TrialResult)})
 
 
 @dataclass(frozen=True)
