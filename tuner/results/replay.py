@@ -178,7 +178,7 @@ def load_table(path: Path, study: str | None = None, name: str | None = None) ->
     baselines = [r for r in rows if r.config == base and r.launches]
     if not baselines:
         raise UsageError(f"study {study!r} has no measured baseline: nothing to score against")
-    spec_order = [*row.spec.get("params", []), *row.spec.get("search", {})]
+    spec_order = [*(row.spec.get("params") or []), *(row.spec.get("search") or {})]
     return Table(
         name=name or f"{path.name}:{study}",
         study=study,
