@@ -234,3 +234,20 @@ def test_the_interrupted_trial_is_recorded_as_such(repo: Repository) -> None:
     last = _rows("plan-ernie-256")[-1]
     assert last["failure_class"] == "interrupted" and last["config"] == {"stream_interval": 16}
     assert json.dumps(last["config"]) in REPORT.read_text()
+
+
+def test_the_study_replays_with_its_diagnosis_read_from_its_telemetry() -> None:
+    """bench/plan_replay.py --dataset h200-plan: a spec stored with ``params = null`` loads,
+    and the defaults' stored telemetry names the regime (no --regime assumption)."""
+    from tuner.results.replay import load_table
+    from tuner.scoring.regime import diagnose
+
+    table = load_table(DB, "plan-ernie-256", "h200-plan")
+    assert len(table.rows) == 6 and table.baseline.config.to_dict() == {}
+    assert set(table.knobs) == {
+        "stream_interval", "api_server_count", "async_scheduling", "max_num_seqs"
+    }  # fmt: skip
+    repo = Repository(make_engine(f"sqlite:///{DB}"))
+    base = repo.get_trial("plan-ernie-256", 0)
+    assert base is not None
+    assert diagnose(base.to_result()).regime.value == "frontend-bound"
