@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,6 +30,17 @@ def json_safe(obj: Any) -> Any:
     if isinstance(value, list):
         return [json_safe(v) for v in value]
     return value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def from_row(cls: type[M], row: object, **converted: Any) -> M:
+    """``cls`` from a repository row: every field of the schema that ``converted`` does not give
+    is the row's attribute of the same name (the schema says what the API sends, the row holds
+    the values; as :func:`tuner.db.convert` builds rows from ORM objects)."""
+    same = {name: getattr(row, name) for name in cls.model_fields if name not in converted}
+    return cls(**same, **converted)
 
 
 class EstimateOut(BaseModel):
@@ -67,15 +78,13 @@ class ProvenanceOut(BaseModel):
 
     @classmethod
     def of(cls, trial: TrialRow, study: StudyRow) -> ProvenanceOut:
-        return cls(
-            gpu_name=trial.gpu_name,
-            gpu_uuid=trial.gpu_uuid,
-            driver_version=trial.driver_version,
+        return from_row(
+            cls,
+            trial,
             vllm_version=trial.vllm_version or study.vllm_version,
             model=trial.model or study.model,
             workload=trial.workload or study.workload,
             emulated=bool(study.emulated or trial.emulated),
-            hostname=trial.hostname,
         )
 
 
@@ -157,24 +166,13 @@ class StudyOut(BaseModel):
 
     @classmethod
     def of(cls, s: StudyRow) -> StudyOut:
-        return cls(
-            name=s.name,
+        return from_row(
+            StudyOut,
+            s,
             status=str(s.status),
-            model=s.model,
-            model_source=s.model_source,
-            gpu=s.gpu,
-            workload=s.workload,
-            objective=s.objective,
             slo=dict(s.slo),
-            emulated=s.emulated,
-            vllm_version=s.vllm_version,
-            notes=s.notes,
-            n_trials_requested=s.n_trials_requested,
-            n_trials=s.n_trials,
             trial_counts={str(k): v for k, v in s.trial_counts.items()},
             confirmation_counts={str(k): v for k, v in s.confirmation_counts.items()},
-            created_at=s.created_at,
-            updated_at=s.updated_at,
         )
 
 
@@ -224,23 +222,17 @@ class TrialOut(BaseModel):
     @classmethod
     def of(cls, t: TrialRow, study: StudyRow, score: float | None) -> TrialOut:
         values = list(t.objective_values) if t.objective_values else None
-        return cls(
-            number=t.number,
+        return from_row(
+            TrialOut,
+            t,
             phase=str(t.phase),
-            is_baseline=t.is_baseline,
             status=str(t.status),
             config=t.config.to_dict(),
-            config_label=t.config_label,
             failure=None if t.failure is None else str(t.failure),
-            failure_detail=t.failure_detail,
             metrics=metrics_out(t.metrics),
             memory_gib=finite(values[1]) if values and t.metrics else None,
             score=None if score is None else finite(score),
             objective_values=None if values is None else [finite(v) for v in values],
-            effective_backend=t.effective_backend,
-            kv_cache_tokens=t.kv_cache_tokens,
-            started_at=t.started_at,
-            finished_at=t.finished_at,
             provenance=ProvenanceOut.of(t, study) if t.status.is_finished() else None,
         )
 
@@ -292,19 +284,14 @@ class ComparisonOut(BaseModel):
 
     @classmethod
     def of(cls, c: ComparisonRow) -> ComparisonOut:
-        return cls(
-            id=c.id,
-            created_at=c.created_at,
-            model=c.model,
-            gpu=c.gpu,
-            workload=c.workload,
+        return from_row(
+            cls,
+            c,
             a_config=c.a_config.to_dict(),
             b_config=c.b_config.to_dict(),
-            repeats=c.repeats,
             results=json_safe(c.results),
             verdicts=json_safe(c.verdicts),
             provenance=None if c.provenance is None else json_safe(c.provenance),
-            study_id=c.study_id,
             gpu_minutes=_gpu_minutes(c.results),
         )
 
