@@ -26,7 +26,7 @@ from tests.postgres.test_postgres_one_study import (
 )
 from tuner.db.repository import Repository
 from tuner.domain import TrialStatus
-from tuner.study import share
+from tuner.study import sharing
 
 pytestmark = pytest.mark.e2e
 TRIALS = 6
@@ -48,7 +48,7 @@ def test_three_fake_workers_and_one_cpu_vllm_worker_share_a_study(
     cpu_vllm = tuner(real, tmp_path, "worker", "--study", STUDY, "--storage", pg_url)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        mine = [t for t in optuna_trials(pg_url) if t.user_attrs.get(share.WORKER, {}).get("pid")
+        mine = [t for t in optuna_trials(pg_url) if t.user_attrs.get(sharing.WORKER, {}).get("pid")
                 == cpu_vllm.pid]  # fmt: skip
         if mine or cpu_vllm.poll() is not None:
             break
@@ -60,8 +60,8 @@ def test_three_fake_workers_and_one_cpu_vllm_worker_share_a_study(
     assert [w.returncode for w in [cpu_vllm, *fakes]] == [0] * 4, outputs
     rows = repo.list_trials(STUDY, limit=None)
     check_accounting(pg_url, rows, trials=TRIALS)
-    owners = {t.number: t.user_attrs[share.WORKER]["pid"] for t in optuna_trials(pg_url)
-              if share.WORKER in t.user_attrs}  # fmt: skip
+    owners = {t.number: t.user_attrs[sharing.WORKER]["pid"] for t in optuna_trials(pg_url)
+              if sharing.WORKER in t.user_attrs}  # fmt: skip
     by_vllm = [r for r in rows if owners.get(r.number) == cpu_vllm.pid]
     assert by_vllm and all(r.status is TrialStatus.COMPLETE for r in by_vllm), outputs[0]
     assert by_vllm[0].is_baseline

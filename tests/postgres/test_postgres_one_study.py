@@ -29,7 +29,7 @@ from tuner.db.repository import Repository
 from tuner.db.rows import TrialRow
 from tuner.db.session import make_engine
 from tuner.domain import FailureClass, TrialStatus
-from tuner.study import share
+from tuner.study import sharing
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = "one-study"
@@ -135,13 +135,13 @@ def check_accounting(url: str, rows: list[TrialRow], trials: int = TRIALS) -> No
     never one configuration measured twice at once; the baseline measured."""
     frozen = optuna_trials(url)
     assert all(t.state.is_finished() for t in frozen)
-    results = [t for t in frozen if share.counts(t)]
+    results = [t for t in frozen if sharing.counts(t)]
     assert len(results) == trials
     by_number = {r.number: r for r in rows}
     for t in frozen:
-        if share.WITHDRAWN in t.user_attrs:
+        if sharing.WITHDRAWN in t.user_attrs:
             assert t.number not in by_number, "a withdrawn trial never reached tuner's tables"
-        elif not share.counts(t):
+        elif not sharing.counts(t):
             assert by_number[t.number].failure is FailureClass.INTERRUPTED
         else:
             assert by_number[t.number].status.is_finished()
@@ -169,7 +169,7 @@ def test_run_parallel_three_workers_share_one_study(
     assert "best of study one-study" in output
     rows = repo.list_trials(STUDY, limit=None)
     check_accounting(pg_url, rows)
-    owners = {t.user_attrs[share.WORKER]["pid"] for t in optuna_trials(pg_url) if t.user_attrs}
+    owners = {t.user_attrs[sharing.WORKER]["pid"] for t in optuna_trials(pg_url) if t.user_attrs}
     assert len(owners) >= 2, "the trials should be spread over the workers"
     study = repo.get_study(STUDY)
     assert study is not None and study.status == "finished"
@@ -220,7 +220,7 @@ def test_a_worker_sigkilled_mid_trial_has_its_trial_retried_by_the_others(
     killed_number = None
     while time.monotonic() < deadline and killed_number is None:
         for t in optuna_trials(pg_url):
-            owner = t.user_attrs.get(share.WORKER) or {}
+            owner = t.user_attrs.get(sharing.WORKER) or {}
             row = repo.get_trial(STUDY, t.number)
             if (
                 owner.get("pid") == victim.pid

@@ -1,5 +1,5 @@
 """The orchestrator: it asks Optuna for trials and tells it their outcomes;
-:mod:`tuner.study.upkeep` and :mod:`tuner.study.share` keep a study that several workers share
+:mod:`tuner.study.sharing` keeps a study that several workers share
 in order.
 
 One loop: ask Optuna for a trial, let the space turn it into a :class:`ServingConfig`, rule it
@@ -8,7 +8,7 @@ the runner; record the outcome in tuner's tables and tell Optuna. vLLM's default
 as trial 0, the baseline every score is relative to. Several workers may run the loop of one
 study at once (``tuner run --parallel``, ``tuner worker --study``): they share the trial
 budget, never measure one configuration at the same time, and take over the trials of a
-worker that died (:mod:`tuner.study.share`).
+worker that died (:mod:`tuner.study.sharing`).
 
 What Optuna is told:
 - a measured trial: its three objective values and SLO constraints (see
@@ -56,7 +56,7 @@ from tuner.runner.vllm import TrialRunner
 from tuner.scoring import objectives as scoring
 from tuner.space import SearchSpace
 from tuner.spec.resume import resumed_spec, stored_spec
-from tuner.study import planning, share, upkeep
+from tuner.study import planning, sharing
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
 from tuner.study.early import first_point_check
@@ -100,11 +100,11 @@ class SilentReporter:
 
 def optuna_storage(ctx: StudyContext) -> optuna.storages.RDBStorage:
     """Optuna's storage on the study's database; its caller disposes ``storage.engine``."""
-    with upkeep.quiet_optuna():  # the heartbeat arguments are "experimental" since Optuna 2.9
+    with sharing.quiet_optuna():  # the heartbeat arguments are "experimental" since Optuna 2.9
         return optuna.storages.RDBStorage(
             ctx.storage_url,
             engine_kwargs=_engine_kwargs(ctx.storage_url),
-            **upkeep.storage_options(),
+            **sharing.storage_options(),
         )
 
 
@@ -277,7 +277,7 @@ def _open(
         if resume and existing.n_trials_requested != ctx.spec.trials:
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
         # A resume: nobody else runs the study, so every trial still running is dead.
-        upkeep.sweep(study, repo, ctx.name, alone=resume)
+        sharing.sweep(study, repo, ctx.name, alone=resume)
     return study
 
 
@@ -292,27 +292,27 @@ def _loop(
 ) -> None:
     """``slo``: the one stored with the study, which its standings are judged by."""
     total = ctx.spec.trials
-    me = share.worker_identity()
+    me = sharing.worker_identity()
     while True:
-        trials, rows = upkeep.swept(study, repo, ctx.name)  # the one read of the trial rows
-        done = share.results(trials)
+        trials, rows = sharing.swept(study, repo, ctx.name)  # the one read of the trial rows
+        done = sharing.results(trials)
         if done >= total:
             return
         space = planning.current_space(ctx, study, repo, report.phase, rows, slo)
-        if sum(1 for t in trials if share.counts(t)) >= total:
+        if sum(1 for t in trials if sharing.counts(t)) >= total:
             report.phase("waiting", "for the trials other workers measure")
             time.sleep(WAIT_S)
             continue
-        with upkeep.quiet_optuna():
+        with sharing.quiet_optuna():
             trial = study.ask()
-        trial.set_user_attr(share.WORKER, me)
-        if share.over_budget(study.get_trials(deepcopy=False), trial.number, total):
-            upkeep.withdraw(study, trial, "the trial budget was taken by other workers")
+        trial.set_user_attr(sharing.WORKER, me)
+        if sharing.over_budget(study.get_trials(deepcopy=False), trial.number, total):
+            sharing.withdraw(study, trial, "the trial budget was taken by other workers")
             continue
         config = space.suggest(trial)
-        twin = upkeep.twin_of(study, trial)
+        twin = sharing.twin_of(study, trial)
         if twin is not None:
-            upkeep.withdraw(study, trial, f"trial {twin} measures this configuration now")
+            sharing.withdraw(study, trial, f"trial {twin} measures this configuration now")
             report.phase("waiting", f"trial {twin} of another worker measures {config.label()}")
             time.sleep(WAIT_S)
             continue
@@ -322,7 +322,7 @@ def _loop(
         trial_id = repo.start_trial(ctx.name, trial.number, config, "search", baseline)
         check = None if baseline else first_point_check(ctx, rows, slo)
         try:
-            with upkeep.heartbeat(storage, trial._trial_id):
+            with sharing.heartbeat(storage, trial._trial_id):
                 result = _screen(space, config, rows) or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
@@ -333,7 +333,7 @@ def _loop(
             repo.finish_trial(trial_id, stopped, None, None)
             _tell_attrs(trial, stopped)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            upkeep.retry(study, upkeep.frozen(study, trial))
+            sharing.retry(study, sharing.frozen(study, trial))
             raise
         rows = _record(ctx, study, trial, trial_id, result, repo, baseline, rows)
         report.trial_finished(trial.number, result, _best(ctx, rows, slo))
@@ -438,7 +438,7 @@ def _record(
             trial.set_constraint(name, value)
         study.tell(trial, values)
     else:
-        trial.set_user_attr(share.COUNTED, True)  # a fault is a result: it uses the budget
+        trial.set_user_attr(sharing.COUNTED, True)  # a fault is a result: it uses the budget
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
     return with_row(rows, own)
 

@@ -3,7 +3,7 @@
 The study is set up once here (created, its baseline queued; or taken over on ``--resume``),
 then N ``tuner worker --study NAME`` processes join it, each with ``CUDA_VISIBLE_DEVICES`` set
 to its own GPU's UUID, so that each worker's servers run on, and its memory is read from, that
-GPU alone. Workers meet only in the database (:mod:`tuner.study.share`). Their output is passed
+GPU alone. Workers meet only in the database (:mod:`tuner.study.sharing`). Their output is passed
 through line by line, each line headed by the worker's number.
 
 The workers die with this process (Linux: a parent-death signal), and a Ctrl-C or SIGTERM here

@@ -1,4 +1,4 @@
-"""The rules by which workers share a study (tuner.study.share), on hand-made Optuna trials."""
+"""The rules by which workers share a study (tuner.study.sharing), on hand-made Optuna trials."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import psutil
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study import share
+from tuner.study import sharing
 
 T0 = datetime.datetime(2026, 12, 1, 12, 0, 0)
 DIST = {"max_num_seqs": CategoricalDistribution((4, 16, 64))}
@@ -44,16 +44,16 @@ def trial(
 
 
 def test_what_uses_the_budget() -> None:
-    assert share.counts(trial(0, TrialState.COMPLETE, started_s=0))
-    assert share.counts(trial(1, TrialState.PRUNED, started_s=0))
-    assert share.counts(trial(2, TrialState.RUNNING, started_s=0))
-    assert share.counts(trial(3, TrialState.FAIL, started_s=0, counted=True))  # a crash
-    assert not share.counts(trial(4, TrialState.FAIL, started_s=0))  # interrupted, or stale
-    assert not share.counts(trial(5, TrialState.FAIL, started_s=0, withdrawn="over budget"))
-    assert not share.counts(trial(6, TrialState.RUNNING, started_s=0, withdrawn="duplicate"))
-    assert not share.counts(trial(7, TrialState.WAITING))
+    assert sharing.counts(trial(0, TrialState.COMPLETE, started_s=0))
+    assert sharing.counts(trial(1, TrialState.PRUNED, started_s=0))
+    assert sharing.counts(trial(2, TrialState.RUNNING, started_s=0))
+    assert sharing.counts(trial(3, TrialState.FAIL, started_s=0, counted=True))  # a crash
+    assert not sharing.counts(trial(4, TrialState.FAIL, started_s=0))  # interrupted, or stale
+    assert not sharing.counts(trial(5, TrialState.FAIL, started_s=0, withdrawn="over budget"))
+    assert not sharing.counts(trial(6, TrialState.RUNNING, started_s=0, withdrawn="duplicate"))
+    assert not sharing.counts(trial(7, TrialState.WAITING))
     done = [trial(0, TrialState.COMPLETE, started_s=0), trial(1, TrialState.RUNNING, started_s=1)]
-    assert share.results(done) == 1
+    assert sharing.results(done) == 1
 
 
 def test_the_trial_past_the_budget_in_start_order_is_the_one_given_back() -> None:
@@ -63,10 +63,10 @@ def test_the_trial_past_the_budget_in_start_order_is_the_one_given_back() -> Non
         trial(2, TrialState.RUNNING, started_s=3),
         trial(3, TrialState.RUNNING, started_s=2),  # a queued retry popped earlier
     ]
-    assert not share.over_budget(trials, 3, total=2)
-    assert share.over_budget(trials, 2, total=2)
-    assert not share.over_budget(trials, 2, total=3)
-    assert share.over_budget(trials, 9, total=5), "a trial not in the list is never in budget"
+    assert not sharing.over_budget(trials, 3, total=2)
+    assert sharing.over_budget(trials, 2, total=2)
+    assert not sharing.over_budget(trials, 2, total=3)
+    assert sharing.over_budget(trials, 9, total=5), "a trial not in the list is never in budget"
 
 
 def test_a_configuration_measured_now_by_an_earlier_trial_is_a_duplicate() -> None:
@@ -77,26 +77,26 @@ def test_a_configuration_measured_now_by_an_earlier_trial_is_a_duplicate() -> No
         trial(2, TrialState.RUNNING, started_s=2, params={"max_num_seqs": 64}),
         trial(3, TrialState.COMPLETE, started_s=0, params={"max_num_seqs": 64}),
     ]
-    assert share.duplicate_of(trials, 1, same) == 0
-    assert share.duplicate_of(trials, 0, same) is None, "the earlier one keeps it"
-    assert share.duplicate_of(trials, 2, {"max_num_seqs": 64}) is None, "#3 is finished"
+    assert sharing.duplicate_of(trials, 1, same) == 0
+    assert sharing.duplicate_of(trials, 0, same) is None, "the earlier one keeps it"
+    assert sharing.duplicate_of(trials, 2, {"max_num_seqs": 64}) is None, "#3 is finished"
 
 
 def test_a_dead_worker_on_this_host_is_told_apart_from_a_live_one_and_another_host() -> None:
-    me = share.worker_identity()
+    me = sharing.worker_identity()
     alive = trial(0, TrialState.RUNNING, started_s=0, worker=me)
-    assert not share.dead_here(alive)
+    assert not sharing.dead_here(alive)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     started = psutil.Process(child.pid).create_time()
     child.wait()
     gone = {"host": me["host"], "pid": child.pid, "started": started}
-    assert share.dead_here(trial(1, TrialState.RUNNING, started_s=0, worker=gone))
+    assert sharing.dead_here(trial(1, TrialState.RUNNING, started_s=0, worker=gone))
     reused = {**me, "started": me["started"] - 100}  # same pid, another process's start
-    assert share.dead_here(trial(2, TrialState.RUNNING, started_s=0, worker=reused))
+    assert sharing.dead_here(trial(2, TrialState.RUNNING, started_s=0, worker=reused))
     elsewhere = {**gone, "host": "another-host"}
-    assert not share.dead_here(trial(3, TrialState.RUNNING, started_s=0, worker=elsewhere))
-    assert not share.dead_here(trial(4, TrialState.RUNNING, started_s=0)), "no owner: not judged"
-    assert not share.dead_here(trial(5, TrialState.COMPLETE, started_s=0, worker=gone))
+    assert not sharing.dead_here(trial(3, TrialState.RUNNING, started_s=0, worker=elsewhere))
+    assert not sharing.dead_here(trial(4, TrialState.RUNNING, started_s=0)), "no owner: not judged"
+    assert not sharing.dead_here(trial(5, TrialState.COMPLETE, started_s=0, worker=gone))
     assert os.getpid() == me["pid"]
 
 
@@ -107,9 +107,9 @@ def test_a_worker_that_asked_first_but_draws_last_is_waited_for() -> None:
         trial(0, TrialState.RUNNING, started_s=0),
         trial(1, TrialState.RUNNING, started_s=1, params=same),
     ]
-    assert share.undrawn_earlier(before, 1) == [0], "1 must wait for 0 to draw"
-    assert share.undrawn_earlier(before, 0) == [], "nobody started before 0"
+    assert sharing.undrawn_earlier(before, 1) == [0], "1 must wait for 0 to draw"
+    assert sharing.undrawn_earlier(before, 0) == [], "nobody started before 0"
     after = [trial(0, TrialState.RUNNING, started_s=0, params=same), before[1]]
-    assert share.undrawn_earlier(after, 1) == []
-    assert share.duplicate_of(after, 1, same) == 0, "the later one gives the configuration back"
-    assert share.duplicate_of(after, 0, same) is None, "and the earlier one keeps it"
+    assert sharing.undrawn_earlier(after, 1) == []
+    assert sharing.duplicate_of(after, 1, same) == 0, "the later one gives the configuration back"
+    assert sharing.duplicate_of(after, 0, same) is None, "and the earlier one keeps it"

@@ -1,0 +1,302 @@
+"""Several workers sharing one study's Optuna trials: the rules they share it by (an
+interrupted trial is never taken for a result), and the upkeep that applies them.
+
+Workers meet only in the storage, so every rule here reads the study's trials as the storage
+holds them (``FrozenTrial``) and decides from that alone; each worker that applies a rule to
+the same trials reaches the same answer.
+
+- **What uses the budget** (:func:`counts`): a running trial, a measured one, a finding, and a
+  fault that tuner recorded as a result (``counted`` attribute). A trial that was interrupted
+  (Ctrl-C, SIGTERM, ``kill -9``, a lost machine) or withdrawn before it started never does.
+- **Who goes first** (:func:`start_order`): trials in the order they started, ties by number.
+  A worker whose new trial is past the budget in that order withdraws it
+  (:func:`over_budget`); one whose configuration another worker started earlier and still
+  measures withdraws it too (:func:`duplicate_of`). Withdrawn trials are told FAIL with the
+  reason in ``withdrawn``; they have no row in tuner's tables.
+- **Whose trial is dead** (:func:`dead_here`): the worker's identity (host, pid, process start
+  time) is stored on each trial it asks; a running trial whose worker process on this host is
+  gone is dead now, on another host after Optuna's heartbeat goes stale.
+
+**Upkeep** between two trials of a worker: dead trials found and
+recorded as interrupted, interrupted configurations queued again, trials given back, and the
+heartbeat that tells other workers this one still measures (the rules above).
+
+A dead trial is one whose worker ran on this host and exited (``kill -9``, a crash of the
+tuner) or whose heartbeat went stale (a worker on a lost machine). Its Optuna trial becomes
+FAIL; its row in tuner's tables becomes FAILED/interrupted, by an atomic update that exactly
+one worker wins, and that worker queues the configuration again (at most
+:data:`MAX_ATTEMPTS` tries), the baseline included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import optuna
+import psutil
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.db.repository import Repository
+from tuner.db.rows import TrialPhase, TrialRow
+from tuner.domain import FailureClass, TrialStatus
+
+WORKER = "worker"  # user attr: {"host", "pid", "started"} of the worker that asked the trial
+COUNTED = "counted"  # user attr on a FAIL trial that is a result (a crash, a timeout)
+WITHDRAWN = "withdrawn"  # user attr: why the trial was given back before it started
+ATTEMPT = "attempt"  # user attr: 1 for a first try, k for the (k-1)-th retry of a configuration
+MAX_ATTEMPTS = 3  # an interrupted configuration is retried at most twice
+_START_TOLERANCE_S = 0.05
+_NEVER = datetime.datetime.max
+
+
+def host_name() -> str:
+    """This host as workers name it: $TUNER_WORKER_HOST (a test seam, and a way to name a
+    container's host), else the host name."""
+    return os.environ.get("TUNER_WORKER_HOST") or socket.gethostname()
+
+
+def worker_identity() -> dict[str, Any]:
+    """This process as a trial's owner: host name, pid and the process's start time."""
+    me = psutil.Process()
+    return {"host": host_name(), "pid": os.getpid(), "started": me.create_time()}
+
+
+def counts(trial: FrozenTrial) -> bool:
+    """Whether ``trial`` uses the study's trial budget (see the module's rules)."""
+    if trial.state is TrialState.RUNNING:
+        return WITHDRAWN not in trial.user_attrs
+    if trial.state is TrialState.FAIL:
+        return bool(trial.user_attrs.get(COUNTED))
+    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def results(trials: Iterable[FrozenTrial]) -> int:
+    """Finished trials that use the budget: what "N trials done" means."""
+    return sum(1 for t in trials if t.state.is_finished() and counts(t))
+
+
+def start_order(trial: FrozenTrial) -> tuple[datetime.datetime, int]:
+    return (trial.datetime_start or _NEVER, trial.number)
+
+
+def over_budget(trials: Sequence[FrozenTrial], number: int, total: int) -> bool:
+    """Whether trial ``number`` (running) comes after the first ``total`` trials that count."""
+    ordered = sorted((t for t in trials if counts(t)), key=start_order)
+    place = next((i for i, t in enumerate(ordered) if t.number == number), None)
+    return place is None or place >= total
+
+
+def _earlier_running(trials: Sequence[FrozenTrial], number: int) -> list[FrozenTrial]:
+    mine = next((t for t in trials if t.number == number), None)
+    if mine is None:
+        return []
+    return [
+        t
+        for t in trials
+        if t.number != number
+        and t.state is TrialState.RUNNING
+        and WITHDRAWN not in t.user_attrs
+        and start_order(t) < start_order(mine)
+    ]
+
+
+def undrawn_earlier(trials: Sequence[FrozenTrial], number: int) -> list[int]:
+    """Running trials that started before trial ``number`` and have no parameters yet: until
+    they have, :func:`duplicate_of` cannot tell whether they draw the same configuration (a
+    worker that asked first may draw last)."""
+    return [t.number for t in _earlier_running(trials, number) if not t.params]
+
+
+def duplicate_of(
+    trials: Sequence[FrozenTrial], number: int, params: Mapping[str, Any]
+) -> int | None:
+    """The number of a trial that measures ``params`` now and started before trial ``number``.
+
+    The earlier one keeps the configuration, so that two workers that drew it at once agree
+    on which gives it back; asked once :func:`undrawn_earlier` is empty, it is race-free."""
+    for t in _earlier_running(trials, number):
+        if dict(t.params) == dict(params):
+            return t.number
+    return None
+
+
+def dead_here(trial: FrozenTrial, host: str | None = None) -> bool:
+    """A running trial whose worker ran on this host and has exited (or its pid is reused).
+
+    A trial without an owner (asked by a tuner older than this rule, or by hand) is not
+    judged here: only a resume, which knows no other worker runs, treats it as dead.
+    """
+    owner = trial.user_attrs.get(WORKER)
+    if trial.state is not TrialState.RUNNING or not isinstance(owner, dict):
+        return False
+    if owner.get("host") != (host or host_name()):
+        return False
+    try:
+        proc = psutil.Process(int(owner["pid"]))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return True
+        return abs(proc.create_time() - float(owner["started"])) > _START_TOLERANCE_S
+    except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
+        return True
+    except psutil.Error:
+        return False  # cannot tell: leave it to the heartbeat
+
+
+def attempt(trial: FrozenTrial) -> int:
+    value = trial.user_attrs.get(ATTEMPT, 1)
+    return value if isinstance(value, int) and value >= 1 else 1
+
+
+# Seconds between two heartbeats of a measuring worker, and without one before its trial is
+# taken for dead. TUNER_HEARTBEAT_S changes the first (the grace is four beats): tests use 1 s.
+HEARTBEAT_S = 30
+_GRACE_BEATS = 4
+# How long a worker waits for earlier trials to draw their parameters before it judges its own
+# a duplicate or not (another worker draws in milliseconds; a dead one never does).
+DRAW_WAIT_S = 10.0
+
+
+def heartbeat_s() -> int:
+    raw = os.environ.get("TUNER_HEARTBEAT_S", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else HEARTBEAT_S
+
+
+def storage_options() -> dict[str, Any]:
+    beat = heartbeat_s()
+    return {"heartbeat_interval": beat, "grace_period": beat * _GRACE_BEATS}
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna warns that heartbeats belong to ``Study.optimize``; tuner drives ask/tell and
+    runs the heartbeat itself (:func:`heartbeat`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+@contextlib.contextmanager
+def heartbeat(storage: optuna.storages.RDBStorage, trial_id: int) -> Iterator[None]:
+    """Record a heartbeat for ``trial_id`` now and every interval until the block ends."""
+    interval = storage.get_heartbeat_interval()
+    if interval is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a missed beat is retried at the next one
+                storage.record_heartbeat(trial_id)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=beat, name=f"tuner-heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def sweep(
+    study: optuna.Study, repo: Repository, name: str, *, alone: bool = False
+) -> list[FrozenTrial]:
+    """Fail the dead trials, record them as interrupted, queue them again; the trials after.
+
+    ``alone``: no other worker runs the study (``--resume``), so every running trial is dead.
+    """
+    return swept(study, repo, name, alone=alone)[0]
+
+
+def swept(
+    study: optuna.Study, repo: Repository, name: str, *, alone: bool = False
+) -> tuple[list[FrozenTrial], list[TrialRow]]:
+    """:func:`sweep`, and the study's trial rows, read once on the way (the trials of other
+    workers that finished meanwhile with them). The rows this sweep marked interrupted say
+    so (FAILED/interrupted); their other columns are as read."""
+    storage = study._storage
+    with quiet_optuna():
+        optuna.storages.fail_stale_trials(study)
+    for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if alone or dead_here(running):
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                storage.set_trial_state_values(running._trial_id, state=TrialState.FAIL)
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    rows = repo.list_trials(name, limit=None)
+    marked = set()
+    for row in rows:
+        if row.status is not TrialStatus.RUNNING or row.phase is not TrialPhase.SEARCH:
+            continue
+        t = trials.get(row.number)
+        if t is None or not t.state.is_finished():
+            continue
+        won = repo.mark_running_as_interrupted(name, numbers=[row.number]) == 1
+        if won:
+            marked.add(row.number)
+            if t.state is TrialState.FAIL and not counts(t):
+                retry(study, t)
+    if alone:  # a confirmation launch cut short is measured again by the confirmation
+        repo.mark_running_as_interrupted(name)
+        marked |= {r.number for r in rows if r.status is TrialStatus.RUNNING}
+    rows = [_interrupted(r) if r.number in marked else r for r in rows]
+    return study.get_trials(deepcopy=False), rows
+
+
+def _interrupted(row: TrialRow) -> TrialRow:
+    return dataclasses.replace(row, status=TrialStatus.FAILED, failure=FailureClass.INTERRUPTED)
+
+
+def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
+    """Queue ``trial``'s configuration again, unless it was tried :data:`MAX_ATTEMPTS` times
+    or never got one (a trial stopped before its parameters were drawn, the baseline aside)."""
+    tries = attempt(trial)
+    if tries >= MAX_ATTEMPTS:
+        return False
+    params = dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
+    if not params:
+        return False
+    attrs: dict[str, Any] = {ATTEMPT: tries + 1, "retry_of": trial.number}
+    if trial.user_attrs.get("baseline"):
+        attrs["baseline"] = True
+    study.enqueue_trial(params, user_attrs=attrs)
+    return True
+
+
+def frozen(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
+    """``trial`` as the storage holds it now (its system attributes, its state)."""
+    return study._storage.get_trial(trial._trial_id)
+
+
+def withdraw(study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
+    """Give ``trial`` back before it starts: FAIL, not counted; a queued configuration (the
+    baseline, a retry) is queued again so that it is not lost."""
+    before = frozen(study, trial)
+    trial.set_user_attr(WITHDRAWN, reason)
+    study.tell(trial, state=TrialState.FAIL)
+    fixed = before.system_attrs.get("fixed_params")
+    if fixed:
+        attrs = {k: v for k, v in before.user_attrs.items() if k in ("baseline", ATTEMPT)}
+        study.enqueue_trial(dict(fixed), user_attrs=attrs)
+
+
+def twin_of(study: optuna.Study, trial: optuna.Trial) -> int | None:
+    """A trial of another worker, started earlier, that measures ``trial``'s configuration now
+    (:func:`duplicate_of`), once every earlier trial has drawn its parameters."""
+    deadline = time.monotonic() + DRAW_WAIT_S
+    while True:
+        trials = study.get_trials(deepcopy=False)
+        if not undrawn_earlier(trials, trial.number) or time.monotonic() > deadline:
+            return duplicate_of(trials, trial.number, trial.params)
+        time.sleep(0.05)
