@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.studykit import processes_mentioning
-from tuner.abtest.claimed import EFFECT_VERDICTS
+from tuner.abtest.claims.figures import EFFECT_VERDICTS
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 

@@ -146,8 +146,8 @@ def _claims_bench(repo: Repository, runner: FakeRunner, setup: PairSetup) -> Ben
 
 
 def _planned(setup: PairSetup, cid: str, b: dict[str, object], metric: str, claimed: str) -> Any:
-    from tuner.abtest.claimed import parse_claimed
     from tuner.abtest.claims import Claim, plan
+    from tuner.abtest.claims.figures import parse_claimed
 
     parsed = parse_claimed(claimed, metric)
     claim = Claim(cid, "s", {}, b, setup.workload, metric, parsed, parsed.text)
@@ -157,7 +157,7 @@ def _planned(setup: PairSetup, cid: str, b: dict[str, object], metric: str, clai
 
 
 def test_verify_claims_decides_a_known_gain_by_the_same_design(repo: Repository) -> None:
-    from tuner.abtest.verdicts import CONSISTENT, claim_record, verify
+    from tuner.abtest.claims.verdicts import CONSISTENT, claim_record, verify
 
     setup = _setup()
     _calibrate(setup, repo, seed=100)
@@ -187,7 +187,7 @@ def test_a_claims_own_metric_drives_the_stopping(repo: Repository) -> None:
     """A memory claim is decided at the first look (memory barely varies) although the output
     throughput of the same launches is far from decided; a no-gain throughput claim at the same
     noise goes on past the first look and never says the claimed gain is there."""
-    from tuner.abtest.verdicts import CONSISTENT, verify
+    from tuner.abtest.claims.verdicts import CONSISTENT, verify
 
     setup = _setup()
     memory = _planned(setup, "mem", {"gpu_memory_utilization": 0.5}, "memory_gib", "0.6")

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from tests.studykit import make_repo, memory_confirmation_context
-from tuner.abtest.claimed import parse_claimed
 from tuner.abtest.claims import Claim, plan
+from tuner.abtest.claims.figures import parse_claimed
+from tuner.abtest.claims.verdicts import evaluate
 from tuner.abtest.compare import Arm, run_interleaved
 from tuner.abtest.launchlog import LaunchLog, describe_resumed, run_key
-from tuner.abtest.verdicts import evaluate
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus, Workload

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.abtest.claimed import (
+from tuner.abtest.claims import METRICS, load_claims, plan
+from tuner.abtest.claims.figures import (
     CONSISTENT,
     DIFFERENCE,
     INCONCLUSIVE,
@@ -23,7 +24,6 @@ from tuner.abtest.claimed import (
     judge,
     parse_claimed,
 )
-from tuner.abtest.claims import METRICS, load_claims, plan
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.errors import SpecError

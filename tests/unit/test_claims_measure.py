@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from tuner.abtest.claimed import parse_claimed
 from tuner.abtest.claims import Claim, load_claims, plan
-from tuner.abtest.facts import Where
+from tuner.abtest.claims.facts import Where
+from tuner.abtest.claims.figures import parse_claimed
+from tuner.abtest.claims.verdicts import NOT_APPLICABLE, claim_record, evaluate
 from tuner.abtest.guard import FindingGuard, finding_of
-from tuner.abtest.verdicts import NOT_APPLICABLE, claim_record, evaluate
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.domain import FailureClass, ServingConfig, TrialStatus

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tuner.abtest.claims import load_claims
-from tuner.abtest.rejudge import rejudge, stored_launches, where_of
+from tuner.abtest.claims.rejudge import rejudge, stored_launches, where_of
 from tuner.results.export import from_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]

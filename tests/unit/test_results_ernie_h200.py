@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tuner.abtest.claims import load_claims
-from tuner.abtest.rejudge import rejudge
+from tuner.abtest.claims.rejudge import rejudge
 from tuner.errors import UsageError
 from tuner.results.export import from_jsonl
 from tuner.results.report.splice import count_blocks, splice, stale_blocks

@@ -11,8 +11,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tuner.abtest.claimed import RATIO
 from tuner.abtest.claims import load_claims
+from tuner.abtest.claims.figures import RATIO
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIMS = ROOT / "studies" / "claims" / "seed-claims.toml"

@@ -4,8 +4,8 @@ effect, inconclusive; confirmed or refuted for a flag or a start; not applicable
 measurable, not measured yet: with the reason).
 
 Options, progress lines and the table of verdicts; measuring and judging is
-:func:`tuner.abtest.verdicts.verify` (claims with the same workload share their launches, each
-measured claim is stored as a comparison).
+:func:`tuner.abtest.claims.verdicts.verify` (claims with the same workload share their
+launches, each measured claim is stored as a comparison).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from tuner.cli.compare import (
 
 if TYPE_CHECKING:
     from tuner.abtest.claims import Claim
+    from tuner.abtest.claims.verdicts import Outcome
     from tuner.abtest.compare import Arm
-    from tuner.abtest.verdicts import Outcome
     from tuner.domain import Workload
 
 
@@ -87,9 +87,9 @@ def verify_claims(
     import json
 
     from tuner.abtest.claims import setup_claims
-    from tuner.abtest.facts import Where, machine_flags, runner_passing
+    from tuner.abtest.claims.facts import Where, machine_flags, runner_passing
+    from tuner.abtest.claims.verdicts import claim_record, verify
     from tuner.abtest.pipeline import open_bench
-    from tuner.abtest.verdicts import claim_record, verify
 
     design = design_of(repeats, max_launches, min_effect, confidence)
     url, say = storage_url(storage), consoles(as_json)

@@ -16,7 +16,7 @@ verdict "inconclusive: ..." when the launches of a side disagree far beyond thei
 :mod:`tuner.scoring.caveats`), windows {a, b} (client-bound and disturbed windows of each side's
 launches; absent, like disagreement, in comparisons stored before tuner counted them),
 verdicts {metric: verdict, overall},
-claim (verify-claims only: :func:`tuner.abtest.verdicts.claim_record`: id, kind, statement,
+claim (verify-claims only: :func:`tuner.abtest.claims.verdicts.claim_record`: id, kind, statement,
 article, figure, metric, claimed, claimed_text, verdict, reason, setting, measured), decision
 (the decision design of :mod:`tuner.abtest.decide`: kind, first, max_launches, confidence,
 per_look_confidence, min_effect, boundary, stopped, launches, half_width, method, df) and
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner.abtest.claims import Claim
-from tuner.abtest.rejudge import rejudge
+from tuner.abtest.claims.rejudge import rejudge
 from tuner.db.repository import Repository
 from tuner.domain import to_jsonable
 from tuner.scoring.caveats import stored_window_note
@@ -145,7 +145,7 @@ def _cell(text: object) -> str:
 
 def rejudged_table(records: Sequence[Mapping[str, Any]], claims: Sequence[Claim]) -> str:
     """Every claim of a claims file, judged again from ``records`` (stored comparisons of one
-    model, GPU and vLLM version: :func:`tuner.abtest.rejudge.rejudge`), as a Markdown table:
+    model, GPU and vLLM version: :func:`tuner.abtest.claims.rejudge.rejudge`), as a Markdown table:
     the article's figure, what was tested, what was measured here, the verdict and why (with
     the setting, when the article measured elsewhere)."""
     return verdicts_table(rejudge(records, claims), claims, records)
@@ -156,7 +156,7 @@ def verdicts_table(
     claims: Sequence[Claim],
     records: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """Claim records (:func:`tuner.abtest.verdicts.claim_record`, e.g. ``tuner verify-claims
+    """Claim records (:func:`tuner.abtest.claims.verdicts.claim_record`, e.g. ``tuner verify-claims
     --json``) as the claims table, each beside its article's figure from ``claims``; the B and
     A of a measured claim from the comparison in ``records`` it names."""
     by_id = {c.id: c for c in claims}

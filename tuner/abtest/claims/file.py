@@ -13,7 +13,7 @@
 ``[[claim]]`` tables, of five kinds (``kind``, default ``effect``):
 
 - ``effect``: configuration B against A on a workload and a metric; ``claimed`` is the effect
-  in the article's own scale (:mod:`tuner.abtest.claimed`: ``1.411``, ``"1.10 to 1.20"``,
+  in the article's own scale (:mod:`tuner.abtest.claims.figures`: ``1.411``, ``"1.10 to 1.20"``,
   ``">= 1.5"``, ``"-120 MB"``, ``"<= -500 ms"``). Keys a, b, workload, metric, claimed.
 - ``flag``: a vLLM flag exists (``claimed = "exists"``) or not (``"absent"``): answered from
   the installed vLLM's own flag list. Keys flag, claimed.
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.abtest.claimed import Claimed, parse_claimed
+from tuner.abtest.claims.figures import Claimed, parse_claimed
 from tuner.abtest.compare import COMPARED
 from tuner.catalog.gpus import GPUS
 from tuner.domain import Workload

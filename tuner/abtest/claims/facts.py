@@ -1,14 +1,15 @@
-"""Verdicts on the claims that are not a figure on a metric (:mod:`tuner.abtest.claimsfile`):
+"""Verdicts on the claims that are not a figure on a metric (:mod:`tuner.abtest.claims.file`):
 a flag exists or not, vLLM fails to start without a flag, vLLM's defaults run an attention
 backend, and what tuner cannot measure.
 
 Each answer is ``confirmed`` or ``refuted`` with what it rests on, or ``not measured yet`` with
 what it needs; ``unmeasurable`` claims are ``not measurable``, with what a measurement would
 need. The functions take plain facts (a flag list, what launches did), so that a live
-``tuner verify-claims`` and a re-judgement of stored comparisons (:mod:`tuner.abtest.rejudge`)
-give the same sentences. :func:`setting_note` says when a claim was measured elsewhere than the
-article measured it; :func:`machine_flags` and :func:`runner_passing` give ``tuner
-verify-claims`` this machine's flag list and a runner that passes a flag.
+``tuner verify-claims`` and a re-judgement of stored comparisons
+(:mod:`tuner.abtest.claims.rejudge`) give the same sentences. :func:`setting_note` says when a
+claim was measured elsewhere than the article measured it; :func:`machine_flags` and
+:func:`runner_passing` give ``tuner verify-claims`` this machine's flag list and a runner that
+passes a flag.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tuner.abtest.claimed import INCONCLUSIVE
-from tuner.abtest.claimsfile import FLAG, UNMEASURABLE, Claim
+from tuner.abtest.claims.figures import INCONCLUSIVE
+from tuner.abtest.claims.file import FLAG, UNMEASURABLE, Claim
 from tuner.domain import FailureClass, GpuProfile, ModelSpec, TrialResult, TrialStatus
 
 if TYPE_CHECKING:

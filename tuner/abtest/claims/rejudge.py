@@ -4,7 +4,7 @@ A claims file changes (a figure quoted as the article states it, a claim added);
 it was measured with do not. :func:`rejudge` takes the stored comparison records of one model
 and GPU (the dataset shape of :func:`tuner.results.comparisons.comparison_records`) and a
 claims file's claims, and gives each claim the verdict those launches support now, as a
-:func:`~tuner.abtest.verdicts.claim_record`:
+:func:`~tuner.abtest.claims.verdicts.claim_record`:
 
 - an ``effect`` claim reads the comparison of the same workload and configurations (whichever
   claim it was stored for: claims that share launches share comparisons), on its own metric,
@@ -22,10 +22,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tuner.abtest.claimed import read
 from tuner.abtest.claims import Claim, Planned, plan
-from tuner.abtest.claimsfile import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
-from tuner.abtest.facts import (
+from tuner.abtest.claims.facts import (
     NOT_APPLICABLE,
     NOT_MEASURED,
     Fact,
@@ -39,7 +37,9 @@ from tuner.abtest.facts import (
     passes,
     setting_note,
 )
-from tuner.abtest.verdicts import Outcome, claim_record, fact_outcome
+from tuner.abtest.claims.figures import read
+from tuner.abtest.claims.file import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
+from tuner.abtest.claims.verdicts import Outcome, claim_record, fact_outcome
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.domain import FailureClass

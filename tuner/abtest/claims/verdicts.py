@@ -1,8 +1,8 @@
 """Verdicts on claims (:mod:`tuner.abtest.claims`), measured here.
 
 An ``effect`` claim's verdict reads the measured interval against the article's figure
-(:mod:`tuner.abtest.claimed`): ``consistent``, ``smaller``, ``larger``, ``opposite``,
-``no effect`` or ``inconclusive``; the other kinds (:mod:`tuner.abtest.facts`) are
+(:mod:`tuner.abtest.claims.figures`): ``consistent``, ``smaller``, ``larger``, ``opposite``,
+``no effect`` or ``inconclusive``; the other kinds (:mod:`tuner.abtest.claims.facts`) are
 ``confirmed`` or ``refuted``, ``not measurable`` (what would be needed) or ``not measured yet``
 (what is needed). Any claim can be ``not applicable`` here, with the reason.
 
@@ -33,23 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tuner.abtest.claimed import (
-    CONSISTENT,
-    EFFECT_VERDICTS,
-    INCONCLUSIVE,
-    LARGER,
-    NO_EFFECT,
-    OPPOSITE,
-    SMALLER,
-    Claimed,
-    read,
-)
 from tuner.abtest.claims import Claim, Planned
-from tuner.abtest.claimsfile import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
-from tuner.abtest.compare import Arm, Comparison, MetricComparison, RunCallback, compare
-from tuner.abtest.compare import run_interleaved as _interleaved
-from tuner.abtest.decide import Design, Look, judge_look
-from tuner.abtest.facts import (
+from tuner.abtest.claims.facts import (
     CONFIRMED,
     NOT_APPLICABLE,
     NOT_MEASURABLE,
@@ -65,6 +50,21 @@ from tuner.abtest.facts import (
     launch_facts,
     setting_note,
 )
+from tuner.abtest.claims.figures import (
+    CONSISTENT,
+    EFFECT_VERDICTS,
+    INCONCLUSIVE,
+    LARGER,
+    NO_EFFECT,
+    OPPOSITE,
+    SMALLER,
+    Claimed,
+    read,
+)
+from tuner.abtest.claims.file import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
+from tuner.abtest.compare import Arm, Comparison, MetricComparison, RunCallback, compare
+from tuner.abtest.compare import run_interleaved as _interleaved
+from tuner.abtest.decide import Design, Look, judge_look
 from tuner.abtest.guard import finding_of
 from tuner.abtest.launchlog import LaunchLog
 from tuner.abtest.pipeline import (
@@ -110,7 +110,8 @@ __all__ = [
     "verify",
 ]
 FlagSource = Callable[[], tuple[FlagList | None, str]]
-"""This machine's vLLM flag list, or None and why not (:func:`tuner.abtest.facts.flag_catalog`)."""
+"""This machine's vLLM flag list, or None and why not
+(:func:`tuner.abtest.claims.facts.flag_catalog`)."""
 ProfileSource = Callable[[Group, Sequence[Sequence[TrialResult]]], "NoiseProfile | None"]
 """The noise profile of a group's key, without its own launches (:meth:`Bench.profile`)."""
 

@@ -1,10 +1,17 @@
-"""Published claims about vLLM settings, and where they can be measured.
+"""Published claims about vLLM settings, and where they can be measured: the face of the
+claims feature (``tuner verify-claims`` and the re-judgement of stored comparisons).
+
+Its modules: :mod:`~tuner.abtest.claims.file` reads and documents the claims file,
+:mod:`~tuner.abtest.claims.figures` what an article's figure says about a metric and how a
+measured interval reads against it, :mod:`~tuner.abtest.claims.facts` the verdicts that are not
+a figure (a flag exists, a start fails, a default backend), :mod:`~tuner.abtest.claims.verdicts`
+measures and judges, :mod:`~tuner.abtest.claims.rejudge` judges again from stored comparisons.
 
 The claims file (``studies/claims/*.toml``: ``[[article]]`` and ``[[claim]]`` tables) is read
-by :func:`load_claims` (:mod:`tuner.abtest.claimsfile`, which documents the format);
+by :func:`load_claims` (:mod:`tuner.abtest.claims.file`, which documents the format);
 :func:`select` keeps the claims asked for, :func:`plan` decides per model and GPU which claims
 can be measured at all, and :func:`setup_claims` does all three for ``tuner verify-claims``'s
-options. Measuring and judging them is :mod:`tuner.abtest.verdicts`.
+options. Measuring and judging them is :mod:`tuner.abtest.claims.verdicts`.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.abtest.claimsfile import (
+from tuner.abtest.claims.file import (
     BACKENDS,
     EFFECT,
     FLAG,
