@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 from replay_report import quantile  # noqa: E402
-from search_replay import DATASETS  # noqa: E402
+from search_replay import DATASETS as SEARCH_DATASETS  # noqa: E402
 
 from tuner.catalog import levers  # noqa: E402
 from tuner.catalog.gpus import get_gpu  # noqa: E402
@@ -90,6 +90,13 @@ MEMORY_FLOOR = 0.01  # a fitted memory effect below 1 % is a reading's rounding,
 STRATEGIES = ("plan", "random", "random-defaults-first")
 __all__ = ["METRICS", "Account", "Bench", "Surface", "run_plan", "run_random", "shipped", "spaces"]
 Key = frozenset[tuple[str, Any]]
+
+DATASETS = {
+    **SEARCH_DATASETS,
+    # The lever plan's own H200 run (docs/results/plan-h200.md): the defaults, the recipe and
+    # its leave-one-out trials, with the telemetry the diagnosis reads.
+    "h200-plan": ("studies/results/plan-h200/2026-12-03/tuner-plan.db", "plan-ernie-256"),
+}
 
 
 def config_key(config: ServingConfig) -> Key:

@@ -72,9 +72,6 @@ DATASETS = {
     "h200-chat": ("studies/results/ernie-0.3b-h200/tuner-gpu.db", "ernie-0.3b-h200-chat"),
     "h200-heavy": ("studies/results/ernie-0.3b-h200-heavy/heavy-h200.db", "ernie-0.3b-h200-heavy"),
     "cpu": ("studies/results/tiny-ernie-cpu-replay/replay-cpu.db", "tiny-ernie-cpu-replay"),
-    # The lever plan's own H200 run (docs/results/plan-h200.md): the defaults, the recipe and
-    # its four leave-one-out trials, with the telemetry the diagnosis reads.
-    "h200-plan": ("studies/results/plan-h200/2026-12-03/tuner-plan.db", "plan-ernie-256"),
 }
 SAMPLERS = ("tpe", "tpe-score", "random", "grid", "nsga2", "gp")
 SCALAR = frozenset({"tpe-score"})  # told the preset's score, not the three objectives
