@@ -17,10 +17,11 @@ An evaluation's observed output tok/s is the surface's value times ``exp(N(0, la
 (``--launch-sd``, default the H200's 0.068 of ``docs/results/noise-h200.md``, as
 ``tuner.study.plan.DEFAULT_LAUNCH_SD``); the other metrics are the surface's. It costs the
 seconds of one of the row's recorded launches (start-up, warm-up, windows), or for a modelled
-configuration the median over the table's launches, always as a warm launch: a start-up beyond
-the table's median start-up is the cold compile caches of a study's first launch, whatever its
-configuration, so every search pays that excess (the table's largest) once, on its first
-launch, and no launch pays it again. A configuration the space's rules refuse
+configuration the median over the table's launches. The study's first launch (its defaults')
+started on cold compile caches, whatever its configuration: its start-up beyond the median of
+the others is charged to no configuration but once to every search, on its first launch. Other
+launches cost what they took: a configuration that compiles something new starts slower
+anywhere. A configuration the space's rules refuse
 costs nothing (the study prunes it before launch). "Found" is the first evaluated configuration
 whose surface value stands within ``--target`` of the best of the surface by the ranking rule,
 whatever its noisy launch showed.
@@ -244,15 +245,16 @@ class Bench:
         noise = table.noise().launch
         self.sd = {m: noise[m] for m in ("e2e_p99_ms", "ttft_p99_ms", "itl_p99_ms")}
         self.sd[THROUGHPUT] = self.launch_sd
-        starts = [ln.startup_s for r in table.rows for ln in r.launches]
-        self.warm_start_s = statistics.median(starts)
-        self.cold_extra_s = max(0.0, max(starts) - self.warm_start_s)
+        first = min((r for r in table.rows if r.launches), key=lambda r: r.number).launches[0]
+        others = [ln.startup_s for r in table.rows for ln in r.launches if ln is not first]
+        warm_start = statistics.median(others) if others else first.startup_s
+        self.first, self.cold_extra_s = first, max(0.0, first.startup_s - warm_start)
         seconds = [self.warm(ln) for r in table.rows for ln in r.launches]
         self.modelled_s = float(args.trial_s or statistics.median(seconds))
 
     def warm(self, launch: Launch) -> float:
-        """``launch``'s seconds with its start-up at most the table's median start-up."""
-        return launch.seconds - max(0.0, launch.startup_s - self.warm_start_s)
+        """``launch``'s seconds, the study's first launch without its cold caches."""
+        return launch.seconds - (self.cold_extra_s if launch is self.first else 0.0)
 
     def surface(self, seed: int) -> Surface:
         if not self.args.prior_sd:

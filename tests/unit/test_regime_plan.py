@@ -204,6 +204,10 @@ def test_a_knob_already_at_vllms_resolved_default_or_a_cap_that_never_bound_is_n
     # Without the figure (an older trial), nothing is assumed.
     plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 256), card, Objective.THROUGHPUT)
     assert plan is not None and "max_num_seqs" in [k.knob for k in plan.knobs]
+    # vLLM's graph default holds at -O2: a study fixed at -O1 still screens full graphs.
+    o1 = make_plan(decode, _card("h200", optimization_level=1), Objective.THROUGHPUT)
+    assert o1 is not None
+    assert "compilation_config.cudagraph_mode" in [k.knob for k in o1.knobs]
     assert vllm_default("max_num_seqs", _card("a100-80g").gpu) == 256
     assert vllm_default("max_num_batched_tokens", card.gpu) == 8192
     assert vllm_default("max_num_seqs", _card("cpu", "smoke").gpu) == 128

@@ -176,7 +176,7 @@ def vllm_default(knob: str, gpu: GpuProfile) -> Scalar | None:
     if gpu.is_cpu:
         return {"max_num_seqs": 128, "max_num_batched_tokens": 2048}.get(knob)
     if knob == "compilation_config.cudagraph_mode":
-        return "FULL_AND_PIECEWISE"
+        return "FULL_AND_PIECEWISE"  # at -O2 (vLLM's default level) with graphs on
     big = gpu.memory_gib >= 160 or (gpu.memory_gib >= 70 and "a100" not in gpu.name.lower())
     if knob == "max_num_seqs":
         return 1024 if big else 256
