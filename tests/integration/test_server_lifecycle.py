@@ -222,6 +222,10 @@ server = VllmServer(command, env={"TUNER_FAKE_STARTUP_S": "0.05"}, host="127.0.0
                     lease_dir=pathlib.Path(lease_dir))
 server.start()
 server.wait_ready(10.0)
+# Its watchdog dies first (as with kill -9 on both): else it ends the group the moment the
+# owner exits, and there is no orphan for the leases to find.
+server._watchdog.kill()
+server._watchdog.wait()
 print(server.pid, flush=True)
 # the owner dies here without stop(): its server lives on, orphaned
 """
@@ -254,3 +258,33 @@ def test_reap_orphans_spares_servers_of_a_live_owner(
     server.start()
     assert reap_orphans(tmp_path / "leases") == []
     assert server.is_alive()
+
+
+_KILLED_BEFORE_ARMING = """
+import os, subprocess, sys
+from tuner.runner import watchdog
+proc, fd = watchdog.spawn(1.0)
+child = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(120)"],
+    env={**os.environ, watchdog.ENV: str(proc.pid)}, start_new_session=True,
+)
+print(child.pid, proc.pid, flush=True)
+os._exit(0)  # as a SIGKILL between starting the server and writing its group id would
+"""
+
+
+def test_a_tuner_killed_before_it_armed_the_watchdog_leaves_no_server() -> None:
+    """The watchdog starts before its server, so the window a kill can land in between the
+    server's start and the watchdog knowing its group is guarded too (seen once in CI: a
+    tuner SIGKILLed while it started a confirmation launch left that server running)."""
+    owner = subprocess.run(
+        [sys.executable, "-c", _KILLED_BEFORE_ARMING],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    child, watchdog = (int(x) for x in owner.stdout.split())
+    try:
+        psutil.Process(watchdog).wait(timeout=30)  # it found the group by its environment
+        assert _gone(child)
+    finally:
+        if not _gone(child):
+            psutil.Process(child).kill()

@@ -28,6 +28,8 @@ from tuner.runner.interrupts import deferred_interrupts
 from tuner.runner.leases import Lease, remove_lease, write_lease
 from tuner.runner.ports import port_is_open
 from tuner.runner.procgroup import group_members, kill_group
+from tuner.runner.watchdog import ENV as WATCHDOG_ENV
+from tuner.runner.watchdog import arm as arm_watchdog
 from tuner.runner.watchdog import spawn as spawn_watchdog
 from tuner.vllm.logparse import classify_start_failure
 
@@ -114,11 +116,18 @@ class VllmServer:
                 f"cannot write the server log {self.log_path}: {exc}",
                 hint="make the run directory writable or choose another one",
             ) from None
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         # A Ctrl-C (or SIGTERM) between the fork and Popen returning would leave a server that
         # nothing here knows about: hold such signals until the server is ours (self._proc set,
         # lease written); if one came, it takes effect right after and stop() ends the server.
+        # A SIGKILL cannot be held: the watchdog starts first, so it guards that window too.
         with deferred_interrupts():
+            self._watchdog, self._watchdog_pipe = spawn_watchdog(FAILURE_GRACE_S)
+            env = {
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                **self.env,
+                WATCHDOG_ENV: str(self._watchdog.pid),
+            }
             try:
                 self._proc = subprocess.Popen(
                     self.command,
@@ -131,18 +140,17 @@ class VllmServer:
                 )
             except OSError as exc:
                 self._log.close()
+                self._release_watchdog()
                 raise EnvironmentProblem(
                     f"cannot start {self.command[0]!r}: {exc.strerror or exc}",
                     hint="check --vllm-python (or TUNER_VLLM_PYTHON) names a working interpreter",
                 ) from None
             self._started_at = time.monotonic()
             try:
+                arm_watchdog(self._watchdog_pipe, self._proc.pid)
                 self._create_time = psutil.Process(self._proc.pid).create_time()
                 if self.lease_dir is not None:
                     self._lease_path = write_lease(self.lease_dir, self._lease())
-                self._watchdog, self._watchdog_pipe = spawn_watchdog(
-                    self._proc.pid, self._create_time, FAILURE_GRACE_S
-                )
             except BaseException:
                 self.stop(grace_s=FAILURE_GRACE_S)
                 raise

@@ -1,17 +1,20 @@
 """A server's watchdog: a small process that ends the server's group when its tuner dies.
 
 Leases (:mod:`tuner.runner.leases`) let the *next* tuner end a server that an earlier one left
-behind; the watchdog makes sure there is rarely anything to leave. For each server tuner
-starts ``python -m tuner.runner.watchdog PGID CREATE_TIME GRACE_S`` in a session of its own with
-the read end of a pipe as its stdin, and keeps the write end. The watchdog blocks reading it.
-The kernel closes the write end whenever the tuner ends, however it ends (``kill -9``
-included), so the read returns end-of-file; the watchdog then ends the group (TERM, grace,
-KILL), unless it is already empty, and exits. A tuner that stops its server itself ends the
-group first and then closes the pipe, so the watchdog finds nothing to do.
+behind; the watchdog makes sure there is rarely anything to leave. Before each server, tuner
+starts ``python -m tuner.runner.watchdog GRACE_S`` in a session of its own with the read end of
+a pipe as its stdin, and keeps the write end; the server gets the watchdog's pid in its
+environment (:data:`ENV`), and once it runs tuner writes its group id to the pipe (:func:`arm`).
+The watchdog blocks reading. The kernel closes the write end whenever the tuner ends, however
+it ends (``kill -9`` included), so the read returns end-of-file; the watchdog then ends the
+group (TERM, grace, KILL), unless it is already empty, and exits. A tuner killed after it
+started the server but before it wrote the group id (a window no signal handler can close)
+leaves a watchdog that finds the group by :data:`ENV` instead. A tuner that stops its server
+itself ends the group first and then closes the pipe, so the watchdog finds nothing to do.
 
-Only the standard library and :mod:`tuner.runner.procgroup` are imported, so the watchdog
-starts in a few tens of milliseconds; it ignores SIGINT and SIGHUP (a Ctrl-C or a closed
-terminal reaches the tuner, which stops the server itself).
+Only the standard library, psutil and :mod:`tuner.runner.procgroup` are imported, so the
+watchdog starts in a few tens of milliseconds; it ignores SIGINT and SIGHUP (a Ctrl-C or a
+closed terminal reaches the tuner, which stops the server itself).
 """
 
 from __future__ import annotations
@@ -25,15 +28,20 @@ from collections.abc import Sequence
 MODULE = "tuner.runner.watchdog"
 
 
-def spawn(pgid: int, create_time: float, grace_s: float) -> tuple[subprocess.Popen[bytes], int]:
-    """Start the watchdog of group ``pgid``; returns it and the pipe's write end to hold.
+ENV = "TUNER_WATCHDOG_PID"  # in a server's environment: the pid of the watchdog that ends it
 
-    Closing the returned descriptor (or the end of this process) lets the watchdog act.
+
+def spawn(grace_s: float) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a watchdog before its server; returns it and the pipe's write end to hold.
+
+    Put ``{ENV: str(proc.pid)}`` in the server's environment and :func:`arm` the watchdog with
+    the server's group once it runs. Closing the descriptor (or the end of this process) lets
+    the watchdog act.
     """
     read_end, write_end = os.pipe()  # both not inheritable: no other child holds them
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", MODULE, str(pgid), repr(create_time), repr(grace_s)],
+            [sys.executable, "-m", MODULE, repr(grace_s)],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -48,10 +56,35 @@ def spawn(pgid: int, create_time: float, grace_s: float) -> tuple[subprocess.Pop
     return proc, write_end
 
 
-def watch(fd: int, pgid: int, create_time: float, grace_s: float) -> bool:
-    """Block until ``fd`` reaches end-of-file, then end the group; True when it had members."""
+def arm(fd: int, pgid: int) -> None:
+    """Tell the watchdog behind ``fd`` which group it guards."""
+    os.write(fd, f"{pgid}\n".encode())
+
+
+def tagged_groups(watchdog_pid: int) -> set[int]:
+    """The process groups of the processes whose environment names ``watchdog_pid``."""
+    import psutil
+
+    out: set[int] = set()
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(ENV) == str(watchdog_pid):
+                out.add(os.getpgid(proc.pid))
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def watch(fd: int, grace_s: float) -> bool:
+    """Block until ``fd`` reaches end-of-file, then end the group; True when it had members.
+
+    The group is the one :func:`arm` wrote, else every group of a process that carries this
+    watchdog's pid in :data:`ENV`; only members younger than the watchdog are ended."""
+    import psutil
+
     from tuner.runner.procgroup import kill_group
 
+    data = b""
     while True:
         try:
             chunk = os.read(fd, 64)
@@ -61,16 +94,20 @@ def watch(fd: int, pgid: int, create_time: float, grace_s: float) -> bool:
             break
         if not chunk:
             break
-    return kill_group(pgid, grace_s, not_before=create_time)
+        data = (data + chunk)[-64:]
+    line = data.split(b"\n")[0].strip() if b"\n" in data else b""
+    pgids = {int(line)} if line.isdigit() else tagged_groups(os.getpid())
+    born = psutil.Process().create_time()
+    return any([kill_group(pgid, grace_s, not_before=born) for pgid in sorted(pgids)])
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) != 3:
-        print(f"usage: python -m {MODULE} PGID CREATE_TIME GRACE_S", file=sys.stderr)
+    if len(argv) != 1:
+        print(f"usage: python -m {MODULE} GRACE_S (the group id arrives on stdin)", file=sys.stderr)
         return 2
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    watch(0, int(argv[0]), float(argv[1]), float(argv[2]))
+    watch(0, float(argv[0]))
     return 0
 
 
