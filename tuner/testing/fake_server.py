@@ -112,6 +112,7 @@ def create_app(
     short_first_prompt_kills: Callable[[], None] | None = None,
     stream_interval: int = 1,
     chunk_cpu_s: float = 0.0,
+    prefill_s_per_token: float = 20e-6,
 ) -> Starlette:
     """The fake's ASGI app, for in-process tests. ``crash`` runs when request number
     ``crash_after + 1`` arrives (the process entry point passes a SIGKILL to itself).
@@ -124,6 +125,7 @@ def create_app(
     engine = FakeEngine(
         max_num_seqs,
         step_s,
+        prefill_s_per_token=prefill_s_per_token,
         kv_cache_tokens=kv_cache_tokens,
         enable_prefix_caching=enable_prefix_caching,
     )
