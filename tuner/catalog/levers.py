@@ -166,9 +166,12 @@ def get(knob: str) -> Lever | None:
     return LEVERS.get(knob)
 
 
-def vllm_default(knob: str, gpu: GpuProfile) -> Scalar | None:
-    """What vLLM's ``serve`` resolves ``knob`` to on ``gpu`` when no flag sets it, where that
-    depends on the hardware and tuner knows it; None where it does not. Checked against vLLM
+def vllm_default(
+    knob: str, gpu: GpuProfile, fixed: Mapping[str, object] | None = None
+) -> Scalar | None:
+    """What vLLM's ``serve`` resolves ``knob`` to on ``gpu`` when no flag sets it, with the
+    knobs ``fixed`` set as given, where that depends on the hardware (and, for CUDA graphs, on
+    the compilation level) and tuner knows it; None where it does not. Checked against vLLM
     0.32.0's ``EngineArgs`` defaults and vLLM 0.26.0's start-up log on the H200 (its engine
     config: ``cudagraph_mode`` FULL_AND_PIECEWISE, ``max_num_batched_tokens=8192``): 80 GiB
     class GPUs other than the A100 batch up to 1,024 sequences and 8,192 tokens a step, GPUs of
@@ -176,7 +179,10 @@ def vllm_default(knob: str, gpu: GpuProfile) -> Scalar | None:
     if gpu.is_cpu:
         return {"max_num_seqs": 128, "max_num_batched_tokens": 2048}.get(knob)
     if knob == "compilation_config.cudagraph_mode":
-        return "FULL_AND_PIECEWISE"  # at -O2 (vLLM's default level) with graphs on
+        fixed = fixed or {}
+        if fixed.get("enforce_eager") or fixed.get("optimization_level") not in (None, 2):
+            return None  # the default holds at -O2 (vLLM's default level) with graphs on
+        return "FULL_AND_PIECEWISE"
     big = gpu.memory_gib >= 160 or (gpu.memory_gib >= 70 and "a100" not in gpu.name.lower())
     if knob == "max_num_seqs":
         return 1024 if big else 256

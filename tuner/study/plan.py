@@ -207,12 +207,7 @@ def _why_not(move: levers.Move, card: SearchSpace, objective: Objective) -> str 
 def _changes_nothing(knob: str, value: Any, diagnosis: Diagnosis, card: SearchSpace) -> str | None:
     """Why screening ``knob=value`` here would measure the defaults again, from what vLLM
     resolves the knob to on this GPU and from the defaults' own trial; None when it may not."""
-    default = levers.vllm_default(knob, card.gpu)
-    fixed = card.given_fixed
-    if knob == "compilation_config.cudagraph_mode" and (
-        fixed.get("enforce_eager") or fixed.get("optimization_level") not in (None, 2)
-    ):
-        default = None  # vLLM's graph default holds at -O2 with graphs on, not here
+    default = levers.vllm_default(knob, card.gpu, card.given_fixed)
     if default is not None and value == default:
         return f"{value} is already vLLM's default on {card.gpu.name}"
     peak = diagnosis.figures.get("requests_running_peak")
