@@ -121,7 +121,11 @@ class VllmServer:
         # lease written); if one came, it takes effect right after and stop() ends the server.
         # A SIGKILL cannot be held: the watchdog starts first, so it guards that window too.
         with deferred_interrupts():
-            self._watchdog, self._watchdog_pipe = spawn_watchdog(FAILURE_GRACE_S)
+            try:
+                self._watchdog, self._watchdog_pipe = spawn_watchdog(FAILURE_GRACE_S)
+            except BaseException:
+                self._log.close()  # nothing started yet: no group to end
+                raise
             env = {
                 **os.environ,
                 "PYTHONUNBUFFERED": "1",
