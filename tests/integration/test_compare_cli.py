@@ -215,7 +215,10 @@ def test_an_interrupted_compare_resumes_from_its_launches(tmp_path: Path) -> Non
     assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 2
 
     again = _tuner(tmp_path, *args)
-    assert again.returncode == 0, again.stderr
+    # What is asserted is the resume, not the verdict: 1 is an inconclusive one (three launches
+    # a side on a busy 2-core machine can disagree), anything else a failure.
+    assert again.returncode in (0, 1), again.stderr
+    assert "error:" not in again.stderr, again.stderr
     out = again.stdout + again.stderr
     assert "resuming: 1 of defaults, 1 of max_num_seqs=4" in out
     launched = [line for line in out.splitlines() if line.startswith("launch ")]
