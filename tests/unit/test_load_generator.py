@@ -207,7 +207,7 @@ def test_a_request_past_its_timeout_fails() -> None:
         t = time.perf_counter()
         with pytest.raises(LoadFailure, match=r"timed out after 0\.05 s"):
             _generator(url, timeout_s=0.05).run(SMALL)
-        assert time.perf_counter() - t < 2.0
+        assert time.perf_counter() - t < 4.0  # not the 5 s the server would take
 
 
 def test_abort_cancels_outstanding_requests() -> None:
@@ -227,9 +227,11 @@ def test_abort_cancels_outstanding_requests() -> None:
     with serving(handler) as url:
         t = time.perf_counter()
         with pytest.raises(LoadFailure) as info:
-            _generator(url).run(SMALL.replace(warmup_requests=5), should_abort=should_abort)
-        assert time.perf_counter() - t < 2.0
-        deadline = time.monotonic() + 2
+            gen = _generator(url, timeout_s=60.0)
+            gen.run(SMALL.replace(warmup_requests=5), should_abort=should_abort)
+        # Ended by the abort, not by the requests' 60 s timeout (2.2 s seen beside CPU vLLM).
+        assert time.perf_counter() - t < 15.0
+        deadline = time.monotonic() + 5
         while len(cancelled) < SMALL.concurrency and time.monotonic() < deadline:
             time.sleep(0.01)
     assert info.value.failure is FailureClass.CRASHED

@@ -69,10 +69,15 @@ def test_a_frontend_plan_on_the_h200_searches_the_levers_not_the_card() -> None:
     plan = make_plan(d, _card("h200"), Objective.THROUGHPUT)
     assert plan is not None
     assert [k.knob for k in plan.knobs] == [
-        "stream_interval", "api_server_count", "async_scheduling", "max_num_seqs",
+        "stream_interval", "api_server_count", "async_scheduling",
     ]  # fmt: skip
-    assert [k.screen for k in plan.knobs] == [8, 4, True, 512]
+    assert [k.screen for k in plan.knobs] == [8, 4, True]
     skipped = dict(plan.skipped)
+    # Larger batches: the card's candidates end at 512, under vLLM's 1,024 on the H200.
+    assert skipped["max_num_seqs"] == (
+        "no candidate above vLLM's default of 1024 on h200: larger batches once the frontend "
+        "keeps up"
+    )
     assert skipped["enforce_eager"] == "no CUDA graphs is never faster under load"
     assert any("attention_backend" in k for k in skipped)
     text = "\n".join(plan.lines())
@@ -81,7 +86,7 @@ def test_a_frontend_plan_on_the_h200_searches_the_levers_not_the_card() -> None:
     # The recipe first (every planned knob at once), then the recipe without each in turn.
     assert [label for label, _ in configs] == ["recipe", *(k.knob for k in plan.knobs)]
     recipe = configs[0][1]
-    assert recipe.max_num_seqs == 512 and recipe.extra == {
+    assert recipe.max_num_seqs is None and recipe.extra == {
         "stream_interval": 8, "api_server_count": 4, "async_scheduling": True,
     }  # fmt: skip
     without = dict(configs)["stream_interval"]
@@ -201,9 +206,14 @@ def test_a_knob_already_at_vllms_resolved_default_or_a_cap_that_never_bound_is_n
     kv = Diagnosis(Regime.KV_CACHE, (), {"requests_running_peak": 200.0}, 256)
     plan = make_plan(kv, card, Objective.THROUGHPUT)
     assert plan is not None and ("max_num_seqs", 64) in [(k.knob, k.screen) for k in plan.knobs]
-    # Without the figure (an older trial), nothing is assumed.
+    # Without the figure (an older trial), nothing is assumed of the peak; a smaller GPU whose
+    # default is 256 screens the larger cap, the H200 has no candidate above its 1,024.
+    plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 256), _card("a10g"), Objective.THROUGHPUT)
+    assert plan is not None and ("max_num_seqs", 512) in [(k.knob, k.screen) for k in plan.knobs]
     plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 256), card, Objective.THROUGHPUT)
-    assert plan is not None and "max_num_seqs" in [k.knob for k in plan.knobs]
+    assert plan is not None and dict(plan.skipped)["max_num_seqs"].startswith(
+        "no candidate above vLLM's default of 1024"
+    )
     # vLLM's graph default holds at -O2: a study fixed at -O1 still screens full graphs.
     o1 = make_plan(decode, _card("h200", optimization_level=1), Objective.THROUGHPUT)
     assert o1 is not None

@@ -261,11 +261,14 @@ def violations(
 class Move:
     """A knob worth searching in a regime: ``screen`` is the value measured once against the
     defaults when the plan is screened (the lever's likeliest pay-off), ``why`` says what it
-    does about the bottleneck."""
+    does about the bottleneck, ``way`` which side of vLLM's own default on the GPU pays
+    (+1 above it, -1 below it, 0 either): "larger batches" at 512 sequences would be smaller
+    ones on an H200, whose default is 1,024."""
 
     knob: str
     screen: Scalar | None  # None: the knob's first built-in candidate
     why: str
+    way: int = 0
 
 
 # What moves each bottleneck, likeliest first (typed knobs and levers alike). The defaults'
@@ -275,30 +278,30 @@ MOVES: Mapping[Regime, tuple[Move, ...]] = {
         Move("stream_interval", 8, "N tokens per streamed chunk: N times less API-server work"),
         Move("api_server_count", 4, "the HTTP and detokenizing work spread over processes"),
         Move("async_scheduling", True, "the engine schedules while the GPU runs"),
-        Move("max_num_seqs", 512, "larger batches once the frontend keeps up"),
+        Move("max_num_seqs", 512, "larger batches once the frontend keeps up", +1),
     ),
     Regime.SCHEDULER: (
         Move("async_scheduling", True, "scheduling overlapped with the GPU's step"),
         Move("compilation_config.cudagraph_mode", "FULL_AND_PIECEWISE", "fewer kernel launches"),
         Move("stream_interval", 8, "less output processing per token"),
-        Move("max_num_seqs", 512, "more work per scheduled step"),
+        Move("max_num_seqs", 512, "more work per scheduled step", +1),
     ),
     Regime.KV_CACHE: (
         Move("gpu_memory_utilization", 0.95, "more memory for the KV cache"),
         Move("kv_cache_dtype", "fp8", "twice the KV tokens in the same memory"),
-        Move("max_num_seqs", 64, "fewer sequences competing for the cache: fewer preemptions"),
+        Move("max_num_seqs", 64, "fewer sequences competing for the cache: fewer preemptions", -1),
         Move("max_model_len", None, "a shorter context limit, near the longest request"),
         Move("block_size", 32, "less memory lost to half-empty blocks"),
     ),
     Regime.PREFILL: (
-        Move("max_num_batched_tokens", 16384, "more prompt tokens per step"),
+        Move("max_num_batched_tokens", 16384, "more prompt tokens per step", +1),
         Move("enable_prefix_caching", True, "shared prefixes prefilled once"),
         Move("long_prefill_token_threshold", 1024, "long prompts stop blocking short ones"),
         Move("max_num_partial_prefills", 4, "several prompts prefilled side by side"),
         Move("enable_chunked_prefill", False, "whole prompts in one step"),
     ),
     Regime.DECODE: (
-        Move("max_num_seqs", 512, "larger decode batches"),
+        Move("max_num_seqs", 512, "larger decode batches", +1),
         Move("compilation_config.cudagraph_mode", "FULL_AND_PIECEWISE", "graphs for decode"),
         Move("kv_cache_dtype", "fp8", "less KV memory read per decoded token"),
         Move("async_scheduling", True, "no idle gap between decode steps"),
@@ -308,7 +311,7 @@ MOVES: Mapping[Regime, tuple[Move, ...]] = {
         Move("async_scheduling", True, "no idle gap between steps of a small batch"),
         Move("compilation_config.cudagraph_mode", "FULL", "one graph per small decode step"),
         Move("attention_backend", "FLASHINFER", "another attention kernel"),
-        Move("max_num_batched_tokens", 16384, "a prompt prefilled in fewer steps"),
+        Move("max_num_batched_tokens", 16384, "a prompt prefilled in fewer steps", +1),
     ),
 }
 

@@ -160,7 +160,8 @@ def make_plan(diagnosis: Diagnosis, card: SearchSpace, objective: Objective) -> 
             continue
         value = _screen_value(move, card)
         if value is None:
-            skipped.append((move.knob, "no candidate value besides vLLM's default here"))
+            idle = _changes_nothing(move.knob, move.screen, diagnosis, card)
+            skipped.append((move.knob, idle or _no_candidate(move, card)))
             continue
         idle = _changes_nothing(move.knob, value, diagnosis, card)
         if idle is not None:
@@ -221,8 +222,26 @@ def _changes_nothing(knob: str, value: Any, diagnosis: Diagnosis, card: SearchSp
     return None
 
 
+def _beyond_default(move: levers.Move, card: SearchSpace) -> Any:
+    """vLLM's own default for ``move``'s knob here when the move pays on one side of it."""
+    default = levers.vllm_default(move.knob, card.gpu, card.given_fixed)
+    return default if move.way and isinstance(default, int | float) else None
+
+
+def _no_candidate(move: levers.Move, card: SearchSpace) -> str:
+    default = _beyond_default(move, card)
+    if default is None:
+        return "no candidate value besides vLLM's default here"
+    side = "above" if move.way > 0 else "below"
+    return f"no candidate {side} vLLM's default of {default} on {card.gpu.name}: {move.why}"
+
+
 def _screen_value(move: levers.Move, card: SearchSpace) -> Any:
     choices = [c for c in space_of(card, [move.knob]).choices[move.knob] if c != DEFAULT]
+    default = _beyond_default(move, card)
+    if default is not None:  # only the side of vLLM's default that the move is about
+        side = [c for c in choices if isinstance(c, int | float)]
+        choices = [c for c in side if (c - default) * move.way > 0]
     if move.screen in choices or not choices:
         return move.screen if choices else None
     target = move.screen
