@@ -25,7 +25,7 @@ from api.errors import install_error_handlers
 from api.index import StudyIndex
 from api.routes import catalog, health, recommendations, sizing, studies
 from api.settings import ApiSettings
-from tuner.db.repository import Repository
+from tuner.db import Repository
 
 log = logging.getLogger("tuner.api")
 
@@ -36,8 +36,7 @@ DASHBOARD_HOME = "/ui/"
 def open_repository(url: str) -> tuple[Repository, object]:
     """A repository on ``url`` with tuner's tables created if the database has none; returns
     the engine too, for disposal. Raises StorageError for a database at another revision."""
-    from tuner.db.migrate import ensure_ready
-    from tuner.db.session import make_engine
+    from tuner.db import ensure_ready, make_engine
 
     ensure_ready(url, auto_upgrade=True)
     engine = make_engine(url)

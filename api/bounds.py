@@ -14,7 +14,7 @@ from itertools import permutations
 from sqlalchemy import String
 from sqlalchemy.orm import InstrumentedAttribute
 
-from tuner.db.models import StudyModel
+from tuner.db import StudyModel
 
 INT_MAX = 2**31 - 1  # tuner's Integer columns on PostgreSQL (SQLite would take 2**63 - 1)
 SEED_MAX = 2**32 - 1  # the samplers' random seed (numpy's limit)

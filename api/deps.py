@@ -16,7 +16,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from api.errors import ApiError
 from api.index import StudyIndex
 from api.settings import ApiSettings
-from tuner.db.repository import Repository
+from tuner.db import Repository
 
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key")
 _bearer = HTTPBearer(auto_error=False, description="the API key as a bearer token")

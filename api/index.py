@@ -17,12 +17,11 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from tuner.db.repository import Repository
-from tuner.db.rows import StudyRow, TrialPhase, TrialRow
+from tuner.db import Repository, StudyRow, TrialPhase, TrialRow
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import UsageError
-from tuner.scoring.ranking import canary_broken
-from tuner.study.confirm import DEFAULTS_LABEL, Confirmed, choose
+from tuner.scoring import canary_broken
+from tuner.study import DEFAULTS_LABEL, Confirmed, choose
 
 _Version = tuple[int, float, tuple[tuple[str, int], ...]]
 T = TypeVar("T")

@@ -26,23 +26,16 @@ from typing import Any
 
 from api import spec_body
 from api.errors import describe_validation
-from tuner.catalog import levers
-from tuner.catalog.gpus import get_gpu
-from tuner.catalog.models import resolve_model
+from tuner.catalog import get_gpu, levers, resolve_model
 from tuner.compose import check_fits, resolve_slo, resolve_workload
-from tuner.db.names import check_study_name
-from tuner.db.repository import Repository
-from tuner.db.rows import StudyRow, StudyStatus
+from tuner.db import Repository, StudyRow, StudyStatus, check_study_name
 from tuner.domain import GpuProfile, ModelSpec, Workload
 from tuner.domain.workload import format_slo
 from tuner.errors import UsageError
 from tuner.load.workloads import TRACE_PREFIX
 from tuner.space import KNOBS, NothingToSearch, SearchSpace
-from tuner.spec.study import (
-    StudySpec,
-    spec_from_mapping,  # the spec file's own rules
-)
-from tuner.vllm.flags import knob_spelling, shipped_union
+from tuner.spec import StudySpec, spec_from_mapping
+from tuner.vllm import knob_spelling, shipped_union
 
 WHERE = "request body"
 # The API has no vLLM of its own: levers are typed against the flag lists tuner ships, and

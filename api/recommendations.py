@@ -29,14 +29,14 @@ from api.schemas import (
     finite,
     metrics_out,
 )
-from tuner.db.rows import StudyRow, TrialRow
+from tuner.db import StudyRow, TrialRow
 from tuner.domain import Objective, Slo
 from tuner.domain.workload import format_slo
-from tuner.results.recommend import emulated_memory_warning, gpu_memory_gib, serve_flags
+from tuner.results import emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import objectives as scoring
 from tuner.scoring import ranking
-from tuner.study.confirm import Confirmed
-from tuner.study.standings import Ranked, standings, study_objective
+from tuner.study import Confirmed, standings, study_objective
+from tuner.study.standings import Ranked
 from tuner.vllm import argv
 
 _MAX_SUGGESTIONS = 8

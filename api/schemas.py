@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
+from tuner.db import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Estimate, to_jsonable
 
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tuner.db.repository import Repository
+from tuner.db import Repository
 
 DEFAULT_API_KEY_ENV = "TUNER_API_KEY"
 

@@ -21,11 +21,9 @@ from pydantic_core import core_schema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from api.bounds import INT_MAX, NO_NUL, SEED_MAX, SLO_EXAMPLE, SLO_PATTERN, TEXT_MAX
-from tuner.catalog.gpus import GPUS
-from tuner.catalog.levers import LEVERS
-from tuner.catalog.models import MODELS, resolve_model
+from tuner.catalog import GPUS, LEVERS, MODELS, resolve_model
 from tuner.compose import check_fits
-from tuner.db.names import STUDY_NAME_PATTERN
+from tuner.db import STUDY_NAME_PATTERN
 from tuner.domain import Objective
 from tuner.errors import UsageError
 from tuner.load.workloads import WORKLOADS

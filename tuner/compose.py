@@ -14,22 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuner.catalog.gpus import get_gpu
-from tuner.catalog.models import has_facts, resolve_model
+from tuner.catalog import get_gpu, has_facts, resolve_model
 from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem, UsageError
 from tuner.load.workloads import get_workload, recommended_slo
-from tuner.runner.interpreter import load_flags
+from tuner.runner import load_flags
 from tuner.space import SearchSpace
-from tuner.spec.study import NO_SLO, StudySpec, check_flags
-from tuner.vllm import argv
-from tuner.vllm.flags import FlagCatalog, shipped, spelling_key
+from tuner.spec import NO_SLO, StudySpec, check_flags
+from tuner.vllm import FlagCatalog, argv, shipped, spelling_key
 
 if TYPE_CHECKING:
-    from tuner.db.repository import Repository
-    from tuner.runner.vllm import VllmTrialRunner
-    from tuner.vllm.version import VllmInstall
+    from tuner.db import Repository
+    from tuner.runner import VllmTrialRunner
+    from tuner.vllm import VllmInstall
 
 
 def tuner_home() -> Path:
@@ -193,8 +191,8 @@ def vllm_install(spec: StudySpec) -> tuple[VllmInstall, str | None]:
     Test seam, not a user option: $TUNER_SERVER_MODULE (e.g. tuner.testing.fake_server, which
     speaks vLLM's argv and HTTP) is run by this interpreter instead of vLLM and reported as
     vLLM $TUNER_SERVER_VERSION, so that integration tests can drive whole commands quickly."""
-    from tuner.runner.interpreter import detect_vllm
-    from tuner.vllm.version import VllmInstall
+    from tuner.runner import detect_vllm
+    from tuner.vllm import VllmInstall
 
     server_module = os.environ.get("TUNER_SERVER_MODULE") or None
     if server_module:
@@ -221,14 +219,16 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     check_fits(model, gpu, fixed_quantization if isinstance(fixed_quantization, str) else None)
     # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
     # takes longer than all the checks above, which should answer a typo at once.
-    from tuner.catalog.materialize import materialize, tokenizer_dir
-    from tuner.db.migrate import ensure_ready
-    from tuner.db.repository import Repository
-    from tuner.db.session import make_engine
-    from tuner.runner import placement
-    from tuner.runner.hardware import check_hardware
-    from tuner.runner.leases import reap_orphans
-    from tuner.runner.vllm import VLLM_MODULE, RunnerSettings, VllmTrialRunner
+    from tuner.catalog import materialize, tokenizer_dir
+    from tuner.db import Repository, ensure_ready, make_engine
+    from tuner.runner import (
+        VLLM_MODULE,
+        RunnerSettings,
+        VllmTrialRunner,
+        check_hardware,
+        placement,
+        reap_orphans,
+    )
     from tuner.telemetry.nvml import detect_gpus
 
     hardware = check_hardware(

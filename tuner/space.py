@@ -30,14 +30,10 @@ from typing import Any
 
 import optuna
 
-from tuner.catalog import levers, rules
-from tuner.catalog.gpus import FLASH_ATTN
-from tuner.catalog.models import has_facts
+from tuner.catalog import FLASH_ATTN, has_facts, levers, rules
 from tuner.domain import FailureClass, GpuProfile, ModelSpec, ServingConfig, Workload, typed_knobs
 from tuner.errors import UsageError
-from tuner.vllm import argv
-from tuner.vllm.flags import Flag, FlagCatalog, spelling_key
-from tuner.vllm.flagvalues import knob_flag, knob_key, typed_value
+from tuner.vllm import Flag, FlagCatalog, argv, knob_flag, knob_key, spelling_key, typed_value
 
 DEFAULT = "default"
 KNOBS: tuple[str, ...] = typed_knobs()

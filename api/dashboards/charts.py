@@ -7,9 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tuner.results.report import ComparisonReport, Distribution, StudyReport
-from tuner.results.report.curves import StudyCurves, TrialCurve
-from tuner.results.report.study import ParetoPoint
+from tuner.results import (
+    ComparisonReport,
+    Distribution,
+    ParetoPoint,
+    StudyCurves,
+    StudyReport,
+    TrialCurve,
+)
 
 
 def _distribution(d: Distribution, title: str) -> dict[str, Any]:

@@ -21,12 +21,18 @@ from fastapi.responses import FileResponse, HTMLResponse
 from api.dashboards.assets import plotly_js_path
 from api.dashboards.charts import compare_chart, study_charts
 from api.dashboards.render import render
-from tuner.db.repository import Repository
+from tuner.db import Repository
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import TunerError, UsageError
-from tuner.results.report import comparison_report, overview, study_report
-from tuner.results.report.curves import any_capacity, study_curves, trial_capacities
-from tuner.study.confirm import choose
+from tuner.results import (
+    any_capacity,
+    comparison_report,
+    overview,
+    study_curves,
+    study_report,
+    trial_capacities,
+)
+from tuner.study import choose
 
 log = logging.getLogger("tuner.dashboards")
 
@@ -131,7 +137,7 @@ def _importances(url: str | None, optuna_name: str, objective: str) -> dict[str,
     """Optuna's importances, or None (the report then falls back) when they cannot be had."""
     if url is None:
         return None
-    from tuner.results.importance import param_importances  # imports optuna: only when needed
+    from tuner.results import param_importances
 
     try:
         return param_importances(url, optuna_name, objective=Objective(objective))

@@ -10,8 +10,7 @@ from api.bounds import INT_MAX
 from api.deps import RepoDep
 from api.errors import MALFORMED, UNAVAILABLE, not_found, responses
 from api.schemas import ComparisonOut, GpuOut, ModelOut
-from tuner.catalog.gpus import GPUS
-from tuner.catalog.models import MODELS
+from tuner.catalog import GPUS, MODELS
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 

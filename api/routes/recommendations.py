@@ -26,7 +26,7 @@ from api.schemas import RecommendationOut
 from tuner.domain import Objective, Slo
 from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem
-from tuner.vllm.version import parse_version
+from tuner.vllm import parse_version
 
 router = APIRouter(prefix="/v1", tags=["recommendations"])
 

@@ -14,7 +14,7 @@ from api.errors import MALFORMED, UNAVAILABLE, ApiError, bad_request, responses
 from tuner.domain import to_jsonable
 from tuner.domain.jsonable import finite_record
 from tuner.domain.workload import parse_slo
-from tuner.results.sizing import Rate, size
+from tuner.results import Rate, size
 
 router = APIRouter(prefix="/v1", tags=["sizing"])
 

@@ -25,12 +25,11 @@ from api.schemas import (
     TrialPageOut,
     json_safe,
 )
-from tuner.db.repository import Repository
-from tuner.db.rows import StudyRow, StudyStatus, TrialPhase, TrialRow
+from tuner.db import Repository, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.domain import TrialStatus
 from tuner.errors import UsageError
 from tuner.scoring import objectives as scoring
-from tuner.study.standings import study_objective
+from tuner.study import study_objective
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
 

@@ -29,6 +29,7 @@ from tuner.results.report import comparison_report
 from tuner.scoring.caveats import (
     DISAGREE_FLOOR,
     WindowFlags,
+    beyond_disagreement,
     disagreement,
     noise_bound,
     stored_window_note,
@@ -178,6 +179,21 @@ def test_the_cpu_example_is_inconclusive_not_a_huge_change() -> None:
     assert stored["disagreement"]["b"] is None
     assert stored["disagreement"]["a"]["ratio"] == pytest.approx(2363 / 462)
     assert stored["disagreement"]["a"]["bound"] == DISAGREE_FLOOR
+
+
+def test_a_difference_far_beyond_the_disagreement_keeps_its_verdict() -> None:
+    # A CI run beside CPU vLLM: max_num_seqs=1's launches disagree x2.1 (one ran while the
+    # machine was busiest), yet its best launch is x8.9 below the defaults' worst.
+    c = _compare([453.6, 458.4, 417.7], [46.9, 46.7, 22.7])
+    thr = c.metric("output_throughput")
+    assert thr.b_disagreement is not None and thr.b_disagreement.ratio > 2.0
+    assert thr.verdict == WORSE and not thr.inconclusive
+    stored = next(m for m in c.to_results()["metrics"] if m["metric"] == "output_throughput")
+    assert stored["disagreement"]["b"]["ratio"] == pytest.approx(46.9 / 22.7)  # still said
+    # Ranges that come closer than the disagreement stay inconclusive, decided or not.
+    near = _compare([453.6, 458.4, 417.7], [200.0, 190.0, 92.0]).metric("output_throughput")
+    assert near.b_disagreement is not None and near.inconclusive
+    assert not beyond_disagreement([1.0, 2.0], [3.0], [])  # no disagreement: nothing to outweigh
 
 
 def test_ordinary_launch_noise_gives_an_ordinary_verdict() -> None:

@@ -1,3 +1,47 @@
 """A/B measurements on fresh launches: interleaved runs that resume from their launch logs,
 comparisons with intervals, the one pipeline that ``tuner compare`` and ``tuner verify-claims``
 run, and published claims judged on it."""
+
+from tuner.abtest.calibrate import run_calibration
+from tuner.abtest.claims import Claim, load_claims, setup_claims
+from tuner.abtest.claims.facts import Where, machine_flags, runner_passing
+from tuner.abtest.claims.rejudge import rejudge
+from tuner.abtest.claims.verdicts import Outcome, claim_record, verify
+from tuner.abtest.compare import COMPARED, Arm, run_interleaved
+from tuner.abtest.decide import Design, Look, judge_look
+from tuner.abtest.pair import NOT_MEASURED, PairOutcome, PairSetup, run_pair, setup_pair
+from tuner.abtest.pipeline import Bench, Watch, open_bench
+from tuner.abtest.profile import HEADLINE, load_profile, noise_key, profile_lines, record_launch
+
+__all__ = [
+    "COMPARED",
+    "HEADLINE",
+    "NOT_MEASURED",
+    "Arm",
+    "Bench",
+    "Claim",
+    "Design",
+    "Look",
+    "Outcome",
+    "PairOutcome",
+    "PairSetup",
+    "Watch",
+    "Where",
+    "claim_record",
+    "judge_look",
+    "load_claims",
+    "load_profile",
+    "machine_flags",
+    "noise_key",
+    "open_bench",
+    "profile_lines",
+    "record_launch",
+    "rejudge",
+    "run_calibration",
+    "run_interleaved",
+    "run_pair",
+    "runner_passing",
+    "setup_claims",
+    "setup_pair",
+    "verify",
+]

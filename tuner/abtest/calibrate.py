@@ -16,7 +16,7 @@ from tuner.abtest.compare import Arm
 from tuner.abtest.pipeline import Bench, Group, Judgement, Watch
 from tuner.abtest.profile import gpu_seconds, load_profile, noise_key
 from tuner.domain import TrialResult, TrialStatus, Workload, to_jsonable
-from tuner.scoring.noise import NoiseProfile
+from tuner.scoring import NoiseProfile
 
 
 @dataclass(frozen=True)

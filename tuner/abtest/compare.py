@@ -30,18 +30,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.domain import ServingConfig, Slo, TrialResult, TrialStatus, Workload
-from tuner.runner.vllm import PhaseCallback, TrialRunner
-from tuner.scoring.caveats import (
+from tuner.runner import PhaseCallback, TrialRunner
+from tuner.scoring import (
+    BETTER,
+    GIB,
+    WORSE,
     Disagreement,
+    RatioInterval,
     WindowFlags,
     arm_window_note,
+    beyond_disagreement,
     disagreement,
     disagreement_verdict,
+    is_inconclusive,
+    launch_value,
+    ratio_interval,
     window_flags,
 )
-from tuner.scoring.noise import launch_value
-from tuner.scoring.objectives import GIB
-from tuner.scoring.significance import RatioInterval, is_inconclusive, ratio_interval
 
 MetricInterval = Callable[[str, Sequence[float], Sequence[float], float], RatioInterval | None]
 """An interval of B/A for a metric: (metric, A's launch values, B's, confidence) -> interval."""
@@ -302,7 +307,8 @@ def compare(
 
     A metric on which either arm's launches disagree far beyond their noise gets the verdict
     "inconclusive: ..." (see :mod:`tuner.scoring.caveats`) instead of better / worse / no
-    difference. ``interval_of`` gives each metric's interval (default: Welch's); ``geomean``
+    difference, unless its interval decides and every launch of one arm lies beyond every
+    launch of the other by more than that disagreement (which is still reported). ``interval_of`` gives each metric's interval (default: Welch's); ``geomean``
     takes a launch's geometric mean of windows as its value instead of their median.
     """
     metrics = []
@@ -321,7 +327,9 @@ def compare(
             off["a"] = (a.label, a_off)
         if b_off is not None:
             off["b"] = (b.label, b_off)
-        if interval and off:
+        decided = verdict in (BETTER, WORSE)
+        outweighed = decided and beyond_disagreement(av, bv, [d for _, d in off.values()])
+        if interval and off and not outweighed:
             verdict = disagreement_verdict(label.rsplit(" ", 1)[-1], off)  # "tok/s", "ms"
         metrics.append(
             MetricComparison(

@@ -31,16 +31,17 @@ from typing import Any
 from tuner.abtest.compare import HEADLINE, Arm, Comparison, compare
 from tuner.abtest.profile import gpu_seconds
 from tuner.domain import TrialResult, TrialStatus
-from tuner.scoring.noise import NoiseProfile, pooled_ratio_interval
-from tuner.scoring.sequential import (
+from tuner.scoring import (
     BUDGET,
     CONTINUE,
     MIN_EFFECT,
+    NoiseProfile,
+    RatioInterval,
     SequentialPlan,
     Step,
     next_step,
+    pooled_ratio_interval,
 )
-from tuner.scoring.significance import RatioInterval
 
 FIRST = 3  # launches a side at the first look
 CAP = 6  # launches a side at most

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tuner.catalog.rules import dominated_by
+from tuner.catalog import dominated_by
 from tuner.domain import (
     FailureClass,
     ModelSpec,
@@ -22,7 +22,7 @@ from tuner.load.canary import QUICK
 from tuner.load.generator import FirstPointCheck
 
 if TYPE_CHECKING:
-    from tuner.runner.vllm import PhaseCallback, TrialRunner
+    from tuner.runner import PhaseCallback, TrialRunner
 
 
 class FindingGuard:

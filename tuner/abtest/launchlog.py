@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.abtest.compare import Arm, RunCallback, run_interleaved
-from tuner.db.codec import decode_result, encode
+from tuner.db import decode_result, encode
 from tuner.domain import TrialResult, TrialStatus, Workload
 
 if TYPE_CHECKING:
-    from tuner.runner.vllm import PhaseCallback, TrialRunner
+    from tuner.runner import PhaseCallback, TrialRunner
 
 log = logging.getLogger(__name__)
 

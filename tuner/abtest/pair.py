@@ -21,22 +21,20 @@ from tuner.abtest.compare import NOT_ENOUGH, Arm, Comparison
 from tuner.abtest.decide import Design, Look, judge_look
 from tuner.abtest.guard import finding_of
 from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance
-from tuner.catalog.gpus import get_gpu
-from tuner.catalog.models import resolve_model
+from tuner.catalog import get_gpu, resolve_model
 from tuner.compose import beyond_typed, installed_flags, resolve_workload
 from tuner.domain import GpuProfile, ModelSpec, Provenance, TrialResult, Workload, to_jsonable
 from tuner.load.fingerprint import fingerprint
-from tuner.scoring.noise import NoiseProfile
-from tuner.scoring.significance import is_inconclusive
+from tuner.scoring import NoiseProfile, is_inconclusive
 from tuner.space import SearchSpace
-from tuner.spec.configs import (
+from tuner.spec import (
+    StudySpec,
     check_confidence,
     configs_in,
     parse_config_spec,
     parse_workload_overrides,
     with_overrides,
 )
-from tuner.spec.study import StudySpec
 
 NOT_MEASURED = "not measured"
 

@@ -36,10 +36,10 @@ from tuner.domain import (
 )
 
 if TYPE_CHECKING:
-    from tuner.db.repository import Repository
-    from tuner.runner.vllm import PhaseCallback, TrialRunner
-    from tuner.scoring.noise import NoiseProfile
-    from tuner.spec.study import StudySpec
+    from tuner.db import Repository
+    from tuner.runner import PhaseCallback, TrialRunner
+    from tuner.scoring import NoiseProfile
+    from tuner.spec import StudySpec
 
 DEFAULTS = "defaults"
 

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.abtest.compare import COMPARED
 from tuner.domain import TrialResult, TrialStatus
-from tuner.scoring.noise import Launch, NoiseKey, NoiseProfile, logs, profile_of
-from tuner.scoring.objectives import GIB
+from tuner.scoring import GIB, Launch, NoiseKey, NoiseProfile, logs, profile_of
 
 if TYPE_CHECKING:
-    from tuner.db.repository import Repository
+    from tuner.db import Repository
 
 HEADLINE = "output_throughput"
 

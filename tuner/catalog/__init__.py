@@ -1,0 +1,27 @@
+"""What tuner knows before it measures: GPU profiles and their prices (``gpus``), the models and
+their ``config.json`` facts (``models``, written out for vLLM by ``materialize``), the rules a
+configuration must keep on a GPU (``rules``) and the levers beyond the card's knobs, with the
+regimes they move and vLLM's own defaults per GPU (``levers``)."""
+
+from tuner.catalog.gpus import FLASH_ATTN, GPUS, GpuPrice, get_gpu, gpu_price, match_detected
+from tuner.catalog.levers import LEVERS
+from tuner.catalog.materialize import materialize, tokenizer_dir
+from tuner.catalog.models import MODELS, has_facts, resolve_model
+from tuner.catalog.rules import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, dominated_by
+
+__all__ = [
+    "FLASH_ATTN",
+    "GPUS",
+    "LEVERS",
+    "MODELS",
+    "VLLM_DEFAULT_GPU_MEMORY_UTILIZATION",
+    "GpuPrice",
+    "dominated_by",
+    "get_gpu",
+    "gpu_price",
+    "has_facts",
+    "match_detected",
+    "materialize",
+    "resolve_model",
+    "tokenizer_dir",
+]

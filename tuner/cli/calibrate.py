@@ -44,10 +44,7 @@ def calibrate(
     """
     import json
 
-    from tuner.abtest.calibrate import run_calibration
-    from tuner.abtest.pair import setup_pair
-    from tuner.abtest.pipeline import open_bench
-    from tuner.abtest.profile import profile_lines
+    from tuner.abtest import open_bench, profile_lines, run_calibration, setup_pair
 
     url, say = storage_url(storage), consoles(as_json)
     setup = setup_pair(
@@ -68,7 +65,7 @@ def calibrate(
         f"({arm.config.label()}), workload {setup.workload.name}"
     )
     outcome = run_calibration(bench, setup.workload, arm, Progress(say).watch())
-    from tuner.abtest.compare import COMPARED
+    from tuner.abtest import COMPARED
 
     for line in profile_lines(outcome.profile, [name for name, _, _ in COMPARED]):
         say(line)

@@ -11,7 +11,7 @@ from tuner.cli.common import JsonOpt, out, print_json
 
 def models(as_json: JsonOpt = False) -> None:
     """List the catalogued models."""
-    from tuner.catalog.models import MODELS
+    from tuner.catalog import MODELS
 
     if as_json:
         print_json([_model_record(alias, m) for alias, m in MODELS.items()])
@@ -37,7 +37,7 @@ def _model_record(alias: str, model: Any) -> dict[str, Any]:
 
 def gpus(as_json: JsonOpt = False) -> None:
     """List the GPU profiles."""
-    from tuner.catalog.gpus import GPUS
+    from tuner.catalog import GPUS
     from tuner.domain import to_jsonable
 
     if as_json:

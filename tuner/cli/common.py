@@ -17,7 +17,7 @@ from rich.console import Console
 from tuner.errors import UsageError
 
 if TYPE_CHECKING:
-    from tuner.db.repository import Repository
+    from tuner.db import Repository
 
 _UNWRAPPED = 100_000  # columns of a console that is not a terminal: no line is ever cut
 INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C or SIGTERM
@@ -57,7 +57,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output (
 
 
 def storage_url(url: str | None) -> str:
-    from tuner.db.session import default_url
+    from tuner.db import default_url
 
     return url or default_url()
 
@@ -76,9 +76,7 @@ def open_repo(url: str | None, study: str | None = None) -> Repository:
             f"{what}: database {missing} does not exist",
             hint="`tuner run` creates it; or point --storage / $TUNER_DB_URL at another database",
         )
-    from tuner.db.migrate import ensure_ready
-    from tuner.db.repository import Repository
-    from tuner.db.session import make_engine
+    from tuner.db import Repository, ensure_ready, make_engine
 
     ensure_ready(storage, auto_upgrade=False)
     return Repository(make_engine(storage))

@@ -16,10 +16,7 @@ import typer
 from tuner.cli.common import StorageOpt, storage_url
 
 if TYPE_CHECKING:
-    from tuner.abtest.compare import Arm
-    from tuner.abtest.decide import Design, Look
-    from tuner.abtest.pair import PairOutcome, PairSetup
-    from tuner.abtest.pipeline import Bench, Watch
+    from tuner.abtest import Arm, Bench, Design, Look, PairOutcome, PairSetup, Watch
     from tuner.domain import TrialResult
 
 Say = Callable[[str], None]
@@ -34,7 +31,7 @@ class Progress:
 
     def watch(self) -> Watch:
         """These lines as the callbacks of an A/B run (resumed launches said as they are)."""
-        from tuner.abtest.pipeline import Watch
+        from tuner.abtest import Watch
 
         return Watch(self.start, self.finished, self.phase, self.say)
 
@@ -87,8 +84,8 @@ def _say_plan(setup: PairSetup, bench: Bench, say: Say) -> None:
 
 def decision_lines(look: Look) -> list[str]:
     """How a decision ended, its interval's method and its cost, for people."""
-    from tuner.abtest.profile import profile_lines
-    from tuner.scoring.sequential import BUDGET, PRECISE, SIGNIFICANT
+    from tuner.abtest import profile_lines
+    from tuner.scoring import BUDGET, PRECISE, SIGNIFICANT
 
     step, found = look.step, look.step.interval
     why = {
@@ -119,7 +116,7 @@ def decision_lines(look: Look) -> list[str]:
 
 
 def _print_comparison(outcome: PairOutcome, say: Say) -> None:
-    from tuner.abtest.pair import NOT_MEASURED
+    from tuner.abtest import NOT_MEASURED
 
     c, findings, prov = outcome.comparison, outcome.findings, outcome.provenance
     level = outcome.look.design.confidence if outcome.look is not None else c.confidence
@@ -202,9 +199,9 @@ def design_of(
     """The decision design of ``--repeats`` / ``--max-launches`` / ``--min-effect`` /
     ``--confidence`` (shared by compare and verify-claims): UsageError for a confidence or a
     min effect that is no fraction, or a first look above the budget."""
-    from tuner.abtest.decide import Design
+    from tuner.abtest import Design
     from tuner.errors import UsageError
-    from tuner.spec.configs import check_confidence
+    from tuner.spec import check_confidence
 
     check_confidence(confidence)
     if not 0.0 < min_effect < 1.0:
@@ -256,8 +253,7 @@ def compare(
     """
     import json
 
-    from tuner.abtest.pair import run_pair, setup_pair
-    from tuner.abtest.pipeline import open_bench
+    from tuner.abtest import open_bench, run_pair, setup_pair
 
     design = design_of(repeats, max_launches, min_effect, confidence)
     url, say = storage_url(storage), consoles(as_json)

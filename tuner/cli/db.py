@@ -13,7 +13,7 @@ from rich.markup import escape
 from tuner.cli.common import StorageOpt, out, storage_url
 
 if TYPE_CHECKING:
-    from tuner.db.merge import MergeSummary, StudyMerge
+    from tuner.db import MergeSummary, StudyMerge
 
 Say = Callable[[str], None]
 
@@ -29,7 +29,7 @@ def run_merge(
 ) -> MergeSummary:
     """Merge ``source`` into ``target`` and tell ``say`` what happened (one JSON document
     when ``as_json``)."""
-    from tuner.db.merge import merge_databases
+    from tuner.db import merge_databases
 
     summary = merge_databases(source, target, rename_suffix=rename_suffix, dry_run=dry_run)
     if as_json:
@@ -97,7 +97,7 @@ def _counts(added: int, kept: int, noun: str, would: str) -> str:
 
 def db_upgrade(storage: StorageOpt = None) -> None:
     """Create or migrate tuner's tables to the current revision."""
-    from tuner.db.migrate import check_integrity, current_revision, upgrade
+    from tuner.db import check_integrity, current_revision, upgrade
 
     url = storage_url(storage)
     check_integrity(url)  # a damaged file is not migrated, nor reported as "at revision"
@@ -107,7 +107,7 @@ def db_upgrade(storage: StorageOpt = None) -> None:
 
 def db_current(storage: StorageOpt = None) -> None:
     """Print the schema revision of tuner's tables."""
-    from tuner.db.migrate import check_integrity, current_revision, head_revision
+    from tuner.db import check_integrity, current_revision, head_revision
 
     url = storage_url(storage)
     check_integrity(url)

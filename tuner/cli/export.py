@@ -49,8 +49,13 @@ def export(
     storage: StorageOpt = None,
 ) -> None:
     """Export a study's trials, or comparisons, as a dataset (JSON Lines) or Markdown."""
-    from tuner.results.comparisons import comparison_records, comparisons_markdown
-    from tuner.results.export import markdown_table, study_records, to_jsonl
+    from tuner.results import (
+        comparison_records,
+        comparisons_markdown,
+        markdown_table,
+        study_records,
+        to_jsonl,
+    )
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}", hint="use --format jsonl, md or vllm-bench")
@@ -113,7 +118,7 @@ def _export_bench(
     study: str | None, output: Path | None, comparisons: bool, storage: str | None, force: bool
 ) -> None:
     from tuner.domain.jsonable import dumps
-    from tuner.results.report.bench_export import bench_files
+    from tuner.results import bench_files
 
     if study is None or comparisons or output is None:
         raise UsageError(

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from tuner.catalog.gpus import get_gpu
+from tuner.catalog import get_gpu
 from tuner.cli.common import INTERRUPTED, StorageOpt, err, open_repo, out, storage_url
 from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
 from tuner.domain import FailureClass, GpuProfile, Objective
 from tuner.errors import EnvironmentProblem, TrialFailure, TunerError, UsageError
-from tuner.runner.procgroup import kill_group
+from tuner.runner import kill_group
 from tuner.vllm import argv, logparse
 
 if TYPE_CHECKING:
-    from tuner.db.repository import Repository
-    from tuner.runner.server import VllmServer
+    from tuner.db import Repository
+    from tuner.runner import VllmServer
 
 Say = Callable[[str], None]
 POLL_S = 0.5
@@ -56,7 +56,7 @@ def serve(
     canary failures raise TunerError naming the log and what broke. No process of the server
     is left either way. Must run in the main thread (it installs signal handlers, restored
     on return)."""
-    from tuner.runner.server import VllmServer
+    from tuner.runner import VllmServer
 
     server = VllmServer(
         launch.command,
@@ -164,7 +164,7 @@ def run_launch(
 
         measured = best_remote(api, model, profile.name, workload=workload, objective=chosen)
     else:
-        from tuner.db.session import safe_url
+        from tuner.db import safe_url
 
         measured = best_local(
             open_repo(),
@@ -194,7 +194,7 @@ def run_launch(
     _check_can_serve(profile, host, port)
     for line in [*measured.describe(), *launch.notes]:
         say(line)
-    from tuner.runner.leases import reap_orphans
+    from tuner.runner import reap_orphans
 
     reap_orphans(home / "leases")
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", launch.served_model_name)
@@ -239,7 +239,7 @@ def _objective(text: str | None) -> Objective | None:
 def _vllm_version(python: str, measured: Measured, module: str, print_only: bool, warn: Say) -> str:
     if module != argv.VLLM_API_SERVER_MODULE:
         return measured.vllm_version  # a stand-in server (tests): there is no vLLM to ask
-    from tuner.runner.interpreter import detect_vllm
+    from tuner.runner import detect_vllm
 
     try:
         return detect_vllm(python).version
@@ -251,8 +251,7 @@ def _vllm_version(python: str, measured: Measured, module: str, print_only: bool
 
 
 def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
-    from tuner.runner.hardware import check_hardware
-    from tuner.runner.ports import free_port, port_is_open
+    from tuner.runner import check_hardware, free_port, port_is_open
     from tuner.telemetry.nvml import detect_gpus
 
     check_hardware(profile, detect_gpus(), cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.status import Status
 
 from tuner.domain import ServingConfig, TrialResult, TrialStatus
-from tuner.study.confirm import CONFIRM_NUMBER_BASE
+from tuner.study import CONFIRM_NUMBER_BASE
 from tuner.study.loop import Ranked
 
 

@@ -144,7 +144,7 @@ def _loopback(sock: socket.socket) -> bool:
 
 
 def _safe(url: str) -> str:
-    from tuner.db.session import safe_url
+    from tuner.db import safe_url
 
     return safe_url(url)
 

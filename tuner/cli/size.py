@@ -38,7 +38,7 @@ def size(
     """GPUs (and dollars) to serve --rate with the recommended configuration of each study."""
     from tuner.domain import to_jsonable
     from tuner.domain.workload import parse_slo
-    from tuner.results.sizing import parse_rate
+    from tuner.results import parse_rate
     from tuner.results.sizing import size as fleet
 
     target = parse_rate(rate)

@@ -30,9 +30,9 @@ from tuner.errors import UsageError
 
 if TYPE_CHECKING:
     from tuner.cli.progress import ConsoleReporter
-    from tuner.db.repository import Repository
+    from tuner.db import Repository
     from tuner.domain import Estimate, TrialStatus
-    from tuner.spec.study import StudySpec
+    from tuner.spec import StudySpec
 
 
 def run(
@@ -114,11 +114,10 @@ def run(
     ] = 1,
 ) -> None:
     """Run a study: launch vLLM per trial, drive the workload, record and rank."""
-    from tuner.spec.configs import parse_search
-    from tuner.spec.study import DEFAULT_SPEC_PATH, StudySpec, load_spec
+    from tuner.spec import DEFAULT_SPEC_PATH, StudySpec, load_spec, parse_search
 
     if study is not None and not resume:  # a new study's name; a resumed one exists already
-        from tuner.db.names import check_study_name
+        from tuner.db import check_study_name
 
         check_study_name(study, where="--study")
     options: dict[str, Any] = {
@@ -160,7 +159,7 @@ def run(
     if resume:
         spec = _resumed(spec, url, options, from_file=spec_file is not None)
     from tuner.compose import prepare
-    from tuner.study.loop import run_study
+    from tuner.study import run_study
 
     if parallel > 1:
         _run_parallel(spec, url, parallel, resume=resume)
@@ -187,7 +186,7 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     """The spec ``--resume`` continues: the one stored with the study (found by ``spec``'s
     name), with what the command line gives checked against it (:mod:`tuner.spec.resume`).
     A study that is not there is left to the study loop to report."""
-    from tuner.spec.resume import resumed_spec, stored_spec
+    from tuner.spec import resumed_spec, stored_spec
 
     row = _stored_study(url, spec.study_name())
     if row is None or not row.spec:
@@ -201,9 +200,7 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
 
 def _stored_study(url: str, name: str) -> Any:
     """The row of study ``name``, or None (no such study, or no database file yet)."""
-    from tuner.db.migrate import ensure_ready
-    from tuner.db.repository import Repository
-    from tuner.db.session import make_engine
+    from tuner.db import Repository, ensure_ready, make_engine
 
     if missing_sqlite_file(url) is not None:
         return None
@@ -221,7 +218,7 @@ def _reporting(name: str) -> Iterator[ConsoleReporter]:
     (SIGTERM) taken as Ctrl-C: the running trial's server is ended, the trial recorded, and
     the command exits 130 saying how to continue."""
     from tuner.cli.progress import ConsoleReporter
-    from tuner.runner.interrupts import sigterm_as_interrupt
+    from tuner.runner import sigterm_as_interrupt
 
     reporter = ConsoleReporter(out)
     try:
@@ -240,9 +237,8 @@ def _reporting(name: str) -> Iterator[ConsoleReporter]:
 def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
     """``--parallel N``: set the study up here, then N workers join it (one per GPU)."""
     from tuner.compose import prepare
-    from tuner.runner.hardware import matching_gpus
-    from tuner.study import parallel
-    from tuner.study.loop import set_up_study
+    from tuner.runner import matching_gpus
+    from tuner.study import parallel, set_up_study
     from tuner.telemetry.nvml import detect_gpus
 
     parallel.refuse_sqlite(url, f"--parallel {n}")
@@ -309,7 +305,7 @@ def trials(
     numbers are the client's floor) and disturbed ones (other processes took CPU or the GPU).
     """
     from tuner.domain import TrialStatus, to_jsonable
-    from tuner.scoring.caveats import window_flags
+    from tuner.scoring import window_flags
 
     status = _status(state)
     rows = open_study(storage, study).list_trials(study, status=status, limit=100_000)
@@ -370,8 +366,8 @@ def best(
     """Print the best configuration's flags and a ready `vllm serve` line."""
     repo = open_study(storage, study)
     if as_json:
-        from tuner.results.recommend import recommendation
-        from tuner.study.planning import stored_plan
+        from tuner.results import recommendation
+        from tuner.study import stored_plan
 
         rec = recommendation(repo, study)
         print_json({"study": study, "recommendation": rec, "plan": stored_plan(repo, study)})
@@ -384,7 +380,7 @@ def best(
 
 def print_best(repo: Repository, name: str) -> bool:
     """The study's recommendation on the screen; False when no trial completed."""
-    from tuner.results.recommend import recommendation
+    from tuner.results import recommendation
 
     rec = recommendation(repo, name)
     if rec is None:
@@ -393,7 +389,7 @@ def print_best(repo: Repository, name: str) -> bool:
         )
         return False
     out.print(escape(rec.render()))  # "[range]" and flags are text, not rich markup
-    from tuner.study.planning import stored_plan
+    from tuner.study import stored_plan
 
     plan = stored_plan(repo, name)
     if plan and plan.get("text"):
@@ -420,11 +416,9 @@ def worker(
 ) -> None:
     """Run studies queued through the API (POST /v1/studies), one after another."""
     from tuner.cli.progress import ConsoleReporter
-    from tuner.db.migrate import ensure_ready
-    from tuner.db.repository import Repository
-    from tuner.db.session import make_engine
-    from tuner.runner.interrupts import sigterm_as_interrupt
-    from tuner.study.worker import run_worker
+    from tuner.db import Repository, ensure_ready, make_engine
+    from tuner.runner import sigterm_as_interrupt
+    from tuner.study import run_worker
 
     url = _storage(storage)
     ensure_ready(url, auto_upgrade=True)
@@ -445,10 +439,8 @@ def worker(
 
 
 def _join(url: str, name: str, vllm_python: str | None) -> None:
-    from tuner.db.repository import Repository
-    from tuner.db.session import make_engine
-    from tuner.study.parallel import refuse_sqlite
-    from tuner.study.worker import join_study
+    from tuner.db import Repository, make_engine
+    from tuner.study import join_study, refuse_sqlite
 
     refuse_sqlite(url, "`tuner worker --study`")
     with _reporting(name) as reporter:

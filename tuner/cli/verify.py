@@ -32,9 +32,7 @@ from tuner.cli.compare import (
 )
 
 if TYPE_CHECKING:
-    from tuner.abtest.claims import Claim
-    from tuner.abtest.claims.verdicts import Outcome
-    from tuner.abtest.compare import Arm
+    from tuner.abtest import Arm, Claim, Outcome
     from tuner.domain import Workload
 
 
@@ -86,10 +84,15 @@ def verify_claims(
     """
     import json
 
-    from tuner.abtest.claims import setup_claims
-    from tuner.abtest.claims.facts import Where, machine_flags, runner_passing
-    from tuner.abtest.claims.verdicts import claim_record, verify
-    from tuner.abtest.pipeline import open_bench
+    from tuner.abtest import (
+        Where,
+        claim_record,
+        machine_flags,
+        open_bench,
+        runner_passing,
+        setup_claims,
+        verify,
+    )
 
     design = design_of(repeats, max_launches, min_effect, confidence)
     url, say = storage_url(storage), consoles(as_json)

@@ -2,5 +2,48 @@
 
 models (tables), session (engines, transactions, error translation), migrate (Alembic, own
 version table), repository (reads and writes in domain types), rows (what it returns), codec
-and convert (JSON and ORM conversions).
-"""
+and convert (JSON and ORM conversions)."""
+
+from tuner.db.codec import decode_result, encode
+from tuner.db.merge import MergeSummary, StudyMerge, merge_databases
+from tuner.db.migrate import (
+    check_integrity,
+    current_revision,
+    ensure_current,
+    ensure_ready,
+    head_revision,
+    upgrade,
+)
+from tuner.db.models import StudyModel
+from tuner.db.names import STUDY_NAME_PATTERN, check_study_name, name_problem
+from tuner.db.repository import Repository
+from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
+from tuner.db.session import default_url, make_engine, safe_url, storage_error
+
+__all__ = [
+    "STUDY_NAME_PATTERN",
+    "ComparisonRow",
+    "MergeSummary",
+    "Repository",
+    "StudyMerge",
+    "StudyModel",
+    "StudyRow",
+    "StudyStatus",
+    "TrialPhase",
+    "TrialRow",
+    "check_integrity",
+    "check_study_name",
+    "current_revision",
+    "decode_result",
+    "default_url",
+    "encode",
+    "ensure_current",
+    "ensure_ready",
+    "head_revision",
+    "make_engine",
+    "merge_databases",
+    "name_problem",
+    "safe_url",
+    "storage_error",
+    "upgrade",
+]

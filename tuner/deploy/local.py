@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuner.catalog.models import resolve_model
+from tuner.catalog import resolve_model
 from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
 from tuner.errors import UsageError
 from tuner.vllm import argv
 
 if TYPE_CHECKING:
-    from tuner.db.repository import Repository
+    from tuner.db import Repository
 
 _SHOWN = (
     ("output_throughput", "output tok/s"),
@@ -94,8 +94,7 @@ def best_local(
     then the most recently updated study (:func:`tuner.study.standings.best_across`).
     UsageError (exit 2) when nothing was measured, naming the combinations the store does have.
     """
-    from tuner.study.confirm import choose
-    from tuner.study.standings import best_across, study_objective
+    from tuner.study import best_across, choose, study_objective
 
     alias = resolve_model(model).alias
     studies = repo.list_studies()
@@ -178,7 +177,7 @@ def model_source(
     from its hub id (``dummy_weights`` keeps random weights instead); a directory or hub id
     given by the user is served as it is.
     """
-    from tuner.catalog.materialize import materialize, tokenizer_dir
+    from tuner.catalog import materialize, tokenizer_dir
 
     spec = resolve_model(model)
     if spec.source is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tuner.catalog.models import resolve_model
+from tuner.catalog import resolve_model
 from tuner.domain import FailureClass
 from tuner.errors import LoadFailure, UsageError
 from tuner.load.canary import FULL, QUICK, CanaryReport, run_canary

@@ -43,8 +43,7 @@ class PortFacts:
 
 def gather_storage(url: str) -> StorageFacts:
     """The schema revision of tuner's tables at ``url``; never creates a database."""
-    from tuner.db.migrate import current_revision, ensure_current, head_revision
-    from tuner.db.session import safe_url
+    from tuner.db import current_revision, ensure_current, head_revision, safe_url
 
     where = safe_url(url)
     try:
@@ -95,7 +94,7 @@ def _bind(host: str, port: int) -> None:
 
 def gather_ports(host: str = "127.0.0.1", count: int = 3) -> PortFacts:
     """Take ``count`` ports the way trials do (:func:`free_port`) and bind each of them."""
-    from tuner.runner.ports import free_port, port_is_open
+    from tuner.runner import free_port, port_is_open
 
     checked: list[int] = []
     error = None

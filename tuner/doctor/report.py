@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.catalog.gpus import get_gpu
+from tuner.catalog import get_gpu
 from tuner.doctor.checks import (
     LAUNCH_PORT,
     PortFacts,
@@ -177,7 +177,7 @@ def parse_probe_output(stdout: str) -> dict[str, Any] | None:
 
 def gather_vllm(python: str, timeout_s: float = PROBE_TIMEOUT_S) -> VllmFacts:
     """Find vLLM for ``python`` (fast, no import), then run the probe there once."""
-    from tuner.runner.interpreter import detect_vllm
+    from tuner.runner import detect_vllm
 
     try:
         install = detect_vllm(python)
@@ -227,7 +227,7 @@ def find_problems(
     ports: PortFacts,
 ) -> list[Problem]:
     """What stops a study on ``gpu`` (None: any study), each with its fix. Pure."""
-    from tuner.runner.hardware import check_hardware
+    from tuner.runner import check_hardware
 
     problems: list[Problem] = []
     wants_gpu = gpu is not None and not gpu.is_cpu

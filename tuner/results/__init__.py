@@ -1,2 +1,59 @@
 """What a study gives back: the recommendation, datasets (JSON Lines), parameter importances and
 the reports drawn from them."""
+
+from tuner.results.comparisons import comparison_records, comparisons_markdown
+from tuner.results.export import markdown_table, study_records, to_jsonl
+from tuner.results.importance import param_importances
+from tuner.results.recommend import (
+    emulated_memory_warning,
+    gpu_memory_gib,
+    recommendation,
+    serve_flags,
+)
+from tuner.results.report import (
+    ComparisonReport,
+    Distribution,
+    StudyReport,
+    comparison_report,
+    overview,
+    study_report,
+)
+from tuner.results.report.bench_export import bench_files
+from tuner.results.report.curves import (
+    StudyCurves,
+    TrialCurve,
+    any_capacity,
+    study_curves,
+    trial_capacities,
+)
+from tuner.results.report.study import ParetoPoint
+from tuner.results.sizing import Rate, parse_rate, size
+
+__all__ = [
+    "ComparisonReport",
+    "Distribution",
+    "ParetoPoint",
+    "Rate",
+    "StudyCurves",
+    "StudyReport",
+    "TrialCurve",
+    "any_capacity",
+    "bench_files",
+    "comparison_records",
+    "comparison_report",
+    "comparisons_markdown",
+    "emulated_memory_warning",
+    "gpu_memory_gib",
+    "markdown_table",
+    "overview",
+    "param_importances",
+    "parse_rate",
+    "recommendation",
+    "serve_flags",
+    "size",
+    "study_curves",
+    "study_records",
+    "study_report",
+    "to_jsonl",
+    "trial_capacities",
+]

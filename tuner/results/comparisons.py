@@ -31,12 +31,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tuner.abtest.claims import Claim
-from tuner.abtest.claims.rejudge import rejudge
-from tuner.db.repository import Repository
+from tuner.abtest import Claim, rejudge
+from tuner.db import Repository
 from tuner.domain import to_jsonable
-from tuner.scoring.caveats import stored_window_note
-from tuner.scoring.significance import is_inconclusive, ratio_text
+from tuner.scoring import is_inconclusive, ratio_text, stored_window_note
 
 
 def comparison_records(repo: Repository, study: str | None = None) -> list[dict[str, Any]]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tuner.catalog.gpus import GpuPrice, gpu_price
+from tuner.catalog import GpuPrice, gpu_price
 from tuner.domain import Estimate
-from tuner.scoring.cost import trial_cost
+from tuner.scoring import trial_cost
 
 
 def study_price(gpu: str, spec: Mapping[str, Any] | None) -> GpuPrice | None:

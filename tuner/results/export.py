@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tuner.db.repository import Repository
+from tuner.db import Repository
 from tuner.domain import Objective, TrialStatus, to_jsonable
 from tuner.domain.jsonable import dumps
 from tuner.results import energy
@@ -33,7 +33,7 @@ from tuner.results import energy
 def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
     """Every trial of ``study``; search-phase scores as
     :func:`tuner.study.standings.rank` gives them."""
-    from tuner.study.standings import rank
+    from tuner.study import rank
 
     row_study = repo.get_study(study)
     # A score is only a score against vLLM's defaults: where they were never measured (they

@@ -7,17 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuner.catalog import levers
-from tuner.catalog.materialize import tokenizer_dir
-from tuner.catalog.models import MODELS
-from tuner.db.repository import Repository
-from tuner.db.rows import StudyRow
+from tuner.catalog import MODELS, levers, tokenizer_dir
+from tuner.db import Repository, StudyRow
 from tuner.domain import Estimate, Objective, ServingConfig
 from tuner.results import costs, energy
-from tuner.scoring.caveats import WindowFlags, window_flags
-from tuner.scoring.significance import BETTER, INCONCLUSIVE
-from tuner.study.confirm import Confirmed, choose, study_pick
-from tuner.study.standings import rank
+from tuner.scoring import BETTER, INCONCLUSIVE, WindowFlags, window_flags
+from tuner.study import Confirmed, choose, rank, study_pick
 from tuner.vllm import argv
 
 _SHOWN = (
@@ -293,7 +288,7 @@ def tradeoffs(
 
 def gpu_memory_gib(profile: str) -> float | None:
     """The memory of GPU profile ``profile`` in GiB (None for an unknown profile)."""
-    from tuner.catalog.gpus import GPUS
+    from tuner.catalog import GPUS
 
     gpu = GPUS.get(profile)
     return gpu.memory_gib if gpu is not None else None

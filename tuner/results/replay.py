@@ -27,10 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.catalog.gpus import get_gpu
-from tuner.db.repository import Repository
-from tuner.db.rows import TrialRow
-from tuner.db.session import make_engine
+from tuner.catalog import get_gpu
+from tuner.db import Repository, TrialRow, make_engine
 from tuner.domain import (
     Estimate,
     Objective,
@@ -40,8 +38,8 @@ from tuner.domain import (
     WindowMetrics,
 )
 from tuner.errors import UsageError
+from tuner.scoring import Standing
 from tuner.scoring import objectives as scoring
-from tuner.scoring.ranking import Standing
 
 # The numbers a launch is replayed with: the three objectives and what the SLO reads.
 METRICS = ("output_throughput", "memory_gib", "e2e_p99_ms", "ttft_p99_ms", "itl_p99_ms")

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from tuner.catalog.gpus import FLASH_ATTN
+from tuner.catalog import FLASH_ATTN
 from tuner.domain import ServingConfig
 from tuner.results.replay import Row, Table, knob_value
 from tuner.space import DEFAULT

@@ -27,16 +27,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tuner.catalog.gpus import GpuPrice
-from tuner.db.repository import Repository
-from tuner.db.rows import StudyRow, TrialRow
+from tuner.catalog import GpuPrice
+from tuner.db import Repository, StudyRow, TrialRow
 from tuner.domain import Estimate, Slo
 from tuner.errors import UsageError
 from tuner.load.curve import capacity, load_points
 from tuner.load.stats import estimate
 from tuner.results import costs
 from tuner.results.recommend import recommendation
-from tuner.scoring.cost import SECONDS_PER_HOUR, TOKENS
+from tuner.scoring import SECONDS_PER_HOUR, TOKENS
 
 REQ = "req/s"
 TOK = "tok/s"

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.catalog.gpus import GPUS, match_detected
+from tuner.catalog import GPUS, match_detected
 from tuner.domain import GpuProfile
 from tuner.errors import HardwareMismatch
 from tuner.telemetry.nvml import DetectedGpu

@@ -13,8 +13,16 @@ import subprocess
 from pathlib import Path
 
 from tuner.errors import EnvironmentProblem
-from tuner.vllm.flags import PROBE, PROBE_MARK, PROBE_TIMEOUT_S, FlagCatalog, cache_path, shipped
-from tuner.vllm.version import VllmInstall, parse_version
+from tuner.vllm import (
+    PROBE,
+    PROBE_MARK,
+    PROBE_TIMEOUT_S,
+    FlagCatalog,
+    VllmInstall,
+    cache_path,
+    parse_version,
+    shipped,
+)
 
 VERSION_PROBE_TIMEOUT_S = 60.0
 

@@ -31,7 +31,7 @@ from tuner.runner.procgroup import group_members, kill_group
 from tuner.runner.watchdog import ENV as WATCHDOG_ENV
 from tuner.runner.watchdog import arm as arm_watchdog
 from tuner.runner.watchdog import spawn as spawn_watchdog
-from tuner.vllm.logparse import classify_start_failure
+from tuner.vllm import classify_start_failure
 
 HTTP_TIMEOUT_S = 2.0
 FAILURE_GRACE_S = 5.0

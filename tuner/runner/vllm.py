@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 import tuner
-from tuner.catalog.rules import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+from tuner.catalog import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from tuner.domain import (
     FailureClass,
     ModelSpec,
@@ -47,8 +47,7 @@ from tuner.telemetry.energy import GpuEnergyMeter
 from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
 from tuner.telemetry.nvml import local_cpus
 from tuner.telemetry.probe import TelemetryProbe
-from tuner.vllm import argv, logparse
-from tuner.vllm.caches import CacheDir, cache_dir, cache_key
+from tuner.vllm import CacheDir, argv, cache_dir, cache_key, logparse
 
 PhaseCallback = Callable[[str, str], None]
 """Called with (phase, detail): phase is one of starting, warming up, measuring, stopping."""

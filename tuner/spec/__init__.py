@@ -1,1 +1,44 @@
 """Study specs: TOML files and CLI options turned into one validated StudySpec."""
+
+from tuner.spec.configs import (
+    check_confidence,
+    configs_in,
+    knob_table,
+    parse_config_spec,
+    parse_search,
+    parse_workload_overrides,
+    with_overrides,
+)
+from tuner.spec.fields import Fail, find_line, read_toml, typed_value, workload_field
+from tuner.spec.resume import resumed_spec, stored_spec
+from tuner.spec.study import (
+    DEFAULT_SPEC_PATH,
+    NO_SLO,
+    StudySpec,
+    check_flags,
+    load_spec,
+    spec_from_mapping,
+)
+
+__all__ = [
+    "DEFAULT_SPEC_PATH",
+    "NO_SLO",
+    "Fail",
+    "StudySpec",
+    "check_confidence",
+    "check_flags",
+    "configs_in",
+    "find_line",
+    "knob_table",
+    "load_spec",
+    "parse_config_spec",
+    "parse_search",
+    "parse_workload_overrides",
+    "read_toml",
+    "resumed_spec",
+    "spec_from_mapping",
+    "stored_spec",
+    "typed_value",
+    "with_overrides",
+    "workload_field",
+]

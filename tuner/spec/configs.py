@@ -17,7 +17,7 @@ from tuner.domain import ServingConfig, Workload
 from tuner.errors import UsageError
 from tuner.space import KNOBS, SearchSpace, normalize_knob
 from tuner.spec.fields import WORKLOAD_TYPES, Fail, valid_confidence, workload_field
-from tuner.vllm.flags import knob_spelling, spelt_like_a_flag
+from tuner.vllm import knob_spelling, spelt_like_a_flag
 
 DEFAULTS = "defaults"
 """The spelling of "vLLM's defaults, no knob set" for a side of a comparison."""

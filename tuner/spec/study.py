@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.db.names import name_problem
+from tuner.db import name_problem
 from tuner.domain import Objective, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import SpecError
@@ -64,9 +64,8 @@ from tuner.spec.fields import (
     valid_confidence,
     workload_field,
 )
+from tuner.vllm import FlagCatalog, knob_flag, knob_spelling, spelling_key, spelt_like_a_flag
 from tuner.vllm.caches import MODES as CACHE_MODES
-from tuner.vllm.flags import FlagCatalog, knob_spelling, spelling_key, spelt_like_a_flag
-from tuner.vllm.flagvalues import knob_flag
 
 _SECTIONS: Mapping[str, frozenset[str]] = {
     "study": frozenset(

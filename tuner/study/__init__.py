@@ -1,2 +1,35 @@
 """A study end to end: composed from a spec, run as an Optuna loop, confirmed against vLLM's
 defaults, or taken from the API's queue by a worker."""
+
+from tuner.study.confirm import (
+    CONFIRM_NUMBER_BASE,
+    DEFAULTS_LABEL,
+    Confirmed,
+    choose,
+    is_confirmation,
+    study_pick,
+)
+from tuner.study.loop import run_study, set_up_study
+from tuner.study.parallel import refuse_sqlite
+from tuner.study.planning import stored_plan
+from tuner.study.standings import best_across, rank, standings, study_objective
+from tuner.study.worker import join_study, run_worker
+
+__all__ = [
+    "CONFIRM_NUMBER_BASE",
+    "DEFAULTS_LABEL",
+    "Confirmed",
+    "best_across",
+    "choose",
+    "is_confirmation",
+    "join_study",
+    "rank",
+    "refuse_sqlite",
+    "run_study",
+    "run_worker",
+    "set_up_study",
+    "standings",
+    "stored_plan",
+    "study_objective",
+    "study_pick",
+]

@@ -39,17 +39,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tuner.abtest.compare import Arm, run_interleaved
-from tuner.abtest.decide import Design, Look, judge_look
-from tuner.abtest.profile import load_profile, noise_key, record_launch
-from tuner.db.repository import Repository
-from tuner.db.rows import ComparisonRow, TrialRow
+from tuner.abtest import (
+    Arm,
+    Design,
+    Look,
+    judge_look,
+    load_profile,
+    noise_key,
+    record_launch,
+    run_interleaved,
+)
+from tuner.db import ComparisonRow, Repository, TrialRow
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
 from tuner.load.canary import FULL
-from tuner.runner.vllm import TrialRunner
-from tuner.scoring import objectives as scoring
-from tuner.scoring.caveats import stored_window_note
-from tuner.scoring.significance import (
+from tuner.runner import TrialRunner
+from tuner.scoring import (
     BETTER,
     INCONCLUSIVE,
     NO_DIFFERENCE,
@@ -57,11 +61,13 @@ from tuner.scoring.significance import (
     RatioInterval,
     is_inconclusive,
     ratio_interval,
+    stored_window_note,
 )
+from tuner.scoring import objectives as scoring
 
 CONFIRM_NUMBER_BASE = 100_000
 if TYPE_CHECKING:
-    from tuner.scoring.noise import NoiseProfile
+    from tuner.scoring import NoiseProfile
     from tuner.study.loop import Ranked
 
 DEFAULTS_LABEL = "defaults"

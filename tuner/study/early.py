@@ -21,13 +21,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from tuner.compose import StudyContext
-from tuner.db.rows import TrialRow
+from tuner.db import TrialRow
 from tuner.domain import Objective, ServingConfig, Slo, TrialStatus, WindowMetrics
 from tuner.load.generator import FirstPointCheck, first_point_windows
 from tuner.load.stats import summarize
+from tuner.scoring import Standing, StopPolicy, early_stop, meets_slo_within_noise
 from tuner.scoring import objectives as scoring
-from tuner.scoring.early_stop import StopPolicy, early_stop, meets_slo_within_noise
-from tuner.scoring.ranking import Standing
 from tuner.study.standings import standings
 
 # Log-scale SD of a configuration's throughput across fresh launches when the study has not

@@ -39,9 +39,7 @@ import optuna
 from sqlalchemy import exc as sa_exc
 
 from tuner.compose import StudyContext
-from tuner.db.repository import Repository
-from tuner.db.rows import StudyStatus, TrialPhase, TrialRow
-from tuner.db.session import storage_error
+from tuner.db import Repository, StudyStatus, TrialPhase, TrialRow, storage_error
 from tuner.domain import (
     FailureClass,
     ServingConfig,
@@ -52,10 +50,10 @@ from tuner.domain import (
 )
 from tuner.errors import UsageError
 from tuner.load.fingerprint import fingerprint
-from tuner.runner.vllm import TrialRunner
+from tuner.runner import TrialRunner
 from tuner.scoring import objectives as scoring
 from tuner.space import SearchSpace
-from tuner.spec.resume import resumed_spec, stored_spec
+from tuner.spec import resumed_spec, stored_spec
 from tuner.study import planning, sharing
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation

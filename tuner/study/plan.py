@@ -33,7 +33,7 @@ from tuner.catalog import levers
 from tuner.domain import Objective, ServingConfig
 from tuner.errors import UsageError
 from tuner.load.fingerprint import fingerprint
-from tuner.scoring.regime import Diagnosis
+from tuner.scoring import Diagnosis
 from tuner.space import DEFAULT, SearchSpace
 
 MAX_KNOBS = 4

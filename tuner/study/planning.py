@@ -15,12 +15,11 @@ from typing import Any
 
 import optuna
 
-from tuner.abtest.profile import HEADLINE, load_profile, noise_key
+from tuner.abtest import HEADLINE, load_profile, noise_key
 from tuner.compose import StudyContext, plan_wanted
-from tuner.db.repository import Repository
-from tuner.db.rows import TrialRow
+from tuner.db import Repository, TrialRow
 from tuner.domain import Slo, TrialResult, TrialStatus
-from tuner.scoring.regime import diagnose
+from tuner.scoring import diagnose
 from tuner.space import SearchSpace
 from tuner.study.plan import SCREEN, Plan, make_plan, moved, screen_configs, screened, space_of
 from tuner.study.standings import baseline, standings

@@ -45,8 +45,7 @@ import optuna
 import psutil
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.db.repository import Repository
-from tuner.db.rows import TrialPhase, TrialRow
+from tuner.db import Repository, TrialPhase, TrialRow
 from tuner.domain import FailureClass, TrialStatus
 
 WORKER = "worker"  # user attr: {"host", "pid", "started"} of the worker that asked the trial

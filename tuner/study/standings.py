@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from tuner.db.repository import Repository
-from tuner.db.rows import StudyRow, TrialPhase, TrialRow
+from tuner.db import Repository, StudyRow, TrialPhase, TrialRow
 from tuner.domain import FailureClass, Objective, ServingConfig, Slo, TrialStatus
+from tuner.scoring import Standing, best_first, canary_broken
 from tuner.scoring import objectives as scoring
-from tuner.scoring.ranking import Standing, best_first, canary_broken
 from tuner.study.confirm import Confirmed, study_pick
 
 

@@ -13,10 +13,9 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from tuner.db.repository import Repository
-from tuner.db.rows import StudyStatus
+from tuner.db import Repository, StudyStatus
 from tuner.errors import TunerError, UsageError
-from tuner.spec.study import StudySpec
+from tuner.spec import StudySpec
 
 
 def run_worker(

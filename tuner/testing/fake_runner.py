@@ -35,7 +35,7 @@ from tuner.load.canary import QUICK
 from tuner.load.curve import trial_metrics
 from tuner.load.generator import FirstPointCheck, first_point_windows
 from tuner.load.stats import window_metrics
-from tuner.runner.vllm import PhaseCallback
+from tuner.runner import PhaseCallback
 
 GIB = 1024**3
 

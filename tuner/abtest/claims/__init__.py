@@ -31,19 +31,17 @@ from tuner.abtest.claims.file import (
     Claim,
     load_claims,
 )
-from tuner.catalog import rules
-from tuner.catalog.gpus import FLASH_ATTN, get_gpu
-from tuner.catalog.models import resolve_model
+from tuner.catalog import FLASH_ATTN, get_gpu, resolve_model, rules
 from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
 from tuner.errors import UsageError
 from tuner.space import KNOBS, SearchSpace, normalize_knob
-from tuner.spec.configs import (
+from tuner.spec import (
+    StudySpec,
     check_confidence,
     parse_config_spec,
     parse_workload_overrides,
     with_overrides,
 )
-from tuner.spec.study import StudySpec
 
 __all__ = [
     "BACKENDS",

@@ -24,8 +24,8 @@ from tuner.abtest.claims.file import FLAG, UNMEASURABLE, Claim
 from tuner.domain import FailureClass, GpuProfile, ModelSpec, TrialResult, TrialStatus
 
 if TYPE_CHECKING:
-    from tuner.runner.vllm import TrialRunner
-    from tuner.spec.study import StudySpec
+    from tuner.runner import TrialRunner
+    from tuner.spec import StudySpec
 
 CONFIRMED = "confirmed"
 REFUTED = "refuted"
@@ -134,7 +134,7 @@ def flag_catalog(
         return catalog, ""
     if python is None or cache_dir is None:
         return None, f"needs vLLM {version}'s flag list: tuner ships none for that version"
-    from tuner.runner.interpreter import load_flags
+    from tuner.runner import load_flags
 
     try:
         return load_flags(python, version, cache_dir), ""

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tuner.scoring.significance import t_quantile
+from tuner.scoring import t_quantile
 
 CONSISTENT = "consistent"
 SMALLER = "smaller"

@@ -39,12 +39,19 @@ from typing import Any
 
 from tuner.abtest.claims.figures import Claimed, parse_claimed
 from tuner.abtest.compare import COMPARED
-from tuner.catalog.gpus import GPUS
+from tuner.catalog import GPUS
 from tuner.domain import Workload
 from tuner.errors import SpecError, UsageError
 from tuner.load.workloads import WORKLOADS, plan_requests
-from tuner.spec.configs import knob_table, with_overrides
-from tuner.spec.fields import Fail, find_line, read_toml, typed_value, workload_field
+from tuner.spec import (
+    Fail,
+    find_line,
+    knob_table,
+    read_toml,
+    typed_value,
+    with_overrides,
+    workload_field,
+)
 
 EFFECT = "effect"
 FLAG = "flag"

@@ -40,11 +40,9 @@ from tuner.abtest.claims.facts import (
 from tuner.abtest.claims.figures import read
 from tuner.abtest.claims.file import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
 from tuner.abtest.claims.verdicts import Outcome, claim_record, fact_outcome
-from tuner.catalog.gpus import get_gpu
-from tuner.catalog.models import resolve_model
+from tuner.catalog import get_gpu, resolve_model
 from tuner.domain import FailureClass
-from tuner.scoring.caveats import stored_window_note
-from tuner.scoring.significance import is_inconclusive
+from tuner.scoring import is_inconclusive, stored_window_note
 
 Record = Mapping[str, Any]
 _NO_START = {
@@ -62,7 +60,7 @@ _NO_START = {
 def shipped_flags(version: str) -> FlagList | None:
     """tuner's snapshot of vLLM ``version``'s flags; None without one (or without the reader)."""
     try:
-        from tuner.vllm.flags import shipped
+        from tuner.vllm import shipped
     except ImportError:
         return None
     return shipped(version)

@@ -80,8 +80,8 @@ from tuner.abtest.pipeline import (
 from tuner.domain import Provenance, ServingConfig, TrialResult, Workload
 
 if TYPE_CHECKING:
-    from tuner.runner.vllm import PhaseCallback, TrialRunner
-    from tuner.scoring.noise import NoiseProfile
+    from tuner.runner import PhaseCallback, TrialRunner
+    from tuner.scoring import NoiseProfile
 
 VERDICTS = (
     *EFFECT_VERDICTS,

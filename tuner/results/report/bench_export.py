@@ -7,8 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from tuner.db.repository import Repository
-from tuner.db.rows import TrialRow
+from tuner.db import Repository, TrialRow
 from tuner.domain import Slo, TrialStatus, WindowMetrics
 from tuner.load.benchjson import bench_result, goodput_bounds
 from tuner.results import energy

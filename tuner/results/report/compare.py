@@ -30,11 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.db.rows import ComparisonRow
+from tuner.db import ComparisonRow
 from tuner.load.stats import HIGHER_IS_BETTER
 from tuner.results.report.study import METRICS, num
-from tuner.scoring.caveats import stored_window_note
-from tuner.scoring.significance import ratio_text
+from tuner.scoring import ratio_text, stored_window_note
 
 # Verdict words that get a colour; any other text is shown as it is, uncoloured.
 TONES: Mapping[str, str] = {"better": "good", "worse": "bad"}

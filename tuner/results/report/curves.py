@@ -19,10 +19,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tuner.db.rows import StudyRow, TrialPhase, TrialRow
+from tuner.db import StudyRow, TrialPhase, TrialRow
 from tuner.domain import Estimate, Slo, TrialStatus
 from tuner.load.curve import LoadPoint, capacity, load_points
-from tuner.scoring.caveats import WindowFlags, window_flags
+from tuner.scoring import WindowFlags, window_flags
 
 
 def _num(e: Estimate | None) -> float | None:

@@ -19,11 +19,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tuner.db.codec import decode_result
+from tuner.db import decode_result
 from tuner.domain import TrialResult, TrialStatus
-from tuner.scoring.noise import Components, Launch, components, launch_value
-from tuner.scoring.sequential import half_width_at, launches_for
-from tuner.scoring.significance import ratio_interval
+from tuner.scoring import (
+    Components,
+    Launch,
+    components,
+    half_width_at,
+    launch_value,
+    launches_for,
+    ratio_interval,
+)
 
 METRICS = (("output_throughput", "output tok/s"), ("ttft_p99_ms", "P99 TTFT ms"))
 

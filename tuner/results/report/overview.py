@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tuner.db.rows import StudyRow, TrialRow
+from tuner.db import StudyRow, TrialRow
 from tuner.results.report.study import TrialLine, trial_lines
-from tuner.study.confirm import Confirmed
-from tuner.study.standings import Ranked, best_across, study_objective
+from tuner.study import Confirmed, best_across, study_objective
+from tuner.study.standings import Ranked
 
 
 @dataclass(frozen=True)

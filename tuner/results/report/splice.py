@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuner.abtest.claims import load_claims
+from tuner.abtest import load_claims
 from tuner.errors import UsageError
 from tuner.results.comparisons import (
     claims_table,

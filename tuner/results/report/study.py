@@ -12,14 +12,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.catalog.gpus import GpuPrice
-from tuner.db.rows import ComparisonRow, StudyRow, TrialRow
+from tuner.catalog import GpuPrice
+from tuner.db import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Objective, Slo, TrialStatus, WindowMetrics
 from tuner.results import costs, energy
+from tuner.scoring import WindowFlags, ranking, window_flags
 from tuner.scoring import objectives as scoring
-from tuner.scoring import ranking
-from tuner.scoring.caveats import WindowFlags, window_flags
-from tuner.study.confirm import Confirmed, choose, is_confirmation
+from tuner.study import Confirmed, choose, is_confirmation
 
 GIB = 1024**3
 # metric -> (label, unit); the order is the order of the comparison table.
