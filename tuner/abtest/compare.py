@@ -308,8 +308,9 @@ def compare(
     A metric on which either arm's launches disagree far beyond their noise gets the verdict
     "inconclusive: ..." (see :mod:`tuner.scoring.caveats`) instead of better / worse / no
     difference, unless its interval decides and every launch of one arm lies beyond every
-    launch of the other by more than that disagreement (which is still reported). ``interval_of`` gives each metric's interval (default: Welch's); ``geomean``
-    takes a launch's geometric mean of windows as its value instead of their median.
+    launch of the other by more than that disagreement (which is still reported).
+    ``interval_of`` gives each metric's interval (default: Welch's); ``geomean`` takes a
+    launch's geometric mean of windows as its value instead of their median.
     """
     metrics = []
     for name, label, higher in (*COMPARED, *turn_metrics(*a_results, *b_results)):
