@@ -117,6 +117,8 @@ def test_host_memory_is_plausible() -> None:
 def test_detect_gpus_here_is_fast_and_never_raises() -> None:
     started = time.monotonic()
     gpus = detect_gpus()
-    assert time.monotonic() - started < 2.0
+    # No retry, no wait on a driver that is not there: a few ms idle; 10 s allows a busy CI
+    # machine its first import of pynvml.
+    assert time.monotonic() - started < 10.0
     # a CPU machine gives [], a GPU machine real devices
     assert all(isinstance(g, DetectedGpu) and g.uuid.startswith("GPU-") for g in gpus)
