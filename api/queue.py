@@ -34,7 +34,10 @@ from tuner.domain.workload import format_slo
 from tuner.errors import UsageError
 from tuner.load.workloads import TRACE_PREFIX
 from tuner.space import KNOBS, NothingToSearch, SearchSpace
-from tuner.spec import StudySpec, spec_from_mapping
+from tuner.spec import (
+    StudySpec,
+    spec_from_mapping,  # the spec file's own rules
+)
 from tuner.vllm import knob_spelling, shipped_union
 
 WHERE = "request body"

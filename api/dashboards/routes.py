@@ -137,7 +137,7 @@ def _importances(url: str | None, optuna_name: str, objective: str) -> dict[str,
     """Optuna's importances, or None (the report then falls back) when they cannot be had."""
     if url is None:
         return None
-    from tuner.results import param_importances
+    from tuner.results.importance import param_importances  # imports optuna: only when needed
 
     try:
         return param_importances(url, optuna_name, objective=Objective(objective))

@@ -219,6 +219,8 @@ def test_an_interrupted_compare_resumes_from_its_launches(tmp_path: Path) -> Non
     # a side on a busy 2-core machine can disagree), anything else a failure.
     assert again.returncode in (0, 1), again.stderr
     assert "error:" not in again.stderr, again.stderr
+    said = again.stdout + again.stderr
+    assert again.returncode == 0 or "decision: inconclusive" in said, said
     out = again.stdout + again.stderr
     assert "resuming: 1 of defaults, 1 of max_num_seqs=4" in out
     launched = [line for line in out.splitlines() if line.startswith("launch ")]

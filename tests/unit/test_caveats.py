@@ -28,6 +28,7 @@ from tuner.results.recommend import Recommendation
 from tuner.results.report import comparison_report
 from tuner.scoring.caveats import (
     DISAGREE_FLOOR,
+    Disagreement,
     WindowFlags,
     beyond_disagreement,
     disagreement,
@@ -194,6 +195,11 @@ def test_a_difference_far_beyond_the_disagreement_keeps_its_verdict() -> None:
     near = _compare([453.6, 458.4, 417.7], [200.0, 190.0, 92.0]).metric("output_throughput")
     assert near.b_disagreement is not None and near.inconclusive
     assert not beyond_disagreement([1.0, 2.0], [3.0], [])  # no disagreement: nothing to outweigh
+    # The arm that was not flagged (noisy windows allow it x3.4) spreads x3.3 on its own: a
+    # x2.4 gap to the flagged arm's x2.1 is not beyond that.
+    flagged = Disagreement(800.0, 1700.0, 1.0, 2)
+    assert not beyond_disagreement([100.0, 330.0], [800.0, 1700.0], [flagged])
+    assert beyond_disagreement([100.0, 110.0], [800.0, 1700.0], [flagged])
 
 
 def test_ordinary_launch_noise_gives_an_ordinary_verdict() -> None:

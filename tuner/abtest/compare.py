@@ -17,7 +17,8 @@ The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboa
 
 with ``D = {"low", "high", "ratio", "within", "bound", "launches"}`` when that arm's launches
 disagree far beyond their noise (:func:`tuner.scoring.caveats.disagreement`; the metric's verdict is
-then "inconclusive: ..."), and ``verdicts`` is ``{metric: verdict, ..., "overall": verdict}``.
+then "inconclusive: ..." unless the arms lie apart by more than that, see :func:`compare`), and
+``verdicts`` is ``{metric: verdict, ..., "overall": verdict}``.
 Rows stored before tuner checked these lack "disagreement" and "windows".
 """
 
@@ -169,7 +170,8 @@ class MetricComparison:
     high: float | None
     verdict: str
     # Set when that arm's launches disagree far beyond their noise: the verdict is then
-    # "inconclusive: ..." whatever the interval says.
+    # "inconclusive: ...", unless the interval decides and the two arms' launches lie apart by
+    # more than any arm's spread (tuner.scoring.caveats.beyond_disagreement).
     a_disagreement: Disagreement | None = None
     b_disagreement: Disagreement | None = None
     # How the interval was computed ("welch", "pooled", "welch: why not pooled") and its df.

@@ -16,7 +16,8 @@ Either way a launch's value is the geometric mean of its windows, and each metri
 borrows the noise profile of the key when there is one and the comparison's own launches do
 not contradict it (:func:`tuner.scoring.noise.pooled_ratio_interval`), else Welch's on its own
 launches. A side whose launches disagree far beyond their noise ends the comparison
-"inconclusive" (more launches cannot undo a disagreement).
+"inconclusive" (more launches cannot undo a disagreement), unless the two sides' launches lie
+apart by more than either side's spread and the interval decides.
 
 Every verdict carries its cost: the GPU-minutes of all launches it took (start-up included).
 """

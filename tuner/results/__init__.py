@@ -3,7 +3,6 @@ the reports drawn from them."""
 
 from tuner.results.comparisons import comparison_records, comparisons_markdown
 from tuner.results.export import markdown_table, study_records, to_jsonl
-from tuner.results.importance import param_importances
 from tuner.results.recommend import (
     emulated_memory_warning,
     gpu_memory_gib,
@@ -46,7 +45,6 @@ __all__ = [
     "gpu_memory_gib",
     "markdown_table",
     "overview",
-    "param_importances",
     "parse_rate",
     "recommendation",
     "serve_flags",

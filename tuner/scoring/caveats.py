@@ -118,14 +118,17 @@ def beyond_disagreement(
     a: Sequence[float], b: Sequence[float], disagreements: Iterable[Disagreement]
 ) -> bool:
     """Whether every launch of one arm lies beyond every launch of the other by more than the
-    widest of ``disagreements``: what made an arm's launches disagree, x2 say, cannot have made
-    a x10 difference between the closest launches of the two (a busy machine's
-    ``max_num_seqs=1`` against the defaults: 23-47 tok/s against 418-458)."""
+    widest of ``disagreements`` and of either arm's own spread (max/min): what made an arm's
+    launches disagree, x2 say, cannot have made a x10 difference between the closest launches
+    of the two (a busy machine's ``max_num_seqs=1`` against the defaults: 23-47 tok/s against
+    418-458)."""
     a = [v for v in a if v > 0 and math.isfinite(v)]
     b = [v for v in b if v > 0 and math.isfinite(v)]
-    widest = max((d.ratio for d in disagreements), default=math.inf)
-    if not a or not b:
+    ratios = [d.ratio for d in disagreements]
+    if not a or not b or not ratios:
         return False
+    # An arm that was not flagged may still spread up to its own bound: its spread counts too.
+    widest = max(*ratios, max(a) / min(a), max(b) / min(b))
     return max(min(a) / max(b), min(b) / max(a)) > widest
 
 

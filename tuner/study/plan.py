@@ -240,7 +240,7 @@ def _screen_value(move: levers.Move, card: SearchSpace) -> Any:
     choices = [c for c in space_of(card, [move.knob]).choices[move.knob] if c != DEFAULT]
     default = _beyond_default(move, card)
     if default is not None:  # only the side of vLLM's default that the move is about
-        side = [c for c in choices if isinstance(c, int | float)]
+        side = [c for c in choices if isinstance(c, int | float) and not isinstance(c, bool)]
         choices = [c for c in side if (c - default) * move.way > 0]
     if move.screen in choices or not choices:
         return move.screen if choices else None
