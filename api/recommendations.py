@@ -35,8 +35,8 @@ from tuner.domain.workload import format_slo
 from tuner.results import emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import objectives as scoring
 from tuner.scoring import ranking
-from tuner.study import Confirmed, standings, study_objective
-from tuner.study.standings import Ranked
+from tuner.study import Confirmed, study_objective
+from tuner.study.standings import Ranked, standings
 from tuner.vllm import argv
 
 _MAX_SUGGESTIONS = 8

@@ -26,47 +26,100 @@ cheap. Everything else may change between versions.
 
 from __future__ import annotations
 
+import ast
 import importlib
-from typing import Any
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_PUBLIC = {
-    # records
-    "ServingConfig": "tuner.domain",
-    "Workload": "tuner.domain",
-    "Slo": "tuner.domain",
-    "Objective": "tuner.domain",
-    "TrialResult": "tuner.domain",
-    "TrialStatus": "tuner.domain",
-    "FailureClass": "tuner.domain",
-    "Estimate": "tuner.domain",
-    "TunerError": "tuner.errors",
-    # stages
-    "StudySpec": "tuner.spec.study",
-    "load_spec": "tuner.spec.study",
-    "SearchSpace": "tuner.space",
-    "TrialRunner": "tuner.runner.vllm",
-    "VllmTrialRunner": "tuner.runner.vllm",
-    "LoadGenerator": "tuner.load.generator",
-    "prepare": "tuner.compose",
-    "run_study": "tuner.study.loop",
-    "rank": "tuner.study.standings",
-    "best_first": "tuner.scoring.ranking",
-    "Standing": "tuner.scoring.ranking",
-    "Repository": "tuner.db.repository",
-    "recommendation": "tuner.results.recommend",
-}
+if TYPE_CHECKING:
+    from tuner.compose import prepare
+    from tuner.db.repository import Repository
+    from tuner.domain import (
+        Estimate,
+        FailureClass,
+        Objective,
+        ServingConfig,
+        Slo,
+        TrialResult,
+        TrialStatus,
+        Workload,
+    )
+    from tuner.errors import TunerError
+    from tuner.load.generator import LoadGenerator
+    from tuner.results.recommend import recommendation
+    from tuner.runner.vllm import TrialRunner, VllmTrialRunner
+    from tuner.scoring.ranking import Standing, best_first
+    from tuner.space import SearchSpace
+    from tuner.spec.study import StudySpec, load_spec
+    from tuner.study.loop import run_study
+    from tuner.study.standings import rank
 
-__all__ = ["__version__", *sorted(_PUBLIC)]
+__all__ = [
+    "Estimate",
+    "FailureClass",
+    "LoadGenerator",
+    "Objective",
+    "Repository",
+    "SearchSpace",
+    "ServingConfig",
+    "Slo",
+    "Standing",
+    "StudySpec",
+    "TrialResult",
+    "TrialRunner",
+    "TrialStatus",
+    "TunerError",
+    "VllmTrialRunner",
+    "Workload",
+    "__version__",
+    "best_first",
+    "face",
+    "load_spec",
+    "prepare",
+    "rank",
+    "recommendation",
+    "run_study",
+]
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tuner' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+def face(package: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` for its face: the names its ``if
+    TYPE_CHECKING:`` block imports are its public ones, each imported from its module on first
+    use. Type checkers read that block as plain imports; at run time importing one module of a
+    package does not import all the others (the storage face would load Alembic and Optuna
+    for a name lookup), and the block is the one list of what the package offers."""
+    where: dict[str, str] = {}
+
+    def getattr_(name: str) -> Any:
+        here = sys.modules[package]
+        if not where:
+            where.update(_type_checking_imports(Path(here.__file__ or "")))
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(here, name, value)  # the next lookup is an ordinary attribute
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(getattr(sys.modules[package], "__all__", ()))
+
+    return getattr_, dir_
 
 
-def __dir__() -> list[str]:
-    return list(__all__)
+def _type_checking_imports(source: Path) -> dict[str, str]:
+    """name -> module of each ``from module import name`` under ``if TYPE_CHECKING:``."""
+    found: dict[str, str] = {}
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                if isinstance(imp, ast.ImportFrom) and imp.module:
+                    found.update({a.asname or a.name: imp.module for a in imp.names})
+    return found
+
+
+__getattr__, __dir__ = face(__name__)

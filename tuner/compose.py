@@ -219,7 +219,8 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     check_fits(model, gpu, fixed_quantization if isinstance(fixed_quantization, str) else None)
     # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
     # takes longer than all the checks above, which should answer a typo at once.
-    from tuner.catalog import materialize, tokenizer_dir
+    from tuner.catalog import tokenizer_dir
+    from tuner.catalog.materialize import materialize
     from tuner.db import Repository, ensure_ready, make_engine
     from tuner.runner import (
         VLLM_MODULE,

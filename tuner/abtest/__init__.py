@@ -2,16 +2,21 @@
 comparisons with intervals, the one pipeline that ``tuner compare`` and ``tuner verify-claims``
 run, and published claims judged on it."""
 
-from tuner.abtest.calibrate import run_calibration
-from tuner.abtest.claims import Claim, load_claims, setup_claims
-from tuner.abtest.claims.facts import Where, machine_flags, runner_passing
-from tuner.abtest.claims.rejudge import rejudge
-from tuner.abtest.claims.verdicts import Outcome, claim_record, verify
-from tuner.abtest.compare import COMPARED, Arm, run_interleaved
-from tuner.abtest.decide import Design, Look, judge_look
-from tuner.abtest.pair import NOT_MEASURED, PairOutcome, PairSetup, run_pair, setup_pair
-from tuner.abtest.pipeline import Bench, Watch, open_bench
-from tuner.abtest.profile import HEADLINE, load_profile, noise_key, profile_lines, record_launch
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.abtest.calibrate import run_calibration
+    from tuner.abtest.claims import Claim, load_claims, setup_claims
+    from tuner.abtest.claims.facts import Where, machine_flags, runner_passing
+    from tuner.abtest.claims.rejudge import rejudge
+    from tuner.abtest.claims.verdicts import Outcome, claim_record, verify
+    from tuner.abtest.compare import COMPARED, Arm, run_interleaved
+    from tuner.abtest.decide import Design, Look, judge_look
+    from tuner.abtest.pair import NOT_MEASURED, PairOutcome, PairSetup, run_pair, setup_pair
+    from tuner.abtest.pipeline import Bench, Watch, open_bench
+    from tuner.abtest.profile import HEADLINE, load_profile, noise_key, profile_lines, record_launch
 
 __all__ = [
     "COMPARED",
@@ -45,3 +50,5 @@ __all__ = [
     "setup_pair",
     "verify",
 ]
+
+__getattr__, __dir__ = face(__name__)

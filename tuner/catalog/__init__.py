@@ -3,11 +3,16 @@ their ``config.json`` facts (``models``, written out for vLLM by ``materialize``
 configuration must keep on a GPU (``rules``) and the levers beyond the card's knobs, with the
 regimes they move and vLLM's own defaults per GPU (``levers``)."""
 
-from tuner.catalog.gpus import FLASH_ATTN, GPUS, GpuPrice, get_gpu, gpu_price, match_detected
-from tuner.catalog.levers import LEVERS
-from tuner.catalog.materialize import materialize, tokenizer_dir
-from tuner.catalog.models import MODELS, has_facts, resolve_model
-from tuner.catalog.rules import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, dominated_by
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.catalog.gpus import FLASH_ATTN, GPUS, GpuPrice, get_gpu, gpu_price, match_detected
+    from tuner.catalog.levers import LEVERS
+    from tuner.catalog.materialize import tokenizer_dir
+    from tuner.catalog.models import MODELS, has_facts, resolve_model
+    from tuner.catalog.rules import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, dominated_by
 
 __all__ = [
     "FLASH_ATTN",
@@ -21,7 +26,8 @@ __all__ = [
     "gpu_price",
     "has_facts",
     "match_detected",
-    "materialize",
     "resolve_model",
     "tokenizer_dir",
 ]
+
+__getattr__, __dir__ = face(__name__)

@@ -4,21 +4,26 @@ models (tables), session (engines, transactions, error translation), migrate (Al
 version table), repository (reads and writes in domain types), rows (what it returns), codec
 and convert (JSON and ORM conversions)."""
 
-from tuner.db.codec import decode_result, encode
-from tuner.db.merge import MergeSummary, StudyMerge, merge_databases
-from tuner.db.migrate import (
-    check_integrity,
-    current_revision,
-    ensure_current,
-    ensure_ready,
-    head_revision,
-    upgrade,
-)
-from tuner.db.models import StudyModel
-from tuner.db.names import STUDY_NAME_PATTERN, check_study_name, name_problem
-from tuner.db.repository import Repository
-from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
-from tuner.db.session import default_url, make_engine, safe_url, storage_error
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.db.codec import decode_result, encode
+    from tuner.db.merge import MergeSummary, StudyMerge, merge_databases
+    from tuner.db.migrate import (
+        check_integrity,
+        current_revision,
+        ensure_current,
+        ensure_ready,
+        head_revision,
+        upgrade,
+    )
+    from tuner.db.models import StudyModel
+    from tuner.db.names import STUDY_NAME_PATTERN, check_study_name, name_problem
+    from tuner.db.repository import Repository
+    from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
+    from tuner.db.session import default_url, make_engine, safe_url, storage_error
 
 __all__ = [
     "STUDY_NAME_PATTERN",
@@ -47,3 +52,5 @@ __all__ = [
     "storage_error",
     "upgrade",
 ]
+
+__getattr__, __dir__ = face(__name__)

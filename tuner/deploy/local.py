@@ -177,7 +177,8 @@ def model_source(
     from its hub id (``dummy_weights`` keeps random weights instead); a directory or hub id
     given by the user is served as it is.
     """
-    from tuner.catalog import materialize, tokenizer_dir
+    from tuner.catalog import tokenizer_dir
+    from tuner.catalog.materialize import materialize
 
     spec = resolve_model(model)
     if spec.source is not None:

@@ -1,32 +1,37 @@
 """What a study gives back: the recommendation, datasets (JSON Lines), parameter importances and
 the reports drawn from them."""
 
-from tuner.results.comparisons import comparison_records, comparisons_markdown
-from tuner.results.export import markdown_table, study_records, to_jsonl
-from tuner.results.recommend import (
-    emulated_memory_warning,
-    gpu_memory_gib,
-    recommendation,
-    serve_flags,
-)
-from tuner.results.report import (
-    ComparisonReport,
-    Distribution,
-    StudyReport,
-    comparison_report,
-    overview,
-    study_report,
-)
-from tuner.results.report.bench_export import bench_files
-from tuner.results.report.curves import (
-    StudyCurves,
-    TrialCurve,
-    any_capacity,
-    study_curves,
-    trial_capacities,
-)
-from tuner.results.report.study import ParetoPoint
-from tuner.results.sizing import Rate, parse_rate, size
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.results.comparisons import comparison_records, comparisons_markdown
+    from tuner.results.export import markdown_table, study_records, to_jsonl
+    from tuner.results.recommend import (
+        emulated_memory_warning,
+        gpu_memory_gib,
+        recommendation,
+        serve_flags,
+    )
+    from tuner.results.report import (
+        ComparisonReport,
+        Distribution,
+        StudyReport,
+        comparison_report,
+        study_report,
+    )
+    from tuner.results.report.bench_export import bench_files
+    from tuner.results.report.curves import (
+        StudyCurves,
+        TrialCurve,
+        any_capacity,
+        study_curves,
+        trial_capacities,
+    )
+    from tuner.results.report.overview import overview
+    from tuner.results.report.study import ParetoPoint
+    from tuner.results.sizing import Rate, parse_rate, size
 
 __all__ = [
     "ComparisonReport",
@@ -55,3 +60,5 @@ __all__ = [
     "to_jsonl",
     "trial_capacities",
 ]
+
+__getattr__, __dir__ = face(__name__)

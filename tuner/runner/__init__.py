@@ -4,20 +4,25 @@
 (one measured server launch per call, ``vllm``) and the check of the requested GPU against this
 machine (``hardware``, ``placement``)."""
 
-from tuner.runner.hardware import check_hardware, matching_gpus
-from tuner.runner.interpreter import detect_vllm, load_flags
-from tuner.runner.interrupts import sigterm_as_interrupt
-from tuner.runner.leases import reap_orphans
-from tuner.runner.ports import free_port, port_is_open
-from tuner.runner.procgroup import kill_group
-from tuner.runner.server import VllmServer
-from tuner.runner.vllm import (
-    VLLM_MODULE,
-    PhaseCallback,
-    RunnerSettings,
-    TrialRunner,
-    VllmTrialRunner,
-)
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.runner.hardware import check_hardware, matching_gpus
+    from tuner.runner.interpreter import detect_vllm, load_flags
+    from tuner.runner.interrupts import sigterm_as_interrupt
+    from tuner.runner.leases import reap_orphans
+    from tuner.runner.ports import free_port, port_is_open
+    from tuner.runner.procgroup import kill_group
+    from tuner.runner.server import VllmServer
+    from tuner.runner.vllm import (
+        VLLM_MODULE,
+        PhaseCallback,
+        RunnerSettings,
+        TrialRunner,
+        VllmTrialRunner,
+    )
 
 __all__ = [
     "VLLM_MODULE",
@@ -36,3 +41,5 @@ __all__ = [
     "reap_orphans",
     "sigterm_as_interrupt",
 ]
+
+__getattr__, __dir__ = face(__name__)

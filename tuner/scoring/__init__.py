@@ -1,55 +1,60 @@
 """From measurements to judgements: objectives and SLO constraints, the one ranking rule,
 launch-to-launch significance and the caveats on a number."""
 
-from tuner.scoring.caveats import (
-    Disagreement,
-    WindowFlags,
-    arm_window_note,
-    beyond_disagreement,
-    disagreement,
-    disagreement_verdict,
-    stored_window_note,
-    window_flags,
-)
-from tuner.scoring.cost import SECONDS_PER_HOUR, TOKENS, trial_cost
-from tuner.scoring.early_stop import StopPolicy, early_stop, meets_slo_within_noise
-from tuner.scoring.noise import (
-    Components,
-    Launch,
-    NoiseKey,
-    NoiseProfile,
-    components,
-    launch_value,
-    logs,
-    pooled_ratio_interval,
-    profile_of,
-)
-from tuner.scoring.objectives import GIB
-from tuner.scoring.ranking import Standing, best_first, canary_broken
-from tuner.scoring.regime import Diagnosis, diagnose
-from tuner.scoring.sequential import (
-    BUDGET,
-    CONTINUE,
-    MIN_EFFECT,
-    PRECISE,
-    SIGNIFICANT,
-    SequentialPlan,
-    Step,
-    half_width_at,
-    launches_for,
-    next_step,
-)
-from tuner.scoring.significance import (
-    BETTER,
-    INCONCLUSIVE,
-    NO_DIFFERENCE,
-    WORSE,
-    RatioInterval,
-    is_inconclusive,
-    ratio_interval,
-    ratio_text,
-    t_quantile,
-)
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.scoring.caveats import (
+        Disagreement,
+        WindowFlags,
+        arm_window_note,
+        beyond_disagreement,
+        disagreement,
+        disagreement_verdict,
+        stored_window_note,
+        window_flags,
+    )
+    from tuner.scoring.cost import SECONDS_PER_HOUR, TOKENS, trial_cost
+    from tuner.scoring.early_stop import StopPolicy, meets_slo_within_noise
+    from tuner.scoring.noise import (
+        Components,
+        Launch,
+        NoiseKey,
+        NoiseProfile,
+        components,
+        launch_value,
+        logs,
+        pooled_ratio_interval,
+        profile_of,
+    )
+    from tuner.scoring.objectives import GIB
+    from tuner.scoring.ranking import Standing, best_first, canary_broken
+    from tuner.scoring.regime import Diagnosis, diagnose
+    from tuner.scoring.sequential import (
+        BUDGET,
+        CONTINUE,
+        MIN_EFFECT,
+        PRECISE,
+        SIGNIFICANT,
+        SequentialPlan,
+        Step,
+        half_width_at,
+        launches_for,
+        next_step,
+    )
+    from tuner.scoring.significance import (
+        BETTER,
+        INCONCLUSIVE,
+        NO_DIFFERENCE,
+        WORSE,
+        RatioInterval,
+        is_inconclusive,
+        ratio_interval,
+        ratio_text,
+        t_quantile,
+    )
 
 __all__ = [
     "BETTER",
@@ -84,7 +89,6 @@ __all__ = [
     "diagnose",
     "disagreement",
     "disagreement_verdict",
-    "early_stop",
     "half_width_at",
     "is_inconclusive",
     "launch_value",
@@ -101,3 +105,5 @@ __all__ = [
     "trial_cost",
     "window_flags",
 ]
+
+__getattr__, __dir__ = face(__name__)

@@ -1,24 +1,29 @@
 """Study specs: TOML files and CLI options turned into one validated StudySpec."""
 
-from tuner.spec.configs import (
-    check_confidence,
-    configs_in,
-    knob_table,
-    parse_config_spec,
-    parse_search,
-    parse_workload_overrides,
-    with_overrides,
-)
-from tuner.spec.fields import Fail, find_line, read_toml, typed_value, workload_field
-from tuner.spec.resume import resumed_spec, stored_spec
-from tuner.spec.study import (
-    DEFAULT_SPEC_PATH,
-    NO_SLO,
-    StudySpec,
-    check_flags,
-    load_spec,
-    spec_from_mapping,
-)
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.spec.configs import (
+        check_confidence,
+        configs_in,
+        knob_table,
+        parse_config_spec,
+        parse_search,
+        parse_workload_overrides,
+        with_overrides,
+    )
+    from tuner.spec.fields import Fail, find_line, read_toml, typed_value, workload_field
+    from tuner.spec.resume import resumed_spec, stored_spec
+    from tuner.spec.study import (
+        DEFAULT_SPEC_PATH,
+        NO_SLO,
+        StudySpec,
+        check_flags,
+        load_spec,
+        spec_from_mapping,
+    )
 
 __all__ = [
     "DEFAULT_SPEC_PATH",
@@ -42,3 +47,5 @@ __all__ = [
     "with_overrides",
     "workload_field",
 ]
+
+__getattr__, __dir__ = face(__name__)

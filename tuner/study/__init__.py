@@ -1,19 +1,24 @@
 """A study end to end: composed from a spec, run as an Optuna loop, confirmed against vLLM's
 defaults, or taken from the API's queue by a worker."""
 
-from tuner.study.confirm import (
-    CONFIRM_NUMBER_BASE,
-    DEFAULTS_LABEL,
-    Confirmed,
-    choose,
-    is_confirmation,
-    study_pick,
-)
-from tuner.study.loop import run_study, set_up_study
-from tuner.study.parallel import refuse_sqlite
-from tuner.study.planning import stored_plan
-from tuner.study.standings import best_across, rank, standings, study_objective
-from tuner.study.worker import join_study, run_worker
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.study.confirm import (
+        CONFIRM_NUMBER_BASE,
+        DEFAULTS_LABEL,
+        Confirmed,
+        choose,
+        is_confirmation,
+        study_pick,
+    )
+    from tuner.study.loop import run_study, set_up_study
+    from tuner.study.parallel import refuse_sqlite
+    from tuner.study.planning import stored_plan
+    from tuner.study.standings import best_across, rank, study_objective
+    from tuner.study.worker import join_study, run_worker
 
 __all__ = [
     "CONFIRM_NUMBER_BASE",
@@ -28,8 +33,9 @@ __all__ = [
     "run_study",
     "run_worker",
     "set_up_study",
-    "standings",
     "stored_plan",
     "study_objective",
     "study_pick",
 ]
+
+__getattr__, __dir__ = face(__name__)

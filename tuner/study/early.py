@@ -25,8 +25,9 @@ from tuner.db import TrialRow
 from tuner.domain import Objective, ServingConfig, Slo, TrialStatus, WindowMetrics
 from tuner.load.generator import FirstPointCheck, first_point_windows
 from tuner.load.stats import summarize
-from tuner.scoring import Standing, StopPolicy, early_stop, meets_slo_within_noise
+from tuner.scoring import Standing, StopPolicy, meets_slo_within_noise
 from tuner.scoring import objectives as scoring
+from tuner.scoring.early_stop import early_stop
 from tuner.study.standings import standings
 
 # Log-scale SD of a configuration's throughput across fresh launches when the study has not

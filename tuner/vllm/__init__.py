@@ -3,23 +3,28 @@ on its command line (``flags``, ``flagvalues``, ``argv``, ``flaghelp``), which v
 interpreter has (``version``), its compile caches (``caches``) and the language of its logs
 (``logparse``). Starting and stopping the process is ``tuner.runner``'s."""
 
-from tuner.vllm.caches import CacheDir, cache_dir, cache_key
-from tuner.vllm.flags import (
-    PROBE,
-    PROBE_MARK,
-    PROBE_TIMEOUT_S,
-    Flag,
-    FlagCatalog,
-    cache_path,
-    knob_spelling,
-    shipped,
-    shipped_union,
-    spelling_key,
-    spelt_like_a_flag,
-)
-from tuner.vllm.flagvalues import knob_flag, knob_key, typed_value
-from tuner.vllm.logparse import classify_start_failure
-from tuner.vllm.version import VllmInstall, parse_version
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.vllm.caches import CacheDir, cache_dir, cache_key
+    from tuner.vllm.flags import (
+        PROBE,
+        PROBE_MARK,
+        PROBE_TIMEOUT_S,
+        Flag,
+        FlagCatalog,
+        cache_path,
+        knob_spelling,
+        shipped,
+        shipped_union,
+        spelling_key,
+        spelt_like_a_flag,
+    )
+    from tuner.vllm.flagvalues import knob_flag, knob_key, typed_value
+    from tuner.vllm.logparse import classify_start_failure
+    from tuner.vllm.version import VllmInstall, parse_version
 
 __all__ = [
     "PROBE",
@@ -43,3 +48,5 @@ __all__ = [
     "spelt_like_a_flag",
     "typed_value",
 ]
+
+__getattr__, __dir__ = face(__name__)
