@@ -31,32 +31,34 @@ import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
-if TYPE_CHECKING:
-    from tuner.compose import prepare
-    from tuner.db.repository import Repository
-    from tuner.domain import (
-        Estimate,
-        FailureClass,
-        Objective,
-        ServingConfig,
-        Slo,
-        TrialResult,
-        TrialStatus,
-        Workload,
-    )
-    from tuner.errors import TunerError
-    from tuner.load.generator import LoadGenerator
-    from tuner.results.recommend import recommendation
-    from tuner.runner.vllm import TrialRunner, VllmTrialRunner
-    from tuner.scoring.ranking import Standing, best_first
-    from tuner.space import SearchSpace
-    from tuner.spec.study import StudySpec, load_spec
-    from tuner.study.loop import run_study
-    from tuner.study.standings import rank
+_PUBLIC = {
+    "prepare": "tuner.compose",
+    "Repository": "tuner.db.repository",
+    "Estimate": "tuner.domain",
+    "FailureClass": "tuner.domain",
+    "Objective": "tuner.domain",
+    "ServingConfig": "tuner.domain",
+    "Slo": "tuner.domain",
+    "TrialResult": "tuner.domain",
+    "TrialStatus": "tuner.domain",
+    "Workload": "tuner.domain",
+    "TunerError": "tuner.errors",
+    "LoadGenerator": "tuner.load.generator",
+    "recommendation": "tuner.results.recommend",
+    "TrialRunner": "tuner.runner.vllm",
+    "VllmTrialRunner": "tuner.runner.vllm",
+    "Standing": "tuner.scoring.ranking",
+    "best_first": "tuner.scoring.ranking",
+    "SearchSpace": "tuner.space",
+    "StudySpec": "tuner.spec.study",
+    "load_spec": "tuner.spec.study",
+    "run_study": "tuner.study.loop",
+    "rank": "tuner.study.standings",
+}
 
 __all__ = [
     "Estimate",
@@ -122,4 +124,14 @@ def _type_checking_imports(source: Path) -> dict[str, str]:
     return found
 
 
-__getattr__, __dir__ = face(__name__)
+def __getattr__(name: str) -> Any:
+    # tuner's own names, by module path: an import here, even under TYPE_CHECKING, would tie
+    # every package that imports ``face`` to every layer in the import contract
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tuner' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

@@ -14,9 +14,9 @@ import pytest
 from tuner import _type_checking_imports
 
 ROOT = Path(__file__).resolve().parents[2]
-FACES = ["tuner", *(f"tuner.{p}" for p in (
+FACES = [f"tuner.{p}" for p in (
     "abtest", "catalog", "db", "results", "runner", "scoring", "spec", "study", "vllm",
-))]  # fmt: skip
+)]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", FACES)
@@ -24,13 +24,24 @@ def test_every_name_of_a_face_is_its_modules_own(name: str) -> None:
     package = importlib.import_module(name)
     assert package.__file__ is not None
     where = _type_checking_imports(Path(package.__file__))
-    offered = set(package.__all__) - {"__version__", "face"}
+    offered = set(package.__all__)
     assert offered == set(where), offered ^ set(where)
     for attr, module in where.items():
         assert getattr(package, attr) is getattr(importlib.import_module(module), attr)
     assert sorted(dir(package)) == sorted(package.__all__)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         _ = package.no_such_name
+
+
+def test_tuners_own_names_resolve_by_module_path() -> None:
+    """``tuner``'s face names its modules as strings: an import there, even under
+    TYPE_CHECKING, would tie every package that imports ``tuner.face`` to every layer."""
+    import tuner
+
+    assert tuner._type_checking_imports(Path(tuner.__file__ or "")) == {}
+    for name in set(tuner.__all__) - {"__version__", "face"}:
+        assert getattr(tuner, name) is not None
+    assert tuner.Repository.__module__ == "tuner.db.repository"
 
 
 def test_a_module_of_a_package_does_not_import_its_face() -> None:
