@@ -57,6 +57,7 @@ SERIAL = frozenset(
         "postgres/test_postgres_one_study.py",
         "postgres/test_postgres_optuna.py",
         "postgres/test_postgres_workers.py",
+        "unit/test_load_generator.py",
     }
 )
 _ROOT = Path(__file__).parent

@@ -5,12 +5,14 @@ from __future__ import annotations
 import socket
 import time
 
+import numpy as np
 import pytest
 from aiohttp import web
 
 from tests.sseserver import FakeVllm, endless, event, serving, stream
 from tuner.domain import FailureClass, Slo, Workload
 from tuner.errors import LoadFailure, UsageError
+from tuner.load import selfcheck
 from tuner.load import stream as stream_module
 from tuner.load.generator import LoadGenerator
 from tuner.load.prompts import PromptFactory
@@ -267,9 +269,14 @@ def test_bad_settings_are_rejected_before_any_request() -> None:
     assert server.bodies == []
 
 
-def test_a_saturated_client_is_flagged_client_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_saturated_client_is_never_reported_clean(monkeypatch: pytest.MonkeyPatch) -> None:
     """A generator throttled to ~0.3 ms of CPU per chunk cannot keep up with a server that
-    sends chunks as fast as it can: its windows must say so."""
+    sends chunks as fast as it can: its window must say so. With a core to itself it says
+    "client-bound"; on a machine whose other processes take that core (CI beside CPU vLLM
+    measured the throttled client at 0.39 of a core, its loop stalled 2.2 s) the same window is
+    "disturbed", naming the contention it measured. Either way its throughput is never passed
+    off as the server's; which of the two rules fired is asserted by the pure tests of
+    ``judge`` below."""
     real = stream_module._Stream._token
 
     def throttled(self: stream_module._Stream, now: float) -> None:
@@ -285,9 +292,37 @@ def test_a_saturated_client_is_flagged_client_bound(monkeypatch: pytest.MonkeyPa
         report = _generator(url).run(w.replace(warmup_requests=0, length_jitter=0.0))
     health = report.windows[0].client
     assert health is not None
-    assert health.client_bound, health
-    assert health.client_cpu >= 0.5
-    assert any("client" in n for n in health.notes)
+    assert health.client_bound or health.disturbed, health
+    if health.client_bound:
+        assert health.client_cpu >= selfcheck.BUSY_FOR_LAG
+        assert any("client" in n for n in health.notes)
+    else:  # starved by others: the contention is what the notes name
+        assert health.client_cpu < selfcheck.BUSY_FOR_LAG, health
+        assert any("contention" in n or "other processes" in n for n in health.notes), health
+
+
+@pytest.mark.parametrize(
+    ("cpu", "lag_ms", "bound", "disturbed"),
+    [
+        (0.95, 0.0, True, False),  # a core's worth of CPU: saturated
+        (0.6, 50.0, True, False),  # busy and late: its own work delays it
+        (0.2, 50.0, False, True),  # late while idle: someone else has the core
+        (0.2, 1.0, False, False),  # idle and punctual: clean
+    ],
+)
+def test_judge_tells_a_saturated_client_from_a_starved_one(
+    cpu: float, lag_ms: float, bound: bool, disturbed: bool
+) -> None:
+    lags = np.full(200, lag_ms)
+    health = selfcheck.judge(client_cpu=cpu, lags_ms=lags, reading=None, cores=2)
+    assert (health.client_bound, health.disturbed) == (bound, disturbed), health
+
+
+def test_judge_calls_busy_neighbours_disturbed() -> None:
+    reading = selfcheck.NeighbourReading(host_cpu=1.9, others_cpu=1.2, other_gpu_processes=0)
+    health = selfcheck.judge(client_cpu=0.3, lags_ms=np.zeros(10), reading=reading, cores=2)
+    assert health.disturbed and not health.client_bound
+    assert any("other processes used 1.2 of 2 cores" in n for n in health.notes)
 
 
 def test_an_idle_client_against_a_slow_server_is_not_flagged() -> None:
