@@ -11,7 +11,7 @@ from tuner.catalog import MODELS, levers, tokenizer_dir
 from tuner.db import Repository, StudyRow
 from tuner.domain import Estimate, Objective, ServingConfig
 from tuner.results import costs, energy
-from tuner.scoring import BETTER, INCONCLUSIVE, WindowFlags, window_flags
+from tuner.scoring import WindowFlags, window_flags
 from tuner.study import Confirmed, choose, rank, study_pick
 from tuner.vllm import argv
 
@@ -102,20 +102,7 @@ class Recommendation:
         lines.extend(f"  caution: {c}" for c in self.window_cautions())
         if self.confirmed is not None:
             c = self.confirmed
-            if c.verdict == BETTER:
-                verdict = (
-                    f"better than vLLM's defaults: score x{c.score:.3f} [{c.score_low:.3f}, "
-                    f"{c.score_high:.3f}]"
-                )
-            elif c.verdict == INCONCLUSIVE:
-                verdict = (
-                    "inconclusive: launches of one configuration disagreed far beyond their "
-                    "noise (see below), so nothing was confirmed: run vLLM's defaults, and "
-                    "measure again on a quiet machine"
-                )
-            else:
-                verdict = "no significant difference from defaults: run vLLM's defaults"
-            lines.append(f"  confirmation (fresh launches, interleaved): {verdict}")
+            lines.append(f"  confirmation (fresh launches, interleaved): {c.verdict_text()}")
             lines.extend(f"    {d}" for d in c.details)
             lines.extend(f"    caution: {note}" for note in c.caveats)
         prov = ", ".join(f"{k} {v}" for k, v in self.provenance.items() if v not in (None, ""))

@@ -21,9 +21,15 @@ The objective's score and the pooled interval: an objective that weighs one metr
 (throughput, latency, memory, capacity, cost) has that metric as its score, so its stored
 interval (pooled where valid) is the score's interval directly (inverted for a lower-is-better
 metric). The balanced objective's composite score mixes metrics whose noise profile is kept per
-metric, not for the composite; there the looks decide on the objective's deciding metric (the
-heaviest weight: the output throughput, :func:`decision_metric`) and the composite's interval
-stays Welch's on the per-launch composite values, at the per-look level.
+metric, not for the composite; there the looks stop on the objective's deciding metric (the
+heaviest weight: the output throughput, :func:`decision_metric`), and the verdict rests on what
+the looks stopped on: a candidate wins when that metric's interval says better, no metric the
+objective weighs says worse, and the composite score's point estimate is above 1. The
+composite's own interval (Welch's on the per-launch composite values, at the per-look level) is
+reported beside it, never decides: on the H200 (2026-12-04) a confirmation stopped at three
+launches a side with output tok/s x1.34 [1.01, 1.78] decided, while the composite's Welch
+interval on 2.5 degrees of freedom still held 1, and a verdict resting on the composite called
+that "no significant difference" after the looks had stopped for it.
 
 Confirmation runs are stored as trials of phase "confirm", numbered from
 :data:`CONFIRM_NUMBER_BASE` so they never collide with Optuna's numbers, and never told to
@@ -242,6 +248,32 @@ class Confirmed:
     details: tuple[str, ...]  # one line per metric of the objective
     # What to keep in mind: "A (defaults): 2 of 9 windows disturbed; ..." of that comparison.
     caveats: tuple[str, ...] = ()
+    # A composite objective's verdict rests on its deciding metric, not on the score's interval:
+    # that metric's label, ratio and interval (None where the score's interval decides).
+    decided_on: tuple[str, float, float, float] | None = None
+
+    def verdict_text(self) -> str:
+        """The verdict for people, with the interval it rests on."""
+        if self.verdict == BETTER:
+            if self.decided_on is not None:
+                label, ratio, low, high = self.decided_on
+                return (
+                    f"better than vLLM's defaults: {label} x{ratio:.3f} [{low:.3f}, {high:.3f}] "
+                    f"(the objective's deciding metric; none of its metrics worse), score "
+                    f"x{self.score:.3f} (composite, Welch's [{self.score_low:.3f}, "
+                    f"{self.score_high:.3f}] at the per-look level)"
+                )
+            return (
+                f"better than vLLM's defaults: score x{self.score:.3f} [{self.score_low:.3f}, "
+                f"{self.score_high:.3f}]"
+            )
+        if self.verdict == INCONCLUSIVE:
+            return (
+                "inconclusive: launches of one configuration disagreed far beyond their "
+                "noise (see below), so nothing was confirmed: run vLLM's defaults, and "
+                "measure again on a quiet machine"
+            )
+        return "no significant difference from defaults: run vLLM's defaults"
 
     def chose(self, number: int, is_baseline: bool) -> bool:
         """Whether this verdict picks search trial ``number`` (the defaults: the baseline)."""
@@ -255,9 +287,12 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
     :mod:`tuner.scoring.objectives`, which is log-linear), so the candidate's score relative to the
     defaults has an interval like any metric: the stored one of the metric an objective weighs
     alone (pooled where valid), else Welch's on the composite values (see the module
-    docstring). A candidate wins when that interval lies
-    above 1 (and, for the memory preset, its throughput is not significantly worse); the best
-    winner by score is chosen. A candidate whose comparison is inconclusive on a metric of the
+    docstring). An objective of one metric: a candidate wins when that interval lies above 1
+    (and, for the memory preset, its throughput is not significantly worse). A composite
+    (balanced): when the deciding metric the looks stopped on says better, no metric it weighs
+    says worse, and the composite's point estimate is above 1; the composite's interval is
+    reported beside it (:attr:`Confirmed.decided_on` holds what decided). The best winner by
+    score is chosen. A candidate whose comparison is inconclusive on a metric of the
     objective (launches of a side disagreed far beyond their noise) cannot win. No winner: the
     defaults, "no significant difference", or "inconclusive" when some comparison was.
     """
@@ -274,7 +309,15 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         interval = _score_interval(row, metrics, objective)
         if interval is None:
             continue
-        wins = interval.verdict(higher_is_better=True) == BETTER
+        decided_on = _deciding(metrics, objective)
+        if decided_on is None:
+            wins = interval.verdict(higher_is_better=True) == BETTER
+        else:  # a composite: what the looks stopped on, no weighed metric worse, score above 1
+            deciding = metrics.get(decision_metric(objective), {})
+            weighed = (metrics.get(n, {}).get("verdict") for n in _judged(objective))
+            wins = (
+                deciding.get("verdict") == BETTER and WORSE not in weighed and interval.ratio > 1.0
+            )
         if objective is Objective.MEMORY and metrics["output_throughput"]["verdict"] == WORSE:
             wins = False
         if wins and (best is None or interval.ratio > best.score):
@@ -288,6 +331,7 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
                 row.id,
                 _details(metrics),
                 _caveats(row),
+                decided_on,
             )
     if best is not None:
         return best
@@ -329,6 +373,20 @@ def _score_interval(
     return ratio_interval(
         _composites(metrics, "a", objective), _composites(metrics, "b", objective), confidence
     )
+
+
+def _deciding(
+    metrics: Mapping[str, Any], objective: Objective
+) -> tuple[str, float, float, float] | None:
+    """A composite objective's deciding metric as (label, ratio, low, high); None for an
+    objective that weighs one metric alone (its score's interval is that metric's)."""
+    if sum(1 for w in scoring.WEIGHTS[objective] if w) < 2:
+        return None
+    m = metrics.get(decision_metric(objective), {})
+    ratio, low, high = m.get("ratio"), m.get("low"), m.get("high")
+    if ratio is None or low is None or high is None:
+        return None
+    return (str(m.get("label", decision_metric(objective))), ratio, low, high)
 
 
 def _judged(objective: Objective) -> tuple[str, ...]:

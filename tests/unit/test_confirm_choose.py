@@ -1,0 +1,116 @@
+"""What a composite objective's confirmation verdict rests on (tuner.study.confirm.choose).
+
+The looks of a balanced study's confirmation stop on its deciding metric (output tok/s); the
+verdict must rest on the same thing, not on the composite score's own Welch interval, which on
+three launches a side has about 2.5 degrees of freedom. The figures are the H200's confirmation
+of 2026-12-04 (docs/results/plan-h200.md): three launches a side, per-look level 96.65 %.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuner.db import ComparisonRow
+from tuner.domain import Objective, ServingConfig
+from tuner.scoring import BETTER, NO_DIFFERENCE, WORSE
+from tuner.study.confirm import DEFAULTS_LABEL, choose
+
+A_THR = [12027.9, 11158.2, 11851.3]
+B_THR = [14073.3, 15592.7, 17471.6]
+A_E2E = [7217.9, 7995.3, 7788.1]
+B_E2E = [6704.5, 5595.0, 5053.8]
+MEM = [131.51, 131.51, 131.51]
+CANDIDATE = ServingConfig.from_dict(
+    {"api_server_count": 4, "async_scheduling": True, "stream_interval": 8}
+)
+
+
+def _metric(name: str, label: str, a: list[float], b: list[float], ratio: float, low: float,
+            high: float, verdict: str, higher: bool) -> dict[str, Any]:  # fmt: skip
+    return {
+        "metric": name,
+        "label": label,
+        "ratio": ratio,
+        "low": low,
+        "high": high,
+        "verdict": verdict,
+        "higher_is_better": higher,
+        "method": "welch: no noise profile for this key",
+        "a": {"values": a},
+        "b": {"values": b},
+    }
+
+
+def _row(
+    *, thr: str = BETTER, e2e: str = NO_DIFFERENCE, b_e2e: list[float] = B_E2E
+) -> ComparisonRow:
+    metrics = [
+        _metric("output_throughput", "output tok/s", A_THR, B_THR, 1.3408, 1.0113, 1.7777, thr,
+                True),
+        _metric("e2e_p99_ms", "P99 E2E ms", A_E2E, b_e2e, 0.750, 0.517, 1.088, e2e, False),
+        _metric("memory_gib", "memory GiB", MEM, MEM, 1.0, 0.9996, 1.0006, NO_DIFFERENCE, False),
+    ]  # fmt: skip
+    results = {
+        "metrics": metrics,
+        "confidence": 0.95,
+        "a_label": DEFAULTS_LABEL,
+        "b_label": "#5",
+        "decision": {"kind": "sequential", "per_look_confidence": 0.9665060489206141},
+        "kind": "confirmation",
+    }
+    return ComparisonRow(
+        id=1,
+        created_at=0.0,
+        model="ernie-0.3b",
+        gpu="NVIDIA H200",
+        workload="throughput-256",
+        a_config=ServingConfig(),
+        b_config=CANDIDATE,
+        repeats=3,
+        results=results,
+        verdicts={m["metric"]: m["verdict"] for m in metrics},
+        provenance=None,
+        study_id=1,
+    )
+
+
+def test_the_balanced_verdict_rests_on_what_the_looks_stopped_on() -> None:
+    confirmed = choose([_row()], Objective.BALANCED)
+    assert confirmed is not None
+    assert confirmed.verdict == BETTER and confirmed.label == "#5"
+    assert confirmed.config == CANDIDATE
+    assert confirmed.decided_on is not None
+    label, ratio, low, _high = confirmed.decided_on
+    assert (label, round(ratio, 3), round(low, 3)) == ("output tok/s", 1.341, 1.011)
+    # The composite's own Welch interval still holds 1: it is reported, it does not decide.
+    assert confirmed.score > 1.0 and confirmed.score_low < 1.0 < confirmed.score_high
+    text = confirmed.verdict_text()
+    assert text.startswith("better than vLLM's defaults: output tok/s x1.341 [1.011, 1.778]")
+    assert "composite" in text
+
+
+def test_no_win_when_a_weighed_metric_is_worse() -> None:
+    confirmed = choose([_row(e2e=WORSE)], Objective.BALANCED)
+    assert confirmed is not None and confirmed.verdict == NO_DIFFERENCE
+    assert confirmed.label == DEFAULTS_LABEL and confirmed.config == ServingConfig()
+
+
+def test_no_win_when_the_deciding_metric_is_undecided() -> None:
+    confirmed = choose([_row(thr=NO_DIFFERENCE)], Objective.BALANCED)
+    assert confirmed is not None and confirmed.verdict == NO_DIFFERENCE
+
+
+def test_no_win_when_the_composite_points_below_one() -> None:
+    # Throughput decided better, latency not significantly worse but three times slower at
+    # its point estimate: the balanced score is below 1, so no winner.
+    slow = [v * 3.0 for v in A_E2E]
+    confirmed = choose([_row(b_e2e=slow)], Objective.BALANCED)
+    assert confirmed is not None and confirmed.verdict == NO_DIFFERENCE
+
+
+def test_an_objective_of_one_metric_is_decided_by_its_score_interval() -> None:
+    confirmed = choose([_row()], Objective.THROUGHPUT)
+    assert confirmed is not None and confirmed.verdict == BETTER
+    assert confirmed.decided_on is None
+    assert round(confirmed.score_low, 3) == 1.011
+    assert confirmed.verdict_text().startswith("better than vLLM's defaults: score x1.341")
