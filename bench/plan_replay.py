@@ -62,7 +62,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from replay_report import quantile  # noqa: E402
 from search_replay import DATASETS as SEARCH_DATASETS  # noqa: E402
 
-from tuner.catalog import levers  # noqa: E402
+from tuner.catalog import MEMORY_BANDWIDTH_GBS, levers  # noqa: E402
 from tuner.catalog.gpus import get_gpu  # noqa: E402
 from tuner.catalog.models import resolve_model  # noqa: E402
 from tuner.db.repository import Repository  # noqa: E402
@@ -77,8 +77,10 @@ from tuner.scoring.regime import Diagnosis, diagnose  # noqa: E402
 from tuner.space import SearchSpace  # noqa: E402
 from tuner.study.plan import (  # noqa: E402
     DEFAULT_LAUNCH_SD,
+    RECIPE,
     Plan,
     make_plan,
+    predict,
     screen_configs,
     screened,
     space_of,
@@ -328,14 +330,25 @@ def _tpe(seed: int, trials: int) -> optuna.samplers.TPESampler:
     )
 
 
-def run_plan(bench: Bench, plan: Plan | None, seed: int) -> Account:
-    """Defaults, the plan's screening trials, then TPE over the kept knobs, in one study."""
+def run_plan(bench: Bench, plan: Plan | None, seed: int, predicted: Plan | None = None) -> Account:
+    """The predicted regime's recipe (when ``predicted`` has knobs), the defaults, the plan's
+    screening trials (its recipe not again when the prediction measured it), then TPE over
+    the kept knobs, in one study, as ``tuner.study.planning`` orders them."""
     surface, rng, acc = bench.surface(seed), _rng(seed, "plan"), Account("plan", seed)
     _, best, _ = surface.best(bench.full)
     hit = _target(best, bench.args.target)
     study = optuna.create_study(
         directions=scoring.DIRECTIONS, sampler=_tpe(seed, bench.args.trials)
     )
+    first: tuple[ServingConfig, list[float]] | None = None
+    if predicted is not None and predicted.knobs:
+        (_, recipe), *_ = screen_configs(predicted, bench.card)
+        ahead = space_of(bench.card, [k.knob for k in predicted.knobs])
+        study.enqueue_trial(ahead.params_for(recipe))
+        trial = study.ask()
+        told = bench.evaluate(surface, ahead.suggest(trial), hit, rng, acc)
+        _tell(study, trial, told)
+        first = (recipe, told[0])
     study.enqueue_trial(bench.card.baseline_params())
     trial = study.ask()
     told = bench.evaluate(surface, bench.card.suggest(trial), hit, rng, acc)
@@ -347,6 +360,9 @@ def run_plan(bench: Bench, plan: Plan | None, seed: int) -> Account:
         planned = space_of(bench.card, plan.searched)
         scores: dict[str, float] = {}
         for knob, config in screen_configs(plan, bench.card):
+            if knob == RECIPE and first is not None and first[0] == config:
+                scores[knob] = scoring.score_values(first[1], bench.table.objective, reference)
+                continue
             study.enqueue_trial(planned.params_for(config))
             trial = study.ask()
             told = bench.evaluate(surface, planned.suggest(trial), hit, rng, acc)
@@ -419,6 +435,18 @@ def spaces(
             continue
     full = SearchSpace(m, g, w, fixed=fixed, search={k: [] for k in searchable}, flags=flags)
     return card, full
+
+
+def prediction_of(args: argparse.Namespace, card: SearchSpace) -> Diagnosis | None:
+    """The regime predicted before launch: ``tuner.study.plan.predict`` on the catalog's facts
+    (``--prediction auto``, what a study does), none (``none``: the order before predictions),
+    or a regime forced (to price a wrong prediction)."""
+    if args.prediction == "none":
+        return None
+    if args.prediction == "auto":
+        bandwidth = MEMORY_BANDWIDTH_GBS.get(card.gpu.name)
+        return predict(card.model, card.gpu, card.workload, bandwidth)
+    return Diagnosis(Regime(args.prediction), ("forced by --prediction",), {}, None)
 
 
 def diagnosis_of(result: TrialResult | None, regime: str) -> tuple[Diagnosis, str]:
@@ -513,9 +541,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     bench = Bench(table, card, full, args)
     diagnosis, source = diagnosis_of(result, args.regime)
     plan = make_plan(diagnosis, card, table.objective)
+    guess = prediction_of(args, card)
+    predicted = make_plan(guess, card, table.objective) if guess is not None else None
     runs: dict[str, list[Account]] = {s: [] for s in STRATEGIES}
     for seed in range(args.seeds):
-        runs["plan"].append(run_plan(bench, plan, seed))
+        runs["plan"].append(run_plan(bench, plan, seed, predicted))
         runs["random"].append(run_random(bench, seed, defaults_first=False))
         runs["random-defaults-first"].append(run_random(bench, seed, defaults_first=True))
     surface = bench.surface(0)
@@ -550,6 +580,12 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "seed": 0 if args.prior_sd else None,
         },
         "diagnosis": {"regime": diagnosis.regime.value, "source": source},
+        "prediction": {
+            "asked": args.prediction,
+            "regime": guess.regime.value if guess is not None else None,
+            "summary": guess.summary() if guess is not None else None,
+            "recipe_first": bool(predicted is not None and predicted.knobs),
+        },
         "plan": plan.as_dict() if plan is not None else None,
         "kept": {",".join(k) or "(none)": kept.count(k) for k in sorted(set(kept))},
         "strategies": {s: summarise(a, args.budget, args.level) for s, a in runs.items()},
@@ -574,6 +610,8 @@ def report(out: dict[str, Any]) -> str:
         f"dataset {t['dataset']} ({t['path']}, study {t['study']}, objective {t['objective']}): "
         f"{t['rows']} measured configurations, {t['launches']} launches",
         f"diagnosis: {out['diagnosis']['regime']} ({out['diagnosis']['source']})",
+        f"prediction ({out['prediction']['asked']}): {out['prediction']['summary'] or 'none'}"
+        + (": its recipe first" if out["prediction"]["recipe_first"] else ""),
     ]
     if out["plan"] is not None:
         lines += [f"  {line}" for line in out["plan"]["text"][1:2]]
@@ -636,6 +674,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--prior-sd", type=float, default=0.0, help="unmeasured knob values' effects")
     p.add_argument("--trial-s", type=float, default=0.0, help="a modelled trial's seconds")
     p.add_argument("--regime", default=Regime.FRONTEND.value, choices=[r.value for r in Regime])
+    p.add_argument(
+        "--prediction",
+        default="auto",
+        choices=["auto", "none", *(r.value for r in Regime)],
+        help="the regime predicted before launch: as a study predicts it, none, or forced",
+    )
     p.add_argument("--level", type=float, default=0.95, help="bootstrap confidence level")
     p.add_argument("--json-out", type=Path)
     args = p.parse_args(argv)

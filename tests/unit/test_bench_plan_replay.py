@@ -115,6 +115,27 @@ def test_a_lever_that_pays_x1_5_is_found_by_the_plan_sooner_than_by_random_searc
         assert rand.modelled + rand.pruned <= rand.trials
 
 
+def test_a_right_prediction_measures_the_recipe_first_and_a_wrong_one_pays_a_launch() -> None:
+    bench = _bench(_table([({}, 10000.0), ({"stream_interval": 8}, 15000.0)]))
+    frontend = Diagnosis(Regime.FRONTEND, ("API server at 1.00 of a core",), {}, 256)
+    plan = make_plan(frontend, bench.card, Objective.THROUGHPUT)
+    assert plan is not None
+    wrong = make_plan(
+        Diagnosis(Regime.DECODE, ("forced",), {}, 256), bench.card, Objective.THROUGHPUT
+    )
+    assert wrong is not None and wrong.knobs
+    for seed in (0, 1, 2):
+        # Right: the recipe at the first trial, and not measured again by the screening.
+        right = pr.run_plan(bench, plan, seed, predicted=plan)
+        assert right.found_trials == 1 and right.trials == 5
+        assert right.found_s is not None and math.isclose(right.found_s, 120.0)
+        assert set(right.plan["effects"]) == {k.knob for k in plan.knobs}
+        # Wrong: the decode recipe, then the defaults, then the frontend plan in full.
+        missed = pr.run_plan(bench, plan, seed, predicted=wrong)
+        assert missed.found_trials == 3 and missed.trials == 6
+        assert missed.found_s is not None and math.isclose(missed.found_s, 360.0)
+
+
 def test_summaries_count_censored_runs_and_the_ratio_has_an_interval() -> None:
     accounts = [pr.Account("plan", s, found_s=60.0 * (s + 1), found_trials=s + 1) for s in range(9)]
     accounts.append(pr.Account("plan", 9))  # never found

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 from tuner import face
 
 if TYPE_CHECKING:
-    from tuner.catalog.gpus import FLASH_ATTN, GPUS, GpuPrice, get_gpu, gpu_price, match_detected
+    from tuner.catalog.gpus import (
+        FLASH_ATTN,
+        GPUS,
+        MEMORY_BANDWIDTH_GBS,
+        GpuPrice,
+        get_gpu,
+        gpu_price,
+        match_detected,
+    )
     from tuner.catalog.levers import LEVERS
     from tuner.catalog.materialize import tokenizer_dir
     from tuner.catalog.models import MODELS, has_facts, resolve_model
@@ -18,6 +26,7 @@ __all__ = [
     "FLASH_ATTN",
     "GPUS",
     "LEVERS",
+    "MEMORY_BANDWIDTH_GBS",
     "MODELS",
     "VLLM_DEFAULT_GPU_MEMORY_UTILIZATION",
     "GpuPrice",

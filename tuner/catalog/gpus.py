@@ -100,6 +100,20 @@ GPUS: dict[str, GpuProfile] = {
 }
 
 
+# Peak memory bandwidth in GB/s, from NVIDIA's data sheets (the SXM part where there are two):
+# what a decode step reads its weights and KV cache at, at best (tuner.study.plan.predict).
+MEMORY_BANDWIDTH_GBS: Mapping[str, float] = {
+    "a10g": 600.0,
+    "rtx3090": 936.0,
+    "rtx4090": 1008.0,
+    "l4": 300.0,
+    "a100-40g": 1555.0,
+    "a100-80g": 2039.0,
+    "h100": 3350.0,
+    "h200": 4800.0,
+}
+
+
 @dataclass(frozen=True)
 class GpuPrice:
     """What one GPU of a profile costs per hour, and where that number comes from."""

@@ -265,6 +265,7 @@ def _open(
                 n_trials_requested=ctx.spec.trials,
             )
         study = open_optuna_study(ctx, create=True, storage=storage)
+        planning.enqueue_predicted(ctx, study)  # a predicted regime's recipe goes first
         study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})
         for item in ctx.spec.enqueue:
             study.enqueue_trial(ctx.space.params_for(ctx.space.config_from(item)))
@@ -307,6 +308,7 @@ def _loop(
         if sharing.over_budget(study.get_trials(deepcopy=False), trial.number, total):
             sharing.withdraw(study, trial, "the trial budget was taken by other workers")
             continue
+        space = planning.trial_space(ctx, trial, space)
         config = space.suggest(trial)
         twin = sharing.twin_of(study, trial)
         if twin is not None:

@@ -29,11 +29,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.catalog import levers
-from tuner.domain import Objective, ServingConfig
+from tuner.catalog import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, levers
+from tuner.domain import GpuProfile, ModelSpec, Objective, Regime, ServingConfig, Workload
 from tuner.errors import UsageError
 from tuner.load.fingerprint import fingerprint
 from tuner.scoring import Diagnosis
+from tuner.scoring.regime import LIGHT_STREAMS
 from tuner.space import DEFAULT, SearchSpace
 
 MAX_KNOBS = 4
@@ -131,6 +132,60 @@ class Plan:
             moved=tuple((int(n), str(r)) for n, r in data.get("moved") or ()),
             added=tuple(data.get("added") or ()),
         )
+
+
+# What one API-server process streams, one token a chunk, before its Python event loop is
+# saturated: 16,017 output tok/s with it at 1.04 cores on the H200 host (docs/results/
+# plan-h200.md, 2026-12-03). A host-dependent figure: predict() asks for wide margins around it.
+FRONTEND_TOK_S = 16_000.0
+# A prediction is made only this far from the line between the two sides: the GPU's roofline
+# (which no real step reaches) this many times the frontend's rate for "frontend-bound", the
+# frontend's rate this many times the roofline for "decode-bound".
+FRONTEND_MARGIN = 8.0
+DECODE_MARGIN = 2.0
+KV_ROOM = 0.5  # of the KV memory: a workload that would fill more may be KV-cache-bound
+PREDICTED = "predicted"  # the Optuna user attribute of a predicted regime's recipe trial
+
+
+def predict(
+    model: ModelSpec, gpu: GpuProfile, workload: Workload, bandwidth_gbs: float | None
+) -> Diagnosis | None:
+    """The regime arithmetic expects before anything is launched, or None where it cannot
+    say with a wide margin.
+
+    A decode step reads the weights and every stream's KV cache once, so a GPU of
+    ``bandwidth_gbs`` serves at most ``streams / (bytes read / bandwidth)`` output tokens a
+    second (the roofline; real steps are slower). One API-server process streams about
+    :data:`FRONTEND_TOK_S`. Far above it the frontend is the limit; far below it the GPU's
+    decoding is. Only closed-loop synthetic load of more than a few streams, with room in the
+    KV cache, is predicted: open-loop rates, traces, light load and a cache that may fill are
+    left to the defaults' measured diagnosis."""
+    if bandwidth_gbs is None or gpu.is_cpu or workload.request_rate is not None:
+        return None
+    if workload.trace is not None or workload.concurrency_ladder or workload.rate_ladder:
+        return None
+    streams = workload.concurrency
+    if streams <= LIGHT_STREAMS:
+        return None
+    context = workload.prompt_tokens + workload.output_tokens / 2
+    kv = streams * context * model.kv_bytes_per_token()
+    weights = model.weight_bytes()
+    room = gpu.memory_gib * 1024**3 * VLLM_DEFAULT_GPU_MEMORY_UTILIZATION - weights
+    if kv > KV_ROOM * room:
+        return None
+    roofline = streams / ((weights + kv) / (bandwidth_gbs * 1e9))
+    figures = {"roofline_tok_s": roofline, "frontend_tok_s": FRONTEND_TOK_S}
+    if roofline >= FRONTEND_MARGIN * FRONTEND_TOK_S:
+        regime, why = Regime.FRONTEND, "above"
+    elif DECODE_MARGIN * roofline <= FRONTEND_TOK_S:
+        regime, why = Regime.DECODE, "below"
+    else:
+        return None
+    evidence = (
+        f"predicted before launch: the GPU's roofline of {roofline:,.0f} out tok/s at "
+        f"{streams} streams is far {why} one API server's {FRONTEND_TOK_S:,.0f}",
+    )
+    return Diagnosis(regime, evidence, figures, streams)
 
 
 def space_of(card: SearchSpace, knobs: Sequence[str]) -> SearchSpace:

@@ -3,6 +3,13 @@ trial has a result, diagnose it, store and print the plan and enqueue its screen
 when those have results, judge them and narrow the space. The plan lives in the study's row,
 so a resumed study, or another worker, continues the same plan.
 
+Where arithmetic already names the regime (:func:`tuner.study.plan.predict`: the GPU's roofline
+far above or below what one API server streams), a new study measures that regime's recipe
+first and the defaults second, so its likeliest configuration is measured one launch earlier.
+The defaults' trial still diagnoses: when it names the predicted regime the recipe counts as
+the plan's first screening trial; when it names another, the prediction was wrong, the study
+says so, and its own plan is screened in full (the predicted trial stays one of the search).
+
 Called before every trial with the study's trial rows the loop read for it; it returns the space
 the next trial is drawn from. Its own reads: the plan record (another worker may have written
 it), and once, when the screening is judged, the stored launches of the noise profile.
@@ -16,12 +23,24 @@ from typing import Any
 import optuna
 
 from tuner.abtest import HEADLINE, load_profile, noise_key
+from tuner.catalog import MEMORY_BANDWIDTH_GBS
 from tuner.compose import StudyContext, plan_wanted
 from tuner.db import Repository, TrialRow
 from tuner.domain import Slo, TrialResult, TrialStatus
 from tuner.scoring import diagnose
 from tuner.space import SearchSpace
-from tuner.study.plan import SCREEN, Plan, make_plan, moved, screen_configs, screened, space_of
+from tuner.study.plan import (
+    PREDICTED,
+    RECIPE,
+    SCREEN,
+    Plan,
+    make_plan,
+    moved,
+    predict,
+    screen_configs,
+    screened,
+    space_of,
+)
 from tuner.study.standings import baseline, standings
 
 Say = Callable[[str, str], None]
@@ -38,6 +57,41 @@ def stored_plan(repo: Repository, name: str) -> dict[str, Any] | None:
 def _baseline_result(rows: Sequence[TrialRow]) -> TrialResult | None:
     row = baseline(rows)
     return row.to_result() if row is not None else None
+
+
+KNOBS = "predicted_knobs"  # the user attribute with the predicted recipe's knobs
+
+
+def enqueue_predicted(ctx: StudyContext, study: optuna.Study) -> None:
+    """On a new planned study, before its defaults: the predicted regime's recipe, if any."""
+    if not plan_wanted(ctx.spec) or ctx.emulated:
+        return
+    bandwidth = MEMORY_BANDWIDTH_GBS.get(ctx.gpu.name)
+    diagnosis = predict(ctx.model, ctx.gpu, ctx.workload, bandwidth)
+    plan = make_plan(diagnosis, ctx.space, ctx.spec.objective) if diagnosis else None
+    if diagnosis is None or plan is None or not plan.knobs:
+        return
+    knobs = [k.knob for k in plan.knobs]
+    (_, recipe), *_ = screen_configs(plan, ctx.space)
+    study.enqueue_trial(
+        space_of(ctx.space, knobs).params_for(recipe),
+        user_attrs={PREDICTED: diagnosis.summary(), KNOBS: knobs},
+    )
+
+
+def trial_space(ctx: StudyContext, trial: optuna.Trial, space: SearchSpace) -> SearchSpace:
+    """The space ``trial`` is drawn from: the card's for the defaults, the predicted recipe's
+    knobs for that trial, else ``space`` (the study's current one)."""
+    if trial.user_attrs.get("baseline"):
+        return ctx.space
+    knobs = trial.user_attrs.get(KNOBS)
+    if PREDICTED in trial.user_attrs and isinstance(knobs, list):
+        return space_of(ctx.space, [str(k) for k in knobs])
+    return space
+
+
+def _predicted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False) if PREDICTED in t.user_attrs]
 
 
 def current_space(
@@ -83,6 +137,9 @@ def _diagnose(
 ) -> SearchSpace:
     defaults = _baseline_result(rows)
     if defaults is None:
+        if not rows:
+            for t in _predicted(study):  # a new study: say why its first trial is not the defaults
+                say("prediction", f"{t.user_attrs[PREDICTED]}: its recipe first, then the defaults")
         return ctx.space  # the defaults are measured first (or failed: the card is searched)
     diagnosis = diagnose(defaults)
     plan = make_plan(diagnosis, ctx.space, ctx.spec.objective)
@@ -95,9 +152,32 @@ def _diagnose(
     for line in plan.lines()[1:]:
         say(*line.split(": ", 1))
     space = space_of(ctx.space, plan.searched)
+    measured = _predicted_recipe(study, plan, ctx.space, rows)
+    for t in _predicted(study):
+        if t.number != measured:
+            said = str(t.user_attrs[PREDICTED]).split(" at ")[0]
+            say("prediction", f"#{t.number} measured the recipe for {said}, not this plan's "
+                f"({diagnosis.regime}): it stays a trial of the search")  # fmt: skip
     for knob, config in screen_configs(plan, ctx.space):
+        if knob == RECIPE and measured is not None:
+            say("screening", f"the recipe was measured first, as predicted (#{measured})")
+            continue
         study.enqueue_trial(space.params_for(config), user_attrs={SCREEN: knob})
     return space
+
+
+def _predicted_recipe(
+    study: optuna.Study, plan: Plan, card: SearchSpace, rows: Sequence[TrialRow]
+) -> int | None:
+    """The number of the predicted trial that measured ``plan``'s recipe, if one did."""
+    (_, recipe), *_ = screen_configs(plan, card)
+    numbers = {t.number for t in _predicted(study)}
+    done = sorted(
+        r.number
+        for r in rows
+        if r.number in numbers and r.status is TrialStatus.COMPLETE and r.config == recipe
+    )
+    return done[0] if done else None
 
 
 def _judge(
@@ -110,11 +190,15 @@ def _judge(
     slo: Slo,
 ) -> Plan:
     trials = [t for t in study.get_trials(deepcopy=False) if SCREEN in t.user_attrs]
+    labels = {t.number: str(t.user_attrs[SCREEN]) for t in trials}
+    first = _predicted_recipe(study, plan, ctx.space, rows)
+    if first is not None:  # the predicted recipe is the screening's recipe
+        labels[first] = RECIPE
     expected = len(screen_configs(plan, ctx.space))
-    if len(trials) < expected or any(t.state in _UNFINISHED for t in trials):
+    if len(labels) < expected or any(t.state in _UNFINISHED for t in trials):
         return plan  # screening still runs
     scores = {r.number: r.score for r in standings(rows, ctx.spec.objective, slo)}
-    by_knob = {str(t.user_attrs[SCREEN]): scores.get(t.number, 0.0) for t in trials}
+    by_knob = {label: scores.get(number, 0.0) for number, label in labels.items()}
     sd, source = _launch_sd(ctx, repo, rows)
     judged = screened(plan, by_knob, sd, source)
     repo.set_study_plan(ctx.name, judged.as_dict())

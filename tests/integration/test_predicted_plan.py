@@ -1,0 +1,126 @@
+"""A planned study whose regime arithmetic predicts (tuner.study.plan.predict) measures that
+regime's recipe first and the defaults second; the defaults' diagnosis then decides whether the
+recipe counts as the screening's first trial (the prediction held) or stays a trial of the
+search (it did not). FakeRunner's launches carry the telemetry a diagnosis reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tests.studykit import make_repo
+from tuner.catalog.gpus import get_gpu
+from tuner.catalog.models import resolve_model
+from tuner.compose import StudyContext
+from tuner.domain import ServingConfig, TrialResult, TrialStatus, Workload
+from tuner.domain.workload import parse_slo
+from tuner.load.workloads import get_workload
+from tuner.space import SearchSpace
+from tuner.spec.study import StudySpec
+from tuner.study.loop import rank, run_study
+from tuner.testing.fake_runner import FakeRunner
+from tuner.vllm.flags import shipped
+
+FRONTEND = {"server_cpu_peak_process": 0.98, "gpu_utilization_mean": 0.3,
+            "requests_running_peak": 64.0}  # fmt: skip
+DECODE = {"gpu_utilization_mean": 0.97, "requests_running_peak": 64.0}
+
+
+class Telemetry(FakeRunner):
+    """FakeRunner whose launches report ``metrics`` as the server's telemetry."""
+
+    def __init__(self, metrics: Mapping[str, float], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.metrics = dict(metrics)
+
+    def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+        result = super().run(config, workload, **kw)
+        if result.status is not TrialStatus.COMPLETE:
+            return result
+        return dataclasses.replace(result, server_metrics=self.metrics)
+
+
+def _context(db_url: str, trials: int) -> StudyContext:
+    # ernie-0.3b at 64 streams on an H200: a roofline far above one API server's rate.
+    workload = get_workload("throughput-256").replace(
+        concurrency=64, requests_per_window=16, warmup_requests=2, windows=1, output_tokens=8
+    )
+    spec = StudySpec(model="ernie-0.3b", gpu="h200", workload=workload.name, trials=trials,
+                     name="predicted", confirm_launches=0)  # fmt: skip
+    model, gpu = resolve_model("ernie-0.3b"), get_gpu("h200")
+    return StudyContext(
+        name="predicted",
+        spec=spec,
+        model=model,
+        gpu=gpu,
+        workload=workload,
+        slo=parse_slo(""),
+        space=SearchSpace(model, gpu, workload, flags=shipped("0.26.0")),
+        storage_url=db_url,
+        vllm_version="0.26.0",
+        serve_model="baidu/ERNIE-4.5-0.3B-PT",
+    )
+
+
+def test_the_predicted_recipe_is_measured_first_and_counts_as_the_screenings(
+    tmp_path: Path,
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    ctx = _context(db_url, trials=6)
+    runner = Telemetry(FRONTEND)
+    said: list[tuple[str, str]] = []
+
+    class Say:
+        def trial_started(self, *a: Any) -> None: ...
+        def trial_finished(self, *a: Any) -> None: ...
+        def phase(self, phase: str, detail: str) -> None:
+            said.append((phase, detail))
+
+    run_study(ctx, runner, repo, reporter=Say())
+    recipe = runner.calls[0].to_dict()
+    assert recipe.get("stream_interval", 1) > 1, recipe  # the frontend's lever, first
+    assert runner.calls[1] == ServingConfig()  # then the defaults, which diagnose
+    assert ("prediction", next(d for p, d in said if p == "prediction")) in said
+    assert any(p == "screening" and "measured first" in d for p, d in said)
+    # The recipe is not measured twice: the leave-one-out trials follow the defaults.
+    assert runner.calls.count(runner.calls[0]) == 1
+    rows = repo.list_trials("predicted", limit=None)
+    base = [r for r in rows if r.is_baseline]
+    assert [r.number for r in base] == [1]
+    scores = {r.number: r.score for r in rank(repo, "predicted", ctx.spec.objective)}
+    assert scores[0] is not None and scores[1] == 1.0  # scored against the defaults
+    record = repo.get_study("predicted")
+    assert record is not None
+    plan = record.spec["plan_record"]
+    assert plan["diagnosis"]["regime"] == "frontend-bound"
+    # The screening was judged with the predicted trial as its recipe: one effect per knob.
+    assert plan["kept"] is not None and set(plan["effects"]) == {k["knob"] for k in plan["knobs"]}
+    assert plan["recipe"] == scores[0]
+
+
+def test_a_wrong_prediction_is_said_and_the_plan_screens_in_full(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    ctx = _context(db_url, trials=4)
+    runner = Telemetry(DECODE)  # the defaults say decode-bound: the prediction was wrong
+    said: list[tuple[str, str]] = []
+
+    class Say:
+        def trial_started(self, *a: Any) -> None: ...
+        def trial_finished(self, *a: Any) -> None: ...
+        def phase(self, phase: str, detail: str) -> None:
+            said.append((phase, detail))
+
+    run_study(ctx, runner, repo, reporter=Say())
+    assert runner.calls[0].to_dict().get("stream_interval", 1) > 1
+    assert runner.calls[1] == ServingConfig()
+    assert any(p == "prediction" and "stays a trial of the search" in d for p, d in said)
+    record = repo.get_study("predicted")
+    assert record is not None
+    plan = record.spec["plan_record"]
+    assert plan["diagnosis"]["regime"] == "decode-bound"
+    # The decode plan's own recipe is screened after the defaults.
+    assert "stream_interval" not in runner.calls[2].to_dict()
