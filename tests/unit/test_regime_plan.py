@@ -221,3 +221,41 @@ def test_a_knob_already_at_vllms_resolved_default_or_a_cap_that_never_bound_is_n
     assert vllm_default("max_num_seqs", _card("a100-80g").gpu) == 256
     assert vllm_default("max_num_batched_tokens", card.gpu) == 8192
     assert vllm_default("max_num_seqs", _card("cpu", "smoke").gpu) == 128
+
+
+def _predict(model: str, gpu: str, workload: str, **over: object) -> Diagnosis | None:
+    from tuner.catalog.gpus import MEMORY_BANDWIDTH_GBS
+    from tuner.study.plan import predict
+
+    w = get_workload(workload).replace(**over) if over else get_workload(workload)
+    return predict(resolve_model(model), get_gpu(gpu), w, MEMORY_BANDWIDTH_GBS.get(gpu))
+
+
+def test_the_regime_predicted_before_launch_where_the_margin_is_wide() -> None:
+    # Both H200 studies of docs/results/plan-h200.md, predicted as they were diagnosed.
+    heavy = _predict("ernie-0.3b", "h200", "throughput-256")
+    assert heavy is not None and heavy.regime is Regime.FRONTEND and heavy.streams == 256
+    assert heavy.figures["roofline_tok_s"] > 20 * heavy.figures["frontend_tok_s"]
+    chat = _predict("qwen2.5-7b", "h200", "chat")
+    assert chat is not None and chat.regime is Regime.DECODE
+    # Near the line, or where the arithmetic does not hold, it abstains.
+    assert _predict("ernie-0.3b", "h200", "chat") is None  # roofline x6 the API server's
+    assert _predict("tiny-ernie", "cpu", "smoke") is None  # no bandwidth figure, no GPU
+    assert _predict("ernie-0.3b", "h200", "throughput-256", request_rate=50.0) is None
+    assert _predict("ernie-0.3b", "h200", "throughput-256", concurrency=4) is None  # light
+    # A KV cache the workload would half fill may be the limit instead: no prediction.
+    assert _predict("qwen2.5-7b", "h200", "chat", concurrency=2048, prompt_tokens=8000) is None
+
+
+def test_a_wrong_prediction_needs_a_far_wrong_constant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one measured constant, one API server's tok/s, moves the heavy study's prediction
+    to abstaining (the order before predictions) at x2.6, and to a wrong regime never
+    before x40."""
+    import tuner.study.plan as plan_module
+
+    base = plan_module.FRONTEND_TOK_S
+    for factor, regime in ((0.1, Regime.FRONTEND), (2.0, Regime.FRONTEND), (3.0, None),
+                           (45.0, Regime.DECODE)):  # fmt: skip
+        monkeypatch.setattr(plan_module, "FRONTEND_TOK_S", base * factor)
+        got = _predict("ernie-0.3b", "h200", "throughput-256")
+        assert (got.regime if got else None) is regime, factor
