@@ -124,3 +124,34 @@ def test_a_wrong_prediction_is_said_and_the_plan_screens_in_full(tmp_path: Path)
     assert plan["diagnosis"]["regime"] == "decode-bound"
     # The decode plan's own recipe is screened after the defaults.
     assert "stream_interval" not in runner.calls[2].to_dict()
+
+
+class Interrupting(Telemetry):
+    """Ctrl-C during its first launch."""
+
+    def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+        if not self.calls:
+            self.calls.append(config)
+            raise KeyboardInterrupt
+        return super().run(config, workload, **kw)
+
+
+def test_an_interrupted_predicted_recipe_is_measured_again_as_itself(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    ctx = _context(db_url, trials=4)
+    first = Interrupting(FRONTEND)
+    try:
+        run_study(ctx, first, repo)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interruption did not reach the caller")
+    again = Telemetry(FRONTEND)
+    run_study(ctx, again, repo, resume=True)
+    # The defaults were queued before the retry; the retry is drawn from the recipe's own
+    # space (the same configuration, not a draw of the card's knobs around it), and the
+    # screening takes it as its recipe instead of queueing the recipe a second time.
+    recipe = first.calls[0]
+    assert again.calls[:2] == [ServingConfig(), recipe]
+    assert again.calls.count(recipe) == 1

@@ -145,6 +145,7 @@ FRONTEND_MARGIN = 8.0
 DECODE_MARGIN = 2.0
 KV_ROOM = 0.5  # of the KV memory: a workload that would fill more may be KV-cache-bound
 PREDICTED = "predicted"  # the Optuna user attribute of a predicted regime's recipe trial
+PREDICTED_KNOBS = "predicted_knobs"  # and its knobs: the space that trial is drawn from
 
 
 def predict(

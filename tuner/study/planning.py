@@ -27,10 +27,12 @@ from tuner.catalog import MEMORY_BANDWIDTH_GBS
 from tuner.compose import StudyContext, plan_wanted
 from tuner.db import Repository, TrialRow
 from tuner.domain import Slo, TrialResult, TrialStatus
+from tuner.errors import UsageError
 from tuner.scoring import diagnose
 from tuner.space import SearchSpace
 from tuner.study.plan import (
     PREDICTED,
+    PREDICTED_KNOBS,
     RECIPE,
     SCREEN,
     Plan,
@@ -59,9 +61,6 @@ def _baseline_result(rows: Sequence[TrialRow]) -> TrialResult | None:
     return row.to_result() if row is not None else None
 
 
-KNOBS = "predicted_knobs"  # the user attribute with the predicted recipe's knobs
-
-
 def enqueue_predicted(ctx: StudyContext, study: optuna.Study) -> None:
     """On a new planned study, before its defaults: the predicted regime's recipe, if any."""
     if not plan_wanted(ctx.spec) or ctx.emulated:
@@ -75,7 +74,7 @@ def enqueue_predicted(ctx: StudyContext, study: optuna.Study) -> None:
     (_, recipe), *_ = screen_configs(plan, ctx.space)
     study.enqueue_trial(
         space_of(ctx.space, knobs).params_for(recipe),
-        user_attrs={PREDICTED: diagnosis.summary(), KNOBS: knobs},
+        user_attrs={PREDICTED: diagnosis.summary(), PREDICTED_KNOBS: knobs},
     )
 
 
@@ -84,7 +83,7 @@ def trial_space(ctx: StudyContext, trial: optuna.Trial, space: SearchSpace) -> S
     knobs for that trial, else ``space`` (the study's current one)."""
     if trial.user_attrs.get("baseline"):
         return ctx.space
-    knobs = trial.user_attrs.get(KNOBS)
+    knobs = trial.user_attrs.get(PREDICTED_KNOBS)
     if PREDICTED in trial.user_attrs and isinstance(knobs, list):
         return space_of(ctx.space, [str(k) for k in knobs])
     return space
@@ -152,32 +151,43 @@ def _diagnose(
     for line in plan.lines()[1:]:
         say(*line.split(": ", 1))
     space = space_of(ctx.space, plan.searched)
-    measured = _predicted_recipe(study, plan, ctx.space, rows)
+    first = _predicted_recipe(study, plan, ctx.space)
+    measured = first.number if first is not None else None
+    same = {measured, first.user_attrs.get("retry_of")} if first is not None else set()
     for t in _predicted(study):
-        if t.number != measured:
+        if t.number not in same and "retry_of" not in t.user_attrs:
             said = str(t.user_attrs[PREDICTED]).split(" at ")[0]
             say("prediction", f"#{t.number} measured the recipe for {said}, not this plan's "
                 f"({diagnosis.regime}): it stays a trial of the search")  # fmt: skip
     for knob, config in screen_configs(plan, ctx.space):
-        if knob == RECIPE and measured is not None:
-            say("screening", f"the recipe was measured first, as predicted (#{measured})")
+        if knob == RECIPE and first is not None:
+            done = first.state is optuna.trial.TrialState.COMPLETE
+            say("screening", f"the recipe was {'measured' if done else 'queued'} first, as "
+                f"predicted (#{measured})")  # fmt: skip
             continue
         study.enqueue_trial(space.params_for(config), user_attrs={SCREEN: knob})
     return space
 
 
 def _predicted_recipe(
-    study: optuna.Study, plan: Plan, card: SearchSpace, rows: Sequence[TrialRow]
-) -> int | None:
-    """The number of the predicted trial that measured ``plan``'s recipe, if one did."""
+    study: optuna.Study, plan: Plan, card: SearchSpace
+) -> optuna.trial.FrozenTrial | None:
+    """The predicted trial that measures ``plan``'s recipe, if one does: a complete one first,
+    else one queued or running (a retry), else the latest that failed."""
     (_, recipe), *_ = screen_configs(plan, card)
-    numbers = {t.number for t in _predicted(study)}
-    done = sorted(
-        r.number
-        for r in rows
-        if r.number in numbers and r.status is TrialStatus.COMPLETE and r.config == recipe
-    )
-    return done[0] if done else None
+    matches = []
+    for t in _predicted(study):
+        knobs = t.user_attrs.get(PREDICTED_KNOBS)
+        if not isinstance(knobs, list):
+            continue
+        try:
+            want = space_of(card, [str(k) for k in knobs]).params_for(recipe)
+        except UsageError:  # the recipe is outside the predicted trial's space
+            continue
+        if dict(t.params or t.system_attrs.get("fixed_params") or {}) == want:
+            matches.append(t)
+    rank = {optuna.trial.TrialState.COMPLETE: 0, **dict.fromkeys(_UNFINISHED, 1)}
+    return min(matches, key=lambda t: (rank.get(t.state, 2), -t.number), default=None)
 
 
 def _judge(
@@ -191,9 +201,10 @@ def _judge(
 ) -> Plan:
     trials = [t for t in study.get_trials(deepcopy=False) if SCREEN in t.user_attrs]
     labels = {t.number: str(t.user_attrs[SCREEN]) for t in trials}
-    first = _predicted_recipe(study, plan, ctx.space, rows)
+    first = _predicted_recipe(study, plan, ctx.space)
     if first is not None:  # the predicted recipe is the screening's recipe
-        labels[first] = RECIPE
+        labels[first.number] = RECIPE
+        trials.append(first)
     expected = len(screen_configs(plan, ctx.space))
     if len(labels) < expected or any(t.state in _UNFINISHED for t in trials):
         return plan  # screening still runs

@@ -47,6 +47,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.db import Repository, TrialPhase, TrialRow
 from tuner.domain import FailureClass, TrialStatus
+from tuner.study.plan import PREDICTED, PREDICTED_KNOBS
 
 WORKER = "worker"  # user attr: {"host", "pid", "started"} of the worker that asked the trial
 COUNTED = "counted"  # user attr on a FAIL trial that is a result (a crash, a timeout)
@@ -257,6 +258,11 @@ def _interrupted(row: TrialRow) -> TrialRow:
     return dataclasses.replace(row, status=TrialStatus.FAILED, failure=FailureClass.INTERRUPTED)
 
 
+# What a queued configuration keeps when it is queued again (a retry, a withdrawal): the
+# attributes that say which space it is drawn from (tuner.study.planning.trial_space).
+SPACE_ATTRS = ("baseline", PREDICTED, PREDICTED_KNOBS)
+
+
 def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
     """Queue ``trial``'s configuration again, unless it was tried :data:`MAX_ATTEMPTS` times
     or never got one (a trial stopped before its parameters were drawn, the baseline aside)."""
@@ -267,8 +273,7 @@ def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
     if not params:
         return False
     attrs: dict[str, Any] = {ATTEMPT: tries + 1, "retry_of": trial.number}
-    if trial.user_attrs.get("baseline"):
-        attrs["baseline"] = True
+    attrs |= {k: v for k, v in trial.user_attrs.items() if k in SPACE_ATTRS}
     study.enqueue_trial(params, user_attrs=attrs)
     return True
 
@@ -286,7 +291,7 @@ def withdraw(study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
     study.tell(trial, state=TrialState.FAIL)
     fixed = before.system_attrs.get("fixed_params")
     if fixed:
-        attrs = {k: v for k, v in before.user_attrs.items() if k in ("baseline", ATTEMPT)}
+        attrs = {k: v for k, v in before.user_attrs.items() if k in (*SPACE_ATTRS, ATTEMPT)}
         study.enqueue_trial(dict(fixed), user_attrs=attrs)
 
 
