@@ -70,7 +70,7 @@ def serve(
     previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
     for sig in _STOP_SIGNALS:
         signal.signal(sig, _interrupt)
-    serving = False  # a stop before the base URL was printed is an interruption, not the end
+    serving = False  # a stop before the server is ready is an interruption, not the end
     try:
         say(f"starting vLLM {launch.vllm_version} (log: {log_path})")
         try:
@@ -95,9 +95,11 @@ def serve(
                 "tuner launch --objective ..., or measure again with `tuner run`",
             ) from None
         say(f"ready in {startup_s:.0f} s")
+        # Serving from here: a stop that lands while the base URL is being printed (a client
+        # that read it may already stop us) ends the serving; it interrupts no start-up.
+        serving = True
         say(f"base URL: {server.base_url}/v1")
         say(f'model: "{launch.served_model_name}" (any api_key); Ctrl-C stops the server')
-        serving = True
         while server.is_alive():
             time.sleep(POLL_S)
         say(f"vLLM exited by itself (code {server.returncode}) while serving")
