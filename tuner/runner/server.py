@@ -24,6 +24,7 @@ import psutil
 
 from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
+from tuner.runner import amx
 from tuner.runner.interrupts import deferred_interrupts
 from tuner.runner.leases import Lease, remove_lease, write_lease
 from tuner.runner.ports import port_is_open
@@ -132,6 +133,7 @@ class VllmServer:
                 **self.env,
                 WATCHDOG_ENV: str(self._watchdog.pid),
             }
+            env |= amx.server_env(env)  # vLLM's CPU workers must ask for AMX (runner.amx)
             try:
                 self._proc = subprocess.Popen(
                     self.command,
