@@ -64,6 +64,23 @@ def _context(db_url: str, trials: int) -> StudyContext:
     )
 
 
+def _roofline(ctx: StudyContext) -> float:
+    from tuner.catalog.gpus import MEMORY_BANDWIDTH_GBS
+    from tuner.study.plan import predict
+
+    found = predict(ctx.model, ctx.gpu, ctx.workload, MEMORY_BANDWIDTH_GBS["h200"])
+    assert found is not None
+    return found.figures["roofline_tok_s"]
+
+
+def test_too_few_trials_for_the_screening_measure_the_defaults_first(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    runner = Telemetry(FRONTEND)
+    run_study(_context(db_url, trials=1), runner, repo)
+    assert runner.calls == [ServingConfig()]
+
+
 def test_the_predicted_recipe_is_measured_first_and_counts_as_the_screenings(
     tmp_path: Path,
 ) -> None:
@@ -83,7 +100,12 @@ def test_the_predicted_recipe_is_measured_first_and_counts_as_the_screenings(
     recipe = runner.calls[0].to_dict()
     assert recipe.get("stream_interval", 1) > 1, recipe  # the frontend's lever, first
     assert runner.calls[1] == ServingConfig()  # then the defaults, which diagnose
-    assert ("prediction", next(d for p, d in said if p == "prediction")) in said
+    predicted = [d for p, d in said if p == "prediction"]
+    assert predicted == [
+        "frontend-bound at 64 streams: predicted before launch: the GPU's roofline of "
+        f"{_roofline(ctx):,.0f} out tok/s at 64 streams is far above one API server's 16,000: "
+        "its recipe first, then the defaults"
+    ]
     assert any(p == "screening" and "measured first" in d for p, d in said)
     # The recipe is not measured twice: the leave-one-out trials follow the defaults.
     assert runner.calls.count(runner.calls[0]) == 1
@@ -104,7 +126,7 @@ def test_the_predicted_recipe_is_measured_first_and_counts_as_the_screenings(
 def test_a_wrong_prediction_is_said_and_the_plan_screens_in_full(tmp_path: Path) -> None:
     db_url = f"sqlite:///{tmp_path / 'p.db'}"
     repo = make_repo(db_url)
-    ctx = _context(db_url, trials=4)
+    ctx = _context(db_url, trials=6)
     runner = Telemetry(DECODE)  # the defaults say decode-bound: the prediction was wrong
     said: list[tuple[str, str]] = []
 
@@ -139,7 +161,7 @@ class Interrupting(Telemetry):
 def test_an_interrupted_predicted_recipe_is_measured_again_as_itself(tmp_path: Path) -> None:
     db_url = f"sqlite:///{tmp_path / 'p.db'}"
     repo = make_repo(db_url)
-    ctx = _context(db_url, trials=4)
+    ctx = _context(db_url, trials=6)
     first = Interrupting(FRONTEND)
     try:
         run_study(ctx, first, repo)

@@ -255,7 +255,25 @@ def test_a_wrong_prediction_needs_a_far_wrong_constant(monkeypatch: pytest.Monke
 
     base = plan_module.FRONTEND_TOK_S
     for factor, regime in ((0.1, Regime.FRONTEND), (2.0, Regime.FRONTEND), (3.0, None),
-                           (45.0, Regime.DECODE)):  # fmt: skip
+                           (40.0, None), (45.0, Regime.DECODE)):  # fmt: skip
         monkeypatch.setattr(plan_module, "FRONTEND_TOK_S", base * factor)
         got = _predict("ernie-0.3b", "h200", "throughput-256")
         assert (got.regime if got else None) is regime, factor
+
+
+def test_a_right_prediction_plans_the_recipe_the_defaults_trial_would() -> None:
+    """Off the H200 too (an A10G, whose vLLM cap is 256 sequences): the predicted plan and the
+    plan from a measured decode-bound trial at the same load screen the same recipe, so the
+    study does not launch it twice."""
+    from tuner.study.plan import RECIPE
+
+    for gpu, model in (("a10g", "llama-3.1-8b"), ("h200", "qwen2.5-7b")):
+        card = SearchSpace(resolve_model(model), get_gpu(gpu), get_workload("chat"),
+                           flags=shipped("0.26.0"))  # fmt: skip
+        predicted = _predict(model, gpu, "chat")
+        assert predicted is not None and predicted.regime is Regime.DECODE, gpu
+        measured = diagnose(_trial(gpu_utilization_mean=0.97, requests_running_peak=16.0))
+        assert measured.regime is Regime.DECODE
+        plans = [make_plan(d, card, Objective.BALANCED) for d in (predicted, measured)]
+        recipes = [dict(screen_configs(p, card))[RECIPE] for p in plans if p is not None]
+        assert len(recipes) == 2 and recipes[0] == recipes[1], gpu

@@ -5,10 +5,11 @@ in order.
 One loop: ask Optuna for a trial, let the space turn it into a :class:`ServingConfig`, rule it
 out early if the validity rules or an earlier failure say it cannot work, otherwise hand it to
 the runner; record the outcome in tuner's tables and tell Optuna. vLLM's defaults are enqueued
-as trial 0, the baseline every score is relative to. Several workers may run the loop of one
-study at once (``tuner run --parallel``, ``tuner worker --study``): they share the trial
-budget, never measure one configuration at the same time, and take over the trials of a
-worker that died (:mod:`tuner.study.sharing`).
+first (second where a predicted regime's recipe goes first, :mod:`tuner.study.planning`): the
+baseline every score is relative to, never ruled out by another trial's failure. Several
+workers may run the loop of one study at once (``tuner run --parallel``, ``tuner worker
+--study``): they share the trial budget, never measure one configuration at the same time, and
+take over the trials of a worker that died (:mod:`tuner.study.sharing`).
 
 What Optuna is told:
 - a measured trial: its three objective values and SLO constraints (see
@@ -323,7 +324,8 @@ def _loop(
         check = None if baseline else first_point_check(ctx, rows, slo)
         try:
             with sharing.heartbeat(storage, trial._trial_id):
-                result = _screen(space, config, rows) or runner.run(
+                screen = None if baseline else _screen(space, config, rows)
+                result = screen or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
         except BaseException:

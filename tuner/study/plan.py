@@ -1,7 +1,8 @@
 """The lever plan: where a study looks, decided from what limits the server.
 
 A study whose spec names no space of its own (no ``params``, ``choices`` or ``search``, and
-``[space] plan`` not ``"off"``) starts as before with vLLM's defaults. Their trial is
+``[space] plan`` not ``"off"``) measures vLLM's defaults first (second, after the recipe of a
+regime :func:`predict` names before launch: :mod:`tuner.study.planning`). Their trial is
 diagnosed (:mod:`tuner.scoring.regime`); the regime and the objective pick the knobs that move
 that bottleneck (:data:`tuner.catalog.levers.MOVES`, at most :data:`MAX_KNOBS`), each checked
 here: searchable on this GPU and vLLM, valid for this model and workload, not fixed by the
@@ -165,7 +166,9 @@ def predict(
         return None
     if workload.trace is not None or workload.concurrency_ladder or workload.rate_ladder:
         return None
-    streams = workload.concurrency
+    # Closed loop: at most this many requests run at once (vLLM's own cap permitting).
+    cap = levers.vllm_default("max_num_seqs", gpu)
+    streams = min(workload.concurrency, int(cap)) if cap is not None else workload.concurrency
     if streams <= LIGHT_STREAMS:
         return None
     context = workload.prompt_tokens + workload.output_tokens / 2
@@ -175,7 +178,11 @@ def predict(
     if kv > KV_ROOM * room:
         return None
     roofline = streams / ((weights + kv) / (bandwidth_gbs * 1e9))
-    figures = {"roofline_tok_s": roofline, "frontend_tok_s": FRONTEND_TOK_S}
+    figures = {
+        "roofline_tok_s": roofline,
+        "frontend_tok_s": FRONTEND_TOK_S,
+        "requests_running_peak": float(streams),  # as the defaults' telemetry would say
+    }
     if roofline >= FRONTEND_MARGIN * FRONTEND_TOK_S:
         regime, why = Regime.FRONTEND, "above"
     elif DECODE_MARGIN * roofline <= FRONTEND_TOK_S:

@@ -70,8 +70,11 @@ def enqueue_predicted(ctx: StudyContext, study: optuna.Study) -> None:
     plan = make_plan(diagnosis, ctx.space, ctx.spec.objective) if diagnosis else None
     if diagnosis is None or plan is None or not plan.knobs:
         return
+    screening = screen_configs(plan, ctx.space)
+    if ctx.spec.trials < 1 + len(screening):  # the defaults and the screening come first
+        return
     knobs = [k.knob for k in plan.knobs]
-    (_, recipe), *_ = screen_configs(plan, ctx.space)
+    (_, recipe), *_ = screening
     study.enqueue_trial(
         space_of(ctx.space, knobs).params_for(recipe),
         user_attrs={PREDICTED: diagnosis.summary(), PREDICTED_KNOBS: knobs},
@@ -139,7 +142,7 @@ def _diagnose(
         if not rows:
             for t in _predicted(study):  # a new study: say why its first trial is not the defaults
                 say("prediction", f"{t.user_attrs[PREDICTED]}: its recipe first, then the defaults")
-        return ctx.space  # the defaults are measured first (or failed: the card is searched)
+        return ctx.space  # the defaults are not measured yet (or failed: the card is searched)
     diagnosis = diagnose(defaults)
     plan = make_plan(diagnosis, ctx.space, ctx.spec.objective)
     say("diagnosis", diagnosis.summary())  # before the search goes on, as soon as it is known
@@ -153,9 +156,8 @@ def _diagnose(
     space = space_of(ctx.space, plan.searched)
     first = _predicted_recipe(study, plan, ctx.space)
     measured = first.number if first is not None else None
-    same = {measured, first.user_attrs.get("retry_of")} if first is not None else set()
-    for t in _predicted(study):
-        if t.number not in same and "retry_of" not in t.user_attrs:
+    for t in _predicted(study) if first is None else ():
+        if "retry_of" not in t.user_attrs:  # the first attempt speaks for its retries
             said = str(t.user_attrs[PREDICTED]).split(" at ")[0]
             say("prediction", f"#{t.number} measured the recipe for {said}, not this plan's "
                 f"({diagnosis.regime}): it stays a trial of the search")  # fmt: skip
@@ -172,8 +174,9 @@ def _diagnose(
 def _predicted_recipe(
     study: optuna.Study, plan: Plan, card: SearchSpace
 ) -> optuna.trial.FrozenTrial | None:
-    """The predicted trial that measures ``plan``'s recipe, if one does: a complete one first,
-    else one queued or running (a retry), else the latest that failed."""
+    """The predicted trial that measures ``plan``'s recipe, if one does: a complete one (a
+    finding is told complete too) first, else one queued or running (a retry). One that failed
+    (a fault, an interruption) measured nothing: the screening launches the recipe itself."""
     (_, recipe), *_ = screen_configs(plan, card)
     matches = []
     for t in _predicted(study):
@@ -183,6 +186,8 @@ def _predicted_recipe(
         try:
             want = space_of(card, [str(k) for k in knobs]).params_for(recipe)
         except UsageError:  # the recipe is outside the predicted trial's space
+            continue
+        if t.state is optuna.trial.TrialState.FAIL:
             continue
         if dict(t.params or t.system_attrs.get("fixed_params") or {}) == want:
             matches.append(t)
