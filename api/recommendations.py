@@ -24,6 +24,7 @@ from api.index import StudySnapshot
 from api.schemas import (
     BaselineOut,
     ConfirmedOut,
+    DecidedOut,
     ProvenanceOut,
     RecommendationOut,
     finite,
@@ -255,4 +256,12 @@ def _confirmed(c: Confirmed) -> ConfirmedOut:
         comparison_id=c.comparison_id,
         details=list(c.details),
         caveats=list(c.caveats),
+        decided_on=None
+        if c.decided_on is None
+        else DecidedOut(
+            metric=c.decided_on[0],
+            ratio=finite(c.decided_on[1]),
+            low=finite(c.decided_on[2]),
+            high=finite(c.decided_on[3]),
+        ),
     )

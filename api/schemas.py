@@ -96,6 +96,15 @@ class BaselineOut(BaseModel):
     memory_gib: float | None
 
 
+class DecidedOut(BaseModel):
+    """The metric a composite objective's confirmation verdict rests on, with its interval."""
+
+    metric: str
+    ratio: float | None
+    low: float | None
+    high: float | None
+
+
 class ConfirmedOut(BaseModel):
     """The confirmation phase's verdict: fresh launches interleaved with vLLM's defaults."""
 
@@ -112,6 +121,12 @@ class ConfirmedOut(BaseModel):
     caveats: list[str] = Field(
         default_factory=list,
         description="client-bound or disturbed measurement windows of that comparison",
+    )
+    decided_on: DecidedOut | None = Field(
+        default=None,
+        description="a composite objective's verdict rests on its deciding metric (the one the "
+        "confirmation's looks stop on), not on the score's interval: that metric's ratio and "
+        "interval; null where the score's interval decides",
     )
 
 

@@ -297,7 +297,6 @@ def test_a_saturated_client_is_never_reported_clean(monkeypatch: pytest.MonkeyPa
         assert health.client_cpu >= selfcheck.BUSY_FOR_LAG
         assert any("client" in n for n in health.notes)
     else:  # starved by others: the contention is what the notes name
-        assert health.client_cpu < selfcheck.BUSY_FOR_LAG, health
         assert any("contention" in n or "other processes" in n for n in health.notes), health
 
 

@@ -14,8 +14,12 @@ launches do not contradict it, else Welch's on the launches; with looks they are
 level that holds the stated confidence whichever look stopped.
 
 The recommendation comes from these runs: a candidate wins only when it is significantly better
-than the defaults on the objective and significantly worse on none of its metrics; otherwise the
-answer is "no significant difference from defaults", and the defaults are what to run.
+than the defaults on what the objective decides by (the score of an objective of one metric; a
+composite's deciding metric, see below) and significantly worse on none of the metrics the
+objective weighs; otherwise the answer is "no significant difference from defaults", and the
+defaults are what to run. The stated confidence (95 % overall, whichever look stopped) holds
+for that deciding interval; "not worse" on the other weighed metrics is a check on intervals
+of the same launches, of lower power at three launches a side, not a second guarantee.
 
 The objective's score and the pooled interval: an objective that weighs one metric alone
 (throughput, latency, memory, capacity, cost) has that metric as its score, so its stored
@@ -259,8 +263,8 @@ class Confirmed:
                 label, ratio, low, high = self.decided_on
                 return (
                     f"better than vLLM's defaults: {label} x{ratio:.3f} [{low:.3f}, {high:.3f}] "
-                    f"(the objective's deciding metric; none of its metrics worse), score "
-                    f"x{self.score:.3f} (composite, Welch's [{self.score_low:.3f}, "
+                    "(the objective's deciding metric; none of the metrics it weighs worse), "
+                    f"score x{self.score:.3f} (composite, Welch's [{self.score_low:.3f}, "
                     f"{self.score_high:.3f}] at the per-look level)"
                 )
             return (
