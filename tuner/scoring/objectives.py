@@ -14,7 +14,7 @@ not run at all (a finding: it does not fit, it is not valid here) is reported wi
 values and a violated constraint, so constraint-aware samplers learn to avoid its region.
 
 For ranking, each objective preset has one documented scalar score, a weighted geometric mean of
-ratios against a reference (vLLM's defaults, trial 0, when it completed):
+ratios against a reference (vLLM's defaults' search trial, when it completed):
 
     throughput : (thr / thr_ref)
     latency    : (p99_ref / p99)
