@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.studykit import make_repo
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
@@ -177,3 +179,32 @@ def test_an_interrupted_predicted_recipe_is_measured_again_as_itself(tmp_path: P
     recipe = first.calls[0]
     assert again.calls[:2] == [ServingConfig(), recipe]
     assert again.calls.count(recipe) == 1
+
+
+class InterruptingThird(Telemetry):
+    """Ctrl-C during its third launch: the first leave-one-out screening trial."""
+
+    def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+        if len(self.calls) == 2:
+            self.calls.append(config)
+            raise KeyboardInterrupt
+        return super().run(config, workload, **kw)
+
+
+def test_a_screening_trial_retried_after_an_interruption_is_judged_by_its_measurement(
+    tmp_path: Path,
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    ctx = _context(db_url, trials=6)
+    first = InterruptingThird(FRONTEND)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx, first, repo)
+    again = Telemetry(FRONTEND)
+    run_study(ctx, again, repo, resume=True)
+    assert first.calls[2] in again.calls  # measured after all
+    record = repo.get_study("predicted")
+    assert record is not None
+    effects = record.spec["plan_record"]["effects"]
+    # A knob judged by the interrupted launch would have the recipe over 0: an infinite share.
+    assert effects and all(0.0 < e < 10.0 for e in effects.values()), effects

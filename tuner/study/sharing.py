@@ -47,7 +47,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.db import Repository, TrialPhase, TrialRow
 from tuner.domain import FailureClass, TrialStatus
-from tuner.study.plan import PREDICTED, PREDICTED_KNOBS
+from tuner.study.plan import PREDICTED, PREDICTED_KNOBS, SCREEN
 
 WORKER = "worker"  # user attr: {"host", "pid", "started"} of the worker that asked the trial
 COUNTED = "counted"  # user attr on a FAIL trial that is a result (a crash, a timeout)
@@ -259,8 +259,9 @@ def _interrupted(row: TrialRow) -> TrialRow:
 
 
 # What a queued configuration keeps when it is queued again (a retry, a withdrawal): the
-# attributes that say which space it is drawn from (tuner.study.planning.trial_space).
-SPACE_ATTRS = ("baseline", PREDICTED, PREDICTED_KNOBS)
+# attributes that say which space it is drawn from (tuner.study.planning.trial_space) and which
+# screening trial it is (a retried one is judged by its own measurement, not as a failure).
+SPACE_ATTRS = ("baseline", PREDICTED, PREDICTED_KNOBS, SCREEN)
 
 
 def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
