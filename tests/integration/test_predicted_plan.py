@@ -6,7 +6,7 @@ search (it did not). FakeRunner's launches carry the telemetry a diagnosis reads
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,21 @@ class Telemetry(FakeRunner):
         if result.status is not TrialStatus.COMPLETE:
             return result
         return dataclasses.replace(result, server_metrics=self.metrics)
+
+
+class Said:
+    """A reporter that keeps what the study said between trials: (phase, detail)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.lines)
+
+    def trial_started(self, *a: Any) -> None: ...
+    def trial_finished(self, *a: Any) -> None: ...
+    def phase(self, phase: str, detail: str) -> None:
+        self.lines.append((phase, detail))
 
 
 def _context(db_url: str, trials: int) -> StudyContext:
@@ -90,15 +105,8 @@ def test_the_predicted_recipe_is_measured_first_and_counts_as_the_screenings(
     repo = make_repo(db_url)
     ctx = _context(db_url, trials=6)
     runner = Telemetry(FRONTEND)
-    said: list[tuple[str, str]] = []
-
-    class Say:
-        def trial_started(self, *a: Any) -> None: ...
-        def trial_finished(self, *a: Any) -> None: ...
-        def phase(self, phase: str, detail: str) -> None:
-            said.append((phase, detail))
-
-    run_study(ctx, runner, repo, reporter=Say())
+    said = Said()
+    run_study(ctx, runner, repo, reporter=said)
     recipe = runner.calls[0].to_dict()
     assert recipe.get("stream_interval", 1) > 1, recipe  # the frontend's lever, first
     assert runner.calls[1] == ServingConfig()  # then the defaults, which diagnose
@@ -130,15 +138,8 @@ def test_a_wrong_prediction_is_said_and_the_plan_screens_in_full(tmp_path: Path)
     repo = make_repo(db_url)
     ctx = _context(db_url, trials=6)
     runner = Telemetry(DECODE)  # the defaults say decode-bound: the prediction was wrong
-    said: list[tuple[str, str]] = []
-
-    class Say:
-        def trial_started(self, *a: Any) -> None: ...
-        def trial_finished(self, *a: Any) -> None: ...
-        def phase(self, phase: str, detail: str) -> None:
-            said.append((phase, detail))
-
-    run_study(ctx, runner, repo, reporter=Say())
+    said = Said()
+    run_study(ctx, runner, repo, reporter=said)
     assert runner.calls[0].to_dict().get("stream_interval", 1) > 1
     assert runner.calls[1] == ServingConfig()
     assert any(p == "prediction" and "stays a trial of the search" in d for p, d in said)
