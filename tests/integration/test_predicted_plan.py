@@ -117,6 +117,7 @@ def test_the_predicted_recipe_is_measured_first_and_counts_as_the_screenings(
         "its recipe first, then the defaults"
     ]
     assert any(p == "screening" and "measured first" in d for p, d in said)
+    assert not any("stays a trial of the search" in d for _, d in said)
     # The recipe is not measured twice: the leave-one-out trials follow the defaults.
     assert runner.calls.count(runner.calls[0]) == 1
     rows = repo.list_trials("predicted", limit=None)
