@@ -94,6 +94,7 @@ want = {
     "tuner/py.typed",
     "tuner/spec/default_study.toml",
     "tuner/testing/fake_server.py",
+    "tuner/runner/amx_site/sitecustomize.py",  # put on vLLM's PYTHONPATH on AMX hosts
     "tuner/db/migrations/env.py",
     "tuner/db/migrations/script.py.mako",
     *(f"tuner/db/migrations/versions/{p.name}" for p in (root / "alembic/versions").glob("*.py")),
