@@ -62,7 +62,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from replay_report import quantile  # noqa: E402
 from search_replay import DATASETS as SEARCH_DATASETS  # noqa: E402
 
-from tuner.catalog import MEMORY_BANDWIDTH_GBS, levers  # noqa: E402
+from tuner.catalog import levers  # noqa: E402
 from tuner.catalog.gpus import get_gpu  # noqa: E402
 from tuner.catalog.models import resolve_model  # noqa: E402
 from tuner.db.repository import Repository  # noqa: E402
@@ -444,8 +444,7 @@ def prediction_of(args: argparse.Namespace, card: SearchSpace) -> Diagnosis | No
     if args.prediction == "none":
         return None
     if args.prediction == "auto":
-        bandwidth = MEMORY_BANDWIDTH_GBS.get(card.gpu.name)
-        return predict(card.model, card.gpu, card.workload, bandwidth)
+        return predict(card.model, card.gpu, card.workload)
     return Diagnosis(Regime(args.prediction), ("forced by --prediction",), {}, None)
 
 

@@ -82,10 +82,9 @@ def _context(db_url: str, trials: int) -> StudyContext:
 
 
 def _roofline(ctx: StudyContext) -> float:
-    from tuner.catalog.gpus import MEMORY_BANDWIDTH_GBS
     from tuner.study.plan import predict
 
-    found = predict(ctx.model, ctx.gpu, ctx.workload, MEMORY_BANDWIDTH_GBS["h200"])
+    found = predict(ctx.model, ctx.gpu, ctx.workload)
     assert found is not None
     return found.figures["roofline_tok_s"]
 

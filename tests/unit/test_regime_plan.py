@@ -224,11 +224,10 @@ def test_a_knob_already_at_vllms_resolved_default_or_a_cap_that_never_bound_is_n
 
 
 def _predict(model: str, gpu: str, workload: str, **over: object) -> Diagnosis | None:
-    from tuner.catalog.gpus import MEMORY_BANDWIDTH_GBS
     from tuner.study.plan import predict
 
     w = get_workload(workload).replace(**over) if over else get_workload(workload)
-    return predict(resolve_model(model), get_gpu(gpu), w, MEMORY_BANDWIDTH_GBS.get(gpu))
+    return predict(resolve_model(model), get_gpu(gpu), w)
 
 
 def test_the_regime_predicted_before_launch_where_the_margin_is_wide() -> None:

@@ -360,10 +360,9 @@ def _score_interval(
     row: ComparisonRow, metrics: Mapping[str, Any], objective: Objective
 ) -> RatioInterval | None:
     """The candidate's score against the defaults with its interval (see :func:`choose`)."""
-    weights = scoring.WEIGHTS[objective]
-    alone = [name for name, w in zip(_COMPOSITE, weights, strict=True) if w]
-    if len(alone) == 1 and weights[_COMPOSITE.index(alone[0])] == 1.0:
-        m = metrics.get(alone[0], {})
+    alone = _alone(objective)
+    if alone is not None:
+        m = metrics.get(alone, {})
         ratio, low, high = m.get("ratio"), m.get("low"), m.get("high")
         if ratio is None or low is None or high is None or not low > 0:
             return None
@@ -379,12 +378,20 @@ def _score_interval(
     )
 
 
+def _alone(objective: Objective) -> str | None:
+    """The metric an objective weighs alone (its score is that metric), None for a composite."""
+    weighed = [
+        (name, w) for name, w in zip(_COMPOSITE, scoring.WEIGHTS[objective], strict=True) if w
+    ]
+    return weighed[0][0] if len(weighed) == 1 and weighed[0][1] == 1.0 else None
+
+
 def _deciding(
     metrics: Mapping[str, Any], objective: Objective
 ) -> tuple[str, float, float, float] | None:
     """A composite objective's deciding metric as (label, ratio, low, high); None for an
     objective that weighs one metric alone (its score's interval is that metric's)."""
-    if sum(1 for w in scoring.WEIGHTS[objective] if w) < 2:
+    if _alone(objective) is not None:
         return None
     m = metrics.get(decision_metric(objective), {})
     ratio, low, high = m.get("ratio"), m.get("low"), m.get("high")

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.catalog import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, levers
+from tuner.catalog import MEMORY_BANDWIDTH_GBS, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, levers
 from tuner.domain import GpuProfile, ModelSpec, Objective, Regime, ServingConfig, Workload
 from tuner.errors import UsageError
 from tuner.load.fingerprint import fingerprint
@@ -149,19 +149,19 @@ PREDICTED = "predicted"  # the Optuna user attribute of a predicted regime's rec
 PREDICTED_KNOBS = "predicted_knobs"  # and its knobs: the space that trial is drawn from
 
 
-def predict(
-    model: ModelSpec, gpu: GpuProfile, workload: Workload, bandwidth_gbs: float | None
-) -> Diagnosis | None:
+def predict(model: ModelSpec, gpu: GpuProfile, workload: Workload) -> Diagnosis | None:
     """The regime arithmetic expects before anything is launched, or None where it cannot
     say with a wide margin.
 
-    A decode step reads the weights and every stream's KV cache once, so a GPU of
-    ``bandwidth_gbs`` serves at most ``streams / (bytes read / bandwidth)`` output tokens a
-    second (the roofline; real steps are slower). One API-server process streams about
+    A decode step reads the weights and every stream's KV cache once, so a GPU of the
+    catalog's memory bandwidth (:data:`tuner.catalog.MEMORY_BANDWIDTH_GBS`) serves at most
+    ``streams / (bytes read / bandwidth)`` output tokens a second (the roofline; real steps are
+    slower). One API-server process streams about
     :data:`FRONTEND_TOK_S`. Far above it the frontend is the limit; far below it the GPU's
     decoding is. Only closed-loop synthetic load of more than a few streams, with room in the
     KV cache, is predicted: open-loop rates, traces, light load and a cache that may fill are
     left to the defaults' measured diagnosis."""
+    bandwidth_gbs = MEMORY_BANDWIDTH_GBS.get(gpu.name)
     if bandwidth_gbs is None or gpu.is_cpu or workload.request_rate is not None:
         return None
     if workload.trace is not None or workload.concurrency_ladder or workload.rate_ladder:

@@ -17,13 +17,12 @@ it), and once, when the screening is judged, the stored launches of the noise pr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
 
 from tuner.abtest import HEADLINE, load_profile, noise_key
-from tuner.catalog import MEMORY_BANDWIDTH_GBS
 from tuner.compose import StudyContext, plan_wanted
 from tuner.db import Repository, TrialRow
 from tuner.domain import Slo, TrialResult, TrialStatus
@@ -65,8 +64,7 @@ def enqueue_predicted(ctx: StudyContext, study: optuna.Study) -> None:
     """On a new planned study, before its defaults: the predicted regime's recipe, if any."""
     if not plan_wanted(ctx.spec) or ctx.emulated:
         return
-    bandwidth = MEMORY_BANDWIDTH_GBS.get(ctx.gpu.name)
-    diagnosis = predict(ctx.model, ctx.gpu, ctx.workload, bandwidth)
+    diagnosis = predict(ctx.model, ctx.gpu, ctx.workload)
     plan = make_plan(diagnosis, ctx.space, ctx.spec.objective) if diagnosis else None
     if diagnosis is None or plan is None or not plan.knobs:
         return
@@ -86,14 +84,20 @@ def trial_space(ctx: StudyContext, trial: optuna.Trial, space: SearchSpace) -> S
     knobs for that trial, else ``space`` (the study's current one)."""
     if trial.user_attrs.get("baseline"):
         return ctx.space
-    knobs = trial.user_attrs.get(PREDICTED_KNOBS)
-    if PREDICTED in trial.user_attrs and isinstance(knobs, list):
-        return space_of(ctx.space, [str(k) for k in knobs])
-    return space
+    return _predicted_space(ctx.space, trial.user_attrs) or space
 
 
-def _predicted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False) if PREDICTED in t.user_attrs]
+def _predicted_space(card: SearchSpace, attrs: Mapping[str, Any]) -> SearchSpace | None:
+    """The space of a predicted recipe's trial (its user attributes ``attrs``); None for
+    any other trial."""
+    knobs = attrs.get(PREDICTED_KNOBS)
+    if PREDICTED not in attrs or not isinstance(knobs, list):
+        return None
+    return space_of(card, [str(k) for k in knobs])
+
+
+def _predicted(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in trials if PREDICTED in t.user_attrs]
 
 
 def current_space(
@@ -139,8 +143,8 @@ def _diagnose(
 ) -> SearchSpace:
     defaults = _baseline_result(rows)
     if defaults is None:
-        if not rows:
-            for t in _predicted(study):  # a new study: say why its first trial is not the defaults
+        if not rows:  # a new study: say why its first trial is not the defaults
+            for t in _predicted(study.get_trials(deepcopy=False)):
                 say("prediction", f"{t.user_attrs[PREDICTED]}: its recipe first, then the defaults")
         return ctx.space  # the defaults are not measured yet (or failed: the card is searched)
     diagnosis = diagnose(defaults)
@@ -154,9 +158,10 @@ def _diagnose(
     for line in plan.lines()[1:]:
         say(*line.split(": ", 1))
     space = space_of(ctx.space, plan.searched)
-    first = _predicted_recipe(study, plan, ctx.space)
+    predicted = _predicted(study.get_trials(deepcopy=False))
+    first = _predicted_recipe(predicted, plan, ctx.space)
     measured = first.number if first is not None else None
-    for t in _predicted(study) if first is None else ():
+    for t in predicted if first is None else ():
         if "retry_of" not in t.user_attrs:  # the first attempt speaks for its retries
             said = str(t.user_attrs[PREDICTED]).split(" at ")[0]
             say("prediction", f"#{t.number} measured the recipe for {said}, not this plan's "
@@ -172,22 +177,20 @@ def _diagnose(
 
 
 def _predicted_recipe(
-    study: optuna.Study, plan: Plan, card: SearchSpace
+    predicted: Sequence[optuna.trial.FrozenTrial], plan: Plan, card: SearchSpace
 ) -> optuna.trial.FrozenTrial | None:
     """The predicted trial that measures ``plan``'s recipe, if one does: a complete one (a
     finding is told complete too) first, else one queued or running (a retry). One that failed
     (a fault, an interruption) measured nothing: the screening launches the recipe itself."""
     (_, recipe), *_ = screen_configs(plan, card)
     matches = []
-    for t in _predicted(study):
-        knobs = t.user_attrs.get(PREDICTED_KNOBS)
-        if not isinstance(knobs, list):
+    for t in predicted:
+        own = _predicted_space(card, t.user_attrs)
+        if own is None or t.state is optuna.trial.TrialState.FAIL:
             continue
         try:
-            want = space_of(card, [str(k) for k in knobs]).params_for(recipe)
+            want = own.params_for(recipe)
         except UsageError:  # the recipe is outside the predicted trial's space
-            continue
-        if t.state is optuna.trial.TrialState.FAIL:
             continue
         if dict(t.params or t.system_attrs.get("fixed_params") or {}) == want:
             matches.append(t)
@@ -204,9 +207,10 @@ def _judge(
     rows: Sequence[TrialRow],
     slo: Slo,
 ) -> Plan:
-    trials = [t for t in study.get_trials(deepcopy=False) if SCREEN in t.user_attrs]
+    every = study.get_trials(deepcopy=False)
+    trials = [t for t in every if SCREEN in t.user_attrs]
     labels = {t.number: str(t.user_attrs[SCREEN]) for t in trials}
-    first = _predicted_recipe(study, plan, ctx.space)
+    first = _predicted_recipe(_predicted(every), plan, ctx.space)
     if first is not None:  # the predicted recipe is the screening's recipe
         labels[first.number] = RECIPE
         trials.append(first)
