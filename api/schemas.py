@@ -1,16 +1,21 @@
 """Response models: the API's JSON shapes, built from the repository's frozen rows.
 
-They are not table models: the database layout can change without changing the API. Floats
-that are not finite (a latency with no samples is NaN) are sent as ``null``: JSON has no NaN.
+They are not table models: the database layout can change without changing the API. A schema
+of a row is derived from it (:func:`row_fields`): it names only the row fields it leaves out,
+the fields it sends in another shape (an enum as its text, a configuration as its knobs) and
+its own. Floats that are not finite (a latency with no samples is NaN) are sent as ``null``:
+JSON has no NaN.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+import typing
+from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from tuner.db import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Estimate, to_jsonable
@@ -33,6 +38,22 @@ def json_safe(obj: Any) -> Any:
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def row_fields(
+    row: type[Any], *, omit: Collection[str] = (), only: Collection[str] | None = None
+) -> type[BaseModel]:
+    """A pydantic model of the fields of the frozen row dataclass ``row`` (each required, typed
+    as the row types it), less ``omit``, or just ``only``: the base of that row's schema,
+    which redeclares a field only to send it in another shape."""
+    hints = typing.get_type_hints(row)
+    names = [f.name for f in dataclasses.fields(row)]
+    unknown = set(omit) - set(names) | set(only or ()) - set(names)
+    if unknown:
+        raise TypeError(f"{row.__name__} has no field {sorted(unknown)}")
+    chosen = [n for n in names if n not in omit and (only is None or n in only)]
+    definitions: dict[str, Any] = {n: (hints[n], ...) for n in chosen}
+    return create_model(f"{row.__name__}Fields", **definitions)
 
 
 def from_row(cls: type[M], row: object, **converted: Any) -> M:
@@ -66,15 +87,13 @@ def metrics_out(metrics: Mapping[str, Estimate]) -> dict[str, EstimateOut]:
     return {name: EstimateOut.of(e) for name, e in metrics.items()}
 
 
-class ProvenanceOut(BaseModel):
-    gpu_name: str | None
-    gpu_uuid: str | None
-    driver_version: str | None
-    vllm_version: str | None
-    model: str | None
-    workload: str | None
-    emulated: bool
-    hostname: str | None
+# The trial's queryable provenance columns (tuner.db.TrialRow), a trial's or its study's.
+_PROVENANCE = ("gpu_name", "gpu_uuid", "driver_version", "vllm_version", "model", "workload",
+               "emulated", "hostname")  # fmt: skip
+
+
+class ProvenanceOut(row_fields(TrialRow, only=_PROVENANCE)):  # type: ignore[misc]
+    emulated: bool  # the trial's or its study's
 
     @classmethod
     def of(cls, trial: TrialRow, study: StudyRow) -> ProvenanceOut:
@@ -160,24 +179,12 @@ class RecommendationOut(BaseModel):
     )
 
 
-class StudyOut(BaseModel):
-    name: str
+class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))):  # type: ignore[misc]
     status: str
-    model: str
-    model_source: str | None
-    gpu: str
-    workload: str
-    objective: str
     slo: dict[str, Any]
-    emulated: bool
-    vllm_version: str | None
-    notes: str
-    n_trials_requested: int | None
-    n_trials: int
     trial_counts: dict[str, int]
     confirmation_counts: dict[str, int]
-    created_at: float
-    updated_at: float
+    n_trials: int
 
     @classmethod
     def of(cls, s: StudyRow) -> StudyOut:
@@ -213,25 +220,23 @@ class StudyListOut(BaseModel):
     items: list[StudyOut]
 
 
-class TrialOut(BaseModel):
-    number: int
+# Sent apart: the full measurement by GET .../trials/{n} (TrialDetailOut), the provenance
+# columns as one object; not sent: the repository's keys and the per-request records.
+_TRIAL_APART = ("log_tail", "windows", "memory", "server", "server_metrics", "requests", "id",
+                "study_name", *_PROVENANCE)  # fmt: skip
+
+
+class TrialOut(row_fields(TrialRow, omit=_TRIAL_APART)):  # type: ignore[misc]
     phase: str
-    is_baseline: bool
     status: str
     config: dict[str, Any]
-    config_label: str
     failure: str | None
-    failure_detail: str
     metrics: dict[str, EstimateOut]
     memory_gib: float | None
     score: float | None = Field(description="the study objective's score; 1.0 = the defaults")
     objective_values: list[float | None] | None = Field(
         description="[output tok/s, memory GiB, P99 E2E ms] as told to the sampler"
     )
-    effective_backend: str | None
-    kv_cache_tokens: int | None
-    started_at: float | None
-    finished_at: float | None
     provenance: ProvenanceOut | None
 
     @classmethod
@@ -278,19 +283,10 @@ class ParetoOut(BaseModel):
     trials: list[TrialOut]
 
 
-class ComparisonOut(BaseModel):
-    id: int
-    created_at: float
-    model: str
-    gpu: str
-    workload: str
+class ComparisonOut(row_fields(ComparisonRow)):  # type: ignore[misc]
     a_config: dict[str, Any]
     b_config: dict[str, Any]
-    repeats: int
-    results: Any
-    verdicts: Any
     provenance: dict[str, Any] | None
-    study_id: int | None
     gpu_minutes: float | None = Field(
         None,
         description="GPU time the verdict took: the wall time of all its launches, start-up "

@@ -195,16 +195,15 @@ _frozen = 0  # how many quiet_gc() blocks are open in this process
 
 @contextmanager
 def quiet_gc() -> Iterator[None]:
-    """Keep the cyclic garbage collector's full passes short while a block runs: everything
-    alive at its start moves to the permanent generation (``gc.freeze``), back at its end.
+    """Keep the cyclic garbage collector's full passes short while a block runs: every object
+    tracked at its start moves to the permanent generation (``gc.freeze``), back at its end.
 
     A pytest worker that has run hundreds of tests holds a large heap, and a full collection
     of it stops every thread of the process (measured: 84-141 ms at 173k objects). A server in
     a thread of the test's process, measured by a client in the same process, reads such a
     pause as the server's latency: a cached prefill of 12 ms came out at 260 ms."""
     global _frozen
-    if _frozen == 0:
-        gc.collect()
+    if _frozen == 0:  # (no gc.collect() first: the garbage frozen is collected after)
         gc.freeze()
     _frozen += 1
     try:
