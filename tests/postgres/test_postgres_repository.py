@@ -235,16 +235,25 @@ def test_two_writers_and_a_reader_on_one_study(pg_url: str) -> None:
     done = threading.Event()
     seen: list[int] = []
 
+    first_read = threading.Event()
+
     def write(repo: Repository, numbers: range) -> None:
+        # The writers start once the reader has read: on a busy machine its first query (a new
+        # connection) once returned only after all 40 writes.
+        assert first_read.wait(timeout=60)
         for n in numbers:
             config = ServingConfig(max_num_seqs=n + 1)
             result = TrialResult(config, TrialStatus.FAILED, FailureClass.CRASHED, "x")
             repo.finish_trial(repo.start_trial("s1", n, config), result, None, None)
 
     def read() -> None:
-        while not done.is_set():
+        while True:
+            finished = done.is_set()  # one more read after the writers finished
             seen.append(reader.count_trials("s1", TrialStatus.FAILED))
             reader.list_studies()
+            first_read.set()
+            if finished:
+                return
 
     reading = threading.Thread(target=read)
     reading.start()
