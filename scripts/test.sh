@@ -9,7 +9,9 @@
 # for the run, Debian's chromium for the dashboards) and, side by side with them, the end-to-end
 # ones on real CPU vLLM (tests/e2e; TUNER_REQUIRE_E2E=1 turns their skip into a failure), which
 # start as soon as CPU vLLM is installed (in the background from the first second: about 4
-# minutes, mostly downloading). The end-to-end tests' output follows the others' at the end.
+# minutes, mostly downloading); that stream then runs the CPU-bound modules that time nothing
+# (marker after_e2e: the dashboards in chromium, the API fuzzing), which would otherwise wait in
+# the longer stream. The end-to-end stream's output follows the others' at the end.
 #
 # --fast: lint, types, the import contract and every test that needs no real vLLM but the
 # modules of long fake-server runs (-m "not e2e and not slow"; tests/conftest.py lists them):
@@ -88,7 +90,12 @@ if [ "$FAST" = 0 ]; then
       exit 1
     fi
     echo "[test] CPU vLLM ready; end-to-end tests start ($SECONDS s)"
-    TUNER_VLLM_PYTHON="$VLLM_PYTHON" run_pytest -m e2e "$@"
+    rc=0
+    TUNER_VLLM_PYTHON="$VLLM_PYTHON" run_pytest -m e2e "$@" || rc=$?
+    # Then the CPU-bound modules that time nothing (marker after_e2e), to even out the streams.
+    echo "[test] end-to-end tests done; the dashboards and the API fuzzing ($SECONDS s)"
+    run_pytest -m "not e2e and after_e2e" "$@" || rc=$?
+    exit "$rc"
   ) >"$LOGS/e2e.log" 2>&1 &
   E2E_PID=$!
   stage "the wheel, installed in a fresh venv, as a user gets it"
@@ -102,7 +109,7 @@ status=0
 # tests/conftest.py) run alone after them. The default is 0 (one process): beside CPU vLLM on
 # 2 cores, as in CI, more timing-bound tests moved than the serial list holds.
 WORKERS="${TUNER_TEST_WORKERS:-0}"
-SELECT="not e2e"
+SELECT="not e2e and not after_e2e"  # (those run in the end-to-end stream, after it)
 if [ "$FAST" = 1 ]; then SELECT="not e2e and not slow"; fi
 stage "tests that need no real vLLM (xdist workers: $WORKERS)"
 run_pytest -m "$SELECT and not serial" -n "$WORKERS" "$@" || status=$?
@@ -116,7 +123,7 @@ stage "waiting for the end-to-end tests on real CPU vLLM"
 e2e=0
 wait "$E2E_PID" || e2e=$?
 E2E_PID=""
-say "---- end-to-end tests on real CPU vLLM ----"
+say "---- end-to-end tests on real CPU vLLM, then the after_e2e modules ----"
 cat "$LOGS/e2e.log"
 if [ "$e2e" != 0 ]; then status=$e2e; fi
 stage "done (status $status)"

@@ -60,6 +60,10 @@ SERIAL = frozenset(
         "unit/test_load_generator.py",
     }
 )
+# CPU-bound modules that time nothing (the dashboards in chromium, the API fuzzing), which the
+# full run takes out of the suite and runs in the end-to-end stream once the real-vLLM tests are
+# done: that stream ends about three minutes before the suite's, with a core to spare.
+AFTER_E2E = ("browser/", "integration/test_api_fuzz.py", "postgres/test_postgres_api_fuzz.py")
 _ROOT = Path(__file__).parent
 
 
@@ -73,3 +77,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
         if where in SERIAL:
             item.add_marker(pytest.mark.serial)
+        if where.startswith(AFTER_E2E):
+            item.add_marker(pytest.mark.after_e2e)
