@@ -113,8 +113,12 @@ SELECT="not e2e and not after_e2e"  # (those run in the end-to-end stream, after
 if [ "$FAST" = 1 ]; then SELECT="not e2e and not slow"; fi
 stage "tests that need no real vLLM (xdist workers: $WORKERS)"
 run_pytest -m "$SELECT and not serial" -n "$WORKERS" "$@" || status=$?
+# Marker quiet (a fake server that must saturate a core of its own): in the full run, after
+# the end-to-end stream, on an otherwise idle machine.
+QUIET="and not quiet"
+if [ "$FAST" = 1 ]; then QUIET=""; fi
 stage "tests that need no real vLLM and read the clock or the CPU, alone"
-run_pytest -m "$SELECT and serial" "$@" || status=$?
+run_pytest -m "$SELECT and serial $QUIET" "$@" || status=$?
 if [ "$FAST" = 1 ]; then
   stage "done (--fast: no real-vLLM tests, no wheel check; status $status)"
   exit "$status"
@@ -123,6 +127,8 @@ stage "waiting for the end-to-end tests on real CPU vLLM"
 e2e=0
 wait "$E2E_PID" || e2e=$?
 E2E_PID=""
+stage "tests that need a core of their own, with nothing else running"
+run_pytest -m "not e2e and quiet" "$@" || status=$?
 say "---- end-to-end tests on real CPU vLLM, then the after_e2e modules ----"
 cat "$LOGS/e2e.log"
 if [ "$e2e" != 0 ]; then status=$e2e; fi
