@@ -234,9 +234,13 @@ def test_an_interrupted_compare_resumes_from_its_launches(tmp_path: Path) -> Non
     out = again.stdout + again.stderr
     assert "resuming: 1 of defaults, 1 of max_num_seqs=4" in out
     launched = [line for line in out.splitlines() if line.startswith("launch ")]
-    assert [line.split(": ", 1)[1] for line in launched] == ["defaults", "max_num_seqs=4"] * 2
+    # Two pairs complete the first look (3 a side); a look that did not decide takes another
+    # pair (a busy CI run: 3 pairs), as the sequential design does.
+    pairs = len(launched) // 2
+    assert pairs >= 2, out
+    assert [line.split(": ", 1)[1] for line in launched] == ["defaults", "max_num_seqs=4"] * pairs
     row = _repo(tmp_path).get_comparison(1)
-    assert row is not None and row.results["launches"] == {"a": 3, "b": 3}
+    assert row is not None and row.results["launches"] == {"a": 1 + pairs, "b": 1 + pairs}
     assert not logs[0].exists()  # stored: the launch log is gone
     left = processes_mentioning(str(tmp_path))
     assert left == [], [(p.pid, p.cmdline(), p.ppid()) for p in left]
