@@ -58,11 +58,20 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from tuner.abtest.compare import HEADLINE, Arm, compare  # noqa: E402
 from tuner.abtest.decide import Design, judge_look  # noqa: E402
-from tuner.db.codec import decode_result  # noqa: E402
-from tuner.domain import Estimate, ServingConfig, TrialResult, TrialStatus  # noqa: E402
+from tuner.db import ComparisonRow  # noqa: E402
+from tuner.db.codec import decode_memory, decode_result  # noqa: E402
+from tuner.domain import (  # noqa: E402
+    Estimate,
+    MemoryUsage,
+    Objective,
+    ServingConfig,
+    TrialResult,
+    TrialStatus,
+)
 from tuner.scoring.noise import Components, Launch, components, logs  # noqa: E402
 from tuner.scoring.significance import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE  # noqa: E402
 
+LATENCY = "e2e_p99_ms"  # the balanced objective's latency, beside the output throughput
 COMPARE_LOG = "studies/results/h200-compare-2026-12-02/launches.jsonl"
 HEAVY_DB = "studies/results/ernie-0.3b-h200-heavy/heavy-h200.db"
 WINDOWS = 3
@@ -79,6 +88,8 @@ class Observed:
     windows: tuple[float, ...]
     wall_s: float | None
     startup_s: float | None
+    e2e: tuple[float, ...] = ()  # the windows' P99 E2E ms (the balanced objective's latency)
+    memory_bytes: int | None = None  # the launch's headline memory
 
 
 def load_observed(root: Path = REPO_ROOT) -> list[Observed]:
@@ -90,23 +101,27 @@ def load_observed(root: Path = REPO_ROOT) -> list[Observed]:
     db = sqlite3.connect(f"file:{root / HEAVY_DB}?mode=ro", uri=True)
     try:
         rows = db.execute(
-            "SELECT config_label, metrics, started_at, finished_at, server FROM tuner_trials "
-            "WHERE status = 'complete' AND workload = 'throughput-256' ORDER BY number"
+            "SELECT config_label, metrics, started_at, finished_at, server, memory "
+            "FROM tuner_trials WHERE status = 'complete' AND workload = 'throughput-256' "
+            "ORDER BY number"
         ).fetchall()
     finally:
         db.close()
-    for label, metrics, started, finished, server in rows:
-        values = tuple(json.loads(metrics)[HEADLINE]["values"])
+    for label, metrics, started, finished, server, memory in rows:
+        m = json.loads(metrics)
         startup = (json.loads(server) or {}).get("startup_s") if server else None
         wall = finished - started if started and finished else None
-        out.append(Observed(f"heavy:{label}", values, wall, startup))
+        mem = decode_memory(json.loads(memory)).headline_bytes if memory else None
+        values, e2e = tuple(m[HEADLINE]["values"]), tuple(m[LATENCY]["values"])
+        out.append(Observed(f"heavy:{label}", values, wall, startup, e2e, mem))
     return out
 
 
 def _observed(group: str, r: TrialResult) -> Observed:
     wall = r.finished_at - r.started_at if r.started_at and r.finished_at else None
     startup = r.server.startup_s if r.server is not None else None
-    return Observed(group, tuple(r.metrics[HEADLINE].values), wall, startup)
+    values, e2e = tuple(r.metrics[HEADLINE].values), tuple(r.metrics[LATENCY].values)
+    return Observed(group, values, wall, startup, e2e, r.memory.headline_bytes)
 
 
 def fit(observed: Sequence[Observed]) -> Components:
@@ -389,6 +404,273 @@ def report(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The balanced objective's verdict --------------------------------------------------------------
+# A study's confirmation stops on the objective's deciding metric (the output throughput for
+# balanced), and its verdict (tuner.study.confirm.choose) asks more of a winner: no weighed
+# metric worse (P99 E2E, memory) and the composite score's point estimate above 1. The deciding
+# metric's error control is the design's; these conditions can only take "better" verdicts
+# away. This mode measures how many: launches carry the throughput and the P99 E2E drawn
+# jointly (their correlation within a launch and within a window kept) and the memory of a
+# committed launch; each simulated confirmation is judged by judge_look and then by choose,
+# exactly as the study does.
+
+JointDraw = Callable[[np.random.Generator], tuple[np.ndarray, np.ndarray]]
+JOINT = (HEADLINE, LATENCY)
+BALANCED_DESIGNS = ("fixed-3-pooled", "seq-pooled")
+
+
+def joint_residuals(observed: Sequence[Observed]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`residuals` for the output throughput and the P99 E2E together: rows of launch
+    residuals and of window residuals, one column a metric, each column shrunk as
+    :func:`residuals` shrinks its one."""
+    groups: dict[str, list[np.ndarray]] = {}
+    for o in observed:
+        if len(o.windows) == len(o.e2e) == WINDOWS and min(o.windows + o.e2e) > 0:
+            groups.setdefault(o.group, []).append(np.log(np.column_stack([o.windows, o.e2e])))
+    launch_res: list[np.ndarray] = []
+    window_res: list[np.ndarray] = []
+    for runs in groups.values():
+        means = [ls.mean(axis=0) for ls in runs]
+        for ls, m in zip(runs, means, strict=True):
+            window_res.extend((ls - m) * math.sqrt(WINDOWS / (WINDOWS - 1)))
+        if len(runs) >= 2:
+            grand = np.mean(means, axis=0)
+            launch_res += [(m - grand) * math.sqrt(len(runs) / (len(runs) - 1)) for m in means]
+    lr, wr = np.array(launch_res), np.array(window_res)
+    lv, wv = (lr**2).mean(axis=0), (wr**2).mean(axis=0)
+    shrink = np.sqrt(np.clip(lv - wv / WINDOWS, 0.0, None) / lv)
+    return lr * shrink, wr
+
+
+def joint_draws(lr: np.ndarray, wr: np.ndarray) -> dict[str, JointDraw]:
+    """``parametric``: normal launch and window effects with the residuals' covariance;
+    ``resample``: a launch residual row and three window residual rows, with replacement."""
+    lcov, wcov = lr.T @ lr / len(lr), wr.T @ wr / len(wr)
+    zero = np.zeros(len(JOINT))
+
+    def parametric(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return rng.multivariate_normal(zero, lcov), rng.multivariate_normal(zero, wcov, WINDOWS)
+
+    def resample(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return lr[rng.integers(len(lr))], wr[rng.integers(len(wr), size=WINDOWS)]
+
+    return {"parametric": parametric, "resample": resample}
+
+
+@dataclass(frozen=True)
+class Balanced:
+    """B's true ratios to the defaults: output throughput and P99 E2E (memory: the same)."""
+
+    name: str
+    throughput: float
+    e2e: float
+
+
+BALANCED_SCENARIOS = (
+    Balanced("x1", 1.0, 1.0),
+    Balanced("x1.2, E2E /1.2", 1.2, 1 / 1.2),  # a closed loop's gain: same streams, less time
+    Balanced("x1.2, E2E x1", 1.2, 1.0),
+    Balanced("x1.2, E2E x1.1", 1.2, 1.1),  # the gain bought with latency
+    Balanced("x1, E2E x1.2", 1.0, 1.2),  # a latency regression alone
+)
+
+
+class JointSides(Sides):
+    """:class:`Sides` whose launches carry the balanced objective's three numbers."""
+
+    def __init__(
+        self,
+        sc: Balanced,
+        draw: JointDraw,
+        memories: Sequence[int],
+        walls: Sequence[float],
+        rng: np.random.Generator,
+    ) -> None:
+        super().__init__(Scenario(sc.name, sc.throughput, None), parametric_unused, walls, rng)
+        self.bal, self.joint, self.memories = sc, draw, memories
+
+    def launch(self, side: str) -> TrialResult:
+        mu = np.log([15000.0, 6000.0])
+        if side == "b":
+            mu = mu + np.log([self.bal.throughput, self.bal.e2e])
+        effect, window = self.joint(self.rng)
+        values = np.exp(mu + effect + window)  # a row a window, a column a metric
+        metrics = {}
+        for j, name in enumerate(JOINT):
+            vs = tuple(float(v) for v in values[:, j])
+            metrics[name] = Estimate(float(np.median(vs)), min(vs), max(vs), vs)
+        memory = MemoryUsage(gpu_peak_bytes={"sim": int(self.rng.choice(self.memories))})
+        result = TrialResult(
+            config=(A_ARM if side == "a" else B_ARM).config,
+            status=TrialStatus.COMPLETE,
+            metrics=metrics,
+            memory=memory,
+            started_at=0.0,
+            finished_at=float(self.rng.choice(self.walls)),
+        )
+        self.runs[side].append(result)
+        return result
+
+
+def parametric_unused(rng: np.random.Generator) -> tuple[float, np.ndarray]:
+    raise AssertionError("JointSides draws its own launches")
+
+
+def joint_profile(draw: JointDraw, launches: int, rng: np.random.Generator) -> Any:
+    """The calibration (``launches`` of the defaults) as the noise profile of both metrics."""
+    from tuner.scoring.noise import NoiseKey, NoiseProfile
+
+    runs = [draw(rng) for _ in range(launches)]
+    found = {}
+    for j, name in enumerate(JOINT):
+        launched = [Launch("defaults", tuple(float(x) for x in w[:, j] + e[j])) for e, w in runs]
+        c = components(launched, WINDOWS)
+        if c is not None:
+            found[name] = c
+    if not found:
+        return None
+    key = NoiseKey("sim", "NVIDIA H200", "0.26.0", "ernie-0.3b", "throughput-256", WINDOWS)
+    return NoiseProfile(key, found, launches)
+
+
+def confirm_once(design: Design, sides: JointSides, profile: Any) -> dict[str, Any]:
+    """One confirmation as :func:`tuner.study.confirm.run_confirmation` runs its looks, and
+    its verdict by :func:`tuner.study.confirm.choose`."""
+    from tuner.study.confirm import choose, decision_metric
+
+    metric = decision_metric(Objective.BALANCED)
+    n = design.first
+    while True:
+        a, b = sides.upto(n)
+        look = judge_look(A_ARM, a, B_ARM, b, design, profile, metric)
+        if design.fixed or look.done or n >= design.cap:
+            break
+        n += 1
+    results = {**look.to_results(), "kind": "confirmation"}
+    row = ComparisonRow(0, 0.0, "", "", "", A_ARM.config, B_ARM.config, n, results,
+                        look.comparison.to_verdicts(), None, None)  # fmt: skip
+    confirmed = choose([row], Objective.BALANCED)
+    assert confirmed is not None
+    verdicts = {m["metric"]: m["verdict"] for m in results["metrics"]}
+    return {
+        "deciding": look.step.verdict,
+        "balanced": confirmed.verdict,
+        "composite_interval_above_1": confirmed.score_low > 1.0,
+        "score_above_1": confirmed.score > 1.0,
+        "latency_worse": verdicts.get(LATENCY) == WORSE,
+        "memory_worse": verdicts.get("memory_gib") == WORSE,
+        "launches": len(a) + len(b),
+    }
+
+
+def simulate_balanced(
+    design_name: str,
+    sc: Balanced,
+    draw: JointDraw,
+    memories: Sequence[int],
+    walls: Sequence[float],
+    args: argparse.Namespace,
+    seed: int,
+) -> dict[str, Any]:
+    design = (
+        Design.fixed_launches(3)
+        if design_name == "fixed-3-pooled"
+        else Design.sequential(args.first, args.cap, 0.95, args.min_effect)
+    )
+    outs = []
+    for rep in range(args.reps):
+        rng = np.random.default_rng([seed, rep, zlib.crc32(sc.name.encode())])
+        profile = joint_profile(draw, args.calibration, rng)
+        sides = JointSides(sc, draw, memories, walls, rng)
+        outs.append(confirm_once(design, sides, profile))
+    n = len(outs)
+    deciding = [o for o in outs if o["deciding"] == BETTER]
+    kept = [o for o in deciding if o["balanced"] == BETTER]
+    lost = [o for o in deciding if o["balanced"] != BETTER]
+    return {
+        "deciding_better": len(deciding) / n,
+        "balanced_better": sum(o["balanced"] == BETTER for o in outs) / n,
+        "composite_interval_better": sum(o["composite_interval_above_1"] for o in outs) / n,
+        "kept_of_deciding": len(kept) / len(deciding) if deciding else None,
+        "lost_to": {
+            "latency worse": sum(o["latency_worse"] for o in lost) / n,
+            "memory worse": sum(o["memory_worse"] for o in lost) / n,
+            "score not above 1": sum(not o["score_above_1"] for o in lost) / n,
+        },
+        "launches_median": float(np.median([o["launches"] for o in outs])),
+    }
+
+
+def run_balanced(args: argparse.Namespace) -> dict[str, Any]:
+    observed = load_observed()
+    lr, wr = joint_residuals(observed)
+    draws = joint_draws(lr, wr)
+    memories = [o.memory_bytes for o in observed if o.memory_bytes]
+    warm = [o.wall_s for o in observed if o.wall_s and (o.startup_s or 0) < COLD_S]
+    lcorr = float(np.corrcoef(lr.T)[0, 1])
+    wcorr = float(np.corrcoef(wr.T)[0, 1])
+    out: dict[str, Any] = {
+        "args": {k: v for k, v in vars(args).items() if k != "json_out"},
+        "objective": "balanced",
+        "joint": {
+            "launch_residuals": len(lr),
+            "window_residuals": len(wr),
+            "launch_sd": [float(x) for x in np.sqrt((lr**2).mean(axis=0))],
+            "window_sd": [float(x) for x in np.sqrt((wr**2).mean(axis=0))],
+            "launch_correlation": lcorr,
+            "window_correlation": wcorr,
+            "memories": len(memories),
+            "memory_spread": (max(memories) - min(memories)) / min(memories),
+        },
+        "results": {},
+    }
+    for noise in args.noise:
+        for design in BALANCED_DESIGNS:
+            for sc in BALANCED_SCENARIOS:
+                res = simulate_balanced(
+                    design, sc, draws[noise], memories, warm, args, zlib.crc32(noise.encode())
+                )
+                out["results"].setdefault(noise, {}).setdefault(design, {})[sc.name] = res
+        print(f"[balanced] {noise}: done", file=sys.stderr, flush=True)
+    return out
+
+
+def report_balanced(out: dict[str, Any]) -> str:
+    j = out["joint"]
+    lines = [
+        f"joint noise of output tok/s and P99 E2E: {j['launch_residuals']} launch and "
+        f"{j['window_residuals']} window residuals; launch SD {j['launch_sd'][0]:.3f} / "
+        f"{j['launch_sd'][1]:.3f}, window SD {j['window_sd'][0]:.3f} / {j['window_sd'][1]:.3f} "
+        f"(log), correlation {j['launch_correlation']:+.2f} (launches) / "
+        f"{j['window_correlation']:+.2f} (windows); memory of {j['memories']} launches, "
+        f"spread {j['memory_spread']:.2%}",
+        "",
+    ]
+    for noise, designs in out["results"].items():
+        scen = list(next(iter(designs.values())))
+        lines += [
+            f"{noise} noise: 'better' by the deciding metric / by the balanced verdict / by the "
+            "composite's own interval; launches (median); lost to E2E worse, memory worse, "
+            "score <= 1",
+            "",
+            "| design | " + " | ".join(scen) + " |",
+            "|---|" + "---|" * len(scen),
+        ]
+        for design, res in designs.items():
+            cells = []
+            for r in res.values():
+                lost = r["lost_to"]
+                cells.append(
+                    f"{r['deciding_better']:.1%} / {r['balanced_better']:.1%} / "
+                    f"{r['composite_interval_better']:.1%}; {r['launches_median']:g}; "
+                    f"{lost['latency worse']:.1%}, {lost['memory worse']:.1%}, "
+                    f"{lost['score not above 1']:.1%}"
+                )
+            lines.append(f"| {design} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=2000)
@@ -400,11 +682,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ratios", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 1.2])
     p.add_argument("--noise", action="append", choices=["parametric", "resample"])
     p.add_argument("--designs", type=lambda s: s.split(","), default=list(DESIGNS))
+    p.add_argument(
+        "--objective",
+        choices=["throughput", "balanced"],
+        default="throughput",
+        help="balanced: the study confirmation's verdict for the balanced objective",
+    )
     p.add_argument("--json-out", type=Path)
     args = p.parse_args(argv)
     args.noise = args.noise or ["parametric", "resample"]
-    out = run_bench(args)
-    print(report(out))
+    if args.objective == "balanced":
+        out = run_balanced(args)
+        print(report_balanced(out))
+    else:
+        out = run_bench(args)
+        print(report(out))
     if args.json_out:
         args.json_out.write_text(json.dumps(out, indent=1) + "\n")
     return 0

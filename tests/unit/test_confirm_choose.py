@@ -47,19 +47,25 @@ def _row(
     e2e: str = NO_DIFFERENCE,
     b_e2e: list[float] = B_E2E,
     e2e_ratio: tuple[float, float, float] = (0.750, 0.517, 1.088),
+    mem: tuple[float, float, float, str] = (1.0, 0.9996, 1.0006, NO_DIFFERENCE),
+    min_effect: float | None = None,
 ) -> ComparisonRow:
     metrics = [
         _metric("output_throughput", "output tok/s", A_THR, B_THR, 1.3408, 1.0113, 1.7777, thr,
                 True),
         _metric("e2e_p99_ms", "P99 E2E ms", A_E2E, b_e2e, *e2e_ratio, e2e, False),
-        _metric("memory_gib", "memory GiB", MEM, MEM, 1.0, 0.9996, 1.0006, NO_DIFFERENCE, False),
+        _metric("memory_gib", "memory GiB", MEM, [m * mem[0] for m in MEM], *mem, False),
     ]  # fmt: skip
     results = {
         "metrics": metrics,
         "confidence": 0.95,
         "a_label": DEFAULTS_LABEL,
         "b_label": "#5",
-        "decision": {"kind": "sequential", "per_look_confidence": 0.9665060489206141},
+        "decision": {
+            "kind": "sequential",
+            "per_look_confidence": 0.9665060489206141,
+            **({} if min_effect is None else {"min_effect": min_effect}),
+        },
         "kind": "confirmation",
     }
     return ComparisonRow(
@@ -94,9 +100,30 @@ def test_the_balanced_verdict_rests_on_what_the_looks_stopped_on() -> None:
 
 
 def test_no_win_when_a_weighed_metric_is_worse() -> None:
-    confirmed = choose([_row(e2e=WORSE)], Objective.BALANCED)
+    # P99 E2E significantly worse, x1.30 (the composite of the launch values stays above 1: the
+    # guard alone takes the win away).
+    confirmed = choose([_row(e2e=WORSE, e2e_ratio=(1.30, 1.10, 1.54))], Objective.BALANCED)
     assert confirmed is not None and confirmed.verdict == NO_DIFFERENCE
     assert confirmed.label == DEFAULTS_LABEL and confirmed.config == ServingConfig()
+
+
+def test_a_weighed_metric_worse_by_less_than_the_smallest_effect_keeps_the_win() -> None:
+    # NVML's peak memory 40 MB higher of 141 GB on every B launch: significant, x1.0003, and
+    # nothing a deployment would act on (the design's smallest effect: 5 %).
+    tiny = (1.0003, 1.0001, 1.0005, WORSE)
+    confirmed = choose([_row(mem=tiny)], Objective.BALANCED)
+    assert confirmed is not None and confirmed.verdict == BETTER and confirmed.label == "#5"
+    eight = (1.08, 1.05, 1.11, WORSE)
+    confirmed = choose([_row(mem=eight)], Objective.BALANCED)
+    assert confirmed is not None and confirmed.verdict == NO_DIFFERENCE
+
+
+def test_the_smallest_effect_is_the_design_s() -> None:
+    worse = {"e2e": WORSE, "e2e_ratio": (1.08, 1.02, 1.14)}
+    default = choose([_row(**worse)], Objective.BALANCED)  # type: ignore[arg-type]
+    assert default is not None and default.verdict == NO_DIFFERENCE
+    wide = choose([_row(**worse, min_effect=0.10)], Objective.BALANCED)  # type: ignore[arg-type]
+    assert wide is not None and wide.verdict == BETTER
 
 
 def test_no_win_when_the_deciding_metric_is_undecided() -> None:

@@ -39,3 +39,33 @@ def test_the_decision_bench_runs_on_the_committed_launches(tmp_path: Path) -> No
         else:
             assert all(6 <= r["launches_median"] <= 12 for r in scenarios.values())
     assert "| seq-pooled |" in done.stdout and "fitted on 14 launches" in done.stdout
+
+
+def test_the_balanced_mode_judges_each_confirmation_twice(tmp_path: Path) -> None:
+    """--objective balanced: the deciding metric's verdict and the study's balanced verdict on
+    the same simulated confirmations; the second can only take "better" away."""
+    out = tmp_path / "balanced.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "decision_replay.py"), "--objective", "balanced",
+         "--reps", "12", "--noise", "resample", "--json-out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    joint = data["joint"]
+    # 14 launches of 3 windows; launches of a configuration seen once give no launch residual.
+    assert joint["window_residuals"] == 42 and 5 <= joint["launch_residuals"] < 14
+    # A closed loop: a launch that serves more tokens finishes its requests sooner.
+    assert joint["launch_correlation"] < 0 and joint["window_correlation"] < 0
+    assert joint["memories"] == 14 and joint["memory_spread"] < 0.01
+    results = data["results"]["resample"]
+    assert set(results) == {"fixed-3-pooled", "seq-pooled"}
+    for design, scenarios in results.items():
+        assert len(scenarios) == 5 and "x1" in scenarios
+        for r in scenarios.values():
+            assert 0.0 <= r["balanced_better"] <= r["deciding_better"] <= 1.0
+            lost = r["deciding_better"] - r["balanced_better"]
+            assert all(0.0 <= v <= lost + 1e-9 for v in r["lost_to"].values())
+            if design == "fixed-3-pooled":
+                assert r["launches_median"] == 6
+    assert "| seq-pooled |" in done.stdout and "correlation" in done.stdout
