@@ -21,7 +21,7 @@ from tuner.db import Repository, StudyRow, TrialPhase, TrialRow
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import UsageError
 from tuner.scoring import canary_broken
-from tuner.study import DEFAULTS_LABEL, Confirmed, choose
+from tuner.study import Confirmed, choose
 
 _Version = tuple[int, float, tuple[tuple[str, int], ...]]
 T = TypeVar("T")
@@ -37,18 +37,6 @@ class StudySnapshot:
     trials: tuple[TrialRow, ...]
     baseline: TrialRow | None  # the measured vLLM-defaults trial, the scores' reference
     confirmed: Mapping[Objective, Confirmed] = field(default_factory=dict)
-
-    def confirmed_trial(self, objective: Objective) -> tuple[Confirmed, TrialRow] | None:
-        """The search trial the confirmation chose for ``objective`` (the defaults when no
-        candidate was significantly better), or None without a usable confirmation."""
-        verdict = self.confirmed.get(objective)
-        if verdict is None:
-            return None
-        if verdict.label == DEFAULTS_LABEL:
-            trial = self.baseline
-        else:
-            trial = next((t for t in self.trials if f"#{t.number}" == verdict.label), None)
-        return None if trial is None else (verdict, trial)
 
     @property
     def reference(self) -> list[float] | None:

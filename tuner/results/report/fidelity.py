@@ -82,12 +82,6 @@ def ratios_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def worst_deviation(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> float:
-    """The largest |tuner / vLLM - 1| over the pairs and ``fields``."""
-    devs = [abs(ratio(t.get(f), v.get(f)) - 1.0) for t, v in pairs(rows) for f in fields]
-    return max((d for d in devs if not math.isnan(d)), default=math.nan)
-
-
 def geometric_mean(values: Sequence[float]) -> float:
     finite = [v for v in values if v > 0 and math.isfinite(v)]
     if not finite:
