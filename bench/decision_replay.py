@@ -486,7 +486,7 @@ class JointSides(Sides):
         walls: Sequence[float],
         rng: np.random.Generator,
     ) -> None:
-        super().__init__(Scenario(sc.name, sc.throughput, None), parametric_unused, walls, rng)
+        super().__init__(Scenario(sc.name, sc.throughput, None), _no_single_draw, walls, rng)
         self.bal, self.joint, self.memories = sc, draw, memories
 
     def launch(self, side: str) -> TrialResult:
@@ -512,8 +512,8 @@ class JointSides(Sides):
         return result
 
 
-def parametric_unused(rng: np.random.Generator) -> tuple[float, np.ndarray]:
-    raise AssertionError("JointSides draws its own launches")
+def _no_single_draw(rng: np.random.Generator) -> tuple[float, np.ndarray]:
+    raise AssertionError("JointSides draws both metrics itself; this one-metric draw is unused")
 
 
 def joint_profile(draw: JointDraw, launches: int, rng: np.random.Generator) -> Any:
