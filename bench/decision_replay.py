@@ -61,13 +61,13 @@ from tuner.abtest.decide import Design, judge_look  # noqa: E402
 from tuner.db import ComparisonRow  # noqa: E402
 from tuner.db.codec import decode_memory, decode_result  # noqa: E402
 from tuner.domain import (  # noqa: E402
-    Estimate,
     MemoryUsage,
     Objective,
     ServingConfig,
     TrialResult,
     TrialStatus,
 )
+from tuner.load import estimate  # noqa: E402
 from tuner.scoring.noise import Components, Launch, components, logs  # noqa: E402
 from tuner.scoring.significance import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE  # noqa: E402
 
@@ -183,8 +183,26 @@ class Scenario:
     outlier: float | None
 
 
-class Sides:
-    """The launches of one simulated comparison, drawn as a design asks for them."""
+class Drawn:
+    """The launches of one simulated comparison, drawn as a design asks for them; a subclass
+    says how one launch is drawn."""
+
+    def __init__(self, walls: Sequence[float], rng: np.random.Generator) -> None:
+        self.walls, self.rng = walls, rng
+        self.runs: dict[str, list[TrialResult]] = {"a": [], "b": []}
+
+    def launch(self, side: str) -> TrialResult:
+        raise NotImplementedError
+
+    def upto(self, n: int) -> tuple[list[TrialResult], list[TrialResult]]:
+        for side in ("a", "b"):
+            while len(self.runs[side]) < n:
+                self.launch(side)
+        return self.runs["a"], self.runs["b"]
+
+
+class Sides(Drawn):
+    """Launches of the output throughput alone, with an outlying launch in outlier scenarios."""
 
     def __init__(
         self,
@@ -193,11 +211,11 @@ class Sides:
         walls: Sequence[float],
         rng: np.random.Generator,
     ) -> None:
-        self.sc, self.draw, self.walls, self.rng = sc, draw, walls, rng
+        super().__init__(walls, rng)
+        self.sc, self.draw = sc, draw
         self.outlier_at = None
         if sc.outlier is not None:
             self.outlier_at = ("a" if rng.random() < 0.5 else "b", int(rng.integers(3)))
-        self.runs: dict[str, list[TrialResult]] = {"a": [], "b": []}
 
     def launch(self, side: str) -> TrialResult:
         i = len(self.runs[side])
@@ -207,22 +225,15 @@ class Sides:
         if self.outlier_at == (side, i):
             values = values * (self.sc.outlier or 1.0)
         wall = float(self.rng.choice(self.walls))
-        vs = tuple(float(v) for v in values)
         result = TrialResult(
             config=(A_ARM if side == "a" else B_ARM).config,
             status=TrialStatus.COMPLETE,
-            metrics={HEADLINE: Estimate(float(np.median(values)), min(vs), max(vs), vs)},
+            metrics={HEADLINE: estimate(values.tolist())},
             started_at=0.0,
             finished_at=wall,
         )
         self.runs[side].append(result)
         return result
-
-    def upto(self, n: int) -> tuple[list[TrialResult], list[TrialResult]]:
-        for side in ("a", "b"):
-            while len(self.runs[side]) < n:
-                self.launch(side)
-        return self.runs["a"], self.runs["b"]
 
 
 def calibrated(draw: Draw, launches: int, rng: np.random.Generator) -> Components | None:
@@ -381,27 +392,39 @@ def report(out: dict[str, Any]) -> str:
         f"per-look confidence {out['per_look_confidence']:.4f}",
         "",
     ]
-    for noise, designs in out["results"].items():
+
+    def cell(r: dict[str, Any]) -> str:
+        cov = "-" if r["coverage"] is None else f"{r['coverage']:.1%}"
+        return (
+            f"{r['false_decisions']:.1%} / {r['better']:.0%} / {r['launches_median']:g} / "
+            f"{r['gpu_minutes_median']:.1f} / {cov} / {r['inconclusive']:.1%}"
+        )
+
+    caption = (
+        "false decisions / better / launches (median) / GPU-min (median) / coverage / inconclusive"
+    )
+    return "\n".join(lines + tables(out["results"], caption, cell))
+
+
+def tables(
+    results: dict[str, dict[str, dict[str, dict[str, Any]]]],
+    caption: str,
+    cell: Callable[[dict[str, Any]], str],
+) -> list[str]:
+    """A markdown table per noise model: a row per design, a column per scenario."""
+    lines: list[str] = []
+    for noise, designs in results.items():
         scen = list(next(iter(designs.values())))
         lines += [
-            f"{noise} noise: false decisions / better / launches (median) / GPU-min (median) / "
-            "coverage / inconclusive",
+            f"{noise} noise: {caption}",
             "",
             "| design | " + " | ".join(scen) + " |",
             "|---|" + "---|" * len(scen),
         ]
         for design, res in designs.items():
-            cells = []
-            for r in res.values():
-                cov = "-" if r["coverage"] is None else f"{r['coverage']:.1%}"
-                cells.append(
-                    f"{r['false_decisions']:.1%} / {r['better']:.0%} / "
-                    f"{r['launches_median']:g} / {r['gpu_minutes_median']:.1f} / {cov} / "
-                    f"{r['inconclusive']:.1%}"
-                )
-            lines.append(f"| {design} | " + " | ".join(cells) + " |")
+            lines.append(f"| {design} | " + " | ".join(cell(r) for r in res.values()) + " |")
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 # The balanced objective's verdict --------------------------------------------------------------
@@ -475,8 +498,8 @@ BALANCED_SCENARIOS = (
 )
 
 
-class JointSides(Sides):
-    """:class:`Sides` whose launches carry the balanced objective's three numbers."""
+class JointSides(Drawn):
+    """Launches that carry the balanced objective's three numbers."""
 
     def __init__(
         self,
@@ -486,7 +509,7 @@ class JointSides(Sides):
         walls: Sequence[float],
         rng: np.random.Generator,
     ) -> None:
-        super().__init__(Scenario(sc.name, sc.throughput, None), _no_single_draw, walls, rng)
+        super().__init__(walls, rng)
         self.bal, self.joint, self.memories = sc, draw, memories
 
     def launch(self, side: str) -> TrialResult:
@@ -495,10 +518,7 @@ class JointSides(Sides):
             mu = mu + np.log([self.bal.throughput, self.bal.e2e])
         effect, window = self.joint(self.rng)
         values = np.exp(mu + effect + window)  # a row a window, a column a metric
-        metrics = {}
-        for j, name in enumerate(JOINT):
-            vs = tuple(float(v) for v in values[:, j])
-            metrics[name] = Estimate(float(np.median(vs)), min(vs), max(vs), vs)
+        metrics = {name: estimate(values[:, j].tolist()) for j, name in enumerate(JOINT)}
         memory = MemoryUsage(gpu_peak_bytes={"sim": int(self.rng.choice(self.memories))})
         result = TrialResult(
             config=(A_ARM if side == "a" else B_ARM).config,
@@ -510,10 +530,6 @@ class JointSides(Sides):
         )
         self.runs[side].append(result)
         return result
-
-
-def _no_single_draw(rng: np.random.Generator) -> tuple[float, np.ndarray]:
-    raise AssertionError("JointSides draws both metrics itself; this one-metric draw is unused")
 
 
 def joint_profile(draw: JointDraw, launches: int, rng: np.random.Generator) -> Any:
@@ -646,29 +662,21 @@ def report_balanced(out: dict[str, Any]) -> str:
         f"spread {j['memory_spread']:.2%}",
         "",
     ]
-    for noise, designs in out["results"].items():
-        scen = list(next(iter(designs.values())))
-        lines += [
-            f"{noise} noise: 'better' by the deciding metric / by the balanced verdict / by the "
-            "composite's own interval; launches (median); lost to E2E worse, memory worse, "
-            "score <= 1",
-            "",
-            "| design | " + " | ".join(scen) + " |",
-            "|---|" + "---|" * len(scen),
-        ]
-        for design, res in designs.items():
-            cells = []
-            for r in res.values():
-                lost = r["lost_to"]
-                cells.append(
-                    f"{r['deciding_better']:.1%} / {r['balanced_better']:.1%} / "
-                    f"{r['composite_interval_better']:.1%}; {r['launches_median']:g}; "
-                    f"{lost['latency worse']:.1%}, {lost['memory worse']:.1%}, "
-                    f"{lost['score not above 1']:.1%}"
-                )
-            lines.append(f"| {design} | " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
+
+    def cell(r: dict[str, Any]) -> str:
+        lost = r["lost_to"]
+        return (
+            f"{r['deciding_better']:.1%} / {r['balanced_better']:.1%} / "
+            f"{r['composite_interval_better']:.1%}; {r['launches_median']:g}; "
+            f"{lost['latency worse']:.1%}, {lost['memory worse']:.1%}, "
+            f"{lost['score not above 1']:.1%}"
+        )
+
+    caption = (
+        "'better' by the deciding metric / by the balanced verdict / by the composite's own "
+        "interval; launches (median); lost to E2E worse, memory worse, score <= 1"
+    )
+    return "\n".join(lines + tables(out["results"], caption, cell))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
