@@ -15,7 +15,7 @@ from tuner.compose import build_space
 from tuner.domain import Objective
 from tuner.errors import SpecError, UsageError
 from tuner.load.workloads import get_workload
-from tuner.spec.study import DEFAULT_SPEC_PATH, StudySpec, check_flags, load_spec
+from tuner.spec.study import _SECTIONS, DEFAULT_SPEC_PATH, StudySpec, check_flags, load_spec
 from tuner.vllm.flags import shipped
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,6 +150,19 @@ def test_every_study_file_parses_and_resolves(path: Path) -> None:
     flags = shipped("0.32.0" if gpu.is_cpu else "0.26.0")
     build_space(spec, model, gpu, workload, flags)  # and its [[enqueue]] entries hold
     assert re.fullmatch(r"[A-Za-z0-9_.-]+", spec.study_name())
+
+
+def test_the_spec_reference_in_the_docs_is_a_valid_spec(tmp_path: Path) -> None:
+    """docs/specs.md's example names every key a spec file may hold, and parses."""
+    text = (REPO / "docs" / "specs.md").read_text(encoding="utf-8")
+    example = re.search(r"```toml\n(.*?)```", text, re.S)
+    assert example is not None
+    spec = load_spec(write(tmp_path, example.group(1)))
+    assert spec.name == "ernie-h200-chat" and spec.confirm_max_launches == 6
+    written = set(re.findall(r"^(\w+) =", example.group(1), re.M))
+    sections = {"study", "space", "confirm", "runner"}
+    allowed = set().union(*(v for k, v in _SECTIONS.items() if k in sections))
+    assert allowed <= written, f"keys the docs leave out: {sorted(allowed - written)}"
 
 
 # --- errors name the line ---------------------------------------------------------------------

@@ -1,46 +1,6 @@
 """Study specs: what a study measures, read from a TOML file in ``studies/`` or built from CLI
-options (which override the file). Errors name the file and line and say what is allowed.
-
-A spec file::
-
-    [study]
-    name = "ernie-h200-chat"        # optional; default: model-gpu-workload-objective
-    model = "ernie-0.3b"            # catalog alias, local directory or hub id
-    gpu = "h200"                    # catalog GPU profile (tuner studies gpus lists them)
-    workload = "chat"               # preset name or "trace:FILE"
-    objective = "balanced"          # balanced | throughput | latency | memory | capacity | cost
-    trials = 16
-    slo = "ttft_p99=500ms,e2e_p99=10s"
-    seed = 0
-    early_stop = false              # true: a trial clearly worse at its first point stops there
-    gpu_price = 4.0                 # $ per GPU-hour for $/1M tokens (default: the catalog's)
-
-    [workload]                      # overrides of the workload preset's fields
-    requests_per_window = 64
-
-    [space]
-    params = ["attention_backend", "max_num_seqs"]   # knobs to search (default: all that apply)
-    choices = { max_num_seqs = [16, 64, 256] }       # candidate values per knob
-    fixed = { enforce_eager = true }                 # held in every trial, baseline included
-    search = { stream_interval = [1, 8], block_size = [16, 32] }  # any `vllm serve` flag
-
-``search`` adds knobs to the study, each with its values: any flag of the installed vLLM, by
-its dest or spelling (``stream-interval``), or a key of a JSON-valued one
-(``"compilation_config.cudagraph_mode" = ["FULL"]``); an empty list (or a list of names,
-``search = ["stream_interval"]``) takes the built-in candidates of tuner's levers
-(:mod:`tuner.catalog.levers`). The command line's ``--search FLAG=V1,V2`` is the same. Such
-flags may also be named in params, choices, fixed and [[enqueue]]; they are checked against
-vLLM's own flag list, with their types, before anything starts.
-
-    [[enqueue]]                     # configurations to try first, after vLLM's defaults
-    gpu_memory_utilization = 0.95
-
-    [runner]
-    startup_timeout_s = 900
-    extra_args = ["--dtype", "float32"]
-    compile_cache = "shared"        # or "cold" (each launch compiles anew), "system"
-    cpu_placement = "auto"          # or "pinned", "off" (tuner.runner.placement)
-"""
+options (which override the file). Errors name the file and line and say what is allowed. The
+file's tables and keys: docs/specs.md."""
 
 from __future__ import annotations
 
