@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from tuner.telemetry.host import ProcessTreeRssSampler, host_memory, tree_rss_bytes
+from tuner.telemetry.host import ProcessTreeRssSampler, tree_rss_bytes
 from tuner.telemetry.nvml import DetectedGpu, detect_gpus
 
 MB = 1024**2
@@ -107,11 +107,6 @@ def test_sampler_survives_processes_vanishing(
     assert sampler.peak_bytes is not None and sampler.peak_bytes >= 150 * MB
     assert _gone(grandchild) and _gone(child.pid)
     assert tree_rss_bytes(child.pid) is None
-
-
-def test_host_memory_is_plausible() -> None:
-    total, available = host_memory()
-    assert 0 < available <= total
 
 
 def test_detect_gpus_here_is_fast_and_never_raises() -> None:

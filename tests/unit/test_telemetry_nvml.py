@@ -16,7 +16,6 @@ from tuner.telemetry.nvml import (
     GpuMemorySampler,
     GpuUtilizationSampler,
     detect_gpus,
-    system_info,
 )
 
 GIB = 1024**3
@@ -172,19 +171,6 @@ def test_detect_gpus_translates_other_nvml_errors() -> None:
 def test_detect_gpus_init_failure_other_than_absence_raises() -> None:
     with pytest.raises(EnvironmentProblem, match="initialising"):
         detect_gpus(FakeNvml(init_error=4))  # no permission
-
-
-def test_system_info_lists_gpus_as_json_values() -> None:
-    info = system_info(FakeNvml())
-    assert info["driver_version"] == "580.95.05"
-    assert info["cuda_driver_version"] == "13.0"
-    assert [g["uuid"] for g in info["gpus"]] == ["GPU-aaaa", "GPU-bbbb"]
-    assert info["gpus"][0]["compute_capability"] == [9, 0]
-    assert system_info(FakeNvml(init_error=12)) == {
-        "driver_version": None,
-        "cuda_driver_version": None,
-        "gpus": [],
-    }
 
 
 def test_sampler_peak_is_over_baseline_per_uuid() -> None:

@@ -8,7 +8,6 @@ from tuner.telemetry.host import (
     ENGINE_MARKERS,
     ProcessTreeCpuSampler,
     ProcessTreeRssSampler,
-    host_memory,
     is_engine_core,
 )
 from tuner.telemetry.nvml import (
@@ -16,7 +15,6 @@ from tuner.telemetry.nvml import (
     GpuMemorySampler,
     GpuUtilizationSampler,
     detect_gpus,
-    system_info,
 )
 from tuner.telemetry.probe import TelemetryProbe
 from tuner.telemetry.prometheus import MetricsPoller, parse_text, scrape, summarize_vllm
@@ -31,10 +29,8 @@ __all__ = [
     "ProcessTreeRssSampler",
     "TelemetryProbe",
     "detect_gpus",
-    "host_memory",
     "is_engine_core",
     "parse_text",
     "scrape",
     "summarize_vllm",
-    "system_info",
 ]

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 # A process that exits, turns zombie or hides from us between listing and reading simply
 # does not count in that sample.
-_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
+GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 
 # What marks an engine-core process: vLLM's process title (``VLLM::EngineCore_DP0``), and the
 # word tuner's fake server puts in its engine child's command line.
@@ -33,15 +33,24 @@ def is_engine_core(proc: psutil.Process) -> bool:
     for a process that is gone or hidden from us."""
     try:
         words = [proc.name(), *proc.cmdline()]
-    except _GONE:
+    except GONE:
         return False
     return any(marker in word for word in words for marker in ENGINE_MARKERS)
 
 
-def host_memory() -> tuple[int, int]:
-    """``(total, available)`` bytes of host memory, as the kernel reports them now."""
-    vm = psutil.virtual_memory()
-    return int(vm.total), int(vm.available)
+def process_tree(root_pid: int) -> list[psutil.Process]:
+    """``root_pid`` and all its descendants; empty when the root is gone."""
+    try:
+        root = psutil.Process(root_pid)
+        return [root, *root.children(recursive=True)]
+    except GONE:
+        return []
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    """The CPU time ``proc`` used so far: user + system, all its threads."""
+    times = proc.cpu_times()
+    return float(times.user + times.system)
 
 
 def tree_rss_bytes(root_pid: int) -> int | None:
@@ -51,16 +60,14 @@ def tree_rss_bytes(root_pid: int) -> int | None:
     process, so the sum over-states the tree's footprint a little; it does so the same way for
     every trial, which is what comparisons need.
     """
-    try:
-        root = psutil.Process(root_pid)
-        procs = [root, *root.children(recursive=True)]
-    except _GONE:
+    procs = process_tree(root_pid)
+    if not procs:
         return None
     total = 0
     for proc in procs:
         try:
             total += int(proc.memory_info().rss)
-        except _GONE:
+        except GONE:
             continue
     return total
 
@@ -113,11 +120,6 @@ class _CpuSeen:
     engine: bool
 
 
-def _cpu_seconds(proc: psutil.Process) -> float:
-    times = proc.cpu_times()
-    return float(times.user + times.system)
-
-
 class ProcessTreeCpuSampler(Periodic):
     """CPU cores a server's API-server and engine-core processes use, between ``start()`` and
     ``stop()``.
@@ -151,7 +153,7 @@ class ProcessTreeCpuSampler(Periodic):
         """The tree's processes, each with whether it is (under) an engine core."""
         try:
             root = psutil.Process(self.root_pid)
-        except _GONE:
+        except GONE:
             return []
         found: list[tuple[psutil.Process, bool]] = []
         stack = [(root, False)]
@@ -161,7 +163,7 @@ class ProcessTreeCpuSampler(Periodic):
             found.append((proc, engine))
             try:
                 stack.extend((child, engine) for child in proc.children())
-            except _GONE:
+            except GONE:
                 continue
         return found
 
@@ -174,8 +176,8 @@ class ProcessTreeCpuSampler(Periodic):
                 try:
                     # psutil gives boot time + start ticks; taken back to the ticks, 10 ms each.
                     born = round(proc.create_time() - boot, 2)
-                    readings.append(((proc.pid, born), _cpu_seconds(proc), engine))
-                except _GONE:
+                    readings.append(((proc.pid, born), cpu_seconds(proc), engine))
+                except GONE:
                     continue
         except Exception as exc:  # e.g. /proc unreadable: lose the sample, keep going
             log.warning("CPU sample of pid %d's tree failed: %s", self.root_pid, exc)

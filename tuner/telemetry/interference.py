@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterable
 import psutil
 
 from tuner.load.selfcheck import NeighbourReading
-
-_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
+from tuner.telemetry.host import GONE, cpu_seconds, process_tree
 
 
 def _host_busy_s() -> float:
@@ -24,21 +23,12 @@ def _host_busy_s() -> float:
     return float(sum(t) - idle)
 
 
-def _tree(root_pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(root_pid)
-        return [root, *root.children(recursive=True)]
-    except _GONE:
-        return []
-
-
 def _cpu_s(procs: Iterable[psutil.Process]) -> dict[int, float]:
     out: dict[int, float] = {}
     for p in procs:
         try:
-            t = p.cpu_times()
-            out[p.pid] = float(t.user + t.system)
-        except _GONE:
+            out[p.pid] = cpu_seconds(p)
+        except GONE:
             continue
     return out
 
@@ -61,7 +51,7 @@ class HostNeighbours:
 
     def _server_tree(self) -> list[psutil.Process]:
         pid = self._server_pid() if self._server_pid is not None else None
-        return _tree(pid) if pid is not None else []
+        return process_tree(pid) if pid is not None else []
 
     def begin(self) -> None:
         self._server = _cpu_s(self._server_tree())

@@ -161,29 +161,6 @@ def detect_gpus(nvml: Nvml | None = None) -> list[DetectedGpu]:
         _shutdown(api)
 
 
-def system_info(nvml: Nvml | None = None) -> dict[str, Any]:
-    """Driver, CUDA driver version and GPUs, as JSON values, for provenance records.
-
-    ``{"driver_version": None, "cuda_driver_version": None, "gpus": []}`` on a machine
-    without NVIDIA GPUs.
-    """
-    gpus = detect_gpus(nvml)
-    return {
-        "driver_version": gpus[0].driver_version if gpus else None,
-        "cuda_driver_version": gpus[0].cuda_driver_version if gpus else None,
-        "gpus": [
-            {
-                "index": g.index,
-                "name": g.name,
-                "uuid": g.uuid,
-                "memory_total_bytes": g.memory_total_bytes,
-                "compute_capability": list(g.compute_capability),
-            }
-            for g in gpus
-        ],
-    }
-
-
 def _handle(api: Nvml, uuid: str) -> Any:
     try:
         return api.nvmlDeviceGetHandleByUUID(uuid)
@@ -226,43 +203,26 @@ def _open_gpus(
     return api, uuids, handles
 
 
-class GpuMemorySampler(Periodic):
-    """Peak used GPU memory per GPU UUID, over a baseline taken before the server starts.
+class _GpuSampler(Periodic):
+    """Samples the GPUs ``uuids`` (None: every GPU NVML sees, fixed when NVML is opened) from
+    ``start()`` to ``stop()``, holding NVML open meanwhile. Setting up raises
+    :class:`EnvironmentProblem` when NVML is unusable; a failed sample afterwards is logged
+    (the first at WARNING) and dropped: sampling never raises into the caller's thread."""
 
-    Use: ``baseline()`` before launching the server, then ``start()`` ... ``stop()`` (or
-    ``with sampler:``) around the part to measure, then ``result()``. ``uuids=None`` means every
-    GPU NVML sees, fixed at ``baseline()``. Used memory is device-wide, so memory other
-    processes take during the trial counts too: the baseline only removes what was there before.
+    what = "GPU"  # in messages: "cannot sample {what}", "{what} sample failed"
 
-    Setting up (``baseline()``, ``start()``) raises :class:`EnvironmentProblem` when NVML is
-    unusable. A failed sample afterwards is logged and sampling goes on: it never raises into
-    the caller's thread.
-    """
-
-    thread_name = "tuner-gpu-sampler"
-
-    def __init__(
-        self, uuids: Sequence[str] | None = None, interval_s: float = 0.1, nvml: Nvml | None = None
-    ) -> None:
+    def __init__(self, uuids: Sequence[str] | None, interval_s: float, nvml: Nvml | None) -> None:
         super().__init__(interval_s)
         self._uuids: tuple[str, ...] | None = tuple(uuids) if uuids is not None else None
         self._nvml = nvml
         self._api: Nvml | None = None
         self._handles: dict[str, Any] = {}
-        self._baseline: dict[str, int] | None = None
-        self._peak: dict[str, int] = {}
-        self._lock = threading.Lock()
         self._failures = 0
-
-    @property
-    def uuids(self) -> tuple[str, ...] | None:
-        """The GPUs watched: those asked for, or every GPU NVML saw at ``baseline()``; None
-        before that when none were asked for."""
-        return self._uuids
+        self._lock = threading.Lock()
 
     def _open(self) -> Nvml:
         """nvmlInit and resolve the handles; the caller must ``_close()``."""
-        api, self._uuids, self._handles = _open_gpus(self._nvml, self._uuids, "GPU memory")
+        api, self._uuids, self._handles = _open_gpus(self._nvml, self._uuids, self.what)
         self._api = api
         return api
 
@@ -271,8 +231,64 @@ class GpuMemorySampler(Periodic):
             _shutdown(self._api)
             self._api = None
 
+    def _before_start(self) -> None:
+        self._open()
+
+    def _after_stop(self) -> None:
+        self._close()
+
+    def _read(self, api: Nvml) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _record(self, reading: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _tick(self) -> None:
+        api = self._api
+        if api is None:
+            return
+        try:
+            reading = self._read(api)
+        except Exception as exc:  # keep sampling: one lost sample does not spoil the rest
+            self._failures += 1
+            level = logging.WARNING if self._failures == 1 else logging.DEBUG
+            log.log(level, "%s sample failed (%d so far): %s", self.what, self._failures, exc)
+            return
+        with self._lock:
+            self._record(reading)
+
+
+class GpuMemorySampler(_GpuSampler):
+    """Peak used GPU memory per GPU UUID, over a baseline taken before the server starts.
+
+    Use: ``baseline()`` before launching the server, then ``start()`` ... ``stop()`` (or
+    ``with sampler:``) around the part to measure, then ``result()``. Used memory is
+    device-wide, so memory other processes take during the trial counts too: the baseline only
+    removes what was there before.
+    """
+
+    thread_name = "tuner-gpu-sampler"
+    what = "GPU memory"
+
+    def __init__(
+        self, uuids: Sequence[str] | None = None, interval_s: float = 0.1, nvml: Nvml | None = None
+    ) -> None:
+        super().__init__(uuids, interval_s, nvml)
+        self._baseline: dict[str, int] | None = None
+        self._peak: dict[str, int] = {}
+
+    @property
+    def uuids(self) -> tuple[str, ...] | None:
+        """The GPUs watched: those asked for, or every GPU NVML saw at ``baseline()``; None
+        before that when none were asked for."""
+        return self._uuids
+
     def _read(self, api: Nvml) -> dict[str, int]:
         return {u: int(api.nvmlDeviceGetMemoryInfo(h).used) for u, h in self._handles.items()}
+
+    def _record(self, reading: dict[str, int]) -> None:
+        for uuid, value in reading.items():
+            self._peak[uuid] = max(self._peak.get(uuid, 0), value)
 
     def baseline(self) -> dict[str, int]:
         """Record used memory per UUID now (before the server starts) and return it."""
@@ -284,30 +300,11 @@ class GpuMemorySampler(Periodic):
             self._close()
         return dict(self._baseline)
 
-    def _tick(self) -> None:
-        api = self._api
-        if api is None:
-            return
-        try:
-            used = self._read(api)
-        except Exception as exc:  # keep sampling: one lost sample does not spoil the peak
-            self._failures += 1
-            level = logging.WARNING if self._failures == 1 else logging.DEBUG
-            log.log(level, "GPU memory sample failed (%d so far): %s", self._failures, exc)
-            return
-        with self._lock:
-            for uuid, value in used.items():
-                self._peak[uuid] = max(self._peak.get(uuid, 0), value)
-
     def _before_start(self) -> None:
-        # Takes the baseline first if it was not taken before the server started.
         if self._baseline is None:
             log.warning("GPU baseline taken at start(): memory allocated before is not counted")
             self.baseline()
         self._open()
-
-    def _after_stop(self) -> None:
-        self._close()
 
     def result(self) -> tuple[dict[str, int], dict[str, int]]:
         """``(peak used memory over the baseline, baseline)``, both in bytes per GPU UUID.
@@ -322,61 +319,33 @@ class GpuMemorySampler(Periodic):
         return over, baseline
 
 
-class GpuUtilizationSampler(Periodic):
+class GpuUtilizationSampler(_GpuSampler):
     """How busy the GPUs are: NVML's utilisation rate (the share of the last sample period,
-    1/6 s to 1 s by product, in which a kernel ran on the GPU), sampled from ``start()`` to
-    ``stop()``.
-
-    ``start()`` raises :class:`EnvironmentProblem` when NVML is unusable. A failed sample
-    afterwards (some GPUs, MIG slices among them, do not report utilisation) is logged and
-    dropped; sampling never raises into the caller's thread.
-    """
+    1/6 s to 1 s by product, in which a kernel ran on the GPU). Some GPUs, MIG slices among
+    them, do not report it: their samples fail and are dropped."""
 
     thread_name = "tuner-gpu-utilization-sampler"
+    what = "GPU utilisation"
 
     def __init__(
         self, uuids: Sequence[str] | None = None, interval_s: float = 0.5, nvml: Nvml | None = None
     ) -> None:
-        super().__init__(interval_s)
-        self._uuids: tuple[str, ...] | None = tuple(uuids) if uuids is not None else None
-        self._nvml = nvml
-        self._api: Nvml | None = None
-        self._handles: dict[str, Any] = {}
+        super().__init__(uuids, interval_s, nvml)
         self._sums: dict[str, float] = {}
         self._rounds = 0
-        self._failures = 0
-        self._lock = threading.Lock()
 
-    def _before_start(self) -> None:
-        self._api, self._uuids, self._handles = _open_gpus(
-            self._nvml, self._uuids, "GPU utilisation"
-        )
+    def _read(self, api: Nvml) -> dict[str, float]:
+        # One round reads every GPU; a round with a failed read is dropped whole, so that
+        # every GPU's mean is over the same instants.
+        return {
+            u: float(api.nvmlDeviceGetUtilizationRates(h).gpu) / 100.0
+            for u, h in self._handles.items()
+        }
 
-    def _after_stop(self) -> None:
-        if self._api is not None:
-            _shutdown(self._api)
-            self._api = None
-
-    def _tick(self) -> None:
-        api = self._api
-        if api is None:
-            return
-        try:
-            # One round reads every GPU; a round with a failed read is dropped whole, so that
-            # every GPU's mean is over the same instants.
-            busy = {
-                u: float(api.nvmlDeviceGetUtilizationRates(h).gpu) / 100.0
-                for u, h in self._handles.items()
-            }
-        except Exception as exc:
-            self._failures += 1
-            level = logging.WARNING if self._failures == 1 else logging.DEBUG
-            log.log(level, "GPU utilisation sample failed (%d so far): %s", self._failures, exc)
-            return
-        with self._lock:
-            self._rounds += 1
-            for uuid, value in busy.items():
-                self._sums[uuid] = self._sums.get(uuid, 0.0) + value
+    def _record(self, reading: dict[str, float]) -> None:
+        self._rounds += 1
+        for uuid, value in reading.items():
+            self._sums[uuid] = self._sums.get(uuid, 0.0) + value
 
     @property
     def samples(self) -> int:

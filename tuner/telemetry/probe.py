@@ -45,10 +45,8 @@ log = logging.getLogger(__name__)
 
 class TelemetryProbe:
     """Memory and ``/metrics`` telemetry for one trial; see the module docstring for the order.
-
-    ``server_pid`` may be given here when the server already runs (then ``start_load()``
-    attaches to it) or later through ``attach()``. With ``gpu=True`` NVML must work:
-    ``before_launch()`` raises :class:`tuner.errors.EnvironmentProblem` otherwise.
+    With ``gpu=True`` NVML must work: ``before_launch()`` raises
+    :class:`tuner.errors.EnvironmentProblem` otherwise.
     """
 
     def __init__(
@@ -56,7 +54,6 @@ class TelemetryProbe:
         *,
         gpu: bool,
         metrics_url: str,
-        server_pid: int | None = None,
         nvml: Nvml | None = None,
         gpu_uuids: Sequence[str] | None = None,
         gpu_interval_s: float = 0.1,
@@ -65,9 +62,6 @@ class TelemetryProbe:
         cpu_interval_s: float = 0.5,
         utilization_interval_s: float = 0.5,
     ) -> None:
-        self.gpu = gpu
-        self.metrics_url = metrics_url
-        self._pending_pid = server_pid
         self._rss_interval_s = rss_interval_s
         self._cpu_interval_s = cpu_interval_s
         self._utilization_interval_s = utilization_interval_s
@@ -80,7 +74,6 @@ class TelemetryProbe:
         self._cpu: ProcessTreeCpuSampler | None = None
         self._utilization: GpuUtilizationSampler | None = None
         self._poller = MetricsPoller(metrics_url, interval_s=metrics_interval_s)
-        self._load_started = False
 
     def before_launch(self) -> None:
         """Take the GPU memory baseline (no-op without GPU). Call before the server starts."""
@@ -108,15 +101,11 @@ class TelemetryProbe:
     def start_load(self) -> None:
         """Begin the load phase: the first ``/metrics`` scrape, then polling; CPU and GPU
         utilisation sampling."""
-        if self._load_started:
+        if self._cpu is not None:
             raise RuntimeError("start_load() called twice")
         if self._rss is None:
-            if self._pending_pid is None:
-                raise RuntimeError("no server to watch: pass server_pid or call attach() first")
-            self.attach(self._pending_pid)
-        assert self._rss is not None
+            raise RuntimeError("no server to watch: call attach() first")
         self._poller.start()
-        self._load_started = True
         self._cpu = ProcessTreeCpuSampler(self._rss.root_pid, interval_s=self._cpu_interval_s)
         self._cpu.start()
         if self._gpu_sampler is not None:

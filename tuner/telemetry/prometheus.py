@@ -129,8 +129,22 @@ def scrape(
     return parse_text(response.text)
 
 
-_KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-_PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
+# Each summary key's metric, then its older names (see the module docstring).
+_PEAKS = {
+    "kv_cache_usage_peak": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "requests_waiting_peak": ("vllm:num_requests_waiting",),
+    "requests_running_peak": ("vllm:num_requests_running",),
+}
+# Counters, and histogram sums (parse_text adds up every label set's ``_sum`` under the bare name).
+_DELTAS = {
+    "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "prefill_time_s": ("vllm:request_prefill_time_seconds_sum",),
+    "decode_time_s": ("vllm:request_decode_time_seconds_sum",),
+    "queue_time_s": ("vllm:request_queue_time_seconds_sum",),
+    "inference_time_s": ("vllm:request_inference_time_seconds_sum",),
+}
 _PREFIX_HITS = (
     "vllm:prefix_cache_hits_total",
     "vllm:gpu_prefix_cache_hits_total",
@@ -141,15 +155,6 @@ _PREFIX_QUERIES = (
     "vllm:gpu_prefix_cache_queries_total",
     "vllm:gpu_prefix_cache_queries",
 )
-_WAITING = ("vllm:num_requests_waiting",)
-_RUNNING = ("vllm:num_requests_running",)
-_PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
-_GENERATION_TOKENS = ("vllm:generation_tokens_total",)
-# Histogram sums; parse_text adds up every label set's ``_sum`` under the bare name.
-_PREFILL_TIME = ("vllm:request_prefill_time_seconds_sum",)
-_DECODE_TIME = ("vllm:request_decode_time_seconds_sum",)
-_QUEUE_TIME = ("vllm:request_queue_time_seconds_sum",)
-_INFERENCE_TIME = ("vllm:request_inference_time_seconds_sum",)
 
 
 def _peak(names: Sequence[str], *snapshots: Mapping[str, float]) -> float | None:
@@ -183,23 +188,11 @@ def summarize_vllm(
     left out when the server does not expose its metric or a counter went backwards.
     """
     out: dict[str, float] = {}
-    for key, names in (
-        ("kv_cache_usage_peak", _KV_USAGE),
-        ("requests_waiting_peak", _WAITING),
-        ("requests_running_peak", _RUNNING),
-    ):
+    for key, names in _PEAKS.items():
         peak = _peak(names, peaks, before, after)
         if peak is not None:
             out[key] = peak
-    for key, names in (
-        ("preemptions", _PREEMPTIONS),
-        ("prompt_tokens", _PROMPT_TOKENS),
-        ("generation_tokens", _GENERATION_TOKENS),
-        ("prefill_time_s", _PREFILL_TIME),
-        ("decode_time_s", _DECODE_TIME),
-        ("queue_time_s", _QUEUE_TIME),
-        ("inference_time_s", _INFERENCE_TIME),
-    ):
+    for key, names in _DELTAS.items():
         delta = _delta(names, before, after)
         if delta is not None:
             out[key] = delta
