@@ -162,9 +162,6 @@ class Estimate:
     high: float
     values: tuple[float, ...]
 
-    def overlaps(self, other: Estimate) -> bool:
-        return self.low <= other.high and other.low <= self.high
-
 
 @dataclass(frozen=True)
 class MemoryUsage:

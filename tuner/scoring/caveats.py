@@ -32,6 +32,7 @@ launch or an arm, so that every report says "N of M windows client-bound / distu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -201,11 +202,7 @@ class WindowFlags:
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "windows": self.windows,
-            "client_bound": self.client_bound,
-            "disturbed": self.disturbed,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> WindowFlags:
@@ -222,12 +219,8 @@ class WindowFlags:
 
 def window_flags(windows: Iterable[WindowMetrics]) -> WindowFlags:
     """The counts over ``windows`` (every load point's windows of a launch, or several)."""
-    total = bound = disturbed = 0
-    for w in windows:
-        total += 1
-        bound += w.client_bound
-        disturbed += w.disturbed
-    return WindowFlags(total, bound, disturbed)
+    ws = list(windows)
+    return WindowFlags(len(ws), sum(w.client_bound for w in ws), sum(w.disturbed for w in ws))
 
 
 def arm_window_note(flags: Mapping[str, WindowFlags], labels: Mapping[str, str]) -> str:

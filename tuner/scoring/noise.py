@@ -32,6 +32,7 @@ when they contradict the profile, saying so in the interval's ``method``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -72,15 +73,7 @@ class NoiseKey:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "gpu": self.gpu,
-            "vllm_version": self.vllm_version,
-            "model": self.model,
-            "workload": self.workload,
-            "windows": self.windows,
-            "placement": self.placement,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -271,18 +264,7 @@ def _welch(
     a: Sequence[float], b: Sequence[float], confidence: float, why: str
 ) -> RatioInterval | None:
     found = ratio_interval(a, b, confidence)
-    if found is None:
-        return None
-    return RatioInterval(
-        found.ratio,
-        found.low,
-        found.high,
-        found.confidence,
-        found.n_a,
-        found.n_b,
-        method=f"{WELCH}: {why}",
-        df=found.df,
-    )
+    return None if found is None else dataclasses.replace(found, method=f"{WELCH}: {why}")
 
 
 @dataclass(frozen=True)

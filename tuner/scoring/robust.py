@@ -24,7 +24,9 @@ interval is taken on the rest. The interval's ``n_a``/``n_b`` count the launches
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from functools import cache
 
@@ -41,17 +43,12 @@ def hodges_lehmann_interval(
     if len(la) < 2 or len(lb) < 2:
         return None
     diffs = sorted(y - x for x in la for y in lb)
-    mid = _median(diffs)
+    mid = statistics.median(diffs)
     k = _order_index(len(la), len(lb), confidence)
     if k == 0:
         return RatioInterval(math.exp(mid), 0.0, math.inf, confidence, len(la), len(lb))
     low, high = diffs[k - 1], diffs[len(diffs) - k]
     return RatioInterval(math.exp(mid), math.exp(low), math.exp(high), confidence, len(la), len(lb))
-
-
-def _median(xs: Sequence[float]) -> float:
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2.0
 
 
 def _order_index(m: int, n: int, confidence: float) -> int:
@@ -69,13 +66,8 @@ def _order_index(m: int, n: int, confidence: float) -> int:
 @cache
 def _u_cdf(m: int, n: int) -> tuple[float, ...]:
     """P(U <= u) for u = 0 .. m*n, U the Mann-Whitney statistic of samples of m and n."""
-    counts = _u_counts(m, n)
     total = math.comb(m + n, m)
-    out, running = [], 0
-    for c in counts:
-        running += c
-        out.append(running / total)
-    return tuple(out)
+    return tuple(c / total for c in itertools.accumulate(_u_counts(m, n)))
 
 
 @cache
@@ -115,7 +107,7 @@ def screen(values: Sequence[float], sigma: float, k: float) -> list[float]:
     if len(pos) < 3:
         return pos
     logs = [math.log(v) for v in pos]
-    gaps = [abs(x - _median(sorted(logs[:i] + logs[i + 1 :]))) for i, x in enumerate(logs)]
+    gaps = [abs(x - statistics.median(logs[:i] + logs[i + 1 :])) for i, x in enumerate(logs)]
     worst = max(range(len(gaps)), key=gaps.__getitem__)
     if gaps[worst] <= k * sigma:
         return pos

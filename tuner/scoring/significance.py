@@ -127,11 +127,6 @@ def t_quantile(p: float, df: float) -> float:
     return float(stats.t.ppf(p, df))
 
 
-def t_cdf(t: float, df: float) -> float:
-    """CDF of Student's t: ``scipy.stats.t.cdf``."""
-    return float(stats.t.cdf(t, df))
-
-
 def ratio_text(ratio: float | None, low: float | None, high: float | None) -> str | None:
     """A B/A ratio with its interval as "0.958 [0.752, 1.221]"; None when any part is missing."""
     if ratio is None or low is None or high is None:

@@ -327,7 +327,7 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
             wins = interval.verdict(higher_is_better=True) == BETTER
         else:  # a composite: what the looks stopped on, no weighed metric worse, score above 1
             deciding = metrics.get(decision_metric(objective), {})
-            floor = _smallest_effect(row)
+            floor = float((row.results.get("decision") or {}).get("min_effect") or MIN_EFFECT)
             worse = any(_worse_by(metrics.get(n, {}), floor) for n in _judged(objective))
             wins = deciding.get("verdict") == BETTER and not worse and interval.ratio > 1.0
         if objective is Objective.MEMORY and metrics["output_throughput"]["verdict"] == WORSE:
@@ -406,12 +406,6 @@ def _deciding(
     if ratio is None or low is None or high is None:
         return None
     return (str(m.get("label", decision_metric(objective))), ratio, low, high)
-
-
-def _smallest_effect(row: ComparisonRow) -> float:
-    """The smallest difference worth acting on of the design that ``row`` was decided by."""
-    decision = row.results.get("decision") or {}
-    return float(decision.get("min_effect") or MIN_EFFECT)
 
 
 def _worse_by(metric: Mapping[str, Any], floor: float) -> bool:
@@ -496,10 +490,6 @@ def study_pick(ranked: Sequence[Ranked], confirmed: Confirmed | None) -> Ranked 
         return None
     if confirmed is not None:
         for r in ranked:
-            if (
-                r.is_baseline
-                if confirmed.label == DEFAULTS_LABEL
-                else f"#{r.number}" == confirmed.label
-            ):
+            if confirmed.chose(r.number, r.is_baseline):
                 return r
     return ranked[0]

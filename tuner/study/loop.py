@@ -167,7 +167,28 @@ def run_study(
     """
     report = reporter or SilentReporter()
     with _optuna_session(ctx) as storage:
-        return _run_study(ctx, runner, repo, storage, resume, report, claimed, join)
+        study = _open(ctx, repo, storage, resume=resume, claimed=claimed, join=join)
+        _name_metrics(ctx, study)
+        row = repo.get_study(ctx.name)
+        settled = (StudyStatus.CONFIRMING, StudyStatus.FINISHED)
+        if join and row is not None and row.status in settled:
+            report.phase("nothing to do", f"the study is {row.status}")
+            return rank(repo, ctx.name, ctx.spec.objective)
+        repo.set_study_status(ctx.name, "running")
+        try:
+            _loop(ctx, study, storage, runner, repo, report, study_slo(row))
+            if ctx.spec.confirm_launches > 0:
+                if not repo.claim_study_step(
+                    ctx.name, StudyStatus.CONFIRMING, unless=(StudyStatus.CONFIRMING,)
+                ):
+                    report.phase("confirmation", "left to the worker that runs it")
+                    return rank(repo, ctx.name, ctx.spec.objective)
+                _confirm(ctx, runner, repo, report)
+        except BaseException:
+            repo.set_study_status(ctx.name, "interrupted")
+            raise
+        repo.set_study_status(ctx.name, "finished")
+        return rank(repo, ctx.name, ctx.spec.objective)
 
 
 @contextlib.contextmanager
@@ -181,39 +202,6 @@ def _optuna_session(ctx: StudyContext) -> Iterator[optuna.storages.RDBStorage]:
         raise storage_error(e, ctx.storage_url) from e
     finally:
         storage.engine.dispose()
-
-
-def _run_study(
-    ctx: StudyContext,
-    runner: TrialRunner,
-    repo: Repository,
-    storage: optuna.storages.RDBStorage,
-    resume: bool,
-    report: Reporter,
-    claimed: bool,
-    join: bool,
-) -> list[Ranked]:
-    study = _open(ctx, repo, storage, resume=resume, claimed=claimed, join=join)
-    _name_metrics(ctx, study)
-    row = repo.get_study(ctx.name)
-    if join and row is not None and row.status in (StudyStatus.CONFIRMING, StudyStatus.FINISHED):
-        report.phase("nothing to do", f"the study is {row.status}")
-        return rank(repo, ctx.name, ctx.spec.objective)
-    repo.set_study_status(ctx.name, "running")
-    try:
-        _loop(ctx, study, storage, runner, repo, report, study_slo(row))
-        if ctx.spec.confirm_launches > 0:
-            if not repo.claim_study_step(
-                ctx.name, StudyStatus.CONFIRMING, unless=(StudyStatus.CONFIRMING,)
-            ):
-                report.phase("confirmation", "left to the worker that runs it")
-                return rank(repo, ctx.name, ctx.spec.objective)
-            _confirm(ctx, runner, repo, report)
-    except BaseException:
-        repo.set_study_status(ctx.name, "interrupted")
-        raise
-    repo.set_study_status(ctx.name, "finished")
-    return rank(repo, ctx.name, ctx.spec.objective)
 
 
 def set_up_study(ctx: StudyContext, repo: Repository, *, resume: bool) -> None:
@@ -255,7 +243,7 @@ def _open(
                 gpu=ctx.gpu.name,
                 workload=ctx.workload.name,
                 objective=ctx.spec.objective.value,
-                slo=scoring_slo_dict(ctx.slo),
+                slo={k: v for k, v in vars(ctx.slo).items() if v is not None},
                 # The workload's fingerprint rides with the spec (from_dict ignores it).
                 spec={
                     **ctx.spec.to_dict(),
@@ -277,7 +265,7 @@ def _open(
         if resume and existing.n_trials_requested != ctx.spec.trials:
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
         # A resume: nobody else runs the study, so every trial still running is dead.
-        sharing.sweep(study, repo, ctx.name, alone=resume)
+        sharing.swept(study, repo, ctx.name, alone=resume)
     return study
 
 
@@ -338,7 +326,8 @@ def _loop(
             sharing.retry(study, sharing.frozen(study, trial))
             raise
         rows = _record(ctx, study, trial, trial_id, result, repo, baseline, rows)
-        report.trial_finished(trial.number, result, _best(ctx, rows, slo))
+        ranked = standings(rows, ctx.spec.objective, slo)
+        report.trial_finished(trial.number, result, ranked[0] if ranked else None)
 
 
 def _confirm(ctx: StudyContext, runner: TrialRunner, repo: Repository, report: Reporter) -> None:
@@ -466,12 +455,3 @@ def _unsettled(rows: list[TrialRow], number: int) -> bool:
         and r.number != number
         for r in rows
     )
-
-
-def _best(ctx: StudyContext, rows: list[TrialRow], slo: Slo) -> Ranked | None:
-    ranked = standings(rows, ctx.spec.objective, slo)
-    return ranked[0] if ranked else None
-
-
-def scoring_slo_dict(slo: Slo) -> dict[str, float]:
-    return {k: v for k, v in vars(slo).items() if v is not None}

@@ -210,22 +210,16 @@ def heartbeat(storage: optuna.storages.RDBStorage, trial_id: int) -> Iterator[No
         thread.join(timeout=5)
 
 
-def sweep(
-    study: optuna.Study, repo: Repository, name: str, *, alone: bool = False
-) -> list[FrozenTrial]:
-    """Fail the dead trials, record them as interrupted, queue them again; the trials after.
-
-    ``alone``: no other worker runs the study (``--resume``), so every running trial is dead.
-    """
-    return swept(study, repo, name, alone=alone)[0]
-
-
 def swept(
     study: optuna.Study, repo: Repository, name: str, *, alone: bool = False
 ) -> tuple[list[FrozenTrial], list[TrialRow]]:
-    """:func:`sweep`, and the study's trial rows, read once on the way (the trials of other
-    workers that finished meanwhile with them). The rows this sweep marked interrupted say
-    so (FAILED/interrupted); their other columns are as read."""
+    """Fail the dead trials, record them as interrupted, queue them again; the trials after,
+    and the study's trial rows, read once on the way (with the trials of other workers that
+    finished meanwhile). The rows this sweep marked interrupted say so (FAILED/interrupted);
+    their other columns are as read.
+
+    ``alone``: no other worker runs the study (``--resume``), so every running trial is dead.
+    """
     storage = study._storage
     with quiet_optuna():
         optuna.storages.fail_stale_trials(study)
