@@ -1,17 +1,15 @@
-"""Percentiles, window metrics, bootstrap intervals and summaries with known answers."""
+"""Percentiles, window metrics and summaries with known answers."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from tuner.domain import RequestRecord, Slo
 from tuner.load.stats import (
     HIGHER_IS_BETTER,
     METRIC_NAMES,
-    bootstrap_ci,
     estimate,
     latency_stats,
     summarize,
@@ -77,31 +75,6 @@ def test_goodput_counts_requests_meeting_every_set_bound() -> None:
     assert window_metrics(records, 2.0, all3).goodput == pytest.approx(0.5)
     with pytest.raises(ValueError, match="duration_s"):
         window_metrics(records, 0.0, None)
-
-
-def test_bootstrap_basics() -> None:
-    assert bootstrap_ci([4.2]) == (4.2, 4.2)
-    assert bootstrap_ci([3.0, 3.0, 3.0]) == (3.0, 3.0)
-    values = list(range(1, 21))
-    low, high = bootstrap_ci(values, n_resamples=500)
-    assert low < 10.5 < high
-    assert low >= 1 and high <= 20
-    assert bootstrap_ci(values, n_resamples=500) == (low, high)  # seeded
-    mean_low, mean_high = bootstrap_ci(values, statistic=np.mean, n_resamples=500)
-    assert mean_low < 10.5 < mean_high
-    with pytest.raises(ValueError, match="at least one"):
-        bootstrap_ci([])
-
-
-def test_bootstrap_interval_of_the_median_covers_the_truth() -> None:
-    # Exponential(1): true median ln 2. A 95 % interval should cover it ~95 % of the time.
-    rng = np.random.default_rng(7)
-    trials, covered = 300, 0
-    for i in range(trials):
-        sample = rng.exponential(1.0, 41)
-        low, high = bootstrap_ci(sample.tolist(), n_resamples=300, seed=i)
-        covered += low <= math.log(2) <= high
-    assert 0.88 <= covered / trials <= 0.995
 
 
 def test_estimate_ignores_nan_but_keeps_raw_values() -> None:

@@ -6,7 +6,6 @@ from tuner.load.prompts import PromptFactory
 from tuner.load.stats import (
     HIGHER_IS_BETTER,
     METRIC_NAMES,
-    bootstrap_ci,
     estimate,
     latency_stats,
     summarize,
@@ -22,7 +21,6 @@ __all__ = [
     "LoadReport",
     "PlannedRequest",
     "PromptFactory",
-    "bootstrap_ci",
     "estimate",
     "get_workload",
     "latency_stats",

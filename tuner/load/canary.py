@@ -157,12 +157,13 @@ def _ids(ctx: _Context, n: int) -> list[int]:
     return ctx.prompts.token_ids(n)
 
 
-def _first_1_token(ctx: _Context) -> None:
-    _check_choices(_completion(ctx, _ids(ctx, 1), temperature=0), 1, prompt_tokens=1)
+def _plain(n: int, **params: Any) -> Shape:
+    """One completion of an ``n``-token prompt, whose length the answer must count exactly."""
 
+    def shape(ctx: _Context) -> None:
+        _check_choices(_completion(ctx, _ids(ctx, n), **params), 1, prompt_tokens=n)
 
-def _first_3_token(ctx: _Context) -> None:
-    _check_choices(_completion(ctx, _ids(ctx, 3), temperature=0), 1, prompt_tokens=3)
+    return shape
 
 
 def _chat_system(ctx: _Context) -> None:
@@ -187,11 +188,6 @@ def _max_model_len(ctx: _Context) -> None:
     n = ctx.max_model_len - GENERATED
     data = _completion(ctx, _ids(ctx, n), temperature=0)
     _check_choices(data, 1, prompt_tokens=n)
-
-
-def _sampling(ctx: _Context) -> None:
-    data = _completion(ctx, _ids(ctx, 16), temperature=0.8, top_p=0.9, seed=1)
-    _check_choices(data, 1, prompt_tokens=16)
 
 
 def _n_2(ctx: _Context) -> None:
@@ -272,22 +268,18 @@ def _cancelled(ctx: _Context) -> None:
             return  # leaving the with-block closes the connection mid-stream
 
 
-def _still_serving(ctx: _Context) -> None:
-    _check_choices(_completion(ctx, _ids(ctx, 4), temperature=0), 1, prompt_tokens=4)
-
-
 SHAPES: dict[str, Shape] = {
-    "first-1-token": _first_1_token,
-    "first-3-token": _first_3_token,
+    "first-1-token": _plain(1, temperature=0),
+    "first-3-token": _plain(3, temperature=0),
     "chat-system": _chat_system,
     "max-model-len": _max_model_len,
-    "sampling": _sampling,
+    "sampling": _plain(16, temperature=0.8, top_p=0.9, seed=1),
     "n-2": _n_2,
     "logprobs": _logprobs,
     "stop-string": _stop_string,
     "streamed": _streamed,
     "cancelled": _cancelled,
-    "still-serving": _still_serving,
+    "still-serving": _plain(4, temperature=0),
 }
 FULL: tuple[str, ...] = tuple(SHAPES)
 QUICK: tuple[str, ...] = ("first-1-token", "first-3-token", "chat-system")

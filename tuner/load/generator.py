@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,7 +102,6 @@ class LoadGenerator:
         request_timeout_s: float = 600,
         *,
         neighbours: Neighbours | None = None,
-        ignore_eos: bool = True,
         energy: EnergyMeter | None = None,
         stall_timeout_s: float | None = None,  # no byte for this long fails a request
     ) -> None:
@@ -113,7 +113,6 @@ class LoadGenerator:
         self.request_timeout_s = request_timeout_s
         self.stall_timeout_s = stall_timeout_s
         self.neighbours = neighbours
-        self.ignore_eos = ignore_eos
         self.energy = energy
 
     def run(
@@ -167,54 +166,47 @@ class LoadGenerator:
                 windows: list[WindowMetrics] = []
                 per_window: list[tuple[RequestRecord, ...]] = []
                 turns: list[tuple[int, ...]] = []
-                total = len(points) * workload.windows
                 check = WindowCheck(lag, self.neighbours)
                 first = first_point_windows(workload)  # what first_point sees
-                for point in points:
-                    for index in range(workload.windows):
-                        if on_phase:
-                            on_phase("measure", len(windows), total)
-                        plan = plan_requests(point, point.requests_per_window, seed=index + 1)
-                        check.begin()
-                        if self.energy is not None:
-                            self.energy.begin()
-                        records, duration = await self._phase(
-                            session, plan, point.concurrency, should_abort, None
+                reason = None
+                for point, index in itertools.product(points, range(workload.windows)):
+                    if on_phase:
+                        on_phase("measure", len(windows), len(points) * workload.windows)
+                    plan = plan_requests(point, point.requests_per_window, seed=index + 1)
+                    check.begin()
+                    if self.energy is not None:
+                        self.energy.begin()
+                    records, duration = await self._phase(
+                        session, plan, point.concurrency, should_abort, None
+                    )
+                    energy = self.energy.end() if self.energy is not None else None
+                    health = check.end()
+                    where = f"window {index + 1}"
+                    if len(points) > 1:
+                        where += f" at {point_label(point.concurrency, point.request_rate)}"
+                    _check_errors(records, where, max_error_rate)
+                    windows.append(
+                        window_metrics(
+                            records,
+                            duration,
+                            slo,
+                            concurrency=point.concurrency,
+                            request_rate=point.request_rate,
+                            client=health,
+                            energy=energy,
                         )
-                        energy = self.energy.end() if self.energy is not None else None
-                        health = check.end()
-                        where = f"window {index + 1}"
-                        if len(points) > 1:
-                            where += f" at {point_label(point.concurrency, point.request_rate)}"
-                        _check_errors(records, where, max_error_rate)
-                        windows.append(
-                            window_metrics(
-                                records,
-                                duration,
-                                slo,
-                                concurrency=point.concurrency,
-                                request_rate=point.request_rate,
-                                client=health,
-                                energy=energy,
-                            )
-                        )
-                        per_window.append(tuple(records))
-                        turns.append(tuple(p.turn for p in plan))
-                        if first_point is not None and len(windows) == first:
-                            reason = first_point(tuple(windows))
-                            if reason is not None:
-                                return LoadReport(
-                                    tuple(windows),
-                                    tuple(per_window),
-                                    warmup_s,
-                                    reason,
-                                    tuple(turns),
-                                )
+                    )
+                    per_window.append(tuple(records))
+                    turns.append(tuple(p.turn for p in plan))
+                    if first_point is not None and len(windows) == first:
+                        reason = first_point(tuple(windows))
+                        if reason is not None:
+                            break
             finally:
                 await lag.stop()
                 if self.energy is not None:
                     self.energy.end()  # a window cut short: stop its sampling, drop its reading
-        return LoadReport(tuple(windows), tuple(per_window), warmup_s, None, tuple(turns))
+        return LoadReport(tuple(windows), tuple(per_window), warmup_s, reason, tuple(turns))
 
     def warm_up(
         self,
@@ -296,7 +288,6 @@ class LoadGenerator:
                 if p.segments
                 else self.prompts.make(p.prompt_tokens, p.shared_prefix_tokens),
                 p.output_tokens,
-                ignore_eos=self.ignore_eos,
             )
             for p in plan
         ]
@@ -314,33 +305,30 @@ class LoadGenerator:
 
         async def one(i: int, p: PlannedRequest, body: bytes) -> RequestRecord:
             try:
-                return await send(i, p, body)
+                before = previous[i]
+                if before is not None:
+                    await done_events[before].wait()
+                    if p.think_s > 0:
+                        await asyncio.sleep(p.think_s)
+                if p.arrival_s is not None:
+                    delay = t0 + p.arrival_s - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                async with slots:
+                    record = await stream_completion(
+                        session,
+                        url,
+                        body,
+                        p.prompt_tokens,
+                        t0,
+                        self.request_timeout_s,
+                        self.stall_timeout_s,
+                    )
+                if on_done:
+                    on_done()
+                return record
             finally:
                 done_events[i].set()  # a failed turn still lets its session go on
-
-        async def send(i: int, p: PlannedRequest, body: bytes) -> RequestRecord:
-            before = previous[i]
-            if before is not None:
-                await done_events[before].wait()
-                if p.think_s > 0:
-                    await asyncio.sleep(p.think_s)
-            if p.arrival_s is not None:
-                delay = t0 + p.arrival_s - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            async with slots:
-                record = await stream_completion(
-                    session,
-                    url,
-                    body,
-                    p.prompt_tokens,
-                    t0,
-                    self.request_timeout_s,
-                    self.stall_timeout_s,
-                )
-            if on_done:
-                on_done()
-            return record
 
         tasks = [
             asyncio.create_task(one(i, p, b))

@@ -6,8 +6,7 @@ Pure functions over domain records; no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -128,34 +127,6 @@ def window_metrics(
         client=client,
         energy=energy.per_tokens(output) if energy is not None else None,
     )
-
-
-def bootstrap_ci(
-    values: Sequence[float],
-    statistic: Callable[..., Any] = np.median,
-    confidence: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of ``statistic`` over ``values``.
-
-    ``statistic`` must reduce along an ``axis=`` keyword like numpy's reductions (all
-    resamples are computed in one call). A single value gives ``(v, v)``.
-    """
-    if len(values) == 0:
-        raise ValueError("bootstrap_ci needs at least one value")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    a = np.asarray(values, dtype=float)
-    if a.size == 1:
-        v = float(a[0])
-        return v, v
-    rng = np.random.default_rng(seed)
-    samples = a[rng.integers(0, a.size, size=(n_resamples, a.size))]
-    stats = np.asarray(statistic(samples, axis=1), dtype=float)
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(stats, [tail, 100.0 - tail])
-    return float(low), float(high)
 
 
 def estimate(values: Sequence[float]) -> Estimate:

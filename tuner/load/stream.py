@@ -26,21 +26,18 @@ _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')  # compact (vLLM) and space
 _ERROR_KEY = b'"error"'
 
 
-def request_body(
-    model: str, prompt: str | list[int], output_tokens: int, *, ignore_eos: bool = True
-) -> bytes:
+def request_body(model: str, prompt: str | list[int], output_tokens: int) -> bytes:
     """The JSON body of one streamed completion that generates exactly ``output_tokens``."""
-    body: dict[str, Any] = {
+    body = {
         "model": model,
         "prompt": prompt,
         "max_tokens": output_tokens,
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+        "min_tokens": output_tokens,
     }
-    if ignore_eos:
-        body["ignore_eos"] = True
-        body["min_tokens"] = output_tokens
     return json.dumps(body, separators=(",", ":")).encode()
 
 
