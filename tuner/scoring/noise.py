@@ -42,7 +42,7 @@ from typing import Any
 from scipy import stats
 
 from tuner.scoring.sequential import launches_for
-from tuner.scoring.significance import RatioInterval, ratio_interval
+from tuner.scoring.significance import RatioInterval, ratio_interval, t_interval
 
 # One-sided level of the variance-ratio check: below it, a comparison's own launches contradict
 # the profile and it is not used (bench/decision_replay.py measured its effect).
@@ -247,17 +247,7 @@ def pooled_ratio_interval(
     var /= df
     diff = sum(lb) / len(lb) - sum(la) / len(la)
     se = math.sqrt(var * (1.0 / len(la) + 1.0 / len(lb)))
-    t = float(stats.t.ppf(0.5 + confidence / 2.0, df))
-    return RatioInterval(
-        ratio=math.exp(diff),
-        low=math.exp(diff - t * se),
-        high=math.exp(diff + t * se),
-        confidence=confidence,
-        n_a=len(la),
-        n_b=len(lb),
-        method=POOLED,
-        df=float(df),
-    )
+    return t_interval(diff, se, float(df), confidence, len(la), len(lb), POOLED)
 
 
 def _welch(

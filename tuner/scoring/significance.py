@@ -103,15 +103,24 @@ def ratio_interval(
     df_num = (va + vb) ** 2
     df_den = (va**2 / (len(la) - 1) if va else 0.0) + (vb**2 / (len(lb) - 1) if vb else 0.0)
     df = df_num / df_den if df_den else float(len(la) + len(lb) - 2)
+    return t_interval(diff, se, df, confidence, len(la), len(lb))
+
+
+def t_interval(
+    diff: float, se: float, df: float, confidence: float, n_a: int, n_b: int, method: str = "welch"
+) -> RatioInterval:
+    """B/A = ``exp(diff)`` with the t interval ``diff -+ t * se`` (log scale) on ``df``
+    degrees of freedom."""
     t = t_quantile(0.5 + confidence / 2.0, df)
     return RatioInterval(
-        ratio=math.exp(diff),
-        low=math.exp(diff - t * se),
-        high=math.exp(diff + t * se),
-        confidence=confidence,
-        n_a=len(la),
-        n_b=len(lb),
-        df=df,
+        math.exp(diff),
+        math.exp(diff - t * se),
+        math.exp(diff + t * se),
+        confidence,
+        n_a,
+        n_b,
+        method,
+        df,
     )
 
 

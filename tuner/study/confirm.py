@@ -1,50 +1,35 @@
 """The confirmation phase that ends every study, and the verdict it supports.
 
 The search ranks configurations on single launches, and a single launch can be lucky by 20 %.
-So the best candidates (the top ``confirm_top`` SLO-feasible ones, never fewer than the ones
-ranked above the defaults up to that count) and vLLM's defaults are launched again, interleaved
-(D A B D A B ...), by the decision design of ``tuner compare`` and ``tuner verify-claims``
-(:mod:`tuner.abtest.decide`): ``confirm_launches`` launches each at the first look, then one more
-round at a time, up to ``confirm_max_launches`` each ([confirm] max_launches, default
-``confirm_launches``: one look, as before), until every candidate is decided (its interval on
-the objective's deciding metric excludes 1, or is within the design's smallest effect worth
-acting on) or the budget is spent. Each comparison's intervals borrow the noise profile of the
-key (:func:`tuner.abtest.profile.load_profile`, the study's own launches left out) where the
-launches do not contradict it, else Welch's on the launches; with looks they are at the Pocock
-level that holds the stated confidence whichever look stopped.
+So the best candidates (the top ``confirm_top`` SLO-feasible ones) and vLLM's defaults are
+launched again, interleaved (D A B D A B ...), by the decision design of ``tuner compare``
+(:mod:`tuner.abtest.decide`): ``confirm_launches`` each at the first look, then one more round
+at a time up to ``confirm_max_launches`` (default: one look), until every candidate is decided
+on the objective's deciding metric or the budget is spent. Intervals borrow the noise profile
+of the key (the study's own launches left out) where the launches do not contradict it, else
+Welch's; with looks they are at the Pocock level that holds the stated confidence.
 
-The recommendation comes from these runs: a candidate wins only when it is significantly better
-than the defaults on what the objective decides by (the score of an objective of one metric; a
-composite's deciding metric, see below) and significantly worse on none of the metrics the
-objective weighs (worse by the design's smallest effect worth acting on or more, ``min_effect``:
-5 % by default); otherwise the answer is "no significant difference from defaults", and the
-defaults are what to run. The stated confidence (95 % overall, whichever look stopped) holds
-for that deciding interval; "not worse" on the other weighed metrics is a check on intervals
-of the same launches, of lower power at three launches a side, not a second guarantee.
-Simulated on the H200's noise (``bench/decision_replay.py --objective balanced``, the
-throughput and P99 E2E drawn jointly, ``bench/README.md``): the check keeps the deciding
-metric's "better" where the latency did not get worse (to 0.1 point of power), and takes away
-about one in seven of those bought with a x1.1 latency.
+A candidate wins only when it is significantly better than the defaults on what the objective
+decides by, and significantly worse on none of the metrics the objective weighs (worse by the
+design's ``min_effect``, 5 %, or more); otherwise the defaults are what to run. The stated
+confidence holds for the deciding interval; "not worse" is a check on intervals of the same
+launches, of lower power, not a second guarantee. On the H200's noise
+(``bench/decision_replay.py --objective balanced``) the check keeps the deciding metric's
+"better" where latency did not worsen (to 0.1 point of power), and takes away about one in
+seven of those bought with a x1.1 latency.
 
-The objective's score and the pooled interval: an objective that weighs one metric alone
-(throughput, latency, memory, capacity, cost) has that metric as its score, so its stored
-interval (pooled where valid) is the score's interval directly (inverted for a lower-is-better
-metric). The balanced objective's composite score mixes metrics whose noise profile is kept per
-metric, not for the composite; there the looks stop on the objective's deciding metric (the
-heaviest weight: the output throughput, :func:`decision_metric`), and the verdict rests on what
-the looks stopped on: a candidate wins when that metric's interval says better, no metric the
-objective weighs says worse (by the smallest effect or more), and the composite score's point
-estimate is above 1. The
-composite's own interval (Welch's on the per-launch composite values, at the per-look level) is
-reported beside it, never decides: on the H200 (2026-12-04) a confirmation stopped at three
-launches a side with output tok/s x1.34 [1.01, 1.78] decided, while the composite's Welch
-interval on 2.5 degrees of freedom still held 1, and a verdict resting on the composite called
-that "no significant difference" after the looks had stopped for it.
+What decides: an objective that weighs one metric alone has that metric as its score, so the
+metric's stored interval (pooled where valid; inverted for a lower-is-better metric) is the
+score's. The balanced objective's composite mixes metrics whose noise profile is kept per
+metric, so its looks stop on its heaviest weight (:func:`decision_metric`, the output
+throughput), and it wins when that metric says better, no weighed metric says worse and the
+composite's point estimate is above 1. The composite's own Welch interval is reported, never
+decides: on the H200 (2026-12-04) a confirmation stopped at three launches a side on output
+tok/s x1.34 [1.01, 1.78] while the composite's interval on 2.5 degrees of freedom still held 1.
 
 Confirmation runs are stored as trials of phase "confirm", numbered from
-:data:`CONFIRM_NUMBER_BASE` so they never collide with Optuna's numbers, and never told to
-Optuna. Each candidate's comparison against the defaults is stored as a comparison row of the
-study, with its decision (design, how it stopped, launches) and its GPU-minutes.
+:data:`CONFIRM_NUMBER_BASE` (never colliding with Optuna's numbers) and never told to Optuna;
+each candidate's comparison against the defaults is a comparison row of the study.
 """
 
 from __future__ import annotations
@@ -65,6 +50,7 @@ from tuner.abtest import (
     record_launch,
     run_interleaved,
 )
+from tuner.compose import StudyContext
 from tuner.db import ComparisonRow, Repository, TrialRow
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
 from tuner.load.canary import FULL
@@ -91,32 +77,37 @@ DEFAULTS_LABEL = "defaults"
 
 
 def run_confirmation(
-    *,
-    study: str,
-    baseline: ServingConfig,
-    candidates: Sequence[tuple[int, ServingConfig]],
+    ctx: StudyContext,
+    ranked: Sequence[Ranked],
     runner: TrialRunner,
     repo: Repository,
-    workload: Any,
-    slo: Any,
-    launches: int,
-    confidence: float,
     reporter: Any,
-    max_launches: int | None = None,
-    objective: Objective = Objective.BALANCED,
-) -> list[ComparisonRow]:
-    """Launch defaults and candidates interleaved; store runs and one comparison per candidate.
-
-    ``launches`` each at the first look; up to ``max_launches`` each (None: ``launches``, one
-    look) while a candidate's verdict on ``objective``'s deciding metric is open (see the
-    module docstring).
+) -> None:
+    """Launch the defaults and the best of ``ranked`` (the study's standings) interleaved;
+    store the runs and one comparison per candidate (see the module docstring).
 
     Resumable: launches of an earlier, interrupted confirmation of this study (its ``confirm``
     trials that completed or failed with a finding) count as done, and only the rest are
     launched; interrupted launches are launched again under new numbers.
     """
-    design = confirmation_design(launches, max_launches, confidence)
-    metric = decision_metric(objective)
+    if not any(r.is_baseline for r in ranked):
+        reporter.phase("confirmation skipped", "vLLM's defaults produced no measurement")
+        return
+    baseline = ctx.space.baseline()
+    seen = {baseline}
+    candidates = []
+    for r in ranked:
+        if r.feasible and not r.is_baseline and r.config not in seen:
+            seen.add(r.config)
+            candidates.append((r.number, r.config))
+    candidates = candidates[: ctx.spec.confirm_top]
+    if not candidates:
+        reporter.phase("confirmation skipped", "no candidate besides the defaults")
+        return
+    study, workload, spec = ctx.name, ctx.workload, ctx.spec
+    launches = spec.confirm_launches
+    design = confirmation_design(launches, spec.confirm_max_launches, spec.confidence)
+    metric = decision_metric(spec.objective)
     arms = [Arm(DEFAULTS_LABEL, baseline)] + [Arm(f"#{n}", c) for n, c in candidates]
     earlier = repo.list_trials(study, phase="confirm", limit=None)
     next_number = CONFIRM_NUMBER_BASE + len(earlier)
@@ -155,7 +146,7 @@ def run_confirmation(
             runner,
             workload,
             rounds,
-            slo=slo,
+            slo=ctx.slo,
             on_start=started,
             on_run=finished,
             on_phase=reporter.phase,
@@ -184,24 +175,20 @@ def run_confirmation(
             stopped = interrupted(config, "the tuner stopped during this confirmation launch")
             repo.finish_trial(trial_id, stopped, None, None)
         raise
-    rows = []
     for arm, arm_results, look in zip(arms[1:], results[1:], looks(results), strict=True):
         prov = next((r.provenance for r in arm_results if r.provenance is not None), None)
-        rows.append(
-            repo.add_comparison(
-                model=prov.model if prov else "",
-                gpu=prov.gpu_name if prov else "",
-                workload=workload.name,
-                a_config=baseline,
-                b_config=arm.config,
-                repeats=max(look.step.n_a, look.step.n_b, 1),
-                results={**look.to_results(), "kind": "confirmation"},
-                verdicts=look.comparison.to_verdicts(),
-                provenance=prov,
-                study_name=study,
-            )
+        repo.add_comparison(
+            model=prov.model if prov else "",
+            gpu=prov.gpu_name if prov else "",
+            workload=workload.name,
+            a_config=baseline,
+            b_config=arm.config,
+            repeats=max(look.step.n_a, look.step.n_b, 1),
+            results={**look.to_results(), "kind": "confirmation"},
+            verdicts=look.comparison.to_verdicts(),
+            provenance=prov,
+            study_name=study,
         )
-    return rows
 
 
 def _decided(looks: Sequence[Look]) -> bool:
@@ -293,22 +280,11 @@ class Confirmed:
 
 
 def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | None:
-    """The recommendation from a study's confirmation comparisons (None without any).
-
-    Each launch gets the objective's score as a single number (the weighted geometric mean of
-    :mod:`tuner.scoring.objectives`, which is log-linear), so the candidate's score relative to the
-    defaults has an interval like any metric: the stored one of the metric an objective weighs
-    alone (pooled where valid), else Welch's on the composite values (see the module
-    docstring). An objective of one metric: a candidate wins when that interval lies above 1
-    (and, for the memory preset, its throughput is not significantly worse). A composite
-    (balanced): when the deciding metric the looks stopped on says better, no metric it weighs
-    says worse by the design's smallest effect worth acting on or more (``min_effect``, 5 %),
-    and the composite's point estimate is above 1; the composite's interval is
-    reported beside it (:attr:`Confirmed.decided_on` holds what decided). The best winner by
-    score is chosen. A candidate whose comparison is inconclusive on a metric of the
-    objective (launches of a side disagreed far beyond their noise) cannot win. No winner: the
-    defaults, "no significant difference", or "inconclusive" when some comparison was.
-    """
+    """The recommendation from a study's confirmation comparisons (None without any), by the
+    rule of the module docstring; the memory preset's winner must not lose throughput either.
+    The best winner by score is chosen. A candidate inconclusive on a metric of the objective
+    cannot win. No winner: the defaults, "no significant difference", or "inconclusive" when
+    some comparison was."""
     rows = [r for r in rows if is_confirmation(r)]
     if not rows:
         return None

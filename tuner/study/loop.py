@@ -334,34 +334,7 @@ def _confirm(ctx: StudyContext, runner: TrialRunner, repo: Repository, report: R
     """Re-measure the best candidates against the defaults (see :mod:`tuner.study.confirm`)."""
     if repo.list_comparisons(ctx.name):
         return  # done before an interruption of the study's last steps
-    ranked = rank(repo, ctx.name, ctx.spec.objective)
-    if not any(r.is_baseline for r in ranked):
-        report.phase("confirmation skipped", "vLLM's defaults produced no measurement")
-        return
-    seen = {ctx.space.baseline()}
-    candidates = []
-    for r in ranked:
-        if r.feasible and not r.is_baseline and r.config not in seen:
-            seen.add(r.config)
-            candidates.append((r.number, r.config))
-    candidates = candidates[: ctx.spec.confirm_top]
-    if not candidates:
-        report.phase("confirmation skipped", "no candidate besides the defaults")
-        return
-    run_confirmation(
-        study=ctx.name,
-        baseline=ctx.space.baseline(),
-        candidates=candidates,
-        runner=runner,
-        repo=repo,
-        workload=ctx.workload,
-        slo=ctx.slo,
-        launches=ctx.spec.confirm_launches,
-        confidence=ctx.spec.confidence,
-        reporter=report,
-        max_launches=ctx.spec.confirm_max_launches,
-        objective=ctx.spec.objective,
-    )
+    run_confirmation(ctx, rank(repo, ctx.name, ctx.spec.objective), runner, repo, report)
 
 
 def _screen(space: SearchSpace, config: ServingConfig, rows: list[TrialRow]) -> TrialResult | None:
