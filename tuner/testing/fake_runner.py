@@ -15,6 +15,7 @@ import random
 import time
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from tuner.domain import (
     FailureClass,
@@ -40,42 +41,30 @@ from tuner.runner import PhaseCallback
 GIB = 1024**3
 
 
+@dataclass(kw_only=True, eq=False)
 class FakeRunner:
     """Deterministic for a given (seed, config); ``calls`` records what it was asked to run and
     ``canaries`` the canary shapes of each call. ``canary_breaks`` maps a configuration to the
-    canary shape that breaks its server: a launch asked for that shape fails CANARY_FAILED."""
+    canary shape that breaks its server: a launch asked for that shape fails CANARY_FAILED.
 
-    def __init__(
-        self,
-        *,
-        memory_gib: float = 24.0,
-        max_utilization: float = 0.9,
-        kv_bytes_per_token: int = 16384,
-        seed: int = 0,
-        backend: str = "FAKE_ATTN",
-        launch_spread: float = 0.05,
-        canary_breaks: Mapping[ServingConfig, str] | None = None,
-        launch_sd: float = 0.0,
-        window_sd: float = 0.0,
-        speedup: Mapping[ServingConfig, float] | None = None,
-    ) -> None:
-        # Known noise on top of the performance model, for tests of the decision design: every
-        # time of a launch (TTFT, ITL, E2E, and so a window's duration) is scaled by
-        # exp(N(0, launch_sd)) per launch times exp(N(0, window_sd)) per window, and divided by
-        # ``speedup[config]``: the throughput of a configuration with speedup 1.2 is exactly
-        # 1.2 times another's in expectation on the log scale.
-        self.launch_sd = launch_sd
-        self.window_sd = window_sd
-        self.speedup = dict(speedup or {})
-        self.canary_breaks = dict(canary_breaks or {})
-        self.canaries: list[tuple[str, ...]] = []
-        self.launch_spread = launch_spread
-        self.memory_gib = memory_gib
-        self.max_utilization = max_utilization
-        self.kv_bytes_per_token = kv_bytes_per_token
-        self.seed = seed
-        self.backend = backend
-        self.calls: list[ServingConfig] = []
+    Known noise on top of the performance model, for tests of the decision design: every time
+    of a launch (TTFT, ITL, E2E, and so a window's duration) is scaled by exp(N(0, launch_sd))
+    per launch times exp(N(0, window_sd)) per window, and divided by ``speedup[config]``: the
+    throughput of a configuration with speedup 1.2 is exactly 1.2 times another's in
+    expectation on the log scale."""
+
+    memory_gib: float = 24.0
+    max_utilization: float = 0.9
+    kv_bytes_per_token: int = 16384
+    seed: int = 0
+    backend: str = "FAKE_ATTN"
+    launch_spread: float = 0.05
+    canary_breaks: Mapping[ServingConfig, str] | None = None
+    launch_sd: float = 0.0
+    window_sd: float = 0.0
+    speedup: Mapping[ServingConfig, float] | None = None
+    calls: list[ServingConfig] = field(default_factory=list, init=False)
+    canaries: list[tuple[str, ...]] = field(default_factory=list, init=False)
 
     def run(
         self,
@@ -125,7 +114,7 @@ class FakeRunner:
                 f"ValueError: max_model_len ({config.max_model_len}) is larger than the maximum "
                 f"number of tokens that can be stored in KV cache ({kv_tokens})",
             )
-        broken = self.canary_breaks.get(config)
+        broken = (self.canary_breaks or {}).get(config)
         if failure is None and broken is not None and broken in canary:
             failure = (
                 FailureClass.CANARY_FAILED,
@@ -150,7 +139,8 @@ class FakeRunner:
         rng = random.Random(zlib.crc32(key.encode()))
         launch = rng.uniform(1.0 - self.launch_spread, 1.0 + self.launch_spread)
         known = random.Random(zlib.crc32(f"{key}:known-noise".encode()))  # leaves rng's draws
-        launch_scale = math.exp(known.gauss(0.0, self.launch_sd)) / self.speedup.get(config, 1.0)
+        speedup = (self.speedup or {}).get(config, 1.0)
+        launch_scale = math.exp(known.gauss(0.0, self.launch_sd)) / speedup
         seqs = config.max_num_seqs or 256
         per_token_s = 0.002 * launch * (1.0 + 0.5 * (config.enforce_eager or False))
         windows: list[WindowMetrics] = []

@@ -102,12 +102,9 @@ class Engine:
             self.running = still
 
 
-def _json_response(obj: object) -> bytes:
-    body = json.dumps(obj).encode()
-    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
-        len(body),
-        body,
-    )
+def _json_response(body: bytes, status: bytes = b"200 OK") -> bytes:
+    head = b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    return head % (status, len(body)) + body
 
 
 async def _serve_one(
@@ -128,22 +125,18 @@ async def _serve_one(
                     length = int(line[15:])
             body = json.loads(await reader.readexactly(length)) if length else {}
             arrived = time.perf_counter()
+            reply = None
             if engine is not None and head.startswith((b"GET /stats", b"POST /stats/reset")):
                 if head.startswith(b"POST"):
                     engine.ttfts_ms.clear()
-                writer.write(_json_response({"ttft_ms": engine.ttfts_ms}))
-                await writer.drain()
-                continue
-            if engine is not None and head.startswith(b"GET /v1/models"):
-                writer.write(_json_response({"object": "list", "data": [{"id": "null"}]}))
-                await writer.drain()
-                continue
-            if not head.startswith(b"POST /v1/completions"):
-                msg = b'{"error":{"message":"not found"}}'
-                writer.write(
-                    b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(msg), msg)
-                )
+                reply = _json_response(json.dumps({"ttft_ms": engine.ttfts_ms}).encode())
+            elif engine is not None and head.startswith(b"GET /v1/models"):
+                models = {"object": "list", "data": [{"id": "null"}]}
+                reply = _json_response(json.dumps(models).encode())
+            elif not head.startswith(b"POST /v1/completions"):
+                reply = _json_response(b'{"error":{"message":"not found"}}', b"404 Not Found")
+            if reply is not None:
+                writer.write(reply)
                 await writer.drain()
                 continue
             tokens = int(body.get("max_tokens") or 16)
