@@ -1,19 +1,10 @@
 """Dollars per million output tokens, from a price per GPU-hour and a measured throughput.
 
 One server is one GPU (tuner launches no tensor parallelism), so a configuration that serves
-``T`` output tokens/s on a GPU rented at ``P`` $/hour costs::
-
-    $ per 1M output tokens = P / (T * 3600) * 1e6
-
-The throughput is the one *at the SLO* (:func:`slo_throughput`): the capacity read from the
-launch's load curve where it measured one (the highest throughput whose P99 latencies met the
-SLO: 0 when none did, and then the cost is infinite), otherwise the throughput at the workload's
-fixed load, whose SLO is checked as the study's constraint. The price is an input (a catalog
-default per GPU profile, :func:`tuner.catalog.gpus.gpu_price`, or the user's): every dollar
-figure names the price it assumed.
-
-Cost falls as throughput rises, so the range of a cost is the throughput's range reversed: the
-lowest window throughput gives the highest cost.
+``T`` output tokens/s on a GPU rented at ``P`` $/hour costs ``P / (T * 3600) * 1e6``, ``T``
+being the throughput at the SLO (:func:`slo_throughput`). Where the price comes from and what
+each figure means: ``docs/cost.md``. Cost falls as throughput rises, so the range of a cost is
+the throughput's range reversed.
 """
 
 from __future__ import annotations

@@ -1,47 +1,32 @@
 """Sequential confirmation: launch A and B in turns until the interval of B/A decides.
 
-Instead of a fixed number of launches a side, the comparison looks at its interval after every
-pair of launches, from ``first`` a side on:
+After every pair of launches, from ``first`` a side on, the comparison looks at its interval
+(Welch's by default; any :data:`Interval`, such as
+:func:`tuner.scoring.robust.hodges_lehmann_interval` or
+:func:`tuner.scoring.noise.pooled_ratio_interval`):
 
-- the interval lies above 1 or below 1: B is **better** or **worse** (as the metric's direction
-  says), as in :meth:`tuner.scoring.significance.RatioInterval.verdict`;
-- the interval lies inside ``[1 / (1 + margin), 1 + margin]``: the two are **equivalent**
-  within the stated margin, a decision the fixed design cannot reach with three launches;
-- otherwise another pair is launched, until ``cap`` a side; then there is "no significant
-  difference".
+- above or below 1: B is **better** or **worse**, as the metric's direction says;
+- inside ``[1 / (1 + margin), 1 + margin]``: the two are **equivalent** within the margin;
+- a half-width of at most ``min_effect``, the smallest difference worth acting on: "no
+  significant difference", stated with its tight interval (reason ``precise``);
+- otherwise another pair, until ``cap`` a side: "no significant difference" (``budget``).
 
-Looking several times raises the chance of a false decision, so each look's ``confidence`` is
-set higher than a fixed design's to keep the same error rate overall (a constant boundary at
-every look, as in Pocock's group-sequential design); ``bench/sequential_replay.py`` finds the
-level that matches the fixed three-a-side design at 95 % on the recorded noise.
+The decision design of ``tuner compare``, ``tuner verify-claims`` and a study's confirmation
+(:meth:`SequentialPlan.decision`) is this without the equivalence margin.
 
-The interval is pluggable: Welch's (:func:`tuner.scoring.significance.ratio_interval`, the
-default), a rank-based one (:func:`tuner.scoring.robust.hodges_lehmann_interval`), or the one
-that borrows a noise profile's degrees of freedom
-(:func:`tuner.scoring.noise.pooled_ratio_interval`).
-
-**The decision design** of ``tuner compare``, ``tuner verify-claims`` and a study's confirmation
-(:meth:`SequentialPlan.decision`): a look after every interleaved pair from ``first`` a side on;
-stop when the interval excludes 1 (better / worse), when its half-width is at most
-``min_effect`` (the smallest difference worth acting on: "no significant difference", stated
-with its tight interval, reason ``precise``), or when ``cap`` launches a side are spent
-(reason ``budget``).
-
-*Why a Pocock boundary, and how it is computed.* Error control has to survive the optional
-stopping. Three ways were open: an alpha-spending boundary (O'Brien-Fleming-like: strict early,
-lenient late), a constant boundary (Pocock), or an anytime-valid (confidence-sequence) interval.
-A comparison of vLLM configurations is worth stopping early for when the effect is large, and
-the looks are few (2-8); Pocock's constant boundary spends the error evenly and gives the best
-expected number of launches for large effects at a small maximum, where O'Brien-Fleming
-boundaries would almost never stop at the first looks. Anytime-valid intervals hold for an
-unbounded number of looks and pay for it with intervals 1.3-1.6 times wider at these sizes. The
-constant boundary is computed for the actual look schedule ``first, first + 1, ..., cap`` a side:
-the standardised differences at the looks are jointly normal with correlation
-``sqrt(n_j / n_k)``, and :func:`pocock_confidence` solves ``P(max_k |Z_k| < c) = 1 - alpha`` with
-``scipy.stats.multivariate_normal``; each look's interval is then a t interval at the nominal
-level ``2 Phi(c) - 1`` (the usual group-sequential t approximation). Stopping for precision
-depends on the variance only, not on the difference, so it does not add false decisions, and
-fewer looks than planned only lower the error. ``bench/decision_replay.py`` checks the overall
+*Why a Pocock boundary.* Looking several times raises the chance of a false decision, so each
+look's confidence is set above a fixed design's. Of an alpha-spending boundary
+(O'Brien-Fleming-like: strict early, lenient late), a constant one (Pocock) and an anytime-valid
+interval: a comparison of vLLM configurations is worth stopping early when the effect is large,
+and the looks are few (2-8). Pocock's boundary spends the error evenly and gives the best
+expected number of launches for large effects at a small maximum, where O'Brien-Fleming would
+almost never stop at the first looks; anytime-valid intervals are 1.3-1.6 times wider at these
+sizes. :func:`pocock_confidence` computes it for the actual schedule ``first, ..., cap``: the
+standardised differences at the looks are jointly normal with correlation ``sqrt(n_j / n_k)``,
+and ``P(max_k |Z_k| < c) = 1 - alpha`` is solved with ``scipy.stats.multivariate_normal``; each
+look's interval is a t interval at ``2 Phi(c) - 1`` (the usual group-sequential approximation).
+Stopping for precision depends on the variance only, so it adds no false decisions, and fewer
+looks than planned only lower the error. ``bench/decision_replay.py`` checks the
 false-decision rate and the coverage by simulation on the H200 launches.
 """
 

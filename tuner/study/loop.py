@@ -1,15 +1,11 @@
-"""The orchestrator: it asks Optuna for trials and tells it their outcomes;
-:mod:`tuner.study.sharing` keeps a study that several workers share
-in order.
+"""The orchestrator: it asks Optuna for trials and tells it their outcomes.
 
 One loop: ask Optuna for a trial, let the space turn it into a :class:`ServingConfig`, rule it
 out early if the validity rules or an earlier failure say it cannot work, otherwise hand it to
 the runner; record the outcome in tuner's tables and tell Optuna. vLLM's defaults are enqueued
 first (second where a predicted regime's recipe goes first, :mod:`tuner.study.planning`): the
 baseline every score is relative to, never ruled out by another trial's failure. Several
-workers may run the loop of one study at once (``tuner run --parallel``, ``tuner worker
---study``): they share the trial budget, never measure one configuration at the same time, and
-take over the trials of a worker that died (:mod:`tuner.study.sharing`).
+workers may run the loop of one study at once, by the rules of :mod:`tuner.study.sharing`.
 
 What Optuna is told:
 - a measured trial: its three objective values and SLO constraints (see

@@ -17,15 +17,10 @@ the same trials reaches the same answer.
   time) is stored on each trial it asks; a running trial whose worker process on this host is
   gone is dead now, on another host after Optuna's heartbeat goes stale.
 
-**Upkeep** between two trials of a worker: dead trials found and
-recorded as interrupted, interrupted configurations queued again, trials given back, and the
-heartbeat that tells other workers this one still measures (the rules above).
-
-A dead trial is one whose worker ran on this host and exited (``kill -9``, a crash of the
-tuner) or whose heartbeat went stale (a worker on a lost machine). Its Optuna trial becomes
-FAIL; its row in tuner's tables becomes FAILED/interrupted, by an atomic update that exactly
-one worker wins, and that worker queues the configuration again (at most
-:data:`MAX_ATTEMPTS` tries), the baseline included.
+**Upkeep** between two trials of a worker (:func:`swept`): a dead trial's Optuna trial becomes
+FAIL and its row FAILED/interrupted, by an atomic update that exactly one worker wins; that
+worker queues the configuration again (at most :data:`MAX_ATTEMPTS` tries), the baseline
+included. While a worker measures, its :func:`heartbeat` tells the others it lives.
 """
 
 from __future__ import annotations
