@@ -16,16 +16,13 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tuner.abtest.compare import Arm, RunCallback, run_interleaved
+from tuner.abtest.compare import Arm
 from tuner.db import decode_result, encode
-from tuner.domain import TrialResult, TrialStatus, Workload
-
-if TYPE_CHECKING:
-    from tuner.runner import PhaseCallback, TrialRunner
+from tuner.domain import TrialResult, TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -101,44 +98,3 @@ def describe_resumed(done: Sequence[Sequence[TrialResult]], arms: Sequence[Arm])
         return None
     listed = ", ".join(f"{n} of {label}" for label, n in counts.items())
     return f"resuming: {listed} already measured by an interrupted run of this command"
-
-
-def run_logged(
-    log: LaunchLog | None,
-    arms: Sequence[Arm],
-    runner: TrialRunner,
-    workload: Workload,
-    launches: int,
-    *,
-    on_start: Callable[[int, int, Arm], None] | None = None,
-    on_run: RunCallback | None = None,
-    on_phase: PhaseCallback | None = None,
-    on_resumed: Callable[[str], None] | None = None,
-    done: Sequence[Sequence[TrialResult]] | None = None,
-) -> list[list[TrialResult]]:
-    """:func:`tuner.abtest.compare.run_interleaved`, resumed from ``log``'s earlier launches (said
-    through ``on_resumed``) and recording each new launch in ``log`` as it finishes; with
-    ``log`` None, plainly interleaved. ``done``: the launches so far, given instead of read
-    from the log (a later look of a sequential design)."""
-    if done is None:
-        done = log.load(arms) if log is not None else None
-        resumed = describe_resumed(done, arms) if done is not None else None
-        if resumed and on_resumed:
-            on_resumed(resumed)
-
-    def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
-        if log is not None:
-            log.record(arm, result)
-        if on_run:
-            on_run(index, total, arm, result)
-
-    return run_interleaved(
-        arms,
-        runner,
-        workload,
-        launches,
-        on_start=on_start,
-        on_run=finished,
-        on_phase=on_phase,
-        done=done,
-    )

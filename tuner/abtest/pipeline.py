@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from tuner.abtest.compare import Arm, RunCallback
+from tuner.abtest.compare import Arm, RunCallback, run_interleaved
 from tuner.abtest.decide import Design
 from tuner.abtest.guard import FindingGuard
-from tuner.abtest.launchlog import LaunchLog, run_logged
+from tuner.abtest.launchlog import LaunchLog, describe_resumed
 from tuner.abtest.profile import load_profile, noise_key, record_launch, run_tag
 from tuner.compose import prepare, tuner_home
 from tuner.domain import (
@@ -93,16 +93,6 @@ Record = Callable[[Group, Arm, TrialResult, Sequence[TrialResult]], None]
 group so far (this one included)."""
 
 
-@dataclass(frozen=True)
-class Looks:
-    """A sequential design's schedule: launches a side at the first look, at most, and the
-    rule that says a group is decided."""
-
-    first: int
-    cap: int
-    decided: Decided
-
-
 def run_groups(
     groups: Sequence[Group],
     runner: TrialRunner | None,
@@ -113,7 +103,8 @@ def run_groups(
     on_group: Callable[[Group], None] | None = None,
     launch_log: LogFactory | None = None,
     store: Callable[[Judgement], int] | None = None,
-    looks: Looks | None = None,
+    design: Design | None = None,
+    decided: Decided | None = None,
     record: Record | None = None,
 ) -> list[tuple[J, int | None]]:
     """Launch each group's arms ``launches`` times each, judge each group, and store; see the
@@ -122,10 +113,10 @@ def run_groups(
 
     ``runner`` may be None only when there is no group. ``launch_log`` gives each group's log
     (earlier launches reused, each new one recorded); ``store`` stores a judgement and gives
-    its id. Without ``store`` nothing is stored, and the launch logs are kept. ``looks``: a
-    sequential design instead of ``launches``: from ``looks.first`` launches a side, one more
-    round at a time until ``looks.decided`` or ``looks.cap``. ``record`` hears of each new
-    launch (the noise profile's store).
+    its id. Without ``store`` nothing is stored, and the launch logs are kept. ``design``: its
+    first look instead of ``launches``; a sequential one goes on from there, one more round at
+    a time until ``decided`` or its cap. ``record`` hears of each new launch (the noise
+    profile's store).
     """
     w = watch or Watch()
     logs: list[LaunchLog] = []
@@ -138,7 +129,7 @@ def run_groups(
         log = launch_log(group.workload, list(group.arms)) if launch_log else None
         if log is not None:
             logs.append(log)
-        measured.append(_measure(group, runner, launches, log, w, looks, record))
+        measured.append(_measure(group, runner, launches, log, w, design, decided, record))
     judged = [j for g, results in zip(groups, measured, strict=True) for j in judge(g, results)]
     if store is None:
         return [(j, None) for j in judged]
@@ -154,13 +145,22 @@ def _measure(
     launches: int,
     log: LaunchLog | None,
     w: Watch,
-    looks: Looks | None,
+    design: Design | None,
+    decided: Decided | None,
     record: Record | None,
 ) -> list[list[TrialResult]]:
-    """One group's launches: ``launches`` rounds, or look by look (see :func:`run_groups`)."""
-    seen: list[TrialResult] = [r for rs in (log.load(list(group.arms)) if log else []) for r in rs]
+    """One group's launches, resumed from ``log``'s earlier ones (said through
+    ``w.on_resumed``), each new one recorded in ``log`` as it finishes: ``launches`` rounds, or
+    look by look (see :func:`run_groups`)."""
+    done = log.load(list(group.arms)) if log is not None else None
+    resumed = describe_resumed(done, group.arms) if done is not None else None
+    if resumed and w.on_resumed:
+        w.on_resumed(resumed)
+    seen: list[TrialResult] = [r for rs in done or [] for r in rs]
 
     def finished(index: int, total: int, arm: Arm, result: TrialResult) -> None:
+        if log is not None:
+            log.record(arm, result)
         seen.append(result)
         if record is not None:
             record(group, arm, result, seen)
@@ -168,8 +168,7 @@ def _measure(
             w.on_run(index, total, arm, result)
 
     def measure(rounds: int, done: list[list[TrialResult]] | None) -> list[list[TrialResult]]:
-        return run_logged(
-            log,
+        return run_interleaved(
             group.arms,
             runner,
             group.workload,
@@ -177,18 +176,17 @@ def _measure(
             on_start=w.on_start,
             on_run=finished,
             on_phase=w.on_phase,
-            on_resumed=w.on_resumed,
             done=done,
         )
 
-    if looks is None:
-        return measure(launches, None)
-    rounds = looks.first
-    results = measure(rounds, None)
-    while rounds < looks.cap and not looks.decided(group, results):
+    rounds = design.first if design is not None else launches
+    results = measure(rounds, done)
+    if design is None or design.fixed or decided is None:
+        return results
+    while rounds < design.cap and not decided(group, results):
         # A resumed run may hold more than this look's launches: go on from where it stopped.
         rounds = max(rounds + 1, min(len(rs) for rs in results) + 1)
-        results = measure(min(rounds, looks.cap), results)
+        results = measure(min(rounds, design.cap), results)
     return results
 
 
@@ -286,20 +284,17 @@ class Bench:
         """:func:`run_groups` on this machine: launch logs under ``$TUNER_HOME``, each launch
         summarised for the noise profile, verdicts stored in its database. With a sequential
         design, ``decided`` says when a group's launches suffice."""
-        d = self.design
-        looks = None
-        if d is not None and not d.fixed and decided is not None:
-            looks = Looks(d.first, d.cap, decided)
         return run_groups(
             groups,
             self.runner,
-            d.first if d is not None else self.launches,
+            self.launches,
             judge,
             watch=watch,
             on_group=on_group,
             launch_log=self.launch_log,
             store=self.store,
-            looks=looks,
+            design=self.design,
+            decided=decided,
             record=self.record,
         )
 

@@ -71,7 +71,6 @@ from tuner.abtest.pipeline import (
     Bench,
     Group,
     Judgement,
-    Looks,
     Record,
     Watch,
     first_provenance,
@@ -313,10 +312,6 @@ def evaluate(
     def decided(group: Group, results: list[list[TrialResult]]) -> bool:
         return all(o.decided for o in outcomes_of(group, results))
 
-    looks = None
-    if design is not None and not design.fixed:
-        looks = Looks(design.first, design.cap, decided)
-
     def announce(group: Group) -> None:
         if on_group:
             on_group(group.workload, list(group.arms), [p.claim for p in members[group.workload]])
@@ -324,14 +319,15 @@ def evaluate(
     judged = run_groups(
         groups,
         runner,
-        design.first if design is not None else launches,
+        launches,
         judge_group,
         watch=Watch(on_start, on_run, on_phase, on_resumed),
         on_group=announce,
         launch_log=launch_log,
         store=store,
         record=record,
-        looks=looks,
+        design=design,
+        decided=decided,
     )
     for outcome, comparison_id in judged:
         outcomes[outcome.claim.id] = dataclasses.replace(outcome, comparison_id=comparison_id)
