@@ -22,11 +22,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from tuner.domain import WindowEnergy
+from tuner.telemetry.nvml import Nvml, load_nvml, shutdown
 from tuner.telemetry.periodic import Periodic
 
 log = logging.getLogger(__name__)
@@ -39,39 +40,9 @@ COUNTER = "counter"
 POWER_SAMPLES = "power_samples"
 
 
-class EnergyNvml(Protocol):
-    """The slice of ``pynvml`` the energy meter uses. Handles are opaque."""
-
-    @property
-    def NVMLError(self) -> type[Exception]: ...  # a class attribute does, too
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: ...
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
-    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any: ...
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int: ...  # millijoules
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...  # milliwatts
-
-
-def _shutdown(api: EnergyNvml) -> None:
-    try:
-        api.nvmlShutdown()
-    except Exception as exc:  # nothing useful to do about it; the numbers are taken
-        log.debug("nvmlShutdown failed: %s", exc)
-
-
 def _code(exc: BaseException) -> str:
     value = getattr(exc, "value", None)
     return f" (NVML code {value})" if isinstance(value, int) else ""
-
-
-def _pynvml() -> EnergyNvml | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    api: EnergyNvml = pynvml
-    return api
 
 
 class _PowerSamples(Periodic):
@@ -81,7 +52,7 @@ class _PowerSamples(Periodic):
     thread_name = "tuner-gpu-power"
 
     def __init__(
-        self, api: EnergyNvml, handle: Any, interval_s: float, clock: Callable[[], float]
+        self, api: Nvml, handle: Any, interval_s: float, clock: Callable[[], float]
     ) -> None:
         super().__init__(interval_s)
         self._api, self._handle, self._clock = api, handle, clock
@@ -143,7 +114,7 @@ class GpuEnergyMeter:
         uuid: str | None = None,
         *,
         index: int | None = None,
-        nvml: EnergyNvml | None = None,
+        nvml: Nvml | None = None,
         interval_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -153,7 +124,7 @@ class GpuEnergyMeter:
         self._nvml = nvml
         self._interval_s = interval_s
         self._clock = clock
-        self._api: EnergyNvml | None = None
+        self._api: Nvml | None = None
         self._handle: Any = None
         self._start: tuple[float, int | None, str] | None = None
         self._power: _PowerSamples | None = None
@@ -173,7 +144,7 @@ class GpuEnergyMeter:
 
     def begin(self) -> None:
         self.close()
-        api = self._nvml if self._nvml is not None else _pynvml()
+        api = load_nvml(self._nvml)
         if api is None:
             self._warn("pynvml (nvidia-ml-py) is not installed: energy not measured")
             return
@@ -189,7 +160,7 @@ class GpuEnergyMeter:
                 assert self.index is not None
                 self._handle = api.nvmlDeviceGetHandleByIndex(self.index)
         except Exception as exc:
-            _shutdown(api)
+            shutdown(api)
             self._warn(f"NVML does not find GPU {self.uuid or self.index} ({exc})")
             return
         self._api = api
@@ -249,4 +220,4 @@ class GpuEnergyMeter:
             power.stop()
         api, self._api = self._api, None
         if api is not None:
-            _shutdown(api)
+            shutdown(api)

@@ -7,7 +7,6 @@ process tree; without one (``tuner load`` against a URL) only the host's total i
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterable
 
@@ -15,6 +14,7 @@ import psutil
 
 from tuner.load.selfcheck import NeighbourReading
 from tuner.telemetry.host import GONE, cpu_seconds, process_tree
+from tuner.telemetry.nvml import load_nvml, shutdown
 
 
 def _host_busy_s() -> float:
@@ -87,23 +87,23 @@ def nvml_compute_pids(uuids: Iterable[str]) -> Callable[[], set[int]]:
     wanted = tuple(uuids)
 
     def read() -> set[int]:
+        api = load_nvml(None)
+        if api is None:
+            return set()
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
+            api.nvmlInit()
         except Exception:
             return set()
         try:
             pids: set[int] = set()
             for uuid in wanted:
-                handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-                for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                handle = api.nvmlDeviceGetHandleByUUID(uuid)
+                for proc in api.nvmlDeviceGetComputeRunningProcesses(handle):
                     pids.add(int(proc.pid))
             return pids
         except Exception:
             return set()
         finally:
-            with contextlib.suppress(Exception):
-                pynvml.nvmlShutdown()
+            shutdown(api)
 
     return read

@@ -53,6 +53,9 @@ class Nvml(Protocol):
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...  # has .total, .used
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any: ...  # has .gpu, .memory (%)
     def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]: ...
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int: ...  # millijoules
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...  # milliwatts
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]: ...  # have .pid
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,8 @@ class DetectedGpu:
     cuda_driver_version: str | None  # e.g. "13.0"; None when NVML cannot tell
 
 
-def _load(nvml: Nvml | None) -> Nvml | None:
+def load_nvml(nvml: Nvml | None) -> Nvml | None:
+    """``nvml``, else the real ``pynvml``; None when it is not installed."""
     if nvml is not None:
         return nvml
     try:
@@ -103,10 +107,10 @@ def _translated(api: Nvml, doing: str) -> Iterator[None]:
         raise _translate(exc, doing) from exc
 
 
-def _shutdown(api: Nvml) -> None:
+def shutdown(api: Nvml) -> None:
     try:
         api.nvmlShutdown()
-    except api.NVMLError as exc:  # nothing useful to do about it; the numbers are taken
+    except Exception as exc:  # nothing useful to do about it; the numbers are taken
         log.debug("nvmlShutdown failed: %s", exc)
 
 
@@ -126,7 +130,7 @@ def detect_gpus(nvml: Nvml | None = None) -> list[DetectedGpu]:
     loaded (a CPU machine), or NVML finds no device. Raises :class:`EnvironmentProblem` when NVML
     is present but fails otherwise (permissions, a lost GPU, a driver/library mismatch).
     """
-    api = _load(nvml)
+    api = load_nvml(nvml)
     if api is None:
         log.debug("pynvml is not installed: no GPUs")
         return []
@@ -158,7 +162,7 @@ def detect_gpus(nvml: Nvml | None = None) -> list[DetectedGpu]:
                 )
             return gpus
     finally:
-        _shutdown(api)
+        shutdown(api)
 
 
 def _handle(api: Nvml, uuid: str) -> Any:
@@ -175,9 +179,9 @@ def _open_gpus(
     nvml: Nvml | None, uuids: tuple[str, ...] | None, what: str
 ) -> tuple[Nvml, tuple[str, ...], dict[str, Any]]:
     """nvmlInit, then a handle per UUID (every GPU when ``uuids`` is None): ``(api, uuids,
-    handles)``. The caller must :func:`_shutdown` the api; on an error it is shut down here and
+    handles)``. The caller must :func:`shutdown` the api; on an error it is shut down here and
     :class:`EnvironmentProblem` says what could not be sampled (``what``)."""
-    api = _load(nvml)
+    api = load_nvml(nvml)
     if api is None:
         raise EnvironmentProblem(
             f"cannot sample {what}: the nvidia-ml-py package (pynvml) is not installed",
@@ -195,10 +199,10 @@ def _open_gpus(
             else:
                 handles = {u: _handle(api, u) for u in uuids}
     except BaseException:
-        _shutdown(api)
+        shutdown(api)
         raise
     if not handles:
-        _shutdown(api)
+        shutdown(api)
         raise EnvironmentProblem(f"cannot sample {what}: NVML sees no GPU", hint=_HINT)
     return api, uuids, handles
 
@@ -228,7 +232,7 @@ class _GpuSampler(Periodic):
 
     def _close(self) -> None:
         if self._api is not None:
-            _shutdown(self._api)
+            shutdown(self._api)
             self._api = None
 
     def _before_start(self) -> None:
@@ -377,7 +381,7 @@ def local_cpus(uuid: str, nvml: Nvml | None = None) -> tuple[int, ...] | None:
     """The CPUs NVML names as local to the GPU ``uuid`` (its NUMA node's, from
     ``nvmlDeviceGetCpuAffinity``), in order; None where NVML cannot tell (no NVML, an old
     driver, an unknown GPU): placement then falls back to the CPUs this process may use."""
-    api = _load(nvml)
+    api = load_nvml(nvml)
     if api is None:
         return None
     words = max(1, ((os.cpu_count() or 1) + 63) // 64)
@@ -392,7 +396,7 @@ def local_cpus(uuid: str, nvml: Nvml | None = None) -> tuple[int, ...] | None:
         log.debug("no CPU affinity for %s from NVML: %s", uuid, exc)
         return None
     finally:
-        _shutdown(api)
+        shutdown(api)
     cpus = tuple(
         word_index * 64 + bit
         for word_index, word in enumerate(mask)
