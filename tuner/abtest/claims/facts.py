@@ -34,7 +34,7 @@ NOT_MEASURABLE = "not measurable"
 NOT_MEASURED = "not measured yet"
 
 # Failures that mean "the server did not come up" (as against: came up, then went wrong).
-_NO_START = frozenset(
+NO_START = frozenset(
     {
         FailureClass.START_FAILED,
         FailureClass.TIMEOUT,
@@ -85,14 +85,10 @@ class LaunchFact:
     with_flag: bool = False  # the launch passed the starts claim's flag to vLLM
 
 
-def flag_dest(flag: str) -> str:
-    """``--disable-custom-all-reduce`` -> ``disable_custom_all_reduce`` (a knob's name)."""
-    return flag.lstrip("-").replace("-", "_")
-
-
 def passes(flag: str, config: Mapping[str, Any], argv: Sequence[str] = ()) -> bool:
-    """Whether a launch of ``config`` (a knob table) with command line ``argv`` gave ``flag``."""
-    return flag in argv or bool(config.get(flag_dest(flag)))
+    """Whether a launch of ``config`` (a knob table) with command line ``argv`` gave ``flag``
+    (``--disable-custom-all-reduce``, or its knob ``disable_custom_all_reduce`` set)."""
+    return flag in argv or bool(config.get(flag.lstrip("-").replace("-", "_")))
 
 
 def launch_facts(results: Sequence[TrialResult], flag: str = "") -> list[LaunchFact]:
@@ -103,7 +99,7 @@ def launch_facts(results: Sequence[TrialResult], flag: str = "") -> list[LaunchF
         started: bool | None = None
         if r.status is TrialStatus.COMPLETE or r.server is not None:
             started = True
-        elif r.failure in _NO_START:
+        elif r.failure in NO_START:
             started = False
         server = r.server
         out.append(
@@ -230,10 +226,6 @@ def judge_default_backend(claim: Claim, launches: Sequence[LaunchFact]) -> Fact:
     if matching == 0:
         return Fact(REFUTED, reason, measured)
     return Fact(INCONCLUSIVE, reason + ": not always the claimed one", measured)
-
-
-def judge_unmeasurable(claim: Claim) -> Fact:
-    return Fact(NOT_MEASURABLE, claim.needs)
 
 
 def setting_note(claim: Claim, where: Where | None) -> str:

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tuner.scoring import t_quantile
+from tuner.scoring import is_inconclusive, t_quantile
 
 CONSISTENT = "consistent"
 SMALLER = "smaller"
@@ -269,12 +269,12 @@ def read(
     a_values: Sequence[float],
     b_values: Sequence[float],
     confidence: float,
-    disagreement: str = "",
+    verdict: object = None,
 ) -> Reading:
     """The verdict on ``claimed`` from a comparison of one metric: its B/A interval (a ratio
     claim) or its launch values (a difference claim, interval by :func:`difference_interval`).
-    ``disagreement``: the comparison's sentence when the launches of a side disagree far beyond
-    their noise; the interval then says nothing (``inconclusive``)."""
+    ``verdict``: the comparison's on the metric; an "inconclusive: ..." one (the launches of a
+    side disagree far beyond their noise) makes the interval say nothing."""
     interval: tuple[float, float, float] | None
     if claimed.scale == RATIO:
         interval = None if ratio is None or low is None or high is None else (ratio, low, high)
@@ -290,7 +290,7 @@ def read(
         "high": hi,
         "text": claimed.measured_text(value, lo, hi),
     }
-    if disagreement:
-        return Reading(INCONCLUSIVE, disagreement, measured)
+    if is_inconclusive(verdict):
+        return Reading(INCONCLUSIVE, str(verdict).removeprefix(f"{INCONCLUSIVE}: "), measured)
     verdict = judge(claimed, lo, hi)
     return Reading(verdict, explain(verdict, claimed, value, lo, hi), measured)

@@ -24,37 +24,25 @@ from typing import Any
 
 from tuner.abtest.claims import Claim, Planned, plan
 from tuner.abtest.claims.facts import (
-    NOT_APPLICABLE,
+    NO_START,
     NOT_MEASURED,
     Fact,
     FlagList,
     LaunchFact,
     Where,
     judge_default_backend,
-    judge_flag,
     judge_starts,
-    judge_unmeasurable,
     passes,
     setting_note,
 )
 from tuner.abtest.claims.figures import read
-from tuner.abtest.claims.file import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
-from tuner.abtest.claims.verdicts import Outcome, claim_record, fact_outcome
+from tuner.abtest.claims.file import DEFAULT_BACKEND, EFFECT, STARTS
+from tuner.abtest.claims.verdicts import Outcome, answered, claim_record, fact_outcome
 from tuner.catalog import get_gpu, resolve_model
-from tuner.domain import FailureClass
-from tuner.scoring import is_inconclusive, stored_window_note
+from tuner.scoring import stored_window_note
 
 Record = Mapping[str, Any]
-_NO_START = {
-    c.value
-    for c in (
-        FailureClass.START_FAILED,
-        FailureClass.TIMEOUT,
-        FailureClass.MEMORY_EXCEEDED,
-        FailureClass.KV_CACHE_INSUFFICIENT,
-        FailureClass.UNSUPPORTED,
-    )
-}
+_NO_START = {c.value for c in NO_START}
 
 
 def shipped_flags(version: str) -> FlagList | None:
@@ -108,14 +96,9 @@ def _outcome(
     launches: int,
 ) -> tuple[Outcome, int | None]:
     claim = p.claim
-    if p.reason:
-        note = setting_note(claim, where)
-        return Outcome(claim, p.workload, NOT_APPLICABLE, p.reason, setting=note), None
-    if claim.kind == UNMEASURABLE:
-        return fact_outcome(p, judge_unmeasurable(claim), where), None
-    if claim.kind == FLAG:
-        catalog = flags(where.vllm)
-        return fact_outcome(p, judge_flag(claim, catalog, where.vllm), where), None
+    outcome = answered(p, where, lambda: (flags(where.vllm), ""))
+    if outcome is not None:
+        return outcome, None
     if claim.kind == STARTS:
         facts = stored_launches(records, claim.flag)
         return fact_outcome(p, judge_starts(claim, facts), where), None
@@ -144,7 +127,6 @@ def _outcome(
         fact = Fact(NOT_MEASURED, needs)
         return fact_outcome(p, fact, where), None
     assert claim.claimed is not None
-    verdict = metric.get("verdict")
     reading = read(
         claim.claimed,
         ratio=metric.get("ratio"),
@@ -153,9 +135,7 @@ def _outcome(
         a_values=list(metric["a"].get("values", [])),
         b_values=list(metric["b"].get("values", [])),
         confidence=float(record.get("confidence") or 0.95),
-        disagreement=str(verdict).removeprefix("inconclusive: ")
-        if is_inconclusive(verdict)
-        else "",
+        verdict=metric.get("verdict"),
     )
     reason = reading.reason
     if note := stored_window_note(record):

@@ -46,7 +46,6 @@ from tuner.abtest.claims.facts import (
     judge_default_backend,
     judge_flag,
     judge_starts,
-    judge_unmeasurable,
     launch_facts,
     setting_note,
 )
@@ -202,7 +201,7 @@ def outcome_of(
         a_values=m.a_values,
         b_values=m.b_values,
         confidence=confidence,
-        disagreement=m.verdict.removeprefix(f"{INCONCLUSIVE}: ") if m.inconclusive else "",
+        verdict=m.verdict,
     )
     reason = reading.reason
     if reading.measured is None:
@@ -241,6 +240,21 @@ def fact_outcome(p: Planned, fact: Fact, where: Where | None) -> Outcome:
     )
 
 
+def answered(p: Planned, where: Where | None, flags: FlagSource) -> Outcome | None:
+    """The outcome of a claim that needs no launch (not applicable here, unmeasurable, a flag
+    answered from ``flags()``); None for the others."""
+    if p.reason:
+        note = setting_note(p.claim, where)
+        return Outcome(p.claim, p.workload, NOT_APPLICABLE, p.reason, setting=note)
+    if p.claim.kind == UNMEASURABLE:
+        return fact_outcome(p, Fact(NOT_MEASURABLE, p.claim.needs), where)
+    if p.claim.kind == FLAG:
+        catalog, why = flags()
+        fact = judge_flag(p.claim, catalog, where.vllm if where else "?", why)
+        return fact_outcome(p, fact, where)
+    return None
+
+
 def evaluate(
     planned: Sequence[Planned],
     runner: TrialRunner | None,
@@ -274,19 +288,10 @@ def evaluate(
     members: dict[Workload, list[Planned]] = {}
     facts: list[Planned] = []
     for p in planned:
-        kind = p.claim.kind
-        if p.reason:
-            note = setting_note(p.claim, where)
-            outcomes[p.claim.id] = Outcome(
-                p.claim, p.workload, NOT_APPLICABLE, p.reason, setting=note
-            )
-        elif kind == UNMEASURABLE:
-            outcomes[p.claim.id] = fact_outcome(p, judge_unmeasurable(p.claim), where)
-        elif kind == FLAG:
-            catalog, why = flags() if flags else (None, "")
-            fact = judge_flag(p.claim, catalog, where.vllm if where else "?", why)
-            outcomes[p.claim.id] = fact_outcome(p, fact, where)
-        elif kind in (STARTS, DEFAULT_BACKEND):
+        outcome = answered(p, where, flags or (lambda: (None, "")))
+        if outcome is not None:
+            outcomes[p.claim.id] = outcome
+        elif p.claim.kind in (STARTS, DEFAULT_BACKEND):
             facts.append(p)
         elif p.a is not None and p.b is not None:
             members.setdefault(p.workload, []).append(p)
