@@ -5,29 +5,31 @@ Writing goes through :func:`tuner.domain.to_jsonable`. Two things are added here
 - non-finite floats (a NaN percentile, an infinite penalty) become the strings ``"nan"``,
   ``"inf"``, ``"-inf"``, because PostgreSQL's JSON rejects them; ``float()`` reads them back;
 - reading ignores keys a record no longer has, so rows written by an older tuner still load
-  as long as new fields have defaults.
+  as long as new fields have defaults (a missing tuple or mapping reads as empty).
+
+A record is read back by its own fields' types (:func:`decode`), so a new field needs no
+change here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import functools
 import math
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from tuner.domain import (
-    ClientHealth,
     Estimate,
-    FailureClass,
-    LatencyStats,
     MemoryUsage,
     Provenance,
     RequestRecord,
     ServerInfo,
     ServingConfig,
     TrialResult,
-    TrialStatus,
-    WindowEnergy,
     WindowMetrics,
     to_jsonable,
 )
@@ -50,129 +52,75 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _known(cls: type[T], data: Mapping[str, Any]) -> dict[str, Any]:
-    assert dataclasses.is_dataclass(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
+def decode(cls: type[T], data: Mapping[str, Any]) -> T:
+    """A ``cls`` record (a domain dataclass) from ``encode(record)``."""
+    return typing.cast(T, _record(cls, data))
 
 
-def _floats(values: Any) -> tuple[float, ...]:
-    return tuple(float(v) for v in values)
+@functools.cache
+def _decoder(kind: Any) -> Callable[[Any], Any]:
+    """How to read the JSON value of a field typed ``kind``."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):  # X | None
+        read = _decoder(next(a for a in args if a is not type(None)))
+        return lambda v: None if v is None else read(v)
+    if origin is tuple:
+        item = _decoder(args[0])
+        return lambda v: tuple(item(x) for x in v or ())
+    if origin in (Mapping, dict):
+        item = _decoder(args[1])
+        return lambda v: {k: item(x) for k, x in (v or {}).items()}
+    if kind is ServingConfig:
+        return ServingConfig.from_dict
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return functools.partial(_record, kind)
+    if kind in (float, int) or (isinstance(kind, type) and issubclass(kind, enum.Enum)):
+        return typing.cast(Callable[[Any], Any], kind)
+    return lambda v: v  # str, bool: as JSON has them
 
 
-def decode_estimate(data: Mapping[str, Any]) -> Estimate:
-    return Estimate(
-        median=float(data["median"]),
-        low=float(data["low"]),
-        high=float(data["high"]),
-        values=_floats(data.get("values", ())),
+@functools.cache
+def _fields(cls: type) -> dict[str, tuple[Callable[[Any], Any], bool]]:
+    """Each field's decoder, and whether it is read when missing (a tuple or mapping)."""
+    hints = typing.get_type_hints(cls)
+    containers = (tuple, Mapping, dict)
+    return {
+        f.name: (_decoder(hints[f.name]), typing.get_origin(hints[f.name]) in containers)
+        for f in dataclasses.fields(cls)
+    }
+
+
+def _record(cls: type, data: Mapping[str, Any]) -> Any:
+    return cls(
+        **{
+            name: read(data.get(name))
+            for name, (read, container) in _fields(cls).items()
+            if container or name in data
+        }
     )
+
+
+decode_estimate = functools.partial(decode, Estimate)
+decode_window = functools.partial(decode, WindowMetrics)
+decode_memory = functools.partial(decode, MemoryUsage)
 
 
 def decode_metrics(data: Mapping[str, Any]) -> dict[str, Estimate]:
-    return {name: decode_estimate(est) for name, est in data.items()}
-
-
-def decode_latency(data: Mapping[str, Any]) -> LatencyStats:
-    fields = _known(LatencyStats, data)
-    std = fields.get("std")
-    return LatencyStats(
-        count=int(fields["count"]),
-        mean=float(fields["mean"]),
-        p50=float(fields["p50"]),
-        p90=float(fields["p90"]),
-        p99=float(fields["p99"]),
-        max=float(fields["max"]),
-        std=None if std is None else float(std),
-    )
-
-
-def decode_client(data: Mapping[str, Any] | None) -> ClientHealth | None:
-    if data is None:
-        return None
-    fields = _known(ClientHealth, data)
-    fields["notes"] = tuple(fields.get("notes") or ())
-    for name in ("client_cpu", "loop_lag_p99_ms", "loop_lag_max_ms", "host_cpu"):
-        fields[name] = float(fields[name])
-    if fields.get("others_cpu") is not None:
-        fields["others_cpu"] = float(fields["others_cpu"])
-    return ClientHealth(**fields)
-
-
-def decode_energy(data: Mapping[str, Any] | None) -> WindowEnergy | None:
-    if data is None:
-        return None
-    fields = _known(WindowEnergy, data)
-    for name in ("joules", "seconds", "watts"):
-        fields[name] = float(fields[name])
-    if fields.get("joules_per_output_token") is not None:
-        fields["joules_per_output_token"] = float(fields["joules_per_output_token"])
-    fields["samples"] = int(fields.get("samples") or 0)
-    return WindowEnergy(**fields)
-
-
-def decode_window(data: Mapping[str, Any]) -> WindowMetrics:
-    fields = _known(WindowMetrics, data)
-    for name in ("ttft_ms", "itl_ms", "e2e_ms"):
-        fields[name] = decode_latency(fields[name])
-    if fields.get("tpot_ms") is not None:
-        fields["tpot_ms"] = decode_latency(fields["tpot_ms"])
-    if fields.get("request_rate") is not None:
-        fields["request_rate"] = float(fields["request_rate"])
-    fields["client"] = decode_client(fields.get("client"))
-    fields["energy"] = decode_energy(fields.get("energy"))
-    for name in ("duration_s", "request_throughput", "output_throughput", "total_throughput"):
-        fields[name] = float(fields[name])
-    if fields.get("goodput") is not None:
-        fields["goodput"] = float(fields["goodput"])
-    return WindowMetrics(**fields)
-
-
-def decode_memory(data: Mapping[str, Any]) -> MemoryUsage:
-    rss = data.get("host_peak_rss_bytes")
-    return MemoryUsage(
-        gpu_peak_bytes={k: int(v) for k, v in (data.get("gpu_peak_bytes") or {}).items()},
-        gpu_baseline_bytes={k: int(v) for k, v in (data.get("gpu_baseline_bytes") or {}).items()},
-        host_peak_rss_bytes=None if rss is None else int(rss),
-    )
+    return {name: decode(Estimate, est) for name, est in data.items()}
 
 
 def decode_server(data: Mapping[str, Any] | None) -> ServerInfo | None:
-    if data is None:
-        return None
-    fields = _known(ServerInfo, data)
-    fields["argv"] = tuple(fields.get("argv") or ())
-    fields["env"] = dict(fields.get("env") or {})
-    fields["canary"] = tuple(fields.get("canary") or ())
-    return ServerInfo(**fields)
+    return None if data is None else decode(ServerInfo, data)
 
 
 def decode_provenance(data: Mapping[str, Any] | None) -> Provenance | None:
-    if data is None:
-        return None
-    return Provenance(**_known(Provenance, data))
+    return None if data is None else decode(Provenance, data)
 
 
 def decode_result(data: Mapping[str, Any]) -> TrialResult:
     """A :class:`TrialResult` from ``encode(result)`` (the inverse, for results kept outside
     the trials table, e.g. the launches of an interrupted comparison)."""
-    failure = data.get("failure")
-    started, finished = data.get("started_at"), data.get("finished_at")
-    return TrialResult(
-        config=ServingConfig.from_dict(data.get("config") or {}),
-        status=TrialStatus(data["status"]),
-        failure=None if failure is None else FailureClass(failure),
-        failure_detail=str(data.get("failure_detail") or ""),
-        log_tail=str(data.get("log_tail") or ""),
-        windows=tuple(decode_window(w) for w in data.get("windows") or ()),
-        metrics=decode_metrics(data.get("metrics") or {}),
-        memory=decode_memory(data.get("memory") or {}),
-        server=decode_server(data.get("server")),
-        server_metrics={k: float(v) for k, v in (data.get("server_metrics") or {}).items()},
-        provenance=decode_provenance(data.get("provenance")),
-        started_at=None if started is None else float(started),
-        finished_at=None if finished is None else float(finished),
-    )
+    return decode(TrialResult, data)
 
 
 def encode_requests(windows: tuple[tuple[RequestRecord, ...], ...]) -> list[Any]:

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 from sqlalchemy import inspect as sa_inspect
 
 from tuner.db import codec
-from tuner.db.models import ComparisonModel, StudyModel, TrialModel
-from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
+from tuner.db.models import ComparisonModel, LaunchModel, StudyModel, TrialModel
+from tuner.db.rows import ComparisonRow, LaunchRow, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
 
 R = TypeVar("R")
@@ -74,6 +74,15 @@ def comparison_row(m: ComparisonModel) -> ComparisonRow:
         a_config=ServingConfig.from_dict(m.a_config),
         b_config=ServingConfig.from_dict(m.b_config),
         provenance=codec.decode_provenance(m.provenance),
+    )
+
+
+def launch_row(m: LaunchModel) -> LaunchRow:
+    return _row(
+        m,
+        LaunchRow,
+        config=ServingConfig.from_dict(m.config),
+        values={str(k): tuple(float(v) for v in vs) for k, vs in (m.values or {}).items()},
     )
 
 

@@ -21,6 +21,7 @@ from tuner.db import codec
 from tuner.db.convert import (
     apply_result,
     comparison_row,
+    launch_row,
     reset_trial,
     storable_text,
     study_row,
@@ -155,32 +156,29 @@ class Repository:
     def set_trials_requested(self, name: str, n_trials: int) -> None:
         """Record the trial count a resumed study now runs to (``--resume --trials N``), in its
         row and in the spec stored with it (what the next resume continues)."""
-        self._update_spec(name, {"trials": n_trials}, into_empty=False, n_trials_requested=n_trials)
+        self._update_study(name, {"trials": n_trials}, n_trials_requested=n_trials)
 
     def set_study_plan(self, name: str, plan: Mapping[str, Any]) -> None:
         """Store the lever plan (:mod:`tuner.study.plan`) with the study, in its spec's
         ``plan_record`` (what a resume or another worker continues; the spec's own fields are
         untouched)."""
-        self._update_spec(name, {"plan_record": dict(plan)}, into_empty=True)
+        self._update_study(name, {"plan_record": dict(plan)}, into_empty=True)
 
-    def _update_spec(
-        self, name: str, changes: Mapping[str, Any], *, into_empty: bool, **values: Any
+    def _update_study(
+        self,
+        name: str,
+        spec_changes: Mapping[str, Any] | None = None,
+        *,
+        into_empty: bool = False,
+        **values: Any,
     ) -> None:
-        """Merge ``changes`` into the study's stored spec (an empty spec stays empty unless
-        ``into_empty``) and set ``values``' columns, in one transaction."""
+        """Set ``values``' columns and merge ``spec_changes`` into the study's stored spec (an
+        empty spec stays empty unless ``into_empty``), in one transaction."""
         with session_scope(self._engine) as s:
             study_id = _study_id(s, name)
-            spec = s.scalar(select(StudyModel.spec).where(StudyModel.id == study_id)) or {}
-            merged = {**spec, **changes} if spec or into_empty else spec
-            s.execute(
-                update(StudyModel)
-                .where(StudyModel.id == study_id)
-                .values(**values, spec=merged, updated_at=time.time())
-            )
-
-    def _update_study(self, name: str, **values: Any) -> None:
-        with session_scope(self._engine) as s:
-            study_id = _study_id(s, name)
+            if spec_changes:
+                spec = s.scalar(select(StudyModel.spec).where(StudyModel.id == study_id)) or {}
+                values["spec"] = {**spec, **spec_changes} if spec or into_empty else spec
             s.execute(
                 update(StudyModel)
                 .where(StudyModel.id == study_id)
@@ -473,7 +471,7 @@ class Repository:
         with session_scope(self._engine) as s:
             s.add(row)
             s.flush()
-            return _launch_row(row)
+            return launch_row(row)
 
     def list_launches(
         self, key: Mapping[str, Any], *, exclude_run: str | None = None
@@ -496,29 +494,7 @@ class Repository:
             )
             if exclude_run is not None:
                 query = query.where(LaunchModel.run != exclude_run)
-            return [_launch_row(r) for r in s.scalars(query)]
-
-
-def _launch_row(m: LaunchModel) -> LaunchRow:
-    return LaunchRow(
-        id=m.id,
-        created_at=m.created_at,
-        host=m.host,
-        gpu=m.gpu,
-        vllm_version=m.vllm_version,
-        model=m.model,
-        workload=m.workload,
-        windows=m.windows,
-        placement=m.placement,
-        config_label=m.config_label,
-        config=ServingConfig.from_dict(m.config),
-        is_defaults=m.is_defaults,
-        source=m.source,
-        run=m.run,
-        values={str(k): tuple(float(v) for v in vs) for k, vs in (m.values or {}).items()},
-        wall_s=m.wall_s,
-        startup_s=m.startup_s,
-    )
+            return [launch_row(r) for r in s.scalars(query)]
 
 
 def _name_taken(name: str) -> UsageError:
