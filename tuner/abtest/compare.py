@@ -12,13 +12,14 @@ The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboa
                   "a": {"median": x, "values": [...]}, "b": {"median": x, "values": [...]},
                   "ratio": r | null, "low": l | null, "high": h | null, "verdict": str,
                   "disagreement": {"a": D | null, "b": D | null}}],
-     "failures": {"a": [str], "b": [str]},
+     "failures": {"a": [str], "b": [str]}, "servers": {"a": [SERVER], "b": [SERVER]},
      "windows": {"a": {"windows": n, "client_bound": n, "disturbed": n}, "b": {...}}}
 
 with ``D = {"low", "high", "ratio", "within", "bound", "launches"}`` when that arm's launches
 disagree far beyond their noise (:func:`tuner.scoring.caveats.disagreement`; the metric's verdict is
-then "inconclusive: ..." unless the arms lie apart by more than that, see :func:`compare`), and
-``verdicts`` is ``{metric: verdict, ..., "overall": verdict}``.
+then "inconclusive: ..." unless the arms lie apart by more than that, see :func:`compare`),
+``SERVER`` per complete launch as :func:`_servers` gives it, and ``verdicts`` is
+``{metric: verdict, ..., "overall": verdict}``.
 Rows stored before tuner checked these lack "disagreement" and "windows".
 """
 

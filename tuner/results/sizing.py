@@ -25,16 +25,17 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from tuner.catalog import GpuPrice
 from tuner.db import Repository, StudyRow, TrialRow
 from tuner.domain import Estimate, Slo
 from tuner.errors import UsageError
-from tuner.load.curve import capacity, load_points
+from tuner.load.curve import load_points
 from tuner.load.stats import estimate
 from tuner.results import costs
 from tuner.results.recommend import recommendation
+from tuner.results.report.curves import chosen_point
 from tuner.scoring import SECONDS_PER_HOUR, TOKENS
 
 REQ = "req/s"
@@ -144,17 +145,7 @@ def _capacity(trial: TrialRow, slo: Slo, unit: str) -> tuple[Estimate, str, floa
         return None
     key = "request_throughput" if unit == REQ else "output_throughput"
     if len(points) >= 2:
-        cap = capacity(points, slo)
-        assert cap is not None
-        chosen = next(
-            (
-                p
-                for p in points
-                if p.load == cap["capacity_load"].median
-                and p.metrics["output_throughput"] == cap["capacity_output_throughput"]
-            ),
-            None,
-        )
+        chosen = chosen_point(points, slo)
         if chosen is None:  # no point met the SLO
             return estimate([0.0]), "no load point of the curve met the SLO", None
         basis = f"the load curve's capacity at {chosen.label}"
@@ -212,7 +203,7 @@ def fleet_size(
         is_baseline=is_baseline,
         flags=tuple(flags),
         rate=rate,
-        slo=_slo_dict(used),
+        slo={k: float(v) for k, v in asdict(used).items() if v is not None},
         slo_source="the study's" if slo is None or slo == own else "given",
         basis=basis,
         capacity=cap,
@@ -227,15 +218,6 @@ def fleet_size(
         usd_per_million=usd_m,
         notes=tuple(notes),
     )
-
-
-def _slo_dict(slo: Slo) -> dict[str, float]:
-    pairs = (
-        ("ttft_p99_ms", slo.ttft_p99_ms),
-        ("itl_p99_ms", slo.itl_p99_ms),
-        ("e2e_p99_ms", slo.e2e_p99_ms),
-    )
-    return {k: float(v) for k, v in pairs if v is not None}
 
 
 def size(

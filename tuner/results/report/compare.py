@@ -1,19 +1,9 @@
 """Data for the compare page: an A/B comparison row as a per-metric table.
 
-Two shapes of ``results`` JSON are read. The one :mod:`tuner.abtest.compare` writes::
-
-    {"confidence": 0.95, "a_label": str, "b_label": str, "launches": {"a": n, "b": n},
-     "metrics": [{"metric": str, "label": str, "higher_is_better": bool,
-                  "a": SIDE, "b": SIDE, "ratio": r, "low": lo, "high": hi, "verdict": str}],
-     "failures": {"a": [str], "b": [str]}, "kind": str,
-     "servers": {"a": [SERVER], "b": [SERVER]},
-     "windows": {"a": {"windows": n, "client_bound": n, "disturbed": n}, "b": {...}}}
-
-with ``SERVER = {"effective_backend": str, "flash_attn_version": int, ...}`` per launch. A
-metric's verdict may be a sentence ("inconclusive: launches of A (defaults) disagree ...") and
-is shown as it is; "windows" (absent in older rows) becomes :attr:`ComparisonReport.window_note`.
-
-and a plain map ``{"a": {METRIC: SIDE}, "b": {METRIC: SIDE}, "ratio": {METRIC: RATIO}}`` with
+Two shapes of ``results`` JSON are read: the one :mod:`tuner.abtest.compare` writes (a metric's
+verdict may be a sentence, "inconclusive: launches of A (defaults) disagree ...", and is shown
+as it is; "windows", absent in older rows, becomes :attr:`ComparisonReport.window_note`), and a
+plain map ``{"a": {METRIC: SIDE}, "b": {METRIC: SIDE}, "ratio": {METRIC: RATIO}}`` with
 ``SIDE = {"median": m, "low": lo, "high": hi, "values": [...]}`` (all but median optional) and
 ``RATIO = {"median": r, "low": lo, "high": hi}``. ``verdicts`` is ``{METRIC: text}`` (a value may
 also be ``{"verdict": text}``), with ``"overall"`` for the headline verdict.
@@ -236,9 +226,7 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
                 metric=name,
                 label=label,
                 unit=unit,
-                higher_is_better=higher
-                if isinstance(higher, bool)
-                else HIGHER_IS_BETTER.get(name, False),
+                higher_is_better=higher,
                 a=a,
                 b=b,
                 ratio=_ratio(e) or _ratio_of(a, b),

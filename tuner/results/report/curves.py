@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tuner.db import StudyRow, TrialPhase, TrialRow
-from tuner.domain import Estimate, Slo, TrialStatus
+from tuner.domain import Estimate, Slo, TrialStatus, WindowMetrics
 from tuner.load.curve import LoadPoint, capacity, load_points
 from tuner.scoring import WindowFlags, window_flags
 
@@ -120,9 +120,10 @@ class StudyCurves:
         return any(p.flagged for t in self.trials for p in t.points)
 
 
-def _notes(point: LoadPoint) -> tuple[str, ...]:
+def _notes(windows: Sequence[WindowMetrics]) -> tuple[str, ...]:
+    """The self-check notes of the flagged windows, each once."""
     seen: dict[str, None] = {}
-    for w in point.windows:
+    for w in windows:
         if w.client is not None and (w.client_bound or w.disturbed):
             seen.update(dict.fromkeys(w.client.notes))
     return tuple(seen)
@@ -141,22 +142,22 @@ def _per_stream(point: LoadPoint) -> float | None:
     return out / max(1.0, rate * e2e_ms / 1000.0)
 
 
-def _chosen(points: Sequence[LoadPoint], slo: Slo) -> LoadPoint | None:
-    """The point capacity() chose: the eligible point at its capacity_load with its throughput."""
+def chosen_point(points: Sequence[LoadPoint], slo: Slo) -> LoadPoint | None:
+    """The point :func:`~tuner.load.curve.capacity` chose (at its capacity_load, with its
+    throughput); None for a single point."""
     cap = capacity(points, slo)
-    if cap is None or not cap["capacity_output_throughput"].median:
+    if cap is None:
         return None
-    load = cap["capacity_load"].median
-    best = cap["capacity_output_throughput"].median
-    for p in points:
-        if p.load == load and p.metrics["output_throughput"].median == best:
-            return p
-    return None
+    load, best = cap["capacity_load"].median, cap["capacity_output_throughput"].median
+    return next(
+        (p for p in points if p.load == load and p.metrics["output_throughput"].median == best),
+        None,
+    )
 
 
 def trial_curve(row: TrialRow, slo: Slo) -> TrialCurve:
     points = load_points(row.windows)
-    chosen = _chosen(points, slo)
+    chosen = chosen_point(points, slo)
     gpus = len(row.memory.gpu_peak_bytes)
     out = []
     for p in points:
@@ -174,8 +175,8 @@ def trial_curve(row: TrialRow, slo: Slo) -> TrialCurve:
                 e2e_p99_ms=_num(p.metrics.get("e2e_p99_ms")),
                 client_bound=p.client_bound,
                 disturbed=any(w.disturbed for w in p.windows),
-                notes=_notes(p),
-                is_capacity=p is chosen,
+                notes=_notes(p.windows),
+                is_capacity=p is chosen and bool(thr),  # a capacity of 0: none met the SLO
             )
         )
     return TrialCurve(row.number, row.config_label, row.is_baseline, gpus, tuple(out))
@@ -221,11 +222,7 @@ def trial_capacities(trials: Sequence[TrialRow]) -> dict[int, TrialCapacity]:
         label = ""
         if cap and load is not None and t.windows:
             label = next((p.label for p in load_points(t.windows) if p.load == load), "")
-        notes: dict[str, None] = {}
-        for w in t.windows:
-            if w.client is not None and (w.client_bound or w.disturbed):
-                notes.update(dict.fromkeys(w.client.notes))
-        out[t.number] = TrialCapacity(cap, load, label, window_flags(t.windows), tuple(notes))
+        out[t.number] = TrialCapacity(cap, load, label, window_flags(t.windows), _notes(t.windows))
     return out
 
 
