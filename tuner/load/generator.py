@@ -284,9 +284,7 @@ class LoadGenerator:
         bodies = [
             request_body(
                 self.model,
-                self.prompts.make_segments(p.prompt_tokens, p.segments)
-                if p.segments
-                else self.prompts.make(p.prompt_tokens, p.shared_prefix_tokens),
+                self.prompts.make_segments(p.prompt_tokens, p.prefix_segments()),
                 p.output_tokens,
             )
             for p in plan

@@ -57,8 +57,7 @@ class PromptFactory:
                 f"need 1 <= prompt_tokens and 0 <= shared_prefix_tokens <= prompt_tokens, got "
                 f"prompt_tokens={prompt_tokens}, shared_prefix_tokens={shared_prefix_tokens}"
             )
-        own = self._rng.integers(self._low, self._high, prompt_tokens - shared_prefix_tokens)
-        return self._shared(shared_prefix_tokens) + [int(t) for t in own]
+        return self.segment_ids(prompt_tokens, (("", shared_prefix_tokens),))
 
     def _stream(self, name: str, n: int) -> list[int]:
         if name == "":
