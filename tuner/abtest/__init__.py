@@ -12,11 +12,11 @@ if TYPE_CHECKING:
     from tuner.abtest.claims.facts import Where, machine_flags, runner_passing
     from tuner.abtest.claims.rejudge import rejudge
     from tuner.abtest.claims.verdicts import Outcome, claim_record, verify
-    from tuner.abtest.compare import COMPARED, Arm, run_interleaved
+    from tuner.abtest.compare import COMPARED, HEADLINE, Arm, run_interleaved
     from tuner.abtest.decide import Design, Look, judge_look
     from tuner.abtest.pair import NOT_MEASURED, PairOutcome, PairSetup, run_pair, setup_pair
     from tuner.abtest.pipeline import Bench, Watch, open_bench
-    from tuner.abtest.profile import HEADLINE, load_profile, noise_key, profile_lines, record_launch
+    from tuner.abtest.profile import load_profile, noise_key, profile_lines, record_launch
 
 __all__ = [
     "COMPARED",

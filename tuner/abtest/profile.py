@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tuner.abtest.compare import COMPARED
+from tuner.abtest.compare import COMPARED, HEADLINE
 from tuner.domain import TrialResult, TrialStatus
 from tuner.scoring import GIB, Launch, NoiseKey, NoiseProfile, logs, profile_of
 
 if TYPE_CHECKING:
     from tuner.db import Repository
-
-HEADLINE = "output_throughput"
 
 
 def windows_of(result: TrialResult) -> int:
@@ -38,6 +36,7 @@ def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None
     prov = result.provenance
     if prov is None or result.status is not TrialStatus.COMPLETE or not windows_of(result):
         return None
+    placed = result.server.placement if result.server is not None else None
     return NoiseKey(
         host=prov.hostname,
         gpu=prov.gpu_name,
@@ -45,13 +44,8 @@ def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None
         model=model,
         workload=workload,
         windows=windows_of(result),
-        placement=_placement(result),
+        placement=str((placed or {}).get("mode", "off")),
     )
-
-
-def _placement(result: TrialResult) -> str:
-    placed = result.server.placement if result.server is not None else None
-    return str((placed or {}).get("mode", "off"))
 
 
 def log_values(result: TrialResult) -> dict[str, list[float]]:
@@ -124,15 +118,11 @@ def load_profile(
     rows = repo.list_launches(key.to_dict(), exclude_run=exclude_run)
     per_metric: dict[str, list[Launch]] = {}
     for row in rows:
-        group = _group(row.config.to_dict())
+        group = repr(sorted(row.config.to_dict().items()))
         for name, values in row.values.items():
             per_metric.setdefault(name, []).append(Launch(group, tuple(values)))
     profile = profile_of(key, per_metric, len(rows))
     return profile if profile.metrics else None
-
-
-def _group(config: dict[str, Any]) -> str:
-    return repr(sorted(config.items()))
 
 
 def profile_lines(profile: NoiseProfile | None, metrics: Sequence[str] = (HEADLINE,)) -> list[str]:
