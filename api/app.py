@@ -3,14 +3,11 @@
 The app receives its storage (a database URL or a ready Repository) through
 :class:`api.settings.ApiSettings`; nothing is built at import time and there are no globals,
 so tests build as many apps as they like. Routes read through ``app.state`` (see
-:mod:`api.deps`); the dashboards (``api.dashboards``, when installed) are mounted beside them.
+:mod:`api.deps`); the dashboards (:mod:`api.dashboards`) are mounted beside them.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,27 +17,13 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import RedirectResponse
 
 import tuner
+from api.dashboards import mount_static, router
 from api.docs import install_docs
 from api.errors import install_error_handlers
 from api.index import StudyIndex
 from api.routes import catalog, health, recommendations, sizing, studies
 from api.settings import ApiSettings
 from tuner.db import Repository
-
-log = logging.getLogger("tuner.api")
-
-DASHBOARDS_MODULE = "api.dashboards"
-DASHBOARD_HOME = "/ui/"
-
-
-def open_repository(url: str) -> tuple[Repository, object]:
-    """A repository on ``url`` with tuner's tables created if the database has none; returns
-    the engine too, for disposal. Raises StorageError for a database at another revision."""
-    from tuner.db import ensure_ready, make_engine
-
-    ensure_ready(url, auto_upgrade=True)
-    engine = make_engine(url)
-    return Repository(engine), engine
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
@@ -49,14 +32,17 @@ def create_app(settings: ApiSettings) -> FastAPI:
     if isinstance(settings.storage, Repository):
         repo = settings.storage
     else:
-        repo, engine = open_repository(settings.storage)
+        from tuner.db import ensure_ready, make_engine
+
+        ensure_ready(settings.storage, auto_upgrade=True)  # tuner's tables in an empty database
+        engine = make_engine(settings.storage)
+        repo = Repository(engine)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
-        dispose = getattr(engine, "dispose", None)  # only an engine this app opened
-        if dispose is not None:
-            dispose()
+        if engine is not None:  # only an engine this app opened
+            engine.dispose()
 
     app = FastAPI(
         title=settings.title,
@@ -75,11 +61,12 @@ def create_app(settings: ApiSettings) -> FastAPI:
     install_docs(app)
     for module in (recommendations, studies, sizing, catalog, health):
         app.include_router(module.router)
-    home = _mount_dashboards(app)
+    app.include_router(router)
+    mount_static(app)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:
-        return RedirectResponse(home, status_code=307)
+        return RedirectResponse("/ui/", status_code=307)
 
     app.add_middleware(NoSniff)
     if settings.cors_origins:
@@ -114,21 +101,3 @@ class NoSniff:
             await send(message)
 
         await self.app(scope, receive, sending)
-
-
-def _mount_dashboards(app: FastAPI) -> str:
-    """Include the dashboards when the package exists; return where ``/`` should lead.
-
-    find_spec first, so that an import error *inside* the dashboards is not mistaken for
-    their absence and hidden.
-    """
-    if importlib.util.find_spec(DASHBOARDS_MODULE) is None:
-        return "/docs"
-    dashboards = importlib.import_module(DASHBOARDS_MODULE)
-    router, mount_static = (getattr(dashboards, n, None) for n in ("router", "mount_static"))
-    if router is None or mount_static is None:  # a package being written, not yet exporting
-        log.warning("%s exports no router/mount_static: dashboards off", DASHBOARDS_MODULE)
-        return "/docs"
-    app.include_router(router)
-    mount_static(app)
-    return DASHBOARD_HOME

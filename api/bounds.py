@@ -14,7 +14,10 @@ from itertools import permutations
 from sqlalchemy import String
 from sqlalchemy.orm import InstrumentedAttribute
 
+from api.errors import bad_request
 from tuner.db import StudyModel
+from tuner.domain import Slo
+from tuner.domain.workload import parse_slo
 
 INT_MAX = 2**31 - 1  # tuner's Integer columns on PostgreSQL (SQLite would take 2**63 - 1)
 SEED_MAX = 2**32 - 1  # the samplers' random seed (numpy's limit)
@@ -55,6 +58,17 @@ def _slo_pattern() -> str:
 
 SLO_PATTERN = _slo_pattern()
 SLO_EXAMPLE = "ttft_p99=500ms,e2e_p99=10s"
+
+
+def slo_query(text: str | None) -> Slo | None:
+    """The ``slo`` query parameter (SLO_PATTERN checked it); None when absent or empty."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_slo(text)
+    except ValueError as exc:
+        raise bad_request(f"query parameter slo: {exc}", "e.g. slo=ttft_p99=500ms") from None
+
 
 # A vLLM version as packaging reads it (a subset of PEP 440): 0.12.0, v0.11.1rc2, 0.32.0+cpu.
 VERSION_PATTERN = (

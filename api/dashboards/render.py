@@ -24,19 +24,15 @@ from tuner.domain.jsonable import finite
 TEMPLATES = Path(__file__).parent / "templates"
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: they become null (a gap in a chart)."""
-    return finite(value)[0]
-
-
 def script_json(value: Any) -> str:
     """``value`` as JSON that is safe inside a ``<script>`` element.
 
     ``<``, ``>`` and ``&`` become ``\\u003c``/``\\u003e``/``\\u0026`` (so ``</script>`` or
     ``<!--`` cannot appear), and U+2028/U+2029 are escaped for old JavaScript parsers.
-    ``JSON.parse`` reads the text back unchanged.
+    ``JSON.parse`` reads the text back unchanged. NaN and infinity, which JSON lacks, become
+    null (a gap in a chart).
     """
-    text = json.dumps(_finite(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = json.dumps(finite(value)[0], ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     for raw, escaped in (
         ("<", "\\u003c"),
         (">", "\\u003e"),
@@ -72,7 +68,9 @@ def url_part(value: str) -> str:
     return quote(value, safe="")
 
 
-def make_environment() -> jinja2.Environment:
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The one environment, built on first use (it only caches compiled templates)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,  # every template, whatever its name
@@ -90,12 +88,6 @@ def make_environment() -> jinja2.Environment:
         url_part=url_part,
     )
     return env
-
-
-@functools.cache
-def environment() -> jinja2.Environment:
-    """The one environment, built on first use (it only caches compiled templates)."""
-    return make_environment()
 
 
 def render(template: str, **context: Any) -> str:

@@ -1,10 +1,9 @@
 """The dashboard pages: ``/ui/`` (overview), ``/ui/studies/{name}``, ``/ui/compare/{id}``.
 
-Contract with the app (see :func:`api.app.create_app`):
-
-- ``app.state.repo``: the :class:`~tuner.db.repository.Repository` to read (required);
-- ``app.state.storage_url`` (optional): the Optuna storage URL, for parameter importances;
-  without it the study page uses :func:`tuner.results.report.fallback_importances`.
+Contract with the app (see :func:`api.app.create_app`): ``app.state.repo``, the
+:class:`~tuner.db.repository.Repository` to read, and ``app.state.storage_url``, the Optuna
+storage URL for parameter importances (None: the study page uses
+:func:`tuner.results.report.fallback_importances`).
 
 Pages only read. An unknown study or comparison is a 404 page, an unreadable database a 503
 page, each saying what to do; never a stack trace.
@@ -21,7 +20,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from api.dashboards.assets import plotly_js_path
 from api.dashboards.charts import compare_chart, study_charts
 from api.dashboards.render import render
-from tuner.db import Repository
+from api.deps import RepoDep
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import TunerError, UsageError
 from tuner.results import (
@@ -39,19 +38,11 @@ log = logging.getLogger("tuner.dashboards")
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
-def get_repo(request: Request) -> Repository:
-    repo = getattr(request.app.state, "repo", None)
-    if not isinstance(repo, Repository):
-        raise RuntimeError("app.state.repo is not set: the app must be given its Repository")
-    return repo
-
-
 def get_storage_url(request: Request) -> str | None:
     url = getattr(request.app.state, "storage_url", None)
     return url if isinstance(url, str) else None
 
 
-RepoDep = Annotated[Repository, Depends(get_repo)]
 StorageUrlDep = Annotated[str | None, Depends(get_storage_url)]
 
 

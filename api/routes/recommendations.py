@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
@@ -18,13 +16,13 @@ from api.bounds import (
     VERSION_MAX,
     VERSION_PATTERN,
     WORKLOAD_MAX,
+    slo_query,
 )
 from api.deps import IndexDep
 from api.errors import MALFORMED, UNAVAILABLE, ApiError, bad_request, responses
 from api.index import StudySnapshot
 from api.schemas import RecommendationOut
-from tuner.domain import Objective, Slo
-from tuner.domain.workload import parse_slo
+from tuner.domain import Objective
 from tuner.errors import EnvironmentProblem
 from tuner.vllm import parse_version
 
@@ -85,7 +83,7 @@ async def get_recommendation(
         gpu=gpu,
         workload=workload,
         objective=objective,
-        slo=_slo(slo),
+        slo=slo_query(slo),
         vllm_version=_version(vllm_version),
         emulated=emulated,
     )
@@ -94,42 +92,23 @@ async def get_recommendation(
     answer = await run_in_threadpool(
         index.memo, ("recommendation", query), lambda snaps: _answer(snaps, query)
     )
-    if isinstance(answer, _Refusal):
-        raise answer.error()
+    if isinstance(answer, ApiError):
+        # A fresh exception each time: re-raising one instance grows its traceback.
+        raise ApiError(
+            answer.status, answer.code, answer.message, hint=answer.hint, extra=answer.extra
+        )
     return answer
-
-
-@dataclass(frozen=True)
-class _Refusal:
-    """A remembered error answer; a fresh exception is raised each time (re-raising one
-    instance would grow its traceback with every request)."""
-
-    status: int
-    code: str
-    message: str
-    hint: str
-    extra: Mapping[str, Any]
-
-    def error(self) -> ApiError:
-        return ApiError(self.status, self.code, self.message, hint=self.hint, extra=self.extra)
 
 
 def _answer(
     snapshots: list[StudySnapshot], query: recommendations.Query
-) -> RecommendationOut | _Refusal:
+) -> RecommendationOut | ApiError:
+    """The recommendation, or the ApiError refusing it (remembered without its traceback, which
+    would keep the frames that raised it alive)."""
     try:
         return recommendations.recommend(snapshots, query)
     except ApiError as exc:
-        return _Refusal(exc.status, exc.code, exc.message, exc.hint, exc.extra)
-
-
-def _slo(text: str | None) -> Slo | None:
-    if text is None or not text.strip():
-        return None
-    try:
-        return parse_slo(text)
-    except ValueError as exc:
-        raise bad_request(f"query parameter slo: {exc}", "e.g. slo=ttft_p99=500ms") from None
+        return exc.with_traceback(None)
 
 
 def _version(text: str | None) -> str | None:

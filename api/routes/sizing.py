@@ -8,12 +8,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 
-from api.bounds import GPU_MAX, MODEL_MAX, SLO_EXAMPLE, SLO_PATTERN, WORKLOAD_MAX
+from api.bounds import GPU_MAX, MODEL_MAX, SLO_EXAMPLE, SLO_PATTERN, WORKLOAD_MAX, slo_query
 from api.deps import RepoDep
-from api.errors import MALFORMED, UNAVAILABLE, ApiError, bad_request, responses
+from api.errors import MALFORMED, UNAVAILABLE, not_found, responses
 from tuner.domain import to_jsonable
 from tuner.domain.jsonable import finite_record
-from tuner.domain.workload import parse_slo
 from tuner.results import Rate, size
 
 router = APIRouter(prefix="/v1", tags=["sizing"])
@@ -56,10 +55,6 @@ async def get_sizing(
     end of that range (and from the median and the high end), $/hour and $ per 1M output
     tokens at the study's price per GPU-hour (its source named)."""
     target = Rate(float(rate), unit)
-    try:
-        wanted = parse_slo(slo) if slo else None
-    except ValueError as exc:
-        raise bad_request(f"query parameter slo: {exc}", "e.g. slo=ttft_p99=500ms") from None
     answers = await run_in_threadpool(
         size,
         repo,
@@ -67,15 +62,13 @@ async def get_sizing(
         rate=target,
         gpus=tuple(gpu or ()),
         workload=workload,
-        slo=wanted,
+        slo=slo_query(slo),
         emulated=emulated,
     )
     if not answers:
-        raise ApiError(
-            404,
-            "not_found",
+        raise not_found(
             f"no measured study of {model!r}" + (f" on {', '.join(gpu)}" if gpu else ""),
-            hint="GET /v1/studies lists what was measured",
+            "GET /v1/studies lists what was measured",
         )
     return finite_record({"model": model, "rate": to_jsonable(target),
                           "sizes": to_jsonable(answers)})  # fmt: skip
