@@ -171,14 +171,10 @@ def summarize(windows: Sequence[WindowMetrics]) -> dict[str, Estimate]:
     if not windows:
         raise ValueError("summarize needs at least one window")
     per_window = [_window_values(w) for w in windows]
-    goodputs = [w.goodput for w in windows]
-    out: dict[str, Estimate] = {}
-    for name in METRIC_NAMES:
-        if name == "goodput":
-            if all(g is not None for g in goodputs):
-                out[name] = estimate([g for g in goodputs if g is not None])
-            continue
-        out[name] = estimate([v[name] for v in per_window])
+    out = {name: estimate([v[name] for v in per_window]) for name in per_window[0]}
+    goodputs = [w.goodput for w in windows if w.goodput is not None]
+    if len(goodputs) == len(windows):
+        out["goodput"] = estimate(goodputs)
     energies = [w.energy for w in windows]
     if all(e is not None and e.joules_per_output_token is not None for e in energies):
         measured = [e for e in energies if e is not None]

@@ -213,6 +213,14 @@ def _jittered(mean: int, jitter: float, u: float) -> int:
     return min(upper, max(1, round(mean * (1.0 + jitter * u))))
 
 
+def _poisson_arrivals(rng: np.random.Generator, rate: float, count: int) -> list[float | None]:
+    """``count`` arrival times of a Poisson process of ``rate`` per second, the first at 0 (no
+    idle lead-in in the window)."""
+    gaps = rng.exponential(1.0 / rate, count)
+    gaps[0] = 0.0
+    return [float(t) for t in np.cumsum(gaps)]
+
+
 def _trace_request(r: TraceRequest, shared: int, arrival: float | None) -> PlannedRequest:
     segments = r.segments or ((("", min(shared, r.prompt_tokens - 1)),) if shared else ())
     return PlannedRequest(
@@ -240,9 +248,7 @@ def _plan_trace(workload: Workload, count: int, seed: int) -> list[PlannedReques
             rate = workload.request_rate or (
                 (len(ordered) - 1) / span if span > 0 else float(len(ordered))
             )
-            gaps = rng.exponential(1.0 / rate, count)
-            gaps[0] = 0.0
-            arrivals = [float(t) for t in np.cumsum(gaps)]
+            arrivals = _poisson_arrivals(rng, rate, count)
         return [_trace_request(r, shared, a) for r, a in zip(rows, arrivals, strict=True)]
     first = ordered[0].arrival_s
     span = ordered[-1].arrival_s - first
@@ -353,9 +359,7 @@ def plan_requests(workload: Workload, count: int, seed: int) -> list[PlannedRequ
     u_output = rng.uniform(-1.0, 1.0, count)
     arrivals: list[float | None] = [None] * count
     if rate is not None and count:
-        gaps = rng.exponential(1.0 / rate, count)
-        gaps[0] = 0.0  # the first request goes at once: no idle lead-in in the window
-        arrivals = [float(t) for t in np.cumsum(gaps)]
+        arrivals = _poisson_arrivals(rng, rate, count)
     own_mean = workload.prompt_tokens - shared
     return [
         PlannedRequest(
