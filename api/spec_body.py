@@ -156,33 +156,8 @@ Knobs = TypedDict(
 )
 
 # Candidate values per knob: a knob given choices is searched.
-Choices = TypedDict(
-    "Choices",
-    {
-        "attention_backend": Candidates[Backend],
-        "flash_attn_version": Candidates[FlashAttnVersion],
-        "max_model_len": Candidates[Tokens],
-        "gpu_memory_utilization": Candidates[Utilization],
-        "enable_prefix_caching": Candidates[Switch],
-        "max_num_seqs": Candidates[Tokens],
-        "max_num_batched_tokens": Candidates[Tokens],
-        "kv_cache_dtype": Candidates[KvDtype],
-        "enforce_eager": Candidates[Switch],
-        "stream_interval": Candidates[Stride],
-        "async_scheduling": Candidates[Switch],
-        "api_server_count": Candidates[Processes],
-        "max_num_partial_prefills": Candidates[Processes],
-        "long_prefill_token_threshold": Candidates[Threshold],
-        "enable_chunked_prefill": Candidates[Switch],
-        "block_size": Candidates[BlockSize],
-        "optimization_level": Candidates[OptLevel],
-        "compilation_config.cudagraph_mode": Candidates[GraphMode],
-        "compilation_config.max_cudagraph_capture_size": Candidates[CaptureSize],
-        "speculative_config": Candidates[Ngram],
-        "quantization": Candidates[OnlineQuant],
-    },
-    total=False,
-)
+_CANDIDATES = {k: Candidates[v] for k, v in Knobs.__annotations__.items()}  # type: ignore[valid-type]
+Choices = TypedDict("Choices", _CANDIDATES, total=False)  # type: ignore[misc]
 
 with_config(_STRICT)(Knobs)
 with_config(_STRICT)(Choices)
