@@ -41,10 +41,8 @@ def request_body(model: str, prompt: str | list[int], output_tokens: int) -> byt
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def _stream_error(event: Any) -> str | None:
+def _stream_error(event: dict[str, Any]) -> str | None:
     """The message of an error event (vLLM sends one as a data line, then ``[DONE]``)."""
-    if not isinstance(event, dict):
-        return None
     err = event.get("error")
     if isinstance(err, dict):
         return str(err.get("message") or err)
@@ -198,9 +196,7 @@ async def stream_completion(
         if stalled[0]:
             return failed(f"stalled: the server sent nothing for {stall_s:g} s")
         return failed(f"timed out after {timeout_s:g} s")
-    except aiohttp.ClientError as exc:
-        return failed(f"{type(exc).__name__}: {exc}")
-    except OSError as exc:
+    except (aiohttp.ClientError, OSError) as exc:
         return failed(f"{type(exc).__name__}: {exc}")
     if state.error is not None:
         return failed(state.error)

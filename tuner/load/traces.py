@@ -36,6 +36,7 @@ field. Replay options (the workload's ``speed``, ``start_s``/``end_s``, ``max_re
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -58,6 +59,10 @@ _HINTS = {
     '"hash_ids": [INT, ...]}',
     "custom": 'each line: {"prompt": TEXT, "output_tokens": INT}',
 }
+
+
+# A JSON Lines trace's format, by the first of these keys its first row has.
+_FIRST_KEYS = (("prompt_tokens", "tuner"), ("input_length", "mooncake"), ("prompt", "custom"))
 
 
 def approximate_tokens(text: str) -> int:
@@ -187,12 +192,10 @@ def detect(path: Path, text: str) -> str:
     except json.JSONDecodeError:
         obj = None
     if isinstance(obj, dict):
-        for key, fmt in (("prompt_tokens", "tuner"), ("input_length", "mooncake")):
+        for key, fmt in _FIRST_KEYS:
             if key in obj:
                 return fmt
-        if "prompt" in obj:
-            return "custom"
-    if obj is None and first:
+    if obj is None:
         raise UsageError(
             f"{path}:1: not valid JSON", hint="a trace:FILE is JSON Lines, JSON or CSV"
         )
@@ -433,14 +436,7 @@ def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
         )
     first = rows[0].arrival_s
     scaled = tuple(
-        TraceRequest(
-            r.prompt_tokens,
-            r.output_tokens,
-            (r.arrival_s - first) / workload.speed,
-            r.session,
-            r.segments,
-        )
-        for r in rows
+        dataclasses.replace(r, arrival_s=(r.arrival_s - first) / workload.speed) for r in rows
     )
     n = len(scaled)
     changes: dict[str, Any] = {
