@@ -140,35 +140,32 @@ def judge(
     """The verdicts for one window from its raw readings (pure, for tests)."""
     p99 = float(np.percentile(lags_ms, 99)) if lags_ms.size else 0.0
     worst = float(lags_ms.max()) if lags_ms.size else 0.0
-    notes: list[str] = []
-    bound = False
+    late = p99 >= LAG_BOUND_MS
+    bound: list[str] = []  # the notes that make the window client-bound, then disturbed
     if client_cpu >= CPU_BOUND:
-        bound = True
-        notes.append(f"client used {client_cpu:.0%} of a core (saturated at {CPU_BOUND:.0%})")
-    if p99 >= LAG_BOUND_MS and client_cpu >= BUSY_FOR_LAG:
-        bound = True
-        notes.append(f"client event loop late by {p99:.0f} ms at P99 while busy")
-    disturbed = False
-    if p99 >= LAG_BOUND_MS and client_cpu < BUSY_FOR_LAG:
-        disturbed = True
-        notes.append(f"client event loop late by {p99:.0f} ms at P99 while idle: CPU contention")
-    others = reading.others_cpu if reading is not None else None
-    gpu_others = reading.other_gpu_processes if reading is not None else 0
+        bound.append(f"client used {client_cpu:.0%} of a core (saturated at {CPU_BOUND:.0%})")
+    if late and client_cpu >= BUSY_FOR_LAG:
+        bound.append(f"client event loop late by {p99:.0f} ms at P99 while busy")
+    disturbed: list[str] = []
+    if late and client_cpu < BUSY_FOR_LAG:
+        disturbed.append(
+            f"client event loop late by {p99:.0f} ms at P99 while idle: CPU contention"
+        )
+    reading = reading or NeighbourReading(host_cpu=float("nan"), others_cpu=None)
+    others = reading.others_cpu
     if others is not None and others > others_bound(cores):
-        disturbed = True
-        notes.append(f"other processes used {others:.1f} of {cores} cores")
-    if gpu_others:
-        disturbed = True
-        notes.append(f"{gpu_others} other process(es) on the measured GPU")
+        disturbed.append(f"other processes used {others:.1f} of {cores} cores")
+    if reading.other_gpu_processes:
+        disturbed.append(f"{reading.other_gpu_processes} other process(es) on the measured GPU")
     return ClientHealth(
         client_cpu=round(client_cpu, 4),
         loop_lag_p99_ms=round(p99, 3),
         loop_lag_max_ms=round(worst, 3),
-        host_cpu=round(reading.host_cpu, 4) if reading is not None else float("nan"),
+        host_cpu=round(reading.host_cpu, 4),
         host_cores=cores,
         others_cpu=None if others is None else round(others, 4),
-        other_gpu_processes=gpu_others,
-        client_bound=bound,
-        disturbed=disturbed,
-        notes=tuple(notes),
+        other_gpu_processes=reading.other_gpu_processes,
+        client_bound=bool(bound),
+        disturbed=bool(disturbed),
+        notes=(*bound, *disturbed),
     )
