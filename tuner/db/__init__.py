@@ -23,7 +23,13 @@ if TYPE_CHECKING:
     from tuner.db.names import STUDY_NAME_PATTERN, check_study_name, name_problem
     from tuner.db.repository import Repository
     from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
-    from tuner.db.session import default_url, make_engine, safe_url, storage_error
+    from tuner.db.session import (
+        default_url,
+        make_engine,
+        safe_url,
+        sqlite_file,
+        storage_error,
+    )
 
 __all__ = [
     "STUDY_NAME_PATTERN",
@@ -49,6 +55,7 @@ __all__ = [
     "merge_databases",
     "name_problem",
     "safe_url",
+    "sqlite_file",
     "storage_error",
     "upgrade",
 ]

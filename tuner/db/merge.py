@@ -18,17 +18,12 @@ from __future__ import annotations
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, inspect, select
+from sqlalchemy import create_engine, inspect, select
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from tuner.db import merge_optuna, migrate
@@ -37,14 +32,13 @@ from tuner.db.merge_plan import Plan, Source, StudyPlan, TargetView, apply_plan
 from tuner.db.merge_plan import plan_merge as _plan_merge
 from tuner.db.models import (
     TABLE_PREFIX,
-    VERSION_TABLE,
     ComparisonModel,
     LaunchModel,
     StudyModel,
     TrialModel,
 )
 from tuner.db.names import check_suffix
-from tuner.db.session import make_engine, safe_url, session_scope, storage_error
+from tuner.db.session import make_engine, safe_url, session_scope, sqlite_file, storage_error
 from tuner.errors import StorageError, UsageError
 
 if TYPE_CHECKING:
@@ -113,8 +107,8 @@ def merge_databases(
     the head revision or a database that fails.
     """
     src = source_url(source)
-    suffix = _suffix(rename_suffix)
-    src_file, dst_file = _sqlite_file(src), _sqlite_file(target)
+    suffix = None if rename_suffix is None else check_suffix(rename_suffix)
+    src_file, dst_file = sqlite_file(src), sqlite_file(target)
     if src_file is not None and not src_file.is_file():
         what = "is not a file" if src_file.exists() else "does not exist"
         raise UsageError(
@@ -231,24 +225,6 @@ def _summary(p: StudyPlan, optuna: OptunaMerge) -> StudyMerge:
     )
 
 
-def _suffix(text: str | None) -> str | None:
-    return None if text is None else check_suffix(text)
-
-
-def _sqlite_file(url: str) -> Path | None:
-    """The file a ``sqlite:///`` URL names; None for other databases, memory and URI forms."""
-    try:
-        parsed = make_url(url)
-    except sa_exc.ArgumentError:
-        return None  # make_engine says what is wrong with it
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
-        return None
-    if database.startswith("file:"):
-        return None
-    return Path(database).expanduser().resolve()
-
-
 def _read_only(path: Path | None) -> dict[str, Any]:
     """Engine arguments that open SQLite file ``path`` read-only (none for other databases).
 
@@ -273,42 +249,28 @@ def _optuna_engine_kwargs(url: str) -> dict[str, Any]:
     return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
 
 
-@contextmanager
-def _source_engine(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> Iterator[Engine]:
-    engine = create_engine("sqlite://", **engine_kwargs) if path else make_engine(url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
-
-
 def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> Source:
     """All of the source's tuner rows, after checking its revision."""
     where = safe_url(url)
+    engine = create_engine("sqlite://", **engine_kwargs) if path else make_engine(url)
     try:
-        with _source_engine(url, path, engine_kwargs) as engine:
-            with engine.connect() as connection:
-                tables = inspect(connection).get_table_names()
-                context = MigrationContext.configure(
-                    connection, opts={"version_table": VERSION_TABLE}
-                )
-                revision = context.get_current_revision()
-            _check_revision(where, url, revision, tables)
-            with Session(engine) as s:
-                studies = list(
-                    s.scalars(select(StudyModel).order_by(StudyModel.created_at, StudyModel.id))
-                )
-                trials: dict[int, list[TrialModel]] = {}
-                for t in s.scalars(
-                    select(TrialModel).order_by(TrialModel.study_id, TrialModel.number)
-                ):
-                    trials.setdefault(t.study_id, []).append(t)
-                comparisons = list(s.scalars(select(ComparisonModel).order_by(ComparisonModel.id)))
-                launches = (
-                    list(s.scalars(select(LaunchModel).order_by(LaunchModel.id)))
-                    if LaunchModel.__tablename__ in tables
-                    else []
-                )
+        with engine.connect() as connection:
+            tables = inspect(connection).get_table_names()
+            revision = migrate.revision_of(connection)
+        _check_revision(where, url, revision, tables)
+        with Session(engine) as s:
+            studies = list(
+                s.scalars(select(StudyModel).order_by(StudyModel.created_at, StudyModel.id))
+            )
+            trials: dict[int, list[TrialModel]] = {}
+            for t in s.scalars(select(TrialModel).order_by(TrialModel.study_id, TrialModel.number)):
+                trials.setdefault(t.study_id, []).append(t)
+            comparisons = list(s.scalars(select(ComparisonModel).order_by(ComparisonModel.id)))
+            launches = (
+                list(s.scalars(select(LaunchModel).order_by(LaunchModel.id)))
+                if LaunchModel.__tablename__ in tables
+                else []
+            )
     except sa_exc.SQLAlchemyError as e:
         if path is None:
             raise storage_error(e, url) from e
@@ -317,6 +279,8 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
             f"cannot read source database {path}: {text}",
             hint="pass a SQLite file written by tuner; on read-only media, copy it off first",
         ) from e
+    finally:
+        engine.dispose()
     return Source(studies, trials, comparisons, launches)
 
 
@@ -337,8 +301,7 @@ def _check_revision(where: str, url: str, revision: str | None, tables: list[str
     head = migrate.head_revision()
     if revision == head or revision in SAME_MERGED_COLUMNS:
         return
-    known = {s.revision for s in ScriptDirectory(str(migrate.alembic_dir())).walk_revisions()}
-    if revision in known:
+    if revision in migrate.known_revisions():
         raise StorageError(
             f"source database {where} is at tuner schema revision {revision}, this tuner at {head}",
             hint=f"upgrade it first (a copy, if it must stay as it is): "

@@ -67,9 +67,8 @@ def alembic_dir() -> Path:
 
 
 def _config() -> Config:
-    where = alembic_dir()
     config = Config()
-    config.set_main_option("script_location", str(where))
+    config.set_main_option("script_location", str(alembic_dir()))
     return config
 
 
@@ -95,13 +94,18 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> set[str]:
+    return {s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions()}
+
+
 def current_revision(url: str) -> str | None:
     """The revision the database is at, or None when tuner's tables were never created."""
     with _connection(url) as connection:
-        return _current(connection)
+        return revision_of(connection)
 
 
-def _current(connection: Connection) -> str | None:
+def revision_of(connection: Connection) -> str | None:
+    """The revision recorded in tuner's version table, or None."""
     context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()
 
@@ -139,10 +143,7 @@ def _run(url: str, direction: str, revision: str) -> None:
     with _connection(url) as connection:
         # env.py picks this connection up instead of opening its own.
         config.attributes["connection"] = connection
-        if direction == "upgrade":
-            command.upgrade(config, revision)
-        else:
-            command.downgrade(config, revision)
+        getattr(command, direction)(config, revision)
 
 
 def ensure_current(url: str) -> None:
@@ -155,8 +156,7 @@ def ensure_current(url: str) -> None:
         raise StorageError(
             f"database {where} has no tuner tables, tuner needs {head}", hint=UPGRADE_HINT
         )
-    known = {s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions()}
-    if current not in known:
+    if current not in known_revisions():
         raise StorageError(
             f"database {where} is at revision {current}, which this tuner does not know",
             hint="it was migrated by a newer tuner: upgrade tuner",
@@ -179,7 +179,7 @@ def ensure_ready(url: str, auto_upgrade: bool = True) -> None:
     if auto_upgrade:
         with _setup_lock(url):
             with _connection(url) as connection:
-                current = _current(connection)
+                current = revision_of(connection)
                 tables = set(inspect(connection).get_table_names())
             if current is None:
                 leftovers = sorted(t for t in tables if _ours(t))

@@ -65,9 +65,15 @@ def make_engine(url: str) -> Engine:
         parsed = make_url(url)
     except sa_exc.ArgumentError as e:
         raise StorageError(f"not a database URL: {url!r}", hint=_URL_HINT) from e
-    is_sqlite = parsed.get_backend_name() == "sqlite"
-    if is_sqlite:
-        _make_sqlite_dir(parsed)
+    path = sqlite_file(parsed)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError(
+                f"cannot create the directory for database {parsed.database}: {e}",
+                hint="pick a writable location: " + _URL_HINT,
+            ) from e
     try:
         engine = create_engine(parsed)
     except (sa_exc.NoSuchModuleError, ImportError) as e:
@@ -75,22 +81,22 @@ def make_engine(url: str) -> Engine:
         if parsed.get_backend_name() == "postgresql":
             hint = "install the PostgreSQL driver: pip install 'tuner[postgres]'"
         raise StorageError(f"cannot use database {safe_url(parsed)}: {e}", hint=hint) from e
-    if is_sqlite:
+    if parsed.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
 
-def _make_sqlite_dir(url: URL) -> None:
-    database = url.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
-        return
+def sqlite_file(url: str | URL) -> Path | None:
+    """The file a ``sqlite:///`` URL names, as an absolute path; None for other databases,
+    memory and URI (``file:``) forms, and for text that is not a URL (make_engine says why)."""
     try:
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise StorageError(
-            f"cannot create the directory for database {database}: {e}",
-            hint="pick a writable location: " + _URL_HINT,
-        ) from e
+        parsed = make_url(url)
+    except sa_exc.ArgumentError:
+        return None
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    return None if database.startswith("file:") else Path(database).expanduser().resolve()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
