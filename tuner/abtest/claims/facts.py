@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner.abtest.claims.figures import INCONCLUSIVE
@@ -116,35 +115,22 @@ def launch_facts(results: Sequence[TrialResult], flag: str = "") -> list[LaunchF
     return out
 
 
-def flag_catalog(
-    version: str, python: str | None = None, cache_dir: Path | None = None
-) -> tuple[FlagList | None, str]:
-    """vLLM ``version``'s flag list (tuner's shipped snapshot, else asked of ``python``), or
-    None and why not."""
-    try:
-        from tuner.vllm import flags
-    except ImportError:
-        return None, "tuner has no reader of vLLM's flag list (tuner.vllm.flags)"
-    catalog = flags.shipped(version)
-    if catalog is not None:
-        return catalog, ""
-    if python is None or cache_dir is None:
-        return None, f"needs vLLM {version}'s flag list: tuner ships none for that version"
-    from tuner.runner import load_flags
-
-    try:
-        return load_flags(python, version, cache_dir), ""
-    except Exception as exc:  # any failure to read it is a reason for no verdict, not a crash
-        return None, f"could not read vLLM {version}'s flag list from {python}: {exc}"
-
-
 def machine_flags(spec: StudySpec, version: str) -> tuple[FlagList | None, str]:
     """The flag list of the vLLM that ``spec`` runs, reported as ``version`` (tuner's snapshot
-    of that version, else asked of the interpreter and cached under ``$TUNER_HOME/flags``)."""
+    of that version, else asked of the interpreter and cached under ``$TUNER_HOME/flags``), or
+    None and why not."""
     from tuner.compose import default_vllm_python, tuner_home
+    from tuner.runner import load_flags
+    from tuner.vllm import shipped
 
+    catalog = shipped(version)
+    if catalog is not None:
+        return catalog, ""
     python = spec.vllm_python or default_vllm_python()
-    return flag_catalog(version, python, tuner_home() / "flags")
+    try:
+        return load_flags(python, version, tuner_home() / "flags"), ""
+    except Exception as exc:  # any failure to read it is a reason for no verdict, not a crash
+        return None, f"could not read vLLM {version}'s flag list from {python}: {exc}"
 
 
 def runner_passing(

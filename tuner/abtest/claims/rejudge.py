@@ -40,18 +40,10 @@ from tuner.abtest.claims.file import DEFAULT_BACKEND, EFFECT, STARTS
 from tuner.abtest.claims.verdicts import Outcome, answered, claim_record, fact_outcome
 from tuner.catalog import get_gpu, resolve_model
 from tuner.scoring import stored_window_note
+from tuner.vllm import shipped
 
 Record = Mapping[str, Any]
 _NO_START = {c.value for c in NO_START}
-
-
-def shipped_flags(version: str) -> FlagList | None:
-    """tuner's snapshot of vLLM ``version``'s flags; None without one (or without the reader)."""
-    try:
-        from tuner.vllm import shipped
-    except ImportError:
-        return None
-    return shipped(version)
 
 
 def where_of(records: Sequence[Record]) -> Where:
@@ -71,7 +63,7 @@ def rejudge(
     records: Sequence[Record],
     claims: Sequence[Claim],
     *,
-    flags: Callable[[str], FlagList | None] = shipped_flags,
+    flags: Callable[[str], FlagList | None] = shipped,
 ) -> list[dict[str, Any]]:
     """Every claim's verdict from ``records`` (stored comparisons of one model, GPU and vLLM
     version), as claim records in the order of ``claims``; see the module docstring."""

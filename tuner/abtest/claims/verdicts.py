@@ -109,7 +109,7 @@ __all__ = [
 ]
 FlagSource = Callable[[], tuple[FlagList | None, str]]
 """This machine's vLLM flag list, or None and why not
-(:func:`tuner.abtest.claims.facts.flag_catalog`)."""
+(:func:`tuner.abtest.claims.facts.machine_flags`)."""
 ProfileSource = Callable[[Group, Sequence[Sequence[TrialResult]]], "NoiseProfile | None"]
 """The noise profile of a group's key, without its own launches (:meth:`Bench.profile`)."""
 
