@@ -17,16 +17,14 @@ from typing import Annotated
 
 import typer
 
-from tuner.cli.common import StorageOpt, storage_url
-from tuner.cli.compare import Json, Progress, VllmPython, WorkloadSet, consoles
+from tuner.cli.common import GpuOpt, ModelOpt, StorageOpt, VllmPythonOpt, storage_url
+from tuner.cli.compare import Json, Progress, Workload, WorkloadSet, consoles
 
 
 def calibrate(
-    model: Annotated[str, typer.Option(help="Model alias, local dir or hub id.")],
-    gpu: Annotated[str, typer.Option(help="GPU profile: a10g, h100, h200, cpu, ...")],
-    workload: Annotated[
-        str | None, typer.Option(help="Preset or trace:FILE (default: smoke on cpu, else chat).")
-    ] = None,
+    model: ModelOpt,
+    gpu: GpuOpt,
+    workload: Workload = None,
     workload_set: WorkloadSet = None,
     launches: Annotated[
         int, typer.Option(min=2, help="Fresh launches of the configuration (5: 4 df).")
@@ -35,7 +33,7 @@ def calibrate(
         str, typer.Option(help="What to launch: 'defaults' or knob=value,knob=value.")
     ] = "defaults",
     storage: StorageOpt = None,
-    vllm_python: VllmPython = None,
+    vllm_python: VllmPythonOpt = None,
     as_json: Json = False,
 ) -> None:
     """Measure the launch-to-launch and window-to-window noise here and store its profile.

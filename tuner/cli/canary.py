@@ -10,18 +10,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from tuner.cli.common import JsonOpt, err, out, print_json
-from tuner.cli.load import server_root
+from tuner.cli.load import ServedModel, ServerUrl, VocabSize, server_root
 from tuner.errors import UsageError
 
 
 def canary(
-    url: Annotated[
-        str, typer.Argument(help="The server's base URL, e.g. http://127.0.0.1:8000 (or .../v1).")
-    ],
-    model: Annotated[
-        str | None,
-        typer.Option(help="Served model name (default: the first one the server lists)."),
-    ] = None,
+    url: ServerUrl,
+    model: ServedModel = None,
     shapes: Annotated[
         str,
         typer.Option(
@@ -29,10 +24,7 @@ def canary(
             "comma-separated list of shape names."
         ),
     ] = "full",
-    vocab_size: Annotated[
-        int,
-        typer.Option(help="Prompts are token ids from 100 up to this (any tokenizer takes them)."),
-    ] = 1024,
+    vocab_size: VocabSize = 1024,
     max_model_len: Annotated[
         int | None,
         typer.Option(help="The context to fill (default: what /v1/models reports)."),

@@ -8,18 +8,20 @@ columns in the middle of a flag or a path cannot be pasted or parsed.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
+from tuner.doctor.checks import missing_sqlite_file
 from tuner.errors import UsageError
 
 if TYPE_CHECKING:
     from tuner.db import Repository
 
 _UNWRAPPED = 100_000  # columns of a console that is not a terminal: no line is ever cut
+E = TypeVar("E", bound=Enum)
 INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C or SIGTERM
 
 
@@ -54,6 +56,11 @@ StorageOpt = Annotated[
     typer.Option("--storage", help="Database URL (default: $TUNER_DB_URL or sqlite:///tuner.db)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output (strict JSON).")]
+ModelOpt = Annotated[str, typer.Option(help="Model alias, local dir or hub id.")]
+GpuOpt = Annotated[str, typer.Option(help="GPU profile: a10g, h100, h200, cpu, ...")]
+VllmPythonOpt = Annotated[
+    str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
+]
 
 
 def storage_url(url: str | None) -> str:
@@ -90,22 +97,15 @@ def open_study(url: str | None, study: str) -> Repository:
     return repo
 
 
-def missing_sqlite_file(url: str) -> Path | None:
-    """The path of a SQLite database file that does not exist; None for anything else."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
+def choice(kind: type[E], text: str | None, what: str) -> E | None:
+    """``text`` as a member of the enum ``kind`` (None stays None); UsageError listing them."""
+    if text is None:
+        return None
     try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None  # make_engine reports a malformed URL
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
-        return None
-    if database.startswith("file:"):
-        return None
-    path = Path(database).expanduser()
-    return None if path.exists() else path
+        return kind(text)
+    except ValueError:
+        values = [m.value for m in kind]
+        raise UsageError(f"unknown {what} {text!r}", hint=f"use one of {values}") from None
 
 
 def print_json(value: Any) -> None:

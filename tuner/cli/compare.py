@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner.cli.common import StorageOpt, storage_url
+from tuner.cli.common import GpuOpt, ModelOpt, StorageOpt, VllmPythonOpt, err, out, storage_url
 
 if TYPE_CHECKING:
     from tuner.abtest import Arm, Bench, Design, Look, PairOutcome, PairSetup, Watch
@@ -154,10 +154,9 @@ def _print_comparison(outcome: PairOutcome, say: Say) -> None:
 
 # -- options shared with tuner verify-claims, and the command (registered in tuner.cli.app) ---
 
-VllmPython = Annotated[
-    str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
+Workload = Annotated[
+    str | None, typer.Option(help="Preset or trace:FILE (default: smoke on cpu, else chat).")
 ]
-Repeats = Annotated[int, typer.Option(min=2, help="Fresh launches of each configuration.")]
 Confidence = Annotated[float, typer.Option(help="Level of the intervals, e.g. 0.95.")]
 WorkloadSet = Annotated[
     str | None,
@@ -218,27 +217,23 @@ def design_of(
 
 def consoles(as_json: bool) -> Say:
     """Where human-readable lines go: stdout, or stderr when stdout carries the JSON."""
-    from rich.console import Console
-
-    console = Console(stderr=as_json, highlight=False)
+    console = err if as_json else out
     return lambda text: console.print(text, markup=False, soft_wrap=True)
 
 
 def compare(
-    model: Annotated[str, typer.Option(help="Model alias, local dir or hub id.")],
-    gpu: Annotated[str, typer.Option(help="GPU profile: a10g, h100, h200, cpu, ...")],
+    model: ModelOpt,
+    gpu: GpuOpt,
     a: Annotated[str, typer.Option("--a", help="A: 'defaults' or knob=value,knob=value.")],
     b: Annotated[str, typer.Option("--b", help="B: 'defaults' or knob=value,knob=value.")],
-    workload: Annotated[
-        str | None, typer.Option(help="Preset or trace:FILE (default: smoke on cpu, else chat).")
-    ] = None,
+    workload: Workload = None,
     workload_set: WorkloadSet = None,
     repeats: FirstLook = None,
     max_launches: MaxLaunches = None,
     min_effect: MinEffect = 0.05,
     confidence: Confidence = 0.95,
     storage: StorageOpt = None,
-    vllm_python: VllmPython = None,
+    vllm_python: VllmPythonOpt = None,
     as_json: Json = False,
 ) -> None:
     """Is B better than A here? Interleaved fresh launches, B/A per metric with intervals.

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -14,30 +13,6 @@ from tuner.cli.common import StorageOpt, out, storage_url
 
 if TYPE_CHECKING:
     from tuner.db import MergeSummary, StudyMerge
-
-Say = Callable[[str], None]
-
-
-def run_merge(
-    source: str,
-    target: str,
-    *,
-    rename_suffix: str | None,
-    dry_run: bool,
-    as_json: bool,
-    say: Say,
-) -> MergeSummary:
-    """Merge ``source`` into ``target`` and tell ``say`` what happened (one JSON document
-    when ``as_json``)."""
-    from tuner.db import merge_databases
-
-    summary = merge_databases(source, target, rename_suffix=rename_suffix, dry_run=dry_run)
-    if as_json:
-        say(json.dumps(summary.to_json(), indent=2))
-    else:
-        for line in describe(summary):
-            say(line)
-    return summary
 
 
 def describe(summary: MergeSummary) -> list[str]:
@@ -125,16 +100,12 @@ def db_merge(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object for scripts.")] = False,
 ) -> None:
     """Copy another database's studies, trials, comparisons and Optuna studies into this one."""
-    say = (
-        (lambda t: print(t, flush=True))
-        if as_json
-        else (lambda t: out.print(escape(t), soft_wrap=True))  # URLs and paths unbroken
-    )
-    run_merge(
-        source,
-        storage_url(storage),
-        rename_suffix=rename_suffix,
-        dry_run=dry_run,
-        as_json=as_json,
-        say=say,
-    )
+    from tuner.db import merge_databases
+
+    target = storage_url(storage)
+    summary = merge_databases(source, target, rename_suffix=rename_suffix, dry_run=dry_run)
+    if as_json:
+        print(json.dumps(summary.to_json(), indent=2), flush=True)
+        return
+    for line in describe(summary):
+        out.print(escape(line), soft_wrap=True)  # URLs and paths unbroken

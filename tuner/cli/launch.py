@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
@@ -20,7 +19,16 @@ import typer
 from rich.markup import escape
 
 from tuner.catalog import get_gpu
-from tuner.cli.common import INTERRUPTED, StorageOpt, err, open_repo, out, storage_url
+from tuner.cli.common import (
+    INTERRUPTED,
+    StorageOpt,
+    VllmPythonOpt,
+    choice,
+    err,
+    open_repo,
+    out,
+    storage_url,
+)
 from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
 from tuner.domain import FailureClass, GpuProfile, Objective
 from tuner.errors import EnvironmentProblem, TrialFailure, TunerError, UsageError
@@ -28,13 +36,15 @@ from tuner.runner import kill_group
 from tuner.vllm import argv, logparse
 
 if TYPE_CHECKING:
-    from tuner.db import Repository
     from tuner.runner import VllmServer
 
-Say = Callable[[str], None]
 POLL_S = 0.5
 STOP_GRACE_S = 15.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def say(text: str) -> None:
+    out.print(escape(text), soft_wrap=True)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -43,15 +53,13 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def serve(
     launch: LaunchPlan,
-    *,
+    measured: Measured,
     log_path: Path,
-    lease_dir: Path | None,
+    lease_dir: Path,
     startup_timeout_s: float,
-    say: Say,
-    prepare: Callable[[VllmServer], None] | None = None,
 ) -> int:
-    """Start the server, wait until it answers as ours, ``prepare`` it (warm-up and canary:
-    :func:`tuner.deploy.readiness.make_ready`), print its base URL, and serve until a stop
+    """Start the server, wait until it answers as ours, warm it up and send the canary
+    (:func:`tuner.deploy.readiness.make_ready`), print its base URL, and serve until a stop
     signal (exit code 0) or until it dies by itself (1, after its log tail). Start-up and
     canary failures raise TunerError naming the log and what broke. No process of the server
     is left either way. Must run in the main thread (it installs signal handlers, restored
@@ -77,11 +85,10 @@ def serve(
             server.start()
             startup_s = server.wait_ready(startup_timeout_s)
             server.verify_identity()
-            if prepare is not None:
-                say(f"up in {startup_s:.0f} s; not announced before its warm-up and canary")
-                prepare(server)
+            say(f"up in {startup_s:.0f} s; not announced before its warm-up and canary")
+            _make_ready(server, launch, measured)
         except TrialFailure as exc:
-            _tail(exc.log_tail or server.log_tail(), say)
+            _tail(exc.log_tail or server.log_tail())
             what = (
                 "the server failed a request shape a client may send: "
                 if (exc.failure is FailureClass.CANARY_FAILED)
@@ -103,7 +110,7 @@ def serve(
         while server.is_alive():
             time.sleep(POLL_S)
         say(f"vLLM exited by itself (code {server.returncode}) while serving")
-        _tail(server.log_tail(), say)
+        _tail(server.log_tail())
         return 1
     except KeyboardInterrupt:
         if serving:
@@ -127,96 +134,15 @@ def serve(
             say("stopped: the server's process group has ended")
 
 
-def _tail(text: str, say: Say, lines: int = 30) -> None:
-    for line in text.splitlines()[-lines:]:
+def _tail(text: str) -> None:
+    for line in text.splitlines()[-30:]:
         say(f"  | {line}")
 
 
-def run_launch(
-    *,
-    model: str,
-    gpu: str,
-    workload: str | None,
-    objective: str | None,
-    open_repo: Callable[[], Repository],
-    api: str | None,
-    source: str,
-    host: str,
-    port: int,
-    vllm_python: str | None,
-    print_only: bool,
-    startup_timeout_s: float,
-    dummy_weights: bool,
-    module: str,
-    say: Say,
-    warn: Say,
-) -> int:
-    """The whole command: choose the configuration (from ``api``, else the store
-    ``open_repo`` opens, after the options are checked), build the command, then print it
-    (``print_only``) or serve it. Returns the exit code."""
-    from tuner.compose import default_vllm_python, tuner_home
-
-    profile = get_gpu(gpu)
-    chosen = _objective(objective)
-    if not 0 < port < 65536:
-        raise UsageError(f"--port {port} is outside 1-65535")
-    measured: Measured
-    if api is not None:
-        from tuner.deploy.remote import best_remote
-
-        measured = best_remote(api, model, profile.name, workload=workload, objective=chosen)
-    else:
-        from tuner.db import safe_url
-
-        measured = best_local(
-            open_repo(),
-            model,
-            profile.name,
-            workload=workload,
-            objective=chosen,
-            source=safe_url(source),
-        )
-    python = vllm_python or default_vllm_python()
-    version = _vllm_version(python, measured, module, print_only, warn)
-    home = tuner_home()
-    launch = plan(
-        measured,
-        python=python,
-        vllm_version=version,
-        host=host,
-        port=port,
-        home=home,
-        module=module,
-        dummy_weights=dummy_weights,
-        model=model,
-    )
-    if print_only:
-        print(launch.shell(), flush=True)  # plain: a wrapped line could not be pasted
-        return 0
-    _check_can_serve(profile, host, port)
-    for line in [*measured.describe(), *launch.notes]:
-        say(line)
-    from tuner.runner import reap_orphans
-
-    reap_orphans(home / "leases")
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", launch.served_model_name)
-    log_path = (
-        Path(".tuner") / "logs" / f"launch-{name}-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    )
-    return serve(
-        launch,
-        log_path=log_path,
-        lease_dir=home / "leases",
-        startup_timeout_s=startup_timeout_s,
-        say=say,
-        prepare=lambda server: _make_ready(server, launch, measured, say),
-    )
-
-
-def _make_ready(server: VllmServer, launch: LaunchPlan, measured: Measured, say: Say) -> None:
+def _make_ready(server: VllmServer, launch: LaunchPlan, measured: Measured) -> None:
     from tuner.deploy.readiness import make_ready
 
-    ready = make_ready(
+    canary = make_ready(
         server.base_url,
         launch.served_model_name,
         model=measured.model,
@@ -225,20 +151,10 @@ def _make_ready(server: VllmServer, launch: LaunchPlan, measured: Measured, say:
         alive=server.is_alive,
         say=say,
     )
-    say(ready.canary.summary())
+    say(canary.summary())
 
 
-def _objective(text: str | None) -> Objective | None:
-    if text is None:
-        return None
-    try:
-        return Objective(text)
-    except ValueError:
-        names = [o.value for o in Objective]
-        raise UsageError(f"unknown objective {text!r}", hint=f"use one of {names}") from None
-
-
-def _vllm_version(python: str, measured: Measured, module: str, print_only: bool, warn: Say) -> str:
+def _vllm_version(python: str, measured: Measured, module: str, print_only: bool) -> str:
     if module != argv.VLLM_API_SERVER_MODULE:
         return measured.vllm_version  # a stand-in server (tests): there is no vLLM to ask
     from tuner.runner import detect_vllm
@@ -248,7 +164,8 @@ def _vllm_version(python: str, measured: Measured, module: str, print_only: bool
     except EnvironmentProblem as exc:
         if not print_only:
             raise
-        warn(f"note: {exc.message}; the flags are spelled for vLLM {measured.vllm_version}")
+        note = f"note: {exc.message}; the flags are spelled for vLLM {measured.vllm_version}"
+        err.print(escape(note), soft_wrap=True)
         return measured.vllm_version
 
 
@@ -278,9 +195,7 @@ def launch_command(
     ] = None,
     host: Annotated[str, typer.Option(help="Address to serve on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to serve on.")] = 8000,
-    vllm_python: Annotated[
-        str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
-    ] = None,
+    vllm_python: VllmPythonOpt = None,
     print_only: Annotated[
         bool, typer.Option("--print", help="Only print the command, shell-quoted.")
     ] = False,
@@ -291,25 +206,57 @@ def launch_command(
     server_module: Annotated[str, typer.Option(hidden=True)] = "vllm.entrypoints.openai.api_server",
 ) -> None:
     """Serve a model with the best measured configuration (OpenAI API) until Ctrl-C."""
+    from tuner.compose import default_vllm_python, tuner_home
+
     if storage is not None and api is not None:
         raise UsageError("--storage and --api both name where to look", hint="pass one of them")
-    code = run_launch(
-        model=model,
-        gpu=gpu,
-        workload=workload,
-        objective=objective,
-        open_repo=lambda: open_repo(storage),
-        api=api,
-        source=api or storage_url(storage),
+    profile = get_gpu(gpu)
+    chosen = choice(Objective, objective, "objective")
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port} is outside 1-65535")
+    measured: Measured
+    if api is not None:
+        from tuner.deploy.remote import best_remote
+
+        measured = best_remote(api, model, profile.name, workload=workload, objective=chosen)
+    else:
+        from tuner.db import safe_url
+
+        measured = best_local(
+            open_repo(storage),
+            model,
+            profile.name,
+            workload=workload,
+            objective=chosen,
+            source=safe_url(storage_url(storage)),
+        )
+    python = vllm_python or default_vllm_python()
+    version = _vllm_version(python, measured, server_module, print_only)
+    home = tuner_home()
+    launch = plan(
+        measured,
+        python=python,
+        vllm_version=version,
         host=host,
         port=port,
-        vllm_python=vllm_python,
-        print_only=print_only,
-        startup_timeout_s=startup_timeout,
-        dummy_weights=dummy_weights,
+        home=home,
         module=server_module,
-        say=lambda text: out.print(escape(text), soft_wrap=True),
-        warn=lambda text: err.print(escape(text), soft_wrap=True),
+        dummy_weights=dummy_weights,
+        model=model,
     )
+    if print_only:
+        print(launch.shell(), flush=True)  # plain: a wrapped line could not be pasted
+        return
+    _check_can_serve(profile, host, port)
+    for line in [*measured.describe(), *launch.notes]:
+        say(line)
+    from tuner.runner import reap_orphans
+
+    reap_orphans(home / "leases")
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", launch.served_model_name)
+    log_path = (
+        Path(".tuner") / "logs" / f"launch-{name}-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    )
+    code = serve(launch, measured, log_path, home / "leases", startup_timeout)
     if code:
         raise typer.Exit(code)

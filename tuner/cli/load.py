@@ -29,6 +29,17 @@ if TYPE_CHECKING:
     from tuner.load.generator import PhaseCallback
 
 
+ServerUrl = Annotated[
+    str, typer.Argument(help="The server's base URL, e.g. http://127.0.0.1:8000 (or .../v1).")
+]
+ServedModel = Annotated[
+    str | None, typer.Option(help="Served model name (default: the first one the server lists).")
+]
+VocabSize = Annotated[
+    int, typer.Option(help="Prompts are token ids from 100 up to this (any tokenizer takes them).")
+]
+
+
 def parse_list(text: str, option: str, kind: type[int] | type[float]) -> tuple[Any, ...]:
     """``"16,64,256"`` as positive numbers of ``kind``, in the order given."""
     values: list[Any] = []
@@ -340,13 +351,8 @@ def result_lines(results: Sequence[PointResult]) -> list[str]:
 
 
 def load(
-    url: Annotated[
-        str, typer.Argument(help="The server's base URL, e.g. http://127.0.0.1:8000 (or .../v1).")
-    ],
-    model: Annotated[
-        str | None,
-        typer.Option(help="Served model name (default: the first one the server lists)."),
-    ] = None,
+    url: ServerUrl,
+    model: ServedModel = None,
     concurrency: Annotated[
         str | None,
         typer.Option(help="Closed loop: streams per load point, e.g. 16,64,256 (default 16)."),
@@ -396,10 +402,7 @@ def load(
     warmup: Annotated[
         int, typer.Option(help="Warm-up requests (untimed, once for all points; 0: none).")
     ] = 32,
-    vocab_size: Annotated[
-        int,
-        typer.Option(help="Prompts are token ids from 100 up to this (any tokenizer takes them)."),
-    ] = 1024,
+    vocab_size: VocabSize = 1024,
     text_prompts: Annotated[
         bool,
         typer.Option(

@@ -13,18 +13,14 @@ from __future__ import annotations
 import gc
 import ipaddress
 import socket
-import sys
-from collections.abc import Callable, Sequence
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from tuner.cli.common import StorageOpt, err, missing_sqlite_file, out, storage_url
+from tuner.cli.common import StorageOpt, err, out, storage_url
+from tuner.doctor.checks import missing_sqlite_file
 from tuner.errors import UsageError
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -62,91 +58,11 @@ def _family(host: str, port: int) -> socket.AddressFamily:
         ) from None
 
 
-def serve(
-    *,
-    storage_url: str,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
-    api_key_env: str = "TUNER_API_KEY",
-    cors_origins: Sequence[str] = (),
-    allow_extra_args: bool = False,
-    say: Callable[[str], None] = print,
-    warn: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
-) -> None:
-    """Build the app over ``storage_url`` and serve it until interrupted.
-
-    Raises StorageError (database unusable) or UsageError (cannot listen) before serving.
-    """
-    import uvicorn
-
-    from api.app import create_app
-    from api.settings import ApiSettings
-
-    if not api_key_env.strip():
-        raise UsageError("--api-key-env must name an environment variable")
-    missing = missing_sqlite_file(storage_url)
-    if missing is not None:  # a typo in the path would serve an empty store, as if it were one
-        raise UsageError(
-            f"database {missing} does not exist",
-            hint=f"point --storage at an existing database, or create this one: "
-            f"tuner db upgrade --storage {storage_url}",
-        )
-    settings = ApiSettings.from_env(
-        storage_url,
-        api_key_env=api_key_env,
-        cors_origins=cors_origins,
-        allow_extra_args=allow_extra_args,
-    )
-    app = create_app(settings)
-    # Everything imported and built so far lives as long as the server: keep it out of the
-    # garbage collector's full passes, which otherwise stall answers for tens of ms.
-    gc.collect()
-    gc.freeze()
-    sock = bind_socket(host, port)
-    shown = f"[{host}]" if ":" in host else host
-    say(f"tuner API on http://{shown}:{sock.getsockname()[1]}/ (docs at /docs)")
-    say(f"  storage: {_safe(storage_url)}")
-    say(
-        f"  writes: {'on, with the key in $' + api_key_env if settings.api_key else 'off'}"
-        + ("" if settings.api_key else f" (set {api_key_env} to allow POST /v1/studies)")
-    )
-    if settings.api_key:
-        say(
-            "  runner.extra_args: "
-            + (
-                "accepted (a key holder passes any vllm serve flag to the workers)"
-                if allow_extra_args
-                else "refused (--allow-extra-args takes them)"
-            )
-        )
-    if settings.cors_origins:
-        say(f"  CORS origins: {', '.join(settings.cors_origins)}")
-    if not _loopback(sock):
-        warn(
-            f"warning: listening on {shown}, which other hosts may reach: every read (studies, "
-            "trials with their server log tails and host names, recommendations) needs no key"
-            + ("" if settings.api_key else ", and none is set")
-            + "; bind 127.0.0.1 and reach it through an SSH tunnel or an authenticating proxy"
-        )
-    config = uvicorn.Config(app, log_level="info", access_log=False)
-    server = uvicorn.Server(config)
-    try:
-        server.run(sockets=[sock])
-    finally:
-        sock.close()
-
-
 def _loopback(sock: socket.socket) -> bool:
     """Whether ``sock`` listens on a loopback address only (127.0.0.0/8, ::1)."""
     address = ipaddress.ip_address(sock.getsockname()[0].split("%", 1)[0])
     mapped = getattr(address, "ipv4_mapped", None)
     return bool((mapped or address).is_loopback)
-
-
-def _safe(url: str) -> str:
-    from tuner.db import safe_url
-
-    return safe_url(url)
 
 
 def serve_command(
@@ -168,13 +84,66 @@ def serve_command(
     ] = False,
 ) -> None:
     """Serve the recommendations API and dashboards (docs at /docs) until Ctrl-C."""
-    serve(
-        storage_url=storage_url(storage),
-        host=host,
-        port=port,
+    import uvicorn
+
+    from api.app import create_app
+    from api.settings import ApiSettings
+    from tuner.db import safe_url
+
+    url = storage_url(storage)
+    if not api_key_env.strip():
+        raise UsageError("--api-key-env must name an environment variable")
+    missing = missing_sqlite_file(url)
+    if missing is not None:
+        raise UsageError(
+            f"database {missing} does not exist",
+            hint=f"point --storage at an existing database, or create this one: "
+            f"tuner db upgrade --storage {url}",
+        )
+    settings = ApiSettings.from_env(
+        url,
         api_key_env=api_key_env,
         cors_origins=cors_origin or (),
         allow_extra_args=allow_extra_args,
-        say=lambda text: out.print(escape(text), soft_wrap=True),  # URLs and paths unbroken
-        warn=lambda text: err.print(f"[yellow]{escape(text)}[/]", soft_wrap=True),
     )
+    app = create_app(settings)
+    # Everything imported and built so far lives as long as the server: keep it out of the
+    # garbage collector's full passes, which otherwise stall answers for tens of ms.
+    gc.collect()
+    gc.freeze()
+    sock = bind_socket(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    say(f"tuner API on http://{shown}:{sock.getsockname()[1]}/ (docs at /docs)")
+    say(f"  storage: {safe_url(url)}")
+    say(
+        f"  writes: {'on, with the key in $' + api_key_env if settings.api_key else 'off'}"
+        + ("" if settings.api_key else f" (set {api_key_env} to allow POST /v1/studies)")
+    )
+    if settings.api_key:
+        say(
+            "  runner.extra_args: "
+            + (
+                "accepted (a key holder passes any vllm serve flag to the workers)"
+                if allow_extra_args
+                else "refused (--allow-extra-args takes them)"
+            )
+        )
+    if settings.cors_origins:
+        say(f"  CORS origins: {', '.join(settings.cors_origins)}")
+    if not _loopback(sock):
+        warning = (
+            f"warning: listening on {shown}, which other hosts may reach: every read (studies, "
+            "trials with their server log tails and host names, recommendations) needs no key"
+            + ("" if settings.api_key else ", and none is set")
+            + "; bind 127.0.0.1 and reach it through an SSH tunnel or an authenticating proxy"
+        )
+        err.print(f"[yellow]{escape(warning)}[/]", soft_wrap=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info", access_log=False))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def say(text: str) -> None:
+    out.print(escape(text), soft_wrap=True)  # URLs and paths unbroken

@@ -18,20 +18,22 @@ from tuner.cli.common import (
     INTERRUPTED,
     JsonOpt,
     StorageOpt,
+    VllmPythonOpt,
+    choice,
     err,
-    missing_sqlite_file,
     open_repo,
     open_study,
     out,
     print_json,
 )
 from tuner.cli.common import storage_url as _storage
+from tuner.doctor.checks import missing_sqlite_file
 from tuner.errors import UsageError
 
 if TYPE_CHECKING:
     from tuner.cli.progress import ConsoleReporter
     from tuner.db import Repository
-    from tuner.domain import Estimate, TrialStatus
+    from tuner.domain import Estimate
     from tuner.spec import StudySpec
 
 
@@ -148,8 +150,6 @@ def run(
     spec = spec.with_overrides(**options)
     budget = spec.confirm_max_launches
     if budget is not None and budget < spec.confirm_launches:
-        from tuner.errors import UsageError
-
         raise UsageError(
             f"--confirm-max-launches {budget} is below the confirmation's first look of "
             f"{spec.confirm_launches} launches",
@@ -307,7 +307,7 @@ def trials(
     from tuner.domain import TrialStatus, to_jsonable
     from tuner.scoring import window_flags
 
-    status = _status(state)
+    status = choice(TrialStatus, state, "state")
     rows = open_study(storage, study).list_trials(study, status=status, limit=100_000)
     if as_json:
         print_json([{**to_jsonable(r), "flags": window_flags(r.windows).to_dict()} for r in rows])
@@ -340,18 +340,6 @@ def trials(
     out.print(table)
     for why in sorted(unmeasured):
         out.print(escape(why))
-
-
-def _status(state: str | None) -> TrialStatus | None:
-    from tuner.domain import TrialStatus
-
-    if state is None:
-        return None
-    try:
-        return TrialStatus(state)
-    except ValueError:
-        allowed = [s.value for s in TrialStatus]
-        raise UsageError(f"unknown state {state!r}", hint=f"use one of {allowed}") from None
 
 
 def _ci(e: Estimate) -> str:
@@ -410,9 +398,7 @@ def worker(
     ] = None,
     once: Annotated[bool, typer.Option(help="Stop when no study is queued.")] = False,
     poll: Annotated[float, typer.Option(min=0.1, help="Seconds between queue checks.")] = 10.0,
-    vllm_python: Annotated[
-        str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
-    ] = None,
+    vllm_python: VllmPythonOpt = None,
 ) -> None:
     """Run studies queued through the API (POST /v1/studies), one after another."""
     from tuner.cli.progress import ConsoleReporter

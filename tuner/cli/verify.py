@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner.cli.common import StorageOpt, storage_url
+from tuner.cli.common import GpuOpt, ModelOpt, StorageOpt, VllmPythonOpt, storage_url
 from tuner.cli.compare import (
     Confidence,
     FirstLook,
@@ -24,7 +24,6 @@ from tuner.cli.compare import (
     MinEffect,
     Progress,
     Say,
-    VllmPython,
     WorkloadSet,
     consoles,
     decision_lines,
@@ -59,8 +58,8 @@ def verify_claims(
     file: Annotated[
         Path, typer.Argument(help="A claims file, e.g. studies/claims/seed-claims.toml.")
     ],
-    model: Annotated[str, typer.Option(help="Model alias, local dir or hub id.")],
-    gpu: Annotated[str, typer.Option(help="GPU profile: a10g, h100, h200, cpu, ...")],
+    model: ModelOpt,
+    gpu: GpuOpt,
     repeats: FirstLook = None,
     max_launches: MaxLaunches = None,
     min_effect: MinEffect = 0.05,
@@ -72,7 +71,7 @@ def verify_claims(
     ] = None,
     workload_set: WorkloadSet = None,
     storage: StorageOpt = None,
-    vllm_python: VllmPython = None,
+    vllm_python: VllmPythonOpt = None,
     as_json: Json = False,
 ) -> None:
     """Test published claims here against the articles' figures (see studies/claims/).

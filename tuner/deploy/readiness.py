@@ -7,7 +7,6 @@ never announced."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from tuner.catalog import resolve_model
 from tuner.domain import FailureClass
@@ -20,12 +19,6 @@ from tuner.load.workloads import get_workload
 Say = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class Readiness:
-    warmed_requests: int  # 0 when the workload could not be rebuilt here (a missing trace)
-    canary: CanaryReport
-
-
 def make_ready(
     base_url: str,
     served_model_name: str,
@@ -35,8 +28,8 @@ def make_ready(
     synthetic_tokenizer: bool,
     alive: Callable[[], bool],
     say: Say,
-) -> Readiness:
-    """The quick canary, a warm-up with ``workload``'s shapes, then the full canary.
+) -> CanaryReport:
+    """The quick canary, a warm-up with ``workload``'s shapes, then the full canary's report.
 
     Raises ServerFailure (CANARY_FAILED, naming the shape) when the canary breaks the server,
     and LoadFailure when the warm-up's requests fail: the caller stops the server.
@@ -46,15 +39,13 @@ def make_ready(
     say(f"canary: {len(QUICK)} request shapes first")
     first = run_canary(base_url, served_model_name, shapes=QUICK, prompts=prompts, alive=alive)
     first.raise_if_failed()
-    warmed = 0
     try:
         shape = get_workload(workload)
     except UsageError as exc:  # e.g. trace:FILE measured on another machine
         say(f"no warm-up: workload {workload!r} is not available here ({exc.message})")
     else:
-        warmed = shape.warmup_requests
-        if warmed:
-            say(f"warming up: {warmed} requests of workload {workload}")
+        if shape.warmup_requests:
+            say(f"warming up: {shape.warmup_requests} requests of workload {workload}")
             generator = LoadGenerator(base_url, served_model_name, prompts)
             generator.warm_up(shape, should_abort=lambda: not alive())
     if not alive():
@@ -62,4 +53,4 @@ def make_ready(
     say(f"canary: {len(FULL)} request shapes")
     report = run_canary(base_url, served_model_name, shapes=FULL, prompts=prompts, alive=alive)
     report.raise_if_failed()
-    return Readiness(warmed, report)
+    return report

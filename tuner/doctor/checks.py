@@ -50,7 +50,7 @@ def gather_storage(url: str) -> StorageFacts:
         head = head_revision()
     except StorageError as exc:
         return StorageFacts(where, None, None, problem=Problem(exc.message, exc.hint))
-    if _missing_sqlite_file(url):
+    if missing_sqlite_file(url) is not None:
         return StorageFacts(where, None, head, note="does not exist yet: `tuner run` creates it")
     revision = None
     try:
@@ -65,18 +65,22 @@ def gather_storage(url: str) -> StorageFacts:
     return StorageFacts(where, revision, head)
 
 
-def _missing_sqlite_file(url: str) -> bool:
+def missing_sqlite_file(url: str) -> Path | None:
+    """The path of a SQLite database file that does not exist; None for anything else."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
         parsed = make_url(url)
     except ArgumentError:
-        return False  # current_revision reports the malformed URL
+        return None  # the store's own checks report a malformed URL
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
-        return False
-    return not database.startswith("file:") and not Path(database).expanduser().exists()
+        return None
+    if database.startswith("file:"):
+        return None
+    path = Path(database).expanduser()
+    return None if path.exists() else path
 
 
 def _port_range() -> tuple[int, int] | None:

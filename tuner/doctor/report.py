@@ -43,6 +43,7 @@ from tuner.doctor.checks import (
     gather_ports,
     gather_storage,
 )
+from tuner.doctor.probe import MARK
 from tuner.domain import GpuProfile
 from tuner.errors import EnvironmentProblem, HardwareMismatch
 from tuner.telemetry.nvml import DetectedGpu, Nvml, detect_gpus
@@ -53,7 +54,6 @@ FLASH_ATTN_NOTE = (
     "flash-attn package is not needed to serve or tune"
 )
 _PROBE_FILE = Path(__file__).with_name("probe.py")
-_MARK = "TUNER_DOCTOR_PROBE "
 
 
 @dataclass(frozen=True)
@@ -166,9 +166,9 @@ def gather_gpus(nvml: Nvml | None = None) -> GpuFacts:
 def parse_probe_output(stdout: str) -> dict[str, Any] | None:
     """The JSON object of the probe's marker line (the last one), or None if there is none."""
     for line in reversed(stdout.splitlines()):
-        if line.startswith(_MARK):
+        if line.startswith(MARK):
             try:
-                found = json.loads(line[len(_MARK) :])
+                found = json.loads(line[len(MARK) :])
             except json.JSONDecodeError:
                 return None
             return found if isinstance(found, dict) else None
@@ -201,19 +201,15 @@ def gather_vllm(python: str, timeout_s: float = PROBE_TIMEOUT_S) -> VllmFacts:
             )
         except subprocess.TimeoutExpired:
             error = f"importing vLLM in {python} took longer than {timeout_s:.0f} s"
-            return _replace(facts, error=error, fix=fix)
+            return dataclasses.replace(facts, error=error, fix=fix)
         except OSError as exc:
-            return _replace(facts, error=f"cannot run {python}: {exc}", fix=fix)
+            return dataclasses.replace(facts, error=f"cannot run {python}: {exc}", fix=fix)
     probe = parse_probe_output(proc.stdout)
     if probe is None:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         error = f"the vLLM probe failed in {python} (exit {proc.returncode}): {tail}"
-        return _replace(facts, error=error, fix=fix)
-    return _replace(facts, probe=probe)
-
-
-def _replace(facts: VllmFacts, **changes: Any) -> VllmFacts:
-    return dataclasses.replace(facts, **changes)
+        return dataclasses.replace(facts, error=error, fix=fix)
+    return dataclasses.replace(facts, probe=probe)
 
 
 # -- judging -----------------------------------------------------------------------------------
