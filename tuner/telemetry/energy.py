@@ -19,7 +19,6 @@ Only the GPU the server runs on is read (by UUID, or NVML index), never the whol
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,7 +55,6 @@ class _PowerSamples(Periodic):
     ) -> None:
         super().__init__(interval_s)
         self._api, self._handle, self._clock = api, handle, clock
-        self._lock = threading.Lock()
         self.samples: list[tuple[float, float]] = []
         self.failed: str | None = None
 

@@ -9,7 +9,6 @@ engine core's own workers under it. :func:`is_engine_core` tells the two apart; 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass
 
@@ -73,12 +72,8 @@ def tree_rss_bytes(root_pid: int) -> int | None:
 
 
 class ProcessTreeRssSampler(Periodic):
-    """Peak summed RSS of a process and its descendants, sampled in a background thread.
-
-    vLLM runs the model in an engine-core child process, so the whole tree is summed.
-    ``start()`` takes one sample at once; ``stop()`` takes a last one and joins the thread.
-    Sampling never raises into the caller's thread.
-    """
+    """Peak summed RSS of a process and its descendants (vLLM runs the model in an engine-core
+    child), sampled in a background thread that never raises into the caller's."""
 
     thread_name = "tuner-rss-sampler"
 
@@ -86,7 +81,6 @@ class ProcessTreeRssSampler(Periodic):
         super().__init__(interval_s)
         self.root_pid = root_pid
         self._peak: int | None = None
-        self._lock = threading.Lock()
 
     @property
     def peak_bytes(self) -> int | None:
@@ -147,7 +141,6 @@ class ProcessTreeCpuSampler(Periodic):
         self._seen: dict[tuple[int, float], _CpuSeen] = {}
         self._first_tick: float | None = None  # time.monotonic() of the first and last tick
         self._last_tick: float | None = None
-        self._lock = threading.Lock()
 
     def _walk(self) -> list[tuple[psutil.Process, bool]]:
         """The tree's processes, each with whether it is (under) an engine core."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -222,7 +221,6 @@ class _GpuSampler(Periodic):
         self._api: Nvml | None = None
         self._handles: dict[str, Any] = {}
         self._failures = 0
-        self._lock = threading.Lock()
 
     def _open(self) -> Nvml:
         """nvmlInit and resolve the handles; the caller must ``_close()``."""

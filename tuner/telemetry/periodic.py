@@ -22,6 +22,7 @@ class Periodic:
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # for what a tick records and a reader takes
 
     def _tick(self) -> None:
         raise NotImplementedError

@@ -21,11 +21,8 @@ stops whatever still runs, for the error paths.
 What tells where a configuration is bound is measured over the load phase only
 (``start_load()`` to ``stop_load()``) and joins the ``/metrics`` summary in ``result()``: the
 CPU cores the API-server and the engine-core processes use
-(:meth:`tuner.telemetry.host.ProcessTreeCpuSampler.result`: ``api_server_cpu``,
-``api_server_processes``, ``server_cpu_peak_process``, ``engine_core_cpu``,
-``engine_core_processes``) on every machine, and on a GPU how busy the measured GPUs were
-(:meth:`tuner.telemetry.nvml.GpuUtilizationSampler.summary`: ``gpu_utilization_mean``,
-``gpu_utilization_samples``).
+(:meth:`tuner.telemetry.host.ProcessTreeCpuSampler.result`) on every machine, and on a GPU how
+busy the measured GPUs were (:meth:`tuner.telemetry.nvml.GpuUtilizationSampler.summary`).
 """
 
 from __future__ import annotations

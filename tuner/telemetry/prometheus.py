@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Mapping, Sequence
 
 import httpx
@@ -224,7 +223,6 @@ class MetricsPoller(Periodic):
         self._peaks: dict[str, float] = {}
         self._scrapes = 0
         self._failures = 0
-        self._lock = threading.Lock()
 
     @property
     def scrapes(self) -> int:
