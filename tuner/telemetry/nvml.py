@@ -174,38 +174,6 @@ def _handle(api: Nvml, uuid: str) -> Any:
         ) from exc
 
 
-def _open_gpus(
-    nvml: Nvml | None, uuids: tuple[str, ...] | None, what: str
-) -> tuple[Nvml, tuple[str, ...], dict[str, Any]]:
-    """nvmlInit, then a handle per UUID (every GPU when ``uuids`` is None): ``(api, uuids,
-    handles)``. The caller must :func:`shutdown` the api; on an error it is shut down here and
-    :class:`EnvironmentProblem` says what could not be sampled (``what``)."""
-    api = load_nvml(nvml)
-    if api is None:
-        raise EnvironmentProblem(
-            f"cannot sample {what}: the nvidia-ml-py package (pynvml) is not installed",
-            hint="pip install nvidia-ml-py, or run tuner in CPU mode (no --gpu)",
-        )
-    with _translated(api, "initialising"):
-        api.nvmlInit()
-    try:
-        with _translated(api, "looking up GPUs"):
-            if uuids is None:
-                count = api.nvmlDeviceGetCount()
-                found = [api.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-                uuids = tuple(_text(api.nvmlDeviceGetUUID(h)) for h in found)
-                handles = dict(zip(uuids, found, strict=True))
-            else:
-                handles = {u: _handle(api, u) for u in uuids}
-    except BaseException:
-        shutdown(api)
-        raise
-    if not handles:
-        shutdown(api)
-        raise EnvironmentProblem(f"cannot sample {what}: NVML sees no GPU", hint=_HINT)
-    return api, uuids, handles
-
-
 class _GpuSampler(Periodic):
     """Samples the GPUs ``uuids`` (None: every GPU NVML sees, fixed when NVML is opened) from
     ``start()`` to ``stop()``, holding NVML open meanwhile. Setting up raises
@@ -223,9 +191,33 @@ class _GpuSampler(Periodic):
         self._failures = 0
 
     def _open(self) -> Nvml:
-        """nvmlInit and resolve the handles; the caller must ``_close()``."""
-        api, self._uuids, self._handles = _open_gpus(self._nvml, self._uuids, self.what)
-        self._api = api
+        """nvmlInit, then a handle per watched GPU; the caller must ``_close()``. On an error
+        NVML is shut down here and :class:`EnvironmentProblem` says what could not be sampled."""
+        api = load_nvml(self._nvml)
+        if api is None:
+            raise EnvironmentProblem(
+                f"cannot sample {self.what}: the nvidia-ml-py package (pynvml) is not installed",
+                hint="pip install nvidia-ml-py, or run tuner in CPU mode (no --gpu)",
+            )
+        with _translated(api, "initialising"):
+            api.nvmlInit()
+        try:
+            with _translated(api, "looking up GPUs"):
+                uuids = self._uuids
+                if uuids is None:
+                    count = api.nvmlDeviceGetCount()
+                    found = [api.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+                    uuids = tuple(_text(api.nvmlDeviceGetUUID(h)) for h in found)
+                    handles = dict(zip(uuids, found, strict=True))
+                else:
+                    handles = {u: _handle(api, u) for u in uuids}
+        except BaseException:
+            shutdown(api)
+            raise
+        if not handles:
+            shutdown(api)
+            raise EnvironmentProblem(f"cannot sample {self.what}: NVML sees no GPU", hint=_HINT)
+        self._api, self._uuids, self._handles = api, uuids, handles
         return api
 
     def _close(self) -> None:
