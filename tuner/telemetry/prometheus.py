@@ -178,14 +178,11 @@ def _delta(
 def summarize_vllm(
     before: Mapping[str, float], after: Mapping[str, float], peaks: Mapping[str, float]
 ) -> dict[str, float]:
-    """Numbers for one trial from two scrapes (``before``/``after`` the load) and per-key peaks.
-
-    Keys (see the module docstring for the metrics): ``kv_cache_usage_peak`` (fraction, 1 =
-    full), ``requests_waiting_peak``, ``requests_running_peak`` (max over ``peaks``, ``before``
-    and ``after``); ``preemptions``, ``prompt_tokens``, ``generation_tokens`` (after - before);
-    ``prefix_cache_hit_rate`` (delta hits / delta queries, only when queries grew). A key is
-    left out when the server does not expose its metric or a counter went backwards.
-    """
+    """Numbers for one trial (the module docstring's keys) from two scrapes (``before``/``after``
+    the load) and per-key peaks: a ``*_peak`` is the max over ``peaks``, ``before`` and
+    ``after`` (``kv_cache_usage_peak`` a fraction, 1 = full), a counter or time is after - before,
+    ``prefix_cache_hit_rate`` delta hits / delta queries (only when queries grew). A key is left
+    out when the server does not expose its metric or a counter went backwards."""
     out: dict[str, float] = {}
     for key, names in _PEAKS.items():
         peak = _peak(names, peaks, before, after)
