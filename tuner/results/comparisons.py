@@ -4,26 +4,18 @@ from exactly those objects.
 
 Each line holds: id, kind (``confirmation`` for a study's confirmation phase, ``claim`` for a
 verified claim, ``compare`` for ``tuner compare``), study (or null), model, gpu, workload,
-a_config / b_config (knobs set; {} is vLLM's defaults), a_label / b_label, repeats, confidence,
-launches {a, b} (complete fresh launches), failures {a, b}, servers {a, b} (per complete launch:
-effective_backend, flash_attn_version, kv_cache_tokens, startup_s; absent in comparisons stored
-before tuner recorded them), metrics [{metric, label,
-higher_is_better, a {median, values}, b {median, values}, ratio, low, high, verdict,
-disagreement {a, b}}] (values: one per launch, each the median of that launch's measurement
-windows, or their geometric mean where a decision is recorded; ratio B/A with a Welch interval,
-or the decision's pooled one, on the log scale at ``confidence``; a
-verdict "inconclusive: ..." when the launches of a side disagree far beyond their noise, see
-:mod:`tuner.scoring.caveats`), windows {a, b} (client-bound and disturbed windows of each side's
-launches; absent, like disagreement, in comparisons stored before tuner counted them),
-verdicts {metric: verdict, overall},
-claim (verify-claims only: :func:`tuner.abtest.claims.verdicts.claim_record`: id, kind, statement,
-article, figure, metric, claimed, claimed_text, verdict, reason, setting, measured), decision
-(the decision design of :mod:`tuner.abtest.decide`: kind, first, max_launches, confidence,
+a_config / b_config (knobs set; {} is vLLM's defaults), repeats, verdicts {metric: verdict,
+overall}, provenance {gpu_name, gpu_uuid, driver_version, cuda_version, vllm_version, model,
+workload, emulated, hostname, tuner_version}, and from the stored results (see
+:mod:`tuner.abtest.compare` for their shape; null where a comparison was stored before tuner
+recorded them): a_label / b_label, confidence, launches {a, b} (complete fresh launches),
+failures, servers, windows, metrics (a side's values: one per launch, each the median of that
+launch's measurement windows, or their geometric mean where a decision is recorded; ratio B/A
+with a Welch interval, or the decision's pooled one, on the log scale at ``confidence``), claim
+(verify-claims only: :func:`tuner.abtest.claims.verdicts.claim_record`), decision (the decision
+design of :mod:`tuner.abtest.decide`: kind, first, max_launches, confidence,
 per_look_confidence, min_effect, boundary, stopped, launches, half_width, method, df) and
-gpu_minutes (the wall time of every launch the verdict took; both null for comparisons stored
-before tuner recorded them), and
-provenance {gpu_name, gpu_uuid, driver_version, cuda_version, vllm_version, model, workload,
-emulated, hostname, tuner_version}.
+gpu_minutes (the wall time of every launch the verdict took).
 """
 
 from __future__ import annotations
@@ -65,8 +57,6 @@ def comparison_records(repo: Repository, study: str | None = None) -> list[dict[
                 "metrics": results.get("metrics", []),
                 "verdicts": c.verdicts,
                 "claim": results.get("claim"),
-                # The decision design's record (design, how it stopped, the interval's method)
-                # and the GPU-minutes of all its launches; absent before tuner recorded them.
                 "decision": results.get("decision"),
                 "gpu_minutes": results.get("gpu_minutes"),
                 "provenance": to_jsonable(c.provenance),

@@ -7,8 +7,11 @@ a committed report's table from its committed data.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 COMPARED = (
@@ -55,11 +58,15 @@ def _fmt(value: Any, field: str) -> str:
     return f"{float(value):,.1f}"
 
 
+def _head(*columns: str, last: str = "") -> list[str]:
+    """A table's head: ``columns``, one column per compared field, then ``last``."""
+    names = [*columns, *(label for _, label in COMPARED), *([last] if last else [])]
+    return ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+
+
 def values_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """The measured values side by side: tuner / vLLM per field."""
-    head = "| run | streams | " + " | ".join(label for _, label in COMPARED) + " |"
-    sep = "|---|---|" + "---|" * len(COMPARED)
-    lines = [head, sep]
+    lines = _head("run", "streams")
     for t, v in pairs(rows):
         cells = [f"{_fmt(t.get(f), f)} / {_fmt(v.get(f), f)}" for f, _ in COMPARED]
         lines.append(f"| {_run(t)} | {t['concurrency']} | " + " | ".join(cells) + " |")
@@ -68,9 +75,7 @@ def values_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def ratios_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """tuner / vLLM per field; a ratio outside 1 +- 5 % is marked with "!"."""
-    head = "| run | streams | " + " | ".join(label for _, label in COMPARED) + " | client-bound |"
-    sep = "|---|---|" + "---|" * len(COMPARED) + "---|"
-    lines = [head, sep]
+    lines = _head("run", "streams", last="client-bound")
     for t, v in pairs(rows):
         cells = []
         for f, _ in COMPARED:
@@ -96,13 +101,7 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     by_c: dict[int, list[tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
     for t, v in pairs(rows):
         by_c.setdefault(int(t["concurrency"]), []).append((t, v))
-    head = (
-        "| streams | pairs | "
-        + " | ".join(label for _, label in COMPARED)
-        + " | vLLM's own spread (out tok/s, max/min) |"
-    )
-    sep = "|---|---|" + "---|" * len(COMPARED) + "---|"
-    lines = [head, sep]
+    lines = _head("streams", "pairs", last="vLLM's own spread (out tok/s, max/min)")
     for c, ps in sorted(by_c.items()):
         cells = [
             f"{geometric_mean([ratio(t.get(f), v.get(f)) for t, v in ps]):.3f}" for f, _ in COMPARED
@@ -116,9 +115,6 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 def load_sessions(paths: Sequence[Any]) -> list[dict[str, Any]]:
     """The rows of several ``fidelity.jsonl`` files, each tagged with its session number
     (1-based, in the order given)."""
-    import json
-    from pathlib import Path
-
     rows: list[dict[str, Any]] = []
     for number, path in enumerate(paths, start=1):
         for line in Path(path).read_text().splitlines():
@@ -130,10 +126,6 @@ def load_sessions(paths: Sequence[Any]) -> list[dict[str, Any]]:
 def client_markdown(raw_dirs: Sequence[Any]) -> str:
     """tuner's self-check in each of its runs (from the raw ``tuner-rR-cC.json`` results):
     its CPU share of one core, its event loop's P99 lag, and the verdict."""
-    import json
-    import re
-    from pathlib import Path
-
     lines = [
         "| run | streams | client CPU (of one core) | loop lag P99 ms | client-bound |",
         "|---|---|---|---|---|",

@@ -123,9 +123,8 @@ def count_blocks(text: str) -> int:
     return len(_BLOCK.findall(text))
 
 
-if (
-    __name__ == "__main__"
-):  # python -m tuner.results.report.splice REPORT.md [...]: rewrite in place
+# python -m tuner.results.report.splice REPORT.md [...]: rewrite in place
+if __name__ == "__main__":
     import sys
 
     for name in sys.argv[1:]:

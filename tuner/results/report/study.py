@@ -8,19 +8,18 @@ relative to whatever baseline existed when it finished. Missing numbers are ``No
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.catalog import GpuPrice
 from tuner.db import ComparisonRow, StudyRow, TrialRow
-from tuner.domain import Objective, Slo, TrialStatus, WindowMetrics
+from tuner.domain import Objective, Slo, TrialStatus
 from tuner.results import costs, energy
-from tuner.scoring import WindowFlags, ranking, window_flags
+from tuner.scoring import GIB, WindowFlags, ranking, window_flags
 from tuner.scoring import objectives as scoring
 from tuner.study import Confirmed, choose, is_confirmation
 
-GIB = 1024**3
 # metric -> (label, unit); the order is the order of the comparison table.
 METRICS: Mapping[str, tuple[str, str]] = {
     "output_throughput": ("output throughput", "tok/s"),
@@ -340,15 +339,11 @@ def pareto(lines: Sequence[TrialLine]) -> tuple[ParetoPoint, ...]:
 
 def distribution(metric: str, trials: Sequence[TrialRow]) -> Distribution:
     """Per-window P50/P99 of ``metric`` ("ttft" or "e2e") for each trial that has windows."""
-    pick: Callable[[WindowMetrics], Any] = {
-        "ttft": lambda w: w.ttft_ms,
-        "e2e": lambda w: w.e2e_ms,
-    }[metric]
     numbers, p50, p99 = [], [], []
     for t in sorted(trials, key=lambda t: t.number):
         if t.status is not TrialStatus.COMPLETE or not t.windows:
             continue
-        stats = [pick(w) for w in t.windows]
+        stats = [getattr(w, f"{metric}_ms") for w in t.windows]
         numbers.append(t.number)
         p50.append(tuple(v for s in stats if (v := num(s.p50)) is not None))
         p99.append(tuple(v for s in stats if (v := num(s.p99)) is not None))
