@@ -28,6 +28,7 @@ from api.schemas import (
     ProvenanceOut,
     RecommendationOut,
     finite,
+    from_row,
     metrics_out,
 )
 from tuner.db import StudyRow, TrialRow
@@ -247,21 +248,19 @@ def _warnings(study: StudyRow, trial: TrialRow) -> list[str]:
 
 
 def _confirmed(c: Confirmed) -> ConfirmedOut:
-    return ConfirmedOut(
-        verdict=c.verdict,
-        label=c.label,
+    decided = c.decided_on
+    return from_row(
+        ConfirmedOut,
+        c,
         score=finite(c.score),
         score_low=finite(c.score_low),
         score_high=finite(c.score_high),
-        comparison_id=c.comparison_id,
-        details=list(c.details),
-        caveats=list(c.caveats),
         decided_on=None
-        if c.decided_on is None
+        if decided is None
         else DecidedOut(
-            metric=c.decided_on[0],
-            ratio=finite(c.decided_on[1]),
-            low=finite(c.decided_on[2]),
-            high=finite(c.decided_on[3]),
+            metric=decided[0],
+            ratio=finite(decided[1]),
+            low=finite(decided[2]),
+            high=finite(decided[3]),
         ),
     )

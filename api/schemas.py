@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from tuner.db import ComparisonRow, StudyRow, TrialRow
-from tuner.domain import Estimate, to_jsonable
+from tuner.domain import Estimate, jsonable, to_jsonable
 
 
 def finite(value: float | None) -> float | None:
@@ -27,14 +27,7 @@ def finite(value: float | None) -> float | None:
 
 def json_safe(obj: Any) -> Any:
     """Domain records as JSON values, with non-finite floats as None."""
-    value = to_jsonable(obj)
-    if isinstance(value, float):
-        return finite(value)
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    return value
+    return jsonable.finite(to_jsonable(obj))[0]
 
 
 M = TypeVar("M", bound=BaseModel)

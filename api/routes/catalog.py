@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path
 from api.bounds import INT_MAX
 from api.deps import RepoDep
 from api.errors import MALFORMED, UNAVAILABLE, not_found, responses
-from api.schemas import ComparisonOut, GpuOut, ModelOut
+from api.schemas import ComparisonOut, GpuOut, ModelOut, from_row
 from tuner.catalog import GPUS, MODELS
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
@@ -19,15 +19,13 @@ router = APIRouter(prefix="/v1", tags=["catalog"])
 def list_models() -> list[ModelOut]:
     """Catalogued models (aliases a study spec may name)."""
     return [
-        ModelOut(
+        from_row(
+            ModelOut,
+            m,
             alias=alias,
-            hub_id=m.hub_id,
-            architecture=m.architecture,
             layers=m.num_layers,
             parameters=m.parameter_count(),
             max_model_len=m.max_position_embeddings,
-            weights_available=m.weights_available,
-            notes=m.notes,
         )
         for alias, m in MODELS.items()
     ]
@@ -37,16 +35,13 @@ def list_models() -> list[ModelOut]:
 def list_gpus() -> list[GpuOut]:
     """GPU profiles: memory, compute capability, attention backends and KV cache dtypes."""
     return [
-        GpuOut(
+        from_row(
+            GpuOut,
+            g,
             name=name,
-            display_name=g.display_name,
-            memory_gib=g.memory_gib,
             compute_capability=None
             if g.compute_capability is None
             else f"{g.compute_capability[0]}.{g.compute_capability[1]}",
-            attention_backends=list(g.attention_backends),
-            flash_attn_versions=list(g.flash_attn_versions),
-            kv_cache_dtypes=list(g.kv_cache_dtypes),
         )
         for name, g in GPUS.items()
     ]
