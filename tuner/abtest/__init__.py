@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from tuner.abtest.claims.verdicts import Outcome, claim_record, verify
     from tuner.abtest.compare import COMPARED, HEADLINE, Arm, run_interleaved
     from tuner.abtest.decide import Design, Look, judge_look
-    from tuner.abtest.pair import NOT_MEASURED, PairOutcome, PairSetup, run_pair, setup_pair
-    from tuner.abtest.pipeline import Bench, Watch, open_bench
+    from tuner.abtest.pair import NOT_MEASURED, PairOutcome, run_pair, setup_pair
+    from tuner.abtest.pipeline import Watch, open_bench
     from tuner.abtest.profile import load_profile, noise_key, profile_lines, record_launch
 
 __all__ = [
@@ -23,13 +23,11 @@ __all__ = [
     "HEADLINE",
     "NOT_MEASURED",
     "Arm",
-    "Bench",
     "Claim",
     "Design",
     "Look",
     "Outcome",
     "PairOutcome",
-    "PairSetup",
     "Watch",
     "Where",
     "claim_record",

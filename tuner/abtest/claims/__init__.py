@@ -21,16 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.abtest.claims.file import (
-    BACKENDS,
-    EFFECT,
-    FLAG,
-    METRICS,
-    UNMEASURABLE,
-    Article,
-    Claim,
-    load_claims,
-)
+from tuner.abtest.claims.file import EFFECT, FLAG, METRICS, UNMEASURABLE, Claim, load_claims
 from tuner.catalog import FLASH_ATTN, get_gpu, resolve_model, rules
 from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
 from tuner.errors import UsageError
@@ -44,9 +35,7 @@ from tuner.spec import (
 )
 
 __all__ = [
-    "BACKENDS",
     "METRICS",
-    "Article",
     "Claim",
     "ClaimsSetup",
     "Planned",

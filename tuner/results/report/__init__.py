@@ -5,34 +5,19 @@ exactly the numbers a chart or table shows, so they are tested without plotly or
 No I/O: callers read the rows and pass them in.
 
 - :mod:`tuner.results.report.study`: the study page (trials table, optimisation history, Pareto
-front,   importances, latency distributions) and the overview (best configuration per model x GPU x
-  workload);
+  front, importances, latency distributions);
+- :mod:`tuner.results.report.overview`: the best configuration per model x GPU x workload;
 - :mod:`tuner.results.report.compare`: an A/B comparison as a per-metric table.
 """
 
-from tuner.results.report.compare import ComparisonReport, MetricComparison, comparison_report
-from tuner.results.report.overview import BestEntry, overview
-from tuner.results.report.study import (
-    Distribution,
-    History,
-    Importances,
-    ParetoPoint,
-    StudyReport,
-    TrialLine,
-    fallback_importances,
-    study_report,
-)
+from tuner.results.report.compare import ComparisonReport, comparison_report
+from tuner.results.report.overview import overview
+from tuner.results.report.study import Distribution, StudyReport, fallback_importances, study_report
 
 __all__ = [
-    "BestEntry",
     "ComparisonReport",
     "Distribution",
-    "History",
-    "Importances",
-    "MetricComparison",
-    "ParetoPoint",
     "StudyReport",
-    "TrialLine",
     "comparison_report",
     "fallback_importances",
     "overview",
