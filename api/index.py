@@ -63,19 +63,18 @@ class StudyIndex:
     """Studies and snapshots of their complete trials, and answers computed from them.
     Thread-safe; never serves stale rows once the repository has committed a change."""
 
-    def __init__(self, repo: Repository, *, memo_size: int = MEMO_SIZE) -> None:
+    def __init__(self, repo: Repository) -> None:
         self.repo = repo
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[_Version, StudySnapshot]] = {}
         self._memo: OrderedDict[Hashable, Any] = OrderedDict()
-        self._memo_size = memo_size
         self._marker: object = None
 
     def memo(self, key: Hashable, compute: Callable[[list[StudySnapshot]], T]) -> T:
         """``compute(snapshots)`` for ``key``, remembered until any study changes.
 
         Checking for a change costs one aggregate query (:meth:`Repository.change_marker`);
-        a hit costs nothing more. At most ``memo_size`` answers are kept (least recently used
+        a hit costs nothing more. At most :data:`MEMO_SIZE` answers are kept (least recently used
         go first), since keys come from query parameters anyone can vary.
         """
         marker = self.repo.change_marker()
@@ -90,7 +89,7 @@ class StudyIndex:
         with self._lock:
             if marker == self._marker:  # not if a change came in while computing
                 self._memo[key] = value
-                while len(self._memo) > self._memo_size:
+                while len(self._memo) > MEMO_SIZE:
                     self._memo.popitem(last=False)
         return value
 

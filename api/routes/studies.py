@@ -187,10 +187,7 @@ def list_trials(
     """A page of the study's trials by number, with the total count matching the filter."""
     study = _study(repo, name)
     rows = repo.list_trials(name, status=state, phase=phase, limit=limit, offset=offset)
-    if phase is None:
-        total = repo.count_trials(name, status=state)
-    else:  # count_trials has no phase filter; a study has at most a few hundred trials
-        total = len(repo.list_trials(name, status=state, phase=phase, limit=None))
+    total = repo.count_trials(name, status=state, phase=phase)
     score = _scorer(index, study)
     return TrialPageOut(
         study=name,

@@ -328,15 +328,18 @@ class Repository:
         if (limit is not None and limit < 0) or offset < 0:
             raise UsageError(f"limit ({limit}) and offset ({offset}) must not be negative")
         with session_scope(self._engine) as s:
-            query = _trials_of(_study_id(s, study_name), status)
-            if phase is not None:
-                query = query.where(TrialModel.phase == TrialPhase(phase).value)
+            query = _trials_of(_study_id(s, study_name), status, phase)
             query = query.order_by(TrialModel.number).offset(offset).limit(limit)
             return [trial_row(r, study_name) for r in s.scalars(query)]
 
-    def count_trials(self, study_name: str, status: TrialStatus | None = None) -> int:
+    def count_trials(
+        self,
+        study_name: str,
+        status: TrialStatus | None = None,
+        phase: TrialPhase | str | None = None,
+    ) -> int:
         with session_scope(self._engine) as s:
-            query = _trials_of(_study_id(s, study_name), status)
+            query = _trials_of(_study_id(s, study_name), status, phase)
             return int(s.scalar(select(func.count()).select_from(query.subquery())) or 0)
 
     def get_trial(self, study_name: str, number: int) -> TrialRow | None:
@@ -532,10 +535,14 @@ def _counts(s: Session, study_ids: list[int]) -> dict[int, dict[str, dict[str, i
     return out
 
 
-def _trials_of(study_id: int, status: TrialStatus | None = None) -> Select[TrialModel]:
+def _trials_of(
+    study_id: int, status: TrialStatus | None = None, phase: TrialPhase | str | None = None
+) -> Select[TrialModel]:
     query = select(TrialModel).where(TrialModel.study_id == study_id)
     if status is not None:
         query = query.where(TrialModel.status == TrialStatus(status).value)
+    if phase is not None:
+        query = query.where(TrialModel.phase == TrialPhase(phase).value)
     return query
 
 
