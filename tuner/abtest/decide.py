@@ -86,12 +86,11 @@ class Design:
         """The design from a command's options: ``--repeats`` alone is a fixed design;
         ``--max-launches`` makes it sequential with ``--repeats`` (default 3, at most the
         budget) as the first look; neither: sequential from 3 to 6 a side."""
-        if max_launches is None:
-            if repeats is not None:
-                return cls.fixed_launches(repeats, confidence)
-            return cls.sequential(FIRST, CAP, confidence, min_effect)
-        first = min(repeats if repeats is not None else FIRST, max_launches)
-        return cls.sequential(first, max_launches, confidence, min_effect)
+        if max_launches is None and repeats is not None:
+            return cls.fixed_launches(repeats, confidence)
+        cap = CAP if max_launches is None else max_launches
+        first = min(repeats if repeats is not None else FIRST, cap)
+        return cls.sequential(first, cap, confidence, min_effect)
 
     @property
     def first(self) -> int:

@@ -117,9 +117,7 @@ class PairOutcome:
     @property
     def look_done(self) -> bool:
         """Whether the design stops here (decided, precise enough, a side not measurable)."""
-        if any(self.findings.values()):
-            return True
-        return self.look is None or self.look.done
+        return any(self.findings.values()) or self.look is None or self.look.done
 
     @property
     def conclusive(self) -> bool:

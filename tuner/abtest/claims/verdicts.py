@@ -35,11 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.abtest.claims import Claim, Planned
 from tuner.abtest.claims.facts import (
-    CONFIRMED,
     NOT_APPLICABLE,
     NOT_MEASURABLE,
-    NOT_MEASURED,
-    REFUTED,
     Fact,
     FlagList,
     Where,
@@ -49,17 +46,7 @@ from tuner.abtest.claims.facts import (
     launch_facts,
     setting_note,
 )
-from tuner.abtest.claims.figures import (
-    CONSISTENT,
-    EFFECT_VERDICTS,
-    INCONCLUSIVE,
-    LARGER,
-    NO_EFFECT,
-    OPPOSITE,
-    SMALLER,
-    Claimed,
-    read,
-)
+from tuner.abtest.claims.figures import CONSISTENT, Claimed, read
 from tuner.abtest.claims.file import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
 from tuner.abtest.compare import Arm, Comparison, MetricComparison, RunCallback, compare
 from tuner.abtest.compare import run_interleaved as _interleaved
@@ -81,32 +68,7 @@ if TYPE_CHECKING:
     from tuner.runner import PhaseCallback, TrialRunner
     from tuner.scoring import NoiseProfile
 
-VERDICTS = (
-    *EFFECT_VERDICTS,
-    CONFIRMED,
-    REFUTED,
-    NOT_APPLICABLE,
-    NOT_MEASURABLE,
-    NOT_MEASURED,
-)
-__all__ = [
-    "CONFIRMED",
-    "CONSISTENT",
-    "INCONCLUSIVE",
-    "LARGER",
-    "NOT_APPLICABLE",
-    "NOT_MEASURABLE",
-    "NOT_MEASURED",
-    "NO_EFFECT",
-    "OPPOSITE",
-    "REFUTED",
-    "SMALLER",
-    "VERDICTS",
-    "Outcome",
-    "claim_record",
-    "evaluate",
-    "verify",
-]
+__all__ = ["CONSISTENT", "NOT_APPLICABLE", "Outcome", "claim_record", "evaluate", "verify"]
 FlagSource = Callable[[], tuple[FlagList | None, str]]
 """This machine's vLLM flag list, or None and why not
 (:func:`tuner.abtest.claims.facts.machine_flags`)."""
