@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
 import optuna
 from sqlalchemy import exc as sa_exc
@@ -95,9 +94,4 @@ def param_importances(
 def _varying_params(trials: list[optuna.trial.FrozenTrial]) -> list[str]:
     """Parameters present in every trial that took at least two values."""
     common = set.intersection(*(set(t.params) for t in trials))
-    out = []
-    for name in sorted(common):
-        seen: set[Any] = {repr(t.params[name]) for t in trials}
-        if len(seen) > 1:
-            out.append(name)
-    return out
+    return [name for name in sorted(common) if len({repr(t.params[name]) for t in trials}) > 1]

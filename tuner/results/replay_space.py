@@ -74,8 +74,8 @@ class ReplaySpace:
 
     def suggest(self, trial: Suggests) -> ServingConfig:
         if self.mode == "table":
-            number = trial.suggest_categorical(ROW_PARAM, self.choices[ROW_PARAM])
-            return self._row_of(str(number)).config
+            number = str(trial.suggest_categorical(ROW_PARAM, self.choices[ROW_PARAM]))
+            return next(r for r in self.table.rows if str(r.number) == number).config
         params: dict[str, Any] = {}
         for knob in self.table.knobs:
             if knob == _FA_VERSION and params.get("attention_backend") != FLASH_ATTN:
@@ -99,9 +99,6 @@ class ReplaySpace:
                 continue
             params[knob] = DEFAULT if value is None else value
         return params
-
-    def _row_of(self, number: str) -> Row:
-        return next(r for r in self.table.rows if str(r.number) == number)
 
     # -- the walk and the look-up -----------------------------------------------------------
 

@@ -76,10 +76,6 @@ class Claimed:
         """The value of "no change" on this scale."""
         return 1.0 if self.scale == RATIO else 0.0
 
-    @property
-    def upward(self) -> bool:
-        return self.low >= self.null
-
     def shown(self) -> str:
         """The claim as verdicts quote it: "×1.411", "×1.10 to 1.20", "≥ ×1.50", "< ×1",
         "-120 MB", "≤ -500 ms"."""
@@ -172,7 +168,7 @@ def _one_side(c: Claimed) -> None:
 
 def _mirror(c: Claimed, low: float, high: float) -> tuple[float, float, float, float]:
     """The claim's range and the interval, turned so that the claim lies above "no change"."""
-    if c.upward:
+    if c.low >= c.null:  # already above "no change"
         return c.low, c.high, low, high
     if c.scale == DIFFERENCE:
         return -c.high, -c.low, -high, -low
