@@ -51,17 +51,17 @@ def _with_csp(page: HTMLResponse) -> HTMLResponse:
     return HTMLResponse(body, headers={"Content-Security-Policy": csp(body)})
 
 
-def install_docs(app: FastAPI, *, docs_url: str = "/docs", redoc_url: str = "/redoc") -> None:
-    """Serve Swagger UI at ``docs_url`` and ReDoc at ``redoc_url`` from local files only.
+def install_docs(app: FastAPI) -> None:
+    """Serve Swagger UI at ``/docs`` and ReDoc at ``/redoc`` from local files only.
 
     The app must be built with ``docs_url=None, redoc_url=None`` (FastAPI's CDN pages off).
     """
     app.mount(STATIC_PREFIX, StaticFiles(directory=ASSETS), name="docs-static")
     openapi_url = app.openapi_url or "/openapi.json"
-    oauth_redirect = f"{docs_url}/oauth2-redirect"
+    oauth_redirect = "/docs/oauth2-redirect"
     favicon = f"{STATIC_PREFIX}/favicon.png"
 
-    @app.get(docs_url, include_in_schema=False)
+    @app.get("/docs", include_in_schema=False)
     def swagger_ui() -> HTMLResponse:
         return _with_csp(
             get_swagger_ui_html(
@@ -80,7 +80,7 @@ def install_docs(app: FastAPI, *, docs_url: str = "/docs", redoc_url: str = "/re
     def swagger_ui_redirect() -> HTMLResponse:
         return _with_csp(get_swagger_ui_oauth2_redirect_html())
 
-    @app.get(redoc_url, include_in_schema=False)
+    @app.get("/redoc", include_in_schema=False)
     def redoc() -> HTMLResponse:
         return _with_csp(
             get_redoc_html(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuner.db import Repository
@@ -38,11 +38,9 @@ class ApiSettings:
         api_key_env: str = DEFAULT_API_KEY_ENV,
         cors_origins: Sequence[str] = (),
         allow_extra_args: bool = False,
-        environ: Mapping[str, str] | None = None,
     ) -> ApiSettings:
-        """Settings with the API key read from ``environ[api_key_env]`` (blank means none)."""
-        env = os.environ if environ is None else environ
-        key = env.get(api_key_env, "").strip() or None
+        """Settings with the API key read from ``$api_key_env`` (blank means none)."""
+        key = os.environ.get(api_key_env, "").strip() or None
         return cls(
             storage=storage,
             api_key=key,

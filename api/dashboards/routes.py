@@ -22,7 +22,7 @@ from api.dashboards.charts import compare_chart, study_charts
 from api.dashboards.render import render
 from api.deps import RepoDep
 from tuner.domain import Objective, TrialStatus
-from tuner.errors import TunerError, UsageError
+from tuner.errors import TunerError
 from tuner.results import (
     any_capacity,
     comparison_report,
@@ -149,10 +149,8 @@ def compare_page(comparison_id: int, repo: RepoDep) -> HTMLResponse:
         return _error(
             404,
             "no such comparison",
-            UsageError(
-                f"no comparison with id {comparison_id}",
-                hint="`tuner compare` and confirmation runs record comparisons",
-            ),
+            f"no comparison with id {comparison_id}",
+            "`tuner compare` and confirmation runs record comparisons",
         )
     study_name = None
     if row.study_id is not None:
