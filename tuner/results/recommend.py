@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuner.catalog import MODELS, levers, tokenizer_dir
+from tuner.catalog import GPUS, MODELS, levers, tokenizer_dir
 from tuner.db import Repository, StudyRow
 from tuner.domain import Estimate, Objective, ServingConfig
 from tuner.results import costs, energy
@@ -275,7 +275,5 @@ def tradeoffs(
 
 def gpu_memory_gib(profile: str) -> float | None:
     """The memory of GPU profile ``profile`` in GiB (None for an unknown profile)."""
-    from tuner.catalog import GPUS
-
     gpu = GPUS.get(profile)
     return gpu.memory_gib if gpu is not None else None

@@ -14,6 +14,7 @@ passes a flag.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -138,8 +139,6 @@ def runner_passing(
 ) -> TrialRunner:
     """A runner set up like ``spec``'s that also passes ``flag`` to vLLM (a starts claim's
     launch with its flag)."""
-    import dataclasses
-
     from tuner.abtest.pipeline import open_bench
 
     with_flag = dataclasses.replace(spec, extra_args=(*spec.extra_args, flag))

@@ -78,6 +78,7 @@ _REQUIRED = {
     DEFAULT_BACKEND: ("id", "statement", "claimed"),
     UNMEASURABLE: ("id", "statement", "needs"),
 }
+_TEXTS = ("id", "statement", "article", "figure", "note", "flag", "needs", "metric")
 _ARTICLE_KEYS = frozenset({"id", "title", "setting", "model", "gpu", "vllm"})
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
@@ -196,7 +197,7 @@ def _claim(
     for key in _REQUIRED[kind]:
         if key not in entry:
             raise fail(f"[[claim]] lacks {key!r}", hint=f"a {kind} claim has {_REQUIRED[kind]}")
-    text = {k: typed_value(entry[k], str, k, fail, "claim") for k in _texts(entry)}
+    text = {k: typed_value(entry[k], str, k, fail, "claim") for k in _TEXTS if k in entry}
     claim_id = text["id"]
     if not _ID.match(claim_id):
         raise fail(f"claim id {claim_id!r}: use lower-case letters, digits and dashes", "id")
@@ -240,14 +241,6 @@ def _claim(
         needs=text.get("needs", ""),
         **common,
     )
-
-
-def _texts(entry: Mapping[str, Any]) -> list[str]:
-    return [
-        k
-        for k in ("id", "statement", "article", "figure", "note", "flag", "needs", "metric")
-        if k in entry
-    ]
 
 
 def _effect(entry: Mapping[str, Any], fail: Fail, common: dict[str, Any]) -> Claim:

@@ -15,14 +15,11 @@ own (a ``starts`` claim also by one with its flag, when it can). :func:`verify` 
 ``tuner verify-claims`` runs: the same, each measured effect claim stored as a comparison
 (``results["kind"] == "claim"``, ``results["claim"]`` its :func:`claim_record`).
 
-With a decision design (:mod:`tuner.abtest.decide`, the one of ``tuner compare`` and a study's
-confirmation) each claim is judged by :func:`tuner.abtest.decide.judge_look` on its own metric:
-intervals borrow the key's noise profile where it holds, and a group's arms get another
-interleaved round after each look until every claim of the group is decided (its metric's
-interval excludes 1 or is within the smallest effect worth acting on) or the launch budget is
-spent. The claim's verdict then reads the interval at the design's per-look level, so it holds
-at the design's overall confidence; the stored comparison carries the decision and its
-GPU-minutes. Without a design, ``launches`` a side and Welch's interval, as before.
+With a decision design (:mod:`tuner.abtest.decide`) each claim is judged by
+:func:`~tuner.abtest.decide.judge_look` on its own metric, and a group's arms get another
+interleaved round after each look until every claim of the group is decided or the launch
+budget is spent; the verdict reads the interval at the design's per-look level, so it holds at
+the design's overall confidence. Without a design, ``launches`` a side and Welch's interval.
 """
 
 from __future__ import annotations
