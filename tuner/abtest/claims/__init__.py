@@ -7,11 +7,9 @@ measured interval reads against it, :mod:`~tuner.abtest.claims.facts` the verdic
 a figure (a flag exists, a start fails, a default backend), :mod:`~tuner.abtest.claims.verdicts`
 measures and judges, :mod:`~tuner.abtest.claims.rejudge` judges again from stored comparisons.
 
-The claims file (``studies/claims/*.toml``: ``[[article]]`` and ``[[claim]]`` tables) is read
-by :func:`load_claims` (:mod:`tuner.abtest.claims.file`, which documents the format);
-:func:`select` keeps the claims asked for, :func:`plan` decides per model and GPU which claims
-can be measured at all, and :func:`setup_claims` does all three for ``tuner verify-claims``'s
-options. Measuring and judging them is :mod:`tuner.abtest.claims.verdicts`.
+Here, after :func:`load_claims` (``studies/claims/*.toml``): :func:`select` keeps the claims
+asked for, :func:`plan` decides per model and GPU which claims can be measured at all, and
+:func:`setup_claims` does all three for ``tuner verify-claims``'s options.
 """
 
 from __future__ import annotations
