@@ -9,6 +9,7 @@ model of the ERNIE-4.5 architecture small enough for CPU tests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -212,30 +213,16 @@ def resolve_model(name: str) -> ModelSpec:
     if _HUB_ID.match(name):
         for spec in MODELS.values():
             # A catalogued hub id asks for the real weights of a model whose facts we know.
-            if spec.hub_id == name and spec.alias != "tiny-ernie":
-                return ModelSpec(
-                    alias=spec.alias,
-                    hub_id=name,
-                    config=spec.config,
-                    source=name,
-                    dtype=spec.dtype,
-                    notes=spec.notes,
-                )
+            if spec.hub_id == name and spec.weights_available:
+                return dataclasses.replace(spec, source=name)
         cached = _hf_cached_config(name)
-        if cached is not None:
-            return ModelSpec(
-                alias=name.split("/", 1)[1],
-                hub_id=name,
-                config=cached,
-                source=name,
-                dtype=_dtype_of(cached),
-            )
         return ModelSpec(
             alias=name.split("/", 1)[1],
             hub_id=name,
-            config={},
+            config=cached or {},
             source=name,
-            notes=UNKNOWN_FACTS_NOTE,
+            dtype=_dtype_of(cached or {}),
+            notes="" if cached is not None else UNKNOWN_FACTS_NOTE,
         )
     raise UsageError(
         f"unknown model {name!r}: not a catalog alias, a directory or a hub id (org/name)",

@@ -47,13 +47,13 @@ def violations(
     model: ModelSpec, gpu: GpuProfile, workload: Workload, config: ServingConfig
 ) -> list[str]:
     """Every broken rule of ``config`` as a sentence; an empty list when it may run."""
-    out: list[str] = []
-    out += _backend_rules(gpu, config)
-    out += _kv_dtype_rules(gpu, config)
-    out += _length_rules(model, workload, config)
-    out += _batch_rules(config)
-    out += _memory_rules(model, gpu, config)
-    return out
+    return [
+        *_backend_rules(gpu, config),
+        *_kv_dtype_rules(gpu, config),
+        *_length_rules(model, workload, config),
+        *_batch_rules(config),
+        *_memory_rules(model, gpu, config),
+    ]
 
 
 def _sm(gpu: GpuProfile) -> str:

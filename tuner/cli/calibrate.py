@@ -1,14 +1,7 @@
 """``tuner calibrate``: measure the noise of a model, GPU and workload before comparing on it.
 
-The defaults (or ``--config``) are launched ``--launches`` times, fresh launches each; every
-launch is summarised in ``tuner_launches`` (:mod:`tuner.abtest.profile`), and the noise profile
-of the key (host, GPU, vLLM version, model, workload, windows per launch) is estimated from all
-the launches stored on it, these and any earlier ones (:mod:`tuner.scoring.noise`). ``tuner
-compare``, ``tuner verify-claims`` and a study's confirmation on the same key then borrow its
-degrees of freedom, and each of their launches refreshes it.
-
-A study does not calibrate first: its confirmation launches the defaults and several candidates
-interleaved, and their launches are stored on the key like these.
+Every launch is stored in ``tuner_launches``, and the noise profile of its key is estimated
+from all the launches stored on it (:mod:`tuner.abtest.profile`, the README's decision design).
 """
 
 from __future__ import annotations

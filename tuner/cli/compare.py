@@ -16,7 +16,7 @@ import typer
 from tuner.cli.common import GpuOpt, ModelOpt, StorageOpt, VllmPythonOpt, err, out, storage_url
 
 if TYPE_CHECKING:
-    from tuner.abtest import Arm, Bench, Design, Look, PairOutcome, PairSetup, Watch
+    from tuner.abtest import Arm, Design, Look, PairOutcome, Watch
     from tuner.domain import TrialResult
 
 Say = Callable[[str], None]
@@ -61,25 +61,6 @@ class Progress:
             self.say(
                 f"  {result.status.value} ({result.failure.value}){again}: {result.failure_detail}"
             )
-
-
-def _say_plan(setup: PairSetup, bench: Bench, say: Say) -> None:
-    say(
-        f"compare on {setup.model.alias} / {setup.gpu.name} ({bench.hardware}), "
-        f"vLLM {bench.vllm_version}"
-    )
-    for side, arm in zip("AB", setup.arms, strict=True):
-        say(f"  {side} = {arm.label}: launches with {arm.config.label()}")
-    design = (
-        bench.design.text()
-        if bench.design is not None
-        else (f"{bench.launches} fresh launches each, interleaved A B A B ...")
-    )
-    say(f"  workload {setup.workload.name}, {design}")
-    from tuner.load.fingerprint import fingerprint
-
-    for line in fingerprint(setup.workload).lines():
-        say(f"  {line}")
 
 
 def decision_lines(look: Look) -> list[str]:
@@ -249,6 +230,7 @@ def compare(
     import json
 
     from tuner.abtest import open_bench, run_pair, setup_pair
+    from tuner.load.fingerprint import fingerprint
 
     design = design_of(repeats, max_launches, min_effect, confidence)
     url, say = storage_url(storage), consoles(as_json)
@@ -263,7 +245,15 @@ def compare(
         vllm_python=vllm_python,
     )
     bench = open_bench("compare", setup.spec, url, setup.model, setup.gpu, design.first, design)
-    _say_plan(setup, bench, say)
+    say(
+        f"compare on {setup.model.alias} / {setup.gpu.name} ({bench.hardware}), "
+        f"vLLM {bench.vllm_version}"
+    )
+    for side, arm in zip("AB", setup.arms, strict=True):
+        say(f"  {side} = {arm.label}: launches with {arm.config.label()}")
+    say(f"  workload {setup.workload.name}, {design.text()}")
+    for line in fingerprint(setup.workload).lines():
+        say(f"  {line}")
     outcome = run_pair(bench, setup, Progress(say).watch())
     _print_comparison(outcome, say)
     cid = outcome.comparison_id

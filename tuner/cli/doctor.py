@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from tuner.cli.common import JsonOpt, StorageOpt, out, storage_url
+from tuner.cli.common import JsonOpt, StorageOpt, VllmPythonOpt, out, storage_url
 
 GIB = 1024**3
 _WIDTH = 11  # label column
@@ -110,9 +110,7 @@ def render(data: dict[str, Any]) -> list[str]:
 
 def doctor_command(
     gpu: Annotated[str | None, typer.Option(help="Check for studies on this profile.")] = None,
-    vllm_python: Annotated[
-        str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
-    ] = None,
+    vllm_python: VllmPythonOpt = None,
     storage: StorageOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -229,42 +229,34 @@ def _ms(value: Any) -> str:
     return f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 
-TABLE_METRICS: tuple[tuple[str, str], ...] = (
-    ("TTFT", "ttft"),
-    ("TPOT", "tpot"),
-    ("ITL", "itl"),
-    ("E2EL", "e2el"),
-)
+TABLE_METRICS = ("TTFT", "TPOT", "ITL", "E2EL")  # vLLM's result keys are these in lower case
 
 
-def table_header(opts: LoadOptions) -> list[str]:
-    top = _top_percentile(opts.percentiles)
-    head = ["load", "req/s", "out\ntok/s"]
-    if opts.slo is not None:
-        head.append("good\nreq/s")
-    head += [f"{name} ms\nP50/{top[0]}" for name, _ in TABLE_METRICS]
-    return head
-
-
-def _top_percentile(percentiles: Sequence[float]) -> tuple[str, float]:
-    p = max(percentiles)
-    word = str(int(p)) if int(p) == p else str(p)
-    return f"P{word}", p
-
-
-def table_row(point: PointResult, opts: LoadOptions) -> list[str]:
-    """The table's cells for one point: throughputs, then median / top percentile in ms."""
+def results_table(results: Sequence[PointResult], opts: LoadOptions) -> Table:
+    """One row per point: throughputs, then median / top percentile in ms."""
     from tuner.load.benchjson import percentile_key
 
-    r = point.result
-    _, top = _top_percentile(opts.percentiles)
-    row = [point.label, f"{r['request_throughput']:.2f}", f"{r['output_throughput']:.1f}"]
-    if opts.slo is not None:
-        row.append(f"{r['request_goodput']:.2f}")
-    for _, metric in TABLE_METRICS:
-        median = r[f"median_{metric}_ms"]
-        row.append(f"{_ms(median)}/{_ms(r[percentile_key(top, metric)])}")
-    return row
+    top = max(opts.percentiles)
+    label = f"P{int(top) if int(top) == top else top}"
+    goodput = ["good\nreq/s"] if opts.slo is not None else []
+    head = ["load", "req/s", "out\ntok/s", *goodput]
+    head += [f"{name} ms\nP50/{label}" for name in TABLE_METRICS]
+    table = Table(*head, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for column in table.columns:  # fold rather than cut a number at a narrow width
+        column.overflow = "fold"
+        column.justify = "right"
+    table.columns[0].justify = "left"
+    table.columns[0].no_wrap = True
+    for point in results:
+        r = point.result
+        row = [point.label, f"{r['request_throughput']:.2f}", f"{r['output_throughput']:.1f}"]
+        if goodput:
+            row.append(f"{r['request_goodput']:.2f}")
+        for metric in (name.lower() for name in TABLE_METRICS):
+            median = r[f"median_{metric}_ms"]
+            row.append(f"{_ms(median)}/{_ms(r[percentile_key(top, metric)])}")
+        table.add_row(*row)
+    return table
 
 
 def warnings(point: PointResult) -> list[str]:
@@ -289,15 +281,12 @@ def warnings(point: PointResult) -> list[str]:
 
 def summary_line(opts: LoadOptions, model: str) -> str:
     shape = opts.workload
-    if (
-        opts.closed_loop
-        and shape is not None
-        and shape.trace is not None
-        and (shape.arrival == "trace")
-    ):
-        what = f"the trace's arrivals, at most {','.join(map(str, opts.concurrency))} in flight"
+    streams = ",".join(map(str, opts.concurrency))
+    replayed = shape is not None and shape.trace is not None and shape.arrival == "trace"
+    if opts.closed_loop and replayed:
+        what = f"the trace's arrivals, at most {streams} in flight"
     elif opts.closed_loop:
-        what = f"concurrency {','.join(map(str, opts.concurrency))}"
+        what = f"concurrency {streams}"
     else:
         what = (
             f"request rate {','.join(f'{r:g}' for r in opts.request_rates)} req/s "
@@ -341,13 +330,6 @@ def progress(say: Callable[[str], None], opts: LoadOptions) -> PhaseCallback:
             say(f"measuring {labels[done]} ({done + 1}/{total}): {counts[done]} requests")
 
     return on_phase
-
-
-def result_lines(results: Sequence[PointResult]) -> list[str]:
-    """``--json``: one JSON object per point, without the per-request arrays."""
-    from tuner.load.benchjson import summary
-
-    return [json.dumps(summary(p.result), allow_nan=False) for p in results]
 
 
 def load(
@@ -478,21 +460,13 @@ def load(
     except KeyboardInterrupt:
         err.print("interrupted: nothing was reported or written")
         raise SystemExit(INTERRUPTED) from None
-    if as_json:
-        for line in result_lines(results):
-            print(line, flush=True)
-    else:
-        table = Table(
-            *table_header(opts), box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
-        )
-        for column in table.columns:  # fold rather than cut a number at a narrow width
-            column.overflow = "fold"
-            column.justify = "right"
-        table.columns[0].justify = "left"
-        table.columns[0].no_wrap = True
+    if as_json:  # one JSON object per point, without the per-request arrays
+        from tuner.load.benchjson import summary
+
         for point in results:
-            table.add_row(*table_row(point, opts))
-        out.print(table)
+            print(json.dumps(summary(point.result), allow_nan=False), flush=True)
+    else:
+        out.print(results_table(results, opts))
         for line in turn_lines(results):
             out.print(escape(line), soft_wrap=True)
     for point in results:

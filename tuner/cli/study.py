@@ -273,7 +273,10 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     """List the studies in the database."""
     rows = open_repo(storage).list_studies()
     if as_json:
-        print_json([_study_record(s) for s in rows])
+        from tuner.domain import to_jsonable
+
+        totals = ("n_trials", "n_confirmation_launches")  # properties, not fields
+        print_json([{**to_jsonable(s), **{k: getattr(s, k) for k in totals}} for s in rows])
         return
     table = Table("study", "model", "gpu", "workload", "objective", "status", "trials")
     for s in rows:
@@ -282,15 +285,6 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
             counts += f"; {s.n_confirmation_launches} confirmation launches"
         table.add_row(s.name, s.model, s.gpu, s.workload, s.objective, s.status, counts)
     out.print(table)
-
-
-def _study_record(study: Any) -> dict[str, Any]:
-    from tuner.domain import to_jsonable
-
-    record: dict[str, Any] = to_jsonable(study)
-    record["n_trials"] = study.n_trials
-    record["n_confirmation_launches"] = study.n_confirmation_launches
-    return record
 
 
 def trials(

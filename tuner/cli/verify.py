@@ -1,12 +1,5 @@
-"""``tuner verify-claims``: measure the claims of a claims file (:mod:`tuner.abtest.claims`) here
-and judge each one against the article's figure (consistent, smaller, larger, opposite, no
-effect, inconclusive; confirmed or refuted for a flag or a start; not applicable, not
-measurable, not measured yet: with the reason).
-
-Options, progress lines and the table of verdicts; measuring and judging is
-:func:`tuner.abtest.claims.verdicts.verify` (claims with the same workload share their
-launches, each measured claim is stored as a comparison).
-"""
+"""``tuner verify-claims``: options, progress lines and the table of verdicts; measuring and
+judging the claims of a claims file is :func:`tuner.abtest.claims.verdicts.verify`."""
 
 from __future__ import annotations
 

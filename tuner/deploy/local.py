@@ -1,11 +1,6 @@
-"""``tuner launch``: serve a model with the best configuration tuner measured for it.
-
-The configuration comes from the local store (every real study of the model on that GPU
-profile, optionally of one workload, offers its pick as ``tuner best`` makes it; the best pick
-wins, see :func:`best_local`) or from a tuner API (:mod:`tuner.deploy.remote`). vLLM is started with
-exactly those flags, spelled for the vLLM that will run them, under the model's alias as its
-served name, through :class:`tuner.runner.server.VllmServer` (own process group, readiness with
-crash and deadline checks, identity check, whole-group teardown): see :mod:`tuner.cli.launch`.
+"""``tuner launch``: the best configuration tuner measured for a model, from the local store
+(:func:`best_local`) or a tuner API (:mod:`tuner.deploy.remote`), and the exact ``vllm serve``
+command for it (:func:`plan`); :mod:`tuner.cli.launch` serves it.
 """
 
 from __future__ import annotations

@@ -83,7 +83,6 @@ def platform_backends(
 
     ``selector_config`` is vLLM's ``AttentionSelectorConfig`` class where it has one (0.2x+).
     """
-    capability = None
     try:
         capability = platform.get_device_capability()
     except Exception:

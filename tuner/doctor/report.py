@@ -280,19 +280,12 @@ def _vllm_problems(gpu: GpuProfile | None, vllm: VllmFacts) -> list[Problem]:
     return problems
 
 
-def examine(
-    *,
-    gpu: str | None,
-    vllm_python: str,
-    storage_url: str,
-    nvml: Nvml | None = None,
-    probe_timeout_s: float = PROBE_TIMEOUT_S,
-) -> Report:
+def examine(*, gpu: str | None, vllm_python: str, storage_url: str) -> Report:
     """Gather every fact once and judge them. UsageError for an unknown ``gpu`` profile."""
     profile = get_gpu(gpu) if gpu is not None else None  # bad input first, before any probe
-    gpus = gather_gpus(nvml)
+    gpus = gather_gpus()
     storage = gather_storage(storage_url)
     ports = gather_ports()
-    vllm = gather_vllm(vllm_python, probe_timeout_s)
+    vllm = gather_vllm(vllm_python)
     problems = find_problems(profile, gpus, vllm, storage, ports)
     return Report(profile, gpus, vllm, storage, ports, tuple(problems))
