@@ -10,10 +10,9 @@ geometric means), with a Welch t interval on the difference of log means. Welch'
 close to its nominal coverage with as few as three launches a side for log-normal noise, where a
 bootstrap of three values would be far too narrow; tests check its coverage by simulation.
 
-A verdict is "better" or "worse" only when the whole interval lies on one side of 1;
-otherwise "no significant difference". When the launches of one side disagree far beyond their
-noise (:func:`tuner.scoring.caveats.disagreement`), the interval means nothing and the comparison's
-verdict is a sentence beginning "inconclusive" instead (:func:`is_inconclusive`).
+When the launches of one side disagree far beyond their noise
+(:func:`tuner.scoring.caveats.disagreement`), the interval means nothing and the verdict is a
+sentence beginning "inconclusive" instead (:func:`is_inconclusive`).
 """
 
 from __future__ import annotations
@@ -56,6 +55,7 @@ class RatioInterval:
         return self.low > 1.0 or self.high < 1.0
 
     def verdict(self, higher_is_better: bool) -> str:
+        """Better or worse only when the whole interval lies on one side of 1."""
         if not self.significant:
             return NO_DIFFERENCE
         up = self.low > 1.0

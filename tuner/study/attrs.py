@@ -1,14 +1,6 @@
-"""What Optuna's own storage says about a tuner study, for optuna-dashboard and other readers.
-
-Two things, both written by the study loop (:mod:`tuner.study.loop`):
-
-- the study's metric names (``Study.set_metric_names``): one per objective of
-  :func:`tuner.scoring.objectives.objective_values`, named after the metric key it comes from,
-  with its unit and its direction, so the dashboard does not show "Objective 0/1/2";
-- each trial's user attributes (:func:`trial_attrs`): tuner's status, the failure class of a
-  trial that produced no measurement, the headline metrics (medians over the measurement
-  windows, as tuner's tables hold them), peak memory and the attention backend the server
-  actually used. Values are JSON-safe: a number without samples (NaN) or infinite is None.
+"""What Optuna's own storage says about a tuner study, for optuna-dashboard and other readers:
+the study's metric names (:func:`metric_names`, so the dashboard does not show "Objective
+0/1/2") and each trial's user attributes (:func:`trial_attrs`), both written by the study loop.
 """
 
 from __future__ import annotations
@@ -45,7 +37,9 @@ def metric_names(objective: Objective) -> list[str]:
 
 
 def trial_attrs(result: TrialResult) -> dict[str, Any]:
-    """The user attributes of one told trial; metrics it did not measure are left out."""
+    """The user attributes of one told trial: tuner's status and failure class, the headline
+    metrics (medians over the windows), peak memory and the attention backend the server used;
+    metrics it did not measure are left out."""
     attrs: dict[str, Any] = {"tuner_status": result.status.value}
     if result.failure is not None:
         attrs["failure_class"] = result.failure.value

@@ -164,7 +164,6 @@ def run_study(
     report = reporter or SilentReporter()
     with _optuna_session(ctx) as storage:
         study = _open(ctx, repo, storage, resume=resume, claimed=claimed, join=join)
-        _name_metrics(ctx, study)
         row = repo.get_study(ctx.name)
         settled = (StudyStatus.CONFIRMING, StudyStatus.FINISHED)
         if join and row is not None and row.status in settled:
@@ -204,8 +203,7 @@ def set_up_study(ctx: StudyContext, repo: Repository, *, resume: bool) -> None:
     """Create (or, with ``resume``, take over) the study without running a trial: what
     ``tuner run --parallel`` does before its workers join it."""
     with _optuna_session(ctx) as storage:
-        study = _open(ctx, repo, storage, resume=resume, claimed=False, join=False)
-        _name_metrics(ctx, study)
+        _open(ctx, repo, storage, resume=resume, claimed=False, join=False)
         repo.set_study_status(ctx.name, "running")  # not "queued": its Optuna study exists
 
 
@@ -262,6 +260,7 @@ def _open(
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
         # A resume: nobody else runs the study, so every trial still running is dead.
         sharing.swept(study, repo, ctx.name, alone=resume)
+    _name_metrics(ctx, study)
     return study
 
 
