@@ -30,7 +30,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:  # a host name: let getaddrinfo pick
-        family = _family(host, port)
+        try:
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        except OSError as exc:
+            raise UsageError(
+                f"cannot resolve host {host!r}: {exc}", hint="e.g. --host 127.0.0.1"
+            ) from None
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted connections inherit this. Without it, answers written in two parts (headers,
@@ -47,15 +52,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
             hint="pick another --port, or stop whatever holds this one",
         ) from None
     return sock
-
-
-def _family(host: str, port: int) -> socket.AddressFamily:
-    try:
-        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    except OSError as exc:
-        raise UsageError(
-            f"cannot resolve host {host!r}: {exc}", hint="e.g. --host 127.0.0.1"
-        ) from None
 
 
 def _loopback(sock: socket.socket) -> bool:

@@ -91,11 +91,6 @@ def _port_range() -> tuple[int, int] | None:
         return None
 
 
-def _bind(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, port))
-
-
 def gather_ports(host: str = "127.0.0.1", count: int = 3) -> PortFacts:
     """Take ``count`` ports the way trials do (:func:`free_port`) and bind each of them."""
     from tuner.runner import free_port, port_is_open
@@ -105,7 +100,8 @@ def gather_ports(host: str = "127.0.0.1", count: int = 3) -> PortFacts:
     try:
         for _ in range(count):
             port = free_port(host)
-            _bind(host, port)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((host, port))
             checked.append(port)
     except EnvironmentProblem as exc:
         error = exc.message
