@@ -8,7 +8,6 @@ from tuner import face
 if TYPE_CHECKING:
     from tuner.study.confirm import (
         CONFIRM_NUMBER_BASE,
-        DEFAULTS_LABEL,
         Confirmed,
         choose,
         is_confirmation,
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIRM_NUMBER_BASE",
-    "DEFAULTS_LABEL",
     "Confirmed",
     "best_across",
     "choose",
