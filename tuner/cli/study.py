@@ -186,9 +186,17 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     """The spec ``--resume`` continues: the one stored with the study (found by ``spec``'s
     name), with what the command line gives checked against it (:mod:`tuner.spec.resume`).
     A study that is not there is left to the study loop to report."""
+    from tuner.db import Repository, ensure_ready, make_engine
     from tuner.spec import resumed_spec, stored_spec
 
-    row = _stored_study(url, spec.study_name())
+    if missing_sqlite_file(url) is not None:  # no database file yet
+        return spec
+    ensure_ready(url, auto_upgrade=True)
+    engine = make_engine(url)
+    try:
+        row = Repository(engine).get_study(spec.study_name())
+    finally:
+        engine.dispose()
     if row is None or not row.spec:
         return spec
     stored = stored_spec(row.spec, row.name)
@@ -196,20 +204,6 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
         return resumed_spec(stored, spec)
     given = {k: v for k, v in options.items() if v is not None}
     return resumed_spec(stored, stored.with_overrides(**given), changed=set(given))
-
-
-def _stored_study(url: str, name: str) -> Any:
-    """The row of study ``name``, or None (no such study, or no database file yet)."""
-    from tuner.db import Repository, ensure_ready, make_engine
-
-    if missing_sqlite_file(url) is not None:
-        return None
-    ensure_ready(url, auto_upgrade=True)
-    engine = make_engine(url)
-    try:
-        return Repository(engine).get_study(name)
-    finally:
-        engine.dispose()
 
 
 @contextmanager
