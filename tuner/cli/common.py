@@ -1,5 +1,5 @@
-"""What every command shares: the consoles, the ``--storage`` and ``--json`` options, opening
-an existing store, and printing JSON.
+"""What the commands share: the consoles, the options several of them take, opening an
+existing store, parsing an enum's value, and printing JSON.
 
 Output that is not a terminal (a pipe, a file, CI logs) is never wrapped: a line cut at 80
 columns in the middle of a flag or a path cannot be pasted or parsed.
@@ -21,14 +21,7 @@ if TYPE_CHECKING:
     from tuner.db import Repository
 
 _UNWRAPPED = 100_000  # columns of a console that is not a terminal: no line is ever cut
-E = TypeVar("E", bound=Enum)
 INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C or SIGTERM
-
-
-def _console(stream: Any) -> Console:
-    if stream.isatty():
-        return Console(file=stream, highlight=False)
-    return Console(file=stream, highlight=False, width=_UNWRAPPED, soft_wrap=True)
 
 
 class _Lazy:
@@ -41,7 +34,11 @@ class _Lazy:
     def _get(self) -> Console:
         stream = getattr(sys, self._name)
         if self._made is None or self._made[0] is not stream:
-            self._made = (stream, _console(stream))
+            tty = stream.isatty()
+            console = Console(
+                file=stream, highlight=False, width=None if tty else _UNWRAPPED, soft_wrap=not tty
+            )
+            self._made = (stream, console)
         return self._made[1]
 
     def __getattr__(self, attr: str) -> Any:
@@ -95,6 +92,9 @@ def open_study(url: str | None, study: str) -> Repository:
     if repo.get_study(study) is None:
         raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
     return repo
+
+
+E = TypeVar("E", bound=Enum)
 
 
 def choice(kind: type[E], text: str | None, what: str) -> E | None:
