@@ -128,9 +128,8 @@ class LoadGenerator:
         """Warm up once, then measure ``workload.windows`` windows at each load point; blocks
         (runs its own event loop).
 
-        ``first_point`` (early stopping) sees the first load point's windows, or the first
-        window of a one-point workload; a reason it returns ends the run there, in the report's
-        ``stopped_early``.
+        A reason ``first_point`` (:data:`FirstPointCheck`) returns ends the run there, in the
+        report's ``stopped_early``.
 
         ``on_phase`` gets ``("warmup", done, total)`` as warm-up requests finish and
         ``("measure", i, n)`` as window ``i`` of ``n`` (0-based, over all load points) starts.
