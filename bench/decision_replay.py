@@ -487,6 +487,7 @@ class Balanced:
     name: str
     throughput: float
     e2e: float
+    outlier: float | None = None  # one of the first three launches of a side runs this slow
 
 
 BALANCED_SCENARIOS = (
@@ -495,6 +496,10 @@ BALANCED_SCENARIOS = (
     Balanced("x1.2, E2E x1", 1.2, 1.0),
     Balanced("x1.2, E2E x1.1", 1.2, 1.1),  # the gain bought with latency
     Balanced("x1, E2E x1.2", 1.0, 1.2),  # a latency regression alone
+    # One launch of either side at 0.6 of its throughput and 1/0.6 of its P99 E2E (a slow
+    # launch in a closed loop), as the throughput mode's outlier scenarios.
+    Balanced("x1, one launch x0.6", 1.0, 1.0, 0.6),
+    Balanced("x1.2, E2E /1.2, one launch x0.6", 1.2, 1 / 1.2, 0.6),
 )
 
 
@@ -511,11 +516,16 @@ class JointSides(Drawn):
     ) -> None:
         super().__init__(walls, rng)
         self.bal, self.joint, self.memories = sc, draw, memories
+        self.outlier_at = None
+        if sc.outlier is not None:
+            self.outlier_at = ("a" if rng.random() < 0.5 else "b", int(rng.integers(3)))
 
     def launch(self, side: str) -> TrialResult:
         mu = np.log([15000.0, 6000.0])
         if side == "b":
             mu = mu + np.log([self.bal.throughput, self.bal.e2e])
+        if self.outlier_at == (side, len(self.runs[side])):
+            mu = mu + np.log([self.bal.outlier or 1.0, 1 / (self.bal.outlier or 1.0)])
         effect, window = self.joint(self.rng)
         values = np.exp(mu + effect + window)  # a row a window, a column a metric
         metrics = {name: estimate(values[:, j].tolist()) for j, name in enumerate(JOINT)}

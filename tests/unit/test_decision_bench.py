@@ -61,7 +61,7 @@ def test_the_balanced_mode_judges_each_confirmation_twice(tmp_path: Path) -> Non
     results = data["results"]["resample"]
     assert set(results) == {"fixed-3-pooled", "seq-pooled"}
     for design, scenarios in results.items():
-        assert len(scenarios) == 5 and "x1" in scenarios
+        assert len(scenarios) == 7 and "x1" in scenarios and "x1, one launch x0.6" in scenarios
         for r in scenarios.values():
             assert 0.0 <= r["balanced_better"] <= r["deciding_better"] <= 1.0
             lost = r["deciding_better"] - r["balanced_better"]
@@ -69,3 +69,25 @@ def test_the_balanced_mode_judges_each_confirmation_twice(tmp_path: Path) -> Non
             if design == "fixed-3-pooled":
                 assert r["launches_median"] == 6
     assert "| seq-pooled |" in done.stdout and "correlation" in done.stdout
+
+
+def test_the_readmes_balanced_table_is_the_committed_run() -> None:
+    """bench/README.md's balanced-verdict table re-derived from
+    bench/results/decision-balanced.json, cell by cell."""
+    data = json.loads((ROOT / "bench" / "results" / "decision-balanced.json").read_text())
+    designs = {"one look, 3 a side": "fixed-3-pooled", "sequential, 3-6 a side": "seq-pooled"}
+    readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The balanced objective's verdict", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    head = [c.strip() for c in rows[0].strip("|").split("|")]
+    checked, noise = 0, ""
+    for line in rows[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        noise = cells[0] or noise
+        for scenario, cell in zip(head[2:], cells[2:], strict=True):
+            r = data["results"][noise][designs[cells[1]]][scenario]
+            rates = (r["deciding_better"], r["balanced_better"], r["composite_interval_better"])
+            want = " / ".join(f"{100 * x:.1f}" for x in rates) + f" %; {r['launches_median']:g}"
+            assert cell == want, (noise, cells[1], scenario)
+            checked += 1
+    assert checked == 2 * 2 * 7
