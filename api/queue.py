@@ -32,7 +32,7 @@ from tuner.db import Repository, StudyRow, StudyStatus, check_study_name
 from tuner.domain import GpuProfile, ModelSpec, Workload
 from tuner.domain.workload import format_slo
 from tuner.errors import UsageError
-from tuner.load.workloads import TRACE_PREFIX
+from tuner.load import TRACE_PREFIX
 from tuner.space import KNOBS, NothingToSearch, SearchSpace
 from tuner.spec import (
     StudySpec,

@@ -26,7 +26,7 @@ from tuner.compose import check_fits
 from tuner.db import STUDY_NAME_PATTERN
 from tuner.domain import Objective
 from tuner.errors import UsageError
-from tuner.load.workloads import WORKLOADS
+from tuner.load import WORKLOADS
 from tuner.space import KNOBS
 
 T = TypeVar("T")

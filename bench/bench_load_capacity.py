@@ -24,8 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.legacy_load import run as legacy_run  # noqa: E402
 from tuner.domain import Workload  # noqa: E402
-from tuner.load.generator import LoadGenerator  # noqa: E402
-from tuner.load.prompts import PromptFactory  # noqa: E402
+from tuner.load import LoadGenerator, PromptFactory  # noqa: E402
 from tuner.runner.ports import free_port  # noqa: E402
 
 

@@ -52,7 +52,7 @@ def build_database(url: str, trials: int) -> None:
     from tuner.db.repository import Repository
     from tuner.db.session import make_engine
     from tuner.domain import Slo
-    from tuner.load.workloads import WORKLOADS
+    from tuner.load import WORKLOADS
     from tuner.space import SearchSpace
     from tuner.spec.study import StudySpec
     from tuner.study.loop import run_study

@@ -370,7 +370,7 @@ def prepare(args: argparse.Namespace, tokenizer: str, out: Path) -> tuple[Path, 
     """The file both clients replay and what is known of it before any request."""
     from tokenizers import Tokenizer
 
-    from tuner.load.traces import read_trace, tokenizer_file
+    from tuner.load import read_trace, tokenizer_file
 
     tok_file = tokenizer_file(Path(tokenizer))
     if tok_file is None:

@@ -67,7 +67,7 @@ from tuner.domain import (  # noqa: E402
     TrialResult,
     TrialStatus,
 )
-from tuner.load.stats import estimate  # noqa: E402
+from tuner.load import estimate  # noqa: E402
 from tuner.scoring.noise import Components, Launch, components, logs  # noqa: E402
 from tuner.scoring.significance import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE  # noqa: E402
 

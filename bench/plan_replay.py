@@ -69,7 +69,7 @@ from tuner.db.repository import Repository  # noqa: E402
 from tuner.db.session import make_engine  # noqa: E402
 from tuner.domain import Objective, Regime, ServingConfig, TrialResult  # noqa: E402
 from tuner.errors import UsageError  # noqa: E402
-from tuner.load.workloads import get_workload  # noqa: E402
+from tuner.load import get_workload  # noqa: E402
 from tuner.results.replay import METRICS, Launch, Table, load_table  # noqa: E402
 from tuner.scoring import objectives as scoring  # noqa: E402
 from tuner.scoring.ranking import Standing  # noqa: E402

@@ -18,7 +18,7 @@ from tuner.catalog import get_gpu, has_facts, resolve_model
 from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem, UsageError
-from tuner.load.workloads import get_workload, recommended_slo
+from tuner.load import get_workload, recommended_slo
 from tuner.runner import load_flags
 from tuner.space import SearchSpace
 from tuner.spec import NO_SLO, StudySpec, check_flags
@@ -230,7 +230,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         placement,
         reap_orphans,
     )
-    from tuner.telemetry.nvml import detect_gpus
+    from tuner.telemetry import detect_gpus
 
     hardware = check_hardware(
         gpu,

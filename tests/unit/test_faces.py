@@ -15,7 +15,8 @@ from tuner import _type_checking_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 FACES = [f"tuner.{p}" for p in (
-    "abtest", "catalog", "db", "results", "runner", "scoring", "spec", "study", "vllm",
+    "abtest", "catalog", "db", "load", "results", "runner", "scoring", "spec", "study",
+    "telemetry", "vllm",
 )]  # fmt: skip
 
 

@@ -18,8 +18,7 @@ from tuner.domain import (
     TrialStatus,
     Workload,
 )
-from tuner.load.canary import QUICK
-from tuner.load.generator import FirstPointCheck
+from tuner.load import QUICK, FirstPointCheck
 
 if TYPE_CHECKING:
     from tuner.runner import PhaseCallback, TrialRunner

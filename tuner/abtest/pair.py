@@ -24,7 +24,7 @@ from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenan
 from tuner.catalog import get_gpu, resolve_model
 from tuner.compose import beyond_typed, installed_flags, resolve_workload
 from tuner.domain import GpuProfile, ModelSpec, Provenance, TrialResult, Workload, to_jsonable
-from tuner.load.fingerprint import fingerprint
+from tuner.load import fingerprint
 from tuner.scoring import NoiseProfile, is_inconclusive
 from tuner.space import SearchSpace
 from tuner.spec import (

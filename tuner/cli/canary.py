@@ -33,9 +33,7 @@ def canary(
     as_json: JsonOpt = False,
 ) -> None:
     """Send the canary's request shapes to a running server (exit 1 when one breaks it)."""
-    from tuner.load import bench
-    from tuner.load.canary import FULL, QUICK, SHAPES, run_canary
-    from tuner.load.prompts import PromptFactory
+    from tuner.load import FULL, QUICK, SHAPES, PromptFactory, bench, run_canary
 
     chosen = {"full": FULL, "quick": QUICK}.get(shapes)
     if chosen is None:

@@ -230,7 +230,7 @@ def compare(
     import json
 
     from tuner.abtest import open_bench, run_pair, setup_pair
-    from tuner.load.fingerprint import fingerprint
+    from tuner.load import fingerprint
 
     design = design_of(repeats, max_launches, min_effect, confidence)
     url, say = storage_url(storage), consoles(as_json)

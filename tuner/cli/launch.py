@@ -171,7 +171,7 @@ def _vllm_version(python: str, measured: Measured, module: str, print_only: bool
 
 def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
     from tuner.runner import check_hardware, free_port, port_is_open
-    from tuner.telemetry.nvml import detect_gpus
+    from tuner.telemetry import detect_gpus
 
     check_hardware(profile, detect_gpus(), cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
     client_host = "127.0.0.1" if host in ("", "0.0.0.0") else host

@@ -25,8 +25,7 @@ from tuner.domain import FailureClass
 from tuner.errors import LoadFailure, TunerError, UsageError
 
 if TYPE_CHECKING:
-    from tuner.load.bench import LoadOptions, PointResult
-    from tuner.load.generator import PhaseCallback
+    from tuner.load import LoadOptions, PhaseCallback, PointResult
 
 
 ServerUrl = Annotated[
@@ -61,7 +60,7 @@ def parse_list(text: str, option: str, kind: type[int] | type[float]) -> tuple[A
 
 def server_root(url: str) -> str:
     """``http://host:port`` from what the user typed (``host:port``, ``.../v1`` accepted)."""
-    from tuner.load.generator import api_root
+    from tuner.load import api_root
 
     text = url.strip()
     if "://" not in text:
@@ -103,8 +102,7 @@ def options(
     ``--workload`` is read later (:func:`tuner.load.bench.with_workload`), once the server
     names its model."""
     from tuner.domain.workload import parse_slo
-    from tuner.load.bench import DEFAULT_CONCURRENCY, DEFAULT_MAX_CONCURRENCY, LoadOptions
-    from tuner.load.traces import tokenizer_file
+    from tuner.load import DEFAULT_CONCURRENCY, DEFAULT_MAX_CONCURRENCY, LoadOptions, tokenizer_file
 
     if workload is not None:
         for name, value in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
@@ -234,7 +232,7 @@ TABLE_METRICS = ("TTFT", "TPOT", "ITL", "E2EL")  # vLLM's result keys are these 
 
 def results_table(results: Sequence[PointResult], opts: LoadOptions) -> Table:
     """One row per point: throughputs, then median / top percentile in ms."""
-    from tuner.load.benchjson import percentile_key
+    from tuner.load import percentile_key
 
     top = max(opts.percentiles)
     label = f"P{int(top) if int(top) == top else top}"
@@ -316,8 +314,7 @@ def turn_lines(results: Sequence[PointResult]) -> list[str]:
 
 def progress(say: Callable[[str], None], opts: LoadOptions) -> PhaseCallback:
     """An ``on_phase`` callback that says when the warm-up and each load point start."""
-    from tuner.load.bench import workload
-    from tuner.load.curve import point_label
+    from tuner.load import point_label, workload
 
     points = workload(opts).load_points()
     labels = [point_label(p.concurrency, p.request_rate) for p in points]
@@ -461,7 +458,7 @@ def load(
         err.print("interrupted: nothing was reported or written")
         raise SystemExit(INTERRUPTED) from None
     if as_json:  # one JSON object per point, without the per-request arrays
-        from tuner.load.benchjson import summary
+        from tuner.load import summary
 
         for point in results:
             print(json.dumps(summary(point.result), allow_nan=False), flush=True)

@@ -171,7 +171,7 @@ def run(
         f"vLLM {ctx.vllm_version}, workload {ctx.workload.name}, objective "
         f"{spec.objective.value}, {spec.trials} trials"
     )
-    from tuner.load.fingerprint import fingerprint
+    from tuner.load import fingerprint
 
     for line in fingerprint(ctx.workload).lines():
         out.print(escape(line))
@@ -233,7 +233,7 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
     from tuner.compose import prepare
     from tuner.runner import matching_gpus
     from tuner.study import parallel, set_up_study
-    from tuner.telemetry.nvml import detect_gpus
+    from tuner.telemetry import detect_gpus
 
     parallel.refuse_sqlite(url, f"--parallel {n}")
     prepared = prepare(spec, url)

@@ -11,10 +11,15 @@ from collections.abc import Callable
 from tuner.catalog import resolve_model
 from tuner.domain import FailureClass
 from tuner.errors import LoadFailure, UsageError
-from tuner.load.canary import FULL, QUICK, CanaryReport, run_canary
-from tuner.load.generator import LoadGenerator
-from tuner.load.prompts import PromptFactory
-from tuner.load.workloads import get_workload
+from tuner.load import (
+    FULL,
+    QUICK,
+    CanaryReport,
+    LoadGenerator,
+    PromptFactory,
+    get_workload,
+    run_canary,
+)
 
 Say = Callable[[str], None]
 

@@ -46,7 +46,7 @@ from tuner.doctor.checks import (
 from tuner.doctor.probe import MARK
 from tuner.domain import GpuProfile
 from tuner.errors import EnvironmentProblem, HardwareMismatch
-from tuner.telemetry.nvml import DetectedGpu, Nvml, detect_gpus
+from tuner.telemetry import DetectedGpu, Nvml, detect_gpus
 
 PROBE_TIMEOUT_S = 180.0
 FLASH_ATTN_NOTE = (

@@ -1,2 +1,96 @@
-"""Load: workload shapes, prompts of exact token length, the streaming load generator and
-the statistics of what it measured."""
+"""Load: workload shapes and traces, prompts of exact token length, the canary, the streaming
+load generator, the statistics of what it measured and ``tuner load``'s measurement."""
+
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.load.bench import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_MAX_CONCURRENCY,
+        LoadOptions,
+        PointResult,
+        workload,
+    )
+    from tuner.load.benchjson import bench_result, goodput_bounds, percentile_key, summary
+    from tuner.load.canary import FULL, QUICK, SHAPES, CanaryReport, run_canary
+    from tuner.load.curve import (
+        CAPACITY_METRICS,
+        FEASIBLE,
+        MAX_ERROR_RATE,
+        LoadPoint,
+        capacity,
+        load_points,
+        point_label,
+        slo_margins,
+        trial_metrics,
+    )
+    from tuner.load.fingerprint import fingerprint
+    from tuner.load.generator import (
+        FirstPointCheck,
+        LoadGenerator,
+        LoadReport,
+        PhaseCallback,
+        api_root,
+        first_point_windows,
+    )
+    from tuner.load.prompts import PromptFactory
+    from tuner.load.selfcheck import NeighbourReading
+    from tuner.load.stats import HIGHER_IS_BETTER, estimate, summarize, window_metrics
+    from tuner.load.traces import read_trace, tokenizer_file
+    from tuner.load.workloads import (
+        TRACE_PREFIX,
+        WORKLOADS,
+        get_workload,
+        plan_requests,
+        recommended_slo,
+    )
+
+__all__ = [
+    "CAPACITY_METRICS",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_MAX_CONCURRENCY",
+    "FEASIBLE",
+    "FULL",
+    "HIGHER_IS_BETTER",
+    "MAX_ERROR_RATE",
+    "QUICK",
+    "SHAPES",
+    "TRACE_PREFIX",
+    "WORKLOADS",
+    "CanaryReport",
+    "FirstPointCheck",
+    "LoadGenerator",
+    "LoadOptions",
+    "LoadPoint",
+    "LoadReport",
+    "NeighbourReading",
+    "PhaseCallback",
+    "PointResult",
+    "PromptFactory",
+    "api_root",
+    "bench_result",
+    "capacity",
+    "estimate",
+    "fingerprint",
+    "first_point_windows",
+    "get_workload",
+    "goodput_bounds",
+    "load_points",
+    "percentile_key",
+    "plan_requests",
+    "point_label",
+    "read_trace",
+    "recommended_slo",
+    "run_canary",
+    "slo_margins",
+    "summarize",
+    "summary",
+    "tokenizer_file",
+    "trial_metrics",
+    "window_metrics",
+    "workload",
+]
+
+__getattr__, __dir__ = face(__name__)

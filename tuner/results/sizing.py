@@ -31,8 +31,7 @@ from tuner.catalog import GpuPrice
 from tuner.db import Repository, StudyRow, TrialRow
 from tuner.domain import Estimate, Slo
 from tuner.errors import UsageError
-from tuner.load.curve import load_points
-from tuner.load.stats import estimate
+from tuner.load import estimate, load_points
 from tuner.results import costs
 from tuner.results.recommend import recommendation
 from tuner.results.report.curves import chosen_point

@@ -11,7 +11,7 @@ from pathlib import Path
 from tuner.catalog import GPUS, match_detected
 from tuner.domain import GpuProfile
 from tuner.errors import HardwareMismatch
-from tuner.telemetry.nvml import DetectedGpu
+from tuner.telemetry import DetectedGpu
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from pathlib import Path
 import psutil
 
 from tuner.errors import UsageError
-from tuner.telemetry.host import ENGINE_MARKERS as ENGINE_MARKERS  # re-exported: it lived here
-from tuner.telemetry.host import is_engine_core
+from tuner.telemetry import ENGINE_MARKERS as ENGINE_MARKERS  # re-exported: it lived here
+from tuner.telemetry import is_engine_core
 
 MODES = ("auto", "pinned", "off")
 ENV = "TUNER_CPU_PLACEMENT"

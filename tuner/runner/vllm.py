@@ -35,18 +35,26 @@ from tuner.domain import (
     stopped_early,
 )
 from tuner.errors import LoadFailure, ServerFailure, TrialFailure
-from tuner.load.canary import QUICK, run_canary
-from tuner.load.curve import trial_metrics
-from tuner.load.generator import FirstPointCheck, LoadGenerator, LoadReport
-from tuner.load.prompts import PromptFactory
+from tuner.load import (
+    QUICK,
+    FirstPointCheck,
+    LoadGenerator,
+    LoadReport,
+    PromptFactory,
+    run_canary,
+    trial_metrics,
+)
 from tuner.runner import placement
 from tuner.runner.hardware import Hardware
 from tuner.runner.ports import free_port
 from tuner.runner.server import VllmServer
-from tuner.telemetry.energy import GpuEnergyMeter
-from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
-from tuner.telemetry.nvml import local_cpus
-from tuner.telemetry.probe import TelemetryProbe
+from tuner.telemetry import (
+    GpuEnergyMeter,
+    HostNeighbours,
+    TelemetryProbe,
+    local_cpus,
+    nvml_compute_pids,
+)
 from tuner.vllm import CacheDir, argv, cache_dir, cache_key, logparse
 
 PhaseCallback = Callable[[str, str], None]

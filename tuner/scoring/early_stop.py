@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuner.domain import Slo
-from tuner.load.curve import MAX_ERROR_RATE
+from tuner.load import MAX_ERROR_RATE
 from tuner.scoring.ranking import Standing
 
 _LATENCY_BOUNDS = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")

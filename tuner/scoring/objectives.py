@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tuner.domain import Estimate, Objective, Slo, TrialResult, TrialStatus
-from tuner.load.curve import FEASIBLE, slo_margins
+from tuner.load import FEASIBLE, slo_margins
 from tuner.scoring.cost import slo_throughput
 
 GIB = 1024**3

@@ -53,7 +53,7 @@ from tuner.abtest import (
 from tuner.compose import StudyContext
 from tuner.db import ComparisonRow, Repository, TrialRow
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
-from tuner.load.canary import FULL
+from tuner.load import FULL
 from tuner.runner import TrialRunner
 from tuner.scoring import (
     BETTER,

@@ -23,8 +23,7 @@ from collections.abc import Iterable, Sequence
 from tuner.compose import StudyContext
 from tuner.db import TrialRow
 from tuner.domain import Objective, ServingConfig, Slo, TrialStatus, WindowMetrics
-from tuner.load.generator import FirstPointCheck, first_point_windows
-from tuner.load.stats import summarize
+from tuner.load import FirstPointCheck, first_point_windows, summarize
 from tuner.scoring import Standing, StopPolicy, meets_slo_within_noise
 from tuner.scoring import objectives as scoring
 from tuner.scoring.early_stop import early_stop

@@ -46,7 +46,7 @@ from tuner.domain import (
     interrupted,
 )
 from tuner.errors import UsageError
-from tuner.load.fingerprint import fingerprint
+from tuner.load import fingerprint
 from tuner.runner import TrialRunner
 from tuner.scoring import objectives as scoring
 from tuner.space import SearchSpace

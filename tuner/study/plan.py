@@ -33,7 +33,7 @@ from typing import Any
 from tuner.catalog import MEMORY_BANDWIDTH_GBS, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, levers
 from tuner.domain import GpuProfile, ModelSpec, Objective, Regime, ServingConfig, Workload
 from tuner.errors import UsageError
-from tuner.load.fingerprint import fingerprint
+from tuner.load import fingerprint
 from tuner.scoring import Diagnosis
 from tuner.scoring.regime import LIGHT_STREAMS
 from tuner.space import DEFAULT, SearchSpace

@@ -1,6 +1,29 @@
-"""Telemetry: GPU memory and utilisation through NVML, host RSS and CPU use through psutil,
-vLLM's Prometheus metrics.
+"""Telemetry: GPU memory, utilisation and energy through NVML, host RSS and CPU use through
+psutil, vLLM's Prometheus metrics; :class:`TelemetryProbe` is what a trial runner wraps around
+one server."""
 
-:class:`tuner.telemetry.probe.TelemetryProbe` is what a trial runner uses; the pieces are usable
-on their own.
-"""
+from typing import TYPE_CHECKING
+
+from tuner import face
+
+if TYPE_CHECKING:
+    from tuner.telemetry.energy import GpuEnergyMeter
+    from tuner.telemetry.host import ENGINE_MARKERS, is_engine_core
+    from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
+    from tuner.telemetry.nvml import DetectedGpu, Nvml, detect_gpus, local_cpus
+    from tuner.telemetry.probe import TelemetryProbe
+
+__all__ = [
+    "ENGINE_MARKERS",
+    "DetectedGpu",
+    "GpuEnergyMeter",
+    "HostNeighbours",
+    "Nvml",
+    "TelemetryProbe",
+    "detect_gpus",
+    "is_engine_core",
+    "local_cpus",
+    "nvml_compute_pids",
+]
+
+__getattr__, __dir__ = face(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from tuner.domain import FailureClass, TrialResult, TrialStatus
-from tuner.load.curve import CAPACITY_METRICS, load_points
+from tuner.load import CAPACITY_METRICS, load_points
 
 REQUIRED_METRICS = (
     "request_throughput",

@@ -32,10 +32,7 @@ from tuner.domain import (
     Workload,
     stopped_early,
 )
-from tuner.load.canary import QUICK
-from tuner.load.curve import trial_metrics
-from tuner.load.generator import FirstPointCheck, first_point_windows
-from tuner.load.stats import window_metrics
+from tuner.load import QUICK, FirstPointCheck, first_point_windows, trial_metrics, window_metrics
 from tuner.runner import PhaseCallback
 
 GIB = 1024**3

@@ -42,7 +42,7 @@ from tuner.abtest.compare import COMPARED
 from tuner.catalog import GPUS
 from tuner.domain import Workload
 from tuner.errors import SpecError, UsageError
-from tuner.load.workloads import WORKLOADS, plan_requests
+from tuner.load import WORKLOADS, plan_requests
 from tuner.spec import (
     Fail,
     find_line,

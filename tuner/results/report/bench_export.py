@@ -9,7 +9,7 @@ from typing import Any
 
 from tuner.db import Repository, TrialRow
 from tuner.domain import Slo, TrialStatus, WindowMetrics
-from tuner.load.benchjson import bench_result, goodput_bounds
+from tuner.load import bench_result, goodput_bounds
 from tuner.results import energy
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.db import ComparisonRow
-from tuner.load.stats import HIGHER_IS_BETTER
+from tuner.load import HIGHER_IS_BETTER
 from tuner.results.report.study import METRICS, num
 from tuner.scoring import ratio_text, stored_window_note
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tuner.db import StudyRow, TrialPhase, TrialRow
 from tuner.domain import Estimate, Slo, TrialStatus, WindowMetrics
-from tuner.load.curve import LoadPoint, capacity, load_points
+from tuner.load import LoadPoint, capacity, load_points
 from tuner.scoring import WindowFlags, window_flags
 
 
