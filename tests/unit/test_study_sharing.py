@@ -14,7 +14,10 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.study import sharing
 
 T0 = datetime.datetime(2026, 12, 1, 12, 0, 0)
-DIST = {"max_num_seqs": CategoricalDistribution((4, 16, 64))}
+DIST = {
+    "max_num_seqs": CategoricalDistribution((4, 16, 64)),
+    "enable_prefix_caching": CategoricalDistribution(("default", True, False)),
+}
 
 
 def trial(
@@ -36,7 +39,8 @@ def trial(
         datetime_complete=start if finished else None,
         params=params or {},
         distributions={k: DIST[k] for k in (params or {})},
-        user_attrs=dict(attrs),
+        # A trial with parameters here has drawn them all: its configuration is marked drawn.
+        user_attrs={**({sharing.DRAWN: params} if params else {}), **attrs},
         system_attrs={},
         intermediate_values={},
         trial_id=number + 1,
@@ -113,3 +117,24 @@ def test_a_worker_that_asked_first_but_draws_last_is_waited_for() -> None:
     assert sharing.undrawn_earlier(after, 1) == []
     assert sharing.duplicate_of(after, 1, same) == 0, "the later one gives the configuration back"
     assert sharing.duplicate_of(after, 0, same) is None, "and the earlier one keeps it"
+
+
+def test_a_trial_with_some_parameters_written_is_not_drawn_yet() -> None:
+    """Optuna writes a trial's parameters one by one: a worker that asked first and has
+    written its first knob may still draw the configuration a later trial drew. CI saw both
+    measure it at once (tests/postgres/test_postgres_one_study.py, three workers)."""
+    partial = trial(0, TrialState.RUNNING, started_s=0, params={"max_num_seqs": 16})
+    del partial.user_attrs[sharing.DRAWN]  # its second knob is not written yet
+    drawn = {"max_num_seqs": 16, "enable_prefix_caching": True}
+    later = trial(1, TrialState.RUNNING, started_s=1, params=drawn)
+    assert sharing.undrawn_earlier([partial, later], 1) == [0], "1 must wait for 0's draw"
+
+
+def test_the_same_configuration_from_other_parameters_is_a_duplicate() -> None:
+    """Trials of one study may be drawn from different spaces (a screening trial, the search
+    after it): the configuration decides, not the parameters it came from."""
+    config = {"enable_prefix_caching": True}
+    first = trial(0, TrialState.RUNNING, started_s=0, params={"enable_prefix_caching": True})
+    second = trial(1, TrialState.RUNNING, started_s=1, params={"max_num_seqs": 16})
+    first.user_attrs[sharing.DRAWN] = second.user_attrs[sharing.DRAWN] = config
+    assert sharing.duplicate_of([first, second], 1, config) == 0

@@ -294,7 +294,7 @@ def _loop(
             continue
         space = planning.trial_space(ctx, trial, space)
         config = space.suggest(trial)
-        twin = sharing.twin_of(study, trial)
+        twin = sharing.twin_of(study, trial, config)
         if twin is not None:
             sharing.withdraw(study, trial, f"trial {twin} measures this configuration now")
             report.phase("waiting", f"trial {twin} of another worker measures {config.label()}")

@@ -41,13 +41,16 @@ import psutil
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.db import Repository, TrialPhase, TrialRow
-from tuner.domain import FailureClass, TrialStatus
+from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.study.plan import PREDICTED, PREDICTED_KNOBS, SCREEN
 
 WORKER = "worker"  # user attr: {"host", "pid", "started"} of the worker that asked the trial
 COUNTED = "counted"  # user attr on a FAIL trial that is a result (a crash, a timeout)
 WITHDRAWN = "withdrawn"  # user attr: why the trial was given back before it started
 ATTEMPT = "attempt"  # user attr: 1 for a first try, k for the (k-1)-th retry of a configuration
+# user attr, set once every knob is drawn: the configuration (ServingConfig.to_dict). Optuna
+# writes a trial's parameters one by one, so a trial with some parameters may not be drawn yet.
+DRAWN = "drawn"
 MAX_ATTEMPTS = 3  # an interrupted configuration is retried at most twice
 _START_TOLERANCE_S = 0.05
 _NEVER = datetime.datetime.max
@@ -105,21 +108,22 @@ def _earlier_running(trials: Sequence[FrozenTrial], number: int) -> list[FrozenT
 
 
 def undrawn_earlier(trials: Sequence[FrozenTrial], number: int) -> list[int]:
-    """Running trials that started before trial ``number`` and have no parameters yet: until
-    they have, :func:`duplicate_of` cannot tell whether they draw the same configuration (a
-    worker that asked first may draw last)."""
-    return [t.number for t in _earlier_running(trials, number) if not t.params]
+    """Running trials that started before trial ``number`` and have not drawn their
+    configuration yet (no :data:`DRAWN`): until they have, :func:`duplicate_of` cannot tell
+    whether they draw the same one (a worker that asked first may draw last)."""
+    return [t.number for t in _earlier_running(trials, number) if DRAWN not in t.user_attrs]
 
 
 def duplicate_of(
-    trials: Sequence[FrozenTrial], number: int, params: Mapping[str, Any]
+    trials: Sequence[FrozenTrial], number: int, config: Mapping[str, Any]
 ) -> int | None:
-    """The number of a trial that measures ``params`` now and started before trial ``number``.
+    """The number of a trial that measures ``config`` (a :data:`DRAWN` value) now and started
+    before trial ``number``, whatever parameters it was drawn from.
 
     The earlier one keeps the configuration, so that two workers that drew it at once agree
     on which gives it back; asked once :func:`undrawn_earlier` is empty, it is race-free."""
     for t in _earlier_running(trials, number):
-        if dict(t.params) == dict(params):
+        if t.user_attrs.get(DRAWN) == dict(config):
             return t.number
     return None
 
@@ -285,12 +289,15 @@ def withdraw(study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
         study.enqueue_trial(dict(fixed), user_attrs=attrs)
 
 
-def twin_of(study: optuna.Study, trial: optuna.Trial) -> int | None:
-    """A trial of another worker, started earlier, that measures ``trial``'s configuration now
-    (:func:`duplicate_of`), once every earlier trial has drawn its parameters."""
+def twin_of(study: optuna.Study, trial: optuna.Trial, config: ServingConfig) -> int | None:
+    """A trial of another worker, started earlier, that measures ``config`` now
+    (:func:`duplicate_of`), once every earlier trial has drawn its configuration. Marks
+    ``trial`` as drawn first, so that later trials wait for it no longer."""
+    drawn = config.to_dict()
+    trial.set_user_attr(DRAWN, drawn)
     deadline = time.monotonic() + DRAW_WAIT_S
     while True:
         trials = study.get_trials(deepcopy=False)
         if not undrawn_earlier(trials, trial.number) or time.monotonic() > deadline:
-            return duplicate_of(trials, trial.number, trial.params)
+            return duplicate_of(trials, trial.number, drawn)
         time.sleep(0.05)
