@@ -108,7 +108,9 @@ def merge_databases(
     """
     src = source_url(source)
     suffix = None if rename_suffix is None else check_suffix(rename_suffix)
-    src_file, dst_file = sqlite_file(src), sqlite_file(target)
+    src_file, dst_file = (
+        None if f is None else f.resolve() for f in map(sqlite_file, (src, target))
+    )
     if src_file is not None and not src_file.is_file():
         what = "is not a file" if src_file.exists() else "does not exist"
         raise UsageError(

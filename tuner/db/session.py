@@ -87,8 +87,9 @@ def make_engine(url: str) -> Engine:
 
 
 def sqlite_file(url: str | URL) -> Path | None:
-    """The file a ``sqlite:///`` URL names, as an absolute path; None for other databases,
-    memory and URI (``file:``) forms, and for text that is not a URL (make_engine says why)."""
+    """The file a ``sqlite:///`` URL names (``~`` expanded, relative as given); None for other
+    databases, memory and URI (``file:``) forms, and for text that is not a URL (make_engine
+    says why)."""
     try:
         parsed = make_url(url)
     except sa_exc.ArgumentError:
@@ -96,7 +97,7 @@ def sqlite_file(url: str | URL) -> Path | None:
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
         return None
-    return None if database.startswith("file:") else Path(database).expanduser().resolve()
+    return None if database.startswith("file:") else Path(database).expanduser()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -67,20 +67,10 @@ def gather_storage(url: str) -> StorageFacts:
 
 def missing_sqlite_file(url: str) -> Path | None:
     """The path of a SQLite database file that does not exist; None for anything else."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from tuner.db import sqlite_file
 
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None  # the store's own checks report a malformed URL
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
-        return None
-    if database.startswith("file:"):
-        return None
-    path = Path(database).expanduser()
-    return None if path.exists() else path
+    path = sqlite_file(url)
+    return None if path is None or path.exists() else path
 
 
 def _port_range() -> tuple[int, int] | None:
