@@ -223,6 +223,31 @@ def test_a_knob_already_at_vllms_resolved_default_or_a_cap_that_never_bound_is_n
     assert vllm_default("max_num_seqs", _card("cpu", "smoke").gpu) == 128
 
 
+def test_an_fp8_kv_cache_is_not_screened_where_the_kv_cache_is_a_sliver_of_a_decode_step() -> None:
+    """The H200 run of 2026-12-05 (docs/results/plan-h200.md §7): qwen2.5-7b at 16 streams
+    reads 15.2 GB of weights and about 0.6 GB of KV cache a step, so halving the KV cache gains
+    x1.02 at best; the recipe measured x0.97 against the recipe without it. At 256 streams the
+    KV cache is a third of the step, and a KV-bound server wants it for its room, not its
+    reads."""
+    model = resolve_model("qwen2.5-7b")
+
+    def knobs(regime: Regime, peak: float) -> tuple[list[str], dict[str, str]]:
+        card = SearchSpace(model, get_gpu("h200"), get_workload("chat"), flags=shipped("0.26.0"))
+        d = Diagnosis(regime, (), {"requests_running_peak": peak}, int(peak))
+        plan = make_plan(d, card, Objective.BALANCED)
+        assert plan is not None
+        return [k.knob for k in plan.knobs], dict(plan.skipped)
+
+    planned, why = knobs(Regime.DECODE, 16.0)
+    assert planned == ["async_scheduling", "attention_backend"]
+    assert why["kv_cache_dtype"] == (
+        "the KV cache is 4% of what a decode step reads (16 requests of 641 tokens against "
+        "15.2 GB of weights): halving it gains at most x1.02"
+    )
+    assert "kv_cache_dtype" in knobs(Regime.DECODE, 256.0)[0]
+    assert "kv_cache_dtype" in knobs(Regime.KV_CACHE, 16.0)[0]
+
+
 def _predict(model: str, gpu: str, workload: str, **over: object) -> Diagnosis | None:
     from tuner.study.plan import predict
 

@@ -43,6 +43,10 @@ MAX_KNOBS = 4
 # noise-h200.md (ernie-0.3b, throughput-256, 4 warm launches, 3 df).
 DEFAULT_LAUNCH_SD = 0.068
 REUSE_MATERIAL = 0.1  # prefix caching is only worth searching above this prefix reuse
+# An fp8 KV cache is only worth screening against a decode bottleneck where the KV cache is
+# this share of the bytes a step reads: below it, halving it gains under x1.05, inside one
+# launch difference's noise (qwen2.5-7b at 16 streams, 4 %: x0.97 measured, plan-h200.md §7).
+KV_READ_MATERIAL = 0.1
 SCREEN = "screen"  # the Optuna user attribute of a screening trial: RECIPE or the knob dropped
 RECIPE = "recipe"
 
@@ -171,9 +175,7 @@ def predict(model: ModelSpec, gpu: GpuProfile, workload: Workload) -> Diagnosis 
     streams = min(workload.concurrency, int(cap)) if cap is not None else workload.concurrency
     if streams <= LIGHT_STREAMS:
         return None
-    context = workload.prompt_tokens + workload.output_tokens / 2
-    kv = streams * context * model.kv_bytes_per_token()
-    weights = model.weight_bytes()
+    weights, kv, _ = step_bytes(model, workload, streams)
     room = gpu.memory_gib * 1024**3 * VLLM_DEFAULT_GPU_MEMORY_UTILIZATION - weights
     if kv > KV_ROOM * room:
         return None
@@ -194,6 +196,15 @@ def predict(model: ModelSpec, gpu: GpuProfile, workload: Workload) -> Diagnosis 
         f"{streams} streams is far {why} one API server's {FRONTEND_TOK_S:,.0f}",
     )
     return Diagnosis(regime, evidence, figures, streams)
+
+
+def step_bytes(model: ModelSpec, workload: Workload, streams: float) -> tuple[int, float, float]:
+    """What one decode step of ``streams`` requests reads: the weights' bytes, the bytes of
+    their KV caches, each at the workload's mean context (its prompt and half its output), and
+    that context in tokens."""
+    shape = fingerprint(workload)
+    context = shape.prompt_tokens["mean"] + shape.output_tokens["mean"] / 2
+    return model.weight_bytes(), streams * context * model.kv_bytes_per_token(), context
 
 
 def space_of(card: SearchSpace, knobs: Sequence[str]) -> SearchSpace:
@@ -275,6 +286,15 @@ def _changes_nothing(knob: str, value: Any, diagnosis: Diagnosis, card: SearchSp
     if default is not None and value == default:
         return f"{value} is already vLLM's default on {card.gpu.name}"
     peak = diagnosis.figures.get("requests_running_peak")
+    if knob == "kv_cache_dtype" and diagnosis.regime is Regime.DECODE and peak:
+        weights, kv, context = step_bytes(card.model, card.workload, peak)
+        share = kv / (weights + kv)
+        if share < KV_READ_MATERIAL:  # a step's time follows the bytes it reads, at best
+            return (
+                f"the KV cache is {share:.0%} of what a decode step reads ({peak:.0f} requests "
+                f"of {context:,.0f} tokens against {weights / 1e9:.1f} GB of weights): halving "
+                f"it gains at most x{1 / (1 - share / 2):.2f}"
+            )
     bound = isinstance(default, int) and peak is not None and peak >= default
     if knob == "max_num_seqs" and peak is not None and not bound and value > peak:
         # The cap never bound in the defaults' trial, and would not at value either.
