@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.abtest.compare import Arm
-from tuner.abtest.pipeline import Bench, Group, Judgement, Watch
+from tuner.abtest.compare import Arm, failure_texts
+from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance
 from tuner.abtest.profile import gpu_seconds, load_profile, noise_key
 from tuner.domain import TrialResult, TrialStatus, Workload, to_jsonable
 from tuner.scoring import NoiseProfile
@@ -52,13 +52,9 @@ class Calibration:
             "launches": self.launched,
             "complete": self.completed,
             "gpu_minutes": self.gpu_minutes,
-            "failures": [
-                f"{r.failure.value}: {r.failure_detail}" for r in self.results if r.failure
-            ],
+            "failures": list(failure_texts(self.results)),
             "profile": None if self.profile is None else self.profile.to_dict(),
-            "provenance": to_jsonable(
-                next((r.provenance for r in self.results if r.provenance), None)
-            ),
+            "provenance": to_jsonable(first_provenance(self.results)),
         }
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.abtest.guard import finding_of
 from tuner.domain import ServingConfig, Slo, TrialResult, TrialStatus, Workload
 from tuner.runner import PhaseCallback, TrialRunner
 from tuner.scoring import (
@@ -104,11 +105,7 @@ def run_interleaved(
     if done is not None and len(done) != len(arms):
         raise ValueError("done needs one list of earlier launches per arm")
     results: list[list[TrialResult]] = [list(d) for d in done] if done else [[] for _ in arms]
-    hopeless = {
-        i
-        for i, rs in enumerate(results)
-        if any(r.failure is not None and r.failure.is_finding for r in rs)
-    }
+    hopeless = {i for i, rs in enumerate(results) if finding_of(rs)}
     total = launches * len(arms)
     index = 0
     for round_ in range(launches):
@@ -357,8 +354,8 @@ def compare(
         b=b,
         confidence=confidence,
         metrics=tuple(metrics),
-        a_failures=_failures(a_results),
-        b_failures=_failures(b_results),
+        a_failures=failure_texts(a_results),
+        b_failures=failure_texts(b_results),
         a_servers=_servers(a_results),
         b_servers=_servers(b_results),
         a_windows=_windows(a_results),
@@ -389,5 +386,5 @@ def _servers(results: Sequence[TrialResult]) -> tuple[dict[str, Any], ...]:
     )
 
 
-def _failures(results: Sequence[TrialResult]) -> tuple[str, ...]:
+def failure_texts(results: Sequence[TrialResult]) -> tuple[str, ...]:
     return tuple(f"{r.failure.value}: {r.failure_detail}" for r in results if r.failure is not None)
