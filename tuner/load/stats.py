@@ -6,7 +6,7 @@ Pure functions over domain records; no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -20,23 +20,26 @@ from tuner.domain import (
     WindowMetrics,
 )
 
+_NAN = float("nan")
+
+# Each window's value of every metric summarize() returns but goodput.
+_PER_WINDOW: dict[str, Callable[[WindowMetrics], float]] = {
+    "request_throughput": lambda w: w.request_throughput,
+    "output_throughput": lambda w: w.output_throughput,
+    "total_throughput": lambda w: w.total_throughput,
+    "ttft_p50_ms": lambda w: w.ttft_ms.p50,
+    "ttft_p99_ms": lambda w: w.ttft_ms.p99,
+    "itl_p50_ms": lambda w: w.itl_ms.p50,
+    "itl_p99_ms": lambda w: w.itl_ms.p99,
+    "e2e_p50_ms": lambda w: w.e2e_ms.p50,
+    "e2e_p90_ms": lambda w: w.e2e_ms.p90,
+    "e2e_p99_ms": lambda w: w.e2e_ms.p99,
+    "tpot_p50_ms": lambda w: w.tpot_ms.p50 if w.tpot_ms else _NAN,
+    "tpot_p99_ms": lambda w: w.tpot_ms.p99 if w.tpot_ms else _NAN,
+    "error_rate": lambda w: w.error_rate,
+}
 # Every key summarize() returns; goodput only when the windows were measured against an SLO.
-METRIC_NAMES: tuple[str, ...] = (
-    "request_throughput",
-    "output_throughput",
-    "total_throughput",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "e2e_p50_ms",
-    "e2e_p90_ms",
-    "e2e_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p99_ms",
-    "error_rate",
-    "goodput",
-)
+METRIC_NAMES: tuple[str, ...] = (*_PER_WINDOW, "goodput")
 
 # The measured GPU's energy (tuner.telemetry.energy): summarize() adds these, both lower-is-better,
 # when every window measured it, and never on a CPU (nothing there is estimated).
@@ -45,8 +48,6 @@ ENERGY_METRICS: tuple[str, ...] = ("joules_per_output_token", "gpu_power_w")
 HIGHER_IS_BETTER: dict[str, bool] = {
     name: name.endswith("throughput") or name == "goodput" for name in METRIC_NAMES
 }
-
-_NAN = float("nan")
 
 
 def latency_stats(values_ms: Sequence[float]) -> LatencyStats:
@@ -144,24 +145,6 @@ def estimate(values: Sequence[float]) -> Estimate:
     return Estimate(median=float(np.median(finite)), low=min(finite), high=max(finite), values=raw)
 
 
-def _window_values(w: WindowMetrics) -> dict[str, float]:
-    return {
-        "request_throughput": w.request_throughput,
-        "output_throughput": w.output_throughput,
-        "total_throughput": w.total_throughput,
-        "ttft_p50_ms": w.ttft_ms.p50,
-        "ttft_p99_ms": w.ttft_ms.p99,
-        "itl_p50_ms": w.itl_ms.p50,
-        "itl_p99_ms": w.itl_ms.p99,
-        "e2e_p50_ms": w.e2e_ms.p50,
-        "e2e_p90_ms": w.e2e_ms.p90,
-        "e2e_p99_ms": w.e2e_ms.p99,
-        "tpot_p50_ms": w.tpot_ms.p50 if w.tpot_ms else _NAN,
-        "tpot_p99_ms": w.tpot_ms.p99 if w.tpot_ms else _NAN,
-        "error_rate": w.error_rate,
-    }
-
-
 def summarize(windows: Sequence[WindowMetrics]) -> dict[str, Estimate]:
     """One :class:`Estimate` per metric name across windows, in :data:`METRIC_NAMES` order.
 
@@ -170,8 +153,7 @@ def summarize(windows: Sequence[WindowMetrics]) -> dict[str, Estimate]:
     """
     if not windows:
         raise ValueError("summarize needs at least one window")
-    per_window = [_window_values(w) for w in windows]
-    out = {name: estimate([v[name] for v in per_window]) for name in per_window[0]}
+    out = {name: estimate([get(w) for w in windows]) for name, get in _PER_WINDOW.items()}
     goodputs = [w.goodput for w in windows if w.goodput is not None]
     if len(goodputs) == len(windows):
         out["goodput"] = estimate(goodputs)
