@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuner.abtest import COMPARED
 from tuner.catalog import GPUS, MODELS, levers, tokenizer_dir
 from tuner.db import Repository, StudyRow
 from tuner.domain import Estimate, Objective, ServingConfig
@@ -15,13 +16,8 @@ from tuner.scoring import WindowFlags, window_flags
 from tuner.study import Confirmed, choose, rank, study_pick
 from tuner.vllm import argv
 
-_SHOWN = (
-    ("output_throughput", "output tok/s", True),
-    ("request_throughput", "requests/s", True),
-    ("ttft_p99_ms", "P99 TTFT ms", False),
-    ("itl_p99_ms", "P99 ITL ms", False),
-    ("e2e_p99_ms", "P99 E2E ms", False),
-)
+# The metrics of an A/B comparison but P50 TTFT; memory has a line of its own.
+_SHOWN = tuple(m for m in COMPARED if m[0] not in ("ttft_p50_ms", "memory_gib"))
 
 
 @dataclass(frozen=True)

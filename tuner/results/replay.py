@@ -38,7 +38,7 @@ from tuner.domain import (
     WindowMetrics,
 )
 from tuner.errors import UsageError
-from tuner.scoring import Standing
+from tuner.scoring import Standing, launch_value
 from tuner.scoring import objectives as scoring
 
 # The numbers a launch is replayed with: the three objectives and what the SLO reads.
@@ -270,10 +270,8 @@ def knob_value(config: ServingConfig, knob: str) -> object:
 
 
 def _geomean(values: Sequence[float]) -> float:
-    pos = [v for v in values if v > 0 and math.isfinite(v)]
-    if not pos:
-        return math.nan if not values else 0.0
-    return math.exp(sum(math.log(v) for v in pos) / len(pos))
+    value = launch_value(values)
+    return value if value is not None else (math.nan if not values else 0.0)
 
 
 def _noise(table: Table) -> Noise:

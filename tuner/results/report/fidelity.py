@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tuner.scoring import launch_value
+
 COMPARED = (
     ("output_throughput", "out tok/s"),
     ("request_throughput", "req/s"),
@@ -87,13 +89,6 @@ def ratios_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def geometric_mean(values: Sequence[float]) -> float:
-    finite = [v for v in values if v > 0 and math.isfinite(v)]
-    if not finite:
-        return math.nan
-    return math.exp(sum(math.log(v) for v in finite) / len(finite))
-
-
 def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """Per concurrency: the geometric mean of tuner / vLLM over all pairs, and how far vLLM's
     benchmark disagreed with itself across those runs (its max / min output throughput): a
@@ -104,7 +99,8 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = _head("streams", "pairs", last="vLLM's own spread (out tok/s, max/min)")
     for c, ps in sorted(by_c.items()):
         cells = [
-            f"{geometric_mean([ratio(t.get(f), v.get(f)) for t, v in ps]):.3f}" for f, _ in COMPARED
+            f"{launch_value([ratio(t.get(f), v.get(f)) for t, v in ps]) or math.nan:.3f}"
+            for f, _ in COMPARED
         ]
         own = [float(v["output_throughput"]) for _, v in ps]
         spread = max(own) / min(own)

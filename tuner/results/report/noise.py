@@ -62,11 +62,7 @@ def launches_table(lines: Sequence[Mapping[str, Any]]) -> str:
         value = launch_value(windows)
         ttft = r.metrics.get("ttft_p99_ms")
         energy = r.metrics.get("joules_per_output_token")
-        flagged = sum(
-            1
-            for w in r.windows
-            if w.client is not None and (w.client.client_bound or w.client.disturbed)
-        )
+        flagged = sum(1 for w in r.windows if w.client_bound or w.disturbed)
         start = r.server.startup_s if r.server is not None else None
         rows.append(
             f"| {n} | {mode} | {'cold' if _cold(r) else 'warm'} "
