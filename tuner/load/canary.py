@@ -117,7 +117,8 @@ class _Context:
 Shape = Callable[[_Context], None]
 
 
-def _completion(ctx: _Context, prompt: Any, **params: Any) -> dict[str, Any]:
+def _completion(ctx: _Context, prompt_tokens: int, **params: Any) -> dict[str, Any]:
+    prompt = ctx.prompts.token_ids(prompt_tokens)
     body = {"model": ctx.model, "prompt": prompt, "max_tokens": GENERATED, **params}
     answer = ctx.client.post("/v1/completions", json=body)
     return _json_answer(answer)
@@ -153,15 +154,11 @@ def _check_choices(data: dict[str, Any], n: int, prompt_tokens: int | None = Non
         raise CanaryError(f"prompt_tokens {usage.get('prompt_tokens')!r}, sent {prompt_tokens}")
 
 
-def _ids(ctx: _Context, n: int) -> list[int]:
-    return ctx.prompts.token_ids(n)
-
-
 def _plain(n: int, **params: Any) -> Shape:
     """One completion of an ``n``-token prompt, whose length the answer must count exactly."""
 
     def shape(ctx: _Context) -> None:
-        _check_choices(_completion(ctx, _ids(ctx, n), **params), 1, prompt_tokens=n)
+        _check_choices(_completion(ctx, n, **params), 1, prompt_tokens=n)
 
     return shape
 
@@ -185,17 +182,15 @@ def _chat_system(ctx: _Context) -> None:
 def _max_model_len(ctx: _Context) -> None:
     if ctx.max_model_len is None:
         raise CanaryError("the server does not report its max_model_len in /v1/models")
-    n = ctx.max_model_len - GENERATED
-    data = _completion(ctx, _ids(ctx, n), temperature=0)
-    _check_choices(data, 1, prompt_tokens=n)
+    _plain(ctx.max_model_len - GENERATED, temperature=0)(ctx)
 
 
 def _n_2(ctx: _Context) -> None:
-    _check_choices(_completion(ctx, _ids(ctx, 16), temperature=0.8, n=2, seed=2), 2)
+    _check_choices(_completion(ctx, 16, temperature=0.8, n=2, seed=2), 2)
 
 
 def _logprobs(ctx: _Context) -> None:
-    data = _completion(ctx, _ids(ctx, 16), temperature=0, logprobs=2)
+    data = _completion(ctx, 16, temperature=0, logprobs=2)
     _check_choices(data, 1)
     logprobs = data["choices"][0].get("logprobs") or {}
     tokens, top = logprobs.get("tokens"), logprobs.get("top_logprobs")
@@ -206,14 +201,14 @@ def _logprobs(ctx: _Context) -> None:
 
 
 def _stop_string(ctx: _Context) -> None:
-    data = _completion(ctx, _ids(ctx, 16), temperature=0, stop=["\n", ctx.chat_text(1)])
+    data = _completion(ctx, 16, temperature=0, stop=["\n", ctx.chat_text(1)])
     _check_choices(data, 1)
 
 
 def _stream(ctx: _Context, max_tokens: int) -> Iterator[dict[str, Any]]:
     body = {
         "model": ctx.model,
-        "prompt": _ids(ctx, 16),
+        "prompt": ctx.prompts.token_ids(16),
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
