@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from tuner.db import ComparisonRow, StudyRow, TrialRow
-from tuner.domain import Estimate, jsonable, to_jsonable
+from tuner.domain import Estimate, GpuProfile, jsonable, to_jsonable
 
 
 def finite(value: float | None) -> float | None:
@@ -318,14 +318,8 @@ class ModelOut(BaseModel):
     notes: str
 
 
-class GpuOut(BaseModel):
-    name: str
-    display_name: str
-    memory_gib: float
-    compute_capability: str | None
-    attention_backends: list[str]
-    flash_attn_versions: list[int]
-    kv_cache_dtypes: list[str]
+class GpuOut(row_fields(GpuProfile, omit=("nvml_names",))):  # type: ignore[misc]
+    compute_capability: str | None  # "9.0"
 
 
 class HealthOut(BaseModel):
