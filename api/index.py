@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -130,12 +130,11 @@ class StudyIndex:
             self._cache[study.name] = (version, snap)
         return snap
 
-    def snapshots(self, studies: Iterable[StudyRow] | None = None) -> list[StudySnapshot]:
-        """Snapshots of ``studies`` (default: all); forgets studies no longer listed."""
-        listed = self.studies() if studies is None else list(studies)
-        if studies is None:
-            names = {s.name for s in listed}
-            with self._lock:
-                for gone in [n for n in self._cache if n not in names]:
-                    del self._cache[gone]
+    def snapshots(self) -> list[StudySnapshot]:
+        """Snapshots of all studies; forgets studies no longer listed."""
+        listed = self.studies()
+        names = {s.name for s in listed}
+        with self._lock:
+            for gone in [n for n in self._cache if n not in names]:
+                del self._cache[gone]
         return [s for s in (self.snapshot(row) for row in listed) if s is not None]
