@@ -82,10 +82,6 @@ def _matches(snap: StudySnapshot, q: Query) -> bool:
     return wanted == s.gpu.lower() or any((t.gpu_name or "").lower() == wanted for t in snap.trials)
 
 
-def _candidates(snap: StudySnapshot, q: Query) -> Iterable[TrialRow]:
-    return (t for t in snap.trials if is_emulated(snap.study, t) == q.emulated)
-
-
 def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True) -> list[Pick]:
     """Matching trials best first; with ``q.slo`` (and ``use_slo``) only those meeting it.
 
@@ -156,7 +152,7 @@ def nearest(snapshots: Iterable[StudySnapshot], q: Query) -> list[dict[str, obje
     then same GPU and workload; each with the query URL that recommends it."""
     combos: dict[tuple[str, str, str], set[str]] = {}
     for snap in snapshots:
-        if any(True for _ in _candidates(snap, q)):
+        if any(is_emulated(snap.study, t) == q.emulated for t in snap.trials):
             s = snap.study
             combos.setdefault((s.model, s.gpu, s.workload), set()).add(s.name)
     gpu = q.gpu.strip().lower()
