@@ -31,6 +31,8 @@ from tuner.load.curve import point_label
 from tuner.load.generator import LoadGenerator, PhaseCallback
 from tuner.load.prompts import PromptFactory
 from tuner.load.stats import ttft_by_turn, turn_summary
+from tuner.load.traces import tokenizer_file
+from tuner.load.workloads import get_workload
 
 DEFAULT_CONCURRENCY = 16
 DEFAULT_MAX_CONCURRENCY = 256  # the cap on requests in flight of a request-rate point
@@ -100,24 +102,19 @@ def workload(opts: LoadOptions) -> Workload:
     """The one workload of the run: fixed shapes (or the named workload's), one window per
     load point. A trace given a request rate is replayed with Poisson arrivals of its rows; one
     without arrival times in a closed loop sends its rows in order (:func:`each_row_once`)."""
-    if opts.workload is not None:
-        shape = opts.workload.replace(
-            requests_per_window=requests_per_point(opts),
-            windows=1,
-            warmup_requests=opts.warmup,
-            concurrency_ladder=(),
-            rate_ladder=(),
-        )
-    else:
-        shape = Workload(
-            name="tuner-load",
-            prompt_tokens=opts.prompt_tokens,
-            output_tokens=opts.output_tokens,
-            requests_per_window=requests_per_point(opts),
-            windows=1,
-            warmup_requests=opts.warmup,
-            length_jitter=0.0,
-        )
+    fixed = Workload(
+        name="tuner-load",
+        prompt_tokens=opts.prompt_tokens,
+        output_tokens=opts.output_tokens,
+        length_jitter=0.0,
+    )
+    shape = (opts.workload if opts.workload is not None else fixed).replace(
+        requests_per_window=requests_per_point(opts),
+        windows=1,
+        warmup_requests=opts.warmup,
+        concurrency_ladder=(),
+        rate_ladder=(),
+    )
     if opts.workload is not None and not opts.ladder_given:
         # The workload's own load point.
         return each_row_once(shape) if opts.closed_loop else shape
@@ -164,9 +161,6 @@ def with_workload(opts: LoadOptions, model: str) -> LoadOptions:
     Without a ladder of the user's, the run measures the workload's own load point."""
     if opts.workload_name is None:
         return opts
-    from tuner.load.traces import tokenizer_file
-    from tuner.load.workloads import get_workload
-
     tokenizer = opts.tokenizer
     if tokenizer is None and tokenizer_file(Path(model)) is not None:
         tokenizer = Path(model)
