@@ -83,11 +83,6 @@ def finite(value: Any) -> Any:
     return value
 
 
-def output_len(record: RequestRecord) -> int:
-    """The output length vLLM counts for a request: 0 for a failed one."""
-    return record.output_tokens if record.ok else 0
-
-
 def _tpot_s(record: RequestRecord) -> float:
     """vLLM's per-request TPOT in seconds, 0.0 for one output token (as goodput takes it)."""
     if record.output_tokens > 1:
@@ -156,7 +151,7 @@ def benchmark_metrics(
     if unknown:
         raise ValueError(f"unknown goodput metric(s) {unknown}; allowed: {list(GOODPUT_KEYS)}")
     ok = [r for r in records if r.ok]
-    lens = [output_len(r) for r in records]
+    lens = [r.output_tokens if r.ok else 0 for r in records]
     total_input = sum(r.prompt_tokens for r in ok)
     total_output = sum(lens)
     good = 0
