@@ -48,6 +48,7 @@ from tuner.scoring import (
     is_inconclusive,
     launch_value,
     ratio_interval,
+    ratio_text,
     window_flags,
 )
 
@@ -181,21 +182,12 @@ class MetricComparison:
         return is_inconclusive(self.verdict)
 
     def describe(self) -> str:
-        if self.ratio is None or self.low is None or self.high is None:
+        shown = ratio_text(self.ratio, self.low, self.high)
+        if shown is None or self.ratio is None:
             return f"{self.label}: not enough launches to compare"
-
-        def pct(x: float) -> str:
-            return f"{(x - 1.0) * 100:+.1f}"
-
         if self.inconclusive:
-            return (
-                f"{self.label}: {self.verdict} (B/A {self.ratio:.3f} "
-                f"[{self.low:.3f}, {self.high:.3f}] is not a measurement of B against A)"
-            )
-        return (
-            f"{self.label}: B/A {self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] "
-            f"({pct(self.ratio)} %) -> {self.verdict}"
-        )
+            return f"{self.label}: {self.verdict} (B/A {shown} is not a measurement of B against A)"
+        return f"{self.label}: B/A {shown} ({(self.ratio - 1.0) * 100:+.1f} %) -> {self.verdict}"
 
 
 @dataclass(frozen=True)

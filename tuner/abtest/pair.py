@@ -101,9 +101,7 @@ class PairOutcome:
 
     def stored(self) -> Judgement:
         a, b = self.setup.arms
-        repeats = None
-        if self.look is not None:
-            repeats = max(self.look.step.n_a, self.look.step.n_b)
+        repeats = None if self.look is None else max(self.look.step.n_a, self.look.step.n_b)
         return Judgement(
             self.setup.workload,
             a.config,
