@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.cli.common import JsonOpt, err, out, print_json
+from tuner.cli.common import JsonOpt, err, out, print_json, say
 from tuner.cli.load import ServedModel, ServerUrl, VocabSize, server_root
 from tuner.errors import UsageError
 
@@ -72,6 +72,6 @@ def canary(
         for name in report.skipped:
             table.add_row(name, "not sent", "", "")
         out.print(table)
-        out.print(escape(report.summary()), soft_wrap=True)
+        say(report.summary())
     if not report.passed:
         raise typer.Exit(1)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tuner.doctor.checks import missing_sqlite_file
 from tuner.errors import UsageError
@@ -47,6 +48,12 @@ class _Lazy:
 
 out: Console = _Lazy("stdout")  # type: ignore[assignment]
 err: Console = _Lazy("stderr")  # type: ignore[assignment]
+
+
+def say(text: str) -> None:
+    """``text`` on stdout as it is: no markup, URLs and paths unbroken."""
+    out.print(escape(text), soft_wrap=True)
+
 
 StorageOpt = Annotated[
     str | None,

@@ -7,9 +7,8 @@ import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
-from tuner.cli.common import StorageOpt, out, storage_url
+from tuner.cli.common import StorageOpt, out, say, storage_url
 
 if TYPE_CHECKING:
     from tuner.db import MergeSummary, StudyMerge
@@ -108,4 +107,4 @@ def db_merge(
         print(json.dumps(summary.to_json(), indent=2), flush=True)
         return
     for line in describe(summary):
-        out.print(escape(line), soft_wrap=True)  # URLs and paths unbroken
+        say(line)

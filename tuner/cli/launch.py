@@ -26,7 +26,7 @@ from tuner.cli.common import (
     choice,
     err,
     open_repo,
-    out,
+    say,
     storage_url,
 )
 from tuner.deploy.local import LaunchPlan, Measured, best_local, plan
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 POLL_S = 0.5
 STOP_GRACE_S = 15.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def say(text: str) -> None:
-    out.print(escape(text), soft_wrap=True)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

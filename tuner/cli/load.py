@@ -20,7 +20,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.cli.common import INTERRUPTED, err, out
+from tuner.cli.common import INTERRUPTED, err, out, say
 from tuner.domain import FailureClass
 from tuner.errors import LoadFailure, TunerError, UsageError
 
@@ -465,7 +465,7 @@ def load(
     else:
         out.print(results_table(results, opts))
         for line in turn_lines(results):
-            out.print(escape(line), soft_wrap=True)
+            say(line)
     for point in results:
         for warning in warnings(point):
             note.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)

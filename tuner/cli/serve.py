@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tuner.cli.common import StorageOpt, err, out, storage_url
+from tuner.cli.common import StorageOpt, err, say, storage_url
 from tuner.doctor.checks import missing_sqlite_file
 from tuner.errors import UsageError
 
@@ -139,7 +139,3 @@ def serve_command(
         server.run(sockets=[sock])
     finally:
         sock.close()
-
-
-def say(text: str) -> None:
-    out.print(escape(text), soft_wrap=True)  # URLs and paths unbroken
