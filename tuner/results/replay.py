@@ -145,7 +145,33 @@ class Table:
         return max(self.rows, key=lambda r: self.truth(r).key())
 
     def noise(self) -> Noise:
-        return _noise(self)
+        keys = (*METRICS, SCORE)
+        launch_dev: list[list[float]] = []  # per launch: log deviation from its config's mean
+        first_dev: list[list[float]] = []  # per launch: log first window - log launch median
+        dof = repeated = 0
+        for row in self.rows:
+            logs = [[_log(_value(self, ln.metrics, k)) for k in keys] for ln in row.launches]
+            if len(logs) > 1:
+                repeated += 1
+                dof += len(logs) - 1
+                means = [statistics.fmean(col) for col in zip(*logs, strict=True)]
+                launch_dev += [[x - m for x, m in zip(r, means, strict=True)] for r in logs]
+            for ln, center in zip(row.launches, logs, strict=True):
+                if ln.windows:
+                    first = [_log(_value(self, ln.windows[0], k)) for k in keys]
+                    first_dev.append([f - c for f, c in zip(first, center, strict=True)])
+        launch_cov = _cov(launch_dev, dof, center=False)
+        first_cov = _cov(first_dev, len(first_dev) - 1, center=True)
+        bias = [statistics.fmean(col) for col in zip(*first_dev, strict=True)] if first_dev else []
+        return Noise(
+            launch={k: math.sqrt(launch_cov[i][i]) for i, k in enumerate(keys)},
+            first={k: math.sqrt(first_cov[i][i]) for i, k in enumerate(keys)},
+            first_bias={k: bias[i] if bias else 0.0 for i, k in enumerate(keys)},
+            launch_cov=tuple(tuple(r[: len(METRICS)]) for r in launch_cov[: len(METRICS)]),
+            first_cov=tuple(tuple(r[: len(METRICS)]) for r in first_cov[: len(METRICS)]),
+            repeated=repeated,
+            dof=dof,
+        )
 
 
 def load_table(path: Path, study: str | None = None, name: str | None = None) -> Table:
@@ -272,36 +298,6 @@ def knob_value(config: ServingConfig, knob: str) -> object:
 def _geomean(values: Sequence[float]) -> float:
     value = launch_value(values)
     return value if value is not None else (math.nan if not values else 0.0)
-
-
-def _noise(table: Table) -> Noise:
-    keys = (*METRICS, SCORE)
-    launch_dev: list[list[float]] = []  # per launch: log deviation from its config's mean
-    first_dev: list[list[float]] = []  # per launch: log first window - log launch median
-    dof = repeated = 0
-    for row in table.rows:
-        logs = [[_log(_value(table, ln.metrics, k)) for k in keys] for ln in row.launches]
-        if len(logs) > 1:
-            repeated += 1
-            dof += len(logs) - 1
-            means = [statistics.fmean(col) for col in zip(*logs, strict=True)]
-            launch_dev += [[x - m for x, m in zip(r, means, strict=True)] for r in logs]
-        for ln, center in zip(row.launches, logs, strict=True):
-            if ln.windows:
-                first = [_log(_value(table, ln.windows[0], k)) for k in keys]
-                first_dev.append([f - c for f, c in zip(first, center, strict=True)])
-    launch_cov = _cov(launch_dev, dof, center=False)
-    first_cov = _cov(first_dev, len(first_dev) - 1, center=True)
-    bias = [statistics.fmean(col) for col in zip(*first_dev, strict=True)] if first_dev else []
-    return Noise(
-        launch={k: math.sqrt(launch_cov[i][i]) for i, k in enumerate(keys)},
-        first={k: math.sqrt(first_cov[i][i]) for i, k in enumerate(keys)},
-        first_bias={k: bias[i] if bias else 0.0 for i, k in enumerate(keys)},
-        launch_cov=tuple(tuple(r[: len(METRICS)]) for r in launch_cov[: len(METRICS)]),
-        first_cov=tuple(tuple(r[: len(METRICS)]) for r in first_cov[: len(METRICS)]),
-        repeated=repeated,
-        dof=dof,
-    )
 
 
 def _cov(devs: Sequence[Sequence[float]], dof: int, *, center: bool) -> list[list[float]]:
