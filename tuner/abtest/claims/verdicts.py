@@ -44,8 +44,8 @@ from tuner.abtest.claims.facts import (
     setting_note,
 )
 from tuner.abtest.claims.figures import CONSISTENT, Claimed, read
-from tuner.abtest.claims.file import DEFAULT_BACKEND, EFFECT, FLAG, STARTS, UNMEASURABLE
-from tuner.abtest.compare import Arm, Comparison, MetricComparison, RunCallback, compare
+from tuner.abtest.claims.file import DEFAULT_BACKEND, FLAG, STARTS, UNMEASURABLE
+from tuner.abtest.compare import Arm, Comparison, RunCallback, compare
 from tuner.abtest.compare import run_interleaved as _interleaved
 from tuner.abtest.decide import Design, Look, judge_look
 from tuner.abtest.guard import finding_of
@@ -96,17 +96,6 @@ class Outcome:
     def decided(self) -> bool:
         """Whether more launches would not change this outcome's decision (no design: yes)."""
         return self.look is None or self.comparison is None or self.look.done
-
-    @property
-    def gpu_minutes(self) -> float | None:
-        """GPU-minutes of the launches this verdict rests on (None without a design)."""
-        return None if self.look is None else self.look.gpu_minutes
-
-    @property
-    def measured(self) -> MetricComparison | None:
-        if self.comparison is None or self.claim.kind != EFFECT:
-            return None
-        return self.comparison.metric(self.claim.metric)
 
     def stored(self) -> Judgement | None:
         """The comparison to store for this claim; None when it was not measured."""
