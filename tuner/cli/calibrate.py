@@ -35,7 +35,7 @@ def calibrate(
     """
     import json
 
-    from tuner.abtest import open_bench, profile_lines, run_calibration, setup_pair
+    from tuner.abtest import COMPARED, open_bench, profile_lines, run_calibration, setup_pair
 
     url, say = storage_url(storage), consoles(as_json)
     setup = setup_pair(
@@ -56,8 +56,6 @@ def calibrate(
         f"({arm.config.label()}), workload {setup.workload.name}"
     )
     outcome = run_calibration(bench, setup.workload, arm, Progress(say).watch())
-    from tuner.abtest import COMPARED
-
     for line in profile_lines(outcome.profile, [name for name, _, _ in COMPARED]):
         say(line)
     say(
