@@ -13,7 +13,7 @@ import dataclasses
 import math
 import typing
 from collections.abc import Collection, Mapping
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -180,14 +180,15 @@ class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))): 
     n_trials: int
 
     @classmethod
-    def of(cls, s: StudyRow) -> StudyOut:
+    def of(cls, s: StudyRow, **converted: Any) -> Self:
         return from_row(
-            StudyOut,
+            cls,
             s,
             status=str(s.status),
             slo=dict(s.slo),
             trial_counts={str(k): v for k, v in s.trial_counts.items()},
             confirmation_counts={str(k): v for k, v in s.confirmation_counts.items()},
+            **converted,
         )
 
 
@@ -199,6 +200,12 @@ class StudyDetailOut(StudyOut):
         "(regime, evidence, knobs screened and kept, the printed lines); null when the study "
         "searched a space of its own",
     )
+
+    @classmethod
+    def of(cls, s: StudyRow, **converted: Any) -> Self:
+        plan = s.spec.get("plan_record") if s.spec else None
+        plan = json_safe(plan) if isinstance(plan, dict) else None
+        return super().of(s, spec=json_safe(s.spec), plan=plan, **converted)
 
 
 class QueuedStudyOut(StudyDetailOut):
@@ -233,10 +240,10 @@ class TrialOut(row_fields(TrialRow, omit=_TRIAL_APART)):  # type: ignore[misc]
     provenance: ProvenanceOut | None
 
     @classmethod
-    def of(cls, t: TrialRow, study: StudyRow, score: float | None) -> TrialOut:
+    def of(cls, t: TrialRow, study: StudyRow, score: float | None, **converted: Any) -> Self:
         values = list(t.objective_values) if t.objective_values else None
         return from_row(
-            TrialOut,
+            cls,
             t,
             phase=str(t.phase),
             status=str(t.status),
@@ -247,6 +254,7 @@ class TrialOut(row_fields(TrialRow, omit=_TRIAL_APART)):  # type: ignore[misc]
             score=None if score is None else finite(score),
             objective_values=None if values is None else [finite(v) for v in values],
             provenance=ProvenanceOut.of(t, study) if t.status.is_finished() else None,
+            **converted,
         )
 
 

@@ -155,23 +155,13 @@ def queue_study(
     except UsageError as exc:  # the name is valid (parse checked it): another writer took it
         raise ApiError(409, "conflict", exc.message, hint=exc.hint) from None
     response.headers["Location"] = f"/v1/studies/{row.name}"
-    return QueuedStudyOut(
-        **StudyOut.of(row).model_dump(),
-        spec=json_safe(dict(row.spec)),
-        adjustments=list(parsed.adjustments),
-    )
+    return QueuedStudyOut.of(row, adjustments=list(parsed.adjustments))
 
 
 @router.get("/{name}", response_model=StudyDetailOut, responses=NAMED)
 def get_study(repo: RepoDep, name: StudyName) -> StudyDetailOut:
     """One study with its spec and trial counts."""
-    row = _study(repo, name)
-    plan = row.spec.get("plan_record") if row.spec else None
-    return StudyDetailOut(
-        **StudyOut.of(row).model_dump(),
-        spec=json_safe(dict(row.spec)),
-        plan=json_safe(dict(plan)) if isinstance(plan, dict) else None,
-    )
+    return StudyDetailOut.of(_study(repo, name))
 
 
 @router.get("/{name}/trials", response_model=TrialPageOut, responses=NAMED)
@@ -216,10 +206,10 @@ def get_trial(
     trial = repo.get_trial(name, number)
     if trial is None:
         raise not_found(f"study {name!r} has no trial {number}", f"GET /v1/studies/{name}/trials")
-    base = TrialOut.of(trial, study, _scorer(index, study)(trial))
-    return TrialDetailOut(
-        **base.model_dump(),
-        log_tail=trial.log_tail,
+    return TrialDetailOut.of(
+        trial,
+        study,
+        _scorer(index, study)(trial),
         windows=json_safe(list(trial.windows)),
         server=None if trial.server is None else json_safe(trial.server),
         server_metrics=json_safe(dict(trial.server_metrics)),
