@@ -8,7 +8,7 @@ cached snapshots of complete trials.
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -22,24 +22,16 @@ _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="
 _bearer = HTTPBearer(auto_error=False, description="the API key as a bearer token")
 
 
-def get_settings(request: Request) -> ApiSettings:
-    settings: ApiSettings = request.app.state.settings
-    return settings
+def _state(name: str) -> Any:
+    def get(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    return Depends(get)
 
 
-def get_repo(request: Request) -> Repository:
-    repo: Repository = request.app.state.repo
-    return repo
-
-
-def get_index(request: Request) -> StudyIndex:
-    index: StudyIndex = request.app.state.index
-    return index
-
-
-SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
-RepoDep = Annotated[Repository, Depends(get_repo)]
-IndexDep = Annotated[StudyIndex, Depends(get_index)]
+SettingsDep = Annotated[ApiSettings, _state("settings")]
+RepoDep = Annotated[Repository, _state("repo")]
+IndexDep = Annotated[StudyIndex, _state("index")]
 
 
 def require_api_key(
