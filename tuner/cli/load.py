@@ -261,14 +261,13 @@ def warnings(point: PointResult) -> list[str]:
     """One line per reason not to take the point's numbers as the server's."""
     lines = []
     client = point.window.client
+    notes = "; ".join(client.notes) if client is not None else ""
     if client is not None and client.client_bound:
-        notes = "; ".join(client.notes)
         lines.append(
             f"{point.label}: client-bound ({notes}): the load generator was the limit, not "
             "the server; measure this point from a less loaded or faster client machine"
         )
     if client is not None and client.disturbed:
-        notes = "; ".join(client.notes)
         lines.append(f"{point.label}: disturbed ({notes}): other work on this host shared it")
     failed = point.result["failed"]
     if failed:
