@@ -239,19 +239,18 @@ def _plan_trace(workload: Workload, count: int, seed: int) -> list[PlannedReques
     ``closed`` draw rows (their lengths and prefixes, not their sessions) at random."""
     ordered = workload.trace or ()
     shared = workload.shared_prefix_tokens
+    first = ordered[0].arrival_s
+    span = ordered[-1].arrival_s - first
     if workload.arrival != "trace":
         rng = np.random.default_rng([workload.seed, seed, 3])
         rows = [ordered[int(i)] for i in rng.integers(0, len(ordered), count)]
         arrivals: list[float | None] = [None] * count
         if workload.arrival == "poisson" and count:
-            span = ordered[-1].arrival_s - ordered[0].arrival_s
             rate = workload.request_rate or (
                 (len(ordered) - 1) / span if span > 0 else float(len(ordered))
             )
             arrivals = _poisson_arrivals(rng, rate, count)
         return [_trace_request(r, shared, a) for r, a in zip(rows, arrivals, strict=True)]
-    first = ordered[0].arrival_s
-    span = ordered[-1].arrival_s - first
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
     plan = []
     turns: dict[str, int] = {}
