@@ -77,10 +77,6 @@ def error_body(code: str, message: str, hint: str = "", **extra: Any) -> dict[st
     return {"error": code, "message": message, "hint": hint, **extra}
 
 
-def _json(status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None) -> Any:
-    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
-
-
 def _status_of(exc: TunerError) -> tuple[int, str]:
     # Most specific first: SpecError is a UsageError.
     if isinstance(exc, SpecError):
@@ -115,7 +111,7 @@ def describe_validation(errors: Sequence[Any]) -> list[dict[str, str]]:
 async def _api_error(_request: Request, exc: Exception) -> Any:
     assert isinstance(exc, ApiError)
     body = error_body(exc.code, exc.message, exc.hint, **exc.extra)
-    return _json(exc.status, body, exc.headers)
+    return JSONResponse(body, exc.status, exc.headers)
 
 
 async def _tuner_error(request: Request, exc: Exception) -> Any:
@@ -123,7 +119,7 @@ async def _tuner_error(request: Request, exc: Exception) -> Any:
     status, code = _status_of(exc)
     if status >= 500:
         log.error("%s %s failed: %s", request.method, request.url.path, exc)
-    return _json(status, error_body(code, exc.message, exc.hint))
+    return JSONResponse(error_body(code, exc.message, exc.hint), status)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> Any:
@@ -131,7 +127,7 @@ async def _validation_error(_request: Request, exc: Exception) -> Any:
     problems = describe_validation(exc.errors())
     message = "; ".join(f"{p['where']}: {p['problem']}" for p in problems) or "invalid request"
     hint = "see /docs for the parameters this endpoint takes"
-    return _json(422, error_body("invalid", message, hint, problems=problems))
+    return JSONResponse(error_body("invalid", message, hint, problems=problems), 422)
 
 
 async def _http_error(request: Request, exc: Exception) -> Any:
@@ -154,7 +150,7 @@ async def _http_error(request: Request, exc: Exception) -> Any:
         body = error_body("bad_request", str(exc.detail), "send the body as UTF-8 JSON")
     else:
         body = error_body(f"http_{exc.status_code}", str(exc.detail))
-    return _json(exc.status_code, body, headers)
+    return JSONResponse(body, exc.status_code, headers)
 
 
 def _allowed_methods(request: Request) -> list[str]:
@@ -174,7 +170,7 @@ async def _unexpected(request: Request, exc: Exception) -> Any:
     body = error_body(
         "internal", "internal error while answering this request", "the server log has details"
     )
-    return _json(500, body)
+    return JSONResponse(body, 500)
 
 
 def install_error_handlers(app: FastAPI) -> None:
