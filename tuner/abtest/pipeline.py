@@ -278,7 +278,6 @@ class Bench:
         judge: Judge[J],
         *,
         watch: Watch | None = None,
-        on_group: Callable[[Group], None] | None = None,
         decided: Decided | None = None,
     ) -> list[tuple[J, int | None]]:
         """:func:`run_groups` on this machine: launch logs under ``$TUNER_HOME``, each launch
@@ -290,7 +289,6 @@ class Bench:
             self.launches,
             judge,
             watch=watch,
-            on_group=on_group,
             launch_log=self.launch_log,
             store=self.store,
             design=self.design,
