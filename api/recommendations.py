@@ -174,19 +174,10 @@ def nearest(snapshots: Iterable[StudySnapshot], q: Query) -> list[dict[str, obje
 
     out: list[dict[str, object]] = []
     for combo in sorted(combos, key=distance)[:_MAX_SUGGESTIONS]:
-        model, g, workload = combo
-        params = {"model": model, "gpu": g, "workload": workload}
-        if q.emulated:
-            params["emulated"] = "true"
-        out.append(
-            {
-                "model": model,
-                "gpu": g,
-                "workload": workload,
-                "studies": sorted(combos[combo]),
-                "url": "/v1/recommendations?" + urlencode(params),
-            }
-        )
+        found = dict(zip(("model", "gpu", "workload"), combo, strict=True))
+        params = {**found, "emulated": "true"} if q.emulated else found
+        url = "/v1/recommendations?" + urlencode(params)
+        out.append({**found, "studies": sorted(combos[combo]), "url": url})
     return out
 
 
