@@ -227,7 +227,6 @@ class Bench:
         )
 
     def run_tag(self, group: Group, seen: Sequence[TrialResult]) -> str:
-        """The tag of this run of the command on ``group`` (see :func:`run_tag`)."""
         stem = self.launch_log(group.workload, group.arms).path.stem
         return run_tag(self.command, stem, seen)
 
@@ -258,7 +257,6 @@ class Bench:
         return load_profile(self.repo, key, exclude_run=self.run_tag(group, flat))
 
     def store(self, judgement: Judgement) -> int:
-        """Store ``judgement`` as a comparison; its id."""
         row = self.repo.add_comparison(
             model=self.model.alias,
             gpu=self.gpu.name,

@@ -144,7 +144,6 @@ class Recommendation:
         return out
 
     def emulation_warning(self) -> str | None:
-        """See :func:`emulated_memory_warning`."""
         return emulated_memory_warning(self.memory_gib, self.emulated_memory_gib)
 
 
@@ -270,6 +269,5 @@ def tradeoffs(
 
 
 def gpu_memory_gib(profile: str) -> float | None:
-    """The memory of GPU profile ``profile`` in GiB (None for an unknown profile)."""
     gpu = GPUS.get(profile)
     return gpu.memory_gib if gpu is not None else None

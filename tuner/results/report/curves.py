@@ -183,7 +183,6 @@ def trial_curve(row: TrialRow, slo: Slo) -> TrialCurve:
 
 
 def has_curves(trials: Sequence[TrialRow]) -> bool:
-    """Whether any complete trial measured more than one load point."""
     return any(
         t.status is TrialStatus.COMPLETE and t.windows and len(load_points(t.windows)) > 1
         for t in trials
