@@ -94,7 +94,6 @@ def open_repo(url: str | None, study: str | None = None) -> Repository:
 
 
 def open_study(url: str | None, study: str) -> Repository:
-    """:func:`open_repo`, and a usage error when it holds no study named ``study``."""
     repo = open_repo(url, study)
     if repo.get_study(study) is None:
         raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")

@@ -248,7 +248,6 @@ def bench_result(
 
 
 def summary(result: Mapping[str, Any]) -> dict[str, Any]:
-    """``result`` without the per-request arrays (:data:`PER_REQUEST_FIELDS`)."""
     return {k: v for k, v in result.items() if k not in PER_REQUEST_FIELDS}
 
 

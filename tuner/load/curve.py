@@ -59,7 +59,6 @@ class LoadPoint:
 
     @property
     def load(self) -> float:
-        """The load level: the request rate of an open-loop point, else its concurrency."""
         if self.request_rate is not None:
             return self.request_rate
         return float(self.concurrency or 0)

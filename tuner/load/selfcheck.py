@@ -70,8 +70,6 @@ class EnergyMeter(Protocol):
 
 
 class LoopLag:
-    """Records how late the running event loop wakes from short sleeps."""
-
     def __init__(self, interval_s: float = 0.005) -> None:
         self.interval_s = interval_s
         self._lags: list[float] = []

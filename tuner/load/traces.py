@@ -66,7 +66,6 @@ _FIRST_KEYS = (("prompt_tokens", "tuner"), ("input_length", "mooncake"), ("promp
 
 
 def approximate_tokens(text: str) -> int:
-    """The token count of ``text`` without a tokenizer: one token per four characters."""
     return max(1, math.ceil(len(text) / 4))
 
 
