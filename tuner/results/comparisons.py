@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tuner.abtest import Claim, rejudge
+from tuner.abtest import Claim
 from tuner.db import Repository
 from tuner.domain import to_jsonable
 from tuner.scoring import is_inconclusive, ratio_text, stored_window_note
@@ -129,14 +129,6 @@ def claims_table(records: Sequence[Mapping[str, Any]]) -> str:
 
 def _cell(text: object) -> str:
     return str(text or "").replace("|", "\\|").replace("\n", " ")
-
-
-def rejudged_table(records: Sequence[Mapping[str, Any]], claims: Sequence[Claim]) -> str:
-    """Every claim of a claims file, judged again from ``records`` (stored comparisons of one
-    model, GPU and vLLM version: :func:`tuner.abtest.claims.rejudge.rejudge`), as a Markdown table:
-    the article's figure, what was tested, what was measured here, the verdict and why (with
-    the setting, when the article measured elsewhere)."""
-    return verdicts_table(rejudge(records, claims), claims, records)
 
 
 def verdicts_table(

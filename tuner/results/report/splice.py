@@ -11,9 +11,9 @@ third word keeps only that phase, ``search`` or ``confirm``), ``comparison`` (th
 :func:`~tuner.results.comparisons.comparison_table` of each comparison in the file; an optional
 third word keeps only those ids, in that order, e.g. ``3,1``), ``claims``
 (:func:`~tuner.results.comparisons.claims_table` of the verdicts stored; with a claims file as
-third word, :func:`~tuner.results.comparisons.rejudged_table`: every claim of that file judged
-again from the comparisons) and ``verdicts`` (a JSON list of claim records as ``tuner
-verify-claims --json`` prints them, and the claims file:
+third word, every claim of that file judged again from the comparisons by
+:func:`~tuner.abtest.claims.rejudge.rejudge`, as the ``verdicts`` table) and ``verdicts`` (a
+JSON list of claim records as ``tuner verify-claims --json`` prints them, and the claims file:
 :func:`~tuner.results.comparisons.verdicts_table`) and ``starts`` (one or more JSON files of
 ``bench/bench_warm_start.py``: :func:`~tuner.results.report.starts.starts_table`), and
 ``noise-launches``, ``noise-spread`` (third word ``all``: the cold launch too) and
@@ -31,12 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuner.abtest import load_claims
+from tuner.abtest import load_claims, rejudge
 from tuner.errors import UsageError
 from tuner.results.comparisons import (
     claims_table,
     comparison_table,
-    rejudged_table,
     verdicts_table,
 )
 from tuner.results.export import from_jsonl, markdown_table
@@ -84,7 +83,8 @@ def _render(spec: str, root: Path) -> str:
         return "\n".join(comparison_table(r) for r in records)
     if kind == "claims":
         if len(rest) > 1:  # the claims file: every claim judged again from the comparisons
-            return rejudged_table(records, load_claims(root / rest[1]))
+            claims = load_claims(root / rest[1])
+            return verdicts_table(rejudge(records, claims), claims, records)
         return claims_table(records)
     if kind == "verdicts":  # claim records as `tuner verify-claims --json` prints them
         if len(rest) < 2:
