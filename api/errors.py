@@ -174,7 +174,6 @@ async def _unexpected(request: Request, exc: Exception) -> Any:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Register the handlers that turn every error into the JSON shape above."""
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(TunerError, _tuner_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

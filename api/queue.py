@@ -109,7 +109,6 @@ def whole_numbers(value: Any) -> Any:
 
 
 def parse(body: Mapping[str, Any]) -> StudySpec:
-    """:func:`read`'s spec alone."""
     return read(body).spec
 
 

@@ -70,7 +70,6 @@ def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict
         (p for p in priced if p.on_cost_front), key=lambda p: p.usd_per_million or 0.0
     )
     recommended = recommended_number(report)
-    marks = _marks(points, recommended)
     per = "GPU" if report.memory_label == "GPU memory" else "server"
     imp = report.importances.values
     return {
@@ -90,7 +89,7 @@ def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict
             "labels": [p.label for p in points],
             "front_throughput": [p.per_gpu for p in front],
             "front_p99": [p.p99_ms for p in front],
-            **marks,
+            **_marks(points, recommended),
             "x_title": f"output throughput per {per} (tok/s)",
             "y_title": "P99 end-to-end latency (ms)",
             "color_title": f"{report.memory_label} (GiB)",
