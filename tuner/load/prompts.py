@@ -37,18 +37,12 @@ class PromptFactory:
             top = _REAL_HIGH_RESERVED if vocab_size > 8 * _REAL_HIGH_RESERVED else 0
             self._low, self._high = low, vocab_size - top
         self._rng = np.random.default_rng(seed)
-        # The system prompt: drawn once from its own stream, so its content does not depend
-        # on how long the longest prefix asked for turns out to be.
-        self._prefix_rng = np.random.default_rng([seed, 1])
-        self._prefix: list[int] = []
         # Named prefix streams (tuner.domain.Segments): one generator and its tokens per name.
-        self._streams: dict[str, tuple[np.random.Generator, list[int]]] = {}
-
-    def _shared(self, n: int) -> list[int]:
-        if n > len(self._prefix):
-            more = self._prefix_rng.integers(self._low, self._high, n - len(self._prefix))
-            self._prefix.extend(int(t) for t in more)
-        return self._prefix[:n]
+        # The system prompt, "", is drawn once from its own stream, so its content does not
+        # depend on how long the longest prefix asked for turns out to be.
+        self._streams: dict[str, tuple[np.random.Generator, list[int]]] = {
+            "": (np.random.default_rng([seed, 1]), [])
+        }
 
     def token_ids(self, prompt_tokens: int, shared_prefix_tokens: int = 0) -> list[int]:
         """``prompt_tokens`` ids: the factory's fixed prefix, then random ids."""
@@ -60,11 +54,10 @@ class PromptFactory:
         return self.segment_ids(prompt_tokens, (("", shared_prefix_tokens),))
 
     def _stream(self, name: str, n: int) -> list[int]:
-        if name == "":
-            return self._shared(n)
-        rng, tokens = self._streams.setdefault(
-            name, (np.random.default_rng([self._seed, 2, zlib.crc32(name.encode())]), [])
-        )
+        if name not in self._streams:
+            seeds = [self._seed, 2, zlib.crc32(name.encode())]
+            self._streams[name] = (np.random.default_rng(seeds), [])
+        rng, tokens = self._streams[name]
         if n > len(tokens):
             tokens.extend(int(t) for t in rng.integers(self._low, self._high, n - len(tokens)))
         return tokens[:n]
