@@ -69,10 +69,6 @@ def _num(x: float | None, digits: int) -> str:
     return "" if x is None else f"{x:.{digits}f}"
 
 
-def _digits(metric: str) -> int:
-    return 1 if metric in ("memory_gib", "itl_p99_ms", "request_throughput") else 0
-
-
 def _values(side: Mapping[str, Any], digits: int) -> str:
     return ", ".join(_num(v, digits) for v in side.get("values", []))
 
@@ -97,7 +93,7 @@ def comparison_table(record: Mapping[str, Any]) -> str:
     )
     lines = []
     for m in record["metrics"]:
-        d = _digits(m["metric"])
+        d = 1 if m["metric"] in ("memory_gib", "itl_p99_ms", "request_throughput") else 0
         lines.append(
             f"| {m['label']} | {_num(m['a'].get('median'), d)} ({_values(m['a'], d)}) | "
             f"{_num(m['b'].get('median'), d)} ({_values(m['b'], d)}) | {_change(m)} | "

@@ -75,7 +75,8 @@ class Row:
     def center(self, metric: str) -> float:
         """The geometric mean over launches (NaN for a finding)."""
         values = [launch.metrics[metric] for launch in self.launches]
-        return _geomean(values)
+        value = launch_value(values)
+        return value if value is not None else (math.nan if not values else 0.0)
 
 
 @dataclass(frozen=True)
@@ -293,11 +294,6 @@ def _varying_knobs(rows: Sequence[Row], spec_order: Sequence[str]) -> tuple[str,
 def knob_value(config: ServingConfig, knob: str) -> object:
     """``config``'s value of ``knob``, None where it leaves vLLM's default."""
     return config.to_dict().get(knob)
-
-
-def _geomean(values: Sequence[float]) -> float:
-    value = launch_value(values)
-    return value if value is not None else (math.nan if not values else 0.0)
 
 
 def _cov(devs: Sequence[Sequence[float]], dof: int, *, center: bool) -> list[list[float]]:
