@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.abtest.profile import wall_s
 from tuner.catalog import get_gpu
 from tuner.db import Repository, TrialRow, make_engine
 from tuner.domain import (
@@ -225,7 +226,7 @@ def _rows(
     first: dict[ServingConfig, int] = {}
     skipped = 0
     for t in sorted(trials, key=lambda t: t.number):
-        seconds = _wall(t)
+        seconds = wall_s(t)
         if t.status is TrialStatus.COMPLETE and seconds is not None and t.windows:
             first.setdefault(t.config, t.number)
             launches.setdefault(t.config, []).append(_launch(t, objective, ceiling, seconds))
@@ -241,12 +242,6 @@ def _rows(
         if c not in launches
     ]
     return sorted(rows, key=lambda r: r.number), skipped
-
-
-def _wall(t: TrialRow) -> float | None:
-    if t.started_at is None or t.finished_at is None:
-        return None
-    return max(0.0, t.finished_at - t.started_at)
 
 
 def _launch(t: TrialRow, objective: Objective, ceiling: float, wall: float) -> Launch:
