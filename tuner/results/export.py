@@ -42,8 +42,7 @@ def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
     scores = {r.number: r.score if r.relative else None for r in ranked}
     out = []
     for row in repo.list_trials(study, limit=None):
-        result = row.to_result()
-        server = result.server
+        server = row.server
         out.append(
             {
                 "study": study,
@@ -57,12 +56,12 @@ def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
                 "score": _finite(scores.get(row.number, row.score)),
                 "objective_values": list(row.objective_values or []) or None,
                 "metrics": to_jsonable(row.metrics),
-                "memory": to_jsonable(result.memory),
+                "memory": to_jsonable(row.memory),
                 "effective_backend": row.effective_backend,
                 "kv_cache_tokens": server.kv_cache_tokens if server else None,
                 "startup_s": server.startup_s if server else None,
-                "provenance": to_jsonable(result.provenance),
-                "window_energy": [to_jsonable(w.energy) for w in result.windows],
+                "provenance": to_jsonable(row.provenance),
+                "window_energy": [to_jsonable(w.energy) for w in row.windows],
                 "energy_note": energy.absent(row.metrics, on_gpu=row.gpu_uuid is not None)
                 if row.status is TrialStatus.COMPLETE
                 else None,

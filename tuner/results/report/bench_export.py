@@ -24,10 +24,9 @@ def bench_files(repo: Repository, study: str) -> dict[str, dict[str, Any]]:
         requests = repo.trial_requests(trial.id)
         if not requests:
             continue
-        result = trial.to_result()
-        model = result.provenance.model if result.provenance else (row.model if row else "")
+        model = trial.provenance.model if trial.provenance else (row.model if row else "")
         when = dt.datetime.fromtimestamp(trial.finished_at or 0.0)
-        for index, (window, records) in enumerate(zip(result.windows, requests, strict=False)):
+        for index, (window, records) in enumerate(zip(trial.windows, requests, strict=False)):
             point = (
                 f"qps{window.request_rate:g}"
                 if window.request_rate is not None
