@@ -93,10 +93,6 @@ class StudyIndex:
                     self._memo.popitem(last=False)
         return value
 
-    def studies(self) -> list[StudyRow]:
-        """All studies, newest first (always read fresh)."""
-        return self.repo.list_studies()
-
     def snapshot(self, study: StudyRow) -> StudySnapshot | None:
         """The snapshot of ``study`` as listed; None if it was deleted meanwhile."""
         version = _version(study)
@@ -132,7 +128,7 @@ class StudyIndex:
 
     def snapshots(self) -> list[StudySnapshot]:
         """Snapshots of all studies; forgets studies no longer listed."""
-        listed = self.studies()
+        listed = self.repo.list_studies()
         names = {s.name for s in listed}
         with self._lock:
             for gone in [n for n in self._cache if n not in names]:

@@ -61,7 +61,7 @@ def _scorer(index: StudyIndex, study: StudyRow) -> Any:
 
 @router.get("", response_model=StudyListOut, responses=READS)
 def list_studies(
-    index: IndexDep,
+    repo: RepoDep,
     status: Annotated[StudyStatus | None, Query(description="only studies in this state")] = None,
     model: Annotated[str | None, Query(max_length=MODEL_MAX)] = None,
     gpu: Annotated[str | None, Query(max_length=GPU_MAX)] = None,
@@ -70,7 +70,7 @@ def list_studies(
     """All studies, newest first, with trial counts by status; optionally filtered."""
     rows = [
         s
-        for s in index.studies()
+        for s in repo.list_studies()
         if (status is None or s.status == status)
         and (model is None or s.model == model)
         and (gpu is None or s.gpu == gpu.lower())
