@@ -88,7 +88,3 @@ def environment() -> jinja2.Environment:
         url_part=url_part,
     )
     return env
-
-
-def render(template: str, **context: Any) -> str:
-    return environment().get_template(template).render(**context)

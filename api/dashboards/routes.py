@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 
 from api.dashboards.assets import plotly_js_path
 from api.dashboards.charts import compare_chart, study_charts
-from api.dashboards.render import render
+from api.dashboards.render import environment
 from api.deps import RepoDep
 from tuner.domain import Objective, TrialStatus
 from tuner.errors import TunerError
@@ -56,7 +56,7 @@ CSP = (
 
 def _page(template: str, status_code: int = 200, **context: object) -> HTMLResponse:
     return HTMLResponse(
-        render(template, **context),
+        environment().get_template(template).render(**context),
         status_code=status_code,
         headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"},
     )
