@@ -245,10 +245,7 @@ def _rows(
 
 
 def _launch(t: TrialRow, objective: Objective, ceiling: float, wall: float) -> Launch:
-    result = t.to_result()
-    thr, mem, p99 = scoring.objective_values(
-        result, memory_ceiling_gib=ceiling, objective=objective
-    )
+    thr, mem, p99 = scoring.objective_values(t, memory_ceiling_gib=ceiling, objective=objective)
     metrics = {
         "output_throughput": thr,
         "memory_gib": mem,
