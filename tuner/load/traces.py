@@ -243,10 +243,10 @@ def _need(obj: Mapping[str, Any], keys: tuple[str, ...], where: str, fmt: str) -
         raise UsageError(f"{where}: missing field(s) {missing}", hint=_HINTS[fmt])
 
 
-def _count(value: Any, key: str, where: str, minimum: int = 1) -> int:
+def _count(value: Any, key: str, where: str) -> int:
     # bool is an int subclass; true/false as a token count is surely a mistake.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UsageError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{where}: {key} must be an integer >= 1, got {value!r}")
     return value
 
 
