@@ -43,7 +43,6 @@ from tuner.scoring import stored_window_note
 from tuner.vllm import shipped
 
 Record = Mapping[str, Any]
-_NO_START = {c.value for c in NO_START}
 
 
 def where_of(records: Sequence[Record]) -> Where:
@@ -177,7 +176,7 @@ def stored_launches(records: Sequence[Record], flag: str = "") -> list[LaunchFac
                 LaunchFact(label, True, default, b, v, n, flagged) for (b, v), n in counted.items()
             ]
             for text in (r.get("failures") or {}).get(side) or []:
-                if str(text).split(":", 1)[0] in _NO_START:
+                if str(text).split(":", 1)[0] in NO_START:
                     facts.append(LaunchFact(label, False, default, with_flag=flagged))
             arms[key] = facts
     return [f for facts in arms.values() for f in facts]
