@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -111,7 +111,6 @@ class _Context:
     prompts: PromptFactory
     max_model_len: int | None
     chat_text: Callable[[int], str]
-    notes: list[str] = field(default_factory=list)
 
 
 Shape = Callable[[_Context], None]
@@ -255,8 +254,7 @@ def _cancelled(ctx: _Context) -> None:
     room = (ctx.max_model_len - 16) if ctx.max_model_len else CANCELLED_TOKENS
     for event in _stream(ctx, max(GENERATED, min(CANCELLED_TOKENS, room))):
         if event.get("done"):
-            ctx.notes.append("cancelled: the stream ended before it could be dropped")
-            return
+            return  # the stream ended before it could be dropped
         if event.get("choices"):
             chunks += 1
         if chunks >= CANCEL_AFTER_CHUNKS:
