@@ -27,7 +27,6 @@ class PromptFactory:
     def __init__(self, vocab_size: int, synthetic: bool, seed: int = 0) -> None:
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
-        self.vocab_size = vocab_size
         self.synthetic = synthetic
         self._seed = seed
         if synthetic:
