@@ -4,7 +4,7 @@ tokens its prefix cache holds: the cache must show in the later turns' TTFT."""
 from __future__ import annotations
 
 from tests.studykit import uvicorn_in_thread
-from tuner.load.fingerprint import fingerprint
+from tuner.load.fingerprints import fingerprint
 from tuner.load.generator import LoadGenerator, LoadReport
 from tuner.load.prompts import PromptFactory
 from tuner.load.stats import ttft_by_turn

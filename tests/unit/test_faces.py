@@ -34,6 +34,18 @@ def test_every_name_of_a_face_is_its_modules_own(name: str) -> None:
         _ = package.no_such_name
 
 
+@pytest.mark.parametrize("name", FACES)
+def test_no_name_of_a_face_is_also_one_of_its_modules(name: str) -> None:
+    """A module imported directly (``import tuner.load.fingerprint``) becomes the package's
+    attribute of that name, and a face's name is then never looked up again: ``from tuner.load
+    import fingerprint`` gave the module, not the function, once any test had imported it."""
+    import pkgutil
+
+    package = importlib.import_module(name)
+    modules = {m.name for m in pkgutil.iter_modules(package.__path__)}
+    assert not modules & set(package.__all__)
+
+
 def test_tuners_own_names_resolve_by_module_path() -> None:
     """``tuner``'s face names its modules as strings: an import there, even under
     TYPE_CHECKING, would tie every package that imports ``tuner.face`` to every layer."""

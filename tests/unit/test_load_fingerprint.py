@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tuner.domain import TraceRequest, Workload
-from tuner.load.fingerprint import fingerprint, prefix_reuse
+from tuner.load.fingerprints import fingerprint, prefix_reuse
 from tuner.load.workloads import WORKLOADS, PlannedRequest, get_workload, plan_requests
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"

@@ -19,7 +19,7 @@ from tuner.domain import RequestRecord, WindowMetrics
 from tuner.errors import UsageError
 from tuner.load import bench
 from tuner.load.curve import trial_metrics
-from tuner.load.fingerprint import fingerprint
+from tuner.load.fingerprints import fingerprint
 from tuner.load.stats import ttft_by_turn, turn_metrics, turn_summary, window_metrics
 from tuner.load.traces import approximate_tokens
 from tuner.load.workloads import WORKLOADS, get_workload

@@ -12,7 +12,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
 from tuner.errors import UsageError
-from tuner.load.fingerprint import prefix_reuse
+from tuner.load.fingerprints import prefix_reuse
 from tuner.load.traces import approximate_tokens, tokenizer_counter
 from tuner.load.workloads import get_workload, plan_requests
 

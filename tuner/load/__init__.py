@@ -26,7 +26,7 @@ if TYPE_CHECKING:
         slo_margins,
         trial_metrics,
     )
-    from tuner.load.fingerprint import fingerprint
+    from tuner.load.fingerprints import fingerprint
     from tuner.load.generator import (
         FirstPointCheck,
         LoadGenerator,
