@@ -140,64 +140,72 @@ class LoadGenerator:
         if not 0.0 <= max_error_rate <= 1.0:
             raise ValueError(f"max_error_rate must be in [0, 1], got {max_error_rate}")
         _validate(workload)
+        return asyncio.run(
+            self._run(workload, slo, on_phase, should_abort, max_error_rate, first_point)
+        )
 
-        async def measure() -> LoadReport:
-            points = workload.load_points()
-            lag = LoopLag()
-            async with self._session() as session:
-                lag.start()
-                try:
-                    started = time.perf_counter()
-                    await self._warm_up(session, workload, on_phase, should_abort, max_error_rate)
-                    warmup_s = time.perf_counter() - started
+    async def _run(
+        self,
+        workload: Workload,
+        slo: Slo | None,
+        on_phase: PhaseCallback | None,
+        should_abort: AbortCheck | None,
+        max_error_rate: float,
+        first_point: FirstPointCheck | None = None,
+    ) -> LoadReport:
+        points = workload.load_points()
+        lag = LoopLag()
+        async with self._session() as session:
+            lag.start()
+            try:
+                started = time.perf_counter()
+                await self._warm_up(session, workload, on_phase, should_abort, max_error_rate)
+                warmup_s = time.perf_counter() - started
 
-                    windows: list[WindowMetrics] = []
-                    per_window: list[tuple[RequestRecord, ...]] = []
-                    turns: list[tuple[int, ...]] = []
-                    check = WindowCheck(lag, self.neighbours)
-                    first = first_point_windows(workload)  # what first_point sees
-                    reason = None
-                    for point, index in itertools.product(points, range(workload.windows)):
-                        if on_phase:
-                            on_phase("measure", len(windows), len(points) * workload.windows)
-                        plan = plan_requests(point, point.requests_per_window, seed=index + 1)
-                        check.begin()
-                        if self.energy is not None:
-                            self.energy.begin()
-                        records, duration = await self._phase(
-                            session, plan, point.concurrency, should_abort, None
-                        )
-                        energy = self.energy.end() if self.energy is not None else None
-                        health = check.end()
-                        where = f"window {index + 1}"
-                        if len(points) > 1:
-                            where += f" at {point_label(point.concurrency, point.request_rate)}"
-                        _check_errors(records, where, max_error_rate)
-                        windows.append(
-                            window_metrics(
-                                records,
-                                duration,
-                                slo,
-                                concurrency=point.concurrency,
-                                request_rate=point.request_rate,
-                                client=health,
-                                energy=energy,
-                            )
-                        )
-                        per_window.append(tuple(records))
-                        turns.append(tuple(p.turn for p in plan))
-                        if first_point is not None and len(windows) == first:
-                            reason = first_point(tuple(windows))
-                            if reason is not None:
-                                break
-                finally:
-                    await lag.stop()
+                windows: list[WindowMetrics] = []
+                per_window: list[tuple[RequestRecord, ...]] = []
+                turns: list[tuple[int, ...]] = []
+                check = WindowCheck(lag, self.neighbours)
+                first = first_point_windows(workload)  # what first_point sees
+                reason = None
+                for point, index in itertools.product(points, range(workload.windows)):
+                    if on_phase:
+                        on_phase("measure", len(windows), len(points) * workload.windows)
+                    plan = plan_requests(point, point.requests_per_window, seed=index + 1)
+                    check.begin()
                     if self.energy is not None:
-                        # A window cut short: stop its sampling, drop its reading.
-                        self.energy.end()
-            return LoadReport(tuple(windows), tuple(per_window), warmup_s, reason, tuple(turns))
-
-        return asyncio.run(measure())
+                        self.energy.begin()
+                    records, duration = await self._phase(
+                        session, plan, point.concurrency, should_abort, None
+                    )
+                    energy = self.energy.end() if self.energy is not None else None
+                    health = check.end()
+                    where = f"window {index + 1}"
+                    if len(points) > 1:
+                        where += f" at {point_label(point.concurrency, point.request_rate)}"
+                    _check_errors(records, where, max_error_rate)
+                    windows.append(
+                        window_metrics(
+                            records,
+                            duration,
+                            slo,
+                            concurrency=point.concurrency,
+                            request_rate=point.request_rate,
+                            client=health,
+                            energy=energy,
+                        )
+                    )
+                    per_window.append(tuple(records))
+                    turns.append(tuple(p.turn for p in plan))
+                    if first_point is not None and len(windows) == first:
+                        reason = first_point(tuple(windows))
+                        if reason is not None:
+                            break
+            finally:
+                await lag.stop()
+                if self.energy is not None:
+                    self.energy.end()  # a window cut short: stop its sampling, drop its reading
+        return LoadReport(tuple(windows), tuple(per_window), warmup_s, reason, tuple(turns))
 
     def warm_up(
         self,
