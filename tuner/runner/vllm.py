@@ -60,7 +60,7 @@ from tuner.vllm import CacheDir, argv, cache_dir, cache_key, logparse
 PhaseCallback = Callable[[str, str], None]
 """Called with (phase, detail): phase is one of starting, warming up, measuring, stopping."""
 
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+VLLM_MODULE = argv.VLLM_API_SERVER_MODULE
 CANARY_TIMEOUT_S = 120.0  # one canary request (a CPU server prefills max-model-len slowly)
 
 
@@ -268,10 +268,8 @@ class VllmTrialRunner:
             if launch.cpus is not None
             else placement.NOT_PINNED
         )
-        log = server.log_text()
-        backend, fa = logparse.effective_backend(log)
         launch.info = dataclasses.replace(
-            _with_log_facts(launch.info, log, backend, fa, startup_s=startup_s), placement=placed
+            _with_log_facts(launch.info, server.log_text(), startup_s=startup_s), placement=placed
         )
 
     def _canary(
@@ -368,15 +366,13 @@ class VllmTrialRunner:
     def _failed(self, launch: _Launch, exc: TrialFailure) -> TrialResult:
         """The FAILED result: the failure's class and message, the log's tail and facts."""
         server = launch.server
-        log = server.log_text()
-        backend, fa = logparse.effective_backend(log)
         return TrialResult(
             config=launch.config,
             status=TrialStatus.FAILED,
             failure=exc.failure,
             failure_detail=exc.message,
             log_tail=exc.log_tail or server.log_tail(),
-            server=_with_log_facts(launch.info, log, backend, fa),
+            server=_with_log_facts(launch.info, server.log_text()),
             provenance=launch.provenance,
             started_at=launch.started,
             finished_at=time.time(),
@@ -439,14 +435,8 @@ class VllmTrialRunner:
         )
 
 
-def _with_log_facts(
-    info: ServerInfo,
-    log: str,
-    backend: str | None,
-    fa_version: int | None,
-    *,
-    startup_s: float | None = None,
-) -> ServerInfo:
+def _with_log_facts(info: ServerInfo, log: str, *, startup_s: float | None = None) -> ServerInfo:
+    backend, fa_version = logparse.effective_backend(log)
     tokens, concurrency = logparse.kv_cache_capacity(log)
     return dataclasses.replace(
         info,
