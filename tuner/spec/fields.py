@@ -82,11 +82,7 @@ def typed_value(value: Any, kind: type, key: str, fail: Fail, section: str) -> A
     """``value`` itself when it is of ``kind`` (int, float, str or bool), else ``fail``'s error."""
     # bool is an int subclass, but `trials = true` is surely a mistake; an int is a fine float.
     accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
-        return value
-    if isinstance(value, bool) or not isinstance(value, accepted):
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, accepted):
         raise fail(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key, section=section)
     return value
 
