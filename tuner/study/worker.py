@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from tuner.db import Repository, StudyStatus
 from tuner.errors import TunerError, UsageError
-from tuner.spec import StudySpec
+from tuner.spec import stored_spec
 
 
 def run_worker(
@@ -42,9 +42,7 @@ def run_worker(
             continue
         taken += 1
         say(f"worker: took study {row.name} ({row.model} on {row.gpu}, {row.workload})")
-        spec = StudySpec.from_dict({**row.spec, "name": row.name}).with_overrides(
-            vllm_python=vllm_python
-        )
+        spec = stored_spec(row.spec, row.name).with_overrides(vllm_python=vllm_python)
         try:
             prepared = prepare(spec, storage_url)
             reporter = reporter_factory() if reporter_factory else None
@@ -79,9 +77,7 @@ def join_study(
     row = repo.get_study(name)
     if row is None:
         raise UsageError(f"no study named {name!r} to join", hint="run `tuner studies`")
-    spec = StudySpec.from_dict({**row.spec, "name": row.name}).with_overrides(
-        vllm_python=vllm_python
-    )
+    spec = stored_spec(row.spec, row.name).with_overrides(vllm_python=vllm_python)
     prepared = prepare(spec, storage_url)
     # A study queued through the API: the first worker to join takes it and sets it up
     # (Optuna's study, the baseline); the others wait for that, then join.
