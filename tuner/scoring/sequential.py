@@ -128,11 +128,6 @@ def pocock_confidence(looks: tuple[int, ...], alpha: float = 0.05) -> float:
     return 2.0 * float(stats.norm.cdf(c)) - 1.0
 
 
-def precise(found: RatioInterval, min_effect: float | None) -> bool:
-    """Whether ``found`` is tight enough to stop on: its half-width at most ``min_effect``."""
-    return min_effect is not None and found.half_width <= min_effect
-
-
 @dataclass(frozen=True)
 class Step:
     """The verdict after a look; ``continue`` asks for one more launch of each side."""
@@ -167,7 +162,7 @@ def next_step(
     m = plan.margin
     if m is not None and 1.0 / (1.0 + m) <= found.low and found.high <= 1.0 + m:
         return Step(EQUIVALENT, found, len(a), len(b), EQUIVALENT)
-    if precise(found, plan.min_effect):
+    if plan.min_effect is not None and found.half_width <= plan.min_effect:
         return Step(NO_DIFFERENCE, found, len(a), len(b), PRECISE)
     return _budget(at_cap, found, a, b)
 
