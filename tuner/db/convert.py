@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -10,8 +9,8 @@ from sqlalchemy import inspect as sa_inspect
 
 from tuner.db import codec
 from tuner.db.models import ComparisonModel, LaunchModel, StudyModel, TrialModel
-from tuner.db.rows import ComparisonRow, LaunchRow, StudyRow, StudyStatus, TrialPhase, TrialRow
-from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
+from tuner.db.rows import ComparisonRow, LaunchRow, StudyRow, TrialPhase, TrialRow
+from tuner.domain import ServingConfig, TrialResult, TrialStatus
 
 R = TypeVar("R")
 
@@ -22,13 +21,12 @@ def storable_text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-def _row(model: Any, row_type: type[R], **converted: Any) -> R:
-    """A frozen row from an ORM object: every row field that is a mapped column of the same
-    name is copied as it is; ``converted`` gives the others (decoded JSON, enums, counts)."""
-    columns = {c.key for c in sa_inspect(type(model)).column_attrs}
-    fields = {f.name for f in dataclasses.fields(row_type)}  # type: ignore[arg-type]
-    copied = {name: getattr(model, name) for name in (fields & columns) - converted.keys()}
-    return row_type(**copied, **converted)
+def _row(model: Any, row_type: type[R], **extra: Any) -> R:
+    """A frozen row from an ORM object, each field read by its type as a JSON record is
+    (:func:`codec.decode`) from the mapped column of the same name; ``extra`` gives the
+    others (counts, names kept elsewhere)."""
+    columns = {c.key: getattr(model, c.key) for c in sa_inspect(type(model)).column_attrs}
+    return codec.decode(row_type, {**columns, **extra})
 
 
 def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRow:
@@ -38,52 +36,21 @@ def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRo
     return _row(
         m,
         StudyRow,
-        status=StudyStatus(m.status),
-        slo=dict(m.slo),
-        spec=dict(m.spec),
         trial_counts={s: search.get(s.value, 0) for s in TrialStatus},
         confirmation_counts={s: confirm.get(s.value, 0) for s in TrialStatus},
     )
 
 
 def trial_row(m: TrialModel, study_name: str) -> TrialRow:
-    return _row(
-        m,
-        TrialRow,
-        study_name=study_name,
-        phase=TrialPhase(m.phase),
-        config=ServingConfig.from_dict(m.config),
-        status=TrialStatus(m.status),
-        failure=None if m.failure_class is None else FailureClass(m.failure_class),
-        metrics=codec.decode_metrics(m.metrics),
-        windows=tuple(codec.decode_window(w) for w in m.windows),
-        memory=codec.decode_memory(m.memory),
-        server=codec.decode_server(m.server),
-        server_metrics={k: float(v) for k, v in m.server_metrics.items()},
-        provenance=codec.decode_provenance(m.provenance),
-        objective_values=(
-            None if m.objective_values is None else tuple(float(v) for v in m.objective_values)
-        ),
-    )
+    return _row(m, TrialRow, study_name=study_name, failure=m.failure_class)
 
 
 def comparison_row(m: ComparisonModel) -> ComparisonRow:
-    return _row(
-        m,
-        ComparisonRow,
-        a_config=ServingConfig.from_dict(m.a_config),
-        b_config=ServingConfig.from_dict(m.b_config),
-        provenance=codec.decode_provenance(m.provenance),
-    )
+    return _row(m, ComparisonRow)
 
 
 def launch_row(m: LaunchModel) -> LaunchRow:
-    return _row(
-        m,
-        LaunchRow,
-        config=ServingConfig.from_dict(m.config),
-        values={str(k): tuple(float(v) for v in vs) for k, vs in (m.values or {}).items()},
-    )
+    return _row(m, LaunchRow)
 
 
 def reset_trial(
