@@ -70,25 +70,17 @@ def read_lease(path: Path) -> Lease | None:
         return None
 
 
-def remove_lease(path: Path) -> None:
-    path.unlink(missing_ok=True)
-
-
-def _same_process(pid: int, create_time: float) -> bool:
+def owner_alive(lease: Lease) -> bool:
+    """True while the tuner process that wrote ``lease`` still runs."""
     try:
-        proc = psutil.Process(pid)
+        proc = psutil.Process(lease.owner_pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        return abs(proc.create_time() - create_time) <= START_TIME_TOLERANCE_S
+        return abs(proc.create_time() - lease.owner_create_time) <= START_TIME_TOLERANCE_S
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:
         return True  # cannot tell: assume it still lives
-
-
-def owner_alive(lease: Lease) -> bool:
-    """True while the tuner process that wrote ``lease`` still runs."""
-    return _same_process(lease.owner_pid, lease.owner_create_time)
 
 
 def _leader_state(lease: Lease) -> str:
@@ -117,7 +109,7 @@ def reap_orphans(lease_dir: Path) -> list[int]:
     for path in sorted(lease_dir.glob("server-*.json")):
         lease = read_lease(path)
         if lease is None or lease.pgid == os.getpgrp():
-            remove_lease(path)
+            path.unlink(missing_ok=True)
             continue
         if owner_alive(lease):
             continue
@@ -128,5 +120,5 @@ def reap_orphans(lease_dir: Path) -> list[int]:
             lease.pgid, _REAP_GRACE_S, not_before=lease.create_time
         ):
             ended.append(lease.pgid)
-        remove_lease(path)
+        path.unlink(missing_ok=True)
     return ended

@@ -26,7 +26,7 @@ from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
 from tuner.runner import amx
 from tuner.runner.interrupts import deferred_interrupts
-from tuner.runner.leases import Lease, remove_lease, write_lease
+from tuner.runner.leases import Lease, write_lease
 from tuner.runner.ports import port_is_open
 from tuner.runner.procgroup import group_members, kill_group
 from tuner.runner.watchdog import ENV as WATCHDOG_ENV
@@ -273,7 +273,7 @@ class VllmServer:
             if self._log is not None:
                 self._log.close()
             if self._lease_path is not None:
-                remove_lease(self._lease_path)
+                self._lease_path.unlink(missing_ok=True)
 
     def _release_watchdog(self) -> None:
         """Close the watchdog's pipe (the group is ended: it exits at once) and reap it."""
