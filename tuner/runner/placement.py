@@ -28,11 +28,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from tuner.errors import UsageError
-from tuner.telemetry import ENGINE_MARKERS as ENGINE_MARKERS  # re-exported: it lived here
-from tuner.telemetry import is_engine_core
+from tuner.telemetry import is_engine_core, process_tree
 
 MODES = ("auto", "pinned", "off")
 ENV = "TUNER_CPU_PLACEMENT"
@@ -193,10 +190,8 @@ def set_affinity(pid: int, cpus: Sequence[int]) -> int:
 def pin_server(cpu_plan: CpuPlan, root_pid: int) -> dict[str, str]:
     """Place a ready server's processes: engine cores on the engine set, the API server and
     every other child on the API set. What was done, for the launch's record."""
-    try:
-        root = psutil.Process(root_pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
+    procs = process_tree(root_pid)
+    if not procs:
         return {**cpu_plan.describe(), "engine_processes": "0", "api_processes": "0"}
     engines = [p for p in procs if is_engine_core(p)]
     others = [p for p in procs if p not in engines]

@@ -8,13 +8,12 @@ from tuner import face
 
 if TYPE_CHECKING:
     from tuner.telemetry.energy import GpuEnergyMeter
-    from tuner.telemetry.host import ENGINE_MARKERS, is_engine_core
+    from tuner.telemetry.host import is_engine_core, process_tree
     from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
     from tuner.telemetry.nvml import DetectedGpu, Nvml, detect_gpus, local_cpus
     from tuner.telemetry.probe import TelemetryProbe
 
 __all__ = [
-    "ENGINE_MARKERS",
     "DetectedGpu",
     "GpuEnergyMeter",
     "HostNeighbours",
@@ -24,6 +23,7 @@ __all__ = [
     "is_engine_core",
     "local_cpus",
     "nvml_compute_pids",
+    "process_tree",
 ]
 
 __getattr__, __dir__ = face(__name__)
