@@ -337,21 +337,13 @@ def _screen(space: SearchSpace, config: ServingConfig, rows: list[TrialRow]) -> 
     study's trial rows, whose failures rule out what they dominate)."""
     problems = space.violations(config)
     if problems:
-        return TrialResult(
-            config=config,
-            status=TrialStatus.PRUNED,
-            failure=FailureClass.INVALID_CONFIG,
-            failure_detail="; ".join(problems),
-        )
-    blocker = space.dominated_by(config, failed_configs(rows))
-    if blocker is not None:
-        return TrialResult(
-            config=config,
-            status=TrialStatus.PRUNED,
-            failure=FailureClass.DOMINATED,
-            failure_detail=f"at least as demanding as {blocker.label()}, which did not fit",
-        )
-    return None
+        failure, detail = FailureClass.INVALID_CONFIG, "; ".join(problems)
+    elif (blocker := space.dominated_by(config, failed_configs(rows))) is not None:
+        failure = FailureClass.DOMINATED
+        detail = f"at least as demanding as {blocker.label()}, which did not fit"
+    else:
+        return None
+    return TrialResult(config, TrialStatus.PRUNED, failure=failure, failure_detail=detail)
 
 
 def _record(
