@@ -222,7 +222,6 @@ def pooled_ratio_interval(
     b: Sequence[float],
     confidence: float,
     profile: Components | None,
-    level: float = CONTRADICTS,
 ) -> RatioInterval | None:
     """B/A from launch values ``a`` and ``b`` with the profile's variance pooled with the
     comparison's own (t at the profile's df plus its own); Welch's interval on the own launches
@@ -236,7 +235,7 @@ def pooled_ratio_interval(
     var, df = profile.launch_mean_var * profile.df, profile.df
     if own is not None:
         p = contradicts(own[0], own[1], profile)
-        if p < level:
+        if p < CONTRADICTS:
             ratio = math.sqrt(own[0] / profile.launch_mean_var) if profile.launch_mean_var else 0
             why = (
                 f"own launches spread x{ratio:.2f} the profile's SD (F test p = {p:.3f}): "

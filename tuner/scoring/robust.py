@@ -86,8 +86,8 @@ def _u_counts(m: int, n: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def screened_interval(sigma: float, k: float = 3.0, base: Interval = ratio_interval) -> Interval:
-    """``base``'s interval after leaving out an outlying launch a side (see the module
+def screened_interval(sigma: float, k: float = 3.0) -> Interval:
+    """Welch's interval after leaving out an outlying launch a side (see the module
     docstring); ``sigma``: the log-scale launch-to-launch spread, ``k``: how many of it."""
     if not sigma > 0 or not k > 0:
         raise ValueError("the spread and k must be positive")
@@ -95,7 +95,7 @@ def screened_interval(sigma: float, k: float = 3.0, base: Interval = ratio_inter
     def interval(
         a: Sequence[float], b: Sequence[float], confidence: float = 0.95
     ) -> RatioInterval | None:
-        return base(screen(a, sigma, k), screen(b, sigma, k), confidence)
+        return ratio_interval(screen(a, sigma, k), screen(b, sigma, k), confidence)
 
     return interval
 

@@ -128,7 +128,7 @@ def duplicate_of(
     return None
 
 
-def dead_here(trial: FrozenTrial, host: str | None = None) -> bool:
+def dead_here(trial: FrozenTrial) -> bool:
     """A running trial whose worker ran on this host and has exited (or its pid is reused).
 
     A trial without an owner (asked by a tuner older than this rule, or by hand) is not
@@ -137,7 +137,7 @@ def dead_here(trial: FrozenTrial, host: str | None = None) -> bool:
     owner = trial.user_attrs.get(WORKER)
     if trial.state is not TrialState.RUNNING or not isinstance(owner, dict):
         return False
-    if owner.get("host") != (host or host_name()):
+    if owner.get("host") != host_name():
         return False
     try:
         proc = psutil.Process(int(owner["pid"]))
