@@ -120,10 +120,7 @@ class TargetView:
     def comparison_keys(self) -> set[tuple[float, str, str]]:
         if self._session is None:
             return set()
-        query = select(
-            ComparisonModel.created_at, ComparisonModel.a_config, ComparisonModel.b_config
-        )
-        return {(c, _canonical(a), _canonical(b)) for c, a, b in self._session.execute(query)}
+        return {comparison_key(r) for r in self._session.scalars(select(ComparisonModel))}
 
     def launch_keys(self) -> set[LaunchKey]:
         if self._session is None:
