@@ -132,8 +132,6 @@ class VllmTrialRunner:
         self.settings = settings
         self.model = model
         self.hardware = hardware
-        self.log_dir = settings.log_dir
-        self.lease_dir = settings.lease_dir
 
     def run(
         self,
@@ -191,15 +189,15 @@ class VllmTrialRunner:
         )
         cache = self._cache(config)
         env = {**os.environ, **cache.env(), **s.env, **flags.env, **self._device_env()}
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        s.log_dir.mkdir(parents=True, exist_ok=True)
         server = VllmServer(
             argv.server_command(s.python, args, module=s.module),
             env=env,
             host=s.host,
             port=port,
             served_model_name=served,
-            log_path=self.log_dir / f"{served}.log",
-            lease_dir=self.lease_dir,
+            log_path=s.log_dir / f"{served}.log",
+            lease_dir=s.lease_dir,
         )
         info = ServerInfo(
             argv=tuple(args),
