@@ -51,13 +51,13 @@ def check_study_name(name: str, *, where: str, hint: str = "") -> str:
     return name
 
 
-def check_suffix(text: str, *, where: str = "--rename-suffix") -> str:
+def check_suffix(text: str) -> str:
     """A merge's rename suffix (``NAME-SUFFIX``): leading blanks and dashes dropped, then a
     word of the name's alphabet short enough to leave room for a name; else UsageError."""
     suffix = text.strip().lstrip("-")
     if not _SUFFIX.fullmatch(suffix) or len(suffix) >= STUDY_NAME_MAX - 1:
         raise UsageError(
-            f"{where} {text!r} is not a usable suffix: it must be {_ALLOWED}",
+            f"--rename-suffix {text!r} is not a usable suffix: it must be {_ALLOWED}",
             hint="pass a short word such as the host's name: --rename-suffix h200",
         )
     return suffix

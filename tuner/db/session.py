@@ -132,10 +132,9 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         session.close()
 
 
-def storage_error(error: BaseException, url: str | URL | None = None) -> StorageError:
+def storage_error(error: BaseException, url: str | URL) -> StorageError:
     """Translate a database error into a StorageError whose hint says what to do next."""
     text = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
-    where = f" ({safe_url(url)})" if url is not None else ""
     lowered = text.lower()
     if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
         hint = "the database has no tuner tables yet: run `tuner db upgrade`"
@@ -149,4 +148,4 @@ def storage_error(error: BaseException, url: str | URL | None = None) -> Storage
         hint = f"check that the database is reachable; {_URL_HINT}"
     else:
         hint = "this looks like a bug in tuner or a database changed by hand; please report it"
-    return StorageError(f"database error{where}: {text}", hint=hint)
+    return StorageError(f"database error ({safe_url(url)}): {text}", hint=hint)
