@@ -84,13 +84,13 @@ def apply_result(m: TrialModel, result: TrialResult, now: float) -> None:
     m.metrics = codec.encode(result.metrics)
     m.windows = codec.encode(result.windows)
     m.memory = codec.encode(result.memory)
-    m.server = None if result.server is None else codec.encode(result.server)
+    m.server = codec.encode(result.server)
     m.server_metrics = codec.encode(result.server_metrics)
+    m.provenance = codec.encode(result.provenance)
     if result.started_at is not None:
         m.started_at = result.started_at
     m.finished_at = result.finished_at if result.finished_at is not None else now
     prov, server = result.provenance, result.server
-    m.provenance = None if prov is None else codec.encode(prov)
     if prov is not None:
         m.gpu_name, m.gpu_uuid = prov.gpu_name, prov.gpu_uuid
         m.driver_version, m.vllm_version = prov.driver_version, prov.vllm_version

@@ -412,7 +412,7 @@ class Repository:
             repeats=repeats,
             results=codec.encode(results),
             verdicts=codec.encode(verdicts),
-            provenance=None if provenance is None else codec.encode(provenance),
+            provenance=codec.encode(provenance),
         )
         with session_scope(self._engine) as s:
             row.study_id = None if study_name is None else _study_id(s, study_name)
