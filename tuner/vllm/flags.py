@@ -22,7 +22,7 @@ import difflib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -142,18 +142,10 @@ class Flag:
         return self.nargs in ("+", "*") or (self.nargs or "").isdigit()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "dest": self.dest,
-            "type": self.type,
-            "choices": None if self.choices is None else list(self.choices),
-            "default": self.default,
-            "help": self.help,
-            "aliases": list(self.aliases),
-            "negatable": self.negatable,
-            "nargs": self.nargs,
-            "deprecated": self.deprecated,
-        }
+        data = asdict(self)
+        data["choices"] = None if self.choices is None else list(self.choices)
+        data["aliases"] = list(self.aliases)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Flag:
