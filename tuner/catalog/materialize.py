@@ -154,7 +154,7 @@ def _contents(model: ModelSpec) -> dict[str, Any]:
         "eos_token": word(ids["eos"]),
         "pad_token": word(ids["pad"]),
         "unk_token": word(ids["unk"]),
-        "model_max_length": int(config.get("max_position_embeddings", 2048)),
+        "model_max_length": model.max_position_embeddings,
         "clean_up_tokenization_spaces": False,
         "chat_template": CHAT_TEMPLATE,
     }
