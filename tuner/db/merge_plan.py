@@ -142,14 +142,6 @@ class StudyPlan:
     comparisons_added: int = 0
     comparisons_kept: int = 0
 
-    @property
-    def changed(self) -> bool:
-        return (
-            self.target is None
-            or self.refresh
-            or bool(self.add or self.replace or self.comparisons_added)
-        )
-
 
 @dataclass
 class Plan:
@@ -313,7 +305,7 @@ def apply_plan(session: Session, plan: Plan, now: float) -> None:
                 row.spec = {**row.spec, "name": p.name} if "name" in row.spec else row.spec
             session.add(row)
             session.flush()  # its id, for the trials
-        elif p.changed:
+        elif p.refresh or p.add or p.replace or p.comparisons_added:
             if p.refresh:
                 for key, value in values(p.source, _STUDY_KEYS).items():
                     setattr(row, key, value)
