@@ -254,11 +254,7 @@ class Repository:
         now = time.time()
         with session_scope(self._engine) as s:
             study_id = _study_id(s, study_name)
-            row = s.scalar(
-                select(TrialModel).where(
-                    TrialModel.study_id == study_id, TrialModel.number == number
-                )
-            )
+            row = s.scalar(_trials_of(study_id).where(TrialModel.number == number))
             if row is None:
                 row = TrialModel(study_id=study_id, number=number)
                 s.add(row)
