@@ -39,9 +39,6 @@ class OptunaMerge:
     trials_finished: int = 0  # unfinished in the target, finished in the source
 
 
-NONE = OptunaMerge("none")
-
-
 @contextmanager
 def open_storage(
     url: str, engine_kwargs: Mapping[str, Any], *, create: bool
@@ -93,7 +90,7 @@ def merge_study(
     """
     try:
         if source is None or from_name not in study_names(source):
-            return NONE
+            return OptunaMerge("none")
         from_id = source.get_study_id_from_name(from_name)
         theirs = sorted(source.get_all_trials(from_id, deepcopy=False), key=lambda t: t.number)
         if target is None or to_name not in study_names(target):
