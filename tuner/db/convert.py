@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import inspect as sa_inspect
-
 from tuner.db import codec
-from tuner.db.models import ComparisonModel, LaunchModel, StudyModel, TrialModel
+from tuner.db.models import Base, ComparisonModel, LaunchModel, StudyModel, TrialModel
 from tuner.db.rows import ComparisonRow, LaunchRow, StudyRow, TrialPhase, TrialRow
 from tuner.domain import ServingConfig, TrialResult, TrialStatus
 
@@ -21,12 +19,17 @@ def storable_text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-def _row(model: Any, row_type: type[R], **extra: Any) -> R:
+def values(row: Base, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """Every column of ``row`` but ``skip``, by column name."""
+    left_out = set(skip)
+    return {c.key: getattr(row, c.key) for c in row.__table__.columns if c.key not in left_out}
+
+
+def _row(model: Base, row_type: type[R], **extra: Any) -> R:
     """A frozen row from an ORM object, each field read by its type as a JSON record is
-    (:func:`codec.decode`) from the mapped column of the same name; ``extra`` gives the
-    others (counts, names kept elsewhere)."""
-    columns = {c.key: getattr(model, c.key) for c in sa_inspect(type(model)).column_attrs}
-    return codec.decode(row_type, {**columns, **extra})
+    (:func:`codec.decode`) from the column of the same name; ``extra`` gives the others
+    (counts, names kept elsewhere)."""
+    return codec.decode(row_type, {**values(model), **extra})
 
 
 def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRow:

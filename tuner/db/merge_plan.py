@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from tuner.db.convert import values
 from tuner.db.models import Base, ComparisonModel, LaunchModel, StudyModel, TrialModel
 from tuner.db.names import STUDY_NAME_MAX, name_problem
 
@@ -45,19 +46,13 @@ _ROW_KEYS = frozenset({"id", "study_id"})  # the target gives its own
 _STUDY_KEYS = frozenset({"id", "name", "optuna_study_name", "created_at"})  # what makes a study
 
 
-def values(row: Base, skip: Iterable[str] = _ROW_KEYS) -> dict[str, Any]:
-    """Every column of ``row`` but ``skip``, by column name."""
-    left_out = set(skip)
-    return {c.key: getattr(row, c.key) for c in row.__table__.columns if c.key not in left_out}
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
 def same_row(a: Base, b: Base) -> bool:
     """Equal in every column but the ids."""
-    return _canonical(values(a)) == _canonical(values(b))
+    return _canonical(values(a, _ROW_KEYS)) == _canonical(values(b, _ROW_KEYS))
 
 
 def comparison_key(row: ComparisonModel) -> tuple[float, str, str]:
@@ -312,13 +307,13 @@ def apply_plan(session: Session, plan: Plan, now: float) -> None:
             # Every write moves updated_at: the API's caches watch it (Repository.change_marker).
             row.updated_at = max(now, p.source.updated_at, row.updated_at)
         rows[p.source.id] = row
-        session.add_all(TrialModel(study_id=row.id, **values(t)) for t in p.add)
+        session.add_all(TrialModel(study_id=row.id, **values(t, _ROW_KEYS)) for t in p.add)
         for mine, theirs in p.replace:
-            for key, value in values(theirs).items():
+            for key, value in values(theirs, _ROW_KEYS).items():
                 setattr(mine, key, value)
     for c, owner in plan.comparisons:
         study_id = None if owner is None else rows[owner.source.id].id
-        session.add(ComparisonModel(study_id=study_id, **values(c)))
+        session.add(ComparisonModel(study_id=study_id, **values(c, _ROW_KEYS)))
     for launch, run in plan.launches:
         session.add(LaunchModel(**{**values(launch, {"id"}), "run": run}))
     session.flush()
