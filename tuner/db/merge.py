@@ -159,9 +159,7 @@ def _merge(
     }
     try:
         with merge_optuna.open_storage(target, kwargs, create=bool(wanted)) as to_optuna:
-            merged = {
-                p.name: _optuna(from_optuna, to_optuna, p, dry_run=False) for p in plan.studies
-            }
+            merged = _optuna(from_optuna, to_optuna, plan, dry_run=False)
     except StorageError as e:
         raise StorageError(
             f"tuner's tables are merged, but Optuna's are not: {e.message}",
@@ -180,7 +178,7 @@ def _dry_run(
     """The plan against the target as it is, without creating or migrating anything."""
     if dst_file is not None and not dst_file.exists():
         plan = _plan_merge(data, TargetView(None, ()), suffix)
-        return plan, {p.name: _optuna(from_optuna, None, p, dry_run=True) for p in plan.studies}
+        return plan, _optuna(from_optuna, None, plan, dry_run=True)
     fresh = migrate.current_revision(target) is None
     if not fresh:
         migrate.ensure_current(target)
@@ -193,9 +191,7 @@ def _dry_run(
         ):
             names = merge_optuna.study_names(to_optuna)
             plan = _plan_merge(data, TargetView(None if fresh else s, names), suffix)
-            merged = {
-                p.name: _optuna(from_optuna, to_optuna, p, dry_run=True) for p in plan.studies
-            }
+            merged = _optuna(from_optuna, to_optuna, plan, dry_run=True)
             s.rollback()
     except sa_exc.SQLAlchemyError as e:
         raise storage_error(e, target) from e
@@ -205,11 +201,14 @@ def _dry_run(
 
 
 def _optuna(
-    from_optuna: RDBStorage | None, to_optuna: RDBStorage | None, p: StudyPlan, *, dry_run: bool
-) -> OptunaMerge:
-    return merge_optuna.merge_study(
-        from_optuna, to_optuna, p.source.optuna_study_name, p.optuna_name, dry_run=dry_run
-    )
+    from_optuna: RDBStorage | None, to_optuna: RDBStorage | None, plan: Plan, *, dry_run: bool
+) -> dict[str, OptunaMerge]:
+    return {
+        p.name: merge_optuna.merge_study(
+            from_optuna, to_optuna, p.source.optuna_study_name, p.optuna_name, dry_run=dry_run
+        )
+        for p in plan.studies
+    }
 
 
 def _summary(p: StudyPlan, optuna: OptunaMerge) -> StudyMerge:
