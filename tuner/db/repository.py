@@ -48,7 +48,6 @@ from tuner.errors import StorageError, UsageError
 
 _NAME_MAX = 255
 _NUL = "\x00"  # PostgreSQL's text type cannot hold it: refused in names, replaced in free text
-_INTERRUPTED_DETAIL = "the tuner stopped while this trial was running"
 
 
 class Repository:
@@ -360,7 +359,7 @@ class Repository:
                 .values(
                     status=TrialStatus.FAILED.value,
                     failure_class=FailureClass.INTERRUPTED.value,
-                    failure_detail=_INTERRUPTED_DETAIL,
+                    failure_detail="the tuner stopped while this trial was running",
                     finished_at=now,
                 )
             )
