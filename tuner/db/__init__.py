@@ -11,6 +11,7 @@ from tuner import face
 if TYPE_CHECKING:
     from tuner.db.codec import decode_result, encode
     from tuner.db.merge import MergeSummary, StudyMerge, merge_databases
+    from tuner.db.merge_plan import study_run_tag
     from tuner.db.migrate import (
         check_integrity,
         current_revision,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from tuner.db.session import (
         default_url,
         make_engine,
+        optuna_engine_kwargs,
         safe_url,
         sqlite_file,
         storage_error,
@@ -54,9 +56,11 @@ __all__ = [
     "make_engine",
     "merge_databases",
     "name_problem",
+    "optuna_engine_kwargs",
     "safe_url",
     "sqlite_file",
     "storage_error",
+    "study_run_tag",
     "upgrade",
 ]
 

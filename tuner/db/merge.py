@@ -38,7 +38,14 @@ from tuner.db.models import (
     TrialModel,
 )
 from tuner.db.names import check_suffix
-from tuner.db.session import make_engine, safe_url, session_scope, sqlite_file, storage_error
+from tuner.db.session import (
+    make_engine,
+    optuna_engine_kwargs,
+    safe_url,
+    session_scope,
+    sqlite_file,
+    storage_error,
+)
 from tuner.errors import StorageError, UsageError
 
 if TYPE_CHECKING:
@@ -144,7 +151,7 @@ def _merge(
     data: Source, target: str, from_optuna: RDBStorage | None, suffix: str | None
 ) -> tuple[Plan, dict[str, OptunaMerge]]:
     migrate.upgrade(target)
-    kwargs = _optuna_engine_kwargs(target)
+    kwargs = optuna_engine_kwargs(target)
     engine = make_engine(target)
     try:
         with merge_optuna.open_storage(target, kwargs, create=False) as to_optuna:
@@ -182,7 +189,7 @@ def _dry_run(
     fresh = migrate.current_revision(target) is None
     if not fresh:
         migrate.ensure_current(target)
-    kwargs = _optuna_engine_kwargs(target)
+    kwargs = optuna_engine_kwargs(target)
     engine = make_engine(target)
     try:
         with (
@@ -243,11 +250,6 @@ def _read_only(path: Path | None) -> dict[str, Any]:
         return sqlite3.connect(uri, uri=True, check_same_thread=False)
 
     return {"creator": connect}
-
-
-def _optuna_engine_kwargs(url: str) -> dict[str, Any]:
-    # As tuner.study.loop opens Optuna's storage: wait for a writer rather than fail.
-    return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
 
 
 def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> Source:

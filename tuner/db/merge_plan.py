@@ -79,7 +79,8 @@ def launch_key(row: LaunchModel) -> LaunchKey:
 
 
 def study_run_tag(name: str) -> str:
-    """The run tag of a study's confirmation launches (tuner.study.confirm writes it)."""
+    """The run tag of a study's confirmation launches in tuner_launches (tuner.study.confirm
+    writes it; a merge renames it with its study)."""
     return f"study:{name}"
 
 

@@ -54,6 +54,12 @@ def safe_url(url: str | URL) -> str:
         return str(url)
 
 
+def optuna_engine_kwargs(url: str) -> dict[str, Any]:
+    """The engine options tuner opens Optuna's storage at ``url`` with (the study loop, the
+    merge): on SQLite, wait up to 30 s for another writer rather than fail."""
+    return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; for a SQLite file, create its directory and set WAL mode,
     a busy timeout and foreign-key enforcement on every connection.

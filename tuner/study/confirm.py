@@ -51,7 +51,7 @@ from tuner.abtest import (
     run_interleaved,
 )
 from tuner.compose import StudyContext
-from tuner.db import ComparisonRow, Repository, TrialRow
+from tuner.db import ComparisonRow, Repository, TrialRow, study_run_tag
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
 from tuner.load import FULL
 from tuner.runner import TrialRunner
@@ -136,7 +136,7 @@ def run_confirmation(
             workload=workload.name,
             is_defaults=arm.label == DEFAULTS_LABEL,
             source="confirm",
-            run=study_run(study),
+            run=study_run_tag(study),
         )
         reporter.trial_finished(number, result, None)
 
@@ -222,12 +222,7 @@ def _profile(
     if first is None or first.provenance is None:
         return None
     key = noise_key(first, first.provenance.model, workload.name)
-    return None if key is None else load_profile(repo, key, exclude_run=study_run(study))
-
-
-def study_run(study: str) -> str:
-    """The run tag of a study's confirmation launches in tuner_launches."""
-    return f"study:{study}"
+    return None if key is None else load_profile(repo, key, exclude_run=study_run_tag(study))
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,20 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import optuna
 from sqlalchemy import exc as sa_exc
 
 from tuner.compose import StudyContext
-from tuner.db import Repository, StudyStatus, TrialPhase, TrialRow, storage_error
+from tuner.db import (
+    Repository,
+    StudyStatus,
+    TrialPhase,
+    TrialRow,
+    optuna_engine_kwargs,
+    storage_error,
+)
 from tuner.domain import (
     FailureClass,
     ServingConfig,
@@ -98,7 +105,7 @@ def optuna_storage(ctx: StudyContext) -> optuna.storages.RDBStorage:
     with sharing.quiet_optuna():  # the heartbeat arguments are "experimental" since Optuna 2.9
         return optuna.storages.RDBStorage(
             ctx.storage_url,
-            engine_kwargs=_engine_kwargs(ctx.storage_url),
+            engine_kwargs=optuna_engine_kwargs(ctx.storage_url),
             **sharing.storage_options(),
         )
 
@@ -135,10 +142,6 @@ def _name_metrics(ctx: StudyContext, study: optuna.Study) -> None:
 def _tell_attrs(trial: optuna.Trial, result: TrialResult) -> None:
     for key, value in trial_attrs(result).items():
         trial.set_user_attr(key, value)
-
-
-def _engine_kwargs(url: str) -> dict[str, Any]:
-    return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
 
 
 def run_study(
