@@ -102,6 +102,9 @@ def test_a_dead_worker_on_this_host_is_told_apart_from_a_live_one_and_another_ho
     assert not sharing.dead_here(trial(4, TrialState.RUNNING, started_s=0)), "no owner: not judged"
     assert not sharing.dead_here(trial(5, TrialState.COMPLETE, started_s=0, worker=gone))
     assert os.getpid() == me["pid"]
+    # An owner record that names no process (written by hand, or damaged) is dead, not a crash.
+    for bad in ({"host": me["host"]}, {**me, "pid": "x"}, {**me, "pid": -1}):
+        assert sharing.dead_here(trial(6, TrialState.RUNNING, started_s=0, worker=bad)), bad
 
 
 def test_a_worker_that_asked_first_but_draws_last_is_waited_for() -> None:

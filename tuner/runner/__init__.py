@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from tuner.runner.interrupts import sigterm_as_interrupt
     from tuner.runner.leases import reap_orphans
     from tuner.runner.ports import free_port, port_is_open
-    from tuner.runner.procgroup import kill_group
+    from tuner.runner.procgroup import kill_group, still_running
     from tuner.runner.server import VllmServer
     from tuner.runner.vllm import (
         VLLM_MODULE,
@@ -40,6 +40,7 @@ __all__ = [
     "port_is_open",
     "reap_orphans",
     "sigterm_as_interrupt",
+    "still_running",
 ]
 
 __getattr__, __dir__ = face(__name__)

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from tuner.errors import EnvironmentProblem
-from tuner.runner.procgroup import START_TIME_TOLERANCE_S, kill_group
+from tuner.runner.procgroup import START_TIME_TOLERANCE_S, kill_group, still_running
 
 _REAP_GRACE_S = 5.0
 
@@ -71,16 +71,8 @@ def read_lease(path: Path) -> Lease | None:
 
 
 def owner_alive(lease: Lease) -> bool:
-    """True while the tuner process that wrote ``lease`` still runs."""
-    try:
-        proc = psutil.Process(lease.owner_pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return abs(proc.create_time() - lease.owner_create_time) <= START_TIME_TOLERANCE_S
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True  # cannot tell: assume it still lives
+    """True while the tuner process that wrote ``lease`` still runs (or psutil cannot tell)."""
+    return still_running(lease.owner_pid, lease.owner_create_time)
 
 
 def _leader_state(lease: Lease) -> str:

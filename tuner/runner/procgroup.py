@@ -20,6 +20,20 @@ KILL_WAIT_S = 5.0
 START_TIME_TOLERANCE_S = 0.05
 
 
+def still_running(pid: int, started: float) -> bool:
+    """Whether the process that had ``pid`` and started at ``started`` (psutil's create time)
+    still runs: not exited, not a zombie, the pid not reused. True when psutil cannot tell."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return abs(proc.create_time() - started) <= START_TIME_TOLERANCE_S
+    except (psutil.NoSuchProcess, ValueError):  # ValueError: not a pid at all
+        return False
+    except psutil.Error:
+        return True
+
+
 def group_members(pgid: int) -> list[psutil.Process]:
     """Live (non-zombie) processes whose process group is ``pgid``."""
     members = []

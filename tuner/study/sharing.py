@@ -42,6 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.db import Repository, TrialPhase, TrialRow
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
+from tuner.runner import still_running
 from tuner.study.plan import PREDICTED, PREDICTED_KNOBS, SCREEN
 
 WORKER = "worker"  # user attr: {"host", "pid", "started"} of the worker that asked the trial
@@ -52,7 +53,6 @@ ATTEMPT = "attempt"  # user attr: 1 for a first try, k for the (k-1)-th retry of
 # writes a trial's parameters one by one, so a trial with some parameters may not be drawn yet.
 DRAWN = "drawn"
 MAX_ATTEMPTS = 3  # an interrupted configuration is retried at most twice
-_START_TOLERANCE_S = 0.05
 _NEVER = datetime.datetime.max
 
 
@@ -140,14 +140,10 @@ def dead_here(trial: FrozenTrial) -> bool:
     if owner.get("host") != host_name():
         return False
     try:
-        proc = psutil.Process(int(owner["pid"]))
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return True
-        return abs(proc.create_time() - float(owner["started"])) > _START_TOLERANCE_S
-    except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
+        pid, started = int(owner["pid"]), float(owner["started"])
+    except (KeyError, TypeError, ValueError):
         return True
-    except psutil.Error:
-        return False  # cannot tell: leave it to the heartbeat
+    return not still_running(pid, started)  # cannot tell: leave it to the heartbeat
 
 
 def attempt(trial: FrozenTrial) -> int:
