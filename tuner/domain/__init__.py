@@ -23,9 +23,10 @@ from tuner.domain.measurements import (
     interrupted,
     stopped_early,
 )
-from tuner.domain.workload import Slo, TraceRequest, Workload
+from tuner.domain.workload import SLO_METRICS, Slo, TraceRequest, Workload
 
 __all__ = [
+    "SLO_METRICS",
     "ClientHealth",
     "Estimate",
     "FailureClass",

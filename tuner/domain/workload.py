@@ -122,13 +122,16 @@ class Slo:
         return self == Slo()
 
 
+SLO_METRICS = tuple(f.name for f in dataclasses.fields(Slo))  # each field names its metric
+
+
 def parse_slo(text: str) -> Slo:
     """Parse ``ttft_p99=500ms,itl_p99=50ms,e2e_p99=10s`` into an :class:`Slo`.
 
     Units: ``ms`` or ``s``; a bare number is milliseconds. ``""`` and ``"none"`` (what
     :func:`format_slo` writes for no SLO) give an empty Slo. Raises ValueError with what is allowed.
     """
-    allowed = {"ttft_p99": "ttft_p99_ms", "itl_p99": "itl_p99_ms", "e2e_p99": "e2e_p99_ms"}
+    allowed = {metric.removesuffix("_ms"): metric for metric in SLO_METRICS}
     values: dict[str, float] = {}
     if text.strip().lower() == "none":
         return Slo()

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tuner.domain import Estimate, RequestRecord, Slo, WindowMetrics, Workload
+from tuner.domain import SLO_METRICS, Estimate, RequestRecord, Slo, WindowMetrics, Workload
 from tuner.load.stats import estimate, summarize, turn_metrics
 
 MAX_ERROR_RATE = 0.01  # at most 1 % of requests may fail
@@ -23,7 +23,6 @@ CAPACITY_METRICS = (
     "capacity_request_throughput",
     "capacity_load",
 )
-_SLO_FIELDS = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")  # Slo field = metric name
 
 
 def slo_margins(metrics: Mapping[str, Estimate], slo: Slo) -> list[float]:
@@ -33,7 +32,7 @@ def slo_margins(metrics: Mapping[str, Estimate], slo: Slo) -> list[float]:
     (:data:`FEASIBLE`). The one SLO rule: load points and trials (the study's Optuna
     constraints, :func:`tuner.scoring.objectives.constraint_values`) are judged by it alike."""
     out = []
-    for name in _SLO_FIELDS:
+    for name in SLO_METRICS:
         bound = getattr(slo, name)
         measured = metrics[name].median
         out.append(FEASIBLE if bound is None or math.isnan(measured) else measured - bound)

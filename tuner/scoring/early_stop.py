@@ -26,11 +26,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tuner.domain import Slo
+from tuner.domain import SLO_METRICS, Slo
 from tuner.load import MAX_ERROR_RATE
 from tuner.scoring.ranking import Standing
-
-_LATENCY_BOUNDS = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ def early_stop(partial: Standing, reference: Standing | None, policy: StopPolicy
 def meets_slo_within_noise(metrics: Mapping[str, float], slo: Slo, margin: float) -> bool:
     """Whether one point's P99 latencies are within their SLO bounds times ``exp(margin)`` and
     its error rate within the ceiling: a miss that the noise can explain is not a miss yet."""
-    for name in _LATENCY_BOUNDS:
+    for name in SLO_METRICS:
         bound = getattr(slo, name)
         value = metrics.get(name, math.nan)
         if bound is not None and math.isfinite(value) and value > bound * math.exp(margin):

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tuner.domain import Estimate, Objective, Slo, TrialResult, TrialStatus
+from tuner.domain import SLO_METRICS, Estimate, Objective, Slo, TrialResult, TrialStatus
 from tuner.load import FEASIBLE, slo_margins
 from tuner.scoring.cost import slo_throughput
 
@@ -51,7 +51,7 @@ VIOLATED = 1.0
 
 DIRECTIONS: tuple[Literal["maximize", "minimize"], ...] = ("maximize", "minimize", "minimize")
 OBJECTIVE_NAMES = ("output_throughput", "memory_gib", "e2e_p99_ms")
-CONSTRAINT_NAMES = ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms", "error_rate")
+CONSTRAINT_NAMES = (*SLO_METRICS, "error_rate")  # in the order of load.slo_margins
 
 WEIGHTS: Mapping[Objective, tuple[float, float, float]] = {
     Objective.THROUGHPUT: (1.0, 0.0, 0.0),
