@@ -175,6 +175,23 @@ def test_port_already_taken_is_refused(tmp_path: Path) -> None:
     assert server.pid is None
 
 
+@pytest.mark.parametrize("clock_step_s", [-1.0, 30.0])
+def test_a_step_of_the_wall_clock_while_a_server_runs_does_not_stop_its_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock_step_s: float
+) -> None:
+    # A server's start is recorded as it starts and checked when it is stopped (a group with a
+    # member older than its leader is not ours); the wall clock may move in between.
+    server = _server(tmp_path)
+    with server:
+        server.start()
+        server.wait_ready(10.0)
+        child = _engine_core_pid(server.log_text())
+        _step_the_clock(monkeypatch, clock_step_s)
+        server.stop(grace_s=1.0)
+        assert _gone(child)
+        assert server.pid is not None and group_members(server.pid) == []
+
+
 def test_stop_kills_members_that_ignore_sigterm(tmp_path: Path) -> None:
     server = _server(tmp_path, "", TUNER_FAKE_CHILD_IGNORES_TERM="1")
     with server:
@@ -231,7 +248,18 @@ print(server.pid, flush=True)
 """
 
 
-def test_reap_orphans_ends_a_group_whose_owner_died(tmp_path: Path) -> None:
+def _step_the_clock(monkeypatch: pytest.MonkeyPatch, step_s: float) -> None:
+    """What NTP does to psutil: /proc/stat's boot time is the wall clock less the uptime, so
+    a clock set ``step_s`` later moves every create_time psutil reads by as much."""
+    booted = psutil.boot_time()
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: booted + step_s)
+    assert psutil.boot_time() == booted + step_s
+
+
+@pytest.mark.parametrize("clock_step_s", [0.0, -1.0, 30.0])
+def test_reap_orphans_ends_a_group_whose_owner_died(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock_step_s: float
+) -> None:
     port, leases = free_port(), tmp_path / "leases"
     owner = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_OWNER), "\x1f".join(_command(port, "trial-1")),
@@ -242,6 +270,7 @@ def test_reap_orphans_ends_a_group_whose_owner_died(tmp_path: Path) -> None:
     child = _engine_core_pid((tmp_path / "orphan.log").read_text())
     try:
         assert len(group_members(pgid)) == 2 and port_is_open("127.0.0.1", port)
+        _step_the_clock(monkeypatch, clock_step_s)  # between the lease and the resume
         assert reap_orphans(leases) == [pgid]
         assert group_members(pgid) == [] and _gone(child)
         assert list(leases.iterdir()) == []

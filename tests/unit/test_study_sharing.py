@@ -8,10 +8,12 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.study import sharing
+from tuner.telemetry import since_boot
 
 T0 = datetime.datetime(2026, 12, 1, 12, 0, 0)
 DIST = {
@@ -91,11 +93,11 @@ def test_a_dead_worker_on_this_host_is_told_apart_from_a_live_one_and_another_ho
     alive = trial(0, TrialState.RUNNING, started_s=0, worker=me)
     assert not sharing.dead_here(alive)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    started = psutil.Process(child.pid).create_time()
+    start = since_boot(child.pid)
     child.wait()
-    gone = {"host": me["host"], "pid": child.pid, "started": started}
+    gone = {"host": me["host"], "pid": child.pid, "start": start}
     assert sharing.dead_here(trial(1, TrialState.RUNNING, started_s=0, worker=gone))
-    reused = {**me, "started": me["started"] - 100}  # same pid, another process's start
+    reused = {**me, "start": me["start"] - 100}  # same pid, another process's start
     assert sharing.dead_here(trial(2, TrialState.RUNNING, started_s=0, worker=reused))
     elsewhere = {**gone, "host": "another-host"}
     assert not sharing.dead_here(trial(3, TrialState.RUNNING, started_s=0, worker=elsewhere))
@@ -105,6 +107,25 @@ def test_a_dead_worker_on_this_host_is_told_apart_from_a_live_one_and_another_ho
     # An owner record that names no process (written by hand, or damaged) is dead, not a crash.
     for bad in ({"host": me["host"]}, {**me, "pid": "x"}, {**me, "pid": -1}):
         assert sharing.dead_here(trial(6, TrialState.RUNNING, started_s=0, worker=bad)), bad
+
+
+def test_a_live_worker_stays_alive_when_the_wall_clock_moves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # NTP sets the clock: psutil's create_time of one process then reads a second or more
+    # off what it read when the worker recorded itself. A worker on the same host must not
+    # fail a live worker's trial for that (a CI run lost a measuring worker's trial to it).
+    me = sharing.worker_identity()
+    older = {"host": me["host"], "pid": me["pid"], "started": psutil.Process().create_time()}
+    booted = psutil.boot_time()
+    for step_s in (-1.0, 1.0, 3600.0):
+        monkeypatch.setattr(psutil._pslinux, "boot_time", lambda s=step_s: booted + s)
+        assert not sharing.dead_here(trial(0, TrialState.RUNNING, started_s=0, worker=me))
+    monkeypatch.undo()
+    # A record of an older tuner (a wall-clock start) is still judged, as of the clock now.
+    assert not sharing.dead_here(trial(1, TrialState.RUNNING, started_s=0, worker=older))
+    moved = {**older, "started": older["started"] - 100}
+    assert sharing.dead_here(trial(2, TrialState.RUNNING, started_s=0, worker=moved))
 
 
 def test_a_worker_that_asked_first_but_draws_last_is_waited_for() -> None:

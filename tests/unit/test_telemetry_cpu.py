@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tuner.telemetry import host
 from tuner.telemetry.host import ENGINE_MARKERS, ProcessTreeCpuSampler, is_engine_core
 
 INTERVAL_S = 0.05
@@ -183,7 +184,7 @@ def test_a_process_born_between_ticks_counts_from_its_birth(
         # after boot, long before the phase: the child still counts from its birth, because the
         # first tick did not see it (a CI run lost the first 50 ms of a 0.3 s burn to a rule
         # that compared start times with the clock).
-        monkeypatch.setattr(psutil.Process, "create_time", lambda self: psutil.boot_time() + 1.0)
+        monkeypatch.setattr(host, "since_boot", lambda pid: 1.0)
     go, done = tmp_path / "go", tmp_path / "done"
     burn_s = 0.3
     # The child lives on after its burn (BURNER idles): only the last tick, at stop(), sees it.

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import psutil
 
 from tuner.runner.leases import Lease, read_lease, reap_orphans, write_lease
+from tuner.telemetry import since_boot
 
 NO_SUCH_PID = 2**22 + 7  # above Linux's largest pid_max: no process can have it
 
@@ -19,9 +22,9 @@ def _lease(**changes: object) -> Lease:
         "served_model_name": "trial-1",
         "argv": ("/py", "-m", "vllm.entrypoints.openai.api_server"),
         "started_at": 1.0,
-        "create_time": 1.0,
+        "start": 1.0,
         "owner_pid": NO_SUCH_PID,
-        "owner_create_time": 1.0,
+        "owner_start": 1.0,
     }
     fields.update(changes)
     return Lease(**fields)  # type: ignore[arg-type]
@@ -33,6 +36,23 @@ def test_write_then_read_round_trips(tmp_path: Path) -> None:
     assert path.name == "server-123.json"
     assert read_lease(path) == lease
     assert not list((tmp_path / "leases").glob("*.tmp"))
+
+
+def test_a_lease_of_an_older_tuner_reads_with_its_starts_taken_back_to_the_boot(
+    tmp_path: Path,
+) -> None:
+    # Older tuners wrote psutil's wall-clock start times ("create_time"); a resume after an
+    # upgrade still finds, and can end, the server such a tuner left.
+    me = psutil.Process()
+    record = asdict(_lease(pid=me.pid, pgid=me.pid))
+    del record["start"], record["owner_start"]
+    record.update(create_time=me.create_time(), owner_create_time=me.create_time() - 5.0)
+    path = tmp_path / f"server-{me.pid}.json"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    lease = read_lease(path)
+    assert lease is not None
+    assert abs(lease.start - since_boot(me.pid)) <= 0.05
+    assert abs(lease.owner_start - (since_boot(me.pid) - 5.0)) <= 0.05
 
 
 def test_unreadable_lease_reads_as_none(tmp_path: Path) -> None:
@@ -57,7 +77,7 @@ def test_stale_and_broken_leases_are_removed(tmp_path: Path) -> None:
 def test_recycled_pid_is_never_killed(tmp_path: Path) -> None:
     # The leader's pid now belongs to this very test process (another start time, another
     # command line): it must survive, and the lease goes.
-    write_lease(tmp_path, _lease(pid=os.getpid(), pgid=os.getpid(), create_time=1.0))
+    write_lease(tmp_path, _lease(pid=os.getpid(), pgid=os.getpid(), start=1.0))
     assert reap_orphans(tmp_path) == []
     assert psutil.Process().is_running()
     assert list(tmp_path.iterdir()) == []
@@ -70,7 +90,7 @@ def test_own_process_group_is_never_signalled(tmp_path: Path) -> None:
         _lease(
             pid=os.getpid(),
             pgid=os.getpgrp(),
-            create_time=me.create_time(),
+            start=since_boot(me.pid),
             argv=tuple(me.cmdline()),
         ),
     )
@@ -80,6 +100,6 @@ def test_own_process_group_is_never_signalled(tmp_path: Path) -> None:
 
 def test_lease_of_a_live_owner_is_kept(tmp_path: Path) -> None:
     me = psutil.Process()
-    path = write_lease(tmp_path, _lease(owner_pid=me.pid, owner_create_time=me.create_time()))
+    path = write_lease(tmp_path, _lease(owner_pid=me.pid, owner_start=since_boot(me.pid)))
     assert reap_orphans(tmp_path) == []
     assert path.exists()

@@ -20,6 +20,7 @@ import psutil
 
 from tuner.errors import EnvironmentProblem
 from tuner.runner.procgroup import START_TIME_TOLERANCE_S, kill_group, still_running
+from tuner.telemetry import since_boot
 
 _REAP_GRACE_S = 5.0
 
@@ -31,9 +32,9 @@ class Lease:
     served_model_name: str
     argv: tuple[str, ...]
     started_at: float  # unix time tuner launched it
-    create_time: float  # psutil's start time of the leader, to tell a recycled pid apart
+    start: float  # the leader's start (tuner.telemetry.since_boot), to tell a recycled pid apart
     owner_pid: int  # the tuner process that launched it
-    owner_create_time: float
+    owner_start: float
 
 
 def write_lease(lease_dir: Path, lease: Lease) -> Path:
@@ -56,15 +57,19 @@ def read_lease(path: Path) -> Lease | None:
     """The lease in ``path``; None when it is unreadable or not a lease."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if "start" not in data:  # an older tuner's lease: psutil's wall-clock start times
+            boot = psutil.boot_time()
+            data["start"] = float(data["create_time"]) - boot
+            data["owner_start"] = float(data["owner_create_time"]) - boot
         return Lease(
             pgid=int(data["pgid"]),
             pid=int(data["pid"]),
             served_model_name=str(data["served_model_name"]),
             argv=tuple(str(a) for a in data["argv"]),
             started_at=float(data["started_at"]),
-            create_time=float(data["create_time"]),
+            start=float(data["start"]),
             owner_pid=int(data["owner_pid"]),
-            owner_create_time=float(data["owner_create_time"]),
+            owner_start=float(data["owner_start"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -72,7 +77,7 @@ def read_lease(path: Path) -> Lease | None:
 
 def owner_alive(lease: Lease) -> bool:
     """True while the tuner process that wrote ``lease`` still runs (or psutil cannot tell)."""
-    return still_running(lease.owner_pid, lease.owner_create_time)
+    return still_running(lease.owner_pid, lease.owner_start)
 
 
 def _leader_state(lease: Lease) -> str:
@@ -81,7 +86,7 @@ def _leader_state(lease: Lease) -> str:
         proc = psutil.Process(lease.pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return "gone"
-        same_start = abs(proc.create_time() - lease.create_time) <= START_TIME_TOLERANCE_S
+        same_start = abs(since_boot(lease.pid) - lease.start) <= START_TIME_TOLERANCE_S
         return "ours" if same_start and tuple(proc.cmdline()) == lease.argv else "other"
     except psutil.NoSuchProcess:
         return "gone"
@@ -109,7 +114,7 @@ def reap_orphans(lease_dir: Path) -> list[int]:
         # the group id (and so the pid) reserved, and kill_group checks they are younger
         # than our leader, so those are our server's children.
         if _leader_state(lease) in ("ours", "gone") and kill_group(
-            lease.pgid, _REAP_GRACE_S, not_before=lease.create_time
+            lease.pgid, _REAP_GRACE_S, not_before=lease.start
         ):
             ended.append(lease.pgid)
         path.unlink(missing_ok=True)

@@ -14,20 +14,23 @@ from collections.abc import Callable
 
 import psutil
 
+from tuner.telemetry import since_boot
+
 POLL_S = 0.05
 KILL_WAIT_S = 5.0
-# psutil start times are rounded to the clock tick; allow for that when comparing them.
+# Start times (tuner.telemetry.since_boot) are whole clock ticks on Linux (10 ms); elsewhere
+# they are psutil's, rounded the same way: allow for that when comparing them.
 START_TIME_TOLERANCE_S = 0.05
 
 
 def still_running(pid: int, started: float) -> bool:
-    """Whether the process that had ``pid`` and started at ``started`` (psutil's create time)
-    still runs: not exited, not a zombie, the pid not reused. True when psutil cannot tell."""
+    """Whether the process that had ``pid`` and started ``started`` seconds after boot
+    (:func:`tuner.telemetry.since_boot`) still runs: not exited, not a zombie, the pid not
+    reused. True when psutil cannot tell."""
     try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
             return False
-        return abs(proc.create_time() - started) <= START_TIME_TOLERANCE_S
+        return abs(since_boot(pid) - started) <= START_TIME_TOLERANCE_S
     except (psutil.NoSuchProcess, ValueError):  # ValueError: not a pid at all
         return False
     except psutil.Error:
@@ -69,7 +72,7 @@ def _wait_empty(pgid: int, deadline: float, reap: Callable[[], object] | None) -
 def _created_before(members: list[psutil.Process], when: float) -> bool:
     for proc in members:
         try:
-            if proc.create_time() < when - START_TIME_TOLERANCE_S:
+            if since_boot(proc.pid) < when - START_TIME_TOLERANCE_S:
                 return True
         except psutil.Error:
             continue
@@ -86,9 +89,10 @@ def kill_group(
     """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left.
 
     ``reap`` is called while waiting so that a leader which is our own child does not
-    linger as a zombie. ``not_before`` (a psutil start time) guards against a group id the
-    OS handed out again: a group with a member older than that is not ours and is left
-    alone. Returns True when the group had live members to end.
+    linger as a zombie. ``not_before`` (a start, in seconds after boot: see
+    :func:`tuner.telemetry.since_boot`) guards against a group id the OS handed out again: a
+    group with a member older than that is not ours and is left alone. Returns True when the
+    group had live members to end.
     """
     members = group_members(pgid)
     if not members or (not_before is not None and _created_before(members, not_before)):

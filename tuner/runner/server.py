@@ -32,6 +32,7 @@ from tuner.runner.procgroup import group_members, kill_group
 from tuner.runner.watchdog import ENV as WATCHDOG_ENV
 from tuner.runner.watchdog import arm as arm_watchdog
 from tuner.runner.watchdog import spawn as spawn_watchdog
+from tuner.telemetry import since_boot
 from tuner.vllm import classify_start_failure
 
 HTTP_TIMEOUT_S = 2.0
@@ -92,7 +93,7 @@ class VllmServer:
         self._lease_path: Path | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._watchdog_pipe: int | None = None
-        self._create_time: float | None = None
+        self._start: float | None = None  # the leader's (since_boot), for its lease and stop
         self._started_at = 0.0
         self._stopped = False
 
@@ -154,7 +155,7 @@ class VllmServer:
             self._started_at = time.monotonic()
             try:
                 arm_watchdog(self._watchdog_pipe, self._proc.pid)
-                self._create_time = psutil.Process(self._proc.pid).create_time()
+                self._start = since_boot(self._proc.pid)
                 if self.lease_dir is not None:
                     self._lease_path = write_lease(self.lease_dir, self._lease())
             except BaseException:
@@ -162,17 +163,16 @@ class VllmServer:
                 raise
 
     def _lease(self) -> Lease:
-        assert self._proc is not None and self._create_time is not None
-        me = psutil.Process()
+        assert self._proc is not None and self._start is not None
         return Lease(
             pgid=self._proc.pid,
             pid=self._proc.pid,
             served_model_name=self.served_model_name,
             argv=self.command,
             started_at=time.time(),
-            create_time=self._create_time,
-            owner_pid=me.pid,
-            owner_create_time=me.create_time(),
+            start=self._start,
+            owner_pid=os.getpid(),
+            owner_start=since_boot(os.getpid()),
         )
 
     def wait_ready(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
@@ -264,7 +264,7 @@ class VllmServer:
         self._stopped = True
         proc = self._proc
         try:
-            kill_group(proc.pid, grace_s, reap=proc.poll, not_before=self._create_time)
+            kill_group(proc.pid, grace_s, reap=proc.poll, not_before=self._start)
             # kill_group already sent SIGKILL if needed; this only reaps the leader.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=FAILURE_GRACE_S)

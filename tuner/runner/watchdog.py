@@ -12,9 +12,10 @@ started the server but before it wrote the group id (a window no signal handler 
 leaves a watchdog that finds the group by :data:`ENV` instead. A tuner that stops its server
 itself ends the group first and then closes the pipe, so the watchdog finds nothing to do.
 
-Only the standard library, psutil and :mod:`tuner.runner.procgroup` are imported, so the
-watchdog starts in a few tens of milliseconds; it ignores SIGINT and SIGHUP (a Ctrl-C or a
-closed terminal reaches the tuner, which stops the server itself).
+Only the standard library, psutil, :mod:`tuner.runner.procgroup` and the process facts of
+:mod:`tuner.telemetry.host` are imported, so the watchdog starts in a few tens of
+milliseconds; it ignores SIGINT and SIGHUP (a Ctrl-C or a closed terminal reaches the tuner,
+which stops the server itself).
 """
 
 from __future__ import annotations
@@ -80,9 +81,9 @@ def watch(fd: int, grace_s: float) -> bool:
 
     The group is the one :func:`arm` wrote, else every group of a process that carries this
     watchdog's pid in :data:`ENV`; only members younger than the watchdog are ended."""
-    import psutil
 
     from tuner.runner.procgroup import kill_group
+    from tuner.telemetry import since_boot
 
     data = b""
     while True:
@@ -97,7 +98,7 @@ def watch(fd: int, grace_s: float) -> bool:
         data = (data + chunk)[-64:]
     line = data.split(b"\n")[0].strip() if b"\n" in data else b""
     pgids = {int(line)} if line.isdigit() else tagged_groups(os.getpid())
-    born = psutil.Process().create_time()
+    born = since_boot(os.getpid())
     return any([kill_group(pgid, grace_s, not_before=born) for pgid in sorted(pgids)])
 
 

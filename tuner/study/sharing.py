@@ -44,8 +44,9 @@ from tuner.db import Repository, TrialPhase, TrialRow
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.runner import still_running
 from tuner.study.plan import PREDICTED, PREDICTED_KNOBS, SCREEN
+from tuner.telemetry import since_boot
 
-WORKER = "worker"  # user attr: {"host", "pid", "started"} of the worker that asked the trial
+WORKER = "worker"  # user attr: {"host", "pid", "start"} of the worker that asked the trial
 COUNTED = "counted"  # user attr on a FAIL trial that is a result (a crash, a timeout)
 WITHDRAWN = "withdrawn"  # user attr: why the trial was given back before it started
 ATTEMPT = "attempt"  # user attr: 1 for a first try, k for the (k-1)-th retry of a configuration
@@ -63,9 +64,8 @@ def host_name() -> str:
 
 
 def worker_identity() -> dict[str, Any]:
-    """This process as a trial's owner: host name, pid and the process's start time."""
-    me = psutil.Process()
-    return {"host": host_name(), "pid": os.getpid(), "started": me.create_time()}
+    """This process as a trial's owner: host name, pid and its start (seconds after boot)."""
+    return {"host": host_name(), "pid": os.getpid(), "start": since_boot(os.getpid())}
 
 
 def counts(trial: FrozenTrial) -> bool:
@@ -140,10 +140,14 @@ def dead_here(trial: FrozenTrial) -> bool:
     if owner.get("host") != host_name():
         return False
     try:
-        pid, started = int(owner["pid"]), float(owner["started"])
+        pid = int(owner["pid"])
+        if "start" in owner:
+            start = float(owner["start"])
+        else:  # an older tuner's record: psutil's wall-clock start time
+            start = float(owner["started"]) - psutil.boot_time()
     except (KeyError, TypeError, ValueError):
         return True
-    return not still_running(pid, started)  # cannot tell: leave it to the heartbeat
+    return not still_running(pid, start)  # cannot tell: leave it to the heartbeat
 
 
 def attempt(trial: FrozenTrial) -> int:

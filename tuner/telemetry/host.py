@@ -9,6 +9,8 @@ engine core's own workers under it. :func:`is_engine_core` tells the two apart; 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -44,6 +46,30 @@ def process_tree(root_pid: int) -> list[psutil.Process]:
         return [root, *root.children(recursive=True)]
     except GONE:
         return []
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def since_boot(pid: int) -> float:
+    """When process ``pid`` started, in seconds after the machine booted: with the pid, what
+    tells that process apart from a later one given the same pid.
+
+    It never moves. psutil's ``create_time()`` does: it adds the boot time that /proc/stat
+    states at the moment of the call, which is the wall clock minus the uptime, so a clock
+    that NTP (or a person, or a VM host) adjusts gives two readings of one process a second or
+    more apart. Linux's /proc/PID/stat keeps the start as clock ticks after boot; elsewhere
+    psutil's start less its boot time stands in. Raises psutil.NoSuchProcess when no process
+    has ``pid``.
+    """
+    if not sys.platform.startswith("linux"):
+        return float(psutil.Process(pid).create_time() - psutil.boot_time())
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        raise psutil.NoSuchProcess(pid) from None
+    return int(fields[19]) / _CLOCK_TICKS  # field 22 of proc_pid_stat(5), counted after comm
 
 
 def cpu_seconds(proc: psutil.Process) -> float:
@@ -163,12 +189,10 @@ class ProcessTreeCpuSampler(Periodic):
     def _tick(self) -> None:
         now = time.monotonic()
         try:
-            boot = float(psutil.boot_time())
             readings: list[tuple[tuple[int, float], float, bool]] = []
             for proc, engine in self._walk():
                 try:
-                    # psutil gives boot time + start ticks; taken back to the ticks, 10 ms each.
-                    born = round(proc.create_time() - boot, 2)
+                    born = since_boot(proc.pid)
                     readings.append(((proc.pid, born), cpu_seconds(proc), engine))
                 except GONE:
                     continue
