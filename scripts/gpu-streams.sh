@@ -22,7 +22,8 @@
 # and stop its server group, so a study can be resumed in a later session. The launch logs of
 # unfinished `tuner compare` / `verify-claims` runs ($TUNER_HOME/launches) come back in
 # launches.tgz; `SEED_LAUNCHES=DIR` at start puts such a folder back, and the same command then
-# resumes from those launches.
+# resumes from those launches. `SEED_COMPILE_CACHE=FILE` at start restores the compile cache
+# an earlier `collect` brought back (compile-cache.tgz; see compile_cache below).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STREAMS="$HOME/streams"
@@ -73,12 +74,37 @@ EOF
   [ -d "$HOME/.cache/tuner/launches" ] && tar czf "$OUT/launches.tgz" -C "$HOME/.cache/tuner" launches
   # Plans may write any other result files under $HOME/results (e.g. the load-fidelity bench).
   [ -d "$HOME/results" ] && tar czf "$OUT/results.tgz" -C "$HOME" results
+  compile_cache
   ls -la "$OUT"
+}
+
+# vLLM's compiled graphs and kernels ($HOME/.cache/vllm, FlashInfer's JIT, Triton's): a fresh
+# machine spends 200-300 s of each new configuration's start-up rebuilding them. They come back
+# as compile-cache.tgz while that fits what a call returns (16 MiB a file); `start` with
+# SEED_COMPILE_CACHE=FILE puts them back on the next machine.
+CACHES=(.cache/vllm .cache/flashinfer .triton/cache)
+compile_cache() {
+  local have=() d
+  for d in "${CACHES[@]}"; do [ -d "$HOME/$d" ] && have+=("$d"); done
+  [ ${#have[@]} -eq 0 ] && return 0
+  du -sh "${have[@]/#/$HOME/}" 2>/dev/null | sed 's/^/compile cache: /' >&2
+  if (( $(du -scb "${have[@]/#/$HOME/}" | tail -1 | cut -f1) > 200 * 1024 * 1024 )); then
+    echo "compile cache: over 200 MiB, not packed (it would not come back)" >&2; return 0
+  fi
+  tar czf "$HOME/compile-cache.tgz" -C "$HOME" "${have[@]}" 2>/dev/null
+  if (( $(stat -c %s "$HOME/compile-cache.tgz") <= 15 * 1024 * 1024 )); then
+    cp "$HOME/compile-cache.tgz" "$OUT/"
+  else
+    echo "compile cache: $(du -h "$HOME/compile-cache.tgz" | cut -f1) compressed, too large to bring back" >&2
+  fi
 }
 
 case "${1:-}" in
   start)
     deadline="$2"; shift 2
+    if [ -n "${SEED_COMPILE_CACHE:-}" ] && [ -f "$SEED_COMPILE_CACHE" ]; then
+      tar xzf "$SEED_COMPILE_CACHE" -C "$HOME" && echo "compile cache restored from $SEED_COMPILE_CACHE"
+    fi
     if [ -n "${SEED_LAUNCHES:-}" ] && [ -d "$SEED_LAUNCHES" ]; then
       mkdir -p "$HOME/.cache/tuner/launches" && cp -n "$SEED_LAUNCHES"/*.jsonl "$HOME/.cache/tuner/launches/" 2>/dev/null
     fi
@@ -117,5 +143,5 @@ case "${1:-}" in
     collect > /dev/null
     ;;
   collect) collect ;;
-  *) sed -n 2,25p "$0"; exit 2 ;;
+  *) sed -n 2,26p "$0"; exit 2 ;;
 esac

@@ -79,3 +79,47 @@ def test_start_refuses_a_missing_plan(tmp_path: Path) -> None:
     result = _run(tmp_path / "home", tmp_path / "out", "start", "0", "a:0:no/such.plan")
     assert result.returncode == 2
     assert "no plan file" in result.stderr and "no/such.plan" in result.stderr
+
+
+def test_the_compile_cache_comes_back_while_it_fits_and_the_next_machine_gets_it(
+    tmp_path: Path,
+) -> None:
+    home, out = tmp_path / "home", tmp_path / "out"
+    kernels = home / ".cache" / "vllm" / "torch_compile_cache" / "abc"
+    kernels.mkdir(parents=True)
+    (kernels / "graph.py").write_text("compiled = True\n")
+    (home / ".triton" / "cache").mkdir(parents=True)
+    (home / ".triton" / "cache" / "k.cubin").write_bytes(b"\0" * 100)
+    collected = _run(home, out, "collect")
+    assert collected.returncode == 0, collected.stderr
+    with tarfile.open(out / "compile-cache.tgz") as tgz:
+        names = tgz.getnames()
+    assert ".cache/vllm/torch_compile_cache/abc/graph.py" in names
+    assert ".triton/cache/k.cubin" in names
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    plan = tmp_path / "a.plan"
+    plan.write_text("cat $HOME/.cache/vllm/torch_compile_cache/abc/graph.py\n")
+    started = _run(
+        fresh,
+        tmp_path / "out2",
+        "start",
+        str(int(time.time()) + 600),
+        f"a:0:{plan}",
+        env={"SEED_COMPILE_CACHE": str(out / "compile-cache.tgz")},
+    )
+    assert started.returncode == 0, started.stderr
+    assert "compile cache restored" in started.stdout
+    assert _run(fresh, tmp_path / "out2", "wait", "30").returncode == 0
+    assert "compiled = True" in (fresh / "streams" / "a.log").read_text()
+
+
+def test_a_compile_cache_too_large_to_return_stays_behind_and_says_so(tmp_path: Path) -> None:
+    home, out = tmp_path / "home", tmp_path / "out"
+    (home / ".cache" / "flashinfer").mkdir(parents=True)
+    (home / ".cache" / "flashinfer" / "big.so").write_bytes(os.urandom(16 * 1024 * 1024))
+    collected = _run(home, out, "collect")
+    assert collected.returncode == 0, collected.stderr
+    assert not (out / "compile-cache.tgz").exists()
+    assert "too large to bring back" in collected.stderr
