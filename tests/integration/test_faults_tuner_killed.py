@@ -262,8 +262,9 @@ def test_sigkilled_tuner_and_watchdog_resume_reaps_the_orphan_and_loses_nothing(
             first_new_trial_at = now
         time.sleep(0.05)
     assert resume.returncode == 0, s.output()
-    assert orphan_gone_at is not None, "the resumed tuner left the orphan running"
+    assert orphan_gone_at is not None, "the resumed tuner left the orphan running\n" + s.output()
     assert first_new_trial_at is not None and orphan_gone_at <= first_new_trial_at
+    assert f"(process group {lease.pgid}) that tuner pid {tuner.pid} left running" in s.output()
     assert not list(s.lease_dir.glob("*")), "the orphan's lease should be gone with it"
 
     after = {r.number: r for r in repo.list_trials(STUDY, limit=None)}

@@ -258,7 +258,10 @@ def _step_the_clock(monkeypatch: pytest.MonkeyPatch, step_s: float) -> None:
 
 @pytest.mark.parametrize("clock_step_s", [0.0, -1.0, 30.0])
 def test_reap_orphans_ends_a_group_whose_owner_died(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock_step_s: float
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    clock_step_s: float,
 ) -> None:
     port, leases = free_port(), tmp_path / "leases"
     owner = subprocess.run(
@@ -272,6 +275,7 @@ def test_reap_orphans_ends_a_group_whose_owner_died(
         assert len(group_members(pgid)) == 2 and port_is_open("127.0.0.1", port)
         _step_the_clock(monkeypatch, clock_step_s)  # between the lease and the resume
         assert reap_orphans(leases) == [pgid]
+        assert f"ended the server trial-1 (process group {pgid})" in caplog.text
         assert group_members(pgid) == [] and _gone(child)
         assert list(leases.iterdir()) == []
     finally:

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tuner.runner.leases import Lease, read_lease, reap_orphans, write_lease
 from tuner.telemetry import since_boot
@@ -74,13 +75,14 @@ def test_stale_and_broken_leases_are_removed(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_recycled_pid_is_never_killed(tmp_path: Path) -> None:
+def test_recycled_pid_is_never_killed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # The leader's pid now belongs to this very test process (another start time, another
-    # command line): it must survive, and the lease goes.
+    # command line): it must survive, and the lease goes, saying why.
     write_lease(tmp_path, _lease(pid=os.getpid(), pgid=os.getpid(), start=1.0))
     assert reap_orphans(tmp_path) == []
     assert psutil.Process().is_running()
     assert list(tmp_path.iterdir()) == []
+    assert f"pid {os.getpid()} now belongs to another program, left alone" in caplog.text
 
 
 def test_own_process_group_is_never_signalled(tmp_path: Path) -> None:

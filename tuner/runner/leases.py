@@ -12,6 +12,7 @@ is never touched.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ import psutil
 from tuner.errors import EnvironmentProblem
 from tuner.runner.procgroup import START_TIME_TOLERANCE_S, kill_group, still_running
 from tuner.telemetry import since_boot
+
+log = logging.getLogger(__name__)
 
 _REAP_GRACE_S = 5.0
 
@@ -113,9 +116,19 @@ def reap_orphans(lease_dir: Path) -> list[int]:
         # A leader that exited may leave children alive; while any lives, the kernel keeps
         # the group id (and so the pid) reserved, and kill_group checks they are younger
         # than our leader, so those are our server's children.
-        if _leader_state(lease) in ("ours", "gone") and kill_group(
+        state = _leader_state(lease)
+        if state in ("ours", "gone") and kill_group(
             lease.pgid, _REAP_GRACE_S, not_before=lease.start
         ):
             ended.append(lease.pgid)
+            log.warning(
+                "ended the server %s (process group %d) that tuner pid %d left running when it "
+                "exited", lease.served_model_name, lease.pgid, lease.owner_pid,
+            )  # fmt: skip
+        elif state == "other":
+            log.warning(
+                "lease %s dropped: pid %d now belongs to another program, left alone",
+                path.name, lease.pid,
+            )  # fmt: skip
         path.unlink(missing_ok=True)
     return ended
