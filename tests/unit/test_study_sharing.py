@@ -117,6 +117,7 @@ def test_a_live_worker_stays_alive_when_the_wall_clock_moves(
     # fail a live worker's trial for that (a CI run lost a measuring worker's trial to it).
     me = sharing.worker_identity()
     older = {"host": me["host"], "pid": me["pid"], "started": psutil.Process().create_time()}
+    assert abs(me["started"] - older["started"]) <= 0.05, "what an older tuner reads is there"
     booted = psutil.boot_time()
     for step_s in (-1.0, 1.0, 3600.0):
         monkeypatch.setattr(psutil._pslinux, "boot_time", lambda s=step_s: booted + s)

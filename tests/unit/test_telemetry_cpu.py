@@ -242,3 +242,20 @@ def test_engine_cores_are_recognised_by_name_or_command_line() -> None:
             child.kill()
             child.wait(timeout=10)
     assert not is_engine_core(procs[0])  # gone: not an engine core, and no error
+
+
+def test_a_process_start_is_read_in_ticks_after_boot_and_a_missing_one_is_no_such_process() -> None:
+    me = psutil.Process()
+    assert abs(host.since_boot(me.pid) - (me.create_time() - psutil.boot_time())) <= 0.02
+    assert host.since_boot(me.pid) * os.sysconf("SC_CLK_TCK") == pytest.approx(
+        round(host.since_boot(me.pid) * os.sysconf("SC_CLK_TCK"))
+    ), "whole clock ticks"
+    for pid in (-1, 0, 2**22 + 7):  # no process has these
+        with pytest.raises(psutil.NoSuchProcess):
+            host.since_boot(pid)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    born = host.since_boot(child.pid)
+    child.wait()
+    assert born >= host.since_boot(me.pid)
+    with pytest.raises(psutil.NoSuchProcess):
+        host.since_boot(child.pid)

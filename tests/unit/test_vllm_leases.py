@@ -56,6 +56,14 @@ def test_a_lease_of_an_older_tuner_reads_with_its_starts_taken_back_to_the_boot(
     assert abs(lease.owner_start - (since_boot(me.pid) - 5.0)) <= 0.05
 
 
+def test_a_lease_carries_the_wall_clock_starts_older_tuners_read(tmp_path: Path) -> None:
+    me = psutil.Process()
+    lease = _lease(pid=me.pid, start=since_boot(me.pid), owner_start=since_boot(me.pid) - 5.0)
+    written = json.loads(write_lease(tmp_path, lease).read_text(encoding="utf-8"))
+    assert abs(written["create_time"] - me.create_time()) <= 0.05
+    assert abs(written["owner_create_time"] - (me.create_time() - 5.0)) <= 0.05
+
+
 def test_unreadable_lease_reads_as_none(tmp_path: Path) -> None:
     path = tmp_path / "server-1.json"
     path.write_text("{not json", encoding="utf-8")
@@ -82,7 +90,7 @@ def test_recycled_pid_is_never_killed(tmp_path: Path, caplog: pytest.LogCaptureF
     assert reap_orphans(tmp_path) == []
     assert psutil.Process().is_running()
     assert list(tmp_path.iterdir()) == []
-    assert f"pid {os.getpid()} now belongs to another program, left alone" in caplog.text
+    assert f"pid {os.getpid()} is no longer the server tuner started" in caplog.text
 
 
 def test_own_process_group_is_never_signalled(tmp_path: Path) -> None:

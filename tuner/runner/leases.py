@@ -46,7 +46,15 @@ def write_lease(lease_dir: Path, lease: Lease) -> Path:
     tmp = path.with_suffix(".tmp")
     try:
         lease_dir.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(asdict(lease)), encoding="utf-8")
+        # Older tuners read psutil's wall-clock start times: written beside, so that one
+        # running on this host does not take a live tuner's lease for a broken one.
+        boot = psutil.boot_time()
+        record = {
+            **asdict(lease),
+            "create_time": lease.start + boot,
+            "owner_create_time": lease.owner_start + boot,
+        }
+        tmp.write_text(json.dumps(record), encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
         raise EnvironmentProblem(
@@ -127,8 +135,8 @@ def reap_orphans(lease_dir: Path) -> list[int]:
             )  # fmt: skip
         elif state == "other":
             log.warning(
-                "lease %s dropped: pid %d now belongs to another program, left alone",
-                path.name, lease.pid,
+                "lease %s dropped: pid %d is no longer the server tuner started (another "
+                "program has it, or it cannot be inspected); left alone", path.name, lease.pid,
             )  # fmt: skip
         path.unlink(missing_ok=True)
     return ended

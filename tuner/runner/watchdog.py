@@ -12,9 +12,9 @@ started the server but before it wrote the group id (a window no signal handler 
 leaves a watchdog that finds the group by :data:`ENV` instead. A tuner that stops its server
 itself ends the group first and then closes the pipe, so the watchdog finds nothing to do.
 
-Only the standard library, psutil, :mod:`tuner.runner.procgroup` and the process facts of
-:mod:`tuner.telemetry.host` are imported, so the watchdog starts in a few tens of
-milliseconds; it ignores SIGINT and SIGHUP (a Ctrl-C or a closed terminal reaches the tuner,
+Only the standard library, psutil, :mod:`tuner.runner.procgroup` and :mod:`tuner.telemetry`'s
+process facts (``host``, with ``periodic``) are imported, so the watchdog starts in a few tens
+of milliseconds; it ignores SIGINT and SIGHUP (a Ctrl-C or a closed terminal reaches the tuner,
 which stops the server itself).
 """
 

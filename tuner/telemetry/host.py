@@ -59,17 +59,20 @@ def since_boot(pid: int) -> float:
     states at the moment of the call, which is the wall clock minus the uptime, so a clock
     that NTP (or a person, or a VM host) adjusts gives two readings of one process a second or
     more apart. Linux's /proc/PID/stat keeps the start as clock ticks after boot; elsewhere
-    psutil's start less its boot time stands in. Raises psutil.NoSuchProcess when no process
-    has ``pid``.
+    psutil's start less its boot time stands in (not proof against a clock step there).
+    Raises what psutil raises: NoSuchProcess when no process has ``pid``, AccessDenied when
+    /proc hides it.
     """
     if not sys.platform.startswith("linux"):
         return float(psutil.Process(pid).create_time() - psutil.boot_time())
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
+            ticks = int(stat.read().rsplit(b")", 1)[1].split()[19])  # field 22, after comm's
+    except PermissionError:
+        raise psutil.AccessDenied(pid) from None
+    except (OSError, IndexError, ValueError):  # gone, or gone while being read
         raise psutil.NoSuchProcess(pid) from None
-    return int(fields[19]) / _CLOCK_TICKS  # field 22 of proc_pid_stat(5), counted after comm
+    return ticks / _CLOCK_TICKS
 
 
 def cpu_seconds(proc: psutil.Process) -> float:
