@@ -66,9 +66,13 @@ def host_name() -> str:
 def worker_identity() -> dict[str, Any]:
     """This process as a trial's owner: host name, pid and its start (seconds after boot),
     with psutil's wall-clock start beside it for older tuners, which read only that."""
-    me = os.getpid()
-    started = since_boot(me) + psutil.boot_time()
-    return {"host": host_name(), "pid": me, "start": since_boot(me), "started": started}
+    start = since_boot(os.getpid())
+    return {
+        "host": host_name(),
+        "pid": os.getpid(),
+        "start": start,
+        "started": start + psutil.boot_time(),
+    }
 
 
 def counts(trial: FrozenTrial) -> bool:
