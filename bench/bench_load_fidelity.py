@@ -225,7 +225,7 @@ def server(
 
 def ratio_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: per round and concurrency, tuner / vLLM for each compared field."""
-    from tuner.results.report.fidelity import ratios_markdown, values_markdown
+    from bench.tables.fidelity import ratios_markdown, values_markdown
 
     return values_markdown(rows) + "\n\n" + ratios_markdown(rows)
 

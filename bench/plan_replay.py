@@ -3,7 +3,7 @@ evaluated, for tuner's lever plan (defaults, diagnosis, one screening trial per 
 then TPE over the kept knobs) against random search over the full space (the card's knobs and
 every single-GPU lever that keeps the model's outputs), on a replay of a committed H200 study.
 
-The surface. A configuration the table measured (``tuner.results.replay.load_table``) has its
+The surface. A configuration the table measured (``bench.replay.load_table``) has its
 table value: the geometric mean of its launches. Any other configuration is *modelled*: each
 metric's log is the defaults' plus one effect per knob value that differs from the defaults,
 the effects fitted by weighted least squares (weight: the row's launches) on the measured rows,
@@ -62,6 +62,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from replay_report import quantile  # noqa: E402
 from search_replay import DATASETS as SEARCH_DATASETS  # noqa: E402
 
+from bench.replay import METRICS, Launch, Table, load_table  # noqa: E402
 from tuner.catalog import levers  # noqa: E402
 from tuner.catalog.gpus import get_gpu  # noqa: E402
 from tuner.catalog.models import resolve_model  # noqa: E402
@@ -70,7 +71,6 @@ from tuner.db.session import make_engine  # noqa: E402
 from tuner.domain import Objective, Regime, ServingConfig, TrialResult  # noqa: E402
 from tuner.errors import UsageError  # noqa: E402
 from tuner.load import get_workload  # noqa: E402
-from tuner.results.replay import METRICS, Launch, Table, load_table  # noqa: E402
 from tuner.scoring import objectives as scoring  # noqa: E402
 from tuner.scoring.ranking import Standing  # noqa: E402
 from tuner.scoring.regime import Diagnosis, diagnose  # noqa: E402

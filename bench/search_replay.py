@@ -2,13 +2,13 @@
 within 5 % of the best known is found, for tuner's sampler against a grid, random search and
 Optuna's other samplers; and what early stopping saves on the same paths.
 
-The tables are the committed studies (``tuner.results.replay``): every measured configuration
+The tables are the committed studies (``bench.replay``): every measured configuration
 with its launches' numbers, start-up and measurement seconds. A replayed launch of a row draws
 its numbers around the row's value with the launch-to-launch noise the study's repeated
 launches measured (log-normal, with the metrics' covariance), and costs the seconds of one of
 the row's recorded launches. The space holds only the knob values the table measured;
 combinations it never measured take their nearest row's numbers, flagged (``--space table``
-excludes them instead; ``tuner.results.replay_space`` explains both).
+excludes them instead; ``bench.replay_space`` explains both).
 
 Samplers, each told what a study tells Optuna (three objectives, the SLO as constraints,
 penalties for a configuration that cannot run), vLLM's defaults enqueued as trial 0:
@@ -61,9 +61,9 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 from replay_report import add_ratio_intervals, report, stopping, summarise  # noqa: E402
 
+from bench.replay import METRICS, SCORE, Noise, Row, Table, load_table  # noqa: E402
+from bench.replay_space import ReplaySpace  # noqa: E402
 from tuner.domain import Slo  # noqa: E402
-from tuner.results.replay import METRICS, SCORE, Noise, Row, Table, load_table  # noqa: E402
-from tuner.results.replay_space import ReplaySpace  # noqa: E402
 from tuner.scoring import objectives as scoring  # noqa: E402
 from tuner.scoring.early_stop import StopPolicy, early_stop, meets_slo_within_noise  # noqa: E402
 from tuner.scoring.ranking import Standing  # noqa: E402

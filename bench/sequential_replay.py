@@ -3,7 +3,7 @@ Welch's interval and with a rank-based (Hodges-Lehmann) one, on the recorded lau
 
 Each simulated comparison launches the defaults (A) and a candidate (B) in turns; a launch's
 score is the side's true score times log-normal noise with the launch-to-launch spread of the
-study's score (``tuner.results.replay``: pooled over its repeated launches). Scenarios: B/A
+study's score (``bench.replay``: pooled over its repeated launches). Scenarios: B/A
 truly 1 (no difference), 1.15, 1.30, and the table's own best row against its defaults; each
 clean and with one outlying launch (one of the first three launches of a random side scaled by
 ``--outlier``, as a launch that another process disturbed).
@@ -37,8 +37,8 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tuner.results.replay import SCORE, load_table  # noqa: E402
-from tuner.scoring.robust import hodges_lehmann_interval, screened_interval  # noqa: E402
+from bench.replay import SCORE, load_table  # noqa: E402
+from bench.robust import hodges_lehmann_interval, screened_interval  # noqa: E402
 from tuner.scoring.sequential import (  # noqa: E402
     EQUIVALENT,
     Interval,

@@ -11,4 +11,4 @@ tuner export ernie-0.3b-h200-chat --comparisons --storage "sqlite:///$R/tuner-gp
 tuner export --comparisons --storage "sqlite:///$R/claims-h200.db" --out "$R/claims.jsonl"
 tuner export ernie-0.3b-a10g-emulated-chat-balanced --storage "sqlite:///$R/emulated-a10g.db" \
   --out "$R/emulated-a10g-trials.jsonl"
-python -m tuner.results.report.splice docs/results/ernie-0.3b-h200.md
+python -m bench.tables.splice docs/results/ernie-0.3b-h200.md

@@ -1,7 +1,7 @@
 """The search space: which vLLM knobs a study tries, with which values, and which
 combinations are hopeless before any server starts. A study's trials become configurations
 here, through ``trial.suggest_*`` (a replay asks over a measured table instead:
-:mod:`tuner.results.replay_space`).
+:mod:`bench.replay_space`).
 
 Every searched knob is categorical and its choices include the sentinel ``"default"`` (leave
 vLLM's default, ``None`` in :class:`ServingConfig`), so vLLM's defaults are a point of the

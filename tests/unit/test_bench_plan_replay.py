@@ -16,9 +16,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import plan_replay as pr  # noqa: E402
 
+from bench.replay import Launch, Row, Table  # noqa: E402
 from tuner.domain import Objective, Regime, ServingConfig, Slo  # noqa: E402
 from tuner.domain.config import Scalar  # noqa: E402
-from tuner.results.replay import Launch, Row, Table  # noqa: E402
 from tuner.scoring.regime import Diagnosis  # noqa: E402
 from tuner.study.plan import make_plan  # noqa: E402
 

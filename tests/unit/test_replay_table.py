@@ -1,4 +1,4 @@
-"""The replay tables (tuner.results.replay) and their search space (tuner.results.replay_space),
+"""The replay tables (bench.replay) and their search space (bench.replay_space),
 on the committed H200 studies and on small tables built here."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.replay import SCORE, Launch, Row, Table, load_table
+from bench.replay_space import ROW_PARAM, ReplaySpace
 from tuner.domain import Objective, ServingConfig, Slo
-from tuner.results.replay import SCORE, Launch, Row, Table, load_table
-from tuner.results.replay_space import ROW_PARAM, ReplaySpace
 from tuner.space import DEFAULT
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from bench.tables.noise import placement_components
 from tuner.catalog.gpus import CATALOG_PRICES
-from tuner.results.report.noise import placement_components
 from tuner.scoring.cost import usd_per_million
 from tuner.scoring.noise import Components, pooled_ratio_interval
 from tuner.scoring.sequential import SequentialPlan, half_width_at, launches_for, next_step

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from bench.tables.splice import count_blocks, splice, stale_blocks
 from tuner.abtest.claims import load_claims
 from tuner.abtest.claims.rejudge import rejudge
 from tuner.errors import UsageError
 from tuner.results.export import from_jsonl
-from tuner.results.report.splice import count_blocks, splice, stale_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "studies" / "results" / "ernie-0.3b-h200"

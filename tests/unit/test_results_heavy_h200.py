@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from bench.tables.splice import count_blocks, stale_blocks
 from tuner.results.export import from_jsonl
-from tuner.results.report.splice import count_blocks, stale_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "studies" / "results" / "ernie-0.3b-h200-heavy"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tuner.results.report.fidelity import (
+from bench.tables.fidelity import (
     client_markdown,
     load_sessions,
     pairs,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.tables.noise import per_launch_sd, placement_components, read_launches
+from bench.tables.splice import count_blocks, stale_blocks
 from tuner.db.codec import decode_result
 from tuner.domain import TrialStatus
-from tuner.results.report.noise import per_launch_sd, placement_components, read_launches
-from tuner.results.report.splice import count_blocks, stale_blocks
 from tuner.scoring.noise import launch_value
 from tuner.scoring.sequential import launches_for
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bench.tables.splice import count_blocks, stale_blocks
 from tuner.catalog.gpus import CATALOG_PRICES, get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.db.repository import Repository
@@ -19,7 +20,6 @@ from tuner.db.session import make_engine
 from tuner.domain import Objective
 from tuner.load.workloads import get_workload
 from tuner.results.export import from_jsonl, study_records, to_jsonl
-from tuner.results.report.splice import count_blocks, stale_blocks
 from tuner.results.sizing import Rate, fleet_size, size
 from tuner.scoring.cost import usd_per_million
 from tuner.space import SearchSpace
@@ -239,7 +239,7 @@ def test_the_interrupted_trial_is_recorded_as_such(repo: Repository) -> None:
 def test_the_study_replays_with_its_diagnosis_read_from_its_telemetry() -> None:
     """bench/plan_replay.py --dataset h200-plan: a spec stored with ``params = null`` loads,
     and the defaults' stored telemetry names the regime (no --regime assumption)."""
-    from tuner.results.replay import load_table
+    from bench.replay import load_table
     from tuner.scoring.regime import diagnose
 
     table = load_table(DB, "plan-ernie-256", "h200-plan")

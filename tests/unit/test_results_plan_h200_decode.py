@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bench.tables.splice import stale_blocks
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.db.repository import Repository
@@ -17,7 +18,6 @@ from tuner.db.session import make_engine
 from tuner.domain import Objective
 from tuner.load.workloads import get_workload
 from tuner.results.export import from_jsonl, study_records, to_jsonl
-from tuner.results.report.splice import stale_blocks
 from tuner.space import SearchSpace
 from tuner.study.plan import Plan, make_plan, step_bytes
 from tuner.vllm.flags import shipped

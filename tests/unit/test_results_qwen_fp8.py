@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from bench.tables.splice import count_blocks, stale_blocks
 from tuner.catalog.models import MODELS
 from tuner.results.export import from_jsonl
-from tuner.results.report.splice import count_blocks, stale_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "studies" / "results" / "qwen2.5-14b-rtx4090-fp8"

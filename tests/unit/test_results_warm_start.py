@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.results.report.splice import count_blocks, stale_blocks
-from tuner.results.report.starts import starts_table
+from bench.tables.splice import count_blocks, stale_blocks
+from bench.tables.starts import starts_table
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "studies" / "results" / "warm-start-h200" / "warm-start-h200.json"

@@ -1,5 +1,5 @@
 """Sequential confirmation (tuner.scoring.sequential) and the robust intervals it can use
-(tuner.scoring.robust): verdicts, launch counts, and coverage by simulation."""
+(bench.robust): verdicts, launch counts, and coverage by simulation."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from tuner.scoring import robust
-from tuner.scoring.robust import hodges_lehmann_interval, screen, screened_interval
+from bench import robust
+from bench.robust import hodges_lehmann_interval, screen, screened_interval
 from tuner.scoring.sequential import (
     CONTINUE,
     EQUIVALENT,

@@ -2,7 +2,7 @@
 
 After every pair of launches, from ``first`` a side on, the comparison looks at its interval
 (Welch's by default; any :data:`Interval`, such as
-:func:`tuner.scoring.robust.hodges_lehmann_interval` or
+:func:`bench.robust.hodges_lehmann_interval` or
 :func:`tuner.scoring.noise.pooled_ratio_interval`):
 
 - above or below 1: B is **better** or **worse**, as the metric's direction says;

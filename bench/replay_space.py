@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from bench.replay import Row, Table, knob_value
 from tuner.catalog import FLASH_ATTN
 from tuner.domain import ServingConfig
-from tuner.results.replay import Row, Table, knob_value
 from tuner.space import DEFAULT
 
 Mode = Literal["nearest", "table"]

@@ -15,9 +15,9 @@ third word, every claim of that file judged again from the comparisons by
 :func:`~tuner.abtest.claims.rejudge.rejudge`, as the ``verdicts`` table) and ``verdicts`` (a
 JSON list of claim records as ``tuner verify-claims --json`` prints them, and the claims file:
 :func:`~tuner.results.comparisons.verdicts_table`) and ``starts`` (one or more JSON files of
-``bench/bench_warm_start.py``: :func:`~tuner.results.report.starts.starts_table`), and
+``bench/bench_warm_start.py``: :func:`~bench.tables.starts.starts_table`), and
 ``noise-launches``, ``noise-spread`` (third word ``all``: the cold launch too) and
-``noise-self`` (a launch log of ``bench/noise_placement.py``: :mod:`tuner.results.report.noise`).
+``noise-self`` (a launch log of ``bench/noise_placement.py``: :mod:`bench.tables.noise`).
 Paths are relative to the repository root.
 :func:`splice` rewrites the blocks; :func:`stale_blocks` names those whose text differs from
 what the data says (a test keeps reports honest with it).
@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.tables import noise
+from bench.tables.starts import starts_table
 from tuner.abtest import load_claims, rejudge
 from tuner.errors import UsageError
 from tuner.results.comparisons import (
@@ -39,8 +41,6 @@ from tuner.results.comparisons import (
     verdicts_table,
 )
 from tuner.results.export import from_jsonl, markdown_table
-from tuner.results.report import noise
-from tuner.results.report.starts import starts_table
 
 _BLOCK = re.compile(r"(<!-- table: ([^>]*?) -->\n)(.*?)(<!-- /table -->)", re.DOTALL)
 
@@ -123,7 +123,7 @@ def count_blocks(text: str) -> int:
     return len(_BLOCK.findall(text))
 
 
-# python -m tuner.results.report.splice REPORT.md [...]: rewrite in place
+# python -m bench.tables.splice REPORT.md [...]: rewrite in place
 if __name__ == "__main__":
     import sys
 

@@ -16,7 +16,7 @@ four a side reach 97 %. Below that the interval is unbounded (``low = 0``, ``hig
 decides nothing, and a sequential design takes another launch.
 
 **Screened Welch** (:func:`screened_interval`). A study knows its launch-to-launch spread (the
-repeated launches measured it, ``tuner.results.replay``). A launch further than ``k`` such
+repeated launches measured it, ``bench.replay``). A launch further than ``k`` such
 spreads from the median of its side's other launches is left out (at most one a side, and only
 on a side with three launches or more, where the median says which one is odd), and Welch's
 interval is taken on the rest. The interval's ``n_a``/``n_b`` count the launches kept.
