@@ -25,7 +25,6 @@ if TYPE_CHECKING:
         NoiseProfile,
         components,
         launch_value,
-        logs,
         pooled_ratio_interval,
         profile_of,
     )
@@ -51,9 +50,11 @@ if TYPE_CHECKING:
         WORSE,
         RatioInterval,
         is_inconclusive,
+        logs,
         ratio_interval,
         ratio_text,
         t_quantile,
+        welch,
     )
 
 __all__ = [
@@ -103,6 +104,7 @@ __all__ = [
     "stored_window_note",
     "t_quantile",
     "trial_cost",
+    "welch",
     "window_flags",
 ]
 

@@ -42,7 +42,7 @@ from typing import Any
 from scipy import stats
 
 from tuner.scoring.sequential import launches_for
-from tuner.scoring.significance import RatioInterval, ratio_interval, t_interval
+from tuner.scoring.significance import RatioInterval, logs, ratio_interval, t_interval
 
 # One-sided level of the variance-ratio check: below it, a comparison's own launches contradict
 # the profile and it is not used (bench/decision_replay.py measured its effect).
@@ -88,11 +88,6 @@ class Launch:
     def of(cls, group: str, windows: Sequence[float]) -> Launch:
         """From the window values themselves (those not positive and finite left out)."""
         return cls(group, tuple(logs(windows)))
-
-
-def logs(values: Sequence[float]) -> list[float]:
-    """The logs of the positive, finite values (the others cannot be put on the log scale)."""
-    return [math.log(v) for v in values if v > 0 and math.isfinite(v)]
 
 
 def launch_value(windows: Sequence[float]) -> float | None:
@@ -229,7 +224,7 @@ def pooled_ratio_interval(
     la, lb = logs(a), logs(b)
     if profile is None:
         return _welch(a, b, confidence, "no noise profile for this key")
-    if len(la) < 1 or len(lb) < 1 or len(la) + len(lb) < 2:
+    if not la or not lb:
         return None
     own = own_variance(a, b)
     var, df = profile.launch_mean_var * profile.df, profile.df

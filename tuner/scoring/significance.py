@@ -78,6 +78,11 @@ class RatioInterval:
         return math.expm1((math.log(self.high) - math.log(self.low)) / 2.0)
 
 
+def logs(values: Sequence[float]) -> list[float]:
+    """The logs of the positive, finite values (the others cannot be put on the log scale)."""
+    return [math.log(v) for v in values if v > 0 and math.isfinite(v)]
+
+
 def ratio_interval(
     a: Sequence[float], b: Sequence[float], confidence: float = 0.95
 ) -> RatioInterval | None:
@@ -86,24 +91,26 @@ def ratio_interval(
     Values that are not positive (a metric that was zero) cannot be put on the log scale and
     are dropped; with fewer than two left there is no interval to give.
     """
-    la = [math.log(v) for v in a if v > 0 and math.isfinite(v)]
-    lb = [math.log(v) for v in b if v > 0 and math.isfinite(v)]
+    la, lb = logs(a), logs(b)
     if len(la) < 2 or len(lb) < 2:
         return None
-    ma, mb = sum(la) / len(la), sum(lb) / len(lb)
-    va = _variance(la) / len(la)
-    vb = _variance(lb) / len(lb)
-    diff = mb - ma
-    se = math.sqrt(va + vb)
+    diff, se, df = welch(la, lb)
     if se == 0.0:
         return RatioInterval(
             math.exp(diff), math.exp(diff), math.exp(diff), confidence, len(la), len(lb)
         )
-    # Welch-Satterthwaite degrees of freedom.
-    df_num = (va + vb) ** 2
-    df_den = (va**2 / (len(la) - 1) if va else 0.0) + (vb**2 / (len(lb) - 1) if vb else 0.0)
-    df = df_num / df_den if df_den else float(len(la) + len(lb) - 2)
     return t_interval(diff, se, df, confidence, len(la), len(lb))
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """``mean(b) - mean(a)``, its standard error and its Welch-Satterthwaite degrees of freedom
+    (two values a side at least)."""
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    den = (va**2 / (len(a) - 1) if va else 0.0) + (vb**2 / (len(b) - 1) if vb else 0.0)
+    df = (va + vb) ** 2 / den if den else float(len(a) + len(b) - 2)
+    return mb - ma, math.sqrt(va + vb), df
 
 
 def t_interval(
@@ -122,11 +129,6 @@ def t_interval(
         method,
         df,
     )
-
-
-def _variance(xs: Sequence[float]) -> float:
-    m = sum(xs) / len(xs)
-    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
 def t_quantile(p: float, df: float) -> float:

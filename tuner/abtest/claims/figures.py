@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tuner.scoring import is_inconclusive, t_quantile
+from tuner.scoring import is_inconclusive, t_quantile, welch
 
 CONSISTENT = "consistent"
 SMALLER = "smaller"
@@ -233,14 +233,9 @@ def difference_interval(
     b = [v for v in b if math.isfinite(v)]
     if len(a) < 2 or len(b) < 2:
         return None
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
-    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
-    diff, se = mb - ma, math.sqrt(va + vb)
+    diff, se, df = welch(a, b)
     if se == 0.0:
         return diff, diff, diff
-    den = (va**2 / (len(a) - 1) if va else 0.0) + (vb**2 / (len(b) - 1) if vb else 0.0)
-    df = (va + vb) ** 2 / den if den else float(len(a) + len(b) - 2)
     t = t_quantile(0.5 + confidence / 2.0, df)
     return diff, diff - t * se, diff + t * se
 
