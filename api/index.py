@@ -23,7 +23,7 @@ from tuner.errors import UsageError
 from tuner.scoring import canary_broken
 from tuner.study import Confirmed, choose
 
-_Version = tuple[int, float, tuple[tuple[str, int], ...]]
+_Version = tuple[int, float, Mapping[TrialStatus, int], Mapping[TrialStatus, int]]
 T = TypeVar("T")
 MEMO_SIZE = 1024
 
@@ -43,20 +43,6 @@ class StudySnapshot:
         if self.baseline is None or not self.baseline.objective_values:
             return None
         return list(self.baseline.objective_values)
-
-
-def _version(study: StudyRow) -> _Version:
-    counts = tuple(
-        sorted(
-            (f"{phase}:{k}", v)
-            for phase, by_status in (
-                ("search", study.trial_counts),
-                ("confirm", study.confirmation_counts),
-            )
-            for k, v in by_status.items()
-        )
-    )
-    return (study.id, study.updated_at, counts)
 
 
 class StudyIndex:
@@ -95,7 +81,7 @@ class StudyIndex:
 
     def snapshot(self, study: StudyRow) -> StudySnapshot | None:
         """The snapshot of ``study`` as listed; None if it was deleted meanwhile."""
-        version = _version(study)
+        version = (study.id, study.updated_at, study.trial_counts, study.confirmation_counts)
         with self._lock:
             cached = self._cache.get(study.name)
         if cached is not None and cached[0] == version:

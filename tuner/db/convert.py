@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from tuner.db import codec
-from tuner.db.models import Base, ComparisonModel, LaunchModel, StudyModel, TrialModel
-from tuner.db.rows import ComparisonRow, LaunchRow, StudyRow, TrialPhase, TrialRow
+from tuner.db.models import Base, StudyModel, TrialModel
+from tuner.db.rows import StudyRow, TrialPhase, TrialRow
 from tuner.domain import ServingConfig, TrialResult, TrialStatus
 
 R = TypeVar("R")
@@ -25,7 +25,7 @@ def values(row: Base, skip: Iterable[str] = ()) -> dict[str, Any]:
     return {c.key: getattr(row, c.key) for c in row.__table__.columns if c.key not in left_out}
 
 
-def _row(model: Base, row_type: type[R], **extra: Any) -> R:
+def frozen_row(model: Base, row_type: type[R], **extra: Any) -> R:
     """A frozen row from an ORM object, each field read by its type as a JSON record is
     (:func:`codec.decode`) from the column of the same name; ``extra`` gives the others
     (counts, names kept elsewhere)."""
@@ -36,7 +36,7 @@ def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRo
     """``counts``: trials per phase value, then per status value; missing ones count 0."""
     search = counts.get(TrialPhase.SEARCH.value, {})
     confirm = counts.get(TrialPhase.CONFIRM.value, {})
-    return _row(
+    return frozen_row(
         m,
         StudyRow,
         trial_counts={s: search.get(s.value, 0) for s in TrialStatus},
@@ -45,15 +45,7 @@ def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRo
 
 
 def trial_row(m: TrialModel, study_name: str) -> TrialRow:
-    return _row(m, TrialRow, study_name=study_name, failure=m.failure_class)
-
-
-def comparison_row(m: ComparisonModel) -> ComparisonRow:
-    return _row(m, ComparisonRow)
-
-
-def launch_row(m: LaunchModel) -> LaunchRow:
-    return _row(m, LaunchRow)
+    return frozen_row(m, TrialRow, study_name=study_name, failure=m.failure_class)
 
 
 def reset_trial(

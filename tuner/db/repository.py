@@ -20,8 +20,7 @@ from sqlalchemy.orm import Session
 from tuner.db import codec
 from tuner.db.convert import (
     apply_result,
-    comparison_row,
-    launch_row,
+    frozen_row,
     reset_trial,
     storable_text,
     study_row,
@@ -413,7 +412,7 @@ class Repository:
             row.study_id = None if study_name is None else _study_id(s, study_name)
             s.add(row)
             s.flush()
-            return comparison_row(row)
+            return frozen_row(row, ComparisonRow)
 
     def list_comparisons(self, study_name: str | None = None) -> list[ComparisonRow]:
         """Comparisons in creation order; only those of ``study_name`` when given."""
@@ -421,12 +420,12 @@ class Repository:
             query = select(ComparisonModel).order_by(ComparisonModel.id)
             if study_name is not None:
                 query = query.where(ComparisonModel.study_id == _study_id(s, study_name))
-            return [comparison_row(r) for r in s.scalars(query)]
+            return [frozen_row(r, ComparisonRow) for r in s.scalars(query)]
 
     def get_comparison(self, comparison_id: int) -> ComparisonRow | None:
         with session_scope(self._engine) as s:
             row = s.get(ComparisonModel, comparison_id)
-            return None if row is None else comparison_row(row)
+            return None if row is None else frozen_row(row, ComparisonRow)
 
     # -- launch summaries (noise profiles) -------------------------------------------------
 
@@ -469,7 +468,7 @@ class Repository:
         with session_scope(self._engine) as s:
             s.add(row)
             s.flush()
-            return launch_row(row)
+            return frozen_row(row, LaunchRow)
 
     def list_launches(
         self, key: Mapping[str, Any], *, exclude_run: str | None = None
@@ -492,7 +491,7 @@ class Repository:
             )
             if exclude_run is not None:
                 query = query.where(LaunchModel.run != exclude_run)
-            return [launch_row(r) for r in s.scalars(query)]
+            return [frozen_row(r, LaunchRow) for r in s.scalars(query)]
 
 
 def _name_taken(name: str) -> UsageError:

@@ -110,10 +110,10 @@ def run_confirmation(
     metric = decision_metric(spec.objective)
     arms = [Arm(DEFAULTS_LABEL, baseline)] + [Arm(f"#{n}", c) for n, c in candidates]
     earlier = repo.list_trials(study, phase="confirm", limit=None)
-    next_number = CONFIRM_NUMBER_BASE + len(earlier)
     done = _earlier_launches(earlier, arms)
     pending: dict[int, tuple[int, int, ServingConfig]] = {}  # launch index -> trial id, number
-    numbers = itertools.count(next_number)  # this run's launches, numbered after the earlier
+    # This run's launches, numbered after the earlier ones.
+    numbers = itertools.count(CONFIRM_NUMBER_BASE + len(earlier))
 
     def started(index: int, total: int, arm: Arm) -> None:
         number = next(numbers)
@@ -164,7 +164,9 @@ def run_confirmation(
     try:
         rounds = launches  # the first look (a single launch each: no interval, no looks)
         results = measure(rounds, done)
-        while not design.fixed and rounds < design.cap and not _decided(looks(results)):
+        while not design.fixed and rounds < design.cap:
+            if all(look.done for look in looks(results)):
+                break
             # A resumed confirmation may hold more launches than this look: go on from there.
             rounds = min(design.cap, max(rounds + 1, min(len(rs) for rs in results) + 1))
             results = measure(rounds, results)
@@ -189,10 +191,6 @@ def run_confirmation(
             provenance=prov,
             study_name=study,
         )
-
-
-def _decided(looks: Sequence[Look]) -> bool:
-    return all(look.done for look in looks)
 
 
 def confirmation_design(launches: int, max_launches: int | None, confidence: float) -> Design:

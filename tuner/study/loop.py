@@ -181,7 +181,9 @@ def run_study(
                 ):
                     report.phase("confirmation", "left to the worker that runs it")
                     return rank(repo, ctx.name, ctx.spec.objective)
-                _confirm(ctx, runner, repo, report)
+                if not repo.list_comparisons(ctx.name):  # none: not confirmed before a stop
+                    ranked = rank(repo, ctx.name, ctx.spec.objective)
+                    run_confirmation(ctx, ranked, runner, repo, report)
         except BaseException:
             repo.set_study_status(ctx.name, "interrupted")
             raise
@@ -326,13 +328,6 @@ def _loop(
         rows = _record(ctx, study, trial, trial_id, result, repo, baseline, rows)
         ranked = standings(rows, ctx.spec.objective, slo)
         report.trial_finished(trial.number, result, ranked[0] if ranked else None)
-
-
-def _confirm(ctx: StudyContext, runner: TrialRunner, repo: Repository, report: Reporter) -> None:
-    """Re-measure the best candidates against the defaults (see :mod:`tuner.study.confirm`)."""
-    if repo.list_comparisons(ctx.name):
-        return  # done before an interruption of the study's last steps
-    run_confirmation(ctx, rank(repo, ctx.name, ctx.spec.objective), runner, repo, report)
 
 
 def _screen(space: SearchSpace, config: ServingConfig, rows: list[TrialRow]) -> TrialResult | None:
