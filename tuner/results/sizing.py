@@ -35,7 +35,7 @@ from tuner.load import estimate, load_points
 from tuner.results import costs
 from tuner.results.recommend import recommendation
 from tuner.results.report.curves import chosen_point
-from tuner.scoring import SECONDS_PER_HOUR, TOKENS
+from tuner.scoring import usd_per_million
 
 REQ = "req/s"
 TOK = "tok/s"
@@ -182,9 +182,7 @@ def fleet_size(
     tokens_s = (
         rate.value if rate.unit == TOK else (rate.value * per_request if per_request else None)
     )
-    usd_m = None
-    if usd_h is not None and tokens_s:
-        usd_m = usd_h / (tokens_s * SECONDS_PER_HOUR) * TOKENS
+    usd_m = usd_per_million(tokens_s, usd_h) if usd_h is not None and tokens_s else None
     notes = []
     if slo is not None and slo != own:
         notes.append(

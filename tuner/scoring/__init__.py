@@ -16,7 +16,7 @@ if TYPE_CHECKING:
         stored_window_note,
         window_flags,
     )
-    from tuner.scoring.cost import SECONDS_PER_HOUR, TOKENS, trial_cost
+    from tuner.scoring.cost import trial_cost, usd_per_million
     from tuner.scoring.early_stop import StopPolicy, meets_slo_within_noise
     from tuner.scoring.noise import (
         Components,
@@ -66,9 +66,7 @@ __all__ = [
     "MIN_EFFECT",
     "NO_DIFFERENCE",
     "PRECISE",
-    "SECONDS_PER_HOUR",
     "SIGNIFICANT",
-    "TOKENS",
     "WORSE",
     "Components",
     "Diagnosis",
@@ -104,6 +102,7 @@ __all__ = [
     "stored_window_note",
     "t_quantile",
     "trial_cost",
+    "usd_per_million",
     "welch",
     "window_flags",
 ]
