@@ -183,9 +183,7 @@ def nearest(snapshots: Iterable[StudySnapshot], q: Query) -> list[dict[str, obje
 
 def _memory(trial: TrialRow) -> float | None:
     values = trial.objective_values
-    if not values or len(values) < 2 or not math.isfinite(values[1]):
-        return None
-    return float(values[1])
+    return finite(values[1]) if values and len(values) >= 2 else None
 
 
 def _baseline(base: TrialRow) -> BaselineOut:

@@ -251,7 +251,7 @@ class TrialOut(row_fields(TrialRow, omit=_TRIAL_APART)):  # type: ignore[misc]
             failure=None if t.failure is None else str(t.failure),
             metrics=metrics_out(t.metrics),
             memory_gib=finite(values[1]) if values and t.metrics else None,
-            score=None if score is None else finite(score),
+            score=finite(score),
             objective_values=None if values is None else [finite(v) for v in values],
             provenance=ProvenanceOut.of(t, study) if t.status.is_finished() else None,
             **converted,
@@ -303,7 +303,7 @@ class ComparisonOut(row_fields(ComparisonRow)):  # type: ignore[misc]
             b_config=c.b_config.to_dict(),
             results=json_safe(c.results),
             verdicts=json_safe(c.verdicts),
-            provenance=None if c.provenance is None else json_safe(c.provenance),
+            provenance=json_safe(c.provenance),
             gpu_minutes=_gpu_minutes(c.results),
         )
 

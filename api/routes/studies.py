@@ -210,9 +210,9 @@ def get_trial(
         trial,
         study,
         _scorer(index, study)(trial),
-        windows=json_safe(list(trial.windows)),
-        server=None if trial.server is None else json_safe(trial.server),
-        server_metrics=json_safe(dict(trial.server_metrics)),
+        windows=json_safe(trial.windows),
+        server=json_safe(trial.server),
+        server_metrics=json_safe(trial.server_metrics),
     )
 
 
