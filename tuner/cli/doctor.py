@@ -55,8 +55,7 @@ def _vllm(data: dict[str, Any]) -> list[str]:
     ]
     if v["error"]:
         lines.append(_row("", f"[red]{escape(v['error'])}[/]"))
-    backends = ", ".join(v["backends"]) or "?"
-    lines.append(_row("backends", backends))
+    lines.append(_row("backends", ", ".join(v["backends"]) or "?"))
     if v["backends_note"]:
         lines.append(_row("", f"[dim]{escape(v['backends_note'])}[/]"))
     fa = data["flash_attn"]
@@ -66,7 +65,7 @@ def _vllm(data: dict[str, Any]) -> list[str]:
         state = f"flash-attn present but does not import: {escape(fa['error'])}"
     else:
         state = "standalone flash-attn not installed"
-    bundled = {True: "; vllm.vllm_flash_attn present", False: "", None: ""}[v["vllm_flash_attn"]]
+    bundled = "; vllm.vllm_flash_attn present" if v["vllm_flash_attn"] else ""
     lines.append(_row("flash-attn", state + bundled))
     lines.append(_row("", f"[dim]{escape(fa['note'])}[/]"))
     return lines

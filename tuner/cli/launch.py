@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -34,9 +34,6 @@ from tuner.domain import FailureClass, GpuProfile, Objective
 from tuner.errors import EnvironmentProblem, TrialFailure, TunerError, UsageError
 from tuner.runner import kill_group
 from tuner.vllm import argv, logparse
-
-if TYPE_CHECKING:
-    from tuner.runner import VllmServer
 
 POLL_S = 0.5
 STOP_GRACE_S = 15.0
@@ -60,6 +57,7 @@ def serve(
     canary failures raise TunerError naming the log and what broke. No process of the server
     is left either way. Must run in the main thread (it installs signal handlers, restored
     on return)."""
+    from tuner.deploy.readiness import make_ready
     from tuner.runner import VllmServer
 
     server = VllmServer(
@@ -82,7 +80,16 @@ def serve(
             startup_s = server.wait_ready(startup_timeout_s)
             server.verify_identity()
             say(f"up in {startup_s:.0f} s; not announced before its warm-up and canary")
-            _make_ready(server, launch, measured)
+            canary = make_ready(
+                server.base_url,
+                launch.served_model_name,
+                model=measured.model,
+                workload=measured.workload,
+                synthetic_tokenizer=launch.synthetic_tokenizer,
+                alive=server.is_alive,
+                say=say,
+            )
+            say(canary.summary())
         except TrialFailure as exc:
             _tail(exc.log_tail or server.log_tail())
             what = (
@@ -133,21 +140,6 @@ def serve(
 def _tail(text: str) -> None:
     for line in text.splitlines()[-30:]:
         say(f"  | {line}")
-
-
-def _make_ready(server: VllmServer, launch: LaunchPlan, measured: Measured) -> None:
-    from tuner.deploy.readiness import make_ready
-
-    canary = make_ready(
-        server.base_url,
-        launch.served_model_name,
-        model=measured.model,
-        workload=measured.workload,
-        synthetic_tokenizer=launch.synthetic_tokenizer,
-        alive=server.is_alive,
-        say=say,
-    )
-    say(canary.summary())
 
 
 def _vllm_version(python: str, measured: Measured, module: str, print_only: bool) -> str:

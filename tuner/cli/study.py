@@ -25,8 +25,8 @@ from tuner.cli.common import (
     open_study,
     out,
     print_json,
+    storage_url,
 )
-from tuner.cli.common import storage_url as _storage
 from tuner.doctor.checks import missing_sqlite_file
 from tuner.errors import UsageError
 
@@ -155,7 +155,7 @@ def run(
             f"{spec.confirm_launches} launches",
             hint="raise --confirm-max-launches, or lower --confirm-launches",
         )
-    url = _storage(storage)
+    url = storage_url(storage)
     if resume:
         spec = _resumed(spec, url, options, from_file=spec_file is not None)
     from tuner.compose import prepare
@@ -394,7 +394,7 @@ def worker(
     from tuner.runner import sigterm_as_interrupt
     from tuner.study import run_worker
 
-    url = _storage(storage)
+    url = storage_url(storage)
     ensure_ready(url, auto_upgrade=True)
     if study is not None:
         _join(url, study, vllm_python)

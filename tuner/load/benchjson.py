@@ -30,6 +30,7 @@ Pure functions; no I/O.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -119,12 +120,7 @@ def _peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
     tokens = np.zeros(seconds)
     running = np.zeros(seconds)
     for r in timed:
-        t = r.start_s + (r.ttft_s or 0.0)
-        times = [t]
-        for gap in r.itl_s:
-            t += gap
-            times.append(t)
-        for when in times:
+        for when in itertools.accumulate(r.itl_s, initial=r.start_s + (r.ttft_s or 0.0)):
             bucket = int(when - first)
             if 0 <= bucket < seconds:
                 tokens[bucket] += 1

@@ -119,8 +119,7 @@ Shape = Callable[[_Context], None]
 def _completion(ctx: _Context, prompt_tokens: int, **params: Any) -> dict[str, Any]:
     prompt = ctx.prompts.token_ids(prompt_tokens)
     body = {"model": ctx.model, "prompt": prompt, "max_tokens": GENERATED, **params}
-    answer = ctx.client.post("/v1/completions", json=body)
-    return _json_answer(answer)
+    return _json_answer(ctx.client.post("/v1/completions", json=body))
 
 
 def _json_answer(answer: httpx.Response) -> dict[str, Any]:
@@ -200,8 +199,7 @@ def _logprobs(ctx: _Context) -> None:
 
 
 def _stop_string(ctx: _Context) -> None:
-    data = _completion(ctx, 16, temperature=0, stop=["\n", ctx.chat_text(1)])
-    _check_choices(data, 1)
+    _check_choices(_completion(ctx, 16, temperature=0, stop=["\n", ctx.chat_text(1)]), 1)
 
 
 def _stream(ctx: _Context, max_tokens: int) -> Iterator[dict[str, Any]]:
@@ -320,7 +318,6 @@ def run_canary(
     if unknown:
         raise ValueError(f"unknown canary shapes {unknown}: use {list(SHAPES)}")
     prompts = prompts or PromptFactory(1024, synthetic=False)
-    synthetic = prompts.synthetic
     outcomes: list[ShapeOutcome] = []
     with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s, trust_env=False) as client:
         ctx = _Context(
@@ -330,7 +327,7 @@ def run_canary(
             max_model_len=max_model_len or server_max_model_len(client, model),
             chat_text=(
                 (lambda n: " ".join(f"t{i + 1}" for i in range(n)))
-                if synthetic
+                if prompts.synthetic
                 else (lambda n: " ".join(["Please", "answer", "in", "a", "few", "words"][:n]))
             ),
         )

@@ -109,8 +109,7 @@ def capacity(points: Sequence[LoadPoint], slo: Slo | None) -> dict[str, Estimate
         return None
     eligible = [p for p in points if p.meets(slo) and not p.client_bound]
     if not eligible:
-        zero = estimate([0.0])
-        return dict.fromkeys(CAPACITY_METRICS, zero)
+        return dict.fromkeys(CAPACITY_METRICS, estimate([0.0]))
     best = max(eligible, key=lambda p: p.metrics["output_throughput"].median)
     return {
         "capacity_output_throughput": best.metrics["output_throughput"],

@@ -77,10 +77,8 @@ class Fingerprint:
 
 def _lengths(values: Sequence[int]) -> dict[str, float]:
     a = np.asarray(values, dtype=float)
-    stats = {"mean": float(a.mean())}
-    stats.update({f"p{q}": float(np.percentile(a, q)) for q in PERCENTILES})
-    stats["max"] = float(a.max())
-    return stats
+    percentiles = {f"p{q}": float(np.percentile(a, q)) for q in PERCENTILES}
+    return {"mean": float(a.mean()), **percentiles, "max": float(a.max())}
 
 
 def prefix_reuse(plan: Sequence[PlannedRequest]) -> float:

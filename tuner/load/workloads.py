@@ -166,11 +166,6 @@ class PlannedRequest:
         return (("", self.shared_prefix_tokens),) if self.shared_prefix_tokens else ()
 
 
-def _allowed_names() -> str:
-    formats = "/".join(FORMATS)
-    return ", ".join(sorted(WORKLOADS)) + f", or {formats}:FILE (a trace; trace: tells the format)"
-
-
 def get_workload(
     name: str,
     overrides: Mapping[str, Any] | None = None,
@@ -196,7 +191,9 @@ def get_workload(
             workload = WORKLOADS[name]
         except KeyError:
             raise UsageError(
-                f"unknown workload {name!r}", hint=f"choose one of: {_allowed_names()}"
+                f"unknown workload {name!r}",
+                hint=f"choose one of: {', '.join(sorted(WORKLOADS))}, or {'/'.join(FORMATS)}:FILE "
+                "(a trace; trace: tells the format)",
             ) from None
     if overrides:
         try:
