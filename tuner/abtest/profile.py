@@ -33,8 +33,8 @@ def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None
     ``workload`` (its name, with any changes), its windows and its CPU placement (as its
     server recorded it; "off" for launches from before tuner placed them); None without
     provenance."""
-    prov = result.provenance
-    if prov is None or result.status is not TrialStatus.COMPLETE or not windows_of(result):
+    prov, windows = result.provenance, windows_of(result)
+    if prov is None or result.status is not TrialStatus.COMPLETE or not windows:
         return None
     placed = result.server.placement if result.server is not None else None
     return NoiseKey(
@@ -43,7 +43,7 @@ def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None
         vllm_version=prov.vllm_version,
         model=model,
         workload=workload,
-        windows=windows_of(result),
+        windows=windows,
         placement=str((placed or {}).get("mode", "off")),
     )
 

@@ -182,16 +182,12 @@ def trial_curve(row: TrialRow, slo: Slo) -> TrialCurve:
     return TrialCurve(row.number, row.config_label, row.is_baseline, gpus, tuple(out))
 
 
-def has_curves(trials: Sequence[TrialRow]) -> bool:
-    return any(
-        t.status is TrialStatus.COMPLETE and t.windows and len(load_points(t.windows)) > 1
-        for t in trials
-    )
-
-
 def study_curves(study: StudyRow, trials: Sequence[TrialRow]) -> StudyCurves | None:
     """The curves of the complete search trials, or None when no trial measured a curve."""
-    if not has_curves(trials):
+    if not any(
+        t.status is TrialStatus.COMPLETE and t.windows and len(load_points(t.windows)) > 1
+        for t in trials
+    ):
         return None
     slo = Slo(**dict(study.slo))
     drawn = sorted(
