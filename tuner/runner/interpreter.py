@@ -59,6 +59,12 @@ print(json.dumps(out))
 """
 
 
+def _run(python: str, code: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
 def detect_vllm(python: str) -> VllmInstall:
     """Ask ``python`` which vLLM it would import; never imports vLLM itself.
 
@@ -67,13 +73,7 @@ def detect_vllm(python: str) -> VllmInstall:
     broken, or has no vLLM.
     """
     try:
-        proc = subprocess.run(
-            [python, "-c", VERSION_PROBE],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_PROBE_TIMEOUT_S,
-            check=False,
-        )
+        proc = _run(python, VERSION_PROBE, VERSION_PROBE_TIMEOUT_S)
     except FileNotFoundError:
         raise EnvironmentProblem(f"no Python interpreter at {python!r}", hint=_HINT) from None
     except PermissionError:
@@ -135,13 +135,7 @@ def probe_flags(python: str, version: str) -> FlagCatalog:
     cannot run the probe or answers nonsense."""
     hint = "check that `import vllm` works in that interpreter (TUNER_VLLM_PYTHON)"
     try:
-        proc = subprocess.run(
-            [python, "-c", PROBE],
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
-        )
+        proc = _run(python, PROBE, PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise EnvironmentProblem(
             f"{python!r} did not list vLLM's flags within {PROBE_TIMEOUT_S:.0f} s", hint=hint

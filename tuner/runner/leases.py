@@ -86,11 +86,6 @@ def read_lease(path: Path) -> Lease | None:
         return None
 
 
-def owner_alive(lease: Lease) -> bool:
-    """True while the tuner process that wrote ``lease`` still runs (or psutil cannot tell)."""
-    return still_running(lease.owner_pid, lease.owner_start)
-
-
 def _leader_state(lease: Lease) -> str:
     """Whether the leader is "ours" (still runs), "gone" (exited) or "other" (pid reused)."""
     try:
@@ -119,7 +114,7 @@ def reap_orphans(lease_dir: Path) -> list[int]:
         if lease is None or lease.pgid == os.getpgrp():
             path.unlink(missing_ok=True)
             continue
-        if owner_alive(lease):
+        if still_running(lease.owner_pid, lease.owner_start):
             continue
         # A leader that exited may leave children alive; while any lives, the kernel keeps
         # the group id (and so the pid) reserved, and kill_group checks they are younger

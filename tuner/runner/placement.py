@@ -23,6 +23,7 @@ recorded with it (:attr:`tuner.domain.ServerInfo.placement`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -50,16 +51,12 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
 
 def format_cpulist(cpus: Iterable[int]) -> str:
     """The inverse of :func:`parse_cpulist`: runs of consecutive CPUs as ``a-b``."""
-    ordered = sorted(set(cpus))
     runs: list[str] = []
-    start = prev = None
-    for cpu in [*ordered, None]:
-        if cpu is not None and prev is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        if start is not None:
-            runs.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = cpu
+    # Within a run of consecutive CPUs, a CPU less its position is the same number.
+    for _, run in itertools.groupby(enumerate(sorted(set(cpus))), lambda pair: pair[1] - pair[0]):
+        members = [cpu for _, cpu in run]
+        first, last = members[0], members[-1]
+        runs.append(str(first) if first == last else f"{first}-{last}")
     return ",".join(runs)
 
 
@@ -181,7 +178,7 @@ def set_affinity(pid: int, cpus: Sequence[int]) -> int:
     that ended meanwhile is skipped)."""
     done = 0
     for tid in _threads(pid):
-        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        with contextlib.suppress(OSError):
             os.sched_setaffinity(tid, cpus)
             done += 1
     return done
@@ -191,8 +188,6 @@ def pin_server(cpu_plan: CpuPlan, root_pid: int) -> dict[str, str]:
     """Place a ready server's processes: engine cores on the engine set, the API server and
     every other child on the API set. What was done, for the launch's record."""
     procs = process_tree(root_pid)
-    if not procs:
-        return {**cpu_plan.describe(), "engine_processes": "0", "api_processes": "0"}
     engines = [p for p in procs if is_engine_core(p)]
     others = [p for p in procs if p not in engines]
     for proc in engines:

@@ -16,7 +16,6 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import httpx
@@ -291,12 +290,7 @@ class VllmServer:
     def __enter__(self) -> VllmServer:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     # -- state ------------------------------------------------------------------------------

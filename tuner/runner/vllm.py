@@ -315,11 +315,10 @@ class VllmTrialRunner:
         server, probe = launch.server, launch.probe
 
         def report_phase(name: str, done: int, total: int) -> None:
-            label = "warming up" if name == "warmup" else "measuring"
             if name == "warmup":
-                phase(label, f"{done}/{total} requests")
+                phase("warming up", f"{done}/{total} requests")
             else:
-                phase(label, f"window {done + 1}/{total}")
+                phase("measuring", f"window {done + 1}/{total}")
                 if done == 0:
                     probe.start_load()
 

@@ -9,7 +9,6 @@ a last time after joining, so a short phase still gets a first and a last sample
 from __future__ import annotations
 
 import threading
-from types import TracebackType
 from typing import Self
 
 
@@ -60,10 +59,5 @@ class Periodic:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from types import TracebackType
 
 from tuner.domain import MemoryUsage
 from tuner.errors import EnvironmentProblem
@@ -157,10 +156,5 @@ class TelemetryProbe:
     def __enter__(self) -> TelemetryProbe:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -26,7 +26,6 @@ from tuner.vllm.version import parse_version
 # (vllm-project/vllm issue #50292). Before 0.13 the environment variables
 # VLLM_ATTENTION_BACKEND and VLLM_FLASH_ATTN_VERSION were the only way.
 ATTENTION_BACKEND_FLAG_SINCE = (0, 13)
-ATTENTION_CONFIG_FLAG_SINCE = (0, 13)
 
 ENV_ATTENTION_BACKEND = "VLLM_ATTENTION_BACKEND"
 ENV_FLASH_ATTN_VERSION = "VLLM_FLASH_ATTN_VERSION"

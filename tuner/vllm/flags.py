@@ -258,11 +258,6 @@ class FlagCatalog:
 # -- where catalogs come from ---------------------------------------------------------------
 
 
-def _release(version: str) -> str:
-    """``0.32.0+cpu`` -> ``0.32.0``; ``v0.26.0`` -> ``0.26.0``."""
-    return re.split(r"[+]", version.strip().lstrip("vV"), maxsplit=1)[0]
-
-
 def _safe(version: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", version)
 
@@ -276,7 +271,8 @@ def shipped_versions() -> list[str]:
 def shipped(version: str) -> FlagCatalog | None:
     """The snapshot shipped with tuner for ``version`` (its release, local part dropped:
     ``0.32.0+cpu`` reads ``0.32.0``), or None."""
-    for candidate in dict.fromkeys((_safe(version), _safe(_release(version)))):
+    release = version.strip().lstrip("vV").partition("+")[0]
+    for candidate in dict.fromkeys((_safe(version), _safe(release))):
         item = resources.files("tuner.vllm").joinpath("flag_lists", f"{candidate}.json")
         if item.is_file():
             return FlagCatalog.from_dict(json.loads(item.read_text(encoding="utf-8")))
