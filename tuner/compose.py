@@ -101,14 +101,7 @@ def plan_wanted(spec: StudySpec) -> bool:
 
 def extra_knobs(spec: StudySpec) -> list[str]:
     """The knobs a spec names beyond the typed ones: flags to check against vLLM's list."""
-    names = [
-        *(spec.params or ()),
-        *spec.choices,
-        *spec.fixed,
-        *spec.search,
-        *(k for item in spec.enqueue for k in item),
-    ]
-    return beyond_typed(names)
+    return beyond_typed(name for name, _ in spec.named_knobs())
 
 
 def beyond_typed(names: Iterable[str]) -> list[str]:

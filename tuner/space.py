@@ -276,13 +276,14 @@ class SearchSpace:
         for knob in self.searched:
             if knob == _FA_VERSION and self.fixed.get("attention_backend") != FLASH_ATTN:
                 continue  # the backend stays at its default, so the version is never asked
-            params[knob] = CPU_BASELINE_UTILIZATION if self._cpu_util(knob) else DEFAULT
+            cpu_util = self.gpu.is_cpu and knob == _UTIL
+            params[knob] = CPU_BASELINE_UTILIZATION if cpu_util else DEFAULT
         return params
 
     def baseline(self) -> ServingConfig:
         """The configuration :meth:`baseline_params` stands for."""
         values = dict(self.fixed)
-        if self._cpu_util(_UTIL) and _UTIL in self.searched:
+        if self.gpu.is_cpu and _UTIL in self.searched:
             values[_UTIL] = CPU_BASELINE_UTILIZATION
         return _config(values)
 
@@ -342,9 +343,6 @@ class SearchSpace:
             params[knob] = param
         return params
 
-    def _cpu_util(self, knob: str) -> bool:
-        return self.gpu.is_cpu and knob == _UTIL
-
     # -- rules ------------------------------------------------------------------------------
 
     def violations(self, config: ServingConfig) -> list[str]:
@@ -386,27 +384,20 @@ def _values_of(config: ServingConfig) -> dict[str, Any]:
     return {**{k: getattr(config, k) for k in KNOBS}, **config.extra}
 
 
-def _check_names(names: Sequence[str], where: str) -> None:
-    unknown = sorted(set(names) - set(KNOBS))
-    if unknown:
-        raise UsageError(f"unknown knob(s) {unknown} in {where}", hint=f"knobs: {', '.join(KNOBS)}")
-
-
 def normalize_knob(knob: str, value: Any, where: str) -> Any:
     """``value`` checked against ``knob``'s type; ``"default"`` and None become None."""
-    _check_names([knob], where)
+    if knob not in KNOBS:
+        raise UsageError(f"unknown knob(s) {[knob]} in {where}", hint=f"knobs: {', '.join(KNOBS)}")
     if value is None or value == DEFAULT:
         return None
     kind = _TYPES[knob]
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
-    if ok and kind in (int, float) and value <= 0:
-        ok = False
-    if ok and knob == _UTIL and value > 1:
-        ok = False
-    if ok and knob == _FA_VERSION and value not in (2, 3):
-        ok = False
+        value = float(value)
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if ok and kind in (int, float):
+        ok = not (value <= 0 or (knob == _UTIL and value > 1))
+    if ok and knob == _FA_VERSION:
+        ok = value in (2, 3)
     if not ok:
         raise UsageError(
             f"{where}: {value!r} is not a valid value for {knob}",

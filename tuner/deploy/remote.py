@@ -51,7 +51,10 @@ def best_remote(
             response = client.get(url, params=params)
     except httpx.HTTPError as exc:
         raise EnvironmentProblem(f"cannot reach the tuner API at {api}: {exc}", hint=hint) from None
-    body = _json(response)
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
     if response.status_code == 404:
         message, their_hint = _message(body, response)
         raise UsageError(
@@ -69,13 +72,6 @@ def best_remote(
         raise EnvironmentProblem(
             f"the tuner API at {api} sent a recommendation tuner cannot read: {exc}", hint=hint
         ) from None
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
 
 
 def _message(body: Any, response: httpx.Response) -> tuple[str, str]:

@@ -74,7 +74,9 @@ def read_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or line_from_message(str(exc))
+        # Python < 3.14 gives the line in the message only: "... (at line 3, column 5)".
+        match = re.search(r"line (\d+)", str(exc))
+        line = getattr(exc, "lineno", None) or (int(match.group(1)) if match else None)
         raise SpecError(f"not valid TOML: {exc}", path=str(path), line=line) from None
 
 
@@ -130,17 +132,9 @@ def find_line(text: str, key: str, section: str | None = None) -> int | None:
     lines = text.splitlines()
     start = 0
     if section is not None:
-        start = next((i for i, line in enumerate(lines) if _is_header(line, section)), 0)
+        header = re.compile(rf"^\s*\[+\s*{re.escape(section)}\s*\]+")
+        start = next((i for i, line in enumerate(lines) if header.match(line)), 0)
     for number, line in enumerate(lines[start:], start=start + 1):
         if pattern.search(line.split("#", 1)[0]):
             return number
     return None
-
-
-def _is_header(line: str, section: str) -> bool:
-    return re.match(rf"^\s*\[+\s*{re.escape(section)}\s*\]+", line) is not None
-
-
-def line_from_message(message: str) -> int | None:
-    match = re.search(r"line (\d+)", message)
-    return int(match.group(1)) if match else None

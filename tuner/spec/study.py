@@ -143,6 +143,16 @@ class StudySpec:
         data["objective"] = self.objective.value
         return data
 
+    def named_knobs(self) -> list[tuple[str, str]]:
+        """Every knob the spec names, with where: params, choices, fixed, search or enqueue."""
+        return [
+            *((n, "params") for n in self.params or ()),
+            *((n, "choices") for n in self.choices),
+            *((n, "fixed") for n in self.fixed),
+            *((n, "search") for n in self.search),
+            *((n, "enqueue") for item in self.enqueue for n in item),
+        ]
+
 
 DEFAULT_SPEC_PATH = Path(__file__).with_name("default_study.toml")
 
@@ -158,8 +168,8 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
     """Validate parsed spec data (a TOML file's, or JSON posted to the API) into a StudySpec.
 
     ``text`` is the source text used to find line numbers for errors ("" when there is none).
-    Each section has its parser below; they run in a fixed order ([study], [workload], [space],
-    [[enqueue]], [confirm], [runner]), and the first problem found is the one reported.
+    The sections are read in a fixed order ([study], [workload], [space], [[enqueue]],
+    [confirm], [runner]), and the first problem found is the one reported.
     """
 
     def fail(
@@ -172,7 +182,9 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
     return StudySpec(
         source=where,
         **_study_section(data.get("study", {}), fail, where),
-        workload_overrides=_workload_section(data.get("workload", {}), fail),
+        workload_overrides={
+            k: workload_field(k, v, fail) for k, v in data.get("workload", {}).items()
+        },
         **_space_section(data.get("space", {}), fail),
         enqueue=_enqueue_section(data.get("enqueue", []), fail),
         **_confirm_section(data.get("confirm", {}), fail),
@@ -207,15 +219,14 @@ def _check_sections(data: Mapping[str, Any], fail: Fail) -> None:
 def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str, Any]:
     """``[study]``: names, counts, the SLO and the objective."""
     kwargs: dict[str, Any] = {}
-    for key in ("model", "gpu", "workload", "slo", "name", "notes"):
-        if key in study:
-            kwargs[key] = typed_value(study[key], str, key, fail, "study")
-    for key in ("trials", "seed"):
-        if key in study:
-            kwargs[key] = typed_value(study[key], int, key, fail, "study")
-    for flag in ("emulate", "early_stop"):
-        if flag in study:
-            kwargs[flag] = typed_value(study[flag], bool, flag, fail, "study")
+    for keys, kind in (
+        (("model", "gpu", "workload", "slo", "name", "notes"), str),
+        (("trials", "seed"), int),
+        (("emulate", "early_stop"), bool),
+    ):
+        for key in keys:
+            if key in study:
+                kwargs[key] = typed_value(study[key], kind, key, fail, "study")
     if "slo" in kwargs and kwargs["slo"].strip().lower() != NO_SLO:
         try:
             parse_slo(kwargs["slo"])
@@ -246,11 +257,6 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
         except SpecError as exc:
             raise fail(exc.message.split(": ", 1)[-1], "objective", exc.hint) from None
     return kwargs
-
-
-def _workload_section(workload: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
-    """``[workload]``: overrides of the preset's fields, typed (ladders as tuples)."""
-    return {key: workload_field(key, value, fail) for key, value in workload.items()}
 
 
 def _space_section(space: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
@@ -404,14 +410,7 @@ def check_flags(spec: StudySpec, flags: FlagCatalog) -> None:
     text = ""
     if spec.source not in ("", "<defaults>", "command line") and Path(spec.source).is_file():
         text = Path(spec.source).read_text(encoding="utf-8")
-    named = [
-        *((n, "params") for n in spec.params or ()),
-        *((n, "choices") for n in spec.choices),
-        *((n, "fixed") for n in spec.fixed),
-        *((n, "search") for n in spec.search),
-        *((n, "enqueue") for item in spec.enqueue for n in item),
-    ]
-    for name, where in named:
+    for name, where in spec.named_knobs():
         if spelling_key(name) in _SERVING_KEYS or knob_flag(flags, name) is not None:
             continue
         message, hint = flags.unknown(name)
