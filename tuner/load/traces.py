@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.domain import TraceRequest, Workload
-from tuner.domain.workload import ARRIVALS, Segments
+from tuner.domain.workload import ARRIVALS
 from tuner.errors import UsageError
 
 TokenCounter = Callable[[str], int]
@@ -180,8 +180,7 @@ def detect(path: Path, text: str) -> str:
     """The format of a ``trace:`` file, from its extension and first row."""
     if path.suffix.lower() == ".csv":
         return "burstgpt"
-    head = text.lstrip()
-    if head.startswith("["):
+    if text.lstrip().startswith("["):
         return "sharegpt"
     first = next((line for line in text.splitlines() if line.strip()), "")
     if not first:
@@ -313,22 +312,11 @@ def _mooncake_rows(path: Path, text: str, block: int = 512) -> list[TraceRequest
                 f"{math.ceil(prompt / block)} of {block} tokens",
                 hint="set [workload] block_tokens to the trace's block size",
             )
-        rows.append(
-            TraceRequest(prompt, output, stamp / 1000.0, segments=_blocks(hashes, prompt, block))
-        )
+        # Hash block i is `block` tokens of the stream hash:ID; the last is cut to fit the
+        # prompt (tokens beyond the listed blocks are the request's own).
+        blocks = tuple((f"hash:{h}", min(block, prompt - i * block)) for i, h in enumerate(hashes))
+        rows.append(TraceRequest(prompt, output, stamp / 1000.0, segments=blocks))
     return rows
-
-
-def _blocks(hashes: list[int], prompt: int, block: int) -> Segments:
-    """Hash block ``i`` is ``block`` tokens of the stream ``hash:ID``; the last is cut to fit
-    the prompt (tokens beyond the listed blocks are the request's own)."""
-    segments = []
-    left = prompt
-    for h in hashes:
-        n = min(block, left)
-        segments.append((f"hash:{h}", n))
-        left -= n
-    return tuple(segments)
 
 
 def _burstgpt_rows(path: Path, text: str) -> tuple[list[TraceRequest], int]:
