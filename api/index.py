@@ -101,12 +101,8 @@ class StudyIndex:
             if r.objective_values and len(r.objective_values) == 3 and r.config not in broken
         )
         baseline = next((t for t in trials if t.is_baseline), None)
-        confirmed = {}
-        if comparisons:
-            for objective in Objective:
-                verdict = choose(comparisons, objective)
-                if verdict is not None and verdict.config not in broken:
-                    confirmed[objective] = verdict
+        verdicts = {objective: choose(comparisons, objective) for objective in Objective}
+        confirmed = {o: v for o, v in verdicts.items() if v is not None and v.config not in broken}
         snap = StudySnapshot(study=study, trials=trials, baseline=baseline, confirmed=confirmed)
         with self._lock:
             self._cache[study.name] = (version, snap)

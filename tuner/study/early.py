@@ -86,9 +86,8 @@ def first_point_check(
     n = first_point_windows(ctx.workload)
     if len(best.windows) < n:
         return None
-    reference_windows = best.windows[:n]
     policy = StopPolicy(launch_sigma=launch_sigma(rows), window_sigma=_window_sigma(best.windows))
-    reference = point_standing(reference_windows, ctx, policy.margin)
+    reference = point_standing(best.windows[:n], ctx, policy.margin)
 
     def check(windows: tuple[WindowMetrics, ...]) -> str | None:
         decision = early_stop(point_standing(windows, ctx, policy.margin), reference, policy)
