@@ -356,7 +356,6 @@ def compare(
 
 
 def _windows(results: Sequence[TrialResult]) -> WindowFlags:
-    """Client-bound / disturbed windows over the complete launches (every load point)."""
     return window_flags(w for r in results if r.status is TrialStatus.COMPLETE for w in r.windows)
 
 

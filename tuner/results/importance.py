@@ -92,6 +92,5 @@ def param_importances(
 
 
 def _varying_params(trials: list[optuna.trial.FrozenTrial]) -> list[str]:
-    """Parameters present in every trial that took at least two values."""
     common = set.intersection(*(set(t.params) for t in trials))
     return [name for name in sorted(common) if len({repr(t.params[name]) for t in trials}) > 1]

@@ -73,8 +73,6 @@ class Headline:
 
     @classmethod
     def of(cls, result: TrialResult, objective: Objective | None = None) -> Headline:
-        """The headline numbers of a complete trial: :meth:`of_metrics` on its metrics and
-        its headline memory."""
         if result.status is not TrialStatus.COMPLETE:
             raise ValueError("only a complete trial has headline numbers")
         return cls.of_metrics(result.metrics, objective, memory_bytes=result.memory.headline_bytes)

@@ -19,6 +19,7 @@ claims file's claims, and gives each claim the verdict those launches support no
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -169,9 +170,7 @@ def stored_launches(records: Sequence[Record], flag: str = "") -> list[LaunchFac
             backends = [(s.get("effective_backend"), s.get("flash_attn_version")) for s in servers]
             if len(backends) != count:  # rows stored before tuner recorded servers
                 backends = [(None, None)] * count
-            counted: dict[tuple[str | None, int | None], int] = {}
-            for b in backends:
-                counted[b] = counted.get(b, 0) + 1
+            counted = Counter(backends)  # in the order first reported
             facts = [
                 LaunchFact(label, True, default, b, v, n, flagged) for (b, v), n in counted.items()
             ]
