@@ -22,6 +22,8 @@ import markupsafe
 from tuner.domain.jsonable import finite
 
 TEMPLATES = Path(__file__).parent / "templates"
+# The characters script_json escapes, to their JSON escapes (\uXXXX).
+_SCRIPT_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
 
 
 def script_json(value: Any) -> str:
@@ -33,15 +35,7 @@ def script_json(value: Any) -> str:
     null (a gap in a chart).
     """
     text = json.dumps(finite(value)[0], ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    for raw, escaped in (
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("&", "\\u0026"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
-    ):
-        text = text.replace(raw, escaped)
-    return text
+    return text.translate(_SCRIPT_ESCAPES)
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
