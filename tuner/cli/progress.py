@@ -30,10 +30,9 @@ class ConsoleReporter:
         self, number: int, index: int, total: int, config: ServingConfig, baseline: bool
     ) -> None:
         tag = " (vLLM defaults, the baseline)" if baseline else ""
-        if number >= CONFIRM_NUMBER_BASE:  # numbered apart from the search's trials
-            self._head = f"confirmation launch {index}/{total} #{number}{tag}"
-        else:
-            self._head = f"trial {index}/{total} #{number}{tag}"
+        # Confirmation launches are numbered apart from the search's trials.
+        what = "confirmation launch" if number >= CONFIRM_NUMBER_BASE else "trial"
+        self._head = f"{what} {index}/{total} #{number}{tag}"
         self._t0 = time.monotonic()
         self.console.print(f"[bold]{self._head}[/]: {config.label()}")
         if self.live and self._status is None:

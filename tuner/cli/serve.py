@@ -111,11 +111,8 @@ def serve_command(
     shown = f"[{host}]" if ":" in host else host
     say(f"tuner API on http://{shown}:{sock.getsockname()[1]}/ (docs at /docs)")
     say(f"  storage: {safe_url(url)}")
-    say(
-        f"  writes: {'on, with the key in $' + api_key_env if settings.api_key else 'off'}"
-        + ("" if settings.api_key else f" (set {api_key_env} to allow POST /v1/studies)")
-    )
     if settings.api_key:
+        say(f"  writes: on, with the key in ${api_key_env}")
         say(
             "  runner.extra_args: "
             + (
@@ -124,6 +121,8 @@ def serve_command(
                 else "refused (--allow-extra-args takes them)"
             )
         )
+    else:
+        say(f"  writes: off (set {api_key_env} to allow POST /v1/studies)")
     if settings.cors_origins:
         say(f"  CORS origins: {', '.join(settings.cors_origins)}")
     if not _loopback(sock):

@@ -231,17 +231,16 @@ def _stream(ctx: _Context, max_tokens: int) -> Iterator[dict[str, Any]]:
 
 
 def _streamed(ctx: _Context) -> None:
-    text, usage, done = "", None, False
+    text, usage = "", None
     for event in _stream(ctx, GENERATED):
-        if event.get("done"):
-            done = True
+        if event.get("done"):  # the only way out: a stream without [DONE] raises
             break
         if "error" in event:
             raise CanaryError(f"error event: {str(event['error'])[:200]}")
         for choice in event.get("choices") or []:
             text += choice.get("text") or ""
         usage = event.get("usage") or usage
-    if not done or usage is None:
+    if usage is None:
         raise CanaryError("no usage chunk before [DONE]")
     if not 0 <= int(usage.get("completion_tokens", -1)) <= GENERATED:
         raise CanaryError(f"usage {usage}")
