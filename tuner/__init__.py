@@ -60,32 +60,7 @@ _PUBLIC = {
     "rank": "tuner.study.standings",
 }
 
-__all__ = [
-    "Estimate",
-    "FailureClass",
-    "LoadGenerator",
-    "Objective",
-    "Repository",
-    "SearchSpace",
-    "ServingConfig",
-    "Slo",
-    "Standing",
-    "StudySpec",
-    "TrialResult",
-    "TrialRunner",
-    "TrialStatus",
-    "TunerError",
-    "VllmTrialRunner",
-    "Workload",
-    "__version__",
-    "best_first",
-    "face",
-    "load_spec",
-    "prepare",
-    "rank",
-    "recommendation",
-    "run_study",
-]
+__all__ = sorted([*_PUBLIC, "__version__", "face"])
 
 
 def face(package: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

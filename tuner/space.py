@@ -361,14 +361,9 @@ class SearchSpace:
     def dominated_by(
         self, config: ServingConfig, failures: Sequence[tuple[ServingConfig, FailureClass]]
     ) -> ServingConfig | None:
-        """The earliest failed config that makes ``config`` hopeless, or None.
-
-        MEMORY_EXCEEDED at utilization u dominates utilization >= u; KV_CACHE_INSUFFICIENT at
-        (L, u, d) dominates the same kv dtype d with max_model_len >= L and utilization <= u;
-        UNSUPPORTED dominates the same backend, FlashAttention version and kv dtype. Details
-        in :func:`tuner.catalog.rules.dominated_by`. Only failures with the same extra knobs
-        count: tuner knows nothing of what those change.
-        """
+        """The earliest failed config that makes ``config`` hopeless, or None: which failure
+        dominates what is :func:`tuner.catalog.rules.dominated_by`'s. Only failures with the
+        same extra knobs count: tuner knows nothing of what those change."""
         alike = [(c, f) for c, f in failures if c.extra == config.extra]
         return rules.dominated_by(self.model, config, alike)
 

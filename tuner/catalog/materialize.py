@@ -64,7 +64,6 @@ def tokenizer_dir(model_dir: Path) -> Path:
 
 
 def word(token_id: int) -> str:
-    """The vocabulary word of ``token_id``."""
     return f"t{token_id}"
 
 

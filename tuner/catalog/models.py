@@ -148,29 +148,21 @@ _LLAMA31_8B: dict[str, Any] = {
 }
 
 
-def _spec(
-    alias: str, hub_id: str, config: dict[str, Any], notes: str = "", weights: bool = True
-) -> ModelSpec:
-    return ModelSpec(
-        alias=alias, hub_id=hub_id, config=config, notes=notes, weights_available=weights
-    )
-
-
 MODELS: dict[str, ModelSpec] = {
     spec.alias: spec
     for spec in (
-        _spec("ernie-0.3b", "baidu/ERNIE-4.5-0.3B-PT", _ERNIE_03B),
-        _spec(
+        ModelSpec("ernie-0.3b", "baidu/ERNIE-4.5-0.3B-PT", _ERNIE_03B),
+        ModelSpec(
             "tiny-ernie",
             "baidu/ERNIE-4.5-0.3B-PT",
             _TINY_ERNIE,
             notes="2-layer ERNIE-4.5 architecture for CPU tests; random weights only",
-            weights=False,
+            weights_available=False,
         ),
-        _spec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B-Instruct", _QWEN25_05B),
-        _spec("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", _QWEN25_7B),
-        _spec("qwen2.5-14b", "Qwen/Qwen2.5-14B-Instruct", _QWEN25_14B),
-        _spec("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", _LLAMA31_8B),
+        ModelSpec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B-Instruct", _QWEN25_05B),
+        ModelSpec("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", _QWEN25_7B),
+        ModelSpec("qwen2.5-14b", "Qwen/Qwen2.5-14B-Instruct", _QWEN25_14B),
+        ModelSpec("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", _LLAMA31_8B),
     )
 }
 

@@ -19,7 +19,6 @@ VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vllm.config.cache.CacheConfig
 
 
 def effective_utilization(config: ServingConfig) -> float:
-    """The gpu_memory_utilization vLLM uses for ``config``."""
     value = config.gpu_memory_utilization
     return VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if value is None else value
 

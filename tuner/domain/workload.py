@@ -167,5 +167,5 @@ def _parse_duration_ms(raw: str, part: str) -> float:
 
 
 def format_slo(slo: Slo) -> str:
-    items = [(name, getattr(slo, f"{name}_ms")) for name in ("ttft_p99", "itl_p99", "e2e_p99")]
+    items = [(metric.removesuffix("_ms"), getattr(slo, metric)) for metric in SLO_METRICS]
     return ",".join(f"{n}={v:g}ms" for n, v in items if v is not None) or "none"
