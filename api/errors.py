@@ -21,13 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from api.schemas import ErrorOut
-from tuner.errors import (
-    EnvironmentProblem,
-    SpecError,
-    StorageError,
-    TunerError,
-    UsageError,
-)
+from tuner.errors import EnvironmentProblem, SpecError, StorageError, TunerError, UsageError
 
 log = logging.getLogger("tuner.api")
 

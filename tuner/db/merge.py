@@ -30,13 +30,7 @@ from tuner.db import merge_optuna, migrate
 from tuner.db.merge_optuna import OptunaMerge
 from tuner.db.merge_plan import Plan, Source, StudyPlan, TargetView, apply_plan
 from tuner.db.merge_plan import plan_merge as _plan_merge
-from tuner.db.models import (
-    TABLE_PREFIX,
-    ComparisonModel,
-    LaunchModel,
-    StudyModel,
-    TrialModel,
-)
+from tuner.db.models import TABLE_PREFIX, ComparisonModel, LaunchModel, StudyModel, TrialModel
 from tuner.db.names import check_suffix
 from tuner.db.session import (
     make_engine,

@@ -26,13 +26,7 @@ from tuner.db.convert import (
     study_row,
     trial_row,
 )
-from tuner.db.models import (
-    ComparisonModel,
-    LaunchModel,
-    StudyModel,
-    TrialModel,
-    TrialRequestsModel,
-)
+from tuner.db.models import ComparisonModel, LaunchModel, StudyModel, TrialModel, TrialRequestsModel
 from tuner.db.rows import ComparisonRow, LaunchRow, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.db.session import session_scope, storage_error
 from tuner.domain import (

@@ -7,12 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tuner.domain import (
-    Provenance,
-    ServingConfig,
-    TrialResult,
-    TrialStatus,
-)
+from tuner.domain import Provenance, ServingConfig, TrialResult, TrialStatus
 
 
 class StudyStatus(enum.StrEnum):

@@ -44,14 +44,7 @@ from tuner.db import (
     optuna_engine_kwargs,
     storage_error,
 )
-from tuner.domain import (
-    FailureClass,
-    ServingConfig,
-    Slo,
-    TrialResult,
-    TrialStatus,
-    interrupted,
-)
+from tuner.domain import FailureClass, ServingConfig, Slo, TrialResult, TrialStatus, interrupted
 from tuner.errors import UsageError
 from tuner.load import fingerprint
 from tuner.runner import TrialRunner
