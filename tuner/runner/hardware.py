@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tuner.catalog import GPUS, match_detected
@@ -113,15 +113,7 @@ def check_hardware(
             f"--gpu {profile.name} asks for an {profile.display_name}, but this machine has {here}",
             hint=f"run tuner on a machine with an {profile.display_name}, or use {options}",
         )
-    gpu = matching[0]
-    return Hardware(
-        name=gpu.name,
-        uuid=gpu.uuid,
-        index=gpu.index,
-        driver_version=gpu.driver_version,
-        cuda_version=gpu.cuda_driver_version,
-        is_gpu=True,
-    )
+    return _on_gpu(matching[0])
 
 
 def matching_gpus(
@@ -148,15 +140,22 @@ def _emulating(profile: GpuProfile, detected: Sequence[DetectedGpu]) -> Hardware
             hint="emulate a smaller GPU, or run on the real one without --emulate",
         )
     gpu = max(big, key=lambda g: g.memory_total_bytes)  # the first of the largest
-    return Hardware(
+    return replace(
+        _on_gpu(gpu),
         name=f"{gpu.name} emulating {profile.display_name} ({profile.memory_gib:g} GiB)",
+        emulated=True,
+        memory_scale=profile.memory_bytes / gpu.memory_total_bytes,
+    )
+
+
+def _on_gpu(gpu: DetectedGpu) -> Hardware:
+    return Hardware(
+        name=gpu.name,
         uuid=gpu.uuid,
         index=gpu.index,
         driver_version=gpu.driver_version,
         cuda_version=gpu.cuda_driver_version,
         is_gpu=True,
-        emulated=True,
-        memory_scale=profile.memory_bytes / gpu.memory_total_bytes,
     )
 
 

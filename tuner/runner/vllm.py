@@ -210,7 +210,11 @@ class VllmTrialRunner:
         return _Launch(
             config=config,
             server=server,
-            probe=self._telemetry(server),
+            probe=TelemetryProbe(
+                gpu=self.hardware.is_gpu,
+                gpu_uuids=(self.hardware.uuid,) if self.hardware.uuid else None,
+                metrics_url=f"{server.base_url}/metrics",
+            ),
             info=info,
             provenance=self._provenance(workload),
             started=started,
@@ -239,14 +243,6 @@ class VllmTrialRunner:
             extra_args=s.extra_args,
         )
         return cache_dir(s.cache_root, s.compile_cache, key)
-
-    def _telemetry(self, server: VllmServer) -> TelemetryProbe:
-        """The probe that samples the server's memory and ``/metrics`` during the trial."""
-        return TelemetryProbe(
-            gpu=self.hardware.is_gpu,
-            gpu_uuids=(self.hardware.uuid,) if self.hardware.uuid else None,
-            metrics_url=f"{server.base_url}/metrics",
-        )
 
     def _start(self, launch: _Launch, phase: PhaseCallback) -> None:
         """Launch the server and wait until it is ready and is the one launched; what its log
@@ -297,9 +293,8 @@ class VllmTrialRunner:
         launch.info = dataclasses.replace(launch.info, canary=tuple(shapes))
 
     def _prompts(self, workload: Workload) -> PromptFactory:
-        s = self.settings
         return PromptFactory(
-            self.model.vocab_size, synthetic=s.synthetic_tokenizer, seed=workload.seed
+            self.model.vocab_size, synthetic=self.settings.synthetic_tokenizer, seed=workload.seed
         )
 
     def _measure(

@@ -27,8 +27,6 @@ import sys
 from collections.abc import Sequence
 
 MODULE = "tuner.runner.watchdog"
-
-
 ENV = "TUNER_WATCHDOG_PID"  # in a server's environment: the pid of the watchdog that ends it
 
 

@@ -46,11 +46,6 @@ class RenderedFlags:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-def _release_at_least(vllm_version: str, since: tuple[int, int]) -> bool:
-    # Compare release numbers only, so that 0.13.0rc1 and 0.13.0+cpu count as 0.13.
-    return parse_version(vllm_version).release[:2] >= since
-
-
 def _backend_name(name: str) -> str:
     if not _BACKEND_NAME.match(name):
         raise UsageError(
@@ -68,7 +63,8 @@ def _attention(config: ServingConfig, vllm_version: str) -> RenderedFlags:
             f"flash_attn_version={version} only applies to the {FLASH_ATTN} backend, not {backend}",
             hint="drop flash_attn_version or set attention_backend to FLASH_ATTN",
         )
-    if not _release_at_least(vllm_version, ATTENTION_BACKEND_FLAG_SINCE):
+    # Compare release numbers only, so that 0.13.0rc1 and 0.13.0+cpu count as 0.13.
+    if parse_version(vllm_version).release[:2] < ATTENTION_BACKEND_FLAG_SINCE:
         env: dict[str, str] = {}
         if backend is not None:
             env[ENV_ATTENTION_BACKEND] = backend
