@@ -37,6 +37,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
+import numpy as np
+from scipy import optimize, stats
+
 from tuner.scoring.significance import NO_DIFFERENCE, RatioInterval, ratio_interval
 
 EQUIVALENT = "equivalent"
@@ -107,9 +110,6 @@ def pocock_confidence(looks: tuple[int, ...], alpha: float = 0.05) -> float:
     """The per-look confidence of a constant (Pocock) boundary for looks at ``looks`` launches
     a side, so that the chance of any look's interval excluding a true ratio is ``alpha``
     (standardised differences jointly normal with correlation sqrt(n_j / n_k))."""
-    import numpy as np
-    from scipy import optimize, stats
-
     if not looks or any(n < 1 for n in looks) or list(looks) != sorted(set(looks)):
         raise ValueError("looks must be increasing launch counts")
     if len(looks) == 1:
@@ -178,8 +178,6 @@ def _budget(
 def launches_for(half_width: float, sd: float, confidence: float) -> int:
     """Launches a side for a B/A interval no wider than ``x(1 + half_width)`` either way at
     ``confidence``, when a launch's value has SD ``sd`` on the log scale (taken as known)."""
-    from scipy import stats
-
     if not half_width > 0 or not sd >= 0:
         raise ValueError("the half-width must be positive and the SD not negative")
     z = float(stats.norm.ppf(0.5 + confidence / 2.0))
@@ -189,8 +187,6 @@ def launches_for(half_width: float, sd: float, confidence: float) -> int:
 def half_width_at(per_side: int, sd: float, confidence: float) -> float:
     """The inverse of :func:`launches_for`: the half-width (``x(1 + h)`` either way) of a B/A
     interval with ``per_side`` launches a side when a launch's value has SD ``sd`` (known)."""
-    from scipy import stats
-
     if per_side < 1 or not sd >= 0:
         raise ValueError("need a launch a side at least and an SD not negative")
     z = float(stats.norm.ppf(0.5 + confidence / 2.0))
