@@ -168,11 +168,8 @@ def match_detected(profile: GpuProfile, detected_names: Sequence[str]) -> bool:
     whole word ("L4" matches "NVIDIA L4" but not "NVIDIA L40S"). The cpu profile matches any
     machine: every host has a CPU.
     """
-    if profile.is_cpu:
-        return True
-    for detected in detected_names:
-        for wanted in profile.nvml_names:
-            pattern = rf"(?<![A-Za-z0-9]){re.escape(wanted)}(?![A-Za-z0-9])"
-            if re.search(pattern, detected, flags=re.IGNORECASE):
-                return True
-    return False
+    return profile.is_cpu or any(
+        re.search(rf"(?<![A-Za-z0-9]){re.escape(wanted)}(?![A-Za-z0-9])", name, re.IGNORECASE)
+        for name in detected_names
+        for wanted in profile.nvml_names
+    )

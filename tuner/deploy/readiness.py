@@ -21,8 +21,6 @@ from tuner.load import (
     run_canary,
 )
 
-Say = Callable[[str], None]
-
 
 def make_ready(
     base_url: str,
@@ -32,7 +30,7 @@ def make_ready(
     workload: str,
     synthetic_tokenizer: bool,
     alive: Callable[[], bool],
-    say: Say,
+    say: Callable[[str], None],
 ) -> CanaryReport:
     """The quick canary, a warm-up with ``workload``'s shapes, then the full canary's report.
 
