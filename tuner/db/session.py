@@ -40,10 +40,7 @@ def default_url() -> str:
     The file path is made absolute now, so that the URL means the same file wherever it is
     used later.
     """
-    env = os.environ.get(ENV_URL, "").strip()
-    if env:
-        return env
-    return "sqlite:///" + str(Path.cwd() / DEFAULT_FILE)
+    return os.environ.get(ENV_URL, "").strip() or "sqlite:///" + str(Path.cwd() / DEFAULT_FILE)
 
 
 def safe_url(url: str | URL) -> str:
