@@ -34,9 +34,8 @@ def run_key(**parts: Any) -> str:
 
 
 def _reusable(result: TrialResult) -> bool:
-    if result.status is TrialStatus.COMPLETE:
-        return True
-    return result.failure is not None and result.failure.is_finding
+    finding = result.failure is not None and result.failure.is_finding
+    return result.status is TrialStatus.COMPLETE or finding
 
 
 class LaunchLog:

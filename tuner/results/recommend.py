@@ -95,7 +95,10 @@ class Recommendation:
                 "medians [range] over the measurement windows of one launch; an effect is only "
                 "what the confirmation below confirms)"
             )
-        lines.extend(f"  caution: {c}" for c in self.window_cautions())
+        if self.windows.any:
+            lines.append(f"  caution: trial #{self.trial_number}: {self.windows.explained()}")
+        if self.baseline_windows.any and not self.is_baseline:
+            lines.append(f"  caution: vLLM's defaults: {self.baseline_windows.explained()}")
         if self.confirmed is not None:
             c = self.confirmed
             lines.append(f"  confirmation (fresh launches, interleaved): {c.verdict_text()}")
@@ -132,15 +135,6 @@ class Recommendation:
             base = self.baseline_metrics.get(key) if self.baseline_metrics else None
             vs = f"   defaults {text(base)}" if base else ""
             out.append(f"  {label:>13}: {text(self.metrics[key])}{vs}")
-        return out
-
-    def window_cautions(self) -> list[str]:
-        """One line per shown trial with client-bound or disturbed windows."""
-        out = []
-        if self.windows.any:
-            out.append(f"trial #{self.trial_number}: {self.windows.explained()}")
-        if self.baseline_windows.any and not self.is_baseline:
-            out.append(f"vLLM's defaults: {self.baseline_windows.explained()}")
         return out
 
     def emulation_warning(self) -> str | None:
