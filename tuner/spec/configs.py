@@ -70,7 +70,8 @@ def parse_search(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
             )
         if key in out:
             raise UsageError(f"--search: {name.strip()} is given twice")
-        out[key] = tuple(_search_word(w) for w in words)
+        # A JSON object is kept as written: the value of a JSON-valued flag.
+        out[key] = tuple(w if w.startswith("{") else parse_value(w) for w in words)
     return out
 
 
@@ -83,11 +84,6 @@ def _split_values(text: str) -> list[str]:
             words.append(text[start:i].strip())
             start = i + 1
     return [*words, text[start:].strip()]
-
-
-def _search_word(text: str) -> Any:
-    """A value of ``--search``: a JSON object as is (a JSON-valued flag), else typed."""
-    return text if text.startswith("{") else parse_value(text)
 
 
 def parse_config_spec(text: str, option: str) -> dict[str, Any]:
