@@ -205,7 +205,7 @@ def _conditions() -> list[dict[str, Any]]:
                 bad.append(gpu_name)
         if bad:
             unfit.setdefault(tuple(bad), []).append(name)
-    rules: list[dict[str, Any]] = [
+    fits = [
         {
             "if": {
                 "properties": {
@@ -220,30 +220,28 @@ def _conditions() -> list[dict[str, Any]]:
         }
         for bad, names in unfit.items()
     ]
-    rules.append(
-        {
-            "if": {
-                "properties": {
-                    "study": {
-                        "required": ["objective"],
-                        "properties": {"objective": {"const": Objective.CAPACITY.value}},
-                    }
+    capacity = {
+        "if": {
+            "properties": {
+                "study": {
+                    "required": ["objective"],
+                    "properties": {"objective": {"const": Objective.CAPACITY.value}},
+                }
+            }
+        },
+        "then": {
+            "required": ["workload"],
+            "properties": {
+                "workload": {
+                    "anyOf": [
+                        {"required": ["concurrency_ladder"]},
+                        {"required": ["rate_ladder"]},
+                    ]
                 }
             },
-            "then": {
-                "required": ["workload"],
-                "properties": {
-                    "workload": {
-                        "anyOf": [
-                            {"required": ["concurrency_ladder"]},
-                            {"required": ["rate_ladder"]},
-                        ]
-                    }
-                },
-            },
-        }
-    )
-    return rules
+        },
+    }
+    return [*fits, capacity]
 
 
 _CROSS_SECTION: Any = {"allOf": _conditions()}
