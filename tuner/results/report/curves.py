@@ -26,9 +26,7 @@ from tuner.scoring import WindowFlags, window_flags
 
 
 def _num(e: Estimate | None) -> float | None:
-    if e is None:
-        return None
-    return e.median if math.isfinite(e.median) else None
+    return None if e is None or not math.isfinite(e.median) else e.median
 
 
 @dataclass(frozen=True)
