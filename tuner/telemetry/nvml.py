@@ -93,8 +93,7 @@ def _code(exc: BaseException) -> int | None:
 
 
 def _translate(exc: BaseException, doing: str) -> EnvironmentProblem:
-    code = _code(exc)
-    return EnvironmentProblem(f"NVML failed while {doing}: {exc} (code {code})", hint=_HINT)
+    return EnvironmentProblem(f"NVML failed while {doing}: {exc} (code {_code(exc)})", hint=_HINT)
 
 
 @contextlib.contextmanager

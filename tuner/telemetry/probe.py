@@ -127,9 +127,7 @@ class TelemetryProbe:
         if self._rss is not None:
             self._rss.stop()
 
-    def close(self) -> None:
-        """Stop everything that still runs; safe to call at any point, any number of times."""
-        self.stop_load()
+    close = stop_load  # for the error paths: safe at any point, any number of times
 
     def result(self) -> tuple[MemoryUsage, dict[str, float]]:
         """Memory used (GPU peak over baseline per UUID, host RSS peak) and the server metrics:
