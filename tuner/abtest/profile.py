@@ -22,18 +22,13 @@ if TYPE_CHECKING:
     from tuner.db import Repository
 
 
-def windows_of(result: TrialResult) -> int:
-    """How many measurement windows the launch's headline metric has (0 without it)."""
-    e = result.metrics.get(HEADLINE)
-    return len(e.values) if e is not None else 0
-
-
 def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None:
     """The key of a complete launch: where it ran (its provenance), ``model`` (tuner's alias),
-    ``workload`` (its name, with any changes), its windows and its CPU placement (as its
-    server recorded it; "off" for launches from before tuner placed them); None without
-    provenance."""
-    prov, windows = result.provenance, windows_of(result)
+    ``workload`` (its name, with any changes), its headline metric's windows and its CPU
+    placement (as its server recorded it; "off" for launches from before tuner placed them);
+    None without provenance."""
+    prov, headline = result.provenance, result.metrics.get(HEADLINE)
+    windows = len(headline.values) if headline is not None else 0
     if prov is None or result.status is not TrialStatus.COMPLETE or not windows:
         return None
     placed = result.server.placement if result.server is not None else None
