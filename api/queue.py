@@ -139,13 +139,7 @@ def _refuse_other_knobs(spec: StudySpec) -> None:
             f"{WHERE}: space.search is for `tuner run`, which checks any flag against its vLLM",
             hint='give a knob\'s values as space.choices, e.g. {"stream_interval": [1, 8]}',
         )
-    named = [
-        *(spec.params or ()),
-        *spec.choices,
-        *spec.fixed,
-        *(k for item in spec.enqueue for k in item),
-    ]
-    for name in named:
+    for name, _ in spec.named_knobs():  # space.search is refused above
         if name in spec_body.API_KNOBS:
             continue
         spelt = knob_spelling(name)
