@@ -12,10 +12,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tuner.db import Repository, StudyStatus
 from tuner.errors import TunerError, UsageError
 from tuner.spec import stored_spec
+
+if TYPE_CHECKING:
+    from tuner.study.loop import Reporter
 
 
 def run_worker(
@@ -26,7 +30,7 @@ def run_worker(
     poll_s: float,
     vllm_python: str | None,
     say: Callable[[str], None],
-    reporter_factory: Callable[[], object] | None = None,
+    reporter_factory: Callable[[], Reporter] | None = None,
 ) -> int:
     """Take and run queued studies; returns how many were taken. ``once``: stop when idle."""
     from tuner.compose import prepare
@@ -46,7 +50,7 @@ def run_worker(
         try:
             prepared = prepare(spec, storage_url)
             reporter = reporter_factory() if reporter_factory else None
-            run_study(prepared.ctx, prepared.runner, prepared.repo, claimed=True, reporter=reporter)  # type: ignore[arg-type]
+            run_study(prepared.ctx, prepared.runner, prepared.repo, claimed=True, reporter=reporter)
         except TunerError as exc:
             repo.set_study_status(row.name, "failed")
             say(f"worker: study {row.name} failed to run: {exc}")
@@ -66,7 +70,7 @@ def join_study(
     name: str,
     *,
     vllm_python: str | None,
-    reporter: object | None = None,
+    reporter: Reporter | None = None,
 ) -> int:
     """Run trials of the existing study ``name`` beside its other workers until its budget
     is spent; returns how many of its trials have results. The spec is the study's own."""
@@ -92,7 +96,7 @@ def join_study(
         prepared.repo,
         claimed=first,
         join=not first,
-        reporter=reporter,  # type: ignore[arg-type]
+        reporter=reporter,
     )
     return len(rank(prepared.repo, name, spec.objective))
 
