@@ -208,8 +208,10 @@ def _only_default(
         return False
     try:
         SearchSpace(model, gpu, workload, params=[knob], choices={knob: values}, flags=_FLAGS)
-    except UsageError as exc:  # another problem than NothingToSearch: the whole space reports it
-        return isinstance(exc, NothingToSearch)
+    except NothingToSearch:
+        return True
+    except UsageError:
+        return False  # another problem, which the whole space reports
     return False
 
 

@@ -34,8 +34,9 @@ def run_key(**parts: Any) -> str:
 
 
 def _reusable(result: TrialResult) -> bool:
-    finding = result.failure is not None and result.failure.is_finding
-    return result.status is TrialStatus.COMPLETE or finding
+    if result.status is TrialStatus.COMPLETE:
+        return True
+    return result.failure is not None and result.failure.is_finding
 
 
 class LaunchLog:
