@@ -97,20 +97,27 @@ def test_an_open_reader_does_not_block_the_writer(engines: tuple[Engine, Engine]
 def test_one_writes_while_the_other_reads(engines: tuple[Engine, Engine]) -> None:
     writer, reader = Repository(engines[0]), Repository(engines[1])
     _study(writer, "s")
-    done = threading.Event()
+    done, reading = threading.Event(), threading.Event()
     seen: list[int] = []
 
     def write() -> None:
+        # The reader reads before the first write and once more after the last, so that a
+        # writer scheduled ahead of it on a busy machine cannot leave it nothing to see.
+        reading.wait(timeout=30)
         try:
             _write_trials(writer, "s", 40)
         finally:
             done.set()
 
     def read() -> None:
-        while not done.is_set():
+        while True:
+            finished = done.is_set()
             seen.append(reader.count_trials("s"))
             reader.list_trials("s", limit=10)
             reader.list_studies()
+            reading.set()
+            if finished:
+                return
 
     assert _in_threads(write, read) == []
     assert reader.count_trials("s", TrialStatus.FAILED) == 40
