@@ -144,3 +144,24 @@ def test_tuner_size_compares_two_gpu_profiles(tmp_path: Path) -> None:
         app, ["size", "--model", "no-such-model", "--rate", "5", "--storage", url]
     )
     assert missing.exit_code == 1 and "no measured study" in missing.stdout
+
+
+def test_the_reading_commands_take_the_price_their_hint_names(tmp_path: Path) -> None:
+    """A CPU study has no catalog price: `tuner best` and `tuner size` say to give one with
+    --gpu-price, and both commands take it (labelled as given, the figures at that price)."""
+    url = f"sqlite:///{tmp_path / 'price.db'}"
+    insert_measured_study(url, [ServingConfig(), ServingConfig(max_num_seqs=64)], name="c")
+    cli = CliRunner()
+    unpriced = cli.invoke(app, ["best", "c", "--storage", url])
+    assert unpriced.exit_code == 0, unpriced.output
+    assert "no price per GPU-hour for cpu" in unpriced.stdout and "--gpu-price" in unpriced.stdout
+    priced = cli.invoke(app, ["best", "c", "--gpu-price", "2", "--storage", url, "--json"])
+    assert priced.exit_code == 0, priced.output
+    rec = json.loads(priced.stdout)["recommendation"]
+    assert rec["price"] == "$2.00/GPU-hour (given price)" and rec["cost"]["median"] > 0
+    size = ["size", "--model", "tiny-ernie", "--rate", "5", "--storage", url, "--json"]
+    sized = json.loads(cli.invoke(app, [*size, "--gpu-price", "2"]).stdout)["sizes"][0]
+    assert sized["usd_per_hour"] == pytest.approx(2 * sized["gpus"])
+    assert json.loads(cli.invoke(app, size).stdout)["sizes"][0]["usd_per_hour"] is None
+    refused = cli.invoke(app, [*size, "--gpu-price", "-1"])
+    assert refused.exit_code == 2 and "greater than or equal to 0" in refused.output

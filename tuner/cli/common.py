@@ -65,6 +65,15 @@ GpuOpt = Annotated[str, typer.Option(help="GPU profile: a10g, h100, h200, cpu, .
 VllmPythonOpt = Annotated[
     str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
 ]
+PriceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--gpu-price",
+        min=0.0,
+        help="US dollars per GPU-hour for the $ figures (default: the study's own price, else "
+        "the catalog's list-price assumption for its GPU, where it has one).",
+    ),
+]
 
 
 def storage_url(url: str | None) -> str:

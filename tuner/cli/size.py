@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tuner.cli.common import JsonOpt, StorageOpt, open_repo, out, print_json
+from tuner.cli.common import JsonOpt, PriceOpt, StorageOpt, open_repo, out, print_json
 from tuner.errors import UsageError
 
 
@@ -32,6 +32,7 @@ def size(
     emulated: Annotated[
         bool, typer.Option(help="Size from emulated studies instead of real ones.")
     ] = False,
+    gpu_price: PriceOpt = None,
     storage: StorageOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -54,6 +55,7 @@ def size(
         workload=workload,
         slo=wanted_slo,
         emulated=emulated,
+        gpu_price=gpu_price,
     )
     if as_json:
         print_json({"model": model, "rate": to_jsonable(target), "sizes": to_jsonable(answers)})

@@ -17,6 +17,7 @@ from rich.table import Table
 from tuner.cli.common import (
     INTERRUPTED,
     JsonOpt,
+    PriceOpt,
     StorageOpt,
     VllmPythonOpt,
     choice,
@@ -336,6 +337,7 @@ def _ci(e: Estimate) -> str:
 
 def best(
     study: Annotated[str, typer.Argument(help="Study name.")],
+    gpu_price: PriceOpt = None,
     storage: StorageOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -345,20 +347,20 @@ def best(
         from tuner.results import recommendation
         from tuner.study import stored_plan
 
-        rec = recommendation(repo, study)
+        rec = recommendation(repo, study, gpu_price=gpu_price)
         print_json({"study": study, "recommendation": rec, "plan": stored_plan(repo, study)})
         if rec is None:
             raise typer.Exit(1)
         return
-    if not print_best(repo, study):
+    if not print_best(repo, study, gpu_price=gpu_price):
         raise typer.Exit(1)
 
 
-def print_best(repo: Repository, name: str) -> bool:
+def print_best(repo: Repository, name: str, *, gpu_price: float | None = None) -> bool:
     """The study's recommendation on the screen; False when no trial completed."""
     from tuner.results import recommendation
 
-    rec = recommendation(repo, name)
+    rec = recommendation(repo, name, gpu_price=gpu_price)
     if rec is None:
         out.print(
             f"[red]no trial of {name} completed[/]: nothing to recommend; see `tuner trials {name}`"

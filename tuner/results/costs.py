@@ -12,17 +12,21 @@ from tuner.domain import Estimate
 from tuner.scoring import trial_cost
 
 
-def study_price(gpu: str, spec: Mapping[str, Any] | None) -> GpuPrice | None:
-    """The price of study on GPU profile ``gpu`` with stored ``spec``: the spec's own
-    ``gpu_price`` (``--gpu-price`` lands there), else the catalog default; None without one."""
-    given = (spec or {}).get("gpu_price")
-    return gpu_price(gpu, float(given) if given is not None else None)
+def study_price(
+    gpu: str, spec: Mapping[str, Any] | None, given: float | None = None
+) -> GpuPrice | None:
+    """The price of a study on GPU profile ``gpu`` with stored ``spec``: ``given`` (a reading
+    command's ``--gpu-price``), else the spec's own ``gpu_price`` (``tuner run --gpu-price``
+    lands there), else the catalog default; None without any."""
+    if given is None and (spec or {}).get("gpu_price") is not None:
+        given = float((spec or {})["gpu_price"])
+    return gpu_price(gpu, given)
 
 
 def no_price(gpu: str) -> str:
     return (
-        f"cost: no price per GPU-hour for {gpu} (the catalog has none): "
-        "give --gpu-price or the spec's gpu_price"
+        f"cost: no price per GPU-hour for {gpu} (the catalog has none): give one with "
+        "--gpu-price (tuner best, tuner size; tuner run stores it with the study)"
     )
 
 

@@ -170,7 +170,12 @@ def serve_flags(study: StudyRow, flags: argv.RenderedFlags) -> argv.RenderedFlag
     )
 
 
-def recommendation(repo: Repository, study: str) -> Recommendation | None:
+def recommendation(
+    repo: Repository, study: str, *, gpu_price: float | None = None
+) -> Recommendation | None:
+    """The study's best configuration, priced at ``gpu_price`` $/GPU-hour where given (else
+    the study's own price, :func:`tuner.results.costs.study_price`); None when nothing
+    completed."""
     row = repo.get_study(study)
     if row is None:
         return None
@@ -186,7 +191,7 @@ def recommendation(repo: Repository, study: str) -> Recommendation | None:
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None
-    price = costs.study_price(row.gpu, row.spec)
+    price = costs.study_price(row.gpu, row.spec, gpu_price)
     return Recommendation(
         study=study,
         trial_number=top.number,

@@ -167,6 +167,7 @@ def fleet_size(
     *,
     slo: Slo | None = None,
     is_baseline: bool = False,
+    gpu_price: float | None = None,
 ) -> FleetSize | None:
     """The fleet for ``rate`` of ``trial`` (the study's recommendation); ``slo`` None: the
     study's own. None when the trial has no stored windows."""
@@ -177,7 +178,7 @@ def fleet_size(
         return None
     cap, basis, per_request = read
     gpus = gpus_for(rate.value, cap.low)
-    price = costs.study_price(study.gpu, study.spec)
+    price = costs.study_price(study.gpu, study.spec, gpu_price)
     usd_h = gpus * price.usd_per_hour if gpus is not None and price is not None else None
     tokens_s = (
         rate.value if rate.unit == TOK else (rate.value * per_request if per_request else None)
@@ -226,6 +227,7 @@ def size(
     workload: str | None = None,
     slo: Slo | None = None,
     emulated: bool = False,
+    gpu_price: float | None = None,
 ) -> list[FleetSize]:
     """One :class:`FleetSize` per study of ``model`` (on ``gpus``, every profile measured when
     empty; of ``workload`` when given) whose recommendation has stored windows, best (fewest
@@ -239,13 +241,15 @@ def size(
             continue
         if workload is not None and study.workload != workload:
             continue
-        rec = recommendation(repo, study.name)
+        rec = recommendation(repo, study.name, gpu_price=gpu_price)
         if rec is None:
             continue
         trial = repo.get_trial(study.name, rec.trial_number)
         if trial is None:
             continue
-        sized = fleet_size(study, trial, rec.flags, rate, slo=slo, is_baseline=rec.is_baseline)
+        sized = fleet_size(
+            study, trial, rec.flags, rate, slo=slo, is_baseline=rec.is_baseline, gpu_price=gpu_price
+        )
         if sized is not None:
             out.append(sized)
 
