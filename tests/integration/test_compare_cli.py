@@ -79,6 +79,9 @@ def test_one_server_at_a_time_is_significantly_worse_and_stored(tmp_path: Path) 
     # Progress went to stderr, interleaved A B A B A B.
     launches = [line for line in run.stderr.splitlines() if line.startswith("launch ")]
     assert [line.split(": ", 1)[1] for line in launches] == ["defaults", "max_num_seqs=1"] * 3
+    # Each launch's line names its windows' median; the decision's values name theirs.
+    assert run.stderr.count("out tok/s (median of 2 windows)") == 6, run.stderr
+    assert data["results"]["launch_value"] == "geomean"
     assert "comparison 1 stored: API /v1/compare/1, dashboard /ui/compare/1" in run.stderr
     # The workload's fingerprint, before the launches and in the JSON.
     assert run.stderr.index("prefix reuse: ") < run.stderr.index("launch 1/")
@@ -109,6 +112,7 @@ def test_a_config_against_itself_shows_no_significant_difference(tmp_path: Path)
     assert "better" not in thr and "worse" not in thr
     assert "B/A per metric (99.9 % intervals across launches):" in run.stdout
     assert "A (max_num_seqs=8): out tok/s per launch" in run.stdout
+    assert "(a launch's value: the geometric mean of its windows)" in run.stdout
     assert "provenance: cpu" in run.stdout and "vLLM 0.32.0, model tiny-ernie" in run.stdout
     assert "comparison 1 stored" in run.stdout
 

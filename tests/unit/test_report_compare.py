@@ -190,3 +190,30 @@ def test_a_claim_quoting_its_article_shows_the_figure_beside_the_measurement() -
     assert report.claim["figure"].endswith("120 MB more") and report.claim["article"] == "ernie-fa2"
     assert report.claim["setting"].startswith("measured on ernie-0.3b")
     assert report.unparsed == ""
+
+
+@pytest.mark.parametrize(("geomean", "said"), [(False, "median"), (True, "geometric mean")])
+def test_each_surface_says_what_a_launch_value_is(geomean: bool, said: str) -> None:
+    """A side's values are one per launch: its windows' median, or (a sequential decision)
+    their geometric mean. The record says which, and the page and the Markdown say so."""
+    from tuner.results.comparisons import comparisons_markdown
+    from tuner.scoring import launch_value
+
+    a, b = Arm("defaults", ServingConfig()), Arm("big", ServingConfig(max_num_seqs=64))
+    runs = [
+        [FakeRunner(seed=i, window_sd=0.2).run(arm.config, WORKLOAD) for i in range(3)]
+        for arm in (a, b)
+    ]
+    c = compare(a, runs[0], b, runs[1], geomean=geomean)
+    results = json.loads(json.dumps(c.to_results()))
+    assert results["launch_value"] == ("geomean" if geomean else "median")
+    windows = [r.metrics["output_throughput"].values for r in runs[0]]
+    expected = [launch_value(w) if geomean else sorted(w)[len(w) // 2] for w in windows]
+    thr = next(m for m in results["metrics"] if m["metric"] == "output_throughput")
+    assert thr["a"]["values"] == pytest.approx(expected)
+    report = comparison_report(_row(results, c.to_verdicts()))
+    assert report.provenance["a launch's value"] == f"the {said} of its windows"
+    assert report.unparsed == ""
+    record = {**results, "id": 1, "kind": "compare", "model": "m", "gpu": "h200", "workload": "w"}
+    assert f"A launch's value: the {said} of its windows" in comparisons_markdown([record])
+    assert "launch's value" not in comparison_report(_row({}, {})).provenance

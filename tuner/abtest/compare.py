@@ -8,6 +8,7 @@ server launch: launch-to-launch spread is part of what a user will see.
 The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboards read)::
 
     {"confidence": 0.95, "a_label": str, "b_label": str, "launches": {"a": n, "b": n},
+     "launch_value": "median" | "geomean",
      "metrics": [{"metric": str, "label": str, "higher_is_better": bool,
                   "a": {"median": x, "values": [...]}, "b": {"median": x, "values": [...]},
                   "ratio": r | null, "low": l | null, "high": h | null, "verdict": str,
@@ -19,8 +20,10 @@ with ``D = {"low", "high", "ratio", "within", "bound", "launches"}`` when that a
 disagree far beyond their noise (:func:`tuner.scoring.caveats.disagreement`; the metric's verdict is
 then "inconclusive: ..." unless the arms lie apart by more than that, see :func:`compare`),
 ``SERVER`` per complete launch as :func:`_servers` gives it, and ``verdicts`` is
-``{metric: verdict, ..., "overall": verdict}``.
-Rows stored before tuner checked these lack "disagreement" and "windows".
+``{metric: verdict, ..., "overall": verdict}``. A side's ``values`` are one per launch, each
+that launch's ``launch_value`` over its windows (:data:`LAUNCH_VALUES`).
+Rows stored before tuner checked these lack "disagreement" and "windows", and before it said
+so, "launch_value".
 """
 
 from __future__ import annotations
@@ -130,6 +133,14 @@ def run_interleaved(
     return results
 
 
+# What one launch contributes to a comparison, over its measurement windows: their median, or
+# (a sequential decision: the scale of tuner.scoring.noise's model) their geometric mean.
+LAUNCH_VALUES = {
+    "median": "the median of its windows",
+    "geomean": "the geometric mean of its windows",
+}
+
+
 def launch_values(results: Sequence[TrialResult], metric: str) -> list[float]:
     """One value per complete launch: the metric's median over its windows."""
     return [value for value, _ in _launches(results, metric)]
@@ -204,6 +215,7 @@ class Comparison:
     # Client-bound / disturbed windows over each arm's complete launches.
     a_windows: WindowFlags = field(default_factory=WindowFlags)
     b_windows: WindowFlags = field(default_factory=WindowFlags)
+    launch_value: str = "median"  # a key of LAUNCH_VALUES
 
     def metric(self, name: str) -> MetricComparison:
         return next(m for m in self.metrics if m.metric == name)
@@ -235,6 +247,7 @@ class Comparison:
                 "a": len(self.metric(HEADLINE).a_values),
                 "b": len(self.metric(HEADLINE).b_values),
             },
+            "launch_value": self.launch_value,
             "metrics": [
                 {
                     "metric": m.metric,
@@ -352,6 +365,7 @@ def compare(
         b_servers=_servers(b_results),
         a_windows=_windows(a_results),
         b_windows=_windows(b_results),
+        launch_value="geomean" if geomean else "median",
     )
 
 

@@ -50,9 +50,10 @@ class Progress:
         if result.metrics:
             m = result.metrics
             mem = (result.memory.headline_bytes or 0) / 1024**3
+            thr = m["output_throughput"]
             self.say(
-                f"  measured {m['output_throughput'].median:.1f} out tok/s, P99 E2E "
-                f"{m['e2e_p99_ms'].median:.0f} ms, memory {mem:.2f} GiB"
+                f"  measured {thr.median:.1f} out tok/s (median of {len(thr.values)} windows), "
+                f"P99 E2E {m['e2e_p99_ms'].median:.0f} ms, memory {mem:.2f} GiB"
             )
         elif result.status is TrialStatus.PRUNED and result.failure is not None:
             self.say(f"  not launched ({result.failure.value}): {result.failure_detail}")
@@ -97,11 +98,12 @@ def decision_lines(look: Look) -> list[str]:
 
 
 def _print_comparison(outcome: PairOutcome, say: Say) -> None:
-    from tuner.abtest import NOT_MEASURED
+    from tuner.abtest import LAUNCH_VALUES, NOT_MEASURED
 
     c, findings, prov = outcome.comparison, outcome.findings, outcome.provenance
     level = outcome.look.design.confidence if outcome.look is not None else c.confidence
     say(f"B/A per metric ({level * 100:g} % intervals across launches):")
+    say(f"  (a launch's value: {LAUNCH_VALUES[c.launch_value]})")
     for m in c.metrics if not any(findings.values()) else ():
         say(f"  {m.describe()}")
     thr, p99 = c.metric("output_throughput"), c.metric("e2e_p99_ms")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tuner.abtest import Claim
+from tuner.abtest import LAUNCH_VALUES, Claim
 from tuner.db import Repository
 from tuner.domain import to_jsonable
 from tuner.scoring import is_inconclusive, ratio_text, stored_window_note
@@ -51,6 +51,7 @@ def comparison_records(repo: Repository, study: str | None = None) -> list[dict[
                 "repeats": c.repeats,
                 "confidence": results.get("confidence"),
                 "launches": results.get("launches"),
+                "launch_value": results.get("launch_value"),
                 "failures": results.get("failures"),
                 "servers": results.get("servers"),
                 "windows": results.get("windows"),
@@ -201,5 +202,7 @@ def comparisons_markdown(records: Sequence[Mapping[str, Any]]) -> str:
         )
         note = stored_window_note(r)
         caution = f"Caution: {note}.\n\n" if note else ""
-        parts.append(title + caution + comparison_table(r))
+        value = LAUNCH_VALUES.get(r.get("launch_value") or "")
+        values = f"A launch's value: {value}; a side's median is over its launches.\n\n"
+        parts.append(title + caution + (values if value else "") + comparison_table(r))
     return "\n".join(parts)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.abtest import LAUNCH_VALUES
 from tuner.db import ComparisonRow
 from tuner.load import HIGHER_IS_BETTER
 from tuner.results.report.study import METRICS, num
@@ -35,6 +36,7 @@ _PLACED_KEYS = (
     "servers",
     "claim",
     "windows",
+    "launch_value",
     "decision",
     "noise",
     "gpu_minutes",
@@ -253,6 +255,7 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
         "vLLM": prov.vllm_version if prov else "",
         "workload": row.workload,
         "launches per arm": str(row.repeats),
+        "a launch's value": LAUNCH_VALUES.get(str(results.get("launch_value") or ""), ""),
         "confidence": f"{confidence:.0%}" if confidence is not None else "",
         **decision_facts(results),
         "driver": (prov.driver_version or "") if prov else "",
