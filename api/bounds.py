@@ -40,24 +40,40 @@ TEXT_MAX = 10_000  # free text (notes, arguments): the columns have no width, a 
 
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL's text cannot hold NUL
 
-# An SLO as tuner.scoring.objectives.parse_slo reads it: NAME=DURATION items, each name at most
-# once (so every order of every subset is spelled out), a duration a positive number of ms or s.
+# An SLO as tuner.domain.workload.parse_slo reads it: NAME=DURATION items, each name at most
+# once (so every order of every subset is spelled out), a duration a positive number of ms or s,
+# spaces allowed around the separators as on the command line.
 _DURATION = r"(?:[1-9][0-9]{0,8}(?:\.[0-9]{1,16})?|0\.[0-9]{0,15}[1-9][0-9]{0,15})(?:ms|s)?"
 SLO_NAMES = ("ttft_p99", "itl_p99", "e2e_p99")
 
 
 def _slo_pattern() -> str:
-    items = {name: f"{name}(?:_ms)?={_DURATION}" for name in SLO_NAMES}
+    items = {name: f"{name}(?:_ms)? *= *{_DURATION}" for name in SLO_NAMES}
     orders = [
-        ",".join(items[name] for name in order)
+        " *, *".join(items[name] for name in order)
         for size in range(1, len(SLO_NAMES) + 1)
         for order in permutations(SLO_NAMES, size)
     ]
-    return "^(?:|none|" + "|".join(f"(?:{o})" for o in orders) + ")$"
+    return "^ *(?:|none|" + "|".join(f"(?:{o})" for o in orders) + ") *$"
 
 
 SLO_PATTERN = _slo_pattern()
 SLO_EXAMPLE = "ttft_p99=500ms,e2e_p99=10s"
+
+
+def pattern_problem(name: str, value: object) -> str:
+    """A parameter that does not match its pattern, in words rather than the pattern itself
+    (the SLO's runs to kilobytes): the parser's own message where it has one."""
+    if name == "slo" and isinstance(value, str):
+        try:
+            parse_slo(value)
+        except ValueError as exc:
+            return str(exc)
+        return (
+            "an SLO here takes NAME=DURATION items, each name once, a duration a plain decimal "
+            f"number with ms or s, e.g. {SLO_EXAMPLE}"
+        )
+    return "does not have the form this parameter takes (its pattern is in /openapi.json)"
 
 
 def slo_query(text: str | None) -> Slo | None:

@@ -96,6 +96,10 @@ def describe_validation(errors: Sequence[Any]) -> list[dict[str, str]]:
         else:
             where = ".".join(loc) or "request"
         problem = str(err.get("msg", "invalid"))
+        if err.get("type") == "string_pattern_mismatch" and loc:
+            from api.bounds import pattern_problem  # bounds builds its 400s with this module
+
+            problem = pattern_problem(loc[-1], err.get("input"))
         if "input" in err and loc and loc[0] != "body":
             problem += f" (got {err['input']!r})"
         out.append({"where": where, "problem": problem})

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -152,6 +153,19 @@ def test_objective_rescores_and_bad_parameters_are_422(client: TestClient) -> No
     for bad in ("&objective=fastest", "&slo=ttft=fast", "&vllm_version=banana", "&emulated=2"):
         err = _get(client, REAL + bad, 422)
         assert err["error"] == "invalid" and err["message"]
+
+
+def test_an_slo_reads_as_on_the_command_line_and_a_bad_one_says_why(client: TestClient) -> None:
+    """Spaces after the commas pass, as `--slo` takes them; a malformed SLO gets the parser's
+    words, not the kilobytes of the pattern that spells out its grammar."""
+    spaced = _get(client, REAL + "&slo=" + quote(" ttft_p99 = 9s,  e2e_p99=60s "))
+    assert spaced["slo"] == {"ttft_p99_ms": 9000.0, "e2e_p99_ms": 60000.0}
+    for url in (REAL, "/v1/sizing?model=tiny-ernie&rate=5000"):
+        err = _get(client, url + "&slo=bogus", 422)
+        assert "bad SLO item 'bogus': expected NAME=VALUE" in err["message"]
+        assert len(err["message"]) < 300 and "(?:" not in err["message"]
+    odd = _get(client, REAL + "&slo=ttft_p99=1e3ms", 422)  # parse_slo's float(), not the API's
+    assert "a plain decimal number with ms or s" in odd["message"]
 
 
 def test_not_found_names_the_nearest_measured_combinations(client: TestClient) -> None:
