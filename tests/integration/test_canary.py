@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -34,6 +35,7 @@ from tests.studykit import (
 )
 from tuner.cli.app import app
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
+from tuner.errors import UsageError
 from tuner.load.canary import FULL, QUICK, run_canary
 from tuner.load.prompts import PromptFactory
 from tuner.results.recommend import recommendation
@@ -166,6 +168,25 @@ def test_canary_command_passes_and_refuses_unknown_shapes() -> None:
     assert "canary passed (3 shapes)" in run.stdout
     assert all(shape in run.stdout for shape in QUICK)
     assert bad.exit_code != 0
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        (["--max-model-len", "8"], "--max-model-len must be above 8"),
+        (["--max-model-len", "0"], "--max-model-len must be above 8"),
+        (["--timeout", "0"], "--timeout must be > 0 seconds"),
+        (["--timeout", "-1"], "--timeout must be > 0 seconds"),
+    ],
+)
+def test_canary_options_out_of_range_are_usage_errors(option: list[str], words: str) -> None:
+    """Refused as usage errors (exit 2, no traceback, from tuner's main) before any request: a
+    context of 8 or less left the shape that fills it no prompt, a timeout of 0 read as
+    'cannot reach the server'."""
+    run = CliRunner().invoke(app, ["canary", "http://127.0.0.1:9", *option])
+    assert isinstance(run.exception, UsageError) and words in str(run.exception), run.output
+    with pytest.raises(ValueError, match="leaves no room for a prompt"):
+        run_canary("http://127.0.0.1:9", MODEL, max_model_len=8)
 
 
 def test_the_real_runner_records_a_canary_finding_with_the_log(tmp_path: Path) -> None:

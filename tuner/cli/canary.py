@@ -3,6 +3,7 @@ running OpenAI-compatible server, as ``tuner launch`` sends them before it annou
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -34,6 +35,7 @@ def canary(
 ) -> None:
     """Send the canary's request shapes to a running server (exit 1 when one breaks it)."""
     from tuner.load import FULL, QUICK, SHAPES, PromptFactory, bench, run_canary
+    from tuner.load.canary import GENERATED
 
     chosen = {"full": FULL, "quick": QUICK}.get(shapes)
     if chosen is None:
@@ -46,6 +48,14 @@ def canary(
             )
     if vocab_size < 2:
         raise UsageError("--vocab-size must be at least 2")
+    if max_model_len is not None and max_model_len <= GENERATED:
+        raise UsageError(
+            f"--max-model-len must be above {GENERATED} (the tokens each canary request asks "
+            f"for), got {max_model_len}",
+            hint="leave it out to take what the server reports in /v1/models",
+        )
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"--timeout must be > 0 seconds, got {timeout}", hint="e.g. --timeout 120")
     root = server_root(url)
     served = bench.check_server(root, model, min(timeout, bench.PROBE_TIMEOUT_S))
     note = err if as_json else out

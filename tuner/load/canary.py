@@ -316,6 +316,11 @@ def run_canary(
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         raise ValueError(f"unknown canary shapes {unknown}: use {list(SHAPES)}")
+    if max_model_len is not None and max_model_len <= GENERATED:
+        raise ValueError(
+            f"max_model_len {max_model_len} leaves no room for a prompt: it must be above "
+            f"{GENERATED}, the tokens each canary request asks for"
+        )
     prompts = prompts or PromptFactory(1024, synthetic=False)
     outcomes: list[ShapeOutcome] = []
     with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s, trust_env=False) as client:
