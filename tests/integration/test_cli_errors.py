@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -105,7 +106,18 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
         Case(("trials", "nosuchstudy"), database=True),
         ("no study named 'nosuchstudy'", "tuner studies"),
     ),
+    "resume-unknown-study": (
+        Case(("run", "--study", "nosuch", "--resume"), database=True),
+        ("no study named 'nosuch' to resume", "tuner studies"),
+    ),
+    "resume-without-database": (
+        Case(
+            ("run", "--resume"),
+        ),
+        ("no study named 'tiny-ernie-cpu-smoke-balanced' to resume", "tuner studies"),
+    ),
 }
+_UPGRADING = threading.Lock()
 ACCEPTANCE = Case(("run", "--model", "ernie-0.3b", "--gpu", "a10g"))
 HELP = Case(("--help",))
 
@@ -118,7 +130,8 @@ def launch(case: Case, workdir: Path) -> Outcome:
     if case.database:
         from tuner.db.migrate import upgrade
 
-        upgrade(db_url)
+        with _UPGRADING:  # alembic's command API is not safe in two threads at once
+            upgrade(db_url)
     env = {
         **os.environ,
         "TUNER_DB_URL": db_url,
@@ -163,6 +176,15 @@ def test_bad_input_exits_2_saying_why_and_writes_nothing(
         assert word in outcome.output
     assert "Traceback" not in outcome.output
     assert outcome.leftovers(case) == []
+
+
+def test_a_study_that_is_not_there_is_refused_before_its_header(
+    outcomes: dict[str, Outcome],
+) -> None:
+    """`--resume` of an unknown study says so alone: no header of the demo's study before it."""
+    for name in ("resume-unknown-study", "resume-without-database"):
+        assert "workload smoke" not in outcomes[name].output, outcomes[name].output
+        assert not outcomes[name].output.startswith("study ")
 
 
 def test_a10g_on_this_machine_fails_at_once(outcomes: dict[str, Outcome]) -> None:

@@ -186,19 +186,23 @@ def run(
 def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: bool) -> StudySpec:
     """The spec ``--resume`` continues: the one stored with the study (found by ``spec``'s
     name), with what the command line gives checked against it (:mod:`tuner.spec.resume`).
-    A study that is not there is left to the study loop to report."""
+    A study that is not there is refused here, before anything is prepared or printed."""
     from tuner.db import Repository, ensure_ready, make_engine
     from tuner.spec import resumed_spec, stored_spec
 
-    if missing_sqlite_file(url) is not None:  # no database file yet
-        return spec
-    ensure_ready(url, auto_upgrade=True)
-    engine = make_engine(url)
-    try:
-        row = Repository(engine).get_study(spec.study_name())
-    finally:
-        engine.dispose()
-    if row is None or not row.spec:
+    row = None
+    if missing_sqlite_file(url) is None:  # else no database file yet
+        ensure_ready(url, auto_upgrade=True)
+        engine = make_engine(url)
+        try:
+            row = Repository(engine).get_study(spec.study_name())
+        finally:
+            engine.dispose()
+    if row is None:
+        raise UsageError(
+            f"no study named {spec.study_name()!r} to resume", hint="run `tuner studies`"
+        )
+    if not row.spec:
         return spec
     stored = stored_spec(row.spec, row.name)
     if from_file:  # the file and the options on top of it: all of it must describe the study
