@@ -110,3 +110,22 @@ def test_an_existing_file_is_replaced_only_with_force_and_whole(db: str, tmp_pat
     assert forced.returncode == 0, forced.stderr
     assert out.read_text().startswith("|") and "8 trials written" in forced.stdout
     assert sorted(p.name for p in out.parent.iterdir()) == ["s1.md"]  # no temporary file left
+
+
+def test_nothing_to_export_is_said_on_stderr_and_the_output_stays_empty(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+    from tuner.errors import UsageError
+
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    make_repo(url)
+    for fmt in ("jsonl", "md"):
+        run = CliRunner().invoke(
+            app, ["export", "--comparisons", "--format", fmt, "--storage", url]
+        )
+        assert run.exit_code == 0 and run.stdout == "", run.output
+        assert "no comparisons stored: `tuner compare` or a study's confirmation" in run.stderr
+    sized = CliRunner().invoke(app, ["size", "--model", "m", "--rate", "5", "--gpu", "h900"])
+    assert isinstance(sized.exception, UsageError)
+    assert "unknown GPU profile 'h900'" in str(sized.exception)

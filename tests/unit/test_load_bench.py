@@ -125,3 +125,30 @@ def test_a_failed_run_says_what_to_do(error: str, kind: type[TunerError], words:
     explained = command.explain_failure(failure, _opts(), "x")
     assert type(explained) is kind
     assert error in explained.message and words in explained.hint
+
+
+def test_a_refused_shape_names_where_the_lengths_came_from() -> None:
+    """The lengths of a --workload (a preset or a trace) are not --prompt-tokens', and the hint
+    of a refused request says which to check."""
+    failure = LoadFailure(FailureClass.LOAD_ERRORS, "1 of 1 requests failed: HTTP 400: too long")
+    fixed = command.explain_failure(failure, _opts(), "x").hint
+    assert "check --prompt-tokens + --output-tokens against its max model length" in fixed
+    mine = _opts(workload="tuner:huge.jsonl", prompt_tokens=None, output_tokens=None)
+    traced = command.explain_failure(failure, mine, "x").hint
+    assert "check the lengths --workload tuner:huge.jsonl gives against" in traced
+    assert "--prompt-tokens" not in traced
+
+
+@pytest.mark.parametrize(
+    ("changes", "words", "hint"),
+    [
+        ({"concurrency": "2.5"}, "'2.5' is not a whole number", "--concurrency 16,64,256"),
+        ({"concurrency": "4,x"}, "'x' is not a number", "give whole numbers"),
+        ({"percentiles": "x"}, "'x' is not a number", "--metric-percentiles 50,90,99"),
+        ({"request_rate": "x"}, "'x' is not a number", "--request-rate 2,4,8"),
+    ],
+)
+def test_a_list_option_says_what_it_takes(changes: dict[str, Any], words: str, hint: str) -> None:
+    with pytest.raises(UsageError) as info:
+        _opts(**changes)
+    assert words in info.value.message and hint in info.value.hint

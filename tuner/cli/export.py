@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from tuner.cli.common import StorageOpt, open_repo, open_study, out
+from tuner.cli.common import StorageOpt, err, open_repo, open_study, out
 from tuner.errors import UsageError
 
 FORMATS = ("jsonl", "md", "vllm-bench")
@@ -76,6 +77,10 @@ def export(
         records = study_records(repo, study)
         text = to_jsonl(records) if fmt == "jsonl" else markdown_table(records)
         what = "trials"
+    if not records:  # an empty dataset, said beside it (stderr) so that a pipe stays clean
+        where = f" of study {study}" if study else ""
+        made_by = "`tuner compare` or a study's confirmation" if comparisons else "`tuner run`"
+        err.print(escape(f"no {what}{where} stored: {made_by} stores them"))
     if output is None:
         sys.stdout.write(text)
     else:

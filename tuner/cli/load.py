@@ -39,23 +39,34 @@ VocabSize = Annotated[
 ]
 
 
-def parse_list(text: str, option: str, kind: type[int] | type[float]) -> tuple[Any, ...]:
-    """``"16,64,256"`` as positive numbers of ``kind``, in the order given."""
+def parse_list(
+    text: str, option: str, kind: type[int] | type[float], example: str
+) -> tuple[Any, ...]:
+    """``"16,64,256"`` as positive numbers of ``kind``, in the order given; ``example`` is a
+    good value of ``option`` for the hint."""
     values: list[Any] = []
     for part in (p.strip() for p in text.split(",")):
         try:
             value = kind(part)
         except ValueError:
-            what = "whole numbers" if kind is int else "numbers"
+            whole = kind is int and _is_number(part)  # 2.5 where a count was wanted
             raise UsageError(
-                f"{option} {text!r}: {part!r} is not a number",
-                hint=f"give {what} separated by commas, e.g. {option} "
-                + ("16,64,256" if kind is int else "2,4,8"),
+                f"{option} {text!r}: {part!r} is not a {'whole ' if whole else ''}number",
+                hint=f"give {'whole ' if kind is int else ''}numbers separated by commas, "
+                f"e.g. {option} {example}",
             ) from None
         if not (math.isfinite(value) and value > 0):
             raise UsageError(f"{option} {text!r}: every value must be > 0, got {part!r}")
         values.append(value)
     return tuple(values)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def server_root(url: str) -> str:
@@ -153,7 +164,7 @@ def options(
         raise UsageError(
             f"--stall-timeout must be > 0 seconds, got {stall_s}", hint="e.g. --stall-timeout 60"
         )
-    points = parse_list(percentiles, "--metric-percentiles", float)
+    points = parse_list(percentiles, "--metric-percentiles", float, "50,90,99")
     if any(p > 100 for p in points):
         raise UsageError(f"--metric-percentiles {percentiles!r}: percentiles are in (0, 100]")
     parsed_slo = None
@@ -165,9 +176,9 @@ def options(
     rates: tuple[float, ...] = ()
     streams: tuple[int, ...] = (DEFAULT_CONCURRENCY,)
     if request_rate is not None:
-        rates = parse_list(request_rate, "--request-rate", float)
+        rates = parse_list(request_rate, "--request-rate", float, "2,4,8")
     elif concurrency is not None:
-        streams = parse_list(concurrency, "--concurrency", int)
+        streams = parse_list(concurrency, "--concurrency", int, "16,64,256")
     return LoadOptions(
         url=server_root(url),
         model=model,
@@ -209,10 +220,15 @@ def explain_failure(exc: LoadFailure, opts: LoadOptions, model: str) -> TunerErr
             "raise --timeout, or lower the load or --output-tokens"
         )
     elif "HTTP 400" in text:
+        lengths = (
+            f"the lengths --workload {opts.workload_name} gives"
+            if opts.workload_name
+            else "--prompt-tokens + --output-tokens"
+        )
         hint = (
-            "the server refused the request shape: check --prompt-tokens + --output-tokens "
-            "against its max model length, and --vocab-size (token ids must exist in the "
-            "model's vocabulary; --text-prompts sends tuner's synthetic words instead)"
+            f"the server refused the request shape: check {lengths} against its max model "
+            "length, and --vocab-size (token ids must exist in the model's vocabulary; "
+            "--text-prompts sends tuner's synthetic words instead)"
         )
     elif "HTTP 401" in text or "HTTP 403" in text:
         hint = "the server wants an API key; tuner load sends none: serve without --api-key"

@@ -37,11 +37,14 @@ def size(
     as_json: JsonOpt = False,
 ) -> None:
     """GPUs (and dollars) to serve --rate with the recommended configuration of each study."""
+    from tuner.catalog import get_gpu
     from tuner.domain import to_jsonable
     from tuner.domain.workload import parse_slo
     from tuner.results import parse_rate
     from tuner.results.sizing import size as fleet
 
+    for profile in gpu or ():
+        get_gpu(profile)  # an unknown profile is a typo, not "nothing measured"
     target = parse_rate(rate)
     try:
         wanted_slo = parse_slo(slo) if slo is not None else None
