@@ -142,6 +142,22 @@ def test_screening_keeps_what_the_recipe_loses_without_beyond_the_noise() -> Non
     assert judged.searched == judged.kept and plan.searched == tuple(k.knob for k in plan.knobs)
 
 
+def test_the_screening_line_says_when_the_fallback_chose() -> None:
+    """Knobs searched below the printed margin are the documented fallback, and the plan's line
+    says so instead of reading as a contradiction."""
+    plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 256), _card("h200"), Objective.THROUGHPUT)
+    assert plan is not None
+    beat = screened(plan, {"recipe": 1.40, "stream_interval": 1.10}, None, "").lines()[-1]
+    assert "none beat" not in beat and "none helped" not in beat
+    flat = {"recipe": 1.02, "stream_interval": 1.0, "async_scheduling": 1.03}
+    above_one = screened(plan, {**flat, "api_server_count": 1.02, "max_num_seqs": 1.05}, None, "")
+    assert above_one.lines()[-1].endswith(
+        "searching stream_interval (none beat the noise: those above x1.00)"
+    )
+    failed = screened(plan, {"recipe": 0.0}, None, "").lines()[-1]
+    assert failed.endswith("(none helped: the two likeliest)")
+
+
 def test_with_one_planned_knob_the_defaults_are_its_without() -> None:
     card = _card("cpu", "smoke")
     plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 64), card, Objective.THROUGHPUT)

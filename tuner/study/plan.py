@@ -95,10 +95,20 @@ class Plan:
             out.append("not searching: " + "; ".join(f"{k}: {why}" for k, why in self.skipped))
         if self.kept is not None and self.margin is not None:
             seen = ", ".join(f"{k} x{v:.2f}" for k, v in self.effects.items())
+            beat = any(e > 0 and math.log(e) > self.margin for e in self.effects.values())
+            fallback = (
+                ""
+                if beat
+                else (
+                    " (none beat the noise: those above x1.00)"
+                    if any(e > 1.0 for e in self.effects.values())
+                    else " (none helped: the two likeliest)"
+                )
+            )
             out.append(
                 f"screened (the recipe x{self.recipe or 0:.2f} the defaults; each knob's share: "
                 f"{seen}; kept above x{math.exp(self.margin):.2f}, "
-                f"{self.margin_source}): searching {', '.join(self.kept) or 'nothing'}"
+                f"{self.margin_source}): searching {', '.join(self.kept) or 'nothing'}{fallback}"
             )
         for number, regime in self.moved:
             out.append(
