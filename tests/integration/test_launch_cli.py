@@ -282,6 +282,29 @@ def test_busy_port_is_refused_before_anything_starts(tmp_path: Path, db_url: str
     assert f"port {port} on 127.0.0.1 is already in use" in " ".join(run.stderr.split())
 
 
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        (["--host", "999.1.1.1"], "--host '999.1.1.1' is not an IP address or a host name"),
+        (["--host", "bad host"], "is not an IP address or a host name"),
+        (["--startup-timeout", "-1"], "--startup-timeout must be > 0 seconds"),
+        (["--startup-timeout", "0"], "--startup-timeout must be > 0 seconds"),
+    ],
+)
+def test_a_bad_host_or_startup_timeout_is_refused_before_anything_starts(
+    tmp_path: Path, db_url: str, option: list[str], words: str
+) -> None:
+    """Refused as usage errors, not found out after a launch (a traceback from the HTTP
+    client for 999.1.1.1; 'not ready within -1.0 s')."""
+    insert_measured_study(db_url, [E2E_CONFIG])
+    run = tuner(
+        [*LAUNCH, "--storage", db_url, *option, *FAKE_SERVER], tmp_path, clean_env(tmp_path)
+    )
+    text = " ".join(run.stderr.split())
+    assert run.returncode == 2 and words in text, run.stdout + run.stderr
+    assert "Traceback" not in text and "starting vLLM" not in run.stdout + text
+
+
 @pytest.mark.parametrize(("stop", "run_client"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
 def test_serves_the_fake_server_until_stopped_and_leaves_nothing(
     tmp_path: Path, db_url: str, stop: signal.Signals, run_client: bool

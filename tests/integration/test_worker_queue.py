@@ -140,3 +140,35 @@ def test_a_study_of_levers_queued_through_the_api_runs_with_their_flags(
             assert argv.count(flag) == (value is not None)
             if value is not None:
                 assert argv[argv.index(flag) + 1] == str(value)
+
+
+def test_an_interrupted_worker_says_which_study_and_how_to_continue_it(
+    fake_server_db: tuple[Repository, str],
+) -> None:
+    repo, url = fake_server_db
+    body = {
+        "study": {"name": "stopped", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke"},
+        "confirm": {"launches": 0},
+    }
+    queue(repo, parse(body))
+    said: list[str] = []
+
+    def ctrl_c() -> object:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_worker(
+            repo,
+            url,
+            once=True,
+            poll_s=0.0,
+            vllm_python=None,
+            say=said.append,
+            reporter_factory=ctrl_c,
+        )
+    study = repo.get_study("stopped")
+    assert study is not None and study.status == "interrupted"
+    assert said[-1] == (
+        "worker: study stopped interrupted (its running trial is recorded as interrupted); "
+        "`tuner run --study stopped --resume` continues it"
+    )

@@ -7,6 +7,9 @@ that a second Ctrl-C cannot cut the teardown short and leave vLLM's engine proce
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
+import math
 import os
 import re
 import signal
@@ -157,6 +160,26 @@ def _vllm_version(python: str, measured: Measured, module: str, print_only: bool
         return measured.vllm_version
 
 
+# A host name as RFC 1123 spells one: dot-separated labels of letters, digits and hyphens.
+_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def _check_host(host: str) -> None:
+    """--host is an IP address or a host name (empty: every interface, as vLLM reads it);
+    checked before anything is launched."""
+    if not host:
+        return
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return
+    numeric = host.replace(".", "").isdigit()  # 999.1.1.1 is no address, and no name either
+    if numeric or len(host) > 253 or not _HOSTNAME.fullmatch(host):
+        raise UsageError(
+            f"--host {host!r} is not an IP address or a host name",
+            hint="e.g. --host 127.0.0.1 (this machine only) or --host 0.0.0.0 (every interface)",
+        )
+
+
 def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
     from tuner.runner import check_hardware, free_port, port_is_open
     from tuner.telemetry import detect_gpus
@@ -202,6 +225,12 @@ def launch_command(
     chosen = choice(Objective, objective, "objective")
     if not 0 < port < 65536:
         raise UsageError(f"--port {port} is outside 1-65535")
+    _check_host(host)
+    if not (math.isfinite(startup_timeout) and startup_timeout > 0):
+        raise UsageError(
+            f"--startup-timeout must be > 0 seconds, got {startup_timeout}",
+            hint="e.g. --startup-timeout 900 (a cold start of a large model takes minutes)",
+        )
     measured: Measured
     if api is not None:
         from tuner.deploy.remote import best_remote

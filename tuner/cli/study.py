@@ -405,16 +405,19 @@ def worker(
     if study is not None:
         _join(url, study, vllm_python)
         return
-    with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
-        taken = run_worker(
-            Repository(make_engine(url)),
-            url,
-            once=once,
-            poll_s=poll,
-            vllm_python=vllm_python,
-            say=out.print,
-            reporter_factory=lambda: ConsoleReporter(out),
-        )
+    try:
+        with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
+            taken = run_worker(
+                Repository(make_engine(url)),
+                url,
+                once=once,
+                poll_s=poll,
+                vllm_python=vllm_python,
+                say=out.print,
+                reporter_factory=lambda: ConsoleReporter(out),
+            )
+    except KeyboardInterrupt:  # run_worker said which study, and how to continue it
+        raise SystemExit(INTERRUPTED) from None
     out.print(f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken")
 
 

@@ -55,11 +55,16 @@ def run_worker(
             repo.set_study_status(row.name, "failed")
             say(f"worker: study {row.name} failed to run: {exc}")
             continue
-        except BaseException:
+        except BaseException as exc:
             # Ctrl-C, or a bug: never leave the claimed study "running", where no worker would
             # take it again; "interrupted" can be resumed (`tuner run --study NAME --resume`).
             with contextlib.suppress(Exception):
                 repo.set_study_status(row.name, "interrupted")
+            if isinstance(exc, KeyboardInterrupt):
+                say(
+                    f"worker: study {row.name} interrupted (its running trial is recorded as "
+                    f"interrupted); `tuner run --study {row.name} --resume` continues it"
+                )
             raise
         say(f"worker: study {row.name} finished")
 
