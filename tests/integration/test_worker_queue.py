@@ -172,3 +172,94 @@ def test_an_interrupted_worker_says_which_study_and_how_to_continue_it(
         "worker: study stopped interrupted (its running trial is recorded as interrupted); "
         "`tuner run --study stopped --resume` continues it"
     )
+
+
+# A queue worker that dies as SIGKILL leaves it (no clean-up at all) while its second trial
+# measures: the study stays running in the database, its trial too.
+_DIES_MID_TRIAL = """
+import os, sys
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
+from tuner.study.worker import run_worker
+
+class DiesMeasuring:
+    def trial_started(self, number, index, total, config, baseline):
+        self.index = index
+    def phase(self, phase, detail):
+        if phase == "measuring" and self.index == 2:
+            os._exit(9)
+    def trial_finished(self, number, result, best):
+        pass
+
+url = sys.argv[1]
+run_worker(Repository(make_engine(url)), url, once=True, poll_s=0.0, vllm_python=None,
+           say=print, reporter_factory=DiesMeasuring)
+"""
+
+
+def test_a_study_whose_worker_died_is_taken_over_by_the_next_worker(
+    fake_server_db: tuple[Repository, str], tmp_path: Path
+) -> None:
+    """SIGKILL (or a crash) ends a worker with no chance to mark its study: the next worker on
+    the host finds the study's worker gone, takes the study over and resumes it; a study whose
+    worker lives, or ran on another host, is left alone."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.studykit import processes_mentioning
+    from tuner.study.sharing import host_name, worker_identity
+
+    repo, url = fake_server_db
+    body = {
+        "study": {
+            "name": "orphan",
+            "model": "tiny-ernie",
+            "gpu": "cpu",
+            "workload": "smoke",
+            "trials": 3,
+        },
+        "confirm": {"launches": 0},
+    }
+    queue(repo, parse(body))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    died = subprocess.run(
+        [sys.executable, "-c", _DIES_MID_TRIAL, url], env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert died.returncode == 9, died.stdout + died.stderr
+    study = repo.get_study("orphan")
+    assert study is not None and study.status == "running"
+    assert study.trial_counts[TrialStatus.RUNNING] == 1
+
+    # Another host's worker, or this process (alive), is not taken for gone.
+    elsewhere = {"host": host_name() + "-other", "pid": 1, "start": 0.0}
+    queue(repo, parse({**body, "study": {**body["study"], "name": "elsewhere"}}))
+    queue(repo, parse({**body, "study": {**body["study"], "name": "alive"}}))
+    assert repo.claim_queued_study(worker=elsewhere) is not None
+    assert repo.claim_queued_study(worker=worker_identity()) is not None
+
+    said: list[str] = []
+    assert run_worker(repo, url, once=True, poll_s=0.0, vllm_python=None, say=said.append) == 1
+    assert said[0].startswith("worker: took over study orphan (tiny-ernie on cpu, smoke)")
+    assert said[-1] == "worker: study orphan finished"
+    study = repo.get_study("orphan")
+    assert study is not None and study.status == "finished"
+    trials = repo.list_trials("orphan", limit=None)
+    interrupted = [t for t in trials if t.status is TrialStatus.FAILED]
+    assert len(interrupted) == 1 and interrupted[0].failure is not None
+    assert interrupted[0].failure.value == "interrupted"
+    assert sum(t.status is TrialStatus.COMPLETE for t in trials) == 3  # the budget, exactly
+    for name in ("elsewhere", "alive"):
+        left = repo.get_study(name)
+        assert left is not None and left.status == "running"
+
+    # A worker that died between taking a study and setting it up: set up from the start.
+    queue(repo, parse({**body, "study": {**body["study"], "name": "early"}}))
+    ghost = {"host": host_name(), "pid": 2**22 + 12345, "start": 0.0}  # above pid_max
+    assert repo.claim_queued_study(worker=ghost) is not None
+    assert run_worker(repo, url, once=True, poll_s=0.0, vllm_python=None, say=said.append) == 1
+    early = repo.get_study("early")
+    assert early is not None and early.status == "finished"
+    assert early.trial_counts[TrialStatus.COMPLETE] == 3
+    assert processes_mentioning(str(tmp_path)) == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, Select, delete, func, select, update
@@ -40,6 +40,9 @@ from tuner.domain import (
 from tuner.errors import StorageError, UsageError
 
 _NAME_MAX = 255
+# The key, in a study's stored spec, of the queue worker that runs it (host, pid and start:
+# tuner.study.sharing.worker_identity); StudySpec.from_dict ignores it, as it does plan_record.
+QUEUE_WORKER = "queue_worker"
 _NUL = "\x00"  # PostgreSQL's text type cannot hold it: refused in names, replaced in free text
 
 
@@ -177,35 +180,85 @@ class Repository:
                 .values(**values, updated_at=time.time())
             )
 
-    def claim_queued_study(self) -> StudyRow | None:
-        """Atomically take the oldest queued study for this worker (status -> running).
+    def claim_queued_study(self, worker: Mapping[str, Any] | None = None) -> StudyRow | None:
+        """Atomically take the oldest queued study for this worker (status -> running; its
+        spec's :data:`QUEUE_WORKER` record -> ``worker``).
 
         A compare-and-set on the status, so two workers sharing the database (PostgreSQL, or
         SQLite on one host) never take the same study. None when nothing is queued.
         """
         while True:
             with session_scope(self._engine) as s:
-                candidate = s.scalar(
-                    select(StudyModel.id)
+                candidate = s.execute(
+                    select(StudyModel.id, StudyModel.spec)
                     .where(StudyModel.status == StudyStatus.QUEUED.value)
                     .order_by(StudyModel.created_at, StudyModel.id)
                     .limit(1)
-                )
+                ).first()
                 if candidate is None:
                     return None
+                study_id, spec = candidate
                 taken = s.execute(
                     update(StudyModel)
-                    .where(
-                        StudyModel.id == candidate, StudyModel.status == StudyStatus.QUEUED.value
+                    .where(StudyModel.id == study_id, StudyModel.status == StudyStatus.QUEUED.value)
+                    .values(
+                        status=StudyStatus.RUNNING.value,
+                        spec={**(spec or {}), QUEUE_WORKER: worker},
+                        updated_at=time.time(),
                     )
-                    .values(status=StudyStatus.RUNNING.value, updated_at=time.time())
                 )
                 if getattr(taken, "rowcount", 0) == 1:
                     s.flush()
-                    row = s.get(StudyModel, candidate)
+                    row = s.get(StudyModel, study_id)
                     assert row is not None
                     return study_row(row, {})
             # Another worker won the race for that one: look again.
+
+    def take_over_study(
+        self, gone: Callable[[Mapping[str, Any]], bool], worker: Mapping[str, Any]
+    ) -> StudyRow | None:
+        """Atomically take a study that a worker took from the queue and still runs (running
+        or confirming) when ``gone`` says that worker is gone (``gone(its QUEUE_WORKER
+        record)``): the record -> ``worker``, the least recently updated study first. None
+        when there is none. The compare-and-set is on the study's ``updated_at``, which every
+        write moves, so one taker wins."""
+        live = (StudyStatus.RUNNING.value, StudyStatus.CONFIRMING.value)
+        with session_scope(self._engine) as s:
+            held = s.execute(
+                select(StudyModel.id, StudyModel.spec, StudyModel.updated_at)
+                .where(StudyModel.status.in_(live))
+                .order_by(StudyModel.updated_at, StudyModel.id)
+            ).all()
+        for study_id, spec, updated in held:
+            owner = (spec or {}).get(QUEUE_WORKER)
+            if not isinstance(owner, Mapping) or not gone(owner):
+                continue
+            with session_scope(self._engine) as s:
+                taken = s.execute(
+                    update(StudyModel)
+                    .where(
+                        StudyModel.id == study_id,
+                        StudyModel.updated_at == updated,
+                        StudyModel.status.in_(live),
+                    )
+                    .values(spec={**spec, QUEUE_WORKER: dict(worker)}, updated_at=time.time())
+                )
+                if getattr(taken, "rowcount", 0) == 1:
+                    s.flush()
+                    row = s.get(StudyModel, study_id)
+                    assert row is not None
+                    return study_row(row, {})
+        return None
+
+    def set_study_worker(self, name: str, worker: Mapping[str, Any] | None) -> None:
+        """Record which queue worker runs the study (None: none that another worker should
+        take over when it is gone, as for a study run from the command line; a spec that
+        names no worker is then left as it is)."""
+        if worker is None:
+            study = self.get_study(name)
+            if study is None or not study.spec.get(QUEUE_WORKER):
+                return
+        self._update_study(name, {QUEUE_WORKER: None if worker is None else dict(worker)})
 
     def claim_study_step(self, name: str, to: StudyStatus, *, unless: Collection[str]) -> bool:
         """Compare-and-set of the status: of several workers, exactly one gets True."""

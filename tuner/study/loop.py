@@ -29,8 +29,8 @@ import contextlib
 import dataclasses
 import time
 import warnings
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 import optuna
 from sqlalchemy import exc as sa_exc
@@ -146,6 +146,7 @@ def run_study(
     reporter: Reporter | None = None,
     claimed: bool = False,
     join: bool = False,
+    owner: Mapping[str, Any] | None = None,
 ) -> list[Ranked]:
     """Run (or resume, or join) the study until ``ctx.spec.trials`` trials have results.
 
@@ -153,13 +154,17 @@ def run_study(
     neither ``resume`` nor ``join`` is set, or when resuming or joining one that does not exist.
     ``claimed``: the study row was queued (``POST /v1/studies``) and taken by this worker; its
     Optuna study is created now. ``join``: other workers may be running this study now
-    (``tuner worker --study``); their trials are left to them while they live.
+    (``tuner worker --study``); their trials are left to them while they live. ``owner``: the
+    queue worker running it (:func:`tuner.study.sharing.worker_identity`), recorded so that another
+    worker takes the study over if this process dies; None (the command line) records none.
     A database error from Optuna's side is raised as a StorageError (the study is then marked
     interrupted, resumable); Optuna's connections are closed when this returns.
     """
     report = reporter or SilentReporter()
     with _optuna_session(ctx) as storage:
         study = _open(ctx, repo, storage, resume=resume, claimed=claimed, join=join)
+        if not join:
+            repo.set_study_worker(ctx.name, owner)
         row = repo.get_study(ctx.name)
         settled = (StudyStatus.CONFIRMING, StudyStatus.FINISHED)
         if join and row is not None and row.status in settled:

@@ -144,6 +144,12 @@ def dead_here(trial: FrozenTrial) -> bool:
     owner = trial.user_attrs.get(WORKER)
     if trial.state is not TrialState.RUNNING or not isinstance(owner, dict):
         return False
+    return gone_here(owner)
+
+
+def gone_here(owner: Mapping[str, Any]) -> bool:
+    """Whether the worker ``owner`` (:func:`worker_identity`) ran on this host and has exited
+    (or its pid is now another process's); another host's is left to the heartbeat."""
     if owner.get("host") != host_name():
         return False
     try:

@@ -4,7 +4,10 @@ one running study (``--study NAME``) beside its other workers.
 Workers share the database: each takes the oldest queued study with an atomic status change
 (:meth:`Repository.claim_queued_study`), so several workers on several GPU hosts can drain one
 queue when the database is PostgreSQL. A study whose set-up fails (its GPU is not on this host,
-vLLM missing) is marked failed with the reason in its notes, and the worker goes on.
+vLLM missing) is marked failed with the reason in its notes, and the worker goes on. With
+nothing queued, a worker takes over a study whose worker process on this host is gone
+(SIGKILL, a crash: :meth:`Repository.take_over_study`) and resumes it; one stopped by Ctrl-C
+or SIGTERM is ``interrupted``, left for ``tuner run --study NAME --resume``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING
 from tuner.db import Repository, StudyStatus
 from tuner.errors import TunerError, UsageError
 from tuner.spec import stored_spec
+from tuner.study import sharing
 
 if TYPE_CHECKING:
     from tuner.study.loop import Reporter
@@ -36,21 +40,39 @@ def run_worker(
     from tuner.compose import prepare
     from tuner.study.loop import run_study
 
+    me = sharing.worker_identity()
     taken = 0
     while True:
-        row = repo.claim_queued_study()
+        row = repo.claim_queued_study(worker=me)
+        fresh = row is not None
+        if row is None:  # a study whose worker died here (SIGKILL, a crash) is taken over
+            row = repo.take_over_study(sharing.gone_here, me)
         if row is None:
             if once:
                 return taken
             time.sleep(poll_s)
             continue
         taken += 1
-        say(f"worker: took study {row.name} ({row.model} on {row.gpu}, {row.workload})")
+        what = f"{row.name} ({row.model} on {row.gpu}, {row.workload})"
+        if fresh:
+            say(f"worker: took study {what}")
+        else:
+            say(f"worker: took over study {what}: the worker that ran it on this host is gone")
         spec = stored_spec(row.spec, row.name).with_overrides(vllm_python=vllm_python)
         try:
             prepared = prepare(spec, storage_url)
             reporter = reporter_factory() if reporter_factory else None
-            run_study(prepared.ctx, prepared.runner, prepared.repo, claimed=True, reporter=reporter)
+            # A study taken over resumes, unless its worker died before setting it up.
+            started = not fresh and _has_optuna_study(storage_url, row.name)
+            run_study(
+                prepared.ctx,
+                prepared.runner,
+                prepared.repo,
+                claimed=not started,
+                resume=started,
+                reporter=reporter,
+                owner=me,
+            )
         except TunerError as exc:
             repo.set_study_status(row.name, "failed")
             say(f"worker: study {row.name} failed to run: {exc}")
@@ -104,6 +126,16 @@ def join_study(
         reporter=reporter,
     )
     return len(rank(prepared.repo, name, spec.objective))
+
+
+def _has_optuna_study(storage_url: str, name: str) -> bool:
+    import optuna
+
+    storage = optuna.storages.RDBStorage(storage_url)
+    try:
+        return name in optuna.get_all_study_names(storage)
+    finally:
+        storage.engine.dispose()
 
 
 def _wait_for_optuna_study(storage_url: str, name: str, timeout_s: float = 120.0) -> None:
