@@ -49,3 +49,21 @@ def test_best_across_takes_each_studys_pick_and_gives_a_tie_to_the_newer_study()
     winner = Confirmed(FAST, "#1", BETTER, 1.5, 1.2, 1.9, 3, ())
     assert best_across([(new, rows, Objective.THROUGHPUT, winner)])[0][1].number == 1
     assert best_across([(new, [], Objective.THROUGHPUT, None)]) == []
+
+
+def test_a_tie_across_studies_goes_to_a_confirmed_pick_before_a_newer_study() -> None:
+    """Two studies whose picks tie (both vLLM's defaults, 1.000): the one whose confirmation
+    decided it is recommended over a newer study's single unconfirmed launch."""
+    rows = [_trial(0, 100.0)]
+    confirmed, newer = _study("confirmed", updated_at=1.0), _study("newer", updated_at=2.0)
+    defaults = Confirmed(ServingConfig(), DEFAULTS_LABEL, NO_DIFFERENCE, 1.0, 1.0, 1.0, None, ())
+    picks = best_across(
+        [
+            (confirmed, rows, Objective.THROUGHPUT, defaults),
+            (newer, rows, Objective.THROUGHPUT, None),
+        ]
+    )
+    assert [(s.name, r.number, r.score) for s, r in picks] == [
+        ("confirmed", 0, 1.0),
+        ("newer", 0, 1.0),
+    ]

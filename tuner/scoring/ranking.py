@@ -34,11 +34,14 @@ class Standing:
     score: float | None
     updated_at: float = 0.0  # the study's last update (epoch seconds); 0 within one study
     number: int = 0  # the trial's number in its study
+    # Across studies: the pick was decided by its study's confirmation (fresh launches against
+    # the defaults), not a single search launch; it wins a tie before the newer study does.
+    confirmed: bool = False
 
-    def key(self) -> tuple[bool, float, float, int]:
+    def key(self) -> tuple[bool, float, bool, float, int]:
         """Larger is better."""
         score = self.score if self.score is not None and math.isfinite(self.score) else -math.inf
-        return (bool(self.feasible), score, self.updated_at, -self.number)
+        return (bool(self.feasible), score, self.confirmed, self.updated_at, -self.number)
 
 
 def best_first(items: Iterable[T], standing: Callable[[T], Standing]) -> list[T]:

@@ -5,6 +5,7 @@ defaults, so they compare). ``tuner best``, ``tuner launch``, the API and the da
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -109,16 +110,18 @@ def best_across(
     *,
     by_curve: bool = True,
 ) -> list[tuple[StudyRow, Ranked]]:
-    """Each study's pick for its objective, best first (the one rule: a tie goes to the more
-    recently updated study). A study's pick is its confirmation's verdict where it had one (the
-    winner, or the defaults when nothing beat them), else the top of its :func:`standings`."""
+    """Each study's pick for its objective, best first (the one rule: a tie goes to a pick its
+    study's confirmation decided, then to the more recently updated study). A study's pick is
+    its confirmation's verdict where it had one (the winner, or the defaults when nothing beat
+    them), else the top of its :func:`standings`."""
     picks = []
     for study, rows, objective, confirmed in studies:
         slo = Slo(**study.slo)
         table = standings(rows, objective, slo, updated_at=study.updated_at, by_curve=by_curve)
         if (top := study_pick(table, confirmed)) is not None:
-            picks.append((study, top))
-    return best_first(picks, lambda p: p[1].standing)
+            picks.append((study, top, confirmed is not None))
+    ordered = best_first(picks, lambda p: dataclasses.replace(p[1].standing, confirmed=p[2]))
+    return [(study, top) for study, top, _ in ordered]
 
 
 def study_slo(study: StudyRow | None) -> Slo:
