@@ -6,9 +6,9 @@ study's own measurement of vLLM's defaults, by :func:`tuner.study.standings.stan
 ratios to the defaults, so they also compare across studies of the same combination. An SLO in the
 request keeps only the trials that meet it (:func:`tuner.scoring.objectives.constraint_values` on
 the stored metrics); without one, trials meeting the study's own SLO rank first. Ties go to a pick
-its study's confirmation decided, then to the more recently updated study. Where a study ended with a confirmation phase (fresh interleaved launches
-against the defaults, :mod:`tuner.study.confirm`), its verdict decides that study's pick, as it does
-for ``tuner best``.
+its study's confirmation decided, then to the more recently updated study. Where a study ended
+with a confirmation phase (fresh interleaved launches against the defaults,
+:mod:`tuner.study.confirm`), its verdict decides that study's pick, as it does for ``tuner best``.
 """
 
 from __future__ import annotations

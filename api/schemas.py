@@ -130,6 +130,9 @@ class ConfirmedOut(BaseModel):
     score_high: float | None
     comparison_id: int | None = Field(description="GET /v1/compare/{id} for the details")
     details: list[str]
+    details_from: str = Field(
+        default="", description="whose comparison the details are: '#2 against vLLM's defaults'"
+    )
     caveats: list[str] = Field(
         default_factory=list,
         description="client-bound or disturbed measurement windows of that comparison",

@@ -158,3 +158,13 @@ def test_the_api_carries_what_decided() -> None:
     assert out.decided_on.low is not None and out.decided_on.low > 1.0
     single = choose([_row()], Objective.THROUGHPUT)
     assert single is not None and _confirmed(single).decided_on is None
+
+
+def test_the_details_say_whose_comparison_they_are() -> None:
+    """With the defaults' verdict the details are a candidate's comparison: it is named, on
+    the recommendation's lines too (they read as the defaults' own numbers before)."""
+    won = choose([_row()], Objective.BALANCED)
+    kept = choose([_row(thr=NO_DIFFERENCE)], Objective.BALANCED)
+    assert won is not None and won.details_from == "#5 against vLLM's defaults"
+    assert kept is not None and kept.label == DEFAULTS_LABEL
+    assert kept.details_from == "#5 against vLLM's defaults"

@@ -102,6 +102,8 @@ class Recommendation:
         if self.confirmed is not None:
             c = self.confirmed
             lines.append(f"  confirmation (fresh launches, interleaved): {c.verdict_text()}")
+            if c.details_from:
+                lines.append(f"    {c.details_from}, per metric:")
             lines.extend(f"    {d}" for d in c.details)
             lines.extend(f"    caution: {note}" for note in c.caveats)
         prov = ", ".join(f"{k} {v}" for k, v in self.provenance.items() if v not in (None, ""))

@@ -242,6 +242,9 @@ class Confirmed:
     # A composite objective's verdict rests on its deciding metric, not on the score's interval:
     # that metric's label, ratio and interval (None where the score's interval decides).
     decided_on: tuple[str, float, float, float] | None = None
+    # Whose comparison ``details`` are, for people: "#2 against vLLM's defaults" (with the
+    # defaults' verdict: the candidate whose comparison is shown; '' in older callers).
+    details_from: str = ""
 
     def verdict_text(self) -> str:
         """The verdict for people, with the interval it rests on."""
@@ -313,6 +316,7 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
                 _details(metrics),
                 _caveats(row),
                 decided_on,
+                _against(row),
             )
     if best is not None:
         return best
@@ -330,7 +334,12 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         shown.id,
         _details(first),
         _caveats(shown),
+        details_from=_against(shown),
     )
+
+
+def _against(row: ComparisonRow) -> str:
+    return f"{row.results.get('b_label') or 'the candidate'} against vLLM's defaults"
 
 
 def _score_interval(
