@@ -235,3 +235,24 @@ def test_a_curve_study_page_embeds_one_curve_per_trial(curves_db: Repository) ->
         assert curve["caveats"] == ["", "", flagged]
     assert html.count('class="badge caveat client-flag"') == 1
     assert html.count('<td class="num capacity">') == len(trials)
+
+
+def test_medians_show_their_window_range_as_the_footer_says(
+    client: TestClient, db: tuple[str, Repository]
+) -> None:
+    """Each median of the trials table and of the overview's recommendation has its range over
+    the launch's windows beside it (the footer promises '[ranges] over those windows')."""
+    from api.dashboards.render import fmt
+
+    repo = db[1]
+    trial = next(t for t in repo.list_trials("s1", limit=None) if t.metrics)
+    thr = trial.metrics["output_throughput"]
+    assert len(thr.values) > 1 and thr.low < thr.high
+    shown = f"[{fmt(thr.low)}, {fmt(thr.high)}]"
+    html = client.get("/ui/studies/s1").text
+    row = html[html.index(f'id="trial-{trial.number}"') :]
+    assert shown in row[: row.index("</tr>")]
+    assert "[ranges] over those windows" in html
+    overview = client.get("/ui/").text
+    table = overview[overview.index('id="best-table"') : overview.index("</table>")]
+    assert table.count("range over the launch's measurement windows") >= 2  # thr, E2E

@@ -84,6 +84,9 @@ class TrialLine:
     # $ per 1M output tokens at its SLO throughput and the study's price (None: no price).
     usd_per_million: float | None = None
     gpus: int = 1  # GPUs its memory telemetry saw (a CPU trial: one server)
+    # [low, high] over the launch's measurement windows of the metrics shown beside their
+    # medians (throughput, ttft_p99_ms, e2e_p99_ms), where measured.
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def flags(self) -> str:
@@ -234,9 +237,21 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 gpu_power_w=_metric(t, energy.POWER),
                 usd_per_million=_usd(t, price) if measured else None,
                 gpus=len(t.memory.gpu_peak_bytes) or 1,
+                ranges=_ranges(t),
             )
         )
     return tuple(out)
+
+
+def _ranges(row: TrialRow) -> dict[str, tuple[float, float]]:
+    shown = {"throughput": "output_throughput", "ttft_p99_ms": "ttft_p99_ms"}
+    out = {}
+    for key, name in {**shown, "e2e_p99_ms": "e2e_p99_ms"}.items():
+        e = row.metrics.get(name)
+        bounds = (num(e.low), num(e.high)) if e is not None and len(e.values) > 1 else None
+        if bounds is not None and bounds[0] is not None and bounds[1] is not None:
+            out[key] = (bounds[0], bounds[1])
+    return out
 
 
 def _usd(row: TrialRow, price: GpuPrice | None) -> float | None:
