@@ -191,10 +191,17 @@
       }];
       const height = Math.max(260, 44 * d.labels.length + 90);
       el.style.height = height + "px";
+      // Ratios spanning more than x4 (a TTFT x28 beside a throughput x0.55) on a log axis,
+      // where x2 and x0.5 stand as far from 1 and a narrow interval stays visible.
+      const ends = d.ratio.flatMap((r, i) => (r === null ? [] : [
+        r - (d.minus[i] || 0), r + (d.plus[i] || 0),
+      ])).filter((v) => v > 0);
+      const wide = ends.length && Math.max(...ends) / Math.min(...ends) > 4;
       Plotly.newPlot(el, traces, layout(d.x_title, "", {
         shapes: shapes, height: height,
         margin: { l: 190, r: 20, t: 10, b: 50 },
         yaxis: axis("", { autorange: "reversed" }),
+        ...(wide ? { xaxis: axis(d.x_title + " (log scale)", { type: "log" }) } : {}),
       }), CONFIG);
     },
   };
