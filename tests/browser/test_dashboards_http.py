@@ -256,3 +256,11 @@ def test_medians_show_their_window_range_as_the_footer_says(
     overview = client.get("/ui/").text
     table = overview[overview.index('id="best-table"') : overview.index("</table>")]
     assert table.count("range over the launch's measurement windows") >= 2  # thr, E2E
+
+
+def test_importances_from_few_trials_say_so(client: TestClient) -> None:
+    html = client.get("/ui/studies/s1").text
+    charts = _chart_data(html)
+    scored = len(charts["history"]["numbers"])
+    assert 2 <= scored < 10
+    assert f"From {scored} scored trials: with fewer than ten, a rough guide" in html

@@ -92,16 +92,19 @@
     pareto(el, d) {
       if (!d.numbers.length) return empty(el, "No measured trial yet.");
       const text = d.numbers.map((n, i) => "#" + n + " " + esc(d.labels[i]));
+      // A colour scale needs two memory values: one alone drew a bar around it (-0.4 to 0.4).
+      const spread = new Set(d.memory.filter((v) => v !== null)).size > 1;
       const traces = [
         {
           type: "scatter", mode: "markers", name: "measured trials",
-          x: d.throughput, y: d.p99, text: text,
+          x: d.throughput, y: d.p99, text: text, customdata: d.memory,
           marker: {
-            size: 12, color: d.memory, colorscale: "Viridis", showscale: true,
+            size: 12, color: spread ? d.memory : COLORS.primary, colorscale: "Viridis",
+            showscale: spread,
             colorbar: { title: { text: esc(d.color_title), side: "right" }, thickness: 12 },
             line: { width: 1, color: "#fff" },
           },
-          hovertemplate: "%{text}<br>%{x:.1f} tok/s<br>P99 %{y:.1f} ms<br>%{marker.color:.2f} GiB<extra></extra>",
+          hovertemplate: "%{text}<br>%{x:.1f} tok/s<br>P99 %{y:.1f} ms<br>%{customdata:.2f} GiB<extra></extra>",
         },
         {
           type: "scatter", mode: "lines+markers", name: "Pareto front",
