@@ -66,6 +66,15 @@ def test_claims_follow_queue_order(tmp_path: Path) -> None:
     assert repo.claim_queued_study() is None
 
 
+def _queue_smoke(repo: Repository, name: str, **study: object) -> None:
+    """Queue, as POST /v1/studies does, a tiny-ernie smoke study on the CPU, no confirmation."""
+    body = {
+        "study": {"name": name, "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke", **study},
+        "confirm": {"launches": 0},
+    }
+    queue(repo, parse(body))
+
+
 @pytest.fixture()
 def fake_server_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Repository, str]:
     """A fresh database for a worker whose servers are the fake server (reported as vLLM
@@ -83,11 +92,7 @@ def test_a_worker_that_dies_leaves_its_study_resumable_not_running(
     fake_server_db: tuple[Repository, str],
 ) -> None:
     repo, url = fake_server_db
-    body = {
-        "study": {"name": "doomed", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke"},
-        "confirm": {"launches": 0},
-    }
-    queue(repo, parse(body))
+    _queue_smoke(repo, "doomed")
 
     def broken_reporter() -> object:
         raise RuntimeError("a bug in the worker")
@@ -146,11 +151,7 @@ def test_an_interrupted_worker_says_which_study_and_how_to_continue_it(
     fake_server_db: tuple[Repository, str],
 ) -> None:
     repo, url = fake_server_db
-    body = {
-        "study": {"name": "stopped", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke"},
-        "confirm": {"launches": 0},
-    }
-    queue(repo, parse(body))
+    _queue_smoke(repo, "stopped")
     said: list[str] = []
 
     def ctrl_c() -> object:
@@ -211,17 +212,7 @@ def test_a_study_whose_worker_died_is_taken_over_by_the_next_worker(
     from tuner.study.sharing import host_name, worker_identity
 
     repo, url = fake_server_db
-    body = {
-        "study": {
-            "name": "orphan",
-            "model": "tiny-ernie",
-            "gpu": "cpu",
-            "workload": "smoke",
-            "trials": 3,
-        },
-        "confirm": {"launches": 0},
-    }
-    queue(repo, parse(body))
+    _queue_smoke(repo, "orphan", trials=3)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     died = subprocess.run(
         [sys.executable, "-c", _DIES_MID_TRIAL, url], env=env, capture_output=True, text=True,
@@ -234,8 +225,8 @@ def test_a_study_whose_worker_died_is_taken_over_by_the_next_worker(
 
     # Another host's worker, or this process (alive), is not taken for gone.
     elsewhere = {"host": host_name() + "-other", "pid": 1, "start": 0.0}
-    queue(repo, parse({**body, "study": {**body["study"], "name": "elsewhere"}}))
-    queue(repo, parse({**body, "study": {**body["study"], "name": "alive"}}))
+    _queue_smoke(repo, "elsewhere", trials=3)
+    _queue_smoke(repo, "alive", trials=3)
     assert repo.claim_queued_study(worker=elsewhere) is not None
     assert repo.claim_queued_study(worker=worker_identity()) is not None
 
@@ -255,7 +246,7 @@ def test_a_study_whose_worker_died_is_taken_over_by_the_next_worker(
         assert left is not None and left.status == "running"
 
     # A worker that died between taking a study and setting it up: set up from the start.
-    queue(repo, parse({**body, "study": {**body["study"], "name": "early"}}))
+    _queue_smoke(repo, "early", trials=3)
     ghost = {"host": host_name(), "pid": 2**22 + 12345, "start": 0.0}  # above pid_max
     assert repo.claim_queued_study(worker=ghost) is not None
     assert run_worker(repo, url, once=True, poll_s=0.0, vllm_python=None, say=said.append) == 1

@@ -49,7 +49,9 @@ def parse_list(
         try:
             value = kind(part)
         except ValueError:
-            whole = kind is int and _is_number(part)  # 2.5 where a count was wanted
+            from tuner.vllm import argv
+
+            whole = kind is int and argv.is_number(part)  # 2.5 where a count was wanted
             raise UsageError(
                 f"{option} {text!r}: {part!r} is not a {'whole ' if whole else ''}number",
                 hint=f"give {'whole ' if kind is int else ''}numbers separated by commas, "
@@ -59,14 +61,6 @@ def parse_list(
             raise UsageError(f"{option} {text!r}: every value must be > 0, got {part!r}")
         values.append(value)
     return tuple(values)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def server_root(url: str) -> str:

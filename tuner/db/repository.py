@@ -203,15 +203,12 @@ class Repository:
                     .where(StudyModel.id == study_id, StudyModel.status == StudyStatus.QUEUED.value)
                     .values(
                         status=StudyStatus.RUNNING.value,
-                        spec={**(spec or {}), QUEUE_WORKER: worker},
+                        spec=spec if worker is None else {**spec, QUEUE_WORKER: dict(worker)},
                         updated_at=time.time(),
                     )
                 )
-                if getattr(taken, "rowcount", 0) == 1:
-                    s.flush()
-                    row = s.get(StudyModel, study_id)
-                    assert row is not None
-                    return study_row(row, {})
+                if (row := _taken(s, taken, study_id)) is not None:
+                    return row
             # Another worker won the race for that one: look again.
 
     def take_over_study(
@@ -243,11 +240,8 @@ class Repository:
                     )
                     .values(spec={**spec, QUEUE_WORKER: dict(worker)}, updated_at=time.time())
                 )
-                if getattr(taken, "rowcount", 0) == 1:
-                    s.flush()
-                    row = s.get(StudyModel, study_id)
-                    assert row is not None
-                    return study_row(row, {})
+                if (row := _taken(s, taken, study_id)) is not None:
+                    return row
         return None
 
     def set_study_worker(self, name: str, worker: Mapping[str, Any] | None) -> None:
@@ -546,6 +540,16 @@ def _name_taken(name: str) -> UsageError:
         f"a study named {name!r} already exists",
         hint="add --resume to continue it, or pick another --study name",
     )
+
+
+def _taken(s: Session, result: Any, study_id: int) -> StudyRow | None:
+    """The study row a compare-and-set update (``result``) took; None when it lost."""
+    if getattr(result, "rowcount", 0) != 1:
+        return None
+    s.flush()
+    row = s.get(StudyModel, study_id)
+    assert row is not None
+    return study_row(row, {})
 
 
 def _study_id(s: Session, name: str) -> int:

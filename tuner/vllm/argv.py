@@ -177,7 +177,7 @@ def once(extra: Sequence[str], knobs: Iterable[str], flags: FlagCatalog | None) 
     aliases (``-asc``); without it options are matched by spelling."""
     heads = {knob.split(".", 1)[0] for knob in knobs}
     for arg in extra:
-        if not arg.startswith("-") or arg == "-" or _is_number(arg):
+        if not arg.startswith("-") or arg == "-" or is_number(arg):
             continue
         option = arg.split("=", 1)[0].split(".", 1)[0]
         if option.startswith("--no-"):
@@ -192,7 +192,8 @@ def once(extra: Sequence[str], knobs: Iterable[str], flags: FlagCatalog | None) 
             )
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
+    """Whether ``text`` reads as a number ("-1", "2.5", "1e3")."""
     try:
         float(text)
     except ValueError:

@@ -243,10 +243,17 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
     return tuple(out)
 
 
+# TrialLine's field -> the metric whose window range is shown beside it.
+_RANGED = {
+    "throughput": "output_throughput",
+    "ttft_p99_ms": "ttft_p99_ms",
+    "e2e_p99_ms": "e2e_p99_ms",
+}
+
+
 def _ranges(row: TrialRow) -> dict[str, tuple[float, float]]:
-    shown = {"throughput": "output_throughput", "ttft_p99_ms": "ttft_p99_ms"}
     out = {}
-    for key, name in {**shown, "e2e_p99_ms": "e2e_p99_ms"}.items():
+    for key, name in _RANGED.items():
         e = row.metrics.get(name)
         bounds = (num(e.low), num(e.high)) if e is not None and len(e.values) > 1 else None
         if bounds is not None and bounds[0] is not None and bounds[1] is not None:
