@@ -62,7 +62,7 @@ def test_burstgpt_reads_times_and_counts_and_skips_failed_rows() -> None:
     ]
     # Arrivals start at 0 (the trace's first timestamp is 5 s).
     assert [r.arrival_s for r in w.trace] == [0.0, 42.0, 42.0, 45.0]
-    assert "1 rows of 0 response tokens skipped" in w.source
+    assert "1 row of 0 response tokens skipped" in w.source
 
 
 def test_custom_jsonl_is_vllms_prompt_and_output_tokens() -> None:

@@ -217,3 +217,25 @@ def test_each_surface_says_what_a_launch_value_is(geomean: bool, said: str) -> N
     record = {**results, "id": 1, "kind": "compare", "model": "m", "gpu": "h200", "workload": "w"}
     assert f"A launch's value: the {said} of its windows" in comparisons_markdown([record])
     assert "launch's value" not in comparison_report(_row({}, {})).provenance
+
+
+def test_a_side_that_could_not_be_measured_is_named_as_why_the_decision_stopped() -> None:
+    """Every B launch crashed: the decision stops "unmeasured" (not "budget", which read as
+    if the launches had been spent measuring), and the page says which side and how."""
+    from tuner.abtest import UNMEASURED_STOP, Design, judge_look
+    from tuner.domain import FailureClass, TrialResult, TrialStatus
+
+    a, b = Arm("defaults", ServingConfig()), Arm("big", ServingConfig(max_num_seqs=64))
+    a_runs = [FakeRunner(seed=i).run(a.config, WORKLOAD) for i in range(3)]
+    b_runs = [
+        TrialResult(b.config, TrialStatus.FAILED, FailureClass.CRASHED, "engine died")
+        for _ in range(3)
+    ]
+    look = judge_look(a, a_runs, b, b_runs, Design.sequential(), None)
+    assert look.step.reason == UNMEASURED_STOP
+    report = comparison_report(_row(json.loads(json.dumps(look.to_results())), {}))
+    stopped = report.provenance["stopped"]
+    assert stopped == "a side could not be measured: B (crashed ×3) after 3 + 0 launches"
+    # A side that completed a launch and then crashed is still measured: no such stop.
+    mixed = [FakeRunner(seed=9).run(b.config, WORKLOAD), *b_runs[:2]]
+    assert judge_look(a, a_runs, b, mixed, Design.sequential(), None).step.reason == ""

@@ -333,6 +333,13 @@ def test_parse_slo_rejects_non_positive_values(text: str) -> None:
         parse_slo(text)
 
 
+@pytest.mark.parametrize("text", [",", " , ,", ",,"])
+def test_parse_slo_rejects_separators_that_name_no_objective(text: str) -> None:
+    # Read as "no SLO" before: a typo that silently dropped every constraint.
+    with pytest.raises(ValueError, match=r"names no objective.*'none'"):
+        parse_slo(text)
+
+
 def test_parse_slo_rejects_a_name_given_twice() -> None:
     with pytest.raises(ValueError, match="twice"):
         parse_slo("ttft_p99=1s,ttft_p99=2s")

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from tuner.abtest.claims.rejudge import rejudge
     from tuner.abtest.claims.verdicts import Outcome, claim_record, verify
     from tuner.abtest.compare import COMPARED, HEADLINE, LAUNCH_VALUES, Arm, run_interleaved
-    from tuner.abtest.decide import Design, Look, judge_look
+    from tuner.abtest.decide import UNMEASURED_STOP, Design, Look, judge_look
     from tuner.abtest.pair import NOT_MEASURED, PairOutcome, run_pair, setup_pair
     from tuner.abtest.pipeline import Watch, open_bench
     from tuner.abtest.profile import load_profile, noise_key, profile_lines, record_launch
@@ -23,6 +23,7 @@ __all__ = [
     "HEADLINE",
     "LAUNCH_VALUES",
     "NOT_MEASURED",
+    "UNMEASURED_STOP",
     "Arm",
     "Claim",
     "Design",

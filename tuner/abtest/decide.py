@@ -17,7 +17,9 @@ borrows the noise profile of the key when there is one and the comparison's own 
 not contradict it (:func:`tuner.scoring.noise.pooled_ratio_interval`), else Welch's on its own
 launches. A side whose launches disagree far beyond their noise ends the comparison
 "inconclusive" (more launches cannot undo a disagreement), unless the two sides' launches lie
-apart by more than either side's spread and the interval decides.
+apart by more than either side's spread and the interval decides. A side that cannot be
+measured here (a finding such as memory exceeded, or no launch of it completed) ends it
+"unmeasured".
 
 Every verdict carries its cost: the GPU-minutes of all launches it took (start-up included).
 """
@@ -33,7 +35,6 @@ from tuner.abtest.compare import HEADLINE, Arm, Comparison, compare
 from tuner.abtest.profile import gpu_seconds
 from tuner.domain import TrialResult, TrialStatus
 from tuner.scoring import (
-    BUDGET,
     CONTINUE,
     MIN_EFFECT,
     NoiseProfile,
@@ -47,6 +48,7 @@ from tuner.scoring import (
 FIRST = 3  # launches a side at the first look
 CAP = 6  # launches a side at most
 INCONCLUSIVE_STOP = "inconclusive"
+UNMEASURED_STOP = "unmeasured"  # a side cannot be measured here: more launches cannot help
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,7 @@ def judge_look(
             lambda av, bv, conf: interval_of(metric, av, bv, conf),
         )
         if step.verdict == CONTINUE and _hopeless(a_runs, b_runs):
-            step = Step(head.verdict, step.interval, a_n, b_n, BUDGET)
+            step = Step(head.verdict, step.interval, a_n, b_n, UNMEASURED_STOP)
     return Look(c, step, design, profile, gpu_seconds([*a_runs, *b_runs]), metric)
 
 

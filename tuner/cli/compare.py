@@ -66,7 +66,7 @@ class Progress:
 
 def decision_lines(look: Look) -> list[str]:
     """How a decision ended, its interval's method and its cost, for people."""
-    from tuner.abtest import profile_lines
+    from tuner.abtest import UNMEASURED_STOP, profile_lines
     from tuner.scoring import BUDGET, PRECISE, SIGNIFICANT
 
     step, found = look.step, look.step.interval
@@ -74,6 +74,7 @@ def decision_lines(look: Look) -> list[str]:
         SIGNIFICANT: "the interval excludes 1",
         PRECISE: f"the interval is within ±{(look.design.plan.min_effect or 0) * 100:g} %",
         BUDGET: "the launch budget is spent" if not look.design.fixed else "the fixed design",
+        UNMEASURED_STOP: "a side could not be measured: see its failures",
     }.get(step.reason, step.reason)
     head = look.comparison.metric(look.metric)
     lines = [

@@ -146,6 +146,11 @@ def parse_slo(text: str) -> Slo:
         if allowed[key] in values:
             raise ValueError(f"SLO {key} is given twice in {text!r}: give each name once")
         values[allowed[key]] = _parse_duration_ms(raw.strip(), part)
+    if not values and text.strip():
+        raise ValueError(
+            f"SLO {text!r} names no objective: give NAME=VALUE items, e.g. ttft_p99=500ms, "
+            "or 'none' for no SLO"
+        )
     return Slo(**values)
 
 

@@ -146,7 +146,8 @@ def read_trace(
         rows = _mooncake_rows(path, text, block_tokens)
     elif fmt == "burstgpt":
         rows, skipped = _burstgpt_rows(path, text)
-        note = f"; {skipped} rows of 0 response tokens skipped" if skipped else ""
+        rows_ = "row" if skipped == 1 else "rows"
+        note = f"; {skipped} {rows_} of 0 response tokens skipped" if skipped else ""
     elif fmt == "sharegpt":
         counter, counted = text_counter(count_tokens, tokenizer)
         rows = _sharegpt_rows(path, text, counter)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.abtest import LAUNCH_VALUES
+from tuner.abtest import LAUNCH_VALUES, UNMEASURED_STOP
 from tuner.db import ComparisonRow
 from tuner.load import HIGHER_IS_BETTER
 from tuner.results.report.study import METRICS, num
@@ -204,12 +204,26 @@ def decision_facts(results: Mapping[str, Any]) -> dict[str, str]:
         else:
             out["design"] = f"fixed, {d.get('first')} launches a side"
         out["stopped"] = (
-            f"{d.get('stopped') or '-'} after {launches.get('a', '?')} + {launches.get('b', '?')}"
-            " launches"
+            f"{_stop_words(d.get('stopped'), results)} after {launches.get('a', '?')} + "
+            f"{launches.get('b', '?')} launches"
         )
         if d.get("method"):
             out["interval"] = str(d["method"])
     return out
+
+
+def _stop_words(stopped: Any, results: Mapping[str, Any]) -> str:
+    """Why a decision stopped; an unmeasured side named with its failures' classes."""
+    if stopped != UNMEASURED_STOP:
+        return str(stopped or "-")
+    failures = _map(results.get("failures"))
+    sides = []
+    for side in ("a", "b"):
+        kinds = [str(f).split(":")[0] for f in failures.get(side) or ()]
+        if kinds:
+            counted = ", ".join(f"{k} ×{kinds.count(k)}" for k in dict.fromkeys(kinds))
+            sides.append(f"{side.upper()} ({counted})")
+    return "a side could not be measured: " + (" and ".join(sides) or "no launch completed")
 
 
 def comparison_report(row: ComparisonRow) -> ComparisonReport:
