@@ -254,3 +254,37 @@ def test_a_study_whose_worker_died_is_taken_over_by_the_next_worker(
     assert early is not None and early.status == "finished"
     assert early.trial_counts[TrialStatus.COMPLETE] == 3
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_study_of_another_hosts_worker_is_taken_over_once_its_heartbeat_stops(
+    fake_server_db: tuple[Repository, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on another host cannot be asked whether its process lives: while it runs a
+    study it moves the study's updated_at every beat, and a study without a write for four
+    beats is taken over (here a beat is 1 s, so four seconds without one)."""
+    import time
+
+    from tuner.study import sharing
+    from tuner.study.sharing import host_name, worker_identity
+
+    monkeypatch.setenv("TUNER_HEARTBEAT_S", "1")
+    repo, url = fake_server_db
+    _queue_smoke(repo, "remote", trials=2)
+    elsewhere = {"host": host_name() + "-other", "pid": 1, "start": 0.0}
+    assert repo.claim_queued_study(worker=elsewhere) is not None
+    me = worker_identity()
+    assert repo.take_over_study(sharing.owner_gone, me) is None  # written just now
+
+    remote = Repository(make_engine(url))  # the other host's worker, beating
+    with sharing.study_heartbeat(remote, "remote"):
+        time.sleep(5.5)  # past four beats of silence, had it not beaten
+        assert repo.take_over_study(sharing.owner_gone, me) is None
+    time.sleep(4.5)  # silence: the worker is gone
+
+    said: list[str] = []
+    assert run_worker(repo, url, once=True, poll_s=0.0, vllm_python=None, say=said.append) == 1
+    assert said[0].startswith("worker: took over study remote (tiny-ernie on cpu, smoke)")
+    study = repo.get_study("remote")
+    assert study is not None and study.status == "finished"
+    assert study.trial_counts[TrialStatus.COMPLETE] == 2
+    assert study.spec["queue_worker"] == me

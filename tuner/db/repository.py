@@ -212,13 +212,13 @@ class Repository:
             # Another worker won the race for that one: look again.
 
     def take_over_study(
-        self, gone: Callable[[Mapping[str, Any]], bool], worker: Mapping[str, Any]
+        self, gone: Callable[[Mapping[str, Any], float], bool], worker: Mapping[str, Any]
     ) -> StudyRow | None:
         """Atomically take a study that a worker took from the queue and still runs (running
         or confirming) when ``gone`` says that worker is gone (``gone(its QUEUE_WORKER
-        record)``): the record -> ``worker``, the least recently updated study first. None
-        when there is none. The compare-and-set is on the study's ``updated_at``, which every
-        write moves, so one taker wins."""
+        record, the study's updated_at)``): the record -> ``worker``, the least recently
+        updated study first. None when there is none. The compare-and-set is on the study's
+        ``updated_at``, which every write (and :meth:`touch_study`) moves, so one taker wins."""
         live = (StudyStatus.RUNNING.value, StudyStatus.CONFIRMING.value)
         with session_scope(self._engine) as s:
             held = s.execute(
@@ -228,7 +228,7 @@ class Repository:
             ).all()
         for study_id, spec, updated in held:
             owner = (spec or {}).get(QUEUE_WORKER)
-            if not isinstance(owner, Mapping) or not gone(owner):
+            if not isinstance(owner, Mapping) or not gone(owner, updated):
                 continue
             with session_scope(self._engine) as s:
                 taken = s.execute(
@@ -243,6 +243,10 @@ class Repository:
                 if (row := _taken(s, taken, study_id)) is not None:
                     return row
         return None
+
+    def touch_study(self, name: str) -> None:
+        """Move the study's ``updated_at`` to now: its queue worker's heartbeat."""
+        self._update_study(name)
 
     def set_study_worker(self, name: str, worker: Mapping[str, Any] | None) -> None:
         """Record which queue worker runs the study (None: none that another worker should

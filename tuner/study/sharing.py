@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -147,6 +147,16 @@ def dead_here(trial: FrozenTrial) -> bool:
     return gone_here(owner)
 
 
+def owner_gone(owner: Mapping[str, Any], updated_at: float) -> bool:
+    """Whether the queue worker ``owner`` of a study last written at ``updated_at`` is gone:
+    on this host, its process has exited (:func:`gone_here`); on another, the study has had no
+    write for four beats, where a live worker's :func:`study_heartbeat` writes every beat (the
+    hosts' clocks are trusted to agree within a beat or two)."""
+    if owner.get("host") == host_name():
+        return gone_here(owner)
+    return time.time() - updated_at > heartbeat_s() * _GRACE_BEATS
+
+
 def gone_here(owner: Mapping[str, Any]) -> bool:
     """Whether the worker ``owner`` (:func:`worker_identity`) ran on this host and has exited
     (or its pid is now another process's); another host's is left to the heartbeat."""
@@ -204,16 +214,31 @@ def heartbeat(storage: optuna.storages.RDBStorage, trial_id: int) -> Iterator[No
     if interval is None:
         yield
         return
+    with _beating(lambda: storage.record_heartbeat(trial_id), interval, f"trial-{trial_id}"):
+        yield
+
+
+@contextlib.contextmanager
+def study_heartbeat(repo: Repository, name: str) -> Iterator[None]:
+    """While a queue worker runs study ``name``, move its ``updated_at`` every beat, so that a
+    worker on another host can tell it lives (:func:`owner_gone`)."""
+    with _beating(lambda: repo.touch_study(name), heartbeat_s(), f"study-{name}"):
+        yield
+
+
+@contextlib.contextmanager
+def _beating(beat: Callable[[], object], interval: float, what: str) -> Iterator[None]:
+    """Call ``beat`` now and every ``interval`` seconds, on a thread, until the block ends."""
     stop = threading.Event()
 
-    def beat() -> None:
+    def loop() -> None:
         while True:
             with contextlib.suppress(Exception):  # a missed beat is retried at the next one
-                storage.record_heartbeat(trial_id)
+                beat()
             if stop.wait(interval):
                 return
 
-    thread = threading.Thread(target=beat, name=f"tuner-heartbeat-{trial_id}", daemon=True)
+    thread = threading.Thread(target=loop, name=f"tuner-heartbeat-{what}", daemon=True)
     thread.start()
     try:
         yield

@@ -4,10 +4,12 @@ one running study (``--study NAME``) beside its other workers.
 Workers share the database: each takes the oldest queued study with an atomic status change
 (:meth:`Repository.claim_queued_study`), so several workers on several GPU hosts can drain one
 queue when the database is PostgreSQL. A study whose set-up fails (its GPU is not on this host,
-vLLM missing) is marked failed with the reason in its notes, and the worker goes on. With
-nothing queued, a worker takes over a study whose worker process on this host is gone
-(SIGKILL, a crash: :meth:`Repository.take_over_study`) and resumes it; one stopped by Ctrl-C
-or SIGTERM is ``interrupted``, left for ``tuner run --study NAME --resume``.
+vLLM missing) is marked failed with the reason in its notes, and the worker goes on. While it runs
+a study, a worker moves the study's ``updated_at`` every heartbeat (30 s). With nothing queued,
+a worker takes over a study whose worker is gone (SIGKILL, a crash, a lost host:
+:meth:`Repository.take_over_study`) and resumes it: gone is a worker process on this host that
+has exited, or a study of another host's worker without a write for four heartbeats. One
+stopped by Ctrl-C or SIGTERM is ``interrupted``, left for ``tuner run --study NAME --resume``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def run_worker(
         row = repo.claim_queued_study(worker=me)
         fresh = row is not None
         if row is None:  # a study whose worker died here (SIGKILL, a crash) is taken over
-            row = repo.take_over_study(sharing.gone_here, me)
+            row = repo.take_over_study(sharing.owner_gone, me)
         if row is None:
             if once:
                 return taken
@@ -57,22 +59,26 @@ def run_worker(
         if fresh:
             say(f"worker: took study {what}")
         else:
-            say(f"worker: took over study {what}: the worker that ran it on this host is gone")
+            say(
+                f"worker: took over study {what}: the worker that ran it is gone (its process "
+                "here has exited, or one on another host stopped its heartbeat)"
+            )
         spec = stored_spec(row.spec, row.name).with_overrides(vllm_python=vllm_python)
         try:
             prepared = prepare(spec, storage_url)
             reporter = reporter_factory() if reporter_factory else None
             # A study taken over resumes, unless its worker died before setting it up.
             started = not fresh and _has_optuna_study(storage_url, row.name)
-            run_study(
-                prepared.ctx,
-                prepared.runner,
-                prepared.repo,
-                claimed=not started,
-                resume=started,
-                reporter=reporter,
-                owner=me,
-            )
+            with sharing.study_heartbeat(repo, row.name):
+                run_study(
+                    prepared.ctx,
+                    prepared.runner,
+                    prepared.repo,
+                    claimed=not started,
+                    resume=started,
+                    reporter=reporter,
+                    owner=me,
+                )
         except TunerError as exc:
             repo.set_study_status(row.name, "failed")
             say(f"worker: study {row.name} failed to run: {exc}")
