@@ -92,13 +92,29 @@ def test_tuner_trace_sessions_and_prefixes() -> None:
     plan = plan_requests(w, 4, seed=1)
     assert [p.session for p in plan] == ["u1", "u2", "u1", None]
     assert [p.turn for p in plan] == [1, 1, 2, 0]
-    assert plan[0].segments == (("prefix:sys", 200), ("session:u1", 100))
-    assert plan[2].segments == (("prefix:sys", 200), ("session:u1", 220))
+    assert plan[0].segments == (("prefix:sys", 200), ("session:u1@w1", 100))
+    assert plan[2].segments == (("prefix:sys", 200), ("session:u1@w1", 220))
     # u2 repeats the system prefix (200); u1's second turn repeats its first prompt (300).
     assert prefix_reuse(plan) == pytest.approx((200 + 300) / (300 + 250 + 420 + 100))
     # A second cycle is new conversations: nothing of the first cycle's sessions repeats.
     again = plan_requests(w, 8, seed=1)
     assert again[6].session == "u1#1" and again[6].turn == 2
+
+
+@pytest.mark.parametrize("trace", ["trace:sessions.jsonl", "mooncake:mooncake.jsonl"])
+def test_no_phase_replays_the_sessions_or_blocks_of_another(trace: str) -> None:
+    """The warm-up (seed 0) and each window replay the same rows: were their sessions' and
+    hash blocks' prompts the same too, every window would find them in the prefix cache, and a
+    first turn would measure as warm as a second. A prefix group (a system prompt) is shared."""
+    kind, _, file = trace.partition(":")
+    w = get_workload(f"{kind}:{TRACES / file}")
+    streams = [
+        {k for p in plan_requests(w, 8, seed=seed) for k, _ in p.segments} for seed in (0, 1, 2)
+    ]
+    own = [{k for k in s if k.startswith(("session:", "hash:"))} for s in streams]
+    assert all(own) and own[0].isdisjoint(own[1]) and own[1].isdisjoint(own[2])
+    shared = [{k for k in s if k.startswith("prefix:")} for s in streams]
+    assert shared[0] == shared[1] == shared[2]
 
 
 def test_replay_options_scale_cut_and_redraw() -> None:

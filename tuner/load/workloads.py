@@ -218,8 +218,19 @@ def _poisson_arrivals(rng: np.random.Generator, rate: float, count: int) -> list
     return [float(t) for t in np.cumsum(gaps)]
 
 
-def _trace_request(r: TraceRequest, shared: int, arrival: float | None) -> PlannedRequest:
-    segments = r.segments or ((("", min(shared, r.prompt_tokens - 1)),) if shared else ())
+def _trace_request(
+    r: TraceRequest, shared: int, arrival: float | None, seed: int
+) -> PlannedRequest:
+    """One trace row as a request of phase ``seed``: a session's history and Mooncake's hash
+    blocks become streams of this phase alone, so that a warm-up or an earlier window never
+    leaves them in the server's cache for the next (a replay's first turn, its first sight of
+    a block, is a miss, as in the trace); a prefix group (``prefix:``, a system prompt) and the
+    workload's own shared prefix (``""``) stay warm across phases, as they would be in
+    steady serving."""
+    per_phase = ("session:", "hash:")
+    segments = tuple(
+        (f"{k}@w{seed}" if k.startswith(per_phase) else k, n) for k, n in r.segments
+    ) or ((("", min(shared, r.prompt_tokens - 1)),) if shared else ())
     return PlannedRequest(
         prompt_tokens=r.prompt_tokens,
         output_tokens=r.output_tokens,
@@ -247,14 +258,14 @@ def _plan_trace(workload: Workload, count: int, seed: int) -> list[PlannedReques
                 (len(ordered) - 1) / span if span > 0 else float(len(ordered))
             )
             arrivals = _poisson_arrivals(rng, rate, count)
-        return [_trace_request(r, shared, a) for r, a in zip(rows, arrivals, strict=True)]
+        return [_trace_request(r, shared, a, seed) for r, a in zip(rows, arrivals, strict=True)]
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
     plan = []
     turns: dict[str, int] = {}
     for i in range(count):
         cycle, row = divmod(i, len(ordered))
         r = ordered[row]
-        p = _trace_request(r, shared, r.arrival_s - first + cycle * (span + gap))
+        p = _trace_request(r, shared, r.arrival_s - first + cycle * (span + gap), seed)
         if r.session is not None:
             # Each cycle is a new conversation: its own stream, so it repeats no earlier cycle.
             session = f"{r.session}#{cycle}" if cycle else r.session
