@@ -179,3 +179,60 @@ def test_undetectable_and_unknown_traces(tmp_path: Path) -> None:
         get_workload(f"burstgpt:{tmp_path / 'none.csv'}")
     with pytest.raises(UsageError, match="sharegpt"):
         get_workload("sharegtp")
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "needle"),
+    [
+        ("trace:sessions.jsonl", {"turns": 3}, "turns would change nothing"),
+        ("trace:sessions.jsonl", {"output_tokens": 64}, "output_tokens would change nothing"),
+        ("chat", {"speed": 3.0}, "speed would change nothing"),
+        ("chat", {"max_requests": 5, "start_s": 1.0}, "max_requests, start_s would change"),
+    ],
+)
+def test_fields_the_workload_does_not_read_are_refused(
+    name: str, overrides: dict[str, object], needle: str
+) -> None:
+    """A trace's rows set the shapes a preset draws; a preset has no replay. Either kind of
+    field given to the other was dropped without a word."""
+    fmt, _, file = name.partition(":")
+    with pytest.raises(UsageError, match=needle):
+        get_workload(f"{fmt}:{TRACES / file}" if file else name, overrides)
+
+
+def test_a_negative_shared_prefix_on_a_trace_is_refused_before_any_prompt() -> None:
+    w = get_workload(f"trace:{TRACES / 'custom.jsonl'}", {"shared_prefix_tokens": -5})
+    with pytest.raises(UsageError, match=r"shared_prefix_tokens \(-5\) must be >= 0"):
+        plan_requests(w, 4, seed=1)
+
+
+def test_a_bom_a_tilde_and_a_broken_tokenizer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spreadsheets save CSV with a byte-order mark; the shell expands no ~ after "trace:";
+    a tokenizer.json that is not one is an error that names it, not a traceback."""
+    text = (TRACES / "burstgpt.csv").read_text(encoding="utf-8")
+    bom = tmp_path / "bom.csv"
+    bom.write_text("\ufeff" + text, encoding="utf-8")
+    assert (
+        get_workload(f"burstgpt:{bom}").trace
+        == get_workload(f"burstgpt:{TRACES / 'burstgpt.csv'}").trace
+    )
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert get_workload("burstgpt:~/bom.csv").trace is not None
+    broken = tmp_path / "model"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text('{"not": "a tokenizer"}', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"cannot read the tokenizer .*tokenizer\.json"):
+        get_workload(f"sharegpt:{TRACES / 'sharegpt.json'}", tokenizer=broken)
+
+
+def test_tuner_run_names_every_preset_in_its_workload_help() -> None:
+    import typer.main
+
+    from tuner.cli.app import app
+    from tuner.load.workloads import WORKLOADS
+
+    run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    (option,) = [p for p in run.params if p.name == "workload"]
+    assert all(name in option.help for name in WORKLOADS), option.help

@@ -316,7 +316,7 @@ def turn_lines(results: Sequence[PointResult]) -> list[str]:
         for turn, stats in sorted(point.turns.items()):
             lines.append(
                 f"TTFT by turn at {point.label}: turn {turn}: P50 {_ms(stats.p50)} ms, "
-                f"P99 {_ms(stats.p99)} ms ({stats.count} requests)"
+                f"P99 {_ms(stats.p99)} ms ({stats.count} request{'' if stats.count == 1 else 's'})"
             )
     return lines
 

@@ -45,7 +45,12 @@ def run(
     model: Annotated[str | None, typer.Option(help="Model alias, local dir or hub id.")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU profile: a10g, h100, h200, cpu, ...")] = None,
     workload: Annotated[
-        str | None, typer.Option(help="chat, rag, code, seed-bench, smoke or trace:FILE.")
+        str | None,
+        typer.Option(
+            help="A preset (chat, chat-heavy, rag, code, multi-turn, throughput-256, seed-bench, "
+            "smoke) or a trace as FORMAT:FILE (sharegpt:, burstgpt:, mooncake:, custom:, "
+            "tuner:, trace:). See docs/workloads.md."
+        ),
     ] = None,
     trials: Annotated[int | None, typer.Option(min=1, help="Trials in the study.")] = None,
     objective: Annotated[

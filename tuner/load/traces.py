@@ -85,7 +85,13 @@ def tokenizer_counter(path: Path) -> TokenCounter | None:
         return None
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(file))
+    try:
+        tokenizer = Tokenizer.from_file(str(file))
+    except Exception as exc:  # the tokenizers library raises its own bare Exception
+        raise UsageError(
+            f"cannot read the tokenizer {file}: {exc}",
+            hint="give --tokenizer the directory of a model with a valid tokenizer.json",
+        ) from None
     return lambda text: max(1, len(tokenizer.encode(text, add_special_tokens=False).ids))
 
 
@@ -94,7 +100,7 @@ def split_name(name: str) -> tuple[str, Path] | None:
     fmt, sep, rest = name.partition(":")
     if not sep or fmt not in FORMATS or not rest:
         return None
-    return fmt, Path(rest)
+    return fmt, Path(rest).expanduser()  # the shell expands no ~ after "trace:"
 
 
 def text_counter(
@@ -173,7 +179,7 @@ def read_trace(
         length_jitter=0.0,
         trace=ordered,
         arrival="trace" if timed else "closed",
-        source=f"{fmt} trace {path} ({n} requests{note})",
+        source=f"{fmt} trace {path} ({n} request{'' if n == 1 else 's'}{note})",
     )
 
 
@@ -206,7 +212,7 @@ def detect(path: Path, text: str) -> str:
 
 def _read(path: Path, name: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a BOM (spreadsheets write one) is no text
     except OSError as exc:
         raise UsageError(
             f"cannot read trace {path}: {exc.strerror or exc}",

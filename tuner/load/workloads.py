@@ -195,12 +195,28 @@ def get_workload(
                 hint=f"choose one of: {', '.join(sorted(WORKLOADS))}, or {'/'.join(FORMATS)}:FILE "
                 "(a trace; trace: tells the format)",
             ) from None
+    idle = sorted(set(overrides) & (SHAPE_FIELDS if workload.trace else REPLAY_FIELDS))
+    if idle:
+        what = "a trace's rows set" if workload.trace else "only a trace's replay takes"
+        raise UsageError(
+            f"workload {name!r}: {', '.join(idle)} would change nothing here ({what} them)",
+            hint="leave them out"
+            + (", or pick a preset to draw shapes from" if workload.trace else ""),
+        )
     if overrides:
         try:
             workload = workload.replace(**overrides)
         except TypeError as exc:
             raise UsageError(f"bad workload override: {exc}") from None
     return apply_replay(workload, overrides)
+
+
+# Workload fields that only one kind of workload reads: a preset's drawn shapes (a trace's
+# rows set their own lengths and sessions) and a trace's replay options.
+SHAPE_FIELDS = frozenset(
+    {"prompt_tokens", "output_tokens", "length_jitter", "turns", "think_time_s"}
+)
+REPLAY_FIELDS = frozenset({"speed", "start_s", "end_s", "max_requests", "arrival", "block_tokens"})
 
 
 def _jittered(mean: int, jitter: float, u: float) -> int:
@@ -331,9 +347,7 @@ def plan_requests(workload: Workload, count: int, seed: int) -> list[PlannedRequ
     if count < 0 or seed < 0:
         raise ValueError(f"count and seed must be >= 0, got count={count}, seed={seed}")
     shared = workload.shared_prefix_tokens
-    if workload.trace:
-        return _plan_trace(workload, count, seed)
-    if shared < 0 or shared >= workload.prompt_tokens:
+    if shared < 0 or (shared >= workload.prompt_tokens and not workload.trace):
         raise UsageError(
             f"workload {workload.name!r}: shared_prefix_tokens ({shared}) must be >= 0 and "
             f"below prompt_tokens ({workload.prompt_tokens})",
@@ -349,6 +363,8 @@ def plan_requests(workload: Workload, count: int, seed: int) -> list[PlannedRequ
     rate = workload.request_rate
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
+    if workload.trace:
+        return _plan_trace(workload, count, seed)
 
     if workload.turns < 1 or not (
         math.isfinite(workload.think_time_s) and workload.think_time_s >= 0
