@@ -93,7 +93,8 @@ def test_ensure_current_when_behind_names_both_revisions(
     with pytest.raises(StorageError) as err:
         migrate.ensure_current(url)
     assert err.value.message.endswith(f"at revision {at}, tuner needs 9999")
-    assert "tuner db upgrade" in err.value.hint
+    # The command names this database: a bare `tuner db upgrade` migrates the default one.
+    assert f"tuner db upgrade --storage {url}" in err.value.hint
     # Not brand-new: ensure_ready must not upgrade it behind the owner's back.
     with pytest.raises(StorageError, match="tuner needs 9999"):
         migrate.ensure_ready(url)

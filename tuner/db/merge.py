@@ -284,7 +284,7 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
 # Older revisions whose studies, trials and comparisons tables are those of the head: 0002 only
 # added tuner_trial_requests (per-request records), which a merge does not copy; a source
 # before 0003 has no tuner_launches and brings no launch summaries.
-SAME_MERGED_COLUMNS = frozenset({"0001"})
+SAME_MERGED_COLUMNS = frozenset({"0001", "0002"})
 
 
 def _check_revision(where: str, url: str, revision: str | None, tables: list[str]) -> None:

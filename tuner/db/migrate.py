@@ -29,7 +29,13 @@ from tuner.db.models import TABLE_PREFIX, VERSION_TABLE
 from tuner.db.session import DAMAGED_HINT, make_engine, safe_url, storage_error
 from tuner.errors import StorageError
 
-UPGRADE_HINT = "run `tuner db upgrade`"
+
+def upgrade_hint(url: str) -> str:
+    """The command that migrates the database at ``url`` (named: a bare `tuner db upgrade`
+    would migrate the default database instead)."""
+    return f"run `tuner db upgrade --storage {safe_url(url)}`"
+
+
 # Any constant will do: every tuner process takes this PostgreSQL advisory lock to set up tables.
 _SETUP_LOCK = 0x74756E6572  # "tuner"
 # Present once Optuna's RDBStorage has set up its schema (and stamped its own alembic_version).
@@ -154,7 +160,7 @@ def ensure_current(url: str) -> None:
     where = safe_url(url)
     if current is None:
         raise StorageError(
-            f"database {where} has no tuner tables, tuner needs {head}", hint=UPGRADE_HINT
+            f"database {where} has no tuner tables, tuner needs {head}", hint=upgrade_hint(url)
         )
     if current not in known_revisions():
         raise StorageError(
@@ -162,7 +168,7 @@ def ensure_current(url: str) -> None:
             hint="it was migrated by a newer tuner: upgrade tuner",
         )
     raise StorageError(
-        f"database {where} at revision {current}, tuner needs {head}", hint=UPGRADE_HINT
+        f"database {where} at revision {current}, tuner needs {head}", hint=upgrade_hint(url)
     )
 
 
@@ -188,7 +194,7 @@ def ensure_ready(url: str, auto_upgrade: bool = True) -> None:
                         f"database {safe_url(url)} has tuner tables {leftovers} but no revision "
                         "record",
                         hint="move them out of the way (or use a new database), then "
-                        + UPGRADE_HINT,
+                        + upgrade_hint(url),
                     )
                 upgrade(url)
             if _OPTUNA_TABLES - tables:
