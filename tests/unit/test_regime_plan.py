@@ -68,11 +68,11 @@ def test_a_frontend_plan_on_the_h200_searches_the_levers_not_the_card() -> None:
     d = Diagnosis(Regime.FRONTEND, ("API server at 1.00 of a core",), {}, 256)
     plan = make_plan(d, _card("h200"), Objective.THROUGHPUT)
     assert plan is not None
-    assert [k.knob for k in plan.knobs] == [
-        "stream_interval", "api_server_count", "async_scheduling",
-    ]  # fmt: skip
-    assert [k.screen for k in plan.knobs] == [8, 4, True]
+    assert [k.knob for k in plan.knobs] == ["stream_interval", "api_server_count"]
+    assert [k.screen for k in plan.knobs] == [8, 4]
     skipped = dict(plan.skipped)
+    # vLLM 0.26.0 declares async scheduling None, and turns it on by itself on a GPU.
+    assert skipped["async_scheduling"] == "True is already vLLM's default on h200"
     # Larger batches: the card's candidates end at 512, under vLLM's 1,024 on the H200.
     assert skipped["max_num_seqs"] == (
         "no candidate above vLLM's default of 1024 on h200: larger batches once the frontend "
@@ -86,11 +86,10 @@ def test_a_frontend_plan_on_the_h200_searches_the_levers_not_the_card() -> None:
     # The recipe first (every planned knob at once), then the recipe without each in turn.
     assert [label for label, _ in configs] == ["recipe", *(k.knob for k in plan.knobs)]
     recipe = configs[0][1]
-    assert recipe.max_num_seqs is None and recipe.extra == {
-        "stream_interval": 8, "api_server_count": 4, "async_scheduling": True,
-    }  # fmt: skip
+    assert recipe.max_num_seqs is None
+    assert recipe.extra == {"stream_interval": 8, "api_server_count": 4}
     without = dict(configs)["stream_interval"]
-    assert "stream_interval" not in without.extra and without.extra["async_scheduling"] is True
+    assert "stream_interval" not in without.extra and without.extra["api_server_count"] == 4
     assert Plan.from_dict(plan.as_dict()) == plan
 
 
@@ -120,22 +119,21 @@ def test_screening_keeps_what_the_recipe_loses_without_beyond_the_noise() -> Non
     plan = make_plan(d, _card("h200"), Objective.THROUGHPUT)
     assert plan is not None
     margin = math.sqrt(2) * DEFAULT_LAUNCH_SD  # x1.10
-    # The recipe pays x1.40; without stream_interval x1.10 (it carries x1.27), without async
-    # scheduling x1.20 (x1.17: the pair pays together), without the others no loss.
-    scores = {"recipe": 1.40, "stream_interval": 1.10, "async_scheduling": 1.20}
-    judged = screened(plan, {**scores, "api_server_count": 1.41, "max_num_seqs": 1.38}, None, "")
-    assert judged.kept == ("stream_interval", "async_scheduling")
+    # The recipe pays x1.40; without stream_interval x1.10 (it carries x1.27), without more API
+    # servers x1.20 (x1.17: the pair pays together); a score of a knob not planned is ignored.
+    scores = {"recipe": 1.40, "stream_interval": 1.10, "api_server_count": 1.20}
+    judged = screened(plan, {**scores, "max_num_seqs": 1.38}, None, "")
+    assert judged.kept == ("stream_interval", "api_server_count")
     assert judged.effects["stream_interval"] == pytest.approx(1.40 / 1.10)
     assert judged.margin == pytest.approx(margin) and judged.recipe == 1.40
     assert "no noise profile" in judged.margin_source
     assert "the recipe x1.40 the defaults" in judged.lines()[-1]
-    # A tighter profile keeps the 1.4 % one too; nothing above the noise keeps what helped.
-    tight = screened(plan, {**scores, "api_server_count": 1.38, "max_num_seqs": 1.41}, 0.005, "")
-    assert tight.kept == ("stream_interval", "api_server_count", "async_scheduling")
-    flat = {"recipe": 1.02, "stream_interval": 1.0, "async_scheduling": 1.03}
-    assert screened(
-        plan, {**flat, "api_server_count": 1.02, "max_num_seqs": 1.05}, None, ""
-    ).kept == ("stream_interval",)
+    # A tighter profile keeps a 1.4 % one too; nothing above the noise keeps what helped.
+    close = {**scores, "api_server_count": 1.38}
+    assert screened(plan, close, None, "").kept == ("stream_interval",)
+    assert screened(plan, close, 0.005, "").kept == ("stream_interval", "api_server_count")
+    flat = {"recipe": 1.02, "stream_interval": 1.0, "api_server_count": 1.03}
+    assert screened(plan, {**flat, "max_num_seqs": 1.05}, None, "").kept == ("stream_interval",)
     # A failed recipe: no effect is known; the two likeliest are searched.
     failed = screened(plan, {"recipe": 0.0}, None, "")
     assert failed.kept == ("stream_interval", "api_server_count")
@@ -149,8 +147,8 @@ def test_the_screening_line_says_when_the_fallback_chose() -> None:
     assert plan is not None
     beat = screened(plan, {"recipe": 1.40, "stream_interval": 1.10}, None, "").lines()[-1]
     assert "none beat" not in beat and "none helped" not in beat
-    flat = {"recipe": 1.02, "stream_interval": 1.0, "async_scheduling": 1.03}
-    above_one = screened(plan, {**flat, "api_server_count": 1.02, "max_num_seqs": 1.05}, None, "")
+    flat = {"recipe": 1.02, "stream_interval": 1.0, "api_server_count": 1.03}
+    above_one = screened(plan, {**flat, "max_num_seqs": 1.05}, None, "")
     assert above_one.lines()[-1].endswith(
         "searching stream_interval (none beat the noise: those above x1.00)"
     )
@@ -202,8 +200,9 @@ def test_a_knob_already_at_vllms_resolved_default_or_a_cap_that_never_bound_is_n
     plan = make_plan(decode, card, Objective.THROUGHPUT)
     assert plan is not None
     knobs = [k.knob for k in plan.knobs]
-    assert knobs == ["kv_cache_dtype", "async_scheduling", "attention_backend"]
+    assert knobs == ["kv_cache_dtype", "attention_backend"]
     why = dict(plan.skipped)
+    assert why["async_scheduling"] == "True is already vLLM's default on h200"
     assert why["compilation_config.cudagraph_mode"] == (
         "FULL_AND_PIECEWISE is already vLLM's default on h200"
     )
@@ -255,7 +254,7 @@ def test_an_fp8_kv_cache_is_not_screened_where_the_kv_cache_is_a_sliver_of_a_dec
         return [k.knob for k in plan.knobs], dict(plan.skipped)
 
     planned, why = knobs(Regime.DECODE, 16.0)
-    assert planned == ["async_scheduling", "attention_backend"]
+    assert planned == ["attention_backend"]
     assert why["kv_cache_dtype"] == (
         "the KV cache is 4% of what a decode step reads (16 requests of 641 tokens against "
         "15.2 GB of weights): halving it gains at most x1.02"
@@ -317,3 +316,27 @@ def test_a_right_prediction_plans_the_recipe_the_defaults_trial_would() -> None:
         plans = [make_plan(d, card, Objective.BALANCED) for d in (predicted, measured)]
         recipes = [dict(screen_configs(p, card))[RECIPE] for p in plans if p is not None]
         assert len(recipes) == 2 and recipes[0] == recipes[1], gpu
+
+
+def test_async_scheduling_is_vllms_own_default_where_its_flag_declares_none() -> None:
+    """vLLM 0.26.0 declares --async-scheduling None and decides: every server it started on the
+    H200 without the flag logged "Asynchronous scheduling is enabled", and the plan's
+    async_scheduling=True measured the defaults again (docs/results/plan-h200.md §9). A vLLM
+    that declares False keeps it off; the CPU build turns it off whatever the flag says."""
+    from tuner.catalog.levers import vllm_default
+
+    h200 = get_gpu("h200")
+    assert vllm_default("async_scheduling", h200, None, {"async_scheduling": None}) is True
+    assert vllm_default("async_scheduling", h200, None, {"async_scheduling": False}) is False
+    assert vllm_default("async_scheduling", h200) is None  # no flag list: not known
+    assert (
+        vllm_default("async_scheduling", get_gpu("cpu"), None, {"async_scheduling": None}) is None
+    )
+    spec = {"speculative_config": '{"method": "ngram"}'}
+    assert vllm_default("async_scheduling", h200, spec, {"async_scheduling": None}) is None
+    # With vLLM 0.32.0's flag list (it declares None too) a decode plan leaves it out as well.
+    card = SearchSpace(
+        resolve_model("qwen2.5-7b"), h200, get_workload("chat"), flags=shipped("0.32.0")
+    )
+    plan = make_plan(Diagnosis(Regime.DECODE, (), {}, 16), card, Objective.THROUGHPUT)
+    assert plan is not None and "async_scheduling" not in [k.knob for k in plan.knobs]

@@ -167,7 +167,10 @@ def get(knob: str) -> Lever | None:
 
 
 def vllm_default(
-    knob: str, gpu: GpuProfile, fixed: Mapping[str, object] | None = None
+    knob: str,
+    gpu: GpuProfile,
+    fixed: Mapping[str, object] | None = None,
+    declared: Mapping[str, object] | None = None,
 ) -> Scalar | None:
     """What vLLM's ``serve`` resolves ``knob`` to on ``gpu`` when no flag sets it, with the
     knobs ``fixed`` set as given, where that depends on the hardware (and, for CUDA graphs, on
@@ -175,9 +178,22 @@ def vllm_default(
     0.32.0's ``EngineArgs`` defaults and vLLM 0.26.0's start-up log on the H200 (its engine
     config: ``cudagraph_mode`` FULL_AND_PIECEWISE, ``max_num_batched_tokens=8192``): 80 GiB
     class GPUs other than the A100 batch up to 1,024 sequences and 8,192 tokens a step, GPUs of
-    160 GiB or more 1,024 and 16,384, others 256 and 2,048, the CPU build 128 and 2,048."""
+    160 GiB or more 1,024 and 16,384, others 256 and 2,048, the CPU build 128 and 2,048.
+
+    ``declared``: the defaults the installed vLLM's ``serve`` declares, by dest (its flag
+    list). Where it declares ``async_scheduling`` None (0.26.0 does), vLLM decides, and on a GPU
+    it turns async scheduling on: every server of 0.26.0 on the H200 started without the flag
+    logged "Asynchronous scheduling is enabled" (docs/results/plan-h200.md §9). A vLLM that
+    declares False does not; with speculative decoding or pipeline parallelism tuner cannot
+    tell."""
     if gpu.is_cpu:
         return {"max_num_seqs": 128, "max_num_batched_tokens": 2048}.get(knob)
+    if knob == "async_scheduling":
+        fixed = fixed or {}
+        if fixed.get("speculative_config") or fixed.get("pipeline_parallel_size", 1) != 1:
+            return None
+        said = (declared or {}).get(knob, "unknown")
+        return True if said is None else said if isinstance(said, bool) else None
     if knob == "compilation_config.cudagraph_mode":
         fixed = fixed or {}
         if fixed.get("enforce_eager") or fixed.get("optimization_level") not in (None, 2):

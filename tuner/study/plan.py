@@ -292,7 +292,7 @@ def _why_not(move: levers.Move, card: SearchSpace, objective: Objective) -> str 
 def _changes_nothing(knob: str, value: Any, diagnosis: Diagnosis, card: SearchSpace) -> str | None:
     """Why screening ``knob=value`` here would measure the defaults again, from what vLLM
     resolves the knob to on this GPU and from the defaults' own trial; None when it may not."""
-    default = levers.vllm_default(knob, card.gpu, card.given_fixed)
+    default = levers.vllm_default(knob, card.gpu, card.given_fixed, declared_defaults(card))
     if default is not None and value == default:
         return f"{value} is already vLLM's default on {card.gpu.name}"
     peak = diagnosis.figures.get("requests_running_peak")
@@ -315,9 +315,14 @@ def _changes_nothing(knob: str, value: Any, diagnosis: Diagnosis, card: SearchSp
     return None
 
 
+def declared_defaults(card: SearchSpace) -> dict[str, Any]:
+    """The defaults the card's vLLM declares for its flags, by dest ({} without its flags)."""
+    return {f.dest: f.default for f in card.flags.flags.values()} if card.flags else {}
+
+
 def _beyond_default(move: levers.Move, card: SearchSpace) -> Any:
     """vLLM's own default for ``move``'s knob here when the move pays on one side of it."""
-    default = levers.vllm_default(move.knob, card.gpu, card.given_fixed)
+    default = levers.vllm_default(move.knob, card.gpu, card.given_fixed, declared_defaults(card))
     return default if move.way and isinstance(default, int | float) else None
 
 
