@@ -312,6 +312,58 @@ def test_sources_at_every_older_revision_merge(tmp_path: Path) -> None:
     assert {s.name for s in make_repo(url(target)).list_studies()} == names
 
 
+def _damage(path: Path) -> Path:
+    """Overwrite the head of an index's root page, as a bad sector would: the rows still read
+    (a merge scans tables), only SQLite's check finds it."""
+    with sqlite3.connect(path) as con:
+        root = con.execute(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'index' "
+            "AND tbl_name = 'tuner_trials' ORDER BY name LIMIT 1"
+        )
+        page = root.fetchone()[0]
+        size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    with path.open("r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xff" * 16)
+    return path
+
+
+def test_a_damaged_source_or_target_is_refused_before_anything_is_written(
+    source: Path, tmp_path: Path
+) -> None:
+    """`tuner db upgrade` refused a damaged file; a merge read and wrote it (exit 0)."""
+    bad_source = _damage(copy_db(source, tmp_path / "bad-source.db"))
+    target = tmp_path / "central.db"
+    with pytest.raises(StorageError, match=r"source database .*bad-source\.db is damaged"):
+        merge(bad_source, target)
+    assert not target.exists()
+    bad_target = _damage(copy_db(source, tmp_path / "bad-target.db"))
+    before = digest(bad_target)
+    other = tmp_path / "other.db"
+    run_studies(other, search="b")
+    for dry_run in (True, False):
+        with pytest.raises(StorageError, match=r"bad-target\.db is damaged"):
+            merge(other, bad_target, dry_run=dry_run)
+    assert digest(bad_target) == before
+
+
+def test_a_target_at_an_older_revision_is_planned_by_a_dry_run_as_the_merge_does_it(
+    source: Path, tmp_path: Path
+) -> None:
+    """The dry run refused a rev-0002 target ("run tuner db upgrade") that the merge itself
+    migrates and fills; both now say the same, the migration included."""
+    old = Path(__file__).parents[2] / "studies" / "results" / "ernie-0.3b-h200-heavy"
+    target = Path(shutil.copy(old / "heavy-h200.db", tmp_path / "central.db"))
+    before = digest(target)
+    dry = merge(source, target, dry_run=True)
+    assert digest(target) == before and dry.upgraded_from == "0002"
+    real = merge(source, target)
+    assert real.upgraded_from == "0002"
+    assert {**dry.to_json(), "dry_run": False} == real.to_json()
+    assert merge(source, target).upgraded_from is None  # at the head now
+
+
 def test_a_source_at_an_unknown_revision_is_refused(source: Path, tmp_path: Path) -> None:
     newer = copy_db(source, tmp_path / "newer.db")
     with sqlite3.connect(newer) as con:

@@ -19,6 +19,11 @@ def describe(summary: MergeSummary) -> list[str]:
     and a last one in words."""
     would = "would be " if summary.dry_run else ""
     lines = [f"{summary.source} -> {summary.target}" + (" (dry run)" if summary.dry_run else "")]
+    if summary.upgraded_from:
+        lines.append(
+            f"target {would or 'was '}migrated from tuner schema revision {summary.upgraded_from} "
+            "to the current one first"
+        )
     lines += [_study_line(s, would) for s in summary.studies]
     if summary.comparisons_added or summary.comparisons_kept:
         lines.append(

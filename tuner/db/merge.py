@@ -72,6 +72,7 @@ class MergeSummary:
     comparisons_kept: int
     launches_added: int = 0  # launch summaries (tuner_launches) of noise profiles
     launches_kept: int = 0
+    upgraded_from: str | None = None  # the target's revision when the merge (would) migrate it
 
     @property
     def changed(self) -> bool:
@@ -101,7 +102,8 @@ def merge_databases(
 ) -> MergeSummary:
     """Merge database ``source`` (a URL, or a SQLite file's path) into database URL ``target``.
 
-    The target is migrated to the head revision first (not in a dry run, which writes nothing).
+    The target is migrated to the head revision first (not in a dry run, which writes nothing
+    and plans against the older tables as they are; either way ``upgraded_from`` says so).
     Raises UsageError for a source that is missing, unreadable or holds no tuner tables, for a
     bad ``rename_suffix``, and for studies that cannot be merged (see
     :mod:`tuner.db.merge_plan`), before anything is written; StorageError for a source not at
@@ -122,6 +124,10 @@ def merge_databases(
         raise UsageError(f"source and target are the same database ({safe_url(target)})")
     engine_kwargs = _read_only(src_file)
     data = _read_source(src, src_file, engine_kwargs)
+    before = None
+    if dst_file is None or dst_file.exists():  # a damaged target is not written to
+        migrate.check_integrity(target)
+        before = migrate.current_revision(target)
     with merge_optuna.open_storage(
         "sqlite://" if src_file else src, engine_kwargs, create=False
     ) as from_optuna:
@@ -138,6 +144,7 @@ def merge_databases(
         comparisons_kept=plan.unlinked_kept,
         launches_added=len(plan.launches),
         launches_kept=plan.launches_kept,
+        upgraded_from=before if before not in (None, migrate.head_revision()) else None,
     )
 
 
@@ -180,8 +187,10 @@ def _dry_run(
     if dst_file is not None and not dst_file.exists():
         plan = _plan_merge(data, TargetView(None, ()), suffix)
         return plan, _optuna(from_optuna, None, plan, dry_run=True)
-    fresh = migrate.current_revision(target) is None
-    if not fresh:
+    current = migrate.current_revision(target)
+    fresh = current is None
+    older = current in SAME_MERGED_COLUMNS  # planned as it is: the merge would migrate it
+    if not fresh and not older:
         migrate.ensure_current(target)
     kwargs = optuna_engine_kwargs(target)
     engine = make_engine(target)
@@ -191,7 +200,8 @@ def _dry_run(
             Session(engine) as s,
         ):
             names = merge_optuna.study_names(to_optuna)
-            plan = _plan_merge(data, TargetView(None if fresh else s, names), suffix)
+            view = TargetView(None if fresh else s, names, launches=not older)
+            plan = _plan_merge(data, view, suffix)
             merged = _optuna(from_optuna, to_optuna, plan, dry_run=True)
             s.rollback()
     except sa_exc.SQLAlchemyError as e:
@@ -252,6 +262,8 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
     engine = create_engine("sqlite://", **engine_kwargs) if path else make_engine(url)
     try:
         with engine.connect() as connection:
+            if problems := migrate.damage(connection):
+                raise migrate.damaged(f"source database {where}", problems)
             tables = inspect(connection).get_table_names()
             revision = migrate.revision_of(connection)
         _check_revision(where, url, revision, tables)

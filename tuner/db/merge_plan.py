@@ -98,9 +98,12 @@ class TargetView:
     """What planning needs to know of the target; ``session=None`` for a target without
     tuner's tables yet (a dry run does not create them)."""
 
-    def __init__(self, session: Session | None, optuna_names: Iterable[str]) -> None:
+    def __init__(
+        self, session: Session | None, optuna_names: Iterable[str], *, launches: bool = True
+    ) -> None:
         self._session = session
         self.optuna_names = frozenset(optuna_names)
+        self._launches = launches  # False: a target before revision 0003, without them
 
     def study(self, name: str) -> StudyModel | None:
         if self._session is None:
@@ -119,7 +122,7 @@ class TargetView:
         return {comparison_key(r) for r in self._session.scalars(select(ComparisonModel))}
 
     def launch_keys(self) -> set[LaunchKey]:
-        if self._session is None:
+        if self._session is None or not self._launches:
             return set()
         return {launch_key(r) for r in self._session.scalars(select(LaunchModel))}
 

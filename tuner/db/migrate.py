@@ -120,18 +120,23 @@ def check_integrity(url: str) -> None:
     """StorageError when a SQLite database is damaged: its quick check (every page's structure)
     fails, or it cannot even be read. Other databases look after their own pages."""
     with _connection(url) as connection:
-        if connection.dialect.name != "sqlite":
-            return
-        problems = [
-            str(row[0])
-            for row in connection.exec_driver_sql("PRAGMA quick_check")
-            if row[0] != "ok"
-        ]
+        problems = damage(connection)
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise StorageError(
-            f"database {safe_url(url)} is damaged: {problems[0]}{more}", hint=DAMAGED_HINT
-        )
+        raise damaged(f"database {safe_url(url)}", problems)
+
+
+def damage(connection: Connection) -> list[str]:
+    """What SQLite's quick check (every page's structure) finds wrong; [] for other databases,
+    which look after their own pages."""
+    if connection.dialect.name != "sqlite":
+        return []
+    rows = connection.exec_driver_sql("PRAGMA quick_check")
+    return [str(row[0]) for row in rows if row[0] != "ok"]
+
+
+def damaged(what: str, problems: list[str]) -> StorageError:
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return StorageError(f"{what} is damaged: {problems[0]}{more}", hint=DAMAGED_HINT)
 
 
 def upgrade(url: str, revision: str = "head") -> None:
