@@ -21,7 +21,7 @@ from pydantic_core import core_schema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from api.bounds import INT_MAX, NO_NUL, SEED_MAX, SLO_EXAMPLE, SLO_PATTERN, TEXT_MAX
-from tuner.catalog import GPUS, LEVERS, MODELS, resolve_model
+from tuner.catalog import GPUS, LEVERS, MAX_GPU_PRICE, MODELS, resolve_model
 from tuner.compose import check_fits
 from tuner.db import STUDY_NAME_PATTERN
 from tuner.domain import Objective
@@ -79,7 +79,10 @@ class StudySection(TypedDict, total=False):
     notes: Text
     emulate: bool
     gpu_price: Annotated[
-        float, Field(ge=0, le=1e6, description="US dollars per GPU-hour (default: the catalog's)")
+        float,
+        Field(
+            ge=0, le=MAX_GPU_PRICE, description="US dollars per GPU-hour (default: the catalog's)"
+        ),
     ]
 
 

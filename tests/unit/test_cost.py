@@ -102,6 +102,31 @@ def test_prices_name_their_source() -> None:
     assert costs.study_price("l4", None) is None and "--gpu-price" in costs.no_price("l4")
 
 
+@pytest.mark.parametrize("price", [math.inf, math.nan, -0.5, 1e308, 1000.5])
+def test_a_price_that_is_no_price_is_refused_everywhere(price: float, tmp_path: Path) -> None:
+    """inf printed "$inf/GPU-hour", 1e308 a 300-digit figure; nan was refused for being below 0."""
+    with pytest.raises(UsageError, match="not a price per GPU-hour: give 0 to 1,000"):
+        gpu_price("h200", price)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'[study]\nmodel = "tiny-ernie"\ngpu_price = {price!r}\n')
+    if math.isfinite(price):  # TOML spells the others inf and nan
+        with pytest.raises(SpecError, match="not a price per GPU-hour"):
+            load_spec(spec)
+
+
+def test_a_study_price_is_labelled_as_the_studys_and_a_broken_one_says_so() -> None:
+    stored = costs.study_price("h200", {"gpu_price": 2.5})
+    assert stored is not None and stored.label() == "$2.50/GPU-hour (the study's price)"
+    given = costs.study_price("h200", {"gpu_price": 2.5}, 1.25)
+    assert given is not None and given.label() == "$1.25/GPU-hour (given price)"
+    tiny = gpu_price("h200", 0.001)
+    assert tiny is not None and tiny.label().startswith("$0.001/GPU-hour")  # not $0.00
+    with pytest.raises(UsageError, match="stored gpu_price 'abc' is no price") as info:
+        costs.study_price("h200", {"gpu_price": "abc"})
+    assert "--gpu-price" in info.value.hint
+    assert costs.study_price("h200", {"gpu_price": "abc"}, 3.0) is not None  # given: not read
+
+
 def test_the_spec_takes_a_gpu_price_and_refuses_a_negative_one(tmp_path: Path) -> None:
     good = tmp_path / "good.toml"
     good.write_text('[study]\nmodel = "tiny-ernie"\ngpu = "h200"\ngpu_price = 3.25\n')

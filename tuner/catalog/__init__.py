@@ -11,11 +11,13 @@ if TYPE_CHECKING:
     from tuner.catalog.gpus import (
         FLASH_ATTN,
         GPUS,
+        MAX_GPU_PRICE,
         MEMORY_BANDWIDTH_GBS,
         GpuPrice,
         get_gpu,
         gpu_price,
         match_detected,
+        price_problem,
     )
     from tuner.catalog.levers import LEVERS
     from tuner.catalog.materialize import tokenizer_dir
@@ -26,6 +28,7 @@ __all__ = [
     "FLASH_ATTN",
     "GPUS",
     "LEVERS",
+    "MAX_GPU_PRICE",
     "MEMORY_BANDWIDTH_GBS",
     "MODELS",
     "VLLM_DEFAULT_GPU_MEMORY_UTILIZATION",
@@ -35,6 +38,7 @@ __all__ = [
     "gpu_price",
     "has_facts",
     "match_detected",
+    "price_problem",
     "resolve_model",
     "tokenizer_dir",
 ]

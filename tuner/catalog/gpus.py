@@ -20,6 +20,7 @@ Memory sizes are what NVML reports as the device total, in GiB.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -123,7 +124,12 @@ class GpuPrice:
     catalog_default: bool = False
 
     def label(self) -> str:
-        return f"${self.usd_per_hour:.2f}/GPU-hour ({self.source})"
+        x = self.usd_per_hour
+        return (
+            f"${x:,.2f}/GPU-hour ({self.source})"
+            if x == 0 or x >= 0.01
+            else (f"${x:.2g}/GPU-hour ({self.source})")
+        )
 
 
 # On-demand list prices per GPU-hour: an assumption, not a quote. The middle of the "specialty
@@ -137,16 +143,27 @@ PRICE_SOURCE = (
 CATALOG_PRICES: Mapping[str, float] = {"a100-80g": 1.30, "h100": 3.00, "h200": 4.00}
 
 
-def gpu_price(profile: str, override: float | None = None) -> GpuPrice | None:
+# US dollars per GPU-hour: far above what any GPU rents for; a larger figure is a typo.
+MAX_GPU_PRICE = 1000.0
+
+
+def price_problem(value: float) -> str | None:
+    """Why ``value`` is no price per GPU-hour (negative, not finite, past MAX_GPU_PRICE)."""
+    if math.isfinite(value) and 0 <= value <= MAX_GPU_PRICE:
+        return None
+    return f"{value} $/hour is not a price per GPU-hour: give 0 to {MAX_GPU_PRICE:,.0f}"
+
+
+def gpu_price(
+    profile: str, override: float | None = None, source: str = "given price"
+) -> GpuPrice | None:
     """The price per GPU-hour for ``profile``: ``override`` (``--gpu-price`` or the spec's
-    ``gpu_price``) when given, else the catalog default, labelled as one; None when neither."""
+    ``gpu_price``, named by ``source``) when given, else the catalog default, labelled as one;
+    None when neither."""
     if override is not None:
-        if not override >= 0:
-            raise UsageError(
-                f"a GPU price of {override} $/hour is not a price",
-                hint="give US dollars per GPU-hour, e.g. --gpu-price 3.5",
-            )
-        return GpuPrice(float(override), "given price")
+        if problem := price_problem(override):
+            raise UsageError(problem, hint="give US dollars per GPU-hour, e.g. --gpu-price 3.5")
+        return GpuPrice(float(override), source)
     default = CATALOG_PRICES.get(profile.strip().lower())
     if default is None:
         return None

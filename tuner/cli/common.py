@@ -69,7 +69,6 @@ PriceOpt = Annotated[
     float | None,
     typer.Option(
         "--gpu-price",
-        min=0.0,
         help="US dollars per GPU-hour for the $ figures (default: the study's own price, else "
         "the catalog's list-price assumption for its GPU, where it has one).",
     ),

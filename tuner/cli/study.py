@@ -64,7 +64,6 @@ def run(
     gpu_price: Annotated[
         float | None,
         typer.Option(
-            min=0.0,
             help="US dollars per GPU-hour for the $/1M-token figures (default: the catalog's "
             "list-price assumption for --gpu, where it has one).",
         ),
@@ -128,6 +127,11 @@ def run(
         from tuner.db import check_study_name
 
         check_study_name(study, where="--study")
+    if gpu_price is not None:
+        from tuner.catalog import price_problem
+
+        if problem := price_problem(gpu_price):
+            raise UsageError(f"--gpu-price: {problem}", hint="e.g. --gpu-price 3.5")
     options: dict[str, Any] = {
         "model": model,
         "gpu": gpu,

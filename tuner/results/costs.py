@@ -9,6 +9,7 @@ from typing import Any
 
 from tuner.catalog import GpuPrice, gpu_price
 from tuner.domain import Estimate
+from tuner.errors import UsageError
 from tuner.scoring import trial_cost
 
 
@@ -18,9 +19,16 @@ def study_price(
     """The price of a study on GPU profile ``gpu`` with stored ``spec``: ``given`` (a reading
     command's ``--gpu-price``), else the spec's own ``gpu_price`` (``tuner run --gpu-price``
     lands there), else the catalog default; None without any."""
-    if given is None and (spec or {}).get("gpu_price") is not None:
-        given = float((spec or {})["gpu_price"])
-    return gpu_price(gpu, given)
+    stored = (spec or {}).get("gpu_price")
+    if given is not None or stored is None:
+        return gpu_price(gpu, given)
+    try:
+        return gpu_price(gpu, float(stored), "the study's price")
+    except (TypeError, ValueError, UsageError):
+        raise UsageError(
+            f"the study's stored gpu_price {stored!r} is no price per GPU-hour",
+            hint="give one here with --gpu-price (it takes precedence over the study's)",
+        ) from None
 
 
 def no_price(gpu: str) -> str:

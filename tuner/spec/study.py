@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.catalog import price_problem
 from tuner.db import name_problem
 from tuner.domain import Objective, typed_knobs
 from tuner.domain.workload import parse_slo
@@ -243,9 +244,9 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
         raise fail("trials must be at least 1", "trials")
     if "gpu_price" in study:
         price = typed_value(study["gpu_price"], float, "gpu_price", fail, "study")
-        if not price >= 0:
+        if problem := price_problem(price):
             raise fail(
-                f"gpu_price must be US dollars per GPU-hour (0 or more), got {price}",
+                f"gpu_price: {problem} US dollars",
                 "gpu_price",
                 hint="e.g. gpu_price = 3.5",
                 section="study",
