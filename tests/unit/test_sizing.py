@@ -143,7 +143,15 @@ def test_tuner_size_compares_two_gpu_profiles(tmp_path: Path) -> None:
     missing = CliRunner().invoke(
         app, ["size", "--model", "no-such-model", "--rate", "5", "--storage", url]
     )
-    assert missing.exit_code == 1 and "no measured study" in missing.stdout
+    assert missing.exit_code == 1 and "no measured study" in missing.stderr
+    # The message names the filters it applied, and says when emulated studies exist.
+    insert_measured_study(url, configs, name="e-a10g", gpu="a10g", workload="rag", emulated=True)
+    other = CliRunner().invoke(
+        app, ["size", "--model", "tiny-ernie", "--rate", "5", "--workload", "rag", "--storage", url]
+    )
+    assert other.exit_code == 1 and other.stdout == ""
+    assert other.stderr.startswith("no measured study of tiny-ernie with workload rag: ")
+    assert "only emulated ones exist: size from them with --emulated" in other.stderr
 
 
 def test_the_reading_commands_take_the_price_their_hint_names(tmp_path: Path) -> None:
@@ -164,4 +172,23 @@ def test_the_reading_commands_take_the_price_their_hint_names(tmp_path: Path) ->
     assert sized["usd_per_hour"] == pytest.approx(2 * sized["gpus"])
     assert json.loads(cli.invoke(app, size).stdout)["sizes"][0]["usd_per_hour"] is None
     refused = cli.invoke(app, [*size, "--gpu-price", "-1"])
-    assert refused.exit_code == 2 and "greater than or equal to 0" in refused.output
+    assert refused.exit_code == 2 and "not a price per GPU-hour" in refused.output
+
+
+def test_a_missed_slo_keeps_the_window_count_and_an_unrecorded_load_is_named(
+    tmp_path: Path,
+) -> None:
+    """"range over 1 windows": a capacity of 0 (the SLO missed) was counted as one window
+    whatever was measured; an older tuner's windows (no load level) read "None streams"."""
+    from tuner.load.curve import point_label
+
+    url = f"sqlite:///{tmp_path / 'slo.db'}"
+    insert_measured_study(url, [ServingConfig(), ServingConfig(max_num_seqs=64)], name="s")
+    size = ["size", "--model", "tiny-ernie", "--rate", "5", "--storage", url, "--json"]
+    sized = json.loads(CliRunner().invoke(app, size).stdout)["sizes"][0]
+    missed = CliRunner().invoke(app, [*size, "--slo", "ttft_p99=0.001ms"])
+    (answer,) = json.loads(missed.stdout)["sizes"]
+    assert answer["gpus"] is None and answer["capacity"]["median"] == 0
+    assert answer["windows"] == sized["windows"] > 1
+    assert point_label(None, None) == "a load level not recorded"
+    assert point_label(16, None) == "16 streams" and point_label(None, 4.0) == "4 req/s"

@@ -65,10 +65,22 @@ GpuOpt = Annotated[str, typer.Option(help="GPU profile: a10g, h100, h200, cpu, .
 VllmPythonOpt = Annotated[
     str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
 ]
+
+
+def checked_price(value: float | None) -> float | None:
+    """A --gpu-price refused as a usage error (exit 2) where it is no price per GPU-hour."""
+    from tuner.catalog import price_problem
+
+    if value is not None and (problem := price_problem(value)):
+        raise typer.BadParameter(problem)
+    return value
+
+
 PriceOpt = Annotated[
     float | None,
     typer.Option(
         "--gpu-price",
+        callback=checked_price,
         help="US dollars per GPU-hour for the $ figures (default: the study's own price, else "
         "the catalog's list-price assumption for its GPU, where it has one).",
     ),

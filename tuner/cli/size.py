@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tuner.cli.common import JsonOpt, PriceOpt, StorageOpt, open_repo, out, print_json
+from tuner.cli.common import JsonOpt, PriceOpt, StorageOpt, err, open_repo, out, print_json
 from tuner.errors import UsageError
 
 
@@ -66,10 +66,20 @@ def size(
         for answer in answers:
             out.print(escape(answer.render()))
     if not answers:
-        where = f" on {', '.join(gpu)}" if gpu else ""
         if not as_json:
-            out.print(
-                f"[red]no measured study of {escape(model)}{escape(where)}[/]: nothing to size "
-                "from; see `tuner studies`"
+            where = (f" on {', '.join(gpu)}" if gpu else "") + (
+                f" with workload {workload}" if workload else ""
             )
+            kind = "emulated" if emulated else "measured"
+            hint = "see `tuner studies`"
+            if not emulated and fleet(
+                open_repo(storage),
+                model=model,
+                rate=target,
+                gpus=tuple(gpu or ()),
+                workload=workload,
+                emulated=True,
+            ):
+                hint = "only emulated ones exist: size from them with --emulated"  # fmt: skip
+            err.print(escape(f"no {kind} study of {model}{where}: nothing to size from; {hint}"))
         raise typer.Exit(1)

@@ -20,6 +20,7 @@ from tuner.cli.common import (
     PriceOpt,
     StorageOpt,
     VllmPythonOpt,
+    checked_price,
     choice,
     err,
     open_repo,
@@ -64,6 +65,7 @@ def run(
     gpu_price: Annotated[
         float | None,
         typer.Option(
+            callback=checked_price,
             help="US dollars per GPU-hour for the $/1M-token figures (default: the catalog's "
             "list-price assumption for --gpu, where it has one).",
         ),
@@ -127,11 +129,6 @@ def run(
         from tuner.db import check_study_name
 
         check_study_name(study, where="--study")
-    if gpu_price is not None:
-        from tuner.catalog import price_problem
-
-        if problem := price_problem(gpu_price):
-            raise UsageError(f"--gpu-price: {problem}", hint="e.g. --gpu-price 3.5")
     options: dict[str, Any] = {
         "model": model,
         "gpu": gpu,

@@ -41,10 +41,11 @@ def slo_margins(metrics: Mapping[str, Estimate], slo: Slo) -> list[float]:
 
 
 def point_label(concurrency: int | None, request_rate: float | None) -> str:
-    """``16 streams`` (closed loop) or ``4 req/s`` (Poisson arrivals)."""
+    """``16 streams`` (closed loop) or ``4 req/s`` (Poisson arrivals); windows of an older
+    tuner recorded neither."""
     if request_rate is not None:
         return f"{request_rate:g} req/s"
-    return f"{concurrency} streams"
+    return "a load level not recorded" if concurrency is None else f"{concurrency} streams"
 
 
 @dataclass(frozen=True)

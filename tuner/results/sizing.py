@@ -111,7 +111,8 @@ class FleetSize:
         lines.append(f"  SLO ({self.slo_source}): {slo}")
         lines.append(
             f"  capacity per GPU: {c.median:.4g} {unit} [{c.low:.4g}, {c.high:.4g}] "
-            f"({self.basis}; range over {self.windows} windows of one launch, not a "
+            f"({self.basis}; range over {self.windows} window{'' if self.windows == 1 else 's'}"
+            " of one launch, not a "
             "confidence interval)"
         )
         if self.gpus is None:
@@ -146,13 +147,15 @@ def _capacity(trial: TrialRow, slo: Slo, unit: str) -> tuple[Estimate, str, floa
     if len(points) >= 2:
         chosen = chosen_point(points, slo)
         if chosen is None:  # no point met the SLO
-            return estimate([0.0]), "no load point of the curve met the SLO", None
+            none = [0.0] * max(len(p.metrics[key].values) for p in points)
+            return estimate(none), "no load point of the curve met the SLO", None
         basis = f"the load curve's capacity at {chosen.label}"
     else:
         chosen = points[0]
         if not chosen.meets(slo) or chosen.client_bound:
             why = "client-bound" if chosen.client_bound else "missed the SLO"
-            return estimate([0.0]), f"its one load point ({chosen.label}) {why}", None
+            none = [0.0] * len(chosen.metrics[key].values)  # as many windows as were measured
+            return estimate(none), f"its one load point ({chosen.label}) {why}", None
         basis = f"its one load point, {chosen.label}"
     req = chosen.metrics["request_throughput"].median
     per_request = chosen.metrics["output_throughput"].median / req if req > 0 else None
