@@ -178,7 +178,7 @@ def test_the_reading_commands_take_the_price_their_hint_names(tmp_path: Path) ->
 def test_a_missed_slo_keeps_the_window_count_and_an_unrecorded_load_is_named(
     tmp_path: Path,
 ) -> None:
-    """"range over 1 windows": a capacity of 0 (the SLO missed) was counted as one window
+    """ "range over 1 windows": a capacity of 0 (the SLO missed) was counted as one window
     whatever was measured; an older tuner's windows (no load level) read "None streams"."""
     from tuner.load.curve import point_label
 
