@@ -138,3 +138,7 @@ def test_an_empty_store_lists_no_studies_as_json(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     upgrade(url)
     assert _strict(_invoke("studies", "--json", "--storage", url)) == []
+    # As a table: nothing on stdout, and a line on stderr saying what stores studies.
+    run = CliRunner().invoke(app, ["studies", "--storage", url])
+    assert run.exit_code == 0 and run.stdout == ""
+    assert "no studies in this database: `tuner run`" in run.stderr

@@ -220,6 +220,21 @@ def test_a_rename_suffix_follows_the_rule_for_names(
     assert merge(source, target, rename_suffix="--h200.b_1").changed  # dashes in front dropped
 
 
+def test_a_suffix_too_long_says_so_and_a_conflict_names_its_study(
+    source: Path, tmp_path: Path
+) -> None:
+    """A 300-character suffix was refused as "must be a letter, digit or '_'"."""
+    target = tmp_path / "central.db"
+    with pytest.raises(UsageError, match="of 300 characters leaves no room"):
+        merge(source, target, rename_suffix="a" * 300)
+    other = tmp_path / "other.db"
+    run_studies(other)  # the same names, other studies
+    merge(source, target)
+    with pytest.raises(UsageError) as conflict:
+        merge(other, target)
+    assert conflict.value.message.startswith("cannot merge 2 studies: study 'a': ")
+
+
 class SnapshotRunner:
     """The fake runner, copying the study's database while its ``at``-th launch runs: the copy
     a user takes of a study still running (trial RUNNING, study "running")."""

@@ -166,6 +166,22 @@ def test_storage_missing_current_and_from_a_newer_tuner(tmp_path: Path) -> None:
     assert facts.problem is not None and facts.revision == "ffff"
     assert "does not know" in facts.problem.what and "upgrade tuner" in facts.problem.fix
 
+    # A damaged file is a problem, not "ok" (`tuner db current` and `upgrade` refuse it).
+    damaged = tmp_path / "damaged.db"
+    upgrade(f"sqlite:///{damaged}")
+    with sqlite3.connect(damaged) as conn:
+        page = conn.execute(  # an index: tables still read, only SQLite's check sees it
+            "SELECT rootpage FROM sqlite_master WHERE type = 'index' "
+            "AND tbl_name = 'tuner_trials' ORDER BY name LIMIT 1"
+        ).fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with damaged.open("r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xff" * 16)
+    facts = gather_storage(f"sqlite:///{damaged}")
+    assert facts.problem is not None and "is damaged" in facts.problem.what
+
 
 def test_ports_are_taken_and_bound_like_trials_do() -> None:
     facts = gather_ports()

@@ -59,18 +59,23 @@ def _study_line(s: StudyMerge, would: str) -> str:
         parts.append(_counts(s.comparisons_added, s.comparisons_kept, "comparison", would))
     o = s.optuna
     if o.action == "copied":
-        parts.append(f"Optuna study {would}copied ({o.trials_added} trials)")
+        parts.append(f"Optuna study {would}copied ({_n(o.trials_added, 'trial')})")
     elif o.action == "merged" and (o.trials_added or o.trials_finished):
         parts.append(
-            f"Optuna study: {o.trials_added} trials {would}added, {o.trials_finished} finished"
+            f"Optuna study: {_n(o.trials_added, 'trial')} {would}added, "
+            f"{o.trials_finished} finished"
         )
     elif o.action == "none":
         parts.append("no Optuna study in the source")
     return f"{name}: " + ", ".join(parts)
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _counts(added: int, kept: int, noun: str, would: str) -> str:
-    text = f"{added} {noun}{'' if added == 1 else 's'} {would}added"
+    text = f"{_n(added, noun)} {would}added"
     return text + (f" ({kept} already there)" if kept else "")
 
 

@@ -289,6 +289,9 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
         if s.n_confirmation_launches:
             counts += f"; {s.n_confirmation_launches} confirmation launches"
         table.add_row(s.name, s.model, s.gpu, s.workload, s.objective, s.status, counts)
+    if not rows:  # said beside the output (stderr), as `tuner export` says an empty dataset
+        err.print("no studies in this database: `tuner run` (or a worker) stores them")
+        return
     out.print(table)
 
 

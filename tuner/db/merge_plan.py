@@ -163,7 +163,7 @@ def plan_merge(source: Source, target: TargetView, rename_suffix: str | None) ->
             study, source.trials.get(study.id, ()), target, rename_suffix, claimed
         )
         if plan is None:
-            problems.append(f"{study.name!r}: {problem}")
+            problems.append(f"study {study.name!r}: {problem}")
         else:
             claimed.add(plan.name)
             plans.append(plan)
@@ -335,5 +335,5 @@ def _conflicts(problems: list[str], suffix: str | None) -> UsageError:
         )
     else:
         hint = "pick another --rename-suffix"
-    what = "study" if len(problems) == 1 else f"{len(problems)} studies"
-    return UsageError(f"cannot merge {what}: " + "; ".join(problems), hint=hint)
+    many = f"{len(problems)} studies: " if len(problems) > 1 else ""
+    return UsageError(f"cannot merge {many}" + "; ".join(problems), hint=hint)

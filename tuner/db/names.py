@@ -55,9 +55,15 @@ def check_suffix(text: str) -> str:
     """A merge's rename suffix (``NAME-SUFFIX``): leading blanks and dashes dropped, then a
     word of the name's alphabet short enough to leave room for a name; else UsageError."""
     suffix = text.strip().lstrip("-")
-    if not _SUFFIX.fullmatch(suffix) or len(suffix) >= STUDY_NAME_MAX - 1:
+    hint = "pass a short word such as the host's name: --rename-suffix h200"
+    if len(suffix) >= STUDY_NAME_MAX - 1:
         raise UsageError(
-            f"--rename-suffix {text!r} is not a usable suffix: it must be {_ALLOWED}",
-            hint="pass a short word such as the host's name: --rename-suffix h200",
+            f"--rename-suffix of {len(suffix)} characters leaves no room for a study's name: "
+            f"give fewer than {STUDY_NAME_MAX - 1}",
+            hint=hint,
+        )
+    if not _SUFFIX.fullmatch(suffix):
+        raise UsageError(
+            f"--rename-suffix {text!r} is not a usable suffix: it must be {_ALLOWED}", hint=hint
         )
     return suffix

@@ -43,7 +43,7 @@ class PortFacts:
 
 def gather_storage(url: str) -> StorageFacts:
     """The schema revision of tuner's tables at ``url``; never creates a database."""
-    from tuner.db import current_revision, ensure_current, head_revision, safe_url
+    from tuner.db import check_integrity, current_revision, ensure_current, head_revision, safe_url
 
     where = safe_url(url)
     try:
@@ -54,6 +54,7 @@ def gather_storage(url: str) -> StorageFacts:
         return StorageFacts(where, None, head, note="does not exist yet: `tuner run` creates it")
     revision = None
     try:
+        check_integrity(url)  # a damaged file is not "at revision N", as `tuner db current` says
         revision = current_revision(url)
         if revision is None:
             return StorageFacts(
