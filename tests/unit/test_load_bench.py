@@ -47,6 +47,18 @@ def test_closed_loop_ladder_in_one_workload_with_one_warmup() -> None:
     assert small[0].requests_per_window == 32  # at least 32
 
 
+def test_a_workloads_own_closed_loop_point_keeps_the_floor_the_help_promises() -> None:
+    """--requests 8 at the chat preset's 16 streams sent 8 requests, which never held 16 in
+    flight; a closed-loop point is raised to 4 x its streams, as a ladder's points are."""
+    opts = bench.with_workload(_opts(workload="chat", requests=8, prompt_tokens=None,
+                                     output_tokens=None), "m")  # fmt: skip
+    (point,) = bench.workload(opts).load_points()
+    assert point.concurrency == 16 and point.requests_per_window == 64
+    more = bench.with_workload(_opts(workload="chat", requests=200, prompt_tokens=None,
+                                     output_tokens=None), "m")  # fmt: skip
+    assert bench.workload(more).load_points()[0].requests_per_window == 200
+
+
 def test_rate_ladder_capped_in_flight() -> None:
     points = bench.workload(_opts(request_rate="8,2")).load_points()
     assert [p.request_rate for p in points] == [2.0, 8.0]

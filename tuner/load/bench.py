@@ -116,8 +116,11 @@ def workload(opts: LoadOptions) -> Workload:
         rate_ladder=(),
     )
     if opts.workload is not None and not opts.ladder_given:
-        # The workload's own load point.
-        return each_row_once(shape) if opts.closed_loop else shape
+        # The workload's own load point; closed-loop, it takes the ladder's floor too.
+        own = shape
+        if own.request_rate is None and not (own.trace is not None and own.arrival == "trace"):
+            own = own.replace(requests_per_window=max(own.requests_per_window, 4 * own.concurrency))
+        return each_row_once(own) if opts.closed_loop else own
     timed = shape.trace is not None and shape.arrival == "trace"
     if opts.closed_loop and timed:
         # The trace's arrival times set the load; the streams only cap requests in flight.
