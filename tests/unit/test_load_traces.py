@@ -236,3 +236,22 @@ def test_tuner_run_names_every_preset_in_its_workload_help() -> None:
     run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     (option,) = [p for p in run.params if p.name == "workload"]
     assert all(name in option.help for name in WORKLOADS), option.help
+
+
+def test_a_row_past_any_context_or_a_replay_of_days_is_refused(tmp_path: Path) -> None:
+    """A token count of 1e12 allocated 7 TiB for its prompt; arrival times of 1e300 s (or
+    milliseconds read as seconds) waited silently."""
+    huge = tmp_path / "huge.csv"
+    huge.write_text("Timestamp,Request tokens,Response tokens\n0,1000000000000,10\n")
+    with pytest.raises(UsageError, match="longer than any model's context"):
+        get_workload(f"burstgpt:{huge}")
+    slow = tmp_path / "slow.jsonl"
+    slow.write_text(
+        '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 0}\n'
+        '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 172800}\n'
+    )
+    with pytest.raises(UsageError, match=r"would last 48\.0 hours") as info:
+        get_workload(f"tuner:{slow}")
+    assert "time unit" in info.value.hint
+    fast = get_workload(f"tuner:{slow}", {"speed": 4.0})  # 12 hours: taken
+    assert fast.trace is not None and fast.trace[-1].arrival_s == 43200.0
