@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.integration.test_launch_cli import insert_measured_study
 from tests.studykit import fake_server_runner, make_repo
 from tuner.cli.app import app
 from tuner.db import codec
 from tuner.domain import RequestRecord, ServingConfig, TrialStatus, Workload
+from tuner.errors import UsageError
 from tuner.results.report.bench_export import bench_files
 
 LADDER = Workload(
@@ -88,3 +90,24 @@ def test_a_trial_on_the_fake_server_keeps_and_exports_its_requests(tmp_path: Pat
     refused = CliRunner().invoke(app, ["export", "req", "--format", "vllm-bench", "--storage", url])
     assert refused.exit_code != 0
     assert "--out DIR" in (getattr(refused.exception, "hint", "") or "")
+
+
+def test_an_export_with_nothing_to_write_makes_no_folder_and_an_unwritable_out_is_refused_first(
+    tmp_path: Path,
+) -> None:
+    """A study without per-request records made an empty folder and exited 0; --out in a
+    folder that takes no file failed only after the database was read."""
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    insert_measured_study(url, [ServingConfig()], name="old")  # windows, no request records
+    out = tmp_path / "bench"
+    empty = CliRunner().invoke(
+        app, ["export", "old", "--format", "vllm-bench", "--out", str(out), "--storage", url]
+    )
+    assert empty.exit_code == 1 and not out.exists()
+    assert "nothing written: no trial of study old kept its per-request records" in empty.stderr
+    # /proc is a folder that takes no file, for root too; the database is never opened.
+    missing = f"sqlite:///{tmp_path / 'absent.db'}"
+    run = CliRunner().invoke(app, ["export", "old", "--out", "/proc/t.jsonl", "--storage", missing])
+    assert isinstance(run.exception, UsageError)
+    assert run.exception.message.startswith("cannot write --out /proc/t.jsonl")
+    assert not (tmp_path / "absent.db").exists()

@@ -104,6 +104,12 @@ def _check_file(path: Path, force: bool) -> None:
         raise UsageError(
             f"--out {path} exists", hint="add --force to replace it, or name another file"
         )
+    probe = folder / f".{path.name}.{os.getpid()}.probe"
+    try:  # what the write will do: a file beside it (a read-only folder, /proc, a full disk)
+        probe.open("x").close()
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write --out {path}: {exc.strerror or exc}") from None
 
 
 def _write(path: Path, text: str) -> None:
@@ -136,6 +142,14 @@ def _export_bench(
             hint=f"name a folder, e.g. --out {output.with_suffix('')}-bench",
         )
     files = bench_files(open_study(storage, study), study)
+    if not files:  # no folder made for nothing: said on stderr, exit 1
+        err.print(
+            escape(
+                f"nothing written: no trial of study {study} kept its per-request records "
+                "(studies of tuner 0.1 before revision 0002 did not)"
+            )
+        )
+        raise typer.Exit(1)
     there = sorted(name for name in files if (output / name).exists())
     if there and not force:
         raise UsageError(
@@ -151,5 +165,3 @@ def _export_bench(
     for name, result in files.items():
         _write(output / name, dumps(result))
     out.print(f"{len(files)} vllm bench serve results written to {output}/")
-    if not files:
-        out.print("(no trial of this study kept its per-request records)")
