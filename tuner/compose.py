@@ -70,7 +70,9 @@ def resolve_workload(spec: StudySpec, tokenizer: Path | None = None) -> Workload
     except UsageError as exc:
         if "override" not in exc.message:
             raise
-        raise UsageError(f"bad [workload] override in {spec.source}: {exc.message}") from None
+        raise UsageError(
+            f"bad [workload] override in {spec.source}: {exc.message}", hint=exc.hint
+        ) from None
     if spec.objective is Objective.CAPACITY and len(workload.load_points()) < 2:
         raise UsageError(
             f"the capacity objective reads each launch's load curve, but workload "

@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tests.studykit import uvicorn_in_thread
@@ -112,3 +113,30 @@ def test_sharegpt_counted_with_the_tokenizer(tmp_path: Path) -> None:
     assert counted["total_input_tokens"] == sum(counted["input_lens"])
     assert "counted with the tokenizer" in counted["tuner_workload_source"]
     assert "ceil(characters / 4)" in approx["tuner_workload_source"]
+
+
+def test_each_point_of_a_load_curve_has_conversations_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The windows of every point reuse the same seeds (the same shapes at each load), but a
+    point reusing another's conversation streams would find them in the prefix cache: its
+    first turns measured warm. Every window at every point plans under a name of its own."""
+    from tuner.load import generator, workloads
+
+    seen: list[tuple[int, set[str]]] = []
+
+    def recording(workload, count, seed, phase=None):  # type: ignore[no-untyped-def]
+        plan = workloads.plan_requests(workload, count, seed, phase)
+        seen.append((seed, {k for p in plan for k, _ in p.segments if k}))
+        return plan
+
+    monkeypatch.setattr(generator, "plan_requests", recording)
+    server = create_app(MODEL, max_num_seqs=8, max_model_len=8192, step_s=0.0005)
+    with uvicorn_in_thread(server) as url:
+        _invoke(url, "--model", MODEL, "--workload", "multi-turn", "--concurrency", "2,4",
+                "--requests", "16", "--warmup", "4")  # fmt: skip
+    windows = [names for seed, names in seen if seed > 0]
+    assert len(windows) == 2 and all(windows)  # one window at each of the two points
+    assert windows[0].isdisjoint(windows[1])
+    warmup = [names for seed, names in seen if seed == 0]
+    assert warmup and all(warmup[0].isdisjoint(w) for w in windows)

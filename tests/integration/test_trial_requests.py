@@ -104,7 +104,7 @@ def test_an_export_with_nothing_to_write_makes_no_folder_and_an_unwritable_out_i
         app, ["export", "old", "--format", "vllm-bench", "--out", str(out), "--storage", url]
     )
     assert empty.exit_code == 1 and not out.exists()
-    assert "nothing written: no trial of study old kept its per-request records" in empty.stderr
+    assert "nothing written: no complete trial of study old has per-request records" in empty.stderr
     # /proc is a folder that takes no file, for root too; the database is never opened.
     missing = f"sqlite:///{tmp_path / 'absent.db'}"
     run = CliRunner().invoke(app, ["export", "old", "--out", "/proc/t.jsonl", "--storage", missing])

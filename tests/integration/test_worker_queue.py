@@ -276,7 +276,7 @@ def test_a_study_of_another_hosts_worker_is_taken_over_once_its_heartbeat_stops(
     assert repo.take_over_study(sharing.owner_gone, me) is None  # written just now
 
     remote = Repository(make_engine(url))  # the other host's worker, beating
-    with sharing.study_heartbeat(remote, "remote"):
+    with sharing.study_heartbeat(remote, "remote", elsewhere):
         time.sleep(5.5)  # past four beats of silence, had it not beaten
         assert repo.take_over_study(sharing.owner_gone, me) is None
     time.sleep(4.5)  # silence: the worker is gone
@@ -288,3 +288,7 @@ def test_a_study_of_another_hosts_worker_is_taken_over_once_its_heartbeat_stops(
     assert study is not None and study.status == "finished"
     assert study.trial_counts[TrialStatus.COMPLETE] == 2
     assert study.spec["queue_worker"] == me
+    before = study.updated_at
+    assert remote.touch_study("remote", elsewhere) is False  # taken over: no beat of it counts
+    after = repo.get_study("remote")
+    assert after is not None and after.updated_at == before

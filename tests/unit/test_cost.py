@@ -125,6 +125,9 @@ def test_a_study_price_is_labelled_as_the_studys_and_a_broken_one_says_so() -> N
         costs.study_price("h200", {"gpu_price": "abc"})
     assert "--gpu-price" in info.value.hint
     assert costs.study_price("h200", {"gpu_price": "abc"}, 3.0) is not None  # given: not read
+    # A study stored before the input cap (the API took up to 1e6) still reads.
+    dear = costs.study_price("h200", {"gpu_price": 5000.0})
+    assert dear is not None and dear.usd_per_hour == 5000.0
 
 
 def test_the_spec_takes_a_gpu_price_and_refuses_a_negative_one(tmp_path: Path) -> None:

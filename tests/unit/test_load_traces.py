@@ -184,10 +184,10 @@ def test_undetectable_and_unknown_traces(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "overrides", "needle"),
     [
-        ("trace:sessions.jsonl", {"turns": 3}, "turns would change nothing"),
-        ("trace:sessions.jsonl", {"output_tokens": 64}, "output_tokens would change nothing"),
-        ("chat", {"speed": 3.0}, "speed would change nothing"),
-        ("chat", {"max_requests": 5, "start_s": 1.0}, "max_requests, start_s would change"),
+        ("trace:sessions.jsonl", {"turns": 3}, "override of turns would change nothing"),
+        ("trace:sessions.jsonl", {"output_tokens": 64}, "of output_tokens would change nothing"),
+        ("chat", {"speed": 3.0}, "of speed would change nothing"),
+        ("chat", {"max_requests": 5, "start_s": 1.0}, "of max_requests, start_s would change"),
     ],
 )
 def test_fields_the_workload_does_not_read_are_refused(
@@ -238,7 +238,7 @@ def test_tuner_run_names_every_preset_in_its_workload_help() -> None:
     assert all(name in option.help for name in WORKLOADS), option.help
 
 
-def test_a_row_past_any_context_or_a_replay_of_days_is_refused(tmp_path: Path) -> None:
+def test_a_row_past_any_context_or_a_window_of_days_is_refused(tmp_path: Path) -> None:
     """A token count of 1e12 allocated 7 TiB for its prompt; arrival times of 1e300 s (or
     milliseconds read as seconds) waited silently."""
     huge = tmp_path / "huge.csv"
@@ -250,8 +250,12 @@ def test_a_row_past_any_context_or_a_replay_of_days_is_refused(tmp_path: Path) -
         '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 0}\n'
         '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 172800}\n'
     )
-    with pytest.raises(UsageError, match=r"would last 48\.0 hours") as info:
-        get_workload(f"tuner:{slow}")
+    w = get_workload(f"tuner:{slow}")  # read: a window of its first row alone replays 0 s
+    assert len(plan_requests(w, 1, seed=1)) == 1
+    with pytest.raises(UsageError, match=r"would replay 48\.0 hours") as info:
+        plan_requests(w, 2, seed=1)
     assert "time unit" in info.value.hint
     fast = get_workload(f"tuner:{slow}", {"speed": 4.0})  # 12 hours: taken
-    assert fast.trace is not None and fast.trace[-1].arrival_s == 43200.0
+    assert plan_requests(fast, 2, seed=1)[-1].arrival_s == 43200.0
+    # Rows drawn at a rate (Poisson) replay no span of the trace's clock: taken.
+    assert len(plan_requests(w.replace(arrival="poisson", request_rate=4.0), 50, seed=1)) == 50

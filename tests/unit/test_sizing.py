@@ -150,8 +150,8 @@ def test_tuner_size_compares_two_gpu_profiles(tmp_path: Path) -> None:
         app, ["size", "--model", "tiny-ernie", "--rate", "5", "--workload", "rag", "--storage", url]
     )
     assert other.exit_code == 1 and other.stdout == ""
-    assert other.stderr.startswith("no measured study of tiny-ernie with workload rag: ")
-    assert "only emulated ones exist: size from them with --emulated" in other.stderr
+    assert other.stderr.startswith("no measured study of tiny-ernie with workload rag to size")
+    assert "emulated ones can be sized: add --emulated" in other.stderr
 
 
 def test_the_reading_commands_take_the_price_their_hint_names(tmp_path: Path) -> None:

@@ -31,9 +31,9 @@ from tuner.spec import (
     StudySpec,
     check_confidence,
     configs_in,
+    overridden_name,
     parse_config_spec,
     parse_workload_overrides,
-    with_overrides,
 )
 
 NOT_MEASURED = "not measured"
@@ -72,10 +72,14 @@ def setup_pair(
         model=model,
         gpu=gpu,
         workload=workload or ("smoke" if profile.is_cpu else "chat"),
+        workload_overrides=dict(overrides),
         vllm_python=vllm_python,
-        source="command line",
+        source="--workload-set",
     )
-    load = with_overrides(resolve_workload(spec), overrides)
+    # As a study reads its [workload]: a trace's replay options (speed, start_s, ...) applied
+    # when it is read, fields the workload does not read refused.
+    load = resolve_workload(spec)
+    load = load.replace(name=overridden_name(load.name, overrides))
     # A flag beyond the typed knobs is typed (or refused, naming the closest) by the flag list
     # of the vLLM that will run: asked of its interpreter, and cached per version.
     flags = installed_flags(spec) if beyond_typed([*a_knobs, *b_knobs]) else None

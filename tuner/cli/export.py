@@ -145,8 +145,8 @@ def _export_bench(
     if not files:  # no folder made for nothing: said on stderr, exit 1
         err.print(
             escape(
-                f"nothing written: no trial of study {study} kept its per-request records "
-                "(studies of tuner 0.1 before revision 0002 did not)"
+                f"nothing written: no complete trial of study {study} has per-request records "
+                "(databases before revision 0002 kept none)"
             )
         )
         raise typer.Exit(1)

@@ -41,6 +41,7 @@ def size(
     from tuner.domain import to_jsonable
     from tuner.domain.workload import parse_slo
     from tuner.results import parse_rate
+    from tuner.results.sizing import FleetSize
     from tuner.results.sizing import size as fleet
 
     for profile in gpu or ():
@@ -50,16 +51,13 @@ def size(
         wanted_slo = parse_slo(slo) if slo is not None else None
     except ValueError as exc:
         raise UsageError(str(exc), hint="e.g. --slo ttft_p99=500ms,e2e_p99=10s") from None
-    answers = fleet(
-        open_repo(storage),
-        model=model,
-        rate=target,
-        gpus=tuple(gpu or ()),
-        workload=workload,
-        slo=wanted_slo,
-        emulated=emulated,
-        gpu_price=gpu_price,
-    )
+    repo = open_repo(storage)
+
+    def sized(emulated: bool) -> list[FleetSize]:
+        return fleet(repo, model=model, rate=target, gpus=tuple(gpu or ()), workload=workload,
+                     slo=wanted_slo, emulated=emulated, gpu_price=gpu_price)  # fmt: skip
+
+    answers = sized(emulated)
     if as_json:
         print_json({"model": model, "rate": to_jsonable(target), "sizes": to_jsonable(answers)})
     else:
@@ -72,14 +70,10 @@ def size(
             )
             kind = "emulated" if emulated else "measured"
             hint = "see `tuner studies`"
-            if not emulated and fleet(
-                open_repo(storage),
-                model=model,
-                rate=target,
-                gpus=tuple(gpu or ()),
-                workload=workload,
-                emulated=True,
-            ):
-                hint = "only emulated ones exist: size from them with --emulated"  # fmt: skip
-            err.print(escape(f"no {kind} study of {model}{where}: nothing to size from; {hint}"))
+            if not emulated and sized(True):
+                hint = "emulated ones can be sized: add --emulated"
+            err.print(
+                escape(f"no {kind} study of {model}{where} to size from (none has a "
+                       f"recommendation with stored windows); {hint}")
+            )  # fmt: skip
         raise typer.Exit(1)

@@ -11,6 +11,7 @@ checkout run in place (``pythonpath``, an editable install) reads ``alembic/`` i
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -32,8 +33,10 @@ from tuner.errors import StorageError
 
 def upgrade_hint(url: str) -> str:
     """The command that migrates the database at ``url`` (named: a bare `tuner db upgrade`
-    would migrate the default database instead)."""
-    return f"run `tuner db upgrade --storage {safe_url(url)}`"
+    would migrate the default database instead), quoted for a shell."""
+    shown = safe_url(url)
+    masked = " (its password masked here)" if shown != url else ""
+    return f"run `tuner db upgrade --storage {shlex.quote(shown)}`{masked}"
 
 
 # Any constant will do: every tuner process takes this PostgreSQL advisory lock to set up tables.

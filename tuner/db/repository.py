@@ -244,9 +244,17 @@ class Repository:
                     return row
         return None
 
-    def touch_study(self, name: str) -> None:
-        """Move the study's ``updated_at`` to now: its queue worker's heartbeat."""
-        self._update_study(name)
+    def touch_study(self, name: str, worker: Mapping[str, Any]) -> bool:
+        """Move the study's ``updated_at`` to now, if ``worker`` is still its queue worker
+        (its heartbeat); False once another worker has taken the study over."""
+        with session_scope(self._engine) as s:
+            spec = s.scalar(select(StudyModel.spec).where(StudyModel.name == name))
+            if (spec or {}).get(QUEUE_WORKER) != dict(worker):
+                return False
+            s.execute(
+                update(StudyModel).where(StudyModel.name == name).values(updated_at=time.time())
+            )
+        return True
 
     def set_study_worker(self, name: str, worker: Mapping[str, Any] | None) -> None:
         """Record which queue worker runs the study (None: none that another worker should

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from tuner.load.workloads import (
         TRACE_PREFIX,
         WORKLOADS,
+        check_overrides,
         get_workload,
         plan_requests,
         recommended_slo,
@@ -72,6 +73,7 @@ __all__ = [
     "api_root",
     "bench_result",
     "capacity",
+    "check_overrides",
     "estimate",
     "fingerprint",
     "first_point_windows",

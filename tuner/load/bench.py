@@ -116,9 +116,10 @@ def workload(opts: LoadOptions) -> Workload:
         rate_ladder=(),
     )
     if opts.workload is not None and not opts.ladder_given:
-        # The workload's own load point; closed-loop, it takes the ladder's floor too.
+        # The workload's own load point; a preset's closed loop takes the ladder's floor too
+        # (a trace's is each row once, as `vllm bench serve` sends a dataset).
         own = shape
-        if own.request_rate is None and not (own.trace is not None and own.arrival == "trace"):
+        if own.request_rate is None and own.trace is None:
             own = own.replace(requests_per_window=max(own.requests_per_window, 4 * own.concurrency))
         return each_row_once(own) if opts.closed_loop else own
     timed = shape.trace is not None and shape.arrival == "trace"

@@ -168,10 +168,15 @@ class LoadGenerator:
                 check = WindowCheck(lag, self.neighbours)
                 first = first_point_windows(workload)  # what first_point sees
                 reason = None
-                for point, index in itertools.product(points, range(workload.windows)):
+                for (at, point), index in itertools.product(
+                    enumerate(points), range(workload.windows)
+                ):
                     if on_phase:
                         on_phase("measure", len(windows), len(points) * workload.windows)
-                    plan = plan_requests(point, point.requests_per_window, seed=index + 1)
+                    # The same shapes at every point; streams of this window at this point.
+                    plan = plan_requests(
+                        point, point.requests_per_window, seed=index + 1, phase=f"p{at}w{index + 1}"
+                    )
                     check.begin()
                     if self.energy is not None:
                         self.energy.begin()

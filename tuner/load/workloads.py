@@ -195,20 +195,28 @@ def get_workload(
                 hint=f"choose one of: {', '.join(sorted(WORKLOADS))}, or {'/'.join(FORMATS)}:FILE "
                 "(a trace; trace: tells the format)",
             ) from None
-    idle = sorted(set(overrides) & (SHAPE_FIELDS if workload.trace else REPLAY_FIELDS))
-    if idle:
-        what = "a trace's rows set" if workload.trace else "only a trace's replay takes"
-        raise UsageError(
-            f"workload {name!r}: {', '.join(idle)} would change nothing here ({what} them)",
-            hint="leave them out"
-            + (", or pick a preset to draw shapes from" if workload.trace else ""),
-        )
+    check_overrides(workload, overrides)
     if overrides:
         try:
             workload = workload.replace(**overrides)
         except TypeError as exc:
             raise UsageError(f"bad workload override: {exc}") from None
     return apply_replay(workload, overrides)
+
+
+def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
+    """UsageError for override fields ``workload`` does not read: a preset's drawn shapes on a
+    trace (its rows set their own), a trace's replay options on a preset."""
+    idle = sorted(set(overrides) & (SHAPE_FIELDS if workload.trace else REPLAY_FIELDS))
+    if idle:
+        what = "a trace's rows set" if workload.trace else "only a trace's replay reads"
+        them = "them" if len(idle) > 1 else "it"
+        raise UsageError(
+            f"workload {workload.name!r}: the override of {', '.join(idle)} would change "
+            f"nothing ({what} {them})",
+            hint=f"leave {them} out"
+            + (", or pick a preset to draw shapes from" if workload.trace else ""),
+        )
 
 
 # Workload fields that only one kind of workload reads: a preset's drawn shapes (a trace's
@@ -235,9 +243,9 @@ def _poisson_arrivals(rng: np.random.Generator, rate: float, count: int) -> list
 
 
 def _trace_request(
-    r: TraceRequest, shared: int, arrival: float | None, seed: int
+    r: TraceRequest, shared: int, arrival: float | None, phase: str
 ) -> PlannedRequest:
-    """One trace row as a request of phase ``seed``: a session's history and Mooncake's hash
+    """One trace row as a request of ``phase``: a session's history and Mooncake's hash
     blocks become streams of this phase alone, so that a warm-up or an earlier window never
     leaves them in the server's cache for the next (a replay's first turn, its first sight of
     a block, is a miss, as in the trace); a prefix group (``prefix:``, a system prompt) and the
@@ -245,7 +253,7 @@ def _trace_request(
     steady serving."""
     per_phase = ("session:", "hash:")
     segments = tuple(
-        (f"{k}@w{seed}" if k.startswith(per_phase) else k, n) for k, n in r.segments
+        (f"{k}@{phase}" if k.startswith(per_phase) else k, n) for k, n in r.segments
     ) or ((("", min(shared, r.prompt_tokens - 1)),) if shared else ())
     return PlannedRequest(
         prompt_tokens=r.prompt_tokens,
@@ -256,7 +264,12 @@ def _trace_request(
     )
 
 
-def _plan_trace(workload: Workload, count: int, seed: int) -> list[PlannedRequest]:
+# What one window may replay of a trace's own clock: a longer one is a trace in the wrong time
+# unit (milliseconds read as seconds), or a window no one means to wait for.
+MAX_WINDOW_S = 24 * 3600.0
+
+
+def _plan_trace(workload: Workload, count: int, seed: int, phase: str) -> list[PlannedRequest]:
     """A trace's requests. ``arrival = "trace"`` replays the rows in order with their own
     times, cycling when ``count`` exceeds them (a cycle starts one mean gap after the last);
     a session's turns keep their order and a turn waits for the previous one. ``poisson`` and
@@ -274,14 +287,23 @@ def _plan_trace(workload: Workload, count: int, seed: int) -> list[PlannedReques
                 (len(ordered) - 1) / span if span > 0 else float(len(ordered))
             )
             arrivals = _poisson_arrivals(rng, rate, count)
-        return [_trace_request(r, shared, a, seed) for r, a in zip(rows, arrivals, strict=True)]
+        return [_trace_request(r, shared, a, phase) for r, a in zip(rows, arrivals, strict=True)]
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
+    cycles, row = divmod(max(count - 1, 0), len(ordered))
+    end = ordered[row].arrival_s - first + cycles * (span + gap)  # the last request's arrival
+    if end > MAX_WINDOW_S:
+        raise UsageError(
+            f"workload {workload.name!r}: a window of {count} requests would replay "
+            f"{end / 3600:,.1f} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
+            hint="check the trace's time unit; or replay a part ([workload] start_s, end_s, "
+            "max_requests, or fewer requests a window) or faster (speed)",
+        )
     plan = []
     turns: dict[str, int] = {}
     for i in range(count):
         cycle, row = divmod(i, len(ordered))
         r = ordered[row]
-        p = _trace_request(r, shared, r.arrival_s - first + cycle * (span + gap), seed)
+        p = _trace_request(r, shared, r.arrival_s - first + cycle * (span + gap), phase)
         if r.session is not None:
             # Each cycle is a new conversation: its own stream, so it repeats no earlier cycle.
             session = f"{r.session}#{cycle}" if cycle else r.session
@@ -295,7 +317,7 @@ def _plan_trace(workload: Workload, count: int, seed: int) -> list[PlannedReques
     return plan
 
 
-def _plan_turns(workload: Workload, count: int, seed: int) -> list[PlannedRequest]:
+def _plan_turns(workload: Workload, count: int, seed: int, phase: str) -> list[PlannedRequest]:
     """Conversations of ``workload.turns`` turns, ``count`` requests in all (the last
     conversation cut short). Turn ``k`` carries turn ``k-1``'s prompt and answer, then new
     tokens; the carried part is the first tokens of the conversation's own stream."""
@@ -306,7 +328,7 @@ def _plan_turns(workload: Workload, count: int, seed: int) -> list[PlannedReques
     plan: list[PlannedRequest] = []
     conversation = 0
     while len(plan) < count:
-        session = f"w{seed}c{conversation}"
+        session = f"{phase}c{conversation}"
         carried = 0
         for turn in range(1, workload.turns + 1):
             if len(plan) == count:
@@ -335,9 +357,13 @@ def _plan_turns(workload: Workload, count: int, seed: int) -> list[PlannedReques
     return plan
 
 
-def plan_requests(workload: Workload, count: int, seed: int) -> list[PlannedRequest]:
+def plan_requests(
+    workload: Workload, count: int, seed: int, phase: str | None = None
+) -> list[PlannedRequest]:
     """The ``count`` requests of one phase (warm-up or a window), deterministic in
-    ``(workload.seed, seed)``.
+    ``(workload.seed, seed)``. ``phase`` (default ``w{seed}``) names the streams of the phase's
+    conversations and trace sessions: a phase of its own name finds none of another's in the
+    server's prefix cache (a load curve's points reuse the windows' seeds, not their names).
 
     Lengths are uniform within +-``length_jitter`` of the means (at least one token); the
     jitter applies to the part of the prompt after the shared prefix, so the prompt mean stays
@@ -364,7 +390,7 @@ def plan_requests(workload: Workload, count: int, seed: int) -> list[PlannedRequ
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
     if workload.trace:
-        return _plan_trace(workload, count, seed)
+        return _plan_trace(workload, count, seed, phase or f"w{seed}")
 
     if workload.turns < 1 or not (
         math.isfinite(workload.think_time_s) and workload.think_time_s >= 0
@@ -374,7 +400,7 @@ def plan_requests(workload: Workload, count: int, seed: int) -> list[PlannedRequ
             f"{workload.turns} and {workload.think_time_s}"
         )
     if workload.turns > 1:
-        return _plan_turns(workload, count, seed)
+        return _plan_turns(workload, count, seed, phase or f"w{seed}")
 
     rng = np.random.default_rng([workload.seed, seed])
     jitter = workload.length_jitter

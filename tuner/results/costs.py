@@ -4,6 +4,7 @@ its SLO throughput (:mod:`tuner.scoring.cost`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,12 +24,16 @@ def study_price(
     if given is not None or stored is None:
         return gpu_price(gpu, given)
     try:
-        return gpu_price(gpu, float(stored), "the study's price")
-    except (TypeError, ValueError, UsageError):
+        value = float(stored)
+    except (TypeError, ValueError):
+        value = math.nan
+    # Not the input cap (price_problem): a study stored by an older tuner may be dearer.
+    if not (math.isfinite(value) and value >= 0):
         raise UsageError(
             f"the study's stored gpu_price {stored!r} is no price per GPU-hour",
-            hint="give one here with --gpu-price (it takes precedence over the study's)",
-        ) from None
+            hint="`tuner best` and `tuner size` take one with --gpu-price, before the study's",
+        )
+    return GpuPrice(value, "the study's price")
 
 
 def no_price(gpu: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from tuner.domain import ServingConfig, Workload
 from tuner.errors import UsageError
+from tuner.load import check_overrides
 from tuner.space import KNOBS, SearchSpace, normalize_knob
 from tuner.spec.fields import WORKLOAD_TYPES, Fail, valid_confidence, workload_field
 from tuner.vllm import knob_spelling, spelt_like_a_flag
@@ -163,8 +164,16 @@ def configs_in(
 def with_overrides(
     workload: Workload, overrides: Mapping[str, Any], *, name: str | None = None
 ) -> Workload:
-    """``workload`` with some fields replaced; the name says so unless ``name`` is given."""
+    """``workload`` with some fields replaced; the name says so unless ``name`` is given.
+    UsageError for a field the workload does not read (:func:`check_overrides`)."""
+    check_overrides(workload, overrides)
     if not overrides:
         return workload if name is None else workload.replace(name=name)
-    label = name or f"{workload.name}[{','.join(f'{k}={v}' for k, v in overrides.items())}]"
-    return workload.replace(**overrides, name=label)
+    return workload.replace(**overrides, name=name or overridden_name(workload.name, overrides))
+
+
+def overridden_name(name: str, overrides: Mapping[str, Any]) -> str:
+    """``chat[requests_per_window=24]``: a workload's name with the fields set on it."""
+    if not overrides:
+        return name
+    return f"{name}[{','.join(f'{k}={v}' for k, v in overrides.items())}]"

@@ -219,22 +219,25 @@ def heartbeat(storage: optuna.storages.RDBStorage, trial_id: int) -> Iterator[No
 
 
 @contextlib.contextmanager
-def study_heartbeat(repo: Repository, name: str) -> Iterator[None]:
-    """While a queue worker runs study ``name``, move its ``updated_at`` every beat, so that a
-    worker on another host can tell it lives (:func:`owner_gone`)."""
-    with _beating(lambda: repo.touch_study(name), heartbeat_s(), f"study-{name}"):
+def study_heartbeat(repo: Repository, name: str, worker: Mapping[str, Any]) -> Iterator[None]:
+    """While queue worker ``worker`` runs study ``name``, move its ``updated_at`` every beat, so
+    that a worker on another host can tell it lives (:func:`owner_gone`); a worker whose study
+    was taken over (it fell silent for four beats) beats no more for it."""
+    with _beating(lambda: repo.touch_study(name, worker), heartbeat_s(), f"study-{name}"):
         yield
 
 
 @contextlib.contextmanager
 def _beating(beat: Callable[[], object], interval: float, what: str) -> Iterator[None]:
-    """Call ``beat`` now and every ``interval`` seconds, on a thread, until the block ends."""
+    """Call ``beat`` now and every ``interval`` seconds, on a thread, until the block ends or
+    ``beat`` returns False."""
     stop = threading.Event()
 
     def loop() -> None:
         while True:
             with contextlib.suppress(Exception):  # a missed beat is retried at the next one
-                beat()
+                if beat() is False:
+                    return
             if stop.wait(interval):
                 return
 
