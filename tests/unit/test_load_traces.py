@@ -259,3 +259,22 @@ def test_a_row_past_any_context_or_a_window_of_days_is_refused(tmp_path: Path) -
     assert plan_requests(fast, 2, seed=1)[-1].arrival_s == 43200.0
     # Rows drawn at a rate (Poisson) replay no span of the trace's clock: taken.
     assert len(plan_requests(w.replace(arrival="poisson", request_rate=4.0), 50, seed=1)) == 50
+
+
+def test_a_pretty_printed_json_lines_trace_is_told_to_go_one_object_a_line(
+    tmp_path: Path,
+) -> None:
+    """It was refused as ":1: not valid JSON", which reads as a broken file."""
+    import json
+
+    pretty = tmp_path / "pretty.jsonl"
+    rows = [{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": t} for t in (0, 1)]
+    pretty.write_text("".join(json.dumps(r, indent=2) + "\n" for r in rows))
+    for name in (f"trace:{pretty}", f"tuner:{pretty}"):
+        with pytest.raises(UsageError, match="spans 5 lines; a trace of JSON Lines") as info:
+            get_workload(name)
+        assert "jq -c ." in info.value.hint
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"prompt_tokens": 8,\n')
+    with pytest.raises(UsageError, match="not valid JSON"):
+        get_workload(f"tuner:{broken}")

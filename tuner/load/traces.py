@@ -201,6 +201,7 @@ def detect(path: Path, text: str) -> str:
             if key in obj:
                 return fmt
     if obj is None:
+        _refuse_spread(path, text)
         raise UsageError(
             f"{path}:1: not valid JSON", hint="a trace:FILE is JSON Lines, JSON or CSV"
         )
@@ -208,6 +209,22 @@ def detect(path: Path, text: str) -> str:
         f"{path}: cannot tell the trace format from its first row",
         hint="name it: tuner:FILE, sharegpt:FILE, burstgpt:FILE, mooncake:FILE or custom:FILE",
     )
+
+
+def _refuse_spread(path: Path, text: str) -> None:
+    """UsageError when ``text`` opens with a JSON object written over several lines (pretty-
+    printed): JSON Lines wants one object a line, and ":1: not valid JSON" would not say so."""
+    body = text.lstrip()
+    try:
+        obj, end = json.JSONDecoder().raw_decode(body)
+    except json.JSONDecodeError:
+        return
+    if isinstance(obj, dict) and "\n" in body[:end]:
+        raise UsageError(
+            f"{path}: its first JSON object spans {body[:end].count(chr(10)) + 1} lines; a trace "
+            "of JSON Lines has one object a line",
+            hint=f"write each on one line, e.g. jq -c . {path} > {path.stem}.jsonl",
+        )
 
 
 def _read(path: Path, name: str) -> str:
@@ -234,6 +251,8 @@ def _json_lines(path: Path, text: str, fmt: str) -> list[tuple[str, dict[str, An
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
+            if not rows:
+                _refuse_spread(path, text)
             raise UsageError(f"{where}: not valid JSON ({exc.msg})", hint=_HINTS[fmt]) from None
         if not isinstance(obj, dict):
             raise UsageError(
