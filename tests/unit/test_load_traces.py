@@ -278,3 +278,19 @@ def test_a_pretty_printed_json_lines_trace_is_told_to_go_one_object_a_line(
     broken.write_text('{"prompt_tokens": 8,\n')
     with pytest.raises(UsageError, match="not valid JSON"):
         get_workload(f"tuner:{broken}")
+
+
+def test_a_trace_paced_by_its_own_times_is_labelled_so() -> None:
+    """`tuner load` labelled such a point "64 streams", a closed loop it was not."""
+    from tuner.load import point_label
+    from tuner.load.bench import each_row_once
+
+    timed = get_workload(f"trace:{TRACES / 'sessions.jsonl'}")
+    assert timed.trace_paced
+    assert not get_workload(f"custom:{TRACES / 'custom.jsonl'}", count_tokens=_words).trace_paced
+    assert not each_row_once(timed.replace(arrival="closed")).trace_paced  # all at 0
+    assert not timed.replace(arrival="poisson").trace_paced
+    assert point_label(64, None, timed.trace_paced) == (
+        "the trace's arrival times, at most 64 in flight"
+    )
+    assert point_label(64, None) == "64 streams"

@@ -326,7 +326,7 @@ def progress(say: Callable[[str], None], opts: LoadOptions) -> PhaseCallback:
     from tuner.load import point_label, workload
 
     points = workload(opts).load_points()
-    labels = [point_label(p.concurrency, p.request_rate) for p in points]
+    labels = [point_label(p.concurrency, p.request_rate, p.trace_paced) for p in points]
     counts = [p.requests_per_window for p in points]
 
     def on_phase(phase: str, done: int, total: int) -> None:

@@ -97,6 +97,16 @@ class Workload:
         return (self,)
 
     @property
+    def trace_paced(self) -> bool:
+        """Whether a trace's own arrival times set the load (``concurrency`` then only caps
+        the requests in flight); False for a closed loop and for Poisson arrivals."""
+        return (
+            self.trace is not None
+            and self.arrival == "trace"
+            and any(r.arrival_s > 0 for r in self.trace)
+        )
+
+    @property
     def max_request_tokens(self) -> int:
         """Longest prompt+output a request of this workload can need."""
         if self.trace:

@@ -247,7 +247,7 @@ def run(
     for point, window, records, planned in zip(
         shape.load_points(), report.windows, report.records, turns, strict=True
     ):
-        label = point_label(point.concurrency, point.request_rate)
+        label = point_label(point.concurrency, point.request_rate, point.trace_paced)
         by_turn = ttft_by_turn([records], [planned]) if planned else {}
         extra: dict[str, Any] = {
             "tuner_load_point": label,

@@ -40,11 +40,15 @@ def slo_margins(metrics: Mapping[str, Estimate], slo: Slo) -> list[float]:
     return out
 
 
-def point_label(concurrency: int | None, request_rate: float | None) -> str:
-    """``16 streams`` (closed loop) or ``4 req/s`` (Poisson arrivals); windows of an older
-    tuner recorded neither."""
+def point_label(
+    concurrency: int | None, request_rate: float | None, trace_paced: bool = False
+) -> str:
+    """``16 streams`` (closed loop) or ``4 req/s`` (Poisson arrivals), or the trace's own
+    arrival times with the streams as a cap; windows of an older tuner recorded neither."""
     if request_rate is not None:
         return f"{request_rate:g} req/s"
+    if trace_paced:
+        return f"the trace's arrival times, at most {concurrency} in flight"
     return "a load level not recorded" if concurrency is None else f"{concurrency} streams"
 
 

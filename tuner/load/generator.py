@@ -187,7 +187,10 @@ class LoadGenerator:
                     health = check.end()
                     where = f"window {index + 1}"
                     if len(points) > 1:
-                        where += f" at {point_label(point.concurrency, point.request_rate)}"
+                        label = point_label(
+                            point.concurrency, point.request_rate, point.trace_paced
+                        )
+                        where += f" at {label}"
                     _check_errors(records, where, max_error_rate)
                     windows.append(
                         window_metrics(

@@ -243,7 +243,7 @@ def _read(path: Path, name: str) -> str:
 
 
 def _json_lines(path: Path, text: str, fmt: str) -> list[tuple[str, dict[str, Any]]]:
-    rows = []
+    rows: list[tuple[str, dict[str, Any]]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
