@@ -154,6 +154,12 @@ def test_tuner_load_takes_a_workload_at_its_own_load_or_the_ladder_given() -> No
     poisson = bench.workload(bench.with_workload(_opts(workload=SHAREGPT, request_rate="5"), "m"))
     assert poisson.arrival == "poisson" and poisson.load_points()[0].request_rate == 5.0
     assert "workload multi-turn" in command.summary_line(own, "m")
+    # A trace of sessions at a rate: its rows are drawn, its conversations not replayed.
+    sessions = f"trace:{Path(__file__).parents[1] / 'fixtures' / 'traces' / 'sessions.jsonl'}"
+    drawn = bench.with_workload(_opts(workload=sessions, request_rate="5"), "m")
+    assert "its sessions are not replayed as conversations" in command.summary_line(drawn, "m")
+    assert "not replayed" not in command.summary_line(bench.with_workload(_opts(
+        workload=sessions), "m"), "m")  # fmt: skip
 
 
 def test_a_served_model_directory_is_the_default_tokenizer(model_dir: Path) -> None:

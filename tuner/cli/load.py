@@ -299,6 +299,8 @@ def summary_line(opts: LoadOptions, model: str) -> str:
             f"request rate {','.join(f'{r:g}' for r in opts.request_rates)} req/s "
             f"(max {opts.max_concurrency} in flight)"
         )
+        if shape is not None and any(r.session is not None for r in shape.trace or ()):
+            what += " of rows drawn at random (its sessions are not replayed as conversations)"
     if shape is None:
         lengths = f"{opts.prompt_tokens} prompt + {opts.output_tokens} output tokens"
     else:
