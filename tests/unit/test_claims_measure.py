@@ -93,6 +93,22 @@ def test_the_guard_does_not_launch_what_a_finding_rules_out() -> None:
     assert finding_of([less, more]) is not None and finding_of([less]) is None
 
 
+def test_a_configuration_that_came_up_here_is_never_pruned_by_a_later_finding() -> None:
+    """Defaults measured, then B (max_num_seqs=5) did not fit: the defaults "ask at least as
+    much" by the rule of thumb, and A's second launch was pruned, the comparison reported as
+    "A cannot start here". What came up here can start here."""
+    fake = FakeRunner(max_utilization=0.9)
+    guard = FindingGuard(fake, resolve_model("tiny-ernie"))
+    fits = ServingConfig(gpu_memory_utilization=0.89)
+    assert guard.run(fits, SMALL).status is TrialStatus.COMPLETE
+    guard.failures.append((ServingConfig(gpu_memory_utilization=0.8), FailureClass.MEMORY_EXCEEDED))
+    again = guard.run(fits, SMALL)  # the rule says dominated; the first launch says it fits
+    assert again.status is TrialStatus.COMPLETE and len(fake.calls) == 2
+    assert guard.run(ServingConfig(gpu_memory_utilization=0.85), SMALL).failure is (
+        FailureClass.DOMINATED  # never came up here: the rule holds
+    )
+
+
 def _claim(
     cid: str, a: dict[str, Any], b: dict[str, Any], metric: str, claimed: float | str
 ) -> Claim:

@@ -29,13 +29,15 @@ class FindingGuard:
 
     After a launch fails with a finding, a configuration that asks at least as much (see
     :func:`tuner.catalog.rules.dominated_by`: more memory utilization after MEMORY_EXCEEDED,
-    the same backend after UNSUPPORTED, ...) comes back PRUNED as DOMINATED, never launched.
+    the same backend after UNSUPPORTED, ...) comes back PRUNED as DOMINATED, never launched;
+    unless it started here already, which no rule of thumb overrules.
     """
 
     def __init__(self, runner: TrialRunner, model: ModelSpec) -> None:
         self.runner = runner
         self.model = model
         self.failures: list[tuple[ServingConfig, FailureClass]] = []
+        self.started: list[ServingConfig] = []  # configurations a launch of which came up
 
     def run(
         self,
@@ -47,7 +49,7 @@ class FindingGuard:
         canary: Sequence[str] = QUICK,
         first_point: FirstPointCheck | None = None,
     ) -> TrialResult:
-        failed = dominated_by(self.model, config, self.failures)
+        failed = None if config in self.started else dominated_by(self.model, config, self.failures)
         if failed is not None:
             cls = next(f for c, f in self.failures if c == failed)
             return TrialResult(
@@ -62,6 +64,8 @@ class FindingGuard:
         )
         if result.failure is not None and result.failure.is_finding:
             self.failures.append((config, result.failure))
+        elif result.status is TrialStatus.COMPLETE and config not in self.started:
+            self.started.append(config)
         return result
 
 
