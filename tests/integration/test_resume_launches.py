@@ -78,6 +78,20 @@ def test_the_launch_log_keeps_what_can_be_reused(tmp_path: Path) -> None:
     assert run_key(a=1, b=[1, 2]) == run_key(b=[1, 2], a=1) != run_key(a=2, b=[1, 2])
 
 
+def test_an_a_a_comparison_resumes_each_launch_to_its_own_side(tmp_path: Path) -> None:
+    """A and B the same configuration (an A/A run measures the noise): a resumed run gave
+    every logged launch to B, then launched A three times out of the interleaved order."""
+    same_a, same_b = Arm("defaults", ServingConfig()), Arm("again", ServingConfig())
+    log = LaunchLog.for_run(tmp_path, "compare", run_key(a=2))
+    fake = FakeRunner()
+    for arm in (same_a, same_b, same_a):
+        log.record(arm, fake.run(arm.config, LOAD))
+    assert [len(d) for d in log.load([same_a, same_b])] == [2, 1]
+    # Logged under labels the run no longer has (or one label twice): shared out evenly.
+    twins = [Arm("x", ServingConfig()), Arm("x", ServingConfig())]
+    assert [len(d) for d in log.load(twins)] == [2, 1]
+
+
 def test_verify_claims_resumes_from_its_launch_log(tmp_path: Path) -> None:
     small = WORKLOADS["smoke"].replace(requests_per_window=8, warmup_requests=0, windows=2)
     at_least = parse_claimed(">= 1.5", "e2e_p99_ms")

@@ -58,12 +58,13 @@ class LaunchLog:
         return cls.for_run(home, command, key)
 
     def load(self, arms: Sequence[Arm]) -> list[list[TrialResult]]:
-        """Earlier reusable launches per arm (matched on the configuration), in launch order.
-        A line that cannot be read (a write cut short) is skipped."""
+        """Earlier reusable launches per arm (matched on the configuration, then on the arm's
+        label), in launch order. Where several arms run one configuration (an A/A comparison)
+        each launch goes to the arm it was logged for, else to the one with fewest so far. A
+        line that cannot be read (a write cut short) is skipped."""
         done: list[list[TrialResult]] = [[] for _ in arms]
         if not self.path.exists():
             return done
-        index = {arm.config: i for i, arm in enumerate(arms)}
         for n, line in enumerate(self.path.read_text().splitlines(), 1):
             try:
                 entry = json.loads(line)
@@ -71,9 +72,10 @@ class LaunchLog:
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("%s line %d unreadable, launched again: %s", self.path, n, exc)
                 continue
-            i = index.get(result.config)
-            if i is not None and _reusable(result):
-                done[i].append(result)
+            same = [i for i, arm in enumerate(arms) if arm.config == result.config]
+            pool = [i for i in same if arms[i].label == entry.get("arm")] or same
+            if pool and _reusable(result):
+                done[min(pool, key=lambda i: len(done[i]))].append(result)
         return done
 
     def record(self, arm: Arm, result: TrialResult) -> None:
