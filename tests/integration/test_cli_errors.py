@@ -215,6 +215,10 @@ def test_help_exits_0(outcomes: dict[str, Outcome]) -> None:
 
 # --- every input that once ended in a traceback (issue 29): one error line, non-zero exit ---
 
+# A comparison's options, for the checks made before anything starts.
+_COMPARE = ("compare", "--model", "tiny-ernie", "--gpu", "cpu",
+            "--a", "defaults", "--b", "max_num_seqs=4")  # fmt: skip
+
 EXISTING = "kept.jsonl"  # an earlier export that must survive
 ONE_LINE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "export-to-a-folder": (("export", "s1", "--out", "folder"), ("--out folder is a folder",)),
@@ -243,6 +247,10 @@ ONE_LINE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "study-name": (
         ("run", "--study", "../x <script>"),
         ("--study: study name '../x <script>' is not", "letters, digits"),
+    ),
+    "min-effect-with-a-fixed-design": (
+        (*_COMPARE, "--repeats", "3", "--min-effect", "0.5"),
+        ("--min-effect stops a sequential design", "add --max-launches"),
     ),
     "merge-suffix": (
         ("db", "merge", DB_FILE, "--storage", "sqlite:///other.db", "--rename-suffix", "../<x> y"),

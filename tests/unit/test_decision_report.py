@@ -45,7 +45,8 @@ def _row(results: object) -> ComparisonRow:
 def test_the_report_states_the_design_the_stop_and_the_cost() -> None:
     report = comparison_report(_row(RESULTS))
     assert report.provenance["GPU-minutes"] == "15.6"
-    assert report.provenance["design"] == "sequential, 3 to 6 launches a side, stop within ±5 %"
+    design = report.provenance["design"]
+    assert design == "sequential, 3 to 6 launches a side, stop at a half-width of 5 %"
     assert report.provenance["stopped"] == "significant after 4 + 4 launches"
     assert report.provenance["interval"] == "pooled"
     assert report.unparsed == ""  # decision, noise and gpu_minutes are placed, not dumped

@@ -126,7 +126,7 @@ class Design:
         if self.fixed:
             return f"{self.first} fresh launches each, interleaved A B A B ..."
         stop = (
-            f" or the interval is within ±{self.plan.min_effect * 100:g} %"
+            f" or the interval's half-width is at most {self.plan.min_effect * 100:g} %"
             if self.plan.min_effect
             else ""
         )

@@ -72,7 +72,8 @@ def decision_lines(look: Look) -> list[str]:
     step, found = look.step, look.step.interval
     why = {
         SIGNIFICANT: "the interval excludes 1",
-        PRECISE: f"the interval is within ±{(look.design.plan.min_effect or 0) * 100:g} %",
+        PRECISE: "the interval's half-width is at most "
+        f"{(look.design.plan.min_effect or 0) * 100:g} %",
         BUDGET: "the launch budget is spent" if not look.design.fixed else "the fixed design",
         UNMEASURED_STOP: "a side could not be measured: see its failures",
     }.get(step.reason, step.reason)
@@ -168,25 +169,34 @@ MaxLaunches = Annotated[
     ),
 ]
 MinEffect = Annotated[
-    float,
+    float | None,
     typer.Option(
         help="Smallest difference worth acting on: the sequential design stops with 'no "
-        "significant difference' once the interval is within this (0.05: ±5 %).",
+        "significant difference' once the interval's half-width is at most this (default "
+        "0.05: 5 %).",
     ),
 ]
 
 
 def design_of(
-    repeats: int | None, max_launches: int | None, min_effect: float, confidence: float
+    repeats: int | None, max_launches: int | None, min_effect: float | None, confidence: float
 ) -> Design:
     """The decision design of ``--repeats`` / ``--max-launches`` / ``--min-effect`` /
     ``--confidence`` (shared by compare and verify-claims): UsageError for a confidence or a
     min effect that is no fraction, or a first look above the budget."""
     from tuner.abtest import Design
     from tuner.errors import UsageError
+    from tuner.scoring import MIN_EFFECT
     from tuner.spec import check_confidence
 
     check_confidence(confidence)
+    if min_effect is not None and repeats is not None and max_launches is None:
+        raise UsageError(
+            "--min-effect stops a sequential design, and --repeats alone is a fixed one",
+            hint=f"add --max-launches (e.g. {max(repeats, 6)}) for a sequential design, or drop "
+            "--min-effect",
+        )
+    min_effect = MIN_EFFECT if min_effect is None else min_effect
     if not 0.0 < min_effect < 1.0:
         raise UsageError(
             f"--min-effect {min_effect} is not a fraction", hint="e.g. --min-effect 0.05 for ±5 %"
@@ -214,7 +224,7 @@ def compare(
     workload_set: WorkloadSet = None,
     repeats: FirstLook = None,
     max_launches: MaxLaunches = None,
-    min_effect: MinEffect = 0.05,
+    min_effect: MinEffect = None,
     confidence: Confidence = 0.95,
     storage: StorageOpt = None,
     vllm_python: VllmPythonOpt = None,
@@ -222,9 +232,9 @@ def compare(
 ) -> None:
     """Is B better than A here? Interleaved fresh launches, B/A per metric with intervals.
 
-    By default pairs of launches are added (from 3 a side) until B/A is decided, its interval
-    is within --min-effect, or --max-launches (6) a side are spent; intervals borrow the noise
-    profile of `tuner calibrate` and earlier launches when one exists.
+    By default pairs of launches are added (from 3 a side) until B/A is decided, its interval's
+    half-width is at most --min-effect, or --max-launches (6) a side are spent; intervals
+    borrow the noise profile of `tuner calibrate` and earlier launches when one exists.
 
     Exit 1 when no interval could be given (a side not measured, or too few launches), or when
     the output throughput is inconclusive (the launches of a side disagree far beyond their

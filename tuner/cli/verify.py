@@ -55,7 +55,7 @@ def verify_claims(
     gpu: GpuOpt,
     repeats: FirstLook = None,
     max_launches: MaxLaunches = None,
-    min_effect: MinEffect = 0.05,
+    min_effect: MinEffect = None,
     confidence: Confidence = 0.95,
     only: Annotated[list[str] | None, typer.Option(help="Only this claim id (repeatable).")] = None,
     fixed: Annotated[

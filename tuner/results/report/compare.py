@@ -199,7 +199,7 @@ def decision_facts(results: Mapping[str, Any]) -> dict[str, str]:
             effect = num(d.get("min_effect"))
             out["design"] = (
                 f"sequential, {d.get('first')} to {d.get('max_launches')} launches a side"
-                + (f", stop within ±{effect * 100:g} %" if effect else "")
+                + (f", stop at a half-width of {effect * 100:g} %" if effect else "")
             )
         else:
             out["design"] = f"fixed, {d.get('first')} launches a side"
