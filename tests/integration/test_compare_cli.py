@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.studykit import processes_mentioning
 from tuner.abtest.claims.figures import EFFECT_VERDICTS
 from tuner.db.repository import Repository
@@ -267,3 +269,16 @@ def test_a_flag_beyond_the_typed_knobs_reaches_b_launches_and_a_misspelt_one_is_
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "stream_intervall" in bad.stderr and "--stream-interval" in bad.stderr
     assert "launch " not in bad.stderr  # refused before anything started
+
+
+def test_a_calibration_whose_launches_all_fail_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said "none for this key yet (`tuner calibrate` measures one)": the command just run."""
+    monkeypatch.setenv("TUNER_FAKE_FAULT", "crash_at_start")
+    run = _tuner(tmp_path, "calibrate", "--model", "tiny-ernie", "--gpu", "cpu", "--launches",
+                 "2", "--workload", "smoke", "--workload-set", QUICK)  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    said = run.stdout + run.stderr
+    assert "noise profile: none, 0 of 2 launches complete" in said
+    assert "measures one" not in said

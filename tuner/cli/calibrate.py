@@ -56,8 +56,14 @@ def calibrate(
         f"({arm.config.label()}), workload {setup.workload.name}"
     )
     outcome = run_calibration(bench, setup.workload, arm, Progress(say).watch())
-    for line in profile_lines(outcome.profile, [name for name, _, _ in COMPARED]):
-        say(line)
+    if outcome.profile is None:  # not "`tuner calibrate` measures one": this was it
+        say(
+            f"noise profile: none, {outcome.completed} of {outcome.launched} launches complete "
+            "(a profile needs complete launches: see the failures above)"
+        )
+    else:
+        for line in profile_lines(outcome.profile, [name for name, _, _ in COMPARED]):
+            say(line)
     say(
         f"{outcome.completed} of {outcome.launched} launches complete, "
         f"{outcome.gpu_minutes:.1f} GPU-minutes"

@@ -173,7 +173,9 @@ def with_overrides(
 
 
 def overridden_name(name: str, overrides: Mapping[str, Any]) -> str:
-    """``chat[requests_per_window=24]``: a workload's name with the fields set on it."""
+    """``chat[requests_per_window=24]``: a workload's name with the fields set on it, in the
+    fields' order whatever order they were given in (the name keys noise profiles and launch
+    logs: one workload, one name)."""
     if not overrides:
         return name
-    return f"{name}[{','.join(f'{k}={v}' for k, v in overrides.items())}]"
+    return f"{name}[{','.join(f'{k}={v}' for k, v in sorted(overrides.items()))}]"
