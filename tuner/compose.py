@@ -18,7 +18,7 @@ from tuner.catalog import get_gpu, has_facts, resolve_model
 from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem, UsageError
-from tuner.load import get_workload, recommended_slo
+from tuner.load import check_workload, get_workload, recommended_slo
 from tuner.runner import load_flags
 from tuner.space import SearchSpace
 from tuner.spec import NO_SLO, StudySpec, check_flags
@@ -73,6 +73,7 @@ def resolve_workload(spec: StudySpec, tokenizer: Path | None = None) -> Workload
         raise UsageError(
             f"bad [workload] override in {spec.source}: {exc.message}", hint=exc.hint
         ) from None
+    check_workload(workload)  # before any server starts: a count of 0 measures nothing
     if spec.objective is Objective.CAPACITY and len(workload.load_points()) < 2:
         raise UsageError(
             f"the capacity objective reads each launch's load curve, but workload "

@@ -248,6 +248,7 @@ ONE_LINE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("run", "--study", "../x <script>"),
         ("--study: study name '../x <script>' is not", "letters, digits"),
     ),
+    "no-windows": ((*_COMPARE, "--workload-set", "windows=0"), ("windows must be >= 1",)),
     "min-effect-with-a-fixed-design": (
         (*_COMPARE, "--repeats", "3", "--min-effect", "0.5"),
         ("--min-effect stops a sequential design", "add --max-launches"),
@@ -341,3 +342,5 @@ def test_each_once_fatal_input_is_one_error_line_and_a_non_zero_exit(
     text = " ".join(run.stderr.split())
     for words in ONE_LINE[name][1]:
         assert words in text, text
+    if name == "no-windows":  # refused where the workload is read: no header, no launch
+        assert run.stdout == "", run.stdout

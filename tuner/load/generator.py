@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import aiohttp
 
 from tuner.domain import FailureClass, RequestRecord, Slo, WindowMetrics, Workload
-from tuner.errors import LoadFailure, UsageError
+from tuner.errors import LoadFailure
 from tuner.load.curve import point_label
 from tuner.load.prompts import PromptFactory
 from tuner.load.selfcheck import EnergyMeter, LoopLag, Neighbours, WindowCheck
 from tuner.load.stats import window_metrics
 from tuner.load.stream import request_body, stream_completion
-from tuner.load.workloads import PlannedRequest, plan_requests
+from tuner.load.workloads import PlannedRequest, check_workload, plan_requests
 
 PhaseCallback = Callable[[str, int, int], None]
 AbortCheck = Callable[[], bool]
@@ -67,22 +67,6 @@ def api_root(base_url: str) -> str:
     """``http://host:port`` from that or ``http://host:port/v1`` (with or without a slash)."""
     root = base_url.rstrip("/")
     return root[: -len("/v1")] if root.endswith("/v1") else root
-
-
-def _validate(workload: Workload) -> None:
-    for field in ("concurrency", "requests_per_window", "windows"):
-        if getattr(workload, field) < 1:
-            raise UsageError(f"workload {workload.name!r}: {field} must be >= 1")
-    if workload.warmup_requests < 0:
-        raise UsageError(f"workload {workload.name!r}: warmup_requests must be >= 0")
-    if workload.concurrency_ladder and workload.rate_ladder:
-        raise UsageError(
-            f"workload {workload.name!r}: give a concurrency ladder or a rate ladder, not both"
-        )
-    if any(c < 1 for c in workload.concurrency_ladder):
-        raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
-    if any(not r > 0 for r in workload.rate_ladder):
-        raise UsageError(f"workload {workload.name!r}: every request rate must be > 0")
 
 
 class LoadGenerator:
@@ -139,7 +123,7 @@ class LoadGenerator:
         """
         if not 0.0 <= max_error_rate <= 1.0:
             raise ValueError(f"max_error_rate must be in [0, 1], got {max_error_rate}")
-        _validate(workload)
+        check_workload(workload)
         return asyncio.run(
             self._run(workload, slo, on_phase, should_abort, max_error_rate, first_point)
         )
@@ -226,7 +210,7 @@ class LoadGenerator:
         """Only the warm-up of :meth:`run` (the workload's own shapes, closed-loop at its
         highest concurrency, untimed); returns its seconds. ``tuner launch`` sends it before it
         announces a server, as a trial does before it measures."""
-        _validate(workload)
+        check_workload(workload)
 
         async def warm() -> float:
             started = time.perf_counter()

@@ -204,6 +204,24 @@ def get_workload(
     return apply_replay(workload, overrides)
 
 
+def check_workload(workload: Workload) -> None:
+    """UsageError for counts a load run cannot take (no stream, window or request), checked
+    where a workload is resolved, before any server starts, and again by the generator."""
+    for field in ("concurrency", "requests_per_window", "windows"):
+        if getattr(workload, field) < 1:
+            raise UsageError(f"workload {workload.name!r}: {field} must be >= 1")
+    if workload.warmup_requests < 0:
+        raise UsageError(f"workload {workload.name!r}: warmup_requests must be >= 0")
+    if workload.concurrency_ladder and workload.rate_ladder:
+        raise UsageError(
+            f"workload {workload.name!r}: give a concurrency ladder or a rate ladder, not both"
+        )
+    if any(c < 1 for c in workload.concurrency_ladder):
+        raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
+    if any(not r > 0 for r in workload.rate_ladder):
+        raise UsageError(f"workload {workload.name!r}: every request rate must be > 0")
+
+
 def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
     """UsageError for override fields ``workload`` does not read: a preset's drawn shapes on a
     trace (its rows set their own), a trace's replay options on a preset."""
