@@ -86,7 +86,11 @@ class StudySection(TypedDict, total=False):
     ]
 
 
-@with_config(_STRICT)
+# A load curve is a concurrency ladder or a rate ladder (tuner.load.check_workload), not both.
+_ONE_LADDER: Any = {"not": {"required": ["concurrency_ladder", "rate_ladder"]}}
+
+
+@with_config(ConfigDict(**_STRICT, json_schema_extra=_ONE_LADDER))
 class WorkloadSection(TypedDict, total=False):
     """Overrides of the preset's fields."""
 

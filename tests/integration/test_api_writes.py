@@ -92,6 +92,11 @@ def _with(section: str, **changes: Any) -> dict[str, Any]:
         (_with("space", params=["warp_speed"]), "unknown serving knob"),
         ({**SPEC, "telemetry": {}}, "unknown section"),
         ({"model": "tiny-ernie"}, "needs a 'study' object"),
+        # Queued before, and failed on the worker: refused where the workload is read.
+        (
+            {**SPEC, "workload": {"concurrency_ladder": [2, 4], "rate_ladder": [1.0, 2.0]}},
+            "give a concurrency ladder or a rate ladder, not both",
+        ),
     ],
 )
 def test_bad_specs_are_422_with_a_message(repo: Repository, body: Any, words: str) -> None:
