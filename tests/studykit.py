@@ -242,3 +242,24 @@ def _uvicorn_in_thread(app: Any, timeout_s: float) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def damage_sqlite(path: Path, *, index_of: str | None = None) -> Path:
+    """Overwrite the head of a root page of SQLite file ``path``, as a bad sector would: the
+    studies table's (reading it fails), or with ``index_of`` the first index of that table's
+    (the rows still read; only SQLite's check finds it)."""
+    import sqlite3
+
+    where = (
+        f"type = 'index' AND tbl_name = '{index_of}' ORDER BY name LIMIT 1"
+        if index_of
+        else "name = 'tuner_studies'"
+    )
+    with sqlite3.connect(path) as con:
+        page = con.execute(f"SELECT rootpage FROM sqlite_master WHERE {where}").fetchone()[0]
+        size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    with path.open("r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xff" * 16)
+    return path

@@ -278,19 +278,11 @@ ONE_LINE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 def _damaged_copy(url: str, path: Path) -> None:
     """A SQLite file whose tables exist but whose studies table's page is overwritten."""
-    import sqlite3
-
+    from tests.studykit import damage_sqlite
     from tuner.db.migrate import upgrade
 
     upgrade(url)
-    with sqlite3.connect(path) as con:
-        root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tuner_studies'")
-        page = root.fetchone()[0]
-        size = con.execute("PRAGMA page_size").fetchone()[0]
-    con.close()
-    with path.open("r+b") as f:
-        f.seek((page - 1) * size)
-        f.write(b"\xff" * 16)
+    damage_sqlite(path)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,13 @@ from typing import Any
 import optuna
 import pytest
 
-from tests.studykit import make_context, make_repo, memory_confirmation_context, store_claim
+from tests.studykit import (
+    damage_sqlite,
+    make_context,
+    make_repo,
+    memory_confirmation_context,
+    store_claim,
+)
 from tuner.cli.app import main
 from tuner.db.merge import MergeSummary, merge_databases
 from tuner.domain import ServingConfig, TrialResult, Workload
@@ -327,33 +333,20 @@ def test_sources_at_every_older_revision_merge(tmp_path: Path) -> None:
     assert {s.name for s in make_repo(url(target)).list_studies()} == names
 
 
-def _damage(path: Path) -> Path:
-    """Overwrite the head of an index's root page, as a bad sector would: the rows still read
-    (a merge scans tables), only SQLite's check finds it."""
-    with sqlite3.connect(path) as con:
-        root = con.execute(
-            "SELECT rootpage FROM sqlite_master WHERE type = 'index' "
-            "AND tbl_name = 'tuner_trials' ORDER BY name LIMIT 1"
-        )
-        page = root.fetchone()[0]
-        size = con.execute("PRAGMA page_size").fetchone()[0]
-    con.close()
-    with path.open("r+b") as f:
-        f.seek((page - 1) * size)
-        f.write(b"\xff" * 16)
-    return path
-
-
 def test_a_damaged_source_or_target_is_refused_before_anything_is_written(
     source: Path, tmp_path: Path
 ) -> None:
     """`tuner db upgrade` refused a damaged file; a merge read and wrote it (exit 0)."""
-    bad_source = _damage(copy_db(source, tmp_path / "bad-source.db"))
+    bad_source = damage_sqlite(
+        index_of="tuner_trials", path=copy_db(source, tmp_path / "bad-source.db")
+    )
     target = tmp_path / "central.db"
     with pytest.raises(StorageError, match=r"source database .*bad-source\.db is damaged"):
         merge(bad_source, target)
     assert not target.exists()
-    bad_target = _damage(copy_db(source, tmp_path / "bad-target.db"))
+    bad_target = damage_sqlite(
+        index_of="tuner_trials", path=copy_db(source, tmp_path / "bad-target.db")
+    )
     before = digest(bad_target)
     other = tmp_path / "other.db"
     run_studies(other, search="b")

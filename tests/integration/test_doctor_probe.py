@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.studykit import damage_sqlite
 from tuner.catalog.gpus import get_gpu, match_detected
 from tuner.db.migrate import head_revision, upgrade
 from tuner.db.models import VERSION_TABLE
@@ -169,16 +170,7 @@ def test_storage_missing_current_and_from_a_newer_tuner(tmp_path: Path) -> None:
     # A damaged file is a problem, not "ok" (`tuner db current` and `upgrade` refuse it).
     damaged = tmp_path / "damaged.db"
     upgrade(f"sqlite:///{damaged}")
-    with sqlite3.connect(damaged) as conn:
-        page = conn.execute(  # an index: tables still read, only SQLite's check sees it
-            "SELECT rootpage FROM sqlite_master WHERE type = 'index' "
-            "AND tbl_name = 'tuner_trials' ORDER BY name LIMIT 1"
-        ).fetchone()[0]
-        size = conn.execute("PRAGMA page_size").fetchone()[0]
-    conn.close()
-    with damaged.open("r+b") as f:
-        f.seek((page - 1) * size)
-        f.write(b"\xff" * 16)
+    damage_sqlite(damaged, index_of="tuner_trials")  # tables still read: only the check sees it
     facts = gather_storage(f"sqlite:///{damaged}")
     assert facts.problem is not None and "is damaged" in facts.problem.what
 
