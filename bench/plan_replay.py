@@ -8,8 +8,10 @@ table value: the geometric mean of its launches. Any other configuration is *mod
 metric's log is the defaults' plus one effect per knob value that differs from the defaults,
 the effects fitted by weighted least squares (weight: the row's launches) on the measured rows,
 minimum-norm where the rows do not separate two effects (a row that changed two knobs splits
-its effect between them). A knob value no row measured has no effect (or, with ``--prior-sd``,
-an effect drawn once per seed from a normal prior). Every evaluation is flagged measured or
+its effect between them). A knob set to the value vLLM resolves it to anyway (``levers.
+vllm_default`` with the shipped flag list's defaults: async scheduling on vLLM 0.26.0 on a GPU)
+is the same server as the knob unset, in the fit and in the lookup. A knob value no row measured
+has no effect (or, with ``--prior-sd``, an effect drawn once per seed from a normal prior). Every evaluation is flagged measured or
 modelled and the counts are printed: on the heavy table nearly everything random search
 evaluates is modelled.
 
@@ -79,6 +81,7 @@ from tuner.study.plan import (  # noqa: E402
     DEFAULT_LAUNCH_SD,
     RECIPE,
     Plan,
+    declared_defaults,
     make_plan,
     predict,
     screen_configs,
@@ -102,9 +105,24 @@ DATASETS = {
 }
 
 
-def config_key(config: ServingConfig) -> Key:
-    """A configuration as the set of its set knobs (vLLM's defaults left out)."""
-    return frozenset((k, _hashable(v)) for k, v in config.to_dict().items() if v is not None)
+def config_key(config: ServingConfig, resolved: Mapping[str, Any] | None = None) -> Key:
+    """A configuration as the set of its set knobs, vLLM's defaults left out: a knob unset, and
+    one set to the value vLLM resolves it to anyway (``resolved``, e.g. async scheduling on
+    vLLM 0.26.0 on a GPU), are the same server."""
+    same = resolved or {}
+    return frozenset(
+        (k, _hashable(v))
+        for k, v in config.to_dict().items()
+        if v is not None and not (k in same and v == same[k])
+    )
+
+
+def resolved_defaults(card: SearchSpace) -> dict[str, Any]:
+    """What the card's vLLM resolves each lever to on its GPU when no flag sets it, where
+    tuner knows (``tuner.catalog.levers.vllm_default``, the rule the plan screens by)."""
+    declared = declared_defaults(card)
+    found = {k: levers.vllm_default(k, card.gpu, card.given_fixed, declared) for k in levers.LEVERS}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _hashable(v: Any) -> Any:
@@ -117,17 +135,21 @@ def _hashable(v: Any) -> Any:
 class Surface:
     """Every configuration's true numbers: the table's where it measured them, else the
     additive model's (see the module docstring). ``prior``: the effect of a knob value that no
-    row measured (called once per value, cached); None gives no effect."""
+    row measured (called once per value, cached); None gives no effect. ``resolved``: the
+    values vLLM gives knobs no flag sets (``resolved_defaults``); setting one changes nothing."""
 
     def __init__(
-        self, table: Table, prior: Callable[[tuple[str, Any]], float] | None = None
+        self,
+        table: Table,
+        prior: Callable[[tuple[str, Any]], float] | None = None,
+        resolved: Mapping[str, Any] | None = None,
     ) -> None:
-        self.table, self._prior = table, prior
-        self.base = {k: _hashable(v) for k, v in table.baseline.config.to_dict().items()}
+        self.table, self._prior, self.resolved = table, prior, dict(resolved or {})
+        self.base = self._values(table.baseline.config)
         self._base_logs = np.log([table.baseline.center(m) for m in METRICS])
         self._error = table.baseline.center("error_rate")
         measured = [r for r in table.rows if r.launches]
-        self._rows = {config_key(r.config): r for r in table.rows}
+        self._rows = {self.key(r.config): r for r in table.rows}
         feats = sorted(
             {f for r in measured for f in self._features(r.config)}, key=lambda f: repr(f)
         )
@@ -146,8 +168,14 @@ class Surface:
         self._memory_moves = {f for f, e in self.effects.items() if abs(e[mem]) >= MEMORY_FLOOR}
         self._drawn: dict[tuple[str, Any], float] = {}
 
+    def key(self, config: ServingConfig) -> Key:
+        return config_key(config, self.resolved)
+
+    def _values(self, config: ServingConfig) -> dict[str, Any]:
+        return {k: v for k, v in self.key(config)}
+
     def _features(self, config: ServingConfig) -> set[tuple[str, Any]]:
-        values = {k: _hashable(v) for k, v in config.to_dict().items()}
+        values = self._values(config)
         names = set(values) | set(self.base)
         return {(k, values.get(k)) for k in names if values.get(k) != self.base.get(k)}
 
@@ -165,7 +193,7 @@ class Surface:
 
     def numbers(self, config: ServingConfig) -> tuple[dict[str, float] | None, bool]:
         """(metrics or None for a finding, whether the table measured it)."""
-        row = self._rows.get(config_key(config))
+        row = self._rows.get(self.key(config))
         feats = self._features(config)
         if row is not None:
             if row.finding is not None:
@@ -209,7 +237,7 @@ class Surface:
         candidates += [r.config for r in self.table.rows]
         valid = [c for c in candidates if not space.violations(c)]
         top = max(valid, key=lambda c: self.standing(c).key())
-        return top, self.standing(top), config_key(top) in self._rows
+        return top, self.standing(top), self.key(top) in self._rows
 
 
 def _score_weight(objective: Objective, metric: str) -> float:
@@ -259,15 +287,16 @@ class Bench:
         return launch.seconds - (self.cold_extra_s if launch is self.first else 0.0)
 
     def surface(self, seed: int) -> Surface:
+        resolved = resolved_defaults(self.card)
         if not self.args.prior_sd:
-            return Surface(self.table)
+            return Surface(self.table, resolved=resolved)
         sd = float(self.args.prior_sd)
 
         def prior(feature: tuple[str, Any]) -> float:
             rng = np.random.default_rng([seed, zlib.crc32(repr(feature).encode())])
             return float(rng.normal(0.0, sd))
 
-        return Surface(self.table, prior)
+        return Surface(self.table, prior, resolved)
 
     def evaluate(
         self,
@@ -286,7 +315,7 @@ class Bench:
             return penalty, [scoring.VIOLATED] * 4, None
         metrics, measured = surface.numbers(config)
         acc.modelled += not measured
-        row = surface._rows.get(config_key(config))
+        row = surface._rows.get(surface.key(config))
         if acc.spent_s == 0.0:  # the search's first launch: cold compile caches
             acc.spent_s += self.cold_extra_s
         if row is not None and row.launches:

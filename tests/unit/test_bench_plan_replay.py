@@ -92,6 +92,24 @@ def test_the_surface_splits_a_two_knob_row_and_adds_effects() -> None:
     )
 
 
+def test_a_knob_set_to_the_value_vllm_resolves_anyway_is_the_same_server() -> None:
+    # vLLM 0.26.0 declares async scheduling None and turns it on on a GPU: a row that set it
+    # measured stream_interval=4 alone, so the whole gain is the stream interval's.
+    table = _table(
+        [({}, 10000.0), ({"stream_interval": 4, "async_scheduling": True}, 12100.0)]
+    )  # fmt: skip
+    resolved = pr.resolved_defaults(_bench(table).card)
+    assert resolved["async_scheduling"] is True
+    surface = pr.Surface(table, resolved=resolved)
+    thr = pr.METRICS.index("output_throughput")
+    assert set(surface.effects) == {("stream_interval", 4)}
+    assert math.isclose(surface.effects[("stream_interval", 4)][thr], math.log(1.21))
+    alone, was = surface.numbers(ServingConfig(extra={"stream_interval": 4}))
+    assert was and alone is not None and math.isclose(alone["output_throughput"], 12100.0)
+    # Without the rule the same row splits its gain with a knob that changed nothing.
+    assert ("async_scheduling", True) in pr.Surface(table).effects
+
+
 def test_a_lever_that_pays_x1_5_is_found_by_the_plan_sooner_than_by_random_search() -> None:
     bench = _bench(_table([({}, 10000.0), ({"stream_interval": 8}, 15000.0)]))
     diagnosis = Diagnosis(Regime.FRONTEND, ("API server at 1.00 of a core",), {}, 256)
