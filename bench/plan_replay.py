@@ -11,9 +11,9 @@ minimum-norm where the rows do not separate two effects (a row that changed two 
 its effect between them). A knob set to the value vLLM resolves it to anyway (``levers.
 vllm_default`` with the shipped flag list's defaults: async scheduling on vLLM 0.26.0 on a GPU)
 is the same server as the knob unset, in the fit and in the lookup. A knob value no row measured
-has no effect (or, with ``--prior-sd``, an effect drawn once per seed from a normal prior). Every evaluation is flagged measured or
-modelled and the counts are printed: on the heavy table nearly everything random search
-evaluates is modelled.
+has no effect (or, with ``--prior-sd``, an effect drawn once per seed from a normal prior).
+Every evaluation is flagged measured or modelled and the counts are printed: on the heavy table
+nearly everything random search evaluates is modelled.
 
 An evaluation's observed output tok/s is the surface's value times ``exp(N(0, launch_sd))``
 (``--launch-sd``, default the H200's 0.068 of ``docs/results/noise-h200.md``, as

@@ -1,7 +1,7 @@
-"""The decode-bound study on the H200 decided and resumed (docs/results/plan-h200.md §9,
-2026-12-05) against its committed database and server logs: the comparison of the planned
-recipe with vLLM's defaults, the study's resumed trials, and vLLM 0.26.0 turning async
-scheduling on by itself, each table re-derived here."""
+"""The decode-bound study decided on the H200 and resumed there (docs/results/plan-h200.md §9),
+and decided on the H100 (§10), both 2026-12-05, against their committed databases and server
+logs: each comparison of the planned recipe with vLLM's defaults, the H200 study's resumed
+trials, and vLLM 0.26.0 turning async scheduling on by itself, each table re-derived here."""
 
 from __future__ import annotations
 
@@ -19,13 +19,23 @@ from tuner.domain import TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "studies" / "results" / "plan-h200" / "2026-12-05-compare"
+DATA_H100 = ROOT / "studies" / "results" / "plan-h100" / "2026-12-05-compare"
 REPORT = ROOT / "docs" / "results" / "plan-h200.md"
 STUDY = "decode-qwen7b-chat"
 
 
+def _repo(data: Path) -> Repository:
+    return Repository(make_engine(f"sqlite:///{data / 'tuner-decode.db'}"))
+
+
 @pytest.fixture(scope="module")
 def repo() -> Repository:
-    return Repository(make_engine(f"sqlite:///{DATA / 'tuner-decode.db'}"))
+    return _repo(DATA)
+
+
+@pytest.fixture(scope="module")
+def repo_h100() -> Repository:
+    return _repo(DATA_H100)
 
 
 def _comparison(repo: Repository) -> Any:
@@ -91,11 +101,11 @@ def trials_table(repo: Repository) -> str:
     return "\n".join(out) + "\n"
 
 
-def async_by_launch() -> list[tuple[object, str]]:
+def async_by_launch(data: Path = DATA) -> list[tuple[object, str]]:
     """Per server log: the async_scheduling vLLM was given (None: not given) and what it
     logged it runs with."""
     seen = []
-    with tarfile.open(DATA / "server-logs.tgz") as tar:
+    with tarfile.open(data / "server-logs.tgz") as tar:
         for member in tar.getmembers():
             if not member.isfile():
                 continue
@@ -110,10 +120,16 @@ def async_by_launch() -> list[tuple[object, str]]:
     return seen
 
 
-def test_the_comparison_is_a_real_h200_decision(repo: Repository) -> None:
-    row = _comparison(repo)
-    assert (row.model, row.gpu, row.workload) == ("qwen2.5-7b", "h200", "chat")
-    assert row.provenance is not None and row.provenance.gpu_name == "NVIDIA H200"
+@pytest.mark.parametrize(
+    ("which", "gpu", "gpu_name"),
+    [("repo", "h200", "NVIDIA H200"), ("repo_h100", "h100", "NVIDIA H100 80GB HBM3")],
+)
+def test_the_comparison_is_a_real_gpu_decision(
+    which: str, gpu: str, gpu_name: str, request: pytest.FixtureRequest
+) -> None:
+    row = _comparison(request.getfixturevalue(which))
+    assert (row.model, row.gpu, row.workload) == ("qwen2.5-7b", gpu, "chat")
+    assert row.provenance is not None and row.provenance.gpu_name == gpu_name
     assert row.provenance.vllm_version == "0.26.0"
     assert row.verdicts["output_throughput"] == "worse"
     thr = next(m for m in row.results["metrics"] if m["metric"] == "output_throughput")
@@ -127,9 +143,13 @@ def test_vllm_0_26_schedules_asynchronously_unless_told_not_to() -> None:
     assert len(seen) == 9
     assert {said for given, said in seen if given is None} == {"enabled"}
     assert [said for given, said in seen if given is False] == ["disabled"]
+    on_h100 = async_by_launch(DATA_H100)  # the defaults' three launches and FlashInfer's three
+    assert len(on_h100) == 6 and {said for _, said in on_h100} == {"enabled"}
+    assert sum(given is None for given, _ in on_h100) == 3
 
 
-def test_the_tables_of_the_section(repo: Repository) -> None:
+def test_the_tables_of_the_section(repo: Repository, repo_h100: Repository) -> None:
     report = REPORT.read_text()
     assert comparison_table(repo) in report
     assert trials_table(repo) in report
+    assert comparison_table(repo_h100) in report
