@@ -14,7 +14,6 @@ with a confirmation phase (fresh interleaved launches against the defaults,
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlencode
@@ -35,10 +34,9 @@ from tuner.db import StudyRow, TrialRow
 from tuner.domain import Objective, Slo
 from tuner.domain.workload import format_slo
 from tuner.results import emulated_memory_warning, gpu_memory_gib, serve_flags
-from tuner.scoring import objectives as scoring
 from tuner.scoring import ranking
 from tuner.study import Confirmed, study_objective
-from tuner.study.standings import Ranked, standings
+from tuner.study.standings import Ranked, chosen, standings
 from tuner.vllm import argv
 
 _MAX_SUGGESTIONS = 8
@@ -62,12 +60,6 @@ class Pick:
     ranked: Ranked
     objective: Objective
     confirmed: Confirmed | None = None
-
-
-def trial_score(snap: StudySnapshot, trial: TrialRow, objective: Objective) -> float:
-    values = trial.objective_values or (0.0, 0.0, 0.0)
-    score = scoring.score_values(values, objective, snap.reference)
-    return score if math.isfinite(score) else 0.0
 
 
 def is_emulated(study: StudyRow, trial: TrialRow) -> bool:
@@ -107,7 +99,7 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
         else:
             verdict = None
         picks.extend(
-            Pick(snap, r, objective, verdict)
+            Pick(snap, chosen(r, verdict), objective, verdict)
             for r in table
             if is_emulated(snap.study, r.row) == q.emulated and (r.feasible or not strict)
         )

@@ -12,7 +12,6 @@ from api.bounds import GPU_MAX, INT_MAX, MODEL_MAX, PAGE_MAX, STUDY_NAME_MAX, WO
 from api.deps import IndexDep, RepoDep, SettingsDep, WriteAccess
 from api.errors import MALFORMED, UNAVAILABLE, ApiError, not_found, responses
 from api.index import StudyIndex, StudySnapshot
-from api.recommendations import trial_score
 from api.schemas import (
     ObjectiveOut,
     ParetoOut,
@@ -29,7 +28,7 @@ from tuner.db import Repository, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.domain import TrialStatus
 from tuner.errors import UsageError
 from tuner.scoring import objectives as scoring
-from tuner.study import study_objective
+from tuner.study import study_objective, trial_score
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
 
@@ -52,9 +51,7 @@ def _scorer(index: StudyIndex, study: StudyRow) -> Any:
     objective = study_objective(study)
 
     def score(trial: TrialRow) -> float | None:
-        if snap is None or trial.status is not TrialStatus.COMPLETE or not trial.objective_values:
-            return None
-        return trial_score(snap, trial, objective)
+        return None if snap is None else trial_score(trial, snap.reference, objective)
 
     return score
 
@@ -264,5 +261,8 @@ def get_pareto(repo: RepoDep, index: IndexDep, name: StudyName) -> ParetoOut:
             ObjectiveOut(name=n, direction=d)
             for n, d in zip(scoring.OBJECTIVE_NAMES, scoring.DIRECTIONS, strict=True)
         ],
-        trials=[TrialOut.of(t, study, trial_score(snap, t, objective)) for t in pareto_front(snap)],
+        trials=[
+            TrialOut.of(t, study, trial_score(t, snap.reference, objective))
+            for t in pareto_front(snap)
+        ],
     )

@@ -107,3 +107,54 @@ def test_the_rule_orders_feasibility_score_recency_then_trial() -> None:
         "no score",
         "infeasible, best score",
     ]
+
+
+def test_a_tie_goes_to_the_pick_a_confirmation_decided_everywhere(
+    store: tuple[str, Repository], client: TestClient
+) -> None:
+    """The older study's confirmation chose its #1; the newer study's #1 ties with it on a
+    single search launch. The confirmed pick wins the tie on every surface (the API ordered
+    these by recency alone)."""
+    from dataclasses import replace
+
+    from tests.unit.test_confirm_choose import _row
+
+    url, repo = store
+    row = _row()
+    results = {**row.results, "b_label": "#1"}
+    repo.add_comparison(
+        model="tiny-ernie",
+        gpu="cpu",
+        workload="smoke",
+        a_config=ServingConfig(),
+        b_config=E2E_CONFIG,
+        repeats=3,
+        results=results,
+        verdicts=replace(row, results=results).verdicts,
+        study_name="older",
+    )
+    found = winners(url, repo, client)
+    assert found["launch"] == found["api"] == found["dashboard"] == ("older", 1), found
+
+
+def test_every_surface_shows_the_same_score_for_every_trial(
+    store: tuple[str, Repository], client: TestClient
+) -> None:
+    """`tuner trials --json`, the API's trials, `tuner export` and the study page's lines show
+    one score per trial, against the study's defaults (the CLI showed the column stored at the
+    trial's end, which for the defaults' own trial was against nothing)."""
+    from tuner.results.export import study_records
+    from tuner.results.report.study import trial_lines
+
+    url, repo = store
+    run = CliRunner().invoke(app, ["trials", "newer", "--json", "--storage", url])
+    assert run.exit_code == 0, run.output
+    cli = {t["number"]: t["score"] for t in json.loads(run.stdout)}
+    api = client.get("/v1/studies/newer/trials").json()["items"]
+    exported = {r["number"]: r["score"] for r in study_records(repo, "newer")}
+    study = repo.get_study("newer")
+    assert study is not None
+    page = {t.number: t.score for t in trial_lines(study, repo.list_trials("newer", limit=None))}
+    assert cli == {t["number"]: t["score"] for t in api}
+    assert cli == exported == page
+    assert cli[0] == 1.0 and cli[1] is not None and cli[1] > 1.0

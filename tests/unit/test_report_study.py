@@ -256,7 +256,7 @@ def test_no_nan_reaches_the_report() -> None:
 
 
 def test_a_row_missing_slo_metrics_has_unknown_feasibility() -> None:
-    row = _trial(1, 100.0)
+    row = _trial(0, 100.0)  # the defaults: a score needs them measured
     row = TrialRow(**{**vars(row), "metrics": {"output_throughput": _est(100.0)}})
     (line,) = trial_lines(_study(slo={"ttft_p99_ms": 10.0}), [row])
     assert line.feasible is None and line.score is not None

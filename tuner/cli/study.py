@@ -310,9 +310,28 @@ def trials(
     from tuner.scoring import window_flags
 
     status = choice(TrialStatus, state, "state")
-    rows = open_study(storage, study).list_trials(study, status=status, limit=100_000)
+    repo = open_study(storage, study)
+    rows = repo.list_trials(study, status=status, limit=100_000)
     if as_json:
-        print_json([{**to_jsonable(r), "flags": window_flags(r.windows).to_dict()} for r in rows])
+        from tuner.domain import Objective
+        from tuner.study import score_reference, study_objective, trial_score
+
+        stored = repo.get_study(study)
+        objective = study_objective(stored) if stored else Objective.BALANCED
+        # The score every surface shows, against the study's defaults (None without them).
+        reference = score_reference(
+            repo.list_trials(study, status=TrialStatus.COMPLETE, limit=None)
+        )
+        print_json(
+            [
+                {
+                    **to_jsonable(r),
+                    "score": trial_score(r, reference, objective),
+                    "flags": window_flags(r.windows).to_dict(),
+                }
+                for r in rows
+            ]
+        )
         return
     from tuner.results import energy
 

@@ -20,7 +20,6 @@ joules_per_output_token and gpu_power_w.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,17 +30,16 @@ from tuner.results import energy
 
 
 def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
-    """Every trial of ``study``; search-phase scores as
-    :func:`tuner.study.standings.rank` gives them."""
-    from tuner.study import rank
+    """Every trial of ``study``, each scored by :func:`tuner.study.standings.trial_score`
+    (None where vLLM's defaults were never measured: without them a score is no score)."""
+    from tuner.study import score_reference, study_objective, trial_score
 
     row_study = repo.get_study(study)
-    # A score is only a score against vLLM's defaults: where they were never measured (they
-    # failed to start, say) the ranking falls back to raw objective values, which are no score.
-    ranked = rank(repo, study, Objective(row_study.objective)) if row_study else []
-    scores = {r.number: r.score if r.relative else None for r in ranked}
+    rows = repo.list_trials(study, limit=None)
+    reference = score_reference(rows) if row_study else None
+    objective = study_objective(row_study) if row_study else Objective.BALANCED
     out = []
-    for row in repo.list_trials(study, limit=None):
+    for row in rows:
         server = row.server
         out.append(
             {
@@ -53,7 +51,7 @@ def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
                 "failure_class": row.failure.value if row.failure else None,
                 "failure_detail": row.failure_detail or None,
                 "config": row.config.to_dict(),
-                "score": _finite(scores.get(row.number, row.score)),
+                "score": trial_score(row, reference, objective),
                 "objective_values": list(row.objective_values or []) or None,
                 "metrics": to_jsonable(row.metrics),
                 "memory": to_jsonable(row.memory),
@@ -68,10 +66,6 @@ def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
 
 
 def to_jsonl(records: Iterable[Mapping[str, Any]]) -> str:

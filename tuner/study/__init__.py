@@ -16,7 +16,13 @@ if TYPE_CHECKING:
     from tuner.study.loop import run_study, set_up_study
     from tuner.study.parallel import refuse_sqlite
     from tuner.study.planning import stored_plan
-    from tuner.study.standings import best_across, rank, study_objective
+    from tuner.study.standings import (
+        best_across,
+        rank,
+        score_reference,
+        study_objective,
+        trial_score,
+    )
     from tuner.study.worker import join_study, run_worker
 
 __all__ = [
@@ -30,10 +36,12 @@ __all__ = [
     "refuse_sqlite",
     "run_study",
     "run_worker",
+    "score_reference",
     "set_up_study",
     "stored_plan",
     "study_objective",
     "study_pick",
+    "trial_score",
 ]
 
 __getattr__, __dir__ = face(__name__)

@@ -6,6 +6,7 @@ defaults, so they compare). ``tuner best``, ``tuner launch``, the API and the da
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,10 +28,11 @@ class Ranked:
     is_baseline: bool
     relative: bool = True  # the score is against vLLM's defaults (measured in this study)
     updated_at: float = 0.0  # the study's, where its standing meets other studies'
+    confirmed: bool = False  # its study's confirmation chose it (see :func:`chosen`)
 
     @property
     def standing(self) -> Standing:
-        return Standing(self.feasible, self.score, self.updated_at, self.number)
+        return Standing(self.feasible, self.score, self.updated_at, self.number, self.confirmed)
 
 
 def study_objective(study: StudyRow) -> Objective:
@@ -50,6 +52,27 @@ def baseline(rows: Iterable[TrialRow]) -> TrialRow | None:
     """The study's measured baseline among ``rows``: its complete search trial of vLLM's
     defaults, the reference of every score; None before it completed."""
     return next((r for r in rows if r.is_baseline and _measured(r)), None)
+
+
+def score_reference(rows: Iterable[TrialRow]) -> list[float] | None:
+    """The objective values every score of the study is a ratio to: its :func:`baseline`'s."""
+    base = baseline(rows)
+    return list(base.objective_values or ()) if base is not None else None
+
+
+def trial_score(
+    row: TrialRow, reference: Sequence[float] | None, objective: Objective
+) -> float | None:
+    """The score a stored trial shows (CLI, API, page, export): its objective values against
+    the study's :func:`score_reference` by the preset, for search and confirmation launches alike.
+    None where the trial or the defaults were not measured: without them it is no score. The
+    column stored at a trial's end is not read: it is relative to whatever baseline existed
+    then (none, for the defaults' own trial when they ran second)."""
+    values = row.objective_values
+    if reference is None or row.status is not TrialStatus.COMPLETE or len(values or ()) != 3:
+        return None
+    score = scoring.score_values(values or (), objective, reference)
+    return score if math.isfinite(score) else None
 
 
 def failed_configs(rows: Iterable[TrialRow]) -> list[tuple[ServingConfig, FailureClass]]:
@@ -119,9 +142,15 @@ def best_across(
         slo = Slo(**study.slo)
         table = standings(rows, objective, slo, updated_at=study.updated_at, by_curve=by_curve)
         if (top := study_pick(table, confirmed)) is not None:
-            picks.append((study, top, confirmed is not None))
-    ordered = best_first(picks, lambda p: dataclasses.replace(p[1].standing, confirmed=p[2]))
-    return [(study, top) for study, top, _ in ordered]
+            picks.append((study, chosen(top, confirmed)))
+    return best_first(picks, lambda p: p[1].standing)
+
+
+def chosen(ranked: Ranked, confirmed: Confirmed | None) -> Ranked:
+    """``ranked``, marked where its study's confirmation chose it: such a pick wins a tie with
+    another study's (fresh launches against the defaults decided it, not one search launch)."""
+    picked = confirmed is not None and confirmed.chose(ranked.number, ranked.is_baseline)
+    return dataclasses.replace(ranked, confirmed=picked) if picked else ranked
 
 
 def study_slo(study: StudyRow | None) -> Slo:

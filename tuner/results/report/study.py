@@ -1,8 +1,7 @@
 """Data for the study page and the overview: frozen objects computed from repository rows.
 
-Scores are recomputed here the way :func:`tuner.study.standings.rank` computes them (relative to the
-study's baseline trial, SLO-feasible first), because the score column stored with a trial is
-relative to whatever baseline existed when it finished. Missing numbers are ``None``, never NaN.
+Scores are :func:`tuner.study.standings.trial_score`'s (relative to the study's baseline trial),
+as every surface shows them. Missing numbers are ``None``, never NaN.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from tuner.domain import Objective, Slo, TrialStatus
 from tuner.results import costs, energy
 from tuner.scoring import GIB, WindowFlags, ranking, window_flags
 from tuner.scoring import objectives as scoring
-from tuner.study import Confirmed, choose, is_confirmation
+from tuner.study import Confirmed, choose, is_confirmation, score_reference, trial_score
 
 # metric -> (label, unit); the order is the order of the comparison table.
 METRICS: Mapping[str, tuple[str, str]] = {
@@ -179,13 +178,6 @@ def _metric(row: TrialRow, name: str) -> float | None:
     return None if e is None else num(e.median)
 
 
-def _baseline_values(trials: Sequence[TrialRow]) -> list[float] | None:
-    for t in trials:
-        if t.status is TrialStatus.COMPLETE and t.is_baseline and t.objective_values:
-            return list(t.objective_values)
-    return None
-
-
 def _feasible(row: TrialRow, slo: Slo) -> bool | None:
     """Whether the trial met the SLO and error budget; None when a metric it needs is missing
     (rows written by another tool): unknown, not a page error."""
@@ -199,15 +191,12 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
     """Table rows for ``trials``, scored as :func:`tuner.study.standings.rank` scores them."""
     objective = Objective(study.objective)
     slo = Slo(**dict(study.slo))
-    reference = _baseline_values(trials)
+    reference = score_reference(trials)
     broken = ranking.canary_broken(trials)
     price = costs.study_price(study.gpu, study.spec)
     out = []
     for t in trials:
         measured = t.status is TrialStatus.COMPLETE and bool(t.objective_values)
-        score = None
-        if measured and t.objective_values:
-            score = num(scoring.score_values(t.objective_values, objective, reference))
         took = None
         if t.started_at is not None and t.finished_at is not None:
             took = t.finished_at - t.started_at
@@ -227,7 +216,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 ttft_p99_ms=_metric(t, "ttft_p99_ms"),
                 e2e_p99_ms=_metric(t, "e2e_p99_ms"),
                 memory_gib=_memory_gib(t) if measured else None,
-                score=score,
+                score=trial_score(t, reference, objective),
                 feasible=_feasible(t, slo) if measured else None,
                 backend=t.effective_backend,
                 duration_s=took,
