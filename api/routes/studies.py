@@ -218,9 +218,12 @@ def page_total(counted: int, *, offset: int, limit: int, returned: int) -> int:
 
     The page and the count are two reads, and a running study may add a trial between them
     (SQLite gives each its own snapshot): a short page is the last one, so it fixes the total
-    exactly; otherwise there are at least ``offset + returned`` rows.
+    exactly; otherwise there are at least ``offset + returned`` rows. An empty page past the
+    end says nothing of where the end is: the count stands, at most ``offset``.
     """
-    if returned < limit and (returned > 0 or offset == 0):
+    if returned == 0 and offset > 0:
+        return min(counted, offset)
+    if returned < limit:
         return offset + returned
     return max(counted, offset + returned)
 

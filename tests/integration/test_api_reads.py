@@ -241,6 +241,13 @@ def test_trials_are_paginated_with_a_total_and_filtered_by_state(client: TestCli
     _get(client, "/v1/studies/chat-a/trials/99", 404)
 
 
+def test_a_page_past_the_end_keeps_the_true_total(client: TestClient) -> None:
+    # It said total = offset: 10 trials where there are 3, 5 failed where none did.
+    assert _get(client, "/v1/studies/chat-a/trials?offset=10")["total"] == 3
+    assert _get(client, "/v1/studies/chat-a/trials?offset=5&state=failed")["total"] == 0
+    assert _get(client, "/v1/studies/chat-a/trials?offset=2147483647")["total"] == 3
+
+
 def _dominates(a: list[float], b: list[float]) -> bool:
     no_worse = a[0] >= b[0] and a[1] <= b[1] and a[2] <= b[2]
     return no_worse and (a[0] > b[0] or a[1] < b[1] or a[2] < b[2])
