@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from tuner.errors import EnvironmentProblem
@@ -16,8 +17,14 @@ STATIC_PREFIX = "/ui/static"
 
 
 def mount_static(app: FastAPI) -> None:
-    """Serve ``static/`` at ``/ui/static`` (call once per app, beside including the router)."""
+    """Serve ``static/`` at ``/ui/static``, then answer any other ``/ui/`` address with the 404
+    page (call once per app, after including the router)."""
+    from api.dashboards.routes import unknown_page
+
     app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC), name="ui-static")
+    app.add_api_route(
+        "/ui/{rest:path}", unknown_page, response_class=HTMLResponse, include_in_schema=False
+    )
 
 
 def plotly_js_path() -> Path:

@@ -17,6 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
+from api.bounds import INT_MAX
 from api.dashboards.assets import plotly_js_path
 from api.dashboards.charts import compare_chart, study_charts
 from api.dashboards.render import environment
@@ -71,6 +72,7 @@ def _error(status_code: int, title: str, error: TunerError | str, hint: str = ""
 
 
 @router.get("/", response_class=HTMLResponse)
+@router.head("/", response_class=HTMLResponse)
 def overview_page(repo: RepoDep) -> HTMLResponse:
     try:
         studies = repo.list_studies()
@@ -140,9 +142,12 @@ def _importances(url: str | None, optuna_name: str, objective: str) -> dict[str,
 
 
 @router.get("/compare/{comparison_id}", response_class=HTMLResponse)
-def compare_page(comparison_id: int, repo: RepoDep) -> HTMLResponse:
+def compare_page(comparison_id: str, repo: RepoDep) -> HTMLResponse:
+    # Any text is a page: one that names no stored id is the 404 page, not a JSON 422 (or a
+    # storage error past the columns' range).
+    number = int(comparison_id) if comparison_id.isdigit() and len(comparison_id) < 12 else 0
     try:
-        row = repo.get_comparison(comparison_id)
+        row = repo.get_comparison(number) if 1 <= number <= INT_MAX else None
     except TunerError as e:
         return _error(503, "storage unavailable", e)
     if row is None:
@@ -150,7 +155,7 @@ def compare_page(comparison_id: int, repo: RepoDep) -> HTMLResponse:
             404,
             "no such comparison",
             f"no comparison with id {comparison_id}",
-            "`tuner compare` and confirmation runs record comparisons",
+            "`tuner compare` and confirmation runs record comparisons; the overview lists them",
         )
     study_name = None
     if row.study_id is not None:
@@ -167,3 +172,9 @@ def plotly_js() -> FileResponse:
         media_type="text/javascript",
         headers={"Cache-Control": "public, max-age=86400"},
     )
+
+
+def unknown_page(rest: str) -> HTMLResponse:
+    """Any other address under /ui/: the 404 page, pointing at the overview (routed by
+    :func:`api.dashboards.assets.mount_static`, after the static files)."""
+    return _error(404, "no such page", f"no page at /ui/{rest}", "the overview is at /ui/")

@@ -88,6 +88,18 @@ def test_pages_answer_and_unknown_things_are_404_pages(client: TestClient) -> No
     assert client.get("/ui/compare/99").status_code == 404
 
 
+def test_any_other_ui_address_is_the_html_404_page_and_head_answers(client: TestClient) -> None:
+    # These were JSON answers (422, 404) or, past the storage's integers, a 500.
+    for path in ("/ui/compare/abc", "/ui/compare/9223372036854775808", "/ui/compare/0", "/ui/nope"):
+        r = client.get(path)
+        assert r.status_code == 404, path
+        assert r.headers["content-type"].startswith("text/html"), path
+        assert "/ui/" in r.text and "script-src 'self'" in r.headers["content-security-policy"]
+    assert client.get("/ui/static/charts.js").status_code == 200  # not taken by the 404 route
+    head = client.head("/ui/")
+    assert head.status_code == 200 and head.content == b""
+
+
 def test_hostile_study_name_is_escaped_in_the_html(client: TestClient) -> None:
     html = client.get(f"/ui/studies/{quote(HOSTILE, safe='')}").text
     assert HOSTILE not in html and "<img" not in html

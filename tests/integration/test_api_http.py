@@ -52,6 +52,12 @@ def test_openapi_describes_the_endpoints(client: TestClient) -> None:
     assert "post" in paths["/v1/studies"] and "security" in paths["/v1/studies"]["post"]
 
 
+def test_a_load_balancer_s_head_probe_is_answered(client: TestClient) -> None:
+    head = client.head("/healthz")  # it was a 405: HEAD-probing balancers took the service down
+    assert head.status_code == 200 and head.content == b""
+    assert client.get("/healthz").json()["status"] == "ok"
+
+
 def test_unknown_routes_wrong_methods_and_bad_params_answer_json(client: TestClient) -> None:
     r = client.get("/v2/nothing")
     assert r.status_code == 404 and r.json()["message"] == "no such endpoint: GET /v2/nothing"
