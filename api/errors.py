@@ -91,6 +91,11 @@ def describe_validation(errors: Sequence[Any]) -> list[dict[str, str]]:
         loc = [str(p) for p in err.get("loc", ())]
         if loc and loc[0] in ("query", "path", "header"):
             where = f"{loc[0]} parameter {'.'.join(loc[1:])}"
+        elif loc and loc[0] == "body" and err.get("type") == "json_invalid":
+            where = "request body"  # loc[1] is the character where decoding stopped
+            at = f" at character {loc[1]}" if loc[1:] else ""
+            error = (err.get("ctx") or {}).get("error")
+            err = {**err, "msg": f"not valid JSON{at}" + (f" ({error})" if error else "")}
         elif loc and loc[0] == "body":
             where = "request body" + ("." + ".".join(loc[1:]) if loc[1:] else "")
         else:
@@ -120,11 +125,15 @@ async def _tuner_error(request: Request, exc: Exception) -> Any:
     return JSONResponse(error_body(code, exc.message, exc.hint), status)
 
 
-async def _validation_error(_request: Request, exc: Exception) -> Any:
+async def _validation_error(request: Request, exc: Exception) -> Any:
     assert isinstance(exc, RequestValidationError)
     problems = describe_validation(exc.errors())
     message = "; ".join(f"{p['where']}: {p['problem']}" for p in problems) or "invalid request"
     hint = "see /docs for the parameters this endpoint takes"
+    sent = request.headers.get("content-type", "")
+    if any(p["where"].startswith("request body") for p in problems) and "json" not in sent:
+        # curl -d sends application/x-www-form-urlencoded unless told otherwise.
+        hint = f"send the body as JSON with Content-Type: application/json (it came as {sent!r})"
     return JSONResponse(error_body("invalid", message, hint, problems=problems), 422)
 
 
@@ -145,7 +154,8 @@ async def _http_error(request: Request, exc: Exception) -> Any:
             message += f"; allowed: {allowed}"
         body = error_body("method_not_allowed", message, "the endpoints are listed at /docs")
     elif exc.status_code == 400:  # FastAPI's answer to a body it cannot decode
-        body = error_body("bad_request", str(exc.detail), "send the body as UTF-8 JSON")
+        hint = "send the body as UTF-8 JSON, nested at most a few hundred levels deep"
+        body = error_body("bad_request", str(exc.detail), hint)
     else:
         body = error_body(f"http_{exc.status_code}", str(exc.detail))
     return JSONResponse(body, exc.status_code, headers)

@@ -27,7 +27,7 @@ from typing import Any
 from api import spec_body
 from api.errors import describe_validation
 from tuner.catalog import get_gpu, levers, resolve_model
-from tuner.compose import check_fits, resolve_slo, resolve_workload
+from tuner.compose import check_baseline, check_fits, resolve_slo, resolve_workload
 from tuner.db import Repository, StudyRow, StudyStatus, check_study_name
 from tuner.domain import GpuProfile, ModelSpec, Workload
 from tuner.domain.workload import format_slo
@@ -170,6 +170,12 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
     choices = {k: v for k, v in spec.choices.items() if k not in fixed}
     notes += [f"{k} is fixed, so its choices are ignored" for k in spec.choices if k in fixed]
     params = None if spec.params is None else _searchable(spec, model, gpu, workload, notes)
+    if params == [] and spec.params:  # named knobs, none left: the study would run its defaults
+        raise UsageError(
+            f"nothing left to search on {gpu.name}: " + "; ".join(notes),
+            hint="give a knob's values as space.choices, or name knobs that have candidates "
+            "here (GET /docs lists the knobs the API takes)",
+        )
     try:
         space = SearchSpace(
             model, gpu, workload, params=params, choices=choices, fixed=fixed, flags=_FLAGS
@@ -184,6 +190,7 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
         space = SearchSpace(
             model, gpu, workload, params=params, choices=choices, fixed=fixed, flags=_FLAGS
         )
+    check_baseline(space, "fix space.fixed or the workload in the request body")
     enqueue = []
     for item in spec.enqueue:
         problems = _cannot_enqueue(space, item)

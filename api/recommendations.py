@@ -117,8 +117,15 @@ def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
         unconstrained = ranked(snapshots, q, use_slo=False)
         if unconstrained:
             closest = unconstrained[0]
+            measured = sum(
+                is_emulated(snap.study, t) == q.emulated
+                for snap in snapshots
+                if _matches(snap, q)
+                for t in snap.trials
+            )
             raise not_found(
-                f"{len(unconstrained)} {kind} trials measured {what}, but none meets the SLO "
+                f"{measured} {kind} trial{'s' if measured != 1 else ''} measured {what}, but "
+                f"none meets the SLO "
                 f"{format_slo(q.slo)}",
                 "relax the SLO, or run a study with it to search for a configuration that meets it",
                 closest={
@@ -136,6 +143,16 @@ def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
         where = "in emulation" if not q.emulated else "for real (not emulated)"
         hint = f"it was measured only {where}: add emulated={str(not q.emulated).lower()} to "
         hint += f"see it; or {_RUN_HINT}"
+    tried = sorted(snap.study.name for snap in snapshots if _matches(snap, q))
+    if tried and hint == _RUN_HINT:
+        names = ", ".join(tried)
+        raise not_found(
+            f"no trial of {what} completed: {len(tried)} "
+            f"{'studies' if len(tried) != 1 else 'study'} tried it ({names})",
+            f"`tuner trials {tried[0]} --state failed` (or GET /v1/studies/{tried[0]}/trials?"
+            "state=failed) says why each failed",
+            studies=tried,
+        )
     raise not_found(f"nothing {kind} was measured for {what}", hint, nearest=nearest(snapshots, q))
 
 

@@ -146,6 +146,7 @@ def build_space(
         search=spec.search,
         flags=flags,
     )
+    check_baseline(space, f"fix [space] fixed or the workload in {spec.source}")
     for item in spec.enqueue:
         problems = space.violations(space.config_from(item))
         if problems:
@@ -154,6 +155,20 @@ def build_space(
                 hint=f"fix the [[enqueue]] entry in {spec.source}",
             )
     return space
+
+
+def check_baseline(space: SearchSpace, hint: str) -> None:
+    """UsageError when vLLM's defaults with the study's fixed values break the space's rules
+    here: a study measures them first, and every score is a ratio to them, so it would launch
+    a server the rules already know cannot serve (a fixed max_model_len past the model's
+    positions, a workload longer than any max_model_len of the model)."""
+    problems = space.violations(space.baseline())
+    if problems:
+        raise UsageError(
+            "vLLM's defaults with the study's fixed values cannot run here, and every score "
+            f"is measured against them: {'; '.join(problems)}",
+            hint=hint,
+        )
 
 
 # The highest utilization tuner tries: what is left is the least any configuration needs.

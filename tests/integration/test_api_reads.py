@@ -317,3 +317,26 @@ def test_an_emulated_peak_above_the_emulated_gpu_comes_with_a_warning(tmp_path: 
     (warning,) = emulated["warnings"]
     assert "above the emulated GPU's 22.5 GiB" in warning
     assert measured["warnings"] == []  # a real A10G's own measurement needs no such warning
+
+
+def test_a_combination_whose_every_trial_failed_is_named_as_such(tmp_path: Path) -> None:
+    # It said "nothing real was measured ... run a study for it", with no study named.
+    url = f"sqlite:///{tmp_path / 'failed.db'}"
+    repo = make_repo(url)
+    no_memory = FakeRunner(max_utilization=0.0)  # every launch: MEMORY_EXCEEDED
+    run_study(make_context(url, trials=2, name="all-failed", workload=CHAT), no_memory, repo)
+    assert {t.status.value for t in repo.list_trials("all-failed", limit=None)} == {"failed"}
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        err = _get(c, REAL, 404)
+    assert "no trial of" in err["message"] and "1 study tried it (all-failed)" in err["message"]
+    assert "tuner trials all-failed --state failed" in err["hint"]
+
+
+def test_an_slo_nobody_meets_counts_every_measured_trial(client: TestClient, db: Db) -> None:
+    complete = [
+        t
+        for t in db.repo.list_trials("chat-a", limit=None)
+        if t.status.value == "complete" and t.phase.value == "search"
+    ]
+    err = _get(client, REAL + "&slo=e2e_p99=0.001ms", 404)
+    assert err["message"].startswith(f"{len(complete)} real (not emulated) trials measured")

@@ -97,6 +97,17 @@ def _with(section: str, **changes: Any) -> dict[str, Any]:
             {**SPEC, "workload": {"concurrency_ladder": [2, 4], "rate_ladder": [1.0, 2.0]}},
             "give a concurrency ladder or a rate ladder, not both",
         ),
+        # Queued before (201), then the worker launched servers that could not serve: the
+        # defaults twice, labelled as the baseline beating itself, or a failed baseline.
+        (
+            {"study": {**SPEC["study"], "gpu": "cpu"}, "space": {"params": ["attention_backend"]}},
+            "nothing left to search on cpu",
+        ),
+        (
+            {**SPEC, "space": {"fixed": {"max_model_len": 999999999}}},
+            "exceeds the model's 4096 positions",
+        ),
+        ({**SPEC, "workload": {"prompt_tokens": 100000}}, "vLLM's defaults with the study's"),
     ],
 )
 def test_bad_specs_are_422_with_a_message(repo: Repository, body: Any, words: str) -> None:
@@ -116,6 +127,19 @@ def test_a_body_that_is_not_an_object_is_422(repo: Repository) -> None:
         )
         assert r.status_code == 422 and r.json()["error"] == "invalid"
         assert "request body" in r.json()["message"]
+
+
+def test_a_form_encoded_or_broken_body_says_what_to_send(repo: Repository) -> None:
+    client = _client(repo, KEY)
+    # curl -d without -H 'Content-Type: application/json': it read "see /docs".
+    form = client.post("/v1/studies", content=b'{"study": {}}', headers={"X-API-Key": KEY,
+                       "Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert form.status_code == 422
+    assert "Content-Type: application/json" in form.json()["hint"]
+    broken = client.post("/v1/studies", content=b'{"study": ', headers={"X-API-Key": KEY,
+                         "Content-Type": "application/json"})  # fmt: skip
+    assert broken.status_code == 422
+    assert broken.json()["message"].startswith("request body: not valid JSON at character 10")
 
 
 def test_levers_are_queued_and_a_misspelt_one_names_the_closest(repo: Repository) -> None:
