@@ -54,6 +54,9 @@ TYPO_SPEC = '[study]\nmodel = "tiny-ernie"\ngpu = "cpu"\ntrails = 3\n'
 FLASH_ON_CPU = (
     '[study]\nmodel = "tiny-ernie"\ngpu = "cpu"\n\n[[enqueue]]\nattention_backend = "FLASH_ATTN"\n'
 )
+FIXED_PAST_THE_MODEL = (
+    '[study]\nmodel = "tiny-ernie"\ngpu = "cpu"\n\n[space]\nfixed = { max_model_len = 999999 }\n'
+)
 
 # name: (case, words the output must contain: what is wrong, then what is allowed or to do)
 BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
@@ -89,6 +92,15 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
     "impossible-enqueue": (
         Case(("run", "study.toml"), {"study.toml": FLASH_ON_CPU}),
         ("FLASH_ATTN is not available on CPU", "CPU_ATTN", "fix the [[enqueue]] entry"),
+    ),
+    # It launched the baseline, which failed as kv_cache_insufficient, then pruned the rest.
+    "impossible-fixed": (
+        Case(("run", "study.toml"), {"study.toml": FIXED_PAST_THE_MODEL}),
+        (
+            "vLLM's defaults with the study's fixed values cannot run here",
+            "exceeds the model's 4096 positions",
+            "fix [space] fixed or the workload in study.toml",
+        ),
     ),
     "unknown-option": (
         Case(("run", "--bogus")),
