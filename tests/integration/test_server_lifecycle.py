@@ -205,6 +205,30 @@ def test_stop_kills_members_that_ignore_sigterm(tmp_path: Path) -> None:
     # __exit__ after an explicit stop() is a no-op
 
 
+def test_a_second_interrupt_during_stop_still_ends_the_group(tmp_path: Path) -> None:
+    """Ctrl-C twice: the second lands while stop() waits out the TERM grace of a member that
+    ignores TERM. The engine child outlived tuner (its watchdog was killed just before the
+    KILL it was about to send) and the lease that would have reaped it was deleted."""
+    import os
+    import signal
+    import threading
+
+    server = _server(tmp_path, "", TUNER_FAKE_CHILD_IGNORES_TERM="1")
+    server.start()
+    server.wait_ready(10.0)
+    child = _engine_core_pid(server.log_text())
+    second = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    second.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            server.stop(grace_s=5.0)
+    finally:
+        second.cancel()
+    assert _gone(child)
+    assert server.pid is not None and group_members(server.pid) == []
+    assert list((tmp_path / "leases").iterdir()) == []  # gone with the group, not before it
+
+
 def test_crash_mid_load_is_seen_as_crashed(tmp_path: Path, servers: list[VllmServer]) -> None:
     server = _server(tmp_path, "crash_mid_load", TUNER_FAKE_CRASH_AFTER="1")
     servers.append(server)

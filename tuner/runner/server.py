@@ -268,20 +268,29 @@ class VllmServer:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=FAILURE_GRACE_S)
         finally:
-            self._release_watchdog()
-            if self._log is not None:
-                self._log.close()
-            if self._lease_path is not None:
-                self._lease_path.unlink(missing_ok=True)
+            # A second Ctrl-C (or a TERM) may have cut the above short, and the group lives on:
+            # the watchdog ends it once its pipe closes (TERM, its grace, KILL). Hold further
+            # interrupts until the group is gone, and keep the lease (the next tuner reaps the
+            # group by it) unless it is.
+            with deferred_interrupts():
+                self._release_watchdog()
+                if left := group_members(proc.pid):
+                    kill_group(proc.pid, 0.0, reap=proc.poll, not_before=self._start)
+                    left = group_members(proc.pid)
+                if self._log is not None:
+                    self._log.close()
+                if self._lease_path is not None and not left:
+                    self._lease_path.unlink(missing_ok=True)
 
     def _release_watchdog(self) -> None:
-        """Close the watchdog's pipe (the group is ended: it exits at once) and reap it."""
+        """Close the watchdog's pipe and reap it: it exits at once when the group is ended, and
+        ends the group first when not (its grace, then KILL), so it is given that long."""
         if self._watchdog_pipe is not None:
             os.close(self._watchdog_pipe)
             self._watchdog_pipe = None
         if self._watchdog is not None:
             try:
-                self._watchdog.wait(timeout=FAILURE_GRACE_S)
+                self._watchdog.wait(timeout=2 * FAILURE_GRACE_S + 5.0)
             except subprocess.TimeoutExpired:
                 self._watchdog.kill()
                 self._watchdog.wait()
