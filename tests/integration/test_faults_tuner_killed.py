@@ -347,3 +347,28 @@ def test_sigterm_as_interrupt_raises_once_and_restores_the_handler() -> None:
             cleaned_up.append(True)
     assert cleaned_up == [True]
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_closed_terminal_mid_trial_is_a_stop_like_ctrl_c(scenario: Scenario) -> None:
+    """SIGHUP (the terminal closed, an SSH session dropped) ended tuner at once: exit 129, the
+    study left "running" with a running trial and its lease behind."""
+    s = scenario
+    repo = Repository(make_engine(s.db_url))
+    tuner = s.tuner()
+    lease = _wait_for_a_trial_under_load(s, tuner, repo)
+    tuner.send_signal(signal.SIGHUP)
+    code = tuner.wait(timeout=30)
+    assert code == 130, f"exit code {code}:\n{s.output()}"
+    assert group_members(lease.pgid) == [] and not list(s.lease_dir.glob("*"))
+    rows = _trials(repo)
+    assert rows[-1].failure is FailureClass.INTERRUPTED
+    study = repo.get_study(STUDY)
+    assert study is not None and study.status == "interrupted"
+
+
+def test_sighup_is_taken_as_sigterm_is() -> None:
+    before = signal.getsignal(signal.SIGHUP)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(1)
+    assert signal.getsignal(signal.SIGHUP) == before

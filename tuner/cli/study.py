@@ -169,7 +169,10 @@ def run(
     from tuner.study import run_study
 
     if parallel > 1:
-        _run_parallel(spec, url, parallel, resume=resume)
+        from tuner.runner import sigterm_as_interrupt
+
+        with sigterm_as_interrupt():  # `kill PID` or a closed terminal: the workers stop too
+            _run_parallel(spec, url, parallel, resume=resume)
         return
     prepared = prepare(spec, url)
     ctx = prepared.ctx
@@ -220,8 +223,8 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
 @contextmanager
 def _reporting(name: str) -> Iterator[ConsoleReporter]:
     """The console reporter of study ``name``'s run, closed at the end, with ``kill PID``
-    (SIGTERM) taken as Ctrl-C: the running trial's server is ended, the trial recorded, and
-    the command exits 130 saying how to continue."""
+    (SIGTERM) and a closed terminal (SIGHUP) taken as Ctrl-C: the running trial's server is
+    ended, the trial recorded, and the command exits 130 saying how to continue."""
     from tuner.cli.progress import ConsoleReporter
     from tuner.runner import sigterm_as_interrupt
 

@@ -1,10 +1,11 @@
-"""SIGTERM as a request to stop, the way Ctrl-C is.
+"""SIGTERM and SIGHUP as a request to stop, the way Ctrl-C is.
 
-Python's default for SIGTERM ends the process at once: no ``finally`` block runs, so a study
-stopped by ``kill PID`` (systemd, ``docker stop``, a CI timeout) would leave its running trial's
-vLLM server behind (until the next run reaps it) and the trial marked RUNNING. Commands that run
-trials turn SIGTERM into KeyboardInterrupt instead, so the runner ends the server's process group
-and the study records the trial as interrupted before the process exits.
+Python's default for SIGTERM and SIGHUP ends the process at once: no ``finally`` block runs, so
+a study stopped by ``kill PID`` (systemd, ``docker stop``, a CI timeout) or by its terminal
+closing (a dropped SSH session) would leave its running trial's vLLM server to the watchdog,
+the trial marked RUNNING and its lease behind. Commands that run trials turn both into
+KeyboardInterrupt instead, so the runner ends the server's process group and the study records
+the trial as interrupted before the process exits.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises KeyboardInterrupt in the main thread.
+    """Within the block, SIGTERM or SIGHUP raises KeyboardInterrupt in the main thread.
 
-    A second SIGTERM during the clean-up that follows is ignored, so that it cannot cut the
-    clean-up short (SIGKILL still ends everything). The previous handler is restored when the
+    A second one during the clean-up that follows is ignored, so that it cannot cut the
+    clean-up short (SIGKILL still ends everything). The previous handlers are restored when the
     block ends. Outside the main thread, where Python cannot handle signals, nothing changes.
     """
     if threading.current_thread() is not threading.main_thread():
@@ -30,20 +33,22 @@ def sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
     try:
         yield
     finally:
         # None: a handler installed outside Python, which cannot be put back; use the default.
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 @contextmanager
 def deferred_interrupts() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back for the block, then act on them once it has ended.
+    """Hold SIGINT, SIGTERM and SIGHUP back for the block, then act on them once it has ended.
 
     For a few lines that must not be cut in the middle: starting a server and taking hold of it
     (a Ctrl-C between the fork and ``Popen`` returning would leave a server no one owns). A
@@ -61,7 +66,7 @@ def deferred_interrupts() -> Iterator[None]:
         caught.append((signum, frame))
 
     previous: dict[int, Any] = {
-        int(s): signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)
+        int(s): signal.signal(s, hold) for s in (signal.SIGINT, *STOP_SIGNALS)
     }
     try:
         yield
