@@ -146,7 +146,9 @@ def build_space(
         search=spec.search,
         flags=flags,
     )
-    check_baseline(space, f"fix [space] fixed or the workload in {spec.source}")
+    given = spec.source not in ("", "<defaults>", "command line")
+    where = spec.source if given else "on the command line"
+    check_baseline(space, f"change the fixed values ([space] fixed) or the workload, {where}")
     for item in spec.enqueue:
         problems = space.violations(space.config_from(item))
         if problems:
@@ -225,9 +227,9 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     workload = resolve_workload(spec)
     slo = resolve_slo(spec)
     # Flags beyond the typed knobs are checked once vLLM's flag list is known (below).
-    space = None if extra_knobs(spec) else build_space(spec, model, gpu, workload)
     fixed_quantization = spec.fixed.get("quantization")
     check_fits(model, gpu, fixed_quantization if isinstance(fixed_quantization, str) else None)
+    space = None if extra_knobs(spec) else build_space(spec, model, gpu, workload)
     # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
     # takes longer than all the checks above, which should answer a typo at once.
     from tuner.catalog import tokenizer_dir

@@ -99,7 +99,7 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
         (
             "vLLM's defaults with the study's fixed values cannot run here",
             "exceeds the model's 4096 positions",
-            "fix [space] fixed or the workload in study.toml",
+            "change the fixed values ([space] fixed) or the workload, study.toml",
         ),
     ),
     "unknown-option": (

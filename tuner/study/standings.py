@@ -63,13 +63,14 @@ def score_reference(rows: Iterable[TrialRow]) -> list[float] | None:
 def trial_score(
     row: TrialRow, reference: Sequence[float] | None, objective: Objective
 ) -> float | None:
-    """The score a stored trial shows (CLI, API, page, export): its objective values against
-    the study's :func:`score_reference` by the preset, for search and confirmation launches alike.
-    None where the trial or the defaults were not measured: without them it is no score. The
-    column stored at a trial's end is not read: it is relative to whatever baseline existed
-    then (none, for the defaults' own trial when they ran second)."""
+    """The score a stored trial shows (CLI, API, page, export): a search trial's objective
+    values against the study's :func:`score_reference` by the preset. None where the trial or
+    the defaults were not measured (without them it is no score), and for a confirmation
+    launch (the comparison it belongs to judges it, not its one launch). The column stored at
+    a trial's end is not read: it is relative to whatever baseline existed then (none, for the
+    defaults' own trial when they ran second)."""
     values = row.objective_values
-    if reference is None or row.status is not TrialStatus.COMPLETE or len(values or ()) != 3:
+    if reference is None or not _measured(row):
         return None
     score = scoring.score_values(values or (), objective, reference)
     return score if math.isfinite(score) else None
