@@ -292,3 +292,17 @@ def test_a_study_of_another_hosts_worker_is_taken_over_once_its_heartbeat_stops(
     assert remote.touch_study("remote", elsewhere) is False  # taken over: no beat of it counts
     after = repo.get_study("remote")
     assert after is not None and after.updated_at == before
+
+
+def test_resuming_a_queued_study_takes_it_and_runs_it(tmp_path: Path) -> None:
+    """`tuner run --study NAME --resume` on a study queued through the API (what `tuner run
+    --study NAME` itself suggests): a traceback from Optuna ("Record does not exist"), since
+    nothing had set the study up yet. It now takes the study as the first worker would."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="queued-r")
+    _queue(repo, "queued-r", ctx.spec)
+    ranked = run_study(ctx, FakeRunner(), repo, resume=True)
+    assert ranked and ranked[0].relative
+    assert [r.is_baseline for r in repo.list_trials("queued-r", limit=None)] == [True, False]
+    assert repo.claim_queued_study() is None  # no worker can take it after this run did

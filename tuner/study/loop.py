@@ -230,6 +230,16 @@ def _open(
     if existing is None and (resume or join):
         what = "resume" if resume else "join"
         raise UsageError(f"no study named {ctx.name!r} to {what}", hint="run `tuner studies`")
+    if resume and existing is not None and existing.status == StudyStatus.QUEUED:
+        # Queued through the API and never set up (no Optuna study yet): this run takes it
+        # as the first worker to join would (tuner.study.worker.join_study).
+        others = [s for s in StudyStatus if s is not StudyStatus.QUEUED]
+        claimed = repo.claim_study_step(ctx.name, StudyStatus.RUNNING, unless=others)
+        if not claimed:
+            raise UsageError(
+                f"study {ctx.name!r} was taken by a worker as this run started",
+                hint=f"`tuner worker --study {ctx.name}` joins it on this host",
+            )
     if existing is None or claimed:
         if existing is None:
             repo.create_study(
