@@ -4,6 +4,7 @@ the sampler as infeasible, dominated configs never launched, interruption and re
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -208,3 +209,25 @@ def test_the_capacity_objective_needs_a_ladder(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="one load point") as info:
         resolve_workload(spec)
     assert "concurrency_ladder" in (info.value.hint or "")
+
+
+def test_the_defaults_are_measured_however_often_they_were_interrupted(tmp_path: Path) -> None:
+    """Three Ctrl-Cs in the baseline's launch, then a resume: the defaults were dropped for good
+    after the third (a configuration's retry cap), and the study had no score at all."""
+    from tuner.domain import TrialResult, Workload
+
+    class CtrlCOnDefaults(FakeRunner):
+        def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+            if config == ServingConfig():
+                raise KeyboardInterrupt
+            return super().run(config, workload, **kw)
+
+    url = f"sqlite:///{tmp_path / 'base.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=3, name="base-cut")
+    for n in range(4):
+        with pytest.raises(KeyboardInterrupt):
+            run_study(ctx, CtrlCOnDefaults(), repo, resume=n > 0)
+    run_study(ctx, FakeRunner(), repo, resume=True)
+    rows = repo.list_trials("base-cut", limit=None)
+    assert any(r.is_baseline and r.status.value == "complete" for r in rows)

@@ -300,9 +300,11 @@ SPACE_ATTRS = ("baseline", PREDICTED, PREDICTED_KNOBS, SCREEN)
 
 def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
     """Queue ``trial``'s configuration again, unless it was tried :data:`MAX_ATTEMPTS` times
-    or never got one (a trial stopped before its parameters were drawn, the baseline aside)."""
+    or never got one (a trial stopped before its parameters were drawn, the baseline aside).
+    vLLM's defaults are queued again however often they were cut short: every score is a
+    ratio to them, and a study without them has none."""
     tries = attempt(trial)
-    if tries >= MAX_ATTEMPTS:
+    if tries >= MAX_ATTEMPTS and not trial.user_attrs.get("baseline"):
         return False
     params = dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
     if not params:
