@@ -372,3 +372,27 @@ def test_sighup_is_taken_as_sigterm_is() -> None:
         os.kill(os.getpid(), signal.SIGHUP)
         time.sleep(1)
     assert signal.getsignal(signal.SIGHUP) == before
+
+
+def test_a_resume_beside_a_live_tuner_is_refused_and_loses_nothing(scenario: Scenario) -> None:
+    """`--resume` while another tuner on this host runs the study marked its trial
+    interrupted; that tuner then lost its measurement ("trial 0 already finished") and exit 3."""
+    s = scenario
+    repo = Repository(make_engine(s.db_url))
+    tuner = s.tuner()
+    _wait_for_a_trial_under_load(s, tuner, repo)
+    resume = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--study", STUDY, "--resume"],
+        cwd=s.workdir,
+        env={**s.env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = " ".join((resume.stdout + resume.stderr).split())
+    assert resume.returncode == 2, said
+    assert f"study '{STUDY}' is running: process {tuner.pid} on this host" in said
+    assert tuner.wait(timeout=120) == 0, s.output()
+    rows = _trials(repo)
+    assert all(r.failure is not FailureClass.INTERRUPTED for r in rows)
+    assert len(rows) == TRIALS

@@ -231,3 +231,19 @@ def test_the_defaults_are_measured_however_often_they_were_interrupted(tmp_path:
     run_study(ctx, FakeRunner(), repo, resume=True)
     rows = repo.list_trials("base-cut", limit=None)
     assert any(r.is_baseline and r.status.value == "complete" for r in rows)
+
+
+def test_a_resume_on_another_vllm_is_refused(tmp_path: Path) -> None:
+    """The resume ran on vLLM 0.26.0 a study measured on 0.32.0, ranking both together."""
+    import dataclasses
+
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="versions")
+    run_study(ctx, FakeRunner(), repo)
+    other = dataclasses.replace(ctx, vllm_version="0.26.0")
+    assert ctx.vllm_version != "0.26.0"
+    with pytest.raises(UsageError, match=r"this run has vLLM 0\.26\.0") as info:
+        run_study(other, FakeRunner(), repo, resume=True)
+    assert "--study NEW" in (info.value.hint or "")
+    assert len(repo.list_trials("versions", limit=None)) == 2  # nothing launched or written

@@ -268,11 +268,20 @@ def _open(
     else:
         if existing.spec:  # the study continues as it was created (tuner.spec.resume)
             resumed_spec(stored_spec(existing.spec, existing.name), ctx.spec)
+        if existing.vllm_version and existing.vllm_version != ctx.vllm_version:
+            raise UsageError(
+                f"study {ctx.name!r} measured vLLM {existing.vllm_version}, and this run has "
+                f"vLLM {ctx.vllm_version}: its trials would rank against the other version's "
+                "defaults",
+                hint=f"continue it with vLLM {existing.vllm_version} (--vllm-python), or start "
+                "another study (--study NEW) for this version",
+            )
         study = open_optuna_study(ctx, create=False, storage=storage)
+        # A resume: nobody else runs the study (none on this host, it checks first), so every
+        # trial still running is dead.
+        sharing.swept(study, repo, ctx.name, alone=resume)
         if resume and existing.n_trials_requested != ctx.spec.trials:
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
-        # A resume: nobody else runs the study, so every trial still running is dead.
-        sharing.swept(study, repo, ctx.name, alone=resume)
     _name_metrics(ctx, study)
     return study
 

@@ -42,6 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.db import Repository, TrialPhase, TrialRow
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
+from tuner.errors import UsageError
 from tuner.runner import still_running
 from tuner.study.plan import PREDICTED, PREDICTED_KNOBS, SCREEN
 from tuner.telemetry import since_boot
@@ -261,6 +262,18 @@ def swept(
     ``alone``: no other worker runs the study (``--resume``), so every running trial is dead.
     """
     storage = study._storage
+    if alone:  # unless a live tuner on this host runs it: its measurement would be lost
+        for live in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = live.user_attrs.get(WORKER)
+            if not isinstance(owner, dict):
+                continue
+            if owner.get("host") == host_name() and not gone_here(owner):
+                raise UsageError(
+                    f"study {name!r} is running: process {owner.get('pid')} on this host "
+                    f"measures its trial #{live.number}",
+                    hint="let it finish, or stop it (Ctrl-C, or kill PID) and resume then; "
+                    f"`tuner worker --study {name}` runs beside it",
+                )
     with quiet_optuna():
         optuna.storages.fail_stale_trials(study)
     for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
