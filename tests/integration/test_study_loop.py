@@ -247,3 +247,33 @@ def test_a_resume_on_another_vllm_is_refused(tmp_path: Path) -> None:
         run_study(other, FakeRunner(), repo, resume=True)
     assert "--study NEW" in (info.value.hint or "")
     assert len(repo.list_trials("versions", limit=None)) == 2  # nothing launched or written
+
+
+def test_a_resumed_study_does_not_replay_its_first_draws(tmp_path: Path) -> None:
+    """The sampler was seeded as before on every resume, so its random start-up draws came
+    again: #4 and #5 were #1's and #2's configurations, measured twice (a queued study taken
+    over after a kill spent its whole budget on one configuration)."""
+    from tuner.domain import TrialResult, Workload
+
+    class CtrlCAtThird(FakeRunner):
+        def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+            self.seen = getattr(self, "seen", 0) + 1
+            if self.seen == 3:
+                raise KeyboardInterrupt
+            return super().run(config, workload, **kw)
+
+    url = f"sqlite:///{tmp_path / 'replay.db'}"
+    repo = make_repo(url)
+    choices = {
+        "max_num_seqs": (2, 4, 8, 16, 32, 64, 128),
+        "gpu_memory_utilization": (0.5, 0.6, 0.7, 0.8, 0.9),
+        "max_num_batched_tokens": (512, 1024, 2048, 4096),
+    }
+    # 16 trials: the first five draws are TPE's random start-up, the ones a seed replays.
+    ctx = make_context(url, trials=16, name="replay", params=tuple(choices), choices=choices)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx, CtrlCAtThird(), repo)
+    run_study(ctx, FakeRunner(), repo, resume=True)
+    rows = repo.list_trials("replay", limit=None)
+    assert rows[3].config == rows[2].config  # the interrupted #2, queued again
+    assert [r.config for r in rows[4:6]] != [r.config for r in rows[1:3]]

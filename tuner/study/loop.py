@@ -107,20 +107,31 @@ def open_optuna_study(
     ctx: StudyContext, *, create: bool, storage: optuna.storages.RDBStorage | None = None
 ) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # constant_liar: a trial another worker measures counts as a poor one while it runs, so
-    # that concurrent workers are steered apart; with one worker nothing runs at ask time.
-    sampler = optuna.samplers.TPESampler(
-        seed=ctx.spec.seed,
-        multivariate=True,
-        n_startup_trials=max(3, ctx.spec.trials // 3),
-        constant_liar=True,
-    )
+
+    def sampler(seed: int) -> optuna.samplers.BaseSampler:
+        # constant_liar: a trial another worker measures counts as a poor one while it runs, so
+        # that concurrent workers are steered apart; with one worker nothing runs at ask time.
+        return optuna.samplers.TPESampler(
+            seed=seed,
+            multivariate=True,
+            n_startup_trials=max(3, ctx.spec.trials // 3),
+            constant_liar=True,
+        )
+
     storage = storage or optuna_storage(ctx)
     if create:
         return optuna.create_study(
-            study_name=ctx.name, storage=storage, sampler=sampler, directions=scoring.DIRECTIONS
+            study_name=ctx.name,
+            storage=storage,
+            sampler=sampler(ctx.spec.seed),
+            directions=scoring.DIRECTIONS,
         )
-    return optuna.load_study(study_name=ctx.name, storage=storage, sampler=sampler)
+    study = optuna.load_study(study_name=ctx.name, storage=storage, sampler=sampler(0))
+    # A study taken up again (a resume, a worker joining or taking over) must not replay its
+    # first random draws, which a sampler seeded as before would: the seed moves on with the
+    # trials the study already holds, so a fresh study stays reproducible by its seed.
+    study.sampler = sampler(ctx.spec.seed + len(study.get_trials(deepcopy=False)))
+    return study
 
 
 def _name_metrics(ctx: StudyContext, study: optuna.Study) -> None:
