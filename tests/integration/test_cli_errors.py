@@ -126,7 +126,11 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
         Case(
             ("run", "--resume"),
         ),
-        ("no study named 'tiny-ernie-cpu-smoke-balanced' to resume", "tuner studies"),
+        (
+            "no study named 'tiny-ernie-cpu-smoke-balanced' to resume",
+            "tuner.db does not exist",  # which database was searched, and that it is not there
+            "tuner studies",
+        ),
     ),
 }
 _UPGRADING = threading.Lock()

@@ -249,3 +249,21 @@ def test_the_real_api_answers_what_launch_reads(api_server: str) -> None:
     assert got.vllm_version == "0.32.0" and "output_throughput" in got.metrics
     with pytest.raises(UsageError, match="nothing measured"):
         best_remote(api_server, "tiny-ernie", "h200", workload="smoke")
+
+
+def test_a_combination_whose_every_trial_failed_says_so(tmp_path: Path) -> None:
+    """It said "nothing measured ... (it has: tiny-ernie/h100/smoke, ...)" and told the user to
+    run the study they had just run."""
+    from tests.studykit import make_context, make_repo
+    from tuner.study.loop import run_study
+    from tuner.testing.fake_runner import FakeRunner
+
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="all-failed")
+    run_study(ctx, FakeRunner(max_utilization=0.0), repo)  # every launch: out of memory
+    with pytest.raises(UsageError) as caught:
+        best_local(repo, "tiny-ernie", ctx.gpu.name)
+    assert f"no trial of tiny-ernie on {ctx.gpu.name} completed" in caught.value.message
+    assert "1 study tried (all-failed)" in caught.value.message
+    assert "tuner trials all-failed --state failed" in (caught.value.hint or "")

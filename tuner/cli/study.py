@@ -197,10 +197,12 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     name), with what the command line gives checked against it (:mod:`tuner.spec.resume`).
     A study that is not there is refused here, before anything is prepared or printed."""
     from tuner.db import Repository, ensure_ready, make_engine
+    from tuner.db.session import safe_url
     from tuner.spec import resumed_spec, stored_spec
 
     row = None
-    if missing_sqlite_file(url) is None:  # else no database file yet
+    missing = missing_sqlite_file(url)
+    if missing is None:  # else no database file yet
         ensure_ready(url, auto_upgrade=True)
         engine = make_engine(url)
         try:
@@ -208,8 +210,11 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
         finally:
             engine.dispose()
     if row is None:
+        where = f"database {missing} does not exist" if missing else f"not in {safe_url(url)}"
         raise UsageError(
-            f"no study named {spec.study_name()!r} to resume", hint="run `tuner studies`"
+            f"no study named {spec.study_name()!r} to resume: {where}",
+            hint="run `tuner studies` (with --storage URL, or $TUNER_DB_URL, for the database "
+            "that holds it)",
         )
     if not row.spec:
         return spec

@@ -107,11 +107,27 @@ def best_local(
         confirmed = choose(repo.list_comparisons(study.name), chosen)
         offers.append((study, repo.list_trials(study.name, limit=None), chosen, confirmed))
     picks = best_across(offers)
+    tried = [
+        s.name
+        for s in studies
+        if s.model == alias
+        and s.gpu == gpu
+        and not s.emulated
+        and (workload is None or s.workload == workload)
+    ]
+    if not picks and tried:  # studies ran, and none of their trials completed
+        raise UsageError(
+            f"no trial of {alias} on {gpu} completed in {source}: "
+            f"{len(tried)} {'study' if len(tried) == 1 else 'studies'} tried ({', '.join(tried)})",
+            hint=f"`tuner trials {tried[0]} --state failed` says why each trial failed",
+        )
     if not picks:
         seen = ", ".join(
             sorted(
-                f"{s.model}/{s.gpu}/{s.workload}" + (" (emulated)" if s.emulated else "")
-                for s in studies
+                {
+                    f"{s.model}/{s.gpu}/{s.workload}" + (" (emulated)" if s.emulated else "")
+                    for s in studies
+                }
             )
         )
         raise UsageError(
