@@ -45,3 +45,27 @@ def test_cold_starts_each_launch_from_nothing_and_cleans_up(tmp_path: Path) -> N
     runs = [runner.run(ServingConfig(), W) for _ in range(2)]
     assert [r.server.compile_cache for r in runs] == ["cold", "cold"]  # type: ignore[union-attr]
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_cold_cache_left_by_a_killed_tuner_is_removed_by_the_next(tmp_path: Path) -> None:
+    """After `kill -9` nothing removed a cold launch's folder (a full set of compile artefacts
+    per kill on real vLLM). One whose owner is gone goes at the next cold launch; a live
+    tuner's, and one of an older tuner (no owner in its name), stay."""
+    import os
+    import subprocess
+    import sys
+
+    from tuner.telemetry import since_boot
+
+    root = tmp_path / "cache"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = since_boot(gone.pid)
+    gone.wait()
+    left = root / f"cold-{gone.pid}.{start:.2f}-0123456789ab"
+    live = root / f"cold-{os.getpid()}.{since_boot(os.getpid()):.2f}-ba9876543210"
+    older = root / "cold-0123456789ab"
+    for path in (left, live, older):
+        (path / "inductor").mkdir(parents=True)
+    runner = _runner(tmp_path, "cold")
+    assert runner.run(ServingConfig(), W).status is TrialStatus.COMPLETE
+    assert sorted(p.name for p in root.iterdir()) == sorted([live.name, older.name])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -47,6 +48,7 @@ from tuner.load import (
 from tuner.runner import placement
 from tuner.runner.hardware import Hardware
 from tuner.runner.ports import free_port
+from tuner.runner.procgroup import still_running
 from tuner.runner.server import VllmServer
 from tuner.telemetry import (
     GpuEnergyMeter,
@@ -54,6 +56,7 @@ from tuner.telemetry import (
     TelemetryProbe,
     local_cpus,
     nvml_compute_pids,
+    since_boot,
 )
 from tuner.vllm import CacheDir, argv, cache_dir, cache_key, logparse
 
@@ -242,7 +245,10 @@ class VllmTrialRunner:
             dtype=s.dtype,
             extra_args=s.extra_args,
         )
-        return cache_dir(s.cache_root, s.compile_cache, key)
+        if s.compile_cache == "cold":
+            _sweep_cold(s.cache_root)
+        me = f"{os.getpid()}.{since_boot(os.getpid()):.2f}"
+        return cache_dir(s.cache_root, s.compile_cache, key, owner=me)
 
     def _start(self, launch: _Launch, phase: PhaseCallback) -> None:
         """Launch the server and wait until it is ready and is the one launched; what its log
@@ -438,3 +444,17 @@ def _with_log_facts(info: ServerInfo, log: str, *, startup_s: float | None = Non
         kv_cache_tokens=tokens,
         max_concurrency=concurrency,
     )
+
+
+def _sweep_cold(root: Path) -> None:
+    """Remove the "cold" compile caches whose tuner is gone: each is removed when its launch
+    ends, so one still here outlived a killed tuner (``kill -9``), and nothing else would
+    ever remove it (a full set of compile artefacts per kill on real vLLM)."""
+    for path in root.glob("cold-*"):
+        pid, _, start = path.name.split("-")[1].partition(".")
+        try:
+            alive = still_running(int(pid), float(start))
+        except ValueError:  # an older tuner's name: no owner in it
+            continue
+        if not alive:
+            shutil.rmtree(path, ignore_errors=True)

@@ -105,14 +105,16 @@ def cache_key(
     return digest[:16]
 
 
-def cache_dir(root: Path, mode: str, key: str) -> CacheDir:
-    """The directory of a launch with ``key`` in ``mode`` (created, except for "system")."""
+def cache_dir(root: Path, mode: str, key: str, owner: str = "") -> CacheDir:
+    """The directory of a launch with ``key`` in ``mode`` (created, except for "system"). A
+    "cold" one is named ``cold-{owner}-{random}``: ``owner`` says whose it is, so that one
+    left by a killed tuner can be told from a live one's (``tuner.runner.vllm``)."""
     if mode not in MODES:
         raise ValueError(f"compile cache mode {mode!r} is none of {MODES}")
     if mode == "system":
         return CacheDir(None, mode, warm=False)
     if mode == "cold":
-        path = root / f"cold-{uuid.uuid4().hex[:12]}"
+        path = root / f"cold-{owner}-{uuid.uuid4().hex[:12]}"
         path.mkdir(parents=True)
         return CacheDir(path, mode, warm=False, removable=True)
     path = root / key
