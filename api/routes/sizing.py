@@ -65,10 +65,23 @@ async def get_sizing(
         slo=slo_query(slo),
         emulated=emulated,
     )
-    if not answers:
+    if not answers:  # said as `tuner size` says it
+        where = (f" on {', '.join(gpu)}" if gpu else "") + (
+            f" with workload {workload}" if workload else ""
+        )
+        kind = "emulated" if emulated else "measured"
+        hint = "GET /v1/studies lists what was measured"
+        if not emulated:
+            emulated_ones = await run_in_threadpool(
+                size, repo, model=model, rate=target, gpus=tuple(gpu or ()),
+                workload=workload, slo=slo_query(slo), emulated=True,
+            )  # fmt: skip
+            if emulated_ones:
+                hint = "emulated ones can be sized: add emulated=true"
         raise not_found(
-            f"no measured study of {model!r}" + (f" on {', '.join(gpu)}" if gpu else ""),
-            "GET /v1/studies lists what was measured",
+            f"no {kind} study of {model!r}{where} to size from (none has a recommendation "
+            "with stored windows)",
+            hint,
         )
     return finite_record({"model": model, "rate": to_jsonable(target),
                           "sizes": to_jsonable(answers)})  # fmt: skip

@@ -36,6 +36,10 @@ def test_sizing_answers_per_gpu_and_refuses_bad_input(tmp_path: Path) -> None:
         ).json()
         assert [s["gpu"] for s in one["sizes"]] == ["h100"]
         assert client.get("/v1/sizing", params={"model": "x", "rate": "2"}).status_code == 404
+        # The filters are said back (it said "no measured study of 'tiny-ernie'", though one is).
+        rag = client.get("/v1/sizing", params={"model": "tiny-ernie", "rate": "2", "workload":
+                         "rag"})  # fmt: skip
+        assert rag.status_code == 404 and "with workload rag" in rag.json()["message"]
         for bad in ({"rate": "0"}, {"rate": "lots"}, {"rate": "2", "unit": "rps"}):
             answer = client.get("/v1/sizing", params={"model": "tiny-ernie", **bad})
             assert answer.status_code == 422, (bad, answer.text)
