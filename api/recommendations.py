@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
-from api.errors import not_found
+from api.errors import ApiError, not_found
 from api.index import StudySnapshot
 from api.schemas import (
     BaselineOut,
@@ -30,6 +30,7 @@ from api.schemas import (
     from_row,
     metrics_out,
 )
+from tuner.catalog import model_key
 from tuner.db import StudyRow, TrialRow
 from tuner.domain import Objective, Slo
 from tuner.domain.workload import format_slo
@@ -107,7 +108,17 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
 
 
 def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
-    """The best pick as the API's response; raises a 404 ApiError naming what exists instead."""
+    """The best pick as the API's response; raises a 404 ApiError naming what exists instead,
+    or a 422 when ``q.model`` names several models measured here (two hub ids' last part)."""
+    models = {model_key(s.study.model, s.study.model_source) for s in snapshots if _matches(s, q)}
+    if len(models) > 1:
+        raise ApiError(
+            422,
+            "ambiguous_model",
+            f"model {q.model!r} names {len(models)} models measured here: "
+            + ", ".join(sorted(models)),
+            hint="ask for one by its hub id or path",
+        )
     picks = ranked(snapshots, q)
     if picks:
         return response(picks[0], q)

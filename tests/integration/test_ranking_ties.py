@@ -158,3 +158,31 @@ def test_every_surface_shows_the_same_score_for_every_trial(
     assert cli == {t["number"]: t["score"] for t in api}
     assert cli == exported == page
     assert cli[0] == 1.0 and cli[1] is not None and cli[1] > 1.0
+
+
+def test_two_hub_models_with_one_name_are_never_mixed(tmp_path: Path) -> None:
+    """orgA/foo and orgB/foo were both stored as model "foo": the overview showed one row
+    mixing them, and a recommendation for "foo" could hand out the other fork's flags."""
+    import sqlite3
+
+    from tuner.results import overview
+
+    db = tmp_path / "forks.db"
+    url = f"sqlite:///{db}"
+    insert_measured_study(url, [ServingConfig(), E2E_CONFIG], name="fork-a", model="foo")
+    repo = insert_measured_study(url, [ServingConfig(), E2E_CONFIG], name="fork-b", model="foo")
+    with sqlite3.connect(db) as c:  # as tuner stores an uncatalogued hub id
+        for name, org in (("fork-a", "orgA"), ("fork-b", "orgB")):
+            c.execute(
+                "UPDATE tuner_studies SET model_source = ? WHERE name = ?", (f"{org}/foo", name)
+            )
+    studies = repo.list_studies()
+    trials = {s.name: repo.list_trials(s.name, limit=None) for s in studies}
+    assert sorted(e.model for e in overview(studies, trials, {})) == ["orgA/foo", "orgB/foo"]
+    with TestClient(create_app(ApiSettings(storage=url))) as client:
+        params = {"gpu": "cpu", "workload": "smoke"}
+        vague = client.get("/v1/recommendations", params={"model": "foo", **params})
+        assert vague.status_code == 422 and "orgA/foo, orgB/foo" in vague.json()["message"]
+        exact = client.get("/v1/recommendations", params={"model": "orgB/foo", **params})
+        assert exact.status_code == 200 and exact.json()["study"] == "fork-b"
+    assert best_local(repo, "orgA/foo", "cpu").study == "fork-a"  # tuner launch's choice

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     )
     from tuner.catalog.levers import LEVERS
     from tuner.catalog.materialize import tokenizer_dir
-    from tuner.catalog.models import MODELS, has_facts, resolve_model
+    from tuner.catalog.models import MODELS, has_facts, model_key, resolve_model
     from tuner.catalog.rules import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, dominated_by
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "gpu_price",
     "has_facts",
     "match_detected",
+    "model_key",
     "price_problem",
     "resolve_model",
     "tokenizer_dir",

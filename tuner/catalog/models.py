@@ -222,6 +222,14 @@ def resolve_model(name: str) -> ModelSpec:
     )
 
 
+def model_key(alias: str, source: str | None) -> str:
+    """Which model a stored study measured, for grouping studies and matching a request: a
+    catalog alias names its model (dummy or real weights alike); any other model is its source
+    (a hub id, a directory), since its alias is only the name's last part and two fine-tunes
+    of one base (``orgA/foo``, ``orgB/foo``) share it."""
+    return alias if alias in MODELS or not source else source
+
+
 def has_facts(model: ModelSpec) -> bool:
     """Whether the model's config holds the architecture numbers the memory rules need."""
     keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")

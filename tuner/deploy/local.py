@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuner.catalog import resolve_model
+from tuner.catalog import model_key, resolve_model
 from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
 from tuner.errors import UsageError
 from tuner.vllm import argv
@@ -91,12 +91,13 @@ def best_local(
     """
     from tuner.study import best_across, choose, study_objective
 
-    alias = resolve_model(model).alias
+    spec = resolve_model(model)
+    alias, wanted = spec.alias, model_key(spec.alias, spec.source)
     studies = repo.list_studies()
     offers = []
     for study in studies:
         if (
-            study.model != alias
+            model_key(study.model, study.model_source) != wanted
             or study.gpu != gpu
             or study.emulated
             or (workload is not None and study.workload != workload)
@@ -110,7 +111,7 @@ def best_local(
     tried = [
         s.name
         for s in studies
-        if s.model == alias
+        if model_key(s.model, s.model_source) == wanted
         and s.gpu == gpu
         and not s.emulated
         and (workload is None or s.workload == workload)

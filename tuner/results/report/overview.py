@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tuner.catalog import model_key
 from tuner.db import StudyRow, TrialRow
 from tuner.results.report.study import TrialLine, trial_lines
 from tuner.study import Confirmed, best_across, study_objective
@@ -46,7 +47,8 @@ def overview(
     )
     groups: dict[tuple[str, str, str], list[tuple[StudyRow, Ranked]]] = {}
     for s, top in picks:  # best first, so each group's too
-        groups.setdefault((s.model, top.row.gpu_name or s.gpu, s.workload), []).append((s, top))
+        key = (model_key(s.model, s.model_source), top.row.gpu_name or s.gpu, s.workload)
+        groups.setdefault(key, []).append((s, top))
     out = []
     for (model, gpu, workload), entries in sorted(groups.items()):
         s, top = entries[0]
