@@ -237,3 +237,31 @@ def test_without_a_budget_the_confirmation_takes_one_look(db_url: str) -> None:
     assert len(runner.calls) == 2 + 6  # the search, then D A D A D A
     (row,) = repo.list_comparisons(ctx.name)
     assert row.results["decision"]["kind"] == "fixed" and row.repeats == 3
+
+
+class _FasterThanSearched(dict):  # type: ignore[type-arg]
+    """FakeRunner's speedup: x2 for any configuration but the defaults and max_num_seqs=64."""
+
+    def get(self, config: Any, default: Any = None) -> Any:
+        return 1.0 if config in (ServingConfig(), ServingConfig(max_num_seqs=64)) else 2.0
+
+
+def test_a_study_given_more_trials_confirms_its_new_top(db_url: str) -> None:
+    """More trials after the confirmation: the search found a better configuration, and the
+    study kept the old verdict (the defaults) without a launch ("best: #N score 1.6", then
+    "best of study: vLLM's defaults"). Now the new top is confirmed in a round of its own;
+    the candidate confirmed before is not launched again."""
+    repo = make_repo(db_url)
+    first = make_context(
+        db_url, trials=2, enqueue=[{"max_num_seqs": 64}], params=("max_num_seqs",),
+        choices={"max_num_seqs": (64, 4)}, confirm_launches=2, confirm_top=1,
+    )  # fmt: skip
+    run_study(first, FakeRunner(), repo)
+    (old,) = repo.list_comparisons(first.name)
+    more = dataclasses.replace(first, spec=dataclasses.replace(first.spec, trials=4))
+    runner = FakeRunner(speedup=_FasterThanSearched())
+    run_study(more, runner, repo, resume=True)
+    new = [c for c in repo.list_comparisons(first.name) if c.id != old.id]
+    assert [c.b_config for c in new] == [ServingConfig(max_num_seqs=4)], runner.calls
+    # The new round launched its own defaults, interleaved with the new candidate.
+    assert runner.calls[-4:] == [ServingConfig(), ServingConfig(max_num_seqs=4)] * 2

@@ -27,6 +27,10 @@ composite's point estimate is above 1. The composite's own Welch interval is rep
 decides: on the H200 (2026-12-04) a confirmation stopped at three launches a side on output
 tok/s x1.34 [1.01, 1.78] while the composite's interval on 2.5 degrees of freedom still held 1.
 
+A study resumed with more trials after its confirmation confirms, in a round of its own (its
+own defaults' launches, interleaved), the top candidates that no earlier round compared; the
+verdict is then taken over every round's comparisons (:func:`choose`).
+
 Confirmation runs are stored as trials of phase "confirm", numbered from
 :data:`CONFIRM_NUMBER_BASE` (never colliding with Optuna's numbers) and never told to Optuna;
 each candidate's comparison against the defaults is a comparison row of the study.
@@ -94,23 +98,23 @@ def run_confirmation(
         reporter.phase("confirmation skipped", "vLLM's defaults produced no measurement")
         return
     baseline = ctx.space.baseline()
-    seen = {baseline}
-    candidates = []
-    for r in ranked:
-        if r.feasible and not r.is_baseline and r.config not in seen:
-            seen.add(r.config)
-            candidates.append((r.number, r.config))
-    candidates = candidates[: ctx.spec.confirm_top]
-    if not candidates:
-        reporter.phase("confirmation skipped", "no candidate besides the defaults")
-        return
     study, workload, spec = ctx.name, ctx.workload, ctx.spec
+    stored = [c for c in repo.list_comparisons(study) if is_confirmation(c)]
+    compared = {c.b_config for c in stored}
+    candidates = [c for c in confirmation_candidates(ctx, ranked) if c[1] not in compared]
+    if not candidates:
+        why = "no candidate besides the defaults" if not stored else "every candidate is"
+        reporter.phase("confirmation skipped", why + (" confirmed" if stored else ""))
+        return
     launches = spec.confirm_launches
     design = confirmation_design(launches, spec.confirm_max_launches, spec.confidence)
     metric = decision_metric(spec.objective)
     arms = [Arm(DEFAULTS_LABEL, baseline)] + [Arm(f"#{n}", c) for n, c in candidates]
     earlier = repo.list_trials(study, phase="confirm", limit=None)
-    done = _earlier_launches(earlier, arms)
+    # Only this round's launches are reused (a confirmation cut short): an earlier round's
+    # defaults were interleaved with other candidates, at another time.
+    last = max((c.created_at for c in stored), default=0.0)
+    done = _earlier_launches([t for t in earlier if (t.started_at or 0.0) > last], arms)
     pending: dict[int, tuple[int, int, ServingConfig]] = {}  # launch index -> trial id, number
     # This run's launches, numbered after the earlier ones.
     numbers = itertools.count(CONFIRM_NUMBER_BASE + len(earlier))
@@ -191,6 +195,20 @@ def run_confirmation(
             provenance=prov,
             study_name=study,
         )
+
+
+def confirmation_candidates(
+    ctx: StudyContext, ranked: Sequence[Ranked]
+) -> list[tuple[int, ServingConfig]]:
+    """The trials a confirmation of the study's standings ``ranked`` puts against the defaults:
+    the top ``confirm_top`` SLO-feasible configurations other than the defaults, by number."""
+    seen = {ctx.space.baseline()}
+    candidates = []
+    for r in ranked:
+        if r.feasible and not r.is_baseline and r.config not in seen:
+            seen.add(r.config)
+            candidates.append((r.number, r.config))
+    return candidates[: ctx.spec.confirm_top]
 
 
 def confirmation_design(launches: int, max_launches: int | None, confidence: float) -> Design:

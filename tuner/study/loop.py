@@ -190,9 +190,11 @@ def run_study(
                 ):
                     report.phase("confirmation", "left to the worker that runs it")
                     return rank(repo, ctx.name, ctx.spec.objective)
-                if not repo.list_comparisons(ctx.name):  # none: not confirmed before a stop
-                    ranked = rank(repo, ctx.name, ctx.spec.objective)
-                    run_confirmation(ctx, ranked, runner, repo, report)
+                # A confirmation cut short goes on; a study given more trials after its
+                # confirmation confirms the new top candidates (the rest is decided).
+                run_confirmation(
+                    ctx, rank(repo, ctx.name, ctx.spec.objective), runner, repo, report
+                )
         except BaseException:
             repo.set_study_status(ctx.name, "interrupted")
             raise
