@@ -87,7 +87,7 @@ def slo_query(text: str | None) -> Slo | None:
 
 
 # A vLLM version as packaging reads it (a subset of PEP 440): 0.12.0, v0.11.1rc2, 0.32.0+cpu.
-VERSION_PATTERN = (
-    r"^v?[0-9]{1,4}(?:\.[0-9]{1,4}){0,3}(?:(?:a|b|rc)[0-9]{1,4})?(?:\.post[0-9]{1,4})?"
-    r"(?:\.dev[0-9]{1,4})?(?:\+[a-z0-9]{1,16}(?:\.[a-z0-9]{1,16}){0,3})?$"
+VERSION_PATTERN = (  # or empty: no version given, as for the other optional parameters
+    r"^(?:v?[0-9]{1,4}(?:\.[0-9]{1,4}){0,3}(?:(?:a|b|rc)[0-9]{1,4})?(?:\.post[0-9]{1,4})?"
+    r"(?:\.dev[0-9]{1,4})?(?:\+[a-z0-9]{1,16}(?:\.[a-z0-9]{1,16}){0,3})?)?$"
 )

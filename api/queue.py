@@ -67,6 +67,7 @@ class Parsed:
 
     spec: StudySpec
     adjustments: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # what stops the study on the worker before any launch
 
 
 def read(body: Mapping[str, Any]) -> Parsed:
@@ -170,12 +171,12 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
     choices = {k: v for k, v in spec.choices.items() if k not in fixed}
     notes += [f"{k} is fixed, so its choices are ignored" for k in spec.choices if k in fixed]
     params = None if spec.params is None else _searchable(spec, model, gpu, workload, notes)
-    if params == [] and spec.params:  # named knobs, none left: the study would run its defaults
-        raise UsageError(
-            f"nothing left to search on {gpu.name}: " + "; ".join(notes),
-            hint="give a knob's values as space.choices, or name knobs that have candidates "
-            "here (GET /docs lists the knobs the API takes)",
-        )
+    if params == [] and spec.params and not choices:
+        # Named knobs, none searchable here: the study would launch its defaults again and
+        # again. It searches where a study that names no space does (the lever plan).
+        notes.append(f"none of the named knobs can be searched on {gpu.name}: the study "
+                     "searches as one that names no space does (tuner's lever plan)")  # fmt: skip
+        params = None
     try:
         space = SearchSpace(
             model, gpu, workload, params=params, choices=choices, fixed=fixed, flags=_FLAGS
@@ -190,7 +191,22 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
         space = SearchSpace(
             model, gpu, workload, params=params, choices=choices, fixed=fixed, flags=_FLAGS
         )
-    check_baseline(space, "fix space.fixed or the workload in the request body")
+    for knob in list(fixed):  # a fixed value the rules refuse here is left at vLLM's default
+        if not space.violations(space.baseline()):
+            break
+        without = {k: v for k, v in fixed.items() if k != knob}
+        rebuilt = SearchSpace(
+            model, gpu, workload, params=params, choices=choices, fixed=without, flags=_FLAGS
+        )
+        if not rebuilt.violations(rebuilt.baseline()):
+            why = "; ".join(space.violations(space.baseline()))
+            notes.append(f"{knob} is not fixed at {fixed[knob]!r}: {why}")
+            fixed, space = without, rebuilt
+    warnings: list[str] = []
+    try:
+        check_baseline(space, "")
+    except UsageError as exc:  # the workload itself: the worker refuses it before any launch
+        warnings.append(f"the study will fail before any launch: {exc.message}")
     enqueue = []
     for item in spec.enqueue:
         problems = _cannot_enqueue(space, item)
@@ -202,9 +218,10 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
         spec,
         params=None if params is None else tuple(params),
         choices=choices,
+        fixed=fixed,
         enqueue=tuple(enqueue),
     )
-    return Parsed(fitted, tuple(notes))
+    return Parsed(fitted, tuple(notes), tuple(warnings))
 
 
 def _only_default(

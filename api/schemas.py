@@ -216,6 +216,11 @@ class QueuedStudyOut(StudyDetailOut):
         description="what fitting the search space to the GPU, model and workload changed: "
         "knobs not searched here, enqueued configurations dropped ([] when nothing)"
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what will stop the study on the worker before any server starts (a "
+        "workload the model cannot hold, say): queued all the same, it then fails with it",
+    )
 
 
 class StudyListOut(BaseModel):

@@ -28,7 +28,10 @@ async def get_sizing(
     model: Annotated[
         str, Query(min_length=1, max_length=MODEL_MAX, description="model alias, e.g. ernie-0.3b")
     ],
-    rate: Annotated[float, Query(gt=0, le=1e12, description="the target rate, in unit (e.g. 20)")],
+    rate: Annotated[
+        float,
+        Query(gt=0, le=1e12, allow_inf_nan=False, description="the target rate, in unit (e.g. 20)"),
+    ],
     unit: Annotated[
         Literal["req/s", "tok/s"],
         Query(description="requests/s, or output tokens/s"),

@@ -152,7 +152,9 @@ def queue_study(
     except UsageError as exc:  # the name is valid (parse checked it): another writer took it
         raise ApiError(409, "conflict", exc.message, hint=exc.hint) from None
     response.headers["Location"] = f"/v1/studies/{row.name}"
-    return QueuedStudyOut.of(row, adjustments=list(parsed.adjustments))
+    return QueuedStudyOut.of(
+        row, adjustments=list(parsed.adjustments), warnings=list(parsed.warnings)
+    )
 
 
 @router.get("/{name}", response_model=StudyDetailOut, responses=NAMED)

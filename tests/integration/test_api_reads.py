@@ -128,6 +128,8 @@ def test_flags_are_respelled_for_an_older_vllm(client: TestClient) -> None:
     assert rec["env"] == {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}
     assert rec["serve_command"].startswith("VLLM_ATTENTION_BACKEND=FLASH_ATTN vllm serve ")
     assert rec["provenance"]["vllm_version"] == "0.32.0"  # still what it was measured with
+    # Empty is no version given, as an empty slo= is (it was a 422 pattern error).
+    assert _get(client, REAL + "&vllm_version=")["vllm_version"] == "0.32.0"
 
 
 def test_slo_keeps_only_trials_that_meet_it(client: TestClient) -> None:

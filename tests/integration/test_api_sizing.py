@@ -40,6 +40,8 @@ def test_sizing_answers_per_gpu_and_refuses_bad_input(tmp_path: Path) -> None:
         rag = client.get("/v1/sizing", params={"model": "tiny-ernie", "rate": "2", "workload":
                          "rag"})  # fmt: skip
         assert rag.status_code == 404 and "with workload rag" in rag.json()["message"]
+        nan = client.get("/v1/sizing", params={"model": "tiny-ernie", "rate": "nan"})
+        assert "finite number" in nan.json()["message"]  # it said "should be <= 1e12"
         for bad in ({"rate": "0"}, {"rate": "lots"}, {"rate": "2", "unit": "rps"}):
             answer = client.get("/v1/sizing", params={"model": "tiny-ernie", **bad})
             assert answer.status_code == 422, (bad, answer.text)

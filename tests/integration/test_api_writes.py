@@ -97,17 +97,6 @@ def _with(section: str, **changes: Any) -> dict[str, Any]:
             {**SPEC, "workload": {"concurrency_ladder": [2, 4], "rate_ladder": [1.0, 2.0]}},
             "give a concurrency ladder or a rate ladder, not both",
         ),
-        # Queued before (201), then the worker launched servers that could not serve: the
-        # defaults twice, labelled as the baseline beating itself, or a failed baseline.
-        (
-            {"study": {**SPEC["study"], "gpu": "cpu"}, "space": {"params": ["attention_backend"]}},
-            "nothing left to search on cpu",
-        ),
-        (
-            {**SPEC, "space": {"fixed": {"max_model_len": 999999999}}},
-            "exceeds the model's 4096 positions",
-        ),
-        ({**SPEC, "workload": {"prompt_tokens": 100000}}, "vLLM's defaults with the study's"),
     ],
 )
 def test_bad_specs_are_422_with_a_message(repo: Repository, body: Any, words: str) -> None:
@@ -127,6 +116,30 @@ def test_a_body_that_is_not_an_object_is_422(repo: Repository) -> None:
         )
         assert r.status_code == 422 and r.json()["error"] == "invalid"
         assert "request body" in r.json()["message"]
+
+
+def test_a_space_that_cannot_run_here_is_fitted_and_what_cannot_is_said(
+    repo: Repository,
+) -> None:
+    """These were queued as given, and the worker then launched servers that could not serve:
+    the defaults twice (labelled as the baseline beating itself), or a failed baseline."""
+    client = _client(repo, KEY)
+
+    def post(name: str, **sections: Any) -> Any:
+        body = {"study": {**SPEC["study"], "name": name, **sections.pop("study", {})}, **sections}
+        r = client.post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    idle = post("idle", study={"gpu": "cpu"}, space={"params": ["attention_backend"]})
+    assert idle["spec"].get("params") is None  # the lever plan decides, as for no space
+    assert any("none of the named knobs" in a for a in idle["adjustments"])
+    long = post("long", space={"fixed": {"max_model_len": 999999999}})
+    assert "max_model_len" not in long["spec"].get("fixed", {})
+    assert any("exceeds the model's 4096 positions" in a for a in long["adjustments"])
+    huge = post("huge", workload={"prompt_tokens": 100000})
+    assert huge["warnings"] and "will fail before any launch" in huge["warnings"][0]
+    assert post("fine")["warnings"] == []
 
 
 def test_a_form_encoded_or_broken_body_says_what_to_send(repo: Repository) -> None:
