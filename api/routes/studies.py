@@ -118,7 +118,10 @@ def queue_study(
     workload, space, enqueue, confirm, runner), checked by the spec file's rules within the
     schema below. The search space is fitted to the GPU, model and workload: a knob that cannot
     be searched there is left at vLLM's default, an enqueued configuration that cannot run is
-    dropped, and ``adjustments`` lists each change; the stored spec is the fitted one. Knobs:
+    dropped, a fixed value the rules refuse there is left at vLLM's default, and
+    ``adjustments`` lists each change; the stored spec is the fitted one. ``warnings`` says
+    what will stop the study on the worker before any launch (a workload the model cannot
+    hold). Knobs:
     tuner's nine typed ones and its levers (``stream_interval``, ``async_scheduling``,
     ``block_size``, ``compilation_config.cudagraph_mode``, fp8 ``quantization``, ...), each
     with the values the schema lists; any other ``vllm serve`` flag needs ``tuner run
