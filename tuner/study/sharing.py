@@ -267,7 +267,8 @@ def swept(
             owner = live.user_attrs.get(WORKER)
             if not isinstance(owner, dict):
                 continue
-            if owner.get("host") == host_name() and not gone_here(owner):
+            mine = owner.get("pid") == os.getpid()  # an earlier run of this process's
+            if owner.get("host") == host_name() and not mine and not gone_here(owner):
                 raise UsageError(
                     f"study {name!r} is running: process {owner.get('pid')} on this host "
                     f"measures its trial #{live.number}",
