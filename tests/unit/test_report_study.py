@@ -162,6 +162,16 @@ def test_pareto_front_keeps_the_non_dominated_trials() -> None:
     assert points[1].memory_gib == pytest.approx(10.0)
 
 
+def test_the_page_s_pareto_front_is_the_search_s_with_or_without_the_defaults() -> None:
+    # A confirmation launch is judged by its comparison (it was a point of the front), and a
+    # study whose defaults never ran still has its trade-off to show (scores aside).
+    confirm = _trial(100_000, 300.0, p99=90.0, phase=TrialPhase.CONFIRM)
+    points = pareto(trial_lines(_study(), [_trial(0, 100.0), _trial(1, 200.0), confirm]))
+    assert [p.number for p in points] == [0, 1]
+    no_defaults = pareto(trial_lines(_study(), [_trial(1, 200.0), _trial(2, 90.0, p99=50.0)]))
+    assert {p.number: p.on_front for p in no_defaults} == {1: True, 2: True}
+
+
 def test_distribution_collects_every_window_and_drops_missing_percentiles() -> None:
     w = (_window((10, 20), (100, 200)), _window((NAN, NAN), (110, 210)))
     trials = [_trial(1, 100.0, windows=w), _trial(0, 100.0, windows=w[:1]), _trial(2)]

@@ -306,13 +306,17 @@ def history(lines: Sequence[TrialLine]) -> History:
 
 
 def pareto(lines: Sequence[TrialLine]) -> tuple[ParetoPoint, ...]:
-    """Measured trials as (throughput up, P99 down) points; ``on_front`` marks the
-    non-dominated ones, ``on_cost_front`` those not dominated on ($/1M down, P99 down). Ties:
-    equal points are all on the front."""
+    """The search's measured trials as (throughput up, P99 down) points (confirmation
+    launches are judged by their comparison, as for the API's Pareto set); ``on_front`` marks
+    the non-dominated ones, ``on_cost_front`` those not dominated on ($/1M down, P99 down).
+    Ties: equal points are all on the front."""
     measured = [
         t
         for t in lines
-        if t.throughput is not None and t.e2e_p99_ms is not None and t.score is not None
+        if t.phase == "search"
+        and t.status == "complete"
+        and t.throughput is not None
+        and t.e2e_p99_ms is not None
     ]
 
     def front(pairs: Sequence[tuple[float, float]]) -> list[bool]:
