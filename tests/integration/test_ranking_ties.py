@@ -158,6 +158,12 @@ def test_every_surface_shows_the_same_score_for_every_trial(
     assert cli == {t["number"]: t["score"] for t in api}
     assert cli == exported == page
     assert cli[0] == 1.0 and cli[1] is not None and cli[1] > 1.0
+    # The study page's best is the study's standings' top, as `tuner best` names it.
+    from tuner.results.report import study_report
+
+    report = study_report(study, repo.list_trials("newer", limit=None))
+    assert report.best is not None and report.best.number == rank(repo, "newer", Objective(
+        study.objective))[0].number == 1  # fmt: skip
 
 
 def test_two_hub_models_with_one_name_are_never_mixed(tmp_path: Path) -> None:

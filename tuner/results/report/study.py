@@ -17,7 +17,15 @@ from tuner.domain import Objective, Slo, TrialStatus
 from tuner.results import costs, energy
 from tuner.scoring import GIB, WindowFlags, ranking, window_flags
 from tuner.scoring import objectives as scoring
-from tuner.study import Confirmed, choose, is_confirmation, score_reference, trial_score
+from tuner.study import (
+    Confirmed,
+    choose,
+    is_confirmation,
+    score_reference,
+    study_objective,
+    trial_score,
+)
+from tuner.study.standings import standings
 
 # metric -> (label, unit); the order is the order of the comparison table.
 METRICS: Mapping[str, tuple[str, str]] = {
@@ -276,13 +284,14 @@ def window_caveat(lines: Sequence[TrialLine]) -> str:
     return f"{total.explained()}: {trials}"
 
 
-def best_line(lines: Iterable[TrialLine]) -> TrialLine | None:
-    """The search trial :func:`tuner.study.standings.rank` puts first: feasible before infeasible,
-    then score (confirmation launches are judged by the confirmation, not ranked one by one)."""
-    scored = [t for t in lines if t.score is not None and t.phase == "search" and t.recommendable]
-    return ranking.best(
-        scored, lambda t: ranking.Standing(bool(t.feasible), t.score, number=t.number)
-    )
+def best_line(
+    study: StudyRow, trials: Sequence[TrialRow], lines: Sequence[TrialLine]
+) -> TrialLine | None:
+    """The line of the search trial the study's standings put first
+    (:func:`tuner.study.standings.standings`, on the fixed-load metrics the table shows)."""
+    ranked = standings(trials, study_objective(study), Slo(**study.slo), by_curve=False)
+    top = ranked[0].number if ranked else None
+    return next((line for line in lines if line.number == top), None)
 
 
 def history(lines: Sequence[TrialLine]) -> History:
@@ -436,7 +445,7 @@ def study_report(
         study=study,
         provenance=_provenance(study, trials),
         trials=lines,
-        best=best_line(lines),
+        best=best_line(study, trials, lines),
         history=history(lines),
         pareto=pareto(lines),
         memory_label="GPU memory" if has_gpu else "host RSS",
