@@ -134,8 +134,11 @@ def build_space(
     gpu: GpuProfile,
     workload: Workload,
     flags: FlagCatalog | None = None,
+    *,
+    new_study: bool = False,
 ) -> SearchSpace:
-    """The spec's search space, its enqueued configurations checked against its rules."""
+    """The spec's search space, its enqueued configurations checked against its rules; for a
+    ``new_study``, vLLM's defaults with its fixed values too (:func:`check_baseline`)."""
     space = SearchSpace(
         model,
         gpu,
@@ -146,9 +149,10 @@ def build_space(
         search=spec.search,
         flags=flags,
     )
-    given = spec.source not in ("", "<defaults>", "command line")
-    where = spec.source if given else "on the command line"
-    check_baseline(space, f"change the fixed values ([space] fixed) or the workload, {where}")
+    if new_study:
+        given = spec.source not in ("", "<defaults>", "command line")
+        where = spec.source if given else "on the command line"
+        check_baseline(space, f"change the fixed values ([space] fixed) or the workload, {where}")
     for item in spec.enqueue:
         problems = space.violations(space.config_from(item))
         if problems:
@@ -220,8 +224,12 @@ def installed_flags(spec: StudySpec) -> FlagCatalog:
     return study_flags(vllm.python, vllm.version, fake_server=server_module is not None)
 
 
-def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -> Prepared:
-    """Resolve and check everything; raises a TunerError before anything is written."""
+def prepare(
+    spec: StudySpec, storage_url: str, *, log_dir: Path | None = None, new_study: bool = False
+) -> Prepared:
+    """Resolve and check everything; raises a TunerError before anything is written.
+    ``new_study``: a study that measures vLLM's defaults first (not a resumed one, and not an
+    A/B command, whose arms are what it launches): they must be able to run here."""
     model = resolve_model(spec.model)
     gpu = get_gpu(spec.gpu)
     workload = resolve_workload(spec)
@@ -229,7 +237,9 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     # Flags beyond the typed knobs are checked once vLLM's flag list is known (below).
     fixed_quantization = spec.fixed.get("quantization")
     check_fits(model, gpu, fixed_quantization if isinstance(fixed_quantization, str) else None)
-    space = None if extra_knobs(spec) else build_space(spec, model, gpu, workload)
+    space = (
+        None if extra_knobs(spec) else build_space(spec, model, gpu, workload, new_study=new_study)
+    )
     # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
     # takes longer than all the checks above, which should answer a typo at once.
     from tuner.catalog import tokenizer_dir
@@ -257,7 +267,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
     if space is None or plan_wanted(spec):
         flags = study_flags(vllm.python, vllm.version, fake_server=bool(server_module))
         check_flags(spec, flags)
-        space = build_space(spec, model, gpu, workload, flags)
+        space = build_space(spec, model, gpu, workload, flags, new_study=new_study)
     argv.once(spec.extra_args, [*space.searched, *space.fixed], flags)
     home = tuner_home()
     reap_orphans(home / "leases")
@@ -268,7 +278,7 @@ def prepare(spec: StudySpec, storage_url: str, *, log_dir: Path | None = None) -
         counted = resolve_workload(spec, Path(model_path))
         if counted != workload:
             workload = counted
-            space = build_space(spec, model, gpu, workload, flags)
+            space = build_space(spec, model, gpu, workload, flags, new_study=new_study)
     settings = RunnerSettings(
         python=vllm.python,
         vllm_version=vllm.version,

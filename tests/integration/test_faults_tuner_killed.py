@@ -396,3 +396,15 @@ def test_a_resume_beside_a_live_tuner_is_refused_and_loses_nothing(scenario: Sce
     rows = _trials(repo)
     assert all(r.failure is not FailureClass.INTERRUPTED for r in rows)
     assert len(rows) == TRIALS
+
+
+def test_nohup_keeps_a_closed_terminal_from_stopping_the_study() -> None:
+    # `nohup tuner run ...` ignores SIGHUP; taking it as Ctrl-C stopped the study at logout.
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with sigterm_as_interrupt():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.2)  # no KeyboardInterrupt
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -277,3 +277,44 @@ def test_a_resumed_study_does_not_replay_its_first_draws(tmp_path: Path) -> None
     rows = repo.list_trials("replay", limit=None)
     assert rows[3].config == rows[2].config  # the interrupted #2, queued again
     assert [r.config for r in rows[4:6]] != [r.config for r in rows[1:3]]
+
+
+def test_a_resume_is_refused_while_the_run_that_owns_the_study_lives(tmp_path: Path) -> None:
+    """Between two trials, or in the confirmation, no Optuna trial runs: a resume then marked
+    the live run's confirmation launch interrupted and ran a second confirmation beside it."""
+    import subprocess
+    import sys
+
+    from tuner.study import sharing
+    from tuner.telemetry import since_boot
+
+    url = f"sqlite:///{tmp_path / 'owned.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="owned")
+    run_study(ctx, FakeRunner(), repo)
+    assert repo.get_study("owned").spec.get("run_owner") is None  # cleared when it ended
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        alive = {**sharing.worker_identity(), "pid": other.pid, "start": since_boot(other.pid)}
+        repo.set_study_runner("owned", alive)
+        with pytest.raises(UsageError, match=rf"process {other.pid} on this host runs it"):
+            run_study(ctx, FakeRunner(), repo, resume=True)
+    finally:
+        other.kill()
+        other.wait()
+    run_study(ctx, FakeRunner(), repo, resume=True)  # its owner gone: the resume goes on
+
+
+def test_only_a_new_study_needs_vllm_s_defaults_to_run_here() -> None:
+    """tuner compare, calibrate and verify-claims (whose arms fix what the defaults lack) and a
+    resumed study were refused too, by a check meant for a study about to measure them."""
+    from tuner.catalog import get_gpu, resolve_model
+    from tuner.compose import build_space, resolve_workload
+    from tuner.spec.study import StudySpec
+
+    spec = StudySpec(model="ernie-0.3b", gpu="cpu", workload="chat")
+    args = (resolve_model("ernie-0.3b"), get_gpu("cpu"), resolve_workload(spec))
+    space = build_space(spec, *args)  # an A/B command's, or a resume's: no refusal
+    assert space.violations(space.baseline())  # the defaults (131,072 positions) do not fit
+    with pytest.raises(UsageError, match="vLLM's defaults with the study's fixed values"):
+        build_space(spec, *args, new_study=True)

@@ -174,7 +174,7 @@ def run(
         with sigterm_as_interrupt():  # `kill PID` or a closed terminal: the workers stop too
             _run_parallel(spec, url, parallel, resume=resume)
         return
-    prepared = prepare(spec, url)
+    prepared = prepare(spec, url, new_study=not resume)
     ctx = prepared.ctx
     out.print(
         f"study [bold]{ctx.name}[/]: {ctx.model.alias} on {prepared.runner.hardware.name}, "
@@ -255,7 +255,7 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
     from tuner.telemetry import detect_gpus
 
     parallel.refuse_sqlite(url, f"--parallel {n}")
-    prepared = prepare(spec, url)
+    prepared = prepare(spec, url, new_study=not resume)
     ctx = prepared.ctx
     uuids = None
     if not ctx.gpu.is_cpu:

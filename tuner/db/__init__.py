@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     )
     from tuner.db.models import StudyModel
     from tuner.db.names import STUDY_NAME_PATTERN, check_study_name, name_problem
-    from tuner.db.repository import Repository
+    from tuner.db.repository import RUN_OWNER, Repository
     from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
     from tuner.db.session import (
         default_url,
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "RUN_OWNER",
     "STUDY_NAME_PATTERN",
     "ComparisonRow",
     "MergeSummary",

@@ -43,6 +43,9 @@ _NAME_MAX = 255
 # The key, in a study's stored spec, of the queue worker that runs it (host, pid and start:
 # tuner.study.sharing.worker_identity); StudySpec.from_dict ignores it, as it does plan_record.
 QUEUE_WORKER = "queue_worker"
+# The process that runs a study now (any, the command line's included), by the spec key: a
+# resume on its host refuses while it lives. Unlike QUEUE_WORKER, never taken over.
+RUN_OWNER = "run_owner"
 _NUL = "\x00"  # PostgreSQL's text type cannot hold it: refused in names, replaced in free text
 
 
@@ -265,6 +268,10 @@ class Repository:
             if study is None or not study.spec.get(QUEUE_WORKER):
                 return
         self._update_study(name, {QUEUE_WORKER: None if worker is None else dict(worker)})
+
+    def set_study_runner(self, name: str, runner: Mapping[str, Any] | None) -> None:
+        """Record the process that runs the study now (:data:`RUN_OWNER`; None when it ends)."""
+        self._update_study(name, {RUN_OWNER: None if runner is None else dict(runner)})
 
     def claim_study_step(self, name: str, to: StudyStatus, *, unless: Collection[str]) -> bool:
         """Compare-and-set of the status: of several workers, exactly one gets True."""

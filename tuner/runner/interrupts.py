@@ -20,6 +20,12 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
+def _stop_signals() -> list[signal.Signals]:
+    """:data:`STOP_SIGNALS` less one this process was told to ignore: ``nohup tuner run`` (or
+    ``trap '' HUP``) means a closed terminal must not stop the study."""
+    return [s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN]
+
+
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within the block, SIGTERM or SIGHUP raises KeyboardInterrupt in the main thread.
@@ -33,11 +39,11 @@ def sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
-        for s in STOP_SIGNALS:
+        for s in previous:
             signal.signal(s, signal.SIG_IGN)
         raise KeyboardInterrupt
 
-    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    previous = {s: signal.signal(s, stop) for s in _stop_signals()}
     try:
         yield
     finally:
@@ -66,7 +72,7 @@ def deferred_interrupts() -> Iterator[None]:
         caught.append((signum, frame))
 
     previous: dict[int, Any] = {
-        int(s): signal.signal(s, hold) for s in (signal.SIGINT, *STOP_SIGNALS)
+        int(s): signal.signal(s, hold) for s in (signal.SIGINT, *_stop_signals())
     }
     try:
         yield

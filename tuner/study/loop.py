@@ -37,6 +37,7 @@ from sqlalchemy import exc as sa_exc
 
 from tuner.compose import StudyContext
 from tuner.db import (
+    RUN_OWNER,
     Repository,
     StudyStatus,
     TrialPhase,
@@ -176,6 +177,7 @@ def run_study(
         study = _open(ctx, repo, storage, resume=resume, claimed=claimed, join=join)
         if not join:
             repo.set_study_worker(ctx.name, owner)
+            repo.set_study_runner(ctx.name, sharing.worker_identity())
         row = repo.get_study(ctx.name)
         settled = (StudyStatus.CONFIRMING, StudyStatus.FINISHED)
         if join and row is not None and row.status in settled:
@@ -197,8 +199,12 @@ def run_study(
                 )
         except BaseException:
             repo.set_study_status(ctx.name, "interrupted")
+            if not join:
+                repo.set_study_runner(ctx.name, None)
             raise
         repo.set_study_status(ctx.name, "finished")
+        if not join:
+            repo.set_study_runner(ctx.name, None)
         return rank(repo, ctx.name, ctx.spec.objective)
 
 
@@ -279,6 +285,9 @@ def _open(
         for item in ctx.spec.enqueue:
             study.enqueue_trial(ctx.space.params_for(ctx.space.config_from(item)))
     else:
+        runner = existing.spec.get(RUN_OWNER)
+        if resume and isinstance(runner, dict):  # between its trials, or confirming
+            sharing.refuse_beside(runner, ctx.name)
         if existing.spec:  # the study continues as it was created (tuner.spec.resume)
             resumed_spec(stored_spec(existing.spec, existing.name), ctx.spec)
         if existing.vllm_version and existing.vllm_version != ctx.vllm_version:

@@ -174,6 +174,19 @@ def gone_here(owner: Mapping[str, Any]) -> bool:
     return not still_running(pid, start)  # cannot tell: leave it to the heartbeat
 
 
+def refuse_beside(owner: Mapping[str, Any], name: str, doing: str = "runs it") -> None:
+    """UsageError when ``owner`` (:func:`worker_identity`) is another live process on this
+    host: a resume of study ``name`` beside it would mark its launch interrupted (between
+    trials and in the confirmation too), and it would then lose that launch's measurement."""
+    mine = owner.get("pid") == os.getpid()  # an earlier run of this process's
+    if owner.get("host") == host_name() and not mine and not gone_here(owner):
+        raise UsageError(
+            f"study {name!r} is running: process {owner.get('pid')} on this host {doing}",
+            hint="let it finish, or stop it (Ctrl-C, or kill PID) and resume then; "
+            f"`tuner worker --study {name}` runs beside it",
+        )
+
+
 def attempt(trial: FrozenTrial) -> int:
     value = trial.user_attrs.get(ATTEMPT, 1)
     return value if isinstance(value, int) and value >= 1 else 1
@@ -265,16 +278,8 @@ def swept(
     if alone:  # unless a live tuner on this host runs it: its measurement would be lost
         for live in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = live.user_attrs.get(WORKER)
-            if not isinstance(owner, dict):
-                continue
-            mine = owner.get("pid") == os.getpid()  # an earlier run of this process's
-            if owner.get("host") == host_name() and not mine and not gone_here(owner):
-                raise UsageError(
-                    f"study {name!r} is running: process {owner.get('pid')} on this host "
-                    f"measures its trial #{live.number}",
-                    hint="let it finish, or stop it (Ctrl-C, or kill PID) and resume then; "
-                    f"`tuner worker --study {name}` runs beside it",
-                )
+            if isinstance(owner, dict):
+                refuse_beside(owner, name, f"measures its trial #{live.number}")
     with quiet_optuna():
         optuna.storages.fail_stale_trials(study)
     for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):

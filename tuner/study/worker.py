@@ -66,7 +66,8 @@ def run_worker(
         spec = stored_spec(row.spec, row.name).with_overrides(vllm_python=vllm_python)
         try:
             with sharing.study_heartbeat(repo, row.name, me):  # from the claim on: prepare
-                prepared = prepare(spec, storage_url)  # may take minutes (flags, a model)
+                # may take minutes (flags, a model); a queued study is set up here first
+                prepared = prepare(spec, storage_url, new_study=fresh)
                 reporter = reporter_factory() if reporter_factory else None
                 # A study taken over resumes, unless its worker died before setting it up.
                 started = not fresh and _has_optuna_study(storage_url, row.name)
