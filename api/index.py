@@ -22,6 +22,7 @@ from tuner.domain import Objective, TrialStatus
 from tuner.errors import UsageError
 from tuner.scoring import canary_broken
 from tuner.study import Confirmed, choose
+from tuner.study.standings import baseline as standings_baseline
 
 _Version = tuple[int, float, Mapping[TrialStatus, int], Mapping[TrialStatus, int]]
 T = TypeVar("T")
@@ -100,7 +101,8 @@ class StudyIndex:
             for r in rows
             if r.objective_values and len(r.objective_values) == 3 and r.config not in broken
         )
-        baseline = next((t for t in trials if t.is_baseline), None)
+        # The defaults' trial is every score's reference, also when the canary broke them.
+        baseline = standings_baseline(rows)
         verdicts = {objective: choose(comparisons, objective) for objective in Objective}
         confirmed = {o: v for o, v in verdicts.items() if v is not None and v.config not in broken}
         snap = StudySnapshot(study=study, trials=trials, baseline=baseline, confirmed=confirmed)

@@ -192,15 +192,20 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
             model, gpu, workload, params=params, choices=choices, fixed=fixed, flags=_FLAGS
         )
     for knob in list(fixed):  # a fixed value the rules refuse here is left at vLLM's default
-        if not space.violations(space.baseline()):
+        broken = space.violations(space.baseline())
+        if not broken:
             break
         without = {k: v for k, v in fixed.items() if k != knob}
-        rebuilt = SearchSpace(
-            model, gpu, workload, params=params, choices=choices, fixed=without, flags=_FLAGS
-        )
-        if not rebuilt.violations(rebuilt.baseline()):
-            why = "; ".join(space.violations(space.baseline()))
-            notes.append(f"{knob} is not fixed at {fixed[knob]!r}: {why}")
+        try:
+            rebuilt = SearchSpace(
+                model, gpu, workload, params=params, choices=choices, fixed=without, flags=_FLAGS
+            )
+        except UsageError:  # another fixed value needs this one (the FA version, a backend)
+            continue
+        fewer = rebuilt.violations(rebuilt.baseline())
+        if len(fewer) < len(broken):  # this value broke a rule: one at a time, cumulatively
+            gone = "; ".join(p for p in broken if p not in fewer) or "; ".join(broken)
+            notes.append(f"{knob} is not fixed at {fixed[knob]!r}: {gone}")
             fixed, space = without, rebuilt
     warnings: list[str] = []
     try:

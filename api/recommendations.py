@@ -91,7 +91,12 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
         slo = q.slo if q.slo is not None and strict else Slo(**snap.study.slo)
         # Judged on the stored metrics whatever the preset: no curve was read with a request's SLO.
         table = standings(
-            snap.trials, objective, slo, updated_at=snap.study.updated_at, by_curve=False
+            snap.trials,
+            objective,
+            slo,
+            updated_at=snap.study.updated_at,
+            by_curve=False,
+            reference=snap.reference,
         )
         verdict = snap.confirmed.get(objective)
         mine = [r for r in table if verdict and verdict.chose(r.number, r.is_baseline)][:1]

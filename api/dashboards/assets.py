@@ -23,7 +23,11 @@ def mount_static(app: FastAPI) -> None:
 
     app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC), name="ui-static")
     app.add_api_route(
-        "/ui/{rest:path}", unknown_page, response_class=HTMLResponse, include_in_schema=False
+        "/ui/{rest:path}",
+        unknown_page,
+        methods=["GET", "HEAD"],
+        response_class=HTMLResponse,
+        include_in_schema=False,
     )
 
 

@@ -145,7 +145,8 @@ def _importances(url: str | None, optuna_name: str, objective: str) -> dict[str,
 def compare_page(comparison_id: str, repo: RepoDep) -> HTMLResponse:
     # Any text is a page: one that names no stored id is the 404 page, not a JSON 422 (or a
     # storage error past the columns' range).
-    number = int(comparison_id) if comparison_id.isdigit() and len(comparison_id) < 12 else 0
+    digits = comparison_id.isascii() and comparison_id.isdigit() and len(comparison_id) < 12
+    number = int(comparison_id) if digits else 0
     try:
         row = repo.get_comparison(number) if 1 <= number <= INT_MAX else None
     except TunerError as e:

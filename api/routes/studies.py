@@ -69,7 +69,7 @@ def list_studies(
         s
         for s in repo.list_studies()
         if (status is None or s.status == status)
-        and (model is None or s.model == model)
+        and (model is None or model in (s.model, s.model_source))
         and (gpu is None or s.gpu == gpu.lower())
         and (workload is None or s.workload == workload)
     ]

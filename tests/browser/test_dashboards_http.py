@@ -90,7 +90,15 @@ def test_pages_answer_and_unknown_things_are_404_pages(client: TestClient) -> No
 
 def test_any_other_ui_address_is_the_html_404_page_and_head_answers(client: TestClient) -> None:
     # These were JSON answers (422, 404) or, past the storage's integers, a 500.
-    for path in ("/ui/compare/abc", "/ui/compare/9223372036854775808", "/ui/compare/0", "/ui/nope"):
+    odd = (
+        "/ui/compare/abc",
+        "/ui/compare/9223372036854775808",
+        "/ui/compare/0",
+        "/ui/nope",
+        "/ui/compare/%E2%91%A0",
+        "/ui/compare/%C2%B2",
+    )  # ① and ² are digits to isdigit()
+    for path in odd:
         r = client.get(path)
         assert r.status_code == 404, path
         assert r.headers["content-type"].startswith("text/html"), path
@@ -98,6 +106,7 @@ def test_any_other_ui_address_is_the_html_404_page_and_head_answers(client: Test
     assert client.get("/ui/static/charts.js").status_code == 200  # not taken by the 404 route
     head = client.head("/ui/")
     assert head.status_code == 200 and head.content == b""
+    assert client.head("/ui/nope").status_code == 404
 
 
 def test_hostile_study_name_is_escaped_in_the_html(client: TestClient) -> None:

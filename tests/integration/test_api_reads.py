@@ -342,3 +342,24 @@ def test_an_slo_nobody_meets_counts_every_measured_trial(client: TestClient, db:
     ]
     err = _get(client, REAL + "&slo=e2e_p99=0.001ms", 404)
     assert err["message"].startswith(f"{len(complete)} real (not emulated) trials measured")
+
+
+def test_scores_stay_ratios_when_the_canary_broke_the_defaults(tmp_path: Path) -> None:
+    """The confirmation's full canary broke vLLM's defaults: the API then had no reference,
+    showed no trial scores, and recommended with a raw value (7.24) that outranked every
+    ratio of other studies."""
+    from tuner.load.canary import FULL, QUICK
+    from tuner.results.export import study_records
+
+    shape = next(s for s in FULL if s not in QUICK)
+    url = f"sqlite:///{tmp_path / 'broken.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, name="s", trials=3, confirm_launches=2, confirm_top=1, workload=CHAT)
+    run_study(ctx, FakeRunner(canary_breaks={ctx.space.baseline(): shape}), repo)
+    exported = {r["number"]: r["score"] for r in study_records(repo, "s") if r["phase"] == "search"}
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        items = _get(c, "/v1/studies/s/trials")["items"]
+        api = {t["number"]: t["score"] for t in items if t["phase"] == "search"}
+        rec = _get(c, REAL)
+    assert api == exported and api[0] == pytest.approx(1.0)
+    assert rec["score"] == pytest.approx(api[rec["trial"]])

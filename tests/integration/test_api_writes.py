@@ -137,6 +137,9 @@ def test_a_space_that_cannot_run_here_is_fitted_and_what_cannot_is_said(
     long = post("long", space={"fixed": {"max_model_len": 999999999}})
     assert "max_model_len" not in long["spec"].get("fixed", {})
     assert any("exceeds the model's 4096 positions" in a for a in long["adjustments"])
+    two = post("two", study={"gpu": "cpu"}, space={"fixed": {"max_model_len": 10_000_000,
+               "attention_backend": "FLASHINFER"}})  # fmt: skip  # each breaks a rule alone
+    assert two["spec"].get("fixed", {}) == {} and two["warnings"] == []
     huge = post("huge", workload={"prompt_tokens": 100000})
     assert huge["warnings"] and "will fail before any launch" in huge["warnings"][0]
     assert post("fine")["warnings"] == []

@@ -192,3 +192,19 @@ def test_two_hub_models_with_one_name_are_never_mixed(tmp_path: Path) -> None:
         exact = client.get("/v1/recommendations", params={"model": "orgB/foo", **params})
         assert exact.status_code == 200 and exact.json()["study"] == "fork-b"
     assert best_local(repo, "orgA/foo", "cpu").study == "fork-a"  # tuner launch's choice
+    from tuner.errors import UsageError
+    from tuner.results.sizing import Rate, size
+
+    with pytest.raises(UsageError, match="names 2 models"):  # tuner size and GET /v1/sizing
+        size(repo, model="foo", rate=Rate(100.0, "tok/s"), gpus=(), workload=None)
+
+
+def test_a_fine_tune_named_as_a_catalog_model_is_another_model() -> None:
+    from tuner.catalog import MODELS, model_key
+
+    qwen = MODELS["qwen2.5-7b"]
+    assert model_key("qwen2.5-7b", qwen.hub_id) == "qwen2.5-7b"  # the catalog's own
+    assert model_key("qwen2.5-7b", "/root/.cache/tuner/models/qwen2.5-7b-0123") == "qwen2.5-7b"
+    assert model_key("qwen2.5-7b", None) == "qwen2.5-7b"
+    assert model_key("qwen2.5-7b", "myorg/qwen2.5-7b") == "myorg/qwen2.5-7b"
+    assert model_key("foo", "orgA/foo") == "orgA/foo"

@@ -306,3 +306,21 @@ def test_resuming_a_queued_study_takes_it_and_runs_it(tmp_path: Path) -> None:
     assert ranked and ranked[0].relative
     assert [r.is_baseline for r in repo.list_trials("queued-r", limit=None)] == [True, False]
     assert repo.claim_queued_study() is None  # no worker can take it after this run did
+
+
+def test_a_queued_study_records_the_vllm_it_ran_with(tmp_path: Path) -> None:
+    """Queued studies kept vllm_version empty, so a resume on another vLLM went unrefused."""
+    import dataclasses
+
+    from tuner.errors import UsageError
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="queued-v")
+    _queue(repo, "queued-v", ctx.spec)
+    assert repo.claim_queued_study() is not None
+    run_study(ctx, FakeRunner(), repo, claimed=True)
+    assert repo.get_study("queued-v").vllm_version == ctx.vllm_version
+    other = dataclasses.replace(ctx, vllm_version="0.99.0")
+    with pytest.raises(UsageError, match=r"this run has vLLM 0\.99\.0"):
+        run_study(other, FakeRunner(), repo, resume=True)

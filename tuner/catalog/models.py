@@ -224,10 +224,19 @@ def resolve_model(name: str) -> ModelSpec:
 
 def model_key(alias: str, source: str | None) -> str:
     """Which model a stored study measured, for grouping studies and matching a request: a
-    catalog alias names its model (dummy or real weights alike); any other model is its source
-    (a hub id, a directory), since its alias is only the name's last part and two fine-tunes
-    of one base (``orgA/foo``, ``orgB/foo``) share it."""
-    return alias if alias in MODELS or not source else source
+    catalog alias names its model (dummy or real weights alike) when the study's source is the
+    catalog's own (its hub id, or the directory tuner writes its facts to); any other model is
+    its source (a hub id, a directory), since its alias is only the name's last part, which
+    two fine-tunes (``orgA/foo``, ``orgB/foo``, or ``myorg/qwen2.5-7b`` beside the catalog's
+    ``qwen2.5-7b``) share."""
+    if not source:
+        return alias
+    spec = MODELS.get(alias)
+    if spec is None:
+        return source
+    path = Path(source)
+    materialized = path.parent.name == "models" and path.name.startswith(f"{alias}-")
+    return alias if source == spec.hub_id or materialized else source
 
 
 def has_facts(model: ModelSpec) -> bool:

@@ -4,6 +4,7 @@ to be good, so that a typo is reported at once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -238,10 +239,11 @@ def _reporting(name: str) -> Iterator[ConsoleReporter]:
         with sigterm_as_interrupt():
             yield reporter
     except KeyboardInterrupt:
-        err.print(
-            "interrupted: the running trial is recorded as interrupted; --resume continues "
-            f"(tuner run --study {escape(name)} --resume)"
-        )
+        with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
+            err.print(
+                "interrupted: the running trial is recorded as interrupted; --resume continues "
+                f"(tuner run --study {escape(name)} --resume)"
+            )
         raise SystemExit(INTERRUPTED) from None  # past typer and main: said once, here
     finally:
         reporter.close()

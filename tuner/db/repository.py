@@ -269,6 +269,10 @@ class Repository:
                 return
         self._update_study(name, {QUEUE_WORKER: None if worker is None else dict(worker)})
 
+    def set_study_vllm_version(self, name: str, version: str) -> None:
+        """Record the vLLM a study measures with (a queued one learns it on its worker)."""
+        self._update_study(name, vllm_version=version)
+
     def set_study_runner(self, name: str, runner: Mapping[str, Any] | None) -> None:
         """Record the process that runs the study now (:data:`RUN_OWNER`; None when it ends)."""
         self._update_study(name, {RUN_OWNER: None if runner is None else dict(runner)})

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 import warnings
+import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
@@ -130,8 +132,10 @@ def open_optuna_study(
     study = optuna.load_study(study_name=ctx.name, storage=storage, sampler=sampler(0))
     # A study taken up again (a resume, a worker joining or taking over) must not replay its
     # first random draws, which a sampler seeded as before would: the seed moves on with the
-    # trials the study already holds, so a fresh study stays reproducible by its seed.
-    study.sampler = sampler(ctx.spec.seed + len(study.get_trials(deepcopy=False)))
+    # trials the study already holds and with the process (workers that join at once draw
+    # apart), so only a fresh study is reproducible by its seed.
+    held = len(study.get_trials(deepcopy=False))
+    study.sampler = sampler(zlib.crc32(f"{ctx.spec.seed}:{held}:{os.getpid()}".encode()))
     return study
 
 
@@ -279,6 +283,8 @@ def _open(
                 vllm_version=ctx.vllm_version,
                 n_trials_requested=ctx.spec.trials,
             )
+        if existing is not None and not existing.vllm_version:  # queued: now it is known
+            repo.set_study_vllm_version(ctx.name, ctx.vllm_version)
         study = open_optuna_study(ctx, create=True, storage=storage)
         planning.enqueue_predicted(ctx, study)  # a predicted regime's recipe goes first
         study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})

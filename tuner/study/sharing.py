@@ -55,6 +55,9 @@ ATTEMPT = "attempt"  # user attr: 1 for a first try, k for the (k-1)-th retry of
 # writes a trial's parameters one by one, so a trial with some parameters may not be drawn yet.
 DRAWN = "drawn"
 MAX_ATTEMPTS = 3  # an interrupted configuration is retried at most twice
+# vLLM's defaults, which every score needs, more often (a Ctrl-C is not the configuration's
+# fault), yet not forever: defaults that take their worker down would be taken over endlessly.
+MAX_BASELINE_ATTEMPTS = 10
 _NEVER = datetime.datetime.max
 
 
@@ -320,10 +323,11 @@ SPACE_ATTRS = ("baseline", PREDICTED, PREDICTED_KNOBS, SCREEN)
 def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
     """Queue ``trial``'s configuration again, unless it was tried :data:`MAX_ATTEMPTS` times
     or never got one (a trial stopped before its parameters were drawn, the baseline aside).
-    vLLM's defaults are queued again however often they were cut short: every score is a
-    ratio to them, and a study without them has none."""
+    vLLM's defaults are queued again up to :data:`MAX_BASELINE_ATTEMPTS` times: every score is
+    a ratio to them, and a study without them has none."""
     tries = attempt(trial)
-    if tries >= MAX_ATTEMPTS and not trial.user_attrs.get("baseline"):
+    cap = MAX_BASELINE_ATTEMPTS if trial.user_attrs.get("baseline") else MAX_ATTEMPTS
+    if tries >= cap:
         return False
     params = dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
     if not params:

@@ -94,14 +94,17 @@ def standings(
     *,
     updated_at: float = 0.0,
     by_curve: bool = True,
+    reference: Sequence[float] | None = None,
 ) -> list[Ranked]:
     """The study's complete search trials among ``rows`` by the preset's score against its
     :func:`baseline`, SLO-feasible first, less any configuration that failed the canary in a
     launch among ``rows``. ``by_curve`` judges the capacity and cost presets' SLO by the load
-    curve, as the study did; False, on the fixed-load metrics (a request's own SLO)."""
+    curve, as the study did; False, on the fixed-load metrics (a request's own SLO).
+    ``reference``: the defaults' objective values where ``rows`` lack them (rows read without
+    the trials the canary broke, the defaults' own among them); else :func:`score_reference`."""
     rows = list(rows)
-    base = baseline(rows)
-    reference = list(base.objective_values or ()) if base is not None else None
+    if reference is None:
+        reference = score_reference(rows)
     broken = canary_broken(r for r in rows if r.status is TrialStatus.FAILED)
     judged = objective if by_curve else None
     out = []
