@@ -15,7 +15,7 @@ from tuner.domain import Objective, ServingConfig, TrialStatus
 from tuner.results.recommend import recommendation
 from tuner.scoring.significance import BETTER, NO_DIFFERENCE
 from tuner.study.confirm import CONFIRM_NUMBER_BASE, DEFAULTS_LABEL, choose
-from tuner.study.loop import run_study
+from tuner.study.loop import open_optuna_study, run_study
 from tuner.testing.fake_runner import FakeRunner
 
 
@@ -258,7 +258,10 @@ def test_a_study_given_more_trials_confirms_its_new_top(db_url: str) -> None:
     )  # fmt: skip
     run_study(first, FakeRunner(), repo)
     (old,) = repo.list_comparisons(first.name)
-    more = dataclasses.replace(first, spec=dataclasses.replace(first.spec, trials=4))
+    # The next search trial is max_num_seqs=4, whatever the sampler would draw.
+    fast = ServingConfig(max_num_seqs=4)
+    open_optuna_study(first, create=False).enqueue_trial(first.space.params_for(fast))
+    more = dataclasses.replace(first, spec=dataclasses.replace(first.spec, trials=3))
     runner = FakeRunner(speedup=_FasterThanSearched())
     run_study(more, runner, repo, resume=True)
     new = [c for c in repo.list_comparisons(first.name) if c.id != old.id]
