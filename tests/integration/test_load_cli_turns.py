@@ -28,12 +28,13 @@ TURN_LINE = re.compile(
 def _conversations(path: Path, sessions: int = 6, turns: int = 3) -> Path:
     """A tuner trace: each conversation opens with 2000 prompt tokens, and each later turn
     carries the earlier ones (its session's stream) plus 100 new tokens. Conversations start
-    0.8 s apart, more than one takes uncached (3 turns of about 170 ms), so each turn's TTFT is
-    its own prefill alone, never a wait behind another conversation's. (The server runs in this
-    process, whose garbage collector uvicorn_in_thread keeps quiet: a full pass over a busy
-    pytest worker's heap once read as a 260 ms cached turn.)"""
+    1.6 s apart, three times what one takes uncached (3 turns of about 170 ms), so each turn's
+    TTFT is its own prefill alone, never a wait behind another conversation's (at 0.8 s apart
+    a loaded CI machine once had turn 1 wait: P50 929 ms against 278 for turn 2, uncached).
+    (The server runs in this process, whose garbage collector uvicorn_in_thread keeps quiet:
+    a full pass over a busy pytest worker's heap once read as a 260 ms cached turn.)"""
     rows = [
-        {"prompt_tokens": 2000 + 100 * (t - 1), "output_tokens": 4, "arrival_s": 0.8 * s,
+        {"prompt_tokens": 2000 + 100 * (t - 1), "output_tokens": 4, "arrival_s": 1.6 * s,
          "session": f"s{s}"}
         for s in range(sessions)
         for t in range(1, turns + 1)
