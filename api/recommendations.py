@@ -114,11 +114,11 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
 
 def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
     """The best pick as the API's response; raises a 404 ApiError naming what exists instead,
-    or a 422 when ``q.model`` names several models measured here (two hub ids' last part)."""
+    or a 409 when ``q.model`` names several models measured here (two hub ids' last part)."""
     models = {model_key(s.study.model, s.study.model_source) for s in snapshots if _matches(s, q)}
     if len(models) > 1:
         raise ApiError(
-            422,
+            409,
             "ambiguous_model",
             f"model {q.model!r} names {len(models)} models measured here: "
             + ", ".join(sorted(models)),

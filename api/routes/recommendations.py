@@ -34,10 +34,13 @@ _NOT_FOUND = (
 )
 
 
+_AMBIGUOUS = "the model's name fits several models measured here (two hub ids' last part)"
+
+
 @router.get(
     "/recommendations",
     response_model=RecommendationOut,
-    responses=responses({404: _NOT_FOUND, **MALFORMED, **UNAVAILABLE}),
+    responses=responses({404: _NOT_FOUND, 409: _AMBIGUOUS, **MALFORMED, **UNAVAILABLE}),
 )
 async def get_recommendation(
     index: IndexDep,

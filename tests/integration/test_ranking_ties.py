@@ -188,7 +188,9 @@ def test_two_hub_models_with_one_name_are_never_mixed(tmp_path: Path) -> None:
     with TestClient(create_app(ApiSettings(storage=url))) as client:
         params = {"gpu": "cpu", "workload": "smoke"}
         vague = client.get("/v1/recommendations", params={"model": "foo", **params})
-        assert vague.status_code == 422 and "orgA/foo, orgB/foo" in vague.json()["message"]
+        assert vague.status_code == 409 and "orgA/foo, orgB/foo" in vague.json()["message"]
+        sized = client.get("/v1/sizing", params={"model": "foo", "rate": "2"})
+        assert sized.status_code == 409 and sized.json()["error"] == "ambiguous_model"
         exact = client.get("/v1/recommendations", params={"model": "orgB/foo", **params})
         assert exact.status_code == 200 and exact.json()["study"] == "fork-b"
     assert best_local(repo, "orgA/foo", "cpu").study == "fork-a"  # tuner launch's choice
