@@ -277,6 +277,12 @@ class Repository:
         """Record the process that runs the study now (:data:`RUN_OWNER`; None when it ends)."""
         self._update_study(name, {RUN_OWNER: None if runner is None else dict(runner)})
 
+    def claim_queued(self, name: str) -> bool:
+        """Take the queued study ``name`` to set it up (queued -> running): of several
+        processes, exactly one gets True; False when it is not queued (any more)."""
+        others = [s for s in StudyStatus if s is not StudyStatus.QUEUED]
+        return self.claim_study_step(name, StudyStatus.RUNNING, unless=others)
+
     def claim_study_step(self, name: str, to: StudyStatus, *, unless: Collection[str]) -> bool:
         """Compare-and-set of the status: of several workers, exactly one gets True."""
         with session_scope(self._engine) as s:

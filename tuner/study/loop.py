@@ -203,12 +203,11 @@ def run_study(
                 )
         except BaseException:
             repo.set_study_status(ctx.name, "interrupted")
+            raise
+        finally:  # however it ends (the confirmation left to another worker too)
             if not join:
                 repo.set_study_runner(ctx.name, None)
-            raise
         repo.set_study_status(ctx.name, "finished")
-        if not join:
-            repo.set_study_runner(ctx.name, None)
         return rank(repo, ctx.name, ctx.spec.objective)
 
 
@@ -256,8 +255,7 @@ def _open(
     if resume and existing is not None and existing.status == StudyStatus.QUEUED:
         # Queued through the API and never set up (no Optuna study yet): this run takes it
         # as the first worker to join would (tuner.study.worker.join_study).
-        others = [s for s in StudyStatus if s is not StudyStatus.QUEUED]
-        claimed = repo.claim_study_step(ctx.name, StudyStatus.RUNNING, unless=others)
+        claimed = repo.claim_queued(ctx.name)
         if not claimed:
             raise UsageError(
                 f"study {ctx.name!r} was taken by a worker as this run started",

@@ -119,9 +119,7 @@ def join_study(
     prepared = prepare(spec, storage_url)
     # A study queued through the API: the first worker to join takes it and sets it up
     # (Optuna's study, the baseline); the others wait for that, then join.
-    first = row.status == StudyStatus.QUEUED and repo.claim_study_step(
-        name, StudyStatus.RUNNING, unless=[s for s in StudyStatus if s is not StudyStatus.QUEUED]
-    )
+    first = row.status == StudyStatus.QUEUED and repo.claim_queued(name)
     if not first:
         _wait_for_optuna_study(storage_url, name)
     run_study(
