@@ -150,8 +150,7 @@ def build_space(
         flags=flags,
     )
     if new_study:
-        given = spec.source not in ("", "<defaults>", "command line")
-        where = spec.source if given else "on the command line"
+        where = spec.source if spec.from_file else "on the command line"
         check_baseline(space, f"change the fixed values ([space] fixed) or the workload, {where}")
     for item in spec.enqueue:
         problems = space.violations(space.config_from(item))

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     )
     from tuner.catalog.levers import LEVERS
     from tuner.catalog.materialize import tokenizer_dir
-    from tuner.catalog.models import MODELS, has_facts, model_key, resolve_model
+    from tuner.catalog.models import (
+        MODELS,
+        check_one_model,
+        has_facts,
+        model_key,
+        resolve_model,
+    )
     from tuner.catalog.rules import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, dominated_by
 
 __all__ = [
@@ -33,6 +39,7 @@ __all__ = [
     "MODELS",
     "VLLM_DEFAULT_GPU_MEMORY_UTILIZATION",
     "GpuPrice",
+    "check_one_model",
     "dominated_by",
     "get_gpu",
     "gpu_price",

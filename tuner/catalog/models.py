@@ -13,7 +13,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +237,17 @@ def model_key(alias: str, source: str | None) -> str:
     path = Path(source)
     materialized = path.parent.name == "models" and path.name.startswith(f"{alias}-")
     return alias if source == spec.hub_id or materialized else source
+
+
+def check_one_model(name: str, keys: Iterable[str]) -> None:
+    """UsageError when ``name`` fits several models measured here (``keys``: the
+    :func:`model_key` of each study it matched): numbers of one would answer for another."""
+    models = sorted(set(keys))
+    if len(models) > 1:
+        raise UsageError(
+            f"model {name!r} names {len(models)} models measured here: " + ", ".join(models),
+            hint="name one by its hub id or path",
+        )
 
 
 def has_facts(model: ModelSpec) -> bool:

@@ -94,33 +94,26 @@ def best_local(
     spec = resolve_model(model)
     alias, wanted = spec.alias, model_key(spec.alias, spec.source)
     studies = repo.list_studies()
-    offers = []
-    for study in studies:
-        if (
-            model_key(study.model, study.model_source) != wanted
-            or study.gpu != gpu
-            or study.emulated
-            or (workload is not None and study.workload != workload)
-            or not study.trial_counts.get(TrialStatus.COMPLETE, 0)
-        ):
-            continue
-        chosen = objective or study_objective(study)
-        confirmed = choose(repo.list_comparisons(study.name), chosen)
-        offers.append((study, repo.list_trials(study.name, limit=None), chosen, confirmed))
-    picks = best_across(offers)
-    tried = [
-        s.name
+    tried = [  # the real studies of this model, GPU (and workload), measured or not
+        s
         for s in studies
         if model_key(s.model, s.model_source) == wanted
         and s.gpu == gpu
         and not s.emulated
         and (workload is None or s.workload == workload)
     ]
+    offers = []
+    for study in (s for s in tried if s.trial_counts.get(TrialStatus.COMPLETE, 0)):
+        chosen = objective or study_objective(study)
+        confirmed = choose(repo.list_comparisons(study.name), chosen)
+        offers.append((study, repo.list_trials(study.name, limit=None), chosen, confirmed))
+    picks = best_across(offers)
     if not picks and tried:  # studies ran, and none of their trials completed
+        names = [s.name for s in tried]
         raise UsageError(
             f"no trial of {alias} on {gpu} completed in {source}: "
-            f"{len(tried)} {'study' if len(tried) == 1 else 'studies'} tried ({', '.join(tried)})",
-            hint=f"`tuner trials {tried[0]} --state failed` says why each trial failed",
+            f"{len(names)} {'study' if len(names) == 1 else 'studies'} tried ({', '.join(names)})",
+            hint=f"`tuner trials {names[0]} --state failed` says why each trial failed",
         )
     if not picks:
         seen = ", ".join(

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from tuner.catalog import GpuPrice, model_key
+from tuner.catalog import GpuPrice, check_one_model, model_key
 from tuner.db import Repository, StudyRow, TrialRow
 from tuner.domain import Estimate, Slo
 from tuner.errors import UsageError
@@ -237,13 +237,7 @@ def size(
     GPUs, then cheapest) first. Emulated studies only with ``emulated``."""
     wanted = {g.strip().lower() for g in gpus}
     studies = [s for s in repo.list_studies() if model in (s.model, s.model_source)]
-    models = {model_key(s.model, s.model_source) for s in studies}
-    if len(models) > 1:  # two hub models of one name: sizing one from the other's numbers
-        raise UsageError(
-            f"model {model!r} names {len(models)} models measured here: "
-            + ", ".join(sorted(models)),
-            hint="name one by its hub id or path",
-        )
+    check_one_model(model, (model_key(s.model, s.model_source) for s in studies))
     out = []
     for study in studies:
         if study.emulated != emulated:

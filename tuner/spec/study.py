@@ -102,6 +102,11 @@ class StudySpec:
     load_format: str | None = None  # None: dummy for catalogued models, auto for real weights
     source: str = "<defaults>"
 
+    @property
+    def from_file(self) -> bool:
+        """Whether ``source`` names a spec file (else the defaults or the command line)."""
+        return self.source not in ("", "<defaults>", "command line")
+
     def study_name(self) -> str:
         if self.name:
             return self.name
@@ -409,7 +414,7 @@ def check_flags(spec: StudySpec, flags: FlagCatalog) -> None:
     knob nor a flag of this vLLM (``flags``), with the closest real flags. The search space
     checks the same again for specs that come from no file."""
     text = ""
-    if spec.source not in ("", "<defaults>", "command line") and Path(spec.source).is_file():
+    if spec.from_file and Path(spec.source).is_file():
         text = Path(spec.source).read_text(encoding="utf-8")
     for name, where in spec.named_knobs():
         if spelling_key(name) in _SERVING_KEYS or knob_flag(flags, name) is not None:
