@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import time
 import warnings
-import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
@@ -132,10 +130,8 @@ def open_optuna_study(
     study = optuna.load_study(study_name=ctx.name, storage=storage, sampler=sampler(0))
     # A study taken up again (a resume, a worker joining or taking over) must not replay its
     # first random draws, which a sampler seeded as before would: the seed moves on with the
-    # trials the study already holds and with the process (workers that join at once draw
-    # apart), so only a fresh study is reproducible by its seed.
-    held = len(study.get_trials(deepcopy=False))
-    study.sampler = sampler(zlib.crc32(f"{ctx.spec.seed}:{held}:{os.getpid()}".encode()))
+    # trials the study already holds, so a resume stays reproducible by its seed too.
+    study.sampler = sampler(ctx.spec.seed + len(study.get_trials(deepcopy=False)))
     return study
 
 
