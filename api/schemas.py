@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from tuner.db import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Estimate, GpuProfile, jsonable, to_jsonable
+from tuner.study import runner_gone
 
 
 def finite(value: float | None) -> float | None:
@@ -181,6 +182,10 @@ class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))): 
     trial_counts: dict[str, int]
     confirmation_counts: dict[str, int]
     n_trials: int
+    runner_gone: bool = Field(
+        description="running, but the tuner that ran it has exited on the API's host "
+        "(`kill -9`, a lost terminal): `tuner run --study NAME --resume` continues it"
+    )
 
     @classmethod
     def of(cls, s: StudyRow, **converted: Any) -> Self:
@@ -188,6 +193,7 @@ class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))): 
             cls,
             s,
             status=str(s.status),
+            runner_gone=runner_gone(s),
             slo=dict(s.slo),
             trial_counts={str(k): v for k, v in s.trial_counts.items()},
             confirmation_counts={str(k): v for k, v in s.confirmation_counts.items()},

@@ -20,6 +20,7 @@ import jinja2
 import markupsafe
 
 from tuner.domain.jsonable import finite
+from tuner.study import runner_gone
 
 TEMPLATES = Path(__file__).parent / "templates"
 # The characters script_json escapes, to their JSON escapes (\uXXXX).
@@ -80,5 +81,6 @@ def environment() -> jinja2.Environment:
         timestamp=timestamp,
         duration=duration,
         url_part=url_part,
+        runner_gone=runner_gone,
     )
     return env

@@ -363,3 +363,40 @@ def test_scores_stay_ratios_when_the_canary_broke_the_defaults(tmp_path: Path) -
         rec = _get(c, REAL)
     assert api == exported and api[0] == pytest.approx(1.0)
     assert rec["score"] == pytest.approx(api[rec["trial"]])
+
+
+def test_a_running_study_whose_tuner_exited_says_so_in_the_list_and_on_its_pages(
+    tmp_path: Path,
+) -> None:
+    """`kill -9` of `tuner run` leaves its study "running" until resumed: the API marks it
+    (``runner_gone``) and the pages badge it, while a live runner's study stays unmarked."""
+    import subprocess
+    import sys
+
+    from tuner.db import StudyStatus
+    from tuner.study.sharing import host_name, worker_identity
+    from tuner.telemetry import since_boot
+
+    url = f"sqlite:///{tmp_path / 'gone.db'}"
+    repo = make_repo(url)
+    for name in ("killed", "live"):
+        run_study(make_context(url, trials=1, name=name, workload=CHAT), FakeRunner(), repo)
+        repo.set_study_status(name, StudyStatus.RUNNING)
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = {"host": host_name(), "pid": exited.pid, "start": since_boot(exited.pid)}
+    exited.wait()
+    repo.set_study_runner("killed", dead)
+    repo.set_study_runner("live", worker_identity())  # this test's process: alive
+    with TestClient(create_app(ApiSettings(storage=repo))) as c:
+        listed = {s["name"]: s for s in _get(c, "/v1/studies")["items"]}
+        assert listed["killed"]["runner_gone"] is True
+        assert listed["live"]["runner_gone"] is False
+        assert _get(c, "/v1/studies/killed")["runner_gone"] is True
+        overview = c.get("/ui/").text
+        assert overview.count('class="badge fault runner-gone"') == 1
+        page = c.get("/ui/studies/killed").text
+        assert "tuner gone" in page and "tuner run --study killed --resume" in page
+        assert "tuner gone" not in c.get("/ui/studies/live").text
+    repo.set_study_status("killed", StudyStatus.FINISHED)  # finished: nothing to resume
+    with TestClient(create_app(ApiSettings(storage=repo))) as c:
+        assert _get(c, "/v1/studies/killed")["runner_gone"] is False

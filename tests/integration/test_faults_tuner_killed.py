@@ -210,6 +210,18 @@ def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_
     assert s.tagged_processes() == [], "the watchdog ends its server, then itself"
     [baseline] = _trials(repo)
     assert baseline.is_baseline and baseline.status is TrialStatus.RUNNING
+    # Nobody cleaned up the study's status either: `tuner studies` says its tuner is gone.
+    listed = subprocess.run(
+        [sys.executable, "-m", "tuner", "studies"],
+        cwd=s.workdir,
+        env=s.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "running (tuner gone)" in listed.stdout, listed.stdout
+    assert f"`tuner run --study {STUDY} --resume` continues it" in listed.stderr
 
     resume = s.tuner("--resume")
     assert resume.wait(timeout=120) == 0, s.output()
@@ -227,6 +239,16 @@ def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_
     study = repo.get_study(STUDY)
     assert study is not None and study.status == "finished"
     assert s.tagged_processes() == []
+    listed = subprocess.run(
+        [sys.executable, "-m", "tuner", "studies", "--json"],
+        cwd=s.workdir,
+        env=s.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert [x["runner_gone"] for x in json.loads(listed.stdout)] == [False]
 
 
 def test_sigkilled_tuner_and_watchdog_resume_reaps_the_orphan_and_loses_nothing(

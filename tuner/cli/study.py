@@ -286,23 +286,41 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
 
 def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     """List the studies in the database."""
+    from tuner.study import runner_gone
+
     rows = open_repo(storage).list_studies()
     if as_json:
         from tuner.domain import to_jsonable
 
         totals = ("n_trials", "n_confirmation_launches")  # properties, not fields
-        print_json([{**to_jsonable(s), **{k: getattr(s, k) for k in totals}} for s in rows])
+        print_json(
+            [
+                {
+                    **to_jsonable(s),
+                    **{k: getattr(s, k) for k in totals},
+                    "runner_gone": runner_gone(s),
+                }
+                for s in rows
+            ]
+        )
         return
     table = Table("study", "model", "gpu", "workload", "objective", "status", "trials")
+    gone = [s.name for s in rows if runner_gone(s)]
     for s in rows:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(s.trial_counts.items()) if n) or "0"
         if s.n_confirmation_launches:
             counts += f"; {s.n_confirmation_launches} confirmation launches"
-        table.add_row(s.name, s.model, s.gpu, s.workload, s.objective, s.status, counts)
+        status = f"{s.status} (tuner gone)" if s.name in gone else str(s.status)
+        table.add_row(s.name, s.model, s.gpu, s.workload, s.objective, status, counts)
     if not rows:  # said beside the output (stderr), as `tuner export` says an empty dataset
         err.print("no studies in this database: `tuner run` (or a worker) stores them")
         return
     out.print(table)
+    for name in gone:
+        err.print(
+            f"study {name!r}: the tuner that ran it on this host has exited; "
+            f"`tuner run --study {name} --resume` continues it"
+        )
 
 
 def trials(

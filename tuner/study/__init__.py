@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from tuner.study.loop import run_study, set_up_study
     from tuner.study.parallel import refuse_sqlite
     from tuner.study.planning import stored_plan
+    from tuner.study.sharing import runner_gone
     from tuner.study.standings import (
         best_across,
         rank,
@@ -36,6 +37,7 @@ __all__ = [
     "refuse_sqlite",
     "run_study",
     "run_worker",
+    "runner_gone",
     "score_reference",
     "set_up_study",
     "stored_plan",

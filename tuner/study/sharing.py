@@ -40,7 +40,7 @@ import optuna
 import psutil
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.db import Repository, TrialPhase, TrialRow
+from tuner.db import RUN_OWNER, Repository, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.errors import UsageError
 from tuner.runner import still_running
@@ -175,6 +175,20 @@ def gone_here(owner: Mapping[str, Any]) -> bool:
     except (KeyError, TypeError, ValueError):
         return True
     return not still_running(pid, start)  # cannot tell: leave it to the heartbeat
+
+
+def runner_gone(study: StudyRow) -> bool:
+    """Whether ``study`` is recorded as running by a process on this host that has exited
+    (``kill -9``, a lost terminal): it stays "running" until resumed or taken over, and the
+    surfaces that list it say so. Another host's runner cannot be told from here."""
+    owner = study.spec.get(RUN_OWNER)
+    running = study.status is StudyStatus.RUNNING
+    return (
+        running
+        and isinstance(owner, dict)
+        and owner.get("host") == host_name()
+        and gone_here(owner)
+    )
 
 
 def refuse_beside(owner: Mapping[str, Any], name: str, doing: str = "runs it") -> None:
