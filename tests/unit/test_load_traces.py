@@ -3,6 +3,7 @@ replay options."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -294,3 +295,23 @@ def test_a_trace_paced_by_its_own_times_is_labelled_so() -> None:
         "the trace's arrival times, at most 64 in flight"
     )
     assert point_label(64, None) == "64 streams"
+
+
+def test_sharegpt_entries_with_an_empty_message_are_skipped_and_counted(tmp_path: Path) -> None:
+    """The public ShareGPT files hold empty messages: they are skipped (vLLM's benchmark drops
+    them by length), counted in the source, and the rest of the file is read."""
+    entries = [
+        {"conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "an answer"}]},
+        {"conversations": [{"from": "human", "value": "a question"}, {"from": "gpt", "value": ""}]},
+        {"conversations": [{"from": "human", "value": "two words"}, {"from": "gpt", "value": " "}]},
+        {"conversations": [{"from": "human", "value": "one two three"}, {"value": "four five"}]},
+    ]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(entries))
+    w = get_workload(f"sharegpt:{path}", count_tokens=_words)
+    assert w.trace is not None
+    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [(3, 2)]
+    assert "3 entries with an empty message skipped" in w.source
+    path.write_text(json.dumps([*entries[:1], {"conversations": [{"value": 7}, {"value": "x"}]}]))
+    with pytest.raises(UsageError, match=r"entry 1: conversations\[0\] needs a field value"):
+        get_workload(f"sharegpt:{path}", count_tokens=_words)

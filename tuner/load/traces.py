@@ -13,7 +13,7 @@
 ``sharegpt:`` ShareGPT JSON: a list of ``{"conversations": [{"from", "value"}, ...]}``; as
               ``vllm bench serve`` does, one request per conversation: its first message is the
               prompt, the second the answer whose length is the output. No timestamps: closed
-              loop.
+              loop. Entries with an empty first or second message are skipped and counted.
 ``burstgpt:`` BurstGPT CSV: ``Timestamp`` (s), ``Request tokens``, ``Response tokens``; rows of
               0 response tokens (failed in the log) are skipped and counted in the source.
 ``mooncake:`` Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``,
@@ -156,8 +156,11 @@ def read_trace(
         note = f"; {skipped} {rows_} of 0 response tokens skipped" if skipped else ""
     elif fmt == "sharegpt":
         counter, counted = text_counter(count_tokens, tokenizer)
-        rows = _sharegpt_rows(path, text, counter)
-        note = f"; prompt and output tokens {counted}"
+        rows, skipped = _sharegpt_rows(path, text, counter)
+        entries = "entry" if skipped == 1 else "entries"
+        note = f"; prompt and output tokens {counted}" + (
+            f"; {skipped} {entries} with an empty message skipped" if skipped else ""
+        )
     else:
         counter, counted = text_counter(count_tokens, tokenizer)
         rows = _custom_rows(path, text, counter)
@@ -391,7 +394,9 @@ def _text(value: Any, key: str, where: str) -> str:
     return value
 
 
-def _sharegpt_rows(path: Path, text: str, count: TokenCounter) -> list[TraceRequest]:
+def _sharegpt_rows(path: Path, text: str, count: TokenCounter) -> tuple[list[TraceRequest], int]:
+    """The requests, and how many entries were skipped for an empty prompt or answer (the
+    public ShareGPT files hold some; vLLM's benchmark drops them by their length)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -400,7 +405,7 @@ def _sharegpt_rows(path: Path, text: str, count: TokenCounter) -> list[TraceRequ
         ) from None
     if not isinstance(data, list):
         raise UsageError(f"{path}: expected a JSON list of conversations", hint=_HINTS["sharegpt"])
-    rows = []
+    rows, skipped = [], 0
     for index, entry in enumerate(data):
         where = f"{path}: entry {index}"
         if not isinstance(entry, dict) or "conversations" not in entry:
@@ -413,11 +418,15 @@ def _sharegpt_rows(path: Path, text: str, count: TokenCounter) -> list[TraceRequ
         messages = []
         for k in (0, 1):
             turn = turns[k]
-            if not isinstance(turn, dict) or "value" not in turn:
-                raise UsageError(f"{where}: conversations[{k}] needs a field value")
-            messages.append(_text(turn["value"], f"conversations[{k}].value", where))
-        rows.append(TraceRequest(count(messages[0]), count(messages[1]), 0.0))
-    return rows
+            if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+                raise UsageError(f"{where}: conversations[{k}] needs a field value (text)")
+            messages.append(turn["value"])
+        lengths = [count(m) if m.strip() else 0 for m in messages]
+        if min(lengths) < 1:
+            skipped += 1
+            continue
+        rows.append(TraceRequest(lengths[0], lengths[1], 0.0))
+    return rows, skipped
 
 
 def _custom_rows(path: Path, text: str, count: TokenCounter) -> list[TraceRequest]:
