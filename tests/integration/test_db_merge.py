@@ -29,6 +29,7 @@ from tests.studykit import (
     store_claim,
 )
 from tuner.cli.app import main
+from tuner.db import migrate
 from tuner.db.merge import MergeSummary, merge_databases
 from tuner.domain import ServingConfig, TrialResult, Workload
 from tuner.errors import StorageError, UsageError
@@ -517,3 +518,79 @@ def test_cli_names_the_launches_it_copies(source: Path, tmp_path: Path) -> None:
     assert "noise-profile launches: 6 launch records added" in lines
     again = describe(merge(source, target))
     assert "noise-profile launches: 0 launch records added (6 already there)" in again
+
+
+class SnapshotsRunner(SnapshotRunner):
+    """The fake runner, copying the study's database while each of the ``at`` launches runs."""
+
+    def __init__(self, db: Path, copies: dict[int, Path]) -> None:
+        super().__init__(db, db, 0)
+        self.copies = copies
+
+    def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+        if self.calls + 1 in self.copies:
+            copy_db(self.db, self.copies[self.calls + 1])
+        return super().run(config, workload, **kw)
+
+
+def _snapshots(tmp_path: Path, name: str = "a") -> tuple[Path, Path, Path]:
+    """An early and a later copy of study ``name`` while it runs, and the finished database."""
+    done, early, later = (tmp_path / f for f in ("done.db", "early.db", "later.db"))
+    runner = SnapshotsRunner(done, {2: early, 4: later})
+    run_study(make_context(url(done), name=name, trials=5), runner, make_repo(url(done)))
+    return early, later, done
+
+
+def test_copies_merged_in_order_end_with_the_last_ones_status(tmp_path: Path) -> None:
+    """A merge that wrote to a study moved its updated_at to the merge's clock, so a copy
+    written later, merged after it, read as older: its status ("finished") was not taken."""
+    early, later, done = _snapshots(tmp_path)
+    target = tmp_path / "central.db"
+    for copy in (early, later, done):
+        merge(copy, target)
+    study = make_repo(url(target)).get_study("a")
+    assert study is not None and study.status == "finished"
+    assert rows(target) == rows(done)
+
+
+def test_a_renamed_study_keeps_its_name_in_its_spec_when_a_later_copy_refreshes_it(
+    tmp_path: Path,
+) -> None:
+    early, _later, done = _snapshots(tmp_path)
+    target = tmp_path / "central.db"
+    run_studies(target)  # another study "a" in the target
+    merge(early, target, rename_suffix="b")
+    assert merge(done, target, rename_suffix="b").studies[0].updated
+    with sqlite3.connect(target) as con:
+        (spec,) = con.execute("SELECT spec FROM tuner_studies WHERE name = 'a-b'").fetchone()
+    con.close()
+    assert json.loads(spec)["name"] == "a-b"
+
+
+def test_a_refused_merge_leaves_an_older_target_unmigrated(source: Path, tmp_path: Path) -> None:
+    """The target was migrated before the conflict was found: a tuner of its revision could
+    no longer open it, though nothing was merged."""
+    old = Path(__file__).parents[2] / "studies" / "results" / "ernie-0.3b-h200-heavy"
+    target = Path(shutil.copy(old / "heavy-h200.db", tmp_path / "central.db"))
+    other = copy_db(target, tmp_path / "other.db")
+    migrate.upgrade(url(other))
+    with sqlite3.connect(other) as con:
+        con.execute("UPDATE tuner_studies SET created_at = created_at + 5")
+    con.close()
+    before = digest(target)
+    with pytest.raises(UsageError, match="is another study"):
+        merge(other, target)
+    assert digest(target) == before and migrate.current_revision(url(target)) == "0002"
+
+
+def test_a_target_at_an_unknown_revision_is_refused_with_the_upgrade_hint(
+    source: Path, tmp_path: Path
+) -> None:
+    target = copy_db(source, tmp_path / "central.db")
+    with sqlite3.connect(target) as con:
+        con.execute("UPDATE tuner_alembic_version SET version_num = '9999_later'")
+    con.close()
+    for attempt in (lambda: merge(source, target), lambda: migrate.upgrade(url(target))):
+        with pytest.raises(StorageError, match="does not know") as refused:
+            attempt()
+        assert refused.value.hint == "it was migrated by a newer tuner: upgrade tuner"

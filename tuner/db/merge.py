@@ -16,7 +16,6 @@ copy from a customer's machine should stay as it came).
 from __future__ import annotations
 
 import sqlite3
-import time
 import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -131,9 +130,10 @@ def merge_databases(
     with merge_optuna.open_storage(
         "sqlite://" if src_file else src, engine_kwargs, create=False
     ) as from_optuna:
-        if dry_run:
-            plan, merged = _dry_run(data, target, dst_file, from_optuna, suffix)
-        else:
+        # Planned against the target as it is first: a refused merge leaves it untouched,
+        # not even migrated.
+        plan, merged = _dry_run(data, target, dst_file, from_optuna, suffix)
+        if not dry_run:
             plan, merged = _merge(data, target, from_optuna, suffix)
     return MergeSummary(
         source=safe_url(src),
@@ -159,7 +159,7 @@ def _merge(
             names = merge_optuna.study_names(to_optuna)
         with session_scope(engine) as s:
             plan = _plan_merge(data, TargetView(s, names), suffix)
-            apply_plan(s, plan, time.time())
+            apply_plan(s, plan)
     finally:
         engine.dispose()
     wanted = merge_optuna.study_names(from_optuna) & {

@@ -44,6 +44,7 @@ from tuner.errors import UsageError
 
 _ROW_KEYS = frozenset({"id", "study_id"})  # the target gives its own
 _STUDY_KEYS = frozenset({"id", "name", "optuna_study_name", "created_at"})  # what makes a study
+_TOUCH_S = 1e-3  # how far a merge that writes to a study moves its updated_at
 
 
 def _canonical(value: Any) -> str:
@@ -292,7 +293,7 @@ def _diff_trials(
     return diverged
 
 
-def apply_plan(session: Session, plan: Plan, now: float) -> None:
+def apply_plan(session: Session, plan: Plan) -> None:
     """Write ``plan`` in ``session`` (the caller's transaction)."""
     rows: dict[int, StudyModel] = {}  # source study id -> target row
     for p in plan.studies:
@@ -308,8 +309,12 @@ def apply_plan(session: Session, plan: Plan, now: float) -> None:
             if p.refresh:
                 for key, value in values(p.source, _STUDY_KEYS).items():
                     setattr(row, key, value)
+                if p.name != p.source.name and "name" in row.spec:  # renamed, as above
+                    row.spec = {**row.spec, "name": p.name}
             # Every write moves updated_at: the API's caches watch it (Repository.change_marker).
-            row.updated_at = max(now, p.source.updated_at, row.updated_at)
+            # By a millisecond past the later of the two copies, not to the merge's clock: a
+            # copy written after this one, merged later, must still read as the newer one.
+            row.updated_at = max(p.source.updated_at, row.updated_at) + _TOUCH_S
         rows[p.source.id] = row
         session.add_all(TrialModel(study_id=row.id, **values(t, _ROW_KEYS)) for t in p.add)
         for mine, theirs in p.replace:

@@ -155,6 +155,13 @@ def downgrade(url: str, revision: str) -> None:
 def _run(url: str, direction: str, revision: str) -> None:
     config = _config()
     with _connection(url) as connection:
+        current = revision_of(connection)
+        if current is not None and current not in known_revisions():
+            raise StorageError(
+                f"database {safe_url(url)} is at revision {current}, which this tuner does "
+                "not know",
+                hint="it was migrated by a newer tuner: upgrade tuner",
+            )
         # env.py picks this connection up instead of opening its own.
         config.attributes["connection"] = connection
         getattr(command, direction)(config, revision)
