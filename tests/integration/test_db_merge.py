@@ -594,3 +594,36 @@ def test_a_target_at_an_unknown_revision_is_refused_with_the_upgrade_hint(
         with pytest.raises(StorageError, match="does not know") as refused:
             attempt()
         assert refused.value.hint == "it was migrated by a newer tuner: upgrade tuner"
+
+
+def _requests(path: Path) -> dict[tuple[str, int], Any]:
+    """Per-request records by (study, trial number)."""
+    with sqlite3.connect(path) as con:
+        found = {
+            (name, number): json.loads(windows)
+            for name, number, windows in con.execute(
+                "SELECT s.name, t.number, r.windows FROM tuner_trial_requests r "
+                "JOIN tuner_trials t ON t.id = r.trial_id JOIN tuner_studies s ON s.id = t.study_id"
+            )
+        }
+    con.close()
+    return found
+
+
+def test_per_request_records_come_with_their_trials(tmp_path: Path) -> None:
+    """A merge copied trials without their per-request records, and `tuner export --format
+    vllm-bench` then found none in the merged store."""
+    h100 = Path(__file__).parents[2] / "studies" / "results" / "plan-h100" / "2026-12-05"
+    real = Path(shutil.copy(h100 / "tuner-decode-h100.db", tmp_path / "h100.db"))
+    migrate.upgrade(url(real))
+    (key,) = _requests(real)
+    early = copy_db(real, tmp_path / "early.db")  # a copy taken while trial 0 still ran
+    with sqlite3.connect(early) as con:
+        con.execute("DELETE FROM tuner_trial_requests")
+        con.execute("UPDATE tuner_trials SET status = 'running' WHERE number = ?", (key[1],))
+    con.close()
+    added, replaced = tmp_path / "added.db", tmp_path / "replaced.db"
+    merge(real, added)
+    merge(early, replaced)
+    assert merge(real, replaced).studies[0].trials_replaced == 1
+    assert _requests(added) == _requests(replaced) == _requests(real)

@@ -29,7 +29,14 @@ from tuner.db import merge_optuna, migrate
 from tuner.db.merge_optuna import OptunaMerge
 from tuner.db.merge_plan import Plan, Source, StudyPlan, TargetView, apply_plan
 from tuner.db.merge_plan import plan_merge as _plan_merge
-from tuner.db.models import TABLE_PREFIX, ComparisonModel, LaunchModel, StudyModel, TrialModel
+from tuner.db.models import (
+    TABLE_PREFIX,
+    ComparisonModel,
+    LaunchModel,
+    StudyModel,
+    TrialModel,
+    TrialRequestsModel,
+)
 from tuner.db.names import check_suffix
 from tuner.db.session import (
     make_engine,
@@ -280,6 +287,11 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
                 if LaunchModel.__tablename__ in tables
                 else []
             )
+            requests = (
+                {r.trial_id: r.windows for r in s.scalars(select(TrialRequestsModel))}
+                if TrialRequestsModel.__tablename__ in tables
+                else {}
+            )
     except sa_exc.SQLAlchemyError as e:
         if path is None:
             raise storage_error(e, url) from e
@@ -290,12 +302,12 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
         ) from e
     finally:
         engine.dispose()
-    return Source(studies, trials, comparisons, launches)
+    return Source(studies, trials, comparisons, launches, requests)
 
 
-# Older revisions whose studies, trials and comparisons tables are those of the head: 0002 only
-# added tuner_trial_requests (per-request records), which a merge does not copy; a source
-# before 0003 has no tuner_launches and brings no launch summaries.
+# Older revisions whose studies, trials and comparisons tables are those of the head: a source
+# before 0002 has no tuner_trial_requests (per-request records) to copy, one before 0003 no
+# tuner_launches and brings no launch summaries.
 SAME_MERGED_COLUMNS = frozenset({"0001", "0002"})
 
 

@@ -35,7 +35,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tuner.db.convert import values
-from tuner.db.models import Base, ComparisonModel, LaunchModel, StudyModel, TrialModel
+from tuner.db.models import (
+    Base,
+    ComparisonModel,
+    LaunchModel,
+    StudyModel,
+    TrialModel,
+    TrialRequestsModel,
+)
 from tuner.db.names import STUDY_NAME_MAX, name_problem
 
 # The repository's rule: a RUNNING or interrupted trial's number may be used again.
@@ -93,6 +100,8 @@ class Source:
     trials: Mapping[int, Sequence[TrialModel]]  # by source study id, by number
     comparisons: Sequence[ComparisonModel]  # in creation (id) order
     launches: Sequence[LaunchModel] = ()  # in id order; none before revision 0003
+    # Per-request records (tuner_trial_requests.windows) by source trial id; none before 0002.
+    requests: Mapping[int, Any] = field(default_factory=dict)
 
 
 class TargetView:
@@ -152,6 +161,7 @@ class Plan:
     # Launch summaries to add in source order, each with the run tag it gets in the target.
     launches: list[tuple[LaunchModel, str]] = field(default_factory=list)
     launches_kept: int = 0
+    requests: Mapping[int, Any] = field(default_factory=dict)  # the source's, by its trial id
 
 
 def plan_merge(source: Source, target: TargetView, rename_suffix: str | None) -> Plan:
@@ -188,7 +198,7 @@ def plan_merge(source: Source, target: TargetView, rename_suffix: str | None) ->
         if owner is not None:
             owner.comparisons_added += 1
     launches, launches_kept = _plan_launches(source.launches, plans, target)
-    return Plan(plans, to_add, unlinked_kept, launches, launches_kept)
+    return Plan(plans, to_add, unlinked_kept, launches, launches_kept, source.requests)
 
 
 def _plan_launches(
@@ -316,10 +326,17 @@ def apply_plan(session: Session, plan: Plan) -> None:
             # copy written after this one, merged later, must still read as the newer one.
             row.updated_at = max(p.source.updated_at, row.updated_at) + _TOUCH_S
         rows[p.source.id] = row
-        session.add_all(TrialModel(study_id=row.id, **values(t, _ROW_KEYS)) for t in p.add)
+        copied = [(TrialModel(study_id=row.id, **values(t, _ROW_KEYS)), t) for t in p.add]
+        session.add_all(mine for mine, _ in copied)
         for mine, theirs in p.replace:
             for key, value in values(theirs, _ROW_KEYS).items():
                 setattr(mine, key, value)
+        session.flush()  # the new trials' ids, for their per-request records
+        for mine, theirs in [*copied, *p.replace]:
+            if theirs.id in plan.requests:
+                session.merge(
+                    TrialRequestsModel(trial_id=mine.id, windows=plan.requests[theirs.id])
+                )
     for c, owner in plan.comparisons:
         study_id = None if owner is None else rows[owner.source.id].id
         session.add(ComparisonModel(study_id=study_id, **values(c, _ROW_KEYS)))
