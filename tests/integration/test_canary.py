@@ -259,3 +259,17 @@ def test_launch_warms_up_and_runs_the_canary_before_the_base_url(tmp_path: Path)
     )
     order = [output.index(s) for s in ("canary: 3", "warming up: 8", "canary passed", "base URL")]
     assert order == sorted(order), output
+
+
+def test_a_context_beyond_the_servers_is_refused_before_any_prompt_is_built() -> None:
+    """--max-model-len 100000000000 built a 745 GiB prompt in memory (a MemoryError
+    traceback); one above what /v1/models reports is refused, as is one beyond any model's
+    context when the server reports none."""
+    with uvicorn_in_thread(create_app(MODEL, max_model_len=256, step_s=0.0005)) as url:
+        over = CliRunner().invoke(app, ["canary", url, "--max-model-len", "100000000000"])
+        ok = CliRunner().invoke(
+            app, ["canary", url, "--max-model-len", "256", "--shapes", "max-model-len"]
+        )
+    assert isinstance(over.exception, UsageError), over.output
+    assert "beyond the server's max_model_len (256, from /v1/models)" in str(over.exception)
+    assert ok.exit_code == 0, ok.output

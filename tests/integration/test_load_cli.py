@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 from tests.studykit import uvicorn_in_thread
 from tuner.cli.app import app
+from tuner.cli.load import options, progress
 from tuner.load.benchjson import PER_REQUEST_FIELDS
 from tuner.runner.ports import free_port
 from tuner.testing.fake_server import create_app
@@ -222,3 +223,71 @@ def test_ctrl_c_speaks_of_no_trial_and_no_resume() -> None:
     assert proc.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1] == "interrupted", stderr
     assert "trial" not in stderr and "--resume" not in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        # 10 s of arrivals at 1e308/s is infinity: an OverflowError traceback from the count
+        (["--request-rate", "1e308"], "--request-rate 1e+308: a load point would send inf"),
+        (["--request-rate", "1e309"], "every value must be a finite number > 0, got '1e309'"),
+        (["--request-rate", "1e9"], "would send 10,000,000,000 requests, more than 1,000,000"),
+        (["--concurrency", "1000000"], "4 requests a stream): a load point would send"),
+        (["--requests", "2000000"], "--requests: a load point would send 2,000,000 requests"),
+        # 64 requests at 0.001 req/s: 18 hours; 0.0001: 178, refused as a trace's day is
+        (["--request-rate", "0.0001"], "would arrive over about 177.8 hours (more than 24)"),
+    ],
+)
+def test_load_points_no_one_waits_for_are_refused_before_any_request(
+    args: list[str], words: str
+) -> None:
+    run = _tuner("http://127.0.0.1:9", *args)
+    assert run.returncode == 2 and words in _one_line_error(run)
+
+
+def test_a_slow_rate_says_how_long_its_arrivals_take() -> None:
+    said: list[str] = []
+    opts = options(
+        url="127.0.0.1:9", model=None, concurrency=None, request_rate="0.01,4",
+        max_concurrency=None, prompt_tokens=None, output_tokens=None, requests=None, warmup=0,
+        vocab_size=1024, text_prompts=False, timeout_s=60, slo=None, percentiles="50,99",
+    )  # fmt: skip
+    on_phase = progress(said.append, opts)
+    on_phase("measure", 0, 2)
+    on_phase("measure", 1, 2)
+    assert said == [
+        "measuring 0.01 req/s (1/2): 64 requests, arriving over about 1.8 h",
+        "measuring 4 req/s (2/2): 64 requests",
+    ]
+
+
+def test_save_result_is_checked_before_the_load(base_url: str, tmp_path: Path) -> None:
+    """An unwritable --save-result was found only after the whole run, and its results lost."""
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    run = _tuner(base_url, "--model", MODEL, "--save-result", str(blocked / "out"), *QUICK)
+    text = _one_line_error(run)
+    assert run.returncode == 2 and f"cannot write results to {blocked / 'out'}" in text
+    assert "measuring" not in run.stderr and "warm-up" not in run.stderr
+
+
+def test_sigterm_stops_a_load_as_ctrl_c_does() -> None:
+    """`kill PID` ended `tuner load` by the signal (exit -15), without a word."""
+    with uvicorn_in_thread(create_app(MODEL, max_num_seqs=8, step_s=0.05)) as url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tuner", "load", url, "--requests", "400", "--warmup", "0"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stderr is not None
+            deadline = time.monotonic() + 60
+            while "measuring" not in proc.stderr.readline():
+                assert time.monotonic() < deadline and proc.poll() is None
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr

@@ -315,3 +315,14 @@ def test_sharegpt_entries_with_an_empty_message_are_skipped_and_counted(tmp_path
     path.write_text(json.dumps([*entries[:1], {"conversations": [{"value": 7}, {"value": "x"}]}]))
     with pytest.raises(UsageError, match=r"entry 1: conversations\[0\] needs a field value"):
         get_workload(f"sharegpt:{path}", count_tokens=_words)
+
+
+def test_a_warm_up_is_not_held_to_the_window_clock(tmp_path: Path) -> None:
+    """The warm-up (arrival times dropped) was checked as a timed window: 32 warm-up
+    requests of a two-row trace an hour apart "would replay 31 hours" and refused the run."""
+    path = tmp_path / "hour.csv"
+    path.write_text("Timestamp,Request tokens,Response tokens\n0,100,10\n3600,100,10\n")
+    w = get_workload(f"burstgpt:{path}")
+    assert len(plan_requests(w, 32, seed=0, timed=False)) == 32
+    with pytest.raises(UsageError, match=r"would replay 31\.0 hours"):
+        plan_requests(w, 32, seed=0)

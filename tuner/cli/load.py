@@ -58,7 +58,10 @@ def parse_list(
                 f"e.g. {option} {example}",
             ) from None
         if not (math.isfinite(value) and value > 0):
-            raise UsageError(f"{option} {text!r}: every value must be > 0, got {part!r}")
+            raise UsageError(
+                f"{option} {text!r}: every value must be a finite number > 0, got {part!r}",
+                hint=f"e.g. {option} {example}",
+            )
         values.append(value)
     return tuple(values)
 
@@ -173,6 +176,7 @@ def options(
         rates = parse_list(request_rate, "--request-rate", float, "2,4,8")
     elif concurrency is not None:
         streams = parse_list(concurrency, "--concurrency", int, "16,64,256")
+    check_size(rates, streams, requests)
     return LoadOptions(
         url=server_root(url),
         model=model,
@@ -193,6 +197,41 @@ def options(
         tokenizer=tokenizer,
         ladder_given=concurrency is not None or request_rate is not None,
     )
+
+
+MAX_POINT_REQUESTS = 1_000_000  # requests one load point may send
+
+
+def check_size(rates: tuple[float, ...], streams: tuple[int, ...], requests: int | None) -> None:
+    """UsageError for a load point no one means to wait for: more than
+    :data:`MAX_POINT_REQUESTS` requests, or Poisson arrivals that take more than a day (the
+    bound a trace's window has, :data:`tuner.load.workloads.MAX_WINDOW_S`)."""
+    from tuner.load.bench import MIN_CLOSED_REQUESTS, MIN_RATE_REQUESTS, RATE_WINDOW_S
+    from tuner.load.workloads import MAX_WINDOW_S
+
+    if rates:
+        n = float(requests or max(MIN_RATE_REQUESTS, RATE_WINDOW_S * max(rates)))
+        given = "--requests" if requests else f"--request-rate {max(rates):g}"
+        hint = "lower --request-rate, or set --requests"
+    else:
+        n = float(max(requests or MIN_CLOSED_REQUESTS, 4 * max(streams)))
+        given = (
+            "--requests"
+            if requests and requests >= 4 * max(streams)
+            else (f"--concurrency {max(streams)} (4 requests a stream)")
+        )
+        hint = "fewer streams, or fewer --requests"
+    if n > MAX_POINT_REQUESTS:
+        raise UsageError(
+            f"{given}: a load point would send {n:,.0f} requests, more than {MAX_POINT_REQUESTS:,}",
+            hint=hint,
+        )
+    if rates and n / min(rates) > MAX_WINDOW_S:
+        raise UsageError(
+            f"--request-rate {min(rates):g}: {n:,.0f} requests would arrive over about "
+            f"{n / min(rates) / 3600:,.1f} hours (more than {MAX_WINDOW_S / 3600:.0f})",
+            hint="raise the rate, or send fewer --requests",
+        )
 
 
 def explain_failure(exc: LoadFailure, opts: LoadOptions, model: str) -> TunerError:
@@ -323,6 +362,10 @@ def turn_lines(results: Sequence[PointResult]) -> list[str]:
     return lines
 
 
+def _hours_or_minutes(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
 def progress(say: Callable[[str], None], opts: LoadOptions) -> PhaseCallback:
     """An ``on_phase`` callback that says when the warm-up and each load point start."""
     from tuner.load import point_label, workload
@@ -330,12 +373,22 @@ def progress(say: Callable[[str], None], opts: LoadOptions) -> PhaseCallback:
     points = workload(opts).load_points()
     labels = [point_label(p.concurrency, p.request_rate, p.trace_paced) for p in points]
     counts = [p.requests_per_window for p in points]
+    # Poisson arrivals take their time whatever the server does: a long point says how long.
+    spans = [
+        f", arriving over about {_hours_or_minutes(n / p.request_rate)}"
+        if p.request_rate and n / p.request_rate >= 60
+        else ""
+        for p, n in zip(points, counts, strict=True)
+    ]
 
     def on_phase(phase: str, done: int, total: int) -> None:
         if phase == "warmup" and done == 0:
             say(f"warm-up: {total} requests")
         elif phase == "measure" and done < len(labels):
-            say(f"measuring {labels[done]} ({done + 1}/{total}): {counts[done]} requests")
+            say(
+                f"measuring {labels[done]} ({done + 1}/{total}): {counts[done]} requests"
+                + spans[done]
+            )
 
     return on_phase
 
@@ -455,14 +508,19 @@ def load(
         workload=workload,
         tokenizer=tokenizer,
     )
+    if save_result is not None:  # before the load, not after it: the run is not lost
+        bench.writable_dir(save_result)
     served = bench.check_server(opts.url, opts.model, min(opts.timeout_s, bench.PROBE_TIMEOUT_S))
     opts = bench.with_workload(opts, served)
     note = err if as_json else out  # with --json, stdout holds only the results
     note.print(escape(summary_line(opts, served)), soft_wrap=True)
+    from tuner.runner import sigterm_as_interrupt
+
     try:
-        results = bench.run(
-            opts, served, on_phase=progress(lambda text: err.print(escape(text)), opts)
-        )
+        with sigterm_as_interrupt():  # `kill PID` or a closed terminal stops it as Ctrl-C does
+            results = bench.run(
+                opts, served, on_phase=progress(lambda text: err.print(escape(text)), opts)
+            )
     except LoadFailure as exc:
         raise explain_failure(exc, opts, served) from None
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -277,10 +278,24 @@ def run(
     return results
 
 
-def save(results: Sequence[PointResult], directory: Path) -> list[Path]:
-    """One full vLLM-shaped JSON file per point in ``directory`` (made if missing)."""
+def writable_dir(directory: Path) -> None:
+    """Make ``directory`` if missing and check that a file can be written there; UsageError
+    saying why not (checked before a run, so that its results are not lost at the end)."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write results to {directory}: {exc.strerror or exc}",
+            hint="give --save-result a writable directory",
+        ) from None
+
+
+def save(results: Sequence[PointResult], directory: Path) -> list[Path]:
+    """One full vLLM-shaped JSON file per point in ``directory`` (made if missing)."""
+    writable_dir(directory)
+    try:
         paths = []
         for point in results:
             path = directory / result_filename(point.result)

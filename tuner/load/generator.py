@@ -243,7 +243,7 @@ class LoadGenerator:
         # is there to compile and cache the shapes, not to be timed.
         warm = [
             dataclasses.replace(p, arrival_s=None, think_s=0.0)
-            for p in plan_requests(workload, workload.warmup_requests, seed=0)
+            for p in plan_requests(workload, workload.warmup_requests, seed=0, timed=False)
         ]
         if not warm:
             return

@@ -287,7 +287,9 @@ def _trace_request(
 MAX_WINDOW_S = 24 * 3600.0
 
 
-def _plan_trace(workload: Workload, count: int, seed: int, phase: str) -> list[PlannedRequest]:
+def _plan_trace(
+    workload: Workload, count: int, seed: int, phase: str, timed: bool = True
+) -> list[PlannedRequest]:
     """A trace's requests. ``arrival = "trace"`` replays the rows in order with their own
     times, cycling when ``count`` exceeds them (a cycle starts one mean gap after the last);
     a session's turns keep their order and a turn waits for the previous one. ``poisson`` and
@@ -309,12 +311,13 @@ def _plan_trace(workload: Workload, count: int, seed: int, phase: str) -> list[P
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
     cycles, row = divmod(max(count - 1, 0), len(ordered))
     end = ordered[row].arrival_s - first + cycles * (span + gap)  # the last request's arrival
-    if end > MAX_WINDOW_S:
+    if timed and end > MAX_WINDOW_S:  # a warm-up sends its rows at once: no clock to wait for
         raise UsageError(
             f"workload {workload.name!r}: a window of {count} requests would replay "
             f"{end / 3600:,.1f} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
             hint="check the trace's time unit; or replay a part ([workload] start_s, end_s, "
-            "max_requests, or fewer requests a window) or faster (speed)",
+            "max_requests, or fewer requests a window: tuner load's --requests) or faster "
+            "([workload] speed)",
         )
     plan = []
     turns: dict[str, int] = {}
@@ -376,7 +379,7 @@ def _plan_turns(workload: Workload, count: int, seed: int, phase: str) -> list[P
 
 
 def plan_requests(
-    workload: Workload, count: int, seed: int, phase: str | None = None
+    workload: Workload, count: int, seed: int, phase: str | None = None, *, timed: bool = True
 ) -> list[PlannedRequest]:
     """The ``count`` requests of one phase (warm-up or a window), deterministic in
     ``(workload.seed, seed)``. ``phase`` (default ``w{seed}``) names the streams of the phase's
@@ -387,6 +390,8 @@ def plan_requests(
     jitter applies to the part of the prompt after the shared prefix, so the prompt mean stays
     ``workload.prompt_tokens``. With ``request_rate`` set, arrivals are a Poisson process
     starting at 0. A trace replays its rows in order, cycling when ``count`` exceeds it.
+    ``timed=False`` (a warm-up, whose arrival times are dropped) skips the check that a window
+    replays at most :data:`MAX_WINDOW_S` of a trace's clock.
     """
     if count < 0 or seed < 0:
         raise ValueError(f"count and seed must be >= 0, got count={count}, seed={seed}")
@@ -408,7 +413,7 @@ def plan_requests(
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
     if workload.trace:
-        return _plan_trace(workload, count, seed, phase or f"w{seed}")
+        return _plan_trace(workload, count, seed, phase or f"w{seed}", timed)
 
     if workload.turns < 1 or not (
         math.isfinite(workload.think_time_s) and workload.think_time_s >= 0

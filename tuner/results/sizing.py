@@ -53,12 +53,15 @@ class Rate:
         return f"{self.value:g} {self.unit}"
 
 
+MAX_RATE = 1e9  # requests or tokens per second: beyond any deployment, and finite
+
+
 def parse_rate(text: str) -> Rate:
     """``20``, ``20req/s`` or ``5000tok/s`` (a bare number is requests/s)."""
     m = _RATE.match(text)
-    if m is None or not float(m.group(1)) > 0:
+    if m is None or not 0 < float(m.group(1)) <= MAX_RATE:
         raise UsageError(
-            f"--rate {text!r} is not a positive rate",
+            f"--rate {text!r} is not a positive rate of at most {MAX_RATE:.0e}",
             hint="give requests/s or output tokens/s, e.g. --rate 20 or --rate 20req/s "
             "or --rate 5000tok/s",
         )
