@@ -76,10 +76,10 @@ def comparison_table(repo: Repository) -> str:
     return "\n".join(out)
 
 
-def trials_table(repo: Repository) -> str:
-    """The study's trials, the resumed ones (#4 on) included, each against the defaults'."""
-    trials = repo.list_trials(STUDY, limit=None)
-    (base,) = [t for t in trials if t.is_baseline]
+def trials_table(repo: Repository, study: str = STUDY) -> str:
+    """The study's trials, the resumed ones included, each against the (first) defaults'."""
+    trials = repo.list_trials(study, limit=None)
+    base = next(t for t in trials if t.is_baseline and t.status is TrialStatus.COMPLETE)
     ref = base.metrics["output_throughput"].median
     out = [
         "| trial | configuration | backend | out tok/s, median [range of 3 windows] | x defaults "
