@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine
 
 from tuner.db import migrate
@@ -81,3 +82,27 @@ def test_launches_round_trip_on_sqlite(tmp_path: Path) -> None:
         check_launches_round_trip(engine)
     finally:
         engine.dispose()
+
+
+def test_a_profile_keeps_each_runs_launches_apart(tmp_path: Path) -> None:
+    """Two runs of the defaults on two cards of one host name, 5 % apart, launches within a
+    run 0.5 % apart: the profile's launch noise is the within-run spread, not the shift
+    between the runs (grouped by configuration alone it was about 2.6 % a launch)."""
+    from tuner.abtest import load_profile
+    from tuner.scoring import NoiseKey
+
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    migrate.upgrade(url)
+    repo = Repository(make_engine(url))
+    for run, level in (("calibrate:a:1.000", 9.0), ("calibrate:b:2.000", 9.05)):
+        for step in (-0.005, 0.0, 0.005):
+            x = level + step
+            repo.add_launch(
+                key=KEY, config=ServingConfig(), is_defaults=True, source="calibrate", run=run,
+                values={"output_throughput": [x - 0.001, x, x + 0.001]},
+            )  # fmt: skip
+    profile = load_profile(repo, NoiseKey(**KEY))
+    assert profile is not None
+    thr = profile.get("output_throughput")
+    assert thr is not None and (thr.groups, thr.df, thr.launches) == (2, 4, 6)
+    assert thr.sd == pytest.approx(0.005, rel=0.01)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from tuner.abtest import load_profile, profile_lines
 from tuner.db.repository import Repository
 from tuner.db.rows import LaunchRow
 from tuner.db.session import make_engine
-from tuner.scoring import NoiseKey
+from tuner.scoring import Launch, NoiseKey
+from tuner.scoring.noise import Components, components
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "studies" / "results" / "plan-h100" / "2026-12-05-calibrate"
@@ -86,18 +88,48 @@ def spread_lines(repo: Repository) -> str:
     )
 
 
-def test_the_profile_is_what_the_stored_launches_give(repo: Repository) -> None:
+def _by_configuration(repo: Repository) -> Components | None:
+    """The output tok/s components with launches grouped by configuration alone, as
+    `tuner calibrate` grouped them when it ran (and stored in its JSON)."""
+    return components(
+        [
+            Launch(repr(sorted(row.config.to_dict().items())), row.values["output_throughput"])
+            for row in _launches(repo)
+        ],
+        3,
+    )
+
+
+def test_the_profile_then_and_now(repo: Repository) -> None:
+    """The stored profile pooled §10's card with this one's; grouped by run, as profiles are
+    now, the launch spread is the one a comparison on one card meets."""
     stored = json.loads((DATA / "calibrate-decode-h100.json").read_text())
-    profile = load_profile(repo, _key(repo))
-    assert profile is not None and profile.launches == stored["profile"]["launches"] == 11
-    thr = profile.get("output_throughput")
-    assert thr is not None
-    assert thr.launch_sd == pytest.approx(
+    then = _by_configuration(repo)
+    assert then is not None and (then.df, then.groups) == (9, 2)
+    assert then.launch_sd == pytest.approx(
         stored["profile"]["metrics"]["output_throughput"]["launch_sd"]
     )
-    assert (thr.df, thr.groups) == (9, 2)
     assert stored["complete"] == 5 and stored["provenance"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
-    assert profile_lines(profile, ["output_throughput"])[1] in REPORT.read_text()
+    now = load_profile(repo, _key(repo))
+    assert now is not None and now.launches == stored["profile"]["launches"] == 11
+    thr = now.get("output_throughput")
+    assert thr is not None and (thr.df, thr.groups) == (8, 3)
+    assert thr.sd < then.sd / 2
+    report = REPORT.read_text()
+    printed = next(line for line in _stream_log().splitlines() if "output tok/s: launch SD" in line)
+    assert printed.startswith(
+        f"  output tok/s: launch SD {then.launch_sd:.3f}, window SD {then.window_sd:.3f} (log), "
+        f"a launch's value {then.sd:.3f}, 9 df from 11 launches of 2 configurations"
+    )
+    assert printed in report
+    assert profile_lines(now, ["output_throughput"])[1] in report
+
+
+def _stream_log() -> str:
+    with tarfile.open(DATA / "streams.tgz") as tar:
+        f = tar.extractfile("./decode.log")
+        assert f is not None
+        return f.read().decode()
 
 
 def test_the_three_sessions_ran_on_three_cards() -> None:

@@ -109,11 +109,18 @@ def load_profile(
     repo: Repository, key: NoiseKey, *, exclude_run: str | None = None
 ) -> NoiseProfile | None:
     """The profile of ``key`` from its stored launches (without ``exclude_run``'s); None
-    when no metric has two launches of one configuration."""
+    when no metric has two launches of one configuration in one run.
+
+    Launches are grouped by configuration *and run*: a comparison's arms run interleaved on
+    one card in one run, so the noise it fights is the spread between launches of one run.
+    Launches of one configuration from two runs may stand on two cards of one host name (every
+    lent GPU machine is called ``vm``), and two H100s differed by 3.3 % where launches on one
+    spread by 0.1-0.4 % (docs/results/plan-h200.md §11): pooled as one group, that shift read
+    as launch noise."""
     rows = repo.list_launches(key.to_dict(), exclude_run=exclude_run)
     per_metric: dict[str, list[Launch]] = {}
     for row in rows:
-        group = repr(sorted(row.config.to_dict().items()))
+        group = repr((row.run, sorted(row.config.to_dict().items())))
         for name, values in row.values.items():
             per_metric.setdefault(name, []).append(Launch(group, tuple(values)))
     profile = profile_of(key, per_metric, len(rows))

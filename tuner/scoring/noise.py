@@ -11,8 +11,10 @@ window logs (the geometric mean of its windows), whose variance around ``mu[c]``
 fights, and what more windows (``window_var / m``) or more launches (``/ n``) buy down.
 
 :func:`components` estimates both components by the nested analysis of variance, pooled over
-every configuration measured on one key (host, GPU, vLLM version, model, workload, windows per
-launch; :class:`NoiseKey`), each configuration around its own mean:
+every group of launches measured on one key (host, GPU, vLLM version, model, workload, windows
+per launch; :class:`NoiseKey`), each group around its own mean. A group is one configuration's
+launches in one run (:func:`tuner.abtest.profile.load_profile`), so ``c`` below is such a group:
+two runs may stand on two cards of one host name, and a comparison's arms share one run.
 
 - ``MS_between = m * sum (ybar[c,i] - ybar[c])^2 / sum (n_c - 1)`` estimates
   ``window_var + m * launch_var``, with ``sum (n_c - 1)`` degrees of freedom;
@@ -103,7 +105,7 @@ class Components:
     launch_var: float
     window_var: float | None  # None when a launch has a single value (peak memory)
     launch_mean_var: float
-    df: int  # of launch_mean_var: sum over configurations of (launches - 1)
+    df: int  # of launch_mean_var: sum over groups of (launches - 1)
     window_df: int
     windows: int  # m: windows per launch
     launches: int
@@ -136,7 +138,7 @@ class Components:
             "window_df": self.window_df,
             "windows": self.windows,
             "launches": self.launches,
-            "configurations": self.groups,
+            "configurations": self.groups,  # groups: a configuration in one run (the name kept)
         }
 
     def text(self) -> str:
@@ -144,8 +146,8 @@ class Components:
         window = "" if self.window_sd is None else f", window SD {self.window_sd:.3f}"
         return (
             f"launch SD {self.launch_sd:.3f}{window} (log), a launch's value "
-            f"{self.sd:.3f}, {self.df} df from {self.launches} launches of {self.groups} "
-            f"configuration{'s' if self.groups != 1 else ''}"
+            f"{self.sd:.3f}, {self.df} df from {self.launches} launches in {self.groups} "
+            f"group{'s' if self.groups != 1 else ''} (a configuration in one run)"
         )
 
 
