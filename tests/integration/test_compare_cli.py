@@ -225,10 +225,12 @@ def test_an_interrupted_compare_resumes_from_its_launches(tmp_path: Path) -> Non
         if line.startswith("launch 3/6"):
             proc.send_signal(signal.SIGINT)
             break
-    proc.communicate(timeout=120)
+    rest, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, "".join(seen)
     logs = list((tmp_path / "home" / "launches").glob("compare-*.jsonl"))
     assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 2
+    # It says what it kept and how to go on (it said only "interrupted").
+    assert "interrupted: 2 launches finished in this run are kept; the same command again " in rest
 
     again = _tuner(tmp_path, *args)
     # What is asserted is the resume, not the verdict: 1 is an inconclusive one (three launches

@@ -55,7 +55,9 @@ def calibrate(
         f"{bench.vllm_version}: {launches} fresh launches of {arm.label} "
         f"({arm.config.label()}), workload {setup.workload.name}"
     )
-    outcome = run_calibration(bench, setup.workload, arm, Progress(say).watch())
+    progress = Progress(say)
+    with progress.stopping():
+        outcome = run_calibration(bench, setup.workload, arm, progress.watch())
     if outcome.profile is None:  # not "`tuner calibrate` measures one": this was it
         say(
             f"noise profile: none, {outcome.completed} of {outcome.launched} launches complete "

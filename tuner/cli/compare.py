@@ -8,12 +8,22 @@ stays fast.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tuner.cli.common import GpuOpt, ModelOpt, StorageOpt, VllmPythonOpt, err, out, storage_url
+from tuner.cli.common import (
+    INTERRUPTED,
+    GpuOpt,
+    ModelOpt,
+    StorageOpt,
+    VllmPythonOpt,
+    err,
+    out,
+    storage_url,
+)
 
 if TYPE_CHECKING:
     from tuner.abtest import Arm, Design, Look, PairOutcome, Watch
@@ -28,6 +38,25 @@ class Progress:
     def __init__(self, say: Say) -> None:
         self.say = say
         self._last = ""
+        self.finished_here = 0  # launches this process finished (each kept in the launch log)
+
+    @contextlib.contextmanager
+    def stopping(self) -> Iterator[None]:
+        """Ctrl-C, ``kill PID`` or a closed terminal: say what was kept and how to go on, then
+        exit 130 (the launch log keeps every finished launch for the same command to reuse)."""
+        from tuner.runner import sigterm_as_interrupt
+
+        try:
+            with sigterm_as_interrupt():
+                yield
+        except KeyboardInterrupt:
+            n = self.finished_here
+            err.print(
+                f"interrupted: {n} launch{'' if n == 1 else 'es'} finished in this run "
+                f"{'is' if n == 1 else 'are'} kept; the same command again goes on from "
+                "the launches kept"
+            )
+            raise SystemExit(INTERRUPTED) from None
 
     def watch(self) -> Watch:
         """These lines as the callbacks of an A/B run (resumed launches said as they are)."""
@@ -46,6 +75,8 @@ class Progress:
 
     def finished(self, index: int, total: int, arm: Arm, result: TrialResult) -> None:
         from tuner.domain import TrialStatus
+
+        self.finished_here += 1
 
         if result.metrics:
             m = result.metrics
@@ -267,7 +298,9 @@ def compare(
     say(f"  workload {setup.workload.name}, {design.text()}")
     for line in fingerprint(setup.workload).lines():
         say(f"  {line}")
-    outcome = run_pair(bench, setup, Progress(say).watch())
+    progress = Progress(say)
+    with progress.stopping():
+        outcome = run_pair(bench, setup, progress.watch())
     _print_comparison(outcome, say)
     cid = outcome.comparison_id
     say(f"comparison {cid} stored: API /v1/compare/{cid}, dashboard /ui/compare/{cid}")

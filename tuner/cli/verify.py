@@ -120,19 +120,21 @@ def verify_claims(
         setup.gpu.display_name,
         bench.vllm_version if bench else "",
     )
-    outcomes = verify(
-        setup.planned,
-        bench,
-        design.first,
-        confidence,
-        watch=Progress(say).watch(),
-        on_group=group,
-        where=where,
-        flags=(lambda: machine_flags(setup.spec, where.vllm)) if bench else None,
-        runner_with=(lambda flag: runner_passing(flag, setup.spec, url, setup.model, setup.gpu))
-        if bench
-        else None,
-    )
+    progress = Progress(say)
+    with progress.stopping():
+        outcomes = verify(
+            setup.planned,
+            bench,
+            design.first,
+            confidence,
+            watch=progress.watch(),
+            on_group=group,
+            where=where,
+            flags=(lambda: machine_flags(setup.spec, where.vllm)) if bench else None,
+            runner_with=(lambda flag: runner_passing(flag, setup.spec, url, setup.model, setup.gpu))
+            if bench
+            else None,
+        )
     records = [claim_record(o) for o in outcomes]
     _print_claims(outcomes, say)
     if as_json:
