@@ -291,3 +291,28 @@ def test_sigterm_stops_a_load_as_ctrl_c_does() -> None:
                 proc.communicate()
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
+
+
+def test_workload_set_reaches_a_traces_replay_options(base_url: str, tmp_path: Path) -> None:
+    """A Mooncake trace of 16-token blocks could not be replayed by `tuner load`: the hint
+    named a spec's [workload] block_tokens, which the command has no way to set."""
+    trace = tmp_path / "blocks16.jsonl"
+    rows = [{"timestamp": 10 * i, "input_length": 40, "output_length": 4, "hash_ids": [1, 2, i]}
+            for i in range(4)]  # fmt: skip
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    workload = ("--workload", f"mooncake:{trace}", "--warmup", "0", "--requests", "4")
+    refused = _tuner(base_url, "--model", MODEL, *workload)
+    assert refused.returncode == 2
+    assert "--workload-set block_tokens=N with tuner load" in _one_line_error(refused)
+    ran = CliRunner().invoke(
+        app, ["load", base_url, "--model", MODEL, *workload, "--workload-set",
+              "block_tokens=16,speed=4", "--json"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    (point,) = [json.loads(line) for line in ran.stdout.splitlines() if line.strip()]
+    assert point["completed"] == 4 and point["total_input_tokens"] == 160
+    alone = _tuner(base_url, "--workload-set", "speed=2")
+    assert alone.returncode == 2 and "--workload-set changes the fields" in _one_line_error(alone)
+    bad = _tuner(base_url, "--workload", f"mooncake:{trace}", "--workload-set", "bogus=1")
+    assert bad.returncode == 2 and "unknown workload field 'bogus'" in _one_line_error(bad)

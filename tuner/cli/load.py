@@ -105,6 +105,7 @@ def options(
     stall_s: float | None = 60.0,
     workload: str | None = None,
     tokenizer: Path | None = None,
+    workload_set: str | None = None,
 ) -> LoadOptions:
     """The command's options checked and parsed; UsageError naming the option otherwise.
     ``--workload`` is read later (:func:`tuner.load.bench.with_workload`), once the server
@@ -120,6 +121,14 @@ def options(
                     f"{workload} brings its own",
                     hint=f"leave {name} out, or drop --workload for fixed shapes",
                 )
+    if workload_set is not None and workload is None:
+        raise UsageError(
+            "--workload-set changes the fields of a workload given with --workload",
+            hint="e.g. --workload mooncake:FILE --workload-set block_tokens=16,speed=2",
+        )
+    from tuner.spec.configs import parse_workload_overrides
+
+    overrides = parse_workload_overrides(workload_set)
     if tokenizer is not None:
         if workload is None:
             raise UsageError(
@@ -194,6 +203,7 @@ def options(
         slo=None if parsed_slo is None or parsed_slo.is_empty() else parsed_slo,
         percentiles=tuple(sorted(set(points))),
         workload_name=workload,
+        workload_set=overrides,
         tokenizer=tokenizer,
         ladder_given=concurrency is not None or request_rate is not None,
     )
@@ -426,6 +436,13 @@ def load(
             "A workload with sessions reports TTFT per turn."
         ),
     ] = None,
+    workload_set: Annotated[
+        str | None,
+        typer.Option(
+            help="Change fields of the --workload, e.g. speed=2,max_requests=500 or a Mooncake "
+            "trace's block_tokens=16 (the replay options of docs/workloads.md)."
+        ),
+    ] = None,
     tokenizer: Annotated[
         Path | None,
         typer.Option(
@@ -507,6 +524,7 @@ def load(
         percentiles=metric_percentiles,
         workload=workload,
         tokenizer=tokenizer,
+        workload_set=workload_set,
     )
     if save_result is not None:  # before the load, not after it: the run is not lost
         bench.writable_dir(save_result)

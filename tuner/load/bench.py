@@ -19,7 +19,7 @@ import dataclasses
 import json
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -70,6 +70,9 @@ class LoadOptions:
     tokenizer: Path | None = None
     ladder_given: bool = True
     workload: Workload | None = None  # the workload read
+    # ``--workload-set``: fields of the workload changed, a trace's replay options among them
+    # (speed, start_s, end_s, max_requests, block_tokens); checked by parse_workload_overrides.
+    workload_set: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def closed_loop(self) -> bool:
@@ -169,7 +172,7 @@ def with_workload(opts: LoadOptions, model: str) -> LoadOptions:
     tokenizer = opts.tokenizer
     if tokenizer is None and tokenizer_file(Path(model)) is not None:
         tokenizer = Path(model)
-    shape = get_workload(opts.workload_name, tokenizer=tokenizer)
+    shape = get_workload(opts.workload_name, opts.workload_set, tokenizer=tokenizer)
     changes: dict[str, Any] = {"workload": shape, "tokenizer": tokenizer}
     if not opts.ladder_given:
         if shape.request_rate is not None and shape.trace is None:

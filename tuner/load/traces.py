@@ -350,7 +350,8 @@ def _mooncake_rows(path: Path, text: str, block: int = 512) -> list[TraceRequest
             raise UsageError(
                 f"{where}: hash_ids has {len(hashes)} blocks but input_length {prompt} needs "
                 f"{math.ceil(prompt / block)} of {block} tokens",
-                hint="set [workload] block_tokens to the trace's block size",
+                hint="set the trace's block size: [workload] block_tokens in a spec, "
+                "--workload-set block_tokens=N with tuner load",
             )
         # Hash block i is `block` tokens of the stream hash:ID; the last is cut to fit the
         # prompt (tokens beyond the listed blocks are the request's own).

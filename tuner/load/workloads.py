@@ -315,9 +315,9 @@ def _plan_trace(
         raise UsageError(
             f"workload {workload.name!r}: a window of {count} requests would replay "
             f"{end / 3600:,.1f} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
-            hint="check the trace's time unit; or replay a part ([workload] start_s, end_s, "
-            "max_requests, or fewer requests a window: tuner load's --requests) or faster "
-            "([workload] speed)",
+            hint="check the trace's time unit; or replay a part (start_s, end_s, "
+            "max_requests, or fewer requests a window) or faster (speed): [workload] in a "
+            "spec, --workload-set with tuner load",
         )
     plan = []
     turns: dict[str, int] = {}
