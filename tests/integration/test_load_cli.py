@@ -316,3 +316,25 @@ def test_workload_set_reaches_a_traces_replay_options(base_url: str, tmp_path: P
     assert alone.returncode == 2 and "--workload-set changes the fields" in _one_line_error(alone)
     bad = _tuner(base_url, "--workload", f"mooncake:{trace}", "--workload-set", "bogus=1")
     assert bad.returncode == 2 and "unknown workload field 'bogus'" in _one_line_error(bad)
+
+
+def test_the_summary_names_the_load_as_the_points_do(tmp_path: Path) -> None:
+    """A one-row trace (no gap to replay) measured as a closed loop was summarised as "the
+    trace's arrivals" beside a progress line of "64 streams"."""
+    from tuner.cli.load import summary_line
+    from tuner.load.bench import with_workload
+
+    def summary(rows: list[dict[str, float]]) -> str:
+        trace = tmp_path / f"t{len(rows)}.jsonl"
+        trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        opts = options(
+            url="127.0.0.1:9", model=None, concurrency=None, request_rate=None,
+            max_concurrency=None, prompt_tokens=None, output_tokens=None, requests=None,
+            warmup=0, vocab_size=1024, text_prompts=False, timeout_s=60, slo=None,
+            percentiles="50,99", workload=f"tuner:{trace}",
+        )  # fmt: skip
+        return summary_line(with_workload(opts, "m"), "m")
+
+    one = {"prompt_tokens": 100, "output_tokens": 10, "arrival_s": 5.0}
+    assert "the trace's arrivals" not in summary([one]) and "concurrency" in summary([one])
+    assert "the trace's arrivals" in summary([one, {**one, "arrival_s": 6.0}])

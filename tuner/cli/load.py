@@ -338,7 +338,7 @@ def warnings(point: PointResult) -> list[str]:
 def summary_line(opts: LoadOptions, model: str) -> str:
     shape = opts.workload
     streams = ",".join(map(str, opts.concurrency))
-    replayed = shape is not None and shape.trace is not None and shape.arrival == "trace"
+    replayed = shape is not None and shape.trace_paced  # as the load points are labelled
     if opts.closed_loop and replayed:
         what = f"the trace's arrivals, at most {streams} in flight"
     elif opts.closed_loop:
