@@ -222,6 +222,11 @@ def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_
     )
     assert "running (tuner gone)" in listed.stdout, listed.stdout
     assert f"`tuner run --study {STUDY} --resume` continues it" in listed.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "tuner", "trials", STUDY],
+        cwd=s.workdir, env=s.env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "running (tuner gone)" in shown.stdout, shown.stdout
 
     resume = s.tuner("--resume")
     assert resume.wait(timeout=120) == 0, s.output()

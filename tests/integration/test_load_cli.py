@@ -230,7 +230,7 @@ def test_ctrl_c_speaks_of_no_trial_and_no_resume() -> None:
     [
         # 10 s of arrivals at 1e308/s is infinity: an OverflowError traceback from the count
         (["--request-rate", "1e308"], "--request-rate 1e+308: a load point would send inf"),
-        (["--request-rate", "1e309"], "every value must be a finite number > 0, got '1e309'"),
+        (["--request-rate", "1e309"], "every value must be > 0 and finite, got '1e309'"),
         (["--request-rate", "1e9"], "would send 10,000,000,000 requests, more than 1,000,000"),
         (["--concurrency", "1000000"], "4 requests a stream): a load point would send"),
         (["--requests", "2000000"], "--requests: a load point would send 2,000,000 requests"),

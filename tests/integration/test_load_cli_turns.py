@@ -126,8 +126,8 @@ def test_each_point_of_a_load_curve_has_conversations_of_its_own(
 
     seen: list[tuple[int, set[str]]] = []
 
-    def recording(workload, count, seed, phase=None):  # type: ignore[no-untyped-def]
-        plan = workloads.plan_requests(workload, count, seed, phase)
+    def recording(workload, count, seed, phase=None, **kw):  # type: ignore[no-untyped-def]
+        plan = workloads.plan_requests(workload, count, seed, phase, **kw)
         seen.append((seed, {k for p in plan for k, _ in p.segments if k}))
         return plan
 

@@ -59,7 +59,7 @@ def parse_list(
             ) from None
         if not (math.isfinite(value) and value > 0):
             raise UsageError(
-                f"{option} {text!r}: every value must be a finite number > 0, got {part!r}",
+                f"{option} {text!r}: every value must be > 0 and finite, got {part!r}",
                 hint=f"e.g. {option} {example}",
             )
         values.append(value)

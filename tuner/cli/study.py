@@ -362,7 +362,10 @@ def trials(
         )
         return
     from tuner.results import energy
+    from tuner.study import runner_gone
 
+    stored = repo.get_study(study)
+    gone = stored is not None and runner_gone(stored)  # its running trial runs no more
     table = Table(
         "#", "status", "config", "out tok/s", "J/out tok", "P99 E2E ms", "memory GiB", "backend",
         "failure", "flags",
@@ -376,7 +379,7 @@ def trials(
         unmeasured.update([why] if why else [])
         table.add_row(
             str(r.number) + (" (baseline)" if r.is_baseline else ""),
-            r.status.value,
+            r.status.value + (" (tuner gone)" if gone and r.status is TrialStatus.RUNNING else ""),
             r.config.label(),
             _ci(m["output_throughput"]) if ok else "",
             energy.per_token(m[energy.PER_TOKEN]) if ok and not why else "",
