@@ -318,3 +318,44 @@ def test_only_a_new_study_needs_vllm_s_defaults_to_run_here() -> None:
     assert space.violations(space.baseline())  # the defaults (131,072 positions) do not fit
     with pytest.raises(UsageError, match="vLLM's defaults with the study's fixed values"):
         build_space(spec, *args, new_study=True)
+
+
+def test_the_runner_a_kill_left_recorded_is_forgotten_by_those_who_run_the_study_now(
+    tmp_path: Path,
+) -> None:
+    """After `kill -9` of `tuner run`, its dead pid stayed recorded: a `--parallel` resume or a
+    joining worker then ran the study while every surface said "tuner gone". A study killed
+    in its confirmation is flagged too."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    from tuner.db import RUN_OWNER, StudyStatus
+    from tuner.study.loop import set_up_study
+    from tuner.study.sharing import host_name, runner_gone
+    from tuner.telemetry import since_boot
+
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=1, name="killed")
+    run_study(ctx, FakeRunner(), repo)
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = {"host": host_name(), "pid": exited.pid, "start": since_boot(exited.pid)}
+    exited.wait()
+
+    def killed_in(status: StudyStatus) -> bool:
+        repo.set_study_status("killed", status)
+        repo.set_study_runner("killed", dead)
+        study = repo.get_study("killed")
+        assert study is not None
+        return runner_gone(study)
+
+    assert killed_in(StudyStatus.CONFIRMING) and killed_in(StudyStatus.RUNNING)
+    more = dataclasses.replace(ctx, spec=dataclasses.replace(ctx.spec, trials=2))
+    set_up_study(more, repo, resume=True)
+    study = repo.get_study("killed")
+    assert study is not None and study.status == "running" and not runner_gone(study)
+    assert killed_in(StudyStatus.RUNNING)
+    run_study(more, FakeRunner(), repo, join=True)
+    study = repo.get_study("killed")
+    assert study is not None and study.spec.get(RUN_OWNER) is None  # the joiner cleared it

@@ -178,6 +178,8 @@ def run_study(
         if not join:
             repo.set_study_worker(ctx.name, owner)
             repo.set_study_runner(ctx.name, sharing.worker_identity())
+        else:
+            _clear_dead_runner(ctx.name, repo)  # a joining worker runs it now
         row = repo.get_study(ctx.name)
         settled = (StudyStatus.CONFIRMING, StudyStatus.FINISHED)
         if join and row is not None and row.status in settled:
@@ -225,7 +227,17 @@ def set_up_study(ctx: StudyContext, repo: Repository, *, resume: bool) -> None:
     ``tuner run --parallel`` does before its workers join it."""
     with _optuna_session(ctx) as storage:
         _open(ctx, repo, storage, resume=resume, claimed=False, join=False)
+        _clear_dead_runner(ctx.name, repo)  # its workers run it now
         repo.set_study_status(ctx.name, "running")  # not "queued": its Optuna study exists
+
+
+def _clear_dead_runner(name: str, repo: Repository) -> None:
+    """Forget the recorded runner of study ``name`` when it has exited on this host (a
+    ``kill -9``): the workers that run the study now are not "gone"."""
+    row = repo.get_study(name)
+    runner = row.spec.get(RUN_OWNER) if row is not None else None
+    if isinstance(runner, dict) and sharing.gone_here(runner):
+        repo.set_study_runner(name, None)
 
 
 def _open(

@@ -182,7 +182,7 @@ def runner_gone(study: StudyRow) -> bool:
     (``kill -9``, a lost terminal): it stays "running" until resumed or taken over, and the
     surfaces that list it say so. Another host's runner cannot be told from here."""
     owner = study.spec.get(RUN_OWNER)
-    running = study.status is StudyStatus.RUNNING
+    running = study.status in (StudyStatus.RUNNING, StudyStatus.CONFIRMING)
     return (
         running
         and isinstance(owner, dict)
