@@ -627,3 +627,8 @@ def test_per_request_records_come_with_their_trials(tmp_path: Path) -> None:
     merge(early, replaced)
     assert merge(real, replaced).studies[0].trials_replaced == 1
     assert _requests(added) == _requests(replaced) == _requests(real)
+    with sqlite3.connect(added) as con:  # a store an older tuner merged: trials, no records
+        con.execute("DELETE FROM tuner_trial_requests")
+    con.close()
+    merge(real, added)
+    assert _requests(added) == _requests(real)

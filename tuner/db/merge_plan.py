@@ -51,7 +51,7 @@ from tuner.errors import UsageError
 
 _ROW_KEYS = frozenset({"id", "study_id"})  # the target gives its own
 _STUDY_KEYS = frozenset({"id", "name", "optuna_study_name", "created_at"})  # what makes a study
-_TOUCH_S = 1e-3  # how far a merge that writes to a study moves its updated_at
+_TOUCH_S = 0.1  # how far a merge that writes to a study moves its updated_at
 
 
 def _canonical(value: Any) -> str:
@@ -148,6 +148,9 @@ class StudyPlan:
     add: list[TrialModel] = field(default_factory=list)
     replace: list[tuple[TrialModel, TrialModel]] = field(default_factory=list)  # target, source
     kept: int = 0  # trials the target holds already (or holds further along)
+    # Kept trials that are the same row on both sides (target, source): their per-request
+    # records are copied where the target has none (a store merged by an older tuner).
+    same: list[tuple[TrialModel, TrialModel]] = field(default_factory=list)
     comparisons_added: int = 0
     comparisons_kept: int = 0
 
@@ -296,6 +299,8 @@ def _diff_trials(
             diverged.append(trial.number)
         elif same_row(trial, mine) or replaceable(trial):
             plan.kept += 1  # the target's copy is the same, or at least as far along
+            if same_row(trial, mine):
+                plan.same.append((mine, trial))
         elif replaceable(mine):
             plan.replace.append((mine, trial))
         else:
@@ -322,8 +327,9 @@ def apply_plan(session: Session, plan: Plan) -> None:
                 if p.name != p.source.name and "name" in row.spec:  # renamed, as above
                     row.spec = {**row.spec, "name": p.name}
             # Every write moves updated_at: the API's caches watch it (Repository.change_marker).
-            # By a millisecond past the later of the two copies, not to the merge's clock: a
-            # copy written after this one, merged later, must still read as the newer one.
+            # By a tenth of a second past the later of the two copies, not to the merge's
+            # clock: a copy written after this one, merged later, must still read as the newer
+            # one. (Less could vanish in the marker's sum of many studies' timestamps.)
             row.updated_at = max(p.source.updated_at, row.updated_at) + _TOUCH_S
         rows[p.source.id] = row
         copied = [(TrialModel(study_id=row.id, **values(t, _ROW_KEYS)), t) for t in p.add]
@@ -332,11 +338,15 @@ def apply_plan(session: Session, plan: Plan) -> None:
             for key, value in values(theirs, _ROW_KEYS).items():
                 setattr(mine, key, value)
         session.flush()  # the new trials' ids, for their per-request records
-        for mine, theirs in [*copied, *p.replace]:
+        for mine, theirs in [*copied, *p.replace, *p.same]:
+            held = session.get(TrialRequestsModel, mine.id) if mine.id is not None else None
             if theirs.id in plan.requests:
-                session.merge(
-                    TrialRequestsModel(trial_id=mine.id, windows=plan.requests[theirs.id])
-                )
+                if held is None or (mine, theirs) in p.replace:
+                    session.merge(
+                        TrialRequestsModel(trial_id=mine.id, windows=plan.requests[theirs.id])
+                    )
+            elif held is not None and (mine, theirs) in p.replace:
+                session.delete(held)  # the replaced trial's records are not the new one's
     for c, owner in plan.comparisons:
         study_id = None if owner is None else rows[owner.source.id].id
         session.add(ComparisonModel(study_id=study_id, **values(c, _ROW_KEYS)))
