@@ -312,6 +312,10 @@ def test_workload_set_reaches_a_traces_replay_options(base_url: str, tmp_path: P
     assert ran.exit_code == 0, ran.output
     (point,) = [json.loads(line) for line in ran.stdout.splitlines() if line.strip()]
     assert point["completed"] == 4 and point["total_input_tokens"] == 160
+    huge = _tuner(
+        base_url, *workload[:2], "--workload-set", "block_tokens=16,requests_per_window=2000000"
+    )
+    assert huge.returncode == 2 and "would send 2,000,000 requests" in _one_line_error(huge)
     alone = _tuner(base_url, "--workload-set", "speed=2")
     assert alone.returncode == 2 and "--workload-set changes the fields" in _one_line_error(alone)
     bad = _tuner(base_url, "--workload", f"mooncake:{trace}", "--workload-set", "bogus=1")

@@ -312,6 +312,9 @@ def test_sharegpt_entries_with_an_empty_message_are_skipped_and_counted(tmp_path
     assert w.trace is not None
     assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [(3, 2)]
     assert "3 entries with an empty message skipped" in w.source
+    path.write_text(json.dumps(entries[:3]))
+    with pytest.raises(UsageError, match=r"has no requests \(3 entries with an empty message"):
+        get_workload(f"sharegpt:{path}", count_tokens=_words)
     path.write_text(json.dumps([*entries[:1], {"conversations": [{"value": 7}, {"value": "x"}]}]))
     with pytest.raises(UsageError, match=r"entry 1: conversations\[0\] needs a field value"):
         get_workload(f"sharegpt:{path}", count_tokens=_words)

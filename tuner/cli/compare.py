@@ -51,11 +51,12 @@ class Progress:
                 yield
         except KeyboardInterrupt:
             n = self.finished_here
-            err.print(
-                f"interrupted: {n} launch{'' if n == 1 else 'es'} finished in this run "
-                f"{'is' if n == 1 else 'are'} kept; the same command again goes on from "
-                "the launches kept"
-            )
+            with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
+                err.print(
+                    f"interrupted: {n} launch{'' if n == 1 else 'es'} finished in this run "
+                    f"{'is' if n == 1 else 'are'} kept; the same command again goes on from "
+                    "the launches kept"
+                )
             raise SystemExit(INTERRUPTED) from None
 
     def watch(self) -> Watch:

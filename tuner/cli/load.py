@@ -8,6 +8,7 @@ progress, the table, the warnings, ``--json``'s lines). :mod:`tuner.load.bench` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tuner.cli.common import INTERRUPTED, err, out, say
-from tuner.domain import FailureClass
+from tuner.domain import FailureClass, Workload
 from tuner.errors import LoadFailure, TunerError, UsageError
 
 if TYPE_CHECKING:
@@ -242,6 +243,28 @@ def check_size(rates: tuple[float, ...], streams: tuple[int, ...], requests: int
             f"{n / min(rates) / 3600:,.1f} hours (more than {MAX_WINDOW_S / 3600:.0f})",
             hint="raise the rate, or send fewer --requests",
         )
+
+
+def check_points(points: Sequence[Workload]) -> None:
+    """:func:`check_size`'s bounds for a workload's load points (``--workload``, with any
+    ``--workload-set``); a trace's own arrivals have the window's bound of their own."""
+    from tuner.load.workloads import MAX_WINDOW_S
+
+    for p in points:
+        n = p.requests_per_window
+        if n > MAX_POINT_REQUESTS:
+            raise UsageError(
+                f"workload {p.name!r}: a load point would send {n:,} requests, more than "
+                f"{MAX_POINT_REQUESTS:,}",
+                hint="set fewer --requests (or requests_per_window with --workload-set)",
+            )
+        if p.request_rate and not p.trace_paced and n / p.request_rate > MAX_WINDOW_S:
+            raise UsageError(
+                f"workload {p.name!r}: {n:,} requests at {p.request_rate:g} req/s would arrive "
+                f"over about {n / p.request_rate / 3600:,.1f} hours (more than "
+                f"{MAX_WINDOW_S / 3600:.0f})",
+                hint="raise the rate (--request-rate), or send fewer --requests",
+            )
 
 
 def explain_failure(exc: LoadFailure, opts: LoadOptions, model: str) -> TunerError:
@@ -530,6 +553,8 @@ def load(
         bench.writable_dir(save_result)
     served = bench.check_server(opts.url, opts.model, min(opts.timeout_s, bench.PROBE_TIMEOUT_S))
     opts = bench.with_workload(opts, served)
+    if opts.workload is not None:  # its own load points, as checked above for fixed shapes
+        check_points(bench.workload(opts).load_points())
     note = err if as_json else out  # with --json, stdout holds only the results
     note.print(escape(summary_line(opts, served)), soft_wrap=True)
     from tuner.runner import sigterm_as_interrupt
@@ -542,7 +567,8 @@ def load(
     except LoadFailure as exc:
         raise explain_failure(exc, opts, served) from None
     except KeyboardInterrupt:
-        err.print("interrupted: nothing was reported or written")
+        with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
+            err.print("interrupted: nothing was reported or written")
         raise SystemExit(INTERRUPTED) from None
     if as_json:  # one JSON object per point, without the per-request arrays
         from tuner.load import summary

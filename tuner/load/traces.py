@@ -166,7 +166,11 @@ def read_trace(
         rows = _custom_rows(path, text, counter)
         note = f"; prompt tokens {counted}"
     if not rows:
-        raise UsageError(f"trace {path} has no requests", hint=_HINTS[fmt])
+        dropped = note.split("; ")[-1] if "skipped" in note else ""
+        raise UsageError(
+            f"trace {path} has no requests" + (f" ({dropped})" if dropped else ""),
+            hint=_HINTS[fmt],
+        )
     timed = fmt in ("tuner", "mooncake", "burstgpt")
     ordered = tuple(sorted(rows, key=lambda r: r.arrival_s))
     n = len(ordered)
