@@ -21,7 +21,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from api.schemas import ErrorOut
-from tuner.errors import EnvironmentProblem, SpecError, StorageError, TunerError, UsageError
+from tuner.errors import (
+    AmbiguousModel,
+    EnvironmentProblem,
+    SpecError,
+    StorageError,
+    TunerError,
+    UsageError,
+)
 
 log = logging.getLogger("tuner.api")
 
@@ -75,6 +82,8 @@ def _status_of(exc: TunerError) -> tuple[int, str]:
     # Most specific first: SpecError is a UsageError.
     if isinstance(exc, SpecError):
         return 422, "invalid_spec"
+    if isinstance(exc, AmbiguousModel):  # which of them is a choice for the client
+        return 409, "ambiguous_model"
     if isinstance(exc, UsageError):
         return 400, "bad_request"
     if isinstance(exc, StorageError):

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
-from api.errors import ApiError, not_found
+from api.errors import not_found
 from api.index import StudySnapshot
 from api.schemas import (
     BaselineOut,
@@ -34,7 +34,6 @@ from tuner.catalog import check_one_model, model_key
 from tuner.db import StudyRow, TrialRow
 from tuner.domain import Objective, Slo
 from tuner.domain.workload import format_slo
-from tuner.errors import UsageError
 from tuner.results import emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import ranking
 from tuner.study import Confirmed, study_objective
@@ -116,11 +115,10 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
 def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
     """The best pick as the API's response; raises a 404 ApiError naming what exists instead,
     or a 409 when ``q.model`` names several models measured here (two hub ids' last part)."""
-    matched = (model_key(s.study.model, s.study.model_source) for s in snapshots if _matches(s, q))
-    try:
-        check_one_model(q.model, matched)
-    except UsageError as exc:  # which of them is a choice for the client
-        raise ApiError(409, "ambiguous_model", exc.message, hint=exc.hint) from None
+    check_one_model(
+        q.model,
+        (model_key(s.study.model, s.study.model_source) for s in snapshots if _matches(s, q)),
+    )
     picks = ranked(snapshots, q)
     if picks:
         return response(picks[0], q)

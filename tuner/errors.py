@@ -51,6 +51,11 @@ class HardwareMismatch(UsageError):
     pass
 
 
+class AmbiguousModel(UsageError):
+    """A model's name fits several models measured here (two hub ids' last part): which one
+    is the caller's choice (the API answers 409)."""
+
+
 class EnvironmentProblem(TunerError):
     exit_code = 3
 

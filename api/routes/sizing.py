@@ -10,10 +10,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from api.bounds import GPU_MAX, MODEL_MAX, SLO_EXAMPLE, SLO_PATTERN, WORKLOAD_MAX, slo_query
 from api.deps import RepoDep
-from api.errors import MALFORMED, UNAVAILABLE, ApiError, not_found, responses
+from api.errors import MALFORMED, UNAVAILABLE, not_found, responses
 from tuner.domain import to_jsonable
 from tuner.domain.jsonable import finite_record
-from tuner.errors import UsageError
 from tuner.results import Rate, size
 
 router = APIRouter(prefix="/v1", tags=["sizing"])
@@ -60,19 +59,16 @@ async def get_sizing(
     end of that range (and from the median and the high end), $/hour and $ per 1M output
     tokens at the study's price per GPU-hour (its source named)."""
     target = Rate(float(rate), unit)
-    try:
-        answers = await run_in_threadpool(
-            size,
-            repo,
-            model=model,
-            rate=target,
-            gpus=tuple(gpu or ()),
-            workload=workload,
-            slo=slo_query(slo),
-            emulated=emulated,
-        )
-    except UsageError as exc:  # the name fits two models: which is a choice for the client
-        raise ApiError(409, "ambiguous_model", exc.message, hint=exc.hint) from None
+    answers = await run_in_threadpool(
+        size,
+        repo,
+        model=model,
+        rate=target,
+        gpus=tuple(gpu or ()),
+        workload=workload,
+        slo=slo_query(slo),
+        emulated=emulated,
+    )
     if not answers:  # said as `tuner size` says it
         where = (f" on {', '.join(gpu)}" if gpu else "") + (
             f" with workload {workload}" if workload else ""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.domain import ModelSpec
-from tuner.errors import UsageError
+from tuner.errors import AmbiguousModel, UsageError
 
 # baidu/ERNIE-4.5-0.3B-PT in the transformers-native form (model_type ernie4_5, the class
 # transformers >= 4.54 and vLLM register). vLLM builds it as a Llama with non-Neox rotary
@@ -244,7 +244,7 @@ def check_one_model(name: str, keys: Iterable[str]) -> None:
     :func:`model_key` of each study it matched): numbers of one would answer for another."""
     models = sorted(set(keys))
     if len(models) > 1:
-        raise UsageError(
+        raise AmbiguousModel(
             f"model {name!r} names {len(models)} models measured here: " + ", ".join(models),
             hint="name one by its hub id or path",
         )
