@@ -214,57 +214,55 @@ MAX_POINT_REQUESTS = 1_000_000  # requests one load point may send
 
 
 def check_size(rates: tuple[float, ...], streams: tuple[int, ...], requests: int | None) -> None:
-    """UsageError for a load point no one means to wait for: more than
-    :data:`MAX_POINT_REQUESTS` requests, or Poisson arrivals that take more than a day (the
-    bound a trace's window has, :data:`tuner.load.workloads.MAX_WINDOW_S`)."""
+    """UsageError for a load point of fixed shapes no one means to wait for, before the server
+    is asked (:func:`refuse_point`'s bounds on the count the point would send)."""
     from tuner.load.bench import MIN_CLOSED_REQUESTS, MIN_RATE_REQUESTS, RATE_WINDOW_S
-    from tuner.load.workloads import MAX_WINDOW_S
 
     if rates:
         n = float(requests or max(MIN_RATE_REQUESTS, RATE_WINDOW_S * max(rates)))
-        given = "--requests" if requests else f"--request-rate {max(rates):g}"
-        hint = "lower --request-rate, or set --requests"
+        refuse_point(
+            n,
+            min(rates),
+            "--requests" if requests else f"--request-rate {max(rates):g}",
+            f"--request-rate {min(rates):g}",
+            "lower --request-rate, or set --requests",
+        )
     else:
         n = float(max(requests or MIN_CLOSED_REQUESTS, 4 * max(streams)))
-        given = (
-            "--requests"
-            if requests and requests >= 4 * max(streams)
-            else (f"--concurrency {max(streams)} (4 requests a stream)")
-        )
-        hint = "fewer streams, or fewer --requests"
+        by = "--requests" if requests and requests >= 4 * max(streams) else None
+        given = by or f"--concurrency {max(streams)} (4 requests a stream)"
+        refuse_point(n, None, given, given, "fewer streams, or fewer --requests")
+
+
+def check_points(points: Sequence[Workload]) -> None:
+    """:func:`refuse_point`'s bounds for a workload's load points (``--workload``, with any
+    ``--workload-set``); a trace's own arrivals have the window's bound of their own."""
+    for p in points:
+        rate = None if p.trace_paced else p.request_rate
+        at = f"workload {p.name!r}"
+        hint = "set fewer --requests (or requests_per_window with --workload-set)"
+        paced = f"{at} at {rate:g} req/s" if rate else at
+        refuse_point(p.requests_per_window, rate, at, paced, hint)
+
+
+def refuse_point(n: float, rate: float | None, given: str, paced: str, hint: str) -> None:
+    """UsageError for a load point of ``n`` requests no one means to wait for: more than
+    :data:`MAX_POINT_REQUESTS` (said of ``given``), or Poisson arrivals at ``rate`` that take
+    more than a day (said of ``paced``: the bound a trace's window has,
+    :data:`tuner.load.workloads.MAX_WINDOW_S`)."""
+    from tuner.load.workloads import MAX_WINDOW_S
+
     if n > MAX_POINT_REQUESTS:
         raise UsageError(
             f"{given}: a load point would send {n:,.0f} requests, more than {MAX_POINT_REQUESTS:,}",
             hint=hint,
         )
-    if rates and n / min(rates) > MAX_WINDOW_S:
+    if rate and n / rate > MAX_WINDOW_S:
         raise UsageError(
-            f"--request-rate {min(rates):g}: {n:,.0f} requests would arrive over about "
-            f"{n / min(rates) / 3600:,.1f} hours (more than {MAX_WINDOW_S / 3600:.0f})",
-            hint="raise the rate, or send fewer --requests",
+            f"{paced}: {n:,.0f} requests would arrive over about {n / rate / 3600:,.1f} hours "
+            f"(more than {MAX_WINDOW_S / 3600:.0f})",
+            hint="raise the rate (--request-rate), or send fewer --requests",
         )
-
-
-def check_points(points: Sequence[Workload]) -> None:
-    """:func:`check_size`'s bounds for a workload's load points (``--workload``, with any
-    ``--workload-set``); a trace's own arrivals have the window's bound of their own."""
-    from tuner.load.workloads import MAX_WINDOW_S
-
-    for p in points:
-        n = p.requests_per_window
-        if n > MAX_POINT_REQUESTS:
-            raise UsageError(
-                f"workload {p.name!r}: a load point would send {n:,} requests, more than "
-                f"{MAX_POINT_REQUESTS:,}",
-                hint="set fewer --requests (or requests_per_window with --workload-set)",
-            )
-        if p.request_rate and not p.trace_paced and n / p.request_rate > MAX_WINDOW_S:
-            raise UsageError(
-                f"workload {p.name!r}: {n:,} requests at {p.request_rate:g} req/s would arrive "
-                f"over about {n / p.request_rate / 3600:,.1f} hours (more than "
-                f"{MAX_WINDOW_S / 3600:.0f})",
-                hint="raise the rate (--request-rate), or send fewer --requests",
-            )
 
 
 def explain_failure(exc: LoadFailure, opts: LoadOptions, model: str) -> TunerError:
