@@ -58,8 +58,6 @@ def canary(
         raise UsageError(f"--timeout must be > 0 seconds, got {timeout}", hint="e.g. --timeout 120")
     root = server_root(url)
     served = bench.check_server(root, model, min(timeout, bench.PROBE_TIMEOUT_S))
-    if max_model_len is not None:
-        _check_context(root, served, max_model_len)
     note = err if as_json else out
     note.print(escape(f"{root} model {served}: {len(chosen)} canary shapes"), soft_wrap=True)
     report = run_canary(
@@ -87,30 +85,3 @@ def canary(
         say(report.summary())
     if not report.passed:
         raise typer.Exit(1)
-
-
-# No served model's context comes near this many tokens; a prompt this long (held in memory
-# before it is sent) is a typo.
-MAX_CONTEXT = 1 << 24
-
-
-def _check_context(root: str, served: str, max_model_len: int) -> None:
-    """UsageError for a --max-model-len beyond what the server reports in /v1/models (or, when
-    it reports none, beyond :data:`MAX_CONTEXT`)."""
-    import httpx
-
-    from tuner.load.canary import server_max_model_len
-
-    with httpx.Client(base_url=root, timeout=10.0, trust_env=False) as client:
-        reported = server_max_model_len(client, served)  # None when it cannot tell
-    limit = reported or MAX_CONTEXT
-    if max_model_len > limit:
-        where = (
-            f"the server's max_model_len ({reported:,}, from /v1/models)"
-            if reported
-            else (f"any model's context ({MAX_CONTEXT:,} tokens)")
-        )
-        raise UsageError(
-            f"--max-model-len {max_model_len:,} is beyond {where}",
-            hint="leave it out to fill the context the server reports",
-        )

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from tuner.domain import FailureClass
-from tuner.errors import ServerFailure
+from tuner.errors import ServerFailure, UsageError
 from tuner.load.prompts import PromptFactory
 
 GENERATED = 8  # tokens asked of each request (the cancelled one asks for more)
@@ -300,6 +300,26 @@ def _health(client: httpx.Client, alive: Callable[[], bool] | None) -> str:
     return "" if status == 200 else f"the server answers, but GET /health says HTTP {status}"
 
 
+# No served model's context comes near this many tokens; a prompt this long (held in memory
+# before it is sent) is a typo.
+MAX_CONTEXT = 1 << 24
+
+
+def _check_context(max_model_len: int, reported: int | None) -> None:
+    """UsageError for a ``max_model_len`` beyond what the server reports in /v1/models (or,
+    when it reports none, beyond :data:`MAX_CONTEXT`): checked before any prompt is built."""
+    if max_model_len > (reported or MAX_CONTEXT):
+        where = (
+            f"the server's max_model_len ({reported:,}, from /v1/models)"
+            if reported
+            else f"any model's context ({MAX_CONTEXT:,} tokens)"
+        )
+        raise UsageError(
+            f"--max-model-len {max_model_len:,} is beyond {where}",
+            hint="leave it out to fill the context the server reports",
+        )
+
+
 def run_canary(
     base_url: str,
     model: str,
@@ -324,11 +344,14 @@ def run_canary(
     prompts = prompts or PromptFactory(1024, synthetic=False)
     outcomes: list[ShapeOutcome] = []
     with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s, trust_env=False) as client:
+        reported = server_max_model_len(client, model)
+        if max_model_len is not None:
+            _check_context(max_model_len, reported)
         ctx = _Context(
             client=client,
             model=model,
             prompts=prompts,
-            max_model_len=max_model_len or server_max_model_len(client, model),
+            max_model_len=max_model_len or reported,
             chat_text=(
                 (lambda n: " ".join(f"t{i + 1}" for i in range(n)))
                 if prompts.synthetic
