@@ -145,7 +145,7 @@ def read_trace(
     text = _read(path, name)
     if fmt == "trace":
         fmt = detect(path, text)
-    note = ""
+    note = dropped = ""  # dropped: the rows a format's reader skipped, said where it matters
     if fmt == "tuner":
         rows = _tuner_rows(path, text)
     elif fmt == "mooncake":
@@ -153,20 +153,20 @@ def read_trace(
     elif fmt == "burstgpt":
         rows, skipped = _burstgpt_rows(path, text)
         rows_ = "row" if skipped == 1 else "rows"
-        note = f"; {skipped} {rows_} of 0 response tokens skipped" if skipped else ""
+        dropped = f"{skipped} {rows_} of 0 response tokens skipped" if skipped else ""
     elif fmt == "sharegpt":
         counter, counted = text_counter(count_tokens, tokenizer)
         rows, skipped = _sharegpt_rows(path, text, counter)
         entries = "entry" if skipped == 1 else "entries"
-        note = f"; prompt and output tokens {counted}" + (
-            f"; {skipped} {entries} with an empty message skipped" if skipped else ""
-        )
+        dropped = f"{skipped} {entries} with an empty message skipped" if skipped else ""
+        note = f"; prompt and output tokens {counted}"
     else:
         counter, counted = text_counter(count_tokens, tokenizer)
         rows = _custom_rows(path, text, counter)
         note = f"; prompt tokens {counted}"
+    if dropped:
+        note += f"; {dropped}"
     if not rows:
-        dropped = note.split("; ")[-1] if "skipped" in note else ""
         raise UsageError(
             f"trace {path} has no requests" + (f" ({dropped})" if dropped else ""),
             hint=_HINTS[fmt],
