@@ -157,14 +157,17 @@ def _run(url: str, direction: str, revision: str) -> None:
     with _connection(url) as connection:
         current = revision_of(connection)
         if current is not None and current not in known_revisions():
-            raise StorageError(
-                f"database {safe_url(url)} is at revision {current}, which this tuner does "
-                "not know",
-                hint="it was migrated by a newer tuner: upgrade tuner",
-            )
+            raise _unknown_revision(url, current)
         # env.py picks this connection up instead of opening its own.
         config.attributes["connection"] = connection
         getattr(command, direction)(config, revision)
+
+
+def _unknown_revision(url: str, current: str) -> StorageError:
+    return StorageError(
+        f"database {safe_url(url)} is at revision {current}, which this tuner does not know",
+        hint="it was migrated by a newer tuner: upgrade tuner",
+    )
 
 
 def ensure_current(url: str) -> None:
@@ -178,10 +181,7 @@ def ensure_current(url: str) -> None:
             f"database {where} has no tuner tables, tuner needs {head}", hint=upgrade_hint(url)
         )
     if current not in known_revisions():
-        raise StorageError(
-            f"database {where} is at revision {current}, which this tuner does not know",
-            hint="it was migrated by a newer tuner: upgrade tuner",
-        )
+        raise _unknown_revision(url, current)
     raise StorageError(
         f"database {where} at revision {current}, tuner needs {head}", hint=upgrade_hint(url)
     )
