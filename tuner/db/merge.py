@@ -137,9 +137,10 @@ def merge_databases(
     with merge_optuna.open_storage(
         "sqlite://" if src_file else src, engine_kwargs, create=False
     ) as from_optuna:
-        # Planned against the target as it is first: a refused merge leaves it untouched,
-        # not even migrated.
-        plan, merged = _dry_run(data, target, dst_file, from_optuna, suffix)
+        if dry_run or before != migrate.head_revision():
+            # Planned against the target as it is first: a refused merge leaves it untouched,
+            # not even migrated. (At the head, the merge's own plan refuses before it writes.)
+            plan, merged = _dry_run(data, target, dst_file, from_optuna, suffix)
         if not dry_run:
             plan, merged = _merge(data, target, from_optuna, suffix)
     return MergeSummary(
@@ -166,7 +167,7 @@ def _merge(
             names = merge_optuna.study_names(to_optuna)
         with session_scope(engine) as s:
             plan = _plan_merge(data, TargetView(s, names), suffix)
-            apply_plan(s, plan)
+            apply_plan(s, plan, data.requests)
     finally:
         engine.dispose()
     wanted = merge_optuna.study_names(from_optuna) & {

@@ -164,7 +164,6 @@ class Plan:
     # Launch summaries to add in source order, each with the run tag it gets in the target.
     launches: list[tuple[LaunchModel, str]] = field(default_factory=list)
     launches_kept: int = 0
-    requests: Mapping[int, Any] = field(default_factory=dict)  # the source's, by its trial id
 
 
 def plan_merge(source: Source, target: TargetView, rename_suffix: str | None) -> Plan:
@@ -201,7 +200,7 @@ def plan_merge(source: Source, target: TargetView, rename_suffix: str | None) ->
         if owner is not None:
             owner.comparisons_added += 1
     launches, launches_kept = _plan_launches(source.launches, plans, target)
-    return Plan(plans, to_add, unlinked_kept, launches, launches_kept, source.requests)
+    return Plan(plans, to_add, unlinked_kept, launches, launches_kept)
 
 
 def _plan_launches(
@@ -308,8 +307,9 @@ def _diff_trials(
     return diverged
 
 
-def apply_plan(session: Session, plan: Plan) -> None:
-    """Write ``plan`` in ``session`` (the caller's transaction)."""
+def apply_plan(session: Session, plan: Plan, requests: Mapping[int, Any]) -> None:
+    """Write ``plan`` in ``session`` (the caller's transaction); ``requests``: the source's
+    per-request records by its trial id (:attr:`Source.requests`)."""
     rows: dict[int, StudyModel] = {}  # source study id -> target row
     for p in plan.studies:
         row = p.target
@@ -338,15 +338,18 @@ def apply_plan(session: Session, plan: Plan) -> None:
             for key, value in values(theirs, _ROW_KEYS).items():
                 setattr(mine, key, value)
         session.flush()  # the new trials' ids, for their per-request records
-        for mine, theirs in [*copied, *p.replace, *p.same]:
-            held = session.get(TrialRequestsModel, mine.id) if mine.id is not None else None
-            if theirs.id in plan.requests:
-                if held is None or (mine, theirs) in p.replace:
-                    session.merge(
-                        TrialRequestsModel(trial_id=mine.id, windows=plan.requests[theirs.id])
-                    )
-            elif held is not None and (mine, theirs) in p.replace:
-                session.delete(held)  # the replaced trial's records are not the new one's
+        for mine, theirs in copied:
+            if theirs.id in requests:
+                session.add(TrialRequestsModel(trial_id=mine.id, windows=requests[theirs.id]))
+        for mine, theirs in p.replace:  # the source's records, or none: not the replaced one's
+            held = session.get(TrialRequestsModel, mine.id)
+            if theirs.id in requests:
+                session.merge(TrialRequestsModel(trial_id=mine.id, windows=requests[theirs.id]))
+            elif held is not None:
+                session.delete(held)
+        for mine, theirs in p.same:  # where a store an older tuner merged has none
+            if theirs.id in requests and session.get(TrialRequestsModel, mine.id) is None:
+                session.add(TrialRequestsModel(trial_id=mine.id, windows=requests[theirs.id]))
     for c, owner in plan.comparisons:
         study_id = None if owner is None else rows[owner.source.id].id
         session.add(ComparisonModel(study_id=study_id, **values(c, _ROW_KEYS)))
