@@ -103,8 +103,8 @@ def run_confirmation(
     compared = {c.b_config for c in stored}
     candidates = [c for c in confirmation_candidates(ctx, ranked) if c[1] not in compared]
     if not candidates:
-        why = "no candidate besides the defaults" if not stored else "every candidate is"
-        reporter.phase("confirmation skipped", why + (" confirmed" if stored else ""))
+        why = "every candidate is confirmed" if stored else "no candidate besides the defaults"
+        reporter.phase("confirmation skipped", why)
         return
     launches = spec.confirm_launches
     design = confirmation_design(launches, spec.confirm_max_launches, spec.confidence)
