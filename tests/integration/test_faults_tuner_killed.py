@@ -96,6 +96,14 @@ class Scenario:
         finally:
             log.close()
 
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``tuner ARGS`` to its end (a listing command), its output captured."""
+        return subprocess.run(
+            [sys.executable, "-m", "tuner", *args],
+            cwd=self.workdir, env=self.env, capture_output=True, text=True, timeout=60,
+            check=True,
+        )  # fmt: skip
+
     def output(self) -> str:
         return (self.workdir / "tuner.out").read_text(errors="replace")
 
@@ -211,21 +219,10 @@ def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_
     [baseline] = _trials(repo)
     assert baseline.is_baseline and baseline.status is TrialStatus.RUNNING
     # Nobody cleaned up the study's status either: `tuner studies` says its tuner is gone.
-    listed = subprocess.run(
-        [sys.executable, "-m", "tuner", "studies"],
-        cwd=s.workdir,
-        env=s.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    listed = s.run("studies")
     assert "running (tuner gone)" in listed.stdout, listed.stdout
     assert f"`tuner run --study {STUDY} --resume` continues it" in listed.stderr
-    shown = subprocess.run(
-        [sys.executable, "-m", "tuner", "trials", STUDY],
-        cwd=s.workdir, env=s.env, capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+    shown = s.run("trials", STUDY)
     assert "running (tuner gone)" in shown.stdout, shown.stdout
 
     resume = s.tuner("--resume")
@@ -244,15 +241,7 @@ def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_
     study = repo.get_study(STUDY)
     assert study is not None and study.status == "finished"
     assert s.tagged_processes() == []
-    listed = subprocess.run(
-        [sys.executable, "-m", "tuner", "studies", "--json"],
-        cwd=s.workdir,
-        env=s.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    listed = s.run("studies", "--json")
     assert [x["runner_gone"] for x in json.loads(listed.stdout)] == [False]
 
 
