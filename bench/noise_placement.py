@@ -93,7 +93,7 @@ def main() -> int:
                     line = {"arm": mode, "config": config.to_dict(), "result": encode(result)}
                     fh.write(json.dumps(line) + "\n")
             key = record_launch(
-                repo, result, model=prepared.ctx.model.alias, workload=workload.name,
+                repo, result, model=prepared.ctx.model, workload=workload.name,
                 is_defaults=True, source="noise-placement", run=run,
             )  # fmt: skip
             if key is None:  # only a complete launch with provenance has a noise key

@@ -182,7 +182,7 @@ def _calibrate(repo: Any, ctx: Any, seed: int) -> None:
         record_launch(
             repo,
             result,
-            model=result.provenance.model,
+            model=ctx.model,
             workload=ctx.workload.name,
             is_defaults=True,
             source="calibrate",

@@ -12,6 +12,7 @@ import pytest
 
 from tests.studykit import TINY_WORKLOAD, fake_server_runner, processes_mentioning
 from tuner.abtest.profile import noise_key
+from tuner.catalog import resolve_model
 from tuner.domain import ServingConfig
 from tuner.runner import placement
 from tuner.runner.placement import CpuPlan
@@ -65,7 +66,7 @@ def test_a_pinned_launch_places_server_engine_and_client(
     assert _threads_affinity(os.getpid()) == {frozenset(MINE)}
     assert processes_mentioning(str(tmp_path)) == []
     # Its noise is a key of its own.
-    key = noise_key(result, "tiny-ernie", TINY_WORKLOAD.name)
+    key = noise_key(result, resolve_model("tiny-ernie"), TINY_WORKLOAD.name)
     assert key is not None and key.placement == "pinned" and "CPU placement pinned" in key.text()
 
 
@@ -76,6 +77,6 @@ def test_placement_off_records_so_and_touches_nothing(
     result = fake_server_runner(tmp_path).run(ServingConfig(), TINY_WORKLOAD)
     check_complete(result)
     assert result.server is not None and dict(result.server.placement or {}) == {"mode": "off"}
-    key = noise_key(result, "tiny-ernie", TINY_WORKLOAD.name)
+    key = noise_key(result, resolve_model("tiny-ernie"), TINY_WORKLOAD.name)
     assert key is not None and key.placement == "off"
     assert _threads_affinity(os.getpid()) == {frozenset(MINE)}

@@ -64,7 +64,7 @@ def run_calibration(bench: Bench, workload: Workload, arm: Arm, watch: Watch) ->
     def judge(_group: Group, results: list[list[TrialResult]]) -> Sequence[Calibration]:
         (runs,) = results
         first = next((r for r in runs if r.status is TrialStatus.COMPLETE), None)
-        key = noise_key(first, bench.model.alias, workload.name) if first else None
+        key = noise_key(first, bench.model, workload.name) if first else None
         profile = load_profile(bench.repo, key) if key is not None else None
         return [Calibration(arm, workload, tuple(runs), profile)]
 

@@ -237,7 +237,7 @@ class Bench:
         record_launch(
             self.repo,
             result,
-            model=self.model.alias,
+            model=self.model,
             workload=group.workload.name,
             is_defaults=arm.label.strip() == DEFAULTS,
             source=self.command,
@@ -251,7 +251,7 @@ class Bench:
         this run's own; None before a launch completed or without a profile."""
         flat = [r for rs in results for r in rs]
         first = next((r for r in flat if r.status is TrialStatus.COMPLETE), None)
-        key = noise_key(first, self.model.alias, group.workload.name) if first else None
+        key = noise_key(first, self.model, group.workload.name) if first else None
         if key is None:
             return None
         return load_profile(self.repo, key, exclude_run=self.run_tag(group, flat))

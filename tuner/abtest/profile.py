@@ -15,16 +15,18 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from tuner.abtest.compare import COMPARED, HEADLINE
-from tuner.domain import TrialResult, TrialStatus
+from tuner.catalog import model_key
+from tuner.domain import ModelSpec, TrialResult, TrialStatus
 from tuner.scoring import GIB, Launch, NoiseKey, NoiseProfile, logs, profile_of
 
 if TYPE_CHECKING:
     from tuner.db import Repository
 
 
-def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None:
-    """The key of a complete launch: where it ran (its provenance), ``model`` (tuner's alias),
-    ``workload`` (its name, with any changes), its headline metric's windows and its CPU
+def noise_key(result: TrialResult, model: ModelSpec, workload: str) -> NoiseKey | None:
+    """The key of a complete launch: where it ran (its provenance), ``model`` (by
+    :func:`tuner.catalog.model_key`: two local directories that share their last name are two
+    models), ``workload`` (its name, with any changes), its headline metric's windows and its CPU
     placement (as its server recorded it; "off" for launches from before tuner placed them);
     None without provenance."""
     prov, headline = result.provenance, result.metrics.get(HEADLINE)
@@ -36,7 +38,7 @@ def noise_key(result: TrialResult, model: str, workload: str) -> NoiseKey | None
         host=prov.hostname,
         gpu=prov.gpu_name,
         vllm_version=prov.vllm_version,
-        model=model,
+        model=model_key(model.alias, model.source),
         workload=workload,
         windows=windows,
         placement=str((placed or {}).get("mode", "off")),
@@ -82,7 +84,7 @@ def record_launch(
     repo: Repository,
     result: TrialResult,
     *,
-    model: str,
+    model: ModelSpec,
     workload: str,
     is_defaults: bool,
     source: str,

@@ -136,7 +136,7 @@ def run_confirmation(
         record_launch(
             repo,
             result,
-            model=result.provenance.model if result.provenance else "",
+            model=ctx.model,
             workload=workload.name,
             is_defaults=arm.label == DEFAULTS_LABEL,
             source="confirm",
@@ -159,7 +159,7 @@ def run_confirmation(
         )
 
     def looks(results: list[list[TrialResult]]) -> list[Look]:
-        profile = _profile(study, workload, results, repo)
+        profile = _profile(ctx, results, repo)
         return [
             judge_look(arms[0], results[0], arm, rs, design, profile, metric)
             for arm, rs in zip(arms[1:], results[1:], strict=True)
@@ -231,14 +231,12 @@ def decision_metric(objective: Objective) -> str:
 
 
 def _profile(
-    study: str, workload: Any, results: Sequence[Sequence[TrialResult]], repo: Repository
+    ctx: StudyContext, results: Sequence[Sequence[TrialResult]], repo: Repository
 ) -> NoiseProfile | None:
     """The noise profile of the confirmation's key without the study's own launches."""
     first = next((r for rs in results for r in rs if r.status is TrialStatus.COMPLETE), None)
-    if first is None or first.provenance is None:
-        return None
-    key = noise_key(first, first.provenance.model, workload.name)
-    return None if key is None else load_profile(repo, key, exclude_run=study_run_tag(study))
+    key = None if first is None else noise_key(first, ctx.model, ctx.workload.name)
+    return None if key is None else load_profile(repo, key, exclude_run=study_run_tag(ctx.name))
 
 
 @dataclass(frozen=True)

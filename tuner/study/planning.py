@@ -230,7 +230,7 @@ def _launch_sd(
     ctx: StudyContext, repo: Repository, rows: Sequence[TrialRow]
 ) -> tuple[float | None, str]:
     defaults = _baseline_result(rows)
-    key = noise_key(defaults, ctx.model.alias, ctx.workload.name) if defaults else None
+    key = noise_key(defaults, ctx.model, ctx.workload.name) if defaults else None
     profile = load_profile(repo, key) if key is not None else None
     parts = profile.get(HEADLINE) if profile is not None else None
     if parts is None:
