@@ -324,3 +324,56 @@ def test_a_queued_study_records_the_vllm_it_ran_with(tmp_path: Path) -> None:
     other = dataclasses.replace(ctx, vllm_version="0.99.0")
     with pytest.raises(UsageError, match=r"this run has vLLM 0\.99\.0"):
         run_study(other, FakeRunner(), repo, resume=True)
+
+
+def test_a_takeover_beside_a_live_joined_worker_runs_with_it_not_fails_the_study(
+    fake_server_db: tuple[Repository, str], tmp_path: Path
+) -> None:
+    """A queue worker died mid-trial while a `tuner worker --study` process on this host was
+    measuring another trial of the same study. The next queue worker takes the study over: it
+    marked the whole study failed (its resume refused to run beside the live trial). It now
+    runs beside that worker, sweeps only the dead worker's trial, and leaves the live one to
+    its process until that process is gone."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    import optuna
+
+    from tests.studykit import processes_mentioning
+    from tuner.study.sharing import WORKER, host_name
+    from tuner.telemetry import since_boot
+
+    repo, url = fake_server_db
+    _queue_smoke(repo, "shared", trials=3)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    died = subprocess.run(
+        [sys.executable, "-c", _DIES_MID_TRIAL, url], env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert died.returncode == 9, died.stdout + died.stderr
+    # The joined worker: a live process of this host measuring a trial of the study.
+    joined = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        study = optuna.load_study(study_name="shared", storage=url)
+        trial = study.ask()
+        trial.set_user_attr(
+            WORKER, {"host": host_name(), "pid": joined.pid, "start": since_boot(joined.pid)}
+        )
+        live = trial.number
+        threading.Timer(6.0, joined.kill).start()  # the joined worker dies mid-measurement
+        said: list[str] = []
+        assert run_worker(repo, url, once=True, poll_s=0.0, vllm_python=None, say=said.append)
+        assert said[0].startswith("worker: took over study shared")
+        assert not any("failed to run" in line for line in said), said
+        assert said[-1] == "worker: study shared finished"
+    finally:
+        joined.kill()
+        joined.wait()
+    row = repo.get_study("shared")
+    assert row is not None and row.status == "finished"
+    assert row.trial_counts[TrialStatus.COMPLETE] == 3  # the budget, exactly
+    frozen = optuna.load_study(study_name="shared", storage=url).trials[live]
+    assert frozen.state is optuna.trial.TrialState.FAIL  # swept once its process was gone
+    assert processes_mentioning(str(tmp_path)) == []

@@ -159,6 +159,7 @@ def run_study(
     claimed: bool = False,
     join: bool = False,
     owner: Mapping[str, Any] | None = None,
+    takeover: bool = False,
 ) -> list[Ranked]:
     """Run (or resume, or join) the study until ``ctx.spec.trials`` trials have results.
 
@@ -169,12 +170,17 @@ def run_study(
     (``tuner worker --study``); their trials are left to them while they live. ``owner``: the
     queue worker running it (:func:`tuner.study.sharing.worker_identity`), recorded so that another
     worker takes the study over if this process dies; None (the command line) records none.
+    ``takeover`` (with ``resume``): a queue worker resumes a study whose queue worker is gone,
+    while workers that joined it (``tuner worker --study``) may still measure: only the trials
+    of dead workers are swept, not every running one.
     A database error from Optuna's side is raised as a StorageError (the study is then marked
     interrupted, resumable); Optuna's connections are closed when this returns.
     """
     report = reporter or SilentReporter()
     with _optuna_session(ctx) as storage:
-        study = _open(ctx, repo, storage, resume=resume, claimed=claimed, join=join)
+        study = _open(
+            ctx, repo, storage, resume=resume, claimed=claimed, join=join, alone=not takeover
+        )
         if not join:
             repo.set_study_worker(ctx.name, owner)
             repo.set_study_runner(ctx.name, sharing.worker_identity())
@@ -226,7 +232,7 @@ def set_up_study(ctx: StudyContext, repo: Repository, *, resume: bool) -> None:
     """Create (or, with ``resume``, take over) the study without running a trial: what
     ``tuner run --parallel`` does before its workers join it."""
     with _optuna_session(ctx) as storage:
-        _open(ctx, repo, storage, resume=resume, claimed=False, join=False)
+        _open(ctx, repo, storage, resume=resume, claimed=False, join=False, alone=True)
         _clear_dead_runner(ctx.name, repo)  # its workers run it now
         repo.set_study_status(ctx.name, "running")  # not "queued": its Optuna study exists
 
@@ -248,6 +254,7 @@ def _open(
     resume: bool,
     claimed: bool,
     join: bool,
+    alone: bool,
 ) -> optuna.Study:
     existing = repo.get_study(ctx.name)
     if claimed and existing is None:
@@ -312,8 +319,8 @@ def _open(
             )
         study = open_optuna_study(ctx, create=False, storage=storage)
         # A resume: nobody else runs the study (none on this host, it checks first), so every
-        # trial still running is dead.
-        sharing.swept(study, repo, ctx.name, alone=resume)
+        # trial still running is dead; not so for a takeover (``alone`` False).
+        sharing.swept(study, repo, ctx.name, alone=resume and alone)
         if resume and existing.n_trials_requested != ctx.spec.trials:
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
     _name_metrics(ctx, study)

@@ -7,8 +7,9 @@ queue when the database is PostgreSQL. A study whose set-up fails (its GPU is no
 vLLM missing) is marked failed with the reason in its notes, and the worker goes on. While it runs
 a study, a worker moves the study's ``updated_at`` every heartbeat (30 s). With nothing queued,
 a worker takes over a study whose worker is gone (SIGKILL, a crash, a lost host:
-:meth:`Repository.take_over_study`) and resumes it: gone is a worker process on this host that
-has exited, or a study of another host's worker without a write for four heartbeats. One
+:meth:`Repository.take_over_study`) and resumes it beside the workers that joined it, if any
+(their live trials are theirs): gone is a worker process on this host that has exited, or a
+study of another host's worker without a write for four heartbeats. One
 stopped by Ctrl-C or SIGTERM is ``interrupted``, left for ``tuner run --study NAME --resume``.
 """
 
@@ -79,6 +80,7 @@ def run_worker(
                     resume=started,
                     reporter=reporter,
                     owner=me,
+                    takeover=started,
                 )
         except TunerError as exc:
             repo.set_study_status(row.name, "failed")
