@@ -20,7 +20,6 @@ from tuner.domain import Slo
 from tuner.domain.workload import parse_slo
 
 INT_MAX = 2**31 - 1  # tuner's Integer columns on PostgreSQL (SQLite would take 2**63 - 1)
-SEED_MAX = 2**32 - 1  # the samplers' random seed (numpy's limit)
 PAGE_MAX = 1000  # trials in one page
 
 

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, ValidationE
 from pydantic_core import core_schema
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from api.bounds import INT_MAX, NO_NUL, SEED_MAX, SLO_EXAMPLE, SLO_PATTERN, TEXT_MAX
+from api.bounds import INT_MAX, NO_NUL, SLO_EXAMPLE, SLO_PATTERN, TEXT_MAX
 from tuner.catalog import GPUS, LEVERS, MAX_GPU_PRICE, MODELS, resolve_model
 from tuner.compose import check_fits
 from tuner.db import STUDY_NAME_PATTERN
@@ -28,6 +28,7 @@ from tuner.domain import Objective
 from tuner.errors import UsageError
 from tuner.load import WORKLOADS
 from tuner.space import KNOBS
+from tuner.spec import SEED_MAX
 
 T = TypeVar("T")
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)

@@ -279,6 +279,20 @@ def test_a_resumed_study_does_not_replay_its_first_draws(tmp_path: Path) -> None
     assert [r.config for r in rows[4:6]] != [r.config for r in rows[1:3]]
 
 
+def test_a_study_seeded_at_the_top_of_the_range_resumes(tmp_path: Path) -> None:
+    """A resume seeds its sampler with the seed plus the trials held; from the largest seed
+    numpy takes, that overflowed and no resume, join or takeover of the study could run."""
+    import dataclasses
+
+    url = f"sqlite:///{tmp_path / 'top.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="top")
+    ctx = dataclasses.replace(ctx, spec=ctx.spec.with_overrides(seed=2**32 - 1))
+    run_study(ctx, FakeRunner(), repo)
+    more = dataclasses.replace(ctx, spec=ctx.spec.with_overrides(trials=3))
+    assert len(run_study(more, FakeRunner(), repo, resume=True)) == 3
+
+
 def test_a_resume_is_refused_while_the_run_that_owns_the_study_lives(tmp_path: Path) -> None:
     """Between two trials, or in the confirmation, no Optuna trial runs: a resume then marked
     the live run's confirmation launch interrupted and ran a second confirmation beside it."""

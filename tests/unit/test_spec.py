@@ -277,6 +277,16 @@ def test_trials_must_be_positive(tmp_path: Path) -> None:
     assert "at least 1" in error.message
 
 
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_a_seed_the_sampler_cannot_take_is_refused(tmp_path: Path, seed: int) -> None:
+    """numpy takes seeds 0 to 2^32 - 1; another crashed the study after its row was stored."""
+    error = spec_error(tmp_path, f"[study]\nseed = {seed}\n")
+    assert error.line == 2 and "seed must be 0 to 4294967295" in error.message
+    with pytest.raises(UsageError, match="--seed must be 0 to 4294967295"):
+        StudySpec().with_overrides(seed=seed)
+    assert StudySpec().with_overrides(seed=2**32 - 1).seed == 2**32 - 1
+
+
 def test_unknown_objective_lists_the_presets(tmp_path: Path) -> None:
     error = spec_error(tmp_path, '[study]\n\nobjective = "fastest"\n')
     assert error.line == 3

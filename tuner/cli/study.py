@@ -78,7 +78,7 @@ def run(
         typer.Option(help="Interpreter with vLLM installed (default: $TUNER_VLLM_PYTHON)."),
     ] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted study.")] = False,
-    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed (0 to 2^32 - 1).")] = None,
     confirm_launches: Annotated[
         int | None,
         typer.Option(min=0, help="Fresh launches per candidate in the confirmation (0: off)."),

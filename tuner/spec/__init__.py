@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tuner.spec.study import (
         DEFAULT_SPEC_PATH,
         NO_SLO,
+        SEED_MAX,
         StudySpec,
         check_flags,
         load_spec,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SPEC_PATH",
     "NO_SLO",
+    "SEED_MAX",
     "Fail",
     "StudySpec",
     "check_confidence",

@@ -15,7 +15,7 @@ from tuner.catalog import price_problem
 from tuner.db import name_problem
 from tuner.domain import Objective, typed_knobs
 from tuner.domain.workload import parse_slo
-from tuner.errors import SpecError
+from tuner.errors import SpecError, UsageError
 from tuner.spec.fields import (
     WORKLOAD_TYPES,
     Fail,
@@ -61,6 +61,7 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
 }
 _SERVING_KEYS = frozenset(typed_knobs())
 NO_SLO = "none"  # `slo = "none"`: no SLO, not even the workload's recommended one
+SEED_MAX = 2**32 - 1  # the samplers' random seed (numpy's limit)
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -119,6 +120,8 @@ class StudySpec:
     def with_overrides(self, **changes: Any) -> StudySpec:
         """Apply CLI options; ``None`` means "not given on the command line"."""
         given = {k: v for k, v in changes.items() if v is not None}
+        if not 0 <= given.get("seed", 0) <= SEED_MAX:
+            raise UsageError(f"--seed must be 0 to {SEED_MAX}", hint="e.g. --seed 7")
         if "search" in given:  # --search adds to the file's, flag by flag
             given["search"] = {**self.search, **given["search"]}
         if "objective" in given:
@@ -247,6 +250,8 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
         )
     if "trials" in kwargs and kwargs["trials"] < 1:
         raise fail("trials must be at least 1", "trials")
+    if "seed" in kwargs and not 0 <= kwargs["seed"] <= SEED_MAX:
+        raise fail(f"seed must be 0 to {SEED_MAX}", "seed", section="study")
     if "gpu_price" in study:
         price = typed_value(study["gpu_price"], float, "gpu_price", fail, "study")
         if problem := price_problem(price):

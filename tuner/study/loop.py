@@ -51,7 +51,7 @@ from tuner.load import fingerprint
 from tuner.runner import TrialRunner
 from tuner.scoring import objectives as scoring
 from tuner.space import SearchSpace
-from tuner.spec import resumed_spec, stored_spec
+from tuner.spec import SEED_MAX, resumed_spec, stored_spec
 from tuner.study import planning, sharing
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
@@ -131,7 +131,8 @@ def open_optuna_study(
     # A study taken up again (a resume, a worker joining or taking over) must not replay its
     # first random draws, which a sampler seeded as before would: the seed moves on with the
     # trials the study already holds, so a resume stays reproducible by its seed too.
-    study.sampler = sampler(ctx.spec.seed + len(study.get_trials(deepcopy=False)))
+    held = len(study.get_trials(deepcopy=False))
+    study.sampler = sampler((ctx.spec.seed + held) % (SEED_MAX + 1))
     return study
 
 
