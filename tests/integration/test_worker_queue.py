@@ -377,3 +377,22 @@ def test_a_takeover_beside_a_live_joined_worker_runs_with_it_not_fails_the_study
     frozen = optuna.load_study(study_name="shared", storage=url).trials[live]
     assert frozen.state is optuna.trial.TrialState.FAIL  # swept once its process was gone
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_study_run_by_a_worker_recommends_a_runnable_serve_line(
+    fake_server_db: tuple[Repository, str],
+) -> None:
+    """A study queued through the API stored no model source, and its worker never recorded
+    the one it served: `tuner best` and the API said `vllm serve tiny-ernie ...`, a model with
+    no published weights. The worker now records what `tuner run` records."""
+    from tuner.results.recommend import recommendation
+
+    repo, url = fake_server_db
+    _queue_smoke(repo, "served", trials=1)
+    assert run_worker(repo, url, once=True, poll_s=0.0, vllm_python=None, say=lambda _: None)
+    row = repo.get_study("served")
+    assert row is not None and row.model_source and Path(row.model_source).is_dir()
+    assert row.vllm_version == "0.32.0" and row.emulated is False
+    best = recommendation(repo, "served")
+    assert best is not None
+    assert best.serve_command.startswith(f"vllm serve {row.model_source} --load-format dummy")

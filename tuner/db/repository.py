@@ -269,9 +269,15 @@ class Repository:
                 return
         self._update_study(name, {QUEUE_WORKER: None if worker is None else dict(worker)})
 
-    def set_study_vllm_version(self, name: str, version: str) -> None:
-        """Record the vLLM a study measures with (a queued one learns it on its worker)."""
-        self._update_study(name, vllm_version=version)
+    def set_up_queued(
+        self, name: str, *, vllm_version: str, model_source: str | None, emulated: bool
+    ) -> None:
+        """Record what a queued study learns on the worker that sets it up: the vLLM it
+        measures with, the model it serves (the weights or the dummy directory that a ready
+        `vllm serve` line names) and whether its GPU is emulated."""
+        self._update_study(
+            name, vllm_version=vllm_version, model_source=model_source, emulated=emulated
+        )
 
     def set_study_runner(self, name: str, runner: Mapping[str, Any] | None) -> None:
         """Record the process that runs the study now (:data:`RUN_OWNER`; None when it ends)."""

@@ -297,8 +297,13 @@ def _open(
                 vllm_version=ctx.vllm_version,
                 n_trials_requested=ctx.spec.trials,
             )
-        if existing is not None and not existing.vllm_version:  # queued: now it is known
-            repo.set_study_vllm_version(ctx.name, ctx.vllm_version)
+        if existing is not None:  # queued: what its worker knows now
+            repo.set_up_queued(
+                ctx.name,
+                vllm_version=ctx.vllm_version,
+                model_source=ctx.serve_model,
+                emulated=ctx.emulated,
+            )
         study = open_optuna_study(ctx, create=True, storage=storage)
         planning.enqueue_predicted(ctx, study)  # a predicted regime's recipe goes first
         study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})
