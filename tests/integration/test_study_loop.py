@@ -161,6 +161,26 @@ def test_a_resume_on_another_workload_is_refused_before_anything_runs(db_url: st
     assert repo.get_study("s1").status == "interrupted"
 
 
+def test_a_resume_whose_requests_changed_under_the_same_name_is_refused(db_url: str) -> None:
+    """A trace file edited between two runs keeps its workload's name and settings: the resume
+    ran and ranked the new trials against a baseline measured on the old requests. The
+    fingerprint stored with the study is now compared with the one the resume would send."""
+    repo = make_repo(db_url)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(make_context(db_url, trials=4), _InterruptingRunner(after=2), repo)
+    before = repo.list_trials("s1", limit=None)
+    longer = make_context(db_url, trials=4, workload=TINY_WORKLOAD.replace(output_tokens=80))
+    runner = FakeRunner()
+    with pytest.raises(UsageError, match="measured on other requests") as refused:
+        run_study(longer, runner, repo, resume=True)
+    assert "output tokens a window 62 then, 616 now" in refused.value.message  # jittered
+    assert "prompt tokens" not in refused.value.message  # only what changed is named
+    assert runner.calls == [] and repo.list_trials("s1", limit=None) == before
+    # The same requests resume as before.
+    run_study(make_context(db_url, trials=4), FakeRunner(), repo, resume=True)
+    assert repo.get_study("s1").status == "finished"
+
+
 def test_resume_of_unknown_study_is_a_usage_error(db_url: str) -> None:
     repo = make_repo(db_url)
     with pytest.raises(UsageError, match="no study"):

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
         with_overrides,
     )
     from tuner.spec.fields import Fail, find_line, read_toml, typed_value, workload_field
-    from tuner.spec.resume import resumed_spec, stored_spec
+    from tuner.spec.resume import FINGERPRINT, check_same_requests, resumed_spec, stored_spec
     from tuner.spec.study import (
         DEFAULT_SPEC_PATH,
         NO_SLO,
@@ -29,12 +29,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SPEC_PATH",
+    "FINGERPRINT",
     "NO_SLO",
     "SEED_MAX",
     "Fail",
     "StudySpec",
     "check_confidence",
     "check_flags",
+    "check_same_requests",
     "configs_in",
     "find_line",
     "knob_table",

@@ -12,7 +12,9 @@ compared field by field, and
   change: the interpreter's path or a slow disk is this run's, not the study's.
 
 So every trial of a study, its confirmation launches included, runs on one workload with one
-space and one objective, whatever a resume is given.
+space and one objective, whatever a resume is given. The workload's name and settings are not
+all of it: a trace file can be edited between two runs. The fingerprint of its requests, stored
+with the study, must match the one a resume would send (:func:`check_same_requests`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from tuner.domain import Workload
 from tuner.domain.workload import parse_slo
 from tuner.errors import UsageError
+from tuner.load import fingerprint
 from tuner.spec.study import StudySpec
+
+FINGERPRINT = "workload_fingerprint"  # the spec's key for the fingerprint of its requests
 
 # Fields a resume may set anew: how this run starts its servers, and where the spec came from.
 RUN_FIELDS = frozenset(
@@ -37,6 +43,8 @@ KEPT_FIELDS = frozenset({"name", "notes"})
 _OPTIONS: Mapping[str, str] = {
     "model": "--model",
     "gpu": "--gpu",
+    "gpu_price": "--gpu-price",
+    "plan": "[space] plan",
     "workload": "--workload",
     "trials": "--trials",
     "objective": "--objective",
@@ -133,6 +141,44 @@ def _contradiction(stored: StudySpec, key: str, old: Any, new: Any, why: str = "
     return UsageError(
         f"study {name!r} was created with {option} {_show(key, old)}; this resume asks for "
         f"{_show(key, new)}" + (f" ({why})" if why else ""),
-        hint=f"leave {option} out to resume the study as it was created, or start a new study "
-        "with another --study name",
+        hint=f"leave {option} out (of the command line and of the spec file) to resume the study "
+        "as it was created, or start a new study with another --study name",
     )
+
+
+# What a window asks of the server, as the fingerprint counts it: equal when the requests are.
+_SAME_REQUESTS = (
+    ("requests", "requests a window"),
+    ("sessions", "conversations"),
+    ("prompt_tokens_total", "prompt tokens a window"),
+    ("output_tokens_total", "output tokens a window"),
+    ("arrival", "arrivals"),
+    ("concurrency", "streams or cap in flight"),
+    ("duration_s", "seconds from first to last arrival"),
+)
+
+
+def check_same_requests(stored: Mapping[str, Any] | None, workload: Workload, name: str) -> None:
+    """UsageError when ``workload`` would send other requests than study ``name`` measured
+    (``stored``: the fingerprint stored with the study; None for a study from before tuner
+    stored one, which is not checked): a trace file edited between two runs keeps its name."""
+    if not stored:
+        return
+    now = fingerprint(workload).as_dict()
+    changed = [
+        f"{label} {_number(stored.get(key))} then, {_number(now.get(key))} now"
+        for key, label in _SAME_REQUESTS
+        if _number(stored.get(key)) != _number(now.get(key))
+    ]
+    if changed:
+        raise UsageError(
+            f"study {name!r} was measured on other requests than workload {workload.name!r} "
+            f"sends now (" + "; ".join(changed) + "): its trials would rank against another "
+            "workload's",
+            hint="restore the trace or workload file it was measured on, or start a new study "
+            "with another --study name",
+        )
+
+
+def _number(value: Any) -> Any:
+    return f"{value:.6g}" if isinstance(value, float) else value
