@@ -51,7 +51,7 @@ from tuner.load import fingerprint
 from tuner.runner import TrialRunner
 from tuner.scoring import objectives as scoring
 from tuner.space import SearchSpace
-from tuner.spec import SEED_MAX, resumed_spec, stored_spec
+from tuner.spec import FINGERPRINT, SEED_MAX, check_same_requests, resumed_spec, stored_spec
 from tuner.study import planning, sharing
 from tuner.study.attrs import metric_names, trial_attrs
 from tuner.study.confirm import run_confirmation
@@ -291,7 +291,7 @@ def _open(
                 # The workload's fingerprint rides with the spec (from_dict ignores it).
                 spec={
                     **ctx.spec.to_dict(),
-                    "workload_fingerprint": fingerprint(ctx.workload).as_dict(),
+                    FINGERPRINT: fingerprint(ctx.workload).as_dict(),
                 },
                 emulated=ctx.emulated,
                 vllm_version=ctx.vllm_version,
@@ -315,6 +315,7 @@ def _open(
             sharing.refuse_beside(runner, ctx.name)
         if existing.spec:  # the study continues as it was created (tuner.spec.resume)
             resumed_spec(stored_spec(existing.spec, existing.name), ctx.spec)
+            check_same_requests(existing.spec.get(FINGERPRINT), ctx.workload, ctx.name)
         if existing.vllm_version and existing.vllm_version != ctx.vllm_version:
             raise UsageError(
                 f"study {ctx.name!r} measured vLLM {existing.vllm_version}, and this run has "
