@@ -31,7 +31,18 @@ if TYPE_CHECKING:
 
 
 def tuner_home() -> Path:
-    return Path(os.environ.get("TUNER_HOME", Path.home() / ".cache" / "tuner"))
+    """tuner's own directory ($TUNER_HOME, else ~/.cache/tuner: models, flags, compile caches,
+    launch logs), created when missing; EnvironmentProblem when it cannot be a writable one."""
+    home = Path(os.environ.get("TUNER_HOME", Path.home() / ".cache" / "tuner"))
+    hint = "point TUNER_HOME at a writable directory (tuner creates it when missing)"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = "is a file" if home.exists() else f"cannot be created ({exc.strerror})"
+        raise EnvironmentProblem(f"tuner's home {home} {why}", hint=hint) from None
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise EnvironmentProblem(f"tuner's home {home} is not writable", hint=hint)
+    return home
 
 
 def default_vllm_python() -> str:
