@@ -181,6 +181,24 @@ def test_a_resume_whose_requests_changed_under_the_same_name_is_refused(db_url: 
     assert repo.get_study("s1").status == "finished"
 
 
+def test_optuna_tables_of_another_optuna_are_a_storage_error(tmp_path: Path) -> None:
+    """Optuna refuses tables set up at a schema it does not run with a RuntimeError, which
+    reached the user as a traceback after the study's banner."""
+    import sqlite3
+
+    from tuner.errors import StorageError
+
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    repo = make_repo(url)
+    run_study(make_context(url, trials=1, name="first"), FakeRunner(), repo)
+    with sqlite3.connect(tmp_path / "other.db") as db:
+        db.execute("update alembic_version set version_num = 'zzzfuture'")
+    with pytest.raises(StorageError, match="Optuna cannot use the database") as refused:
+        run_study(make_context(url, trials=1, name="second"), FakeRunner(), repo)
+    assert "optuna storage upgrade" in refused.value.hint
+    assert repo.get_study("second") is None  # refused before anything was stored
+
+
 def test_resume_of_unknown_study_is_a_usage_error(db_url: str) -> None:
     repo = make_repo(db_url)
     with pytest.raises(UsageError, match="no study"):
