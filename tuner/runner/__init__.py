@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from tuner.runner.interrupts import sigterm_as_interrupt
     from tuner.runner.leases import reap_orphans
     from tuner.runner.ports import free_port, port_is_open
-    from tuner.runner.procgroup import kill_group, still_running
+    from tuner.runner.procgroup import kill_group, run_in_group, still_running
     from tuner.runner.server import VllmServer
     from tuner.runner.vllm import (
         VLLM_MODULE,
@@ -39,6 +39,7 @@ __all__ = [
     "matching_gpus",
     "port_is_open",
     "reap_orphans",
+    "run_in_group",
     "sigterm_as_interrupt",
     "still_running",
 ]

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 from tuner.errors import EnvironmentProblem
+from tuner.runner.procgroup import run_in_group
 from tuner.vllm import (
     PROBE,
     PROBE_MARK,
@@ -60,9 +61,7 @@ print(json.dumps(out))
 
 
 def _run(python: str, code: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [python, "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False
-    )
+    return run_in_group([python, "-c", code], timeout_s)
 
 
 def detect_vllm(python: str) -> VllmInstall:

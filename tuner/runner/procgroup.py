@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -102,3 +103,27 @@ def kill_group(
         signal_group(pgid, signal.SIGKILL)
         _wait_empty(pgid, time.monotonic() + KILL_WAIT_S, reap)
     return True
+
+
+def run_in_group(
+    argv: list[str], timeout_s: float, **popen: object
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` to its end in a process group of its own, its output captured as text,
+    like :func:`subprocess.run`; past ``timeout_s`` (or on Ctrl-C) the whole group is ended,
+    so a probe that started processes of its own leaves none behind, and TimeoutExpired (or
+    the interrupt) is raised."""
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **popen,  # type: ignore[call-overload]
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        kill_group(proc.pid, 1.0, reap=proc.poll)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
