@@ -53,7 +53,7 @@ def _slo_pattern() -> str:
         for size in range(1, len(SLO_NAMES) + 1)
         for order in permutations(SLO_NAMES, size)
     ]
-    return "^ *(?:|none|" + "|".join(f"(?:{o})" for o in orders) + ") *$"
+    return "^ *(?:|[Nn][Oo][Nn][Ee]|" + "|".join(f"(?:{o})" for o in orders) + ") *$"
 
 
 SLO_PATTERN = _slo_pattern()

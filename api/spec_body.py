@@ -27,8 +27,10 @@ from tuner.db import STUDY_NAME_PATTERN
 from tuner.domain import Objective
 from tuner.errors import UsageError
 from tuner.load import WORKLOADS
+from tuner.runner.placement import MODES as PLACEMENTS
 from tuner.space import KNOBS
 from tuner.spec import SEED_MAX
+from tuner.vllm.caches import MODES as CACHE_MODES
 
 T = TypeVar("T")
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
@@ -79,6 +81,7 @@ class StudySection(TypedDict, total=False):
     seed: Seed
     notes: Text
     emulate: bool
+    early_stop: Annotated[bool, Field(description="stop a trial early when clearly worse")]
     gpu_price: Annotated[
         float,
         Field(
@@ -107,6 +110,8 @@ class WorkloadSection(TypedDict, total=False):
     seed: Seed
     concurrency_ladder: Annotated[Points[Count], AfterValidator(_distinct)]
     rate_ladder: Annotated[Points[Positive], AfterValidator(_distinct)]
+    turns: Count
+    think_time_s: Annotated[float, Field(ge=0, description="mean seconds between two turns")]
 
 
 # One value of each knob (tuner.space normalizes them); "default" leaves vLLM's.
@@ -184,10 +189,17 @@ class SpaceSection(TypedDict, total=False):
     ]
     choices: Choices
     fixed: Annotated[Knobs, Field(description="held in every trial, vLLM's defaults included")]
+    plan: Annotated[
+        Literal["auto", "off"],
+        Field(description="auto: diagnose the bottleneck and plan the levers first"),
+    ]
 
 
 @with_config(_STRICT)
 class ConfirmSection(TypedDict, total=False):
+    """Without a spec file's ``max_launches``: it must be at least ``launches``, a rule
+    between two numbers that a JSON Schema cannot state (the API's schema is exact)."""
+
     top: Count
     launches: Amount
     confidence: Annotated[float, Field(gt=0.5, lt=1)]
@@ -198,6 +210,8 @@ class RunnerSection(TypedDict, total=False):
     startup_timeout_s: Positive
     extra_args: list[Text]
     load_format: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+    compile_cache: Annotated[str, OneOf(CACHE_MODES)]
+    cpu_placement: Annotated[str, OneOf(PLACEMENTS)]
 
 
 def _conditions() -> list[dict[str, Any]]:

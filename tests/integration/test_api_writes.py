@@ -210,3 +210,48 @@ def test_extra_args_are_refused_unless_the_server_takes_them(repo: Repository) -
     )
     assert r.status_code == 201, r.text
     assert r.json()["spec"]["extra_args"] == ["--trust-remote-code"]
+
+
+def test_the_api_takes_every_spec_file_key_but_those_of_this_machine() -> None:
+    """docs/specs.md: the API takes a spec file's tables as JSON. It refused early_stop,
+    space.plan, runner.compile_cache and cpu_placement, and the multi-turn preset's turns and
+    think_time_s, none of which names a file or program here."""
+    from api import spec_body
+    from tuner.load.workloads import REPLAY_FIELDS
+    from tuner.spec.study import _SECTIONS
+
+    sections = {
+        "study": spec_body.StudySection,
+        "workload": spec_body.WorkloadSection,
+        "space": spec_body.SpaceSection,
+        "confirm": spec_body.ConfirmSection,
+        "runner": spec_body.RunnerSection,
+    }
+    missing = {k: set(keys) - set(sections[k].__annotations__) for k, keys in _SECTIONS.items()}
+    # A trace file's options (traces are read on the worker's machine), --search (a flag of the
+    # worker's vLLM, which the API cannot check), the worker's interpreter, and a budget that
+    # must not be below confirm.launches (a rule the exact schema cannot state).
+    assert missing == {
+        "study": set(), "workload": set(REPLAY_FIELDS), "space": {"search"},
+        "confirm": {"max_launches"}, "runner": {"vllm_python"},
+    }  # fmt: skip
+
+
+def test_run_settings_and_multi_turn_overrides_are_queued(repo: Repository) -> None:
+    body = {
+        "study": {**SPEC["study"], "workload": "multi-turn", "early_stop": True, "slo": "None"},
+        "workload": {"turns": 2, "think_time_s": 0.1},
+        "space": {**SPEC["space"], "plan": "off"},
+        "confirm": {"launches": 3},
+        "runner": {"compile_cache": "cold", "cpu_placement": "off"},
+    }
+    r = _client(repo, KEY).post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+    assert r.status_code == 201, r.text
+    spec = r.json()["spec"]
+    assert spec["early_stop"] is True and spec["plan"] == "off"
+    assert spec["workload_overrides"] == {"turns": 2, "think_time_s": 0.1}
+    assert spec["confirm_launches"] == 3 and spec["compile_cache"] == "cold"
+    assert spec["cpu_placement"] == "off"
+    bad = {**body, "runner": {"cpu_placement": "sideways"}}
+    refused = _client(repo, KEY).post("/v1/studies", json=bad, headers={"X-API-Key": KEY})
+    assert refused.status_code == 422 and "cpu_placement" in refused.text

@@ -281,7 +281,7 @@ def test_trials_must_be_positive(tmp_path: Path) -> None:
 def test_a_seed_the_sampler_cannot_take_is_refused(tmp_path: Path, seed: int) -> None:
     """numpy takes seeds 0 to 2^32 - 1; another crashed the study after its row was stored."""
     error = spec_error(tmp_path, f"[study]\nseed = {seed}\n")
-    assert error.line == 2 and "seed must be 0 to 4294967295" in error.message
+    assert error.line == 2 and "study.seed must be 0 to 4294967295" in error.message
     with pytest.raises(UsageError, match="--seed must be 0 to 4294967295"):
         StudySpec().with_overrides(seed=seed)
     assert StudySpec().with_overrides(seed=2**32 - 1).seed == 2**32 - 1

@@ -251,7 +251,7 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
     if "trials" in kwargs and kwargs["trials"] < 1:
         raise fail("trials must be at least 1", "trials")
     if "seed" in kwargs and not 0 <= kwargs["seed"] <= SEED_MAX:
-        raise fail(f"seed must be 0 to {SEED_MAX}", "seed", section="study")
+        raise fail(f"study.seed must be 0 to {SEED_MAX}", "seed", section="study")
     if "gpu_price" in study:
         price = typed_value(study["gpu_price"], float, "gpu_price", fail, "study")
         if problem := price_problem(price):
