@@ -91,6 +91,16 @@ def test_resolve_directory_without_config_is_a_usage_error(tmp_path: Path) -> No
         resolve_model(str(tmp_path))
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_model_name_is_refused_not_read_as_the_current_directory(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(MODELS["qwen2.5-0.5b"].config))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="model name is empty"):
+        resolve_model(name)
+
+
 def test_resolve_catalogued_hub_id_asks_for_real_weights() -> None:
     spec = resolve_model("Qwen/Qwen2.5-7B-Instruct")
     assert spec.source == "Qwen/Qwen2.5-7B-Instruct"

@@ -184,6 +184,11 @@ def resolve_model(name: str) -> ModelSpec:
     """
     if name in MODELS:
         return MODELS[name]
+    if not name.strip():  # Path("") is the current directory
+        raise UsageError(
+            "the model name is empty",
+            hint="name a model directory, a hub id (org/name) or an alias: " + ", ".join(MODELS),
+        )
     path = Path(name).expanduser()
     if path.is_dir():
         config_file = path / "config.json"
