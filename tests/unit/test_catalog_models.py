@@ -86,6 +86,22 @@ def test_resolve_local_directory_reads_its_config(tmp_path: Path) -> None:
     assert spec.num_layers == 24
 
 
+def test_a_multimodal_config_gives_the_facts_of_its_text_config(tmp_path: Path) -> None:
+    text = MODELS["qwen2.5-0.5b"].config
+    config = {"architectures": ["Qwen2VLForConditionalGeneration"], "text_config": text}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = resolve_model(str(tmp_path))
+    assert has_facts(spec) and spec.architecture == "Qwen2VLForConditionalGeneration"
+    assert (spec.num_layers, spec.vocab_size) == (24, 151936)
+    assert spec.parameter_count() == MODELS["qwen2.5-0.5b"].parameter_count()
+
+
+def test_a_null_fact_counts_as_absent(tmp_path: Path) -> None:
+    config = {**MODELS["qwen2.5-0.5b"].config, "num_key_value_heads": None, "head_dim": None}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert resolve_model(str(tmp_path)).num_kv_heads == 14  # as many as the attention heads
+
+
 def test_resolve_directory_without_config_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"no config\.json"):
         resolve_model(str(tmp_path))

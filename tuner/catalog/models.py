@@ -258,7 +258,7 @@ def check_one_model(name: str, keys: Iterable[str]) -> None:
 def has_facts(model: ModelSpec) -> bool:
     """Whether the model's config holds the architecture numbers the memory rules need."""
     keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
-    return all(key in model.config for key in keys)
+    return all(key in model.facts for key in keys)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
