@@ -102,6 +102,46 @@ def test_a_null_fact_counts_as_absent(tmp_path: Path) -> None:
     assert resolve_model(str(tmp_path)).num_kv_heads == 14  # as many as the attention heads
 
 
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"num_hidden_layers": "two"}, 'num_hidden_layers is "two", not a whole number >= 1'),
+        ({"hidden_size": float("nan")}, "hidden_size is NaN"),
+        ({"vocab_size": 0}, "vocab_size is 0, not a whole number >= 2"),
+        ({"num_hidden_layers": -2}, "num_hidden_layers is -2"),
+        ({"num_attention_heads": 0}, "num_attention_heads is 0"),
+        ({"head_dim": True}, "head_dim is true"),
+        ({"text_config": {"vocab_size": 1.5}}, "text_config.vocab_size is 1.5"),
+    ],
+)
+def test_wrong_architecture_numbers_are_refused_naming_file_and_key(
+    change: dict[str, object], words: str, tmp_path: Path
+) -> None:
+    config_file = tmp_path / "config.json"
+    config_file.write_text(json.dumps({**MODELS["qwen2.5-0.5b"].config, **change}))
+    with pytest.raises(UsageError) as info:
+        resolve_model(str(tmp_path))
+    assert str(config_file) in info.value.message and words in info.value.message
+
+
+def test_wrong_architecture_numbers_in_the_hf_cache_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    snapshot = tmp_path / "models--someorg--some-model" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    config = {**MODELS["llama-3.1-8b"].config, "num_hidden_layers": 0}
+    (snapshot / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UsageError, match="num_hidden_layers is 0"):
+        resolve_model("someorg/some-model")
+
+
+def test_whole_floats_and_nulls_are_fine_facts(tmp_path: Path) -> None:
+    config = {**MODELS["qwen2.5-0.5b"].config, "hidden_size": 896.0, "head_dim": None}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert resolve_model(str(tmp_path)).head_dim == 64
+
+
 def test_resolve_directory_without_config_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"no config\.json"):
         resolve_model(str(tmp_path))
