@@ -28,7 +28,7 @@ from tuner.domain import Objective
 from tuner.errors import UsageError
 from tuner.load import WORKLOADS
 from tuner.space import KNOBS
-from tuner.spec import SEED_MAX
+from tuner.spec import SEED_MAX, TRIALS_MAX
 
 T = TypeVar("T")
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
@@ -74,7 +74,7 @@ class StudySection(TypedDict, total=False):
     gpu: Required[Annotated[str, OneOf(list(GPUS)), Field(description="GPU profile")]]
     workload: Required[Annotated[str, OneOf(list(WORKLOADS)), Field(description="preset")]]
     objective: Annotated[str, OneOf([o.value for o in Objective])]
-    trials: Count
+    trials: Annotated[int, Field(ge=1, le=TRIALS_MAX)]
     slo: Annotated[str, Field(pattern=SLO_PATTERN, examples=[SLO_EXAMPLE])]
     seed: Seed
     notes: Text
