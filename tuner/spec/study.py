@@ -258,7 +258,7 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
     if "trials" in kwargs and kwargs["trials"] > TRIALS_MAX:
         raise fail(f"study.trials must be at most {TRIALS_MAX}", "trials", section="study")
     if "seed" in kwargs and not 0 <= kwargs["seed"] <= SEED_MAX:
-        raise fail(f"seed must be 0 to {SEED_MAX}", "seed", section="study")
+        raise fail(f"study.seed must be 0 to {SEED_MAX}", "seed", section="study")
     if "gpu_price" in study:
         price = typed_value(study["gpu_price"], float, "gpu_price", fail, "study")
         if problem := price_problem(price):
