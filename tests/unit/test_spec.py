@@ -251,6 +251,8 @@ def test_unknown_knob_in_enqueue(tmp_path: Path) -> None:
         ('[workload]\nlength_jitter = "low"\n', 2, "length_jitter must be a number"),
         ('[runner]\nstartup_timeout_s = "slow"\n', 2, "startup_timeout_s must be a number"),
         ("[runner]\nstartup_timeout_s = -1\n", 2, "must be positive"),
+        ("[runner]\nstartup_timeout_s = inf\n", 2, "must be positive and finite"),
+        ("[runner]\nstartup_timeout_s = nan\n", 2, "must be positive and finite"),
         ('[runner]\nextra_args = "--dtype float32"\n', 2, "extra_args must be a list"),
         ('[space]\nparams = "max_num_seqs"\n', 2, "params must be a list"),
         ("[space]\nchoices = 3\n", 2, "choices must be a table"),

@@ -5,6 +5,7 @@ file's tables and keys: docs/specs.md."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -378,8 +379,12 @@ def _runner_section(runner: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
         timeout = typed_value(
             runner["startup_timeout_s"], float, "startup_timeout_s", fail, "runner"
         )
-        if not timeout > 0:
-            raise fail("startup_timeout_s must be positive", "startup_timeout_s", section="runner")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise fail(
+                "startup_timeout_s must be positive and finite (seconds)",
+                "startup_timeout_s",
+                section="runner",
+            )
         kwargs["startup_timeout_s"] = float(timeout)
     if "extra_args" in runner:
         extra = runner["extra_args"]
