@@ -29,7 +29,7 @@ from tuner.errors import UsageError
 from tuner.load import WORKLOADS
 from tuner.runner.placement import MODES as PLACEMENTS
 from tuner.space import KNOBS
-from tuner.spec import SEED_MAX
+from tuner.spec import SEED_MAX, TRIALS_MAX
 from tuner.vllm.caches import MODES as CACHE_MODES
 
 T = TypeVar("T")
@@ -76,7 +76,7 @@ class StudySection(TypedDict, total=False):
     gpu: Required[Annotated[str, OneOf(list(GPUS)), Field(description="GPU profile")]]
     workload: Required[Annotated[str, OneOf(list(WORKLOADS)), Field(description="preset")]]
     objective: Annotated[str, OneOf([o.value for o in Objective])]
-    trials: Count
+    trials: Annotated[int, Field(ge=1, le=TRIALS_MAX)]
     slo: Annotated[str, Field(pattern=SLO_PATTERN, examples=[SLO_EXAMPLE])]
     seed: Seed
     notes: Text

@@ -25,7 +25,7 @@ from tuner.db.migrate import upgrade
 from tuner.db.models import VERSION_TABLE, Base
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
-from tuner.domain import ServingConfig, Workload
+from tuner.domain import ModelSpec, ServingConfig, Workload
 from tuner.domain.workload import parse_slo
 from tuner.load.workloads import WORKLOADS
 from tuner.runner.hardware import Hardware
@@ -109,9 +109,14 @@ def schema_drift(db_url: str) -> list[object]:
 
 
 def fake_server_runner(
-    tmp_path: Path, *, env: Mapping[str, str] | None = None, startup_timeout_s: float = 20.0
+    tmp_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    startup_timeout_s: float = 20.0,
+    model: ModelSpec | None = None,
 ) -> VllmTrialRunner:
-    """The real runner, launching ``python -m tuner.testing.fake_server`` instead of vLLM."""
+    """The real runner, launching ``python -m tuner.testing.fake_server`` instead of vLLM,
+    for ``model`` (default: tiny-ernie)."""
     model_dir = tmp_path / "model"
     model_dir.mkdir(exist_ok=True)
     settings = RunnerSettings(
@@ -124,7 +129,8 @@ def fake_server_runner(
         log_dir=tmp_path / "logs",
         lease_dir=tmp_path / "leases",
     )
-    return VllmTrialRunner(settings, resolve_model("tiny-ernie"), Hardware(name="test host"))
+    model = model or resolve_model("tiny-ernie")
+    return VllmTrialRunner(settings, model, Hardware(name="test host"))
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:

@@ -20,7 +20,7 @@ from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem, UsageError
 from tuner.load import check_workload, get_workload, recommended_slo
 from tuner.runner import load_flags
-from tuner.space import SearchSpace
+from tuner.space import NothingToSearch, SearchSpace
 from tuner.spec import NO_SLO, StudySpec, check_flags
 from tuner.vllm import FlagCatalog, argv, shipped, spelling_key
 
@@ -149,7 +149,8 @@ def build_space(
     new_study: bool = False,
 ) -> SearchSpace:
     """The spec's search space, its enqueued configurations checked against its rules; for a
-    ``new_study``, vLLM's defaults with its fixed values too (:func:`check_baseline`)."""
+    ``new_study``, vLLM's defaults with its fixed values too (:func:`check_baseline`), and
+    NothingToSearch when it would only measure them."""
     space = SearchSpace(
         model,
         gpu,
@@ -160,16 +161,28 @@ def build_space(
         search=spec.search,
         flags=flags,
     )
+    where = spec.source if spec.from_file else "on the command line"
     if new_study:
-        where = spec.source if spec.from_file else "on the command line"
         check_baseline(space, f"change the fixed values ([space] fixed) or the workload, {where}")
+    enqueued = set()
     for item in spec.enqueue:
-        problems = space.violations(space.config_from(item))
+        config = space.config_from(item)
+        problems = space.violations(config)
         if problems:
             raise UsageError(
                 f"enqueued configuration {item} is impossible: {'; '.join(problems)}",
                 hint=f"fix the [[enqueue]] entry in {spec.source}",
             )
+        enqueued.add(config)
+    idle = not space.searched and not plan_wanted(spec) and enqueued <= {space.baseline()}
+    if new_study and idle:
+        raise NothingToSearch(
+            "nothing to search: the space names no knob to search (no params, choices or "
+            "search) and no [[enqueue]] configuration beyond vLLM's defaults, so every trial "
+            "would measure the defaults again",
+            hint=f"name knobs in [space] params or search (or --search FLAG=V1,V2), {where}; "
+            "without params the study searches tuner's lever plan",
+        )
     return space
 
 

@@ -25,6 +25,7 @@ flag list, :mod:`tuner.vllm.flags`), with built-in candidates for the levers of
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -390,7 +391,7 @@ def normalize_knob(knob: str, value: Any, where: str) -> Any:
         value = float(value)
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if ok and kind in (int, float):
-        ok = not (value <= 0 or (knob == _UTIL and value > 1))
+        ok = not (value <= 0 or (knob == _UTIL and value > 1) or _non_finite(value))
     if ok and knob == _FA_VERSION:
         ok = value in (2, 3)
     if not ok:
@@ -399,6 +400,10 @@ def normalize_knob(knob: str, value: Any, where: str) -> Any:
             hint=f"{knob} takes {_describe(knob)} or 'default'",
         )
     return value
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _describe(knob: str) -> str:

@@ -13,6 +13,7 @@ from api.app import create_app
 from api.settings import ApiSettings
 from tests.studykit import make_repo
 from tuner.db.repository import Repository
+from tuner.spec import TRIALS_MAX
 
 KEY = "s3cret-key"
 SPEC: dict[str, Any] = {
@@ -87,6 +88,7 @@ def _with(section: str, **changes: Any) -> dict[str, Any]:
         (_with("study", objective="fastest"), "unknown objective"),
         (_with("study", slo="ttft=fast"), "bad SLO item"),
         (_with("study", trials=0), "trials must be at least 1"),
+        (_with("study", trials=TRIALS_MAX + 1), f"trials must be at most {TRIALS_MAX}"),
         (_with("study", model="/etc"), "local path"),
         (_with("study", workload="trace:/etc/passwd"), "trace workloads"),
         (_with("space", params=["warp_speed"]), "unknown serving knob"),

@@ -34,7 +34,7 @@ from tests.studykit import (
     uvicorn_in_thread,
 )
 from tuner.cli.app import app
-from tuner.domain import FailureClass, ServingConfig, TrialStatus
+from tuner.domain import FailureClass, ModelSpec, ServingConfig, TrialStatus
 from tuner.errors import UsageError
 from tuner.load.canary import FULL, QUICK, run_canary
 from tuner.load.prompts import PromptFactory
@@ -205,6 +205,14 @@ def test_the_real_runner_records_a_canary_finding_with_the_log(tmp_path: Path) -
     assert "'first-1-token'" in result.failure_detail and "died" in result.failure_detail
     assert "Starting vLLM server" in result.log_tail  # the server's own log comes with it
     assert processes_mentioning(str(tmp_path / "bad" / "model")) == []
+
+
+def test_the_real_runner_measures_a_model_whose_vocab_size_is_unknown(tmp_path: Path) -> None:
+    # An uncached hub id, or a model directory whose config.json lacks vocab_size: the prompts
+    # fall back to ids every vocabulary has instead of dying at the canary (KeyError).
+    unknown = ModelSpec("unknown-7b", "acme/unknown-7b", {}, source="acme/unknown-7b")
+    result = fake_server_runner(tmp_path, model=unknown).run(ServingConfig(), TINY_WORKLOAD)
+    assert result.status is TrialStatus.COMPLETE, result.failure_detail
 
 
 def test_a_study_never_recommends_a_configuration_that_broke_the_canary(tmp_path: Path) -> None:

@@ -86,9 +86,75 @@ def test_resolve_local_directory_reads_its_config(tmp_path: Path) -> None:
     assert spec.num_layers == 24
 
 
+def test_a_multimodal_config_gives_the_facts_of_its_text_config(tmp_path: Path) -> None:
+    text = MODELS["qwen2.5-0.5b"].config
+    config = {"architectures": ["Qwen2VLForConditionalGeneration"], "text_config": text}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = resolve_model(str(tmp_path))
+    assert has_facts(spec) and spec.architecture == "Qwen2VLForConditionalGeneration"
+    assert (spec.num_layers, spec.vocab_size) == (24, 151936)
+    assert spec.parameter_count() == MODELS["qwen2.5-0.5b"].parameter_count()
+
+
+def test_a_null_fact_counts_as_absent(tmp_path: Path) -> None:
+    config = {**MODELS["qwen2.5-0.5b"].config, "num_key_value_heads": None, "head_dim": None}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert resolve_model(str(tmp_path)).num_kv_heads == 14  # as many as the attention heads
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"num_hidden_layers": "two"}, 'num_hidden_layers is "two", not a whole number >= 1'),
+        ({"hidden_size": float("nan")}, "hidden_size is NaN"),
+        ({"vocab_size": 0}, "vocab_size is 0, not a whole number >= 2"),
+        ({"num_hidden_layers": -2}, "num_hidden_layers is -2"),
+        ({"num_attention_heads": 0}, "num_attention_heads is 0"),
+        ({"head_dim": True}, "head_dim is true"),
+        ({"text_config": {"vocab_size": 1.5}}, "text_config.vocab_size is 1.5"),
+    ],
+)
+def test_wrong_architecture_numbers_are_refused_naming_file_and_key(
+    change: dict[str, object], words: str, tmp_path: Path
+) -> None:
+    config_file = tmp_path / "config.json"
+    config_file.write_text(json.dumps({**MODELS["qwen2.5-0.5b"].config, **change}))
+    with pytest.raises(UsageError) as info:
+        resolve_model(str(tmp_path))
+    assert str(config_file) in info.value.message and words in info.value.message
+
+
+def test_wrong_architecture_numbers_in_the_hf_cache_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    snapshot = tmp_path / "models--someorg--some-model" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    config = {**MODELS["llama-3.1-8b"].config, "num_hidden_layers": 0}
+    (snapshot / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UsageError, match="num_hidden_layers is 0"):
+        resolve_model("someorg/some-model")
+
+
+def test_whole_floats_and_nulls_are_fine_facts(tmp_path: Path) -> None:
+    config = {**MODELS["qwen2.5-0.5b"].config, "hidden_size": 896.0, "head_dim": None}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert resolve_model(str(tmp_path)).head_dim == 64
+
+
 def test_resolve_directory_without_config_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"no config\.json"):
         resolve_model(str(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_model_name_is_refused_not_read_as_the_current_directory(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(MODELS["qwen2.5-0.5b"].config))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="model name is empty"):
+        resolve_model(name)
 
 
 def test_resolve_catalogued_hub_id_asks_for_real_weights() -> None:

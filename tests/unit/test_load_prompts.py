@@ -7,7 +7,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
-from tuner.load.prompts import PromptFactory
+from tuner.load.prompts import FALLBACK_VOCAB_SIZE, PromptFactory
 
 VOCAB = 1024
 
@@ -53,6 +53,12 @@ def test_real_model_prompts_are_token_ids_clear_of_special_ids() -> None:
     assert min(prompt) >= 100
     assert max(prompt) < 151_936 - 1024
     assert factory.make(300, 100)[:100] == prompt[:100]
+
+
+def test_an_unknown_vocabulary_gives_ids_every_vocabulary_has() -> None:
+    prompt = PromptFactory(None, synthetic=False, seed=0).make(5000, 100)
+    assert isinstance(prompt, list) and len(prompt) == 5000
+    assert min(prompt) >= 100 and max(prompt) < FALLBACK_VOCAB_SIZE == 1024
 
 
 def test_bad_arguments_are_rejected() -> None:

@@ -110,6 +110,9 @@ def test_params_and_choices_select_and_override() -> None:
         ({"choices": {"max_num_seqs": [True]}}, "not a valid value"),
         ({"choices": {"max_num_seqs": [0]}}, "not a valid value"),
         ({"choices": {"gpu_memory_utilization": [1.5]}}, "not a valid value"),
+        ({"choices": {"gpu_memory_utilization": [float("nan")]}}, "not a valid value"),
+        ({"choices": {"max_num_seqs": [float("inf")]}}, "not a valid value"),
+        ({"fixed": {"gpu_memory_utilization": float("nan")}}, "not a valid value"),
         ({"fixed": {"enforce_eager": "yes"}}, "not a valid value"),
         ({"fixed": {"flash_attn_version": 4}}, "not a valid value"),
         ({"params": ["flash_attn_version"]}, "never be FLASH_ATTN"),
@@ -213,6 +216,7 @@ def test_enqueued_flash_attn_version_is_kept() -> None:
         ({"enforce_eager": False}, "fixes it to True"),
         ({"bogus": 1}, "unknown knob"),
         ({"max_num_seqs": "lots"}, "not a valid value"),
+        ({"gpu_memory_utilization": float("nan")}, "not a valid value"),
     ],
 )
 def test_impossible_enqueued_entries_are_usage_errors(item: dict[str, Any], message: str) -> None:

@@ -15,7 +15,14 @@ from tuner.compose import build_space
 from tuner.domain import Objective
 from tuner.errors import SpecError, UsageError
 from tuner.load.workloads import get_workload
-from tuner.spec.study import _SECTIONS, DEFAULT_SPEC_PATH, StudySpec, check_flags, load_spec
+from tuner.spec.study import (
+    _SECTIONS,
+    DEFAULT_SPEC_PATH,
+    TRIALS_MAX,
+    StudySpec,
+    check_flags,
+    load_spec,
+)
 from tuner.vllm.flags import shipped
 
 REPO = Path(__file__).resolve().parents[2]
@@ -244,6 +251,8 @@ def test_unknown_knob_in_enqueue(tmp_path: Path) -> None:
         ('[workload]\nlength_jitter = "low"\n', 2, "length_jitter must be a number"),
         ('[runner]\nstartup_timeout_s = "slow"\n', 2, "startup_timeout_s must be a number"),
         ("[runner]\nstartup_timeout_s = -1\n", 2, "must be positive"),
+        ("[runner]\nstartup_timeout_s = inf\n", 2, "must be positive and finite"),
+        ("[runner]\nstartup_timeout_s = nan\n", 2, "must be positive and finite"),
         ('[runner]\nextra_args = "--dtype float32"\n', 2, "extra_args must be a list"),
         ('[space]\nparams = "max_num_seqs"\n', 2, "params must be a list"),
         ("[space]\nchoices = 3\n", 2, "choices must be a table"),
@@ -275,6 +284,16 @@ def test_trials_must_be_positive(tmp_path: Path) -> None:
     error = spec_error(tmp_path, '[study]\nmodel = "tiny-ernie"\ntrials = 0\n')
     assert error.line == 3
     assert "at least 1" in error.message
+
+
+@pytest.mark.parametrize("trials", [TRIALS_MAX + 1, 99999999999999999999])
+def test_a_trial_count_past_the_bound_is_refused(tmp_path: Path, trials: int) -> None:
+    """It crashed the study's insert with SQLAlchemy's OverflowError after the banner."""
+    error = spec_error(tmp_path, f"[study]\ntrials = {trials}\n")
+    assert error.line == 2 and f"trials must be at most {TRIALS_MAX}" in error.message
+    with pytest.raises(UsageError, match=f"--trials must be at most {TRIALS_MAX}"):
+        StudySpec().with_overrides(trials=trials)
+    assert StudySpec().with_overrides(trials=TRIALS_MAX).trials == TRIALS_MAX
 
 
 @pytest.mark.parametrize("seed", [-1, 2**32])

@@ -138,3 +138,25 @@ def test_the_itl_slo_judges_the_pooled_chunk_gap() -> None:
     bound = Slo(itl_p99_ms=50.0)
     assert slo_margins(metrics(25.0), bound)[1] < 0  # one token per chunk: met
     assert slo_margins(metrics(130.0), bound)[1] > 0  # --stream-interval 8: violated
+
+
+def test_a_study_with_nothing_to_search_is_refused(tmp_path: Path) -> None:
+    """`params = []` and nothing else measured vLLM's defaults once per trial."""
+    from tuner.catalog import get_gpu, resolve_model
+    from tuner.compose import build_space, resolve_workload
+
+    def built(text: str, *, new_study: bool = True) -> object:
+        spec = load_spec(spec_file(tmp_path, "[study]\ntrials = 3\n" + textwrap.dedent(text)))
+        model, gpu, workload = resolve_model(spec.model), get_gpu(spec.gpu), resolve_workload(spec)
+        return build_space(spec, model, gpu, workload, new_study=new_study)
+
+    for text in (
+        "[space]\nparams = []\n",
+        "[space]\nparams = []\n[[enqueue]]\nmax_num_seqs = 'default'\n",
+    ):
+        with pytest.raises(UsageError, match="nothing to search") as info:
+            built(text)
+        assert "study.toml" in info.value.hint
+    built("[space]\nparams = []\n", new_study=False)  # a resume or an A/B command: its own arms
+    built("[space]\nparams = []\n[[enqueue]]\nmax_num_seqs = 8\n")  # the enqueued one is tried
+    built("[space]\nfixed = { enforce_eager = true }\n")  # no params: tuner's lever plan

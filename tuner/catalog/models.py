@@ -184,6 +184,11 @@ def resolve_model(name: str) -> ModelSpec:
     """
     if name in MODELS:
         return MODELS[name]
+    if not name.strip():  # Path("") is the current directory
+        raise UsageError(
+            "the model name is empty",
+            hint="name a model directory, a hub id (org/name) or an alias: " + ", ".join(MODELS),
+        )
     path = Path(name).expanduser()
     if path.is_dir():
         config_file = path / "config.json"
@@ -194,6 +199,7 @@ def resolve_model(name: str) -> ModelSpec:
                 + ", ".join(MODELS),
             )
         config = _read_config(config_file)
+        _check_facts(config_file, config)
         source = str(path.resolve())
         return ModelSpec(
             alias=path.resolve().name,
@@ -253,7 +259,20 @@ def check_one_model(name: str, keys: Iterable[str]) -> None:
 def has_facts(model: ModelSpec) -> bool:
     """Whether the model's config holds the architecture numbers the memory rules need."""
     keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
-    return all(key in model.config for key in keys)
+    return all(key in model.facts for key in keys)
+
+
+# The architecture numbers ModelSpec reads, each with the least value it can take.
+_FACT_MINIMA = {
+    "hidden_size": 1,
+    "intermediate_size": 1,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 1,
+    "num_key_value_heads": 1,
+    "head_dim": 1,
+    "max_position_embeddings": 1,
+    "vocab_size": 2,
+}
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -264,6 +283,22 @@ def _read_config(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"{path} is not a JSON object", hint="is it a valid config.json?")
     return data
+
+
+def _check_facts(path: Path, config: Mapping[str, Any]) -> None:
+    """UsageError naming the file and key when an architecture number tuner reads (at the top
+    level or in a multimodal model's text_config) is not a whole number in range."""
+    nested = config.get("text_config")
+    tables = [("", config), *([("text_config.", nested)] if isinstance(nested, dict) else [])]
+    for prefix, table in tables:
+        for key, least in _FACT_MINIMA.items():
+            value = table.get(key)
+            whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+            if value is not None and (isinstance(value, bool) or not whole or value < least):
+                raise UsageError(
+                    f"{path}: {prefix}{key} is {json.dumps(value)}, not a whole number >= {least}",
+                    hint="fix the model's config.json: tuner reads its architecture from it",
+                )
 
 
 def _dtype_of(config: Mapping[str, Any]) -> str:
@@ -282,7 +317,8 @@ def _hf_cache_dir() -> Path:
 
 
 def _hf_cached_config(hub_id: str) -> dict[str, Any] | None:
-    """The config.json of ``hub_id`` in the local HF cache (the ``main`` snapshot if known)."""
+    """The config.json of ``hub_id`` in the local HF cache (the ``main`` snapshot if known);
+    UsageError when it is read but its architecture numbers are wrong."""
     repo = _hf_cache_dir() / ("models--" + hub_id.replace("/", "--"))
     snapshots = repo / "snapshots"
     if not snapshots.is_dir():
@@ -297,7 +333,9 @@ def _hf_cached_config(hub_id: str) -> dict[str, Any] | None:
     for candidate in candidates:
         if candidate.is_file():
             try:
-                return _read_config(candidate)
+                config = _read_config(candidate)
             except UsageError:
                 return None
+            _check_facts(candidate, config)
+            return config
     return None

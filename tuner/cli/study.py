@@ -182,10 +182,12 @@ def run(
         f"vLLM {ctx.vllm_version}, workload {ctx.workload.name}, objective "
         f"{spec.objective.value}, {spec.trials} trials"
     )
-    from tuner.load import fingerprint
+    from tuner.load import UNKNOWN_VOCAB_NOTE, fingerprint
 
     for line in fingerprint(ctx.workload).lines():
         out.print(escape(line))
+    if "vocab_size" not in ctx.model.facts:
+        out.print(f"  note: {escape(UNKNOWN_VOCAB_NOTE)}")
     with _reporting(ctx.name) as reporter:
         ranked = run_study(ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter)
     print_best(prepared.repo, ctx.name)

@@ -14,6 +14,7 @@ from tuner.errors import LoadFailure, UsageError
 from tuner.load import (
     FULL,
     QUICK,
+    UNKNOWN_VOCAB_NOTE,
     CanaryReport,
     LoadGenerator,
     PromptFactory,
@@ -38,7 +39,9 @@ def make_ready(
     and LoadFailure when the warm-up's requests fail: the caller stops the server.
     """
     spec = resolve_model(model)
-    prompts = PromptFactory(spec.vocab_size, synthetic=synthetic_tokenizer)
+    if "vocab_size" not in spec.facts:
+        say(UNKNOWN_VOCAB_NOTE)
+    prompts = PromptFactory(spec.facts.get("vocab_size"), synthetic=synthetic_tokenizer)
     say(f"canary: {len(QUICK)} request shapes first")
     first = run_canary(base_url, served_model_name, shapes=QUICK, prompts=prompts, alive=alive)
     first.raise_if_failed()

@@ -149,30 +149,38 @@ class ModelSpec:
     weights_available: bool = True
 
     @property
+    def facts(self) -> Mapping[str, Any]:
+        """The architecture numbers of ``config``: its top level over a multimodal model's
+        ``text_config`` (its language model's), a key set to null counted as absent."""
+        nested = self.config.get("text_config")
+        merged = {**(nested if isinstance(nested, Mapping) else {}), **self.config}
+        return {key: value for key, value in merged.items() if value is not None}
+
+    @property
     def architecture(self) -> str:
         archs = self.config.get("architectures") or ["?"]
         return str(archs[0])
 
     @property
     def max_position_embeddings(self) -> int:
-        return int(self.config.get("max_position_embeddings", 2048))
+        return int(self.facts.get("max_position_embeddings", 2048))
 
     @property
     def vocab_size(self) -> int:
-        return int(self.config["vocab_size"])
+        return int(self.facts["vocab_size"])
 
     @property
     def num_layers(self) -> int:
-        return int(self.config["num_hidden_layers"])
+        return int(self.facts["num_hidden_layers"])
 
     @property
     def num_kv_heads(self) -> int:
-        c = self.config
+        c = self.facts
         return int(c.get("num_key_value_heads", c["num_attention_heads"]))
 
     @property
     def head_dim(self) -> int:
-        c = self.config
+        c = self.facts
         return int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
 
     def kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
@@ -181,7 +189,7 @@ class ModelSpec:
 
     def parameter_count(self) -> int:
         """Approximate parameter count of a dense decoder from its config."""
-        c = self.config
+        c = self.facts
         h = int(c["hidden_size"])
         inter = int(c.get("intermediate_size", 4 * h))
         n_heads = int(c["num_attention_heads"])
@@ -199,7 +207,7 @@ class ModelSpec:
         per_param = 4 if self.dtype in ("float32", "float") else 2
         if quantization != "fp8":
             return self.parameter_count() * per_param
-        c = self.config
+        c = self.facts
         emb = self.vocab_size * int(c["hidden_size"])
         kept = emb * (1 if c.get("tie_word_embeddings", False) else 2)
         return kept * per_param + (self.parameter_count() - kept)

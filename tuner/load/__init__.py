@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         api_root,
         first_point_windows,
     )
-    from tuner.load.prompts import PromptFactory
+    from tuner.load.prompts import UNKNOWN_VOCAB_NOTE, PromptFactory
     from tuner.load.selfcheck import NeighbourReading
     from tuner.load.stats import HIGHER_IS_BETTER, estimate, summarize, window_metrics
     from tuner.load.traces import read_trace, tokenizer_file
@@ -60,6 +60,7 @@ __all__ = [
     "QUICK",
     "SHAPES",
     "TRACE_PREFIX",
+    "UNKNOWN_VOCAB_NOTE",
     "WORKLOADS",
     "CanaryReport",
     "FirstPointCheck",

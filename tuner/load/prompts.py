@@ -16,15 +16,25 @@ import numpy as np
 # unk, byte fallbacks) and, in Llama 3 / Qwen style, reserved tokens at the very top.
 _REAL_LOW_RESERVED = 100
 _REAL_HIGH_RESERVED = 1024
+# The vocabulary prompts draw from when the model's vocab_size is unknown (its config.json
+# does not say): ids every tokenizer has, clear of the special ones.
+FALLBACK_VOCAB_SIZE = 1024
+UNKNOWN_VOCAB_NOTE = (
+    f"prompts are token ids {_REAL_LOW_RESERVED} to {FALLBACK_VOCAB_SIZE - 1}, which every "
+    "vocabulary has: the model's config.json gives no vocab_size"
+)
 
 
 class PromptFactory:
     """Makes prompts for one load run; every prompt shares the same prefix tokens.
 
-    ``make`` is deterministic in ``seed`` and the sequence of calls.
+    ``make`` is deterministic in ``seed`` and the sequence of calls. ``vocab_size`` None: the
+    model's is unknown, and ids stay below :data:`FALLBACK_VOCAB_SIZE`.
     """
 
-    def __init__(self, vocab_size: int, synthetic: bool, seed: int = 0) -> None:
+    def __init__(self, vocab_size: int | None, synthetic: bool, seed: int = 0) -> None:
+        if vocab_size is None:
+            vocab_size = FALLBACK_VOCAB_SIZE
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
         self.synthetic = synthetic

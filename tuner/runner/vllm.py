@@ -300,7 +300,9 @@ class VllmTrialRunner:
 
     def _prompts(self, workload: Workload) -> PromptFactory:
         return PromptFactory(
-            self.model.vocab_size, synthetic=self.settings.synthetic_tokenizer, seed=workload.seed
+            self.model.facts.get("vocab_size"),
+            synthetic=self.settings.synthetic_tokenizer,
+            seed=workload.seed,
         )
 
     def _measure(

@@ -5,6 +5,7 @@ file's tables and keys: docs/specs.md."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
 _SERVING_KEYS = frozenset(typed_knobs())
 NO_SLO = "none"  # `slo = "none"`: no SLO, not even the workload's recommended one
 SEED_MAX = 2**32 - 1  # the samplers' random seed (numpy's limit)
+# Trials of one study, for a spec file, --trials and the API alike: each is a vLLM launch of
+# minutes, so this is months of one GPU, and far inside what the database's columns hold.
+TRIALS_MAX = 10_000
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -122,6 +126,8 @@ class StudySpec:
         given = {k: v for k, v in changes.items() if v is not None}
         if not 0 <= given.get("seed", 0) <= SEED_MAX:
             raise UsageError(f"--seed must be 0 to {SEED_MAX}", hint="e.g. --seed 7")
+        if given.get("trials", 1) > TRIALS_MAX:
+            raise UsageError(f"--trials must be at most {TRIALS_MAX}", hint="e.g. --trials 16")
         if "search" in given:  # --search adds to the file's, flag by flag
             given["search"] = {**self.search, **given["search"]}
         if "objective" in given:
@@ -250,6 +256,8 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
         )
     if "trials" in kwargs and kwargs["trials"] < 1:
         raise fail("trials must be at least 1", "trials")
+    if "trials" in kwargs and kwargs["trials"] > TRIALS_MAX:
+        raise fail(f"study.trials must be at most {TRIALS_MAX}", "trials", section="study")
     if "seed" in kwargs and not 0 <= kwargs["seed"] <= SEED_MAX:
         raise fail(f"study.seed must be 0 to {SEED_MAX}", "seed", section="study")
     if "gpu_price" in study:
@@ -371,8 +379,12 @@ def _runner_section(runner: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
         timeout = typed_value(
             runner["startup_timeout_s"], float, "startup_timeout_s", fail, "runner"
         )
-        if not timeout > 0:
-            raise fail("startup_timeout_s must be positive", "startup_timeout_s", section="runner")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise fail(
+                "startup_timeout_s must be positive and finite (seconds)",
+                "startup_timeout_s",
+                section="runner",
+            )
         kwargs["startup_timeout_s"] = float(timeout)
     if "extra_args" in runner:
         extra = runner["extra_args"]

@@ -6,6 +6,7 @@ flag (``compilation_config.cudagraph_mode``); values are scalars, a JSON object 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -42,6 +43,8 @@ def typed_value(flag: Flag, raw: Any, sub: str | None = None) -> bool | int | fl
             raise ValueError(f"{flag.option} takes no keys: it is not a JSON-valued flag")
         if not sub.isidentifier():
             raise ValueError(f"{sub!r} is not a key of {flag.option}")
+        if isinstance(raw, float) and not math.isfinite(raw):
+            raise ValueError(f"{flag.option}'s key {sub} takes a finite number, got {raw!r}")
         if isinstance(raw, bool | int | float | str):
             return raw
         raise ValueError(f"{flag.option}'s key {sub} takes a number, a name or true/false")
@@ -82,9 +85,12 @@ def _converted(flag: Flag, raw: Any) -> bool | int | float | str:
         if not isinstance(raw, int | float | str):
             raise bad
         try:
-            return float(raw)
+            number = float(raw)
         except ValueError:
             raise bad from None
+        if not math.isfinite(number):
+            raise ValueError(f"{flag.option} takes a finite number, got {raw!r}")
+        return number
     if kind == "json":
         return _json_text(flag, raw)
     if not isinstance(raw, str | int | float):
