@@ -13,7 +13,8 @@ from tuner.db import Repository, StudyRow
 from tuner.domain import Estimate, Objective, ServingConfig
 from tuner.results import costs, energy
 from tuner.scoring import WindowFlags, window_flags
-from tuner.study import Confirmed, choose, rank, study_pick
+from tuner.study import Confirmed, choose, study_pick
+from tuner.study.standings import baseline, standings, study_slo
 from tuner.vllm import argv
 
 # The metrics of an A/B comparison but P50 TTFT; memory has a line of its own.
@@ -181,15 +182,16 @@ def recommendation(
     row = repo.get_study(study)
     if row is None:
         return None
-    ranked = rank(repo, study, Objective(row.objective))
+    rows = repo.list_trials(study, limit=None)
+    ranked = standings(rows, Objective(row.objective), study_slo(row))
     if not ranked:
         return None
     confirmed = choose(repo.list_comparisons(study), Objective(row.objective))
     top = study_pick(ranked, confirmed)
     assert top is not None
     trial = top.row
-    baseline = next((r for r in ranked if r.is_baseline), None)
-    base_trial = baseline.row if baseline else None
+    # The defaults' numbers shown are those of the trial every score is a ratio to.
+    base_trial = baseline(rows)
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None
@@ -205,7 +207,9 @@ def recommendation(
         metrics=trial.metrics,
         baseline_metrics=base_metrics,
         memory_gib=top.values[1],
-        baseline_memory_gib=baseline.values[1] if baseline else None,
+        baseline_memory_gib=base_trial.objective_values[1]
+        if base_trial and base_trial.objective_values
+        else None,
         provenance={
             "gpu": trial.gpu_name,
             "vllm": version,
