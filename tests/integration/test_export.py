@@ -18,7 +18,7 @@ from tuner.results.comparisons import (
     comparison_table,
     comparisons_markdown,
 )
-from tuner.results.export import from_jsonl, study_records
+from tuner.results.export import from_jsonl, markdown_table, study_records
 from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
@@ -129,3 +129,37 @@ def test_nothing_to_export_is_said_on_stderr_and_the_output_stays_empty(tmp_path
     sized = CliRunner().invoke(app, ["size", "--model", "m", "--rate", "5", "--gpu", "h900"])
     assert isinstance(sized.exception, UsageError)
     assert "unknown GPU profile 'h900'" in str(sized.exception)
+
+
+def _columns(line: str) -> int:
+    """The cells of a Markdown table row: its unescaped pipes, less one."""
+    return line.replace("\\|", "").count("|") - 1
+
+
+def test_a_pipe_or_a_line_break_in_a_value_stays_inside_its_markdown_cell() -> None:
+    odd = "p|q\nr"
+    trial = {
+        "number": 1,
+        "phase": "search",
+        "is_baseline": False,
+        "status": "complete",
+        "failure_class": None,
+        "effective_backend": "FLASH_ATTN",
+        "config": {"code_revision": odd},
+        "metrics": {},
+        "objective_values": [100.0, 1.0, 500.0],
+        "score": 1.0,
+    }
+    side = {"median": 1.0, "values": [1.0]}
+    metric = {"metric": "output_throughput", "label": "tok/s", "a": side, "b": side, "verdict": odd}
+    comparison = {"a_label": "defaults", "b_label": f"code_revision={odd}", "metrics": [metric]}
+    claim = {"id": "c", "metric": "m", "claimed_text": odd, "verdict": "v", "reason": odd}
+    claims = {"a_label": "defaults", "b_label": odd, "workload": "w", "claim": claim}
+    for table in (
+        markdown_table([trial]),
+        comparison_table(comparison),
+        claims_table([claims]),
+    ):
+        head, _, *rows = table.splitlines()
+        assert len(rows) == 1 and _columns(rows[0]) == _columns(head), table
+        assert "p\\|q r" in table

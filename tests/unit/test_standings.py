@@ -100,3 +100,12 @@ def test_the_recommendations_defaults_are_the_baseline_its_score_is_against() ->
     assert rec.baseline_metrics["output_throughput"].median == 100.0
     assert rec.baseline_memory_gib == 9.0
     assert "defaults 100.0" in rec.render()
+
+
+def test_the_recommendations_flags_line_is_shell_quoted_as_its_serve_line() -> None:
+    odd = ServingConfig(extra={"code_revision": "p|q\nr"})
+    rows = [_trial(0, 100.0), _trial(1, 150.0, config=odd)]
+    rec = recommendation(_Repo(_study(), rows), "s")  # type: ignore[arg-type]
+    assert rec is not None
+    assert "  flags: --code-revision 'p|q\nr'\n" in rec.render()
+    assert "vllm serve m --code-revision 'p|q\nr'" in rec.serve_command

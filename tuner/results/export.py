@@ -78,6 +78,12 @@ def from_jsonl(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def md_cell(text: object) -> str:
+    """``text`` as one cell of a Markdown table: a ``|`` escaped, a line break a space (either
+    would end the cell or the row). Every Markdown table of an export writes its text so."""
+    return " ".join(str(text or "").replace("|", "\\|").splitlines())
+
+
 def _range(metric: Mapping[str, Any] | None, digits: int = 0) -> str:
     if not metric or metric.get("median") is None:
         return ""
@@ -105,8 +111,8 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
         score = f"{r['score']:.3f}" if r["score"] is not None else ""
         baseline = " (baseline)" if r["is_baseline"] else ""
         lines.append(
-            f"| {r['number']}{baseline} | {r['phase']} | {status} | "
-            f"{r['effective_backend'] or ''} | {config} | "
+            f"| {r['number']}{baseline} | {md_cell(r['phase'])} | {md_cell(status)} | "
+            f"{md_cell(r['effective_backend'])} | {md_cell(config)} | "
             f"{_range(m.get('output_throughput'))} | {_range(m.get('ttft_p99_ms'))} | "
             f"{_range(m.get('itl_p99_ms'), 1)} | {_range(m.get('e2e_p99_ms'))} | {memory} | "
             f"{_range(m.get(energy.PER_TOKEN), 3)} | {score} |"

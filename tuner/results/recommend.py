@@ -3,6 +3,7 @@ for the vLLM version it was measured with, its numbers against the baseline, and
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,7 @@ class Recommendation:
             + (" (vLLM's defaults)" if self.is_baseline else "")
             + ("" if self.feasible else "  [no trial met the SLO; closest shown]")
         ]
-        lines.append(f"  flags: {' '.join(self.flags) or '(none: the defaults are best)'}")
+        lines.append(f"  flags: {shlex.join(self.flags) or '(none: the defaults are best)'}")
         if self.env:
             lines.append(f"  env:   {' '.join(f'{k}={v}' for k, v in self.env.items())}")
         lines.append(f"  serve: {self.serve_command}")
