@@ -95,7 +95,7 @@ def comparison_table(record: Mapping[str, Any]) -> str:
     )
     lines = []
     for m in record["metrics"]:
-        d = 1 if m["metric"] in ("memory_gib", "itl_p99_ms", "request_throughput") else 0
+        d = {"memory_gib": 2, "itl_p99_ms": 1, "request_throughput": 1}.get(m["metric"], 0)
         lines.append(
             f"| {md_cell(m['label'])} | {_num(m['a'].get('median'), d)} "
             f"({_values(m['a'], d)}) | {_num(m['b'].get('median'), d)} ({_values(m['b'], d)}) | "
