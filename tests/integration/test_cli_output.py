@@ -142,3 +142,11 @@ def test_an_empty_store_lists_no_studies_as_json(tmp_path: Path) -> None:
     run = CliRunner().invoke(app, ["studies", "--storage", url])
     assert run.exit_code == 0 and run.stdout == ""
     assert "no studies in this database: `tuner run`" in run.stderr
+
+
+def test_the_models_table_shows_a_small_count_and_a_model_without_weights() -> None:
+    """tiny-ernie read "0.00 B" parameters, and only --json said it has random weights."""
+    rows = {line.split()[1]: line for line in _invoke("models").splitlines() if "│" in line}
+    assert "│ 0.43 M " in rows["tiny-ernie"] and "│ 0.36 B " in rows["ernie-0.3b"]
+    assert "none published" in rows["tiny-ernie"] and "random weights" in rows["tiny-ernie"]
+    assert "│ published" in rows["qwen2.5-7b"]

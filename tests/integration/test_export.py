@@ -18,7 +18,7 @@ from tuner.results.comparisons import (
     comparison_table,
     comparisons_markdown,
 )
-from tuner.results.export import from_jsonl, study_records
+from tuner.results.export import from_jsonl, markdown_table, study_records, trials_markdown
 from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
@@ -108,7 +108,8 @@ def test_an_existing_file_is_replaced_only_with_force_and_whole(db: str, tmp_pat
     assert out.read_text() == "notes of my own\n"
     forced = tuner("s1", "--format", "md", "--out", str(out), "--force")
     assert forced.returncode == 0, forced.stderr
-    assert out.read_text().startswith("|") and "8 trials written" in forced.stdout
+    assert out.read_text().startswith("Study s1: ") and "8 trials written" in forced.stdout
+    assert "\n| 100005 | confirm |" in out.read_text()
     assert sorted(p.name for p in out.parent.iterdir()) == ["s1.md"]  # no temporary file left
 
 
@@ -129,3 +130,64 @@ def test_nothing_to_export_is_said_on_stderr_and_the_output_stays_empty(tmp_path
     sized = CliRunner().invoke(app, ["size", "--model", "m", "--rate", "5", "--gpu", "h900"])
     assert isinstance(sized.exception, UsageError)
     assert "unknown GPU profile 'h900'" in str(sized.exception)
+
+
+def _columns(line: str) -> int:
+    """The cells of a Markdown table row: its unescaped pipes, less one."""
+    return line.replace("\\|", "").count("|") - 1
+
+
+def test_a_pipe_or_a_line_break_in_a_value_stays_inside_its_markdown_cell() -> None:
+    odd = "p|q\nr"
+    trial = {
+        "number": 1,
+        "phase": "search",
+        "is_baseline": False,
+        "status": "complete",
+        "failure_class": None,
+        "effective_backend": "FLASH_ATTN",
+        "config": {"code_revision": odd},
+        "metrics": {},
+        "objective_values": [100.0, 1.0, 500.0],
+        "score": 1.0,
+    }
+    side = {"median": 1.0, "values": [1.0]}
+    metric = {"metric": "output_throughput", "label": "tok/s", "a": side, "b": side, "verdict": odd}
+    comparison = {"a_label": "defaults", "b_label": f"code_revision={odd}", "metrics": [metric]}
+    claim = {"id": "c", "metric": "m", "claimed_text": odd, "verdict": "v", "reason": odd}
+    claims = {"a_label": "defaults", "b_label": odd, "workload": "w", "claim": claim}
+    for table in (
+        markdown_table([trial]),
+        comparison_table(comparison),
+        claims_table([claims]),
+    ):
+        head, _, *rows = table.splitlines()
+        assert len(rows) == 1 and _columns(rows[0]) == _columns(head), table
+        assert "p\\|q r" in table
+
+
+def test_the_markdown_export_names_its_provenance_and_keeps_small_memory(db: str) -> None:
+    """As the JSON Lines do, the Markdown says what the trials were measured with; 0.04 GiB is
+    0.04 there (it was 0.0), as `tuner trials` shows it."""
+    md = trials_markdown(study_records(make_repo(db), "s1"))
+    assert md.startswith(
+        "Study s1: model fake, GPU fake GPU, vLLM 0.0.0+fake, workload smoke, "
+        "3 measurement windows a trial\n\n| # | phase |"
+    )
+    trial = {
+        "number": 0,
+        "phase": "search",
+        "is_baseline": True,
+        "status": "complete",
+        "failure_class": None,
+        "effective_backend": None,
+        "config": {},
+        "metrics": {},
+        "objective_values": [100.0, 0.04, 500.0],
+        "score": 1.0,
+    }
+    assert "| defaults |  |  |  |  | 0.04 |  | 1.000 |" in markdown_table([trial])
+    side = {"median": 0.04, "values": [0.04, 0.041]}
+    memory = {"metric": "memory_gib", "label": "memory GiB", "a": side, "b": side, "verdict": ""}
+    table = comparison_table({"a_label": "A", "b_label": "B", "metrics": [memory]})
+    assert "| memory GiB | 0.04 (0.04, 0.04) | 0.04 (0.04, 0.04) |" in table

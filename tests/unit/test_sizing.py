@@ -95,6 +95,13 @@ def test_the_count_takes_the_low_end_of_the_capacity_range() -> None:
     assert "not a confidence interval" in text and "catalog default" in text
 
 
+def test_the_flags_line_is_shell_quoted() -> None:
+    study = _study(gpu="h200", slo={"e2e_p99_ms": 2000.0})
+    trial = _trial(3, 800.0, windows=CURVE)
+    sized = fleet_size(study, trial, ("--code-revision", "p|q\nr"), Rate(30.0, REQ))
+    assert "  flags: --code-revision 'p|q\nr'\n" in sized.render()
+
+
 def test_a_rate_in_tokens_counts_the_output_tokens() -> None:
     sized = _sized(Rate(2000.0, TOK))
     assert sized.capacity.low == 750.0  # 7.5 req/s x 100 tokens

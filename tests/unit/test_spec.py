@@ -172,6 +172,20 @@ def test_the_spec_reference_in_the_docs_is_a_valid_spec(tmp_path: Path) -> None:
     assert allowed <= written, f"keys the docs leave out: {sorted(allowed - written)}"
 
 
+def test_the_commands_the_spec_reference_names_run() -> None:
+    """It named `tuner studies gpus`, which fails ("unexpected extra argument"): `tuner gpus`."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    text = (REPO / "docs" / "specs.md").read_text(encoding="utf-8")
+    commands = re.findall(r"`tuner ([^`]*)`", text)
+    assert commands
+    for command in commands:
+        done = CliRunner().invoke(app, command.split())
+        assert done.exit_code == 0, f"tuner {command}: {done.output}"
+
+
 # --- errors name the line ---------------------------------------------------------------------
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from tests.unit.test_report_study import _study, _trial
 from tuner.db.rows import TrialPhase
 from tuner.domain import FailureClass, Objective, ServingConfig, Slo
+from tuner.results.recommend import recommendation
 from tuner.scoring.significance import BETTER, NO_DIFFERENCE
 from tuner.study.confirm import DEFAULTS_LABEL, Confirmed
 from tuner.study.standings import baseline, best_across, standings
@@ -67,3 +71,41 @@ def test_a_tie_across_studies_goes_to_a_confirmed_pick_before_a_newer_study() ->
         ("confirmed", 0, 1.0),
         ("newer", 0, 1.0),
     ]
+
+
+class _Repo:
+    """The reads :func:`tuner.results.recommend.recommendation` makes, from rows in memory."""
+
+    def __init__(self, study: Any, rows: list[Any]) -> None:
+        self.study, self.rows = study, rows
+
+    def get_study(self, name: str) -> Any:
+        return self.study
+
+    def list_trials(self, name: str, limit: int | None = 100) -> list[Any]:
+        return self.rows
+
+    def list_comparisons(self, name: str) -> list[Any]:
+        return []
+
+
+def test_the_recommendations_defaults_are_the_baseline_its_score_is_against() -> None:
+    """The sampler measured the defaults twice (#0, then #2, faster): ``tuner best`` shows
+    the numbers of #0, the score's reference, not those of the better-ranked #2."""
+    rows = [_trial(0, 100.0, mem_gib=9.0), _trial(1, 150.0, config=FAST), _trial(2, 120.0)]
+    rows[2] = dataclasses.replace(rows[2], is_baseline=True)
+    rec = recommendation(_Repo(_study(), rows), "s")  # type: ignore[arg-type]
+    assert rec is not None and rec.trial_number == 1 and rec.score == 1.5
+    assert rec.baseline_metrics is not None
+    assert rec.baseline_metrics["output_throughput"].median == 100.0
+    assert rec.baseline_memory_gib == 9.0
+    assert "defaults 100.0" in rec.render()
+
+
+def test_the_recommendations_flags_line_is_shell_quoted_as_its_serve_line() -> None:
+    odd = ServingConfig(extra={"code_revision": "p|q\nr"})
+    rows = [_trial(0, 100.0), _trial(1, 150.0, config=odd)]
+    rec = recommendation(_Repo(_study(), rows), "s")  # type: ignore[arg-type]
+    assert rec is not None
+    assert "  flags: --code-revision 'p|q\nr'\n" in rec.render()
+    assert "vllm serve m --code-revision 'p|q\nr'" in rec.serve_command

@@ -16,17 +16,28 @@ def models(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json([_model_record(alias, m) for alias, m in MODELS.items()])
         return
-    table = Table("alias", "hub id", "architecture", "layers", "params", "max len")
+    table = Table("alias", "hub id", "architecture", "layers", "params", "max len", "weights")
     for alias, m in MODELS.items():
         table.add_row(
             alias,
             m.hub_id,
             m.architecture,
             str(m.num_layers),
-            f"{m.parameter_count() / 1e9:.2f} B",
+            _parameters(m.parameter_count()),
             str(m.max_position_embeddings),
+            ("published" if m.weights_available else "none published") + _note(m.notes),
         )
     out.print(table)
+
+
+def _parameters(count: int) -> str:
+    """A parameter count in billions, or in millions below 0.1 B: 426,624 is 0.43 M (it read
+    0.00 B)."""
+    return f"{count / 1e9:.2f} B" if count >= 1e8 else f"{count / 1e6:.2f} M"
+
+
+def _note(notes: str) -> str:
+    return f" ({notes})" if notes else ""
 
 
 def _model_record(alias: str, model: Any) -> dict[str, Any]:

@@ -53,9 +53,9 @@ def export(
     from tuner.results import (
         comparison_records,
         comparisons_markdown,
-        markdown_table,
         study_records,
         to_jsonl,
+        trials_markdown,
     )
 
     if fmt not in FORMATS:
@@ -75,7 +75,7 @@ def export(
     else:
         assert study is not None
         records = study_records(repo, study)
-        text = to_jsonl(records) if fmt == "jsonl" else markdown_table(records)
+        text = to_jsonl(records) if fmt == "jsonl" else trials_markdown(records)
         what = "trials"
     if not records:  # an empty dataset, said beside it (stderr) so that a pipe stays clean
         where = f" of study {study}" if study else ""

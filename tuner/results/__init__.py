@@ -7,7 +7,7 @@ from tuner import face
 
 if TYPE_CHECKING:
     from tuner.results.comparisons import comparison_records, comparisons_markdown
-    from tuner.results.export import markdown_table, study_records, to_jsonl
+    from tuner.results.export import study_records, to_jsonl, trials_markdown
     from tuner.results.recommend import (
         emulated_memory_warning,
         gpu_memory_gib,
@@ -48,7 +48,6 @@ __all__ = [
     "comparisons_markdown",
     "emulated_memory_warning",
     "gpu_memory_gib",
-    "markdown_table",
     "overview",
     "parse_rate",
     "recommendation",
@@ -59,6 +58,7 @@ __all__ = [
     "study_report",
     "to_jsonl",
     "trial_capacities",
+    "trials_markdown",
 ]
 
 __getattr__, __dir__ = face(__name__)

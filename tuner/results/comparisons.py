@@ -26,6 +26,7 @@ from typing import Any
 from tuner.abtest import LAUNCH_VALUES, Claim
 from tuner.db import Repository
 from tuner.domain import to_jsonable
+from tuner.results.export import md_cell
 from tuner.scoring import is_inconclusive, ratio_text, stored_window_note
 
 
@@ -86,7 +87,7 @@ def _change(m: Mapping[str, Any]) -> str:
 def comparison_table(record: Mapping[str, Any]) -> str:
     """One comparison as a Markdown table: per metric, each side's launch values and median,
     the change B/A - 1 with its interval, and the verdict."""
-    a, b = record["a_label"] or "A", record["b_label"] or "B"
+    a, b = md_cell(record["a_label"] or "A"), md_cell(record["b_label"] or "B")
     level = f"{(record.get('confidence') or 0.95) * 100:g} %"
     head = (
         f"| metric | {a}: median (launches) | {b}: median (launches) | "
@@ -94,11 +95,11 @@ def comparison_table(record: Mapping[str, Any]) -> str:
     )
     lines = []
     for m in record["metrics"]:
-        d = 1 if m["metric"] in ("memory_gib", "itl_p99_ms", "request_throughput") else 0
+        d = {"memory_gib": 2, "itl_p99_ms": 1, "request_throughput": 1}.get(m["metric"], 0)
         lines.append(
-            f"| {m['label']} | {_num(m['a'].get('median'), d)} ({_values(m['a'], d)}) | "
-            f"{_num(m['b'].get('median'), d)} ({_values(m['b'], d)}) | {_change(m)} | "
-            f"{m['verdict']} |"
+            f"| {md_cell(m['label'])} | {_num(m['a'].get('median'), d)} "
+            f"({_values(m['a'], d)}) | {_num(m['b'].get('median'), d)} ({_values(m['b'], d)}) | "
+            f"{_change(m)} | {md_cell(m['verdict'])} |"
         )
     return head + "\n".join(lines) + "\n"
 
@@ -116,16 +117,10 @@ def claims_table(records: Sequence[Mapping[str, Any]]) -> str:
             continue
         m = claim.get("measured") or {}
         measured = ratio_text(m.get("ratio"), m.get("low"), m.get("high")) or "-"
-        lines.append(
-            f"| {claim['id']} | {claim['metric']} | {r['a_label']} | {r['b_label']} | "
-            f"{r['workload']} | {claim['claimed_text']} | {measured} | {claim['verdict']} | "
-            f"{claim['reason']} |"
-        )
+        cells = [claim["id"], claim["metric"], r["a_label"], r["b_label"], r["workload"]]
+        cells += [claim["claimed_text"], measured, claim["verdict"], claim["reason"]]
+        lines.append("| " + " | ".join(md_cell(x) for x in cells) + " |")
     return head + "\n".join(lines) + "\n"
-
-
-def _cell(text: object) -> str:
-    return str(text or "").replace("|", "\\|").replace("\n", " ")
 
 
 def verdicts_table(
@@ -158,8 +153,8 @@ def verdicts_table(
         measured = (v.get("measured") or {}).get("text") or "-"
         why = v["reason"].rstrip(".") + (f"; {v['setting']}" if v.get("setting") else "")
         lines.append(
-            "| " + " | ".join(_cell(x) for x in (v["id"], figure, tested, arms, measured))
-            + f" | **{_cell(v['verdict'])}** | {_cell(why)} |"
+            "| " + " | ".join(md_cell(x) for x in (v["id"], figure, tested, arms, measured))
+            + f" | **{md_cell(v['verdict'])}** | {md_cell(why)} |"
         )  # fmt: skip
     return head + "\n".join(lines) + "\n"
 
@@ -197,7 +192,7 @@ def comparisons_markdown(records: Sequence[Mapping[str, Any]]) -> str:
         cost = f", {minutes:.1f} GPU-minutes" if isinstance(minutes, int | float) else ""
         title = (
             f"### Comparison {r['id']} ({r['kind']}, {where}{r['model']} / {r['gpu']} / "
-            f"{r['workload']}): {r['b_label']} against {r['a_label']}, overall "
+            f"{r['workload']}): {md_cell(r['b_label'])} against {md_cell(r['a_label'])}, overall "
             f"{(r.get('verdicts') or {}).get('overall', '-')}{cost}\n\n"
         )
         note = stored_window_note(r)

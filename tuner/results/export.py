@@ -78,12 +78,57 @@ def from_jsonl(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def md_cell(text: object) -> str:
+    """``text`` as one cell of a Markdown table: a ``|`` escaped, a line break a space (either
+    would end the cell or the row). Every Markdown table of an export writes its text so."""
+    return " ".join(str(text or "").replace("|", "\\|").splitlines())
+
+
 def _range(metric: Mapping[str, Any] | None, digits: int = 0) -> str:
     if not metric or metric.get("median") is None:
         return ""
     return (
         f"{metric['median']:.{digits}f} [{metric['low']:.{digits}f}, {metric['high']:.{digits}f}]"
     )
+
+
+# The provenance the Markdown export's header names: label -> key of a record's provenance.
+_PROVENANCE = {"model": "model", "GPU": "gpu_name", "vLLM": "vllm_version", "workload": "workload"}
+
+
+def trials_markdown(records: Sequence[Mapping[str, Any]]) -> str:
+    """``tuner export --format md``: :func:`markdown_table` under a line saying what the trials
+    were measured with, from the records' provenance (as the JSON Lines carry it)."""
+    head = provenance_line(records)
+    return (f"{head}\n\n" if head else "") + markdown_table(records)
+
+
+def provenance_line(records: Sequence[Mapping[str, Any]]) -> str:
+    """What the trials were measured with, in one line ("Study s: model m, GPU NVIDIA H100,
+    vLLM 0.32.0, workload chat, 3 measurement windows a trial"), each value as the records hold
+    it (several joined by " / "); "" when no trial recorded provenance."""
+    provenance = [r["provenance"] for r in records if r.get("provenance")]
+    if not provenance:
+        return ""
+
+    def values(found: Iterable[object]) -> str:
+        return " / ".join(dict.fromkeys(str(v) for v in found if v not in (None, "")))
+
+    windows = values(
+        len(m["output_throughput"].get("values") or ())
+        for r in records
+        if r["status"] == "complete" and "output_throughput" in (m := r["metrics"] or {})
+    )
+    parts = [
+        f"{label} {text}"
+        for label, key in _PROVENANCE.items()
+        if (text := values(p.get(key) for p in provenance))
+    ]
+    if any(p.get("emulated") for p in provenance):
+        parts.append("emulated")
+    if windows:
+        parts.append(f"{windows} measurement windows a trial")
+    return f"Study {records[0]['study']}: " + ", ".join(parts)
 
 
 def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
@@ -101,12 +146,12 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
         config = ", ".join(f"{k}={v}" for k, v in r["config"].items()) or "defaults"
         status = r["status"] + (f" ({r['failure_class']})" if r["failure_class"] else "")
         measured = len(values) == 3 and r["status"] == "complete"
-        memory = f"{values[1]:.1f}" if measured else ""
+        memory = f"{values[1]:.2f}" if measured else ""
         score = f"{r['score']:.3f}" if r["score"] is not None else ""
         baseline = " (baseline)" if r["is_baseline"] else ""
         lines.append(
-            f"| {r['number']}{baseline} | {r['phase']} | {status} | "
-            f"{r['effective_backend'] or ''} | {config} | "
+            f"| {r['number']}{baseline} | {md_cell(r['phase'])} | {md_cell(status)} | "
+            f"{md_cell(r['effective_backend'])} | {md_cell(config)} | "
             f"{_range(m.get('output_throughput'))} | {_range(m.get('ttft_p99_ms'))} | "
             f"{_range(m.get('itl_p99_ms'), 1)} | {_range(m.get('e2e_p99_ms'))} | {memory} | "
             f"{_range(m.get(energy.PER_TOKEN), 3)} | {score} |"

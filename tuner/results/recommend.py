@@ -3,6 +3,7 @@ for the vLLM version it was measured with, its numbers against the baseline, and
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,8 @@ from tuner.db import Repository, StudyRow
 from tuner.domain import Estimate, Objective, ServingConfig
 from tuner.results import costs, energy
 from tuner.scoring import WindowFlags, window_flags
-from tuner.study import Confirmed, choose, rank, study_pick
+from tuner.study import Confirmed, choose, study_pick
+from tuner.study.standings import baseline, standings, study_slo
 from tuner.vllm import argv
 
 # The metrics of an A/B comparison but P50 TTFT; memory has a line of its own.
@@ -59,7 +61,7 @@ class Recommendation:
             + (" (vLLM's defaults)" if self.is_baseline else "")
             + ("" if self.feasible else "  [no trial met the SLO; closest shown]")
         ]
-        lines.append(f"  flags: {' '.join(self.flags) or '(none: the defaults are best)'}")
+        lines.append(f"  flags: {shlex.join(self.flags) or '(none: the defaults are best)'}")
         if self.env:
             lines.append(f"  env:   {' '.join(f'{k}={v}' for k, v in self.env.items())}")
         lines.append(f"  serve: {self.serve_command}")
@@ -181,15 +183,16 @@ def recommendation(
     row = repo.get_study(study)
     if row is None:
         return None
-    ranked = rank(repo, study, Objective(row.objective))
+    rows = repo.list_trials(study, limit=None)
+    ranked = standings(rows, Objective(row.objective), study_slo(row))
     if not ranked:
         return None
     confirmed = choose(repo.list_comparisons(study), Objective(row.objective))
     top = study_pick(ranked, confirmed)
     assert top is not None
     trial = top.row
-    baseline = next((r for r in ranked if r.is_baseline), None)
-    base_trial = baseline.row if baseline else None
+    # The defaults' numbers shown are those of the trial every score is a ratio to.
+    base_trial = baseline(rows)
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None
@@ -205,7 +208,9 @@ def recommendation(
         metrics=trial.metrics,
         baseline_metrics=base_metrics,
         memory_gib=top.values[1],
-        baseline_memory_gib=baseline.values[1] if baseline else None,
+        baseline_memory_gib=base_trial.objective_values[1]
+        if base_trial and base_trial.objective_values
+        else None,
         provenance={
             "gpu": trial.gpu_name,
             "vllm": version,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -109,7 +110,7 @@ class FleetSize:
             f"{self.model} on {self.gpu} ({self.workload}, study {self.study}): "
             f"trial #{self.trial_number}" + (" (vLLM's defaults)" if self.is_baseline else "")
         )
-        lines = [head, f"  flags: {' '.join(self.flags) or '(none: the defaults)'}"]
+        lines = [head, f"  flags: {shlex.join(self.flags) or '(none: the defaults)'}"]
         slo = ", ".join(f"{k} <= {v:g} ms" for k, v in self.slo.items()) or "none"
         lines.append(f"  SLO ({self.slo_source}): {slo}")
         lines.append(
