@@ -27,7 +27,13 @@ from typing import Any
 from api import spec_body
 from api.errors import describe_validation
 from tuner.catalog import get_gpu, levers, resolve_model
-from tuner.compose import check_baseline, check_fits, resolve_slo, resolve_workload
+from tuner.compose import (
+    check_baseline,
+    check_fits,
+    check_something_to_search,
+    resolve_slo,
+    resolve_workload,
+)
 from tuner.db import Repository, StudyRow, StudyStatus, check_study_name
 from tuner.domain import GpuProfile, ModelSpec, Workload
 from tuner.domain.workload import format_slo
@@ -94,6 +100,11 @@ def read(body: Mapping[str, Any]) -> Parsed:
             hint="the body's schema is in /docs (POST /v1/studies)",
         )
     check_fits(model, gpu)
+    if spec.emulate and gpu.is_cpu:  # as the worker's hardware check would, at once
+        raise UsageError(
+            f"{WHERE}: study.emulate needs a GPU to emulate on; gpu 'cpu' is not emulated",
+            hint="leave emulate out for a study on the CPU",
+        )
     return fit(spec, model, gpu, workload)
 
 
@@ -226,6 +237,11 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
         fixed=fixed,
         enqueue=tuple(enqueue),
     )
+    try:
+        configs = [space.config_from(item) for item in enqueue]
+        check_something_to_search(fitted, space, configs, "in the request body")
+    except NothingToSearch as exc:  # the worker refuses it before any launch
+        warnings.append(f"the study will fail before any launch: {exc.message}")
     return Parsed(fitted, tuple(notes), tuple(warnings))
 
 

@@ -263,7 +263,14 @@ def _conditions() -> list[dict[str, Any]]:
             },
         },
     }
-    return [*fits, capacity]
+    cpu = [name for name, gpu in GPUS.items() if gpu.is_cpu]
+    emulated = {  # tuner.runner.hardware: a CPU profile has no GPU memory to emulate
+        "if": {
+            "properties": {"study": {"required": ["gpu"], "properties": {"gpu": {"enum": cpu}}}}
+        },
+        "then": {"properties": {"study": {"properties": {"emulate": {"const": False}}}}},
+    }
+    return [*fits, capacity, emulated]
 
 
 _CROSS_SECTION: Any = {"allOf": _conditions()}

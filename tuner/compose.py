@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.catalog import get_gpu, has_facts, resolve_model
-from tuner.domain import GpuProfile, ModelSpec, Objective, Slo, Workload, typed_knobs
+from tuner.domain import GpuProfile, ModelSpec, Objective, ServingConfig, Slo, Workload, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem, UsageError
 from tuner.load import check_workload, get_workload, recommended_slo
@@ -174,16 +174,26 @@ def build_space(
                 hint=f"fix the [[enqueue]] entry in {spec.source}",
             )
         enqueued.add(config)
-    idle = not space.searched and not plan_wanted(spec) and enqueued <= {space.baseline()}
-    if new_study and idle:
-        raise NothingToSearch(
-            "nothing to search: the space names no knob to search (no params, choices or "
-            "search) and no [[enqueue]] configuration beyond vLLM's defaults, so every trial "
-            "would measure the defaults again",
-            hint=f"name knobs in [space] params or search (or --search FLAG=V1,V2), {where}; "
-            "without params the study searches tuner's lever plan",
-        )
+    if new_study:
+        check_something_to_search(spec, space, enqueued, where)
     return space
+
+
+def check_something_to_search(
+    spec: StudySpec, space: SearchSpace, enqueued: Iterable[ServingConfig], where: str
+) -> None:
+    """NothingToSearch when a new study would only measure vLLM's defaults: no knob searched,
+    no lever plan, no ``enqueued`` configuration beyond the defaults (``where``: for the hint,
+    where the spec was given)."""
+    if space.searched or plan_wanted(spec) or set(enqueued) - {space.baseline()}:
+        return
+    raise NothingToSearch(
+        "nothing to search: the space names no knob to search (no params, choices or "
+        "search) and no [[enqueue]] configuration beyond vLLM's defaults, so every trial "
+        "would measure the defaults again",
+        hint=f"name knobs in [space] params or search (or --search FLAG=V1,V2), {where}; "
+        "without params the study searches tuner's lever plan",
+    )
 
 
 def check_baseline(space: SearchSpace, hint: str) -> None:

@@ -94,6 +94,8 @@ def _with(section: str, **changes: Any) -> dict[str, Any]:
         (_with("space", params=["warp_speed"]), "unknown serving knob"),
         ({**SPEC, "telemetry": {}}, "unknown section"),
         ({"model": "tiny-ernie"}, "needs a 'study' object"),
+        # Queued before, and failed on the worker (the command line refuses it at once).
+        (_with("study", gpu="cpu", emulate=True), "gpu 'cpu' is not emulated"),
         # Queued before, and failed on the worker: refused where the workload is read.
         (
             {**SPEC, "workload": {"concurrency_ladder": [2, 4], "rate_ladder": [1.0, 2.0]}},
@@ -257,3 +259,18 @@ def test_run_settings_and_multi_turn_overrides_are_queued(repo: Repository) -> N
     bad = {**body, "runner": {"cpu_placement": "sideways"}}
     refused = _client(repo, KEY).post("/v1/studies", json=bad, headers={"X-API-Key": KEY})
     assert refused.status_code == 422 and "cpu_placement" in refused.text
+
+
+def test_a_study_with_nothing_to_search_is_queued_with_the_warning_of_its_failure(
+    repo: Repository,
+) -> None:
+    """`tuner run` refuses a space that searches nothing (every trial would measure vLLM's
+    defaults); the API queued it without a word, and the worker refused it later."""
+    body = {**SPEC, "space": {"params": []}}
+    r = _client(repo, KEY).post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+    assert r.status_code == 201, r.text
+    (warning,) = r.json()["warnings"]
+    assert warning.startswith("the study will fail before any launch: nothing to search")
+    searched = {**SPEC, "study": {**SPEC["study"], "name": "some"}}
+    r = _client(repo, KEY).post("/v1/studies", json=searched, headers={"X-API-Key": KEY})
+    assert r.status_code == 201 and r.json()["warnings"] == [], r.text

@@ -285,6 +285,10 @@ ONE_LINE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("db", "current", "--storage", "sqlite:///damaged.db"),
         ("malformed", "damaged"),
     ),
+    "run-an-existing-study": (
+        ("run", "--study", "s1"),
+        ("study 's1' already exists (finished)", "add --resume to continue it"),
+    ),
     "resume-on-another-workload": (
         ("run", "--study", "s1", "--resume", "--workload", "chat"),
         ("study 's1' was created with --workload smoke; this resume asks for chat", "leave"),
@@ -350,5 +354,5 @@ def test_each_once_fatal_input_is_one_error_line_and_a_non_zero_exit(
     text = " ".join(run.stderr.split())
     for words in ONE_LINE[name][1]:
         assert words in text, text
-    if name == "no-windows":  # refused where the workload is read: no header, no launch
+    if name in ("no-windows", "run-an-existing-study"):  # refused before the study's header
         assert run.stdout == "", run.stdout

@@ -239,6 +239,38 @@ def test_a_capacity_study_ranks_by_the_curve_under_the_slo(db_url: str) -> None:
     assert ranked[0].values[0] == max(caps.values())
 
 
+def test_a_capacity_study_shows_the_capacity_it_ranks_by(tmp_path: Path) -> None:
+    """`tuner trials`, `tuner best` and the Markdown export showed only the out tok/s of one
+    load point, unlabelled, beside a score computed from the capacity, which only --json held."""
+    from typer.testing import CliRunner
+
+    from tests.studykit import TINY_WORKLOAD
+    from tuner.cli.app import app
+    from tuner.results import recommendation
+    from tuner.results.export import markdown_table, study_records
+
+    url = f"sqlite:///{tmp_path / 'curve.db'}"
+    ladder = TINY_WORKLOAD.replace(concurrency=16, concurrency_ladder=(4, 8, 16), windows=2)
+    repo = make_repo(url)
+    ctx = make_context(
+        url, trials=2, workload=ladder, objective="capacity", slo="ttft_p99=200ms",
+        params=("max_num_seqs",), choices={"max_num_seqs": (2, 64)},
+    )  # fmt: skip
+    run_study(ctx, FakeRunner(), repo)
+    best = recommendation(repo, ctx.name)
+    assert best is not None
+    cap, load = best.metrics["capacity_output_throughput"], best.metrics["capacity_load"]
+    shown = f"capacity: {cap.median:.1f} [{cap.low:.1f}, {cap.high:.1f}] out tok/s at "
+    assert shown + f"{load.median:g} streams" in best.render()
+    table = markdown_table(study_records(repo, ctx.name))
+    assert "| capacity out tok/s [range] @ load |" in table
+    assert f"{cap.median:.0f} [{cap.low:.0f}, {cap.high:.0f}] @ {load.median:g} |" in table
+    listed = CliRunner().invoke(app, ["trials", ctx.name, "--storage", url], env={"COLUMNS": "300"})
+    assert listed.exit_code == 0, listed.output
+    assert "capacity" in listed.output and f"at {load.median:g} streams" in listed.output
+    assert "capacity: the most a load point that met the SLO served" in listed.output
+
+
 def test_the_capacity_objective_needs_a_ladder(tmp_path: Path) -> None:
     from tuner.compose import resolve_workload
     from tuner.spec.study import StudySpec

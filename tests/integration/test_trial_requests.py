@@ -111,3 +111,18 @@ def test_an_export_with_nothing_to_write_makes_no_folder_and_an_unwritable_out_i
     assert isinstance(run.exception, UsageError)
     assert run.exception.message.startswith("cannot write --out /proc/t.jsonl")
     assert not (tmp_path / "absent.db").exists()
+
+
+def test_an_export_of_a_study_without_a_complete_trial_says_so(tmp_path: Path) -> None:
+    """It blamed databases before revision 0002 for a study that had measured nothing."""
+    from api.queue import parse, queue
+    from tests.studykit import make_repo
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    body = {"study": {"name": "q", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke"}}
+    queue(make_repo(url), parse(body))
+    args = ["export", "q", "--format", "vllm-bench", "--out", str(tmp_path / "b"), "--storage", url]
+    empty = CliRunner().invoke(app, args)
+    assert empty.exit_code == 1 and not (tmp_path / "b").exists()
+    assert "no complete trial of study q exists yet" in empty.stderr
+    assert "revision 0002" not in empty.stderr

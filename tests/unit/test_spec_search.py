@@ -79,6 +79,19 @@ def test_a_misspelt_flag_in_a_file_is_refused_at_its_line(tmp_path: Path) -> Non
     )
 
 
+def test_a_misspelt_flag_from_the_command_line_is_blamed_on_search(tmp_path: Path) -> None:
+    """--search foo=1,2 was reported at the spec file (the embedded default one, too), which
+    does not name foo."""
+    catalog = shipped("0.32.0")
+    assert catalog is not None
+    path = spec_file(tmp_path, "[study]\ntrials = 2\n")
+    spec = load_spec(path).with_overrides(search={"foo": (1, 2)})
+    with pytest.raises(SpecError) as caught:
+        check_flags(spec, catalog)
+    assert caught.value.path == "--search" and caught.value.line is None
+    assert "has no flag 'foo' (in search)" in caught.value.message
+
+
 def test_the_command_line_search_option() -> None:
     assert parse_search(["stream_interval=1,8", "--block-size=16", "async-scheduling"]) == {
         "stream_interval": (1, 8),

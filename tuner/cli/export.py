@@ -141,14 +141,19 @@ def _export_bench(
             f"--out {output} is a file; --format vllm-bench writes a folder of files",
             hint=f"name a folder, e.g. --out {output.with_suffix('')}-bench",
         )
-    files = bench_files(open_study(storage, study), study)
+    repo = open_study(storage, study)
+    files = bench_files(repo, study)
     if not files:  # no folder made for nothing: said on stderr, exit 1
-        err.print(
-            escape(
-                f"nothing written: no complete trial of study {study} has per-request records "
-                "(databases before revision 0002 kept none)"
-            )
+        from tuner.domain import TrialStatus
+
+        row = repo.get_study(study)
+        complete = row is not None and row.trial_counts.get(TrialStatus.COMPLETE, 0) > 0
+        why = (
+            "has per-request records (databases before revision 0002 kept none)"
+            if complete
+            else "exists yet: there is nothing measured to write"
         )
+        err.print(escape(f"nothing written: no complete trial of study {study} {why}"))
         raise typer.Exit(1)
     there = sorted(name for name in files if (output / name).exists())
     if there and not force:

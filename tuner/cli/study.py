@@ -35,7 +35,7 @@ from tuner.errors import UsageError
 
 if TYPE_CHECKING:
     from tuner.cli.progress import ConsoleReporter
-    from tuner.db import Repository
+    from tuner.db import Repository, StudyRow
     from tuner.domain import Estimate
     from tuner.spec import StudySpec
 
@@ -166,6 +166,11 @@ def run(
     url = storage_url(storage)
     if resume:
         spec = _resumed(spec, url, options, from_file=spec_file is not None)
+    elif (taken := _stored(spec, url)[0]) is not None:  # before the banner and the set-up
+        raise UsageError(
+            f"study {taken.name!r} already exists ({taken.status})",
+            hint="add --resume to continue it, or pick another --study name",
+        )
     from tuner.compose import prepare
     from tuner.study import run_study
 
@@ -199,19 +204,10 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     """The spec ``--resume`` continues: the one stored with the study (found by ``spec``'s
     name), with what the command line gives checked against it (:mod:`tuner.spec.resume`).
     A study that is not there is refused here, before anything is prepared or printed."""
-    from tuner.db import Repository, ensure_ready, make_engine
     from tuner.db.session import safe_url
     from tuner.spec import resumed_spec, stored_spec
 
-    row = None
-    missing = missing_sqlite_file(url)
-    if missing is None:  # else no database file yet
-        ensure_ready(url, auto_upgrade=True)
-        engine = make_engine(url)
-        try:
-            row = Repository(engine).get_study(spec.study_name())
-        finally:
-            engine.dispose()
+    row, missing = _stored(spec, url)
     if row is None:
         where = f"database {missing} does not exist" if missing else f"not in {safe_url(url)}"
         raise UsageError(
@@ -226,6 +222,22 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
         return resumed_spec(stored, spec)
     given = {k: v for k, v in options.items() if v is not None}
     return resumed_spec(stored, stored.with_overrides(**given), changed=set(given))
+
+
+def _stored(spec: StudySpec, url: str) -> tuple[StudyRow | None, Path | None]:
+    """The stored study that ``spec`` names, if any, and the SQLite file ``url`` names when
+    it does not exist yet (nothing is created then)."""
+    from tuner.db import Repository, ensure_ready, make_engine
+
+    missing = missing_sqlite_file(url)
+    if missing is not None:
+        return None, missing
+    ensure_ready(url, auto_upgrade=True)
+    engine = make_engine(url)
+    try:
+        return Repository(engine).get_study(spec.study_name()), None
+    finally:
+        engine.dispose()
 
 
 @contextmanager
@@ -368,9 +380,13 @@ def trials(
 
     stored = repo.get_study(study)
     gone = stored is not None and runner_gone(stored)  # its running trial runs no more
+    from tuner.load import capacity_text
+
+    capacities = {r.number: capacity_text(r.metrics, r.windows) for r in rows}
+    curve = any(c is not None for c in capacities.values())  # a capacity study's ranking figure
     table = Table(
-        "#", "status", "config", "out tok/s", "J/out tok", "P99 E2E ms", "memory GiB", "backend",
-        "failure", "flags",
+        "#", "status", "config", "out tok/s", *(["capacity"] if curve else []), "J/out tok",
+        "P99 E2E ms", "memory GiB", "backend", "failure", "flags",
     )  # fmt: skip
     unmeasured: set[str] = set()
     for r in rows:
@@ -384,6 +400,7 @@ def trials(
             r.status.value + (" (tuner gone)" if gone and r.status is TrialStatus.RUNNING else ""),
             r.config.label(),
             _ci(m["output_throughput"]) if ok else "",
+            *([capacities[r.number] or ""] if curve else []),
             energy.per_token(m[energy.PER_TOKEN]) if ok and not why else "",
             _ci(m["e2e_p99_ms"]) if ok else "",
             f"{values[1]:.2f}" if ok and len(values) == 3 else "",
@@ -392,6 +409,11 @@ def trials(
             window_flags(r.windows).short(),
         )
     out.print(table)
+    if curve:
+        out.print(
+            "out tok/s: at the workload's own load point; capacity: the most a load point that "
+            "met the SLO served (what a capacity study ranks by)"
+        )
     for why in sorted(unmeasured):
         out.print(escape(why))
 

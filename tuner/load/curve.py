@@ -123,6 +123,19 @@ def capacity(points: Sequence[LoadPoint], slo: Slo | None) -> dict[str, Estimate
     }
 
 
+def capacity_text(metrics: Mapping[str, Estimate], windows: Sequence[WindowMetrics]) -> str | None:
+    """A curve's capacity for people: ``1367.5 [1350.2, 1380.0] out tok/s at 4 streams`` (the
+    point it was measured at), what capacity studies rank by; None for a trial without a curve."""
+    cap, load = metrics.get("capacity_output_throughput"), metrics.get("capacity_load")
+    if cap is None or load is None:
+        return None
+    if cap.median <= 0:
+        return "none: no load point met the SLO"
+    point = next((p for p in load_points(windows) if p.load == load.median), None)
+    where = point.label if point is not None else f"load {load.median:g}"
+    return f"{cap.median:.1f} [{cap.low:.1f}, {cap.high:.1f}] out tok/s at {where}"
+
+
 def trial_metrics(
     workload: Workload,
     windows: Sequence[WindowMetrics],

@@ -133,11 +133,16 @@ def provenance_line(records: Sequence[Mapping[str, Any]]) -> str:
 
 def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
     """The trials as a Markdown table (search phase first), numbers straight from the records:
-    each metric is its median [range over the measurement windows]."""
+    each metric is its median [range over the measurement windows]. Trials measured on a load
+    curve add their capacity (what a capacity study ranks by) and the load level it was at;
+    out tok/s is then the workload's own load point's."""
+    curve = any("capacity_output_throughput" in (r["metrics"] or {}) for r in records)
     head = (
-        "| # | phase | status | backend | config | out tok/s [range] | P99 TTFT ms | "
-        "P99 ITL ms | P99 E2E ms | memory GiB | J/out tok | score |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| # | phase | status | backend | config | out tok/s [range] | "
+        + ("capacity out tok/s [range] @ load | " if curve else "")
+        + "P99 TTFT ms | P99 ITL ms | P99 E2E ms | memory GiB | J/out tok | score |\n"
+        + "|---" * (13 if curve else 12)
+        + "|\n"
     )
     lines = []
     for r in sorted(records, key=lambda r: (r["phase"] != "search", r["number"])):
@@ -149,10 +154,15 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
         memory = f"{values[1]:.2f}" if measured else ""
         score = f"{r['score']:.3f}" if r["score"] is not None else ""
         baseline = " (baseline)" if r["is_baseline"] else ""
+        capacity = _range(m.get("capacity_output_throughput"))
+        if capacity and m.get("capacity_load"):
+            capacity += f" @ {m['capacity_load']['median']:g}"
         lines.append(
             f"| {r['number']}{baseline} | {md_cell(r['phase'])} | {md_cell(status)} | "
             f"{md_cell(r['effective_backend'])} | {md_cell(config)} | "
-            f"{_range(m.get('output_throughput'))} | {_range(m.get('ttft_p99_ms'))} | "
+            f"{_range(m.get('output_throughput'))} | "
+            + (f"{capacity} | " if curve else "")
+            + f"{_range(m.get('ttft_p99_ms'))} | "
             f"{_range(m.get('itl_p99_ms'), 1)} | {_range(m.get('e2e_p99_ms'))} | {memory} | "
             f"{_range(m.get(energy.PER_TOKEN), 3)} | {score} |"
         )

@@ -12,6 +12,7 @@ from tuner.abtest import COMPARED
 from tuner.catalog import GPUS, MODELS, levers, tokenizer_dir
 from tuner.db import Repository, StudyRow
 from tuner.domain import Estimate, Objective, ServingConfig
+from tuner.load import capacity_text
 from tuner.results import costs, energy
 from tuner.scoring import WindowFlags, window_flags
 from tuner.study import Confirmed, choose, study_pick
@@ -40,6 +41,9 @@ class Recommendation:
     confirmed: Confirmed | None = None
     # An emulated study: the memory of the GPU emulated (GiB), to hold the peak against.
     emulated_memory_gib: float | None = None
+    # A curve's capacity (what a capacity study ranks by) and where, the defaults' beside it.
+    capacity: str | None = None
+    baseline_capacity: str | None = None
     # Client-bound / disturbed windows of the trial shown, and of the defaults' trial.
     windows: WindowFlags = field(default_factory=WindowFlags)
     baseline_windows: WindowFlags = field(default_factory=WindowFlags)
@@ -78,6 +82,13 @@ class Recommendation:
             else ""
         )
         lines.append(f"  {'memory GiB':>13}: {self.memory_gib:.2f}{base_mem}")
+        if self.capacity is not None:
+            base_cap = f"   defaults {self.baseline_capacity}" if self.baseline_capacity else ""
+            lines.append(f"  {'capacity':>13}: {self.capacity}{base_cap}")
+            lines.append(
+                "  (out tok/s above is at the workload's own load point; capacity is the most "
+                "a load point that met the SLO served)"
+            )
         lines.extend(self._energy_lines())
         lines.extend(self._cost_lines())
         lines.extend(f"  tradeoff: {t}" for t in self.tradeoffs)
@@ -222,6 +233,10 @@ def recommendation(
         feasible=top.feasible,
         confirmed=confirmed,
         emulated_memory_gib=gpu_memory_gib(row.gpu) if trial.emulated else None,
+        capacity=capacity_text(trial.metrics, trial.windows),
+        baseline_capacity=(
+            capacity_text(base_trial.metrics, base_trial.windows) if base_trial else None
+        ),
         windows=window_flags(trial.windows),
         baseline_windows=window_flags(base_trial.windows) if base_trial else WindowFlags(),
         tradeoffs=()

@@ -439,7 +439,9 @@ def check_flags(spec: StudySpec, flags: FlagCatalog) -> None:
         message, hint = flags.unknown(name)
         section = "enqueue" if where == "enqueue" else "space"
         line = find_line(text, name, section) or find_line(text, name.replace("_", "-"), section)
-        raise SpecError(f"{message} (in {where})", path=spec.source, line=line, hint=hint)
+        # A searched flag the file does not name came from the command line's --search.
+        path = "--search" if where == "search" and line is None else spec.source
+        raise SpecError(f"{message} (in {where})", path=path, line=line, hint=hint)
 
 
 def parse_objective(text: str, *, where: str = "command line") -> Objective:
