@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from tuner.catalog import get_gpu, has_facts, resolve_model
 from tuner.domain import GpuProfile, ModelSpec, Objective, ServingConfig, Slo, Workload, typed_knobs
 from tuner.domain.workload import parse_slo
-from tuner.errors import EnvironmentProblem, UsageError
+from tuner.errors import EnvironmentProblem, SpecError, UsageError
 from tuner.load import check_workload, get_workload, recommended_slo
 from tuner.runner import load_flags
 from tuner.space import NothingToSearch, SearchSpace
-from tuner.spec import NO_SLO, StudySpec, check_flags
+from tuner.spec import NO_SLO, StudySpec, check_flags, find_line
 from tuner.vllm import FlagCatalog, argv, shipped, spelling_key
 
 if TYPE_CHECKING:
@@ -81,10 +81,11 @@ def resolve_workload(spec: StudySpec, tokenizer: Path | None = None) -> Workload
     except UsageError as exc:
         if "override" not in exc.message:
             raise
-        raise UsageError(
-            f"bad [workload] override in {spec.source}: {exc.message}", hint=exc.hint
-        ) from None
-    check_workload(workload)  # before any server starts: a count of 0 measures nothing
+        raise _at_override(spec, exc, f"bad [workload] override in {spec.source}: ") from None
+    try:
+        check_workload(workload)  # before any server starts: a count of 0 measures nothing
+    except UsageError as exc:
+        raise _at_override(spec, exc) from None
     if spec.objective is Objective.CAPACITY and len(workload.load_points()) < 2:
         raise UsageError(
             f"the capacity objective reads each launch's load curve, but workload "
@@ -93,6 +94,17 @@ def resolve_workload(spec: StudySpec, tokenizer: Path | None = None) -> Workload
             "or rate_ladder = [1.0, 2.0, 4.0] in the spec",
         )
     return workload
+
+
+def _at_override(spec: StudySpec, exc: UsageError, prefix: str = "") -> UsageError:
+    """``exc`` about the spec's workload, at the line of the [workload] override it names when
+    the spec is a file (a SpecError, FILE:LINE), else as it was (``prefix`` before it)."""
+    named = [key for key in spec.workload_overrides if key in exc.message]
+    if not (spec.from_file and named and Path(spec.source).is_file()):
+        return UsageError(prefix + exc.message, hint=exc.hint)
+    text = Path(spec.source).read_text(encoding="utf-8")
+    line = find_line(text, max(named, key=len), "workload")
+    return SpecError(exc.message, path=spec.source, line=line, hint=exc.hint)
 
 
 def resolve_slo(spec: StudySpec) -> Slo:

@@ -400,3 +400,24 @@ def test_the_confirmations_launch_budget(tmp_path: Path) -> None:
     assert "max_launches (3) is below launches (4)" in below.message and below.line == 3
     assert "raise max_launches" in below.hint
     assert StudySpec.from_dict(spec.to_dict()).confirm_max_launches == 8  # stored with a study
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("[workload]\nrequests_per_window = -5\n", 2, "requests_per_window must be >= 1"),
+        ("[workload]\nwindows = 1\nprompt_tokens = -3\n", 3, "below prompt_tokens (-3)"),
+    ],
+)
+def test_a_workload_override_a_load_cannot_take_is_reported_at_its_line(
+    tmp_path: Path, text: str, line: int, words: str
+) -> None:
+    """docs/specs.md: a mistake is reported with the file's name and line. The workload's own
+    checks ran after the file was read and named neither; a prompt shape was refused only when
+    the first plan was drawn, after the study's header."""
+    from tuner.compose import resolve_workload
+
+    spec = load_spec(write(tmp_path, text))
+    with pytest.raises(SpecError) as caught:
+        resolve_workload(spec)
+    assert caught.value.line == line and words in caught.value.message

@@ -220,6 +220,30 @@ def check_workload(workload: Workload) -> None:
         raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
     if any(not r > 0 for r in workload.rate_ladder):
         raise UsageError(f"workload {workload.name!r}: every request rate must be > 0")
+    check_shapes(workload)
+
+
+def check_shapes(workload: Workload) -> None:
+    """UsageError for request shapes no plan can draw (a shared prefix past the prompt, no
+    output, a jitter or rate out of range): checked with the counts (:func:`check_workload`)
+    and again for each plan (:func:`plan_requests`)."""
+    shared = workload.shared_prefix_tokens
+    if shared < 0 or (shared >= workload.prompt_tokens and not workload.trace):
+        raise UsageError(
+            f"workload {workload.name!r}: shared_prefix_tokens ({shared}) must be >= 0 and "
+            f"below prompt_tokens ({workload.prompt_tokens})",
+            hint="the shared prefix is part of the prompt; leave room for each request's own text",
+        )
+    if workload.output_tokens < 1:
+        raise UsageError(f"workload {workload.name!r}: output_tokens must be >= 1")
+    if not 0.0 <= workload.length_jitter < 1.0:
+        raise UsageError(
+            f"workload {workload.name!r}: length_jitter must be in [0, 1), "
+            f"got {workload.length_jitter}"
+        )
+    rate = workload.request_rate
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
 
 
 def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
@@ -395,23 +419,7 @@ def plan_requests(
     """
     if count < 0 or seed < 0:
         raise ValueError(f"count and seed must be >= 0, got count={count}, seed={seed}")
-    shared = workload.shared_prefix_tokens
-    if shared < 0 or (shared >= workload.prompt_tokens and not workload.trace):
-        raise UsageError(
-            f"workload {workload.name!r}: shared_prefix_tokens ({shared}) must be >= 0 and "
-            f"below prompt_tokens ({workload.prompt_tokens})",
-            hint="the shared prefix is part of the prompt; leave room for each request's own text",
-        )
-    if workload.output_tokens < 1:
-        raise UsageError(f"workload {workload.name!r}: output_tokens must be >= 1")
-    if not 0.0 <= workload.length_jitter < 1.0:
-        raise UsageError(
-            f"workload {workload.name!r}: length_jitter must be in [0, 1), "
-            f"got {workload.length_jitter}"
-        )
-    rate = workload.request_rate
-    if rate is not None and not (math.isfinite(rate) and rate > 0):
-        raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
+    check_shapes(workload)
     if workload.trace:
         return _plan_trace(workload, count, seed, phase or f"w{seed}", timed)
 
@@ -426,7 +434,11 @@ def plan_requests(
         return _plan_turns(workload, count, seed, phase or f"w{seed}")
 
     rng = np.random.default_rng([workload.seed, seed])
-    jitter = workload.length_jitter
+    jitter, rate, shared = (
+        workload.length_jitter,
+        workload.request_rate,
+        workload.shared_prefix_tokens,
+    )
     u_prompt = rng.uniform(-1.0, 1.0, count)
     u_output = rng.uniform(-1.0, 1.0, count)
     arrivals: list[float | None] = [None] * count
