@@ -35,18 +35,6 @@ def _distribution(d: Distribution, title: str) -> dict[str, Any]:
     }
 
 
-def recommended_number(report: StudyReport) -> int | None:
-    """The trial the page recommends: the confirmation's pick where there is one (the defaults'
-    trial unless it confirmed a candidate better), else the best measured search trial."""
-    if report.confirmation is not None:
-        c = report.confirmation.confirmed
-        if c.verdict == "better" and c.label.startswith("#"):
-            return int(c.label[1:])
-        base = next((t for t in report.trials if t.is_baseline and t.phase == "search"), None)
-        return base.number if base is not None else None
-    return report.best.number if report.best is not None else None
-
-
 def _marks(points: Sequence[ParetoPoint], recommended: int | None) -> dict[str, Any]:
     """Where vLLM's defaults and the recommendation sit among ``points`` (index or None)."""
     numbers = [p.number for p in points]
@@ -69,7 +57,7 @@ def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict
     cost_front = sorted(
         (p for p in priced if p.on_cost_front), key=lambda p: p.usd_per_million or 0.0
     )
-    recommended = recommended_number(report)
+    recommended = report.recommended
     per = "GPU" if report.memory_label == "GPU memory" else "server"
     imp = report.importances.values
     return {

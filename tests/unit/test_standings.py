@@ -109,3 +109,28 @@ def test_the_recommendations_flags_line_is_shell_quoted_as_its_serve_line() -> N
     assert rec is not None
     assert "  flags: --code-revision 'p|q\nr'\n" in rec.render()
     assert "vllm serve m --code-revision 'p|q\nr'" in rec.serve_command
+
+
+def test_the_page_recommends_the_trial_tuner_best_names_when_the_defaults_are_kept(
+    monkeypatch: Any,
+) -> None:
+    """The sampler measured the defaults twice (#0, then #2, faster) and the confirmation kept
+    the defaults: `tuner best` named #2 (the best-ranked defaults trial) while the study page
+    marked #0 (the first). Both now take :func:`tuner.study.standings.pick`."""
+    from api.dashboards.charts import study_charts
+    from tuner.results.report import study as report_study
+    from tuner.study.standings import pick
+
+    rows = [_trial(0, 100.0), _trial(1, 90.0, config=FAST), _trial(2, 120.0)]
+    rows[2] = dataclasses.replace(rows[2], is_baseline=True)
+    kept = Confirmed(ServingConfig(), DEFAULTS_LABEL, NO_DIFFERENCE, 1.0, 1.0, 1.0, None, ())
+    chosen = pick(_study(), rows, kept)
+    assert chosen is not None and chosen.number == 2
+    monkeypatch.setattr(report_study, "choose", lambda _rows, _objective: kept)
+    report = report_study.study_report(_study(), rows)
+    assert report.recommended == 2
+    marked = study_charts(report)["pareto"]["recommended"]
+    assert marked is not None and report.pareto[marked].number == 2
+    assert (
+        recommendation(_Repo(_study(), rows), "s").trial_number == pick(_study(), rows, None).number
+    )  # type: ignore[arg-type,union-attr]

@@ -15,8 +15,8 @@ from tuner.domain import Estimate, Objective, ServingConfig
 from tuner.load import capacity_text
 from tuner.results import costs, energy
 from tuner.scoring import WindowFlags, window_flags
-from tuner.study import Confirmed, choose, study_pick
-from tuner.study.standings import baseline, standings, study_slo
+from tuner.study import Confirmed, choose
+from tuner.study.standings import baseline, pick
 from tuner.vllm import argv
 
 # The metrics of an A/B comparison but P50 TTFT; memory has a line of its own.
@@ -195,12 +195,10 @@ def recommendation(
     if row is None:
         return None
     rows = repo.list_trials(study, limit=None)
-    ranked = standings(rows, Objective(row.objective), study_slo(row))
-    if not ranked:
-        return None
     confirmed = choose(repo.list_comparisons(study), Objective(row.objective))
-    top = study_pick(ranked, confirmed)
-    assert top is not None
+    top = pick(row, rows, confirmed)
+    if top is None:
+        return None
     trial = top.row
     # The defaults' numbers shown are those of the trial every score is a ratio to.
     base_trial = baseline(rows)

@@ -150,6 +150,13 @@ def best_across(
     return best_first(picks, lambda p: p[1].standing)
 
 
+def pick(study: StudyRow, rows: Sequence[TrialRow], confirmed: Confirmed | None) -> Ranked | None:
+    """The study's recommendation, the one trial `tuner best`, the API and the study page name:
+    its confirmation's verdict where it had one (``confirmed``), else the top of its standings
+    for its own objective and SLO; None before a trial completed."""
+    return study_pick(standings(rows, Objective(study.objective), study_slo(study)), confirmed)
+
+
 def chosen(ranked: Ranked, confirmed: Confirmed | None) -> Ranked:
     """``ranked``, marked where its study's confirmation chose it: such a pick wins a tie with
     another study's (fresh launches against the defaults decided it, not one search launch)."""

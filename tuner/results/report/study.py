@@ -25,7 +25,7 @@ from tuner.study import (
     study_objective,
     trial_score,
 )
-from tuner.study.standings import standings
+from tuner.study.standings import Ranked, pick, standings
 
 # metric -> (label, unit); the order is the order of the comparison table.
 METRICS: Mapping[str, tuple[str, str]] = {
@@ -158,6 +158,8 @@ class StudyReport:
     e2e: Distribution
     search_count: int = 0  # trials of the search phase (the study's --trials counts these)
     confirm_count: int = 0  # launches of the confirmation phase
+    # The trial recommended (tuner.study.standings.pick: as `tuner best` and the API name it).
+    recommended: int | None = None
     confirmation: ConfirmationSummary | None = None
     # "2 of 30 windows client-bound (...): #3 2/3 client-bound, ..."; "" when none was flagged.
     window_caveat: str = ""
@@ -455,10 +457,15 @@ def study_report(
         search_count=sum(t.phase == "search" for t in lines),
         confirm_count=sum(t.phase == "confirm" for t in lines),
         confirmation=_confirmation(study, comparisons),
+        recommended=_number(pick(study, trials, choose(comparisons, Objective(study.objective)))),
         window_caveat=window_caveat(lines),
         energy_note=energy_note(trials),
         price_label=price.label() if price is not None else costs.no_price(study.gpu),
     )
+
+
+def _number(ranked: Ranked | None) -> int | None:
+    return None if ranked is None else ranked.number
 
 
 def _confirmation(
