@@ -396,3 +396,23 @@ def test_a_study_run_by_a_worker_recommends_a_runnable_serve_line(
     best = recommendation(repo, "served")
     assert best is not None
     assert best.serve_command.startswith(f"vllm serve {row.model_source} --load-format dummy")
+
+
+def test_a_worker_run_once_exits_1_when_a_study_it_took_failed_to_run(
+    fake_server_db: tuple[Repository, str],
+) -> None:
+    """`tuner worker --once` said "2 studies taken" and exited 0 when one of them had failed
+    to run (here: queued for an H100, on a host without one), so a script could not tell."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    repo, url = fake_server_db
+    _queue_smoke(repo, "fine", trials=1)
+    queue(repo, parse({"study": {"name": "elsewhere", "model": "tiny-ernie", "gpu": "h100",
+                                 "workload": "smoke"}}))  # fmt: skip
+    run = CliRunner().invoke(app, ["worker", "--once", "--storage", url])
+    assert run.exit_code == 1, run.output
+    assert "worker: 2 studies taken, 1 failed to run (elsewhere)" in " ".join(run.output.split())
+    assert repo.get_study("fine").status == "finished"
+    assert repo.get_study("elsewhere").status == "failed"

@@ -473,7 +473,10 @@ def worker(
             "workers) instead of taking queued ones. Needs PostgreSQL."
         ),
     ] = None,
-    once: Annotated[bool, typer.Option(help="Stop when no study is queued.")] = False,
+    once: Annotated[
+        bool,
+        typer.Option(help="Stop when no study is queued (exit 1 when one taken failed to run)."),
+    ] = False,
     poll: Annotated[float, typer.Option(min=0.1, help="Seconds between queue checks.")] = 10.0,
     vllm_python: VllmPythonOpt = None,
 ) -> None:
@@ -488,6 +491,7 @@ def worker(
     if study is not None:
         _join(url, study, vllm_python)
         return
+    failed: list[str] = []
     try:
         with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
             taken = run_worker(
@@ -498,10 +502,16 @@ def worker(
                 vllm_python=vllm_python,
                 say=out.print,
                 reporter_factory=lambda: ConsoleReporter(out),
+                failed=failed,
             )
     except KeyboardInterrupt:  # run_worker said which study, and how to continue it
         raise SystemExit(INTERRUPTED) from None
-    out.print(f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken")
+    out.print(
+        f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken"
+        + (f", {len(failed)} failed to run ({', '.join(failed)})" if failed else "")
+    )
+    if failed:  # a script running `tuner worker --once` learns it from the exit status
+        raise typer.Exit(1)
 
 
 def _join(url: str, name: str, vllm_python: str | None) -> None:

@@ -38,8 +38,10 @@ def run_worker(
     vllm_python: str | None,
     say: Callable[[str], None],
     reporter_factory: Callable[[], Reporter] | None = None,
+    failed: list[str] | None = None,
 ) -> int:
-    """Take and run queued studies; returns how many were taken. ``once``: stop when idle."""
+    """Take and run queued studies; returns how many were taken. ``once``: stop when idle.
+    ``failed`` collects the names of the studies taken that failed to run."""
     from tuner.compose import prepare
     from tuner.study.loop import run_study
 
@@ -85,6 +87,8 @@ def run_worker(
         except TunerError as exc:
             repo.set_study_status(row.name, "failed")
             say(f"worker: study {row.name} failed to run: {exc}")
+            if failed is not None:
+                failed.append(row.name)
             continue
         except BaseException as exc:
             # Ctrl-C, or a bug: never leave the claimed study "running", where no worker would
