@@ -285,10 +285,6 @@ ONE_LINE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("db", "current", "--storage", "sqlite:///damaged.db"),
         ("malformed", "damaged"),
     ),
-    "run-an-existing-study": (
-        ("run", "--study", "s1"),
-        ("study 's1' already exists (finished)", "add --resume to continue it"),
-    ),
     "resume-on-another-workload": (
         ("run", "--study", "s1", "--resume", "--workload", "chat"),
         ("study 's1' was created with --workload smoke; this resume asks for chat", "leave"),
@@ -354,5 +350,28 @@ def test_each_once_fatal_input_is_one_error_line_and_a_non_zero_exit(
     text = " ".join(run.stderr.split())
     for words in ONE_LINE[name][1]:
         assert words in text, text
-    if name in ("no-windows", "run-an-existing-study"):  # refused before the study's header
+    if name == "no-windows":  # refused where the workload is read: no header, no launch
         assert run.stdout == "", run.stdout
+
+
+def test_a_taken_study_name_is_refused_before_the_studys_header(tmp_path: Path) -> None:
+    """`tuner run --study NAME` on a name taken printed the study's header and the workload's
+    fingerprint, then refused it."""
+    from tests.studykit import make_context, make_repo
+    from tuner.study.loop import run_study
+    from tuner.testing.fake_runner import FakeRunner
+
+    db_url = f"sqlite:///{tmp_path / DB_FILE}"
+    run_study(make_context(db_url, trials=1, gpu="cpu"), FakeRunner(), make_repo(db_url))
+    env = {
+        **os.environ, "TUNER_DB_URL": db_url, "TUNER_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(REPO), "TUNER_SERVER_MODULE": "tuner.testing.fake_server",
+        "TUNER_SERVER_VERSION": "0.32.0",
+    }  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--study", "s1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "error: study 's1' already exists (finished)" in run.stderr
+    assert run.stdout == ""

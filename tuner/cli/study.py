@@ -166,13 +166,8 @@ def run(
     url = storage_url(storage)
     if resume:
         spec = _resumed(spec, url, options, from_file=spec_file is not None)
-    elif (taken := _stored(spec, url)[0]) is not None:  # before the banner and the set-up
-        raise UsageError(
-            f"study {taken.name!r} already exists ({taken.status})",
-            hint="add --resume to continue it, or pick another --study name",
-        )
     from tuner.compose import prepare
-    from tuner.study import run_study
+    from tuner.study import refuse_taken, run_study
 
     if parallel > 1:
         from tuner.runner import sigterm_as_interrupt
@@ -182,6 +177,8 @@ def run(
         return
     prepared = prepare(spec, url, new_study=not resume)
     ctx = prepared.ctx
+    if not resume:  # a name taken is said before the study's header, not after it
+        refuse_taken(ctx.name, prepared.repo.get_study(ctx.name))
     out.print(
         f"study [bold]{ctx.name}[/]: {ctx.model.alias} on {prepared.runner.hardware.name}, "
         f"vLLM {ctx.vllm_version}, workload {ctx.workload.name}, objective "

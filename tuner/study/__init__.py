@@ -13,7 +13,7 @@ if TYPE_CHECKING:
         is_confirmation,
         study_pick,
     )
-    from tuner.study.loop import run_study, set_up_study
+    from tuner.study.loop import refuse_taken, run_study, set_up_study
     from tuner.study.parallel import refuse_sqlite
     from tuner.study.planning import stored_plan
     from tuner.study.sharing import runner_gone
@@ -35,6 +35,7 @@ __all__ = [
     "join_study",
     "rank",
     "refuse_sqlite",
+    "refuse_taken",
     "run_study",
     "run_worker",
     "runner_gone",

@@ -39,6 +39,7 @@ from tuner.compose import StudyContext
 from tuner.db import (
     RUN_OWNER,
     Repository,
+    StudyRow,
     StudyStatus,
     TrialPhase,
     TrialRow,
@@ -270,11 +271,8 @@ def _open(
     existing = repo.get_study(ctx.name)
     if claimed and existing is None:
         raise UsageError(f"no queued study named {ctx.name!r}", hint="run `tuner studies`")
-    if existing is not None and not (resume or claimed or join):
-        raise UsageError(
-            f"study {ctx.name!r} already exists ({existing.status})",
-            hint="add --resume to continue it, or pick another --study name",
-        )
+    if not (resume or claimed or join):
+        refuse_taken(ctx.name, existing)
     if existing is None and (resume or join):
         what = "resume" if resume else "join"
         raise UsageError(f"no study named {ctx.name!r} to {what}", hint="run `tuner studies`")
@@ -342,6 +340,15 @@ def _open(
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
     _name_metrics(ctx, study)
     return study
+
+
+def refuse_taken(name: str, row: StudyRow | None) -> None:
+    """UsageError when a new study's ``name`` is taken (``row``: the study stored under it)."""
+    if row is not None:
+        raise UsageError(
+            f"study {name!r} already exists ({row.status})",
+            hint="add --resume to continue it, or pick another --study name",
+        )
 
 
 def _loop(
