@@ -32,8 +32,15 @@ if TYPE_CHECKING:
 
 def tuner_home() -> Path:
     """tuner's own directory ($TUNER_HOME, else ~/.cache/tuner: models, flags, compile caches,
-    launch logs), created when missing; EnvironmentProblem when it cannot be a writable one."""
-    home = Path(os.environ.get("TUNER_HOME", Path.home() / ".cache" / "tuner"))
+    launch logs), as configured; :func:`writable_home` where tuner is about to write there."""
+    return Path(os.environ.get("TUNER_HOME", Path.home() / ".cache" / "tuner"))
+
+
+def writable_home() -> Path:
+    """:func:`tuner_home`, created when missing; EnvironmentProblem when it cannot be a
+    writable directory (a file, under a file, read-only): said before a study or comparison
+    starts, not as a traceback from its first write there."""
+    home = tuner_home()
     hint = "point TUNER_HOME at a writable directory (tuner creates it when missing)"
     try:
         home.mkdir(parents=True, exist_ok=True)
@@ -314,7 +321,7 @@ def prepare(
         check_flags(spec, flags)
         space = build_space(spec, model, gpu, workload, flags, new_study=new_study)
     argv.once(spec.extra_args, [*space.searched, *space.fixed], flags)
-    home = tuner_home()
+    home = writable_home()
     reap_orphans(home / "leases")
     synthetic = model.source is None
     model_path = str(materialize(model, home / "models")) if synthetic else str(model.source)

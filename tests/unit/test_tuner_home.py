@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tuner.compose import tuner_home
+from tuner.compose import tuner_home, writable_home
 from tuner.errors import EnvironmentProblem
 
 
 def test_a_missing_home_is_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "a" / "b"))
-    assert tuner_home() == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
+    assert tuner_home() == tmp_path / "a" / "b" and not (tmp_path / "a").exists()  # only read
+    assert writable_home() == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
 
 
 def test_a_home_that_cannot_be_a_directory_is_refused(
@@ -22,8 +23,8 @@ def test_a_home_that_cannot_be_a_directory_is_refused(
     (tmp_path / "file").write_text("x")
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "file"))
     with pytest.raises(EnvironmentProblem, match="is a file") as refused:
-        tuner_home()
+        writable_home()
     assert "TUNER_HOME" in refused.value.hint
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "file" / "under"))
     with pytest.raises(EnvironmentProblem, match="cannot be created"):
-        tuner_home()
+        writable_home()

@@ -24,7 +24,7 @@ from tuner.abtest.decide import Design
 from tuner.abtest.guard import FindingGuard
 from tuner.abtest.launchlog import LaunchLog, describe_resumed
 from tuner.abtest.profile import load_profile, noise_key, record_launch, run_tag
-from tuner.compose import prepare, tuner_home
+from tuner.compose import prepare, writable_home
 from tuner.domain import (
     GpuProfile,
     ModelSpec,
@@ -214,7 +214,7 @@ class Bench:
         """The log of measuring ``arms`` on ``workload`` here, under ``$TUNER_HOME``."""
         key = self.design.key() if self.design is not None else None
         return LaunchLog.for_arms(
-            tuner_home(),
+            writable_home(),
             self.command,
             arms,
             self.launches,

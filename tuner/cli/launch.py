@@ -217,7 +217,7 @@ def launch_command(
     server_module: Annotated[str, typer.Option(hidden=True)] = "vllm.entrypoints.openai.api_server",
 ) -> None:
     """Serve a model with the best measured configuration (OpenAI API) until Ctrl-C."""
-    from tuner.compose import default_vllm_python, tuner_home
+    from tuner.compose import default_vllm_python, tuner_home, writable_home
 
     if storage is not None and api is not None:
         raise UsageError("--storage and --api both name where to look", hint="pass one of them")
@@ -249,7 +249,7 @@ def launch_command(
         )
     python = vllm_python or default_vllm_python()
     version = _vllm_version(python, measured, server_module, print_only)
-    home = tuner_home()
+    home = tuner_home() if print_only else writable_home()
     launch = plan(
         measured,
         python=python,
