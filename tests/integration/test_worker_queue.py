@@ -393,6 +393,7 @@ def test_a_study_run_by_a_worker_recommends_a_runnable_serve_line(
     row = repo.get_study("served")
     assert row is not None and row.model_source and Path(row.model_source).is_dir()
     assert row.vllm_version == "0.32.0" and row.emulated is False
+    assert row.spec["workload_fingerprint"]["workload"] == "smoke"  # what a resume checks
     best = recommendation(repo, "served")
     assert best is not None
     assert best.serve_command.startswith(f"vllm serve {row.model_source} --load-format dummy")

@@ -270,13 +270,20 @@ class Repository:
         self._update_study(name, {QUEUE_WORKER: None if worker is None else dict(worker)})
 
     def set_up_queued(
-        self, name: str, *, vllm_version: str, model_source: str | None, emulated: bool
+        self,
+        name: str,
+        *,
+        vllm_version: str,
+        model_source: str | None,
+        emulated: bool,
+        spec: Mapping[str, Any],
     ) -> None:
         """Record what a queued study learns on the worker that sets it up: the vLLM it
         measures with, the model it serves (the weights or the dummy directory that a ready
-        `vllm serve` line names) and whether its GPU is emulated."""
+        `vllm serve` line names), whether its GPU is emulated, and ``spec``'s entries in its
+        stored spec (the fingerprint of the requests it sends)."""
         self._update_study(
-            name, vllm_version=vllm_version, model_source=model_source, emulated=emulated
+            name, spec, vllm_version=vllm_version, model_source=model_source, emulated=emulated
         )
 
     def set_study_runner(self, name: str, runner: Mapping[str, Any] | None) -> None:

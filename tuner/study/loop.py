@@ -311,6 +311,7 @@ def _open(
                 vllm_version=ctx.vllm_version,
                 model_source=ctx.serve_model,
                 emulated=ctx.emulated,
+                spec={FINGERPRINT: fingerprint(ctx.workload).as_dict()},
             )
         study = open_optuna_study(ctx, create=True, storage=storage)
         planning.enqueue_predicted(ctx, study)  # a predicted regime's recipe goes first
