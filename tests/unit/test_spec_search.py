@@ -90,6 +90,11 @@ def test_a_misspelt_flag_from_the_command_line_is_blamed_on_search(tmp_path: Pat
         check_flags(spec, catalog)
     assert caught.value.path == "--search" and caught.value.line is None
     assert "has no flag 'foo' (in search)" in caught.value.message
+    # A quoted key of the file's own is the file's, at its line.
+    quoted = spec_file(tmp_path, '[space]\nparams = []\nsearch = { "max-num-seqz" = [8, 16] }\n')
+    with pytest.raises(SpecError) as caught:
+        check_flags(load_spec(quoted), catalog)
+    assert caught.value.path == str(quoted) and caught.value.line == 3
 
 
 def test_the_command_line_search_option() -> None:

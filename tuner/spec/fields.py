@@ -125,9 +125,9 @@ def find_line(text: str, key: str, section: str | None = None) -> int | None:
     """The first line that defines ``key`` (a table header, ``key =``, ``{key =`` inside an
     inline table, or ``"key"`` inside an array), at or after ``section``'s header if given:
     the same key may be valid in an earlier section."""
-    k = re.escape(key)
+    k, q = re.escape(key), "[\"']?"  # a key may be quoted ("compilation_config.x" must be)
     pattern = re.compile(
-        rf"^\s*(\[+\s*{k}\s*\]+|{k}\s*=)|[{{,]\s*{k}\s*=|(^|[\[,])\s*[\"']{k}[\"']"
+        rf"^\s*(\[+\s*{k}\s*\]+|{q}{k}{q}\s*=)|[{{,]\s*{q}{k}{q}\s*=|(^|[\[,])\s*[\"']{k}[\"']"
     )
     lines = text.splitlines()
     start = 0

@@ -430,18 +430,22 @@ def check_flags(spec: StudySpec, flags: FlagCatalog) -> None:
     """SpecError, naming the spec file's line, for a knob of ``spec`` that is neither a typed
     knob nor a flag of this vLLM (``flags``), with the closest real flags. The search space
     checks the same again for specs that come from no file."""
-    text = ""
+    text, searched = "", set()
     if spec.from_file and Path(spec.source).is_file():
-        text = Path(spec.source).read_text(encoding="utf-8")
+        data, text = read_toml(Path(spec.source), "spec")
+        table = (
+            data.get("space", {}).get("search", {}) if isinstance(data.get("space"), dict) else {}
+        )
+        searched = {spelling_key(str(k)) for k in table}  # a table of flags, or a list of them
     for name, where in spec.named_knobs():
         if spelling_key(name) in _SERVING_KEYS or knob_flag(flags, name) is not None:
             continue
         message, hint = flags.unknown(name)
+        if where == "search" and spelling_key(name) not in searched:  # the command line's
+            raise SpecError(f"{message} (in search)", path="--search", hint=hint)
         section = "enqueue" if where == "enqueue" else "space"
         line = find_line(text, name, section) or find_line(text, name.replace("_", "-"), section)
-        # A searched flag the file does not name came from the command line's --search.
-        path = "--search" if where == "search" and line is None else spec.source
-        raise SpecError(f"{message} (in {where})", path=path, line=line, hint=hint)
+        raise SpecError(f"{message} (in {where})", path=spec.source, line=line, hint=hint)
 
 
 def parse_objective(text: str, *, where: str = "command line") -> Objective:
