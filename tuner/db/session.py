@@ -57,6 +57,26 @@ def optuna_engine_kwargs(url: str) -> dict[str, Any]:
     return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
 
 
+def optuna_rdb(url: str, **options: Any) -> Any:
+    """Optuna's storage at ``url`` (an ``optuna.storages.RDBStorage``, opened with
+    :func:`optuna_engine_kwargs` and ``options``); tables set up by an Optuna at another
+    schema are a StorageError that says what to do, not Optuna's RuntimeError."""
+    import optuna
+
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=optuna_engine_kwargs(url), **options)
+    except RuntimeError as exc:  # Optuna's "no longer compatible with the table schema"
+        text = str(exc).strip()
+        if type(exc) is not RuntimeError or "schema" not in text:
+            raise
+        raise StorageError(
+            f"Optuna cannot use the database {safe_url(url)}: {text.splitlines()[0]}",
+            hint=f"its Optuna tables were set up by another Optuna than this one "
+            f"({optuna.__version__}): run tuner with that Optuna, or upgrade a copy with "
+            "`optuna storage upgrade --storage URL` and point tuner at the copy",
+        ) from None
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; for a SQLite file, create its directory and set WAL mode,
     a busy timeout and foreign-key enforcement on every connection.

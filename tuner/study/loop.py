@@ -43,12 +43,11 @@ from tuner.db import (
     StudyStatus,
     TrialPhase,
     TrialRow,
-    optuna_engine_kwargs,
-    safe_url,
+    optuna_rdb,
     storage_error,
 )
 from tuner.domain import FailureClass, ServingConfig, Slo, TrialResult, TrialStatus, interrupted
-from tuner.errors import StorageError, UsageError
+from tuner.errors import UsageError
 from tuner.load import fingerprint
 from tuner.runner import TrialRunner
 from tuner.scoring import objectives as scoring
@@ -99,20 +98,10 @@ class SilentReporter:
 def optuna_storage(ctx: StudyContext) -> optuna.storages.RDBStorage:
     """Optuna's storage on the study's database; its caller disposes ``storage.engine``."""
     with sharing.quiet_optuna():  # the heartbeat arguments are "experimental" since Optuna 2.9
-        try:
-            return optuna.storages.RDBStorage(
-                ctx.storage_url,
-                engine_kwargs=optuna_engine_kwargs(ctx.storage_url),
-                **sharing.storage_options(),
-            )
-        except RuntimeError as exc:  # Optuna's tables at a schema this Optuna does not run
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            raise StorageError(
-                f"Optuna cannot use the database {safe_url(ctx.storage_url)}: {first}",
-                hint=f"its Optuna tables were set up by another Optuna than this one "
-                f"({optuna.__version__}): run tuner with that Optuna, or upgrade a copy with "
-                "`optuna storage upgrade --storage URL` and point tuner at the copy",
-            ) from None
+        storage: optuna.storages.RDBStorage = optuna_rdb(
+            ctx.storage_url, **sharing.storage_options()
+        )
+        return storage
 
 
 def open_optuna_study(

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tuner.db import Repository, StudyStatus
+from tuner.db import Repository, StudyStatus, optuna_rdb
 from tuner.errors import TunerError, UsageError
 from tuner.spec import stored_spec
 from tuner.study import sharing
@@ -142,7 +142,7 @@ def join_study(
 def _has_optuna_study(storage_url: str, name: str) -> bool:
     import optuna
 
-    storage = optuna.storages.RDBStorage(storage_url)
+    storage = optuna_rdb(storage_url)
     try:
         return name in optuna.get_all_study_names(storage)
     finally:
@@ -154,7 +154,7 @@ def _wait_for_optuna_study(storage_url: str, name: str, timeout_s: float = 120.0
     import optuna
 
     deadline = time.monotonic() + timeout_s
-    storage = optuna.storages.RDBStorage(storage_url)
+    storage = optuna_rdb(storage_url)
     try:
         while name not in optuna.get_all_study_names(storage):
             if time.monotonic() > deadline:
