@@ -59,7 +59,9 @@ _FA_VERSION = "flash_attn_version"
 
 
 class NothingToSearch(UsageError):
-    """Every value given for a knob beyond the typed ones is vLLM's default."""
+    """Nothing to search: every value given for a knob beyond the typed ones is vLLM's
+    default, or a new study's space would measure nothing but the defaults
+    (:func:`tuner.compose.check_something_to_search`)."""
 
 
 class SearchSpace:
