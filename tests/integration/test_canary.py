@@ -269,6 +269,23 @@ def test_launch_warms_up_and_runs_the_canary_before_the_base_url(tmp_path: Path)
     assert order == sorted(order), output
 
 
+def test_launch_warms_up_with_the_shapes_its_study_measured(tmp_path: Path) -> None:
+    """The warm-up sent the workload preset's requests, not the study's overrides of them."""
+    db_url = f"sqlite:///{tmp_path / 't.db'}"
+    insert_measured_study(
+        db_url, [ServingConfig()], workload_overrides={"warmup_requests": 2, "output_tokens": 4}
+    )
+    output, _ = serve_and_stop(
+        [*LAUNCH[1:], "--storage", db_url, "--port", str(free_port()), *FAKE_SERVER],
+        tmp_path,
+        clean_env(tmp_path),
+        str(tmp_path / "home"),
+        ready_timeout_s=60,
+        run_client=False,
+    )
+    assert "warming up: 2 requests of workload smoke as its study changed it" in output, output
+
+
 def test_a_context_beyond_the_servers_is_refused_before_any_prompt_is_built() -> None:
     """--max-model-len 100000000000 built a 745 GiB prompt in memory (a MemoryError
     traceback); one above what /v1/models reports is refused, as is one beyond any model's

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -52,6 +53,7 @@ def insert_measured_study(
     emulated: bool = False,
     extra_args: Sequence[str] = (),
     fresh_runner: bool = False,
+    workload_overrides: Mapping[str, Any] | None = None,
 ) -> Repository:
     """A finished study whose trials (numbered from 0) are complete, with metrics from the
     in-process FakeRunner, as if measured on this CPU with ``vllm_version``. With
@@ -67,7 +69,7 @@ def insert_measured_study(
         workload=workload,
         objective=objective,
         slo={},
-        spec={"extra_args": list(extra_args)},
+        spec={"extra_args": list(extra_args), "workload_overrides": dict(workload_overrides or {})},
         emulated=emulated,
         vllm_version=vllm_version,
         n_trials_requested=len(configs),

@@ -62,6 +62,7 @@ def test_rates_parse_with_their_unit() -> None:
     assert parse_rate("20req/s") == Rate(20.0, REQ)
     assert parse_rate(" 5000 tok/s") == Rate(5000.0, TOK)
     assert parse_rate("1e9") == Rate(1e9, REQ)
+    assert parse_rate("5.") == Rate(5.0, REQ) and parse_rate(".5 tok/s") == Rate(0.5, TOK)
     # 1e309 is infinity: it crashed the GPU count; 1e308 gave a 300-digit one
     for bad in ("0", "-3", "fast", "20 rps", "1e309", "1e308", "2e9tok/s"):
         with pytest.raises(UsageError, match="positive rate"):

@@ -91,6 +91,7 @@ def serve(
                 synthetic_tokenizer=launch.synthetic_tokenizer,
                 alive=server.is_alive,
                 say=say,
+                overrides=measured.workload_overrides,
             )
             say(canary.summary())
         except TrialFailure as exc:
@@ -196,13 +197,17 @@ def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
 def launch_command(
     model: Annotated[str, typer.Option(help="Model alias (as studied), dir or hub id.")],
     gpu: Annotated[str, typer.Option(help="GPU profile the configuration was measured on.")],
-    workload: Annotated[str | None, typer.Option(help="Only studies of this workload.")] = None,
+    workload: Annotated[
+        str | None, typer.Option(help="Only studies of this workload (needed with --api).")
+    ] = None,
     objective: Annotated[
-        str | None, typer.Option(help="Rank by: balanced, throughput, latency, memory or capacity.")
+        str | None,
+        typer.Option(help="Rank by: balanced, throughput, latency, memory, capacity or cost."),
     ] = None,
     storage: StorageOpt = None,
     api: Annotated[
-        str | None, typer.Option(help="A tuner API to ask instead of the database.")
+        str | None,
+        typer.Option(help="A tuner API to ask instead of the database (with --workload)."),
     ] = None,
     host: Annotated[str, typer.Option(help="Address to serve on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to serve on.")] = 8000,

@@ -238,10 +238,11 @@ def _stored(spec: StudySpec, url: str) -> tuple[StudyRow | None, Path | None]:
 
 
 @contextmanager
-def _reporting(name: str) -> Iterator[ConsoleReporter]:
+def _reporting(name: str, again: str = "") -> Iterator[ConsoleReporter]:
     """The console reporter of study ``name``'s run, closed at the end, with ``kill PID``
     (SIGTERM) and a closed terminal (SIGHUP) taken as Ctrl-C: the running trial's server is
-    ended, the trial recorded, and the command exits 130 saying how to continue."""
+    ended, the trial recorded, and the command exits 130 saying how to continue (``again``:
+    the command that does, by default ``tuner run --study NAME --resume``)."""
     from tuner.cli.progress import ConsoleReporter
     from tuner.runner import sigterm_as_interrupt
 
@@ -251,9 +252,14 @@ def _reporting(name: str) -> Iterator[ConsoleReporter]:
             yield reporter
     except KeyboardInterrupt:
         with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
+            again = again or f"tuner run --study {name} --resume"
             err.print(
-                "interrupted: the running trial is recorded as interrupted; --resume continues "
-                f"(tuner run --study {escape(name)} --resume)"
+                "interrupted: the running trial is recorded as interrupted; "
+                + (
+                    f"--resume continues ({escape(again)})"
+                    if again.endswith("--resume")
+                    else f"{escape(again)} continues it"
+                )
             )
         raise SystemExit(INTERRUPTED) from None  # past typer and main: said once, here
     finally:
@@ -516,7 +522,7 @@ def _join(url: str, name: str, vllm_python: str | None) -> None:
     from tuner.study import join_study, refuse_sqlite
 
     refuse_sqlite(url, "`tuner worker --study`")
-    with _reporting(name) as reporter:
+    with _reporting(name, f"tuner worker --study {name}") as reporter:
         repo = Repository(make_engine(url))
         n = join_study(repo, url, name, vllm_python=vllm_python, reporter=reporter)
     out.print(f"worker: study {name} has {n} measured trial(s); this worker is done")

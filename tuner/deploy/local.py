@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tuner.catalog import model_key, resolve_model
 from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
@@ -46,6 +46,8 @@ class Measured:
     metrics: Mapping[str, Estimate] = field(default_factory=dict)
     extra_args: tuple[str, ...] = ()  # the study's own extra vLLM arguments
     is_baseline: bool = False
+    # The study's [workload] overrides of its preset (the warm-up sends its shapes).
+    workload_overrides: Mapping[str, Any] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
         """Provenance lines: study, trial, GPU, vLLM version, metrics with their window ranges."""
@@ -149,6 +151,7 @@ def best_local(
         metrics=dict(trial.metrics),
         extra_args=tuple(str(a) for a in extra),
         is_baseline=top.is_baseline,
+        workload_overrides=dict(study.spec.get("workload_overrides") or {}),
     )
 
 

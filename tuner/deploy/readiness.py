@@ -6,7 +6,8 @@ never announced."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from tuner.catalog import resolve_model
 from tuner.domain import FailureClass
@@ -32,8 +33,10 @@ def make_ready(
     synthetic_tokenizer: bool,
     alive: Callable[[], bool],
     say: Callable[[str], None],
+    overrides: Mapping[str, Any] | None = None,
 ) -> CanaryReport:
-    """The quick canary, a warm-up with ``workload``'s shapes, then the full canary's report.
+    """The quick canary, a warm-up with ``workload``'s shapes (with the study's ``overrides``
+    of them), then the full canary's report.
 
     Raises ServerFailure (CANARY_FAILED, naming the shape) when the canary breaks the server,
     and LoadFailure when the warm-up's requests fail: the caller stops the server.
@@ -46,12 +49,13 @@ def make_ready(
     first = run_canary(base_url, served_model_name, shapes=QUICK, prompts=prompts, alive=alive)
     first.raise_if_failed()
     try:
-        shape = get_workload(workload)
+        shape = get_workload(workload, overrides or {})
     except UsageError as exc:  # e.g. trace:FILE measured on another machine
         say(f"no warm-up: workload {workload!r} is not available here ({exc.message})")
     else:
         if shape.warmup_requests:
-            say(f"warming up: {shape.warmup_requests} requests of workload {workload}")
+            changed = " as its study changed it" if overrides else ""
+            say(f"warming up: {shape.warmup_requests} requests of workload {workload}{changed}")
             generator = LoadGenerator(base_url, served_model_name, prompts)
             generator.warm_up(shape, should_abort=lambda: not alive())
     if not alive():

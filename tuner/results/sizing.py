@@ -40,7 +40,9 @@ from tuner.scoring import usd_per_million
 
 REQ = "req/s"
 TOK = "tok/s"
-_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(req/s|tok/s)?\s*$", re.IGNORECASE)
+_RATE = re.compile(
+    r"^\s*((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)?)\s*(req/s|tok/s)?\s*$", re.IGNORECASE
+)
 # A ratio this close above an integer is that integer (10 / 2.5 must not be 4.000000001 -> 5).
 _EPS = 1e-9
 
