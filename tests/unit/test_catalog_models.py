@@ -142,6 +142,22 @@ def test_whole_floats_and_nulls_are_fine_facts(tmp_path: Path) -> None:
     assert resolve_model(str(tmp_path)).head_dim == 64
 
 
+def test_a_number_given_per_layer_is_a_fact_not_a_mistake(tmp_path: Path) -> None:
+    """Gemma 3n's config gives intermediate_size per layer: the facts check called the valid
+    file a mistake to fix. A list of whole numbers is taken as the mean of its layers'."""
+    layers = MODELS["qwen2.5-0.5b"].config["num_hidden_layers"]
+    sizes = [4864, 9728] * (layers // 2)
+    config = {**MODELS["qwen2.5-0.5b"].config, "intermediate_size": sizes}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = resolve_model(str(tmp_path))
+    assert model.facts["intermediate_size"] == 7296
+    assert model.parameter_count() > MODELS["qwen2.5-0.5b"].parameter_count()  # wider on average
+    config["intermediate_size"] = [4864, 0]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UsageError, match=r"intermediate_size is \[4864, 0\]"):
+        resolve_model(str(tmp_path))
+
+
 def test_resolve_directory_without_config_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"no config\.json"):
         resolve_model(str(tmp_path))

@@ -293,12 +293,17 @@ def _check_facts(path: Path, config: Mapping[str, Any]) -> None:
     for prefix, table in tables:
         for key, least in _FACT_MINIMA.items():
             value = table.get(key)
-            whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-            if value is not None and (isinstance(value, bool) or not whole or value < least):
+            values = value if isinstance(value, list) and value else [value]  # one per layer
+            if value is not None and not all(_whole_at_least(v, least) for v in values):
                 raise UsageError(
                     f"{path}: {prefix}{key} is {json.dumps(value)}, not a whole number >= {least}",
                     hint="fix the model's config.json: tuner reads its architecture from it",
                 )
+
+
+def _whole_at_least(value: Any, least: int) -> bool:
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    return whole and not isinstance(value, bool) and value >= least
 
 
 def _dtype_of(config: Mapping[str, Any]) -> str:

@@ -151,10 +151,11 @@ class ModelSpec:
     @property
     def facts(self) -> Mapping[str, Any]:
         """The architecture numbers of ``config``: its top level over a multimodal model's
-        ``text_config`` (its language model's), a key set to null counted as absent."""
+        ``text_config`` (its language model's), a key set to null counted as absent, and a
+        number given per layer (Gemma 3n's intermediate_size) as the mean of its layers'."""
         nested = self.config.get("text_config")
         merged = {**(nested if isinstance(nested, Mapping) else {}), **self.config}
-        return {key: value for key, value in merged.items() if value is not None}
+        return {key: _per_layer_mean(value) for key, value in merged.items() if value is not None}
 
     @property
     def architecture(self) -> str:
@@ -233,3 +234,13 @@ class GpuProfile:
     @property
     def memory_bytes(self) -> int:
         return int(self.memory_gib * 1024**3)
+
+
+def _per_layer_mean(value: Any) -> Any:
+    """A list of numbers (one per layer) as their mean, rounded; anything else as it is."""
+    numbers = (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    )
+    return round(sum(value) / len(value)) if numbers else value
