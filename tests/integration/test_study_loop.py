@@ -443,3 +443,22 @@ def test_the_runner_a_kill_left_recorded_is_forgotten_by_those_who_run_the_study
     run_study(more, FakeRunner(), repo, join=True)
     study = repo.get_study("killed")
     assert study is not None and study.spec.get(RUN_OWNER) is None  # the joiner cleared it
+
+
+def test_a_takeover_of_a_confirming_study_ends_the_dead_workers_launch(tmp_path: Path) -> None:
+    """A takeover sweeps only the trials of dead workers (joined ones may still measure), and
+    so left the confirmation launch its gone queue worker had running "running" for good."""
+    from tuner.domain import TrialStatus
+    from tuner.study.sharing import worker_identity
+
+    url = f"sqlite:///{tmp_path / 'confirming.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="conf")
+    run_study(ctx, FakeRunner(), repo)
+    repo.set_study_status("conf", "confirming")  # its worker died mid-confirmation
+    repo.start_trial("conf", 100_000, ctx.space.baseline(), "confirm", True)
+    run_study(ctx, FakeRunner(), repo, resume=True, takeover=True, owner=worker_identity())
+    (launch,) = repo.list_trials("conf", phase="confirm", limit=None)
+    assert launch.status is TrialStatus.FAILED and launch.failure is not None
+    assert launch.failure.value == "interrupted"
+    assert repo.get_study("conf").status == "finished"

@@ -325,7 +325,14 @@ def _open(
         study = open_optuna_study(ctx, create=False, storage=storage)
         # A resume: nobody else runs the study (none on this host, it checks first), so every
         # trial still running is dead; not so for a takeover (``alone`` False).
-        sharing.swept(study, repo, ctx.name, alone=resume and alone)
+        sharing.swept(
+            study,
+            repo,
+            ctx.name,
+            alone=resume and alone,
+            # A takeover of a confirming study: its queue worker, gone, ran the confirmation.
+            confirmation_gone=resume and existing.status == StudyStatus.CONFIRMING,
+        )
         if resume and existing.n_trials_requested != ctx.spec.trials:
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
     _name_metrics(ctx, study)

@@ -277,7 +277,12 @@ def _beating(beat: Callable[[], object], interval: float, what: str) -> Iterator
 
 
 def swept(
-    study: optuna.Study, repo: Repository, name: str, *, alone: bool = False
+    study: optuna.Study,
+    repo: Repository,
+    name: str,
+    *,
+    alone: bool = False,
+    confirmation_gone: bool = False,
 ) -> tuple[list[FrozenTrial], list[TrialRow]]:
     """Fail the dead trials, record them as interrupted, queue them again; the trials after,
     and the study's trial rows, read once on the way (with the trials of other workers that
@@ -285,6 +290,8 @@ def swept(
     their other columns are as read.
 
     ``alone``: no other worker runs the study (``--resume``), so every running trial is dead.
+    ``confirmation_gone``: the worker that ran the study's confirmation is gone (a takeover of
+    a confirming study), so its running launches are dead, whoever else runs search trials.
     """
     storage = study._storage
     if alone:  # unless a live tuner on this host runs it: its measurement would be lost
@@ -315,6 +322,14 @@ def swept(
     if alone:  # a confirmation launch cut short is measured again by the confirmation
         repo.mark_running_as_interrupted(name)
         marked |= {r.number for r in rows if r.status is TrialStatus.RUNNING}
+    elif confirmation_gone:
+        launches = [
+            r.number
+            for r in rows
+            if r.status is TrialStatus.RUNNING and r.phase is TrialPhase.CONFIRM
+        ]
+        repo.mark_running_as_interrupted(name, numbers=launches)
+        marked |= set(launches)
     rows = [_interrupted(r) if r.number in marked else r for r in rows]
     return study.get_trials(deepcopy=False), rows
 
