@@ -38,7 +38,7 @@ from tuner.db import Repository, StudyRow, StudyStatus, check_study_name
 from tuner.domain import GpuProfile, ModelSpec, Workload
 from tuner.domain.workload import format_slo
 from tuner.errors import UsageError
-from tuner.load import TRACE_PREFIX
+from tuner.load import TRACE_PREFIX, check_shapes
 from tuner.space import KNOBS, NothingToSearch, SearchSpace
 from tuner.spec import (
     StudySpec,
@@ -89,7 +89,8 @@ def read(body: Mapping[str, Any]) -> Parsed:
     _refuse_other_knobs(spec)
     check_study_name(spec.study_name(), where=WHERE, hint="set study.name")
     # tuner's messages first (unknown model, GPU, workload), then the API's narrower schema.
-    model, gpu, workload = resolve_model(spec.model), get_gpu(spec.gpu), resolve_workload(spec)
+    model, gpu = resolve_model(spec.model), get_gpu(spec.gpu)
+    workload = resolve_workload(spec, shapes=False)  # its shapes: a warning of fit's
     resolve_slo(spec)
     problems = describe_validation(
         [{**e, "loc": ("body", *e["loc"])} for e in spec_body.check(body)]
@@ -220,6 +221,7 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
             fixed, space = without, rebuilt
     warnings: list[str] = []
     try:
+        check_shapes(workload)
         check_baseline(space, "")
     except UsageError as exc:  # the workload itself: the worker refuses it before any launch
         warnings.append(f"the study will fail before any launch: {exc.message}")
@@ -312,7 +314,7 @@ def queue(repo: Repository, spec: StudySpec) -> StudyRow:
         model=model.alias,
         model_source=model.source,
         gpu=gpu.name,
-        workload=resolve_workload(spec).name,
+        workload=resolve_workload(spec, shapes=False).name,
         objective=spec.objective.value,
         slo={k: v for k, v in vars(slo).items() if v is not None},
         spec=spec.to_dict(),

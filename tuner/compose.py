@@ -18,7 +18,7 @@ from tuner.catalog import get_gpu, has_facts, resolve_model
 from tuner.domain import GpuProfile, ModelSpec, Objective, ServingConfig, Slo, Workload, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem, SpecError, UsageError
-from tuner.load import check_workload, get_workload, recommended_slo
+from tuner.load import check_shapes, check_workload, get_workload, recommended_slo
 from tuner.runner import load_flags
 from tuner.space import NothingToSearch, SearchSpace
 from tuner.spec import NO_SLO, StudySpec, check_flags, find_line
@@ -80,9 +80,13 @@ class Prepared:
     repo: Repository
 
 
-def resolve_workload(spec: StudySpec, tokenizer: Path | None = None) -> Workload:
+def resolve_workload(
+    spec: StudySpec, tokenizer: Path | None = None, *, shapes: bool = True
+) -> Workload:
     """The spec's workload; a trace's text counted with ``tokenizer`` (a model directory with a
-    ``tokenizer.json``) where given, else by the characters-per-token rule."""
+    ``tokenizer.json``) where given, else by the characters-per-token rule. ``shapes``: also
+    refuse request shapes no plan can draw (the API, whose schema cannot state that rule
+    between two numbers, queues them with a warning instead)."""
     try:
         workload = get_workload(spec.workload, spec.workload_overrides, tokenizer=tokenizer)
     except UsageError as exc:
@@ -91,6 +95,8 @@ def resolve_workload(spec: StudySpec, tokenizer: Path | None = None) -> Workload
         raise _at_override(spec, exc, f"bad [workload] override in {spec.source}: ") from None
     try:
         check_workload(workload)  # before any server starts: a count of 0 measures nothing
+        if shapes:
+            check_shapes(workload)
     except UsageError as exc:
         raise _at_override(spec, exc) from None
     if spec.objective is Objective.CAPACITY and len(workload.load_points()) < 2:

@@ -274,3 +274,15 @@ def test_a_study_with_nothing_to_search_is_queued_with_the_warning_of_its_failur
     searched = {**SPEC, "study": {**SPEC["study"], "name": "some"}}
     r = _client(repo, KEY).post("/v1/studies", json=searched, headers={"X-API-Key": KEY})
     assert r.status_code == 201 and r.json()["warnings"] == [], r.text
+
+
+def test_a_shape_no_plan_can_draw_is_queued_with_the_warning_of_its_failure(
+    repo: Repository,
+) -> None:
+    """A shared prefix past the prompt is a rule between two numbers the API's schema cannot
+    state: refusing it (as `tuner run` does) made schema-valid bodies 422 under the fuzz."""
+    body = {**SPEC, "workload": {"prompt_tokens": 64, "shared_prefix_tokens": 64}}
+    r = _client(repo, KEY).post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+    assert r.status_code == 201, r.text
+    (warning,) = r.json()["warnings"]
+    assert "shared_prefix_tokens (64) must be >= 0 and below prompt_tokens (64)" in warning

@@ -220,13 +220,12 @@ def check_workload(workload: Workload) -> None:
         raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
     if any(not r > 0 for r in workload.rate_ladder):
         raise UsageError(f"workload {workload.name!r}: every request rate must be > 0")
-    check_shapes(workload)
 
 
 def check_shapes(workload: Workload) -> None:
     """UsageError for request shapes no plan can draw (a shared prefix past the prompt, no
-    output, a jitter or rate out of range): checked with the counts (:func:`check_workload`)
-    and again for each plan (:func:`plan_requests`)."""
+    output, a jitter or rate out of range): checked where a study's workload is resolved
+    (:func:`tuner.compose.resolve_workload`) and again for each plan (:func:`plan_requests`)."""
     shared = workload.shared_prefix_tokens
     if shared < 0 or (shared >= workload.prompt_tokens and not workload.trace):
         raise UsageError(
