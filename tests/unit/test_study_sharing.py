@@ -75,6 +75,19 @@ def test_the_trial_past_the_budget_in_start_order_is_the_one_given_back() -> Non
     assert sharing.over_budget(trials, 9, total=5), "a trial not in the list is never in budget"
 
 
+def test_two_workers_trials_are_told_their_own_places_in_the_budget() -> None:
+    """Two workers that asked at once both printed "trial 2/6" (the finished trials plus one),
+    and no trial was called the third: each trial's place among those that count is its own."""
+    trials = [
+        trial(0, TrialState.COMPLETE, started_s=0),
+        trial(1, TrialState.FAIL, started_s=1),  # interrupted: no place
+        trial(2, TrialState.RUNNING, started_s=2),  # one worker's
+        trial(3, TrialState.RUNNING, started_s=3),  # the other's
+    ]
+    assert [sharing.place(trials, n) for n in range(4)] == [0, None, 1, 2]
+    assert sharing.results(trials) == 1  # what "done + 1" read for both running trials
+
+
 def test_a_configuration_measured_now_by_an_earlier_trial_is_a_duplicate() -> None:
     same = {"max_num_seqs": 16}
     trials = [

@@ -373,7 +373,8 @@ def _loop(
         with sharing.quiet_optuna():
             trial = study.ask()
         trial.set_user_attr(sharing.WORKER, me)
-        if sharing.over_budget(study.get_trials(deepcopy=False), trial.number, total):
+        at = sharing.place(study.get_trials(deepcopy=False), trial.number)
+        if at is None or at >= total:  # sharing.over_budget
             sharing.withdraw(study, trial, "the trial budget was taken by other workers")
             continue
         space = planning.trial_space(ctx, trial, space)
@@ -385,7 +386,8 @@ def _loop(
             time.sleep(WAIT_S)
             continue
         baseline = bool(trial.user_attrs.get("baseline")) or config == ctx.space.baseline()
-        report.trial_started(trial.number, done + 1, total, config, baseline)
+        # Its place in the budget: "trial 3/6" once, whichever worker measures it.
+        report.trial_started(trial.number, at + 1, total, config, baseline)
         repo.set_study_status(ctx.name, "running")  # another worker may have stopped
         trial_id = repo.start_trial(ctx.name, trial.number, config, "search", baseline)
         check = None if baseline else first_point_check(ctx, rows, slo)

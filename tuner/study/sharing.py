@@ -97,11 +97,18 @@ def start_order(trial: FrozenTrial) -> tuple[datetime.datetime, int]:
     return (trial.datetime_start or _NEVER, trial.number)
 
 
+def place(trials: Sequence[FrozenTrial], number: int) -> int | None:
+    """Where trial ``number`` (running) stands among the trials that count, by their starts
+    (0: the first); None when it does not count. Its position in the study's budget: two
+    workers' trials never share one."""
+    ordered = sorted((t for t in trials if counts(t)), key=start_order)
+    return next((i for i, t in enumerate(ordered) if t.number == number), None)
+
+
 def over_budget(trials: Sequence[FrozenTrial], number: int, total: int) -> bool:
     """Whether trial ``number`` (running) comes after the first ``total`` trials that count."""
-    ordered = sorted((t for t in trials if counts(t)), key=start_order)
-    place = next((i for i, t in enumerate(ordered) if t.number == number), None)
-    return place is None or place >= total
+    at = place(trials, number)
+    return at is None or at >= total
 
 
 def _earlier_running(trials: Sequence[FrozenTrial], number: int) -> list[FrozenTrial]:
