@@ -198,27 +198,34 @@ run_worker(Repository(make_engine(url)), url, once=True, poll_s=0.0, vllm_python
 """
 
 
-def test_a_study_whose_worker_died_is_taken_over_by_the_next_worker(
-    fake_server_db: tuple[Repository, str], tmp_path: Path
-) -> None:
-    """SIGKILL (or a crash) ends a worker with no chance to mark its study: the next worker on
-    the host finds the study's worker gone, takes the study over and resumes it; a study whose
-    worker lives, or ran on another host, is left alone."""
+def _run_a_worker_that_dies_mid_trial(url: str) -> None:
+    """A queue worker, in a process of its own, that takes the study queued in ``url`` and
+    exits (code 9) while measuring its second trial: SIGKILL, as far as the study can tell."""
     import os
     import subprocess
     import sys
 
-    from tests.studykit import processes_mentioning
-    from tuner.study.sharing import host_name, worker_identity
-
-    repo, url = fake_server_db
-    _queue_smoke(repo, "orphan", trials=3)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     died = subprocess.run(
         [sys.executable, "-c", _DIES_MID_TRIAL, url], env=env, capture_output=True, text=True,
         timeout=300, check=False,
     )  # fmt: skip
     assert died.returncode == 9, died.stdout + died.stderr
+
+
+def test_a_study_whose_worker_died_is_taken_over_by_the_next_worker(
+    fake_server_db: tuple[Repository, str], tmp_path: Path
+) -> None:
+    """SIGKILL (or a crash) ends a worker with no chance to mark its study: the next worker on
+    the host finds the study's worker gone, takes the study over and resumes it; a study whose
+    worker lives, or ran on another host, is left alone."""
+
+    from tests.studykit import processes_mentioning
+    from tuner.study.sharing import host_name, worker_identity
+
+    repo, url = fake_server_db
+    _queue_smoke(repo, "orphan", trials=3)
+    _run_a_worker_that_dies_mid_trial(url)
     study = repo.get_study("orphan")
     assert study is not None and study.status == "running"
     assert study.trial_counts[TrialStatus.RUNNING] == 1
@@ -334,7 +341,6 @@ def test_a_takeover_beside_a_live_joined_worker_runs_with_it_not_fails_the_study
     marked the whole study failed (its resume refused to run beside the live trial). It now
     runs beside that worker, sweeps only the dead worker's trial, and leaves the live one to
     its process until that process is gone."""
-    import os
     import subprocess
     import sys
     import threading
@@ -347,12 +353,7 @@ def test_a_takeover_beside_a_live_joined_worker_runs_with_it_not_fails_the_study
 
     repo, url = fake_server_db
     _queue_smoke(repo, "shared", trials=3)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    died = subprocess.run(
-        [sys.executable, "-c", _DIES_MID_TRIAL, url], env=env, capture_output=True, text=True,
-        timeout=300, check=False,
-    )  # fmt: skip
-    assert died.returncode == 9, died.stdout + died.stderr
+    _run_a_worker_that_dies_mid_trial(url)
     # The joined worker: a live process of this host measuring a trial of the study.
     joined = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
