@@ -84,7 +84,7 @@ def test_two_workers_trials_are_told_their_own_places_in_the_budget() -> None:
         trial(2, TrialState.RUNNING, started_s=2),  # one worker's
         trial(3, TrialState.RUNNING, started_s=3),  # the other's
     ]
-    assert [sharing.place(trials, n) for n in range(4)] == [0, None, 1, 2]
+    assert [sharing.place(trials, n, total=6) for n in range(4)] == [0, None, 1, 2]
     assert sharing.results(trials) == 1  # what "done + 1" read for both running trials
 
 

@@ -35,7 +35,7 @@ from tuner.errors import UsageError
 
 if TYPE_CHECKING:
     from tuner.cli.progress import ConsoleReporter
-    from tuner.db import Repository, StudyRow
+    from tuner.db import Repository
     from tuner.domain import Estimate
     from tuner.spec import StudySpec
 
@@ -201,10 +201,19 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     """The spec ``--resume`` continues: the one stored with the study (found by ``spec``'s
     name), with what the command line gives checked against it (:mod:`tuner.spec.resume`).
     A study that is not there is refused here, before anything is prepared or printed."""
+    from tuner.db import Repository, ensure_ready, make_engine
     from tuner.db.session import safe_url
     from tuner.spec import resumed_spec, stored_spec
 
-    row, missing = _stored(spec, url)
+    row = None
+    missing = missing_sqlite_file(url)
+    if missing is None:  # else no database file yet
+        ensure_ready(url, auto_upgrade=True)
+        engine = make_engine(url)
+        try:
+            row = Repository(engine).get_study(spec.study_name())
+        finally:
+            engine.dispose()
     if row is None:
         where = f"database {missing} does not exist" if missing else f"not in {safe_url(url)}"
         raise UsageError(
@@ -221,28 +230,12 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     return resumed_spec(stored, stored.with_overrides(**given), changed=set(given))
 
 
-def _stored(spec: StudySpec, url: str) -> tuple[StudyRow | None, Path | None]:
-    """The stored study that ``spec`` names, if any, and the SQLite file ``url`` names when
-    it does not exist yet (nothing is created then)."""
-    from tuner.db import Repository, ensure_ready, make_engine
-
-    missing = missing_sqlite_file(url)
-    if missing is not None:
-        return None, missing
-    ensure_ready(url, auto_upgrade=True)
-    engine = make_engine(url)
-    try:
-        return Repository(engine).get_study(spec.study_name()), None
-    finally:
-        engine.dispose()
-
-
 @contextmanager
-def _reporting(name: str, again: str = "") -> Iterator[ConsoleReporter]:
+def _reporting(name: str, again: str | None = None) -> Iterator[ConsoleReporter]:
     """The console reporter of study ``name``'s run, closed at the end, with ``kill PID``
     (SIGTERM) and a closed terminal (SIGHUP) taken as Ctrl-C: the running trial's server is
     ended, the trial recorded, and the command exits 130 saying how to continue (``again``:
-    the command that does, by default ``tuner run --study NAME --resume``)."""
+    the command that does, when it is not ``tuner run --study NAME --resume``)."""
     from tuner.cli.progress import ConsoleReporter
     from tuner.runner import sigterm_as_interrupt
 
@@ -252,15 +245,12 @@ def _reporting(name: str, again: str = "") -> Iterator[ConsoleReporter]:
             yield reporter
     except KeyboardInterrupt:
         with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
-            again = again or f"tuner run --study {name} --resume"
-            err.print(
-                "interrupted: the running trial is recorded as interrupted; "
-                + (
-                    f"--resume continues ({escape(again)})"
-                    if again.endswith("--resume")
-                    else f"{escape(again)} continues it"
-                )
+            how = (
+                f"{again} continues it"
+                if again
+                else f"--resume continues (tuner run --study {name} --resume)"
             )
+            err.print(f"interrupted: the running trial is recorded as interrupted; {escape(how)}")
         raise SystemExit(INTERRUPTED) from None  # past typer and main: said once, here
     finally:
         reporter.close()

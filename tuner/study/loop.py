@@ -373,8 +373,8 @@ def _loop(
         with sharing.quiet_optuna():
             trial = study.ask()
         trial.set_user_attr(sharing.WORKER, me)
-        at = sharing.place(study.get_trials(deepcopy=False), trial.number)
-        if at is None or at >= total:  # sharing.over_budget
+        at = sharing.place(study.get_trials(deepcopy=False), trial.number, total)
+        if at is None:
             sharing.withdraw(study, trial, "the trial budget was taken by other workers")
             continue
         space = planning.trial_space(ctx, trial, space)

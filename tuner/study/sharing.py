@@ -97,18 +97,18 @@ def start_order(trial: FrozenTrial) -> tuple[datetime.datetime, int]:
     return (trial.datetime_start or _NEVER, trial.number)
 
 
-def place(trials: Sequence[FrozenTrial], number: int) -> int | None:
+def place(trials: Sequence[FrozenTrial], number: int, total: int) -> int | None:
     """Where trial ``number`` (running) stands among the trials that count, by their starts
-    (0: the first); None when it does not count. Its position in the study's budget: two
-    workers' trials never share one."""
+    (0: the first): its place in the study's budget of ``total``, which two workers' trials
+    never share; None when it does not count or comes after the first ``total``."""
     ordered = sorted((t for t in trials if counts(t)), key=start_order)
-    return next((i for i, t in enumerate(ordered) if t.number == number), None)
+    at = next((i for i, t in enumerate(ordered) if t.number == number), None)
+    return at if at is not None and at < total else None
 
 
 def over_budget(trials: Sequence[FrozenTrial], number: int, total: int) -> bool:
     """Whether trial ``number`` (running) comes after the first ``total`` trials that count."""
-    at = place(trials, number)
-    return at is None or at >= total
+    return place(trials, number, total) is None
 
 
 def _earlier_running(trials: Sequence[FrozenTrial], number: int) -> list[FrozenTrial]:

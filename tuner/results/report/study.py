@@ -443,6 +443,7 @@ def study_report(
         fb = fallback_importances(lines)
         imp = Importances(fb, "variance of the score explained per knob (fallback)" if fb else "")
     has_gpu = any(t.memory.gpu_peak_bytes for t in trials if t.status is TrialStatus.COMPLETE)
+    confirmed = choose(comparisons, Objective(study.objective))  # the page's and the pick's
     return StudyReport(
         study=study,
         provenance=_provenance(study, trials),
@@ -456,8 +457,8 @@ def study_report(
         e2e=distribution("e2e", trials),
         search_count=sum(t.phase == "search" for t in lines),
         confirm_count=sum(t.phase == "confirm" for t in lines),
-        confirmation=_confirmation(study, comparisons),
-        recommended=_number(pick(study, trials, choose(comparisons, Objective(study.objective)))),
+        confirmation=_confirmation(confirmed, comparisons),
+        recommended=_number(pick(study, trials, confirmed)),
         window_caveat=window_caveat(lines),
         energy_note=energy_note(trials),
         price_label=price.label() if price is not None else costs.no_price(study.gpu),
@@ -469,9 +470,8 @@ def _number(ranked: Ranked | None) -> int | None:
 
 
 def _confirmation(
-    study: StudyRow, comparisons: Sequence[ComparisonRow]
+    confirmed: Confirmed | None, comparisons: Sequence[ComparisonRow]
 ) -> ConfirmationSummary | None:
-    confirmed = choose(comparisons, Objective(study.objective))
     if confirmed is None:
         return None
     ids = tuple(c.id for c in comparisons if is_confirmation(c))
