@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 import optuna
 
@@ -42,20 +42,16 @@ KNOBS: tuple[str, ...] = typed_knobs()
 # plus the model) and the KV cache. Below that the worker has nothing left for KV.
 CPU_BASELINE_UTILIZATION = 0.1
 
+# Each typed knob's type, as ServingConfig declares it (``int | None``: int).
 _TYPES: Mapping[str, type] = {
-    "attention_backend": str,
-    "flash_attn_version": int,
-    "max_model_len": int,
-    "gpu_memory_utilization": float,
-    "enable_prefix_caching": bool,
-    "max_num_seqs": int,
-    "max_num_batched_tokens": int,
-    "kv_cache_dtype": str,
-    "enforce_eager": bool,
+    k: get_args(hint)[0] for k, hint in get_type_hints(ServingConfig).items() if k in KNOBS
 }
 _MAX_LEN_CANDIDATES = 4
 _UTIL = "gpu_memory_utilization"
 _FA_VERSION = "flash_attn_version"
+# What a knob's values are, for a hint: by name, else by type.
+_DESCRIBED = {_UTIL: "a fraction in (0, 1]", _FA_VERSION: "2 or 3"}
+_KIND_NAMES = {bool: "true/false", int: "a positive integer", str: "a name"}
 
 
 class NothingToSearch(UsageError):
@@ -393,25 +389,14 @@ def normalize_knob(knob: str, value: Any, where: str) -> Any:
         value = float(value)
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if ok and kind in (int, float):
-        ok = not (value <= 0 or (knob == _UTIL and value > 1) or _non_finite(value))
+        finite = kind is int or math.isfinite(value)
+        ok = finite and value > 0 and not (knob == _UTIL and value > 1)
     if ok and knob == _FA_VERSION:
         ok = value in (2, 3)
     if not ok:
+        described = _DESCRIBED.get(knob) or _KIND_NAMES[kind]
         raise UsageError(
             f"{where}: {value!r} is not a valid value for {knob}",
-            hint=f"{knob} takes {_describe(knob)} or 'default'",
+            hint=f"{knob} takes {described} or 'default'",
         )
     return value
-
-
-def _non_finite(value: Any) -> bool:
-    return isinstance(value, float) and not math.isfinite(value)
-
-
-def _describe(knob: str) -> str:
-    if knob == _UTIL:
-        return "a fraction in (0, 1]"
-    if knob == _FA_VERSION:
-        return "2 or 3"
-    kind = _TYPES[knob]
-    return {bool: "true/false", int: "a positive integer", str: "a name"}.get(kind, str(kind))

@@ -39,23 +39,9 @@ RUN_FIELDS = frozenset(
 # Fields kept from the stored spec whatever is given: the study's own name and notes.
 KEPT_FIELDS = frozenset({"name", "notes"})
 
-# How the command line spells each field, for the message; the others are spec-file keys.
-_OPTIONS: Mapping[str, str] = {
-    "model": "--model",
-    "gpu": "--gpu",
-    "gpu_price": "--gpu-price",
+# How a spec file spells the fields that have no command-line option (--gpu-price, ...).
+_SPEC_KEYS: Mapping[str, str] = {
     "plan": "[space] plan",
-    "workload": "--workload",
-    "trials": "--trials",
-    "objective": "--objective",
-    "slo": "--slo",
-    "seed": "--seed",
-    "emulate": "--emulate",
-    "early_stop": "--early-stop",
-    "search": "--search",
-    "confirm_launches": "--confirm-launches",
-    "confirm_max_launches": "--confirm-max-launches",
-    "confirm_top": "--confirm-top",
     "workload_overrides": "[workload]",
     "params": "[space] params",
     "choices": "[space] choices",
@@ -137,7 +123,7 @@ def _show(key: str, value: Any) -> str:
 
 def _contradiction(stored: StudySpec, key: str, old: Any, new: Any, why: str = "") -> UsageError:
     name = stored.study_name()
-    option = _OPTIONS.get(key, key)
+    option = _SPEC_KEYS.get(key) or "--" + key.replace("_", "-")
     return UsageError(
         f"study {name!r} was created with {option} {_show(key, old)}; this resume asks for "
         f"{_show(key, new)}" + (f" ({why})" if why else ""),

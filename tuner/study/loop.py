@@ -62,6 +62,7 @@ from tuner.study.standings import (
     baseline,
     failed_configs,
     rank,
+    score_reference,
     standings,
     study_slo,
     with_row,
@@ -455,7 +456,7 @@ def _record(
     # the defaults' result is known for good the rows are read again: it may have come since.
     if _unsettled(rows, trial.number):
         rows = repo.list_trials(ctx.name, limit=None)
-    reference = _defaults_values(rows) or (values if baseline else None)
+    reference = score_reference(rows) or (values if baseline else None)
     score = (
         scoring.score_values(values, ctx.spec.objective, reference)
         if measured and reference is not None
@@ -471,12 +472,6 @@ def _record(
         trial.set_user_attr(sharing.COUNTED, True)  # a fault is a result: it uses the budget
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
     return with_row(rows, own)
-
-
-def _defaults_values(rows: list[TrialRow]) -> list[float] | None:
-    """The objective values of the defaults' result among ``rows``, if they have one."""
-    row = baseline(rows)
-    return list(row.objective_values) if row is not None and row.objective_values else None
 
 
 def _unsettled(rows: list[TrialRow], number: int) -> bool:
