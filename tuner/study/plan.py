@@ -96,15 +96,11 @@ class Plan:
         if self.kept is not None and self.margin is not None:
             seen = ", ".join(f"{k} x{v:.2f}" for k, v in self.effects.items())
             beat = any(e > 0 and math.log(e) > self.margin for e in self.effects.values())
-            fallback = (
-                ""
-                if beat
-                else (
-                    " (none beat the noise: those above x1.00)"
-                    if any(e > 1.0 for e in self.effects.values())
-                    else " (none helped: the two likeliest)"
-                )
-            )
+            fallback = ""
+            if not beat and any(e > 1.0 for e in self.effects.values()):
+                fallback = " (none beat the noise: those above x1.00)"
+            elif not beat:
+                fallback = " (none helped: the two likeliest)"
             out.append(
                 f"screened (the recipe x{self.recipe or 0:.2f} the defaults; each knob's share: "
                 f"{seen}; kept above x{math.exp(self.margin):.2f}, "

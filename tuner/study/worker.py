@@ -28,6 +28,8 @@ from tuner.study import sharing
 if TYPE_CHECKING:
     from tuner.study.loop import Reporter
 
+_JOIN_WAIT_S = 120.0  # for the worker that took a queued study to create its Optuna study
+
 
 def run_worker(
     repo: Repository,
@@ -126,8 +128,11 @@ def join_study(
     # A study queued through the API: the first worker to join takes it and sets it up
     # (Optuna's study, the baseline); the others wait for that, then join.
     first = row.status == StudyStatus.QUEUED and repo.claim_queued(name)
-    if not first:
-        _wait_for_optuna_study(storage_url, name)
+    if not first and not _has_optuna_study(storage_url, name, wait_s=_JOIN_WAIT_S):
+        raise UsageError(
+            f"study {name!r} has no Optuna study after {_JOIN_WAIT_S:.0f} s",
+            hint="the worker that took it may have failed: see `tuner studies`",
+        )
     run_study(
         prepared.ctx,
         prepared.runner,
@@ -139,29 +144,18 @@ def join_study(
     return len(rank(prepared.repo, name, spec.objective))
 
 
-def _has_optuna_study(storage_url: str, name: str) -> bool:
+def _has_optuna_study(storage_url: str, name: str, wait_s: float = 0.0) -> bool:
+    """Whether study ``name`` has its Optuna study, waiting up to ``wait_s`` for the worker
+    that took it (a queued study) to create it."""
     import optuna
 
-    storage = optuna_rdb(storage_url)
-    try:
-        return name in optuna.get_all_study_names(storage)
-    finally:
-        storage.engine.dispose()
-
-
-def _wait_for_optuna_study(storage_url: str, name: str, timeout_s: float = 120.0) -> None:
-    """Block until the worker that took a queued study has created its Optuna study."""
-    import optuna
-
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + wait_s
     storage = optuna_rdb(storage_url)
     try:
         while name not in optuna.get_all_study_names(storage):
-            if time.monotonic() > deadline:
-                raise UsageError(
-                    f"study {name!r} has no Optuna study after {timeout_s:.0f} s",
-                    hint="the worker that took it may have failed: see `tuner studies`",
-                )
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(1.0)
+        return True
     finally:
         storage.engine.dispose()
