@@ -6,24 +6,12 @@ from typing import TYPE_CHECKING
 from tuner import face
 
 if TYPE_CHECKING:
-    from tuner.study.confirm import (
-        CONFIRM_NUMBER_BASE,
-        Confirmed,
-        choose,
-        is_confirmation,
-        study_pick,
-    )
+    from tuner.study.confirm import CONFIRM_NUMBER_BASE, Confirmed, choose, is_confirmation
     from tuner.study.loop import refuse_taken, run_study, set_up_study
     from tuner.study.parallel import refuse_sqlite
     from tuner.study.planning import stored_plan
     from tuner.study.sharing import runner_gone
-    from tuner.study.standings import (
-        best_across,
-        rank,
-        score_reference,
-        study_objective,
-        trial_score,
-    )
+    from tuner.study.standings import best_across, score_reference, study_objective, trial_score
     from tuner.study.worker import join_study, run_worker
 
 __all__ = [
@@ -33,7 +21,6 @@ __all__ = [
     "choose",
     "is_confirmation",
     "join_study",
-    "rank",
     "refuse_sqlite",
     "refuse_taken",
     "run_study",
@@ -43,7 +30,6 @@ __all__ = [
     "set_up_study",
     "stored_plan",
     "study_objective",
-    "study_pick",
     "trial_score",
 ]
 

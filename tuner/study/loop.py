@@ -479,9 +479,7 @@ def _unsettled(rows: list[TrialRow], number: int) -> bool:
     none yet, or a trial of the defaults numbered before it still runs (trial ``number``,
     this worker's own, aside)."""
     base = baseline(rows)
-    if base is None:
-        return True
-    return any(
+    return base is None or any(
         r.is_baseline
         and r.status is TrialStatus.RUNNING
         and r.phase is TrialPhase.SEARCH

@@ -153,9 +153,7 @@ def dead_here(trial: FrozenTrial) -> bool:
     judged here: only a resume, which knows no other worker runs, treats it as dead.
     """
     owner = trial.user_attrs.get(WORKER)
-    if trial.state is not TrialState.RUNNING or not isinstance(owner, dict):
-        return False
-    return gone_here(owner)
+    return trial.state is TrialState.RUNNING and isinstance(owner, dict) and gone_here(owner)
 
 
 def owner_gone(owner: Mapping[str, Any], updated_at: float) -> bool:
@@ -321,8 +319,7 @@ def swept(
         t = trials.get(row.number)
         if t is None or not t.state.is_finished():
             continue
-        won = repo.mark_running_as_interrupted(name, numbers=[row.number]) == 1
-        if won:
+        if repo.mark_running_as_interrupted(name, numbers=[row.number]) == 1:  # this worker won
             marked.add(row.number)
             if t.state is TrialState.FAIL and not counts(t):
                 retry(study, t)

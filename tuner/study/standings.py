@@ -69,10 +69,9 @@ def trial_score(
     launch (the comparison it belongs to judges it, not its one launch). The column stored at
     a trial's end is not read: it is relative to whatever baseline existed then (none, for the
     defaults' own trial when they ran second)."""
-    values = row.objective_values
     if reference is None or not _measured(row):
         return None
-    score = scoring.score_values(values or (), objective, reference)
+    score = scoring.score_values(row.objective_values or (), objective, reference)
     return score if math.isfinite(score) else None
 
 
