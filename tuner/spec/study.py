@@ -29,36 +29,26 @@ from tuner.spec.fields import (
 from tuner.vllm import FlagCatalog, knob_flag, knob_spelling, spelling_key, spelt_like_a_flag
 from tuner.vllm.caches import MODES as CACHE_MODES
 
+# The keys of [study] and [runner] that are read as they are, by type.
+_STUDY_TYPES: Mapping[str, type] = {
+    **dict.fromkeys(("model", "gpu", "workload", "slo", "name", "notes"), str),
+    **dict.fromkeys(("trials", "seed"), int),
+    **dict.fromkeys(("emulate", "early_stop"), bool),
+}
+_RUNNER_STRINGS = ("vllm_python", "load_format", "cpu_placement")
+# [confirm]'s keys: the field each sets, and its type.
+_CONFIRM_FIELDS: Mapping[str, tuple[str, type]] = {
+    "top": ("confirm_top", int),
+    "launches": ("confirm_launches", int),
+    "max_launches": ("confirm_max_launches", int),
+    "confidence": ("confidence", float),
+}
 _SECTIONS: Mapping[str, frozenset[str]] = {
-    "study": frozenset(
-        {
-            "name",
-            "model",
-            "gpu",
-            "workload",
-            "objective",
-            "trials",
-            "slo",
-            "seed",
-            "notes",
-            "emulate",
-            "early_stop",
-            "gpu_price",
-        }
-    ),
+    "study": frozenset({*_STUDY_TYPES, "objective", "gpu_price"}),
     "workload": frozenset(WORKLOAD_TYPES),
     "space": frozenset({"params", "choices", "fixed", "search", "plan"}),
-    "confirm": frozenset({"top", "launches", "max_launches", "confidence"}),
-    "runner": frozenset(
-        {
-            "startup_timeout_s",
-            "extra_args",
-            "vllm_python",
-            "load_format",
-            "compile_cache",
-            "cpu_placement",
-        }
-    ),
+    "confirm": frozenset(_CONFIRM_FIELDS),
+    "runner": frozenset({*_RUNNER_STRINGS, "startup_timeout_s", "extra_args", "compile_cache"}),
 }
 _SERVING_KEYS = frozenset(typed_knobs())
 NO_SLO = "none"  # `slo = "none"`: no SLO, not even the workload's recommended one
@@ -233,15 +223,11 @@ def _check_sections(data: Mapping[str, Any], fail: Fail) -> None:
 
 def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str, Any]:
     """``[study]``: names, counts, the SLO and the objective."""
-    kwargs: dict[str, Any] = {}
-    for keys, kind in (
-        (("model", "gpu", "workload", "slo", "name", "notes"), str),
-        (("trials", "seed"), int),
-        (("emulate", "early_stop"), bool),
-    ):
-        for key in keys:
-            if key in study:
-                kwargs[key] = typed_value(study[key], kind, key, fail, "study")
+    kwargs = {
+        key: typed_value(study[key], kind, key, fail, "study")
+        for key, kind in _STUDY_TYPES.items()
+        if key in study
+    }
     if "slo" in kwargs and kwargs["slo"].strip().lower() != NO_SLO:
         try:
             parse_slo(kwargs["slo"])
@@ -345,15 +331,11 @@ def _enqueue_section(enqueue: Any, fail: Fail) -> tuple[dict[str, Any], ...]:
 
 def _confirm_section(confirm: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
     """``[confirm]``: the confirmation phase's candidates, launches and interval level."""
-    kwargs: dict[str, Any] = {}
-    for key, field_name, kind in (
-        ("top", "confirm_top", int),
-        ("launches", "confirm_launches", int),
-        ("max_launches", "confirm_max_launches", int),
-        ("confidence", "confidence", float),
-    ):
-        if key in confirm:
-            kwargs[field_name] = typed_value(confirm[key], kind, key, fail, "confirm")
+    kwargs = {
+        field_name: typed_value(confirm[key], kind, key, fail, "confirm")
+        for key, (field_name, kind) in _CONFIRM_FIELDS.items()
+        if key in confirm
+    }
     if kwargs.get("confirm_top", 1) < 1 or kwargs.get("confirm_launches", 0) < 0:
         raise fail("confirm top must be >= 1 and launches >= 0 (0 turns it off)", "confirm")
     budget = kwargs.get("confirm_max_launches")
@@ -396,7 +378,7 @@ def _runner_section(runner: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
                 section="runner",
             )
         kwargs["extra_args"] = tuple(extra)
-    for key in ("vllm_python", "load_format", "cpu_placement"):
+    for key in _RUNNER_STRINGS:
         if key in runner:
             kwargs[key] = typed_value(runner[key], str, key, fail, "runner")
     if "compile_cache" in runner:
