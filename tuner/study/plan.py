@@ -332,14 +332,13 @@ def _no_candidate(move: levers.Move, card: SearchSpace) -> str:
 
 def _screen_value(move: levers.Move, card: SearchSpace) -> Any:
     choices = [c for c in space_of(card, [move.knob]).choices[move.knob] if c != DEFAULT]
+    numbers = [c for c in choices if isinstance(c, int | float) and not isinstance(c, bool)]
     default = _beyond_default(move, card)
     if default is not None:  # only the side of vLLM's default that the move is about
-        side = [c for c in choices if isinstance(c, int | float) and not isinstance(c, bool)]
-        choices = [c for c in side if (c - default) * move.way > 0]
+        choices = numbers = [c for c in numbers if (c - default) * move.way > 0]
     if move.screen in choices or not choices:
         return move.screen if choices else None
     target = move.screen
-    numbers = [c for c in choices if isinstance(c, int | float) and not isinstance(c, bool)]
     if isinstance(target, int | float) and not isinstance(target, bool) and target > 0 and numbers:
         # Not offered here (a CPU's smaller range): the candidate nearest to it, by ratio.
         return min(numbers, key=lambda c: abs(math.log(c / target)) if c > 0 else math.inf)
