@@ -108,15 +108,10 @@ class SearchSpace:
                 f"knob(s) {both} are both fixed and given choices",
                 hint="a knob is either held constant (fixed) or searched (choices), not both",
             )
-        names = None if params is None else [self._name(p, "params") for p in params]
-        if names is None:
-            searched = [
-                k
-                for k in KNOBS
-                if k not in fixed_values and (k in given or k in wanted or self._builtin(k))
-            ]
-            searched += [k for k in dict.fromkeys([*given, *wanted]) if k not in KNOBS]
+        if params is None:
+            names = [k for k in KNOBS if k not in fixed_values and self._builtin(k)] + [*given]
         else:
+            names = [self._name(p, "params") for p in params]
             clash = sorted(set(names) & set(fixed_values))
             if clash:
                 raise UsageError(
@@ -129,9 +124,9 @@ class SearchSpace:
                     f"choices given for {stray}, which are not in params",
                     hint="add them to params or drop their choices",
                 )
-            chosen = set(names) | set(wanted)
-            searched = [k for k in KNOBS if k in chosen]
-            searched += [k for k in dict.fromkeys([*names, *wanted]) if k not in KNOBS]
+        chosen = [*names, *wanted]
+        searched = [k for k in KNOBS if k in chosen]
+        searched += [k for k in dict.fromkeys(chosen) if k not in KNOBS]
         for knob in searched:
             if knob not in given and not self._builtin(knob):
                 raise UsageError(
