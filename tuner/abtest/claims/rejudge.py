@@ -116,8 +116,7 @@ def _outcome(
             f"needs 2 configurations × {launches} fresh launches on {p.workload.name} here "
             f"(tuner verify-claims --only {claim.id})"
         )
-        fact = Fact(NOT_MEASURED, needs)
-        return fact_outcome(p, fact, where), None
+        return fact_outcome(p, Fact(NOT_MEASURED, needs), where), None
     assert claim.claimed is not None
     reading = read(
         claim.claimed,
