@@ -55,9 +55,6 @@ def num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-# -- the study page ------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class TrialLine:
     """One row of the trials table; numbers are None when the trial has none."""
