@@ -113,10 +113,7 @@ class ServingConfig:
         return dataclasses.replace(self, **changes)
 
     def label(self) -> str:
-        items = self.to_dict()
-        if not items:
-            return "defaults"
-        return ",".join(f"{k}={v}" for k, v in items.items())
+        return ",".join(f"{k}={v}" for k, v in self.to_dict().items()) or "defaults"
 
 
 def typed_knobs() -> tuple[str, ...]:
