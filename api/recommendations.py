@@ -206,12 +206,6 @@ def _memory(trial: TrialRow) -> float | None:
     return finite(values[1]) if values and len(values) >= 2 else None
 
 
-def _baseline(base: TrialRow) -> BaselineOut:
-    return BaselineOut(
-        trial=base.number, metrics=metrics_out(base.metrics), memory_gib=_memory(base)
-    )
-
-
 def response(pick: Pick, q: Query) -> RecommendationOut:
     snap, trial, study = pick.snapshot, pick.ranked.row, pick.snapshot.study
     version = q.vllm_version or trial.vllm_version or study.vllm_version or "0"
@@ -235,7 +229,11 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
         metrics=metrics_out(trial.metrics),
         memory_gib=_memory(trial),
         score=finite(pick.ranked.score) or 0.0,
-        baseline=None if base is None else _baseline(base),
+        baseline=None
+        if base is None
+        else BaselineOut(
+            trial=base.number, metrics=metrics_out(base.metrics), memory_gib=_memory(base)
+        ),
         provenance=ProvenanceOut.of(trial, study),
         feasible=pick.ranked.feasible,
         is_baseline=trial.is_baseline,
