@@ -136,8 +136,7 @@ def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
             )
             raise not_found(
                 f"{measured} {kind} trial{'s' if measured != 1 else ''} measured {what}, but "
-                f"none meets the SLO "
-                f"{format_slo(q.slo)}",
+                f"none meets the SLO {format_slo(q.slo)}",
                 "relax the SLO, or run a study with it to search for a configuration that meets it",
                 closest={
                     "study": closest.snapshot.study.name,
