@@ -78,8 +78,10 @@ async def get_sizing(
         )
         kind = "emulated" if emulated else "measured"
         hint = "GET /v1/studies lists what was measured"
-        if not emulated and await run_in_threadpool(sized, True):
-            hint = "emulated ones can be sized: add emulated=true"
+        if not emulated:
+            emulated_ones = await run_in_threadpool(sized, True)
+            if emulated_ones:
+                hint = "emulated ones can be sized: add emulated=true"
         raise not_found(
             f"no {kind} study of {model!r}{where} to size from (none has a recommendation "
             "with stored windows)",
