@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.abtest.compare import HEADLINE, Arm, Comparison, compare
+from tuner.abtest.guard import finding_of
 from tuner.abtest.profile import gpu_seconds
 from tuner.domain import TrialResult, TrialStatus
 from tuner.scoring import (
@@ -228,6 +229,5 @@ def _interval(head: Any, design: Design) -> RatioInterval | None:
 
 def _hopeless(*runs: Sequence[TrialResult]) -> bool:
     """Whether a side cannot start here (a finding): more launches of it measure nothing."""
-    return any(
-        r.failure is not None and r.failure.is_finding for rs in runs for r in rs
-    ) or not all(any(r.status is TrialStatus.COMPLETE for r in rs) for rs in runs)
+    complete = all(any(r.status is TrialStatus.COMPLETE for r in rs) for rs in runs)
+    return any(map(finding_of, runs)) or not complete
