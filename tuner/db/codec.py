@@ -103,9 +103,18 @@ def _record(cls: type, data: Mapping[str, Any]) -> Any:
 decode_estimate = functools.partial(decode, Estimate)
 decode_window = functools.partial(decode, WindowMetrics)
 decode_memory = functools.partial(decode, MemoryUsage)
-decode_metrics = _decoder(Mapping[str, Estimate])
-decode_server = _decoder(ServerInfo | None)
-decode_provenance = _decoder(Provenance | None)
+
+
+def decode_metrics(data: Mapping[str, Any]) -> dict[str, Estimate]:
+    return {name: decode(Estimate, est) for name, est in data.items()}
+
+
+def decode_server(data: Mapping[str, Any] | None) -> ServerInfo | None:
+    return None if data is None else decode(ServerInfo, data)
+
+
+def decode_provenance(data: Mapping[str, Any] | None) -> Provenance | None:
+    return None if data is None else decode(Provenance, data)
 
 
 def decode_result(data: Mapping[str, Any]) -> TrialResult:
