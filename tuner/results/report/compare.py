@@ -41,6 +41,7 @@ _PLACED_KEYS = (
     "decision",
     "noise",
     "gpu_minutes",
+    "gpu_launches",  # what gpu_minutes sums
 )
 
 
