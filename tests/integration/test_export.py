@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -221,3 +222,42 @@ def test_launches_shared_by_comparisons_count_their_gpu_minutes_once(tmp_path: P
     shared = f"new launches (its other launches are counted with comparison {first['id']})"
     assert f"GPU-minutes of {shared}" in md
     assert f"GPU time: {sum(walls.values()):.1f} GPU-minutes over 2 comparisons; 1 of them" in md
+
+
+def test_out_through_a_link_replaces_the_file_it_names_and_keeps_the_link(
+    db: str, tmp_path: Path
+) -> None:
+    """As `cp` and a shell redirection do: the link stays a link, its file gets the export
+    (written beside it and renamed, so whole); a link to nothing or to a folder is refused."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+    from tuner.errors import UsageError
+
+    def export(out: Path, *more: str) -> Any:
+        args = ["export", "s1", "--format", "md", "--out", str(out), "--storage", db, *more]
+        return CliRunner().invoke(app, args)
+
+    elsewhere = tmp_path / "kept"
+    elsewhere.mkdir()
+    target = elsewhere / "s1.md"
+    target.write_text("old\n")
+    link = tmp_path / "latest.md"
+    link.symlink_to(target)
+    refused = export(link)
+    assert isinstance(refused.exception, UsageError) and "exists" in str(refused.exception)
+    done = export(link, "--force")
+    assert done.exit_code == 0, done.output
+    assert link.is_symlink() and link.readlink() == target
+    assert target.read_text().startswith("Study s1: ")
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["s1.md"]  # no temporary file left
+
+    dangling = tmp_path / "dangling.md"
+    dangling.symlink_to(tmp_path / "gone" / "s1.md")
+    to_folder = tmp_path / "folder-link"
+    to_folder.symlink_to(elsewhere)
+    for bad, said in ((dangling, "which does not exist"), (to_folder, "is a folder")):
+        run = export(bad, "--force")
+        assert isinstance(run.exception, UsageError), run.output
+        assert f"--out {bad} " in str(run.exception) and said in str(run.exception)
+    assert dangling.is_symlink() and to_folder.is_symlink() and not (tmp_path / "gone").exists()
