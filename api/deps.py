@@ -53,24 +53,15 @@ def require_api_key(
             f"(e.g. export {env}=$(openssl rand -hex 32)), then send it as X-API-Key",
         )
     given = api_key or (bearer.credentials if bearer is not None else None)
-    challenge = {"WWW-Authenticate": "Bearer"}
     if not given:
-        raise ApiError(
-            401,
-            "unauthorized",
-            "this endpoint needs an API key",
-            hint=f"send the value of {env} as header X-API-Key or Authorization: Bearer",
-            headers=challenge,
-        )
+        message = "this endpoint needs an API key"
+        hint = f"send the value of {env} as header X-API-Key or Authorization: Bearer"
     # compare_digest: the time taken must not tell how much of the key was right.
-    if not hmac.compare_digest(given.encode(), settings.api_key.encode()):
-        raise ApiError(
-            401,
-            "unauthorized",
-            "wrong API key",
-            hint=f"send the value of {env} the server was started with",
-            headers=challenge,
-        )
+    elif not hmac.compare_digest(given.encode(), settings.api_key.encode()):
+        message, hint = "wrong API key", f"send the value of {env} the server was started with"
+    else:
+        return
+    raise ApiError(401, "unauthorized", message, hint=hint, headers={"WWW-Authenticate": "Bearer"})
 
 
 WriteAccess = Depends(require_api_key)

@@ -136,8 +136,7 @@ def recommend(snapshots: list[StudySnapshot], q: Query) -> RecommendationOut:
             )
             raise not_found(
                 f"{measured} {kind} trial{'s' if measured != 1 else ''} measured {what}, but "
-                f"none meets the SLO "
-                f"{format_slo(q.slo)}",
+                f"none meets the SLO {format_slo(q.slo)}",
                 "relax the SLO, or run a study with it to search for a configuration that meets it",
                 closest={
                     "study": closest.snapshot.study.name,
@@ -206,12 +205,6 @@ def _memory(trial: TrialRow) -> float | None:
     return finite(values[1]) if values and len(values) >= 2 else None
 
 
-def _baseline(base: TrialRow) -> BaselineOut:
-    return BaselineOut(
-        trial=base.number, metrics=metrics_out(base.metrics), memory_gib=_memory(base)
-    )
-
-
 def response(pick: Pick, q: Query) -> RecommendationOut:
     snap, trial, study = pick.snapshot, pick.ranked.row, pick.snapshot.study
     version = q.vllm_version or trial.vllm_version or study.vllm_version or "0"
@@ -235,7 +228,11 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
         metrics=metrics_out(trial.metrics),
         memory_gib=_memory(trial),
         score=finite(pick.ranked.score) or 0.0,
-        baseline=None if base is None else _baseline(base),
+        baseline=None
+        if base is None
+        else BaselineOut(
+            trial=base.number, metrics=metrics_out(base.metrics), memory_gib=_memory(base)
+        ),
         provenance=ProvenanceOut.of(trial, study),
         feasible=pick.ranked.feasible,
         is_baseline=trial.is_baseline,

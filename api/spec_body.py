@@ -214,6 +214,12 @@ class RunnerSection(TypedDict, total=False):
     cpu_placement: Annotated[str, OneOf(PLACEMENTS)]
 
 
+def _in_study(name: str, schema: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
+    """A condition on ``study.<name>``; with ``required``, one the body must also state."""
+    study = {"required": [name]} if required else {}
+    return {"properties": {"study": {**study, "properties": {name: schema}}}}
+
+
 def _conditions() -> list[dict[str, Any]]:
     """The rules across sections, as JSON Schema conditionals, from tuner's own checks."""
     unfit: dict[tuple[str, ...], list[str]] = {}
@@ -229,28 +235,13 @@ def _conditions() -> list[dict[str, Any]]:
             unfit.setdefault(tuple(bad), []).append(name)
     fits = [
         {
-            "if": {
-                "properties": {
-                    "study": {"required": ["model"], "properties": {"model": {"enum": names}}}
-                }
-            },
-            "then": {
-                "properties": {
-                    "study": {"properties": {"gpu": {"enum": [g for g in GPUS if g not in bad]}}}
-                }
-            },
+            "if": _in_study("model", {"enum": names}),
+            "then": _in_study("gpu", {"enum": [g for g in GPUS if g not in bad]}, required=False),
         }
         for bad, names in unfit.items()
     ]
     capacity = {
-        "if": {
-            "properties": {
-                "study": {
-                    "required": ["objective"],
-                    "properties": {"objective": {"const": Objective.CAPACITY.value}},
-                }
-            }
-        },
+        "if": _in_study("objective", {"const": Objective.CAPACITY.value}),
         "then": {
             "required": ["workload"],
             "properties": {
@@ -265,10 +256,8 @@ def _conditions() -> list[dict[str, Any]]:
     }
     cpu = [name for name, gpu in GPUS.items() if gpu.is_cpu]
     emulated = {  # tuner.runner.hardware: a CPU profile has no GPU memory to emulate
-        "if": {
-            "properties": {"study": {"required": ["gpu"], "properties": {"gpu": {"enum": cpu}}}}
-        },
-        "then": {"properties": {"study": {"properties": {"emulate": {"const": False}}}}},
+        "if": _in_study("gpu", {"enum": cpu}),
+        "then": _in_study("emulate", {"const": False}, required=False),
     }
     return [*fits, capacity, emulated]
 

@@ -58,17 +58,20 @@ async def get_sizing(
     GPU (median and the range over one launch's windows), the GPUs for the rate from the low
     end of that range (and from the median and the high end), $/hour and $ per 1M output
     tokens at the study's price per GPU-hour (its source named)."""
-    target = Rate(float(rate), unit)
-    answers = await run_in_threadpool(
-        size,
-        repo,
-        model=model,
-        rate=target,
-        gpus=tuple(gpu or ()),
-        workload=workload,
-        slo=slo_query(slo),
-        emulated=emulated,
-    )
+    target, wanted_slo = Rate(float(rate), unit), slo_query(slo)
+
+    def sized(emulated: bool) -> list[Any]:
+        return size(
+            repo,
+            model=model,
+            rate=target,
+            gpus=tuple(gpu or ()),
+            workload=workload,
+            slo=wanted_slo,
+            emulated=emulated,
+        )
+
+    answers = await run_in_threadpool(sized, emulated)
     if not answers:  # said as `tuner size` says it
         where = (f" on {', '.join(gpu)}" if gpu else "") + (
             f" with workload {workload}" if workload else ""
@@ -76,10 +79,7 @@ async def get_sizing(
         kind = "emulated" if emulated else "measured"
         hint = "GET /v1/studies lists what was measured"
         if not emulated:
-            emulated_ones = await run_in_threadpool(
-                size, repo, model=model, rate=target, gpus=tuple(gpu or ()),
-                workload=workload, slo=slo_query(slo), emulated=True,
-            )  # fmt: skip
+            emulated_ones = await run_in_threadpool(sized, True)
             if emulated_ones:
                 hint = "emulated ones can be sized: add emulated=true"
         raise not_found(

@@ -262,15 +262,12 @@ def get_pareto(repo: RepoDep, index: IndexDep, name: StudyName) -> ParetoOut:
     snap = index.snapshot(study)
     if snap is None:
         raise not_found(f"no study named {name!r}", "GET /v1/studies lists the studies")
-    objective = study_objective(study)
+    score = _scorer(index, study)
     return ParetoOut(
         study=name,
         objectives=[
             ObjectiveOut(name=n, direction=d)
             for n, d in zip(scoring.OBJECTIVE_NAMES, scoring.DIRECTIONS, strict=True)
         ],
-        trials=[
-            TrialOut.of(t, study, trial_score(t, snap.reference, objective))
-            for t in pareto_front(snap)
-        ],
+        trials=[TrialOut.of(t, study, score(t)) for t in pareto_front(snap)],
     )

@@ -122,6 +122,14 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
         Case(("run", "--study", "nosuch", "--resume"), database=True),
         ("no study named 'nosuch' to resume", "tuner studies"),
     ),
+    "studies-in-an-empty-file": (  # `touch tuner.db`: answered as a missing file is
+        Case(("studies",), files={DB_FILE: ""}),
+        ("no studies: database", "tuner.db is empty", "tuner run"),
+    ),
+    "trials-in-an-empty-file": (
+        Case(("trials", "nosuchstudy"), files={DB_FILE: ""}),
+        ("no study named 'nosuchstudy'", "tuner.db is empty", "tuner run"),
+    ),
     "resume-without-database": (
         Case(
             ("run", "--resume"),
@@ -201,6 +209,25 @@ def test_a_study_that_is_not_there_is_refused_before_its_header(
     for name in ("resume-unknown-study", "resume-without-database"):
         assert "workload smoke" not in outcomes[name].output, outcomes[name].output
         assert not outcomes[name].output.startswith("study ")
+
+
+def test_a_reading_command_leaves_an_empty_database_file_as_it_was(
+    outcomes: dict[str, Outcome], tmp_path: Path
+) -> None:
+    """Opening a 0-byte SQLite file writes SQLite's header into it (4 KiB): the commands that
+    only read leave it at 0 bytes, and `tuner db current` neither writes it nor creates one."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    for name in ("studies-in-an-empty-file", "trials-in-an-empty-file"):
+        assert (outcomes[name].workdir / DB_FILE).stat().st_size == 0, outcomes[name].output
+    empty, missing = tmp_path / "empty.db", tmp_path / "missing.db"
+    empty.touch()
+    for path, said in ((empty, "is empty"), (missing, "does not exist")):
+        run = CliRunner().invoke(app, ["db", "current", "--storage", f"sqlite:///{path}"])
+        assert run.exit_code == 0 and f"at nothing (database {path} {said})" in run.output
+    assert empty.stat().st_size == 0 and not missing.exists()
 
 
 def test_a10g_on_this_machine_fails_at_once(outcomes: dict[str, Outcome]) -> None:

@@ -175,6 +175,16 @@ def test_storage_missing_current_and_from_a_newer_tuner(tmp_path: Path) -> None:
     assert facts.problem is not None and "is damaged" in facts.problem.what
 
 
+def test_storage_in_an_empty_file_is_noted_and_left_empty(tmp_path: Path) -> None:
+    empty = tmp_path / "t.db"
+    empty.touch()  # as `touch` or another tool leaves it: opening it would write 4 KiB
+    facts = gather_storage(f"sqlite:///{empty}")
+    assert (
+        facts.problem is None and facts.note == "is empty: `tuner run` creates tuner's tables in it"
+    )
+    assert empty.stat().st_size == 0 and sorted(tmp_path.iterdir()) == [empty]  # doctor only looks
+
+
 def test_ports_are_taken_and_bound_like_trials_do() -> None:
     facts = gather_ports()
     assert facts.error is None and len(set(facts.checked)) == 3

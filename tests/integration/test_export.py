@@ -7,10 +7,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.studykit import make_repo, memory_confirmation_context, store_claim
+from tests.studykit import make_context, make_repo, memory_confirmation_context, store_claim
 from tuner.domain import Workload
 from tuner.results.comparisons import (
     claims_table,
@@ -191,3 +192,72 @@ def test_the_markdown_export_names_its_provenance_and_keeps_small_memory(db: str
     memory = {"metric": "memory_gib", "label": "memory GiB", "a": side, "b": side, "verdict": ""}
     table = comparison_table({"a_label": "A", "b_label": "B", "metrics": [memory]})
     assert "| memory GiB | 0.04 (0.04, 0.04) | 0.04 (0.04, 0.04) |" in table
+
+
+def test_launches_shared_by_comparisons_count_their_gpu_minutes_once(tmp_path: Path) -> None:
+    """A study confirming two candidates launches the defaults once for both comparisons (as
+    verify-claims launches a configuration shared by claims once): the second comparison says
+    it reused them instead of counting their minutes again, and the total counts each once."""
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    repo = make_repo(url)
+    two = [{"gpu_memory_utilization": 0.5}, {"gpu_memory_utilization": 0.6}]
+    ctx = make_context(
+        url, trials=3, enqueue=two, params=("gpu_memory_utilization",),
+        choices={"gpu_memory_utilization": (0.5, 0.6)}, confirm_launches=3, confirm_top=2,
+        objective="memory",
+    )  # fmt: skip
+    run_study(ctx, FakeRunner(), repo)
+    first, second = records = json.loads(json.dumps(comparison_records(repo)))
+    launches = [{(x["started_at"], x["wall_s"]) for x in r["gpu_launches"]} for r in records]
+    assert len(launches[0]) == len(launches[1]) == 6 and len(launches[0] & launches[1]) == 3
+    walls = {name: name[1] / 60.0 for name in launches[0] | launches[1]}
+    assert first["gpu_minutes"] == pytest.approx(sum(walls[n] for n in launches[0]))
+    assert first["gpu_minutes_new"] == first["gpu_minutes"]
+    assert first["launches_shared_with"] == [] and second["launches_shared_with"] == [first["id"]]
+    assert second["gpu_minutes_new"] == pytest.approx(
+        sum(walls[n] for n in launches[1] - launches[0])
+    )
+    assert sum(r["gpu_minutes_new"] for r in records) == pytest.approx(sum(walls.values()))
+    md = comparisons_markdown(records)
+    shared = f"new launches (its other launches are counted with comparison {first['id']})"
+    assert f"GPU-minutes of {shared}" in md
+    assert f"GPU time: {sum(walls.values()):.1f} GPU-minutes over 2 comparisons; 1 of them" in md
+
+
+def test_out_through_a_link_replaces_the_file_it_names_and_keeps_the_link(
+    db: str, tmp_path: Path
+) -> None:
+    """As `cp` and a shell redirection do: the link stays a link, its file gets the export
+    (written beside it and renamed, so whole); a link to nothing or to a folder is refused."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+    from tuner.errors import UsageError
+
+    def export(out: Path, *more: str) -> Any:
+        args = ["export", "s1", "--format", "md", "--out", str(out), "--storage", db, *more]
+        return CliRunner().invoke(app, args)
+
+    elsewhere = tmp_path / "kept"
+    elsewhere.mkdir()
+    target = elsewhere / "s1.md"
+    target.write_text("old\n")
+    link = tmp_path / "latest.md"
+    link.symlink_to(target)
+    refused = export(link)
+    assert isinstance(refused.exception, UsageError) and "exists" in str(refused.exception)
+    done = export(link, "--force")
+    assert done.exit_code == 0, done.output
+    assert link.is_symlink() and link.readlink() == target
+    assert target.read_text().startswith("Study s1: ")
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["s1.md"]  # no temporary file left
+
+    dangling = tmp_path / "dangling.md"
+    dangling.symlink_to(tmp_path / "gone" / "s1.md")
+    to_folder = tmp_path / "folder-link"
+    to_folder.symlink_to(elsewhere)
+    for bad, said in ((dangling, "which does not exist"), (to_folder, "is a folder")):
+        run = export(bad, "--force")
+        assert isinstance(run.exception, UsageError), run.output
+        assert f"--out {bad} " in str(run.exception) and said in str(run.exception)
+    assert dangling.is_symlink() and to_folder.is_symlink() and not (tmp_path / "gone").exists()

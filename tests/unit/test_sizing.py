@@ -202,3 +202,19 @@ def test_a_missed_slo_keeps_the_window_count_and_an_unrecorded_load_is_named(
     assert answer["windows"] == sized["windows"] > 1
     assert point_label(None, None) == "a load level not recorded"
     assert point_label(16, None) == "16 streams" and point_label(None, 4.0) == "4 req/s"
+
+
+def test_tuner_size_fails_when_no_configuration_serves_the_rate(tmp_path: Path) -> None:
+    """Every study sized and none serves the rate within the SLO: the answers are printed, and
+    the exit status is 1 with a line that says so (0 read as an answer to a script)."""
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    insert_measured_study(url, [ServingConfig(), ServingConfig(max_num_seqs=64)], name="s")
+    size = ["size", "--model", "tiny-ernie", "--rate", "5", "--storage", url]
+    missed = CliRunner().invoke(app, [*size, "--slo", "ttft_p99=0.001ms"])
+    assert missed.exit_code == 1, missed.output
+    assert "none can serve it" in missed.stdout
+    assert "no measured configuration serves 5 req/s within the SLO" in missed.stderr
+    as_json = CliRunner().invoke(app, [*size, "--slo", "ttft_p99=0.001ms", "--json"])
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout)["sizes"][0]["gpus"] is None
+    served = CliRunner().invoke(app, size)
+    assert served.exit_code == 0 and served.stderr == ""

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.abtest.compare import HEADLINE, Arm, Comparison, compare
-from tuner.abtest.profile import gpu_seconds
+from tuner.abtest.guard import finding_of
+from tuner.abtest.profile import launch_walls
 from tuner.domain import TrialResult, TrialStatus
 from tuner.scoring import (
     CONTINUE,
@@ -145,7 +146,7 @@ class Look:
     step: Step
     design: Design
     profile: NoiseProfile | None
-    gpu_s: float
+    walls: tuple[tuple[float, float], ...]  # (started_at, wall_s) of every launch it took
     metric: str = HEADLINE  # the metric whose interval decides (a claim's own metric)
 
     @property
@@ -154,11 +155,13 @@ class Look:
 
     @property
     def gpu_minutes(self) -> float:
-        return self.gpu_s / 60.0
+        return sum(w for _, w in self.walls) / 60.0
 
     def to_results(self) -> dict[str, Any]:
         """The comparison's stored JSON (:meth:`Comparison.to_results`) with the design, how
-        it stopped, the noise used and the GPU-minutes."""
+        it stopped, the noise used, the GPU-minutes and the launches they are the wall time of
+        (``gpu_launches``: ``{"started_at", "wall_s"}`` each, which names a launch that other
+        comparisons of the run read too)."""
         out = self.comparison.to_results()
         out["confidence"] = self.design.confidence
         headline = self.comparison.metric(self.metric)
@@ -175,6 +178,7 @@ class Look:
         if self.profile is not None:
             out["noise"] = self.profile.to_dict()
         out["gpu_minutes"] = self.gpu_minutes
+        out["gpu_launches"] = [{"started_at": s, "wall_s": w} for s, w in self.walls]
         return out
 
 
@@ -214,7 +218,7 @@ def judge_look(
         )
         if step.verdict == CONTINUE and _hopeless(a_runs, b_runs):
             step = Step(head.verdict, step.interval, a_n, b_n, UNMEASURED_STOP)
-    return Look(c, step, design, profile, gpu_seconds([*a_runs, *b_runs]), metric)
+    return Look(c, step, design, profile, launch_walls([*a_runs, *b_runs]), metric)
 
 
 def _interval(head: Any, design: Design) -> RatioInterval | None:
@@ -228,6 +232,5 @@ def _interval(head: Any, design: Design) -> RatioInterval | None:
 
 def _hopeless(*runs: Sequence[TrialResult]) -> bool:
     """Whether a side cannot start here (a finding): more launches of it measure nothing."""
-    return any(
-        r.failure is not None and r.failure.is_finding for rs in runs for r in rs
-    ) or not all(any(r.status is TrialStatus.COMPLETE for r in rs) for rs in runs)
+    complete = all(any(r.status is TrialStatus.COMPLETE for r in rs) for rs in runs)
+    return any(map(finding_of, runs)) or not complete

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.abtest.compare import Arm
+from tuner.abtest.guard import finding_of
 from tuner.db import decode_result, encode
 from tuner.domain import TrialResult, TrialStatus
 
@@ -34,9 +35,7 @@ def run_key(**parts: Any) -> str:
 
 
 def _reusable(result: TrialResult) -> bool:
-    if result.status is TrialStatus.COMPLETE:
-        return True
-    return result.failure is not None and result.failure.is_finding
+    return result.status is TrialStatus.COMPLETE or bool(finding_of([result]))
 
 
 class LaunchLog:

@@ -5,7 +5,9 @@ of each window value of the compared metrics), and a comparison reads the profil
 (:func:`load_profile`); see :mod:`tuner.scoring.noise` for the model.
 
 Also the cost of a decision: :func:`gpu_seconds` sums the wall time of launches (start-up,
-canary, warm-up and measurement: from the start of the launch to the end of its last window).
+canary, warm-up and measurement: from the start of the launch to the end of its last window),
+and :func:`launch_walls` names each launch by its start so that a sum over comparisons that
+share launches counts each once.
 """
 
 from __future__ import annotations
@@ -67,9 +69,20 @@ def wall_s(result: TrialResult) -> float | None:
     return max(0.0, result.finished_at - result.started_at)
 
 
+def launch_walls(results: Iterable[TrialResult]) -> tuple[tuple[float, float], ...]:
+    """``(started_at, wall_s)`` of each of ``results`` with a wall time: what names a launch
+    where several comparisons read it (a claim group's shared configuration, a confirmation's
+    defaults), so that its time is counted once."""
+    return tuple(
+        (r.started_at, w)
+        for r in results
+        if r.started_at is not None and (w := wall_s(r)) is not None
+    )
+
+
 def gpu_seconds(results: Iterable[TrialResult]) -> float:
     """The summed wall time of ``results`` (failed launches cost time too)."""
-    return sum(w for r in results if (w := wall_s(r)) is not None)
+    return sum(w for _, w in launch_walls(results))
 
 
 def run_tag(command: str, key: str, results: Iterable[TrialResult]) -> str:

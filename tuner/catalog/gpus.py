@@ -125,11 +125,8 @@ class GpuPrice:
 
     def label(self) -> str:
         x = self.usd_per_hour
-        return (
-            f"${x:,.2f}/GPU-hour ({self.source})"
-            if x == 0 or x >= 0.01
-            else (f"${x:.2g}/GPU-hour ({self.source})")
-        )
+        amount = f"{x:,.2f}" if x == 0 or x >= 0.01 else f"{x:.2g}"
+        return f"${amount}/GPU-hour ({self.source})"
 
 
 # On-demand list prices per GPU-hour: an assumption, not a quote. The middle of the "specialty

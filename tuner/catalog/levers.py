@@ -160,6 +160,7 @@ _GRAPH_KNOBS = (
     "compilation_config.max_cudagraph_capture_size",
     "max_cudagraph_capture_size",
 )
+_DRAFTLESS = (None, "ngram", "ngram_gpu", "suffix")  # speculative methods without a draft model
 
 
 def get(knob: str) -> Lever | None:
@@ -188,14 +189,13 @@ def vllm_default(
     tell."""
     if gpu.is_cpu:
         return {"max_num_seqs": 128, "max_num_batched_tokens": 2048}.get(knob)
+    fixed = fixed or {}
     if knob == "async_scheduling":
-        fixed = fixed or {}
         if fixed.get("speculative_config") or fixed.get("pipeline_parallel_size", 1) != 1:
             return None
         said = (declared or {}).get(knob, "unknown")
         return True if said is None else said if isinstance(said, bool) else None
     if knob == "compilation_config.cudagraph_mode":
-        fixed = fixed or {}
         if fixed.get("enforce_eager") or fixed.get("optimization_level") not in (None, 2):
             return None  # the default holds at -O2 (vLLM's default level) with graphs on
         return "FULL_AND_PIECEWISE"
@@ -260,12 +260,7 @@ def violations(
             "GPU per launch (the runner pins each server to the measured GPU)"
         )
     speculative = x.get("speculative_config")
-    if isinstance(speculative, str) and json.loads(speculative).get("method") not in (
-        None,
-        "ngram",
-        "ngram_gpu",
-        "suffix",
-    ):
+    if isinstance(speculative, str) and json.loads(speculative).get("method") not in _DRAFTLESS:
         out.append(
             "tuner searches speculative decoding without a draft model only (method ngram): "
             "a draft model or head is a different deployment, not a serving knob"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.table import Table
 
 from tuner.cli.common import JsonOpt, out, print_json
@@ -12,9 +10,15 @@ from tuner.cli.common import JsonOpt, out, print_json
 def models(as_json: JsonOpt = False) -> None:
     """List the catalogued models."""
     from tuner.catalog import MODELS
+    from tuner.domain import to_jsonable
 
     if as_json:
-        print_json([_model_record(alias, m) for alias, m in MODELS.items()])
+        print_json(
+            [
+                {"alias": alias, **to_jsonable(m), "parameters": m.parameter_count()}
+                for alias, m in MODELS.items()
+            ]
+        )
         return
     table = Table("alias", "hub id", "architecture", "layers", "params", "max len", "weights")
     for alias, m in MODELS.items():
@@ -25,7 +29,8 @@ def models(as_json: JsonOpt = False) -> None:
             str(m.num_layers),
             _parameters(m.parameter_count()),
             str(m.max_position_embeddings),
-            ("published" if m.weights_available else "none published") + _note(m.notes),
+            ("published" if m.weights_available else "none published")
+            + (f" ({m.notes})" if m.notes else ""),
         )
     out.print(table)
 
@@ -34,16 +39,6 @@ def _parameters(count: int) -> str:
     """A parameter count in billions, or in millions below 0.1 B: 426,624 is 0.43 M (it read
     0.00 B)."""
     return f"{count / 1e9:.2f} B" if count >= 1e8 else f"{count / 1e6:.2f} M"
-
-
-def _note(notes: str) -> str:
-    return f" ({notes})" if notes else ""
-
-
-def _model_record(alias: str, model: Any) -> dict[str, Any]:
-    from tuner.domain import to_jsonable
-
-    return {"alias": alias, **to_jsonable(model), "parameters": model.parameter_count()}
 
 
 def gpus(as_json: JsonOpt = False) -> None:

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tuner.doctor.checks import missing_sqlite_file
+from tuner.doctor.checks import SETS_UP, blank_sqlite_file
 from tuner.errors import UsageError
 
 if TYPE_CHECKING:
@@ -96,16 +96,19 @@ def storage_url(url: str | None) -> str:
 def open_repo(url: str | None, study: str | None = None) -> Repository:
     """The repository of an existing database, for the commands that only read.
 
-    A SQLite file that does not exist holds no studies: say so (exit 2, naming ``study`` if
-    given) rather than create an empty file as a side effect of a typo in the path.
+    A SQLite file that does not exist, or is empty (0 bytes), holds no studies: say so (exit 2,
+    naming ``study`` if given) rather than create or write the file (opening an empty one
+    writes SQLite's header) as a side effect of a typo in the path or a ``touch``.
     """
     storage = storage_url(url)
-    missing = missing_sqlite_file(storage)
-    if missing is not None:
+    blank = blank_sqlite_file(storage)
+    if blank is not None:
+        path, state = blank
         what = f"no study named {study!r}" if study else "no studies"
         raise UsageError(
-            f"{what}: database {missing} does not exist",
-            hint="`tuner run` creates it; or point --storage / $TUNER_DB_URL at another database",
+            f"{what}: database {path} {state}",
+            hint=f"`tuner run` {SETS_UP[state]}; "
+            "or point --storage / $TUNER_DB_URL at another database",
         )
     from tuner.db import Repository, ensure_ready, make_engine
 

@@ -92,8 +92,13 @@ def db_upgrade(storage: StorageOpt = None) -> None:
 def db_current(storage: StorageOpt = None) -> None:
     """Print the schema revision of tuner's tables."""
     from tuner.db import check_integrity, current_revision, head_revision
+    from tuner.doctor.checks import blank_sqlite_file
 
     url = storage_url(storage)
+    blank = blank_sqlite_file(url)
+    if blank is not None:  # not opened: that would create or write the file
+        out.print(f"{url}: at nothing (database {blank[0]} {blank[1]}), head {head_revision()}")
+        return
     check_integrity(url)
     out.print(f"{url}: at {current_revision(url) or 'nothing (empty)'}, head {head_revision()}")
 

@@ -2,8 +2,10 @@
 
 ``--out`` never loses a file: one that exists is replaced only with ``--force`` (a vllm-bench
 folder: only the files it would replace count), and a file is written whole or not at all
-(a temporary file beside it, renamed over it). A path that cannot be written is a usage error
-that names it, checked before the database is read.
+(a temporary file beside it, renamed over it). A link is written through, as ``cp`` does: the
+file it names is replaced (beside it, atomically) and the link stays; a link to nothing or to
+a folder is a usage error. A path that cannot be written is a usage error that names it,
+checked before the database is read.
 """
 
 from __future__ import annotations
@@ -90,35 +92,51 @@ def export(
 
 def _check_file(path: Path, force: bool) -> None:
     """UsageError unless ``path`` can be written as a file: not a folder, in a folder that
-    exists, and not there already unless ``force``."""
+    exists, and not there already unless ``force``; a link is checked as the file it names
+    (written through, as ``cp`` does), and must name one."""
+    target = _through(path)
+    link = f" (a link to {target})" if path.is_symlink() else ""
+    if path.is_symlink() and not path.exists():
+        raise UsageError(
+            f"--out {path} is a link to {target}, which does not exist",
+            hint="create the file it names, or name another file",
+        )
     if path.is_dir():
         raise UsageError(
-            f"--out {path} is a folder", hint=f"name a file in it, e.g. --out {path}/trials.jsonl"
+            f"--out {path}{link} is a folder",
+            hint=f"name a file in it, e.g. --out {path}/trials.jsonl",
         )
-    folder = path.parent
+    folder = target.parent
     if not folder.is_dir():
         raise UsageError(
             f"--out {path}: folder {folder} does not exist", hint=f"create it (mkdir -p {folder})"
         )
     if path.exists() and not force:
         raise UsageError(
-            f"--out {path} exists", hint="add --force to replace it, or name another file"
+            f"--out {path}{link} exists", hint="add --force to replace it, or name another file"
         )
-    probe = folder / f".{path.name}.{os.getpid()}.probe"
+    probe = folder / f".{target.name}.{os.getpid()}.probe"
     try:  # what the write will do: a file beside it (a read-only folder, /proc, a full disk)
         probe.open("x").close()
         probe.unlink()
     except OSError as exc:
-        raise UsageError(f"cannot write --out {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write --out {path}{link}: {exc.strerror or exc}") from None
+
+
+def _through(path: Path) -> Path:
+    """The file ``path`` names: itself, or the one a link (or chain of links) points to."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def _write(path: Path, text: str) -> None:
-    """``text`` into ``path``, whole or not at all: a file beside it, renamed over it."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """``text`` into ``path``, whole or not at all: a file beside it, renamed over it; through
+    a link, beside and over the file it names (the link stays)."""
+    target = _through(path)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         with temporary.open("x", encoding="utf-8") as f:
             f.write(text)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except OSError as exc:
         with contextlib.suppress(OSError):
             temporary.unlink()

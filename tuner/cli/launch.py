@@ -96,11 +96,8 @@ def serve(
             say(canary.summary())
         except TrialFailure as exc:
             _tail(exc.log_tail or server.log_tail())
-            what = (
-                "the server failed a request shape a client may send: "
-                if (exc.failure is FailureClass.CANARY_FAILED)
-                else ""
-            )
+            canary_failed = exc.failure is FailureClass.CANARY_FAILED
+            what = "the server failed a request shape a client may send: " if canary_failed else ""
             died = exc.failure in (FailureClass.CANARY_FAILED, FailureClass.CRASHED)
             cause = logparse.engine_death(server.log_text()) if died else None
             raise TunerError(

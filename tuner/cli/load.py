@@ -383,14 +383,12 @@ def summary_line(opts: LoadOptions, model: str) -> str:
 def turn_lines(results: Sequence[PointResult]) -> list[str]:
     """TTFT per turn of a run with sessions, one line per load point and turn:
     ``TTFT by turn at 4 streams: turn 2: P50 3.1 ms, P99 5.0 ms (32 requests)``."""
-    lines = []
-    for point in results:
-        for turn, stats in sorted(point.turns.items()):
-            lines.append(
-                f"TTFT by turn at {point.label}: turn {turn}: P50 {_ms(stats.p50)} ms, "
-                f"P99 {_ms(stats.p99)} ms ({stats.count} request{'' if stats.count == 1 else 's'})"
-            )
-    return lines
+    return [
+        f"TTFT by turn at {point.label}: turn {turn}: P50 {_ms(stats.p50)} ms, "
+        f"P99 {_ms(stats.p99)} ms ({stats.count} request{'' if stats.count == 1 else 's'})"
+        for point in results
+        for turn, stats in sorted(point.turns.items())
+    ]
 
 
 def _hours_or_minutes(seconds: float) -> str:

@@ -113,14 +113,12 @@ def serve_command(
     say(f"  storage: {safe_url(url)}")
     if settings.api_key:
         say(f"  writes: on, with the key in ${api_key_env}")
-        say(
-            "  runner.extra_args: "
-            + (
-                "accepted (a key holder passes any vllm serve flag to the workers)"
-                if allow_extra_args
-                else "refused (--allow-extra-args takes them)"
-            )
+        extra = (
+            "accepted (a key holder passes any vllm serve flag to the workers)"
+            if allow_extra_args
+            else "refused (--allow-extra-args takes them)"
         )
+        say(f"  runner.extra_args: {extra}")
     else:
         say(f"  writes: off (set {api_key_env} to allow POST /v1/studies)")
     if settings.cors_origins:

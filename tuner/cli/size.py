@@ -77,3 +77,11 @@ def size(
                        f"recommendation with stored windows); {hint}")
             )  # fmt: skip
         raise typer.Exit(1)
+    if all(a.gpus is None for a in answers):
+        # Something was sized, and nothing serves the rate: a script asking "how many GPUs?"
+        # must not read that as an answer.
+        err.print(
+            escape(f"no measured configuration serves {target} within the SLO; try a looser "
+                   "--slo, or measure a configuration that meets it")
+        )  # fmt: skip
+        raise typer.Exit(1)

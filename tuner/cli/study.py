@@ -347,11 +347,11 @@ def trials(
     status = choice(TrialStatus, state, "state")
     repo = open_study(storage, study)
     rows = repo.list_trials(study, status=status, limit=100_000)
+    stored = repo.get_study(study)
     if as_json:
         from tuner.domain import Objective
         from tuner.study import score_reference, study_objective, trial_score
 
-        stored = repo.get_study(study)
         objective = study_objective(stored) if stored else Objective.BALANCED
         # The score every surface shows, against the study's defaults (None without them).
         reference = score_reference(
@@ -371,7 +371,6 @@ def trials(
     from tuner.results import energy
     from tuner.study import runner_gone
 
-    stored = repo.get_study(study)
     gone = stored is not None and runner_gone(stored)  # its running trial runs no more
     from tuner.load import capacity_text
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,23 +67,23 @@ def comparison_key(row: ComparisonModel) -> tuple[float, str, str]:
     return (row.created_at, _canonical(row.a_config), _canonical(row.b_config))
 
 
-LaunchKey = tuple[float, str, str, str, str, str, int, str, str, str]
+# What makes a launch summary the same launch (its run tag may differ after a rename).
+_LAUNCH_KEY = (
+    "created_at",
+    "host",
+    "gpu",
+    "vllm_version",
+    "model",
+    "workload",
+    "windows",
+    "placement",
+    "config_label",
+    "source",
+)
 
 
-def launch_key(row: LaunchModel) -> LaunchKey:
-    """What makes a launch summary the same launch (its run tag may differ after a rename)."""
-    return (
-        row.created_at,
-        row.host,
-        row.gpu,
-        row.vllm_version,
-        row.model,
-        row.workload,
-        row.windows,
-        row.placement,
-        row.config_label,
-        row.source,
-    )
+def launch_key(row: LaunchModel) -> tuple[Any, ...]:
+    return tuple(getattr(row, column) for column in _LAUNCH_KEY)
 
 
 def study_run_tag(name: str) -> str:
@@ -104,37 +104,35 @@ class Source:
     requests: Mapping[int, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
 class TargetView:
     """What planning needs to know of the target; ``session=None`` for a target without
     tuner's tables yet (a dry run does not create them)."""
 
-    def __init__(
-        self, session: Session | None, optuna_names: Iterable[str], *, launches: bool = True
-    ) -> None:
-        self._session = session
-        self.optuna_names = frozenset(optuna_names)
-        self._launches = launches  # False: a target before revision 0003, without them
+    session: Session | None
+    optuna_names: Collection[str]
+    launches: bool = True  # False: a target before revision 0003, without them
 
     def study(self, name: str) -> StudyModel | None:
-        if self._session is None:
+        if self.session is None:
             return None
-        return self._session.scalar(select(StudyModel).where(StudyModel.name == name))
+        return self.session.scalar(select(StudyModel).where(StudyModel.name == name))
 
     def trials(self, study_id: int) -> list[TrialModel]:
-        if self._session is None:
+        if self.session is None:
             return []
         query = select(TrialModel).where(TrialModel.study_id == study_id)
-        return list(self._session.scalars(query.order_by(TrialModel.number)))
+        return list(self.session.scalars(query.order_by(TrialModel.number)))
 
     def comparison_keys(self) -> set[tuple[float, str, str]]:
-        if self._session is None:
+        if self.session is None:
             return set()
-        return {comparison_key(r) for r in self._session.scalars(select(ComparisonModel))}
+        return {comparison_key(r) for r in self.session.scalars(select(ComparisonModel))}
 
-    def launch_keys(self) -> set[LaunchKey]:
-        if self._session is None or not self._launches:
+    def launch_keys(self) -> set[tuple[Any, ...]]:
+        if self.session is None or not self.launches:
             return set()
-        return {launch_key(r) for r in self._session.scalars(select(LaunchModel))}
+        return {launch_key(r) for r in self.session.scalars(select(LaunchModel))}
 
 
 @dataclass

@@ -120,8 +120,7 @@ def revision_of(connection: Connection) -> str | None:
 
 
 def check_integrity(url: str) -> None:
-    """StorageError when a SQLite database is damaged: its quick check (every page's structure)
-    fails, or it cannot even be read. Other databases look after their own pages."""
+    """StorageError when a SQLite database is damaged (:func:`damage`) or cannot be read."""
     with _connection(url) as connection:
         problems = damage(connection)
     if problems:

@@ -558,20 +558,14 @@ class Repository:
     ) -> list[LaunchRow]:
         """The stored launches of ``key`` (see :meth:`add_launch`) in the order stored, without
         those of ``exclude_run``."""
+        texts = ("host", "gpu", "vllm_version", "model", "workload")
         with session_scope(self._engine) as s:
-            query = (
-                select(LaunchModel)
-                .where(
-                    LaunchModel.host == str(key["host"]),
-                    LaunchModel.gpu == str(key["gpu"]),
-                    LaunchModel.vllm_version == str(key["vllm_version"]),
-                    LaunchModel.model == str(key["model"]),
-                    LaunchModel.workload == str(key["workload"]),
-                    LaunchModel.windows == int(key["windows"]),
-                    LaunchModel.placement == str(key.get("placement", "off")),
-                )
-                .order_by(LaunchModel.id)
+            query = select(LaunchModel).filter_by(
+                **{name: str(key[name]) for name in texts},
+                windows=int(key["windows"]),
+                placement=str(key.get("placement", "off")),
             )
+            query = query.order_by(LaunchModel.id)
             if exclude_run is not None:
                 query = query.where(LaunchModel.run != exclude_run)
             return [frozen_row(r, LaunchRow) for r in s.scalars(query)]

@@ -118,16 +118,12 @@ def best_local(
             hint=f"`tuner trials {names[0]} --state failed` says why each trial failed",
         )
     if not picks:
-        seen = ", ".join(
-            sorted(
-                {
-                    f"{s.model}/{s.gpu}/{s.workload}" + (" (emulated)" if s.emulated else "")
-                    for s in studies
-                }
-            )
-        )
+        seen = {
+            f"{s.model}/{s.gpu}/{s.workload}" + (" (emulated)" if s.emulated else "")
+            for s in studies
+        }
         raise UsageError(
-            nothing_measured(alias, gpu, workload, source, seen),
+            nothing_measured(alias, gpu, workload, source, ", ".join(sorted(seen))),
             hint=f"run `tuner run --model {model} --gpu {gpu}` first, or pass the "
             "--storage / --api that holds the study",
         )

@@ -50,8 +50,9 @@ def gather_storage(url: str) -> StorageFacts:
         head = head_revision()
     except StorageError as exc:
         return StorageFacts(where, None, None, problem=Problem(exc.message, exc.hint))
-    if missing_sqlite_file(url) is not None:
-        return StorageFacts(where, None, head, note="does not exist yet: `tuner run` creates it")
+    blank = blank_sqlite_file(url)  # not opened: that would create or write the file
+    if blank is not None:
+        return StorageFacts(where, None, head, note=f"{blank[1]}: `tuner run` {SETS_UP[blank[1]]}")
     revision = None
     try:
         check_integrity(url)  # a damaged file is not "at revision N", as `tuner db current` says
@@ -72,6 +73,25 @@ def missing_sqlite_file(url: str) -> Path | None:
 
     path = sqlite_file(url)
     return None if path is None or path.exists() else path
+
+
+SETS_UP = {"does not exist": "creates it", "is empty": "creates tuner's tables in it"}
+"""What ``tuner run`` does with a file :func:`blank_sqlite_file` finds, by what it found."""
+
+
+def blank_sqlite_file(url: str) -> tuple[Path, str] | None:
+    """A SQLite database file that holds nothing, and how: it "does not exist", or it "is
+    empty" (0 bytes: ``touch``, or a tool that made it and wrote nothing). Neither has a table
+    to read, and opening either writes it (SQLite's header and WAL mode: 4 KiB), so what only
+    reads leaves it alone. None for anything else."""
+    from tuner.db import sqlite_file
+
+    path = sqlite_file(url)
+    if path is None:
+        return None
+    if not path.exists():
+        return path, "does not exist"
+    return (path, "is empty") if path.is_file() and path.stat().st_size == 0 else None
 
 
 def _port_range() -> tuple[int, int] | None:

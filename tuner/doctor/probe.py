@@ -18,6 +18,7 @@ and any failure falls back to the enum with a note. Every section catches its ow
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -152,10 +153,8 @@ def _flash_attn(out: dict[str, Any]) -> None:
     info["installed"] = True
     version = getattr(module, "__version__", None)
     if version is None:
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             version = importlib.metadata.version("flash-attn")
-        except importlib.metadata.PackageNotFoundError:
-            version = None
     info["version"] = None if version is None else str(version)
 
 

@@ -37,10 +37,7 @@ class Knobs(Mapping[str, Scalar]):
         self._items: tuple[tuple[str, Scalar], ...] = tuple(sorted(clean.items()))
 
     def __getitem__(self, key: str) -> Scalar:
-        for name, value in self._items:
-            if name == key:
-                return value
-        raise KeyError(key)
+        return dict(self._items)[key]
 
     def __iter__(self) -> Iterator[str]:
         return (name for name, _ in self._items)
@@ -52,8 +49,6 @@ class Knobs(Mapping[str, Scalar]):
         return hash(self._items)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Knobs):
-            return self._items == other._items
         return isinstance(other, Mapping) and dict(self._items) == dict(other)
 
     def __repr__(self) -> str:
@@ -118,10 +113,7 @@ class ServingConfig:
         return dataclasses.replace(self, **changes)
 
     def label(self) -> str:
-        items = self.to_dict()
-        if not items:
-            return "defaults"
-        return ",".join(f"{k}={v}" for k, v in items.items())
+        return ",".join(f"{k}={v}" for k, v in self.to_dict().items()) or "defaults"
 
 
 def typed_knobs() -> tuple[str, ...]:

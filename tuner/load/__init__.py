@@ -37,7 +37,6 @@ if TYPE_CHECKING:
         first_point_windows,
     )
     from tuner.load.prompts import UNKNOWN_VOCAB_NOTE, PromptFactory
-    from tuner.load.selfcheck import NeighbourReading
     from tuner.load.stats import HIGHER_IS_BETTER, estimate, summarize, window_metrics
     from tuner.load.traces import read_trace, tokenizer_file
     from tuner.load.workloads import (
@@ -70,7 +69,6 @@ __all__ = [
     "LoadOptions",
     "LoadPoint",
     "LoadReport",
-    "NeighbourReading",
     "PhaseCallback",
     "PointResult",
     "PromptFactory",

@@ -93,12 +93,8 @@ def _tpot_s(record: RequestRecord) -> float:
 
 def _stats(metric: str, values_s: Sequence[float], percentiles: Sequence[float]) -> dict[str, Any]:
     """``mean_/median_/std_/pNN_{metric}_ms`` of ``values_s`` (seconds); None when empty."""
-    keys = [
-        f"mean_{metric}_ms",
-        f"median_{metric}_ms",
-        f"std_{metric}_ms",
-        *(percentile_key(p, metric) for p in percentiles),
-    ]
+    keys = [f"{stat}_{metric}_ms" for stat in ("mean", "median", "std")]
+    keys += [percentile_key(p, metric) for p in percentiles]
     if len(values_s) == 0:
         return dict.fromkeys(keys)
     a = np.asarray(values_s, dtype=float) * 1000.0

@@ -247,16 +247,14 @@ class LoadGenerator:
         ]
         if not warm:
             return
-        done = 0
-
-        def warmed() -> None:
-            nonlocal done
-            done += 1
-            if on_phase:
-                on_phase("warmup", done, len(warm))
-
         if on_phase:
             on_phase("warmup", 0, len(warm))
+        done = itertools.count(1)
+
+        def warmed() -> None:
+            if on_phase:
+                on_phase("warmup", next(done), len(warm))
+
         top = max(p.concurrency for p in workload.load_points())
         records, _ = await self._phase(session, warm, top, should_abort, warmed)
         _check_errors(records, "warm-up", max_error_rate)

@@ -113,10 +113,9 @@ def text_counter(
     if count_tokens is not None:
         return count_tokens, "counted with the given tokenizer"
     if tokenizer is not None:
-        file = tokenizer_file(tokenizer)
-        counter = tokenizer_counter(tokenizer) if file is not None else None
+        counter = tokenizer_counter(tokenizer)
         if counter is not None:
-            return counter, f"counted with the tokenizer {file}"
+            return counter, f"counted with the tokenizer {tokenizer_file(tokenizer)}"
         return approximate_tokens, (
             f"approximated as {APPROXIMATION} (no tokenizer.json in {tokenizer})"
         )

@@ -275,9 +275,13 @@ def _jittered(mean: int, jitter: float, u: float) -> int:
     return min(upper, max(1, round(mean * (1.0 + jitter * u))))
 
 
-def _poisson_arrivals(rng: np.random.Generator, rate: float, count: int) -> list[float | None]:
+def _poisson_arrivals(
+    rng: np.random.Generator, rate: float | None, count: int
+) -> list[float | None]:
     """``count`` arrival times of a Poisson process of ``rate`` per second, the first at 0 (no
-    idle lead-in in the window)."""
+    idle lead-in in the window); all None (a closed loop) without a rate."""
+    if rate is None or not count:
+        return [None] * count
     gaps = rng.exponential(1.0 / rate, count)
     gaps[0] = 0.0
     return [float(t) for t in np.cumsum(gaps)]
@@ -324,12 +328,12 @@ def _plan_trace(
     if workload.arrival != "trace":
         rng = np.random.default_rng([workload.seed, seed, 3])
         rows = [ordered[int(i)] for i in rng.integers(0, len(ordered), count)]
-        arrivals: list[float | None] = [None] * count
-        if workload.arrival == "poisson" and count:
+        rate = None
+        if workload.arrival == "poisson":
             rate = workload.request_rate or (
                 (len(ordered) - 1) / span if span > 0 else float(len(ordered))
             )
-            arrivals = _poisson_arrivals(rng, rate, count)
+        arrivals = _poisson_arrivals(rng, rate, count)
         return [_trace_request(r, shared, a, phase) for r, a in zip(rows, arrivals, strict=True)]
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
     cycles, row = divmod(max(count - 1, 0), len(ordered))
@@ -433,16 +437,10 @@ def plan_requests(
         return _plan_turns(workload, count, seed, phase or f"w{seed}")
 
     rng = np.random.default_rng([workload.seed, seed])
-    jitter, rate, shared = (
-        workload.length_jitter,
-        workload.request_rate,
-        workload.shared_prefix_tokens,
-    )
+    jitter, shared = workload.length_jitter, workload.shared_prefix_tokens
     u_prompt = rng.uniform(-1.0, 1.0, count)
     u_output = rng.uniform(-1.0, 1.0, count)
-    arrivals: list[float | None] = [None] * count
-    if rate is not None and count:
-        arrivals = _poisson_arrivals(rng, rate, count)
+    arrivals = _poisson_arrivals(rng, workload.request_rate, count)
     own_mean = workload.prompt_tokens - shared
     return [
         PlannedRequest(

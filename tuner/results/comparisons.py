@@ -14,8 +14,16 @@ launch's measurement windows, or their geometric mean where a decision is record
 with a Welch interval, or the decision's pooled one, on the log scale at ``confidence``), claim
 (verify-claims only: :func:`tuner.abtest.claims.verdicts.claim_record`), decision (the decision
 design of :mod:`tuner.abtest.decide`: kind, first, max_launches, confidence,
-per_look_confidence, min_effect, boundary, stopped, launches, half_width, method, df) and
-gpu_minutes (the wall time of every launch the verdict took).
+per_look_confidence, min_effect, boundary, stopped, launches, half_width, method, df),
+gpu_minutes (the wall time of every launch the verdict took) and gpu_launches (those launches,
+``{"started_at", "wall_s"}`` each).
+
+Comparisons of one run can read the same launches: the claims of ``tuner verify-claims`` on one
+workload share the launches of a configuration they have in common, a study's candidates
+share its defaults. Each line's gpu_minutes is still what its verdict took; gpu_minutes_new
+counts only launches no earlier line of the export read (summed over the lines: the GPU time
+spent, each launch once), and launches_shared_with names the earlier comparisons whose
+launches it reused ([] for none). Both null where the launches were not recorded.
 """
 
 from __future__ import annotations
@@ -61,10 +69,28 @@ def comparison_records(repo: Repository, study: str | None = None) -> list[dict[
                 "claim": results.get("claim"),
                 "decision": results.get("decision"),
                 "gpu_minutes": results.get("gpu_minutes"),
+                "gpu_launches": results.get("gpu_launches"),
                 "provenance": to_jsonable(c.provenance),
             }
         )
+    _count_launches_once(out)
     return out
+
+
+def _count_launches_once(records: Sequence[dict[str, Any]]) -> None:
+    """Each record's gpu_minutes_new and launches_shared_with (see the module docstring): a
+    launch is counted in the first record that read it, named by its start and wall time."""
+    first: dict[tuple[float, float], int] = {}
+    for r in records:
+        launches = r["gpu_launches"]
+        if launches is None:
+            r["gpu_minutes_new"] = r["launches_shared_with"] = None
+            continue
+        names = [(x["started_at"], x["wall_s"]) for x in launches]
+        new = [name for name in names if name not in first]
+        r["gpu_minutes_new"] = sum(w for _, w in new) / 60.0
+        r["launches_shared_with"] = sorted({first[name] for name in names if name in first})
+        first.update(dict.fromkeys(new, r["id"]))
 
 
 def _num(x: float | None, digits: int) -> str:
@@ -188,16 +214,46 @@ def comparisons_markdown(records: Sequence[Mapping[str, Any]]) -> str:
         if r.get("claim"):
             continue
         where = f"study {r['study']}, " if r.get("study") else ""
-        minutes = r.get("gpu_minutes")
-        cost = f", {minutes:.1f} GPU-minutes" if isinstance(minutes, int | float) else ""
         title = (
             f"### Comparison {r['id']} ({r['kind']}, {where}{r['model']} / {r['gpu']} / "
             f"{r['workload']}): {md_cell(r['b_label'])} against {md_cell(r['a_label'])}, overall "
-            f"{(r.get('verdicts') or {}).get('overall', '-')}{cost}\n\n"
+            f"{(r.get('verdicts') or {}).get('overall', '-')}{_cost(r)}\n\n"
         )
         note = stored_window_note(r)
         caution = f"Caution: {note}.\n\n" if note else ""
         value = LAUNCH_VALUES.get(r.get("launch_value") or "")
         values = f"A launch's value: {value}; a side's median is over its launches.\n\n"
         parts.append(title + caution + (values if value else "") + comparison_table(r))
-    return "\n".join(parts)
+    total = _total(records)
+    return "\n".join(parts) + (f"\n{total}\n" if total else "")
+
+
+def _cost(r: Mapping[str, Any]) -> str:
+    """A heading's GPU-minutes: a comparison that reused launches of earlier ones counts only
+    its new launches and names where the others are counted."""
+    minutes, shared = r.get("gpu_minutes"), r.get("launches_shared_with")
+    if not isinstance(minutes, int | float):
+        return ""
+    if not shared:
+        return f", {minutes:.1f} GPU-minutes"
+    ids = ", ".join(str(i) for i in shared)
+    return (
+        f", {r['gpu_minutes_new']:.1f} GPU-minutes of new launches (its other launches are "
+        f"counted with comparison {ids})"
+    )
+
+
+def _total(records: Sequence[Mapping[str, Any]]) -> str:
+    """The GPU time the comparisons took, a launch read by several counted once; "" without
+    any GPU-minutes stored."""
+    counted = [(r.get("gpu_minutes_new"), r.get("gpu_minutes")) for r in records]
+    new = [n for n, _ in counted if n is not None]
+    whole = [m for n, m in counted if n is None and isinstance(m, int | float)]
+    if not new and not whole:
+        return ""
+    text = f"GPU time: {sum(new) + sum(whole):.1f} GPU-minutes over {len(records)} comparisons"
+    if shared := sum(bool(r.get("launches_shared_with")) for r in records):
+        text += f"; {shared} of them reused launches of another, counted once"
+    if whole:
+        text += f"; {len(whole)} stored before tuner recorded their launches counted whole"
+    return text + "."

@@ -67,7 +67,8 @@ def param_importances(
         return {}
     reference = next((list(t.values) for t in measured if t.user_attrs.get("baseline")), None)
     scores = {t.number: scoring.score_values(t.values, objective, reference) for t in measured}
-    varying = _varying_params(measured)
+    common = set.intersection(*(set(t.params) for t in measured))
+    varying = [p for p in sorted(common) if len({repr(t.params[p]) for t in measured}) > 1]
     if not varying or len(set(scores.values())) < 2:
         return {}
     # A single-objective copy of just the measured trials: the evaluator needs one target value
@@ -89,8 +90,3 @@ def param_importances(
         raw = optuna.importance.get_param_importances(copy, evaluator=evaluator, params=varying)
     out = {k: float(v) for k, v in raw.items() if math.isfinite(v)}
     return out if any(v > 0 for v in out.values()) else {}
-
-
-def _varying_params(trials: list[optuna.trial.FrozenTrial]) -> list[str]:
-    common = set.intersection(*(set(t.params) for t in trials))
-    return [name for name in sorted(common) if len({repr(t.params[name]) for t in trials}) > 1]

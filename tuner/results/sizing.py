@@ -73,7 +73,7 @@ def parse_rate(text: str) -> Rate:
 
 def gpus_for(rate: float, per_gpu: float) -> int | None:
     """Replicas of ``per_gpu`` capacity that serve ``rate``; None when one serves nothing."""
-    if not per_gpu > 0 or math.isnan(per_gpu):
+    if not per_gpu > 0:  # NaN too
         return None
     return max(1, math.ceil(rate / per_gpu - _EPS))
 
@@ -118,8 +118,7 @@ class FleetSize:
         lines.append(
             f"  capacity per GPU: {c.median:.4g} {unit} [{c.low:.4g}, {c.high:.4g}] "
             f"({self.basis}; range over {self.windows} window{'' if self.windows == 1 else 's'}"
-            " of one launch, not a "
-            "confidence interval)"
+            " of one launch, not a confidence interval)"
         )
         if self.gpus is None:
             lines.append(f"  GPUs for {self.rate}: none can serve it (no load point met the SLO)")
@@ -181,6 +180,7 @@ def fleet_size(
     """The fleet for ``rate`` of ``trial`` (the study's recommendation); ``slo`` None: the
     study's own. None when the trial has no stored windows."""
     own = Slo(**dict(study.slo))
+    given = slo is not None and slo != own
     used = own if slo is None else slo
     read = _capacity(trial, used, rate.unit)
     if read is None:
@@ -194,7 +194,7 @@ def fleet_size(
     )
     usd_m = usd_per_million(tokens_s, usd_h) if usd_h is not None and tokens_s else None
     notes = []
-    if slo is not None and slo != own:
+    if given:
         notes.append(
             "the configuration is the one recommended under the study's SLO; its capacity is "
             "re-read from its windows under the SLO given"
@@ -211,7 +211,7 @@ def fleet_size(
         flags=tuple(flags),
         rate=rate,
         slo={k: float(v) for k, v in asdict(used).items() if v is not None},
-        slo_source="the study's" if slo is None or slo == own else "given",
+        slo_source="given" if given else "the study's",
         basis=basis,
         capacity=cap,
         tokens_per_request=per_request,
@@ -263,8 +263,4 @@ def size(
         )
         if sized is not None:
             out.append(sized)
-
-    def order(f: FleetSize) -> tuple[float, float]:
-        return (f.gpus if f.gpus is not None else math.inf, f.usd_per_hour or math.inf)
-
-    return sorted(out, key=order)
+    return sorted(out, key=lambda f: (f.gpus or math.inf, f.usd_per_hour or math.inf))

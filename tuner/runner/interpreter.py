@@ -60,10 +60,6 @@ print(json.dumps(out))
 """
 
 
-def _run(python: str, code: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    return run_in_group([python, "-c", code], timeout_s)
-
-
 def detect_vllm(python: str) -> VllmInstall:
     """Ask ``python`` which vLLM it would import; never imports vLLM itself.
 
@@ -72,7 +68,7 @@ def detect_vllm(python: str) -> VllmInstall:
     broken, or has no vLLM.
     """
     try:
-        proc = _run(python, VERSION_PROBE, VERSION_PROBE_TIMEOUT_S)
+        proc = run_in_group([python, "-c", VERSION_PROBE], VERSION_PROBE_TIMEOUT_S)
     except FileNotFoundError:
         raise EnvironmentProblem(f"no Python interpreter at {python!r}", hint=_HINT) from None
     except PermissionError:
@@ -134,7 +130,7 @@ def probe_flags(python: str, version: str) -> FlagCatalog:
     cannot run the probe or answers nonsense."""
     hint = "check that `import vllm` works in that interpreter (TUNER_VLLM_PYTHON)"
     try:
-        proc = _run(python, PROBE, PROBE_TIMEOUT_S)
+        proc = run_in_group([python, "-c", PROBE], PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise EnvironmentProblem(
             f"{python!r} did not list vLLM's flags within {PROBE_TIMEOUT_S:.0f} s", hint=hint

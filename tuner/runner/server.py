@@ -41,11 +41,7 @@ _POLL_MIN_S, _POLL_MAX_S = 0.05, 0.5
 
 def _client_host(host: str) -> str:
     # A server bound to every interface is reached through loopback.
-    if host in ("", "0.0.0.0"):
-        return "127.0.0.1"
-    if host == "::":
-        return "::1"
-    return host
+    return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
 
 
 def _model_names(response: httpx.Response) -> list[str]:

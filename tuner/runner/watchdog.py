@@ -86,9 +86,7 @@ def watch(fd: int, grace_s: float) -> bool:
     data = b""
     while True:
         try:
-            chunk = os.read(fd, 64)
-        except InterruptedError:
-            continue
+            chunk = os.read(fd, 64)  # retried by Python itself when a signal interrupts it
         except OSError:
             break
         if not chunk:

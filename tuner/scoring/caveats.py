@@ -194,12 +194,8 @@ class WindowFlags:
 
     def short(self) -> str:
         """'2/3 client-bound, 1/3 disturbed' for a table cell; '' when none was either."""
-        parts = []
-        if self.client_bound:
-            parts.append(f"{self.client_bound}/{self.windows} client-bound")
-        if self.disturbed:
-            parts.append(f"{self.disturbed}/{self.windows} disturbed")
-        return ", ".join(parts)
+        counts = (("client-bound", self.client_bound), ("disturbed", self.disturbed))
+        return ", ".join(f"{n}/{self.windows} {what}" for what, n in counts if n)
 
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -226,20 +222,17 @@ def window_flags(windows: Iterable[WindowMetrics]) -> WindowFlags:
 def arm_window_note(flags: Mapping[str, WindowFlags], labels: Mapping[str, str]) -> str:
     """'A (defaults): 2 of 9 windows disturbed; B (#3): ...' for the arms with flagged windows
     (``flags`` and ``labels`` keyed "a"/"b"); '' when none has any."""
-    parts = []
-    for side in ("a", "b"):
-        f = flags.get(side)
-        if f is not None and f.any:
-            parts.append(f"{arm_name(side, labels.get(side, ''))}: {f.text()}")
-    return "; ".join(parts)
+    return "; ".join(
+        f"{arm_name(side, labels.get(side, ''))}: {f.text()}"
+        for side in ("a", "b")
+        if (f := flags.get(side)) is not None and f.any
+    )
 
 
 def stored_window_note(results: Any) -> str:
     """:func:`arm_window_note` of a stored comparison's ``results`` JSON ('' for rows stored
     before tuner counted windows, or without flagged windows)."""
-    if not isinstance(results, Mapping):
-        return ""
-    stored = results.get("windows")
+    stored = results.get("windows") if isinstance(results, Mapping) else None
     if not isinstance(stored, Mapping):
         return ""
     flags = {side: WindowFlags.from_dict(stored.get(side)) for side in ("a", "b")}

@@ -49,12 +49,6 @@ def best_first(items: Iterable[T], standing: Callable[[T], Standing]) -> list[T]
     return sorted(items, key=lambda item: standing(item).key(), reverse=True)
 
 
-def best(items: Iterable[T], standing: Callable[[T], Standing]) -> T | None:
-    """The first of :func:`best_first`, or None when there is nothing to rank."""
-    ordered = best_first(items, standing)
-    return ordered[0] if ordered else None
-
-
 class _Launched(Protocol):
     @property
     def config(self) -> ServingConfig: ...

@@ -96,9 +96,8 @@ def ratio_interval(
         return None
     diff, se, df = welch(la, lb)
     if se == 0.0:
-        return RatioInterval(
-            math.exp(diff), math.exp(diff), math.exp(diff), confidence, len(la), len(lb)
-        )
+        ratio = math.exp(diff)
+        return RatioInterval(ratio, ratio, ratio, confidence, len(la), len(lb))
     return t_interval(diff, se, df, confidence, len(la), len(lb))
 
 

@@ -227,8 +227,7 @@ class _GpuSampler(Periodic):
     def _before_start(self) -> None:
         self._open()
 
-    def _after_stop(self) -> None:
-        self._close()
+    _after_stop = _close
 
     def _read(self, api: Nvml) -> dict[str, Any]:
         raise NotImplementedError

@@ -27,6 +27,7 @@ busy the measured GPUs were (:meth:`tuner.telemetry.nvml.GpuUtilizationSampler.s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -39,7 +40,7 @@ from tuner.telemetry.prometheus import MetricsPoller
 log = logging.getLogger(__name__)
 
 
-class TelemetryProbe:
+class TelemetryProbe(contextlib.AbstractContextManager["TelemetryProbe"]):
     """Memory and ``/metrics`` telemetry for one trial; see the module docstring for the order.
     With ``gpu=True`` NVML must work: ``before_launch()`` raises
     :class:`tuner.errors.EnvironmentProblem` otherwise.
@@ -150,9 +151,6 @@ class TelemetryProbe:
         if self._utilization is not None:
             server_metrics.update(self._utilization.summary())
         return memory, server_metrics
-
-    def __enter__(self) -> TelemetryProbe:
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -244,8 +244,7 @@ class MetricsPoller(Periodic):
                 self._first = snapshot
             self._last = snapshot
             for key, value in snapshot.items():
-                old = self._peaks.get(key)
-                self._peaks[key] = value if old is None else max(old, value)
+                self._peaks[key] = max(self._peaks.get(key, value), value)
 
     def _before_start(self) -> None:
         self._client = httpx.Client()

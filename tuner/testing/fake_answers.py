@@ -10,6 +10,7 @@ so that a loaded server saturates its core."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -63,15 +64,11 @@ def _stopped(tokens: list[str], stop: Sequence[str]) -> tuple[list[str], str]:
 
 
 def _logprobs(tokens: list[str], k: int) -> dict[str, Any]:
-    offsets, at = [], 0
-    for token in tokens:
-        offsets.append(at)
-        at += len(token)
     return {
         "tokens": tokens,
         "token_logprobs": [-0.5] * len(tokens),
         "top_logprobs": [{t: -0.5, **{f" t{j}": -1.0 - j for j in range(k)}} for t in tokens],
-        "text_offset": offsets,
+        "text_offset": list(itertools.accumulate(map(len, tokens), initial=0))[:-1],
     }
 
 

@@ -37,6 +37,14 @@ PREFIX_BLOCK = 16  # prefix-cache block size in tokens
 # vLLM 0.32's buckets for its request-latency histograms (vllm.v1.metrics.loggers), seconds.
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+# vLLM's counters the fake keeps (exposed with ``_total``).
+COUNTERS = (
+    "prompt_tokens",
+    "generation_tokens",
+    "num_preemptions",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+)
 # The histograms vLLM keeps per finished request, by name, with vLLM's help text.
 HISTOGRAMS = {
     "e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
@@ -105,18 +113,7 @@ class FakeEngine:
     enable_prefix_caching: bool = True
     waiting: int = 0
     tokens_in_use: int = 0
-    counters: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys(
-            (
-                "prompt_tokens",
-                "generation_tokens",
-                "num_preemptions",
-                "prefix_cache_queries",
-                "prefix_cache_hits",
-            ),
-            0.0,
-        )
-    )
+    counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
     histograms: dict[str, Histogram] = field(
         default_factory=lambda: {name: Histogram() for name in HISTOGRAMS}
     )

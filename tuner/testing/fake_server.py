@@ -346,19 +346,13 @@ def _start_up(
         msg = f"Using AttentionBackendEnum.{backend} backend."
     _log("INFO", "cuda.py:446", msg, engine_pid)
     if (backend or "FLASH_ATTN") == "FLASH_ATTN":
-        _log(
-            "INFO",
-            "flash_attn.py:1118",
-            f"Using FlashAttention version {fa_version or 3}",
-            engine_pid,
-        )
-    _log(
-        "INFO",
-        "kv_cache_utils.py:2328",
+        msg = f"Using FlashAttention version {fa_version or 3}"
+        _log("INFO", "flash_attn.py:1118", msg, engine_pid)
+    msg = (
         f"GPU KV cache size: {kv_tokens:,} tokens, Maximum concurrency for {mml:,} tokens "
-        f"per request: {kv_tokens / mml:.2f}x",
-        engine_pid,
+        f"per request: {kv_tokens / mml:.2f}x"
     )
+    _log("INFO", "kv_cache_utils.py:2328", msg, engine_pid)
     return None
 
 

@@ -142,10 +142,7 @@ class Flag:
         return self.nargs in ("+", "*") or (self.nargs or "").isdigit()
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["choices"] = None if self.choices is None else list(self.choices)
-        data["aliases"] = list(self.aliases)
-        return data
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Flag:

@@ -15,6 +15,7 @@ passes a flag.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -191,13 +192,11 @@ def judge_starts(claim: Claim, launches: Sequence[LaunchFact]) -> Fact:
 
 def judge_default_backend(claim: Claim, launches: Sequence[LaunchFact]) -> Fact:
     """``claimed = BACKEND``: what the launches that left the backend to vLLM reported."""
-    seen: dict[str, int] = {}
+    seen: Counter[str] = Counter()
     for f in launches:
         if f.default_backend and f.backend:
-            name = f.backend + (
-                f" (FlashAttention {f.flash_attn_version})" if f.flash_attn_version else ""
-            )
-            seen[name] = seen.get(name, 0) + f.count
+            version = f" (FlashAttention {f.flash_attn_version})" if f.flash_attn_version else ""
+            seen[f.backend + version] += f.count
     if not seen:
         why = "needs a launch of vLLM's defaults whose log names the attention backend it chose"
         return Fact(NOT_MEASURED, why)

@@ -196,32 +196,31 @@ def judge(claimed: Claimed, low: float, high: float) -> str:
     return NO_EFFECT if hi < c_low else INCONCLUSIVE
 
 
+# Why judge said a verdict other than consistent (see explain).
+_EXPLAINED = {
+    SMALLER: "a real effect in the claimed direction, {measured}, but short of the claimed "
+    "{wanted}",
+    LARGER: "a real effect, {measured}, larger than the claimed {wanted}",
+    OPPOSITE: "a real effect in the opposite direction: {measured} against the claimed {wanted}",
+    NO_EFFECT: "no significant change, {measured}, and the interval rules out the claimed {wanted}",
+    INCONCLUSIVE: "the interval is too wide to tell: {measured} holds both no change and the "
+    "claimed {wanted}",
+}
+
+
 def explain(verdict: str, claimed: Claimed, value: float, low: float, high: float) -> str:
     """Why ``judge`` said ``verdict``, with the measured and the claimed figures."""
     measured, wanted = claimed.measured_text(value, low, high), claimed.shown()
-    point = claimed.low == claimed.high
     if verdict == CONSISTENT:
         if claimed.direction_only:
             return f"a real effect in the claimed direction ({wanted}): {measured}"
-        if point:
+        if claimed.low == claimed.high:
             return f"a real effect, {measured}; the claimed {wanted} lies within the interval"
         inside = claimed.low <= low and high <= claimed.high
         how = "lies within" if inside else "overlaps"
         return f"a real effect, {measured}; the interval {how} the claimed {wanted}"
-    if verdict == SMALLER:
-        return (
-            f"a real effect in the claimed direction, {measured}, but short of the claimed {wanted}"
-        )
-    if verdict == LARGER:
-        return f"a real effect, {measured}, larger than the claimed {wanted}"
-    if verdict == OPPOSITE:
-        return f"a real effect in the opposite direction: {measured} against the claimed {wanted}"
-    if verdict == NO_EFFECT:
-        return f"no significant change, {measured}, and the interval rules out the claimed {wanted}"
-    return (
-        f"the interval is too wide to tell: {measured} holds both no change and the claimed "
-        f"{wanted}"
-    )
+    why = _EXPLAINED.get(verdict, _EXPLAINED[INCONCLUSIVE])
+    return why.format(measured=measured, wanted=wanted)
 
 
 def difference_interval(

@@ -70,14 +70,7 @@ def rejudge(
     where = where_of(records)
     planned = plan(claims, resolve_model(where.model), get_gpu(where.gpu))
     launches = max((int(r.get("repeats") or 0) for r in records), default=3) or 3
-    out = []
-    for p in planned:
-        outcome, comparison_id = _outcome(p, records, where, flags, launches)
-        record = claim_record(outcome)
-        if comparison_id is not None:
-            record["comparison_id"] = comparison_id
-        out.append(record)
-    return out
+    return [claim_record(_outcome(p, records, where, flags, launches)) for p in planned]
 
 
 def _outcome(
@@ -86,17 +79,18 @@ def _outcome(
     where: Where,
     flags: Callable[[str], FlagList | None],
     launches: int,
-) -> tuple[Outcome, int | None]:
+) -> Outcome:
+    """``p``'s verdict from ``records``, with the id of the comparison it read, if any."""
     claim = p.claim
     outcome = answered(p, where, lambda: (flags(where.vllm), ""))
     if outcome is not None:
-        return outcome, None
+        return outcome
     if claim.kind == STARTS:
         facts = stored_launches(records, claim.flag)
-        return fact_outcome(p, judge_starts(claim, facts), where), None
+        return fact_outcome(p, judge_starts(claim, facts), where)
     if claim.kind == DEFAULT_BACKEND:
         facts = stored_launches(records)
-        return fact_outcome(p, judge_default_backend(claim, facts), where), None
+        return fact_outcome(p, judge_default_backend(claim, facts), where)
     assert claim.kind == EFFECT and p.a is not None and p.b is not None
     matching = [
         r
@@ -108,16 +102,14 @@ def _outcome(
     # Measured more than once (more launches later): the one with the most launches, then the
     # latest.
     record = max(matching, key=_launches_then_id, default=None)
-    metric = None
-    if record is not None:
-        metric = next((m for m in record["metrics"] if m["metric"] == claim.metric), None)
+    metrics = record["metrics"] if record is not None else []
+    metric = next((m for m in metrics if m["metric"] == claim.metric), None)
     if record is None or metric is None:
         needs = (
             f"needs 2 configurations × {launches} fresh launches on {p.workload.name} here "
             f"(tuner verify-claims --only {claim.id})"
         )
-        fact = Fact(NOT_MEASURED, needs)
-        return fact_outcome(p, fact, where), None
+        return fact_outcome(p, Fact(NOT_MEASURED, needs), where)
     assert claim.claimed is not None
     reading = read(
         claim.claimed,
@@ -132,17 +124,17 @@ def _outcome(
     reason = reading.reason
     if note := stored_window_note(record):
         reason += f" (caution: {note})"
-    outcome = Outcome(
+    return Outcome(
         claim,
         p.workload,
         reading.verdict,
         reason,
         p.a,
         p.b,
+        comparison_id=int(record["id"]),
         measured_record=reading.measured,
         setting=setting_note(claim, where),
     )
-    return outcome, int(record["id"])
 
 
 def _launches_then_id(r: Record) -> tuple[int, int]:

@@ -157,7 +157,6 @@ def outcome_of(
         reason += f"; failures: {'; '.join(failed)}" if failed else ""
     if comparison.window_note:
         reason += f" (caution: {comparison.window_note})"
-    prov = first_provenance(a_runs, b_runs)
     return Outcome(
         p.claim,
         p.workload,
@@ -166,7 +165,7 @@ def outcome_of(
         p.a,
         p.b,
         comparison,
-        prov,
+        first_provenance(a_runs, b_runs),
         measured_record=reading.measured,
         setting=note,
         look=look,
@@ -175,7 +174,6 @@ def outcome_of(
 
 def fact_outcome(p: Planned, fact: Fact, where: Where | None) -> Outcome:
     measured = {"text": fact.measured} if fact.measured else None
-    note = setting_note(p.claim, where)
     return Outcome(
         p.claim,
         p.workload,
@@ -184,7 +182,7 @@ def fact_outcome(p: Planned, fact: Fact, where: Where | None) -> Outcome:
         p.a,
         p.b,
         measured_record=measured,
-        setting=note,
+        setting=setting_note(p.claim, where),
     )
 
 

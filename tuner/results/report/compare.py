@@ -16,6 +16,7 @@ the JSON is kept as text (:attr:`ComparisonReport.unparsed`) so the page can sho
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ _PLACED_KEYS = (
     "decision",
     "noise",
     "gpu_minutes",
+    "gpu_launches",  # what gpu_minutes sums
 )
 
 
@@ -105,14 +107,12 @@ class ComparisonReport:
 def backends_text(servers: list[Any]) -> str:
     """``[{"effective_backend": "FLASH_ATTN", "flash_attn_version": 3}, ...]`` as
     "FLASH_ATTN (FlashAttention 3) × 2, TRITON_ATTN × 1", in order of first appearance."""
-    counts: dict[str, int] = {}
-    for s in servers:
-        if not isinstance(s, Mapping) or not s.get("effective_backend"):
-            continue
-        name = str(s["effective_backend"])
-        if s.get("flash_attn_version"):
-            name += f" (FlashAttention {s['flash_attn_version']})"
-        counts[name] = counts.get(name, 0) + 1
+    counts = Counter(
+        str(s["effective_backend"])
+        + (f" (FlashAttention {s['flash_attn_version']})" if s.get("flash_attn_version") else "")
+        for s in servers
+        if isinstance(s, Mapping) and s.get("effective_backend")
+    )
     return ", ".join(f"{name} × {n}" for name, n in counts.items())
 
 
@@ -172,11 +172,10 @@ def _entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     a, b, ratios = _map(results.get("a")), _map(results.get("b")), _map(results.get("ratio"))
     out = []
     for name in dict.fromkeys([*a, *b, *ratios]):
-        entry: dict[str, Any] = {"metric": name, "a": a.get(name), "b": b.get(name)}
-        entry.update({k: v for k, v in _map(ratios.get(name)).items() if k != "median"})
-        if "median" in _map(ratios.get(name)):
-            entry["ratio"] = ratios[name]["median"]
-        out.append(entry)
+        ratio = dict(_map(ratios.get(name)))
+        if "median" in ratio:
+            ratio["ratio"] = ratio.pop("median")
+        out.append({"metric": name, "a": a.get(name), "b": b.get(name), **ratio})
     return out
 
 
@@ -219,9 +218,9 @@ def _stop_words(stopped: Any, results: Mapping[str, Any]) -> str:
     failures = _map(results.get("failures"))
     sides = []
     for side in ("a", "b"):
-        kinds = [str(f).split(":")[0] for f in failures.get(side) or ()]
+        kinds = Counter(str(f).split(":")[0] for f in failures.get(side) or ())
         if kinds:
-            counted = ", ".join(f"{k} ×{kinds.count(k)}" for k in dict.fromkeys(kinds))
+            counted = ", ".join(f"{k} ×{n}" for k, n in kinds.items())
             sides.append(f"{side.upper()} ({counted})")
     return "a side could not be measured: " + (" and ".join(sides) or "no launch completed")
 

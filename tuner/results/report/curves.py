@@ -15,18 +15,14 @@ CPU study) is drawn per server, and the axis says so.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tuner.db import StudyRow, TrialPhase, TrialRow
-from tuner.domain import Estimate, Slo, TrialStatus, WindowMetrics
+from tuner.domain import Slo, TrialStatus, WindowMetrics
 from tuner.load import LoadPoint, capacity, load_points
+from tuner.results.report.study import median
 from tuner.scoring import WindowFlags, window_flags
-
-
-def _num(e: Estimate | None) -> float | None:
-    return None if e is None or not math.isfinite(e.median) else e.median
 
 
 @dataclass(frozen=True)
@@ -128,13 +124,13 @@ def _notes(windows: Sequence[WindowMetrics]) -> tuple[str, ...]:
 
 
 def _per_stream(point: LoadPoint) -> float | None:
-    out = _num(point.metrics.get("output_throughput"))
+    out = median(point.metrics.get("output_throughput"))
     if out is None:
         return None
     if point.request_rate is None:
         return out / point.concurrency if point.concurrency else None
-    rate = _num(point.metrics.get("request_throughput"))
-    e2e_ms = _num(point.metrics.get("e2e_p50_ms"))
+    rate = median(point.metrics.get("request_throughput"))
+    e2e_ms = median(point.metrics.get("e2e_p50_ms"))
     if rate is None or e2e_ms is None:
         return None
     return out / max(1.0, rate * e2e_ms / 1000.0)
@@ -159,7 +155,7 @@ def trial_curve(row: TrialRow, slo: Slo) -> TrialCurve:
     gpus = len(row.memory.gpu_peak_bytes)
     out = []
     for p in points:
-        thr = _num(p.metrics.get("output_throughput"))
+        thr = median(p.metrics.get("output_throughput"))
         out.append(
             CurvePoint(
                 label=p.label,
@@ -169,8 +165,8 @@ def trial_curve(row: TrialRow, slo: Slo) -> TrialCurve:
                 output_throughput=thr,
                 per_gpu=None if thr is None else thr / max(gpus, 1),
                 per_stream=_per_stream(p),
-                ttft_p99_ms=_num(p.metrics.get("ttft_p99_ms")),
-                e2e_p99_ms=_num(p.metrics.get("e2e_p99_ms")),
+                ttft_p99_ms=median(p.metrics.get("ttft_p99_ms")),
+                e2e_p99_ms=median(p.metrics.get("e2e_p99_ms")),
                 client_bound=p.client_bound,
                 disturbed=any(w.disturbed for w in p.windows),
                 notes=_notes(p.windows),
@@ -210,8 +206,8 @@ def trial_capacities(trials: Sequence[TrialRow]) -> dict[int, TrialCapacity]:
     """Per trial number, its capacity and window caveats (every trial, measured or not)."""
     out: dict[int, TrialCapacity] = {}
     for t in trials:
-        cap = _num(t.metrics.get("capacity_output_throughput"))
-        load = _num(t.metrics.get("capacity_load"))
+        cap = median(t.metrics.get("capacity_output_throughput"))
+        load = median(t.metrics.get("capacity_load"))
         label = ""
         if cap and load is not None and t.windows:
             label = next((p.label for p in load_points(t.windows) if p.load == load), "")

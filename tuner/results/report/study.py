@@ -11,9 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.catalog import GpuPrice
 from tuner.db import ComparisonRow, StudyRow, TrialRow
-from tuner.domain import Objective, Slo, TrialStatus
+from tuner.domain import Estimate, Objective, Slo, TrialStatus
 from tuner.results import costs, energy
 from tuner.scoring import GIB, WindowFlags, ranking, window_flags
 from tuner.scoring import objectives as scoring
@@ -25,7 +24,7 @@ from tuner.study import (
     study_objective,
     trial_score,
 )
-from tuner.study.standings import Ranked, pick, standings
+from tuner.study.standings import pick, standings
 
 # metric -> (label, unit); the order is the order of the comparison table.
 METRICS: Mapping[str, tuple[str, str]] = {
@@ -54,9 +53,6 @@ def num(x: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
-
-
-# -- the study page ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -178,14 +174,14 @@ class ConfirmationSummary:
     comparison_ids: tuple[int, ...]
 
 
+def median(e: Estimate | None) -> float | None:
+    """The median of ``e`` when it is there and finite."""
+    return None if e is None else num(e.median)
+
+
 def _memory_gib(row: TrialRow) -> float | None:
     b = row.memory.headline_bytes
     return None if b is None else b / GIB
-
-
-def _metric(row: TrialRow, name: str) -> float | None:
-    e = row.metrics.get(name)
-    return None if e is None else num(e.median)
 
 
 def _feasible(row: TrialRow, slo: Slo) -> bool | None:
@@ -222,9 +218,9 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 failure_is_finding=bool(t.failure and t.failure.is_finding),
                 failure_detail=t.failure_detail,
                 log_tail=t.log_tail,
-                throughput=_metric(t, "output_throughput"),
-                ttft_p99_ms=_metric(t, "ttft_p99_ms"),
-                e2e_p99_ms=_metric(t, "e2e_p99_ms"),
+                throughput=median(t.metrics.get("output_throughput")),
+                ttft_p99_ms=median(t.metrics.get("ttft_p99_ms")),
+                e2e_p99_ms=median(t.metrics.get("e2e_p99_ms")),
                 memory_gib=_memory_gib(t) if measured else None,
                 score=trial_score(t, reference, objective),
                 feasible=_feasible(t, slo) if measured else None,
@@ -232,9 +228,9 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 duration_s=took,
                 windows=window_flags(t.windows),
                 recommendable=t.config not in broken,
-                joules_per_token=_metric(t, energy.PER_TOKEN),
-                gpu_power_w=_metric(t, energy.POWER),
-                usd_per_million=_usd(t, price) if measured else None,
+                joules_per_token=median(t.metrics.get(energy.PER_TOKEN)),
+                gpu_power_w=median(t.metrics.get(energy.POWER)),
+                usd_per_million=median(costs.usd(t.metrics, price)) if measured else None,
                 gpus=len(t.memory.gpu_peak_bytes) or 1,
                 ranges=_ranges(t),
             )
@@ -258,11 +254,6 @@ def _ranges(row: TrialRow) -> dict[str, tuple[float, float]]:
         if bounds is not None and bounds[0] is not None and bounds[1] is not None:
             out[key] = (bounds[0], bounds[1])
     return out
-
-
-def _usd(row: TrialRow, price: GpuPrice | None) -> float | None:
-    e = costs.usd(row.metrics, price) if row.metrics else None
-    return None if e is None else num(e.median)
 
 
 def energy_note(trials: Sequence[TrialRow]) -> str:
@@ -444,6 +435,8 @@ def study_report(
         imp = Importances(fb, "variance of the score explained per knob (fallback)" if fb else "")
     has_gpu = any(t.memory.gpu_peak_bytes for t in trials if t.status is TrialStatus.COMPLETE)
     confirmed = choose(comparisons, Objective(study.objective))  # the page's and the pick's
+    ranked = pick(study, trials, confirmed)
+    ids = tuple(c.id for c in comparisons if is_confirmation(c))
     return StudyReport(
         study=study,
         provenance=_provenance(study, trials),
@@ -457,22 +450,9 @@ def study_report(
         e2e=distribution("e2e", trials),
         search_count=sum(t.phase == "search" for t in lines),
         confirm_count=sum(t.phase == "confirm" for t in lines),
-        confirmation=_confirmation(confirmed, comparisons),
-        recommended=_number(pick(study, trials, confirmed)),
+        confirmation=None if confirmed is None else ConfirmationSummary(confirmed, ids),
+        recommended=None if ranked is None else ranked.number,
         window_caveat=window_caveat(lines),
         energy_note=energy_note(trials),
         price_label=price.label() if price is not None else costs.no_price(study.gpu),
     )
-
-
-def _number(ranked: Ranked | None) -> int | None:
-    return None if ranked is None else ranked.number
-
-
-def _confirmation(
-    confirmed: Confirmed | None, comparisons: Sequence[ComparisonRow]
-) -> ConfirmationSummary | None:
-    if confirmed is None:
-        return None
-    ids = tuple(c.id for c in comparisons if is_confirmation(c))
-    return ConfirmationSummary(confirmed, ids)
