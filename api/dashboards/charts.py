@@ -66,8 +66,10 @@ def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict
             "scores": list(h.scores),
             "feasible": list(h.feasible),
             "best": list(h.best_so_far),
+            # Without vLLM's defaults measured there are no scores: the values are h.metric's.
+            "metric": h.metric,
             "x_title": "trial number",
-            "y_title": f"{report.study.objective} score (1 = defaults)",
+            "y_title": h.metric or f"{report.study.objective} score (1 = defaults)",
         },
         "pareto": {
             "numbers": [p.number for p in points],

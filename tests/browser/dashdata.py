@@ -226,3 +226,41 @@ def old_study(repo: Repository) -> None:
         trial_id = repo.start_trial(OLD_STUDY, number, config, is_baseline=number == 0)
         values = scoring.objective_values(result, memory_ceiling_gib=80.0)
         repo.finish_trial(trial_id, result, 1.0, values)
+
+
+NO_DEFAULTS_STUDY = "chat-h100-no-defaults"
+
+
+def no_defaults_study(repo: Repository) -> None:
+    """:data:`NO_DEFAULTS_STUDY`: its defaults' trial failed to start, then two measured trials
+    (rows as the study loop stores them, without Optuna: nothing here runs an event loop)."""
+    repo.create_study(
+        name=NO_DEFAULTS_STUDY,
+        optuna_study_name=NO_DEFAULTS_STUDY,
+        model="tiny-ernie",
+        model_source=None,
+        gpu="h100",
+        workload=TINY_WORKLOAD.name,
+        objective="balanced",
+        slo={},
+        spec={},
+        emulated=False,
+        vllm_version="0.32.0",
+        n_trials_requested=3,
+    )
+    failed = TrialResult(
+        ServingConfig(),
+        TrialStatus.FAILED,
+        failure=FailureClass.START_FAILED,
+        failure_detail="the server exited during start-up",
+    )
+    trial_id = repo.start_trial(NO_DEFAULTS_STUDY, 0, failed.config, is_baseline=True)
+    repo.finish_trial(trial_id, failed, None, None)
+    runner = FakeRunner()
+    for number, config in enumerate(
+        (ServingConfig(max_num_seqs=4), ServingConfig(max_num_seqs=16)), 1
+    ):
+        result = runner.run(config, TINY_WORKLOAD)
+        trial_id = repo.start_trial(NO_DEFAULTS_STUDY, number, config)
+        values = scoring.objective_values(result, memory_ceiling_gib=80.0)
+        repo.finish_trial(trial_id, result, None, values)

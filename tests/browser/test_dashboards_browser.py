@@ -18,10 +18,12 @@ from tests.browser.dashdata import (
     CURVE_STUDY,
     IMG_PAYLOAD,
     LONG_LABEL,
+    NO_DEFAULTS_STUDY,
     SCRIPT_PAYLOAD,
     STUDY,
     XSS_NOTES,
     XSS_STUDY,
+    no_defaults_study,
 )
 from tuner.db.rows import TrialPhase
 from tuner.domain import TrialStatus
@@ -288,4 +290,33 @@ def test_load_curves_draw_one_line_per_trial_with_capacity_and_client_flags(
 
     page.screenshot(path=str(screenshots / "study-load-curves.png"), full_page=True)
     page.locator("#load-curves").screenshot(path=str(screenshots / "load-curves.png"))
+    probe.assert_clean()
+
+
+_HISTORY = """() => {
+    const gd = document.getElementById("chart-history");
+    return {names: gd.data.map(t => t.name), y: gd.data[0].y, ytitle: gd.layout.yaxis.title.text};
+}"""
+
+
+def test_a_study_without_the_defaults_draws_its_raw_history_and_says_why(
+    probe: Probe, served: Served, screenshots: Path
+) -> None:
+    """Its history chart was the empty note 'No measured trial yet.' over measured trials.
+    (Last in the module: the study it adds would be one more on the overview.)"""
+    no_defaults_study(served.db.repo)
+    measured = served.db.repo.list_trials(
+        NO_DEFAULTS_STUDY, status=TrialStatus.COMPLETE, limit=None
+    )
+    assert probe.goto(f"/ui/studies/{quote(NO_DEFAULTS_STUDY, safe='')}").status == 200
+    page = probe.page
+    assert [t["x"] for t in traces(page, "chart-history")] == [len(measured)] * 2
+    drawn = page.evaluate(_HISTORY)
+    assert drawn["names"] == ["output throughput (tok/s)", "best so far (SLO met)"]
+    assert drawn["y"] == [t.metrics["output_throughput"].median for t in measured]
+    assert drawn["ytitle"] == "output throughput (tok/s)"
+    note = page.inner_text("#no-score-note")
+    assert "a score is a ratio to the defaults' measurement" in note
+    assert "did not complete (#0 start_failed)" in note
+    page.locator("#chart-history").screenshot(path=str(screenshots / "history-no-defaults.png"))
     probe.assert_clean()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from html import unescape
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -19,8 +20,10 @@ from tests.browser.dashdata import (
     CLIENT_BOUND_CONFIG,
     CURVE_LADDER,
     CURVE_STUDY,
+    NO_DEFAULTS_STUDY,
     OLD_STUDY,
     curve_study,
+    no_defaults_study,
     old_study,
 )
 from tests.studykit import make_context, make_repo, memory_confirmation_context, store_claim
@@ -285,3 +288,33 @@ def test_importances_from_few_trials_say_so(client: TestClient) -> None:
     scored = len(charts["history"]["numbers"])
     assert 2 <= scored < 10
     assert f"From {scored} scored trials: with fewer than ten, a rough guide" in html
+
+
+def test_a_study_without_the_defaults_shows_its_raw_history_and_why_it_has_no_scores(
+    tmp_path: Path,
+) -> None:
+    """A score is a ratio to vLLM's defaults: where their trial failed the page had no history
+    at all; it shows the objective's main metric as measured, and says why."""
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    repo = make_repo(url)
+    no_defaults_study(repo)
+    trials = repo.list_trials(NO_DEFAULTS_STUDY, limit=None)
+    assert [t.status.value for t in trials] == ["failed", "complete", "complete"]
+    with TestClient(_app(repo, None)) as client:
+        html = client.get(f"/ui/studies/{NO_DEFAULTS_STUDY}").text
+    history = _chart_data(html)["history"]
+    assert history["numbers"] == [1, 2]
+    thr = [t.metrics["output_throughput"].median for t in trials[1:]]
+    assert history["scores"] == pytest.approx(thr)
+    assert history["y_title"] == history["metric"] == "output throughput (tok/s)"
+    note = unescape(html[html.index('id="no-score-note"') :])
+    note = note[: note.index("</p>")]
+    assert "a score is a ratio to the defaults' measurement" in note
+    assert "vLLM's defaults did not complete (#0 start_failed)" in note
+    assert "output throughput (tok/s)" in note and "tuner compare --a defaults" in note
+    # A study with its defaults measured has scores, and no such note.
+    scored = make_context(url, name="scored", trials=2)
+    run_study(scored, FakeRunner(), repo)
+    with TestClient(_app(repo, None)) as client:
+        html = client.get("/ui/studies/scored").text
+    assert "no-score-note" not in html and _chart_data(html)["history"]["metric"] == ""

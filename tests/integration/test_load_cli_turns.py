@@ -141,3 +141,18 @@ def test_each_point_of_a_load_curve_has_conversations_of_its_own(
     assert windows[0].isdisjoint(windows[1])
     warmup = [names for seed, names in seen if seed == 0]
     assert warmup and all(warmup[0].isdisjoint(w) for w in windows)
+
+
+def test_per_turn_ttft_shows_the_percentiles_asked_for(tmp_path: Path) -> None:
+    """--metric-percentiles sets the table's top percentile; the per-turn lines showed P99
+    whatever was asked. They show the median and the same top percentile as the table."""
+    trace = _conversations(tmp_path / "conversations.jsonl", sessions=4, turns=2)
+    stdout = _turns(True, trace, "--metric-percentiles", "50,90,99.9")
+    assert "P50/P99.9" in stdout  # the table's header
+    line = re.compile(
+        r"TTFT by turn at (.+?): turn (\d+): P50 ([\d.]+) ms, P99\.9 ([\d.]+) ms \((\d+) requests\)"
+    )
+    found = line.findall(stdout)
+    assert [int(t) for _, t, *_ in found] == [1, 2], stdout
+    assert all(int(n) == 4 and float(p50) <= float(top) for _, _, p50, top, n in found)
+    assert not TURN_LINE.findall(stdout)  # no P99 it was not asked for

@@ -462,3 +462,30 @@ def test_a_takeover_of_a_confirming_study_ends_the_dead_workers_launch(tmp_path:
     assert launch.status is TrialStatus.FAILED and launch.failure is not None
     assert launch.failure.value == "interrupted"
     assert repo.get_study("conf").status == "finished"
+
+
+def test_a_sampled_trial_of_the_defaults_is_not_announced_as_the_baseline(db_url: str) -> None:
+    """The baseline is the first measured trial of the defaults; a later one measures them
+    again, and its progress line says so."""
+    from tuner.study.loop import SilentReporter
+
+    class Started(SilentReporter):
+        def __init__(self) -> None:
+            self.started: list[tuple[int, object]] = []
+
+        def trial_started(self, number, index, total, config, baseline):  # type: ignore[no-untyped-def]
+            self.started.append((number, baseline))
+
+    repo = make_repo(db_url)
+    ctx = make_context(
+        db_url,
+        trials=3,
+        enqueue=[{"max_num_seqs": 1}, {"max_num_seqs": "default"}],
+        params=("max_num_seqs",),
+        choices={"max_num_seqs": (1, 64)},
+    )
+    reporter = Started()
+    run_study(ctx, FakeRunner(), repo, reporter=reporter)
+    rows = repo.list_trials(ctx.name, limit=None)
+    assert [r.config == ServingConfig() for r in rows] == [True, False, True]
+    assert reporter.started == [(0, True), (1, False), (2, "again")]

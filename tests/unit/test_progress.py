@@ -21,3 +21,14 @@ def test_confirmation_launches_are_named_so() -> None:
     assert lines[0].startswith("trial 2/5 #3: ")
     assert lines[1].startswith("confirmation launch 1/4 #100000 (vLLM defaults, the baseline)")
     assert lines[2].startswith("confirmation launch 2/4 #100001: ")
+
+
+def test_only_the_baseline_is_called_so_a_later_trial_of_the_defaults_measures_them_again() -> None:
+    buffer = io.StringIO()
+    reporter = ConsoleReporter(Console(file=buffer, width=200))
+    reporter.trial_started(0, 1, 5, ServingConfig(), True)
+    reporter.trial_started(4, 5, 5, ServingConfig(), "again")
+    lines = buffer.getvalue().splitlines()
+    assert lines[0].startswith("trial 1/5 #0 (vLLM defaults, the baseline): ")
+    assert lines[1].startswith("trial 5/5 #4 (vLLM defaults again): ")
+    assert "baseline" not in lines[1]

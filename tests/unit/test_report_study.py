@@ -14,6 +14,7 @@ from tuner.domain import (
     FailureClass,
     LatencyStats,
     MemoryUsage,
+    Objective,
     ServingConfig,
     TrialStatus,
     WindowMetrics,
@@ -148,6 +149,25 @@ def test_history_best_so_far_counts_only_trials_that_meet_the_slo() -> None:
     assert h.best_so_far == pytest.approx((1.0, 1.0, 1.2))
     report = study_report(study, trials)
     assert report.best is not None and report.best.number == 3  # feasible beats a higher score
+
+
+def test_without_the_defaults_measured_the_history_is_of_the_primary_metric_raw() -> None:
+    # A score is a ratio to the defaults: with their trial failed there is none, and the
+    # history shows the preset's primary metric as measured, saying why.
+    trials = [_trial(0), _trial(1, 300.0, p99=200.0), _trial(2, 120.0, p99=80.0)]
+    slo = {"e2e_p99_ms": 150.0}
+    h = study_report(_study(objective="throughput", slo=slo), trials).history
+    assert h.numbers == (1, 2) and h.scores == (300.0, 120.0)
+    assert h.feasible == (False, True) and h.best_so_far == (None, 120.0)
+    assert h.metric == "output throughput (tok/s)"
+    assert h.why == "vLLM's defaults did not complete (#0 memory_exceeded)"
+    latency = history(trial_lines(_study(objective="latency"), trials), Objective.LATENCY)
+    assert latency.metric == "P99 E2E latency (ms)" and latency.best_so_far == (200.0, 80.0)
+    excluded = history(trial_lines(_study(), trials[1:]), Objective.THROUGHPUT)
+    assert excluded.why == "the study has no trial of vLLM's defaults"
+    assert history(trial_lines(_study(), [_trial(0)])) == history(())  # nothing to show
+    scored = study_report(_study(), [_trial(0, 100.0), *trials[1:]]).history
+    assert scored.metric == scored.why == "" and scored.scores == pytest.approx((1.0, 3.0, 1.2))
 
 
 def test_pareto_front_keeps_the_non_dominated_trials() -> None:

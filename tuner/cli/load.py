@@ -310,12 +310,18 @@ def _ms(value: Any) -> str:
 TABLE_METRICS = ("TTFT", "TPOT", "ITL", "E2EL")  # vLLM's result keys are these in lower case
 
 
+def top_percentile(opts: LoadOptions) -> tuple[float, str]:
+    """The highest of the run's percentiles (--metric-percentiles), which the output shows
+    beside the median, and its label ("P99", "P99.9")."""
+    top = max(opts.percentiles)
+    return top, f"P{int(top) if int(top) == top else top}"
+
+
 def results_table(results: Sequence[PointResult], opts: LoadOptions) -> Table:
     """One row per point: throughputs, then median / top percentile in ms."""
     from tuner.load import percentile_key
 
-    top = max(opts.percentiles)
-    label = f"P{int(top) if int(top) == top else top}"
+    top, label = top_percentile(opts)
     goodput = ["good\nreq/s"] if opts.slo is not None else []
     head = ["load", "req/s", "out\ntok/s", *goodput]
     head += [f"{name} ms\nP50/{label}" for name in TABLE_METRICS]
@@ -380,14 +386,19 @@ def summary_line(opts: LoadOptions, model: str) -> str:
     return f"{opts.url} model {model}: {what}, {lengths}, warm-up {opts.warmup} requests"
 
 
-def turn_lines(results: Sequence[PointResult]) -> list[str]:
-    """TTFT per turn of a run with sessions, one line per load point and turn:
+def turn_lines(results: Sequence[PointResult], opts: LoadOptions) -> list[str]:
+    """TTFT per turn of a run with sessions, one line per load point and turn, median and top
+    percentile as the table shows them:
     ``TTFT by turn at 4 streams: turn 2: P50 3.1 ms, P99 5.0 ms (32 requests)``."""
+    from tuner.load import percentile_key
+
+    top, label = top_percentile(opts)
     return [
-        f"TTFT by turn at {point.label}: turn {turn}: P50 {_ms(stats.p50)} ms, "
-        f"P99 {_ms(stats.p99)} ms ({stats.count} request{'' if stats.count == 1 else 's'})"
+        f"TTFT by turn at {point.label}: turn {turn}: P50 {_ms(s['median_ttft_ms'])} ms, "
+        f"{label} {_ms(s[percentile_key(top, 'ttft')])} ms "
+        f"({s['count']} request{'' if s['count'] == 1 else 's'})"
         for point in results
-        for turn, stats in sorted(point.turns.items())
+        for turn, s in sorted(point.turns.items())
     ]
 
 
@@ -573,7 +584,7 @@ def load(
             print(json.dumps(summary(point.result), allow_nan=False), flush=True)
     else:
         out.print(results_table(results, opts))
-        for line in turn_lines(results):
+        for line in turn_lines(results, opts):
             say(line)
     for point in results:
         for warning in warnings(point):

@@ -14,7 +14,7 @@ from rich.status import Status
 
 from tuner.domain import ServingConfig, TrialResult, TrialStatus
 from tuner.study import CONFIRM_NUMBER_BASE
-from tuner.study.loop import Ranked
+from tuner.study.loop import Defaults, Ranked
 
 
 class ConsoleReporter:
@@ -27,9 +27,13 @@ class ConsoleReporter:
         self._t0 = time.monotonic()
 
     def trial_started(
-        self, number: int, index: int, total: int, config: ServingConfig, baseline: bool
+        self, number: int, index: int, total: int, config: ServingConfig, baseline: Defaults
     ) -> None:
-        tag = " (vLLM defaults, the baseline)" if baseline else ""
+        # Every score is against the baseline; a later trial of the defaults is not it.
+        if baseline == "again":
+            tag = " (vLLM defaults again)"
+        else:
+            tag = " (vLLM defaults, the baseline)" if baseline else ""
         # Confirmation launches are numbered apart from the search's trials.
         what = "confirmation launch" if number >= CONFIRM_NUMBER_BASE else "trial"
         self._head = f"{what} {index}/{total} #{number}{tag}"

@@ -25,13 +25,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tuner.domain import LatencyStats, Slo, WindowMetrics, Workload
+from tuner.domain import Slo, WindowMetrics, Workload
 from tuner.errors import TunerError, UsageError
-from tuner.load.benchjson import DEFAULT_PERCENTILES, bench_result, goodput_bounds, result_filename
+from tuner.load.benchjson import (
+    DEFAULT_PERCENTILES,
+    bench_result,
+    goodput_bounds,
+    metric_stats,
+    result_filename,
+)
 from tuner.load.curve import point_label
 from tuner.load.generator import LoadGenerator, PhaseCallback
 from tuner.load.prompts import PromptFactory
-from tuner.load.stats import ttft_by_turn, turn_summary
+from tuner.load.stats import ttft_by_turn, ttft_s_by_turn, turn_summary
 from tuner.load.traces import tokenizer_file
 from tuner.load.workloads import get_workload
 
@@ -86,8 +92,9 @@ class PointResult:
     label: str
     window: WindowMetrics
     result: dict[str, Any]
-    # TTFT (ms) per turn of a workload with sessions (1 = a conversation's first); else empty.
-    turns: dict[int, LatencyStats] = field(default_factory=dict)
+    # TTFT per turn of a workload with sessions (1 = a conversation's first), else empty: the
+    # result's keys (``median_ttft_ms``, ``p99_ttft_ms``: the run's percentiles) and ``count``.
+    turns: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def requests_per_point(opts: LoadOptions) -> int:
@@ -253,6 +260,7 @@ def run(
     ):
         label = point_label(point.concurrency, point.request_rate, point.trace_paced)
         by_turn = ttft_by_turn([records], [planned]) if planned else {}
+        turn_ttfts = ttft_s_by_turn([records], [planned]) if planned else {}
         extra: dict[str, Any] = {
             "tuner_load_point": label,
             "tuner_prompts": "text" if opts.text_prompts else "token_ids",
@@ -277,7 +285,11 @@ def run(
             date=date,
             extra=extra,
         )
-        results.append(PointResult(label, window, result, by_turn))
+        per_turn = {
+            turn: {"count": len(ttfts), **metric_stats("ttft", ttfts, opts.percentiles)}
+            for turn, ttfts in turn_ttfts.items()
+        }
+        results.append(PointResult(label, window, result, per_turn))
     return results
 
 

@@ -91,7 +91,9 @@ def _tpot_s(record: RequestRecord) -> float:
     return 0.0
 
 
-def _stats(metric: str, values_s: Sequence[float], percentiles: Sequence[float]) -> dict[str, Any]:
+def metric_stats(
+    metric: str, values_s: Sequence[float], percentiles: Sequence[float]
+) -> dict[str, Any]:
     """``mean_/median_/std_/pNN_{metric}_ms`` of ``values_s`` (seconds); None when empty."""
     keys = [f"{stat}_{metric}_ms" for stat in ("mean", "median", "std")]
     keys += [percentile_key(p, metric) for p in percentiles]
@@ -180,7 +182,7 @@ def benchmark_metrics(
         "e2el": [r.e2e_s for r in ok if r.e2e_s is not None],
     }
     for metric in LATENCY_METRICS:
-        result.update(_stats(metric, samples[metric], percentiles))
+        result.update(metric_stats(metric, samples[metric], percentiles))
     return result
 
 

@@ -167,18 +167,26 @@ def summarize(windows: Sequence[WindowMetrics]) -> dict[str, Estimate]:
     return out
 
 
-def ttft_by_turn(
+def ttft_s_by_turn(
     records: Sequence[Sequence[RequestRecord]], turns: Sequence[Sequence[int]]
-) -> dict[int, LatencyStats]:
-    """TTFT (ms) of a multi-turn run's successful requests, pooled over its windows, by turn
+) -> dict[int, list[float]]:
+    """TTFT (s) of a multi-turn run's successful requests, pooled over its windows, by turn
     (1 = a conversation's first); empty for a run without sessions. ``turns`` is the planned
     turn of each record (:attr:`tuner.load.generator.LoadReport.turns`)."""
     pooled: dict[int, list[float]] = {}
     for window, window_turns in zip(records, turns, strict=True):
         for record, turn in zip(window, window_turns, strict=True):
             if turn > 0 and record.ok and record.ttft_s is not None:
-                pooled.setdefault(turn, []).append(record.ttft_s * 1000.0)
-    return {turn: latency_stats(pooled[turn]) for turn in sorted(pooled)}
+                pooled.setdefault(turn, []).append(record.ttft_s)
+    return {turn: pooled[turn] for turn in sorted(pooled)}
+
+
+def ttft_by_turn(
+    records: Sequence[Sequence[RequestRecord]], turns: Sequence[Sequence[int]]
+) -> dict[int, LatencyStats]:
+    """The TTFT (ms) statistics of :func:`ttft_s_by_turn`."""
+    pooled = ttft_s_by_turn(records, turns)
+    return {turn: latency_stats([s * 1000.0 for s in pooled[turn]]) for turn in pooled}
 
 
 def turn_summary(by_turn: Mapping[int, LatencyStats]) -> dict[str, dict[str, float]]:

@@ -30,7 +30,7 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import optuna
 from sqlalchemy import exc as sa_exc
@@ -68,14 +68,20 @@ from tuner.study.standings import (
     with_row,
 )
 
-__all__ = ["Ranked", "Reporter", "SilentReporter", "rank", "run_study", "set_up_study"]
+__all__ = ["Defaults", "Ranked", "Reporter", "SilentReporter", "rank", "run_study", "set_up_study"]
 
 WAIT_S = 2.0  # between two looks at a study whose budget other workers' trials hold
 
 
+Defaults = bool | Literal["again"]
+"""Whether a trial launches vLLM's defaults: as the study's baseline (True, the trial every score
+is measured against, :func:`tuner.study.standings.baseline`), as the defaults measured again
+(``"again"``: a trial of their configuration after the baseline was measured) or not (False)."""
+
+
 class Reporter(Protocol):
     def trial_started(
-        self, number: int, index: int, total: int, config: ServingConfig, baseline: bool
+        self, number: int, index: int, total: int, config: ServingConfig, baseline: Defaults
     ) -> None: ...
 
     def phase(self, phase: str, detail: str) -> None: ...
@@ -85,7 +91,7 @@ class Reporter(Protocol):
 
 class SilentReporter:
     def trial_started(
-        self, number: int, index: int, total: int, config: ServingConfig, baseline: bool
+        self, number: int, index: int, total: int, config: ServingConfig, baseline: Defaults
     ) -> None:
         pass
 
@@ -386,15 +392,18 @@ def _loop(
             report.phase("waiting", f"trial {twin} of another worker measures {config.label()}")
             time.sleep(WAIT_S)
             continue
-        baseline = bool(trial.user_attrs.get("baseline")) or config == ctx.space.baseline()
+        defaults = bool(trial.user_attrs.get("baseline")) or config == ctx.space.baseline()
+        # Only the first measured trial of the defaults is the baseline; no other measures them
+        # now (twin_of), so one already measured is the baseline and this one measures it again.
+        again = defaults and baseline(rows) is not None
         # Its place in the budget: "trial 3/6" once, whichever worker measures it.
-        report.trial_started(trial.number, at + 1, total, config, baseline)
+        report.trial_started(trial.number, at + 1, total, config, "again" if again else defaults)
         repo.set_study_status(ctx.name, "running")  # another worker may have stopped
-        trial_id = repo.start_trial(ctx.name, trial.number, config, "search", baseline)
-        check = None if baseline else first_point_check(ctx, rows, slo)
+        trial_id = repo.start_trial(ctx.name, trial.number, config, "search", defaults)
+        check = None if defaults else first_point_check(ctx, rows, slo)
         try:
             with sharing.heartbeat(storage, trial._trial_id):
-                screen = None if baseline else _screen(space, config, rows)
+                screen = None if defaults else _screen(space, config, rows)
                 result = screen or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
@@ -407,7 +416,7 @@ def _loop(
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             sharing.retry(study, sharing.frozen(study, trial))
             raise
-        rows = _record(ctx, study, trial, trial_id, result, repo, baseline, rows)
+        rows = _record(ctx, study, trial, trial_id, result, repo, defaults, rows)
         ranked = standings(rows, ctx.spec.objective, slo)
         report.trial_finished(trial.number, result, ranked[0] if ranked else None)
 

@@ -69,20 +69,23 @@
     history(el, d) {
       if (!d.numbers.length) return empty(el, "No measured trial yet.");
       const colors = d.feasible.map((ok) => (ok ? COLORS.primary : COLORS.bad));
+      // Scores (1 = the defaults, dotted), or without the defaults measured a metric's raw values.
+      const what = d.metric ? esc(d.metric) : "score";
+      const value = d.metric ? "%{y:.4g}" : "%{y:.3f}";
       const traces = [
         {
-          type: "scatter", mode: "markers", name: "score of the trial",
+          type: "scatter", mode: "markers", name: d.metric ? what : "score of the trial",
           x: d.numbers, y: d.scores,
           marker: { size: 9, color: colors, line: { width: 1, color: "#fff" } },
-          hovertemplate: "trial #%{x}<br>score %{y:.3f}<extra></extra>",
+          hovertemplate: "trial #%{x}<br>" + what + " " + value + "<extra></extra>",
         },
         {
           type: "scatter", mode: "lines", name: "best so far (SLO met)",
           x: d.numbers, y: d.best, line: { shape: "hv", color: COLORS.good, width: 2 },
-          hovertemplate: "best after #%{x}: %{y:.3f}<extra></extra>",
+          hovertemplate: "best after #%{x}: " + value + "<extra></extra>",
         },
       ];
-      const shapes = [{
+      const shapes = d.metric ? [] : [{
         type: "line", xref: "paper", x0: 0, x1: 1, y0: 1, y1: 1,
         line: { dash: "dot", color: COLORS.muted, width: 1 },
       }];

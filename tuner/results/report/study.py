@@ -24,6 +24,7 @@ from tuner.study import (
     study_objective,
     trial_score,
 )
+from tuner.study.confirm import decision_metric
 from tuner.study.standings import pick, standings
 
 # metric -> (label, unit); the order is the order of the comparison table.
@@ -90,6 +91,9 @@ class TrialLine:
     # [low, high] over the launch's measurement windows of the metrics shown beside their
     # medians (throughput, ttft_p99_ms, e2e_p99_ms), where measured.
     ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # A measured trial's objective values as stored (throughput as its preset reads it,
+    # memory GiB, P99 E2E ms); () for any other.
+    objective_values: tuple[float, ...] = ()
 
     @property
     def flags(self) -> str:
@@ -99,12 +103,17 @@ class TrialLine:
 
 @dataclass(frozen=True)
 class History:
-    """Score per measured trial in trial order, and the best feasible score so far."""
+    """Score per measured trial in trial order, and the best feasible score so far. A score is
+    a ratio to vLLM's defaults: in a study without their measurement there is none, and the
+    values are then the preset's primary metric, raw (``metric`` names it, ``why`` says why
+    there are no scores), the best so far by that metric's direction."""
 
     numbers: tuple[int, ...]
-    scores: tuple[float, ...]
+    scores: tuple[float, ...]  # the scores, or the raw values of ``metric``
     feasible: tuple[bool, ...]
     best_so_far: tuple[float | None, ...]
+    metric: str = ""  # "output throughput (tok/s)" when the values are raw; "" for scores
+    why: str = ""  # why the values are raw ("" for scores)
 
 
 @dataclass(frozen=True)
@@ -233,6 +242,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 usd_per_million=median(costs.usd(t.metrics, price)) if measured else None,
                 gpus=len(t.memory.gpu_peak_bytes) or 1,
                 ranges=_ranges(t),
+                objective_values=tuple(t.objective_values or ()) if measured else (),
             )
         )
     return tuple(out)
@@ -287,24 +297,56 @@ def best_line(
     return next((line for line in lines if line.number == top), None)
 
 
-def history(lines: Sequence[TrialLine]) -> History:
+# What the throughput objective value of these presets is (the others': the fixed load's).
+_THROUGHPUT_AS = {
+    Objective.CAPACITY: "capacity under the SLO",
+    Objective.COST: "output throughput within the SLO",
+}
+
+
+def history(lines: Sequence[TrialLine], objective: Objective = Objective.BALANCED) -> History:
     """The search's scores in trial order and the best so far (confirmation launches, numbered
-    from :data:`tuner.study.confirm.CONFIRM_NUMBER_BASE`, are not part of the search's history)."""
-    scored = sorted(
-        (t for t in lines if t.score is not None and t.phase == "search"), key=lambda t: t.number
-    )
+    from :data:`tuner.study.confirm.CONFIRM_NUMBER_BASE`, are not part of the search's history).
+    Without vLLM's defaults measured, no trial has a score: the history is then of the primary
+    metric of ``objective`` (the study's preset, :func:`decision_metric`), raw."""
+    search = sorted((t for t in lines if t.phase == "search"), key=lambda t: t.number)
+    scored = [(t, t.score) for t in search if t.score is not None]
+    metric = why = ""
+    better = max
+    if not scored:
+        name = decision_metric(objective)
+        at = scoring.OBJECTIVE_NAMES.index(name)
+        scored = [(t, t.objective_values[at]) for t in search if len(t.objective_values) == 3]
+        label, unit = METRICS[name]
+        metric = f"{_THROUGHPUT_AS.get(objective, label) if at == 0 else label} ({unit})"
+        why = _no_score(search) if scored else ""
+        better = max if scoring.DIRECTIONS[at] == "maximize" else min
     best: float | None = None
     best_so_far: list[float | None] = []
-    for t in scored:
-        if t.feasible and t.score is not None:
-            best = t.score if best is None else max(best, t.score)
+    for t, value in scored:
+        if t.feasible:
+            best = value if best is None else better(best, value)
         best_so_far.append(best)
     return History(
-        numbers=tuple(t.number for t in scored),
-        scores=tuple(t.score for t in scored if t.score is not None),
-        feasible=tuple(bool(t.feasible) for t in scored),
+        numbers=tuple(t.number for t, _ in scored),
+        scores=tuple(value for _, value in scored),
+        feasible=tuple(bool(t.feasible) for t, _ in scored),
         best_so_far=tuple(best_so_far),
+        metric=metric if scored else "",
+        why=why,
     )
+
+
+def _no_score(search: Sequence[TrialLine]) -> str:
+    """Why the search trials ``search`` have no score: what became of vLLM's defaults."""
+    defaults = [t for t in search if t.is_baseline]
+    if not defaults:
+        return "the study has no trial of vLLM's defaults"
+    numbers = ", ".join(f"#{t.number}" for t in defaults)
+    if any(t.status == TrialStatus.RUNNING for t in defaults):
+        return f"vLLM's defaults ({numbers}) are still being measured"
+    outcomes = ", ".join(f"#{t.number} {t.failure or t.status}" for t in defaults)
+    return f"vLLM's defaults did not complete ({outcomes})"
 
 
 def pareto(lines: Sequence[TrialLine]) -> tuple[ParetoPoint, ...]:
@@ -442,7 +484,7 @@ def study_report(
         provenance=_provenance(study, trials),
         trials=lines,
         best=best_line(study, trials, lines),
-        history=history(lines),
+        history=history(lines, study_objective(study)),
         pareto=pareto(lines),
         memory_label="GPU memory" if has_gpu else "host RSS",
         importances=imp,
