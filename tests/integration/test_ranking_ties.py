@@ -51,8 +51,14 @@ def client(store: tuple[str, Repository]) -> Iterator[TestClient]:
 
 def winners(url: str, repo: Repository, client: TestClient) -> dict[str, tuple[str, int]]:
     """(study, trial) each surface names for tiny-ernie on cpu, smoke workload."""
+    return winners_of(url, repo, client, ("older", "newer"))
+
+
+def winners_of(
+    url: str, repo: Repository, client: TestClient, studies: tuple[str, ...]
+) -> dict[str, tuple[str, int]]:
     found: dict[str, tuple[str, int]] = {}
-    for study in ("older", "newer"):  # tuner best: per study, so the study is given
+    for study in studies:  # tuner best: per study, so the study is given
         run = CliRunner().invoke(app, ["best", study, "--json", "--storage", url])
         assert run.exit_code == 0, run.output
         found[f"cli:{study}"] = (study, json.loads(run.stdout)["recommendation"]["trial_number"])
@@ -135,6 +141,24 @@ def test_a_tie_goes_to_the_pick_a_confirmation_decided_everywhere(
     )
     found = winners(url, repo, client)
     assert found["launch"] == found["api"] == found["dashboard"] == ("older", 1), found
+
+
+def test_a_study_that_never_measured_the_defaults_does_not_outrank_scores_against_them(
+    tmp_path: Path,
+) -> None:
+    """A study without a trial of vLLM's defaults scores raw values (a balanced score in the
+    hundreds, not x defaults). Across studies it outranked every study whose scores are against
+    its defaults, on every surface; now a score against the defaults goes first."""
+    url = f"sqlite:///{tmp_path / 'raw.db'}"
+    insert_measured_study(url, CONFIGS, name="scored", fresh_runner=True)
+    time.sleep(0.01)  # the raw study is the newer one: recency would favour it on a tie
+    repo = insert_measured_study(url, [E2E_CONFIG], name="raw", fresh_runner=True)
+    (raw,) = rank(repo, "raw", Objective.BALANCED)
+    assert not raw.relative and raw.score > rank(repo, "scored", Objective.BALANCED)[0].score
+    with TestClient(create_app(ApiSettings(storage=url))) as client:
+        found = winners_of(url, repo, client, ("scored", "raw"))
+    assert found["launch"] == found["api"] == found["dashboard"] == ("scored", 1), found
+    assert found["cli:raw"] == ("raw", 0)  # within its own study it still has a best
 
 
 def test_every_surface_shows_the_same_score_for_every_trial(

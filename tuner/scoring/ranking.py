@@ -6,11 +6,14 @@ makes across studies, ``GET /v1/recommendations`` and the dashboard's overview. 
 says how one of its items stands (:class:`Standing`); the order is decided here only:
 
 1. meeting the SLO (and the error-rate ceiling) before missing it;
-2. the higher score (a non-finite or missing score counts as the lowest);
-3. on a tie, the more recently updated study (its numbers are the newer measurement);
-4. then the earlier trial of the study (the first configuration found to reach that score).
+2. across studies, a score against vLLM's defaults before one without them (a study that never
+   measured its defaults scores raw values, tok/s and not x defaults, which cannot be weighed
+   against another study's score);
+3. the higher score (a non-finite or missing score counts as the lowest);
+4. on a tie, the more recently updated study (its numbers are the newer measurement);
+5. then the earlier trial of the study (the first configuration found to reach that score).
 
-Items that tie on all four keep the order they were given in. Configurations that failed the
+Items that tie on all five keep the order they were given in. Configurations that failed the
 canary are left out before any ordering (:func:`canary_broken`).
 """
 
@@ -37,11 +40,19 @@ class Standing:
     # Across studies: the pick was decided by its study's confirmation (fresh launches against
     # the defaults), not a single search launch; it wins a tie before the newer study does.
     confirmed: bool = False
+    relative: bool = True  # the score is against the defaults (see rule 2); False: raw values
 
-    def key(self) -> tuple[bool, float, bool, float, int]:
+    def key(self) -> tuple[bool, bool, float, bool, float, int]:
         """Larger is better."""
         score = self.score if self.score is not None and math.isfinite(self.score) else -math.inf
-        return (bool(self.feasible), score, self.confirmed, self.updated_at, -self.number)
+        return (
+            bool(self.feasible),
+            self.relative,
+            score,
+            self.confirmed,
+            self.updated_at,
+            -self.number,
+        )
 
 
 def best_first(items: Iterable[T], standing: Callable[[T], Standing]) -> list[T]:

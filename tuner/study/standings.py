@@ -32,7 +32,9 @@ class Ranked:
 
     @property
     def standing(self) -> Standing:
-        return Standing(self.feasible, self.score, self.updated_at, self.number, self.confirmed)
+        return Standing(
+            self.feasible, self.score, self.updated_at, self.number, self.confirmed, self.relative
+        )
 
 
 def study_objective(study: StudyRow) -> Objective:
