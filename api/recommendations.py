@@ -69,7 +69,7 @@ def is_emulated(study: StudyRow, trial: TrialRow) -> bool:
 
 def _matches(snap: StudySnapshot, q: Query) -> bool:
     s = snap.study
-    if q.model not in (s.model, s.model_source) or q.workload != s.workload:
+    if q.model not in (s.model, s.model_source) or q.workload != s.workload_label:
         return False
     wanted = q.gpu.strip().lower()
     return wanted == s.gpu.lower() or any((t.gpu_name or "").lower() == wanted for t in snap.trials)
@@ -173,7 +173,7 @@ def nearest(snapshots: Iterable[StudySnapshot], q: Query) -> list[dict[str, obje
     for snap in snapshots:
         if any(is_emulated(snap.study, t) == q.emulated for t in snap.trials):
             s = snap.study
-            combos.setdefault((s.model, s.gpu, s.workload), set()).add(s.name)
+            combos.setdefault((s.model, s.gpu, s.workload_label), set()).add(s.name)
     gpu = q.gpu.strip().lower()
 
     def distance(combo: tuple[str, str, str]) -> tuple[int, str, str, str]:
@@ -214,7 +214,7 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
     return RecommendationOut(
         model=study.model,
         gpu=study.gpu,
-        workload=study.workload,
+        workload=study.workload_label,
         objective=pick.objective.value,
         study=study.name,
         trial=trial.number,

@@ -161,6 +161,40 @@ def test_a_study_that_never_measured_the_defaults_does_not_outrank_scores_agains
     assert found["cli:raw"] == ("raw", 0)  # within its own study it still has a best
 
 
+def test_a_study_that_changed_its_workload_never_stands_for_the_preset(tmp_path: Path) -> None:
+    """A study of `smoke` with `[workload]` values of its own measured another load. It stood
+    for `smoke` on every surface (it was the newer study, so it won the tie); now it competes
+    only under its own name, smoke[...], as its noise profiles and launch logs are keyed."""
+    from tuner.results import overview
+    from tuner.results.sizing import Rate, size
+
+    url = f"sqlite:///{tmp_path / 'changed.db'}"
+    insert_measured_study(url, CONFIGS, name="plain", fresh_runner=True)
+    time.sleep(0.01)
+    changed = {"concurrency": 2}
+    repo = insert_measured_study(
+        url, CONFIGS, name="changed", fresh_runner=True, workload_overrides=changed
+    )
+    label = "smoke[concurrency=2]"
+    study = repo.get_study("changed")
+    assert study is not None and study.workload_label == label
+    with TestClient(create_app(ApiSettings(storage=url))) as client:
+        found = winners_of(url, repo, client, ("plain", "changed"))
+        assert found["launch"] == found["api"] == ("plain", 1), found
+        own = client.get(
+            "/v1/recommendations", params={"model": "tiny-ernie", "gpu": "cpu", "workload": label}
+        )
+        assert own.status_code == 200 and own.json()["study"] == "changed"
+        assert own.json()["workload"] == label
+    assert best_local(repo, "tiny-ernie", "cpu", workload=label).study == "changed"
+    studies = repo.list_studies()
+    trials = {s.name: repo.list_trials(s.name, limit=None) for s in studies}
+    rows = {(e.workload, e.study) for e in overview(studies, trials, {})}
+    assert rows == {("smoke", "plain"), (label, "changed")}
+    sized = size(repo, model="tiny-ernie", rate=Rate(5.0, "req/s"), workload="smoke")
+    assert [s.study for s in sized] == ["plain"]
+
+
 def test_every_surface_shows_the_same_score_for_every_trial(
     store: tuple[str, Repository], client: TestClient
 ) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tuner.domain import Provenance, ServingConfig, TrialResult, TrialStatus
+from tuner.domain.workload import overridden_name
 
 
 class StudyStatus(enum.StrEnum):
@@ -49,6 +50,13 @@ class StudyRow:
     trial_counts: Mapping[TrialStatus, int] = field(default_factory=dict)
     # The confirmation phase's launches per status, kept apart from the search's.
     confirmation_counts: Mapping[TrialStatus, int] = field(default_factory=dict)
+
+    @property
+    def workload_label(self) -> str:
+        """The load the study measured: its preset's name with the ``[workload]`` values it
+        changed (:func:`overridden_name`, "smoke[concurrency_ladder=[2, 4]]"). Two studies of one
+        preset with other values measured different loads: neither stands for the other."""
+        return overridden_name(self.workload, self.spec.get("workload_overrides") or {})
 
     @property
     def n_trials(self) -> int:

@@ -102,7 +102,7 @@ def best_local(
         if model_key(s.model, s.model_source) == wanted
         and s.gpu == gpu
         and not s.emulated
-        and (workload is None or s.workload == workload)
+        and (workload is None or s.workload_label == workload)
     ]
     offers = []
     for study in (s for s in tried if s.trial_counts.get(TrialStatus.COMPLETE, 0)):
@@ -119,7 +119,7 @@ def best_local(
         )
     if not picks:
         seen = {
-            f"{s.model}/{s.gpu}/{s.workload}" + (" (emulated)" if s.emulated else "")
+            f"{s.model}/{s.gpu}/{s.workload_label}" + (" (emulated)" if s.emulated else "")
             for s in studies
         }
         raise UsageError(

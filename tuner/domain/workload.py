@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,3 +185,12 @@ def _parse_duration_ms(raw: str, part: str) -> float:
 def format_slo(slo: Slo) -> str:
     items = [(metric.removesuffix("_ms"), getattr(slo, metric)) for metric in SLO_METRICS]
     return ",".join(f"{n}={v:g}ms" for n, v in items if v is not None) or "none"
+
+
+def overridden_name(name: str, overrides: Mapping[str, Any]) -> str:
+    """``chat[requests_per_window=24]``: a workload's name with the fields set on it, in the
+    fields' order whatever order they were given in (the name keys noise profiles and launch
+    logs: one workload, one name)."""
+    if not overrides:
+        return name
+    return f"{name}[{','.join(f'{k}={v}' for k, v in sorted(overrides.items()))}]"

@@ -205,7 +205,7 @@ def fleet_size(
         study=study.name,
         model=study.model,
         gpu=study.gpu,
-        workload=study.workload,
+        workload=study.workload_label,
         trial_number=trial.number,
         is_baseline=is_baseline,
         flags=tuple(flags),
@@ -250,7 +250,7 @@ def size(
             continue
         if wanted and study.gpu.lower() not in wanted:
             continue
-        if workload is not None and study.workload != workload:
+        if workload is not None and study.workload_label != workload:
             continue
         rec = recommendation(repo, study.name, gpu_price=gpu_price)
         if rec is None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner.domain import ServingConfig, Workload
+from tuner.domain.workload import overridden_name
 from tuner.errors import UsageError
 from tuner.load import check_overrides
 from tuner.space import KNOBS, SearchSpace, normalize_knob
@@ -170,12 +171,3 @@ def with_overrides(
     if not overrides:
         return workload if name is None else workload.replace(name=name)
     return workload.replace(**overrides, name=name or overridden_name(workload.name, overrides))
-
-
-def overridden_name(name: str, overrides: Mapping[str, Any]) -> str:
-    """``chat[requests_per_window=24]``: a workload's name with the fields set on it, in the
-    fields' order whatever order they were given in (the name keys noise profiles and launch
-    logs: one workload, one name)."""
-    if not overrides:
-        return name
-    return f"{name}[{','.join(f'{k}={v}' for k, v in sorted(overrides.items()))}]"

@@ -47,7 +47,7 @@ def overview(
     )
     groups: dict[tuple[str, str, str], list[tuple[StudyRow, Ranked]]] = {}
     for s, top in picks:  # best first, so each group's too
-        key = (model_key(s.model, s.model_source), top.row.gpu_name or s.gpu, s.workload)
+        key = (model_key(s.model, s.model_source), top.row.gpu_name or s.gpu, s.workload_label)
         groups.setdefault(key, []).append((s, top))
     out = []
     for (model, gpu, workload), entries in sorted(groups.items()):

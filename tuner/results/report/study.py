@@ -448,7 +448,7 @@ def _provenance(study: StudyRow, trials: Sequence[TrialRow]) -> dict[str, str]:
         "model": study.model,
         "GPU": seen([study.gpu, *(t.gpu_name for t in measured)]),
         "vLLM": seen([*(t.vllm_version for t in measured)] or [study.vllm_version]),
-        "workload": study.workload,
+        "workload": study.workload_label,
         "windows per trial": windows,
         "objective": study.objective,
         "SLO": ", ".join(f"{k} ≤ {v:g}" for k, v in study.slo.items()) or "none",
