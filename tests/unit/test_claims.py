@@ -158,7 +158,7 @@ def test_workload_overrides_apply_to_every_claim_and_rename_it() -> None:
     )
     chat = next(p for p in planned if p.claim.id == "prefix-caching-throughput").workload
     assert chat.requests_per_window == 8 and chat.name == "chat[requests_per_window=8]"
-    from tuner.spec import overridden_name
+    from tuner.domain.workload import overridden_name
 
     # One workload, one name, whatever order --workload-set gave its fields in.
     given = {"windows": 2, "concurrency": 4}

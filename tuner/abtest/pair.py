@@ -24,6 +24,7 @@ from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenan
 from tuner.catalog import get_gpu, resolve_model
 from tuner.compose import beyond_typed, installed_flags, resolve_workload
 from tuner.domain import GpuProfile, ModelSpec, Provenance, TrialResult, Workload, to_jsonable
+from tuner.domain.workload import overridden_name
 from tuner.load import fingerprint
 from tuner.scoring import NoiseProfile, is_inconclusive
 from tuner.space import SearchSpace
@@ -31,7 +32,6 @@ from tuner.spec import (
     StudySpec,
     check_confidence,
     configs_in,
-    overridden_name,
     parse_config_spec,
     parse_workload_overrides,
 )
