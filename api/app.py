@@ -12,12 +12,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import RedirectResponse
 
 import tuner
 from api.dashboards import mount_static, router
+from api.deps import known_query
 from api.docs import install_docs
 from api.errors import install_error_handlers
 from api.index import StudyIndex
@@ -60,7 +61,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     install_error_handlers(app)
     install_docs(app)
     for module in (recommendations, studies, sizing, catalog, health):
-        app.include_router(module.router)
+        app.include_router(module.router, dependencies=[Depends(known_query)])
     app.include_router(router)
     mount_static(app)
 

@@ -29,6 +29,32 @@ def _state(name: str) -> Any:
     return Depends(get)
 
 
+def known_query(request: Request) -> None:
+    """422 for a query parameter the route does not take: ``?status=failed`` on the trials
+    route (whose filter is ``state``) answered every trial, as if it had filtered them."""
+    from fastapi.exceptions import RequestValidationError
+
+    route = request.scope.get("route")
+    todo = [getattr(route, "dependant", None)]
+    if todo[0] is None:
+        return
+    taken = set()
+    while todo:  # the route's own parameters and those of its dependencies
+        dependant = todo.pop()
+        taken.update(p.alias for p in dependant.query_params)
+        todo.extend(dependant.dependencies)
+    unknown = [name for name in dict.fromkeys(request.query_params) if name not in taken]
+    if unknown:
+        takes = ", ".join(sorted(taken)) or "none"
+        raise RequestValidationError(
+            [
+                {"type": "extra_forbidden", "loc": ("query", name), "msg": f"not a parameter "
+                 f"of this endpoint (it takes: {takes})", "input": request.query_params[name]}
+                for name in unknown
+            ]
+        )  # fmt: skip
+
+
 SettingsDep = Annotated[ApiSettings, _state("settings")]
 RepoDep = Annotated[Repository, _state("repo")]
 IndexDep = Annotated[StudyIndex, _state("index")]

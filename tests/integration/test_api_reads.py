@@ -243,6 +243,23 @@ def test_trials_are_paginated_with_a_total_and_filtered_by_state(client: TestCli
     _get(client, "/v1/studies/chat-a/trials/99", 404)
 
 
+def test_a_query_parameter_a_route_does_not_take_is_refused_not_ignored(
+    client: TestClient,
+) -> None:
+    """`?status=failed` on the trials route (its filter is `state`; the studies route's is
+    `status`) answered every trial with a 200, as if it had filtered them."""
+    err = _get(client, "/v1/studies/chat-a/trials?status=failed", 422)
+    assert err["problems"][0]["where"] == "query parameter status"
+    assert "it takes: limit, offset, phase, state" in err["message"]
+    err = _get(client, "/v1/studies?state=failed&limit=5", 422)
+    assert [p["where"] for p in err["problems"]] == [
+        "query parameter state",
+        "query parameter limit",
+    ]
+    assert _get(client, "/v1/studies?status=failed")["items"] == []
+    assert client.get("/healthz?probe=1").status_code == 422
+
+
 def test_a_page_past_the_end_keeps_the_true_total(client: TestClient) -> None:
     # It said total = offset: 10 trials where there are 3, 5 failed where none did.
     assert _get(client, "/v1/studies/chat-a/trials?offset=10")["total"] == 3
