@@ -35,10 +35,10 @@ def known_query(request: Request) -> None:
     from fastapi.exceptions import RequestValidationError
 
     route = request.scope.get("route")
-    todo = [getattr(route, "dependant", None)]
-    if todo[0] is None:
+    if getattr(route, "dependant", None) is None:
         return
-    taken = set()
+    todo: list[Any] = [route.dependant]  # type: ignore[union-attr]
+    taken: set[str] = set()
     while todo:  # the route's own parameters and those of its dependencies
         dependant = todo.pop()
         taken.update(p.alias for p in dependant.query_params)
