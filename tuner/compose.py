@@ -106,6 +106,18 @@ def resolve_workload(
             hint="give the workload a ladder, e.g. [workload] concurrency_ladder = [4, 16, 64] "
             "or rate_ladder = [1.0, 2.0, 4.0] in the spec",
         )
+    # One offered load, at however many caps on requests in flight (a trace's own times).
+    one_rate = not workload.rate_ladder and all(p.open_loop for p in workload.load_points())
+    if spec.objective is Objective.COST and one_rate:
+        raise UsageError(
+            f"the cost objective ranks by throughput per GPU, but workload {workload.name!r} "
+            "sends one open-loop load (timed arrivals): every configuration that keeps up "
+            "serves that same rate, so the costs would only rank noise",
+            hint="give it a load that saturates the server: a closed-loop curve ([workload] "
+            "concurrency_ladder = [16, 64, 256]), a closed loop for a trace ([workload] "
+            'arrival = "closed"), or a closed-loop workload (chat, rag, code); or keep this '
+            "workload with another objective (latency, balanced)",
+        )
     return workload
 
 

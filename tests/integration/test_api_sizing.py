@@ -57,3 +57,16 @@ def test_a_posted_study_may_name_its_gpu_price(tmp_path: Path) -> None:
         assert ok.status_code in (200, 201, 202), ok.text
         negative = {"study": {**body["study"], "gpu_price": -1}}
         assert client.post("/v1/studies", json=negative, headers=headers).status_code == 422
+
+
+def test_sizing_from_an_open_loop_load_says_it_is_a_lower_bound(tmp_path: Path) -> None:
+    """chat-heavy's Poisson arrivals measure the rate offered, not the GPU's capacity: the
+    answer gave its GPU count as if it were one."""
+    url = f"sqlite:///{tmp_path / 'api-open.db'}"
+    insert_measured_study(url, [ServingConfig()], name="poisson", gpu="h200", workload="chat-heavy")
+    with TestClient(create_app(ApiSettings(storage=url))) as client:
+        answer = client.get("/v1/sizing", params={"model": "tiny-ernie", "rate": "100"})
+        assert answer.status_code == 200, answer.text
+        (sized,) = answer.json()["sizes"]
+        assert sized["capacity_is_lower_bound"] is True
+        assert any("upper bounds" in n for n in sized["notes"])

@@ -3,6 +3,7 @@ gpu_price and `tuner best`'s lines."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -162,3 +163,62 @@ def test_best_shows_the_cost_and_the_price_it_assumed() -> None:
     unpriced = _recommendation({"output_throughput": _est(1000.0, 900.0, 1100.0)})
     unpriced = type(unpriced)(**{**unpriced.__dict__, "price": costs.no_price("l4")})
     assert "cost: no price per GPU-hour for l4" in unpriced.render()
+
+
+def test_the_cost_objective_refuses_one_open_loop_load_point() -> None:
+    """chat-heavy (Poisson arrivals at 60 req/s) or a trace at its own times: every
+    configuration that keeps up serves the rate it is sent, so `--objective cost` ranked noise."""
+    from tuner.compose import resolve_workload
+    from tuner.spec.study import StudySpec
+
+    spec = StudySpec(workload="chat-heavy").with_overrides(objective="cost")
+    with pytest.raises(UsageError, match="one open-loop load") as info:
+        resolve_workload(spec)
+    assert "concurrency_ladder" in (info.value.hint or "")
+    for fine in (
+        StudySpec(workload="chat").with_overrides(objective="cost"),  # a closed loop
+        dataclasses.replace(spec, workload_overrides={"concurrency_ladder": [4, 16]}),
+        StudySpec(workload="chat-heavy"),  # another objective
+    ):
+        assert resolve_workload(fine).name in ("chat", "chat-heavy")
+
+
+def test_best_says_a_cost_at_an_open_loop_load_is_an_upper_bound(tmp_path: Path) -> None:
+    """`tuner best` printed price / the offered load as the $/1M of every configuration that
+    kept up with it, with nothing to say it is not what the GPU can serve."""
+    from typer.testing import CliRunner
+
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.cli.app import app
+
+    url = f"sqlite:///{tmp_path / 'open.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(url, configs, name="poisson", gpu="h200", workload="chat-heavy")
+    insert_measured_study(url, configs, name="closed", gpu="h200", workload="chat")
+    shown = CliRunner().invoke(app, ["best", "poisson", "--storage", url])
+    assert shown.exit_code == 0, shown.output
+    assert "$/1M out tok: at most " in shown.stdout and "defaults at most " in shown.stdout
+    assert "an upper bound: the server kept up with an open-loop load" in shown.stdout
+    closed = CliRunner().invoke(app, ["best", "closed", "--storage", url])
+    assert "$/1M out tok: " in closed.stdout and "at most" not in closed.stdout
+
+
+def test_the_cost_objective_refuses_a_trace_at_its_own_times_at_any_cap(tmp_path: Path) -> None:
+    """A concurrency ladder on a trace replayed at its own times only caps the requests in
+    flight: every point is sent the same rate, and that passed as a load curve."""
+    from tuner.compose import resolve_workload
+    from tuner.spec.study import StudySpec
+
+    trace = tmp_path / "even.jsonl"
+    rows = (
+        f'{{"prompt_tokens": 32, "output_tokens": 4, "arrival_s": {i / 10}}}' for i in range(40)
+    )
+    trace.write_text("\n".join(rows) + "\n")
+    spec = StudySpec(workload=f"tuner:{trace}").with_overrides(objective="cost")
+    for overrides in ({}, {"concurrency_ladder": [4, 16]}, {"arrival": "poisson"}):
+        with pytest.raises(UsageError, match="one open-loop load"):
+            resolve_workload(dataclasses.replace(spec, workload_overrides=overrides))
+    closed = dataclasses.replace(spec, workload_overrides={"arrival": "closed"})
+    assert not resolve_workload(closed).open_loop
+    ladder = {"arrival": "poisson", "rate_ladder": [5.0, 50.0]}
+    assert resolve_workload(dataclasses.replace(spec, workload_overrides=ladder)).rate_ladder

@@ -218,3 +218,53 @@ def test_tuner_size_fails_when_no_configuration_serves_the_rate(tmp_path: Path) 
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["sizes"][0]["gpus"] is None
     served = CliRunner().invoke(app, size)
     assert served.exit_code == 0 and served.stderr == ""
+
+
+def _open(concurrency: int, req_s: float, p99_ms: float, rate: float | None) -> WindowMetrics:
+    return dataclasses.replace(_w(concurrency, req_s, p99_ms), request_rate=rate)
+
+
+# Poisson arrivals at 4, 8 and 12 req/s: the server kept up at every rate.
+KEPT_UP = tuple(_open(64, r, 800.0, r) for r in (4.0, 8.0, 12.0) for _ in range(3))
+TIMED = {"workload_fingerprint": {"arrival": "poisson", "mean_rate": 8.5, "concurrency": 64}}
+
+
+def test_an_open_loop_load_the_server_kept_up_with_is_only_a_lower_bound() -> None:
+    """A trace's arrivals (or Poisson ones) at 10 req/s measured 10 req/s: `tuner size` called
+    that the GPU's capacity ("64 streams"), and its GPU count and $/1M an answer."""
+    study = _study(gpu="h200", slo={}, spec=TIMED)
+    one = tuple(_open(64, r, 800.0, None) for r in (9.0, 10.0, 11.0))
+    sized = fleet_size(study, _trial(1, 800.0, windows=one), (), Rate(30.0, REQ))
+    assert sized is not None and sized.capacity_is_lower_bound and sized.gpus == 4
+    assert "64 streams" not in sized.basis
+    assert "Poisson arrivals at the trace's mean rate, at most 64 in flight" in sized.basis
+    text = sized.render()
+    assert "capacity per GPU: at least 10 req/s" in text and "GPUs for 30 req/s: at most 4" in text
+    assert "cost: at most $" in text and "at most $" in text.split("per 1M")[0]
+    assert "the capacity is a lower bound" in text and "concurrency_ladder" in text
+    # A Poisson rate (recorded in the windows, no fingerprint needed) is open loop too.
+    rate = fleet_size(_study(slo={}), _trial(1, 800.0, windows=KEPT_UP[-3:]), (), Rate(30, REQ))
+    assert rate is not None and rate.capacity_is_lower_bound
+    # A rate ladder whose top point met the SLO never saturated: a lower bound as well; one
+    # whose top point missed it brackets the capacity, as a closed loop measures one.
+    ladder = fleet_size(_study(slo={}), _trial(1, 800.0, windows=KEPT_UP), (), Rate(30, REQ))
+    assert ladder is not None and ladder.capacity_is_lower_bound
+    missed = (*KEPT_UP[:6], *(_open(64, 9.0, 5000.0, 12.0) for _ in range(3)))
+    bracketed = fleet_size(
+        _study(slo={"e2e_p99_ms": 2000.0}), _trial(1, 800.0, windows=missed), (), Rate(30, REQ)
+    )
+    assert bracketed is not None and not bracketed.capacity_is_lower_bound
+    assert "8 req/s" in bracketed.basis and "at least" not in bracketed.render()
+    assert not _sized(Rate(30.0, REQ)).capacity_is_lower_bound  # the closed-loop curve
+
+
+def test_tuner_size_says_an_open_loop_capacity_is_a_lower_bound(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'open.db'}"
+    insert_measured_study(url, [ServingConfig()], name="poisson", workload="chat-heavy")
+    size = ["size", "--model", "tiny-ernie", "--rate", "100", "--storage", url]
+    text = CliRunner().invoke(app, size)
+    assert text.exit_code == 0, text.output
+    assert "capacity per GPU: at least" in text.stdout and ": at most " in text.stdout
+    (answer,) = json.loads(CliRunner().invoke(app, [*size, "--json"]).stdout)["sizes"]
+    assert answer["capacity_is_lower_bound"] is True
+    assert any("lower bound" in n for n in answer["notes"])

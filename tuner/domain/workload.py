@@ -108,6 +108,15 @@ class Workload:
         )
 
     @property
+    def open_loop(self) -> bool:
+        """Whether requests are sent at timed arrivals (Poisson at ``request_rate``, a trace's
+        own times, or Poisson at its mean rate) rather than kept busy by a closed loop: a
+        server that keeps up then serves the rate it is sent, not its capacity."""
+        if self.trace is not None and self.arrival != "trace":
+            return self.arrival == "poisson"
+        return self.trace_paced or self.request_rate is not None
+
+    @property
     def max_request_tokens(self) -> int:
         """Longest prompt+output a request of this workload can need."""
         if self.trace:

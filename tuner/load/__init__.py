@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         point_label,
         slo_margins,
         trial_metrics,
+        unsaturated,
     )
     from tuner.load.fingerprints import fingerprint
     from tuner.load.generator import (
@@ -96,6 +97,7 @@ __all__ = [
     "summary",
     "tokenizer_file",
     "trial_metrics",
+    "unsaturated",
     "window_metrics",
     "workload",
 ]

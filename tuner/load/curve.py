@@ -41,14 +41,21 @@ def slo_margins(metrics: Mapping[str, Estimate], slo: Slo) -> list[float]:
 
 
 def point_label(
-    concurrency: int | None, request_rate: float | None, trace_paced: bool = False
+    concurrency: int | None,
+    request_rate: float | None,
+    trace_paced: bool = False,
+    *,
+    trace_poisson: bool = False,
 ) -> str:
     """``16 streams`` (closed loop) or ``4 req/s`` (Poisson arrivals), or the trace's own
-    arrival times with the streams as a cap; windows of an older tuner recorded neither."""
+    arrival times (``trace_paced``) or Poisson arrivals at the trace's mean rate
+    (``trace_poisson``) with the streams as a cap; windows of an older tuner recorded neither."""
     if request_rate is not None:
         return f"{request_rate:g} req/s"
     if trace_paced:
         return f"the trace's arrival times, at most {concurrency} in flight"
+    if trace_poisson:
+        return f"Poisson arrivals at the trace's mean rate, at most {concurrency} in flight"
     return "a load level not recorded" if concurrency is None else f"{concurrency} streams"
 
 
@@ -77,6 +84,18 @@ class LoadPoint:
 
     def meets(self, slo: Slo | None) -> bool:
         return all(m <= 0 for m in slo_margins(self.metrics, slo or Slo()))
+
+
+def unsaturated(point: LoadPoint, points: Sequence[LoadPoint], timed: bool = False) -> bool:
+    """Whether ``point``'s throughput only bounds the server's capacity from below: its load
+    was sent open loop (a request rate, or ``timed``: the workload's arrivals were timed, a
+    trace's own or Poisson at its mean rate) and no higher load of ``points`` was measured. A
+    server that keeps up serves what it is sent: that throughput is the load offered, not what
+    the GPU can serve. A closed loop keeps the server busy; a curve with a higher point
+    (one that missed the SLO or served less) brackets the capacity."""
+    if point.request_rate is None and not timed:
+        return False
+    return point.load >= max(p.load for p in points)
 
 
 def load_points(windows: Sequence[WindowMetrics]) -> list[LoadPoint]:

@@ -1,17 +1,31 @@
 """What a study's measurements cost: its price per GPU-hour (the spec's ``gpu_price`` or
 ``--gpu-price``, else the catalog's labelled default) and each trial's $ per 1M output tokens at
-its SLO throughput (:mod:`tuner.scoring.cost`)."""
+its SLO throughput (:mod:`tuner.scoring.cost`), an upper bound where that throughput is only the
+load an open-loop workload offered (:func:`tuner.load.curve.unsaturated`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner.catalog import GpuPrice, gpu_price
-from tuner.domain import Estimate
+from tuner.domain import Estimate, WindowMetrics
 from tuner.errors import UsageError
+from tuner.load import load_points, unsaturated
 from tuner.scoring import trial_cost
+from tuner.spec import FINGERPRINT
+
+# Said wherever a throughput is only the load an open-loop workload offered.
+OPEN_LOOP = (
+    "the server kept up with an open-loop load (arrivals timed, no higher load measured): "
+    "its throughput is the load it was sent, not what the GPU can serve"
+)
+MEASURE_CAPACITY = (
+    "for a capacity, measure a load that saturates the server: a closed-loop curve ([workload] "
+    "concurrency_ladder = [16, 64, 256]), a closed loop for a trace ([workload] arrival = "
+    '"closed"), or a closed-loop workload (chat, rag, code)'
+)
 
 
 def study_price(
@@ -34,6 +48,31 @@ def study_price(
             hint="`tuner best` and `tuner size` take one with --gpu-price, before the study's",
         )
     return GpuPrice(value, "the study's price")
+
+
+def arrivals(spec: Mapping[str, Any] | None) -> str | None:
+    """How the study's arrivals were timed, as the workload fingerprint stored with its spec
+    says: "trace" (the trace's own times) or "poisson"; None for a closed loop and for a study
+    stored without a fingerprint (its windows still record a Poisson request rate)."""
+    fingerprint = (spec or {}).get(FINGERPRINT)
+    if not isinstance(fingerprint, Mapping) or fingerprint.get("mean_rate") is None:
+        return None
+    return str(fingerprint.get("arrival"))
+
+
+def usd_at_most(
+    metrics: Mapping[str, Estimate], windows: Sequence[WindowMetrics], spec: Mapping[str, Any]
+) -> bool:
+    """Whether a trial's $ per 1M output tokens (:func:`usd`) is only an upper bound: the
+    throughput it is read at (its curve's capacity, else its one load point's) is the load an
+    open-loop workload offered (:func:`tuner.load.curve.unsaturated`)."""
+    points = load_points(windows)
+    load = metrics.get("capacity_load")
+    if load is None:
+        point = points[0] if len(points) == 1 else None
+    else:
+        point = next((p for p in points if p.load == load.median), None)
+    return point is not None and unsaturated(point, points, arrivals(spec) is not None)
 
 
 def no_price(gpu: str) -> str:

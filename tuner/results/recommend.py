@@ -58,6 +58,9 @@ class Recommendation:
     cost: Estimate | None = None
     baseline_cost: Estimate | None = None
     price: str = ""
+    # Each cost only an upper bound: read at an open-loop load the server kept up with.
+    cost_is_upper_bound: bool = False
+    baseline_cost_is_upper_bound: bool = False
 
     def render(self) -> str:
         lines = [
@@ -130,11 +133,16 @@ class Recommendation:
         if self.cost is None:
             return [f"  {self.price}"] if self.price else []
         base = self.baseline_cost
-        vs = f"   defaults {costs.usd_text(base)}" if base is not None else ""
-        return [
-            f"  {'$/1M out tok':>13}: {costs.usd_text(self.cost)}{vs}",
+        at_most = "at most " if self.baseline_cost_is_upper_bound else ""
+        vs = f"   defaults {at_most}{costs.usd_text(base)}" if base is not None else ""
+        at_most = "at most " if self.cost_is_upper_bound else ""
+        lines = [
+            f"  {'$/1M out tok':>13}: {at_most}{costs.usd_text(self.cost)}{vs}",
             f"  {'':>13}  at {self.price}",
         ]
+        if self.cost_is_upper_bound or (base is not None and self.baseline_cost_is_upper_bound):
+            lines.append(f"  {'':>13}  an upper bound: {costs.OPEN_LOOP}; {costs.MEASURE_CAPACITY}")
+        return lines
 
     def _energy_lines(self) -> list[str]:
         """The measured GPU energy beside the throughput, or why there is none."""
@@ -245,6 +253,9 @@ def recommendation(
         cost=costs.usd(trial.metrics, price),
         baseline_cost=costs.usd(base_metrics, price) if base_metrics else None,
         price=price.label() if price is not None else costs.no_price(row.gpu),
+        cost_is_upper_bound=costs.usd_at_most(trial.metrics, trial.windows, row.spec),
+        baseline_cost_is_upper_bound=base_trial is not None
+        and costs.usd_at_most(base_trial.metrics, base_trial.windows, row.spec),
     )
 
 

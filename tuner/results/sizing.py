@@ -6,6 +6,9 @@ recommendation (:func:`tuner.results.recommend.recommendation`). Its capacity is
 stored windows (:mod:`tuner.load.curve`) under the SLO asked for, or the study's own when none
 is: the highest throughput of the load curve whose P99 latencies meet it (never a client-bound
 point), or, for a workload of one load point, that point's throughput if it meets the SLO.
+Where that load was sent open loop (Poisson arrivals, a trace's own arrival times) and no
+higher load was measured, the server served what it was sent: the capacity is only a lower
+bound, said so, and the counts and costs from it are upper bounds.
 
 A capacity is a median with the range over the measurement windows of one launch (smallest to
 largest window): a range, not a confidence interval. The count takes the conservative end::
@@ -32,7 +35,7 @@ from tuner.catalog import GpuPrice, check_one_model, model_key
 from tuner.db import Repository, StudyRow, TrialRow
 from tuner.domain import Estimate, Slo
 from tuner.errors import UsageError
-from tuner.load import estimate, load_points
+from tuner.load import estimate, load_points, point_label, unsaturated
 from tuner.results import costs
 from tuner.results.recommend import recommendation
 from tuner.results.report.curves import chosen_point
@@ -94,6 +97,8 @@ class FleetSize:
     slo_source: str  # "the study's" or "given"
     basis: str  # where the capacity was read, in words
     capacity: Estimate  # per GPU, in the rate's unit: median [low, high] over windows
+    # Only a lower bound (an open-loop load the server kept up with): gpus, usd_* at most.
+    capacity_is_lower_bound: bool
     tokens_per_request: float | None
     gpus: int | None  # from capacity.low: the conservative end
     gpus_at_median: int | None
@@ -115,8 +120,9 @@ class FleetSize:
         lines = [head, f"  flags: {shlex.join(self.flags) or '(none: the defaults)'}"]
         slo = ", ".join(f"{k} <= {v:g} ms" for k, v in self.slo.items()) or "none"
         lines.append(f"  SLO ({self.slo_source}): {slo}")
+        at_least, at_most = ("at least ", "at most ") if self.capacity_is_lower_bound else ("", "")
         lines.append(
-            f"  capacity per GPU: {c.median:.4g} {unit} [{c.low:.4g}, {c.high:.4g}] "
+            f"  capacity per GPU: {at_least}{c.median:.4g} {unit} [{c.low:.4g}, {c.high:.4g}] "
             f"({self.basis}; range over {self.windows} window{'' if self.windows == 1 else 's'}"
             " of one launch, not a confidence interval)"
         )
@@ -124,27 +130,32 @@ class FleetSize:
             lines.append(f"  GPUs for {self.rate}: none can serve it (no load point met the SLO)")
         else:
             lines.append(
-                f"  GPUs for {self.rate}: {self.gpus} (rate / the low end of the capacity "
+                f"  GPUs for {self.rate}: {at_most}{self.gpus} (rate / the low end of the capacity "
                 f"range; {self.gpus_at_median} at the median, {self.gpus_at_high} at the high end)"
             )
         if self.price is None:
             lines.append(f"  {costs.no_price(self.gpu)}")
         elif self.usd_per_hour is not None:
             per_m = (
-                f", ${self.usd_per_million:.3g} per 1M output tokens at {self.rate}"
+                f", {at_most}${self.usd_per_million:.3g} per 1M output tokens at {self.rate}"
                 if self.usd_per_million is not None
                 else ""
             )
-            lines.append(f"  cost: ${self.usd_per_hour:,.2f}/hour{per_m}")
+            lines.append(f"  cost: {at_most}${self.usd_per_hour:,.2f}/hour{per_m}")
             lines.append(f"    at {self.price.label()}")
         lines.extend(f"  note: {n}" for n in self.notes)
         lines.append(f"  measured with vLLM {self.vllm_version}")
         return "\n".join(lines)
 
 
-def _capacity(trial: TrialRow, slo: Slo, unit: str) -> tuple[Estimate, str, float | None] | None:
-    """The trial's capacity per GPU in ``unit`` under ``slo``, where it was read, and output
-    tokens per request there; None for a trial without windows."""
+def _capacity(
+    trial: TrialRow, slo: Slo, unit: str, arrivals: str | None = None
+) -> tuple[Estimate, str, float | None, bool] | None:
+    """The trial's capacity per GPU in ``unit`` under ``slo``, where it was read, output
+    tokens per request there, and whether it is only a lower bound (an open-loop load the
+    server kept up with, :func:`tuner.load.curve.unsaturated`; ``arrivals``: how the study's
+    arrivals were timed, :func:`tuner.results.costs.arrivals`); None for a trial without
+    windows."""
     points = load_points(trial.windows)
     if not points:
         return None
@@ -153,18 +164,25 @@ def _capacity(trial: TrialRow, slo: Slo, unit: str) -> tuple[Estimate, str, floa
         chosen = chosen_point(points, slo)
         if chosen is None:  # no point met the SLO
             none = [0.0] * max(len(p.metrics[key].values) for p in points)
-            return estimate(none), "no load point of the curve met the SLO", None
+            return estimate(none), "no load point of the curve met the SLO", None, False
         basis = f"the load curve's capacity at {chosen.label}"
     else:
         chosen = points[0]
+        label = point_label(
+            chosen.concurrency,
+            chosen.request_rate,
+            arrivals == "trace",
+            trace_poisson=arrivals == "poisson",
+        )
         if not chosen.meets(slo) or chosen.client_bound:
             why = "client-bound" if chosen.client_bound else "missed the SLO"
             none = [0.0] * len(chosen.metrics[key].values)  # as many windows as were measured
-            return estimate(none), f"its one load point ({chosen.label}) {why}", None
-        basis = f"its one load point, {chosen.label}"
+            return estimate(none), f"its one load point ({label}) {why}", None, False
+        basis = f"its one load point, {label}"
     req = chosen.metrics["request_throughput"].median
     per_request = chosen.metrics["output_throughput"].median / req if req > 0 else None
-    return chosen.metrics[key], basis, per_request
+    floor = unsaturated(chosen, points, arrivals is not None)
+    return chosen.metrics[key], basis, per_request, floor
 
 
 def fleet_size(
@@ -182,10 +200,10 @@ def fleet_size(
     own = Slo(**dict(study.slo))
     given = slo is not None and slo != own
     used = own if slo is None else slo
-    read = _capacity(trial, used, rate.unit)
+    read = _capacity(trial, used, rate.unit, costs.arrivals(study.spec))
     if read is None:
         return None
-    cap, basis, per_request = read
+    cap, basis, per_request, floor = read
     gpus = gpus_for(rate.value, cap.low)
     price = costs.study_price(study.gpu, study.spec, gpu_price)
     usd_h = gpus * price.usd_per_hour if gpus is not None and price is not None else None
@@ -198,6 +216,11 @@ def fleet_size(
         notes.append(
             "the configuration is the one recommended under the study's SLO; its capacity is "
             "re-read from its windows under the SLO given"
+        )
+    if floor:
+        notes.append(
+            f"the capacity is a lower bound: {costs.OPEN_LOOP}; so the GPU counts and costs "
+            f"are upper bounds; {costs.MEASURE_CAPACITY}"
         )
     if study.emulated:
         notes.append("emulated: the memory is the profile's, the compute a larger GPU's")
@@ -214,6 +237,7 @@ def fleet_size(
         slo_source="given" if given else "the study's",
         basis=basis,
         capacity=cap,
+        capacity_is_lower_bound=floor,
         tokens_per_request=per_request,
         gpus=gpus,
         gpus_at_median=gpus_for(rate.value, cap.median),
