@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from starlette.applications import Starlette
@@ -111,6 +111,28 @@ def test_save_result_writes_full_files_per_point(base_url: str, tmp_path: Path) 
         assert data["request_rate"] in (50.0, 100.0) and data["max_concurrency"] == 16
         assert data["request_goodput"] is None  # no --slo
         assert data["tuner_prompts"] == "text"
+
+
+def test_save_result_never_overwrites_an_earlier_result(tmp_path: Path) -> None:
+    """Runs within the same second wrote the same file name: the last one replaced the others."""
+    from tuner.load.bench import PointResult, save
+
+    result = {"request_rate": "inf", "max_concurrency": 2, "model_id": MODEL,
+              "date": "20260102-030405"}  # fmt: skip
+    name = f"openai-infqps-concurrency2-{MODEL}-20260102-030405"
+    written = [
+        save([PointResult("2 streams", cast(Any, None), {**result, "run": run})], tmp_path)
+        for run in (1, 2, 3)
+    ]
+    assert [path.name for (path,) in written] == [
+        f"{name}.json",
+        f"{name}-2.json",
+        f"{name}-3.json",
+    ]
+    assert [json.loads(path.read_text())["run"] for (path,) in written] == [1, 2, 3]
+    # Two points of one run with the same name (--concurrency 2,2) keep both as well.
+    twice = save([PointResult("2 streams", cast(Any, None), result)] * 2, tmp_path)
+    assert [path.name for path in twice] == [f"{name}-4.json", f"{name}-5.json"]
 
 
 def test_table_names_every_point(base_url: str) -> None:

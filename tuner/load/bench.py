@@ -315,13 +315,24 @@ def writable_dir(directory: Path) -> None:
 
 
 def save(results: Sequence[PointResult], directory: Path) -> list[Path]:
-    """One full vLLM-shaped JSON file per point in ``directory`` (made if missing)."""
+    """One full vLLM-shaped JSON file per point in ``directory`` (made if missing), named as
+    vLLM names it; a name already taken (a run within the same second) gets ``-2``, ``-3``...
+    before ``.json``: no earlier result is overwritten."""
     writable_dir(directory)
     try:
         paths = []
         for point in results:
-            path = directory / result_filename(point.result)
-            path.write_text(json.dumps(point.result, allow_nan=False))
+            name = Path(result_filename(point.result))
+            text = json.dumps(point.result, allow_nan=False)
+            path, n = directory / name, 1
+            while True:
+                try:
+                    with path.open("x") as file:  # never an existing file, even a racing run's
+                        file.write(text)
+                    break
+                except FileExistsError:
+                    n += 1
+                    path = directory / f"{name.stem}-{n}{name.suffix}"
             paths.append(path)
     except OSError as exc:
         raise UsageError(
