@@ -70,3 +70,23 @@ def test_sizing_from_an_open_loop_load_says_it_is_a_lower_bound(tmp_path: Path) 
         (sized,) = answer.json()["sizes"]
         assert sized["capacity_is_lower_bound"] is True
         assert any("upper bounds" in n for n in sized["notes"])
+
+
+def test_sizing_takes_a_gpu_price_as_tuner_size_does(tmp_path: Path) -> None:
+    """gpu_price was ignored (HTTP 200 at the study's price), where `tuner size --gpu-price`
+    prices the answer and refuses what is no price per GPU-hour."""
+    url = f"sqlite:///{tmp_path / 'api-size-price.db'}"
+    insert_measured_study(url, [ServingConfig()], name="m-h100", gpu="h100", workload="chat")
+    params = {"model": "tiny-ernie", "rate": "2"}
+    with TestClient(create_app(ApiSettings(storage=url))) as client:
+        priced = client.get("/v1/sizing", params={**params, "gpu_price": "2.5"})
+        assert priced.status_code == 200, priced.text
+        (s,) = priced.json()["sizes"]
+        assert s["price"]["usd_per_hour"] == 2.5 and not s["price"]["catalog_default"]
+        assert s["usd_per_hour"] == s["gpus"] * 2.5
+        free = client.get("/v1/sizing", params={**params, "gpu_price": "0"})
+        assert free.status_code == 200 and free.json()["sizes"][0]["usd_per_hour"] == 0
+        for bad in ("-1", "1000.01", "nan", "inf", "cheap"):
+            answer = client.get("/v1/sizing", params={**params, "gpu_price": bad})
+            assert answer.status_code == 422, (bad, answer.text)
+            assert "gpu_price" in answer.text, answer.text

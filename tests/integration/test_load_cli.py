@@ -9,6 +9,7 @@ a user sees."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from starlette.applications import Starlette
@@ -111,6 +113,28 @@ def test_save_result_writes_full_files_per_point(base_url: str, tmp_path: Path) 
         assert data["tuner_prompts"] == "text"
 
 
+def test_save_result_never_overwrites_an_earlier_result(tmp_path: Path) -> None:
+    """Runs within the same second wrote the same file name: the last one replaced the others."""
+    from tuner.load.bench import PointResult, save
+
+    result = {"request_rate": "inf", "max_concurrency": 2, "model_id": MODEL,
+              "date": "20260102-030405"}  # fmt: skip
+    name = f"openai-infqps-concurrency2-{MODEL}-20260102-030405"
+    written = [
+        save([PointResult("2 streams", cast(Any, None), {**result, "run": run})], tmp_path)
+        for run in (1, 2, 3)
+    ]
+    assert [path.name for (path,) in written] == [
+        f"{name}.json",
+        f"{name}-2.json",
+        f"{name}-3.json",
+    ]
+    assert [json.loads(path.read_text())["run"] for (path,) in written] == [1, 2, 3]
+    # Two points of one run with the same name (--concurrency 2,2) keep both as well.
+    twice = save([PointResult("2 streams", cast(Any, None), result)] * 2, tmp_path)
+    assert [path.name for path in twice] == [f"{name}-4.json", f"{name}-5.json"]
+
+
 def test_table_names_every_point(base_url: str) -> None:
     stdout = _invoke(base_url, "--concurrency", "1,4", *QUICK)  # --model: the server's own
     assert f"model {MODEL}" in stdout
@@ -140,6 +164,48 @@ def _one_line_error(run: subprocess.CompletedProcess[str]) -> str:
     assert lines[0].startswith("error:"), run.stderr
     assert any(line.startswith("hint:") for line in lines), run.stderr
     return " ".join(run.stderr.split())
+
+
+def _failing_after(completions: int) -> Any:
+    """The fake server, answering HTTP 500 to every completion after the first
+    ``completions``: a server that gives out at the top of a ladder."""
+    fake = create_app(MODEL, max_num_seqs=8, step_s=0.001)
+    count = itertools.count()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        completion = scope["type"] == "http" and scope["path"] == "/v1/completions"
+        if completion and next(count) >= completions:
+            await Response("overloaded", status_code=500)(scope, receive, send)
+            return
+        await fake(scope, receive, send)
+
+    return app
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_points_measured_before_a_failed_one_are_reported_and_saved(
+    tmp_path: Path, as_json: bool
+) -> None:
+    """A ladder whose top point failed printed and saved nothing of the points before it."""
+    ladder = ("--concurrency", "2,4", "--requests", "32", "--warmup", "0")
+    shapes = ("--prompt-tokens", "16", "--output-tokens", "4")
+    saved = tmp_path / "results"
+    with uvicorn_in_thread(_failing_after(32)) as url:
+        args = (url, *ladder, *shapes, "--save-result", str(saved))
+        run = _tuner(*args, *(("--json",) if as_json else ()))
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    text = " ".join(run.stderr.split())
+    assert "error: load on" in text and "failed in window 1 at 4 streams" in text, text
+    (path,) = saved.iterdir()
+    assert json.loads(path.read_text())["tuner_load_point"] == "2 streams"
+    assert f"wrote {path}" in (text if as_json else run.stdout)
+    if as_json:
+        (line,) = run.stdout.splitlines()
+        point = json.loads(line)
+        assert point["tuner_load_point"] == "2 streams" and point["completed"] == 32
+    else:
+        rows = [line.split()[:2] for line in run.stdout.splitlines() if "streams" in line]
+        assert rows == [["2", "streams"]], run.stdout
 
 
 def test_wrong_model_unreachable_and_silent_servers_are_one_line_errors(base_url: str) -> None:

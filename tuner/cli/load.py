@@ -568,7 +568,7 @@ def load(
 
     try:
         with sigterm_as_interrupt():  # `kill PID` or a closed terminal stops it as Ctrl-C does
-            results = bench.run(
+            results, failure = bench.run(
                 opts, served, on_phase=progress(lambda text: err.print(escape(text)), opts)
             )
     except LoadFailure as exc:
@@ -592,3 +592,5 @@ def load(
     if save_result is not None:
         for path in bench.save(results, save_result):
             note.print(f"wrote {escape(str(path))}", soft_wrap=True)
+    if failure is not None:  # after the points measured before it, reported as any run's
+        raise explain_failure(failure, opts, served)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.domain import Slo, WindowMetrics, Workload
-from tuner.errors import TunerError, UsageError
+from tuner.errors import LoadFailure, TunerError, UsageError
 from tuner.load.benchjson import (
     DEFAULT_PERCENTILES,
     bench_result,
@@ -35,7 +35,7 @@ from tuner.load.benchjson import (
     result_filename,
 )
 from tuner.load.curve import point_label
-from tuner.load.generator import LoadGenerator, PhaseCallback
+from tuner.load.generator import FailedAfterPoints, LoadGenerator, PhaseCallback
 from tuner.load.prompts import PromptFactory
 from tuner.load.stats import ttft_by_turn, ttft_s_by_turn, turn_summary
 from tuner.load.traces import tokenizer_file
@@ -242,21 +242,28 @@ def _served_models(response: Any) -> list[str] | None:
 
 def run(
     opts: LoadOptions, model: str, *, on_phase: PhaseCallback | None = None
-) -> list[PointResult]:
+) -> tuple[list[PointResult], LoadFailure | None]:
     """Warm up once, then measure every load point with ``model`` (from :func:`check_server`);
-    blocks. A run that fails raises LoadFailure (``tuner load`` says what to do about it)."""
+    blocks. Returns the points measured and None, or, when a later point failed, the points
+    measured before it and that failure; a run that fails before any point is measured raises
+    LoadFailure (``tuner load`` says what to do about either)."""
     shape = workload(opts)
     prompts = PromptFactory(opts.vocab_size, synthetic=opts.text_prompts, seed=shape.seed)
     generator = LoadGenerator(
         opts.url, model, prompts, request_timeout_s=opts.timeout_s, stall_timeout_s=opts.stall_s
     )
-    report = generator.run(shape, opts.slo, on_phase=on_phase)
+    failure: LoadFailure | None = None
+    try:
+        report = generator.run(shape, opts.slo, on_phase=on_phase)
+    except FailedAfterPoints as exc:
+        report, failure = exc.report, exc
     date = datetime.now()
     bounds = goodput_bounds(opts.slo)
     results = []
     turns = report.turns or tuple(() for _ in report.records)
+    measured = shape.load_points()[: len(report.windows)]
     for point, window, records, planned in zip(
-        shape.load_points(), report.windows, report.records, turns, strict=True
+        measured, report.windows, report.records, turns, strict=True
     ):
         label = point_label(point.concurrency, point.request_rate, point.trace_paced)
         by_turn = ttft_by_turn([records], [planned]) if planned else {}
@@ -290,7 +297,7 @@ def run(
             for turn, ttfts in turn_ttfts.items()
         }
         results.append(PointResult(label, window, result, per_turn))
-    return results
+    return results, failure
 
 
 def writable_dir(directory: Path) -> None:
@@ -308,13 +315,24 @@ def writable_dir(directory: Path) -> None:
 
 
 def save(results: Sequence[PointResult], directory: Path) -> list[Path]:
-    """One full vLLM-shaped JSON file per point in ``directory`` (made if missing)."""
+    """One full vLLM-shaped JSON file per point in ``directory`` (made if missing), named as
+    vLLM names it; a name already taken (a run within the same second) gets ``-2``, ``-3``...
+    before ``.json``: no earlier result is overwritten."""
     writable_dir(directory)
     try:
         paths = []
         for point in results:
-            path = directory / result_filename(point.result)
-            path.write_text(json.dumps(point.result, allow_nan=False))
+            name = Path(result_filename(point.result))
+            text = json.dumps(point.result, allow_nan=False)
+            path, n = directory / name, 1
+            while True:
+                try:
+                    with path.open("x") as file:  # never an existing file, even a racing run's
+                        file.write(text)
+                    break
+                except FileExistsError:
+                    n += 1
+                    path = directory / f"{name.stem}-{n}{name.suffix}"
             paths.append(path)
     except OSError as exc:
         raise UsageError(

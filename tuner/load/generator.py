@@ -63,6 +63,15 @@ class LoadReport:
     turns: tuple[tuple[int, ...], ...] = ()
 
 
+class FailedAfterPoints(LoadFailure):
+    """A run that failed after measuring some windows: those windows are in ``report``, so
+    that a caller can still report them."""
+
+    def __init__(self, exc: LoadFailure, report: LoadReport) -> None:
+        super().__init__(exc.failure, exc.message, log_tail=exc.log_tail)
+        self.report = report
+
+
 def api_root(base_url: str) -> str:
     """``http://host:port`` from that or ``http://host:port/v1`` (with or without a slash)."""
     root = base_url.rstrip("/")
@@ -119,7 +128,8 @@ class LoadGenerator:
         ``("measure", i, n)`` as window ``i`` of ``n`` (0-based, over all load points) starts.
         ``should_abort`` is polled about every 0.2 s; when it says True the outstanding requests
         are cancelled and ``LoadFailure(CRASHED)`` is raised. A phase (warm-up included) whose
-        error rate exceeds ``max_error_rate`` raises ``LoadFailure(LOAD_ERRORS)``.
+        error rate exceeds ``max_error_rate`` raises ``LoadFailure(LOAD_ERRORS)``; a failure
+        after some windows were measured is a :class:`FailedAfterPoints` holding them.
         """
         if not 0.0 <= max_error_rate <= 1.0:
             raise ValueError(f"max_error_rate must be in [0, 1], got {max_error_rate}")
@@ -141,14 +151,14 @@ class LoadGenerator:
         lag = LoopLag()
         async with self._session() as session:
             lag.start()
+            windows: list[WindowMetrics] = []
+            per_window: list[tuple[RequestRecord, ...]] = []
+            turns: list[tuple[int, ...]] = []
             try:
                 started = time.perf_counter()
                 await self._warm_up(session, workload, on_phase, should_abort, max_error_rate)
                 warmup_s = time.perf_counter() - started
 
-                windows: list[WindowMetrics] = []
-                per_window: list[tuple[RequestRecord, ...]] = []
-                turns: list[tuple[int, ...]] = []
                 check = WindowCheck(lag, self.neighbours)
                 first = first_point_windows(workload)  # what first_point sees
                 reason = None
@@ -193,6 +203,13 @@ class LoadGenerator:
                         reason = first_point(tuple(windows))
                         if reason is not None:
                             break
+            except LoadFailure as exc:
+                if not windows:
+                    raise
+                measured = LoadReport(
+                    tuple(windows), tuple(per_window), warmup_s, None, tuple(turns)
+                )
+                raise FailedAfterPoints(exc, measured) from exc
             finally:
                 await lag.stop()
                 if self.energy is not None:
