@@ -176,6 +176,11 @@ class RecommendationOut(BaseModel):
     )
 
 
+class StudyFailureOut(BaseModel):
+    message: str = Field(description="why the worker could not run the study")
+    hint: str = Field(description="what to do about it (empty when there is nothing to add)")
+
+
 class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))):  # type: ignore[misc]
     status: str
     slo: dict[str, Any]
@@ -186,6 +191,11 @@ class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))): 
         description="running, but the tuner that ran it has exited on the API's host "
         "(`kill -9`, a lost terminal): `tuner run --study NAME --resume` continues it"
     )
+    failure: StudyFailureOut | None = Field(
+        default=None,
+        description="failed: why its worker could not run it (the message and hint the worker "
+        "printed); null otherwise, or when no reason was recorded",
+    )
 
     @classmethod
     def of(cls, s: StudyRow, **converted: Any) -> Self:
@@ -194,6 +204,7 @@ class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))): 
             s,
             status=str(s.status),
             runner_gone=runner_gone(s),
+            failure=None if s.failure is None else StudyFailureOut.model_validate(s.failure),
             slo=dict(s.slo),
             trial_counts={str(k): v for k, v in s.trial_counts.items()},
             confirmation_counts={str(k): v for k, v in s.confirmation_counts.items()},

@@ -318,3 +318,56 @@ def test_a_study_without_the_defaults_shows_its_raw_history_and_why_it_has_no_sc
     with TestClient(_app(repo, None)) as client:
         html = client.get("/ui/studies/scored").text
     assert "no-score-note" not in html and _chart_data(html)["history"]["metric"] == ""
+
+
+def _contradicting_metric() -> dict[str, Any]:
+    """Output tok/s whose medians go down (A 11.0, B 10.9) while the ratio of the launches'
+    geometric means, the one tuner compare records, goes up."""
+    from tuner.scoring.significance import ratio_interval
+
+    a, b = [8.0, 11.0, 12.0], [10.9, 10.9, 11.0]
+    interval = ratio_interval(a, b)
+    assert interval is not None and interval.ratio > 1.0
+    return {
+        "metric": "output_throughput", "label": "output tok/s", "higher_is_better": True,
+        "a": {"median": 11.0, "values": a}, "b": {"median": 10.9, "values": b},
+        "ratio": interval.ratio, "low": interval.low, "high": interval.high,
+        "verdict": "no significant difference",
+    }  # fmt: skip
+
+
+def test_the_compare_page_says_its_sides_are_medians_and_its_ratio_of_geometric_means(
+    db: tuple[str, Repository],
+) -> None:
+    """Columns "A" 11.0 and "B" 10.9 beside "B / A" 1.025 (+2.5 %) read as a contradiction:
+    the sides were medians, the ratio one of geometric means, and nothing said so."""
+    from tuner.domain import ServingConfig
+
+    repo = db[1]
+    metric = _contradicting_metric()
+    row = repo.add_comparison(
+        model="tiny-ernie", gpu="h100", workload="w", a_config=ServingConfig(),
+        b_config=ServingConfig(max_num_seqs=8), repeats=3,
+        results={"confidence": 0.95, "a_label": "defaults", "b_label": "b", "metrics": [metric]},
+        verdicts={"output_throughput": metric["verdict"], "overall": metric["verdict"]},
+    )  # fmt: skip
+    plain = repo.add_comparison(
+        model="tiny-ernie", gpu="h100", workload="w", a_config=ServingConfig(),
+        b_config=ServingConfig(max_num_seqs=8), repeats=3,
+        results={"a": {"goodput": {"median": 2.0}}, "b": {"goodput": {"median": 3.0}}},
+        verdicts={},
+    )  # fmt: skip
+    with TestClient(_app(repo, db[0])) as client:
+        html = client.get(f"/ui/compare/{row.id}").text
+        other = client.get(f"/ui/compare/{plain.id}").text
+    head = html[html.index('id="metrics-table"') : html.index("</thead>")]
+    assert '"num">A median<' in head and '"num">B median<' in head
+    assert "B / A of geometric means" in head
+    assert f"{metric['ratio']:.3f}" in html and "11.0" in html and "10.9" in html
+    note = " ".join(unescape(html[html.index('id="ratio-note"') :]).split("</p>")[0].split())
+    assert "the ratio of the sides' geometric means" in note
+    assert "not B median / A median" in note
+    # A comparison stored as a plain map has no such ratio: the page says what it shows.
+    plain_head = other[other.index('id="metrics-table"') : other.index("</thead>")]
+    assert "B / A<" in plain_head and "geometric" not in plain_head
+    assert "or B median / A median where it stored none" in other

@@ -261,3 +261,25 @@ def test_out_through_a_link_replaces_the_file_it_names_and_keeps_the_link(
         assert isinstance(run.exception, UsageError), run.output
         assert f"--out {bad} " in str(run.exception) and said in str(run.exception)
     assert dangling.is_symlink() and to_folder.is_symlink() and not (tmp_path / "gone").exists()
+
+
+def test_the_markdown_change_says_it_is_of_geometric_means_not_of_the_medians() -> None:
+    """The table showed each side's median beside "change [95 % CI]", a change of geometric
+    means: "11.0" against "10.9" and "+2.5 %" read as a contradiction."""
+    side_a = {"median": 11.0, "values": [8.0, 11.0, 12.0]}
+    side_b = {"median": 10.9, "values": [10.9, 10.9, 11.0]}
+    thr = {
+        "metric": "output_throughput",
+        "label": "output tok/s",
+        "a": side_a,
+        "b": side_b,
+        "ratio": 1.074,
+        "low": 0.8,
+        "high": 1.4,
+        "verdict": "no significant difference",
+    }
+    table = comparison_table({"a_label": "A", "b_label": "B", "metrics": [thr]})
+    head = table.splitlines()[0]
+    assert "| A: median (launches) | B: median (launches) |" in head
+    assert "| change [95 % CI] of geometric means |" in head
+    assert "| 11 (8, 11, 12) | 11 (11, 11, 11) | +7.4 % [-20.0, +40.0] |" in table

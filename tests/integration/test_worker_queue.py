@@ -418,3 +418,52 @@ def test_a_worker_run_once_exits_1_when_a_study_it_took_failed_to_run(
     assert "worker: 2 studies taken, 1 failed to run (elsewhere)" in " ".join(run.output.split())
     assert repo.get_study("fine").status == "finished"
     assert repo.get_study("elsewhere").status == "failed"
+
+
+def test_a_study_that_failed_to_run_says_why_in_the_api_the_page_and_tuner_studies(
+    fake_server_db: tuple[Repository, str],
+) -> None:
+    """A queued study that failed on its worker (its GPU not on that host, say) showed only
+    "failed" and 0 trials in GET /v1/studies/NAME, on its page and in `tuner studies`: the
+    reason went to the worker's terminal only. The message and hint are now stored with it."""
+    from fastapi.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from api.app import create_app
+    from api.settings import ApiSettings
+    from tuner.cli.app import app
+    from tuner.db import StudyStatus
+    from tuner.errors import HardwareMismatch
+
+    repo, url = fake_server_db
+    _queue_smoke(repo, "nowhere")
+    message = "--gpu h200 asks for an NVIDIA H200, but this machine has <b>no</b> NVIDIA GPU"
+    hint = "run tuner on a machine with an NVIDIA H200, or use --gpu cpu"
+
+    def mismatch() -> object:
+        raise HardwareMismatch(message, hint=hint)
+
+    said: list[str] = []
+    run_worker(
+        repo, url, once=True, poll_s=0.0, vllm_python=None, say=said.append,
+        reporter_factory=mismatch, failed=[],
+    )  # fmt: skip
+    assert said[-1] == f"worker: study nowhere failed to run: {message}\n  hint: {hint}"
+    row = repo.get_study("nowhere")
+    assert row is not None and row.status == "failed"
+    assert row.failure == {"message": message, "hint": hint}
+    with TestClient(create_app(ApiSettings(storage=repo))) as c:
+        detail = c.get("/v1/studies/nowhere").json()
+        assert detail["failure"] == {"message": message, "hint": hint}
+        listed = c.get("/v1/studies").json()["items"]
+        assert listed[0]["failure"] == {"message": message, "hint": hint}
+        page = c.get("/ui/studies/nowhere").text
+    assert "<b>no</b>" not in page and "&lt;b&gt;no&lt;/b&gt;" in page
+    assert 'id="study-failure"' in page and f"hint: {hint}" in page
+    run = CliRunner().invoke(app, ["studies", "--storage", url])
+    assert run.exit_code == 0, run.output
+    said_by_cli = " ".join(run.output.split())
+    assert f"study 'nowhere' failed to run: {message} hint: {hint}" in said_by_cli
+    # Resumed elsewhere, it is no longer failed: the old reason is not shown any more.
+    repo.set_study_status("nowhere", StudyStatus.RUNNING)
+    assert repo.get_study("nowhere").failure is None  # type: ignore[union-attr]

@@ -239,3 +239,14 @@ def test_a_side_that_could_not_be_measured_is_named_as_why_the_decision_stopped(
     # A side that completed a launch and then crashed is still measured: no such stop.
     mixed = [FakeRunner(seed=9).run(b.config, WORKLOAD), *b_runs[:2]]
     assert judge_look(a, a_runs, b, mixed, Design.sequential(), None).step.reason == ""
+
+
+def test_a_ratio_says_what_it_is_taken_from() -> None:
+    """tuner compare's ratio is of the sides' geometric means, not of the medians the page
+    shows beside it; a plain map's is its stored one (or the ratio of medians)."""
+    a, b = Arm("defaults", ServingConfig()), Arm("big", ServingConfig(max_num_seqs=64))
+    runs = [[FakeRunner(seed=i).run(arm.config, WORKLOAD) for i in range(3)] for arm in (a, b)]
+    results = json.loads(json.dumps(compare(a, runs[0], b, runs[1]).to_results()))
+    assert comparison_report(_row(results, {})).ratio_of == "geometric means"
+    plain = {"a": {"goodput": {"median": 2.0}}, "b": {"goodput": {"median": 3.0}}}
+    assert comparison_report(_row(plain, {})).ratio_of == ""

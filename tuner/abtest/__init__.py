@@ -12,7 +12,14 @@ if TYPE_CHECKING:
     from tuner.abtest.claims.facts import Where, machine_flags, runner_passing
     from tuner.abtest.claims.rejudge import rejudge
     from tuner.abtest.claims.verdicts import Outcome, claim_record, verify
-    from tuner.abtest.compare import COMPARED, HEADLINE, LAUNCH_VALUES, Arm, run_interleaved
+    from tuner.abtest.compare import (
+        COMPARED,
+        HEADLINE,
+        LAUNCH_VALUES,
+        RATIO_OF,
+        Arm,
+        run_interleaved,
+    )
     from tuner.abtest.decide import UNMEASURED_STOP, Design, Look, judge_look
     from tuner.abtest.pair import NOT_MEASURED, PairOutcome, run_pair, setup_pair
     from tuner.abtest.pipeline import Watch, open_bench
@@ -23,6 +30,7 @@ __all__ = [
     "HEADLINE",
     "LAUNCH_VALUES",
     "NOT_MEASURED",
+    "RATIO_OF",
     "UNMEASURED_STOP",
     "Arm",
     "Claim",

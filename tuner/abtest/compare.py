@@ -141,6 +141,12 @@ LAUNCH_VALUES = {
 }
 
 
+# What a metric's ratio B/A is taken from: the sides' geometric means of their launch values
+# (the log scale its interval is computed on), not their medians, which the surfaces show
+# beside it; with few or spread launches B median / A median differs from it, even in direction.
+RATIO_OF = "geometric means"
+
+
 def launch_values(results: Sequence[TrialResult], metric: str) -> list[float]:
     """One value per complete launch: the metric's median over its windows."""
     return [value for value, _ in _launches(results, metric)]

@@ -35,7 +35,7 @@ from tuner.errors import UsageError
 
 if TYPE_CHECKING:
     from tuner.cli.progress import ConsoleReporter
-    from tuner.db import Repository
+    from tuner.db import Repository, StudyRow
     from tuner.domain import Estimate
     from tuner.spec import StudySpec
 
@@ -306,6 +306,7 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
                     **to_jsonable(s),
                     **{k: getattr(s, k) for k in totals},
                     "runner_gone": runner_gone(s),
+                    "failure": s.failure,
                 }
                 for s in rows
             ]
@@ -328,6 +329,17 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
             f"study {name!r}: the tuner that ran it on this host has exited; "
             f"`tuner run --study {name} --resume` continues it"
         )
+    for s in rows:
+        _say_failure(s)
+
+
+def _say_failure(study: StudyRow) -> None:
+    """Why ``study`` failed to run, as its worker printed it (nothing when it did not fail
+    or no reason was recorded)."""
+    if study.failure is not None:
+        err.print(escape(f"study {study.name!r} failed to run: {study.failure['message']}"))
+        if study.failure["hint"]:
+            err.print(escape(f"  hint: {study.failure['hint']}"))
 
 
 def trials(
@@ -401,6 +413,8 @@ def trials(
             window_flags(r.windows).short(),
         )
     out.print(table)
+    if stored is not None:
+        _say_failure(stored)
     if curve:
         out.print(
             "out tok/s: at the workload's own load point; capacity: the most a load point that "

@@ -27,7 +27,15 @@ from tuner.db.convert import (
     trial_row,
 )
 from tuner.db.models import ComparisonModel, LaunchModel, StudyModel, TrialModel, TrialRequestsModel
-from tuner.db.rows import ComparisonRow, LaunchRow, StudyRow, StudyStatus, TrialPhase, TrialRow
+from tuner.db.rows import (
+    RUN_FAILURE,
+    ComparisonRow,
+    LaunchRow,
+    StudyRow,
+    StudyStatus,
+    TrialPhase,
+    TrialRow,
+)
 from tuner.db.session import session_scope, storage_error
 from tuner.domain import (
     FailureClass,
@@ -150,6 +158,14 @@ class Repository:
 
     def set_study_status(self, name: str, status: StudyStatus | str) -> None:
         self._update_study(name, status=StudyStatus(status).value)
+
+    def set_study_failed(self, name: str, message: str, hint: str = "") -> None:
+        """Mark the study failed and store why with it (:data:`RUN_FAILURE` in its spec, what
+        :attr:`StudyRow.failure` reads back), in one transaction."""
+        failure = {"message": storable_text(message), "hint": storable_text(hint)}
+        self._update_study(
+            name, {RUN_FAILURE: failure}, into_empty=True, status=StudyStatus.FAILED.value
+        )
 
     def set_trials_requested(self, name: str, n_trials: int) -> None:
         """Record the trial count a resumed study now runs to (``--resume --trials N``), in its

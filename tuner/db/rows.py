@@ -22,6 +22,11 @@ class StudyStatus(enum.StrEnum):
     INTERRUPTED = "interrupted"
 
 
+# The key, in a study's stored spec, of why its worker could not run it ({"message", "hint"}):
+# what `tuner worker` printed, kept for the client that queued the study.
+RUN_FAILURE = "run_failure"
+
+
 class TrialPhase(enum.StrEnum):
     SEARCH = "search"  # proposed by the sampler
     CONFIRM = "confirm"  # a re-run of a candidate (or the defaults) before recommending it
@@ -66,6 +71,15 @@ class StudyRow:
     @property
     def n_confirmation_launches(self) -> int:
         return sum(self.confirmation_counts.values())
+
+    @property
+    def failure(self) -> Mapping[str, str] | None:
+        """Why the study failed to run (``{"message", "hint"}``, the hint possibly empty), while
+        it is failed and its worker recorded why; else None."""
+        record = self.spec.get(RUN_FAILURE) if self.status == StudyStatus.FAILED else None
+        if not isinstance(record, Mapping) or not record.get("message"):
+            return None
+        return {"message": str(record["message"]), "hint": str(record.get("hint") or "")}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tuner.abtest import LAUNCH_VALUES, Claim
+from tuner.abtest import LAUNCH_VALUES, RATIO_OF, Claim
 from tuner.db import Repository
 from tuner.domain import to_jsonable
 from tuner.results.export import md_cell
@@ -112,12 +112,13 @@ def _change(m: Mapping[str, Any]) -> str:
 
 def comparison_table(record: Mapping[str, Any]) -> str:
     """One comparison as a Markdown table: per metric, each side's launch values and median,
-    the change B/A - 1 with its interval, and the verdict."""
+    the change B/A - 1 with its interval (B/A of the sides' geometric means, not of the
+    medians beside it: its header says so), and the verdict."""
     a, b = md_cell(record["a_label"] or "A"), md_cell(record["b_label"] or "B")
     level = f"{(record.get('confidence') or 0.95) * 100:g} %"
     head = (
         f"| metric | {a}: median (launches) | {b}: median (launches) | "
-        f"change [{level} CI] | verdict |\n|---|---|---|---|---|\n"
+        f"change [{level} CI] of {RATIO_OF} | verdict |\n|---|---|---|---|---|\n"
     )
     lines = []
     for m in record["metrics"]:

@@ -4,7 +4,8 @@ one running study (``--study NAME``) beside its other workers.
 Workers share the database: each takes the oldest queued study with an atomic status change
 (:meth:`Repository.claim_queued_study`), so several workers on several GPU hosts can drain one
 queue when the database is PostgreSQL. A study whose set-up fails (its GPU is not on this host,
-vLLM missing) is marked failed with the reason in its notes, and the worker goes on. While it runs
+vLLM missing) is marked failed with the reason and its hint stored with it (``StudyRow.failure``:
+the API, the study page and `tuner studies` show them), and the worker goes on. While it runs
 a study, a worker moves the study's ``updated_at`` every heartbeat (30 s). With nothing queued,
 a worker takes over a study whose worker is gone (SIGKILL, a crash, a lost host:
 :meth:`Repository.take_over_study`) and resumes it beside the workers that joined it, if any
@@ -86,8 +87,8 @@ def run_worker(
                     owner=me,
                     takeover=started,
                 )
-        except TunerError as exc:
-            repo.set_study_status(row.name, "failed")
+        except TunerError as exc:  # its reason is stored: the API and the study page show it
+            repo.set_study_failed(row.name, exc.message, exc.hint)
             say(f"worker: study {row.name} failed to run: {exc}")
             if failed is not None:
                 failed.append(row.name)

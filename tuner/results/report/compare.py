@@ -8,7 +8,9 @@ plain map ``{"a": {METRIC: SIDE}, "b": {METRIC: SIDE}, "ratio": {METRIC: RATIO}}
 ``RATIO = {"median": r, "low": lo, "high": hi}``. ``verdicts`` is ``{METRIC: text}`` (a value may
 also be ``{"verdict": text}``), with ``"overall"`` for the headline verdict.
 
-Ratios are B/A. Without a stored ratio the ratio of medians is shown, and the interval only
+Ratios are B/A: in what :mod:`tuner.abtest.compare` writes, of the sides' geometric means
+(:attr:`ComparisonReport.ratio_of`), not of the medians shown beside them. In the plain map,
+without a stored ratio the ratio of medians is shown, and the interval only
 when both sides carry one: ``[b.low / a.high, b.high / a.low]`` (conservative). Anything else in
 the JSON is kept as text (:attr:`ComparisonReport.unparsed`) so the page can show it.
 """
@@ -21,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.abtest import LAUNCH_VALUES, UNMEASURED_STOP
+from tuner.abtest import LAUNCH_VALUES, RATIO_OF, UNMEASURED_STOP
 from tuner.db import ComparisonRow
 from tuner.load import HIGHER_IS_BETTER
 from tuner.results.report.study import METRICS, num
@@ -98,6 +100,10 @@ class ComparisonReport:
     unparsed: str  # JSON text of whatever did not fit the expected shape; "" when all did
     # "A (defaults): 2 of 9 windows disturbed; ..." from "windows"; "" when none was flagged.
     window_note: str = ""
+    # What each ratio B/A is taken from: "geometric means" (RATIO_OF) in what tuner compare
+    # records, not the medians shown beside it; "" for the plain map shape (its stored ratio,
+    # else B median / A median).
+    ratio_of: str = ""
 
     @property
     def overall_tone(self) -> str:
@@ -295,4 +301,5 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
         provenance={k: v for k, v in provenance.items() if v},
         unparsed=json.dumps(leftover, indent=2, sort_keys=True, default=str) if leftover else "",
         window_note=stored_window_note(results),
+        ratio_of=RATIO_OF if isinstance(results.get("metrics"), list) else "",
     )
