@@ -342,3 +342,14 @@ def test_the_summary_names_the_load_as_the_points_do(tmp_path: Path) -> None:
     one = {"prompt_tokens": 100, "output_tokens": 10, "arrival_s": 5.0}
     assert "the trace's arrivals" not in summary([one]) and "concurrency" in summary([one])
     assert "the trace's arrivals" in summary([one, {**one, "arrival_s": 6.0}])
+
+
+def test_conversations_refuse_a_request_rate_before_any_request(base_url: str) -> None:
+    """multi-turn at --request-rate 2,200 sent the same closed burst of conversations at both
+    points (about 79 req/s each), labelled "2 req/s" and "200 req/s"."""
+    turns = ("--model", MODEL, "--workload", "multi-turn", "--warmup", "0", "--requests", "8")
+    for load in (("--request-rate", "2,200"), ("--workload-set", "request_rate=5")):
+        run = _tuner(base_url, *turns, *load)
+        text = _one_line_error(run)
+        assert run.returncode == 2 and "a request rate" in text and "would change nothing" in text
+        assert "measuring" not in run.stderr and "warm-up" not in run.stderr

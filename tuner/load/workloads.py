@@ -205,8 +205,9 @@ def get_workload(
 
 
 def check_workload(workload: Workload) -> None:
-    """UsageError for counts a load run cannot take (no stream, window or request), checked
-    where a workload is resolved, before any server starts, and again by the generator."""
+    """UsageError for counts a load run cannot take (no stream, window or request) and for a
+    load its requests cannot follow (a request rate for conversations), checked where a
+    workload is resolved, before any server starts, and again by the generator."""
     for field in ("concurrency", "requests_per_window", "windows"):
         if getattr(workload, field) < 1:
             raise UsageError(f"workload {workload.name!r}: {field} must be >= 1")
@@ -220,6 +221,15 @@ def check_workload(workload: Workload) -> None:
         raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
     if any(not r > 0 for r in workload.rate_ladder):
         raise UsageError(f"workload {workload.name!r}: every request rate must be > 0")
+    if workload.turns > 1 and any(p.request_rate is not None for p in workload.load_points()):
+        raise UsageError(
+            f"workload {workload.name!r}: conversations of {workload.turns} turns are paced by "
+            "their streams and think time (each turn waits for the answer before it), so a "
+            "request rate (request_rate, rate_ladder, --request-rate) would change nothing",
+            hint="set the load with streams: concurrency or concurrency_ladder in [workload], "
+            "--concurrency with tuner load; for Poisson arrivals take a preset of single "
+            "requests (turns = 1)",
+        )
 
 
 def check_shapes(workload: Workload) -> None:
