@@ -137,6 +137,27 @@ def test_replay_options_scale_cut_and_redraw() -> None:
     assert all(p.arrival_s is None for p in closed)
 
 
+def test_poisson_arrivals_of_a_trace_state_the_rate_they_are_drawn_at() -> None:
+    """Without a request_rate, Poisson arrivals of a trace ran at its mean rate while its load
+    point said none (a study's windows recorded 64 streams, tuner load's "64 streams")."""
+    from tuner.load.curve import point_label
+    from tuner.load.workloads import check_workload
+
+    name = f"mooncake:{TRACES / 'mooncake.jsonl'}"  # 4 rows over 3 s of its clock
+    poisson = get_workload(name, {"arrival": "poisson", "speed": 2.0})
+    assert poisson.request_rate == pytest.approx(2.0)  # 3 gaps in 1.5 s
+    (point,) = poisson.load_points()
+    assert point_label(point.concurrency, point.request_rate, point.trace_paced) == "2 req/s"
+    times = [p.arrival_s for p in plan_requests(poisson, 2000, seed=1)]
+    assert all(t is not None for t in times) and 1.8 < 1999 / (times[-1] or 1) < 2.2
+    assert get_workload(name, {"arrival": "poisson", "request_rate": 5.0}).request_rate == 5.0
+    assert get_workload(name).request_rate is None  # its own times set the load
+    with pytest.raises(UsageError, match="draws its rows at a request rate") as info:
+        check_workload(poisson.replace(concurrency_ladder=(4, 16)))
+    assert "rate_ladder" in (info.value.hint or "")
+    check_workload(poisson.replace(rate_ladder=(1.0, 4.0)))
+
+
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [

@@ -444,7 +444,8 @@ def _custom_rows(path: Path, text: str, count: TokenCounter) -> list[TraceReques
 
 def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
     """A read trace with its replay options applied: hash blocks sized, the window and the
-    cap cut, arrivals scaled by ``speed`` and offset to start at 0. ``explicit``: the
+    cap cut, arrivals scaled by ``speed`` and offset to start at 0, and ``poisson`` arrivals
+    without a ``request_rate`` given the trace's mean rate. ``explicit``: the
     overrides given (a ``requests_per_window`` among them is kept, else the selection's
     count)."""
     if workload.trace is None:
@@ -486,4 +487,9 @@ def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
         changes["requests_per_window"] = n
     if "warmup_requests" not in explicit:
         changes["warmup_requests"] = min(workload.warmup_requests, n)
+    if workload.arrival == "poisson" and workload.request_rate is None:
+        # The trace's mean rate, stated on the workload: its load points, their labels and
+        # vLLM's request_rate then name the rate the rows are drawn at.
+        span = scaled[-1].arrival_s
+        changes["request_rate"] = (n - 1) / span if span > 0 else float(n)
     return workload.replace(**changes)

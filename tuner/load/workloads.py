@@ -221,6 +221,13 @@ def check_workload(workload: Workload) -> None:
         raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
     if any(not r > 0 for r in workload.rate_ladder):
         raise UsageError(f"workload {workload.name!r}: every request rate must be > 0")
+    if workload.trace is not None and workload.arrival == "poisson" and workload.concurrency_ladder:
+        raise UsageError(
+            f"workload {workload.name!r}: arrival = 'poisson' draws its rows at a request rate, "
+            "so streams (concurrency_ladder, --concurrency) would not set the load",
+            hint="give a rate ladder (rate_ladder in [workload], --request-rate with tuner "
+            "load), or arrival = 'closed' for a closed loop of streams",
+        )
     if workload.turns > 1 and any(p.request_rate is not None for p in workload.load_points()):
         raise UsageError(
             f"workload {workload.name!r}: conversations of {workload.turns} turns are paced by "
@@ -338,11 +345,8 @@ def _plan_trace(
     if workload.arrival != "trace":
         rng = np.random.default_rng([workload.seed, seed, 3])
         rows = [ordered[int(i)] for i in rng.integers(0, len(ordered), count)]
-        rate = None
-        if workload.arrival == "poisson":
-            rate = workload.request_rate or (
-                (len(ordered) - 1) / span if span > 0 else float(len(ordered))
-            )
+        # Poisson at request_rate (the trace's mean rate unless given: apply_replay's)
+        rate = workload.request_rate if workload.arrival == "poisson" else None
         arrivals = _poisson_arrivals(rng, rate, count)
         return [_trace_request(r, shared, a, phase) for r, a in zip(rows, arrivals, strict=True)]
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
