@@ -350,3 +350,24 @@ def test_a_warm_up_is_not_held_to_the_window_clock(tmp_path: Path) -> None:
     assert len(plan_requests(w, 32, seed=0, timed=False)) == 32
     with pytest.raises(UsageError, match=r"would replay 31\.0 hours"):
         plan_requests(w, 32, seed=0)
+
+
+def test_sharegpt_entries_without_an_answer_are_counted_as_skipped(tmp_path: Path) -> None:
+    """An entry of fewer than two messages was skipped without a word: the source's "N
+    entries skipped" left it out, and a file of only such entries said no more than "has no
+    requests"."""
+    w = get_workload(f"sharegpt:{TRACES / 'sharegpt.json'}", count_tokens=_words)
+    assert w.source.endswith("; 1 entry without an answer skipped)")  # entry c
+    entries = [
+        {"conversations": [{"from": "human", "value": "a question"}]},
+        {"conversations": []},
+        {"conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "x"}]},
+    ]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(entries))
+    with pytest.raises(UsageError) as info:
+        get_workload(f"sharegpt:{path}", count_tokens=_words)
+    assert info.value.message == (
+        f"trace {path} has no requests (1 entry with an empty message skipped; 2 entries "
+        "without an answer skipped)"
+    )
