@@ -371,3 +371,16 @@ def test_sharegpt_entries_without_an_answer_are_counted_as_skipped(tmp_path: Pat
         f"trace {path} has no requests (1 entry with an empty message skipped; 2 entries "
         "without an answer skipped)"
     )
+
+
+def test_a_burstgpt_response_past_any_context_is_refused_at_its_line(tmp_path: Path) -> None:
+    """Response tokens were not held to the row limit that Request tokens and every other
+    format's counts are: 99,999,999,999 output tokens were asked of the server."""
+    path = tmp_path / "b1.csv"
+    path.write_text("Timestamp,Request tokens,Response tokens\n0,30,8\n0.2,20,99999999999\n")
+    with pytest.raises(UsageError) as info:
+        get_workload(f"trace:{path}")
+    assert info.value.message == (
+        f"{path}:3: Response tokens of 99,999,999,999 is longer than any model's context "
+        "(at most 16,777,216 tokens a row)"
+    )

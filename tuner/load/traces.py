@@ -392,7 +392,8 @@ def _burstgpt_rows(path: Path, text: str) -> tuple[list[TraceRequest], int]:
             skipped += 1
             continue
         prompt = _count(int(values["Request tokens"]), "Request tokens", where)
-        rows.append(TraceRequest(prompt, int(values["Response tokens"]), values["Timestamp"]))
+        output = _count(int(values["Response tokens"]), "Response tokens", where)
+        rows.append(TraceRequest(prompt, output, values["Timestamp"]))
     return rows, skipped
 
 
