@@ -384,3 +384,21 @@ def test_a_burstgpt_response_past_any_context_is_refused_at_its_line(tmp_path: P
         f"{path}:3: Response tokens of 99,999,999,999 is longer than any model's context "
         "(at most 16,777,216 tokens a row)"
     )
+
+
+def test_a_timestamp_past_any_clock_is_refused_as_a_window_of_days(tmp_path: Path) -> None:
+    """An arrival of 1e308 s made the window's end nan (0 x inf), which passed the one-day
+    check, and every request was sent at once."""
+    path = tmp_path / "far.jsonl"
+    path.write_text(
+        '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 0}\n'
+        '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 1e308}\n'
+    )
+    w = get_workload(f"tuner:{path}")
+    with pytest.raises(UsageError, match=r"would replay 2\.78e\+304 hours of the trace") as info:
+        plan_requests(w, 2, seed=1)
+    assert "time unit" in info.value.hint
+    with pytest.raises(UsageError, match=r"would replay inf hours"):
+        plan_requests(w, 3, seed=1)  # a second cycle starts past any float
+    assert [p.arrival_s for p in plan_requests(w, 1, seed=1)] == [0.0]  # its first row alone
+    assert len(plan_requests(w, 4, seed=1, timed=False)) == 4  # a warm-up sends them at once

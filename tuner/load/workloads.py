@@ -350,12 +350,18 @@ def _plan_trace(
         arrivals = _poisson_arrivals(rng, rate, count)
         return [_trace_request(r, shared, a, phase) for r, a in zip(rows, arrivals, strict=True)]
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
+
+    def start(cycle: int) -> float:
+        # A cycle's offset; the first has none, even where span + gap overflows (0 x inf: nan).
+        return cycle * (span + gap) if cycle else 0.0
+
     cycles, row = divmod(max(count - 1, 0), len(ordered))
-    end = ordered[row].arrival_s - first + cycles * (span + gap)  # the last request's arrival
+    end = ordered[row].arrival_s - first + start(cycles)  # the last request's arrival
     if timed and end > MAX_WINDOW_S:  # a warm-up sends its rows at once: no clock to wait for
+        hours = f"{end / 3600:,.1f}" if end < 1e9 else f"{end / 3600:.3g}"
         raise UsageError(
             f"workload {workload.name!r}: a window of {count} requests would replay "
-            f"{end / 3600:,.1f} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
+            f"{hours} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
             hint="check the trace's time unit; or replay a part (start_s, end_s, "
             "max_requests, or fewer requests a window) or faster (speed): [workload] in a "
             "spec, --workload-set with tuner load",
@@ -365,7 +371,7 @@ def _plan_trace(
     for i in range(count):
         cycle, row = divmod(i, len(ordered))
         r = ordered[row]
-        p = _trace_request(r, shared, r.arrival_s - first + cycle * (span + gap), phase)
+        p = _trace_request(r, shared, r.arrival_s - first + start(cycle), phase)
         if r.session is not None:
             # Each cycle is a new conversation: its own stream, so it repeats no earlier cycle.
             session = f"{r.session}#{cycle}" if cycle else r.session
