@@ -205,9 +205,8 @@ def get_workload(
 
 
 def check_workload(workload: Workload) -> None:
-    """UsageError for counts a load run cannot take (no stream, window or request) and for a
-    load its requests cannot follow (a request rate for conversations), checked where a
-    workload is resolved, before any server starts, and again by the generator."""
+    """UsageError for counts a load run cannot take (no stream, window or request), checked
+    where a workload is resolved, before any server starts, and again by the generator."""
     for field in ("concurrency", "requests_per_window", "windows"):
         if getattr(workload, field) < 1:
             raise UsageError(f"workload {workload.name!r}: {field} must be >= 1")
@@ -228,21 +227,13 @@ def check_workload(workload: Workload) -> None:
             hint="give a rate ladder (rate_ladder in [workload], --request-rate with tuner "
             "load), or arrival = 'closed' for a closed loop of streams",
         )
-    if workload.turns > 1 and any(p.request_rate is not None for p in workload.load_points()):
-        raise UsageError(
-            f"workload {workload.name!r}: conversations of {workload.turns} turns are paced by "
-            "their streams and think time (each turn waits for the answer before it), so a "
-            "request rate (request_rate, rate_ladder, --request-rate) would change nothing",
-            hint="set the load with streams: concurrency or concurrency_ladder in [workload], "
-            "--concurrency with tuner load; for Poisson arrivals take a preset of single "
-            "requests (turns = 1)",
-        )
 
 
 def check_shapes(workload: Workload) -> None:
     """UsageError for request shapes no plan can draw (a shared prefix past the prompt, no
-    output, a jitter or rate out of range): checked where a study's workload is resolved
-    (:func:`tuner.compose.resolve_workload`) and again for each plan (:func:`plan_requests`)."""
+    output, a jitter or rate out of range, Poisson arrivals of conversations): checked where a
+    study's workload is resolved (:func:`tuner.compose.resolve_workload`) and again for each
+    plan (:func:`plan_requests`)."""
     shared = workload.shared_prefix_tokens
     if shared < 0 or (shared >= workload.prompt_tokens and not workload.trace):
         raise UsageError(
@@ -260,6 +251,15 @@ def check_shapes(workload: Workload) -> None:
     rate = workload.request_rate
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
+    if workload.turns > 1 and any(p.request_rate is not None for p in workload.load_points()):
+        raise UsageError(
+            f"workload {workload.name!r}: conversations of {workload.turns} turns are paced by "
+            "their streams and think time (each turn waits for the answer before it), so a "
+            "request rate (request_rate, rate_ladder, --request-rate) would change nothing",
+            hint="set the load with streams: concurrency or concurrency_ladder in [workload], "
+            "--concurrency with tuner load; for Poisson arrivals take a preset of single "
+            "requests (turns = 1)",
+        )
 
 
 def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
