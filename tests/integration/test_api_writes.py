@@ -261,6 +261,24 @@ def test_run_settings_and_multi_turn_overrides_are_queued(repo: Repository) -> N
     assert refused.status_code == 422 and "cpu_placement" in refused.text
 
 
+def test_conversations_at_a_request_rate_are_queued_with_the_warning_of_their_failure(
+    repo: Repository,
+) -> None:
+    """A request rate for the multi-turn preset was dropped: every trial measured the same
+    closed loop of conversations. The worker refuses it; the API says so when it queues it
+    (as for any workload its plans cannot draw, a rule between fields the schema cannot state
+    exactly)."""
+    body = {
+        "study": {**SPEC["study"], "workload": "multi-turn"},
+        "workload": {"rate_ladder": [1.0, 4.0]},
+    }
+    r = _client(repo, KEY).post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+    assert r.status_code == 201, r.text
+    (warning,) = r.json()["warnings"]
+    assert warning.startswith("the study will fail before any launch: workload 'multi-turn")
+    assert "a request rate (request_rate, rate_ladder, --request-rate) would change" in warning
+
+
 def test_a_study_with_nothing_to_search_is_queued_with_the_warning_of_its_failure(
     repo: Repository,
 ) -> None:

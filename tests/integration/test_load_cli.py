@@ -408,3 +408,49 @@ def test_the_summary_names_the_load_as_the_points_do(tmp_path: Path) -> None:
     one = {"prompt_tokens": 100, "output_tokens": 10, "arrival_s": 5.0}
     assert "the trace's arrivals" not in summary([one]) and "concurrency" in summary([one])
     assert "the trace's arrivals" in summary([one, {**one, "arrival_s": 6.0}])
+
+
+def test_conversations_refuse_a_request_rate_before_any_request(base_url: str) -> None:
+    """multi-turn at --request-rate 2,200 sent the same closed burst of conversations at both
+    points (about 79 req/s each), labelled "2 req/s" and "200 req/s"."""
+    turns = ("--model", MODEL, "--workload", "multi-turn", "--warmup", "0", "--requests", "8")
+    for load in (("--request-rate", "2,200"), ("--workload-set", "request_rate=5")):
+        run = _tuner(base_url, *turns, *load)
+        text = _one_line_error(run)
+        assert run.returncode == 2 and "a request rate" in text and "would change nothing" in text
+        assert "measuring" not in run.stderr and "warm-up" not in run.stderr
+
+
+def test_a_trace_drawn_at_poisson_arrivals_is_named_by_its_rate(
+    base_url: str, tmp_path: Path
+) -> None:
+    """--workload-set arrival=poisson on a timed trace ran Poisson arrivals at the trace's mean
+    rate (10 req/s here) under a header of "concurrency 64", a point of "64 streams" and a JSON
+    request_rate of inf; with request_rate=50 the point said 50 req/s, the header still 64."""
+    from tuner.cli.load import summary_line
+    from tuner.load.bench import with_workload
+
+    trace = tmp_path / "even.jsonl"
+    rows = [{"prompt_tokens": 32, "output_tokens": 4, "arrival_s": i * 0.1} for i in range(40)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for sets, rate in (("arrival=poisson", 10.0), ("arrival=poisson,request_rate=50", 50.0)):
+        args = ("--model", MODEL, "--workload", f"tuner:{trace}", "--warmup", "0")
+        ran = CliRunner().invoke(
+            app, ["load", base_url, *args, "--requests", "8", "--workload-set", sets, "--json"],
+            catch_exceptions=False,
+        )  # fmt: skip
+        assert ran.exit_code == 0, ran.output
+        (point,) = [json.loads(line) for line in ran.stdout.splitlines() if line.strip()]
+        assert point["request_rate"] == pytest.approx(rate)
+        assert point["tuner_load_point"] == f"{rate:g} req/s"
+        assert f"request rate {rate:g} req/s (max 64 in flight)" in ran.stderr
+        opts = options(
+            url="127.0.0.1:9", model=None, concurrency=None, request_rate=None,
+            max_concurrency=None, prompt_tokens=None, output_tokens=None, requests=None,
+            warmup=0, vocab_size=1024, text_prompts=False, timeout_s=60, slo=None,
+            percentiles="50,99", workload=f"tuner:{trace}", workload_set=sets,
+        )  # fmt: skip
+        assert "concurrency" not in summary_line(with_workload(opts, "m"), "m")
+    streams = _tuner(base_url, *args, "--concurrency", "4", "--workload-set", "arrival=poisson")
+    text = _one_line_error(streams)
+    assert streams.returncode == 2 and "'poisson' draws its rows at a request rate" in text

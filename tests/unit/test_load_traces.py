@@ -137,6 +137,27 @@ def test_replay_options_scale_cut_and_redraw() -> None:
     assert all(p.arrival_s is None for p in closed)
 
 
+def test_poisson_arrivals_of_a_trace_state_the_rate_they_are_drawn_at() -> None:
+    """Without a request_rate, Poisson arrivals of a trace ran at its mean rate while its load
+    point said none (a study's windows recorded 64 streams, tuner load's "64 streams")."""
+    from tuner.load.curve import point_label
+    from tuner.load.workloads import check_workload
+
+    name = f"mooncake:{TRACES / 'mooncake.jsonl'}"  # 4 rows over 3 s of its clock
+    poisson = get_workload(name, {"arrival": "poisson", "speed": 2.0})
+    assert poisson.request_rate == pytest.approx(2.0)  # 3 gaps in 1.5 s
+    (point,) = poisson.load_points()
+    assert point_label(point.concurrency, point.request_rate, point.trace_paced) == "2 req/s"
+    times = [p.arrival_s for p in plan_requests(poisson, 2000, seed=1)]
+    assert all(t is not None for t in times) and 1.8 < 1999 / (times[-1] or 1) < 2.2
+    assert get_workload(name, {"arrival": "poisson", "request_rate": 5.0}).request_rate == 5.0
+    assert get_workload(name).request_rate is None  # its own times set the load
+    with pytest.raises(UsageError, match="draws its rows at a request rate") as info:
+        check_workload(poisson.replace(concurrency_ladder=(4, 16)))
+    assert "rate_ladder" in (info.value.hint or "")
+    check_workload(poisson.replace(rate_ladder=(1.0, 4.0)))
+
+
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
@@ -329,3 +350,55 @@ def test_a_warm_up_is_not_held_to_the_window_clock(tmp_path: Path) -> None:
     assert len(plan_requests(w, 32, seed=0, timed=False)) == 32
     with pytest.raises(UsageError, match=r"would replay 31\.0 hours"):
         plan_requests(w, 32, seed=0)
+
+
+def test_sharegpt_entries_without_an_answer_are_counted_as_skipped(tmp_path: Path) -> None:
+    """An entry of fewer than two messages was skipped without a word: the source's "N
+    entries skipped" left it out, and a file of only such entries said no more than "has no
+    requests"."""
+    w = get_workload(f"sharegpt:{TRACES / 'sharegpt.json'}", count_tokens=_words)
+    assert w.source.endswith("; 1 entry without an answer skipped)")  # entry c
+    entries = [
+        {"conversations": [{"from": "human", "value": "a question"}]},
+        {"conversations": []},
+        {"conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "x"}]},
+    ]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(entries))
+    with pytest.raises(UsageError) as info:
+        get_workload(f"sharegpt:{path}", count_tokens=_words)
+    assert info.value.message == (
+        f"trace {path} has no requests (1 entry with an empty message skipped; 2 entries "
+        "without an answer skipped)"
+    )
+
+
+def test_a_burstgpt_response_past_any_context_is_refused_at_its_line(tmp_path: Path) -> None:
+    """Response tokens were not held to the row limit that Request tokens and every other
+    format's counts are: 99,999,999,999 output tokens were asked of the server."""
+    path = tmp_path / "b1.csv"
+    path.write_text("Timestamp,Request tokens,Response tokens\n0,30,8\n0.2,20,99999999999\n")
+    with pytest.raises(UsageError) as info:
+        get_workload(f"trace:{path}")
+    assert info.value.message == (
+        f"{path}:3: Response tokens of 99,999,999,999 is longer than any model's context "
+        "(at most 16,777,216 tokens a row)"
+    )
+
+
+def test_a_timestamp_past_any_clock_is_refused_as_a_window_of_days(tmp_path: Path) -> None:
+    """An arrival of 1e308 s made the window's end nan (0 x inf), which passed the one-day
+    check, and every request was sent at once."""
+    path = tmp_path / "far.jsonl"
+    path.write_text(
+        '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 0}\n'
+        '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 1e308}\n'
+    )
+    w = get_workload(f"tuner:{path}")
+    with pytest.raises(UsageError, match=r"would replay 2\.78e\+304 hours of the trace") as info:
+        plan_requests(w, 2, seed=1)
+    assert "time unit" in info.value.hint
+    with pytest.raises(UsageError, match=r"would replay inf hours"):
+        plan_requests(w, 3, seed=1)  # a second cycle starts past any float
+    assert [p.arrival_s for p in plan_requests(w, 1, seed=1)] == [0.0]  # its first row alone
+    assert len(plan_requests(w, 4, seed=1, timed=False)) == 4  # a warm-up sends them at once

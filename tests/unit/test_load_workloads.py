@@ -130,3 +130,26 @@ def test_missing_or_empty_trace_is_a_usage_error(tmp_path: Path) -> None:
         get_workload(f"trace:{tmp_path / 'nope.jsonl'}")
     with pytest.raises(UsageError, match="no requests"):
         get_workload(_write(tmp_path / "empty.jsonl", [""]))
+
+
+def test_conversations_refuse_a_request_rate_they_would_not_follow() -> None:
+    """multi-turn planned every conversation as a closed loop whatever the rate: a run at
+    2 req/s and one at 200 req/s sent the same burst, each labelled with its rate."""
+    from tuner.load.workloads import check_shapes
+
+    turns = WORKLOADS["multi-turn"]
+    for changes in ({"request_rate": 2.0}, {"rate_ladder": (2.0, 200.0)}):
+        with pytest.raises(UsageError) as info:
+            check_shapes(turns.replace(**changes))
+        assert "conversations of 4 turns are paced by their streams and think time" in str(
+            info.value
+        )
+        assert "--concurrency with tuner load" in (info.value.hint or "")
+    with pytest.raises(UsageError, match="request rate"):
+        check_shapes(WORKLOADS["chat-heavy"].replace(turns=2))  # its 60 req/s
+    with pytest.raises(UsageError, match="request rate"):  # each point's plan, too
+        plan_requests(turns.replace(request_rate=2.0), 8, seed=1)
+    # Streams set the load: a concurrency ladder's points drop the preset's rate.
+    check_shapes(WORKLOADS["chat-heavy"].replace(turns=2, concurrency_ladder=(4, 16)))
+    check_shapes(turns.replace(concurrency_ladder=(4, 16)))
+    check_shapes(turns.replace(turns=1, request_rate=2.0))

@@ -421,3 +421,14 @@ def test_a_workload_override_a_load_cannot_take_is_reported_at_its_line(
     with pytest.raises(SpecError) as caught:
         resolve_workload(spec)
     assert caught.value.line == line and words in caught.value.message
+
+
+def test_a_request_rate_for_conversations_is_refused_at_its_line(tmp_path: Path) -> None:
+    """A spec's rate_ladder on the multi-turn preset was silently dropped: every point sent
+    the same closed burst of conversations, labelled with a rate it never had."""
+    from tuner.compose import resolve_workload
+
+    text = '[study]\nworkload = "multi-turn"\n\n[workload]\nwindows = 3\nrate_ladder = [1.0, 4.0]\n'
+    with pytest.raises(SpecError) as caught:
+        resolve_workload(load_spec(write(tmp_path, text)))
+    assert caught.value.line == 6 and "a request rate" in caught.value.message

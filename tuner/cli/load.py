@@ -561,7 +561,12 @@ def load(
     served = bench.check_server(opts.url, opts.model, min(opts.timeout_s, bench.PROBE_TIMEOUT_S))
     opts = bench.with_workload(opts, served)
     if opts.workload is not None:  # its own load points, as checked above for fixed shapes
-        check_points(bench.workload(opts).load_points())
+        from tuner.load import check_shapes, check_workload
+
+        shape = bench.workload(opts)
+        check_workload(shape)  # before the summary line, not when the first plan is drawn
+        check_shapes(shape)
+        check_points(shape.load_points())
     note = err if as_json else out  # with --json, stdout holds only the results
     note.print(escape(summary_line(opts, served)), soft_wrap=True)
     from tuner.runner import sigterm_as_interrupt

@@ -182,7 +182,7 @@ def with_workload(opts: LoadOptions, model: str) -> LoadOptions:
     shape = get_workload(opts.workload_name, opts.workload_set, tokenizer=tokenizer)
     changes: dict[str, Any] = {"workload": shape, "tokenizer": tokenizer}
     if not opts.ladder_given:
-        if shape.request_rate is not None and shape.trace is None:
+        if shape.request_rate is not None and (shape.trace is None or shape.arrival == "poisson"):
             changes.update(concurrency=(), request_rates=(shape.request_rate,))
             changes["max_concurrency"] = shape.concurrency
         else:

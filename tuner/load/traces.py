@@ -13,7 +13,8 @@
 ``sharegpt:`` ShareGPT JSON: a list of ``{"conversations": [{"from", "value"}, ...]}``; as
               ``vllm bench serve`` does, one request per conversation: its first message is the
               prompt, the second the answer whose length is the output. No timestamps: closed
-              loop. Entries with an empty first or second message are skipped and counted.
+              loop. Entries with an empty first or second message, or without a second, are
+              skipped and counted.
 ``burstgpt:`` BurstGPT CSV: ``Timestamp`` (s), ``Request tokens``, ``Response tokens``; rows of
               0 response tokens (failed in the log) are skipped and counted in the source.
 ``mooncake:`` Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``,
@@ -155,9 +156,12 @@ def read_trace(
         dropped = f"{skipped} {rows_} of 0 response tokens skipped" if skipped else ""
     elif fmt == "sharegpt":
         counter, counted = text_counter(count_tokens, tokenizer)
-        rows, skipped = _sharegpt_rows(path, text, counter)
-        entries = "entry" if skipped == 1 else "entries"
-        dropped = f"{skipped} {entries} with an empty message skipped" if skipped else ""
+        rows, empty, unanswered = _sharegpt_rows(path, text, counter)
+        dropped = "; ".join(
+            f"{n} {'entry' if n == 1 else 'entries'} {why} skipped"
+            for n, why in ((empty, "with an empty message"), (unanswered, "without an answer"))
+            if n
+        )
         note = f"; prompt and output tokens {counted}"
     else:
         counter, counted = text_counter(count_tokens, tokenizer)
@@ -388,7 +392,8 @@ def _burstgpt_rows(path: Path, text: str) -> tuple[list[TraceRequest], int]:
             skipped += 1
             continue
         prompt = _count(int(values["Request tokens"]), "Request tokens", where)
-        rows.append(TraceRequest(prompt, int(values["Response tokens"]), values["Timestamp"]))
+        output = _count(int(values["Response tokens"]), "Response tokens", where)
+        rows.append(TraceRequest(prompt, output, values["Timestamp"]))
     return rows, skipped
 
 
@@ -398,9 +403,12 @@ def _text(value: Any, key: str, where: str) -> str:
     return value
 
 
-def _sharegpt_rows(path: Path, text: str, count: TokenCounter) -> tuple[list[TraceRequest], int]:
+def _sharegpt_rows(
+    path: Path, text: str, count: TokenCounter
+) -> tuple[list[TraceRequest], int, int]:
     """The requests, and how many entries were skipped for an empty prompt or answer (the
-    public ShareGPT files hold some; vLLM's benchmark drops them by their length)."""
+    public ShareGPT files hold some; vLLM's benchmark drops them by their length) and for
+    fewer than two messages (no answer to size the output; vLLM's benchmark skips them too)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -409,7 +417,7 @@ def _sharegpt_rows(path: Path, text: str, count: TokenCounter) -> tuple[list[Tra
         ) from None
     if not isinstance(data, list):
         raise UsageError(f"{path}: expected a JSON list of conversations", hint=_HINTS["sharegpt"])
-    rows, skipped = [], 0
+    rows, skipped, unanswered = [], 0, 0
     for index, entry in enumerate(data):
         where = f"{path}: entry {index}"
         if not isinstance(entry, dict) or "conversations" not in entry:
@@ -418,7 +426,8 @@ def _sharegpt_rows(path: Path, text: str, count: TokenCounter) -> tuple[list[Tra
         if not isinstance(turns, list):
             raise UsageError(f"{where}: conversations must be a list, got {turns!r}")
         if len(turns) < 2:
-            continue  # vLLM's benchmark skips them too: no answer to size the output
+            unanswered += 1
+            continue
         messages = []
         for k in (0, 1):
             turn = turns[k]
@@ -430,7 +439,7 @@ def _sharegpt_rows(path: Path, text: str, count: TokenCounter) -> tuple[list[Tra
             skipped += 1
             continue
         rows.append(TraceRequest(lengths[0], lengths[1], 0.0))
-    return rows, skipped
+    return rows, skipped, unanswered
 
 
 def _custom_rows(path: Path, text: str, count: TokenCounter) -> list[TraceRequest]:
@@ -444,7 +453,8 @@ def _custom_rows(path: Path, text: str, count: TokenCounter) -> list[TraceReques
 
 def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
     """A read trace with its replay options applied: hash blocks sized, the window and the
-    cap cut, arrivals scaled by ``speed`` and offset to start at 0. ``explicit``: the
+    cap cut, arrivals scaled by ``speed`` and offset to start at 0, and ``poisson`` arrivals
+    without a ``request_rate`` given the trace's mean rate. ``explicit``: the
     overrides given (a ``requests_per_window`` among them is kept, else the selection's
     count)."""
     if workload.trace is None:
@@ -486,4 +496,9 @@ def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
         changes["requests_per_window"] = n
     if "warmup_requests" not in explicit:
         changes["warmup_requests"] = min(workload.warmup_requests, n)
+    if workload.arrival == "poisson" and workload.request_rate is None:
+        # The trace's mean rate, stated on the workload: its load points, their labels and
+        # vLLM's request_rate then name the rate the rows are drawn at.
+        span = scaled[-1].arrival_s
+        changes["request_rate"] = (n - 1) / span if span > 0 else float(n)
     return workload.replace(**changes)

@@ -220,12 +220,20 @@ def check_workload(workload: Workload) -> None:
         raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
     if any(not r > 0 for r in workload.rate_ladder):
         raise UsageError(f"workload {workload.name!r}: every request rate must be > 0")
+    if workload.trace is not None and workload.arrival == "poisson" and workload.concurrency_ladder:
+        raise UsageError(
+            f"workload {workload.name!r}: arrival = 'poisson' draws its rows at a request rate, "
+            "so streams (concurrency_ladder, --concurrency) would not set the load",
+            hint="give a rate ladder (rate_ladder in [workload], --request-rate with tuner "
+            "load), or arrival = 'closed' for a closed loop of streams",
+        )
 
 
 def check_shapes(workload: Workload) -> None:
     """UsageError for request shapes no plan can draw (a shared prefix past the prompt, no
-    output, a jitter or rate out of range): checked where a study's workload is resolved
-    (:func:`tuner.compose.resolve_workload`) and again for each plan (:func:`plan_requests`)."""
+    output, a jitter or rate out of range, Poisson arrivals of conversations): checked where a
+    study's workload is resolved (:func:`tuner.compose.resolve_workload`) and again for each
+    plan (:func:`plan_requests`)."""
     shared = workload.shared_prefix_tokens
     if shared < 0 or (shared >= workload.prompt_tokens and not workload.trace):
         raise UsageError(
@@ -243,6 +251,15 @@ def check_shapes(workload: Workload) -> None:
     rate = workload.request_rate
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
+    if workload.turns > 1 and any(p.request_rate is not None for p in workload.load_points()):
+        raise UsageError(
+            f"workload {workload.name!r}: conversations of {workload.turns} turns are paced by "
+            "their streams and think time (each turn waits for the answer before it), so a "
+            "request rate (request_rate, rate_ladder, --request-rate) would change nothing",
+            hint="set the load with streams: concurrency or concurrency_ladder in [workload], "
+            "--concurrency with tuner load; for Poisson arrivals take a preset of single "
+            "requests (turns = 1)",
+        )
 
 
 def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
@@ -328,20 +345,23 @@ def _plan_trace(
     if workload.arrival != "trace":
         rng = np.random.default_rng([workload.seed, seed, 3])
         rows = [ordered[int(i)] for i in rng.integers(0, len(ordered), count)]
-        rate = None
-        if workload.arrival == "poisson":
-            rate = workload.request_rate or (
-                (len(ordered) - 1) / span if span > 0 else float(len(ordered))
-            )
+        # Poisson at request_rate (the trace's mean rate unless given: apply_replay's)
+        rate = workload.request_rate if workload.arrival == "poisson" else None
         arrivals = _poisson_arrivals(rng, rate, count)
         return [_trace_request(r, shared, a, phase) for r, a in zip(rows, arrivals, strict=True)]
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
+
+    def start(cycle: int) -> float:
+        # A cycle's offset; the first has none, even where span + gap overflows (0 x inf: nan).
+        return cycle * (span + gap) if cycle else 0.0
+
     cycles, row = divmod(max(count - 1, 0), len(ordered))
-    end = ordered[row].arrival_s - first + cycles * (span + gap)  # the last request's arrival
+    end = ordered[row].arrival_s - first + start(cycles)  # the last request's arrival
     if timed and end > MAX_WINDOW_S:  # a warm-up sends its rows at once: no clock to wait for
+        hours = f"{end / 3600:,.1f}" if end < 1e9 else f"{end / 3600:.3g}"
         raise UsageError(
             f"workload {workload.name!r}: a window of {count} requests would replay "
-            f"{end / 3600:,.1f} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
+            f"{hours} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
             hint="check the trace's time unit; or replay a part (start_s, end_s, "
             "max_requests, or fewer requests a window) or faster (speed): [workload] in a "
             "spec, --workload-set with tuner load",
@@ -351,7 +371,7 @@ def _plan_trace(
     for i in range(count):
         cycle, row = divmod(i, len(ordered))
         r = ordered[row]
-        p = _trace_request(r, shared, r.arrival_s - first + cycle * (span + gap), phase)
+        p = _trace_request(r, shared, r.arrival_s - first + start(cycle), phase)
         if r.session is not None:
             # Each cycle is a new conversation: its own stream, so it repeats no earlier cycle.
             session = f"{r.session}#{cycle}" if cycle else r.session
