@@ -439,6 +439,19 @@ def test_cli_source_url_that_cannot_be_used_hints_at_the_source(
     assert not target.exists()
 
 
+def test_cli_source_that_is_not_a_sqlite_file_says_so(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_env_db: None,
+) -> None:
+    """As `tuner db current` and the other commands say it of --storage."""
+    text = tmp_path / "notes.db"
+    text.write_text("hello\n")
+    code, _out, err = cli(monkeypatch, capsys, str(text), "--storage", url(tmp_path / "t.db"))
+    assert code == 2 and f"source database {text}: it is not a SQLite database" in err
+
+
 def test_cli_json_summary(
     source: Path,
     tmp_path: Path,

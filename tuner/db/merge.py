@@ -41,6 +41,7 @@ from tuner.db.names import check_suffix
 from tuner.db.session import (
     URL_EXAMPLES,
     make_engine,
+    not_sqlite,
     optuna_engine_kwargs,
     safe_url,
     session_scope,
@@ -304,6 +305,8 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
         if path is None:
             raise storage_error(e, url, _SOURCE_HINT) from e
         text = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+        if not_sqlite(url) is not None:
+            text = "it is not a SQLite database"
         raise UsageError(
             f"cannot read source database {path}: {text}",
             hint="pass a SQLite file written by tuner; on read-only media, copy it off first",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -125,6 +125,26 @@ def revision_of(connection: Connection) -> str | None:
     """The revision recorded in tuner's version table, or None."""
     context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()
+
+
+def holdings(url: str) -> str:
+    """What database ``url`` holds, in words after its name, for one with no tuner revision
+    (:func:`current_revision` is None): see :func:`_holdings`."""
+    with _connection(url) as connection:
+        return _holdings(inspect(connection).get_table_names())
+
+
+def _holdings(tables: Iterable[str]) -> str:
+    """It "is empty", it "has no tuner tables (2 other tables)" (Optuna's, or another
+    application's), or it "has tuner tables [...] but no revision record"."""
+    tables = list(tables)
+    leftovers = sorted(t for t in tables if _ours(t))
+    if leftovers:
+        return f"has tuner tables {leftovers} but no revision record"
+    others = [t for t in tables if t != VERSION_TABLE]  # its version table, emptied
+    if not others:
+        return "is empty"
+    return f"has no tuner tables ({len(others)} other table{'' if len(others) == 1 else 's'})"
 
 
 def check_alembic_version(connection: Connection, url: str) -> None:
@@ -240,11 +260,9 @@ def ensure_ready(url: str, auto_upgrade: bool = True) -> None:
                 current = revision_of(connection)
                 tables = set(inspect(connection).get_table_names())
             if current is None:
-                leftovers = sorted(t for t in tables if _ours(t))
-                if leftovers:
+                if any(_ours(t) for t in tables):
                     raise StorageError(
-                        f"database {safe_url(url)} has tuner tables {leftovers} but no revision "
-                        "record",
+                        f"database {safe_url(url)} {_holdings(tables)}",
                         hint="move them out of the way (or use a new database), then "
                         + upgrade_hint(url),
                     )

@@ -75,6 +75,24 @@ def optuna_rdb(url: str, **options: Any) -> Any:
         ) from None
 
 
+def not_sqlite(url: str | URL) -> Path | None:
+    """The file a ``sqlite:///`` URL names when it holds something that is not a SQLite
+    database (it does not start with SQLite's header); None for anything else, an empty file
+    (which SQLite makes a database of) included."""
+    path = sqlite_file(url)
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except OSError:
+        return None
+    return path if head and head != _SQLITE_HEADER else None
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
 def make_engine(url: str, url_hint: str = _URL_HINT) -> Engine:
     """An engine for ``url``; for a SQLite file, create its directory and set WAL mode,
     a busy timeout and foreign-key enforcement on every connection.
@@ -163,6 +181,11 @@ def storage_error(error: BaseException, url: str | URL, url_hint: str = _URL_HIN
         hint = "the database has no tuner tables yet: run `tuner db upgrade`"
     elif "database is locked" in lowered or "deadlock" in lowered:
         hint = "another process held the database too long; retry, or use another database"
+    elif "file is not a database" in lowered and (path := not_sqlite(url)) is not None:
+        return StorageError(
+            f"database {safe_url(url)}: file {path} is not a SQLite database",
+            hint=url_hint,
+        )
     elif "malformed" in lowered or "file is not a database" in lowered:
         hint = DAMAGED_HINT
     elif "unable to open database" in lowered or "readonly" in lowered:
