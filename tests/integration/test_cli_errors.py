@@ -230,6 +230,40 @@ def test_a_reading_command_leaves_an_empty_database_file_as_it_was(
     assert empty.stat().st_size == 0 and not missing.exists()
 
 
+def test_db_current_says_what_a_database_without_tuner_tables_holds(tmp_path: Path) -> None:
+    """Not "at nothing (empty)" for another application's tables, nor "damaged" for a file
+    that never was a database."""
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+    from tuner.db.migrate import head_revision
+
+    other, blank, text = tmp_path / "other.db", tmp_path / "blank.db", tmp_path / "notes.db"
+    with sqlite3.connect(other) as conn:
+        conn.executescript("CREATE TABLE users (id); CREATE TABLE orders (id);")
+    conn.close()
+    with sqlite3.connect(blank) as conn:
+        conn.execute("PRAGMA user_version = 1")  # a SQLite file with no table at all
+    conn.close()
+    text.write_text("hello\n")
+
+    def current(path: Path) -> str:
+        run = CliRunner().invoke(app, ["db", "current", "--storage", f"sqlite:///{path}"])
+        return " ".join((run.output or str(run.exception)).split())
+
+    assert current(other) == (
+        f"sqlite:///{other}: at nothing (database {other} has no tuner tables "
+        f"(2 other tables)), head {head_revision()}"
+    )
+    assert current(blank).endswith(
+        f"at nothing (database {blank} is empty), head {head_revision()}"
+    )
+    said = current(text)
+    assert f"file {text} is not a SQLite database" in said and "damaged" not in said
+
+
 def test_a10g_on_this_machine_fails_at_once(outcomes: dict[str, Outcome]) -> None:
     detected = detect_gpus()
     if match_detected(get_gpu("a10g"), [g.name for g in detected]):

@@ -14,6 +14,7 @@ from tuner.db.models import VERSION_TABLE
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import ServingConfig, TrialStatus
+from tuner.errors import StorageError
 
 
 @pytest.fixture(autouse=True)
@@ -119,3 +120,62 @@ def test_tuner_downgrade_leaves_optuna_alone(url: str) -> None:
     assert _optuna_trials(url, "keep-me") == 3
     migrate.upgrade(url)
     migrate.ensure_current(url)
+
+
+def _another_apps_database(url: str, revision: str | None = "1a2b3c4d5e6f") -> None:
+    """A database where another application keeps its Alembic history in alembic_version."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
+            if revision is not None:
+                conn.execute(text("INSERT INTO alembic_version VALUES (:r)"), {"r": revision})
+            conn.execute(text("CREATE TABLE users (id INTEGER PRIMARY KEY)"))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("revision", ["1a2b3c4d5e6f", None])
+def test_another_applications_alembic_version_is_refused_before_anything_is_created(
+    url: str, revision: str | None
+) -> None:
+    """`tuner run` (ensure_ready), `db upgrade`, `db current` and the worker's check all
+    refuse it with one message, and leave the database as it was: Optuna would have created
+    its tables, then refused (or stamped) the other application's alembic_version."""
+    _another_apps_database(url, revision)
+    before = set(_tables(url))
+    for step in (
+        lambda: migrate.ensure_ready(url),
+        lambda: migrate.ensure_ready(url, auto_upgrade=False),
+        lambda: migrate.upgrade(url),
+        lambda: migrate.current_revision(url),
+    ):
+        with pytest.raises(StorageError) as err:
+            step()
+        assert "belongs to another application" in err.value.message
+        assert "database of its own" in err.value.hint
+    assert set(_tables(url)) == before == {"alembic_version", "users"}
+
+
+def test_a_newer_optunas_revision_keeps_optunas_own_message(url: str) -> None:
+    """Optuna's revisions, a newer Optuna's included, are not another application's: the
+    tables Optuna is missing are set up through optuna_rdb, which says which Optuna to use."""
+    _run_optuna(url, "newer")
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'v9.0.0.a'"))
+        conn.execute(text("DROP TABLE version_info"))  # so that tuner sets Optuna's tables up
+    engine.dispose()
+    with pytest.raises(StorageError) as err:  # not Optuna's RuntimeError and its traceback
+        migrate.ensure_ready(url)
+    assert "belongs to another application" not in err.value.message
+    assert "another Optuna" in err.value.hint
+
+
+def _tables(url: str) -> list[str]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return inspect(conn).get_table_names()
+    finally:
+        engine.dispose()

@@ -425,6 +425,33 @@ def test_cli_bad_sources_exit_2_and_say_why(
     assert not target.exists()
 
 
+def test_cli_source_url_that_cannot_be_used_hints_at_the_source(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_env_db: None,
+) -> None:
+    """The bad URL is the SOURCE argument: the hint is about it, not about --storage."""
+    target = tmp_path / "central.db"
+    code, _out, err = cli(monkeypatch, capsys, "bogus://x", "--storage", url(target))
+    assert code == 3 and "cannot use database bogus://x" in err
+    assert "pass as SOURCE" in err and "--storage" not in err
+    assert not target.exists()
+
+
+def test_cli_source_that_is_not_a_sqlite_file_says_so(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_env_db: None,
+) -> None:
+    """As `tuner db current` and the other commands say it of --storage."""
+    text = tmp_path / "notes.db"
+    text.write_text("hello\n")
+    code, _out, err = cli(monkeypatch, capsys, str(text), "--storage", url(tmp_path / "t.db"))
+    assert code == 2 and f"source database {text}: it is not a SQLite database" in err
+
+
 def test_cli_json_summary(
     source: Path,
     tmp_path: Path,

@@ -185,6 +185,20 @@ def test_storage_in_an_empty_file_is_noted_and_left_empty(tmp_path: Path) -> Non
     assert empty.stat().st_size == 0 and sorted(tmp_path.iterdir()) == [empty]  # doctor only looks
 
 
+def test_storage_whose_alembic_version_is_another_applications_is_a_problem(
+    tmp_path: Path,
+) -> None:
+    """Not "ok (no tuner tables yet)": `tuner run` refuses that database."""
+    db = tmp_path / "app.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+        conn.execute("INSERT INTO alembic_version VALUES ('1a2b3c4d5e6f')")
+    conn.close()
+    facts = gather_storage(f"sqlite:///{db}")
+    assert facts.problem is not None and "another application" in facts.problem.what
+    assert "database of its own" in facts.problem.fix
+
+
 def test_ports_are_taken_and_bound_like_trials_do() -> None:
     facts = gather_ports()
     assert facts.error is None and len(set(facts.checked)) == 3

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import exc as sa_exc
 
+from tuner.db.migrate import check_integrity
 from tuner.db.session import default_url, make_engine, safe_url, storage_error
 from tuner.errors import StorageError
 
@@ -72,3 +73,20 @@ def test_storage_error_hints(message: str, hint_part: str) -> None:
     assert "secret" not in translated.message
     assert hint_part in translated.hint
     assert translated.exit_code == 3
+
+
+def test_a_file_that_is_not_a_sqlite_database_is_not_called_damaged(tmp_path: Path) -> None:
+    """SQLite says "file is not a database" of a text file and of a damaged header alike: a
+    file without SQLite's header was never a database, so nothing is to be restored."""
+    text = tmp_path / "notes.db"
+    text.write_text("hello\n")
+    error = sa_exc.OperationalError("PRAGMA", {}, Exception("file is not a database"))
+    translated = storage_error(error, f"sqlite:///{text}")
+    assert f"file {text} is not a SQLite database" in translated.message
+    assert "damaged" not in translated.hint and "--storage" in translated.hint
+    with pytest.raises(StorageError, match="is not a SQLite database"):
+        check_integrity(f"sqlite:///{text}")
+    # A SQLite file (its header intact) that SQLite refuses is still damaged.
+    real = tmp_path / "real.db"
+    real.write_bytes(b"SQLite format 3\x00" + b"\xff" * 100)
+    assert "damaged" in storage_error(error, f"sqlite:///{real}").hint

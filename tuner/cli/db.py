@@ -91,7 +91,14 @@ def db_upgrade(storage: StorageOpt = None) -> None:
 
 def db_current(storage: StorageOpt = None) -> None:
     """Print the schema revision of tuner's tables."""
-    from tuner.db import check_integrity, current_revision, head_revision
+    from tuner.db import (
+        check_integrity,
+        current_revision,
+        head_revision,
+        holdings,
+        safe_url,
+        sqlite_file,
+    )
     from tuner.doctor.checks import blank_sqlite_file
 
     url = storage_url(storage)
@@ -100,7 +107,11 @@ def db_current(storage: StorageOpt = None) -> None:
         out.print(f"{url}: at nothing (database {blank[0]} {blank[1]}), head {head_revision()}")
         return
     check_integrity(url)
-    out.print(f"{url}: at {current_revision(url) or 'nothing (empty)'}, head {head_revision()}")
+    revision = current_revision(url)
+    if revision is None:
+        where = sqlite_file(url) or safe_url(url)
+        revision = f"nothing (database {where} {holdings(url)})"
+    out.print(f"{url}: at {revision}, head {head_revision()}")
 
 
 def db_merge(

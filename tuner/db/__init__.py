@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         ensure_current,
         ensure_ready,
         head_revision,
+        holdings,
         upgrade,
     )
     from tuner.db.models import StudyModel
@@ -55,6 +56,7 @@ __all__ = [
     "ensure_current",
     "ensure_ready",
     "head_revision",
+    "holdings",
     "make_engine",
     "merge_databases",
     "name_problem",

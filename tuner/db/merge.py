@@ -39,7 +39,9 @@ from tuner.db.models import (
 )
 from tuner.db.names import check_suffix
 from tuner.db.session import (
+    URL_EXAMPLES,
     make_engine,
+    not_sqlite,
     optuna_engine_kwargs,
     safe_url,
     session_scope,
@@ -264,10 +266,16 @@ def _read_only(path: Path | None) -> dict[str, Any]:
     return {"creator": connect}
 
 
+# The source is merge's SOURCE argument, not --storage (the target).
+_SOURCE_HINT = (
+    f"pass as SOURCE the SQLite file a study wrote, or a database URL, e.g. {URL_EXAMPLES}"
+)
+
+
 def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> Source:
     """All of the source's tuner rows, after checking its revision."""
     where = safe_url(url)
-    engine = create_engine("sqlite://", **engine_kwargs) if path else make_engine(url)
+    engine = create_engine("sqlite://", **engine_kwargs) if path else make_engine(url, _SOURCE_HINT)
     try:
         with engine.connect() as connection:
             if problems := migrate.damage(connection):
@@ -295,8 +303,10 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
             )
     except sa_exc.SQLAlchemyError as e:
         if path is None:
-            raise storage_error(e, url) from e
+            raise storage_error(e, url, _SOURCE_HINT) from e
         text = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+        if not_sqlite(url) is not None:
+            text = "it is not a SQLite database"
         raise UsageError(
             f"cannot read source database {path}: {text}",
             hint="pass a SQLite file written by tuner; on read-only media, copy it off first",

@@ -11,8 +11,9 @@ checkout run in place (``pythonpath``, an editable install) reads ``alembic/`` i
 
 from __future__ import annotations
 
+import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -27,7 +28,7 @@ from sqlalchemy import Connection, inspect, text
 from sqlalchemy import exc as sa_exc
 
 from tuner.db.models import TABLE_PREFIX, VERSION_TABLE
-from tuner.db.session import DAMAGED_HINT, make_engine, safe_url, storage_error
+from tuner.db.session import DAMAGED_HINT, make_engine, optuna_rdb, safe_url, storage_error
 from tuner.errors import StorageError
 
 
@@ -43,6 +44,9 @@ def upgrade_hint(url: str) -> str:
 _SETUP_LOCK = 0x74756E6572  # "tuner"
 # Present once Optuna's RDBStorage has set up its schema (and stamped its own alembic_version).
 _OPTUNA_TABLES = frozenset({"studies", "trials", "version_info", "alembic_version"})
+# Optuna's revisions, this Optuna's and a newer one's: v3.2.0.a and the like. Another
+# application's Alembic revisions are hex ids (1a2b3c4d5e6f) or names of its own.
+_OPTUNA_REVISION = re.compile(r"v\d+\.\d+\.\d+\.[a-z]")
 
 
 def script_dirs() -> tuple[Path, Path]:
@@ -108,8 +112,12 @@ def known_revisions() -> set[str]:
 
 
 def current_revision(url: str) -> str | None:
-    """The revision the database is at, or None when tuner's tables were never created."""
+    """The revision the database is at, or None when tuner's tables were never created.
+
+    Raises StorageError for a database whose ``alembic_version`` another application keeps
+    (:func:`check_alembic_version`)."""
     with _connection(url) as connection:
+        check_alembic_version(connection, url)
         return revision_of(connection)
 
 
@@ -117,6 +125,54 @@ def revision_of(connection: Connection) -> str | None:
     """The revision recorded in tuner's version table, or None."""
     context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()
+
+
+def holdings(url: str) -> str:
+    """What database ``url`` holds, in words after its name, for one with no tuner revision
+    (:func:`current_revision` is None): see :func:`_holdings`."""
+    with _connection(url) as connection:
+        return _holdings(inspect(connection).get_table_names())
+
+
+def _holdings(tables: Iterable[str]) -> str:
+    """It "is empty", it "has no tuner tables (2 other tables)" (Optuna's, or another
+    application's), or it "has tuner tables [...] but no revision record"."""
+    tables = list(tables)
+    leftovers = sorted(t for t in tables if _ours(t))
+    if leftovers:
+        return f"has tuner tables {leftovers} but no revision record"
+    others = [t for t in tables if t != VERSION_TABLE]  # its version table, emptied
+    if not others:
+        return "is empty"
+    return f"has no tuner tables ({len(others)} other table{'' if len(others) == 1 else 's'})"
+
+
+def check_alembic_version(connection: Connection, url: str) -> None:
+    """StorageError when the database's ``alembic_version`` table is another application's.
+
+    That table is Optuna's (tuner keeps its own history in its own table): Optuna would stamp
+    its revision into another application's table, or refuse its revision as a schema of its
+    own it cannot read, after tuner and Optuna had created their tables beside that
+    application's. Optuna writes ``version_info`` before its first revision, and names its
+    revisions v3.2.0.a and the like, a newer Optuna's included (whose database
+    :func:`tuner.db.session.optuna_rdb` refuses with its own message).
+    """
+    tables = set(inspect(connection).get_table_names())
+    if "alembic_version" not in tables:
+        return
+    heads = MigrationContext.configure(connection).get_current_heads()
+    if heads and all(_OPTUNA_REVISION.fullmatch(head) for head in heads):
+        return
+    if not heads and "version_info" in tables:
+        return  # an empty table beside Optuna's: Optuna stamps it as it does a new database
+    held = f"at revision {', '.join(heads)}" if heads else "empty"
+    raise StorageError(
+        f"the alembic_version table of database {safe_url(url)} belongs to another application "
+        f"({held}, not an Optuna revision); Optuna, whose tables tuner keeps beside its own, "
+        "records its schema in that table",
+        hint="give tuner a database of its own (on PostgreSQL, a database or a schema of its "
+        "own) and pass it with --storage or TUNER_DB_URL",
+    )
 
 
 def check_integrity(url: str) -> None:
@@ -154,6 +210,7 @@ def downgrade(url: str, revision: str) -> None:
 def _run(url: str, direction: str, revision: str) -> None:
     config = _config()
     with _connection(url) as connection:
+        check_alembic_version(connection, url)
         current = revision_of(connection)
         if current is not None and current not in known_revisions():
             raise _unknown_revision(url, current)
@@ -199,14 +256,13 @@ def ensure_ready(url: str, auto_upgrade: bool = True) -> None:
     if auto_upgrade:
         with _setup_lock(url):
             with _connection(url) as connection:
+                check_alembic_version(connection, url)
                 current = revision_of(connection)
                 tables = set(inspect(connection).get_table_names())
             if current is None:
-                leftovers = sorted(t for t in tables if _ours(t))
-                if leftovers:
+                if any(_ours(t) for t in tables):
                     raise StorageError(
-                        f"database {safe_url(url)} has tuner tables {leftovers} but no revision "
-                        "record",
+                        f"database {safe_url(url)} {_holdings(tables)}",
                         hint="move them out of the way (or use a new database), then "
                         + upgrade_hint(url),
                     )
@@ -240,10 +296,7 @@ def _setup_lock(url: str) -> Iterator[None]:
 
 def _create_optuna_tables(url: str) -> None:
     """Let Optuna create its tables now, under the set-up lock, rather than on first use."""
-    import optuna  # only needed by a database without Optuna's tables
-
-    storage = optuna.storages.RDBStorage(url)
-    storage.engine.dispose()
+    optuna_rdb(url).engine.dispose()
 
 
 def _ours(table: str | None) -> bool:

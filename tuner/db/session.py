@@ -28,10 +28,8 @@ DAMAGED_HINT = (
     "the database file is damaged: restore it from a copy (`sqlite3 FILE .recover` may save "
     "what is left)"
 )
-_URL_HINT = (
-    f"pass --storage or set {ENV_URL}, e.g. sqlite:///path/to/tuner.db or "
-    "postgresql+psycopg://user:password@host/dbname"
-)
+URL_EXAMPLES = "sqlite:///path/to/tuner.db or postgresql+psycopg://user:password@host/dbname"
+_URL_HINT = f"pass --storage or set {ENV_URL}, e.g. {URL_EXAMPLES}"
 
 
 def default_url() -> str:
@@ -77,17 +75,36 @@ def optuna_rdb(url: str, **options: Any) -> Any:
         ) from None
 
 
-def make_engine(url: str) -> Engine:
+def not_sqlite(url: str | URL) -> Path | None:
+    """The file a ``sqlite:///`` URL names when it holds something that is not a SQLite
+    database (it does not start with SQLite's header); None for anything else, an empty file
+    (which SQLite makes a database of) included."""
+    path = sqlite_file(url)
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except OSError:
+        return None
+    return path if head and head != _SQLITE_HEADER else None
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def make_engine(url: str, url_hint: str = _URL_HINT) -> Engine:
     """An engine for ``url``; for a SQLite file, create its directory and set WAL mode,
     a busy timeout and foreign-key enforcement on every connection.
 
-    Raises StorageError for a malformed URL or a database driver that is not installed.
+    Raises StorageError for a malformed URL or a database driver that is not installed, with
+    ``url_hint`` (where the URL came from, and what one looks like) where the URL is to blame.
     Nothing connects yet: unreachable servers show up at the first query.
     """
     try:
         parsed = make_url(url)
     except sa_exc.ArgumentError as e:
-        raise StorageError(f"not a database URL: {url!r}", hint=_URL_HINT) from e
+        raise StorageError(f"not a database URL: {url!r}", hint=url_hint) from e
     path = sqlite_file(parsed)
     if path is not None:
         try:
@@ -95,12 +112,12 @@ def make_engine(url: str) -> Engine:
         except OSError as e:
             raise StorageError(
                 f"cannot create the directory for database {parsed.database}: {e}",
-                hint="pick a writable location: " + _URL_HINT,
+                hint="pick a writable location: " + url_hint,
             ) from e
     try:
         engine = create_engine(parsed)
     except (sa_exc.NoSuchModuleError, ImportError) as e:
-        hint = _URL_HINT
+        hint = url_hint
         if parsed.get_backend_name() == "postgresql":
             hint = "install the PostgreSQL driver: pip install 'tuner[postgres]'"
         raise StorageError(f"cannot use database {safe_url(parsed)}: {e}", hint=hint) from e
@@ -155,20 +172,26 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         session.close()
 
 
-def storage_error(error: BaseException, url: str | URL) -> StorageError:
-    """Translate a database error into a StorageError whose hint says what to do next."""
+def storage_error(error: BaseException, url: str | URL, url_hint: str = _URL_HINT) -> StorageError:
+    """Translate a database error into a StorageError whose hint says what to do next
+    (``url_hint`` as :func:`make_engine` takes it)."""
     text = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
     lowered = text.lower()
     if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
         hint = "the database has no tuner tables yet: run `tuner db upgrade`"
     elif "database is locked" in lowered or "deadlock" in lowered:
         hint = "another process held the database too long; retry, or use another database"
+    elif "file is not a database" in lowered and (path := not_sqlite(url)) is not None:
+        return StorageError(
+            f"database {safe_url(url)}: file {path} is not a SQLite database",
+            hint=url_hint,
+        )
     elif "malformed" in lowered or "file is not a database" in lowered:
         hint = DAMAGED_HINT
     elif "unable to open database" in lowered or "readonly" in lowered:
         hint = "check that the database file and its directory exist and are writable"
     elif isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError):
-        hint = f"check that the database is reachable; {_URL_HINT}"
+        hint = f"check that the database is reachable; {url_hint}"
     else:
         hint = "this looks like a bug in tuner or a database changed by hand; please report it"
     return StorageError(f"database error ({safe_url(url)}): {text}", hint=hint)
