@@ -199,6 +199,19 @@ def test_storage_whose_alembic_version_is_another_applications_is_a_problem(
     assert "database of its own" in facts.problem.fix
 
 
+def test_storage_with_tuner_tables_but_no_revision_is_a_problem(tmp_path: Path) -> None:
+    """A half-made or half-dropped schema: `tuner run` refuses it (it cannot tell what its
+    tables hold), so doctor does not call it "ok (no tuner tables yet)"."""
+    db = tmp_path / "half.db"
+    upgrade(f"sqlite:///{db}")
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"DROP TABLE {VERSION_TABLE}")
+    conn.close()
+    facts = gather_storage(f"sqlite:///{db}")
+    assert facts.problem is not None and "but no revision record" in facts.problem.what
+    assert "move them out of the way" in facts.problem.fix
+
+
 def test_ports_are_taken_and_bound_like_trials_do() -> None:
     facts = gather_ports()
     assert facts.error is None and len(set(facts.checked)) == 3

@@ -458,6 +458,9 @@ def test_a_study_that_failed_to_run_says_why_in_the_api_the_page_and_tuner_studi
         listed = c.get("/v1/studies").json()["items"]
         assert listed[0]["failure"] == {"message": message, "hint": hint}
         page = c.get("/ui/studies/nowhere").text
+        listing = c.get("/ui/").text  # the overview's list of studies says why too
+    assert 'class="muted failure-reason">--gpu h200 asks for' in listing
+    assert "<b>no</b>" not in listing and "&lt;b&gt;no&lt;/b&gt;" in listing
     assert "<b>no</b>" not in page and "&lt;b&gt;no&lt;/b&gt;" in page
     assert 'id="study-failure"' in page and f"hint: {hint}" in page
     run = CliRunner().invoke(app, ["studies", "--storage", url])

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tuner.db.merge_plan import study_run_tag
     from tuner.db.migrate import (
         check_integrity,
+        check_leftovers,
         current_revision,
         ensure_current,
         ensure_ready,
@@ -48,6 +49,7 @@ __all__ = [
     "TrialPhase",
     "TrialRow",
     "check_integrity",
+    "check_leftovers",
     "check_study_name",
     "current_revision",
     "decode_result",

@@ -147,6 +147,21 @@ def _holdings(tables: Iterable[str]) -> str:
     return f"has no tuner tables ({len(others)} other table{'' if len(others) == 1 else 's'})"
 
 
+def check_leftovers(url: str, tables: Iterable[str] | None = None) -> None:
+    """StorageError when the database at ``url`` (whose ``tables`` these are, read when None)
+    has tuner tables but no revision record: tuner cannot tell what they hold, so it neither
+    upgrades nor uses them."""
+    if tables is None:
+        with _connection(url) as connection:
+            tables = inspect(connection).get_table_names()
+    tables = list(tables)
+    if any(_ours(t) for t in tables):
+        raise StorageError(
+            f"database {safe_url(url)} {_holdings(tables)}",
+            hint="move them out of the way (or use a new database), then " + upgrade_hint(url),
+        )
+
+
 def check_alembic_version(connection: Connection, url: str) -> None:
     """StorageError when the database's ``alembic_version`` table is another application's.
 
@@ -260,12 +275,7 @@ def ensure_ready(url: str, auto_upgrade: bool = True) -> None:
                 current = revision_of(connection)
                 tables = set(inspect(connection).get_table_names())
             if current is None:
-                if any(_ours(t) for t in tables):
-                    raise StorageError(
-                        f"database {safe_url(url)} {_holdings(tables)}",
-                        hint="move them out of the way (or use a new database), then "
-                        + upgrade_hint(url),
-                    )
+                check_leftovers(url, tables)
                 upgrade(url)
             if _OPTUNA_TABLES - tables:
                 _create_optuna_tables(url)

@@ -43,7 +43,14 @@ class PortFacts:
 
 def gather_storage(url: str) -> StorageFacts:
     """The schema revision of tuner's tables at ``url``; never creates a database."""
-    from tuner.db import check_integrity, current_revision, ensure_current, head_revision, safe_url
+    from tuner.db import (
+        check_integrity,
+        check_leftovers,
+        current_revision,
+        ensure_current,
+        head_revision,
+        safe_url,
+    )
 
     where = safe_url(url)
     try:
@@ -58,6 +65,7 @@ def gather_storage(url: str) -> StorageFacts:
         check_integrity(url)  # a damaged file is not "at revision N", as `tuner db current` says
         revision = current_revision(url)
         if revision is None:
+            check_leftovers(url)  # tables `tuner run` would refuse are no "not yet"
             return StorageFacts(
                 where, None, head, note="no tuner tables yet: `tuner run` adds them"
             )
