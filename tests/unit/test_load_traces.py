@@ -158,6 +158,22 @@ def test_poisson_arrivals_of_a_trace_state_the_rate_they_are_drawn_at() -> None:
     check_workload(poisson.replace(rate_ladder=(1.0, 4.0)))
 
 
+def test_a_request_rate_for_a_trace_at_its_own_times_or_closed_is_refused() -> None:
+    """A trace replayed at its own times (or in a closed loop) ignored a request rate, and its
+    load points and a study's windows were labelled with that rate all the same."""
+    from tuner.load.workloads import check_workload
+
+    name = f"mooncake:{TRACES / 'mooncake.jsonl'}"
+    for arrival, how in (("trace", "replays the trace's own times"), ("closed", "closed loop")):
+        load = get_workload(name, {"arrival": arrival})
+        for rated in (load.replace(request_rate=5.0), load.replace(rate_ladder=(1.0, 4.0))):
+            with pytest.raises(UsageError, match=how) as info:
+                check_workload(rated)
+            assert "arrival = 'poisson'" in (info.value.hint or "")
+        check_workload(load)  # without a rate, as before
+    check_workload(get_workload(name, {"arrival": "poisson", "request_rate": 5.0}))
+
+
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [

@@ -227,6 +227,15 @@ def check_workload(workload: Workload) -> None:
             hint="give a rate ladder (rate_ladder in [workload], --request-rate with tuner "
             "load), or arrival = 'closed' for a closed loop of streams",
         )
+    rated = workload.rate_ladder or workload.request_rate is not None
+    if workload.trace is not None and workload.arrival != "poisson" and rated:
+        how = "replays the trace's own times" if workload.arrival == "trace" else "is a closed loop"
+        raise UsageError(
+            f"workload {workload.name!r}: arrival = {workload.arrival!r} {how}, so a request "
+            "rate (request_rate, rate_ladder) would change nothing but the labels",
+            hint="set arrival = 'poisson' to draw the trace's rows at that rate, as `tuner load "
+            "--request-rate` and vllm bench serve's --request-rate do",
+        )
 
 
 def check_shapes(workload: Workload) -> None:
