@@ -106,8 +106,10 @@ def resolve_workload(
             hint="give the workload a ladder, e.g. [workload] concurrency_ladder = [4, 16, 64] "
             "or rate_ladder = [1.0, 2.0, 4.0] in the spec",
         )
-    # One offered load, at however many caps on requests in flight (a trace's own times).
-    one_rate = not workload.rate_ladder and all(p.open_loop for p in workload.load_points())
+    # One offered load, at however many caps on requests in flight (a trace's own times), or
+    # a rate ladder of one rate: no higher load can show where the server stops keeping up.
+    points = workload.load_points()
+    one_rate = all(p.open_loop for p in points) and len({p.request_rate for p in points}) == 1
     if spec.objective is Objective.COST and one_rate:
         raise UsageError(
             f"the cost objective ranks by throughput per GPU, but workload {workload.name!r} "

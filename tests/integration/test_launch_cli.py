@@ -26,7 +26,7 @@ from tests.studykit import processes_mentioning
 from tuner.db.migrate import upgrade
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
-from tuner.domain import Provenance, ServingConfig
+from tuner.domain import Objective, Provenance, ServingConfig
 from tuner.load.workloads import get_workload
 from tuner.runner.ports import free_port
 from tuner.runner.procgroup import group_members
@@ -54,10 +54,14 @@ def insert_measured_study(
     extra_args: Sequence[str] = (),
     fresh_runner: bool = False,
     workload_overrides: Mapping[str, Any] | None = None,
+    rate_ladder: Sequence[float] = (),
 ) -> Repository:
     """A finished study whose trials (numbered from 0) are complete, with metrics from the
     in-process FakeRunner, as if measured on this CPU with ``vllm_version``. With
-    ``fresh_runner`` each trial gets a new FakeRunner: equal configurations measure the same."""
+    ``fresh_runner`` each trial gets a new FakeRunner: equal configurations measure the same.
+    A ``rate_ladder`` is measured (a load curve of request rates) and stored with the spec."""
+    if rate_ladder:
+        workload_overrides = {**(workload_overrides or {}), "rate_ladder": list(rate_ladder)}
     upgrade(db_url)
     repo = Repository(make_engine(db_url))
     repo.create_study(
@@ -75,7 +79,8 @@ def insert_measured_study(
         n_trials_requested=len(configs),
         status="finished",
     )
-    shape = get_workload(workload).replace(requests_per_window=8, windows=3)
+    ladder = {"rate_ladder": tuple(rate_ladder)} if rate_ladder else {}
+    shape = get_workload(workload).replace(requests_per_window=8, windows=3, **ladder)
     runner = FakeRunner()
     for number, config in enumerate(configs):
         runner = FakeRunner() if fresh_runner else runner
@@ -91,7 +96,7 @@ def insert_measured_study(
             ),
         )
         trial_id = repo.start_trial(name, number, config, is_baseline=config.is_default())
-        values = objective_values(result, memory_ceiling_gib=64.0)
+        values = objective_values(result, memory_ceiling_gib=64.0, objective=Objective(objective))
         repo.finish_trial(trial_id, result, 1.0, values)
     return repo
 

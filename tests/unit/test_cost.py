@@ -222,3 +222,49 @@ def test_the_cost_objective_refuses_a_trace_at_its_own_times_at_any_cap(tmp_path
     assert not resolve_workload(closed).open_loop
     ladder = {"arrival": "poisson", "rate_ladder": [5.0, 50.0]}
     assert resolve_workload(dataclasses.replace(spec, workload_overrides=ladder)).rate_ladder
+
+
+def test_a_ladder_the_server_kept_up_with_ranks_on_a_lower_bound(tmp_path: Path) -> None:
+    """A rate ladder whose every rung was served measured only a floor of the capacity: the
+    capacity and cost objectives ranked on it as if it were one, and `tuner best` said nothing."""
+    from typer.testing import CliRunner
+
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.cli.app import app
+
+    url = f"sqlite:///{tmp_path / 'ladder.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    for objective in ("capacity", "cost", "balanced"):
+        insert_measured_study(
+            url,
+            configs,
+            name=objective,
+            gpu="h200",
+            workload="chat-heavy",
+            objective=objective,
+            rate_ladder=(1.0, 2.0),
+        )
+    for objective in ("capacity", "cost"):
+        shown = CliRunner().invoke(app, ["best", objective, "--storage", url])
+        assert shown.exit_code == 0, shown.output
+        text = " ".join(shown.stdout.split())
+        assert f"caution: the {objective} ranking rests on a lower bound" in text
+        assert "the rate_ladder's top rate, 2 req/s" in text
+        assert "add rates above 2 req/s to the rate_ladder" in text
+        assert "concurrency_ladder = [16, 64, 256]" in text  # or a closed-loop capacity
+    other = CliRunner().invoke(app, ["best", "balanced", "--storage", url])
+    assert other.exit_code == 0 and "ranking rests on" not in other.stdout  # not by throughput
+
+
+def test_the_cost_objective_refuses_a_rate_ladder_of_one_rate() -> None:
+    """rate_ladder = [4.0] is one open-loop load, as a request_rate is: it was let through."""
+    from tuner.compose import resolve_workload
+    from tuner.spec.study import StudySpec
+
+    spec = StudySpec(workload="chat-heavy").with_overrides(objective="cost")
+    for ladder in ([4.0], [4.0, 4.0]):
+        one = dataclasses.replace(spec, workload_overrides={"rate_ladder": ladder})
+        with pytest.raises(UsageError, match="one open-loop load"):
+            resolve_workload(one)
+    two = dataclasses.replace(spec, workload_overrides={"rate_ladder": [4.0, 64.0]})
+    assert len(resolve_workload(two).load_points()) == 2

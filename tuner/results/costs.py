@@ -10,9 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner.catalog import GpuPrice, gpu_price
-from tuner.domain import Estimate, WindowMetrics
+from tuner.db import TrialPhase, TrialRow
+from tuner.domain import Estimate, Objective, TrialStatus, WindowMetrics
 from tuner.errors import UsageError
-from tuner.load import load_points, unsaturated
+from tuner.load import load_points, point_label, unsaturated
 from tuner.scoring import trial_cost
 from tuner.spec import FINGERPRINT
 
@@ -73,6 +74,45 @@ def usd_at_most(
     else:
         point = next((p for p in points if p.load == load.median), None)
     return point is not None and unsaturated(point, points, arrivals(spec) is not None)
+
+
+def ranked_on_a_bound(
+    objective: Objective, trial: TrialRow, rows: Sequence[TrialRow], spec: Mapping[str, Any] | None
+) -> str:
+    """Why a capacity or cost ranking whose pick is ``trial`` (of the study's ``rows``) rests on
+    a lower bound, with what to measure instead: the throughput it ranks by was read at an
+    open-loop load the server kept up with (:func:`usd_at_most`): the top rate of a rate ladder
+    whose every rung was served, or the workload's one open-loop load. The configurations that
+    kept up all serve that load: their order is noise. "" otherwise."""
+    if objective not in (Objective.CAPACITY, Objective.COST):
+        return ""
+    if not usd_at_most(trial.metrics, trial.windows, spec or {}):
+        return ""
+    measured = [
+        r for r in rows if r.status is TrialStatus.COMPLETE and r.phase is TrialPhase.SEARCH
+    ]
+    kept = sum(usd_at_most(r.metrics, r.windows, spec or {}) for r in measured)
+    points = load_points(trial.windows)
+    top = max(points, key=lambda p: p.load)
+    timed = arrivals(spec)
+    label = point_label(
+        top.concurrency, top.request_rate, timed == "trace", trace_poisson=timed == "poisson"
+    )
+    ladder = len(points) > 1 and top.request_rate is not None
+    where = f"the rate_ladder's top rate, {label}" if ladder else f"its one open-loop load, {label}"
+    fix = (
+        f"add rates above {top.load:g} req/s to the rate_ladder until its top one misses the "
+        f"SLO; or {MEASURE_CAPACITY}"
+        if ladder
+        else MEASURE_CAPACITY
+    )
+    trials = f"{len(measured)} measured trial{'' if len(measured) == 1 else 's'}"
+    return (
+        f"the {objective.value} ranking rests on a lower bound: trial #{trial.number}'s "
+        f"throughput within the SLO was read at {where}, and the server kept up with it "
+        f"({kept} of {trials} did): a server that keeps up serves the load it is sent, not "
+        f"what the GPU can serve, so the configurations that kept up rank by noise; {fix}"
+    )
 
 
 def no_price(gpu: str) -> str:

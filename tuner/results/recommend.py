@@ -61,6 +61,8 @@ class Recommendation:
     # Each cost only an upper bound: read at an open-loop load the server kept up with.
     cost_is_upper_bound: bool = False
     baseline_cost_is_upper_bound: bool = False
+    # Why its capacity or cost ranking rests on a lower bound (costs.ranked_on_a_bound); "".
+    ranking_caveat: str = ""
 
     def render(self) -> str:
         lines = [
@@ -111,6 +113,8 @@ class Recommendation:
                 "medians [range] over the measurement windows of one launch; an effect is only "
                 "what the confirmation below confirms)"
             )
+        if self.ranking_caveat:
+            lines.append(f"  caution: {self.ranking_caveat}")
         if self.windows.any:
             lines.append(f"  caution: trial #{self.trial_number}: {self.windows.explained()}")
         if self.baseline_windows.any and not self.is_baseline:
@@ -256,6 +260,7 @@ def recommendation(
         cost_is_upper_bound=costs.usd_at_most(trial.metrics, trial.windows, row.spec),
         baseline_cost_is_upper_bound=base_trial is not None
         and costs.usd_at_most(base_trial.metrics, base_trial.windows, row.spec),
+        ranking_caveat=costs.ranked_on_a_bound(Objective(row.objective), trial, rows, row.spec),
     )
 
 
