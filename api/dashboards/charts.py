@@ -91,8 +91,11 @@ def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict
             "labels": [p.label for p in priced],
             "front_usd": [p.usd_per_million for p in cost_front],
             "front_p99": [p.p99_ms for p in cost_front],
+            # Per point: only an upper bound (an open-loop load the server kept up with).
+            "at_most": [p.usd_at_most for p in priced],
             **_marks(priced, recommended),
-            "x_title": "$ per 1M output tokens at the SLO's throughput",
+            "x_title": "$ per 1M output tokens at the SLO's throughput"
+            + (" (≤: at most, see below)" if any(p.usd_at_most for p in priced) else ""),
             "y_title": "P99 end-to-end latency (ms)",
             "price": report.price_label,
         },

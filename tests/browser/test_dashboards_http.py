@@ -371,3 +371,39 @@ def test_the_compare_page_says_its_sides_are_medians_and_its_ratio_of_geometric_
     plain_head = other[other.index('id="metrics-table"') : other.index("</thead>")]
     assert "B / A<" in plain_head and "geometric" not in plain_head
     assert "or B median / A median where it stored none" in other
+
+
+def test_an_open_loop_cost_is_labelled_an_upper_bound_on_the_study_page(tmp_path: Path) -> None:
+    """`tuner best` says "at most" of a $/1M read at an open-loop load the server kept up with;
+    the study page drew the same figures as the cost, and ranked a ladder on them unsaid."""
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.domain import ServingConfig
+
+    url = f"sqlite:///{tmp_path / 'open.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(url, configs, name="poisson", gpu="h100", workload="chat-heavy")
+    insert_measured_study(url, configs, name="closed", gpu="h100", workload="chat")
+    repo = insert_measured_study(
+        url,
+        configs,
+        name="ladder",
+        gpu="h100",
+        workload="chat-heavy",
+        objective="capacity",
+        rate_ladder=(1.0, 2.0),
+    )
+    with TestClient(_app(repo, None)) as c:
+        poisson, closed, ladder = (
+            c.get(f"/ui/studies/{n}").text for n in ("poisson", "closed", "ladder")
+        )
+    cost = _chart_data(poisson)["pareto_cost"]
+    assert cost["at_most"] == [True, True] and "at most" in cost["x_title"]
+    note = unescape(poisson[poisson.index('id="cost-bound-note"') :].split("</p>")[0])
+    assert "≤: the $/1M of #0, #1 is at most that" in note
+    assert "the server kept up with an open-loop load" in note and "concurrency_ladder" in note
+    assert "(upper bounds)" in poisson and 'id="ranking-caveat"' not in poisson
+    assert _chart_data(closed)["pareto_cost"]["at_most"] == [False, False]
+    assert "cost-bound-note" not in closed and "(upper bounds)" not in closed
+    caveat = unescape(ladder[ladder.index('id="ranking-caveat"') :].split("</p>")[0])
+    assert "the capacity ranking rests on a lower bound" in caveat
+    assert "add rates above 2 req/s to the rate_ladder" in caveat

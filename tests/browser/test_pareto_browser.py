@@ -61,3 +61,42 @@ def test_both_pareto_fronts_mark_the_defaults_and_the_recommendation(
     grid = page.locator(".grid")
     grid.screenshot(path=str(screenshots / "pareto.png"))
     probe.assert_clean()
+
+
+_HOVER = """id => (document.getElementById(id).data || []).map(t => ({
+    name: t.name, template: t.hovertemplate || "", custom: Array.from(t.customdata || [])}))"""
+
+
+def test_an_open_loop_cost_chart_says_at_most_per_trial(
+    probe: Probe, served: Served, screenshots: Path
+) -> None:
+    """Poisson arrivals the server kept up with: each trial's $/1M is only an upper bound, and
+    the chart showed it as the cost."""
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.domain import ServingConfig
+
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(
+        served.db.url, configs, name="poisson-h100", gpu="h100", workload="chat-heavy"
+    )
+    assert probe.goto("/ui/studies/poisson-h100").status == 200
+    page = probe.page
+    _traces(page, "chart-pareto-cost")
+    traces = {t["name"]: t for t in page.evaluate(_HOVER, "chart-pareto-cost")}
+    for name in ("measured trials", "recommended", "vLLM's defaults"):
+        assert traces[name]["custom"] and set(traces[name]["custom"]) == {"≤ "}, traces[name]
+        assert traces[name]["template"].count("%{customdata}$") == 1
+    title = page.text_content("#chart-pareto-cost .xtitle") or ""
+    assert "at most" in title
+    note = page.inner_text("#cost-bound-note")
+    assert "≤: the $/1M of #0, #1 is at most that" in note
+    page.locator("#chart-pareto-cost").scroll_into_view_if_needed()
+    star = page.locator("#chart-pareto-cost .scatterlayer .trace .point").last.bounding_box()
+    assert star is not None  # plotly's drag layer takes the pointer: move the mouse there
+    page.mouse.move(star["x"] + star["width"] / 2, star["y"] + star["height"] / 2)
+    hover = page.locator("#chart-pareto-cost .hoverlayer .hovertext")
+    hover.wait_for(timeout=5_000)
+    assert "≤ $" in (hover.text_content() or "")
+    card = page.locator("section.card", has=page.locator("#chart-pareto-cost"))
+    card.screenshot(path=str(screenshots / "pareto-cost-open-loop.png"))
+    probe.assert_clean()

@@ -47,15 +47,16 @@
   }
 
   // vLLM's defaults (a black diamond) and the recommendation (a gold star) among a chart's
-  // points: d.baseline / d.recommended are indices into x and y, or null.
-  function marks(d, x, y, text, what) {
+  // points: d.baseline / d.recommended are indices into x and y, or null. ``custom`` (optional,
+  // per point) is what %{customdata} in ``what`` reads.
+  function marks(d, x, y, text, what, custom) {
     const out = [];
     // The diamond is drawn larger, so that a recommendation of the defaults shows both.
     const mark = (i, name, symbol, color, size) => {
       if (i === null || i === undefined) return;
       out.push({
         type: "scatter", mode: "markers", name: name,
-        x: [x[i]], y: [y[i]], text: [text[i]],
+        x: [x[i]], y: [y[i]], text: [text[i]], customdata: [(custom || [])[i] || ""],
         marker: { symbol: symbol, size: size, color: color, line: { width: 1.5, color: "#1e293b" } },
         hovertemplate: esc(name) + ": %{text}<br>" + what + "<br>P99 %{y:.1f} ms<extra></extra>",
       });
@@ -123,12 +124,14 @@
     pareto_cost(el, d) {
       if (!d.numbers.length) return empty(el, esc(d.price || "No measured trial yet."));
       const text = d.numbers.map((n, i) => "#" + n + " " + esc(d.labels[i]));
+      // "≤" where a cost is only an upper bound (an open-loop load the server kept up with).
+      const atMost = (d.at_most || []).map((b) => (b ? "≤ " : ""));
       const traces = [
         {
           type: "scatter", mode: "markers", name: "measured trials",
-          x: d.usd, y: d.p99, text: text,
+          x: d.usd, y: d.p99, text: text, customdata: atMost,
           marker: { size: 12, color: COLORS.primary, line: { width: 1, color: "#fff" } },
-          hovertemplate: "%{text}<br>$%{x:.3f} per 1M output tokens<br>P99 %{y:.1f} ms<extra></extra>",
+          hovertemplate: "%{text}<br>%{customdata}$%{x:.3f} per 1M output tokens<br>P99 %{y:.1f} ms<extra></extra>",
         },
         {
           type: "scatter", mode: "lines+markers", name: "Pareto front",
@@ -137,7 +140,7 @@
           marker: { symbol: "circle-open", size: 20, color: COLORS.good, line: { width: 2 } },
           hoverinfo: "skip",
         },
-      ].concat(marks(d, d.usd, d.p99, text, "$%{x:.3f} per 1M"));
+      ].concat(marks(d, d.usd, d.p99, text, "%{customdata}$%{x:.3f} per 1M", atMost));
       Plotly.newPlot(el, traces, layout(d.x_title, d.y_title), CONFIG);
     },
 

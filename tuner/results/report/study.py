@@ -85,8 +85,10 @@ class TrialLine:
     # The measured GPU's joules per output token and watts (None: not measured, e.g. on CPU).
     joules_per_token: float | None = None
     gpu_power_w: float | None = None
-    # $ per 1M output tokens at its SLO throughput and the study's price (None: no price).
+    # $ per 1M output tokens at its SLO throughput and the study's price (None: no price);
+    # only an upper bound where that throughput is an open-loop load (costs.usd_at_most).
     usd_per_million: float | None = None
+    usd_at_most: bool = False
     gpus: int = 1  # GPUs its memory telemetry saw (a CPU trial: one server)
     # [low, high] over the launch's measurement windows of the metrics shown beside their
     # medians (throughput, ttft_p99_ms, e2e_p99_ms), where measured.
@@ -128,6 +130,7 @@ class ParetoPoint:
     # tensor parallelism; a CPU study's is per server).
     per_gpu: float | None = None
     usd_per_million: float | None = None
+    usd_at_most: bool = False  # the $/1M is only an upper bound (costs.usd_at_most)
     # Not dominated on ($/1M output tokens down, P99 down); False without a price.
     on_cost_front: bool = False
     is_baseline: bool = False
@@ -172,6 +175,10 @@ class StudyReport:
     energy_note: str = ""
     # The price per GPU-hour the $ figures assume, with its source, or why there are none.
     price_label: str = ""
+    # Which trials' $/1M are only upper bounds, why, and what to measure; "" when none is.
+    cost_bound_note: str = ""
+    # Why the recommendation's capacity or cost ranking rests on a lower bound; "" if not.
+    ranking_caveat: str = ""
 
 
 @dataclass(frozen=True)
@@ -212,6 +219,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
     out = []
     for t in trials:
         measured = t.status is TrialStatus.COMPLETE and bool(t.objective_values)
+        usd = median(costs.usd(t.metrics, price)) if measured else None
         took = None
         if t.started_at is not None and t.finished_at is not None:
             took = t.finished_at - t.started_at
@@ -239,7 +247,8 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 recommendable=t.config not in broken,
                 joules_per_token=median(t.metrics.get(energy.PER_TOKEN)),
                 gpu_power_w=median(t.metrics.get(energy.POWER)),
-                usd_per_million=median(costs.usd(t.metrics, price)) if measured else None,
+                usd_per_million=usd,
+                usd_at_most=usd is not None and costs.usd_at_most(t.metrics, t.windows, study.spec),
                 gpus=len(t.memory.gpu_peak_bytes) or 1,
                 ranges=_ranges(t),
                 objective_values=tuple(t.objective_values or ()) if measured else (),
@@ -285,6 +294,18 @@ def window_caveat(lines: Sequence[TrialLine]) -> str:
     total = sum((t.windows for t in lines), WindowFlags())
     trials = ", ".join(f"#{t.number} {t.flags}" for t in flagged)
     return f"{total.explained()}: {trials}"
+
+
+def cost_bound_note(lines: Sequence[TrialLine]) -> str:
+    """The trials of ``lines`` whose $/1M is only an upper bound, in one sentence with why and
+    what to measure instead (as `tuner best` says it); "" when none is."""
+    bounded = [f"#{t.number}" for t in lines if t.usd_at_most]
+    if not bounded:
+        return ""
+    return (
+        f"≤: the $/1M of {', '.join(bounded)} is at most that: {costs.OPEN_LOOP}; "
+        f"{costs.MEASURE_CAPACITY}"
+    )
 
 
 def best_line(
@@ -389,6 +410,7 @@ def pareto(lines: Sequence[TrialLine]) -> tuple[ParetoPoint, ...]:
             on,
             per_gpu=(t.throughput or 0.0) / t.gpus,
             usd_per_million=t.usd_per_million,
+            usd_at_most=t.usd_at_most,
             on_cost_front=cheap.get(t.number, False),
             is_baseline=t.is_baseline,
         )
@@ -497,4 +519,8 @@ def study_report(
         window_caveat=window_caveat(lines),
         energy_note=energy_note(trials),
         price_label=price.label() if price is not None else costs.no_price(study.gpu),
+        cost_bound_note=cost_bound_note(lines),
+        ranking_caveat=""
+        if ranked is None
+        else costs.ranked_on_a_bound(study_objective(study), ranked.row, trials, study.spec),
     )
