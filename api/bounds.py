@@ -10,11 +10,14 @@ them with the usual 422: an id or offset beyond what a column holds never reache
 from __future__ import annotations
 
 from itertools import permutations
+from typing import Annotated
 
+from fastapi import Query
 from sqlalchemy import String
 from sqlalchemy.orm import InstrumentedAttribute
 
 from api.errors import bad_request
+from tuner.catalog import MAX_GPU_PRICE
 from tuner.db import StudyModel
 from tuner.domain import Slo
 from tuner.domain.workload import parse_slo
@@ -83,6 +86,20 @@ def slo_query(text: str | None) -> Slo | None:
         return parse_slo(text)
     except ValueError as exc:
         raise bad_request(f"query parameter slo: {exc}", "e.g. slo=ttft_p99=500ms") from None
+
+
+# The price per GPU-hour a reading takes, as the CLI's --gpu-price (tuner best, tuner size):
+# the catalog's bounds, stated in the schema, so that a price outside them is a 422.
+GpuPriceQuery = Annotated[
+    float | None,
+    Query(
+        ge=0,
+        le=MAX_GPU_PRICE,
+        allow_inf_nan=False,
+        description="US dollars per GPU-hour for the $ figures, as the CLI's --gpu-price "
+        "(default: the study's own price, else the catalog's list-price assumption)",
+    ),
+]
 
 
 # A vLLM version as packaging reads it (a subset of PEP 440): 0.12.0, v0.11.1rc2, 0.32.0+cpu.

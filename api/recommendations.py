@@ -24,6 +24,8 @@ from api.schemas import (
     BaselineOut,
     ConfirmedOut,
     DecidedOut,
+    EstimateOut,
+    PriceOut,
     ProvenanceOut,
     RecommendationOut,
     finite,
@@ -34,7 +36,7 @@ from tuner.catalog import check_one_model, model_key
 from tuner.db import StudyRow, TrialRow
 from tuner.domain import Objective, Slo
 from tuner.domain.workload import format_slo
-from tuner.results import emulated_memory_warning, gpu_memory_gib, serve_flags
+from tuner.results import costs, emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import ranking
 from tuner.study import Confirmed, study_objective
 from tuner.study.standings import Ranked, chosen, standings
@@ -53,6 +55,7 @@ class Query:
     slo: Slo | None = None
     vllm_version: str | None = None
     emulated: bool = False
+    gpu_price: float | None = None  # $ per GPU-hour for the costs (None: the study's)
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,16 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
     flags = argv.render_flags(trial.config, version)
     base = snap.baseline
     applied = q.slo if q.slo is not None else Slo(**study.slo)
+    price = costs.study_price(study.gpu, study.spec, q.gpu_price)
+
+    def cost(row: TrialRow) -> tuple[EstimateOut | None, bool]:
+        usd = costs.usd(row.metrics, price)
+        bound = usd is not None and costs.usd_at_most(row.metrics, row.windows, study.spec)
+        return (None if usd is None else EstimateOut.of(usd)), bound
+
+    usd, usd_bound = cost(trial)
+    base_usd, base_bound = cost(base) if base is not None else (None, False)
+    caveat = costs.ranked_on_a_bound(pick.objective, trial, snap.trials, study.spec)
     return RecommendationOut(
         model=study.model,
         gpu=study.gpu,
@@ -231,14 +244,21 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
         baseline=None
         if base is None
         else BaselineOut(
-            trial=base.number, metrics=metrics_out(base.metrics), memory_gib=_memory(base)
+            trial=base.number,
+            metrics=metrics_out(base.metrics),
+            memory_gib=_memory(base),
+            cost=base_usd,
+            cost_is_upper_bound=base_bound,
         ),
         provenance=ProvenanceOut.of(trial, study),
         feasible=pick.ranked.feasible,
         is_baseline=trial.is_baseline,
         slo={k: v for k, v in vars(applied).items() if v is not None},
         confirmed=None if pick.confirmed is None else _confirmed(pick.confirmed),
-        warnings=_warnings(study, trial),
+        warnings=[*_warnings(study, trial), *([caveat] if caveat else [])],
+        cost=usd,
+        cost_is_upper_bound=usd_bound,
+        price=None if price is None else from_row(PriceOut, price),
     )
 
 

@@ -107,6 +107,21 @@ class BaselineOut(BaseModel):
     trial: int
     metrics: dict[str, EstimateOut]
     memory_gib: float | None
+    cost: EstimateOut | None = Field(
+        default=None, description="$ per 1M output tokens, as the recommendation's"
+    )
+    cost_is_upper_bound: bool = False
+
+
+class PriceOut(BaseModel):
+    """A price per GPU-hour and where it comes from."""
+
+    usd_per_hour: float
+    source: str = Field(
+        description="given price (the request's gpu_price), the study's price, or the "
+        "catalog default (a list-price assumption, with where it was read)"
+    )
+    catalog_default: bool
 
 
 class DecidedOut(BaseModel):
@@ -172,7 +187,22 @@ class RecommendationOut(BaseModel):
     warnings: list[str] = Field(
         default_factory=list,
         description="what to check before trusting this result, e.g. an emulated peak memory "
-        "above the emulated GPU's",
+        "above the emulated GPU's, or a capacity or cost ranking that rests on a lower bound",
+    )
+    cost: EstimateOut | None = Field(
+        default=None,
+        description="$ per 1M output tokens at the SLO's throughput (the load curve's capacity "
+        "where measured) and the price: median and range over the windows; null without a price",
+    )
+    cost_is_upper_bound: bool = Field(
+        default=False,
+        description="the cost is only an upper bound: its throughput is an open-loop load the "
+        "server kept up with, not what the GPU can serve",
+    )
+    price: PriceOut | None = Field(
+        default=None,
+        description="the price per GPU-hour the costs assume, its source named; null where "
+        "there is none (no catalog price for the GPU: give gpu_price)",
     )
 
 

@@ -16,6 +16,7 @@ from api.bounds import (
     VERSION_MAX,
     VERSION_PATTERN,
     WORKLOAD_MAX,
+    GpuPriceQuery,
     slo_query,
 )
 from api.deps import IndexDep
@@ -77,10 +78,12 @@ async def get_recommendation(
     emulated: Annotated[
         bool, Query(description="recommend from emulated results instead of real ones")
     ] = False,
+    gpu_price: GpuPriceQuery = None,
 ) -> RecommendationOut:
     """The best *measured* configuration: flags, a ready `vllm serve` line, metrics (medians
-    with their range over the measurement windows), memory, vLLM's defaults from the same
-    study, and provenance."""
+    with their range over the measurement windows), memory, $ per 1M output tokens at
+    ``gpu_price`` or the study's price per GPU-hour (its source named), vLLM's defaults from
+    the same study, and provenance."""
     query = recommendations.Query(
         model=model,
         gpu=gpu,
@@ -89,6 +92,7 @@ async def get_recommendation(
         slo=slo_query(slo),
         vllm_version=_version(vllm_version),
         emulated=emulated,
+        gpu_price=gpu_price,
     )
     # async, with the database work in one threadpool hop: a sync endpoint would take a
     # second hop for validating the response model (half the cost of a cached answer).

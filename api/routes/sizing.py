@@ -8,10 +8,17 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 
-from api.bounds import GPU_MAX, MODEL_MAX, SLO_EXAMPLE, SLO_PATTERN, WORKLOAD_MAX, slo_query
+from api.bounds import (
+    GPU_MAX,
+    MODEL_MAX,
+    SLO_EXAMPLE,
+    SLO_PATTERN,
+    WORKLOAD_MAX,
+    GpuPriceQuery,
+    slo_query,
+)
 from api.deps import RepoDep
 from api.errors import MALFORMED, UNAVAILABLE, not_found, responses
-from tuner.catalog import MAX_GPU_PRICE
 from tuner.domain import to_jsonable
 from tuner.domain.jsonable import finite_record
 from tuner.results import Rate, size
@@ -54,16 +61,7 @@ async def get_sizing(
         str | None, Query(max_length=WORKLOAD_MAX, description="only this workload's studies")
     ] = None,
     emulated: Annotated[bool, Query(description="size from emulated studies")] = False,
-    gpu_price: Annotated[
-        float | None,
-        Query(
-            ge=0,
-            le=MAX_GPU_PRICE,
-            allow_inf_nan=False,
-            description="US dollars per GPU-hour for the $ figures, as `tuner size --gpu-price` "
-            "(default: the study's own price, else the catalog's list-price assumption)",
-        ),
-    ] = None,
+    gpu_price: GpuPriceQuery = None,
 ) -> dict[str, Any]:
     """One answer per study, fewest GPUs first: the recommended configuration, its capacity per
     GPU (median and the range over one launch's windows), the GPUs for the rate from the low

@@ -417,3 +417,65 @@ def test_a_running_study_whose_tuner_exited_says_so_in_the_list_and_on_its_pages
     repo.set_study_status("killed", StudyStatus.FINISHED)  # finished: nothing to resume
     with TestClient(create_app(ApiSettings(storage=repo))) as c:
         assert _get(c, "/v1/studies/killed")["runner_gone"] is False
+
+
+def test_a_recommendation_takes_a_gpu_price_and_names_its_source(tmp_path: Path) -> None:
+    """GET /v1/recommendations had no $ at all and refused gpu_price (an unknown parameter),
+    where `tuner best --gpu-price` and GET /v1/sizing price the same study."""
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.catalog.gpus import CATALOG_PRICES
+    from tuner.scoring.cost import usd_per_million
+
+    url = f"sqlite:///{tmp_path / 'priced.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    repo = insert_measured_study(url, configs, name="priced", gpu="h100", workload="chat")
+    query = "/v1/recommendations?model=tiny-ernie&gpu=h100&workload=chat"
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        given = _get(c, query + "&gpu_price=2.5")
+        default = _get(c, query)
+        for bad in ("-1", "1000.01", "nan", "inf", "cheap"):
+            refused = c.get(query + f"&gpu_price={bad}")
+            assert refused.status_code == 422, (bad, refused.text)
+            assert "gpu_price" in refused.text
+    trial = repo.get_trial("priced", given["trial"])
+    assert trial is not None
+    thr = trial.metrics["output_throughput"].median
+    price = {"usd_per_hour": 2.5, "source": "given price", "catalog_default": False}
+    assert given["price"] == price
+    assert given["cost"]["median"] == pytest.approx(usd_per_million(thr, 2.5))
+    assert given["cost_is_upper_bound"] is False
+    base = repo.get_trial("priced", given["baseline"]["trial"])
+    assert base is not None
+    assert given["baseline"]["cost"]["median"] == pytest.approx(
+        usd_per_million(base.metrics["output_throughput"].median, 2.5)
+    )
+    assert default["price"]["catalog_default"] and "list-price" in default["price"]["source"]
+    assert default["cost"]["median"] == pytest.approx(usd_per_million(thr, CATALOG_PRICES["h100"]))
+
+
+def test_an_open_loop_recommendation_says_its_cost_and_ranking_are_bounds(tmp_path: Path) -> None:
+    """A rate ladder the server kept up with at its top rate: the capacity ranking rests on a
+    lower bound, and the cost is at most what it says."""
+    from tests.integration.test_launch_cli import insert_measured_study
+
+    url = f"sqlite:///{tmp_path / 'ladder.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(
+        url,
+        configs,
+        name="ladder",
+        gpu="h200",
+        workload="chat-heavy",
+        objective="capacity",
+        rate_ladder=(1.0, 2.0),
+    )
+    label = quote("chat-heavy[rate_ladder=[1.0, 2.0]]")  # the study's workload, as labelled
+    query = f"/v1/recommendations?model=tiny-ernie&gpu=h200&workload={label}"
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        rec = _get(c, query)
+        balanced = _get(c, query + "&objective=balanced")
+    assert rec["cost_is_upper_bound"] is True
+    (warning,) = rec["warnings"]
+    assert warning.startswith("the capacity ranking rests on a lower bound")
+    assert "add rates above 2 req/s to the rate_ladder" in warning
+    assert balanced["warnings"] == [] and balanced["cost_is_upper_bound"] is True
