@@ -58,6 +58,8 @@ SEED_MAX = 2**32 - 1  # the samplers' random seed (numpy's limit)
 # resume is bounded by its stored study instead (tuner.spec.resume): one created with more
 # (by a tuner before this bound) resumes from its own spec file.
 TRIALS_MAX = 10_000
+# The source of a study queued through the API (POST /v1/studies): its spec is the request's body.
+API_SOURCE = "request body"
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -102,7 +104,12 @@ class StudySpec:
     @property
     def from_file(self) -> bool:
         """Whether ``source`` names a spec file (else the defaults or the command line)."""
-        return self.source not in ("", "<defaults>", "command line")
+        return self.source not in ("", "<defaults>", "command line", API_SOURCE)
+
+    @property
+    def from_api(self) -> bool:
+        """Whether the spec is the body of a study queued through the API."""
+        return self.source == API_SOURCE
 
     def study_name(self) -> str:
         if self.name:
