@@ -41,12 +41,13 @@ from tuner.errors import UsageError
 from tuner.load import TRACE_PREFIX, check_shapes
 from tuner.space import KNOBS, NothingToSearch, SearchSpace
 from tuner.spec import (
+    API_SOURCE,
     StudySpec,
     spec_from_mapping,  # the spec file's own rules
 )
 from tuner.vllm import knob_spelling, shipped_union
 
-WHERE = "request body"
+WHERE = API_SOURCE  # a queued study's spec.source
 # The API has no vLLM of its own: levers are typed against the flag lists tuner ships, and
 # the worker checks them again against its vLLM (a flag its version lacks fails the study
 # there, with the closest flags named).
@@ -241,7 +242,7 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
     )
     try:
         configs = [space.config_from(item) for item in enqueue]
-        check_something_to_search(fitted, space, configs, "in the request body")
+        check_something_to_search(fitted, space, configs)
     except NothingToSearch as exc:  # the worker refuses it before any launch
         warnings.append(f"the study will fail before any launch: {exc.message}")
     return Parsed(fitted, tuple(notes), tuple(warnings))

@@ -200,8 +200,14 @@ def build_space(
         search=spec.search,
         flags=flags,
     )
-    where = spec.source if spec.from_file else "on the command line"
-    if new_study:
+    if new_study and spec.from_api:
+        check_baseline(
+            space,
+            "queue it again (POST /v1/studies, another study.name) with other space.fixed "
+            "values or another workload",
+        )
+    elif new_study:
+        where = spec.source if spec.from_file else "on the command line"
         check_baseline(space, f"change the fixed values ([space] fixed) or the workload, {where}")
     enqueued = set()
     for item in spec.enqueue:
@@ -214,24 +220,36 @@ def build_space(
             )
         enqueued.add(config)
     if new_study:
-        check_something_to_search(spec, space, enqueued, where)
+        check_something_to_search(spec, space, enqueued)
     return space
 
 
 def check_something_to_search(
-    spec: StudySpec, space: SearchSpace, enqueued: Iterable[ServingConfig], where: str
+    spec: StudySpec, space: SearchSpace, enqueued: Iterable[ServingConfig]
 ) -> None:
     """NothingToSearch when a new study would only measure vLLM's defaults: no knob searched,
-    no lever plan, no ``enqueued`` configuration beyond the defaults (``where``: for the hint,
-    where the spec was given)."""
+    no lever plan, no ``enqueued`` configuration beyond the defaults; in the words of where
+    the spec came from (the API's body, a spec file, the command line)."""
     if space.searched or plan_wanted(spec) or set(enqueued) - {space.baseline()}:
         return
+    if spec.from_api:
+        knobs, enqueue = "space.params or space.choices", "enqueue"
+        hint = (
+            "queue it again (POST /v1/studies, another study.name) with knobs to search in "
+            "space.params or space.choices, or an enqueue configuration other than vLLM's "
+            "defaults; without space.params the study searches tuner's lever plan"
+        )
+    else:
+        knobs, enqueue = "[space] params, choices or search", "[[enqueue]]"
+        where = f"in {spec.source}" if spec.from_file else "in a spec file"
+        hint = (
+            f"name knobs to search in [space] params or search {where}, or pass --search "
+            "FLAG=V1,V2; without params the study searches tuner's lever plan"
+        )
     raise NothingToSearch(
-        "nothing to search: the space names no knob to search (no params, choices or "
-        "search) and no [[enqueue]] configuration beyond vLLM's defaults, so every trial "
-        "would measure the defaults again",
-        hint=f"name knobs in [space] params or search (or --search FLAG=V1,V2), {where}; "
-        "without params the study searches tuner's lever plan",
+        f"nothing to search: the space names no knob to search (no {knobs}) and no {enqueue} "
+        "configuration beyond vLLM's defaults, so every trial would measure the defaults again",
+        hint=hint,
     )
 
 

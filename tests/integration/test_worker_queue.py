@@ -470,3 +470,34 @@ def test_a_study_that_failed_to_run_says_why_in_the_api_the_page_and_tuner_studi
     # Resumed elsewhere, it is no longer failed: the old reason is not shown any more.
     repo.set_study_status("nowhere", StudyStatus.RUNNING)
     assert repo.get_study("nowhere").failure is None  # type: ignore[union-attr]
+
+
+def test_a_queued_study_that_searches_nothing_says_what_to_change_in_the_api_s_terms(
+    fake_server_db: tuple[Repository, str],
+) -> None:
+    """Its worker refused it with the spec file's words: "name knobs in [space] params or
+    search (or --search FLAG=V1,V2), request body", none of which a body that was queued
+    can use."""
+    repo, url = fake_server_db
+    body = {
+        "study": {"name": "idle", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke"},
+        "space": {"params": []},
+        "confirm": {"launches": 0},
+    }
+    queue(repo, parse(body))
+    said: list[str] = []
+    run_worker(repo, url, once=True, poll_s=0.0, vllm_python=None, say=said.append, failed=[])
+    row = repo.get_study("idle")
+    assert row is not None and row.status == "failed" and row.failure is not None
+    message, hint = row.failure["message"], row.failure["hint"]
+    assert message.startswith(
+        "nothing to search: the space names no knob to search (no space.params or "
+        "space.choices) and no enqueue configuration beyond vLLM's defaults"
+    )
+    assert hint.startswith(
+        "queue it again (POST /v1/studies, another study.name) with knobs to search in "
+        "space.params or space.choices"
+    )
+    for words in ("[space]", "[[enqueue]]", "--search", "request body"):
+        assert words not in message + hint, words
+    assert said[-1] == f"worker: study idle failed to run: {message}\n  hint: {hint}"

@@ -1,13 +1,19 @@
 """Per-turn TTFT in a comparison: multi-turn launches get a row per turn that every launch has;
-single-turn launches get none, and the compared set stays what claims files name."""
+single-turn launches get none, and the compared set stays what claims files name. Peak memory's
+row is judged against the smallest effect worth acting on."""
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
 
 import pytest
 
 from tuner.abtest.compare import COMPARED, Arm, compare, turn_metrics
-from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
+from tuner.abtest.decide import Design, judge_look
+from tuner.domain import FailureClass, MemoryUsage, ServingConfig, TrialResult, TrialStatus
 from tuner.load.stats import estimate
+from tuner.scoring import BUDGET, GIB, NO_DIFFERENCE, PRECISE, WORSE
 
 
 def _launch(ttft: float, turns: dict[int, float]) -> TrialResult:
@@ -43,3 +49,52 @@ def test_single_turn_launches_get_no_turn_rows() -> None:
     assert turn_metrics(*a, *b) == ()
     c = compare(Arm("a", ServingConfig()), a, Arm("b", ServingConfig()), b)
     assert [m.metric for m in c.metrics] == [n for n, _, _ in COMPARED]
+
+
+def _memory(gib: Sequence[float]) -> list[TrialResult]:
+    return [
+        dataclasses.replace(_launch(50, {}), memory=MemoryUsage(host_peak_rss_bytes=int(g * GIB)))
+        for g in gib
+    ]
+
+
+# Peak memory 40 MB higher of 140 GB on every B launch (as NVML read it on the H200): x1.0003,
+# and its interval, on three near-equal launches a side, excludes 1.
+A_GIB = (140.000, 140.001, 140.002)
+B_GIB = (140.040, 140.041, 140.042)
+
+
+def test_a_memory_difference_within_the_smallest_effect_is_no_difference() -> None:
+    a, b = Arm("a", ServingConfig()), Arm("b", ServingConfig())
+    memory = compare(a, _memory(A_GIB), b, _memory(B_GIB)).metric("memory_gib")
+    assert memory.low is not None and memory.low > 1.0  # significant, but by 0.03 %
+    assert memory.verdict == NO_DIFFERENCE
+    assert memory.describe() == (
+        "memory GiB: B/A 1.000 [1.000, 1.000] (+0.0 %) -> no significant difference"
+    )
+    assert compare(a, _memory(B_GIB), b, _memory(A_GIB)).metric("memory_gib").verdict == (
+        NO_DIFFERENCE  # 40 MB less is not "better" either
+    )
+    # Beyond the smallest effect (+7 %), or with a smaller one asked for, it is worse.
+    more = [g * 1.07 for g in A_GIB]
+    assert compare(a, _memory(A_GIB), b, _memory(more)).metric("memory_gib").verdict == WORSE
+    small = compare(a, _memory(A_GIB), b, _memory(B_GIB), min_effect=0.0001)
+    assert small.metric("memory_gib").verdict == WORSE
+
+
+@pytest.mark.parametrize(
+    ("design", "reason"),
+    [(Design.sequential(3, 6, 0.95, 0.05), PRECISE), (Design.fixed_launches(3), BUDGET)],
+)
+def test_a_memory_claim_within_the_smallest_effect_is_decided_no_difference(
+    design: Design, reason: str
+) -> None:
+    a, b = Arm("a", ServingConfig()), Arm("b", ServingConfig())
+    look = judge_look(a, _memory(A_GIB), b, _memory(B_GIB), design, None, "memory_gib")
+    assert (look.step.verdict, look.step.reason) == (NO_DIFFERENCE, reason)
+    assert look.step.interval is not None and look.step.interval.low > 1.0
+    assert look.comparison.to_verdicts()["memory_gib"] == NO_DIFFERENCE
+    # tuner compare (decided on throughput) with --min-effect 0.0001: the 0.03 % counts.
+    tight = Design.sequential(3, 6, 0.95, 0.0001)
+    look = judge_look(a, _memory(A_GIB), b, _memory(B_GIB), tight, None)
+    assert look.comparison.to_verdicts()["memory_gib"] == WORSE

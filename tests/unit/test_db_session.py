@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
-from tuner.db.migrate import check_integrity
-from tuner.db.session import default_url, make_engine, safe_url, storage_error
+from tuner.db.migrate import check_integrity, ensure_ready, head_revision, upgrade
+from tuner.db.repository import Repository
+from tuner.db.session import default_url, make_engine, safe_url, storage_error, unwritable
 from tuner.errors import StorageError
 
 
@@ -90,3 +97,103 @@ def test_a_file_that_is_not_a_sqlite_database_is_not_called_damaged(tmp_path: Pa
     real = tmp_path / "real.db"
     real.write_bytes(b"SQLite format 3\x00" + b"\xff" * 100)
     assert "damaged" in storage_error(error, f"sqlite:///{real}").hint
+
+
+def _study(engine: Engine, name: str) -> None:
+    Repository(engine).create_study(
+        name, name, "tiny-ernie", None, "cpu", "chat", "balanced", {}, {}, True, None, 3
+    )
+
+
+def _names(engine: Engine) -> set[str]:
+    return {s.name for s in Repository(engine).list_studies()}
+
+
+def _deny_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make this process see every file and directory as not writable (os.access), as a user
+    without write permission does: root passes chmod's bits, so the test fakes them."""
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: not mode & os.W_OK and real(p, mode))
+
+
+def test_a_file_tuner_cannot_write_is_opened_read_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The URI chosen: immutable for a closed file (no -wal beside it: nothing is written
+    beside it, not even -shm), mode=ro for one a writer holds open (its -wal is read too)."""
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    upgrade(url)
+    writer = make_engine(url)
+    _study(writer, "closed")
+    writer.dispose()  # the last connection closes: SQLite removes -wal and -shm
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.db"]
+    _deny_writes(monkeypatch)
+    assert unwritable(tmp_path / "t.db") == f"its directory {tmp_path} is not writable"
+    ensure_ready(url, auto_upgrade=False)
+    reader = make_engine(url)
+    assert _names(reader) == {"closed"}
+    with pytest.raises(StorageError) as err:
+        _study(reader, "refused")
+    reader.dispose()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.db"]
+    assert err.value.message == (
+        f"cannot write database {url}: its directory {tmp_path} is not writable"
+    )
+    assert "copy the file to a writable directory" in err.value.hint
+    assert "--storage or TUNER_DB_URL" in err.value.hint
+    monkeypatch.undo()
+    # A writer holds it open, its new study still in the -wal: read with locking (mode=ro).
+    writer = make_engine(url)
+    _study(writer, "open")
+    assert (tmp_path / "t.db-wal").exists()
+    _deny_writes(monkeypatch)
+    reader = make_engine(url)
+    assert _names(reader) == {"closed", "open"}
+    reader.dispose()
+    writer.dispose()
+
+
+@contextmanager
+def _read_only_directory(where: Path) -> Iterator[None]:
+    """``where`` made read-only for real: chmod, and for root (which writes through the mode
+    bits) the immutable attribute; the test is skipped where root cannot set it."""
+    where.chmod(0o555)
+    frozen = False
+    try:
+        if os.geteuid() == 0:
+            chattr = shutil.which("chattr")
+            frozen = (
+                chattr is not None
+                and subprocess.run([chattr, "+i", str(where)], capture_output=True).returncode == 0
+            )
+            if not frozen:
+                pytest.skip("root writes through chmod, and chattr +i is not available here")
+        yield
+    finally:
+        if frozen:
+            subprocess.run(["chattr", "-i", str(where)], check=True)
+        where.chmod(0o755)
+
+
+def test_reading_commands_work_on_a_database_in_a_read_only_directory(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    shared = tmp_path / "shared"
+    url = f"sqlite:///{shared / 't.db'}"
+    upgrade(url)
+    writer = make_engine(url)
+    _study(writer, "finished")
+    writer.dispose()
+    with _read_only_directory(shared):
+        assert unwritable(shared / "t.db") == f"its directory {shared} is not writable"
+        run = CliRunner().invoke(app, ["studies", "--storage", url])
+        assert run.exit_code == 0 and "finished" in run.output, run.output
+        run = CliRunner().invoke(app, ["db", "current", "--storage", url])
+        assert run.exit_code == 0 and f"at {head_revision()}" in run.output, run.output
+        reader = make_engine(url)
+        with pytest.raises(StorageError, match=r"its directory .* is not writable"):
+            _study(reader, "refused")
+        reader.dispose()
+        assert sorted(p.name for p in shared.iterdir()) == ["t.db"]

@@ -4,14 +4,18 @@ against it field by field."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from tuner.db import codec
+from tuner.db.migrate import upgrade
+from tuner.db.repository import Repository
+from tuner.db.session import make_engine
 from tuner.domain import Objective
-from tuner.errors import UsageError
+from tuner.errors import SpecError, UsageError
 from tuner.spec.resume import resumed_spec, stored_spec
-from tuner.spec.study import StudySpec
+from tuner.spec.study import TRIALS_MAX, StudySpec, load_spec
 
 CREATED = StudySpec(
     name="chat-study",
@@ -93,3 +97,61 @@ def test_how_servers_start_may_change_and_an_equal_slo_is_the_same() -> None:
     resumed = resumed_spec(stored(), given)
     assert resumed.vllm_python == "/opt/vllm/bin/python" and resumed.startup_timeout_s == 60.0
     assert resumed.slo == "e2e_p99=10s"  # the stored spelling is kept
+
+
+BIG = TRIALS_MAX + 5_000  # a study created before tuner bounded the trials
+BIG_SPEC = f"""
+[study]
+name = "big-study"
+model = "tiny-ernie"
+gpu = "cpu"
+workload = "chat"
+trials = {BIG}
+"""
+
+
+def test_a_study_past_the_trials_bound_resumes_from_its_own_spec_file(tmp_path: Path) -> None:
+    file = tmp_path / "spec.toml"
+    file.write_text(BIG_SPEC)
+    with pytest.raises(SpecError, match=f"study.trials must be at most {TRIALS_MAX}"):
+        load_spec(file)  # a new study from it is still refused
+    created = load_spec(file, resume=True)
+    big = stored_spec(codec.encode(created.to_dict()), "big-study")
+    assert resumed_spec(big, load_spec(file, resume=True)).trials == BIG
+    assert resumed_spec(big, big.with_overrides(resume=True, trials=BIG), changed={"trials"}) == big
+    with pytest.raises(UsageError, match=f"--trials {BIG}; this resume asks for {BIG + 1}"):
+        resumed_spec(big, big.with_overrides(resume=True, trials=BIG + 1), changed={"trials"})
+    # A study within the bound grows to it, not past it.
+    with pytest.raises(UsageError, match=f"a study runs {TRIALS_MAX} trials at most"):
+        resumed_spec(stored(), stored().with_overrides(resume=True, trials=BIG), changed={"trials"})
+    with pytest.raises(UsageError, match=f"--trials must be at most {TRIALS_MAX}"):
+        stored().with_overrides(trials=BIG)
+
+
+def test_tuner_run_file_resume_continues_a_study_past_the_trials_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    import tuner.compose
+    from tuner.cli.app import app
+
+    file = tmp_path / "spec.toml"
+    file.write_text(BIG_SPEC)
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    upgrade(url)
+    created = load_spec(file, resume=True)
+    Repository(make_engine(url)).create_study(
+        "big-study", "big-study", "tiny-ernie", None, "cpu", "chat", "balanced", {},
+        codec.encode(created.to_dict()), False, None, BIG,
+    )  # fmt: skip
+    prepared: list[StudySpec] = []
+
+    def prepare(spec: StudySpec, *_: object, **__: object) -> None:
+        prepared.append(spec)
+        raise UsageError("stop here: the resume was let through")
+
+    monkeypatch.setattr(tuner.compose, "prepare", prepare)
+    run = CliRunner().invoke(app, ["run", str(file), "--resume", "--storage", url])
+    assert "the resume was let through" in str(run.exception), run.exception
+    assert [s.trials for s in prepared] == [BIG]

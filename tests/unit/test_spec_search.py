@@ -178,3 +178,26 @@ def test_a_study_with_nothing_to_search_is_refused(tmp_path: Path) -> None:
     built("[space]\nparams = []\n", new_study=False)  # a resume or an A/B command: its own arms
     built("[space]\nparams = []\n[[enqueue]]\nmax_num_seqs = 8\n")  # the enqueued one is tried
     built("[space]\nfixed = { enforce_eager = true }\n")  # no params: tuner's lever plan
+
+
+def test_nothing_to_search_names_what_to_change_where_the_spec_came_from(tmp_path: Path) -> None:
+    """A spec file's study is told about its file and --search; one queued through the API
+    (its worker sets it up) about the request's space, not about a "request body" file."""
+    from tuner.catalog import get_gpu, resolve_model
+    from tuner.compose import build_space, resolve_workload
+
+    def refused(spec: StudySpec) -> UsageError:
+        model, gpu, workload = resolve_model(spec.model), get_gpu(spec.gpu), resolve_workload(spec)
+        with pytest.raises(UsageError, match="nothing to search") as info:
+            build_space(spec, model, gpu, workload, new_study=True)
+        return info.value
+
+    path = spec_file(tmp_path, "[study]\ntrials = 3\n[space]\nparams = []\n")
+    from_file = refused(load_spec(path))
+    assert "(no [space] params, choices or search) and no [[enqueue]]" in from_file.message
+    assert from_file.hint.startswith(f"name knobs to search in [space] params or search in {path}")
+    assert "--search FLAG=V1,V2" in from_file.hint
+    queued = refused(StudySpec(params=(), source="request body"))
+    assert "(no space.params or space.choices) and no enqueue " in queued.message
+    assert queued.hint.startswith("queue it again (POST /v1/studies, another study.name)")
+    assert "request body" not in queued.hint and "[space]" not in queued.hint

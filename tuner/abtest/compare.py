@@ -40,6 +40,8 @@ from tuner.runner import PhaseCallback, TrialRunner
 from tuner.scoring import (
     BETTER,
     GIB,
+    MIN_EFFECT,
+    NO_DIFFERENCE,
     WORSE,
     Disagreement,
     RatioInterval,
@@ -71,6 +73,11 @@ COMPARED: tuple[tuple[str, str, bool], ...] = (
     ("memory_gib", "memory GiB", False),
 )
 HEADLINE = "output_throughput"
+# Metrics judged against the smallest effect worth acting on as well as against 1. Peak memory
+# is one reading per launch, nearly the same on every launch of a configuration, so its interval
+# is tight enough to make 40 MB of 141 GB (x1.0003) significant; a difference whose whole
+# interval lies within the smallest effect reads "no significant difference", its interval shown.
+FLOORED = frozenset({"memory_gib"})
 
 
 @dataclass(frozen=True)
@@ -313,6 +320,7 @@ def compare(
     *,
     interval_of: MetricInterval | None = None,
     geomean: bool = False,
+    min_effect: float = MIN_EFFECT,
 ) -> Comparison:
     """B against A on every compared metric, from their launches.
 
@@ -321,7 +329,9 @@ def compare(
     difference, unless its interval decides and every launch of one arm lies beyond every
     launch of the other by more than that disagreement (which is still reported).
     ``interval_of`` gives each metric's interval (default: Welch's); ``geomean`` takes a
-    launch's geometric mean of windows as its value instead of their median.
+    launch's geometric mean of windows as its value instead of their median. A metric of
+    :data:`FLOORED` (peak memory) is better or worse only by more than ``min_effect`` (the
+    smallest effect worth acting on: 0.05, a change of 5 %).
     """
     metrics = []
     for name, label, higher in (*COMPARED, *turn_metrics(*a_results, *b_results)):
@@ -334,6 +344,8 @@ def compare(
         a_off = disagreement(av, [w for _, w in a_runs])
         b_off = disagreement(bv, [w for _, w in b_runs])
         verdict = interval.verdict(higher) if interval else NOT_ENOUGH
+        if interval and name in FLOORED and interval.within(min_effect):
+            verdict = NO_DIFFERENCE
         off: dict[str, tuple[str, Disagreement]] = {}
         if a_off is not None:
             off["a"] = (a.label, a_off)

@@ -36,8 +36,12 @@ from tuner.abtest.guard import finding_of
 from tuner.abtest.profile import launch_walls
 from tuner.domain import TrialResult, TrialStatus
 from tuner.scoring import (
+    BUDGET,
     CONTINUE,
     MIN_EFFECT,
+    NO_DIFFERENCE,
+    PRECISE,
+    SIGNIFICANT,
     NoiseProfile,
     RatioInterval,
     SequentialPlan,
@@ -200,14 +204,17 @@ def judge_look(
         component = profile.get(metric) if profile is not None else None
         return pooled_ratio_interval(av, bv, confidence, component)
 
-    c = compare(a, a_runs, b, b_runs, design.plan.confidence, interval_of=interval_of, geomean=True)
+    plan = design.plan
+    c = compare(
+        a, a_runs, b, b_runs, plan.confidence, interval_of=interval_of, geomean=True,
+        min_effect=plan.min_effect or MIN_EFFECT,
+    )  # fmt: skip
     head = c.metric(metric)
     a_n, b_n = len(head.a_values), len(head.b_values)
     if head.inconclusive:
         found = _interval(head, design)
         step = Step(head.verdict, found, a_n, b_n, INCONCLUSIVE_STOP)
     else:
-        plan = design.plan
         if plan.higher_is_better != head.higher_is_better:  # a latency claim: lower is better
             plan = dataclasses.replace(plan, higher_is_better=head.higher_is_better)
         step = next_step(
@@ -216,6 +223,10 @@ def judge_look(
             plan,
             lambda av, bv, conf: interval_of(metric, av, bv, conf),
         )
+        if step.reason == SIGNIFICANT and head.verdict == NO_DIFFERENCE:  # within min_effect
+            step = dataclasses.replace(
+                step, verdict=NO_DIFFERENCE, reason=BUDGET if design.fixed else PRECISE
+            )
         if step.verdict == CONTINUE and _hopeless(a_runs, b_runs):
             step = Step(head.verdict, step.interval, a_n, b_n, UNMEASURED_STOP)
     return Look(c, step, design, profile, launch_walls([*a_runs, *b_runs]), metric)

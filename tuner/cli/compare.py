@@ -204,8 +204,8 @@ MinEffect = Annotated[
     float | None,
     typer.Option(
         help="Smallest difference worth acting on: the sequential design stops with 'no "
-        "significant difference' once the interval's half-width is at most this (default "
-        "0.05: 5 %).",
+        "significant difference' once the interval's half-width is at most this, and peak "
+        "memory within it either way is no difference (default 0.05: 5 %).",
     ),
 ]
 

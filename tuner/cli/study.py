@@ -149,13 +149,13 @@ def run(
         "gpu_price": gpu_price,
     }
     if spec_file is not None:
-        spec = load_spec(spec_file)
+        spec = load_spec(spec_file, resume=resume)
     elif model is not None:
         # A model given on the command line starts from a plain spec, not the CPU demo.
         spec = StudySpec(trials=16, workload="chat", source="command line")
     else:
         spec = load_spec(DEFAULT_SPEC_PATH)
-    spec = spec.with_overrides(**options)
+    spec = spec.with_overrides(resume=resume, **options)
     budget = spec.confirm_max_launches
     if budget is not None and budget < spec.confirm_launches:
         raise UsageError(
@@ -227,7 +227,7 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     if from_file:  # the file and the options on top of it: all of it must describe the study
         return resumed_spec(stored, spec)
     given = {k: v for k, v in options.items() if v is not None}
-    return resumed_spec(stored, stored.with_overrides(**given), changed=set(given))
+    return resumed_spec(stored, stored.with_overrides(resume=True, **given), changed=set(given))
 
 
 @contextmanager

@@ -15,8 +15,6 @@ copy from a customer's machine should stay as it came).
 
 from __future__ import annotations
 
-import sqlite3
-import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +41,7 @@ from tuner.db.session import (
     make_engine,
     not_sqlite,
     optuna_engine_kwargs,
+    read_only,
     safe_url,
     session_scope,
     sqlite_file,
@@ -130,7 +129,8 @@ def merge_databases(
         )
     if (src_file is not None and src_file == dst_file) or src == target:
         raise UsageError(f"source and target are the same database ({safe_url(target)})")
-    engine_kwargs = _read_only(src_file)
+    # The source must not change, not even by the WAL switch tuner's engines make.
+    engine_kwargs = {} if src_file is None else read_only(src_file)
     data = _read_source(src, src_file, engine_kwargs)
     before = None
     if dst_file is None or dst_file.exists():  # a damaged target is not written to
@@ -245,25 +245,6 @@ def _summary(p: StudyPlan, optuna: OptunaMerge) -> StudyMerge:
         comparisons_kept=p.comparisons_kept,
         optuna=optuna,
     )
-
-
-def _read_only(path: Path | None) -> dict[str, Any]:
-    """Engine arguments that open SQLite file ``path`` read-only (none for other databases).
-
-    The source must not change, not even by the WAL switch tuner's engines make. A file with
-    no ``-wal`` beside it is closed (the file of a finished study, carried over) and is read as
-    immutable, which leaves no ``-wal`` / ``-shm`` behind and works on read-only media; one
-    with a ``-wal`` may be in use, so it is read with locking (``mode=ro``).
-    """
-    if path is None:
-        return {}
-    in_use = path.with_name(path.name + "-wal").exists()
-    uri = "file:" + urllib.parse.quote(str(path)) + ("?mode=ro" if in_use else "?immutable=1")
-
-    def connect() -> sqlite3.Connection:
-        return sqlite3.connect(uri, uri=True, check_same_thread=False)
-
-    return {"creator": connect}
 
 
 # The source is merge's SOURCE argument, not --storage (the target).

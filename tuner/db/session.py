@@ -3,11 +3,16 @@
 SQLite is the default store and is shared by several processes (the study, the API, a second
 ``tuner`` command): engines put it in WAL mode, so readers never block the writer, and give it
 a busy timeout, so a writer waits for another instead of failing with "database is locked".
+A SQLite file this process cannot write (or whose directory it cannot write, where WAL mode
+keeps its ``-wal`` and ``-shm`` files) is opened read-only instead: the commands that only
+read work on it, and a write fails with a StorageError that says how to get a writable copy.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,8 +56,48 @@ def safe_url(url: str | URL) -> str:
 
 def optuna_engine_kwargs(url: str) -> dict[str, Any]:
     """The engine options tuner opens Optuna's storage at ``url`` with (the study loop, the
-    merge): on SQLite, wait up to 30 s for another writer rather than fail."""
+    merge, the importances): on SQLite, wait up to 30 s for another writer rather than fail,
+    and open a file this process cannot write read-only (:func:`unwritable`)."""
+    if options := _read_only_options(sqlite_file(url)):
+        return options
     return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+
+
+def unwritable(path: Path) -> str | None:
+    """Why this process cannot write SQLite file ``path`` (its directory, where SQLite keeps
+    its ``-wal``, ``-shm`` and journal files, or the file itself), in words; None if it can.
+    A missing file is judged by its directory; a missing directory is not judged (tuner
+    creates it, and says so if it cannot)."""
+    where = path.parent
+    if where.is_dir() and not os.access(where, os.W_OK | os.X_OK):
+        return f"its directory {where} is not writable"
+    if path.is_file() and not os.access(path, os.W_OK):
+        return f"the file {path} is not writable"
+    return None
+
+
+def read_only(path: Path) -> dict[str, Any]:
+    """Engine arguments that open SQLite file ``path`` read-only, without writing anything
+    (not even the ``-wal`` / ``-shm`` files or the WAL switch tuner's engines make).
+
+    A file with no ``-wal`` beside it is closed (the file of a finished study, a copy carried
+    over, a file on read-only media) and is read as immutable, which needs no ``-shm`` and
+    works in a directory nobody may write; one with a ``-wal`` may be in use, so it is read
+    with locking (``mode=ro``). Which one is decided at each connection.
+    """
+    quoted = "file:" + urllib.parse.quote(str(path))
+    wal = path.with_name(path.name + "-wal")
+
+    def connect() -> sqlite3.Connection:
+        uri = quoted + ("?mode=ro" if wal.exists() else "?immutable=1")
+        return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+
+    return {"creator": connect}
+
+
+def _read_only_options(path: Path | None) -> dict[str, Any]:
+    """:func:`read_only` for an existing SQLite file this process cannot write; {} otherwise."""
+    return read_only(path) if path is not None and path.is_file() and unwritable(path) else {}
 
 
 def optuna_rdb(url: str, **options: Any) -> Any:
@@ -95,7 +140,8 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 def make_engine(url: str, url_hint: str = _URL_HINT) -> Engine:
     """An engine for ``url``; for a SQLite file, create its directory and set WAL mode,
-    a busy timeout and foreign-key enforcement on every connection.
+    a busy timeout and foreign-key enforcement on every connection. An existing SQLite file
+    this process cannot write (:func:`unwritable`) is opened :func:`read_only`.
 
     Raises StorageError for a malformed URL or a database driver that is not installed, with
     ``url_hint`` (where the URL came from, and what one looks like) where the URL is to blame.
@@ -106,7 +152,8 @@ def make_engine(url: str, url_hint: str = _URL_HINT) -> Engine:
     except sa_exc.ArgumentError as e:
         raise StorageError(f"not a database URL: {url!r}", hint=url_hint) from e
     path = sqlite_file(parsed)
-    if path is not None:
+    options = _read_only_options(path)
+    if path is not None and not options:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -115,14 +162,14 @@ def make_engine(url: str, url_hint: str = _URL_HINT) -> Engine:
                 hint="pick a writable location: " + url_hint,
             ) from e
     try:
-        engine = create_engine(parsed)
+        engine = create_engine(parsed, **options)
     except (sa_exc.NoSuchModuleError, ImportError) as e:
         hint = url_hint
         if parsed.get_backend_name() == "postgresql":
             hint = "install the PostgreSQL driver: pip install 'tuner[postgres]'"
         raise StorageError(f"cannot use database {safe_url(parsed)}: {e}", hint=hint) from e
     if parsed.get_backend_name() == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_read_pragmas if options else _sqlite_pragmas)
     return engine
 
 
@@ -149,6 +196,11 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
+
+
+def _sqlite_read_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # A read-only file keeps the journal mode it has: switching it is a write.
+    dbapi_connection.execute("PRAGMA foreign_keys = ON")
 
 
 @contextmanager
@@ -188,6 +240,15 @@ def storage_error(error: BaseException, url: str | URL, url_hint: str = _URL_HIN
         )
     elif "malformed" in lowered or "file is not a database" in lowered:
         hint = DAMAGED_HINT
+    elif ("unable to open database" in lowered or "readonly" in lowered) and (
+        (path := sqlite_file(url)) is not None and (why := unwritable(path))
+    ):
+        return StorageError(
+            f"cannot write database {safe_url(url)}: {why}",
+            hint="the commands that only read (tuner studies, trials, best, export, serve's "
+            "pages) work on it as it is; to write to it, copy the file to a writable directory "
+            f"and point --storage or {ENV_URL} at the copy, or make it writable",
+        )
     elif "unable to open database" in lowered or "readonly" in lowered:
         hint = "check that the database file and its directory exist and are writable"
     elif isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError):

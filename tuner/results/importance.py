@@ -22,6 +22,7 @@ import warnings
 import optuna
 from sqlalchemy import exc as sa_exc
 
+from tuner.db import optuna_engine_kwargs
 from tuner.domain import Objective
 from tuner.errors import StorageError, UsageError
 from tuner.scoring import objectives as scoring
@@ -44,7 +45,11 @@ def param_importances(
     storage: optuna.storages.RDBStorage | None = None
     try:
         # skip_table_creation: reading must not add Optuna's tables to a database without them.
-        storage = optuna.storages.RDBStorage(storage_url, skip_table_creation=True)
+        storage = optuna.storages.RDBStorage(
+            storage_url,
+            engine_kwargs=optuna_engine_kwargs(storage_url),  # a read-only file read-only
+            skip_table_creation=True,
+        )
         study = optuna.load_study(study_name=study_name, storage=storage)
         trials = study.get_trials(deepcopy=True, states=(optuna.trial.TrialState.COMPLETE,))
     except KeyError as e:

@@ -159,8 +159,7 @@ def next_step(
         return _budget(at_cap, None, a, b)
     if found.significant:
         return Step(found.verdict(plan.higher_is_better), found, len(a), len(b), SIGNIFICANT)
-    m = plan.margin
-    if m is not None and 1.0 / (1.0 + m) <= found.low and found.high <= 1.0 + m:
+    if plan.margin is not None and found.within(plan.margin):
         return Step(EQUIVALENT, found, len(a), len(b), EQUIVALENT)
     if plan.min_effect is not None and found.half_width <= plan.min_effect:
         return Step(NO_DIFFERENCE, found, len(a), len(b), PRECISE)

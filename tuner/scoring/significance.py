@@ -61,6 +61,11 @@ class RatioInterval:
         up = self.low > 1.0
         return BETTER if up == higher_is_better else WORSE
 
+    def within(self, effect: float) -> bool:
+        """Whether the whole interval lies within a change of ``effect`` either way, in
+        ``[1 / (1 + effect), 1 + effect]``: any difference it allows is smaller than that."""
+        return 1.0 / (1.0 + effect) <= self.low and self.high <= 1.0 + effect
+
     def percent(self) -> str:
         """'+12.3 % [+4.0, +21.2]' style text of the change."""
 

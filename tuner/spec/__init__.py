@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from tuner.spec.fields import Fail, find_line, read_toml, typed_value, workload_field
     from tuner.spec.resume import FINGERPRINT, check_same_requests, resumed_spec, stored_spec
     from tuner.spec.study import (
+        API_SOURCE,
         DEFAULT_SPEC_PATH,
         NO_SLO,
         SEED_MAX,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "API_SOURCE",
     "DEFAULT_SPEC_PATH",
     "FINGERPRINT",
     "NO_SLO",

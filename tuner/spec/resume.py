@@ -7,7 +7,9 @@ compared field by field, and
 
 - a field that decides what is measured (everything but the ones below) must agree with the
   stored value; one that contradicts it is refused, naming the stored value;
-- ``trials`` may grow (the study runs on to the new count, which is recorded), never shrink;
+- ``trials`` may grow (the study runs on to the new count, which is recorded), never shrink,
+  and grow to :data:`TRIALS_MAX` at most; a study created with more (by a tuner before that
+  bound) resumes at its own count, from its spec file too;
 - how the server is started (``vllm_python``, ``startup_timeout_s``, ``compile_cache``) may
   change: the interpreter's path or a slow disk is this run's, not the study's.
 
@@ -28,7 +30,7 @@ from tuner.domain import Workload
 from tuner.domain.workload import parse_slo
 from tuner.errors import UsageError
 from tuner.load import fingerprint
-from tuner.spec.study import StudySpec
+from tuner.spec.study import TRIALS_MAX, StudySpec
 
 FINGERPRINT = "workload_fingerprint"  # the spec's key for the fingerprint of its requests
 
@@ -77,6 +79,10 @@ def resumed_spec(
             if new < old:
                 raise _contradiction(
                     stored, key, old, new, "a resume may add trials, not drop them"
+                )
+            if new > max(old, TRIALS_MAX):
+                raise _contradiction(
+                    stored, key, old, new, f"a study runs {TRIALS_MAX} trials at most"
                 )
             continue
         if not _same(key, old, new):

@@ -54,8 +54,12 @@ _SERVING_KEYS = frozenset(typed_knobs())
 NO_SLO = "none"  # `slo = "none"`: no SLO, not even the workload's recommended one
 SEED_MAX = 2**32 - 1  # the samplers' random seed (numpy's limit)
 # Trials of one study, for a spec file, --trials and the API alike: each is a vLLM launch of
-# minutes, so this is months of one GPU, and far inside what the database's columns hold.
+# minutes, so this is months of one GPU, and far inside what the database's columns hold. A
+# resume is bounded by its stored study instead (tuner.spec.resume): one created with more
+# (by a tuner before this bound) resumes from its own spec file.
 TRIALS_MAX = 10_000
+# The source of a study queued through the API (POST /v1/studies): its spec is the request's body.
+API_SOURCE = "request body"
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -100,7 +104,12 @@ class StudySpec:
     @property
     def from_file(self) -> bool:
         """Whether ``source`` names a spec file (else the defaults or the command line)."""
-        return self.source not in ("", "<defaults>", "command line")
+        return self.source not in ("", "<defaults>", "command line", API_SOURCE)
+
+    @property
+    def from_api(self) -> bool:
+        """Whether the spec is the body of a study queued through the API."""
+        return self.source == API_SOURCE
 
     def study_name(self) -> str:
         if self.name:
@@ -111,12 +120,14 @@ class StudySpec:
         emulated = "-emulated" if self.emulate else ""
         return f"{model}-{self.gpu}{emulated}-{workload}-{self.objective.value}"
 
-    def with_overrides(self, **changes: Any) -> StudySpec:
-        """Apply CLI options; ``None`` means "not given on the command line"."""
+    def with_overrides(self, *, resume: bool = False, **changes: Any) -> StudySpec:
+        """Apply CLI options; ``None`` means "not given on the command line". ``resume``: the
+        trial count is bounded by the stored study's (:func:`tuner.spec.resume.resumed_spec`),
+        not by :data:`TRIALS_MAX`."""
         given = {k: v for k, v in changes.items() if v is not None}
         if not 0 <= given.get("seed", 0) <= SEED_MAX:
             raise UsageError(f"--seed must be 0 to {SEED_MAX}", hint="e.g. --seed 7")
-        if given.get("trials", 1) > TRIALS_MAX:
+        if not resume and given.get("trials", 1) > TRIALS_MAX:
             raise UsageError(f"--trials must be at most {TRIALS_MAX}", hint="e.g. --trials 16")
         if "search" in given:  # --search adds to the file's, flag by flag
             given["search"] = {**self.search, **given["search"]}
@@ -162,17 +173,21 @@ class StudySpec:
 DEFAULT_SPEC_PATH = Path(__file__).with_name("default_study.toml")
 
 
-def load_spec(path: str | Path) -> StudySpec:
-    """Read and validate a spec file; raises SpecError naming the line of the first problem."""
+def load_spec(path: str | Path, *, resume: bool = False) -> StudySpec:
+    """Read and validate a spec file; raises SpecError naming the line of the first problem.
+    ``resume``: the file of a study to resume, whose trial count the stored study bounds."""
     p = Path(path)
     data, text = read_toml(p, "spec")
-    return spec_from_mapping(data, text, str(p))
+    return spec_from_mapping(data, text, str(p), resume=resume)
 
 
-def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySpec:
+def spec_from_mapping(
+    data: Mapping[str, Any], text: str, where: str, *, resume: bool = False
+) -> StudySpec:
     """Validate parsed spec data (a TOML file's, or JSON posted to the API) into a StudySpec.
 
     ``text`` is the source text used to find line numbers for errors ("" when there is none).
+    ``resume``: ``trials`` may pass :data:`TRIALS_MAX` (the stored study bounds it).
     The sections are read in a fixed order ([study], [workload], [space], [[enqueue]],
     [confirm], [runner]), and the first problem found is the one reported.
     """
@@ -186,7 +201,7 @@ def spec_from_mapping(data: Mapping[str, Any], text: str, where: str) -> StudySp
     _check_sections(data, fail)
     return StudySpec(
         source=where,
-        **_study_section(data.get("study", {}), fail, where),
+        **_study_section(data.get("study", {}), fail, where, resume),
         workload_overrides={
             k: workload_field(k, v, fail) for k, v in data.get("workload", {}).items()
         },
@@ -221,7 +236,9 @@ def _check_sections(data: Mapping[str, Any], fail: Fail) -> None:
                 )
 
 
-def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str, Any]:
+def _study_section(
+    study: Mapping[str, Any], fail: Fail, where: str, resume: bool = False
+) -> dict[str, Any]:
     """``[study]``: names, counts, the SLO and the objective."""
     kwargs = {
         key: typed_value(study[key], kind, key, fail, "study")
@@ -242,7 +259,7 @@ def _study_section(study: Mapping[str, Any], fail: Fail, where: str) -> dict[str
         )
     if "trials" in kwargs and kwargs["trials"] < 1:
         raise fail("trials must be at least 1", "trials")
-    if "trials" in kwargs and kwargs["trials"] > TRIALS_MAX:
+    if "trials" in kwargs and kwargs["trials"] > TRIALS_MAX and not resume:
         raise fail(f"study.trials must be at most {TRIALS_MAX}", "trials", section="study")
     if "seed" in kwargs and not 0 <= kwargs["seed"] <= SEED_MAX:
         raise fail(f"study.seed must be 0 to {SEED_MAX}", "seed", section="study")
