@@ -464,6 +464,98 @@ def test_a_takeover_of_a_confirming_study_ends_the_dead_workers_launch(tmp_path:
     assert repo.get_study("conf").status == "finished"
 
 
+_RESUME_SHARED = """
+import sys
+from tests.studykit import make_context, make_repo
+from tuner.study.loop import run_study
+from tuner.testing.fake_runner import FakeRunner
+
+url = sys.argv[1]
+ctx = make_context(url, trials=3, name="shared", confirm_launches=2)
+run_study(ctx, FakeRunner(), make_repo(url), resume=True)
+"""
+
+
+def test_a_joined_worker_that_confirms_is_the_study_s_runner_until_it_ends(
+    tmp_path: Path,
+) -> None:
+    """A worker that joined a study and took its confirmation recorded no runner: the study's
+    queue worker (gone) stayed recorded, so a queue worker took the study over, and a resume
+    on this host went on, each marking the live launch interrupted and confirming beside it.
+    The joined worker is now the study's runner (and queue worker) while it confirms."""
+    import os
+    import subprocess
+    import sys
+
+    from tuner.db import RUN_OWNER
+    from tuner.study import sharing
+    from tuner.study.confirm import CONFIRM_NUMBER_BASE
+    from tuner.study.loop import SilentReporter
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=3, name="shared", confirm_launches=2)
+    ghost = {"host": sharing.host_name(), "pid": 2**22 + 12345, "start": 0.0}  # above pid_max
+    # Its queue worker measured the defaults and was killed (a SIGKILL leaves it running).
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx, _InterruptingRunner(after=1), repo, owner=ghost)
+    repo.set_study_status("shared", "running")
+    seen: list[str] = []
+
+    class Confirming(SilentReporter):
+        def trial_started(self, number, index, total, config, baseline):  # type: ignore[no-untyped-def]
+            if number != CONFIRM_NUMBER_BASE:
+                return
+            other = {"host": sharing.host_name(), "pid": 1, "start": 0.0}
+            assert repo.take_over_study(sharing.owner_gone, other) is None  # it lives: kept
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+            resume = subprocess.run(
+                [sys.executable, "-c", _RESUME_SHARED, url], env=env, capture_output=True,
+                text=True, timeout=120, check=False,
+            )  # fmt: skip
+            seen.append(resume.stderr)
+            row = repo.get_study("shared")
+            assert row is not None and row.status == "confirming"
+            assert row.spec[RUN_OWNER]["pid"] == row.spec["queue_worker"]["pid"] == os.getpid()
+
+    run_study(ctx, FakeRunner(), repo, join=True, reporter=Confirming())
+    assert len(seen) == 1
+    assert f"process {os.getpid()} on this host confirms it" in seen[0], seen[0]
+    row = repo.get_study("shared")
+    assert row is not None and row.status == "finished" and row.spec[RUN_OWNER] is None
+    confirm = repo.list_trials("shared", phase="confirm", limit=None)
+    assert confirm and all(t.status is TrialStatus.COMPLETE for t in confirm)
+    candidates = {t.config for t in confirm if not t.is_baseline}
+    compared = [c.b_config for c in repo.list_comparisons("shared")]
+    assert sorted(map(str, compared)) == sorted(map(str, candidates))  # one confirmation
+
+
+def test_a_run_that_left_its_confirmation_to_a_joined_worker_keeps_that_worker_recorded(
+    db_url: str,
+) -> None:
+    """The study's own run, its search done, finds a joined worker confirming: it cleared the
+    record of the study's runner as it ended, the joined worker's too."""
+    from tuner.db import RUN_OWNER, StudyStatus
+    from tuner.study.loop import SilentReporter
+
+    repo = make_repo(db_url)
+    ctx = make_context(db_url, trials=2, confirm_launches=2)
+    joined = {"host": "another-host", "pid": 7, "start": 1.0}
+
+    class JoinedWorkerConfirmsFirst(SilentReporter):
+        def trial_finished(self, number, result, best):  # type: ignore[no-untyped-def]
+            if number == 1:
+                confirming = (StudyStatus.CONFIRMING,)
+                assert repo.claim_study_step(
+                    ctx.name, StudyStatus.CONFIRMING, unless=confirming, runner=joined
+                )
+
+    run_study(ctx, FakeRunner(), repo, reporter=JoinedWorkerConfirmsFirst())
+    row = repo.get_study(ctx.name)
+    assert row is not None and row.status == "confirming"
+    assert row.spec[RUN_OWNER] == joined
+
+
 def test_a_sampled_trial_of_the_defaults_is_not_announced_as_the_baseline(db_url: str) -> None:
     """The baseline is the first measured trial of the defaults; a later one measures them
     again, and its progress line says so."""

@@ -185,13 +185,15 @@ def run_study(
     interrupted, resumable); Optuna's connections are closed when this returns.
     """
     report = reporter or SilentReporter()
+    me = sharing.worker_identity()
     with _optuna_session(ctx) as storage:
         study = _open(
             ctx, repo, storage, resume=resume, claimed=claimed, join=join, alone=not takeover
         )
-        if not join:
+        runs = not join  # whether this process is recorded as the study's runner
+        if runs:
             repo.set_study_worker(ctx.name, owner)
-            repo.set_study_runner(ctx.name, sharing.worker_identity())
+            repo.set_study_runner(ctx.name, me)
         else:
             _clear_dead_runner(ctx.name, repo)  # a joining worker runs it now
         row = repo.get_study(ctx.name)
@@ -203,21 +205,32 @@ def run_study(
         try:
             _loop(ctx, study, storage, runner, repo, report, study_slo(row))
             if ctx.spec.confirm_launches > 0:
+                # A joined worker that takes the confirmation runs the study while it confirms:
+                # recorded with the claim (claim_study_step), it is refused to a resume and
+                # kept from a takeover while it lives, as the study's own runner is.
                 if not repo.claim_study_step(
-                    ctx.name, StudyStatus.CONFIRMING, unless=(StudyStatus.CONFIRMING,)
+                    ctx.name,
+                    StudyStatus.CONFIRMING,
+                    unless=(StudyStatus.CONFIRMING,),
+                    runner=me if join else None,
                 ):
+                    runs = False  # the worker that took the confirmation is recorded now
                     report.phase("confirmation", "left to the worker that runs it")
                     return rank(repo, ctx.name, ctx.spec.objective)
-                # A confirmation cut short goes on; a study given more trials after its
-                # confirmation confirms the new top candidates (the rest is decided).
-                run_confirmation(
-                    ctx, rank(repo, ctx.name, ctx.spec.objective), runner, repo, report
-                )
+                runs = True
+                # A joined worker beats for the study as its queue worker did (if it had one).
+                beating = sharing.study_heartbeat(repo, ctx.name, me) if join else None
+                with beating or contextlib.nullcontext():
+                    # A confirmation cut short goes on; a study given more trials after its
+                    # confirmation confirms the new top candidates (the rest is decided).
+                    run_confirmation(
+                        ctx, rank(repo, ctx.name, ctx.spec.objective), runner, repo, report
+                    )
         except BaseException:
             repo.set_study_status(ctx.name, "interrupted")
             raise
-        finally:  # however it ends (the confirmation left to another worker too)
-            if not join:
+        finally:  # however it ends; a confirmation left to another worker is that one's
+            if runs:
                 repo.set_study_runner(ctx.name, None)
         repo.set_study_status(ctx.name, "finished")
         return rank(repo, ctx.name, ctx.spec.objective)
@@ -317,7 +330,8 @@ def _open(
     else:
         runner = existing.spec.get(RUN_OWNER)
         if resume and isinstance(runner, dict):  # between its trials, or confirming
-            sharing.refuse_beside(runner, ctx.name)
+            confirming = existing.status == StudyStatus.CONFIRMING
+            sharing.refuse_beside(runner, ctx.name, "confirms it" if confirming else "runs it")
         if existing.spec:  # the study continues as it was created (tuner.spec.resume)
             resumed_spec(stored_spec(existing.spec, existing.name), ctx.spec)
             check_same_requests(existing.spec.get(FINGERPRINT), ctx.workload, ctx.name)
