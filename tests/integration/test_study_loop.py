@@ -363,6 +363,52 @@ def test_a_study_seeded_at_the_top_of_the_range_resumes(tmp_path: Path) -> None:
     assert len(run_study(more, FakeRunner(), repo, resume=True)) == 3
 
 
+def test_workers_that_join_at_once_draw_configurations_of_their_own(tmp_path: Path) -> None:
+    """Workers that joined a study at the same moment (`tuner run --parallel` starts them so)
+    held the same trials, so their samplers were seeded alike and drew the same configurations
+    in lockstep: the twin check gave one of each pair back. Each trial of a joined worker is now
+    drawn from the study's seed and its own number; a single worker draws as it did."""
+    from tuner.study.loop import ask_trial, optuna_storage, set_up_study
+
+    choices = {
+        "max_num_seqs": (2, 4, 8, 16, 32, 64, 128),
+        "gpu_memory_utilization": (0.5, 0.6, 0.7, 0.8, 0.9),
+        "max_num_batched_tokens": (512, 1024, 2048, 4096),
+    }
+
+    def joined_draws(name: str) -> list[ServingConfig]:
+        url = f"sqlite:///{tmp_path / name}.db"
+        ctx = make_context(url, trials=16, name=name, params=tuple(choices), choices=choices)
+        set_up_study(ctx, make_repo(url), resume=False)  # as `tuner run --parallel` does
+        storage = optuna_storage(ctx)
+        try:
+            first = open_optuna_study(ctx, create=False, storage=storage)
+            assert ask_trial(ctx, first, join=True).user_attrs["baseline"]  # the queued defaults
+            # Two workers join at once: both hold the same trials when they open the study.
+            both = [open_optuna_study(ctx, create=False, storage=storage) for _ in range(2)]
+            asked = [(study, ask_trial(ctx, study, join=True)) for study in both]
+            return [ctx.space.suggest(trial) for _study, trial in asked]
+        finally:
+            storage.engine.dispose()
+
+    draws = joined_draws("at-once")
+    assert draws[0] != draws[1]
+    assert joined_draws("again") == draws  # reproducible: a trial's number, not a process
+
+    # A single worker's sampler is seeded as before (the seed plus the trials held).
+    url = f"sqlite:///{tmp_path / 'alone.db'}"
+    ctx = make_context(url, trials=16, name="alone", params=tuple(choices), choices=choices)
+    run_study(ctx, FakeRunner(), make_repo(url))
+    storage = optuna_storage(ctx)
+    try:
+        study = open_optuna_study(ctx, create=False, storage=storage)
+        sampler = study.sampler
+        ask_trial(ctx, study, join=False)
+        assert study.sampler is sampler
+    finally:
+        storage.engine.dispose()
+
+
 def test_a_resume_is_refused_while_the_run_that_owns_the_study_lives(tmp_path: Path) -> None:
     """Between two trials, or in the confirmation, no Optuna trial runs: a resume then marked
     the live run's confirmation launch interrupted and ran a second confirmation beside it."""

@@ -111,36 +111,57 @@ def optuna_storage(ctx: StudyContext) -> optuna.storages.RDBStorage:
         return storage
 
 
+def _sampler(ctx: StudyContext, seed: int) -> optuna.samplers.BaseSampler:
+    # constant_liar: a trial another worker measures counts as a poor one while it runs, so
+    # that concurrent workers are steered apart; with one worker nothing runs at ask time.
+    return optuna.samplers.TPESampler(
+        seed=seed % (SEED_MAX + 1),
+        multivariate=True,
+        n_startup_trials=max(3, ctx.spec.trials // 3),
+        constant_liar=True,
+    )
+
+
 def open_optuna_study(
     ctx: StudyContext, *, create: bool, storage: optuna.storages.RDBStorage | None = None
 ) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    def sampler(seed: int) -> optuna.samplers.BaseSampler:
-        # constant_liar: a trial another worker measures counts as a poor one while it runs, so
-        # that concurrent workers are steered apart; with one worker nothing runs at ask time.
-        return optuna.samplers.TPESampler(
-            seed=seed,
-            multivariate=True,
-            n_startup_trials=max(3, ctx.spec.trials // 3),
-            constant_liar=True,
-        )
-
     storage = storage or optuna_storage(ctx)
     if create:
         return optuna.create_study(
             study_name=ctx.name,
             storage=storage,
-            sampler=sampler(ctx.spec.seed),
+            sampler=_sampler(ctx, ctx.spec.seed),
             directions=scoring.DIRECTIONS,
         )
-    study = optuna.load_study(study_name=ctx.name, storage=storage, sampler=sampler(0))
+    study = optuna.load_study(study_name=ctx.name, storage=storage, sampler=_sampler(ctx, 0))
     # A study taken up again (a resume, a worker joining or taking over) must not replay its
     # first random draws, which a sampler seeded as before would: the seed moves on with the
     # trials the study already holds, so a resume stays reproducible by its seed too.
     held = len(study.get_trials(deepcopy=False))
-    study.sampler = sampler((ctx.spec.seed + held) % (SEED_MAX + 1))
+    study.sampler = _sampler(ctx, ctx.spec.seed + held)
     return study
+
+
+# Where a joined worker's seeds start: half the seed range from the study's seed, which a
+# single worker's seed (the study's, plus the trials held) never reaches.
+_JOINED_SEEDS = 2**31
+
+
+def ask_trial(ctx: StudyContext, study: optuna.Study, *, join: bool) -> optuna.Trial:
+    """Optuna's next trial for this worker, its parameters not drawn yet.
+
+    A joined worker draws each trial from a seed of its own: the study's, moved by
+    :data:`_JOINED_SEEDS` and the trial's number, which Optuna gives to one trial only. Workers
+    that joined at once hold the same trials, and seeded by them (as a single worker is) they
+    drew the same configurations in lockstep. A single worker's draws are as they were, and a
+    joined worker's trial draws alike from the same study (its parameters are drawn after the
+    ask, when Optuna's sampler is first asked for them)."""
+    with sharing.quiet_optuna():
+        trial = study.ask()
+    if join:
+        study.sampler = _sampler(ctx, ctx.spec.seed + _JOINED_SEEDS + trial.number)
+    return trial
 
 
 def _name_metrics(ctx: StudyContext, study: optuna.Study) -> None:
@@ -203,7 +224,7 @@ def run_study(
             return rank(repo, ctx.name, ctx.spec.objective)
         repo.set_study_status(ctx.name, "running")
         try:
-            _loop(ctx, study, storage, runner, repo, report, study_slo(row))
+            _loop(ctx, study, storage, runner, repo, report, study_slo(row), join=join)
             if ctx.spec.confirm_launches > 0:
                 # A joined worker that takes the confirmation runs the study while it confirms:
                 # recorded with the claim (claim_study_step), it is refused to a resume and
@@ -377,8 +398,11 @@ def _loop(
     repo: Repository,
     report: Reporter,
     slo: Slo,
+    *,
+    join: bool,
 ) -> None:
-    """``slo``: the one stored with the study, which its standings are judged by."""
+    """``slo``: the one stored with the study, which its standings are judged by; ``join``:
+    other workers may draw beside this one (:func:`ask_trial`)."""
     total = ctx.spec.trials
     me = sharing.worker_identity()
     while True:
@@ -391,8 +415,7 @@ def _loop(
             report.phase("waiting", "for the trials other workers measure")
             time.sleep(WAIT_S)
             continue
-        with sharing.quiet_optuna():
-            trial = study.ask()
+        trial = ask_trial(ctx, study, join=join)
         trial.set_user_attr(sharing.WORKER, me)
         at = sharing.place(study.get_trials(deepcopy=False), trial.number, total)
         if at is None:
