@@ -409,6 +409,49 @@ def test_workers_that_join_at_once_draw_configurations_of_their_own(tmp_path: Pa
         storage.engine.dispose()
 
 
+def test_a_trial_whose_remote_worker_was_lost_before_measuring_goes_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on another host lost between drawing its trial and measuring it (the host gone,
+    kill -9) left a trial that was never beaten, which Optuna's heartbeat never marks stale: it
+    kept its place in the budget, and the workers left waited for it for good. A trial now beats
+    from the ask, so it goes stale after four beats (here 1 s each) as any other."""
+    import time
+
+    from tuner.study.loop import SilentReporter, set_up_study
+
+    class Lost(BaseException):
+        """The far host going down, as far as its worker's trial can tell."""
+
+    class LostAtItsSecondTrial(SilentReporter):
+        def trial_started(self, number, index, total, config, baseline):  # type: ignore[no-untyped-def]
+            if number == 1:
+                raise Lost
+
+    class NeverWaits(SilentReporter):
+        def phase(self, phase: str, detail: str) -> None:
+            assert phase != "waiting", "the lost worker's trial kept its place in the budget"
+
+    monkeypatch.setenv("TUNER_HEARTBEAT_S", "1")
+    url = f"sqlite:///{tmp_path / 'lost.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=3, name="lost")
+    set_up_study(ctx, repo, resume=False)
+    monkeypatch.setenv("TUNER_WORKER_HOST", "far-host")
+    with pytest.raises(Lost):
+        run_study(ctx, FakeRunner(), repo, join=True, reporter=LostAtItsSecondTrial())
+    monkeypatch.delenv("TUNER_WORKER_HOST")
+    time.sleep(6)  # past the grace, counted in whole seconds by SQLite's clock
+    run_study(ctx, FakeRunner(), repo, join=True, reporter=NeverWaits())
+    rows = repo.list_trials("lost", limit=None)
+    # The budget, with results: the lost trial #1 failed in Optuna, never a row of its own.
+    assert [r.number for r in rows] == [0, 2, 3]
+    assert all(r.status is not TrialStatus.RUNNING for r in rows)
+    frozen = optuna.load_study(study_name="lost", storage=url).trials[1]
+    assert frozen.state is optuna.trial.TrialState.FAIL
+    assert repo.get_study("lost").status == "finished"
+
+
 def test_a_resume_is_refused_while_the_run_that_owns_the_study_lives(tmp_path: Path) -> None:
     """Between two trials, or in the confirmation, no Optuna trial runs: a resume then marked
     the live run's confirmation launch interrupted and ran a second confirmation beside it."""

@@ -416,43 +416,48 @@ def _loop(
             time.sleep(WAIT_S)
             continue
         trial = ask_trial(ctx, study, join=join)
-        trial.set_user_attr(sharing.WORKER, me)
-        at = sharing.place(study.get_trials(deepcopy=False), trial.number, total)
-        if at is None:
-            sharing.withdraw(study, trial, "the trial budget was taken by other workers")
-            continue
-        space = planning.trial_space(ctx, trial, space)
-        config = space.suggest(trial)
-        twin = sharing.twin_of(study, trial, config)
-        if twin is not None:
-            sharing.withdraw(study, trial, f"trial {twin} measures this configuration now")
-            report.phase("waiting", f"trial {twin} of another worker measures {config.label()}")
-            time.sleep(WAIT_S)
-            continue
-        defaults = bool(trial.user_attrs.get("baseline")) or config == ctx.space.baseline()
-        # Only the first measured trial of the defaults is the baseline; no other measures them
-        # now (twin_of), so one already measured is the baseline and this one measures it again.
-        again = defaults and baseline(rows) is not None
-        # Its place in the budget: "trial 3/6" once, whichever worker measures it.
-        report.trial_started(trial.number, at + 1, total, config, "again" if again else defaults)
-        repo.set_study_status(ctx.name, "running")  # another worker may have stopped
-        trial_id = repo.start_trial(ctx.name, trial.number, config, "search", defaults)
-        check = None if defaults else first_point_check(ctx, rows, slo)
-        try:
-            with sharing.heartbeat(storage, trial._trial_id):
+        # It beats from the ask on (sharing.heartbeat): a trial whose worker is lost before its
+        # measurement (a host gone, kill -9) goes stale as any other; Optuna's heartbeat never
+        # marks stale a trial that was never beaten, and it kept the budget of the others.
+        with sharing.heartbeat(storage, trial._trial_id):
+            trial.set_user_attr(sharing.WORKER, me)
+            at = sharing.place(study.get_trials(deepcopy=False), trial.number, total)
+            if at is None:
+                sharing.withdraw(study, trial, "the trial budget was taken by other workers")
+                continue
+            space = planning.trial_space(ctx, trial, space)
+            config = space.suggest(trial)
+            twin = sharing.twin_of(study, trial, config)
+            if twin is not None:
+                sharing.withdraw(study, trial, f"trial {twin} measures this configuration now")
+                report.phase("waiting", f"trial {twin} of another worker measures {config.label()}")
+                time.sleep(WAIT_S)
+                continue
+            defaults = bool(trial.user_attrs.get("baseline")) or config == ctx.space.baseline()
+            # Only the first measured trial of the defaults is the baseline; no other measures them
+            # now (twin_of), so one already measured is the baseline and this one measures it again.
+            again = defaults and baseline(rows) is not None
+            # Its place in the budget: "trial 3/6" once, whichever worker measures it.
+            report.trial_started(
+                trial.number, at + 1, total, config, "again" if again else defaults
+            )
+            repo.set_study_status(ctx.name, "running")  # another worker may have stopped
+            trial_id = repo.start_trial(ctx.name, trial.number, config, "search", defaults)
+            check = None if defaults else first_point_check(ctx, rows, slo)
+            try:
                 screen = None if defaults else _screen(space, config, rows)
                 result = screen or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
-        except BaseException:
-            # The tuner itself is going down (Ctrl-C, SIGTERM): record it, queue the
-            # configuration again (an interruption is not a result), let it propagate.
-            stopped = interrupted(config, "the tuner stopped during this trial")
-            repo.finish_trial(trial_id, stopped, None, None)
-            _tell_attrs(trial, stopped)
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            sharing.retry(study, sharing.frozen(study, trial))
-            raise
+            except BaseException:
+                # The tuner itself is going down (Ctrl-C, SIGTERM): record it, queue the
+                # configuration again (an interruption is not a result), let it propagate.
+                stopped = interrupted(config, "the tuner stopped during this trial")
+                repo.finish_trial(trial_id, stopped, None, None)
+                _tell_attrs(trial, stopped)
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                sharing.retry(study, sharing.frozen(study, trial))
+                raise
         rows = _record(ctx, study, trial, trial_id, result, repo, defaults, rows)
         ranked = standings(rows, ctx.spec.objective, slo)
         report.trial_finished(trial.number, result, ranked[0] if ranked else None)
