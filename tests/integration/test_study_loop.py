@@ -363,6 +363,95 @@ def test_a_study_seeded_at_the_top_of_the_range_resumes(tmp_path: Path) -> None:
     assert len(run_study(more, FakeRunner(), repo, resume=True)) == 3
 
 
+def test_workers_that_join_at_once_draw_configurations_of_their_own(tmp_path: Path) -> None:
+    """Workers that joined a study at the same moment (`tuner run --parallel` starts them so)
+    held the same trials, so their samplers were seeded alike and drew the same configurations
+    in lockstep: the twin check gave one of each pair back. Each trial of a joined worker is now
+    drawn from the study's seed and its own number; a single worker draws as it did."""
+    from tuner.study.loop import ask_trial, optuna_storage, set_up_study
+
+    choices = {
+        "max_num_seqs": (2, 4, 8, 16, 32, 64, 128),
+        "gpu_memory_utilization": (0.5, 0.6, 0.7, 0.8, 0.9),
+        "max_num_batched_tokens": (512, 1024, 2048, 4096),
+    }
+
+    def joined_draws(name: str) -> list[ServingConfig]:
+        url = f"sqlite:///{tmp_path / name}.db"
+        ctx = make_context(url, trials=16, name=name, params=tuple(choices), choices=choices)
+        set_up_study(ctx, make_repo(url), resume=False)  # as `tuner run --parallel` does
+        storage = optuna_storage(ctx)
+        try:
+            first = open_optuna_study(ctx, create=False, storage=storage)
+            assert ask_trial(ctx, first, join=True).user_attrs["baseline"]  # the queued defaults
+            # Two workers join at once: both hold the same trials when they open the study.
+            both = [open_optuna_study(ctx, create=False, storage=storage) for _ in range(2)]
+            asked = [(study, ask_trial(ctx, study, join=True)) for study in both]
+            return [ctx.space.suggest(trial) for _study, trial in asked]
+        finally:
+            storage.engine.dispose()
+
+    draws = joined_draws("at-once")
+    assert draws[0] != draws[1]
+    assert joined_draws("again") == draws  # reproducible: a trial's number, not a process
+
+    # A single worker's sampler is seeded as before (the seed plus the trials held).
+    url = f"sqlite:///{tmp_path / 'alone.db'}"
+    ctx = make_context(url, trials=16, name="alone", params=tuple(choices), choices=choices)
+    run_study(ctx, FakeRunner(), make_repo(url))
+    storage = optuna_storage(ctx)
+    try:
+        study = open_optuna_study(ctx, create=False, storage=storage)
+        sampler = study.sampler
+        ask_trial(ctx, study, join=False)
+        assert study.sampler is sampler
+    finally:
+        storage.engine.dispose()
+
+
+def test_a_trial_whose_remote_worker_was_lost_before_measuring_goes_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on another host lost between drawing its trial and measuring it (the host gone,
+    kill -9) left a trial that was never beaten, which Optuna's heartbeat never marks stale: it
+    kept its place in the budget, and the workers left waited for it for good. A trial now beats
+    from the ask, so it goes stale after four beats (here 1 s each) as any other."""
+    import time
+
+    from tuner.study.loop import SilentReporter, set_up_study
+
+    class Lost(BaseException):
+        """The far host going down, as far as its worker's trial can tell."""
+
+    class LostAtItsSecondTrial(SilentReporter):
+        def trial_started(self, number, index, total, config, baseline):  # type: ignore[no-untyped-def]
+            if number == 1:
+                raise Lost
+
+    class NeverWaits(SilentReporter):
+        def phase(self, phase: str, detail: str) -> None:
+            assert phase != "waiting", "the lost worker's trial kept its place in the budget"
+
+    monkeypatch.setenv("TUNER_HEARTBEAT_S", "1")
+    url = f"sqlite:///{tmp_path / 'lost.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=3, name="lost")
+    set_up_study(ctx, repo, resume=False)
+    monkeypatch.setenv("TUNER_WORKER_HOST", "far-host")
+    with pytest.raises(Lost):
+        run_study(ctx, FakeRunner(), repo, join=True, reporter=LostAtItsSecondTrial())
+    monkeypatch.delenv("TUNER_WORKER_HOST")
+    time.sleep(6)  # past the grace, counted in whole seconds by SQLite's clock
+    run_study(ctx, FakeRunner(), repo, join=True, reporter=NeverWaits())
+    rows = repo.list_trials("lost", limit=None)
+    # The budget, with results: the lost trial #1 failed in Optuna, never a row of its own.
+    assert [r.number for r in rows] == [0, 2, 3]
+    assert all(r.status is not TrialStatus.RUNNING for r in rows)
+    frozen = optuna.load_study(study_name="lost", storage=url).trials[1]
+    assert frozen.state is optuna.trial.TrialState.FAIL
+    assert repo.get_study("lost").status == "finished"
+
+
 def test_a_resume_is_refused_while_the_run_that_owns_the_study_lives(tmp_path: Path) -> None:
     """Between two trials, or in the confirmation, no Optuna trial runs: a resume then marked
     the live run's confirmation launch interrupted and ran a second confirmation beside it."""
@@ -462,6 +551,98 @@ def test_a_takeover_of_a_confirming_study_ends_the_dead_workers_launch(tmp_path:
     assert launch.status is TrialStatus.FAILED and launch.failure is not None
     assert launch.failure.value == "interrupted"
     assert repo.get_study("conf").status == "finished"
+
+
+_RESUME_SHARED = """
+import sys
+from tests.studykit import make_context, make_repo
+from tuner.study.loop import run_study
+from tuner.testing.fake_runner import FakeRunner
+
+url = sys.argv[1]
+ctx = make_context(url, trials=3, name="shared", confirm_launches=2)
+run_study(ctx, FakeRunner(), make_repo(url), resume=True)
+"""
+
+
+def test_a_joined_worker_that_confirms_is_the_study_s_runner_until_it_ends(
+    tmp_path: Path,
+) -> None:
+    """A worker that joined a study and took its confirmation recorded no runner: the study's
+    queue worker (gone) stayed recorded, so a queue worker took the study over, and a resume
+    on this host went on, each marking the live launch interrupted and confirming beside it.
+    The joined worker is now the study's runner (and queue worker) while it confirms."""
+    import os
+    import subprocess
+    import sys
+
+    from tuner.db import RUN_OWNER
+    from tuner.study import sharing
+    from tuner.study.confirm import CONFIRM_NUMBER_BASE
+    from tuner.study.loop import SilentReporter
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=3, name="shared", confirm_launches=2)
+    ghost = {"host": sharing.host_name(), "pid": 2**22 + 12345, "start": 0.0}  # above pid_max
+    # Its queue worker measured the defaults and was killed (a SIGKILL leaves it running).
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx, _InterruptingRunner(after=1), repo, owner=ghost)
+    repo.set_study_status("shared", "running")
+    seen: list[str] = []
+
+    class Confirming(SilentReporter):
+        def trial_started(self, number, index, total, config, baseline):  # type: ignore[no-untyped-def]
+            if number != CONFIRM_NUMBER_BASE:
+                return
+            other = {"host": sharing.host_name(), "pid": 1, "start": 0.0}
+            assert repo.take_over_study(sharing.owner_gone, other) is None  # it lives: kept
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+            resume = subprocess.run(
+                [sys.executable, "-c", _RESUME_SHARED, url], env=env, capture_output=True,
+                text=True, timeout=120, check=False,
+            )  # fmt: skip
+            seen.append(resume.stderr)
+            row = repo.get_study("shared")
+            assert row is not None and row.status == "confirming"
+            assert row.spec[RUN_OWNER]["pid"] == row.spec["queue_worker"]["pid"] == os.getpid()
+
+    run_study(ctx, FakeRunner(), repo, join=True, reporter=Confirming())
+    assert len(seen) == 1
+    assert f"process {os.getpid()} on this host confirms it" in seen[0], seen[0]
+    row = repo.get_study("shared")
+    assert row is not None and row.status == "finished" and row.spec[RUN_OWNER] is None
+    confirm = repo.list_trials("shared", phase="confirm", limit=None)
+    assert confirm and all(t.status is TrialStatus.COMPLETE for t in confirm)
+    candidates = {t.config for t in confirm if not t.is_baseline}
+    compared = [c.b_config for c in repo.list_comparisons("shared")]
+    assert sorted(map(str, compared)) == sorted(map(str, candidates))  # one confirmation
+
+
+def test_a_run_that_left_its_confirmation_to_a_joined_worker_keeps_that_worker_recorded(
+    db_url: str,
+) -> None:
+    """The study's own run, its search done, finds a joined worker confirming: it cleared the
+    record of the study's runner as it ended, the joined worker's too."""
+    from tuner.db import RUN_OWNER, StudyStatus
+    from tuner.study.loop import SilentReporter
+
+    repo = make_repo(db_url)
+    ctx = make_context(db_url, trials=2, confirm_launches=2)
+    joined = {"host": "another-host", "pid": 7, "start": 1.0}
+
+    class JoinedWorkerConfirmsFirst(SilentReporter):
+        def trial_finished(self, number, result, best):  # type: ignore[no-untyped-def]
+            if number == 1:
+                confirming = (StudyStatus.CONFIRMING,)
+                assert repo.claim_study_step(
+                    ctx.name, StudyStatus.CONFIRMING, unless=confirming, runner=joined
+                )
+
+    run_study(ctx, FakeRunner(), repo, reporter=JoinedWorkerConfirmsFirst())
+    row = repo.get_study(ctx.name)
+    assert row is not None and row.status == "confirming"
+    assert row.spec[RUN_OWNER] == joined
 
 
 def test_a_sampled_trial_of_the_defaults_is_not_announced_as_the_baseline(db_url: str) -> None:

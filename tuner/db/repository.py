@@ -312,14 +312,34 @@ class Repository:
         others = [s for s in StudyStatus if s is not StudyStatus.QUEUED]
         return self.claim_study_step(name, StudyStatus.RUNNING, unless=others)
 
-    def claim_study_step(self, name: str, to: StudyStatus, *, unless: Collection[str]) -> bool:
-        """Compare-and-set of the status: of several workers, exactly one gets True."""
+    def claim_study_step(
+        self,
+        name: str,
+        to: StudyStatus,
+        *,
+        unless: Collection[str],
+        runner: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Compare-and-set of the status: of several workers, exactly one gets True.
+
+        ``runner``: the process that takes the step, recorded in the same transaction as the
+        study's :data:`RUN_OWNER` and, in a study that a queue worker runs, as its
+        :data:`QUEUE_WORKER` (whose heartbeat it then beats): a worker that joined the study
+        and takes its confirmation runs the study from then on, and no resume or takeover
+        may start a confirmation beside it."""
         with session_scope(self._engine) as s:
             study_id = _study_id(s, name)
+            values: dict[str, Any] = {}
+            if runner is not None:
+                spec = s.scalar(select(StudyModel.spec).where(StudyModel.id == study_id)) or {}
+                owned = {RUN_OWNER: dict(runner)}
+                if spec.get(QUEUE_WORKER):
+                    owned[QUEUE_WORKER] = dict(runner)
+                values["spec"] = {**spec, **owned}
             taken = s.execute(
                 update(StudyModel)
                 .where(StudyModel.id == study_id, StudyModel.status.not_in(list(unless)))
-                .values(status=StudyStatus(to).value, updated_at=time.time())
+                .values(status=StudyStatus(to).value, updated_at=time.time(), **values)
             )
             return getattr(taken, "rowcount", 0) == 1
 

@@ -111,36 +111,57 @@ def optuna_storage(ctx: StudyContext) -> optuna.storages.RDBStorage:
         return storage
 
 
+def _sampler(ctx: StudyContext, seed: int) -> optuna.samplers.BaseSampler:
+    # constant_liar: a trial another worker measures counts as a poor one while it runs, so
+    # that concurrent workers are steered apart; with one worker nothing runs at ask time.
+    return optuna.samplers.TPESampler(
+        seed=seed % (SEED_MAX + 1),
+        multivariate=True,
+        n_startup_trials=max(3, ctx.spec.trials // 3),
+        constant_liar=True,
+    )
+
+
 def open_optuna_study(
     ctx: StudyContext, *, create: bool, storage: optuna.storages.RDBStorage | None = None
 ) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    def sampler(seed: int) -> optuna.samplers.BaseSampler:
-        # constant_liar: a trial another worker measures counts as a poor one while it runs, so
-        # that concurrent workers are steered apart; with one worker nothing runs at ask time.
-        return optuna.samplers.TPESampler(
-            seed=seed,
-            multivariate=True,
-            n_startup_trials=max(3, ctx.spec.trials // 3),
-            constant_liar=True,
-        )
-
     storage = storage or optuna_storage(ctx)
     if create:
         return optuna.create_study(
             study_name=ctx.name,
             storage=storage,
-            sampler=sampler(ctx.spec.seed),
+            sampler=_sampler(ctx, ctx.spec.seed),
             directions=scoring.DIRECTIONS,
         )
-    study = optuna.load_study(study_name=ctx.name, storage=storage, sampler=sampler(0))
+    study = optuna.load_study(study_name=ctx.name, storage=storage, sampler=_sampler(ctx, 0))
     # A study taken up again (a resume, a worker joining or taking over) must not replay its
     # first random draws, which a sampler seeded as before would: the seed moves on with the
     # trials the study already holds, so a resume stays reproducible by its seed too.
     held = len(study.get_trials(deepcopy=False))
-    study.sampler = sampler((ctx.spec.seed + held) % (SEED_MAX + 1))
+    study.sampler = _sampler(ctx, ctx.spec.seed + held)
     return study
+
+
+# Where a joined worker's seeds start: half the seed range from the study's seed, which a
+# single worker's seed (the study's, plus the trials held) never reaches.
+_JOINED_SEEDS = 2**31
+
+
+def ask_trial(ctx: StudyContext, study: optuna.Study, *, join: bool) -> optuna.Trial:
+    """Optuna's next trial for this worker, its parameters not drawn yet.
+
+    A joined worker draws each trial from a seed of its own: the study's, moved by
+    :data:`_JOINED_SEEDS` and the trial's number, which Optuna gives to one trial only. Workers
+    that joined at once hold the same trials, and seeded by them (as a single worker is) they
+    drew the same configurations in lockstep. A single worker's draws are as they were, and a
+    joined worker's trial draws alike from the same study (its parameters are drawn after the
+    ask, when Optuna's sampler is first asked for them)."""
+    with sharing.quiet_optuna():
+        trial = study.ask()
+    if join:
+        study.sampler = _sampler(ctx, ctx.spec.seed + _JOINED_SEEDS + trial.number)
+    return trial
 
 
 def _name_metrics(ctx: StudyContext, study: optuna.Study) -> None:
@@ -185,13 +206,15 @@ def run_study(
     interrupted, resumable); Optuna's connections are closed when this returns.
     """
     report = reporter or SilentReporter()
+    me = sharing.worker_identity()
     with _optuna_session(ctx) as storage:
         study = _open(
             ctx, repo, storage, resume=resume, claimed=claimed, join=join, alone=not takeover
         )
-        if not join:
+        runs = not join  # whether this process is recorded as the study's runner
+        if runs:
             repo.set_study_worker(ctx.name, owner)
-            repo.set_study_runner(ctx.name, sharing.worker_identity())
+            repo.set_study_runner(ctx.name, me)
         else:
             _clear_dead_runner(ctx.name, repo)  # a joining worker runs it now
         row = repo.get_study(ctx.name)
@@ -201,23 +224,34 @@ def run_study(
             return rank(repo, ctx.name, ctx.spec.objective)
         repo.set_study_status(ctx.name, "running")
         try:
-            _loop(ctx, study, storage, runner, repo, report, study_slo(row))
+            _loop(ctx, study, storage, runner, repo, report, study_slo(row), join=join)
             if ctx.spec.confirm_launches > 0:
+                # A joined worker that takes the confirmation runs the study while it confirms:
+                # recorded with the claim (claim_study_step), it is refused to a resume and
+                # kept from a takeover while it lives, as the study's own runner is.
                 if not repo.claim_study_step(
-                    ctx.name, StudyStatus.CONFIRMING, unless=(StudyStatus.CONFIRMING,)
+                    ctx.name,
+                    StudyStatus.CONFIRMING,
+                    unless=(StudyStatus.CONFIRMING,),
+                    runner=me if join else None,
                 ):
+                    runs = False  # the worker that took the confirmation is recorded now
                     report.phase("confirmation", "left to the worker that runs it")
                     return rank(repo, ctx.name, ctx.spec.objective)
-                # A confirmation cut short goes on; a study given more trials after its
-                # confirmation confirms the new top candidates (the rest is decided).
-                run_confirmation(
-                    ctx, rank(repo, ctx.name, ctx.spec.objective), runner, repo, report
-                )
+                runs = True
+                # A joined worker beats for the study as its queue worker did (if it had one).
+                beating = sharing.study_heartbeat(repo, ctx.name, me) if join else None
+                with beating or contextlib.nullcontext():
+                    # A confirmation cut short goes on; a study given more trials after its
+                    # confirmation confirms the new top candidates (the rest is decided).
+                    run_confirmation(
+                        ctx, rank(repo, ctx.name, ctx.spec.objective), runner, repo, report
+                    )
         except BaseException:
             repo.set_study_status(ctx.name, "interrupted")
             raise
-        finally:  # however it ends (the confirmation left to another worker too)
-            if not join:
+        finally:  # however it ends; a confirmation left to another worker is that one's
+            if runs:
                 repo.set_study_runner(ctx.name, None)
         repo.set_study_status(ctx.name, "finished")
         return rank(repo, ctx.name, ctx.spec.objective)
@@ -317,7 +351,8 @@ def _open(
     else:
         runner = existing.spec.get(RUN_OWNER)
         if resume and isinstance(runner, dict):  # between its trials, or confirming
-            sharing.refuse_beside(runner, ctx.name)
+            confirming = existing.status == StudyStatus.CONFIRMING
+            sharing.refuse_beside(runner, ctx.name, "confirms it" if confirming else "runs it")
         if existing.spec:  # the study continues as it was created (tuner.spec.resume)
             resumed_spec(stored_spec(existing.spec, existing.name), ctx.spec)
             check_same_requests(existing.spec.get(FINGERPRINT), ctx.workload, ctx.name)
@@ -363,8 +398,11 @@ def _loop(
     repo: Repository,
     report: Reporter,
     slo: Slo,
+    *,
+    join: bool,
 ) -> None:
-    """``slo``: the one stored with the study, which its standings are judged by."""
+    """``slo``: the one stored with the study, which its standings are judged by; ``join``:
+    other workers may draw beside this one (:func:`ask_trial`)."""
     total = ctx.spec.trials
     me = sharing.worker_identity()
     while True:
@@ -377,45 +415,49 @@ def _loop(
             report.phase("waiting", "for the trials other workers measure")
             time.sleep(WAIT_S)
             continue
-        with sharing.quiet_optuna():
-            trial = study.ask()
-        trial.set_user_attr(sharing.WORKER, me)
-        at = sharing.place(study.get_trials(deepcopy=False), trial.number, total)
-        if at is None:
-            sharing.withdraw(study, trial, "the trial budget was taken by other workers")
-            continue
-        space = planning.trial_space(ctx, trial, space)
-        config = space.suggest(trial)
-        twin = sharing.twin_of(study, trial, config)
-        if twin is not None:
-            sharing.withdraw(study, trial, f"trial {twin} measures this configuration now")
-            report.phase("waiting", f"trial {twin} of another worker measures {config.label()}")
-            time.sleep(WAIT_S)
-            continue
-        defaults = bool(trial.user_attrs.get("baseline")) or config == ctx.space.baseline()
-        # Only the first measured trial of the defaults is the baseline; no other measures them
-        # now (twin_of), so one already measured is the baseline and this one measures it again.
-        again = defaults and baseline(rows) is not None
-        # Its place in the budget: "trial 3/6" once, whichever worker measures it.
-        report.trial_started(trial.number, at + 1, total, config, "again" if again else defaults)
-        repo.set_study_status(ctx.name, "running")  # another worker may have stopped
-        trial_id = repo.start_trial(ctx.name, trial.number, config, "search", defaults)
-        check = None if defaults else first_point_check(ctx, rows, slo)
-        try:
-            with sharing.heartbeat(storage, trial._trial_id):
+        trial = ask_trial(ctx, study, join=join)
+        # It beats from the ask on (sharing.heartbeat): a trial whose worker is lost before its
+        # measurement (a host gone, kill -9) goes stale as any other; Optuna's heartbeat never
+        # marks stale a trial that was never beaten, and it kept the budget of the others.
+        with sharing.heartbeat(storage, trial._trial_id):
+            trial.set_user_attr(sharing.WORKER, me)
+            at = sharing.place(study.get_trials(deepcopy=False), trial.number, total)
+            if at is None:
+                sharing.withdraw(study, trial, "the trial budget was taken by other workers")
+                continue
+            space = planning.trial_space(ctx, trial, space)
+            config = space.suggest(trial)
+            twin = sharing.twin_of(study, trial, config)
+            if twin is not None:
+                sharing.withdraw(study, trial, f"trial {twin} measures this configuration now")
+                report.phase("waiting", f"trial {twin} of another worker measures {config.label()}")
+                time.sleep(WAIT_S)
+                continue
+            defaults = bool(trial.user_attrs.get("baseline")) or config == ctx.space.baseline()
+            # Only the first measured trial of the defaults is the baseline; no other measures them
+            # now (twin_of), so one already measured is the baseline and this one measures it again.
+            again = defaults and baseline(rows) is not None
+            # Its place in the budget: "trial 3/6" once, whichever worker measures it.
+            report.trial_started(
+                trial.number, at + 1, total, config, "again" if again else defaults
+            )
+            repo.set_study_status(ctx.name, "running")  # another worker may have stopped
+            trial_id = repo.start_trial(ctx.name, trial.number, config, "search", defaults)
+            check = None if defaults else first_point_check(ctx, rows, slo)
+            try:
                 screen = None if defaults else _screen(space, config, rows)
                 result = screen or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
-        except BaseException:
-            # The tuner itself is going down (Ctrl-C, SIGTERM): record it, queue the
-            # configuration again (an interruption is not a result), let it propagate.
-            stopped = interrupted(config, "the tuner stopped during this trial")
-            repo.finish_trial(trial_id, stopped, None, None)
-            _tell_attrs(trial, stopped)
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            sharing.retry(study, sharing.frozen(study, trial))
-            raise
+            except BaseException:
+                # The tuner itself is going down (Ctrl-C, SIGTERM): record it, queue the
+                # configuration again (an interruption is not a result), let it propagate.
+                stopped = interrupted(config, "the tuner stopped during this trial")
+                repo.finish_trial(trial_id, stopped, None, None)
+                _tell_attrs(trial, stopped)
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                sharing.retry(study, sharing.frozen(study, trial))
+                raise
         rows = _record(ctx, study, trial, trial_id, result, repo, defaults, rows)
         ranked = standings(rows, ctx.spec.objective, slo)
         report.trial_finished(trial.number, result, ranked[0] if ranked else None)

@@ -15,12 +15,14 @@ the same trials reaches the same answer.
   reason in ``withdrawn``; they have no row in tuner's tables.
 - **Whose trial is dead** (:func:`dead_here`): the worker's identity (host, pid, process start
   time) is stored on each trial it asks; a running trial whose worker process on this host is
-  gone is dead now, on another host after Optuna's heartbeat goes stale.
+  gone is dead now, on another host after Optuna's heartbeat goes stale (a trial beats from
+  its ask on: Optuna never takes a trial that was never beaten for stale).
 
 **Upkeep** between two trials of a worker (:func:`swept`): a dead trial's Optuna trial becomes
 FAIL and its row FAILED/interrupted, by an atomic update that exactly one worker wins; that
 worker queues the configuration again (at most :data:`MAX_ATTEMPTS` tries), the baseline
-included. While a worker measures, its :func:`heartbeat` tells the others it lives.
+included. From the ask of a trial to its end, the worker's :func:`heartbeat` tells the others
+it lives.
 """
 
 from __future__ import annotations
