@@ -249,6 +249,7 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
             memory_gib=_memory(base),
             cost=base_usd,
             cost_is_upper_bound=base_bound,
+            capacity_is_lower_bound=costs.capacity_at_least(base.metrics, base.windows, study.spec),
         ),
         provenance=ProvenanceOut.of(trial, study),
         feasible=pick.ranked.feasible,
@@ -258,6 +259,7 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
         warnings=[*_warnings(study, trial), *([caveat] if caveat else [])],
         cost=usd,
         cost_is_upper_bound=usd_bound,
+        capacity_is_lower_bound=costs.capacity_at_least(trial.metrics, trial.windows, study.spec),
         price=None if price is None else from_row(PriceOut, price),
     )
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from tuner.db import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Estimate, GpuProfile, jsonable, to_jsonable
+from tuner.results import costs
 from tuner.study import runner_gone
 
 
@@ -111,6 +112,9 @@ class BaselineOut(BaseModel):
         default=None, description="$ per 1M output tokens, as the recommendation's"
     )
     cost_is_upper_bound: bool = False
+    capacity_is_lower_bound: bool = Field(
+        default=False, description="its capacity is only a lower bound, as the recommendation's"
+    )
 
 
 class PriceOut(BaseModel):
@@ -198,6 +202,12 @@ class RecommendationOut(BaseModel):
         default=False,
         description="the cost is only an upper bound: its throughput is an open-loop load the "
         "server kept up with, not what the GPU can serve",
+    )
+    capacity_is_lower_bound: bool = Field(
+        default=False,
+        description="the capacity in metrics (capacity_output_throughput, capacity_request_"
+        "throughput, at capacity_load) is only a lower bound: read at an open-loop load the "
+        "server kept up with (the top rate of a rate ladder it served), not what the GPU can serve",
     )
     price: PriceOut | None = Field(
         default=None,
@@ -293,6 +303,10 @@ class TrialOut(row_fields(TrialRow, omit=_TRIAL_APART)):  # type: ignore[misc]
         description="[output tok/s, memory GiB, P99 E2E ms] as told to the sampler"
     )
     provenance: ProvenanceOut | None
+    capacity_is_lower_bound: bool = Field(
+        description="the capacity in metrics is only a lower bound: read at an open-loop load "
+        "the server kept up with, not what the GPU can serve"
+    )
 
     @classmethod
     def of(cls, t: TrialRow, study: StudyRow, score: float | None, **converted: Any) -> Self:
@@ -309,6 +323,7 @@ class TrialOut(row_fields(TrialRow, omit=_TRIAL_APART)):  # type: ignore[misc]
             score=finite(score),
             objective_values=None if values is None else [finite(v) for v in values],
             provenance=ProvenanceOut.of(t, study) if t.status.is_finished() else None,
+            capacity_is_lower_bound=costs.capacity_at_least(t.metrics, t.windows, study.spec),
             **converted,
         )
 

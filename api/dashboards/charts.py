@@ -129,6 +129,8 @@ def _curve(t: TrialCurve) -> dict[str, Any]:
         "caveats": [p.caveat for p in points],
         "notes": [list(p.notes) for p in points],
         "capacity": capacity,
+        # That capacity is only a lower bound (an open-loop load the server kept up with).
+        "capacity_at_least": t.capacity_at_least,
     }
 
 

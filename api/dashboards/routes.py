@@ -26,6 +26,7 @@ from tuner.domain import Objective, TrialStatus
 from tuner.errors import TunerError
 from tuner.results import (
     any_capacity,
+    capacity_bound_note,
     comparison_report,
     overview,
     study_curves,
@@ -115,13 +116,14 @@ def study_page(name: str, repo: RepoDep, storage_url: StorageUrlDep) -> HTMLResp
     importances = _importances(storage_url, study.optuna_study_name, study.objective)
     report = study_report(study, trials, importances, comparisons)
     curves = study_curves(study, trials)
-    capacities = trial_capacities(trials)
+    capacities = trial_capacities(trials, study.spec)
     return _page(
         "study.html",
         r=report,
         curves=curves,
         capacities=capacities,
         show_capacity=any_capacity(capacities),
+        capacity_note=capacity_bound_note(capacities),
         charts=study_charts(report, curves),
     )
 

@@ -320,3 +320,58 @@ def test_a_study_without_the_defaults_draws_its_raw_history_and_says_why(
     assert "did not complete (#0 start_failed)" in note
     page.locator("#chart-history").screenshot(path=str(screenshots / "history-no-defaults.png"))
     probe.assert_clean()
+
+
+_CURVE_HOVERS = """id => document.getElementById(id).data
+    .filter(t => t.meta === "trial").map(t => ({name: t.name, text: Array.from(t.text || [])}))"""
+
+
+def test_an_open_loop_capacity_reads_at_least_on_the_study_page(
+    probe: Probe, served: Served, screenshots: Path
+) -> None:
+    """A rate ladder whose top rate the server kept up with: `tuner size` says "at least" of
+    the capacity read there, and the study page showed it as the capacity. (Adds a study: it
+    runs after the overview's test.)"""
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.domain import ServingConfig
+
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(
+        served.db.url,
+        configs,
+        name="ladder-h100",
+        gpu="h100",
+        workload="chat-heavy",
+        objective="capacity",
+        rate_ladder=(1.0, 2.0),
+    )
+    assert probe.goto("/ui/studies/ladder-h100").status == 200
+    page = probe.page
+    # #0 (the defaults, the best) kept up with 2 req/s; #1's capacity, at 1 req/s, is bracketed.
+    card = page.inner_text("#best-capacity")
+    assert card.startswith("≥ ") and "at 2 req/s (at least: a lower bound)" in card
+    assert page.inner_text("#trial-0 td.capacity").startswith("≥ ")
+    assert "≥" not in page.inner_text("#trial-1 td.capacity")
+    note = page.inner_text("#capacity-bound-note")
+    assert note.startswith("≥: the capacity of #0 is only a lower bound: the server kept up")
+    assert "under the trials table" in page.inner_text("#curve-bound-note")
+    traces(page, "chart-curve-throughput")
+    hovers = {t["name"]: t["text"] for t in page.evaluate(_CURVE_HOVERS, "chart-curve-throughput")}
+    top, other = hovers["#0 defaults (baseline)"], hovers["#1 max_num_seqs=64"]
+    assert "<b>capacity</b>" in top[1] and "<b>at least</b>: the server kept up" in top[1]
+    assert "<b>capacity</b>" in other[0] and "at least" not in " ".join(other)
+    page.locator("#chart-curve-throughput").scroll_into_view_if_needed()
+    ring = page.locator("#chart-curve-throughput .scatterlayer .trace").nth(0).locator(".point")
+    box = ring.nth(1).bounding_box()
+    assert box is not None  # plotly's drag layer takes the pointer: move the mouse there
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    hover = page.locator("#chart-curve-throughput .hoverlayer .hovertext")
+    hover.wait_for(timeout=5_000)
+    assert "at least" in (hover.text_content() or "")
+    page.locator("#load-curves").screenshot(path=str(screenshots / "load-curves-at-least.png"))
+    page.locator("section.card.best").screenshot(path=str(screenshots / "best-at-least.png"))
+    page.locator("#trials-table").scroll_into_view_if_needed()
+    page.locator("section.card", has=page.locator("#trials-table")).screenshot(
+        path=str(screenshots / "trials-at-least.png")
+    )
+    probe.assert_clean()

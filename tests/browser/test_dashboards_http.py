@@ -407,3 +407,42 @@ def test_an_open_loop_cost_is_labelled_an_upper_bound_on_the_study_page(tmp_path
     caveat = unescape(ladder[ladder.index('id="ranking-caveat"') :].split("</p>")[0])
     assert "the capacity ranking rests on a lower bound" in caveat
     assert "add rates above 2 req/s to the rate_ladder" in caveat
+
+
+def test_an_open_loop_capacity_is_labelled_a_lower_bound_on_the_study_page(
+    tmp_path: Path, curves_db: Repository
+) -> None:
+    """`tuner size` says "at least" of a capacity read at the top rate of a rate ladder the
+    server kept up with; the study page showed it as the capacity (the best configuration's
+    card, the trials table, the load curves' hover)."""
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.domain import ServingConfig
+
+    url = f"sqlite:///{tmp_path / 'ladder.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    repo = insert_measured_study(
+        url,
+        configs,
+        name="ladder",
+        gpu="h100",
+        workload="chat-heavy",
+        objective="capacity",
+        rate_ladder=(1.0, 2.0),
+    )
+    with TestClient(_app(repo, None)) as c:
+        ladder = c.get("/ui/studies/ladder").text
+    with TestClient(_app(curves_db, None)) as c:
+        closed = c.get(f"/ui/studies/{CURVE_STUDY}").text
+    # #0 (the defaults, the best) kept up with 2 req/s; #1's capacity, at 1 req/s, is bracketed.
+    best = ladder[ladder.index('id="best-capacity"') :].split("</div>")[0]
+    assert "≥ " in best and "at least" in best
+    row = {n: ladder[ladder.index(f'id="trial-{n}"') :].split("</tr>")[0] for n in (0, 1)}
+    assert 'class="at-least"' in row[0] and "at-least" not in row[1]
+    note = unescape(ladder[ladder.index('id="capacity-bound-note"') :].split("</p>")[0])
+    assert "≥: the capacity of #0 is only a lower bound" in note
+    assert "the server kept up with an open-loop load" in note and "concurrency_ladder" in note
+    assert 'id="curve-bound-note"' in ladder
+    curves = _chart_data(ladder)["curve_throughput"]["trials"]
+    assert [t["capacity_at_least"] for t in curves] == [True, False]
+    assert "at-least" not in closed and "capacity-bound-note" not in closed
+    assert not any(t["capacity_at_least"] for t in _chart_data(closed)["curve_latency"]["trials"])

@@ -479,3 +479,38 @@ def test_an_open_loop_recommendation_says_its_cost_and_ranking_are_bounds(tmp_pa
     assert warning.startswith("the capacity ranking rests on a lower bound")
     assert "add rates above 2 req/s to the rate_ladder" in warning
     assert balanced["warnings"] == [] and balanced["cost_is_upper_bound"] is True
+
+
+def test_an_open_loop_capacity_is_labelled_a_lower_bound_beside_it(tmp_path: Path) -> None:
+    """GET /v1/sizing says capacity_is_lower_bound of a capacity read at the top rate of a
+    rate ladder the server kept up with; the recommendation and the trials gave the same
+    capacity_* metrics with nothing to tell them from a capacity."""
+    from tests.integration.test_launch_cli import insert_measured_study
+
+    url = f"sqlite:///{tmp_path / 'ladder.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(
+        url,
+        configs,
+        name="ladder",
+        gpu="h200",
+        workload="chat-heavy",
+        objective="capacity",
+        rate_ladder=(1.0, 2.0),
+    )
+    insert_measured_study(url, configs, name="closed", gpu="h200", workload="chat")
+    label = quote("chat-heavy[rate_ladder=[1.0, 2.0]]")
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        rec = _get(c, f"/v1/recommendations?model=tiny-ernie&gpu=h200&workload={label}")
+        trials = _get(c, "/v1/studies/ladder/trials")["items"]
+        one = _get(c, "/v1/studies/ladder/trials/0")
+        closed = _get(c, "/v1/recommendations?model=tiny-ernie&gpu=h200&workload=chat")
+    # Trial #0 (the defaults) kept up with 2 req/s; #1 served less there: its capacity, at
+    # 1 req/s, is bracketed.
+    assert rec["trial"] == 0 and rec["metrics"]["capacity_load"]["median"] == 2.0
+    assert rec["capacity_is_lower_bound"] is True
+    assert rec["baseline"]["capacity_is_lower_bound"] is True
+    assert [(t["number"], t["capacity_is_lower_bound"]) for t in trials] == [(0, True), (1, False)]
+    assert one["capacity_is_lower_bound"] is True
+    assert closed["capacity_is_lower_bound"] is False
+    assert closed["baseline"]["capacity_is_lower_bound"] is False

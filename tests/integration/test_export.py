@@ -19,7 +19,13 @@ from tuner.results.comparisons import (
     comparison_table,
     comparisons_markdown,
 )
-from tuner.results.export import from_jsonl, markdown_table, study_records, trials_markdown
+from tuner.results.export import (
+    from_jsonl,
+    markdown_table,
+    study_records,
+    to_jsonl,
+    trials_markdown,
+)
 from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
@@ -283,3 +289,27 @@ def test_the_markdown_change_says_it_is_of_geometric_means_not_of_the_medians() 
     assert "| A: median (launches) | B: median (launches) |" in head
     assert "| change [95 % CI] of geometric means |" in head
     assert "| 11 (8, 11, 12) | 11 (11, 11, 11) | +7.4 % [-20.0, +40.0] |" in table
+
+
+def test_a_capacity_at_a_ladder_the_server_kept_up_with_is_exported_as_at_least(
+    tmp_path: Path,
+) -> None:
+    """The Markdown showed the capacity read at the top rate of a rate ladder the server kept
+    up with as the capacity, and the records had nothing to tell it from one."""
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.domain import ServingConfig
+
+    url = f"sqlite:///{tmp_path / 'ladder.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    repo = insert_measured_study(
+        url, configs, name="ladder", gpu="h200", workload="chat-heavy", rate_ladder=(1.0, 2.0)
+    )
+    records = from_jsonl(to_jsonl(study_records(repo, "ladder")))
+    assert [r["capacity_is_lower_bound"] for r in records] == [True, False]
+    md = trials_markdown(records)
+    base, other = (line for line in md.splitlines() if line.startswith(("| 0 ", "| 1 ")))
+    assert "| at least " in base and " @ 2 |" in base
+    assert "at least" not in other and " @ 1 |" in other
+    assert "At least: the capacity of #0 is only a lower bound: the server kept up" in md
+    older = [{k: v for k, v in r.items() if k != "capacity_is_lower_bound"} for r in records]
+    assert "at least" not in markdown_table(older).lower()  # an older export cannot say

@@ -268,3 +268,54 @@ def test_the_cost_objective_refuses_a_rate_ladder_of_one_rate() -> None:
             resolve_workload(one)
     two = dataclasses.replace(spec, workload_overrides={"rate_ladder": [4.0, 64.0]})
     assert len(resolve_workload(two).load_points()) == 2
+
+
+def test_a_capacity_read_at_a_ladder_the_server_kept_up_with_says_at_least(
+    tmp_path: Path,
+) -> None:
+    """`tuner size` said "at least" of a capacity read at the top rate of a rate ladder the
+    server kept up with; `tuner best`'s capacity line, its --json and `tuner trials` showed the
+    same figure as the capacity."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.cli.app import app
+
+    url = f"sqlite:///{tmp_path / 'ladder.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(
+        url,
+        configs,
+        name="ladder",
+        gpu="h200",
+        workload="chat-heavy",
+        objective="capacity",
+        rate_ladder=(1.0, 2.0),
+    )
+
+    def tuner(*args: str) -> str:
+        done = CliRunner().invoke(app, [*args, "--storage", url], env={"COLUMNS": "300"})
+        assert done.exit_code == 0, done.output
+        return done.stdout
+
+    # Trial #0 (the defaults, recommended) kept up with the top rate, 2 req/s; trial #1's
+    # capacity is at 1 req/s, below a rate it served less at: bracketed, a capacity.
+    text = " ".join(tuner("best", "ladder").split())
+    assert "capacity: at least " in text and "out tok/s at 2 req/s defaults at least " in text
+    assert "a lower bound: the server kept up with an open-loop load" in text
+    assert "concurrency_ladder = [16, 64, 256]" in text
+    assert "an upper bound: read at a capacity that is only a lower bound" in text
+    rec = json.loads(tuner("best", "ladder", "--json"))["recommendation"]
+    assert rec["capacity"].startswith("at least ") and rec["capacity_is_lower_bound"] is True
+    assert rec["baseline_capacity_is_lower_bound"] is True
+    table = tuner("trials", "ladder")
+    (base,) = [line for line in table.splitlines() if "(baseline)" in line]
+    (other,) = [line for line in table.splitlines() if "max_num_seqs=64" in line]
+    assert "at least " in base and "out tok/s at 2 req/s" in base
+    assert "at least" not in other and "out tok/s at 1 req/s" in other
+    note = " ".join(table.split())
+    assert "at least: the capacity of #0 is only a lower bound: the server kept up" in note
+    listed = json.loads(tuner("trials", "ladder", "--json"))
+    assert [t["capacity_is_lower_bound"] for t in listed] == [True, False]

@@ -360,6 +360,9 @@ def trials(
     repo = open_study(storage, study)
     rows = repo.list_trials(study, status=status, limit=100_000)
     stored = repo.get_study(study)
+    from tuner.results.costs import capacity_at_least
+
+    spec = stored.spec if stored is not None else None
     if as_json:
         from tuner.domain import Objective
         from tuner.study import score_reference, study_objective, trial_score
@@ -375,6 +378,8 @@ def trials(
                     **to_jsonable(r),
                     "score": trial_score(r, reference, objective),
                     "flags": window_flags(r.windows).to_dict(),
+                    # Its metrics' capacity_* only a lower bound (an open-loop load kept up with).
+                    "capacity_is_lower_bound": capacity_at_least(r.metrics, r.windows, spec),
                 }
                 for r in rows
             ]
@@ -386,7 +391,8 @@ def trials(
     gone = stored is not None and runner_gone(stored)  # its running trial runs no more
     from tuner.load import capacity_text
 
-    capacities = {r.number: capacity_text(r.metrics, r.windows) for r in rows}
+    floors = {r.number for r in rows if capacity_at_least(r.metrics, r.windows, spec)}
+    capacities = {r.number: capacity_text(r.metrics, r.windows, r.number in floors) for r in rows}
     curve = any(c is not None for c in capacities.values())  # a capacity study's ranking figure
     table = Table(
         "#", "status", "config", "out tok/s", *(["capacity"] if curve else []), "J/out tok",
@@ -420,6 +426,10 @@ def trials(
             "out tok/s: at the workload's own load point; capacity: the most a load point that "
             "met the SLO served (what a capacity study ranks by)"
         )
+    if floors:
+        from tuner.results.costs import capacity_bound_note
+
+        out.print(escape(f"at least: {capacity_bound_note(sorted(floors))}"))
     for why in sorted(unmeasured):
         out.print(escape(why))
 

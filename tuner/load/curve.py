@@ -142,9 +142,13 @@ def capacity(points: Sequence[LoadPoint], slo: Slo | None) -> dict[str, Estimate
     }
 
 
-def capacity_text(metrics: Mapping[str, Estimate], windows: Sequence[WindowMetrics]) -> str | None:
+def capacity_text(
+    metrics: Mapping[str, Estimate], windows: Sequence[WindowMetrics], at_least: bool = False
+) -> str | None:
     """A curve's capacity for people: ``1367.5 [1350.2, 1380.0] out tok/s at 4 streams`` (the
-    point it was measured at), what capacity studies rank by; None for a trial without a curve."""
+    point it was measured at), what capacity studies rank by; None for a trial without a curve.
+    ``at_least``: it is only a lower bound (:func:`tuner.results.costs.capacity_at_least`), and
+    says so: ``at least 1367.5 [...] out tok/s at 8 req/s``."""
     cap, load = metrics.get("capacity_output_throughput"), metrics.get("capacity_load")
     if cap is None or load is None:
         return None
@@ -152,7 +156,8 @@ def capacity_text(metrics: Mapping[str, Estimate], windows: Sequence[WindowMetri
         return "none: no load point met the SLO"
     point = next((p for p in load_points(windows) if p.load == load.median), None)
     where = point.label if point is not None else f"load {load.median:g}"
-    return f"{cap.median:.1f} [{cap.low:.1f}, {cap.high:.1f}] out tok/s at {where}"
+    floor = "at least " if at_least else ""
+    return f"{floor}{cap.median:.1f} [{cap.low:.1f}, {cap.high:.1f}] out tok/s at {where}"
 
 
 def trial_metrics(

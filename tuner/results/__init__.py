@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         StudyCurves,
         TrialCurve,
         any_capacity,
+        capacity_bound_note,
         study_curves,
         trial_capacities,
     )
@@ -43,6 +44,7 @@ __all__ = [
     "TrialCurve",
     "any_capacity",
     "bench_files",
+    "capacity_bound_note",
     "comparison_records",
     "comparison_report",
     "comparisons_markdown",

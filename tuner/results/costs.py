@@ -76,6 +76,27 @@ def usd_at_most(
     return point is not None and unsaturated(point, points, arrivals(spec) is not None)
 
 
+def capacity_at_least(
+    metrics: Mapping[str, Estimate],
+    windows: Sequence[WindowMetrics],
+    spec: Mapping[str, Any] | None,
+) -> bool:
+    """Whether a trial's capacity (its load curve's ``capacity_output_throughput``, what
+    :func:`tuner.load.capacity_text` shows) is only a lower bound: read at an open-loop load the
+    server kept up with, :func:`usd_at_most`'s rule; False for a trial without a curve."""
+    return "capacity_output_throughput" in metrics and usd_at_most(metrics, windows, spec or {})
+
+
+def capacity_bound_note(numbers: Sequence[int]) -> str:
+    """Under a table of capacities: which trials' (``numbers``) are only lower bounds
+    (:func:`capacity_at_least`), why, and what to measure instead; "" when none is. Each
+    surface puts its mark before it ("at least: ", "≥: ")."""
+    if not numbers:
+        return ""
+    trials = ", ".join(f"#{n}" for n in numbers)
+    return f"the capacity of {trials} is only a lower bound: {OPEN_LOOP}; {MEASURE_CAPACITY}"
+
+
 def ranked_on_a_bound(
     objective: Objective, trial: TrialRow, rows: Sequence[TrialRow], spec: Mapping[str, Any] | None
 ) -> str:

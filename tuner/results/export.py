@@ -14,7 +14,9 @@ model, workload, emulated, hostname, tuner_version}, and window_energy: per wind
 GPU's energy {joules, seconds, watts, joules_per_output_token, method, gpu_uuid, samples, note}
 (:class:`tuner.domain.WindowEnergy`) or null where it was not measured, and energy_note, why a
 complete trial has none ("energy: not measured on CPU"); the trial's medians are the metrics
-joules_per_output_token and gpu_power_w.
+joules_per_output_token and gpu_power_w; capacity_is_lower_bound, whether its capacity_* metrics
+are only a lower bound (read at an open-loop load the server kept up with,
+:func:`tuner.results.costs.capacity_at_least`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from tuner.db import Repository
 from tuner.domain import Objective, TrialStatus, to_jsonable
 from tuner.domain.jsonable import dumps
-from tuner.results import energy
+from tuner.results import costs, energy
 
 
 def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
@@ -63,6 +65,9 @@ def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
                 "energy_note": energy.absent(row.metrics, on_gpu=row.gpu_uuid is not None)
                 if row.status is TrialStatus.COMPLETE
                 else None,
+                "capacity_is_lower_bound": costs.capacity_at_least(
+                    row.metrics, row.windows, row_study.spec if row_study else None
+                ),
             }
         )
     return out
@@ -134,8 +139,9 @@ def provenance_line(records: Sequence[Mapping[str, Any]]) -> str:
 def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
     """The trials as a Markdown table (search phase first), numbers straight from the records:
     each metric is its median [range over the measurement windows]. Trials measured on a load
-    curve add their capacity (what a capacity study ranks by) and the load level it was at;
-    out tok/s is then the workload's own load point's."""
+    curve add their capacity (what a capacity study ranks by) and the load level it was at,
+    "at least" where it is only a lower bound (the note under the table says why); out tok/s is
+    then the workload's own load point's."""
     curve = any("capacity_output_throughput" in (r["metrics"] or {}) for r in records)
     head = (
         "| # | phase | status | backend | config | out tok/s [range] | "
@@ -157,6 +163,8 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
         capacity = _range(m.get("capacity_output_throughput"))
         if capacity and m.get("capacity_load"):
             capacity += f" @ {m['capacity_load']['median']:g}"
+        if capacity and r.get("capacity_is_lower_bound"):  # older exports do not say
+            capacity = f"at least {capacity}"
         lines.append(
             f"| {r['number']}{baseline} | {md_cell(r['phase'])} | {md_cell(status)} | "
             f"{md_cell(r['effective_backend'])} | {md_cell(config)} | "
@@ -166,4 +174,6 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
             f"{_range(m.get('itl_p99_ms'), 1)} | {_range(m.get('e2e_p99_ms'))} | {memory} | "
             f"{_range(m.get(energy.PER_TOKEN), 3)} | {score} |"
         )
-    return head + "\n".join(lines) + "\n"
+    floors = sorted(r["number"] for r in records if r.get("capacity_is_lower_bound"))
+    note = costs.capacity_bound_note(floors)
+    return head + "\n".join(lines) + "\n" + (f"\nAt least: {note}.\n" if note else "")

@@ -44,6 +44,10 @@ class Recommendation:
     # A curve's capacity (what a capacity study ranks by) and where, the defaults' beside it.
     capacity: str | None = None
     baseline_capacity: str | None = None
+    # Each capacity only a lower bound: read at an open-loop load the server kept up with
+    # (costs.capacity_at_least); its text then says "at least".
+    capacity_is_lower_bound: bool = False
+    baseline_capacity_is_lower_bound: bool = False
     # Client-bound / disturbed windows of the trial shown, and of the defaults' trial.
     windows: WindowFlags = field(default_factory=WindowFlags)
     baseline_windows: WindowFlags = field(default_factory=WindowFlags)
@@ -90,6 +94,10 @@ class Recommendation:
         if self.capacity is not None:
             base_cap = f"   defaults {self.baseline_capacity}" if self.baseline_capacity else ""
             lines.append(f"  {'capacity':>13}: {self.capacity}{base_cap}")
+            if self._capacity_at_least():
+                lines.append(
+                    f"  {'':>13}  a lower bound: {costs.OPEN_LOOP}; {costs.MEASURE_CAPACITY}"
+                )
             lines.append(
                 "  (out tok/s above is at the workload's own load point; capacity is the most "
                 "a load point that met the SLO served)"
@@ -145,8 +153,19 @@ class Recommendation:
             f"  {'':>13}  at {self.price}",
         ]
         if self.cost_is_upper_bound or (base is not None and self.baseline_cost_is_upper_bound):
-            lines.append(f"  {'':>13}  an upper bound: {costs.OPEN_LOOP}; {costs.MEASURE_CAPACITY}")
+            why = (
+                "read at a capacity that is only a lower bound (see capacity)"
+                if self._capacity_at_least()
+                else f"{costs.OPEN_LOOP}; {costs.MEASURE_CAPACITY}"
+            )
+            lines.append(f"  {'':>13}  an upper bound: {why}")
         return lines
+
+    def _capacity_at_least(self) -> bool:
+        """A capacity shown (the trial's or the defaults') is only a lower bound."""
+        return (self.capacity is not None and self.capacity_is_lower_bound) or (
+            self.baseline_capacity is not None and self.baseline_capacity_is_lower_bound
+        )
 
     def _energy_lines(self) -> list[str]:
         """The measured GPU energy beside the throughput, or why there is none."""
@@ -218,6 +237,10 @@ def recommendation(
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None
     price = costs.study_price(row.gpu, row.spec, gpu_price)
+    floor = costs.capacity_at_least(trial.metrics, trial.windows, row.spec)
+    base_floor = base_trial is not None and costs.capacity_at_least(
+        base_trial.metrics, base_trial.windows, row.spec
+    )
     return Recommendation(
         study=study,
         trial_number=top.number,
@@ -243,10 +266,14 @@ def recommendation(
         feasible=top.feasible,
         confirmed=confirmed,
         emulated_memory_gib=gpu_memory_gib(row.gpu) if trial.emulated else None,
-        capacity=capacity_text(trial.metrics, trial.windows),
+        capacity=capacity_text(trial.metrics, trial.windows, floor),
         baseline_capacity=(
-            capacity_text(base_trial.metrics, base_trial.windows) if base_trial else None
+            capacity_text(base_trial.metrics, base_trial.windows, base_floor)
+            if base_trial
+            else None
         ),
+        capacity_is_lower_bound=floor,
+        baseline_capacity_is_lower_bound=base_floor,
         windows=window_flags(trial.windows),
         baseline_windows=window_flags(base_trial.windows) if base_trial else WindowFlags(),
         tradeoffs=()

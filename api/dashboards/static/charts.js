@@ -236,7 +236,10 @@
   function curveHover(t, i, lines) {
     let text = esc(t.name) + "<br>" + esc(t.labels[i]) + " · " + t.windows[i] + " windows";
     for (const line of lines) text += "<br>" + line;
-    if (t.capacity === i) text += "<br><b>capacity</b> (highest throughput meeting the SLO)";
+    if (t.capacity === i) {
+      text += "<br><b>capacity</b> (highest throughput meeting the SLO)";
+      if (t.capacity_at_least) text += "<br><b>at least</b>: the server kept up with this open-loop load (a lower bound)";
+    }
     if (t.caveats[i]) {
       text += "<br><b>" + esc(t.caveats[i]) + "</b>";
       for (const note of t.notes[i]) text += "<br>· " + esc(note);

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tuner.db import StudyRow, TrialPhase, TrialRow
 from tuner.domain import Slo, TrialStatus, WindowMetrics
 from tuner.load import LoadPoint, capacity, load_points
+from tuner.results import costs
 from tuner.results.report.study import median
 from tuner.scoring import WindowFlags, window_flags
 
@@ -64,6 +66,9 @@ class TrialCurve:
     is_baseline: bool
     gpus: int  # GPUs measured; 0 without GPU telemetry
     points: tuple[CurvePoint, ...]  # in the order measured (lowest load first)
+    # Its capacity is only a lower bound: an open-loop load the server kept up with
+    # (costs.capacity_at_least).
+    capacity_at_least: bool = False
 
     @property
     def capacity_point(self) -> CurvePoint | None:
@@ -80,6 +85,8 @@ class TrialCapacity:
     load_label: str  # "8 streams", "" when unknown or when no point met the SLO
     windows: WindowFlags
     notes: tuple[str, ...]
+    # Only a lower bound: an open-loop load the server kept up with (costs.capacity_at_least).
+    at_least: bool = False
 
     @property
     def met(self) -> bool:
@@ -149,7 +156,9 @@ def chosen_point(points: Sequence[LoadPoint], slo: Slo) -> LoadPoint | None:
     )
 
 
-def trial_curve(row: TrialRow, slo: Slo) -> TrialCurve:
+def trial_curve(row: TrialRow, slo: Slo, spec: Mapping[str, Any] | None = None) -> TrialCurve:
+    """``spec``: the study's (how its arrivals were timed), to tell a capacity that is only a
+    lower bound."""
     points = load_points(row.windows)
     chosen = chosen_point(points, slo)
     gpus = len(row.memory.gpu_peak_bytes)
@@ -173,7 +182,14 @@ def trial_curve(row: TrialRow, slo: Slo) -> TrialCurve:
                 is_capacity=p is chosen and bool(thr),  # a capacity of 0: none met the SLO
             )
         )
-    return TrialCurve(row.number, row.config_label, row.is_baseline, gpus, tuple(out))
+    return TrialCurve(
+        row.number,
+        row.config_label,
+        row.is_baseline,
+        gpus,
+        tuple(out),
+        capacity_at_least=costs.capacity_at_least(row.metrics, row.windows, spec),
+    )
 
 
 def study_curves(study: StudyRow, trials: Sequence[TrialRow]) -> StudyCurves | None:
@@ -192,7 +208,7 @@ def study_curves(study: StudyRow, trials: Sequence[TrialRow]) -> StudyCurves | N
         ),
         key=lambda t: t.number,
     )
-    curves = tuple(trial_curve(t, slo) for t in drawn)
+    curves = tuple(trial_curve(t, slo, study.spec) for t in drawn)
     kinds = {p.open_loop for c in curves for p in c.points}
     return StudyCurves(
         trials=curves,
@@ -202,8 +218,11 @@ def study_curves(study: StudyRow, trials: Sequence[TrialRow]) -> StudyCurves | N
     )
 
 
-def trial_capacities(trials: Sequence[TrialRow]) -> dict[int, TrialCapacity]:
-    """Per trial number, its capacity and window caveats (every trial, measured or not)."""
+def trial_capacities(
+    trials: Sequence[TrialRow], spec: Mapping[str, Any] | None = None
+) -> dict[int, TrialCapacity]:
+    """Per trial number, its capacity and window caveats (every trial, measured or not);
+    ``spec``: the study's, to tell a capacity that is only a lower bound."""
     out: dict[int, TrialCapacity] = {}
     for t in trials:
         cap = median(t.metrics.get("capacity_output_throughput"))
@@ -211,9 +230,22 @@ def trial_capacities(trials: Sequence[TrialRow]) -> dict[int, TrialCapacity]:
         label = ""
         if cap and load is not None and t.windows:
             label = next((p.label for p in load_points(t.windows) if p.load == load), "")
-        out[t.number] = TrialCapacity(cap, load, label, window_flags(t.windows), _notes(t.windows))
+        out[t.number] = TrialCapacity(
+            cap,
+            load,
+            label,
+            window_flags(t.windows),
+            _notes(t.windows),
+            at_least=costs.capacity_at_least(t.metrics, t.windows, spec),
+        )
     return out
 
 
 def any_capacity(capacities: Mapping[int, TrialCapacity]) -> bool:
     return any(c.output_throughput is not None for c in capacities.values())
+
+
+def capacity_bound_note(capacities: Mapping[int, TrialCapacity]) -> str:
+    """Which trials' capacities are only lower bounds, why, and what to measure instead
+    (:func:`tuner.results.costs.capacity_bound_note`); "" when none is."""
+    return costs.capacity_bound_note(sorted(n for n, c in capacities.items() if c.at_least))
