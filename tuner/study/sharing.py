@@ -196,6 +196,12 @@ def runner_gone(study: StudyRow) -> bool:
     return running and isinstance(owner, dict) and gone_here(owner)  # another host's: False
 
 
+def named(owner: Mapping[str, Any]) -> str:
+    """The worker ``owner`` (:func:`worker_identity`) as messages name it: its process and host."""
+    host = owner.get("host")
+    return f"process {owner.get('pid')} on {'this host' if host == host_name() else f'host {host}'}"
+
+
 def refuse_beside(owner: Mapping[str, Any], name: str, doing: str = "runs it") -> None:
     """UsageError when ``owner`` (:func:`worker_identity`) is another live process on this
     host: a resume of study ``name`` beside it would mark its launch interrupted (between
@@ -203,7 +209,7 @@ def refuse_beside(owner: Mapping[str, Any], name: str, doing: str = "runs it") -
     mine = owner.get("pid") == os.getpid()  # an earlier run of this process's
     if owner.get("host") == host_name() and not mine and not gone_here(owner):
         raise UsageError(
-            f"study {name!r} is running: process {owner.get('pid')} on this host {doing}",
+            f"study {name!r} is running: {named(owner)} {doing}",
             hint="let it finish, or stop it (Ctrl-C, or kill PID) and resume then; "
             f"`tuner worker --study {name}` runs beside it",
         )
