@@ -243,8 +243,8 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
     try:
         configs = [space.config_from(item) for item in enqueue]
         check_something_to_search(fitted, space, configs)
-    except NothingToSearch as exc:  # the worker refuses it before any launch
-        warnings.append(f"the study will fail before any launch: {exc.message}")
+    except NothingToSearch as exc:  # the worker refuses it before any launch; what to change
+        warnings.append(f"the study will fail before any launch: {exc.message}; {exc.hint}")
     return Parsed(fitted, tuple(notes), tuple(warnings))
 
 

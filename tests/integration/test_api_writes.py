@@ -294,6 +294,24 @@ def test_a_study_with_nothing_to_search_is_queued_with_the_warning_of_its_failur
     assert r.status_code == 201 and r.json()["warnings"] == [], r.text
 
 
+def test_the_warning_of_a_study_with_nothing_to_search_says_what_to_change(
+    repo: Repository,
+) -> None:
+    """The warning carried only the worker's message: the caller learnt the study would fail,
+    not what to queue instead. It now ends, as the other warnings do, with what to change, in
+    the API's terms (the worker's hint)."""
+    body = {**SPEC, "study": {**SPEC["study"], "name": "idle"}, "space": {"params": []}}
+    r = _client(repo, KEY).post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+    assert r.status_code == 201, r.text
+    (warning,) = r.json()["warnings"]
+    assert warning.endswith(
+        "every trial would measure the defaults again; queue it again (POST /v1/studies, "
+        "another study.name) with knobs to search in space.params or space.choices, or an "
+        "enqueue configuration other than vLLM's defaults; without space.params the study "
+        "searches tuner's lever plan"
+    ), warning
+
+
 def test_a_shape_no_plan_can_draw_is_queued_with_the_warning_of_its_failure(
     repo: Repository,
 ) -> None:

@@ -452,6 +452,48 @@ def test_a_trial_whose_remote_worker_was_lost_before_measuring_goes_stale(
     assert repo.get_study("lost").status == "finished"
 
 
+def test_the_baseline_of_a_remote_worker_lost_before_measuring_is_queued_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on another host lost after it drew the baseline and before its row was written:
+    its stale trial was failed, but only trials with a row were queued again, so the study ran
+    its budget without vLLM's defaults and no trial had a score. The worker that fails it now
+    queues its configuration again (exactly one: Optuna calls the stale-trial callback in the
+    process that failed the trial)."""
+    import time
+
+    from tuner.study.loop import SilentReporter, set_up_study
+
+    class Lost(BaseException):
+        """The far host going down, as far as its worker's trial can tell."""
+
+    class LostAtTheBaseline(SilentReporter):
+        def trial_started(self, number, index, total, config, baseline):  # type: ignore[no-untyped-def]
+            if baseline:
+                raise Lost
+
+    monkeypatch.setenv("TUNER_HEARTBEAT_S", "1")
+    url = f"sqlite:///{tmp_path / 'lost.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=3, name="lost")
+    set_up_study(ctx, repo, resume=False)
+    monkeypatch.setenv("TUNER_WORKER_HOST", "far-host")
+    with pytest.raises(Lost):
+        run_study(ctx, FakeRunner(), repo, join=True, reporter=LostAtTheBaseline())
+    monkeypatch.delenv("TUNER_WORKER_HOST")
+    time.sleep(6)  # past the grace, counted in whole seconds by SQLite's clock
+    run_study(ctx, FakeRunner(), repo, join=True)
+    rows = repo.list_trials("lost", limit=None)
+    assert 0 not in [r.number for r in rows]  # lost before its row
+    base = [r for r in rows if r.is_baseline]
+    assert [r.status for r in base] == [TrialStatus.COMPLETE]
+    assert base[0].config == ctx.space.baseline()
+    assert all(r.score is not None for r in rows if r.status is TrialStatus.COMPLETE)
+    trials = optuna.load_study(study_name="lost", storage=url).trials
+    assert trials[0].state is optuna.trial.TrialState.FAIL
+    assert [t.user_attrs.get("retry_of") for t in trials].count(0) == 1  # queued once
+
+
 def test_a_resume_is_refused_while_the_run_that_owns_the_study_lives(tmp_path: Path) -> None:
     """Between two trials, or in the confirmation, no Optuna trial runs: a resume then marked
     the live run's confirmation launch interrupted and ran a second confirmation beside it."""

@@ -400,6 +400,47 @@ def test_a_study_run_by_a_worker_recommends_a_runnable_serve_line(
     assert best.serve_command.startswith(f"vllm serve {row.model_source} --load-format dummy")
 
 
+def test_a_worker_that_left_the_confirmation_to_a_joined_worker_does_not_say_finished(
+    fake_server_db: tuple[Repository, str],
+) -> None:
+    """A worker that joined the study (`tuner worker --study`, on another host) took its
+    confirmation first: the queue worker said "worker: study X finished" while the study was
+    still confirming there. It now says it left the confirmation to that worker, and names it;
+    the study stays confirming, that worker its runner."""
+    from tuner.db import RUN_OWNER, StudyStatus
+    from tuner.study.loop import SilentReporter
+
+    repo, url = fake_server_db
+    body = {
+        "study": {"name": "left", "model": "tiny-ernie", "gpu": "cpu", "workload": "smoke",
+                  "trials": 1},
+        "confirm": {"launches": 2},
+    }  # fmt: skip
+    queue(repo, parse(body))
+    joined = {"host": "gpu-host-2", "pid": 4242, "start": 1.0}
+
+    class JoinedWorkerConfirmsFirst(SilentReporter):
+        def trial_finished(self, number, result, best):  # type: ignore[no-untyped-def]
+            confirming = (StudyStatus.CONFIRMING,)
+            assert repo.claim_study_step("left", StudyStatus.CONFIRMING, unless=confirming,
+                                         runner=joined)  # fmt: skip
+
+    said: list[str] = []
+    taken = run_worker(
+        repo, url, once=True, poll_s=0.0, vllm_python=None, say=said.append,
+        reporter_factory=JoinedWorkerConfirmsFirst,
+    )  # fmt: skip
+    assert taken == 1
+    assert "worker: study left finished" not in said, said
+    assert said[-1] == (
+        "worker: study left is not finished: its confirmation was left to the worker that "
+        "runs it, process 4242 on host gpu-host-2"
+    ), said
+    row = repo.get_study("left")
+    assert row is not None and row.status == "confirming"
+    assert row.spec[RUN_OWNER] == row.spec["queue_worker"] == joined
+
+
 def test_a_worker_run_once_exits_1_when_a_study_it_took_failed_to_run(
     fake_server_db: tuple[Repository, str],
 ) -> None:

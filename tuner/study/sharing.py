@@ -21,13 +21,16 @@ the same trials reaches the same answer.
 **Upkeep** between two trials of a worker (:func:`swept`): a dead trial's Optuna trial becomes
 FAIL and its row FAILED/interrupted, by an atomic update that exactly one worker wins; that
 worker queues the configuration again (at most :data:`MAX_ATTEMPTS` tries), the baseline
-included. From the ask of a trial to its end, the worker's :func:`heartbeat` tells the others
-it lives.
+included. A trial lost before its row was written has no row to mark: the worker whose update
+failed it (Optuna's stale-trial callback, or its own update) queues its configuration again,
+if it had one (a queued one, or one drawn whole). From the ask of a trial to its end, the
+worker's :func:`heartbeat` tells the others it lives.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import datetime
 import os
@@ -193,6 +196,12 @@ def runner_gone(study: StudyRow) -> bool:
     return running and isinstance(owner, dict) and gone_here(owner)  # another host's: False
 
 
+def named(owner: Mapping[str, Any]) -> str:
+    """The worker ``owner`` (:func:`worker_identity`) as messages name it: its process and host."""
+    host = owner.get("host")
+    return f"process {owner.get('pid')} on {'this host' if host == host_name() else f'host {host}'}"
+
+
 def refuse_beside(owner: Mapping[str, Any], name: str, doing: str = "runs it") -> None:
     """UsageError when ``owner`` (:func:`worker_identity`) is another live process on this
     host: a resume of study ``name`` beside it would mark its launch interrupted (between
@@ -200,7 +209,7 @@ def refuse_beside(owner: Mapping[str, Any], name: str, doing: str = "runs it") -
     mine = owner.get("pid") == os.getpid()  # an earlier run of this process's
     if owner.get("host") == host_name() and not mine and not gone_here(owner):
         raise UsageError(
-            f"study {name!r} is running: process {owner.get('pid')} on this host {doing}",
+            f"study {name!r} is running: {named(owner)} {doing}",
             hint="let it finish, or stop it (Ctrl-C, or kill PID) and resume then; "
             f"`tuner worker --study {name}` runs beside it",
         )
@@ -227,7 +236,11 @@ def heartbeat_s() -> int:
 
 def storage_options() -> dict[str, Any]:
     beat = heartbeat_s()
-    return {"heartbeat_interval": beat, "grace_period": beat * _GRACE_BEATS}
+    return {
+        "heartbeat_interval": beat,
+        "grace_period": beat * _GRACE_BEATS,
+        "heartbeat_stale_trial_callback": _failed_here,
+    }
 
 
 @contextlib.contextmanager
@@ -306,14 +319,22 @@ def swept(
             owner = live.user_attrs.get(WORKER)
             if isinstance(owner, dict):
                 refuse_beside(owner, name, f"measures its trial #{live.number}")
-    with quiet_optuna():
-        optuna.storages.fail_stale_trials(study)
+    failed = _fail_stale(study)  # the trials this worker failed, each failed by one worker
     for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if alone or dead_here(running):
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                storage.set_trial_state_values(running._trial_id, state=TrialState.FAIL)
+                if storage.set_trial_state_values(running._trial_id, state=TrialState.FAIL):
+                    failed.add(running.number)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     rows = repo.list_trials(name, limit=None)
+    # A trial lost before its row was written (between the ask and start_trial) is queued
+    # again by the worker that failed it: its queued configuration (the baseline, a retry, an
+    # [[enqueue]] one) would be lost otherwise, and a configuration it drew whole is retried
+    # as a measured one is. One that drew nothing yet needs no retry: its FAIL frees its place.
+    for number in failed - {r.number for r in rows}:
+        lost = trials[number]
+        if DRAWN in lost.user_attrs or lost.system_attrs.get("fixed_params"):
+            retry(study, lost)
     marked = set()
     for row in rows:
         if row.status is not TrialStatus.RUNNING or row.phase is not TrialPhase.SEARCH:
@@ -340,6 +361,33 @@ def swept(
     return study.get_trials(deepcopy=False), rows
 
 
+# The stale trials this process fails while a sweep collects them (:func:`_fail_stale`).
+_FAILED_HERE: contextvars.ContextVar[set[int] | None] = contextvars.ContextVar(
+    "tuner_failed_here", default=None
+)
+
+
+def _failed_here(study: optuna.Study, trial: FrozenTrial) -> None:
+    """The storage's stale-trial callback (:func:`storage_options`), which Optuna calls in the
+    one process whose update failed the trial."""
+    failed = _FAILED_HERE.get()
+    if failed is not None:
+        failed.add(trial.number)
+
+
+def _fail_stale(study: optuna.Study) -> set[int]:
+    """Fail the study's stale trials (Optuna's heartbeat); the numbers of those this worker
+    failed, which no worker sweeping beside it failed too."""
+    failed: set[int] = set()
+    token = _FAILED_HERE.set(failed)
+    try:
+        with quiet_optuna():
+            optuna.storages.fail_stale_trials(study)
+    finally:
+        _FAILED_HERE.reset(token)
+    return failed
+
+
 def _interrupted(row: TrialRow) -> TrialRow:
     return dataclasses.replace(row, status=TrialStatus.FAILED, failure=FailureClass.INTERRUPTED)
 
@@ -359,7 +407,8 @@ def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
     cap = MAX_BASELINE_ATTEMPTS if trial.user_attrs.get("baseline") else MAX_ATTEMPTS
     if tries >= cap:
         return False
-    params = dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
+    # A queued configuration whole, even where its trial was lost while it drew
+    params = {**(trial.system_attrs.get("fixed_params") or {}), **trial.params}
     if not params:
         return False
     attrs: dict[str, Any] = {ATTEMPT: tries + 1, "retry_of": trial.number}

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tuner.db import Repository, StudyStatus, optuna_rdb
+from tuner.db import RUN_OWNER, Repository, StudyStatus, optuna_rdb
 from tuner.errors import TunerError, UsageError
 from tuner.spec import stored_spec
 from tuner.study import sharing
@@ -104,7 +104,18 @@ def run_worker(
                     f"interrupted); `tuner run --study {row.name} --resume` continues it"
                 )
             raise
-        say(f"worker: study {row.name} finished")
+        say(f"worker: study {row.name} {_ended(repo, row.name)}")
+
+
+def _ended(repo: Repository, name: str) -> str:
+    """How study ``name`` stands once its queue worker's run returned: finished, or confirming
+    on a worker that joined it and took the confirmation (:func:`tuner.study.loop.run_study`)."""
+    row = repo.get_study(name)
+    if row is None or row.status == StudyStatus.FINISHED:
+        return "finished"
+    runner = row.spec.get(RUN_OWNER)
+    by = f", {sharing.named(runner)}" if isinstance(runner, dict) else ""
+    return f"is not finished: its confirmation was left to the worker that runs it{by}"
 
 
 def join_study(
