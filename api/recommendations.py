@@ -36,6 +36,7 @@ from tuner.catalog import check_one_model, model_key
 from tuner.db import StudyRow, TrialRow
 from tuner.domain import Objective, Slo
 from tuner.domain.workload import format_slo
+from tuner.errors import UsageError
 from tuner.results import costs, emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import ranking
 from tuner.study import Confirmed, study_objective
@@ -214,7 +215,10 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
     flags = argv.render_flags(trial.config, version)
     base = snap.baseline
     applied = q.slo if q.slo is not None else Slo(**study.slo)
-    price = costs.study_price(study.gpu, study.spec, q.gpu_price)
+    try:
+        price, no_cost = costs.study_price(study.gpu, study.spec, q.gpu_price), ""
+    except UsageError as exc:  # a stored price of an older tuner: the flags still answer
+        price, no_cost = None, f"no cost: {exc.message}; give one with gpu_price"
 
     def cost(row: TrialRow) -> tuple[EstimateOut | None, bool]:
         usd = costs.usd(row.metrics, price)
@@ -256,7 +260,7 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
         is_baseline=trial.is_baseline,
         slo={k: v for k, v in vars(applied).items() if v is not None},
         confirmed=None if pick.confirmed is None else _confirmed(pick.confirmed),
-        warnings=[*_warnings(study, trial), *([caveat] if caveat else [])],
+        warnings=[*_warnings(study, trial), *(w for w in (caveat, no_cost) if w)],
         cost=usd,
         cost_is_upper_bound=usd_bound,
         capacity_is_lower_bound=costs.capacity_at_least(trial.metrics, trial.windows, study.spec),

@@ -514,3 +514,33 @@ def test_an_open_loop_capacity_is_labelled_a_lower_bound_beside_it(tmp_path: Pat
     assert one["capacity_is_lower_bound"] is True
     assert closed["capacity_is_lower_bound"] is False
     assert closed["baseline"]["capacity_is_lower_bound"] is False
+
+
+def test_a_recommendation_of_a_study_with_an_unreadable_stored_price_still_answers(
+    tmp_path: Path,
+) -> None:
+    """A stored gpu_price that is no price (a study of an older tuner) leaves the cost out and
+    says why, with what to pass; the flags are still recommended, as before the $ figures."""
+    from tests.integration.test_launch_cli import insert_measured_study
+
+    url = f"sqlite:///{tmp_path / 'odd.db'}"
+    repo = insert_measured_study(
+        url,
+        [ServingConfig(), ServingConfig(max_num_seqs=64)],
+        name="odd",
+        gpu="h100",
+        workload="chat",
+    )
+    repo._update_study("odd", {"gpu_price": "cheap"})
+    query = "/v1/recommendations?model=tiny-ernie&gpu=h100&workload=chat"
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        rec = _get(c, query)
+        given = _get(c, query + "&gpu_price=2.5")
+    assert rec["serve_command"] and rec["cost"] is None and rec["price"] is None
+    assert rec["baseline"]["cost"] is None
+    (warning,) = rec["warnings"]
+    assert warning == (
+        "no cost: the study's stored gpu_price 'cheap' is no price per GPU-hour; "
+        "give one with gpu_price"
+    )
+    assert given["price"]["source"] == "given price" and given["warnings"] == []

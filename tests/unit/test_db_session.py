@@ -197,3 +197,76 @@ def test_reading_commands_work_on_a_database_in_a_read_only_directory(tmp_path: 
             _study(reader, "refused")
         reader.dispose()
         assert sorted(p.name for p in shared.iterdir()) == ["t.db"]
+
+
+def test_a_reader_that_cannot_write_the_file_sees_what_a_writer_adds_later(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`tuner serve` over a shared folder it cannot write, opened while no study ran: a study
+    another user runs later shows up (no immutable connection is kept past its session)."""
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    upgrade(url)
+    writer = make_engine(url)
+    _study(writer, "before")
+    writer.dispose()
+    _deny_writes(monkeypatch)
+    reader = make_engine(url)
+    assert _names(reader) == {"before"}
+    monkeypatch.undo()
+    writer = make_engine(url)
+    _study(writer, "while")  # in the -wal, the writer open
+    _deny_writes(monkeypatch)
+    assert _names(reader) == {"before", "while"}
+    monkeypatch.undo()
+    writer.dispose()  # folded into the file, the -wal gone
+    _study(writer, "after")
+    writer.dispose()
+    _deny_writes(monkeypatch)
+    assert _names(reader) == {"before", "while", "after"}
+    reader.dispose()
+
+
+def test_a_database_that_cannot_be_created_is_not_called_readable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    _deny_writes(monkeypatch)
+    error = storage_error(
+        sa_exc.OperationalError("x", {}, Exception("unable to open database file")), url
+    )
+    assert (
+        error.message == f"cannot create database {url}: its directory {tmp_path} is not writable"
+    )
+    assert error.hint == (
+        f"point --storage or TUNER_DB_URL at a file in a writable directory, or make {tmp_path} "
+        "writable"
+    )
+
+
+def test_a_wal_without_its_shm_in_a_read_only_directory_says_how_to_read_it(
+    tmp_path: Path,
+) -> None:
+    """A -wal left beside the file (a writer crashed, or the folder was copied without the
+    -shm) is read only through a -shm, which SQLite cannot create there: the reading command
+    fails, and says so, not that reading works."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    upgrade(url)
+    writer = make_engine(url)
+    _study(writer, "unfolded")  # in the -wal while the writer is open
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for name in ("t.db", "t.db-wal"):
+        shutil.copy(tmp_path / name, shared / name)
+    writer.dispose()
+    copy = f"sqlite:///{shared / 't.db'}"
+    with _read_only_directory(shared):
+        run = CliRunner().invoke(app, ["studies", "--storage", copy])
+    error = run.exception
+    assert isinstance(error, StorageError), run.output
+    assert error.message.startswith(f"cannot read database {copy}: t.db-wal beside it holds")
+    assert "work on it as it is" not in error.hint
+    assert error.hint.startswith("copy t.db with t.db-wal to a writable directory")

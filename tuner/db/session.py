@@ -22,6 +22,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
 from tuner.errors import StorageError
 
@@ -83,7 +84,10 @@ def read_only(path: Path) -> dict[str, Any]:
     A file with no ``-wal`` beside it is closed (the file of a finished study, a copy carried
     over, a file on read-only media) and is read as immutable, which needs no ``-shm`` and
     works in a directory nobody may write; one with a ``-wal`` may be in use, so it is read
-    with locking (``mode=ro``). Which one is decided at each connection.
+    with locking (``mode=ro``). Which one is decided at each connection, and no connection is
+    kept (NullPool): one opened immutable while no writer had the file open would go on
+    reading the file as it was once a writer (another user's study) changes it, its -wal
+    unread and its pages cached.
     """
     quoted = "file:" + urllib.parse.quote(str(path))
     wal = path.with_name(path.name + "-wal")
@@ -92,7 +96,7 @@ def read_only(path: Path) -> dict[str, Any]:
         uri = quoted + ("?mode=ro" if wal.exists() else "?immutable=1")
         return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
 
-    return {"creator": connect}
+    return {"creator": connect, "poolclass": NullPool}
 
 
 def _read_only_options(path: Path | None) -> dict[str, Any]:
@@ -243,12 +247,7 @@ def storage_error(error: BaseException, url: str | URL, url_hint: str = _URL_HIN
     elif ("unable to open database" in lowered or "readonly" in lowered) and (
         (path := sqlite_file(url)) is not None and (why := unwritable(path))
     ):
-        return StorageError(
-            f"cannot write database {safe_url(url)}: {why}",
-            hint="the commands that only read (tuner studies, trials, best, export, serve's "
-            "pages) work on it as it is; to write to it, copy the file to a writable directory "
-            f"and point --storage or {ENV_URL} at the copy, or make it writable",
-        )
+        return _unwritable_error(url, path, why)
     elif "unable to open database" in lowered or "readonly" in lowered:
         hint = "check that the database file and its directory exist and are writable"
     elif isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError):
@@ -256,3 +255,34 @@ def storage_error(error: BaseException, url: str | URL, url_hint: str = _URL_HIN
     else:
         hint = "this looks like a bug in tuner or a database changed by hand; please report it"
     return StorageError(f"database error ({safe_url(url)}): {text}", hint=hint)
+
+
+def _unwritable_error(url: str | URL, path: Path, why: str) -> StorageError:
+    """The StorageError for SQLite file ``path`` that this process cannot write (``why``, as
+    :func:`unwritable` says it): no file there to read, a ``-wal`` that cannot be read
+    read-only, or a write to a file that the reading commands still read."""
+    if not path.exists():
+        return StorageError(
+            f"cannot create database {safe_url(url)}: {why}",
+            hint=f"point --storage or {ENV_URL} at a file in a writable directory, or make "
+            f"{path.parent} writable",
+        )
+    wal, shm = (path.with_name(path.name + end) for end in ("-wal", "-shm"))
+    if wal.exists() and not shm.exists():
+        # SQLite reads a -wal through a -shm, which it cannot create here; immutable=1 would
+        # skip the -wal and show the file without the changes in it.
+        return StorageError(
+            f"cannot read database {safe_url(url)}: {wal.name} beside it holds changes not "
+            "folded into the file yet (a writer crashed, or the file was copied without its "
+            f"{shm.name}), SQLite reads them only through a {shm.name} that it creates, and "
+            f"{why}",
+            hint=f"copy {path.name} with {wal.name} to a writable directory and point --storage "
+            f"or {ENV_URL} at the copy; or let a user who can write {path.parent} run a tuner "
+            "command on it (e.g. tuner studies), which folds the -wal into the file",
+        )
+    return StorageError(
+        f"cannot write database {safe_url(url)}: {why}",
+        hint="the commands that only read (tuner studies, trials, best, export, serve's "
+        "pages) work on it as it is; to write to it, copy the file to a writable directory "
+        f"and point --storage or {ENV_URL} at the copy, or make it writable",
+    )
