@@ -98,3 +98,27 @@ def test_a_memory_claim_within_the_smallest_effect_is_decided_no_difference(
     tight = Design.sequential(3, 6, 0.95, 0.0001)
     look = judge_look(a, _memory(A_GIB), b, _memory(B_GIB), tight, None)
     assert look.comparison.to_verdicts()["memory_gib"] == WORSE
+
+
+def test_a_fixed_design_takes_min_effect_as_its_memory_floor() -> None:
+    """`tuner compare --repeats 3 --max-launches 3 --min-effect 0.0001` (a fixed design) read
+    the 40 MB as no difference: the design dropped --min-effect. `--repeats 3 --min-effect X`
+    is refused with a hint that says what --min-effect does and how a fixed design takes it."""
+    from tuner.cli.compare import design_of
+    from tuner.errors import UsageError
+
+    a, b = Arm("a", ServingConfig()), Arm("b", ServingConfig())
+    fixed = design_of(3, 3, 0.0001, 0.95)
+    assert fixed.fixed and fixed.key() is None  # the launch log of `--repeats 3`, as before
+    assert fixed.text().endswith("peak memory within 0.01 % is no difference")
+    look = judge_look(a, _memory(A_GIB), b, _memory(B_GIB), fixed, None)
+    assert look.comparison.to_verdicts()["memory_gib"] == WORSE
+    assert look.to_results()["decision"]["min_effect"] == 0.0001
+    plain = design_of(3, 3, None, 0.95)  # no --min-effect: the 5 % floor, as before
+    assert plain.plan.min_effect is None and plain.text() == design_of(3, None, None, 0.95).text()
+    look = judge_look(a, _memory(A_GIB), b, _memory(B_GIB), plain, None)
+    assert look.comparison.to_verdicts()["memory_gib"] == NO_DIFFERENCE
+    with pytest.raises(UsageError) as refused:
+        design_of(3, None, 0.0001, 0.95)
+    assert "within 5 % is no difference" in str(refused.value)
+    assert "add --max-launches 3 for 3 launches a side" in refused.value.hint

@@ -10,7 +10,8 @@ A :class:`Design` is either
   look's interval at the Pocock level for the look schedule (:mod:`tuner.scoring.sequential`),
   so the intervals are repeated confidence intervals that hold at the stated ``confidence``
   whichever look the comparison stopped at;
-- **fixed**: ``n`` launches a side and one look at ``confidence`` (``--repeats`` alone).
+- **fixed**: ``n`` launches a side and one look at ``confidence`` (``--repeats`` alone, or
+  ``--repeats N --max-launches N``, which takes ``--min-effect``; else ``min_effect`` is 5 %).
 
 Either way a launch's value is the geometric mean of its windows, and each metric's interval
 borrows the noise profile of the key when there is one and the comparison's own launches do
@@ -65,8 +66,14 @@ class Design:
     fixed: bool = False
 
     @classmethod
-    def fixed_launches(cls, n: int, confidence: float = 0.95) -> Design:
-        plan = SequentialPlan(first=n, cap=n, confidence=confidence, margin=None)
+    def fixed_launches(
+        cls, n: int, confidence: float = 0.95, min_effect: float | None = None
+    ) -> Design:
+        """``n`` launches a side, one look; ``min_effect`` when one was asked for (peak memory's
+        floor, and "precise" at its half-width), else None: the floor is 5 %, unstated."""
+        plan = SequentialPlan(
+            first=n, cap=n, confidence=confidence, margin=None, min_effect=min_effect
+        )
         return cls(plan, confidence, fixed=True)
 
     @classmethod
@@ -92,12 +99,17 @@ class Design:
     ) -> Design:
         """The design from a command's options: ``--repeats`` alone is a fixed design;
         ``--max-launches`` makes it sequential with ``--repeats`` (default 3, at most the
-        budget) as the first look; neither: sequential from 3 to 6 a side."""
+        budget) as the first look, fixed with ``min_effect`` where the two are equal; neither:
+        sequential from 3 to 6 a side. ``min_effect`` None: none asked for (5 %)."""
         if max_launches is None and repeats is not None:
             return cls.fixed_launches(repeats, confidence)
         cap = CAP if max_launches is None else max_launches
         first = min(repeats if repeats is not None else FIRST, cap)
-        return cls.sequential(first, cap, confidence, min_effect)
+        if first == cap:
+            return cls.fixed_launches(first, confidence, min_effect)
+        return cls.sequential(
+            first, cap, confidence, MIN_EFFECT if min_effect is None else min_effect
+        )
 
     @property
     def first(self) -> int:
@@ -129,7 +141,10 @@ class Design:
     def text(self) -> str:
         """A sentence for the plan line."""
         if self.fixed:
-            return f"{self.first} fresh launches each, interleaved A B A B ..."
+            floor = self.plan.min_effect
+            return f"{self.first} fresh launches each, interleaved A B A B ..." + (
+                f", peak memory within {floor * 100:g} % is no difference" if floor else ""
+            )
         stop = (
             f" or the interval's half-width is at most {self.plan.min_effect * 100:g} %"
             if self.plan.min_effect

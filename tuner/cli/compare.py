@@ -205,7 +205,8 @@ MinEffect = Annotated[
     typer.Option(
         help="Smallest difference worth acting on: the sequential design stops with 'no "
         "significant difference' once the interval's half-width is at most this, and peak "
-        "memory within it either way is no difference (default 0.05: 5 %).",
+        "memory within it either way is no difference (default 0.05: 5 %). A fixed design "
+        "takes it as --repeats N --max-launches N.",
     ),
 ]
 
@@ -224,12 +225,13 @@ def design_of(
     check_confidence(confidence)
     if min_effect is not None and repeats is not None and max_launches is None:
         raise UsageError(
-            "--min-effect stops a sequential design, and --repeats alone is a fixed one",
-            hint=f"add --max-launches (e.g. {max(repeats, 6)}) for a sequential design, or drop "
-            "--min-effect",
+            "--min-effect stops a sequential design, and --repeats alone is a fixed one, whose "
+            f"peak memory within {MIN_EFFECT * 100:g} % is no difference",
+            hint=f"add --max-launches {repeats} for {repeats} launches a side with --min-effect as "
+            f"that floor, add --max-launches {max(2 * repeats, 6)} for a sequential design that "
+            "stops at it too, or drop --min-effect",
         )
-    min_effect = MIN_EFFECT if min_effect is None else min_effect
-    if not 0.0 < min_effect < 1.0:
+    if min_effect is not None and not 0.0 < min_effect < 1.0:
         raise UsageError(
             f"--min-effect {min_effect} is not a fraction", hint="e.g. --min-effect 0.05 for ±5 %"
         )
