@@ -90,3 +90,19 @@ def test_sizing_takes_a_gpu_price_as_tuner_size_does(tmp_path: Path) -> None:
             answer = client.get("/v1/sizing", params={**params, "gpu_price": bad})
             assert answer.status_code == 422, (bad, answer.text)
             assert "gpu_price" in answer.text, answer.text
+
+
+def test_sizing_says_the_ranking_that_picked_it_rests_on_a_lower_bound(tmp_path: Path) -> None:
+    """A capacity study on a rate ladder whose every rung was served: GET /v1/recommendations
+    warned that its pick is by noise, GET /v1/sizing sized that pick without a word of it."""
+    url = f"sqlite:///{tmp_path / 'api-ladder.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(url, configs, name="ladder", gpu="h200", workload="chat-heavy",
+                          objective="capacity", rate_ladder=(1.0, 2.0))  # fmt: skip
+    with TestClient(create_app(ApiSettings(storage=url))) as client:
+        sized = client.get("/v1/sizing", params={"model": "tiny-ernie", "rate": "10"})
+        assert sized.status_code == 200, sized.text
+        (answer,) = sized.json()["sizes"]
+        (caution,) = [n for n in answer["notes"] if "ranking rests on a lower bound" in n]
+        assert caution.startswith("the capacity ranking rests on a lower bound")
+        assert "add rates above 2 req/s to the rate_ladder" in caution

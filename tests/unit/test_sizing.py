@@ -268,3 +268,26 @@ def test_tuner_size_says_an_open_loop_capacity_is_a_lower_bound(tmp_path: Path) 
     (answer,) = json.loads(CliRunner().invoke(app, [*size, "--json"]).stdout)["sizes"]
     assert answer["capacity_is_lower_bound"] is True
     assert any("lower bound" in n for n in answer["notes"])
+
+
+def test_tuner_size_says_the_ranking_that_picked_it_rests_on_a_lower_bound(
+    tmp_path: Path,
+) -> None:
+    """A capacity study on a rate ladder whose every rung was served ranked its configurations
+    by noise: `tuner best` said so, `tuner size` sized its pick labelling only the capacity."""
+    url = f"sqlite:///{tmp_path / 'ladder.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    for objective in ("capacity", "balanced"):
+        insert_measured_study(url, configs, name=objective, gpu="h200", workload="chat-heavy",
+                              objective=objective, rate_ladder=(1.0, 2.0))  # fmt: skip
+    size = ["size", "--model", "tiny-ernie", "--rate", "10", "--storage", url]
+    shown = CliRunner().invoke(app, size)
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.stdout.split())
+    assert "note: the capacity ranking rests on a lower bound" in text
+    assert "add rates above 2 req/s to the rate_ladder" in text
+    assert text.count("ranking rests on a lower bound") == 1  # not the balanced study's
+    answers = json.loads(CliRunner().invoke(app, [*size, "--json"]).stdout)["sizes"]
+    notes = {a["study"]: " ".join(a["notes"]) for a in answers}
+    assert "the capacity ranking rests on a lower bound" in notes["capacity"]
+    assert "ranking rests on" not in notes["balanced"]  # not ranked by throughput

@@ -8,7 +8,9 @@ is: the highest throughput of the load curve whose P99 latencies meet it (never 
 point), or, for a workload of one load point, that point's throughput if it meets the SLO.
 Where that load was sent open loop (Poisson arrivals, a trace's own arrival times) and no
 higher load was measured, the server served what it was sent: the capacity is only a lower
-bound, said so, and the counts and costs from it are upper bounds.
+bound, said so, and the counts and costs from it are upper bounds. Where the capacity or cost
+ranking that picked the configuration rested on such a bound (every configuration kept up with
+the top rate of a rate ladder), a note says its pick is by noise, as ``tuner best`` does.
 
 A capacity is a median with the range over the measurement windows of one launch (smallest to
 largest window): a range, not a confidence interval. The count takes the conservative end::
@@ -194,9 +196,12 @@ def fleet_size(
     slo: Slo | None = None,
     is_baseline: bool = False,
     gpu_price: float | None = None,
+    ranking_caveat: str = "",
 ) -> FleetSize | None:
     """The fleet for ``rate`` of ``trial`` (the study's recommendation); ``slo`` None: the
-    study's own. None when the trial has no stored windows."""
+    study's own; ``ranking_caveat``: why the ranking that picked it rests on a lower bound
+    (:func:`tuner.results.costs.ranked_on_a_bound`), a note. None when the trial has no stored
+    windows."""
     own = Slo(**dict(study.slo))
     given = slo is not None and slo != own
     used = own if slo is None else slo
@@ -222,6 +227,8 @@ def fleet_size(
             f"the capacity is a lower bound: {costs.OPEN_LOOP}; so the GPU counts and costs "
             f"are upper bounds; {costs.MEASURE_CAPACITY}"
         )
+    if ranking_caveat:
+        notes.append(ranking_caveat)
     if study.emulated:
         notes.append("emulated: the memory is the profile's, the compute a larger GPU's")
     return FleetSize(
@@ -283,7 +290,14 @@ def size(
         if trial is None:
             continue
         sized = fleet_size(
-            study, trial, rec.flags, rate, slo=slo, is_baseline=rec.is_baseline, gpu_price=gpu_price
+            study,
+            trial,
+            rec.flags,
+            rate,
+            slo=slo,
+            is_baseline=rec.is_baseline,
+            gpu_price=gpu_price,
+            ranking_caveat=rec.ranking_caveat,
         )
         if sized is not None:
             out.append(sized)
