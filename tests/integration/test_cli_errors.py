@@ -54,6 +54,10 @@ TYPO_SPEC = '[study]\nmodel = "tiny-ernie"\ngpu = "cpu"\ntrails = 3\n'
 FLASH_ON_CPU = (
     '[study]\nmodel = "tiny-ernie"\ngpu = "cpu"\n\n[[enqueue]]\nattention_backend = "FLASH_ATTN"\n'
 )
+ENQUEUE_OUTSIDE_THE_SPACE = (
+    '[study]\nmodel = "tiny-ernie"\ngpu = "cpu"\n\n[space]\nparams = ["max_num_seqs"]\n\n'
+    "[[enqueue]]\nenable_prefix_caching = true\n"
+)
 FIXED_PAST_THE_MODEL = (
     '[study]\nmodel = "tiny-ernie"\ngpu = "cpu"\n\n[space]\nfixed = { max_model_len = 999999 }\n'
 )
@@ -92,6 +96,16 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
     "impossible-enqueue": (
         Case(("run", "study.toml"), {"study.toml": FLASH_ON_CPU}),
         ("FLASH_ATTN is not available on CPU", "CPU_ATTN", "fix the [[enqueue]] entry"),
+    ),
+    # It was refused once the study was written (left queued, for a `tuner worker` to take).
+    "enqueue-outside-the-space": (
+        Case(("run", "study.toml"), {"study.toml": ENQUEUE_OUTSIDE_THE_SPACE}),
+        (
+            "enqueued configuration {'enable_prefix_caching': True}: enable_prefix_caching=True "
+            "cannot be tried: the study does not search enable_prefix_caching",
+            "add enable_prefix_caching to params",
+            "or drop that [[enqueue]] entry from study.toml",
+        ),
     ),
     # It launched the baseline, which failed as kv_cache_insufficient, then pruned the rest.
     "impossible-fixed": (

@@ -340,6 +340,24 @@ def test_serves_the_fake_server_until_stopped_and_leaves_nothing(
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
 
 
+def test_ready_counts_the_warm_up_and_the_canary(tmp_path: Path, db_url: str) -> None:
+    """After "up in 0 s; not announced before its warm-up and canary" it said "ready in 0 s"
+    however long they took: the start-up's seconds again."""
+    insert_measured_study(db_url, [ServingConfig()])
+    output, _ = serve_and_stop(
+        [*LAUNCH[1:], "--storage", db_url, "--port", str(free_port()), *FAKE_SERVER],
+        tmp_path,
+        {**clean_env(tmp_path), "TUNER_FAKE_STEP_MS": "40"},  # a warm-up of seconds
+        str(tmp_path / "home"),
+        ready_timeout_s=120,
+        run_client=False,
+    )
+    up = re.search(r"up in (\d+) s; not announced before its warm-up and canary", output)
+    ready = re.search(r"ready in (\d+) s", output)
+    assert up is not None and ready is not None, output
+    assert int(ready.group(1)) >= int(up.group(1)) + 2, output
+
+
 def test_a_server_that_fails_is_reported_with_its_log(tmp_path: Path, db_url: str) -> None:
     insert_measured_study(db_url, [E2E_CONFIG])
     env = clean_env(tmp_path)

@@ -542,3 +542,25 @@ def test_a_queued_study_that_searches_nothing_says_what_to_change_in_the_api_s_t
     for words in ("[space]", "[[enqueue]]", "--search", "request body"):
         assert words not in message + hint, words
     assert said[-1] == f"worker: study idle failed to run: {message}\n  hint: {hint}"
+
+
+def test_a_worker_prints_a_failure_with_brackets_as_it_is(
+    fake_server_db: tuple[Repository, str],
+) -> None:
+    """`tuner worker` printed its lines as rich markup: "drop that [[enqueue]] entry" came out
+    as "drop that [] entry", and "[space] params" as " params"."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    repo, url = fake_server_db
+    spec = StudySpec(
+        model="tiny-ernie", gpu="cpu", workload="smoke", params=("max_num_seqs",),
+        enqueue=({"enable_prefix_caching": True},), source="study.toml",
+    )  # fmt: skip
+    _queue(repo, "brackets", spec)
+    run = CliRunner().invoke(app, ["worker", "--once", "--storage", url])
+    assert run.exit_code == 1, run.output
+    hint = repo.get_study("brackets").failure["hint"]  # type: ignore[union-attr,index]
+    assert "drop that [[enqueue]] entry from study.toml" in hint
+    assert f"  hint: {hint}\n" in run.output

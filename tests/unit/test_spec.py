@@ -11,7 +11,7 @@ import pytest
 
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
-from tuner.compose import build_space
+from tuner.compose import build_space, check_enqueued
 from tuner.domain import Objective
 from tuner.errors import SpecError, UsageError
 from tuner.load.workloads import get_workload
@@ -170,6 +170,19 @@ def test_the_spec_reference_in_the_docs_is_a_valid_spec(tmp_path: Path) -> None:
     sections = {"study", "space", "confirm", "runner"}
     allowed = set().union(*(v for k, v in _SECTIONS.items() if k in sections))
     assert allowed <= written, f"keys the docs leave out: {sorted(allowed - written)}"
+
+
+def test_the_spec_reference_in_the_docs_builds_its_space(tmp_path: Path) -> None:
+    """docs/specs.md's example enqueued gpu_memory_utilization = 0.95 beside params that do
+    not search it: `tuner run` on it wrote the study, then stopped ("cannot be tried")."""
+    text = (REPO / "docs" / "specs.md").read_text(encoding="utf-8")
+    example = re.search(r"```toml\n(.*?)```", text, re.S)
+    assert example is not None
+    spec = load_spec(write(tmp_path, example.group(1)))
+    model, gpu = resolve_model(spec.model), get_gpu(spec.gpu)
+    workload = get_workload(spec.workload).replace(**spec.workload_overrides)
+    space = build_space(spec, model, gpu, workload, shipped("0.26.0"), new_study=True)
+    check_enqueued(spec, space)  # as `tuner run` does before it writes the study
 
 
 def test_the_commands_the_spec_reference_names_run() -> None:

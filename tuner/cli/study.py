@@ -28,6 +28,7 @@ from tuner.cli.common import (
     open_study,
     out,
     print_json,
+    say,
     storage_url,
 )
 from tuner.doctor.checks import missing_sqlite_file
@@ -516,7 +517,7 @@ def worker(
                 once=once,
                 poll_s=poll,
                 vllm_python=vllm_python,
-                say=out.print,
+                say=say,  # as it is: a hint's [[enqueue]] or [space] is no markup
                 reporter_factory=lambda: ConsoleReporter(out),
                 failed=failed,
             )
