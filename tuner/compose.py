@@ -249,8 +249,8 @@ def check_something_to_search(
         knobs, enqueue = "space.params or space.choices", "enqueue"
         hint = (
             "queue it again (POST /v1/studies, another study.name) with knobs to search in "
-            "space.params or space.choices, or an enqueue configuration other than vLLM's "
-            "defaults; without space.params the study searches tuner's lever plan"
+            "space.params or space.choices (an enqueue configuration can only set knobs the "
+            "space searches); without space.params the study searches tuner's lever plan"
         )
     else:
         knobs, enqueue = "[space] params, choices or search", "[[enqueue]]"

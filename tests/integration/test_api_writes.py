@@ -306,9 +306,9 @@ def test_the_warning_of_a_study_with_nothing_to_search_says_what_to_change(
     (warning,) = r.json()["warnings"]
     assert warning.endswith(
         "every trial would measure the defaults again; queue it again (POST /v1/studies, "
-        "another study.name) with knobs to search in space.params or space.choices, or an "
-        "enqueue configuration other than vLLM's defaults; without space.params the study "
-        "searches tuner's lever plan"
+        "another study.name) with knobs to search in space.params or space.choices (an "
+        "enqueue configuration can only set knobs the space searches); without space.params "
+        "the study searches tuner's lever plan"
     ), warning
 
 
