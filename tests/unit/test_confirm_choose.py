@@ -168,3 +168,24 @@ def test_the_details_say_whose_comparison_they_are() -> None:
     assert won is not None and won.details_from == "#5 against vLLM's defaults"
     assert kept is not None and kept.label == DEFAULTS_LABEL
     assert kept.details_from == "#5 against vLLM's defaults"
+
+
+def test_a_memory_win_must_exceed_the_smallest_effect() -> None:
+    """Peak memory 0.1 % lower on every launch is certain (it barely varies between launches)
+    and worthless: the memory objective keeps the defaults and says why, as compare reads it."""
+    tiny = (0.999, 0.9985, 0.9995, NO_DIFFERENCE)
+    kept = choose([_row(mem=tiny)], Objective.MEMORY)
+    assert kept is not None and kept.verdict == NO_DIFFERENCE and kept.label == DEFAULTS_LABEL
+    assert kept.config == ServingConfig()
+    assert kept.verdict_text() == (
+        "no configuration beats the defaults by more than 5 % (the smallest effect worth "
+        "acting on): run vLLM's defaults"
+    )
+    # The design's smallest effect decides, as for the guard metrics.
+    precise = choose([_row(mem=tiny, min_effect=0.0005)], Objective.MEMORY)
+    assert precise is not None and precise.verdict == BETTER and precise.label == "#5"
+    halved = choose([_row(mem=(0.5, 0.49, 0.51, BETTER))], Objective.MEMORY)
+    assert halved is not None and halved.verdict == BETTER and halved.label == "#5"
+    # Nothing better at all: the usual words.
+    same = choose([_row(mem=(1.0, 0.98, 1.02, NO_DIFFERENCE))], Objective.MEMORY)
+    assert same is not None and same.verdict_text().startswith("no significant difference")

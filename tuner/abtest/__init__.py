@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tuner.abtest.claims.verdicts import Outcome, claim_record, verify
     from tuner.abtest.compare import (
         COMPARED,
+        FLOORED,
         HEADLINE,
         LAUNCH_VALUES,
         RATIO_OF,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPARED",
+    "FLOORED",
     "HEADLINE",
     "LAUNCH_VALUES",
     "NOT_MEASURED",

@@ -11,7 +11,9 @@ Welch's; with looks they are at the Pocock level that holds the stated confidenc
 
 A candidate wins only when it is significantly better than the defaults on what the objective
 decides by, and significantly worse on none of the metrics the objective weighs (worse by the
-design's ``min_effect``, 5 %, or more); otherwise the defaults are what to run. The stated
+design's ``min_effect``, 5 %, or more); otherwise the defaults are what to run. Peak memory
+is better only by more than ``min_effect`` (as ``tuner compare`` reads it): a memory objective's
+candidate 0.1 % lower, certain on near-identical launches, does not win. The stated
 confidence holds for the deciding interval; "not worse" is a check on intervals of the same
 launches, of lower power, not a second guarantee. On the H200's noise
 (``bench/decision_replay.py --objective balanced``) the check keeps the deciding metric's
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.abtest import (
+    FLOORED,
     Arm,
     Design,
     Look,
@@ -261,6 +264,9 @@ class Confirmed:
     # Whose comparison ``details`` are, for people: "#2 against vLLM's defaults" (with the
     # defaults' verdict: the candidate whose comparison is shown; '' in older callers).
     details_from: str = ""
+    # The defaults' verdict where a candidate was better only by less than this smallest
+    # effect worth acting on (peak memory: 0.001 of 141 GB is certain and worthless).
+    min_effect: float | None = None
 
     def verdict_text(self) -> str:
         """The verdict for people, with the interval it rests on."""
@@ -284,6 +290,11 @@ class Confirmed:
                 "noise (see below), so nothing was confirmed: run vLLM's defaults, and "
                 "measure again on a quiet machine"
             )
+        if self.min_effect is not None:
+            return (
+                f"no configuration beats the defaults by more than {self.min_effect * 100:g} % "
+                "(the smallest effect worth acting on): run vLLM's defaults"
+            )
         return "no significant difference from defaults: run vLLM's defaults"
 
     def chose(self, number: int, is_baseline: bool) -> bool:
@@ -302,6 +313,7 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         return None
     best: Confirmed | None = None
     unclear: ComparisonRow | None = None  # the first comparison inconclusive on the objective
+    too_small: float | None = None  # a better score within the smallest effect: no win
     for row in rows:
         metrics = {m["metric"]: m for m in row.results["metrics"]}
         if any(is_inconclusive(metrics.get(n, {}).get("verdict")) for n in _judged(objective)):
@@ -311,11 +323,14 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         if interval is None:
             continue
         decided_on = _deciding(metrics, objective)
+        floor = float((row.results.get("decision") or {}).get("min_effect") or MIN_EFFECT)
         if decided_on is None:
             wins = interval.verdict(higher_is_better=True) == BETTER
+            # Peak memory is better only beyond the smallest effect, as compare judges it.
+            if wins and _alone(objective) in FLOORED and interval.within(floor):
+                wins, too_small = False, floor
         else:  # a composite: what the looks stopped on, no weighed metric worse, score above 1
             deciding = metrics.get(decision_metric(objective), {})
-            floor = float((row.results.get("decision") or {}).get("min_effect") or MIN_EFFECT)
             worse = any(_worse_by(metrics.get(n, {}), floor) for n in _judged(objective))
             wins = deciding.get("verdict") == BETTER and not worse and interval.ratio > 1.0
         if objective is Objective.MEMORY and metrics["output_throughput"]["verdict"] == WORSE:
@@ -351,6 +366,7 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         _details(first),
         _caveats(shown),
         details_from=_against(shown),
+        min_effect=too_small if verdict == NO_DIFFERENCE else None,
     )
 
 
