@@ -3,11 +3,15 @@ through the same VllmServer that runs real vLLM."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,6 +231,41 @@ def test_a_second_interrupt_during_stop_still_ends_the_group(tmp_path: Path) -> 
     assert _gone(child)
     assert server.pid is not None and group_members(server.pid) == []
     assert list((tmp_path / "leases").iterdir()) == []  # gone with the group, not before it
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("phase", ["starting", "serving"])
+def test_a_fake_server_signalled_alone_ends_its_engine_core(
+    tmp_path: Path, phase: str, signum: int
+) -> None:
+    """A developer's `kill <pid>` or Ctrl-C reaches the fake server's pid alone (not its
+    group, as tuner's stop does): like vLLM's API server, it ends its engine core on the way
+    out. Its engine core outlived it before, while starting and while serving."""
+    port, log_path = free_port(), tmp_path / "server.log"
+    fault = "hang" if phase == "starting" else ""  # loading the model for ever
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            _command(port, "trial-1"),
+            env={**os.environ, "TUNER_FAKE_STARTUP_S": "0.05", "TUNER_FAKE_FAULT": fault},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # only so that a failing test can clean up
+        )
+    try:
+        deadline = time.monotonic() + 20.0
+        ready = "Starting to load model" if phase == "starting" else "Starting vLLM server"
+        while ready not in log_path.read_text() or not (fault or port_is_open("127.0.0.1", port)):
+            assert time.monotonic() < deadline and proc.poll() is None, log_path.read_text()
+            time.sleep(0.05)
+        child = psutil.Process(_engine_core_pid(log_path.read_text()))
+        os.kill(proc.pid, signum)
+        proc.wait(timeout=10)
+        _, alive = psutil.wait_procs([child], timeout=5)
+        assert not alive, f"the engine core {child.pid} outlived its server {proc.pid}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 def test_crash_mid_load_is_seen_as_crashed(tmp_path: Path, servers: list[VllmServer]) -> None:

@@ -5,7 +5,9 @@ api_server argv and behaves like vLLM wherever tuner can see it.
   start-up delay (``TUNER_FAKE_STARTUP_S``, default 0.3 s; a third of it when its
   ``VLLM_CACHE_ROOT`` holds an earlier start's artefacts), and spawns one child process
   (like vLLM's engine core, argv marked ``tuner-fake-engine-core``) so that ending the whole
-  process group is really exercised.
+  process group is really exercised. SIGTERM or SIGINT to the server's pid alone ends that
+  child too, as vLLM's API server does; a server that dies without its shutdown (SIGKILL, a
+  failed start) leaves it behind.
 - It serves GET /health, /v1/models, /metrics (``vllm:`` Prometheus names: gauges, counters,
   and the request-phase histograms e2e_request_latency, request_queue_time,
   request_inference_time, request_prefill_time, request_decode_time ``_seconds``, fed by the
@@ -357,9 +359,23 @@ def _start_up(
 
 
 def _spawn_engine_core() -> subprocess.Popen[bytes]:
+    """The engine core child, ended (TERM, as vLLM's API server shuts its engine core down)
+    when SIGTERM or SIGINT reaches the server alone: a `kill <pid>` or a Ctrl-C. While serving,
+    uvicorn's own handlers shut the server down first, then raise the signal again."""
     ignore = "1" if os.environ.get("TUNER_FAKE_CHILD_IGNORES_TERM") == "1" else "0"
     cmd = [sys.executable, "-c", CHILD_CODE, ignore, ENGINE_CORE_MARKER]
-    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+
+    def end(signum: int, _frame: object) -> None:
+        # Not waited for: one that ignores TERM (TUNER_FAKE_CHILD_IGNORES_TERM) is left to the
+        # launcher's KILL, and the server dies of the signal at once, as it did before.
+        child.terminate()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, end)
+    return child
 
 
 def _startup_s() -> float:
