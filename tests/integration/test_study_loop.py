@@ -595,6 +595,51 @@ def test_a_takeover_of_a_confirming_study_ends_the_dead_workers_launch(tmp_path:
     assert repo.get_study("conf").status == "finished"
 
 
+def test_a_worker_joining_a_study_whose_confirming_worker_died_keeps_it_said(
+    tmp_path: Path,
+) -> None:
+    """A joined worker confirmed and was killed (kill -9) on this host; a worker that joined the
+    study then (`tuner worker --study`, a restarted unit) said "nothing to do: the study is
+    confirming" and erased the dead worker's record: `tuner studies` showed "confirming" for
+    good, no longer "(tuner gone)" with its resume hint. The record is kept, and the worker
+    says who confirmed it and what goes on with the confirmation."""
+    import subprocess
+    import sys
+
+    from tuner.db import RUN_OWNER, StudyStatus
+    from tuner.study.loop import SilentReporter
+    from tuner.study.sharing import host_name, runner_gone
+    from tuner.telemetry import since_boot
+
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="orphan", confirm_launches=2)
+    run_study(ctx, FakeRunner(), repo)
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = {"host": host_name(), "pid": exited.pid, "start": since_boot(exited.pid)}
+    exited.wait()
+    # As if a joined worker had taken its confirmation and was killed while confirming.
+    assert repo.claim_study_step("orphan", StudyStatus.CONFIRMING, unless=(), runner=dead)
+    said: list[tuple[str, str]] = []
+
+    class Phases(SilentReporter):
+        def phase(self, phase: str, detail: str) -> None:
+            said.append((phase, detail))
+
+    run_study(ctx, FakeRunner(), repo, join=True, reporter=Phases())
+    study = repo.get_study("orphan")
+    assert study is not None and study.status == "confirming"
+    assert study.spec[RUN_OWNER] == dead and runner_gone(study)
+    assert said == [
+        (
+            "nothing to do",
+            f"the study is confirming, and the worker that confirmed it (process {exited.pid} "
+            "on this host) has exited: `tuner run --study orphan --resume` goes on with its "
+            "confirmation",
+        )
+    ]
+
+
 _RESUME_SHARED = """
 import sys
 from tests.studykit import make_context, make_repo

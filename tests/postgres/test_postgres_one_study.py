@@ -176,6 +176,31 @@ def test_run_parallel_three_workers_share_one_study(
     assert tagged(env["TUNER_TEST_TAG"]) == []
 
 
+def test_run_parallel_interrupted_says_how_to_go_on_with_its_workers(
+    pg_url: str, env: dict[str, str], tmp_path: Path, repo: Repository
+) -> None:
+    """A Ctrl-C to `tuner run --parallel 2` ended with its workers' "tuner worker --study NAME
+    continues it" and its own bare "interrupted": not the command that continues the study as
+    it ran, with its workers. It now says that command."""
+    run = tuner(env, tmp_path, "run", "spec.toml", "--parallel", "2", "--storage", pg_url)
+    deadline = time.monotonic() + 120
+    measuring = False
+    while time.monotonic() < deadline and not measuring:
+        time.sleep(0.1)
+        with contextlib.suppress(Exception):  # no tables before the set-up has made them
+            measuring = any(r.status is TrialStatus.RUNNING for r in repo.list_trials(STUDY))
+    run.send_signal(signal.SIGINT)
+    output = run.communicate(timeout=120)[0]
+    assert run.returncode == 130, output
+    assert output.splitlines()[-1] == (
+        "interrupted: the workers' running trials are recorded as interrupted; "
+        f"tuner run --study {STUDY} --resume --parallel 2 continues it"
+    ), output
+    study = repo.get_study(STUDY)
+    assert study is not None and study.status == "interrupted"
+    assert tagged(env["TUNER_TEST_TAG"]) == []
+
+
 def test_parallel_workers_on_sqlite_are_refused_before_anything_runs(
     env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -245,16 +245,21 @@ def _reporting(name: str, again: str | None = None) -> Iterator[ConsoleReporter]
         with sigterm_as_interrupt():
             yield reporter
     except KeyboardInterrupt:
-        with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
-            how = (
-                f"{again} continues it"
-                if again
-                else f"--resume continues (tuner run --study {name} --resume)"
-            )
-            err.print(f"interrupted: the running trial is recorded as interrupted; {escape(how)}")
-        raise SystemExit(INTERRUPTED) from None  # past typer and main: said once, here
+        how = (
+            f"{again} continues it"
+            if again
+            else f"--resume continues (tuner run --study {name} --resume)"
+        )
+        _interrupted("the running trial is recorded as interrupted", how)
     finally:
         reporter.close()
+
+
+def _interrupted(what: str, how: str) -> NoReturn:
+    """Say what a Ctrl-C (or SIGTERM) left recorded and which command continues, and exit 130."""
+    with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
+        err.print(f"interrupted: {escape(what)}; {escape(how)}")
+    raise SystemExit(INTERRUPTED) from None  # past typer and main: said once, here
 
 
 def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
@@ -281,9 +286,15 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
         + ("" if uuids else " (on CPU: they share its cores, so each measures less)")
     )
     command = parallel.worker_command(ctx.name, spec.vllm_python)
-    codes = parallel.run_workers(
-        command, places, lambda line: out.print(line, markup=False, highlight=False), url
-    )
+    try:
+        codes = parallel.run_workers(
+            command, places, lambda line: out.print(line, markup=False, highlight=False), url
+        )
+    except KeyboardInterrupt:  # each worker stopped on its SIGTERM and recorded its trial
+        _interrupted(
+            "the workers' running trials are recorded as interrupted",
+            f"tuner run --study {ctx.name} --resume --parallel {n} continues it",
+        )
     for seat, code in zip(places, codes, strict=True):
         if code != 0:
             out.print(f"[red]{escape(seat.label)} exited with code {code}[/]")

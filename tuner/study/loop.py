@@ -211,17 +211,17 @@ def run_study(
         study = _open(
             ctx, repo, storage, resume=resume, claimed=claimed, join=join, alone=not takeover
         )
+        row = repo.get_study(ctx.name)
+        if join and row is not None and row.status in _SETTLED:
+            # Its runner's record stays: a confirming worker gone is said (tuner studies).
+            report.phase("nothing to do", _settled(ctx.name, row))
+            return rank(repo, ctx.name, ctx.spec.objective)
         runs = not join  # whether this process is recorded as the study's runner
         if runs:
             repo.set_study_worker(ctx.name, owner)
             repo.set_study_runner(ctx.name, me)
         else:
             _clear_dead_runner(ctx.name, repo)  # a joining worker runs it now
-        row = repo.get_study(ctx.name)
-        settled = (StudyStatus.CONFIRMING, StudyStatus.FINISHED)
-        if join and row is not None and row.status in settled:
-            report.phase("nothing to do", f"the study is {row.status}")
-            return rank(repo, ctx.name, ctx.spec.objective)
         repo.set_study_status(ctx.name, "running")
         try:
             _loop(ctx, study, storage, runner, repo, report, study_slo(row), join=join)
@@ -255,6 +255,21 @@ def run_study(
                 repo.set_study_runner(ctx.name, None)
         repo.set_study_status(ctx.name, "finished")
         return rank(repo, ctx.name, ctx.spec.objective)
+
+
+_SETTLED = (StudyStatus.CONFIRMING, StudyStatus.FINISHED)  # nothing left for a joined worker
+
+
+def _settled(name: str, row: StudyRow) -> str:
+    """Why a worker that joins study ``name`` (stored as ``row``, confirming or finished) has
+    nothing to do, and, where the worker that confirmed it has exited, what goes on with it."""
+    if not sharing.runner_gone(row):
+        return f"the study is {row.status}"
+    return (
+        f"the study is confirming, and the worker that confirmed it "
+        f"({sharing.named(row.spec[RUN_OWNER])}) has exited: `tuner run --study {name} "
+        "--resume` goes on with its confirmation"
+    )
 
 
 @contextlib.contextmanager
