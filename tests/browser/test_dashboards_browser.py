@@ -332,19 +332,9 @@ def test_an_open_loop_capacity_reads_at_least_on_the_study_page(
     """A rate ladder whose top rate the server kept up with: `tuner size` says "at least" of
     the capacity read there, and the study page showed it as the capacity. (Adds a study: it
     runs after the overview's test.)"""
-    from tests.integration.test_launch_cli import insert_measured_study
-    from tuner.domain import ServingConfig
+    from tests.integration.test_launch_cli import insert_ladder_study
 
-    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
-    insert_measured_study(
-        served.db.url,
-        configs,
-        name="ladder-h100",
-        gpu="h100",
-        workload="chat-heavy",
-        objective="capacity",
-        rate_ladder=(1.0, 2.0),
-    )
+    insert_ladder_study(served.db.url, name="ladder-h100", gpu="h100")
     assert probe.goto("/ui/studies/ladder-h100").status == 200
     page = probe.page
     # #0 (the defaults, the best) kept up with 2 req/s; #1's capacity, at 1 req/s, is bracketed.

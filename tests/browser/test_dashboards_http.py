@@ -376,22 +376,14 @@ def test_the_compare_page_says_its_sides_are_medians_and_its_ratio_of_geometric_
 def test_an_open_loop_cost_is_labelled_an_upper_bound_on_the_study_page(tmp_path: Path) -> None:
     """`tuner best` says "at most" of a $/1M read at an open-loop load the server kept up with;
     the study page drew the same figures as the cost, and ranked a ladder on them unsaid."""
-    from tests.integration.test_launch_cli import insert_measured_study
+    from tests.integration.test_launch_cli import insert_ladder_study, insert_measured_study
     from tuner.domain import ServingConfig
 
     url = f"sqlite:///{tmp_path / 'open.db'}"
     configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
     insert_measured_study(url, configs, name="poisson", gpu="h100", workload="chat-heavy")
     insert_measured_study(url, configs, name="closed", gpu="h100", workload="chat")
-    repo = insert_measured_study(
-        url,
-        configs,
-        name="ladder",
-        gpu="h100",
-        workload="chat-heavy",
-        objective="capacity",
-        rate_ladder=(1.0, 2.0),
-    )
+    repo = insert_ladder_study(url, gpu="h100")
     with TestClient(_app(repo, None)) as c:
         poisson, closed, ladder = (
             c.get(f"/ui/studies/{n}").text for n in ("poisson", "closed", "ladder")
@@ -415,20 +407,9 @@ def test_an_open_loop_capacity_is_labelled_a_lower_bound_on_the_study_page(
     """`tuner size` says "at least" of a capacity read at the top rate of a rate ladder the
     server kept up with; the study page showed it as the capacity (the best configuration's
     card, the trials table, the load curves' hover)."""
-    from tests.integration.test_launch_cli import insert_measured_study
-    from tuner.domain import ServingConfig
+    from tests.integration.test_launch_cli import insert_ladder_study
 
-    url = f"sqlite:///{tmp_path / 'ladder.db'}"
-    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
-    repo = insert_measured_study(
-        url,
-        configs,
-        name="ladder",
-        gpu="h100",
-        workload="chat-heavy",
-        objective="capacity",
-        rate_ladder=(1.0, 2.0),
-    )
+    repo = insert_ladder_study(f"sqlite:///{tmp_path / 'ladder.db'}", gpu="h100")
     with TestClient(_app(repo, None)) as c:
         ladder = c.get("/ui/studies/ladder").text
     with TestClient(_app(curves_db, None)) as c:

@@ -456,19 +456,10 @@ def test_a_recommendation_takes_a_gpu_price_and_names_its_source(tmp_path: Path)
 def test_an_open_loop_recommendation_says_its_cost_and_ranking_are_bounds(tmp_path: Path) -> None:
     """A rate ladder the server kept up with at its top rate: the capacity ranking rests on a
     lower bound, and the cost is at most what it says."""
-    from tests.integration.test_launch_cli import insert_measured_study
+    from tests.integration.test_launch_cli import insert_ladder_study
 
     url = f"sqlite:///{tmp_path / 'ladder.db'}"
-    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
-    insert_measured_study(
-        url,
-        configs,
-        name="ladder",
-        gpu="h200",
-        workload="chat-heavy",
-        objective="capacity",
-        rate_ladder=(1.0, 2.0),
-    )
+    insert_ladder_study(url)
     label = quote("chat-heavy[rate_ladder=[1.0, 2.0]]")  # the study's workload, as labelled
     query = f"/v1/recommendations?model=tiny-ernie&gpu=h200&workload={label}"
     with TestClient(create_app(ApiSettings(storage=url))) as c:
@@ -485,19 +476,11 @@ def test_an_open_loop_capacity_is_labelled_a_lower_bound_beside_it(tmp_path: Pat
     """GET /v1/sizing says capacity_is_lower_bound of a capacity read at the top rate of a
     rate ladder the server kept up with; the recommendation and the trials gave the same
     capacity_* metrics with nothing to tell them from a capacity."""
-    from tests.integration.test_launch_cli import insert_measured_study
+    from tests.integration.test_launch_cli import insert_ladder_study, insert_measured_study
 
     url = f"sqlite:///{tmp_path / 'ladder.db'}"
+    insert_ladder_study(url)
     configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
-    insert_measured_study(
-        url,
-        configs,
-        name="ladder",
-        gpu="h200",
-        workload="chat-heavy",
-        objective="capacity",
-        rate_ladder=(1.0, 2.0),
-    )
     insert_measured_study(url, configs, name="closed", gpu="h200", workload="chat")
     label = quote("chat-heavy[rate_ladder=[1.0, 2.0]]")
     with TestClient(create_app(ApiSettings(storage=url))) as c:

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.settings import ApiSettings
-from tests.integration.test_launch_cli import insert_measured_study
+from tests.integration.test_launch_cli import insert_ladder_study, insert_measured_study
 from tuner.catalog.gpus import CATALOG_PRICES
 from tuner.domain import ServingConfig
 
@@ -96,9 +96,7 @@ def test_sizing_says_the_ranking_that_picked_it_rests_on_a_lower_bound(tmp_path:
     """A capacity study on a rate ladder whose every rung was served: GET /v1/recommendations
     warned that its pick is by noise, GET /v1/sizing sized that pick without a word of it."""
     url = f"sqlite:///{tmp_path / 'api-ladder.db'}"
-    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
-    insert_measured_study(url, configs, name="ladder", gpu="h200", workload="chat-heavy",
-                          objective="capacity", rate_ladder=(1.0, 2.0))  # fmt: skip
+    insert_ladder_study(url)
     with TestClient(create_app(ApiSettings(storage=url))) as client:
         sized = client.get("/v1/sizing", params={"model": "tiny-ernie", "rate": "10"})
         assert sized.status_code == 200, sized.text

@@ -296,14 +296,9 @@ def test_a_capacity_at_a_ladder_the_server_kept_up_with_is_exported_as_at_least(
 ) -> None:
     """The Markdown showed the capacity read at the top rate of a rate ladder the server kept
     up with as the capacity, and the records had nothing to tell it from one."""
-    from tests.integration.test_launch_cli import insert_measured_study
-    from tuner.domain import ServingConfig
+    from tests.integration.test_launch_cli import insert_ladder_study
 
-    url = f"sqlite:///{tmp_path / 'ladder.db'}"
-    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
-    repo = insert_measured_study(
-        url, configs, name="ladder", gpu="h200", workload="chat-heavy", rate_ladder=(1.0, 2.0)
-    )
+    repo = insert_ladder_study(f"sqlite:///{tmp_path / 'ladder.db'}", objective="balanced")
     records = from_jsonl(to_jsonl(study_records(repo, "ladder")))
     assert [r["capacity_is_lower_bound"] for r in records] == [True, False]
     md = trials_markdown(records)

@@ -101,6 +101,24 @@ def insert_measured_study(
     return repo
 
 
+def insert_ladder_study(
+    db_url: str, *, name: str = "ladder", gpu: str = "h200", objective: str = "capacity"
+) -> Repository:
+    """A study of chat-heavy on a rate ladder of 1 and 2 req/s (:func:`insert_measured_study`):
+    trial #0, vLLM's defaults (the best), kept up with the top rate, so its capacity is only a
+    lower bound; #1 (max_num_seqs=64) served less at 2 req/s, so its capacity, at 1 req/s, is
+    bracketed by a higher load."""
+    return insert_measured_study(
+        db_url,
+        [ServingConfig(), ServingConfig(max_num_seqs=64)],
+        name=name,
+        gpu=gpu,
+        workload="chat-heavy",
+        objective=objective,
+        rate_ladder=(1.0, 2.0),
+    )
+
+
 def tuner(
     args: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

@@ -3,6 +3,7 @@ the sampler as infeasible, dominated configs never launched, interruption and re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import optuna
 import pytest
 
 from tests.studykit import TINY_WORKLOAD, make_context, make_repo
+from tuner.compose import StudyContext
+from tuner.db import Repository
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.errors import UsageError
 from tuner.study.loop import open_optuna_study, rank, run_study
@@ -409,28 +412,24 @@ def test_workers_that_join_at_once_draw_configurations_of_their_own(tmp_path: Pa
         storage.engine.dispose()
 
 
-def test_a_trial_whose_remote_worker_was_lost_before_measuring_goes_stale(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A worker on another host lost between drawing its trial and measuring it (the host gone,
-    kill -9) left a trial that was never beaten, which Optuna's heartbeat never marks stale: it
-    kept its place in the budget, and the workers left waited for it for good. A trial now beats
-    from the ask, so it goes stale after four beats (here 1 s each) as any other."""
+class _Lost(BaseException):
+    """The far host going down, as far as its worker's trial can tell."""
+
+
+def _far_worker_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost_at: Callable[[int, Any], bool]
+) -> tuple[StudyContext, Repository, str]:
+    """A 3-trial study "lost" whose worker, posing as another host, is lost (no row written,
+    no clean-up) as a trial for which ``lost_at(number, baseline)`` starts; then Optuna's
+    heartbeat grace passes (beats of 1 s). Its context, repository and URL, for a worker here."""
     import time
 
     from tuner.study.loop import SilentReporter, set_up_study
 
-    class Lost(BaseException):
-        """The far host going down, as far as its worker's trial can tell."""
-
-    class LostAtItsSecondTrial(SilentReporter):
+    class LostThere(SilentReporter):
         def trial_started(self, number, index, total, config, baseline):  # type: ignore[no-untyped-def]
-            if number == 1:
-                raise Lost
-
-    class NeverWaits(SilentReporter):
-        def phase(self, phase: str, detail: str) -> None:
-            assert phase != "waiting", "the lost worker's trial kept its place in the budget"
+            if lost_at(number, baseline):
+                raise _Lost
 
     monkeypatch.setenv("TUNER_HEARTBEAT_S", "1")
     url = f"sqlite:///{tmp_path / 'lost.db'}"
@@ -438,10 +437,27 @@ def test_a_trial_whose_remote_worker_was_lost_before_measuring_goes_stale(
     ctx = make_context(url, trials=3, name="lost")
     set_up_study(ctx, repo, resume=False)
     monkeypatch.setenv("TUNER_WORKER_HOST", "far-host")
-    with pytest.raises(Lost):
-        run_study(ctx, FakeRunner(), repo, join=True, reporter=LostAtItsSecondTrial())
+    with pytest.raises(_Lost):
+        run_study(ctx, FakeRunner(), repo, join=True, reporter=LostThere())
     monkeypatch.delenv("TUNER_WORKER_HOST")
     time.sleep(6)  # past the grace, counted in whole seconds by SQLite's clock
+    return ctx, repo, url
+
+
+def test_a_trial_whose_remote_worker_was_lost_before_measuring_goes_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on another host lost between drawing its trial and measuring it (the host gone,
+    kill -9) left a trial that was never beaten, which Optuna's heartbeat never marks stale: it
+    kept its place in the budget, and the workers left waited for it for good. A trial now beats
+    from the ask, so it goes stale after four beats (here 1 s each) as any other."""
+    from tuner.study.loop import SilentReporter
+
+    class NeverWaits(SilentReporter):
+        def phase(self, phase: str, detail: str) -> None:
+            assert phase != "waiting", "the lost worker's trial kept its place in the budget"
+
+    ctx, repo, url = _far_worker_lost(tmp_path, monkeypatch, lambda number, _: number == 1)
     run_study(ctx, FakeRunner(), repo, join=True, reporter=NeverWaits())
     rows = repo.list_trials("lost", limit=None)
     # The budget, with results: the lost trial #1 failed in Optuna, never a row of its own.
@@ -460,28 +476,7 @@ def test_the_baseline_of_a_remote_worker_lost_before_measuring_is_queued_again(
     its budget without vLLM's defaults and no trial had a score. The worker that fails it now
     queues its configuration again (exactly one: Optuna calls the stale-trial callback in the
     process that failed the trial)."""
-    import time
-
-    from tuner.study.loop import SilentReporter, set_up_study
-
-    class Lost(BaseException):
-        """The far host going down, as far as its worker's trial can tell."""
-
-    class LostAtTheBaseline(SilentReporter):
-        def trial_started(self, number, index, total, config, baseline):  # type: ignore[no-untyped-def]
-            if baseline:
-                raise Lost
-
-    monkeypatch.setenv("TUNER_HEARTBEAT_S", "1")
-    url = f"sqlite:///{tmp_path / 'lost.db'}"
-    repo = make_repo(url)
-    ctx = make_context(url, trials=3, name="lost")
-    set_up_study(ctx, repo, resume=False)
-    monkeypatch.setenv("TUNER_WORKER_HOST", "far-host")
-    with pytest.raises(Lost):
-        run_study(ctx, FakeRunner(), repo, join=True, reporter=LostAtTheBaseline())
-    monkeypatch.delenv("TUNER_WORKER_HOST")
-    time.sleep(6)  # past the grace, counted in whole seconds by SQLite's clock
+    ctx, repo, url = _far_worker_lost(tmp_path, monkeypatch, lambda _, baseline: bool(baseline))
     run_study(ctx, FakeRunner(), repo, join=True)
     rows = repo.list_trials("lost", limit=None)
     assert 0 not in [r.number for r in rows]  # lost before its row

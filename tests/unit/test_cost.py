@@ -229,21 +229,12 @@ def test_a_ladder_the_server_kept_up_with_ranks_on_a_lower_bound(tmp_path: Path)
     capacity and cost objectives ranked on it as if it were one, and `tuner best` said nothing."""
     from typer.testing import CliRunner
 
-    from tests.integration.test_launch_cli import insert_measured_study
+    from tests.integration.test_launch_cli import insert_ladder_study
     from tuner.cli.app import app
 
     url = f"sqlite:///{tmp_path / 'ladder.db'}"
-    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
     for objective in ("capacity", "cost", "balanced"):
-        insert_measured_study(
-            url,
-            configs,
-            name=objective,
-            gpu="h200",
-            workload="chat-heavy",
-            objective=objective,
-            rate_ladder=(1.0, 2.0),
-        )
+        insert_ladder_study(url, name=objective, objective=objective)
     for objective in ("capacity", "cost"):
         shown = CliRunner().invoke(app, ["best", objective, "--storage", url])
         assert shown.exit_code == 0, shown.output
@@ -280,20 +271,11 @@ def test_a_capacity_read_at_a_ladder_the_server_kept_up_with_says_at_least(
 
     from typer.testing import CliRunner
 
-    from tests.integration.test_launch_cli import insert_measured_study
+    from tests.integration.test_launch_cli import insert_ladder_study
     from tuner.cli.app import app
 
     url = f"sqlite:///{tmp_path / 'ladder.db'}"
-    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
-    insert_measured_study(
-        url,
-        configs,
-        name="ladder",
-        gpu="h200",
-        workload="chat-heavy",
-        objective="capacity",
-        rate_ladder=(1.0, 2.0),
-    )
+    insert_ladder_study(url)
 
     def tuner(*args: str) -> str:
         done = CliRunner().invoke(app, [*args, "--storage", url], env={"COLUMNS": "300"})

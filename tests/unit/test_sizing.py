@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.integration.test_launch_cli import insert_measured_study
+from tests.integration.test_launch_cli import insert_ladder_study, insert_measured_study
 from tests.unit.test_report_study import _study, _trial
 from tuner.catalog.gpus import CATALOG_PRICES
 from tuner.cli.app import app
@@ -276,10 +276,8 @@ def test_tuner_size_says_the_ranking_that_picked_it_rests_on_a_lower_bound(
     """A capacity study on a rate ladder whose every rung was served ranked its configurations
     by noise: `tuner best` said so, `tuner size` sized its pick labelling only the capacity."""
     url = f"sqlite:///{tmp_path / 'ladder.db'}"
-    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
     for objective in ("capacity", "balanced"):
-        insert_measured_study(url, configs, name=objective, gpu="h200", workload="chat-heavy",
-                              objective=objective, rate_ladder=(1.0, 2.0))  # fmt: skip
+        insert_ladder_study(url, name=objective, objective=objective)
     size = ["size", "--model", "tiny-ernie", "--rate", "10", "--storage", url]
     shown = CliRunner().invoke(app, size)
     assert shown.exit_code == 0, shown.output
