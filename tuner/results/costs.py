@@ -87,14 +87,19 @@ def capacity_at_least(
     return "capacity_output_throughput" in metrics and usd_at_most(metrics, windows, spec or {})
 
 
-def capacity_bound_note(numbers: Sequence[int]) -> str:
-    """Under a table of capacities: which trials' (``numbers``) are only lower bounds
-    (:func:`capacity_at_least`), why, and what to measure instead; "" when none is. Each
-    surface puts its mark before it ("at least: ", "≥: ")."""
+def bound_note(numbers: Sequence[int], figure: str) -> str:
+    """Under a table: ``figure`` of the trials ``numbers`` (a format whose ``{}`` takes "#0,
+    #2"), why it is only a bound (:func:`usd_at_most`'s rule) and what to measure instead; ""
+    when no trial is."""
     if not numbers:
         return ""
-    trials = ", ".join(f"#{n}" for n in numbers)
-    return f"the capacity of {trials} is only a lower bound: {OPEN_LOOP}; {MEASURE_CAPACITY}"
+    return f"{figure.format(', '.join(f'#{n}' for n in numbers))}: {OPEN_LOOP}; {MEASURE_CAPACITY}"
+
+
+def capacity_bound_note(numbers: Sequence[int]) -> str:
+    """Which trials' (``numbers``) capacities are only lower bounds (:func:`capacity_at_least`),
+    in :func:`bound_note`'s words. Each surface puts its mark before it ("at least: ", "≥: ")."""
+    return bound_note(numbers, "the capacity of {} is only a lower bound")
 
 
 def ranked_on_a_bound(

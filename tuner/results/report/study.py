@@ -299,13 +299,8 @@ def window_caveat(lines: Sequence[TrialLine]) -> str:
 def cost_bound_note(lines: Sequence[TrialLine]) -> str:
     """The trials of ``lines`` whose $/1M is only an upper bound, in one sentence with why and
     what to measure instead (as `tuner best` says it); "" when none is."""
-    bounded = [f"#{t.number}" for t in lines if t.usd_at_most]
-    if not bounded:
-        return ""
-    return (
-        f"≤: the $/1M of {', '.join(bounded)} is at most that: {costs.OPEN_LOOP}; "
-        f"{costs.MEASURE_CAPACITY}"
-    )
+    bounded = [t.number for t in lines if t.usd_at_most]
+    return costs.bound_note(bounded, "≤: the $/1M of {} is at most that")
 
 
 def best_line(
