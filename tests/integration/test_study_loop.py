@@ -752,3 +752,33 @@ def test_a_sampled_trial_of_the_defaults_is_not_announced_as_the_baseline(db_url
     rows = repo.list_trials(ctx.name, limit=None)
     assert [r.config == ServingConfig() for r in rows] == [True, False, True]
     assert reporter.started == [(0, True), (1, False), (2, "again")]
+
+
+def test_a_configuration_the_sampler_draws_again_is_not_launched_again(db_url: str) -> None:
+    """A small space runs out before the budget (on an H100, 2026-12-06, the search launched
+    attention_backend=TRITON_ATTN three times in a row): a configuration the study measured is
+    recorded as a repeat of that trial, counted, its values told to the sampler, not launched."""
+    repo = make_repo(db_url)
+    ctx = make_context(
+        db_url, trials=8, params=("max_num_seqs",), choices={"max_num_seqs": (1, 64)}
+    )
+    runner = FakeRunner()
+    ranked = run_study(ctx, runner, repo)
+
+    assert len(runner.calls) == len(set(runner.calls)), "each configuration launched once"
+    rows = repo.list_trials(ctx.name, limit=None)
+    assert len(rows) == 8 and repo.get_study(ctx.name).status == "finished"
+    repeats = [r for r in rows if r.failure is FailureClass.REPEATED]
+    assert repeats, "eight trials of at most three configurations repeat some"
+    measured = {r.config: r for r in rows if r.status is TrialStatus.COMPLETE}
+    assert len(measured) == len(runner.calls) == 8 - len(repeats)
+    study = {t.number: t for t in open_optuna_study(ctx, create=False).get_trials()}
+    for row in repeats:
+        first = measured[row.config]
+        assert row.status is TrialStatus.PRUNED and first.number < row.number
+        assert f"trial #{first.number} measured this configuration" in row.failure_detail
+        assert row.objective_values is None and row.score is None
+        told = study[row.number]
+        assert told.state is optuna.trial.TrialState.COMPLETE
+        assert told.values == pytest.approx(list(first.objective_values or ()))
+    assert sorted(r.number for r in ranked) == sorted(r.number for r in measured.values())

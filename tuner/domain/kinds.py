@@ -44,6 +44,9 @@ class FailureClass(enum.StrEnum):
     # the noise (tuner.scoring.early_stop); PRUNED, with its partial numbers.
     STOPPED_EARLY = "stopped_early"
     INFRA = "infra"  # anything else outside the configuration
+    # Drawn again by the sampler after an earlier trial of the study measured it: not launched
+    # again (PRUNED); the sampler is told that trial's values.
+    REPEATED = "repeated"
 
     @property
     def is_finding(self) -> bool:

@@ -13,7 +13,9 @@ What Optuna is told:
 - a finding (the config cannot run here): penalty values and a violated constraint, so the
   sampler learns the region is infeasible;
 - a fault (timeout, crash, stranger): FAIL, which samplers ignore; it counts as a trial;
-- an interruption (Ctrl-C, SIGTERM, a dead worker): FAIL, not counted, and queued again.
+- an interruption (Ctrl-C, SIGTERM, a dead worker): FAIL, not counted, and queued again;
+- a configuration the sampler drew again after a trial of the study measured it: not launched,
+  that trial's values (PRUNED, failure ``repeated``, in tuner's table); it counts as a trial.
 
 What the loop reads per trial: the study's trial rows, once (with the trials other workers
 finished meanwhile), from which it takes the failed configurations, the defaults' values (the
@@ -61,6 +63,7 @@ from tuner.study.standings import (
     Ranked,
     baseline,
     failed_configs,
+    measured_before,
     rank,
     score_reference,
     standings,
@@ -452,15 +455,19 @@ def _loop(
             # Only the first measured trial of the defaults is the baseline; no other measures them
             # now (twin_of), so one already measured is the baseline and this one measures it again.
             again = defaults and baseline(rows) is not None
+            earlier = _drawn_again(study, trial, config, rows)
             # Its place in the budget: "trial 3/6" once, whichever worker measures it.
             report.trial_started(
                 trial.number, at + 1, total, config, "again" if again else defaults
             )
             repo.set_study_status(ctx.name, "running")  # another worker may have stopped
             trial_id = repo.start_trial(ctx.name, trial.number, config, "search", defaults)
-            check = None if defaults else first_point_check(ctx, rows, slo)
+            check = None if defaults or earlier else first_point_check(ctx, rows, slo)
             try:
-                screen = None if defaults else _screen(space, config, rows)
+                if earlier is not None:
+                    screen: TrialResult | None = _repeated(config, earlier)
+                else:
+                    screen = None if defaults else _screen(space, config, rows)
                 result = screen or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
@@ -473,9 +480,34 @@ def _loop(
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 sharing.retry(study, sharing.frozen(study, trial))
                 raise
-        rows = _record(ctx, study, trial, trial_id, result, repo, defaults, rows)
+        rows = _record(ctx, study, trial, trial_id, result, repo, defaults, rows, like=earlier)
         ranked = standings(rows, ctx.spec.objective, slo)
         report.trial_finished(trial.number, result, ranked[0] if ranked else None)
+
+
+def _drawn_again(
+    study: optuna.Study, trial: optuna.Trial, config: ServingConfig, rows: list[TrialRow]
+) -> TrialRow | None:
+    """The trial among ``rows`` that measured ``config`` already, where the sampler drew it
+    again (a small space, or one it has converged on); None for a first draw and for a queued
+    configuration (the defaults, a screening's, a retry, one the user enqueued): those are
+    launched as asked."""
+    earlier = measured_before(rows, config)
+    if earlier is None or sharing.frozen(study, trial).system_attrs.get("fixed_params"):
+        return None
+    return earlier
+
+
+def _repeated(config: ServingConfig, earlier: TrialRow) -> TrialResult:
+    """The record of a trial that :func:`_drawn_again` found measured: PRUNED, not launched."""
+    return TrialResult(
+        config,
+        TrialStatus.PRUNED,
+        failure=FailureClass.REPEATED,
+        failure_detail=f"trial #{earlier.number} measured this configuration: not launched "
+        "again (a second search launch is not pooled with the first; the confirmation "
+        "measures the best afresh)",
+    )
 
 
 def _screen(space: SearchSpace, config: ServingConfig, rows: list[TrialRow]) -> TrialResult | None:
@@ -501,13 +533,16 @@ def _record(
     repo: Repository,
     baseline: bool,
     rows: list[TrialRow],
+    *,
+    like: TrialRow | None = None,
 ) -> list[TrialRow]:
     """Store the trial's outcome and tell Optuna; the study's trial rows (``rows``, read
-    before the trial) with this trial's row as stored, the standings after it."""
+    before the trial) with this trial's row as stored, the standings after it. ``like``: the
+    trial a repeat (:func:`_repeated`) was not launched for, whose values Optuna is told."""
     ceiling = ctx.gpu.memory_gib if not ctx.gpu.is_cpu else 1024.0
     objective = ctx.spec.objective
     # A trial stopped early tells Optuna its first point's numbers: a measurement, if partial.
-    told = result
+    told = result if like is None else like
     partial = result.failure is FailureClass.STOPPED_EARLY
     if partial:
         told = dataclasses.replace(
@@ -530,7 +565,7 @@ def _record(
     )
     own = repo.finish_trial(trial_id, result, score, values if measured or finding else None)
     _tell_attrs(trial, result)
-    if measured or finding:
+    if measured or finding or like is not None:
         for name, value in zip(scoring.CONSTRAINT_NAMES, constraints, strict=True):
             trial.set_constraint(name, value)
         study.tell(trial, values)

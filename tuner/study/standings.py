@@ -56,6 +56,11 @@ def baseline(rows: Iterable[TrialRow]) -> TrialRow | None:
     return next((r for r in rows if r.is_baseline and _measured(r)), None)
 
 
+def measured_before(rows: Iterable[TrialRow], config: ServingConfig) -> TrialRow | None:
+    """The first measured search trial of ``config`` among ``rows`` (None: not measured yet)."""
+    return next((r for r in rows if r.config == config and _measured(r)), None)
+
+
 def score_reference(rows: Iterable[TrialRow]) -> list[float] | None:
     """The objective values every score of the study is a ratio to: its :func:`baseline`'s."""
     base = baseline(rows)
