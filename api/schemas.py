@@ -141,11 +141,15 @@ class ConfirmedOut(BaseModel):
     """The confirmation phase's verdict: fresh launches interleaved with vLLM's defaults."""
 
     verdict: str = Field(
-        description="better; or no significant difference, or inconclusive (launches of one "
-        "configuration disagreed far beyond their noise): run the defaults"
+        description="better; or no significant difference, worse (every candidate "
+        "significantly worse on what the objective decides by), or inconclusive (launches of "
+        "one configuration disagreed far beyond their noise): run the defaults"
     )
     label: str = Field(description="#N (the search trial) or defaults")
-    score: float | None = Field(description="confirmed score ratio to the defaults")
+    score: float | None = Field(
+        description="confirmed score ratio to the defaults (1.0 for the defaults; with the "
+        "verdict worse, the score of the candidate whose comparison the details are)"
+    )
     score_low: float | None
     score_high: float | None
     comparison_id: int | None = Field(description="GET /v1/compare/{id} for the details")

@@ -139,6 +139,48 @@ def test_the_study_page_reports_the_confirmation_not_single_launches(db_url: str
     assert "gpu_memory_utilization=<b>0.5</b>" in overview_html
 
 
+def test_a_confirmation_every_candidate_lost_reads_worse(db_url: str) -> None:
+    """The H100's Triton attention, confirmed -2.0 % [-3.2, -0.8] in output tok/s: `tuner best`
+    and the study page said "no significant difference"; they say worse, with the interval."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from api.dashboards import mount_static, router
+    from tests.unit.test_confirm_choose import _row
+
+    repo = make_repo(db_url)
+    ctx = make_context(db_url, trials=2)  # no confirmation of its own: the H100's is stored
+    run_study(ctx, FakeRunner(), repo)
+    lost = _row(thr="worse", thr_ratio=(0.980, 0.968, 0.992))
+    repo.add_comparison(
+        model=lost.model, gpu=lost.gpu, workload=ctx.workload.name, a_config=lost.a_config,
+        b_config=lost.b_config, repeats=3, results=lost.results, verdicts=lost.verdicts,
+        study_name=ctx.name,
+    )  # fmt: skip
+    rec = recommendation(repo, ctx.name)
+    assert rec is not None and rec.is_baseline
+    assert (
+        "confirmation (fresh launches, interleaved): worse than vLLM's defaults: output tok/s "
+        "x0.980 [0.968, 0.992]"
+    ) in rec.render()
+    assert "no significant difference from defaults" not in rec.render()
+
+    app = FastAPI()
+    app.state.repo, app.state.storage_url = repo, db_url
+    app.include_router(router)
+    mount_static(app)
+    with TestClient(app) as client:
+        html = client.get(f"/ui/studies/{ctx.name}").text
+        overview_html = client.get("/ui/").text
+    card = html[html.index('id="confirmation"') :]
+    card = card[: card.index("</section>")]
+    badge = '<span class="badge verdict bad">every candidate worse than the defaults</span>'
+    assert badge in card
+    assert "no significant difference" not in card[: card.index("</h2>")]
+    assert "decides by (#5: output tok/s ×0.980 [0.968, 0.992], the objective's deciding" in card
+    assert "no candidate better than the defaults" in overview_html
+
+
 # -- the decision design in a confirmation: known noise on the fake runner -----------------------
 
 LAUNCH_SD, WINDOW_SD = 0.06, 0.06  # log scale, as tests/integration/test_decision_fake.py

@@ -8,6 +8,7 @@ of 2026-12-04 (docs/results/plan-h200.md): three launches a side, per-look level
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tuner.db import ComparisonRow
@@ -44,6 +45,7 @@ def _metric(name: str, label: str, a: list[float], b: list[float], ratio: float,
 def _row(
     *,
     thr: str = BETTER,
+    thr_ratio: tuple[float, float, float] = (1.3408, 1.0113, 1.7777),
     e2e: str = NO_DIFFERENCE,
     b_e2e: list[float] = B_E2E,
     e2e_ratio: tuple[float, float, float] = (0.750, 0.517, 1.088),
@@ -51,8 +53,7 @@ def _row(
     min_effect: float | None = None,
 ) -> ComparisonRow:
     metrics = [
-        _metric("output_throughput", "output tok/s", A_THR, B_THR, 1.3408, 1.0113, 1.7777, thr,
-                True),
+        _metric("output_throughput", "output tok/s", A_THR, B_THR, *thr_ratio, thr, True),
         _metric("e2e_p99_ms", "P99 E2E ms", A_E2E, b_e2e, *e2e_ratio, e2e, False),
         _metric("memory_gib", "memory GiB", MEM, [m * mem[0] for m in MEM], *mem, False),
     ]  # fmt: skip
@@ -189,3 +190,76 @@ def test_a_memory_win_must_exceed_the_smallest_effect() -> None:
     # Nothing better at all: the usual words.
     same = choose([_row(mem=(1.0, 0.98, 1.02, NO_DIFFERENCE))], Objective.MEMORY)
     assert same is not None and same.verdict_text().startswith("no significant difference")
+
+
+# The H100's confirmation of 2026-12-06: Triton attention, output tok/s -2.0 % [-3.2, -0.8]
+# and P99 E2E +2.8 % [+0.7, +4.9], both decided worse against vLLM's defaults.
+WORSE_THR = {"thr": WORSE, "thr_ratio": (0.980, 0.968, 0.992)}
+WORSE_E2E = {"e2e": WORSE, "e2e_ratio": (1.028, 1.007, 1.049)}
+
+
+def _labelled(row: ComparisonRow, label: str, row_id: int) -> ComparisonRow:
+    return dataclasses.replace(row, id=row_id, results={**row.results, "b_label": label})
+
+
+def test_a_candidate_confirmed_worse_is_reported_worse() -> None:
+    """It read "no significant difference from defaults" on a throughput 2 % lower, certain."""
+    row = _row(**WORSE_THR, **WORSE_E2E)  # type: ignore[arg-type]
+    confirmed = choose([row], Objective.BALANCED)
+    assert confirmed is not None and confirmed.verdict == WORSE
+    assert confirmed.label == DEFAULTS_LABEL and confirmed.config == ServingConfig()
+    assert confirmed.details_from == "#5 against vLLM's defaults"
+    assert confirmed.verdict_text() == (
+        "worse than vLLM's defaults: output tok/s x0.980 [0.968, 0.992] (the objective's "
+        "deciding metric): run vLLM's defaults"
+    )
+    # An objective that weighs one metric alone: its score's interval says worse.
+    alone = choose([row], Objective.THROUGHPUT)
+    assert alone is not None and alone.verdict == WORSE and alone.label == DEFAULTS_LABEL
+    assert alone.verdict_text() == (
+        "worse than vLLM's defaults: score x0.980 [0.968, 0.992]: run vLLM's defaults"
+    )
+    latency = choose([row], Objective.LATENCY)  # P99 E2E x1.028: the score x0.973
+    assert latency is not None and latency.verdict == WORSE
+    assert latency.verdict_text().startswith("worse than vLLM's defaults: score x0.973")
+    # Several candidates, every one worse: each named, the first one's interval shown.
+    rows = [_labelled(row, "#5", 1), _labelled(row, "#7", 2)]
+    both = choose(rows, Objective.BALANCED)
+    assert both is not None and both.verdict == WORSE and both.comparison_id == 1
+    assert both.verdict_text() == (
+        "every candidate (#5, #7) worse than vLLM's defaults; #5: output tok/s x0.980 "
+        "[0.968, 0.992] (the objective's deciding metric): run vLLM's defaults"
+    )
+
+
+def test_a_candidate_not_worse_keeps_no_difference_and_is_the_one_shown() -> None:
+    worse = _labelled(_row(**WORSE_THR), "#5", 1)  # type: ignore[arg-type]
+    level = _labelled(_row(thr=NO_DIFFERENCE), "#7", 2)
+    for rows in ([worse, level], [level, worse]):
+        kept = choose(rows, Objective.BALANCED)
+        assert kept is not None and kept.verdict == NO_DIFFERENCE
+        assert kept.label == DEFAULTS_LABEL and kept.comparison_id == 2
+        assert kept.details_from == "#7 against vLLM's defaults"
+        assert kept.verdict_text() == "no significant difference from defaults: run vLLM's defaults"
+    # Worse on a weighed metric only (P99 E2E), not on the deciding one: no difference, as before.
+    guard = choose([_row(thr=NO_DIFFERENCE, **WORSE_E2E)], Objective.BALANCED)  # type: ignore[arg-type]
+    assert guard is not None and guard.verdict == NO_DIFFERENCE
+    # Peak memory worse by less than the smallest effect is no difference, as compare reads it.
+    tiny = (1.0003, 1.0001, 1.0005, WORSE)
+    memory = choose([_row(mem=tiny)], Objective.MEMORY)
+    assert memory is not None and memory.verdict == NO_DIFFERENCE
+    eight = choose([_row(mem=(1.08, 1.05, 1.11, WORSE))], Objective.MEMORY)
+    assert eight is not None and eight.verdict == WORSE
+
+
+def test_the_api_lists_worse_among_the_verdicts() -> None:
+    from api.recommendations import _confirmed
+    from api.schemas import ConfirmedOut
+
+    assert "worse" in (ConfirmedOut.model_fields["verdict"].description or "")
+    confirmed = choose([_row(**WORSE_THR)], Objective.BALANCED)  # type: ignore[arg-type]
+    assert confirmed is not None
+    out = _confirmed(confirmed)
+    assert out.verdict == "worse" and out.label == DEFAULTS_LABEL
+    assert out.decided_on is not None and out.decided_on.high is not None
+    assert out.decided_on.high < 1.0

@@ -11,11 +11,12 @@ Welch's; with looks they are at the Pocock level that holds the stated confidenc
 
 A candidate wins only when it is significantly better than the defaults on what the objective
 decides by, and significantly worse on none of the metrics the objective weighs (worse by the
-design's ``min_effect``, 5 %, or more); otherwise the defaults are what to run. Peak memory
-is better only by more than ``min_effect`` (as ``tuner compare`` reads it): a memory objective's
-candidate 0.1 % lower, certain on near-identical launches, does not win. The stated
-confidence holds for the deciding interval; "not worse" is a check on intervals of the same
-launches, of lower power, not a second guarantee. On the H200's noise
+design's ``min_effect``, 5 %, or more); otherwise the defaults are what to run (the verdict
+"worse" where every candidate was significantly worse on what the objective decides by). Peak
+memory is better (or worse) only by more than ``min_effect`` (as ``tuner compare`` reads it): a
+memory objective's candidate 0.1 % lower, certain on near-identical launches, does not win. The
+stated confidence holds for the deciding interval; "not worse" is a check on intervals of the
+same launches, of lower power, not a second guarantee. On the H200's noise
 (``bench/decision_replay.py --objective balanced``) the check keeps the deciding metric's
 "better" where latency did not worsen (to 0.1 point of power), and takes away about one in
 seven of those bought with a x1.1 latency.
@@ -40,6 +41,7 @@ each candidate's comparison against the defaults is a comparison row of the stud
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -248,10 +250,13 @@ class Confirmed:
 
     config: ServingConfig
     label: str  # "#N" of the search trial, or "defaults"
-    # better / no significant difference (from defaults) / inconclusive (a comparison's
-    # launches disagreed far beyond their noise on a metric of the objective: run the defaults)
+    # better / no significant difference (from defaults) / worse (every candidate significantly
+    # worse on what the objective decides by) / inconclusive (a comparison's launches disagreed
+    # far beyond their noise on a metric of the objective): all but "better" run the defaults
     verdict: str
-    score: float  # confirmed score ratio vs the defaults (1.0 for the defaults themselves)
+    # Confirmed score ratio vs the defaults (1.0 for the defaults themselves; "worse": the shown
+    # candidate's, below 1, as ``decided_on`` is).
+    score: float
     score_low: float
     score_high: float
     comparison_id: int | None  # the comparison the verdict (and details) come from
@@ -267,6 +272,8 @@ class Confirmed:
     # The defaults' verdict where a candidate was better only by less than this smallest
     # effect worth acting on (peak memory: 0.001 of 141 GB is certain and worthless).
     min_effect: float | None = None
+    # "worse": the candidates, every one confirmed worse ("#2", "#5"; the first's is shown).
+    worse: tuple[str, ...] = ()
 
     def verdict_text(self) -> str:
         """The verdict for people, with the interval it rests on."""
@@ -290,6 +297,21 @@ class Confirmed:
                 "noise (see below), so nothing was confirmed: run vLLM's defaults, and "
                 "measure again on a quiet machine"
             )
+        if self.verdict == WORSE:
+            if self.decided_on is not None:
+                label, ratio, low, high = self.decided_on
+                interval = (
+                    f"{label} x{ratio:.3f} [{low:.3f}, {high:.3f}] (the objective's deciding "
+                    "metric)"
+                )
+            else:
+                interval = f"score x{self.score:.3f} [{self.score_low:.3f}, {self.score_high:.3f}]"
+            if len(self.worse) > 1:
+                return (
+                    f"every candidate ({', '.join(self.worse)}) worse than vLLM's defaults; "
+                    f"{self.worse[0]}: {interval}: run vLLM's defaults"
+                )
+            return f"worse than vLLM's defaults: {interval}: run vLLM's defaults"
         if self.min_effect is not None:
             return (
                 f"no configuration beats the defaults by more than {self.min_effect * 100:g} % "
@@ -306,14 +328,17 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
     """The recommendation from a study's confirmation comparisons (None without any), by the
     rule of the module docstring; the memory preset's winner must not lose throughput either.
     The best winner by score is chosen. A candidate inconclusive on a metric of the objective
-    cannot win. No winner: the defaults, "no significant difference", or "inconclusive" when
-    some comparison was."""
+    cannot win. No winner: the defaults, "no significant difference" (shown: the first candidate
+    not worse), "worse" when every candidate was significantly worse on what the objective
+    decides by (shown: the first), or "inconclusive" when some comparison was."""
     rows = [r for r in rows if is_confirmation(r)]
     if not rows:
         return None
     best: Confirmed | None = None
     unclear: ComparisonRow | None = None  # the first comparison inconclusive on the objective
     too_small: float | None = None  # a better score within the smallest effect: no win
+    kept: ComparisonRow | None = None  # the first comparison not worse on what decides
+    lost: list[Confirmed] = []  # the comparisons worse on what decides, as verdicts
     for row in rows:
         metrics = {m["metric"]: m for m in row.results["metrics"]}
         if any(is_inconclusive(metrics.get(n, {}).get("verdict")) for n in _judged(objective)):
@@ -321,25 +346,30 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
             continue
         interval = _score_interval(row, metrics, objective)
         if interval is None:
+            kept = kept or row
             continue
         decided_on = _deciding(metrics, objective)
         floor = float((row.results.get("decision") or {}).get("min_effect") or MIN_EFFECT)
         if decided_on is None:
-            wins = interval.verdict(higher_is_better=True) == BETTER
-            # Peak memory is better only beyond the smallest effect, as compare judges it.
-            if wins and _alone(objective) in FLOORED and interval.within(floor):
-                wins, too_small = False, floor
+            said = interval.verdict(higher_is_better=True)
+            # Peak memory is better or worse only beyond the smallest effect, as compare judges.
+            if said != NO_DIFFERENCE and _alone(objective) in FLOORED and interval.within(floor):
+                too_small = floor if said == BETTER else too_small
+                said = NO_DIFFERENCE
+            wins = said == BETTER
         else:  # a composite: what the looks stopped on, no weighed metric worse, score above 1
-            deciding = metrics.get(decision_metric(objective), {})
+            said = metrics.get(decision_metric(objective), {}).get("verdict")
             worse = any(_worse_by(metrics.get(n, {}), floor) for n in _judged(objective))
-            wins = deciding.get("verdict") == BETTER and not worse and interval.ratio > 1.0
+            wins = said == BETTER and not worse and interval.ratio > 1.0
         if objective is Objective.MEMORY and metrics["output_throughput"]["verdict"] == WORSE:
             wins = False
-        if wins and (best is None or interval.ratio > best.score):
-            best = Confirmed(
-                row.b_config,
-                str(row.results.get("b_label", "")),
-                BETTER,
+        if said != WORSE:
+            kept = kept or row
+        if said == WORSE or (wins and (best is None or interval.ratio > best.score)):
+            found = Confirmed(
+                row.b_config if wins else row.a_config,
+                str(row.results.get("b_label", "")) if wins else DEFAULTS_LABEL,
+                BETTER if wins else WORSE,
                 interval.ratio,
                 interval.low,
                 interval.high,
@@ -348,12 +378,19 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
                 _caveats(row),
                 decided_on,
                 _against(row),
+                worse=() if wins else (_name(row),),
             )
+            if wins:
+                best = found
+            else:
+                lost.append(found)
     if best is not None:
         return best
-    # The evidence for keeping the defaults: the first candidate's comparison against them, or
-    # the first one that could not say anything.
-    shown, verdict = (rows[0], NO_DIFFERENCE) if unclear is None else (unclear, INCONCLUSIVE)
+    if unclear is None and kept is None and lost:  # every candidate confirmed worse
+        return dataclasses.replace(lost[0], worse=tuple(c.worse[0] for c in lost))
+    # The evidence for keeping the defaults: the first candidate's comparison not worse than
+    # them, or the first one that could not say anything.
+    shown, verdict = (unclear, INCONCLUSIVE) if unclear else (kept or rows[0], NO_DIFFERENCE)
     first = {m["metric"]: m for m in shown.results["metrics"]}
     return Confirmed(
         shown.a_config,
@@ -370,8 +407,12 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
     )
 
 
+def _name(row: ComparisonRow) -> str:
+    return str(row.results.get("b_label") or "the candidate")
+
+
 def _against(row: ComparisonRow) -> str:
-    return f"{row.results.get('b_label') or 'the candidate'} against vLLM's defaults"
+    return f"{_name(row)} against vLLM's defaults"
 
 
 def _score_interval(
