@@ -146,10 +146,7 @@ class ConfirmedOut(BaseModel):
         "one configuration disagreed far beyond their noise): run the defaults"
     )
     label: str = Field(description="#N (the search trial) or defaults")
-    score: float | None = Field(
-        description="confirmed score ratio to the defaults (1.0 for the defaults; with the "
-        "verdict worse, the score of the candidate whose comparison the details are)"
-    )
+    score: float | None = Field(description="confirmed score ratio to the defaults")
     score_low: float | None
     score_high: float | None
     comparison_id: int | None = Field(description="GET /v1/compare/{id} for the details")
@@ -165,7 +162,8 @@ class ConfirmedOut(BaseModel):
         default=None,
         description="a composite objective's verdict rests on its deciding metric (the one the "
         "confirmation's looks stop on), not on the score's interval: that metric's ratio and "
-        "interval; null where the score's interval decides",
+        "interval; null where the score's interval decides. With the verdict worse: what the "
+        "candidate lost on, B/A (the deciding metric, or the metric the objective weighs alone)",
     )
 
 

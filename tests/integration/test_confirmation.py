@@ -177,7 +177,7 @@ def test_a_confirmation_every_candidate_lost_reads_worse(db_url: str) -> None:
     badge = '<span class="badge verdict bad">every candidate worse than the defaults</span>'
     assert badge in card
     assert "no significant difference" not in card[: card.index("</h2>")]
-    assert "decides by (#5: output tok/s ×0.980 [0.968, 0.992], the objective's deciding" in card
+    assert "decides by (#5: output tok/s ×0.980 [0.968, 0.992]): run vLLM's defaults" in card
     assert "no candidate better than the defaults" in overview_html
 
 

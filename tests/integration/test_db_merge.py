@@ -570,7 +570,11 @@ def _snapshots(tmp_path: Path, name: str = "a") -> tuple[Path, Path, Path]:
     """An early and a later copy of study ``name`` while it runs, and the finished database."""
     done, early, later = (tmp_path / f for f in ("done.db", "early.db", "later.db"))
     runner = SnapshotsRunner(done, {2: early, 4: later})
-    run_study(make_context(url(done), name=name, trials=5), runner, make_repo(url(done)))
+    # Five configurations queued: a configuration drawn twice is launched once.
+    queued = [{"max_num_seqs": 1}, {"max_num_seqs": 64}, {"gpu_memory_utilization": 0.5}]
+    queued.append({"max_num_seqs": 1, "gpu_memory_utilization": 0.5})
+    ctx = make_context(url(done), name=name, trials=5, enqueue=queued)
+    run_study(ctx, runner, make_repo(url(done)))
     return early, later, done
 
 

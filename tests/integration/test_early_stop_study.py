@@ -57,7 +57,7 @@ def test_without_early_stop_every_trial_runs_all_its_windows(db_url: str) -> Non
     repo = make_repo(db_url)
     ctx = make_context(
         db_url, trials=3, params=("max_num_seqs",), choices={"max_num_seqs": (1, 256)},
-        enqueue=[{"max_num_seqs": 1}],
+        enqueue=[{"max_num_seqs": 1}, {"max_num_seqs": 256}],  # three trials, three launches
     )  # fmt: skip
     run_study(ctx, FakeRunner(max_utilization=0.9), repo)
     rows = repo.list_trials(ctx.name, limit=None)

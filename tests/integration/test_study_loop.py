@@ -112,10 +112,19 @@ class _InterruptingRunner(FakeRunner):
         return super().run(config, workload, slo=slo, on_phase=on_phase, **kw)
 
 
+# Four configurations queued after the defaults, so that the first six trials are six launches
+# (a configuration the sampler draws again is not launched again).
+_FOUR = ({"gpu_memory_utilization": 0.5}, {"max_num_seqs": 1}, {"max_num_seqs": 64})
+_FOUR += ({"gpu_memory_utilization": 0.6, "max_num_seqs": 64},)
+
+
 def test_interrupted_study_resumes_without_losing_completed_trials(db_url: str) -> None:
     repo = make_repo(db_url)
     ctx = make_context(
-        db_url, trials=6, choices={"gpu_memory_utilization": (0.5, 0.6), "max_num_seqs": (1, 64)}
+        db_url,
+        trials=6,
+        choices={"gpu_memory_utilization": (0.5, 0.6), "max_num_seqs": (1, 64)},
+        enqueue=_FOUR,
     )
     with pytest.raises(KeyboardInterrupt):
         run_study(ctx, _InterruptingRunner(after=3), repo)
@@ -141,7 +150,10 @@ def test_interrupted_study_resumes_without_losing_completed_trials(db_url: str) 
 
     # Resuming with more trials runs the extra ones and records the new target.
     more = make_context(
-        db_url, trials=8, choices={"gpu_memory_utilization": (0.5, 0.6), "max_num_seqs": (1, 64)}
+        db_url,
+        trials=8,
+        choices={"gpu_memory_utilization": (0.5, 0.6), "max_num_seqs": (1, 64)},
+        enqueue=_FOUR,
     )
     run_study(more, FakeRunner(), repo, resume=True)
     assert repo.get_study(ctx.name).n_trials_requested == 8
@@ -224,6 +236,7 @@ def test_a_capacity_study_ranks_by_the_curve_under_the_slo(db_url: str) -> None:
         slo="ttft_p99=200ms",
         params=("max_num_seqs",),
         choices={"max_num_seqs": (2, 4, 64)},
+        enqueue=[{"max_num_seqs": n} for n in (2, 4, 64)],  # four trials, four launches
     )
     run_study(ctx, FakeRunner(), repo)
     ranked = rank(repo, ctx.name, ctx.spec.objective)

@@ -210,25 +210,25 @@ def test_a_candidate_confirmed_worse_is_reported_worse() -> None:
     assert confirmed.label == DEFAULTS_LABEL and confirmed.config == ServingConfig()
     assert confirmed.details_from == "#5 against vLLM's defaults"
     assert confirmed.verdict_text() == (
-        "worse than vLLM's defaults: output tok/s x0.980 [0.968, 0.992] (the objective's "
-        "deciding metric): run vLLM's defaults"
+        "worse than vLLM's defaults: output tok/s x0.980 [0.968, 0.992]: run vLLM's defaults"
     )
+    assert (confirmed.score, confirmed.score_low, confirmed.score_high) == (1.0, 1.0, 1.0)
     # An objective that weighs one metric alone: its score's interval says worse.
     alone = choose([row], Objective.THROUGHPUT)
     assert alone is not None and alone.verdict == WORSE and alone.label == DEFAULTS_LABEL
     assert alone.verdict_text() == (
-        "worse than vLLM's defaults: score x0.980 [0.968, 0.992]: run vLLM's defaults"
+        "worse than vLLM's defaults: output tok/s x0.980 [0.968, 0.992]: run vLLM's defaults"
     )
     latency = choose([row], Objective.LATENCY)  # P99 E2E x1.028: the score x0.973
     assert latency is not None and latency.verdict == WORSE
-    assert latency.verdict_text().startswith("worse than vLLM's defaults: score x0.973")
+    assert latency.verdict_text().startswith("worse than vLLM's defaults: P99 E2E ms x1.028")
     # Several candidates, every one worse: each named, the first one's interval shown.
     rows = [_labelled(row, "#5", 1), _labelled(row, "#7", 2)]
     both = choose(rows, Objective.BALANCED)
     assert both is not None and both.verdict == WORSE and both.comparison_id == 1
     assert both.verdict_text() == (
         "every candidate (#5, #7) worse than vLLM's defaults; #5: output tok/s x0.980 "
-        "[0.968, 0.992] (the objective's deciding metric): run vLLM's defaults"
+        "[0.968, 0.992]: run vLLM's defaults"
     )
 
 
@@ -260,6 +260,6 @@ def test_the_api_lists_worse_among_the_verdicts() -> None:
     confirmed = choose([_row(**WORSE_THR)], Objective.BALANCED)  # type: ignore[arg-type]
     assert confirmed is not None
     out = _confirmed(confirmed)
-    assert out.verdict == "worse" and out.label == DEFAULTS_LABEL
+    assert out.verdict == "worse" and out.label == DEFAULTS_LABEL and out.score == 1.0
     assert out.decided_on is not None and out.decided_on.high is not None
     assert out.decided_on.high < 1.0

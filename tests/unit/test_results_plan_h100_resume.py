@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,10 +86,11 @@ def confirmation_table(rows: list[TrialRow]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _comparison() -> dict[str, object]:
+def _comparison() -> dict[str, Any]:
     repo = Repository(make_engine(f"sqlite:///{DATA / 'tuner-decode.db'}"))
     (row,) = [c for c in repo.list_comparisons(STUDY) if c.b_config == TRITON]
-    return row.results
+    results: dict[str, Any] = dict(row.results)
+    return results
 
 
 def verdict_lines() -> str:
@@ -142,6 +144,9 @@ def test_the_verdict_tuner_gives_today(rows: list[TrialRow]) -> None:
     confirmed = choose(repo.list_comparisons(STUDY), Objective.BALANCED)
     assert confirmed is not None and confirmed.label == "defaults"
     assert confirmed.details_from == "#7 against vLLM's defaults"
+    assert confirmed.verdict_text() == (
+        "worse than vLLM's defaults: output tok/s x0.980 [0.968, 0.992]: run vLLM's defaults"
+    )
 
 
 def test_a_fourth_card() -> None:

@@ -254,9 +254,7 @@ class Confirmed:
     # worse on what the objective decides by) / inconclusive (a comparison's launches disagreed
     # far beyond their noise on a metric of the objective): all but "better" run the defaults
     verdict: str
-    # Confirmed score ratio vs the defaults (1.0 for the defaults themselves; "worse": the shown
-    # candidate's, below 1, as ``decided_on`` is).
-    score: float
+    score: float  # confirmed score ratio vs the defaults (1.0 for the defaults themselves)
     score_low: float
     score_high: float
     comparison_id: int | None  # the comparison the verdict (and details) come from
@@ -264,7 +262,9 @@ class Confirmed:
     # What to keep in mind: "A (defaults): 2 of 9 windows disturbed; ..." of that comparison.
     caveats: tuple[str, ...] = ()
     # A composite objective's verdict rests on its deciding metric, not on the score's interval:
-    # that metric's label, ratio and interval (None where the score's interval decides).
+    # that metric's label, ratio and interval (None where the score's interval decides). With
+    # the verdict "worse": what the shown candidate lost on, B/A (the deciding metric, or the
+    # metric an objective weighs alone).
     decided_on: tuple[str, float, float, float] | None = None
     # Whose comparison ``details`` are, for people: "#2 against vLLM's defaults" (with the
     # defaults' verdict: the candidate whose comparison is shown; '' in older callers).
@@ -298,14 +298,10 @@ class Confirmed:
                 "measure again on a quiet machine"
             )
         if self.verdict == WORSE:
+            interval = "(no interval)"
             if self.decided_on is not None:
                 label, ratio, low, high = self.decided_on
-                interval = (
-                    f"{label} x{ratio:.3f} [{low:.3f}, {high:.3f}] (the objective's deciding "
-                    "metric)"
-                )
-            else:
-                interval = f"score x{self.score:.3f} [{self.score_low:.3f}, {self.score_high:.3f}]"
+                interval = f"{label} x{ratio:.3f} [{low:.3f}, {high:.3f}]"
             if len(self.worse) > 1:
                 return (
                     f"every candidate ({', '.join(self.worse)}) worse than vLLM's defaults; "
@@ -365,11 +361,11 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
             wins = False
         if said != WORSE:
             kept = kept or row
-        if said == WORSE or (wins and (best is None or interval.ratio > best.score)):
-            found = Confirmed(
-                row.b_config if wins else row.a_config,
-                str(row.results.get("b_label", "")) if wins else DEFAULTS_LABEL,
-                BETTER if wins else WORSE,
+        if wins and (best is None or interval.ratio > best.score):
+            best = Confirmed(
+                row.b_config,
+                str(row.results.get("b_label", "")),
+                BETTER,
                 interval.ratio,
                 interval.low,
                 interval.high,
@@ -378,12 +374,24 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
                 _caveats(row),
                 decided_on,
                 _against(row),
-                worse=() if wins else (_name(row),),
             )
-            if wins:
-                best = found
-            else:
-                lost.append(found)
+        elif said == WORSE:  # the defaults, a score of 1; what the candidate lost on beside
+            lost.append(
+                Confirmed(
+                    row.a_config,
+                    DEFAULTS_LABEL,
+                    WORSE,
+                    1.0,
+                    1.0,
+                    1.0,
+                    row.id,
+                    _details(metrics),
+                    _caveats(row),
+                    decided_on or _metric_interval(metrics, _alone(objective)),
+                    _against(row),
+                    worse=(_name(row),),
+                )
+            )
     if best is not None:
         return best
     if unclear is None and kept is None and lost:  # every candidate confirmed worse
@@ -405,6 +413,17 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         details_from=_against(shown),
         min_effect=too_small if verdict == NO_DIFFERENCE else None,
     )
+
+
+def _metric_interval(
+    metrics: Mapping[str, Any], name: str | None
+) -> tuple[str, float, float, float] | None:
+    """Metric ``name``'s (label, ratio, low, high) B/A among ``metrics``, None without it."""
+    m = metrics.get(name or "", {})
+    ratio, low, high = m.get("ratio"), m.get("low"), m.get("high")
+    if ratio is None or low is None or high is None:
+        return None
+    return (str(m.get("label", name)), ratio, low, high)
 
 
 def _name(row: ComparisonRow) -> str:
@@ -452,11 +471,7 @@ def _deciding(
     objective that weighs one metric alone (its score's interval is that metric's)."""
     if _alone(objective) is not None:
         return None
-    m = metrics.get(decision_metric(objective), {})
-    ratio, low, high = m.get("ratio"), m.get("low"), m.get("high")
-    if ratio is None or low is None or high is None:
-        return None
-    return (str(m.get("label", decision_metric(objective))), ratio, low, high)
+    return _metric_interval(metrics, decision_metric(objective))
 
 
 def _worse_by(metric: Mapping[str, Any], floor: float) -> bool:
