@@ -22,7 +22,7 @@ from tuner.domain import Objective, TrialStatus
 from tuner.errors import UsageError
 from tuner.scoring import canary_broken
 from tuner.study import Confirmed, choose
-from tuner.study.standings import baseline as standings_baseline
+from tuner.study.standings import Reference, baseline, score_reference
 
 _Version = tuple[int, float, Mapping[TrialStatus, int], Mapping[TrialStatus, int]]
 T = TypeVar("T")
@@ -36,14 +36,17 @@ class StudySnapshot:
 
     study: StudyRow
     trials: tuple[TrialRow, ...]
-    baseline: TrialRow | None  # the measured vLLM-defaults trial, the scores' reference
+    # The trials of vLLM's defaults, the scores' reference (also where the canary broke them).
+    defaults: tuple[TrialRow, ...]
     confirmed: Mapping[Objective, Confirmed] = field(default_factory=dict)
 
+    def baseline(self, card: str | None = None) -> TrialRow | None:
+        """The defaults a trial measured on ``card`` is scored against (:func:`baseline`)."""
+        return baseline(self.defaults, card)
+
     @property
-    def reference(self) -> list[float] | None:
-        if self.baseline is None or not self.baseline.objective_values:
-            return None
-        return list(self.baseline.objective_values)
+    def reference(self) -> Reference | None:
+        return score_reference(self.defaults)
 
 
 class StudyIndex:
@@ -101,11 +104,10 @@ class StudyIndex:
             for r in rows
             if r.objective_values and len(r.objective_values) == 3 and r.config not in broken
         )
-        # The defaults' trial is every score's reference, also when the canary broke them.
-        baseline = standings_baseline(rows)
+        defaults = tuple(r for r in rows if r.is_baseline)
         verdicts = {objective: choose(comparisons, objective) for objective in Objective}
         confirmed = {o: v for o, v in verdicts.items() if v is not None and v.config not in broken}
-        snap = StudySnapshot(study=study, trials=trials, baseline=baseline, confirmed=confirmed)
+        snap = StudySnapshot(study=study, trials=trials, defaults=defaults, confirmed=confirmed)
         with self._lock:
             self._cache[study.name] = (version, snap)
         return snap

@@ -213,7 +213,7 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
     snap, trial, study = pick.snapshot, pick.ranked.row, pick.snapshot.study
     version = q.vllm_version or trial.vllm_version or study.vllm_version or "0"
     flags = argv.render_flags(trial.config, version)
-    base = snap.baseline
+    base = snap.baseline(trial.gpu_uuid)  # the defaults the pick's score is a ratio to
     applied = q.slo if q.slo is not None else Slo(**study.slo)
     try:
         price, no_cost = costs.study_price(study.gpu, study.spec, q.gpu_price), ""

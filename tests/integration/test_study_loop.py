@@ -770,7 +770,7 @@ def test_a_sampled_trial_of_the_defaults_is_not_announced_as_the_baseline(db_url
 def test_a_configuration_the_sampler_draws_again_is_not_launched_again(db_url: str) -> None:
     """A small space runs out before the budget (on an H100, 2026-12-06, the search launched
     attention_backend=TRITON_ATTN three times in a row): a configuration the study measured is
-    recorded as a repeat of that trial, counted, its values told to the sampler, not launched."""
+    recorded as a repeat of that trial, counted (FAIL to the sampler, as a fault), not launched."""
     repo = make_repo(db_url)
     ctx = make_context(
         db_url, trials=8, params=("max_num_seqs",), choices={"max_num_seqs": (1, 64)}
@@ -792,6 +792,68 @@ def test_a_configuration_the_sampler_draws_again_is_not_launched_again(db_url: s
         assert f"trial #{first.number} measured this configuration" in row.failure_detail
         assert row.objective_values is None and row.score is None
         told = study[row.number]
-        assert told.state is optuna.trial.TrialState.COMPLETE
-        assert told.values == pytest.approx(list(first.objective_values or ()))
+        assert told.state is optuna.trial.TrialState.FAIL and told.user_attrs["counted"]
     assert sorted(r.number for r in ranked) == sorted(r.number for r in measured.values())
+
+
+def test_a_study_resumed_on_another_card_measures_the_defaults_there_and_scores_by_them(
+    db_url: str,
+) -> None:
+    """On the H100 (2026-12-06) a study resumed on a card that served x1.047 of the previous
+    one scored Triton x1.025 against the previous card's defaults; confirmed on one card it was
+    x0.980. The defaults now run on a card that never ran them, and its trials are scored
+    against them."""
+    from tuner.scoring import objectives as scoring
+    from tuner.study.loop import SilentReporter
+    from tuner.study.standings import baseline, score_reference, trial_score
+
+    class Phases(SilentReporter):
+        def __init__(self) -> None:
+            self.said: list[tuple[str, str]] = []
+
+        def phase(self, phase: str, detail: str) -> None:
+            self.said.append((phase, detail))
+
+    repo = make_repo(db_url)
+    queued = [{"max_num_seqs": 64}, {"max_num_seqs": 1}]
+
+    def context(trials: int) -> StudyContext:
+        return make_context(
+            db_url,
+            trials=trials,
+            params=("max_num_seqs",),
+            choices={"max_num_seqs": (1, 64)},
+            enqueue=queued,
+        )
+
+    run_study(context(2), FakeRunner(card="GPU-a"), repo)
+    reporter = Phases()
+    faster = FakeRunner(card="GPU-b", card_speed=1.05)
+    run_study(context(4), faster, repo, resume=True, reporter=reporter)
+
+    rows = repo.list_trials("s1", limit=None)
+    assert [(r.number, r.gpu_uuid, r.is_baseline) for r in rows] == [
+        (0, "GPU-a", True),
+        (1, "GPU-a", False),
+        (2, "GPU-b", False),  # the first trial on card b shows it has no defaults there
+        (3, "GPU-b", True),  # so they run next
+    ]
+    assert faster.calls[1] == ServingConfig()
+    assert any(
+        p == "defaults" and "(GPU-b) has not run vLLM's defaults" in d for p, d in reporter.said
+    )
+
+    objective = context(4).spec.objective
+    ranked = {r.number: r for r in rank(repo, "s1", objective)}
+    on_b = scoring.score_values(rows[2].objective_values or (), objective, rows[3].objective_values)
+    on_a = scoring.score_values(rows[2].objective_values or (), objective, rows[0].objective_values)
+    assert ranked[2].score == pytest.approx(on_b) and on_a > on_b * 1.02
+    assert ranked[1].score == pytest.approx(
+        scoring.score_values(rows[1].objective_values or (), objective, rows[0].objective_values)
+    )
+    assert ranked[0].score == ranked[3].score == pytest.approx(1.0)
+    # Every surface reads one reference: the trial table's score, and the defaults beside a pick.
+    assert trial_score(rows[2], score_reference(rows), objective) == pytest.approx(on_b)
+    assert (
+        baseline(rows, "GPU-b") == rows[3] and baseline(rows) == baseline(rows, "GPU-a") == rows[0]
+    )

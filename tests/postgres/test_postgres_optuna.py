@@ -48,7 +48,16 @@ def test_a_study_resumed_through_new_engines_continues_where_it_stopped(pg_url: 
         # Then the tuner dies in its next trial: Optuna and tuner both hold it as running.
         storage = optuna.storages.RDBStorage(pg_url)
         try:
-            crashed = optuna.load_study(study_name=NAME, storage=storage).ask()
+            loaded = optuna.load_study(study_name=NAME, storage=storage)
+            crashed = loaded.ask()
+            # The resume's two trials, queued: two configurations not measured yet, since one
+            # the sampler drew again would not be launched again.
+            space = make_context(pg_url, trials=4, name=NAME).space
+            measured = {r.config for r in repo.list_trials(NAME, limit=None)}
+            fresh = [ServingConfig(max_num_seqs=n) for n in (1, 64)]
+            fresh += [ServingConfig(gpu_memory_utilization=0.5, max_num_seqs=n) for n in (1, 64)]
+            for config in [c for c in fresh if c not in measured][:2]:
+                loaded.enqueue_trial(space.params_for(config))
         finally:
             storage.engine.dispose()
         repo.start_trial(NAME, crashed.number, ServingConfig(max_num_seqs=7))

@@ -45,7 +45,7 @@ class FailureClass(enum.StrEnum):
     STOPPED_EARLY = "stopped_early"
     INFRA = "infra"  # anything else outside the configuration
     # Drawn again by the sampler after an earlier trial of the study measured it: not launched
-    # again (PRUNED); the sampler is told that trial's values.
+    # again (PRUNED), told to Optuna as FAIL, counted.
     REPEATED = "repeated"
 
     @property

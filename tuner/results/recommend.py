@@ -232,7 +232,7 @@ def recommendation(
         return None
     trial = top.row
     # The defaults' numbers shown are those of the trial every score is a ratio to.
-    base_trial = baseline(rows)
+    base_trial = baseline(rows, trial.gpu_uuid)
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None

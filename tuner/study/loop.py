@@ -14,8 +14,8 @@ What Optuna is told:
   sampler learns the region is infeasible;
 - a fault (timeout, crash, stranger): FAIL, which samplers ignore; it counts as a trial;
 - an interruption (Ctrl-C, SIGTERM, a dead worker): FAIL, not counted, and queued again;
-- a configuration the sampler drew again after a trial of the study measured it: not launched,
-  that trial's values (PRUNED, failure ``repeated``, in tuner's table); it counts as a trial.
+- a configuration the sampler drew again after a trial of the study measured it: not launched
+  (PRUNED, failure ``repeated``, in tuner's table), FAIL like a fault; it counts as a trial.
 
 What the loop reads per trial: the study's trial rows, once (with the trials other workers
 finished meanwhile), from which it takes the failed configurations, the defaults' values (the
@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import optuna
@@ -480,9 +480,36 @@ def _loop(
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 sharing.retry(study, sharing.frozen(study, trial))
                 raise
-        rows = _record(ctx, study, trial, trial_id, result, repo, defaults, rows, like=earlier)
+        rows = _record(ctx, study, trial, trial_id, result, repo, defaults, rows)
+        _defaults_here(ctx, study, rows, trial.number, report.phase)
         ranked = standings(rows, ctx.spec.objective, slo)
         report.trial_finished(trial.number, result, ranked[0] if ranked else None)
+
+
+def _defaults_here(
+    ctx: StudyContext, study: optuna.Study, rows: list[TrialRow], number: int, say: planning.Say
+) -> None:
+    """Queue vLLM's defaults once trial ``number`` ran on a GPU (NVML UUID) where the study has
+    not measured them (a study resumed on another machine, a worker on another host), while
+    the budget has room: that card's trials are then scored against its own defaults
+    (:class:`tuner.study.standings.Reference`), not another card's."""
+    row = next((r for r in rows if r.number == number), None)
+    card = row.gpu_uuid if row is not None else None
+    found = score_reference(rows)
+    if row is None or card is None or found is None or card in found.cards:
+        return
+    trials = study.get_trials(deepcopy=False)
+    unfinished = (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
+    if any(t.state in unfinished and t.user_attrs.get("baseline") for t in trials):
+        return  # the defaults are queued or measured now (here or on another card)
+    if sum(1 for t in trials if sharing.counts(t)) >= ctx.spec.trials:
+        return
+    study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})
+    say(
+        "defaults",
+        f"{row.gpu_name or 'this GPU'} ({card}) has not run vLLM's defaults in this study: "
+        "they run next, and the trials of this card are scored against them",
+    )
 
 
 def _drawn_again(
@@ -533,16 +560,13 @@ def _record(
     repo: Repository,
     baseline: bool,
     rows: list[TrialRow],
-    *,
-    like: TrialRow | None = None,
 ) -> list[TrialRow]:
     """Store the trial's outcome and tell Optuna; the study's trial rows (``rows``, read
-    before the trial) with this trial's row as stored, the standings after it. ``like``: the
-    trial a repeat (:func:`_repeated`) was not launched for, whose values Optuna is told."""
+    before the trial) with this trial's row as stored, the standings after it."""
     ceiling = ctx.gpu.memory_gib if not ctx.gpu.is_cpu else 1024.0
     objective = ctx.spec.objective
     # A trial stopped early tells Optuna its first point's numbers: a measurement, if partial.
-    told = result if like is None else like
+    told = result
     partial = result.failure is FailureClass.STOPPED_EARLY
     if partial:
         told = dataclasses.replace(
@@ -557,7 +581,14 @@ def _record(
     # the defaults' result is known for good the rows are read again: it may have come since.
     if _unsettled(rows, trial.number):
         rows = repo.list_trials(ctx.name, limit=None)
-    reference = score_reference(rows) or (values if baseline else None)
+    found = score_reference(rows)
+    card = result.provenance.gpu_uuid if result.provenance is not None else None
+    if found is None:
+        reference: Sequence[float] | None = values if baseline else None
+    elif baseline and card and card not in found.cards:  # the first defaults on this card
+        reference = values
+    else:
+        reference = found.of(card)
     score = (
         scoring.score_values(values, ctx.spec.objective, reference)
         if measured and reference is not None
@@ -565,7 +596,7 @@ def _record(
     )
     own = repo.finish_trial(trial_id, result, score, values if measured or finding else None)
     _tell_attrs(trial, result)
-    if measured or finding or like is not None:
+    if measured or finding:
         for name, value in zip(scoring.CONSTRAINT_NAMES, constraints, strict=True):
             trial.set_constraint(name, value)
         study.tell(trial, values)

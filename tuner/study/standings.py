@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuner.db import Repository, StudyRow, TrialPhase, TrialRow
@@ -50,10 +50,29 @@ def _measured(row: TrialRow) -> bool:
     return done and len(row.objective_values or ()) == 3
 
 
-def baseline(rows: Iterable[TrialRow]) -> TrialRow | None:
-    """The study's measured baseline among ``rows``: its complete search trial of vLLM's
-    defaults, the reference of every score; None before it completed."""
-    return next((r for r in rows if r.is_baseline and _measured(r)), None)
+def baseline(rows: Iterable[TrialRow], card: str | None = None) -> TrialRow | None:
+    """The study's measured baseline among ``rows``: its first complete search trial of vLLM's
+    defaults; with ``card`` (a GPU's NVML UUID), the first measured on that card where the
+    study measured them there (:class:`Reference`). None before one completed."""
+    measured = [r for r in rows if r.is_baseline and _measured(r)]
+    here = (r for r in measured if card is not None and r.gpu_uuid == card)
+    return next(here, None) or next(iter(measured), None)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The objective values a study's scores are ratios to: its :func:`baseline`'s, and on
+    each GPU (NVML UUID) where the study measured vLLM's defaults, the first of those. A trial
+    is scored against the defaults of its own card where there are some: two cards of one model
+    served x1.047 of each other (docs/results/plan-h200.md §12), the size of the effects a
+    search looks for, and a resumed study's search took that shift for a better kernel."""
+
+    values: tuple[float, ...]
+    cards: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def of(self, card: str | None) -> tuple[float, ...]:
+        """The reference of a trial measured on ``card`` (None: unknown, or a CPU)."""
+        return self.cards.get(card, self.values) if card else self.values
 
 
 def measured_before(rows: Iterable[TrialRow], config: ServingConfig) -> TrialRow | None:
@@ -61,24 +80,29 @@ def measured_before(rows: Iterable[TrialRow], config: ServingConfig) -> TrialRow
     return next((r for r in rows if r.config == config and _measured(r)), None)
 
 
-def score_reference(rows: Iterable[TrialRow]) -> list[float] | None:
-    """The objective values every score of the study is a ratio to: its :func:`baseline`'s."""
-    base = baseline(rows)
-    return list(base.objective_values or ()) if base is not None else None
+def score_reference(rows: Iterable[TrialRow]) -> Reference | None:
+    """The :class:`Reference` of the study's scores among ``rows``; None before its defaults
+    were measured."""
+    defaults = [r for r in rows if r.is_baseline and _measured(r)]
+    if not defaults:
+        return None
+    cards: dict[str, tuple[float, ...]] = {}
+    for r in defaults:
+        if r.gpu_uuid is not None:
+            cards.setdefault(r.gpu_uuid, tuple(r.objective_values or ()))
+    return Reference(tuple(defaults[0].objective_values or ()), cards)
 
 
-def trial_score(
-    row: TrialRow, reference: Sequence[float] | None, objective: Objective
-) -> float | None:
+def trial_score(row: TrialRow, reference: Reference | None, objective: Objective) -> float | None:
     """The score a stored trial shows (CLI, API, page, export): a search trial's objective
-    values against the study's :func:`score_reference` by the preset. None where the trial or
-    the defaults were not measured (without them it is no score), and for a confirmation
-    launch (the comparison it belongs to judges it, not its one launch). The column stored at
-    a trial's end is not read: it is relative to whatever baseline existed then (none, for the
-    defaults' own trial when they ran second)."""
+    values against the study's :func:`score_reference` (its card's defaults) by the preset.
+    None where the trial or the defaults were not measured (without them it is no score), and
+    for a confirmation launch (the comparison it belongs to judges it, not its one launch).
+    The column stored at a trial's end is not read: it is relative to whatever baseline
+    existed then (none, for the defaults' own trial when they ran second)."""
     if reference is None or not _measured(row):
         return None
-    score = scoring.score_values(row.objective_values or (), objective, reference)
+    score = scoring.score_values(row.objective_values or (), objective, reference.of(row.gpu_uuid))
     return score if math.isfinite(score) else None
 
 
@@ -100,7 +124,7 @@ def standings(
     *,
     updated_at: float = 0.0,
     by_curve: bool = True,
-    reference: Sequence[float] | None = None,
+    reference: Reference | None = None,
 ) -> list[Ranked]:
     """The study's complete search trials among ``rows`` by the preset's score against its
     :func:`baseline`, SLO-feasible first, less any configuration that failed the canary in a
@@ -127,7 +151,9 @@ def standings(
                 row=row,
                 number=row.number,
                 config=row.config,
-                score=scoring.score_values(values, objective, reference),
+                score=scoring.score_values(
+                    values, objective, reference.of(row.gpu_uuid) if reference else None
+                ),
                 values=(thr, mem, p99),
                 feasible=scoring.is_feasible(constraints),
                 is_baseline=row.is_baseline,

@@ -60,6 +60,10 @@ class FakeRunner:
     launch_sd: float = 0.0
     window_sd: float = 0.0
     speedup: Mapping[ServingConfig, float] | None = None
+    # The GPU it measures on (its NVML UUID in provenance) and that card's speed: every
+    # configuration's times divided by it, as between two cards of one model.
+    card: str = "GPU-fake"
+    card_speed: float = 1.0
     calls: list[ServingConfig] = field(default_factory=list, init=False)
     canaries: list[tuple[str, ...]] = field(default_factory=list, init=False)
 
@@ -91,7 +95,7 @@ class FakeRunner:
         )
         prov = Provenance(
             gpu_name="fake GPU",
-            gpu_uuid="GPU-fake",
+            gpu_uuid=self.card,
             driver_version=None,
             vllm_version="0.0.0+fake",
             model="fake",
@@ -136,7 +140,7 @@ class FakeRunner:
         rng = random.Random(zlib.crc32(key.encode()))
         launch = rng.uniform(1.0 - self.launch_spread, 1.0 + self.launch_spread)
         known = random.Random(zlib.crc32(f"{key}:known-noise".encode()))  # leaves rng's draws
-        speedup = (self.speedup or {}).get(config, 1.0)
+        speedup = (self.speedup or {}).get(config, 1.0) * self.card_speed
         launch_scale = math.exp(known.gauss(0.0, self.launch_sd)) / speedup
         seqs = config.max_num_seqs or 256
         per_token_s = 0.002 * launch * (1.0 + 0.5 * (config.enforce_eager or False))
@@ -173,7 +177,7 @@ class FakeRunner:
                 seconds=duration,
                 watts=watts,
                 method="counter",
-                gpu_uuid="GPU-fake",
+                gpu_uuid=self.card,
             )
             windows.append(
                 window_metrics(
@@ -190,8 +194,8 @@ class FakeRunner:
                 if stop is not None:
                     break  # after the first load point, as the real generator stops
         memory = MemoryUsage(
-            gpu_peak_bytes={"GPU-fake": int(util * self.memory_gib * GIB)},
-            gpu_baseline_bytes={"GPU-fake": 0},
+            gpu_peak_bytes={self.card: int(util * self.memory_gib * GIB)},
+            gpu_baseline_bytes={self.card: 0},
         )
         result = TrialResult(
             config=config,
