@@ -181,6 +181,38 @@ def test_a_confirmation_every_candidate_lost_reads_worse(db_url: str) -> None:
     assert "no candidate better than the defaults" in overview_html
 
 
+def test_an_inconclusive_confirmation_is_headed_as_such_on_the_study_page(db_url: str) -> None:
+    """Its heading said "no significant difference" while the verdict was that nothing could
+    be said (launches of one configuration disagreed far beyond their noise)."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from api.dashboards import mount_static, router
+    from tests.unit.test_confirm_choose import _row
+
+    repo = make_repo(db_url)
+    ctx = make_context(db_url, trials=2)
+    run_study(ctx, FakeRunner(), repo)
+    unclear = _row(thr="inconclusive: launches of A disagreed (max/min 2.4)")
+    repo.add_comparison(
+        model=unclear.model, gpu=unclear.gpu, workload=ctx.workload.name,
+        a_config=unclear.a_config, b_config=unclear.b_config, repeats=3,
+        results=unclear.results, verdicts=unclear.verdicts, study_name=ctx.name,
+    )  # fmt: skip
+    app = FastAPI()
+    app.state.repo, app.state.storage_url = repo, db_url
+    app.include_router(router)
+    mount_static(app)
+    with TestClient(app) as client:
+        html = client.get(f"/ui/studies/{ctx.name}").text
+    card = html[html.index('id="confirmation"') :]
+    card = card[: card.index("</section>")]
+    head = card[: card.index("</h2>")]
+    assert '<span class="badge verdict finding">inconclusive</span>' in head
+    assert "no significant difference" not in head
+    assert "inconclusive: launches of one configuration disagreed far beyond their noise" in card
+
+
 # -- the decision design in a confirmation: known noise on the fake runner -----------------------
 
 LAUNCH_SD, WINDOW_SD = 0.06, 0.06  # log scale, as tests/integration/test_decision_fake.py
