@@ -78,7 +78,12 @@ def test_server_crash_mid_measurement_fails_one_trial_and_the_study_goes_on(
     db_url = f"sqlite:///{tmp_path / 'study.db'}"
     repo = make_repo(db_url)
     ctx = make_context(
-        db_url, trials=4, params=("max_num_seqs",), choices={"max_num_seqs": (4, 16, 64)}
+        db_url,
+        trials=4,
+        params=("max_num_seqs",),
+        choices={"max_num_seqs": (4, 16, 64)},
+        # Four trials, four launches: a configuration drawn again would not be launched again.
+        enqueue=[{"max_num_seqs": n} for n in (4, 16, 64)],
     )
     tag = uuid.uuid4().hex
     runner = OneServerCrashes(tmp_path, CRASH_AT_LAUNCH, tag)

@@ -67,6 +67,16 @@ startup_timeout_s = 20
 
 [confirm]
 launches = 0
+
+# Four trials, four launches: a configuration drawn again would not be launched again.
+[[enqueue]]
+max_num_seqs = 4
+
+[[enqueue]]
+max_num_seqs = 16
+
+[[enqueue]]
+max_num_seqs = 64
 """
 
 
@@ -205,6 +215,8 @@ def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_
 ) -> None:
     """The issue's sequence: `kill -9` of `tuner run` during the defaults' first measurement."""
     s = scenario
+    # Nothing queued before the defaults' retry: it goes first.
+    (s.workdir / "spec.toml").write_text(SPEC.split("# Four trials, four launches")[0])
     repo = Repository(make_engine(s.db_url))
     tuner = s.tuner()
     lease = _wait_for_a_trial_under_load(s, tuner, repo, complete_before=0)
@@ -230,7 +242,9 @@ def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_
     rows = repo.list_trials(STUDY, limit=None)
     assert rows[0].status is TrialStatus.FAILED and rows[0].failure is FailureClass.INTERRUPTED
     measured = [r for r in rows if r.status is TrialStatus.COMPLETE]
-    assert len(measured) == TRIALS, [(r.number, r.status) for r in rows]
+    # A configuration the sampler draws again is a trial that launches nothing.
+    repeats = [r for r in rows if r.failure is FailureClass.REPEATED]
+    assert len(measured) + len(repeats) == TRIALS, [(r.number, r.status) for r in rows]
     # The defaults are measured first on resume (the killed baseline, queued again); the
     # sampler may draw them again later, which is a trial like any other.
     assert measured[0].is_baseline and measured[0].config == baseline.config

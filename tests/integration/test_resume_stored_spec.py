@@ -55,6 +55,14 @@ concurrency = 4
 params = ["max_num_seqs"]
 choices = {{ max_num_seqs = [4, 16] }}
 
+# Every trial a launch, however many a resume asks for: a configuration drawn again would not be
+# launched again.
+[[enqueue]]
+max_num_seqs = 4
+
+[[enqueue]]
+max_num_seqs = 16
+
 [confirm]
 top = 1
 launches = 2
