@@ -857,3 +857,20 @@ def test_a_study_resumed_on_another_card_measures_the_defaults_there_and_scores_
     assert (
         baseline(rows, "GPU-b") == rows[3] and baseline(rows) == baseline(rows, "GPU-a") == rows[0]
     )
+
+
+def test_the_sampler_draws_an_untried_configuration_where_it_would_draw_one_again(
+    db_url: str,
+) -> None:
+    """TPE, once it models a small categorical space, draws its best so far again (optuna
+    issue 2021): the trial is given one of the untried configurations instead, so that five
+    trials of a space of five configurations launch all five."""
+    repo = make_repo(db_url)
+    ctx = make_context(
+        db_url, trials=5, params=("max_num_seqs",), choices={"max_num_seqs": (1, 16, 64, 256)}
+    )
+    runner = FakeRunner()
+    run_study(ctx, runner, repo)
+    assert len(runner.calls) == len(set(runner.calls)) == 5, runner.calls
+    rows = repo.list_trials(ctx.name, limit=None)
+    assert len(rows) == 5 and all(r.status is TrialStatus.COMPLETE for r in rows)

@@ -14,8 +14,9 @@ What Optuna is told:
   sampler learns the region is infeasible;
 - a fault (timeout, crash, stranger): FAIL, which samplers ignore; it counts as a trial;
 - an interruption (Ctrl-C, SIGTERM, a dead worker): FAIL, not counted, and queued again;
-- a configuration the sampler drew again after a trial of the study measured it: not launched
-  (PRUNED, failure ``repeated``, in tuner's table), FAIL like a fault; it counts as a trial.
+- a configuration the sampler drew again after a trial of the study measured it (the sampler,
+  :class:`Untried`, draws one only in its random start-up or where no other is left): not
+  launched (PRUNED, failure ``repeated``, in tuner's table), FAIL like a fault; it counts.
 
 What the loop reads per trial: the study's trial rows, once (with the trials other workers
 finished meanwhile), from which it takes the failed configurations, the defaults' values (the
@@ -29,6 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
+import math
+import random
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -117,12 +121,104 @@ def optuna_storage(ctx: StudyContext) -> optuna.storages.RDBStorage:
 def _sampler(ctx: StudyContext, seed: int) -> optuna.samplers.BaseSampler:
     # constant_liar: a trial another worker measures counts as a poor one while it runs, so
     # that concurrent workers are steered apart; with one worker nothing runs at ask time.
-    return optuna.samplers.TPESampler(
+    tpe = optuna.samplers.TPESampler(
         seed=seed % (SEED_MAX + 1),
         multivariate=True,
         n_startup_trials=max(3, ctx.spec.trials // 3),
         constant_liar=True,
     )
+    return Untried(tpe, seed)
+
+
+class Untried(optuna.samplers.BaseSampler):
+    """The study's sampler, kept from drawing a configuration a trial has had while another of
+    the same knobs is left untried. TPE, once it models a categorical space, draws its best so
+    far again (Optuna's samplers take an objective to be stochastic, optuna issue 2021), and a
+    second search launch is not pooled with the first: the confirmation measures the best
+    afresh. Such a draw becomes one drawn at random among the untried combinations. The random
+    start-up phase draws knob by knob, which this leaves as it is: a configuration drawn again
+    there is the loop's to skip (:func:`_drawn_again`), as one drawn where none is left."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler, seed: int) -> None:
+        self.inner, self._rng = inner, random.Random(seed)
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial
+    ) -> dict[str, optuna.distributions.BaseDistribution]:
+        return self.inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        search_space: dict[str, optuna.distributions.BaseDistribution],
+    ) -> dict[str, Any]:
+        params = self.inner.sample_relative(study, trial, search_space)
+        if not params or set(params) != set(search_space):
+            return params
+        knobs = sorted(search_space)
+        tried = {
+            tuple(repr(t.params.get(k)) for k in knobs)
+            for t in study.get_trials(deepcopy=False)
+            if t.number != trial.number and sharing.counts(t)
+        }
+        if tuple(repr(params[k]) for k in knobs) not in tried:
+            return params
+        return _untried(search_space, knobs, tried, self._rng) or params
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        param_name: str,
+        param_distribution: optuna.distributions.BaseDistribution,
+    ) -> Any:
+        return self.inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        state: optuna.trial.TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
+        self._rng.seed()
+
+
+_LISTED = 4096  # a space of at most this many combinations is listed whole by _untried
+
+
+def _untried(
+    space: Mapping[str, optuna.distributions.BaseDistribution],
+    knobs: Sequence[str],
+    tried: set[tuple[str, ...]],
+    rng: random.Random,
+) -> dict[str, Any] | None:
+    """Values of the categorical ``space`` (``knobs`` in order) that no trial in ``tried`` (their
+    values' reprs) has had, drawn by ``rng``; None where none is left or found."""
+    choices = [getattr(space[k], "choices", None) for k in knobs]
+    if any(c is None for c in choices):
+        return None  # a knob that is not categorical: no list of combinations
+    lists = [list(c or ()) for c in choices]
+    if math.prod(len(c) for c in lists) <= _LISTED:
+        fresh = [
+            combo
+            for combo in itertools.product(*lists)
+            if tuple(repr(v) for v in combo) not in tried
+        ]
+        return dict(zip(knobs, rng.choice(fresh), strict=True)) if fresh else None
+    for _ in range(_LISTED // 16):
+        combo = tuple(rng.choice(c) for c in lists)
+        if tuple(repr(v) for v in combo) not in tried:
+            return dict(zip(knobs, combo, strict=True))
+    return None
 
 
 def open_optuna_study(
