@@ -77,6 +77,7 @@ from tuner.scoring import objectives as scoring  # noqa: E402
 from tuner.scoring.ranking import Standing  # noqa: E402
 from tuner.scoring.regime import Diagnosis, diagnose  # noqa: E402
 from tuner.space import SearchSpace  # noqa: E402
+from tuner.study.loop import Untried  # noqa: E402
 from tuner.study.plan import (  # noqa: E402
     DEFAULT_LAUNCH_SD,
     RECIPE,
@@ -261,6 +262,7 @@ class Account:
     found_trials: int | None = None
     modelled: int = 0
     pruned: int = 0
+    repeats: int = 0  # configurations the sampler drew again, not launched (--repeats skip)
     plan: dict[str, Any] = field(default_factory=dict)
 
 
@@ -349,14 +351,17 @@ def _tell(
     study.tell(trial, values)
 
 
-def _tpe(seed: int, trials: int) -> optuna.samplers.TPESampler:
-    """tuner's sampler, as ``tuner.study.loop.open_optuna_study`` configures it."""
-    return optuna.samplers.TPESampler(
+def _tpe(seed: int, trials: int, sampler: str = "untried") -> optuna.samplers.BaseSampler:
+    """tuner's sampler, as ``tuner.study.loop.open_optuna_study`` configures it (``sampler``
+    "tpe": TPE alone, as the loop drew before it gave a configuration drawn again an untried
+    one, :class:`tuner.study.loop.Untried`)."""
+    tpe = optuna.samplers.TPESampler(
         seed=seed,
         multivariate=True,
         n_startup_trials=max(3, trials // 3),
         constant_liar=True,
     )
+    return Untried(tpe, seed) if sampler == "untried" else tpe
 
 
 def run_plan(bench: Bench, plan: Plan | None, seed: int, predicted: Plan | None = None) -> Account:
@@ -367,9 +372,10 @@ def run_plan(bench: Bench, plan: Plan | None, seed: int, predicted: Plan | None 
     _, best, _ = surface.best(bench.full)
     hit = _target(best, bench.args.target)
     study = optuna.create_study(
-        directions=scoring.DIRECTIONS, sampler=_tpe(seed, bench.args.trials)
+        directions=scoring.DIRECTIONS, sampler=_tpe(seed, bench.args.trials, bench.args.sampler)
     )
     first: tuple[ServingConfig, list[float]] | None = None
+    launched: set[ServingConfig] = set()  # what the search launched (see --repeats)
     if predicted is not None and predicted.knobs:
         (_, recipe), *_ = screen_configs(predicted, bench.card)
         ahead = space_of(bench.card, [k.knob for k in predicted.knobs])
@@ -378,11 +384,13 @@ def run_plan(bench: Bench, plan: Plan | None, seed: int, predicted: Plan | None 
         told = bench.evaluate(surface, ahead.suggest(trial), hit, rng, acc)
         _tell(study, trial, told)
         first = (recipe, told[0])
+        launched.add(recipe)
     study.enqueue_trial(bench.card.baseline_params())
     trial = study.ask()
     told = bench.evaluate(surface, bench.card.suggest(trial), hit, rng, acc)
     _tell(study, trial, told)
     reference = told[0]
+    launched.add(bench.card.baseline())
     if plan is None or not plan.knobs:
         space = bench.card
     else:
@@ -397,12 +405,21 @@ def run_plan(bench: Bench, plan: Plan | None, seed: int, predicted: Plan | None 
             told = bench.evaluate(surface, planned.suggest(trial), hit, rng, acc)
             _tell(study, trial, told)
             scores[knob] = scoring.score_values(told[0], bench.table.objective, reference)
+            launched.add(config)
         judged = screened(plan, scores, None, "")
         acc.plan = {"effects": dict(judged.effects), "kept": list(judged.kept or ())}
         space = space_of(bench.card, judged.searched)
     while acc.found_s is None and acc.trials < bench.args.budget:
         trial = study.ask()
-        _tell(study, trial, bench.evaluate(surface, space.suggest(trial), hit, rng, acc))
+        config = space.suggest(trial)
+        if bench.args.repeats == "skip" and config in launched and space.exhausted_by(launched):
+            # As the study loop does since 2026-12-06: a drawn configuration a trial measured
+            # is not launched again once the space has none untried; the trial counts, FAIL.
+            acc.trials, acc.repeats = acc.trials + 1, acc.repeats + 1
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
+        _tell(study, trial, bench.evaluate(surface, config, hit, rng, acc))
+        launched.add(config)
     return acc
 
 
@@ -707,6 +724,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="auto",
         choices=["auto", "none", *(r.value for r in Regime)],
         help="the regime predicted before launch: as a study predicts it, none, or forced",
+    )
+    p.add_argument(
+        "--sampler",
+        default="untried",
+        choices=["untried", "tpe"],
+        help="the study's sampler (untried: a draw of a configuration tried already becomes an "
+        "untried one; tpe: TPE alone, as studies drew before 2026-12-06)",
+    )
+    p.add_argument(
+        "--repeats",
+        default="skip",
+        choices=["skip", "launch"],
+        help="a configuration TPE draws again with none of the space untried: not launched, "
+        "the trial counted (skip, the study loop since 2026-12-06), or launched (launch)",
     )
     p.add_argument("--level", type=float, default=0.95, help="bootstrap confidence level")
     p.add_argument("--json-out", type=Path)

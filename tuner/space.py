@@ -25,8 +25,9 @@ flag list, :mod:`tuner.vllm.flags`), with built-in candidates for the levers of
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, get_args, get_type_hints
 
 import optuna
@@ -37,6 +38,7 @@ from tuner.errors import UsageError
 from tuner.vllm import Flag, FlagCatalog, argv, knob_flag, knob_key, spelling_key, typed_value
 
 DEFAULT = "default"
+_LISTED = 4096  # a space of at most this many combinations is listed whole by exhausted_by
 KNOBS: tuple[str, ...] = typed_knobs()
 # 0.1 of a 24 GB CI host is 2.4 GB for the CPU worker: its own RSS (about 0.6 GB of imports
 # plus the model) and the KV cache. Below that the worker has nothing left for KV.
@@ -283,13 +285,28 @@ class SearchSpace:
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> ServingConfig:
         """Ask ``trial`` for a value of every searched knob; fixed knobs applied."""
+        return self._drawn(trial.suggest_categorical)
+
+    def _drawn(self, pick: Callable[[str, Sequence[Any]], Any]) -> ServingConfig:
+        """The configuration of the searched knobs' values ``pick`` gives (knob, choices)."""
         values = dict(self.fixed)
         for knob in self.searched:
             if knob == _FA_VERSION and values.get("attention_backend") != FLASH_ATTN:
                 continue
-            raw = trial.suggest_categorical(knob, self.choices[knob])
+            raw = pick(knob, self.choices[knob])
             values[knob] = None if raw == DEFAULT else raw
         return _config(values)
+
+    def exhausted_by(self, tried: Collection[ServingConfig]) -> bool:
+        """Whether every configuration of the space that its rules allow is among ``tried``;
+        False for a space of more than :data:`_LISTED` combinations (not listed)."""
+        if math.prod(len(self.choices[k]) for k in self.searched) > _LISTED:
+            return False
+        for combo in itertools.product(*(self.choices[k] for k in self.searched)):
+            config = self._drawn(_picking(dict(zip(self.searched, combo, strict=True))))
+            if config not in tried and not self.violations(config):
+                return False
+        return True
 
     def config_from(self, item: Mapping[str, Any], where: str = "enqueue") -> ServingConfig:
         """The configuration an ``[[enqueue]]`` entry (or what ``where`` names) stands for: the
@@ -360,6 +377,11 @@ class SearchSpace:
         same extra knobs count: tuner knows nothing of what those change."""
         alike = [(c, f) for c, f in failures if c.extra == config.extra]
         return rules.dominated_by(self.model, config, alike)
+
+
+def _picking(values: Mapping[str, Any]) -> Callable[[str, Sequence[Any]], Any]:
+    """A pick for :meth:`SearchSpace._drawn` that gives each knob its value in ``values``."""
+    return lambda knob, _choices: values[knob]
 
 
 def _config(values: Mapping[str, Any]) -> ServingConfig:
