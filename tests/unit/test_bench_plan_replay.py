@@ -54,7 +54,10 @@ def _table(rows: list[tuple[dict[str, Scalar], float]]) -> Table:
 
 
 def _args(**over: float) -> argparse.Namespace:
-    values = dict(launch_sd=0.068, trial_s=0.0, prior_sd=0.0, target=0.05, trials=16, budget=40)
+    values: dict[str, object] = dict(
+        launch_sd=0.068, trial_s=0.0, prior_sd=0.0, target=0.05, trials=16, budget=40
+    )
+    values.update(sampler="untried", repeats="skip")  # the study loop's, as the CLI's defaults
     values.update(over)
     return argparse.Namespace(**values)
 
