@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, get_args, get_type_hints
 
 import optuna
@@ -38,7 +38,7 @@ from tuner.errors import UsageError
 from tuner.vllm import Flag, FlagCatalog, argv, knob_flag, knob_key, spelling_key, typed_value
 
 DEFAULT = "default"
-_LISTED = 4096  # a space of at most this many combinations is listed whole by exhausted_by
+LISTED = 4096  # a space of at most this many combinations is listed whole (:func:`listed`)
 KNOBS: tuple[str, ...] = typed_knobs()
 # 0.1 of a 24 GB CI host is 2.4 GB for the CPU worker: its own RSS (about 0.6 GB of imports
 # plus the model) and the KV cache. Below that the worker has nothing left for KV.
@@ -299,10 +299,11 @@ class SearchSpace:
 
     def exhausted_by(self, tried: Collection[ServingConfig]) -> bool:
         """Whether every configuration of the space that its rules allow is among ``tried``;
-        False for a space of more than :data:`_LISTED` combinations (not listed)."""
-        if math.prod(len(self.choices[k]) for k in self.searched) > _LISTED:
+        False for a space of more than :data:`LISTED` combinations (not listed)."""
+        combos = listed([self.choices[k] for k in self.searched])
+        if combos is None:
             return False
-        for combo in itertools.product(*(self.choices[k] for k in self.searched)):
+        for combo in combos:
             config = self._drawn(_picking(dict(zip(self.searched, combo, strict=True))))
             if config not in tried and not self.violations(config):
                 return False
@@ -377,6 +378,14 @@ class SearchSpace:
         same extra knobs count: tuner knows nothing of what those change."""
         alike = [(c, f) for c, f in failures if c.extra == config.extra]
         return rules.dominated_by(self.model, config, alike)
+
+
+def listed(choices: Sequence[Sequence[Any]]) -> Iterator[tuple[Any, ...]] | None:
+    """Every combination of one value from each of ``choices``, in order; None where there
+    are more than :data:`LISTED` (too many to list)."""
+    if math.prod(len(c) for c in choices) > LISTED:
+        return None
+    return itertools.product(*choices)
 
 
 def _picking(values: Mapping[str, Any]) -> Callable[[str, Sequence[Any]], Any]:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.studykit import make_context, make_repo, memory_confirmation_context
 from tuner.abtest.profile import record_launch
+from tuner.db import Repository
 from tuner.domain import Objective, ServingConfig, TrialStatus
 from tuner.results.recommend import recommendation
 from tuner.scoring.significance import BETTER, NO_DIFFERENCE
@@ -139,25 +140,46 @@ def test_the_study_page_reports_the_confirmation_not_single_launches(db_url: str
     assert "gpu_memory_utilization=<b>0.5</b>" in overview_html
 
 
-def test_a_confirmation_every_candidate_lost_reads_worse(db_url: str) -> None:
-    """The H100's Triton attention, confirmed -2.0 % [-3.2, -0.8] in output tok/s: `tuner best`
-    and the study page said "no significant difference"; they say worse, with the interval."""
+def _with_stored_confirmation(db_url: str, **row: Any) -> tuple[Repository, str]:
+    """A study of two trials whose confirmation is the comparison ``_row(**row)`` stored with
+    it (as the H100's was), and its name."""
+    from tests.unit.test_confirm_choose import _row
+
+    repo = make_repo(db_url)
+    ctx = make_context(db_url, trials=2)  # no confirmation of its own
+    run_study(ctx, FakeRunner(), repo)
+    c = _row(**row)
+    repo.add_comparison(
+        model=c.model, gpu=c.gpu, workload=ctx.workload.name, a_config=c.a_config,
+        b_config=c.b_config, repeats=3, results=c.results, verdicts=c.verdicts,
+        study_name=ctx.name,
+    )  # fmt: skip
+    return repo, ctx.name
+
+
+def _pages(repo: Repository, db_url: str, name: str) -> tuple[str, str]:
+    """The study page's confirmation card and the overview page, as the dashboards serve them."""
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
     from api.dashboards import mount_static, router
-    from tests.unit.test_confirm_choose import _row
 
-    repo = make_repo(db_url)
-    ctx = make_context(db_url, trials=2)  # no confirmation of its own: the H100's is stored
-    run_study(ctx, FakeRunner(), repo)
-    lost = _row(thr="worse", thr_ratio=(0.980, 0.968, 0.992))
-    repo.add_comparison(
-        model=lost.model, gpu=lost.gpu, workload=ctx.workload.name, a_config=lost.a_config,
-        b_config=lost.b_config, repeats=3, results=lost.results, verdicts=lost.verdicts,
-        study_name=ctx.name,
-    )  # fmt: skip
-    rec = recommendation(repo, ctx.name)
+    app = FastAPI()
+    app.state.repo, app.state.storage_url = repo, db_url
+    app.include_router(router)
+    mount_static(app)
+    with TestClient(app) as client:
+        html = client.get(f"/ui/studies/{name}").text
+        overview_html = client.get("/ui/").text
+    card = html[html.index('id="confirmation"') :]
+    return card[: card.index("</section>")], overview_html
+
+
+def test_a_confirmation_every_candidate_lost_reads_worse(db_url: str) -> None:
+    """The H100's Triton attention, confirmed -2.0 % [-3.2, -0.8] in output tok/s: `tuner best`
+    and the study page said "no significant difference"; they say worse, with the interval."""
+    repo, name = _with_stored_confirmation(db_url, thr="worse", thr_ratio=(0.980, 0.968, 0.992))
+    rec = recommendation(repo, name)
     assert rec is not None and rec.is_baseline
     assert (
         "confirmation (fresh launches, interleaved): worse than vLLM's defaults: output tok/s "
@@ -165,15 +187,7 @@ def test_a_confirmation_every_candidate_lost_reads_worse(db_url: str) -> None:
     ) in rec.render()
     assert "no significant difference from defaults" not in rec.render()
 
-    app = FastAPI()
-    app.state.repo, app.state.storage_url = repo, db_url
-    app.include_router(router)
-    mount_static(app)
-    with TestClient(app) as client:
-        html = client.get(f"/ui/studies/{ctx.name}").text
-        overview_html = client.get("/ui/").text
-    card = html[html.index('id="confirmation"') :]
-    card = card[: card.index("</section>")]
+    card, overview_html = _pages(repo, db_url, name)
     badge = '<span class="badge verdict bad">every candidate worse than the defaults</span>'
     assert badge in card
     assert "no significant difference" not in card[: card.index("</h2>")]
@@ -184,29 +198,9 @@ def test_a_confirmation_every_candidate_lost_reads_worse(db_url: str) -> None:
 def test_an_inconclusive_confirmation_is_headed_as_such_on_the_study_page(db_url: str) -> None:
     """Its heading said "no significant difference" while the verdict was that nothing could
     be said (launches of one configuration disagreed far beyond their noise)."""
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
-
-    from api.dashboards import mount_static, router
-    from tests.unit.test_confirm_choose import _row
-
-    repo = make_repo(db_url)
-    ctx = make_context(db_url, trials=2)
-    run_study(ctx, FakeRunner(), repo)
-    unclear = _row(thr="inconclusive: launches of A disagreed (max/min 2.4)")
-    repo.add_comparison(
-        model=unclear.model, gpu=unclear.gpu, workload=ctx.workload.name,
-        a_config=unclear.a_config, b_config=unclear.b_config, repeats=3,
-        results=unclear.results, verdicts=unclear.verdicts, study_name=ctx.name,
-    )  # fmt: skip
-    app = FastAPI()
-    app.state.repo, app.state.storage_url = repo, db_url
-    app.include_router(router)
-    mount_static(app)
-    with TestClient(app) as client:
-        html = client.get(f"/ui/studies/{ctx.name}").text
-    card = html[html.index('id="confirmation"') :]
-    card = card[: card.index("</section>")]
+    thr = "inconclusive: launches of A disagreed (max/min 2.4)"
+    repo, name = _with_stored_confirmation(db_url, thr=thr)
+    card, _ = _pages(repo, db_url, name)
     head = card[: card.index("</h2>")]
     assert '<span class="badge verdict finding">inconclusive</span>' in head
     assert "no significant difference" not in head

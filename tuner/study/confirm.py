@@ -41,7 +41,6 @@ each candidate's comparison against the defaults is a comparison row of the stud
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -334,7 +333,7 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
     unclear: ComparisonRow | None = None  # the first comparison inconclusive on the objective
     too_small: float | None = None  # a better score within the smallest effect: no win
     kept: ComparisonRow | None = None  # the first comparison not worse on what decides
-    lost: list[Confirmed] = []  # the comparisons worse on what decides, as verdicts
+    lost: list[ComparisonRow] = []  # the comparisons worse on what decides
     for row in rows:
         metrics = {m["metric"]: m for m in row.results["metrics"]}
         if any(is_inconclusive(metrics.get(n, {}).get("verdict")) for n in _judged(objective)):
@@ -375,31 +374,28 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
                 decided_on,
                 _against(row),
             )
-        elif said == WORSE:  # the defaults, a score of 1; what the candidate lost on beside
-            lost.append(
-                Confirmed(
-                    row.a_config,
-                    DEFAULTS_LABEL,
-                    WORSE,
-                    1.0,
-                    1.0,
-                    1.0,
-                    row.id,
-                    _details(metrics),
-                    _caveats(row),
-                    decided_on or _metric_interval(metrics, _alone(objective)),
-                    _against(row),
-                    worse=(_name(row),),
-                )
-            )
+        elif said == WORSE:
+            lost.append(row)
     if best is not None:
         return best
     if unclear is None and kept is None and lost:  # every candidate confirmed worse
-        return dataclasses.replace(lost[0], worse=tuple(c.worse[0] for c in lost))
+        # The first one's comparison shown, with what it lost on (the deciding metric, or the
+        # metric the objective weighs alone).
+        metrics = {m["metric"]: m for m in lost[0].results["metrics"]}
+        lost_on = _deciding(metrics, objective) or _metric_interval(metrics, _alone(objective))
+        names = tuple(_name(r) for r in lost)
+        return _keep_defaults(lost[0], WORSE, decided_on=lost_on, worse=names)
     # The evidence for keeping the defaults: the first candidate's comparison not worse than
     # them, or the first one that could not say anything.
-    shown, verdict = (unclear, INCONCLUSIVE) if unclear else (kept or rows[0], NO_DIFFERENCE)
-    first = {m["metric"]: m for m in shown.results["metrics"]}
+    if unclear is not None:
+        return _keep_defaults(unclear, INCONCLUSIVE)
+    return _keep_defaults(kept or rows[0], NO_DIFFERENCE, min_effect=too_small)
+
+
+def _keep_defaults(shown: ComparisonRow, verdict: str, **more: Any) -> Confirmed:
+    """The verdict that keeps vLLM's defaults (a score of 1), with ``shown``'s comparison as
+    its evidence; ``more``: the fields of :class:`Confirmed` that the verdict fills."""
+    metrics = {m["metric"]: m for m in shown.results["metrics"]}
     return Confirmed(
         shown.a_config,
         DEFAULTS_LABEL,
@@ -408,10 +404,10 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         1.0,
         1.0,
         shown.id,
-        _details(first),
+        _details(metrics),
         _caveats(shown),
         details_from=_against(shown),
-        min_effect=too_small if verdict == NO_DIFFERENCE else None,
+        **more,
     )
 
 

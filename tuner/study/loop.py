@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import math
 import random
 import time
 import warnings
@@ -59,7 +57,7 @@ from tuner.errors import UsageError
 from tuner.load import fingerprint
 from tuner.runner import TrialRunner
 from tuner.scoring import objectives as scoring
-from tuner.space import SearchSpace
+from tuner.space import LISTED, SearchSpace, listed
 from tuner.spec import FINGERPRINT, SEED_MAX, check_same_requests, resumed_spec, stored_spec
 from tuner.study import planning, sharing
 from tuner.study.attrs import metric_names, trial_attrs
@@ -194,9 +192,6 @@ class Untried(optuna.samplers.BaseSampler):
         self._rng.seed()
 
 
-_LISTED = 4096  # a space of at most this many combinations is listed whole by _untried
-
-
 def _untried(
     space: Mapping[str, optuna.distributions.BaseDistribution],
     knobs: Sequence[str],
@@ -209,14 +204,11 @@ def _untried(
     if any(c is None for c in choices):
         return None  # a knob that is not categorical: no list of combinations
     lists = [list(c or ()) for c in choices]
-    if math.prod(len(c) for c in lists) <= _LISTED:
-        fresh = [
-            combo
-            for combo in itertools.product(*lists)
-            if tuple(repr(v) for v in combo) not in tried
-        ]
+    combos = listed(lists)
+    if combos is not None:
+        fresh = [combo for combo in combos if tuple(repr(v) for v in combo) not in tried]
         return dict(zip(knobs, rng.choice(fresh), strict=True)) if fresh else None
-    for _ in range(_LISTED // 16):
+    for _ in range(LISTED // 16):
         combo = tuple(rng.choice(c) for c in lists)
         if tuple(repr(v) for v in combo) not in tried:
             return dict(zip(knobs, combo, strict=True))

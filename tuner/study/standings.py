@@ -54,9 +54,14 @@ def baseline(rows: Iterable[TrialRow], card: str | None = None) -> TrialRow | No
     """The study's measured baseline among ``rows``: its first complete search trial of vLLM's
     defaults; with ``card`` (a GPU's NVML UUID), the first measured on that card where the
     study measured them there (:class:`Reference`). None before one completed."""
-    measured = [r for r in rows if r.is_baseline and _measured(r)]
+    measured = _defaults(rows)
     here = (r for r in measured if card is not None and r.gpu_uuid == card)
     return next(here, None) or next(iter(measured), None)
+
+
+def _defaults(rows: Iterable[TrialRow]) -> list[TrialRow]:
+    """The complete search trials of vLLM's defaults among ``rows``, in their order."""
+    return [r for r in rows if r.is_baseline and _measured(r)]
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ def measured_before(rows: Iterable[TrialRow], config: ServingConfig) -> TrialRow
 def score_reference(rows: Iterable[TrialRow]) -> Reference | None:
     """The :class:`Reference` of the study's scores among ``rows``; None before its defaults
     were measured."""
-    defaults = [r for r in rows if r.is_baseline and _measured(r)]
+    defaults = _defaults(rows)
     if not defaults:
         return None
     cards: dict[str, tuple[float, ...]] = {}
