@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, select, text, update
 
 from tuner.db import migrate
-from tuner.db.repository import Repository
+from tuner.db.models import StudyModel
+from tuner.db.repository import QUEUE_WORKER, RUN_OWNER, Repository
+from tuner.db.rows import StudyStatus
 from tuner.db.session import SQLITE_BUSY_TIMEOUT_MS, make_engine
 from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
 
@@ -131,3 +134,69 @@ def test_two_writers_wait_for_each_other(engines: tuple[Engine, Engine]) -> None
     _study(b, "sb")
     assert _in_threads(lambda: _write_trials(a, "sa", 30), lambda: _write_trials(b, "sb", 30)) == []
     assert a.count_trials("sb") == 30 and b.count_trials("sa") == 30
+
+
+def _while_held(
+    engines: tuple[Engine, Engine], change: Mapping[str, Any], call: Callable[[], object]
+) -> object:
+    """What ``call`` (on ``engines[0]``) returns when a writer on ``engines[1]`` has merged
+    ``change`` into study s's spec, and commits only once ``call`` is about to write."""
+    writing = threading.Event()
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE"):
+            writing.set()
+
+    out: list[object] = []
+    thread = threading.Thread(target=lambda: out.append(call()))
+    event.listen(engines[0], "before_cursor_execute", seen)
+    try:
+        with engines[1].begin() as conn:
+            spec = conn.scalar(select(StudyModel.spec).where(StudyModel.name == "s"))
+            conn.execute(update(StudyModel).values(spec={**spec, **change}))
+            thread.start()
+            assert writing.wait(timeout=30)
+        thread.join(timeout=60)
+    finally:
+        event.remove(engines[0], "before_cursor_execute", seen)
+    assert out, "the call failed or did not return"
+    return out[0]
+
+
+ME, OTHER = {"host": "h", "pid": 1, "start": 1.0}, {"host": "h", "pid": 2, "start": 1.0}
+
+
+@pytest.mark.parametrize("write", ["claim_study_step", "set_study_plan", "claim_queued_study"])
+def test_a_spec_written_back_keeps_a_concurrent_change(
+    engines: tuple[Engine, Engine], write: str
+) -> None:
+    # Each reads the stored spec and writes back a merged copy: a change another process commits
+    # in between is kept (SQLite's driver reads outside a transaction: a write lock comes first).
+    repo = Repository(engines[0])
+    _study(repo, "s")  # queued
+    calls: dict[str, tuple[Callable[[], object], str, object]] = {
+        "claim_study_step": (
+            lambda: repo.claim_study_step("s", StudyStatus.CONFIRMING, unless=(), runner=ME),
+            RUN_OWNER,
+            ME,
+        ),
+        "set_study_plan": (
+            lambda: repo.set_study_plan("s", {"knobs": None}),
+            "plan_record",
+            {"knobs": None},
+        ),
+        "claim_queued_study": (lambda: repo.claim_queued_study(worker=ME), QUEUE_WORKER, ME),
+    }
+    call, key, value = calls[write]
+    _while_held(engines, {"held": True}, call)
+    study = repo.get_study("s")
+    assert study is not None and study.spec == {"held": True, key: value}
+
+
+def test_a_heartbeat_of_a_study_taken_over_meanwhile_does_not_count(
+    engines: tuple[Engine, Engine],
+) -> None:
+    repo = Repository(engines[0])
+    _study(repo, "s")
+    assert repo.claim_queued_study(worker=ME) is not None
+    assert _while_held(engines, {QUEUE_WORKER: OTHER}, lambda: repo.touch_study("s", ME)) is False

@@ -6,15 +6,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine, select, text, update
+from sqlalchemy.pool import NullPool
 
 from tests.studykit import TINY_WORKLOAD
 from tuner.db import codec, migrate
-from tuner.db.repository import Repository
-from tuner.db.rows import TrialPhase
+from tuner.db.models import StudyModel
+from tuner.db.repository import QUEUE_WORKER, RUN_OWNER, Repository
+from tuner.db.rows import StudyStatus, TrialPhase
 from tuner.db.session import make_engine
 from tuner.domain import (
     Estimate,
@@ -271,3 +275,81 @@ def test_two_writers_and_a_reader_on_one_study(pg_url: str) -> None:
     finally:
         for e in engines:
             e.dispose()
+
+
+def _while_held(pg_url: str, change: Mapping[str, Any], call: Callable[[], object]) -> object:
+    """What ``call`` returns when another transaction holds study s1's row (SELECT ... FOR
+    UPDATE), merges ``change`` into its spec, and commits only once ``call`` waits for it."""
+    holder = make_engine(pg_url)
+    watcher = create_engine(pg_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    out: list[object] = []
+    thread = threading.Thread(target=lambda: out.append(_outcome(call)))
+    try:
+        with holder.begin() as conn:
+            s1 = StudyModel.name == "s1"
+            spec = conn.scalar(select(StudyModel.spec).where(s1).with_for_update())
+            conn.execute(update(StudyModel).where(s1).values(spec={**spec, **change}))
+            thread.start()
+            deadline = time.monotonic() + 30
+            with watcher.connect() as watching:
+                while not watching.scalar(waiting):
+                    assert time.monotonic() < deadline, "the call never waited for the lock"
+                    time.sleep(0.02)
+        thread.join(timeout=60)
+    finally:
+        holder.dispose()
+        watcher.dispose()
+    assert out, "the call did not return"
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except BaseException as e:
+        return e
+
+
+@pytest.mark.parametrize("write", ["claim_study_step", "set_study_plan", "claim_queued_study"])
+def test_a_spec_written_back_keeps_a_concurrent_change(
+    engine: Engine, pg_url: str, write: str
+) -> None:
+    # Each reads the stored spec and writes back a merged copy: a change another process commits
+    # in between (another worker's claim, a plan, a runner's record) is kept, and so is this one.
+    repo = Repository(engine)
+    _study(repo)  # queued
+    me = {"host": "h", "pid": 1, "start": 1.0}
+    calls: dict[str, tuple[Callable[[], object], str, object]] = {
+        "claim_study_step": (
+            lambda: repo.claim_study_step("s1", StudyStatus.CONFIRMING, unless=(), runner=me),
+            RUN_OWNER,
+            me,
+        ),
+        "set_study_plan": (
+            lambda: repo.set_study_plan("s1", {"knobs": None}),
+            "plan_record",
+            {"knobs": None},
+        ),
+        "claim_queued_study": (lambda: repo.claim_queued_study(worker=me), QUEUE_WORKER, me),
+    }
+    call, key, value = calls[write]
+    _while_held(pg_url, {"held": True}, call)
+    study = repo.get_study("s1")
+    assert study is not None and study.spec["held"] is True and study.spec["trials"] == 4
+    assert study.spec[key] == value  # and so each claim took its study
+
+
+def test_a_heartbeat_of_a_study_taken_over_meanwhile_does_not_count(
+    engine: Engine, pg_url: str
+) -> None:
+    repo = Repository(engine)
+    _study(repo)
+    me, other = {"host": "h", "pid": 1, "start": 1.0}, {"host": "h", "pid": 2, "start": 1.0}
+    assert repo.claim_queued_study(worker=me) is not None
+    assert _while_held(pg_url, {QUEUE_WORKER: other}, lambda: repo.touch_study("s1", me)) is False

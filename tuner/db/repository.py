@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, Select, delete, func, select, update
+from sqlalchemy import ColumnElement, Engine, Select, delete, func, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
@@ -191,7 +191,7 @@ class Repository:
         with session_scope(self._engine) as s:
             study_id = _study_id(s, name)
             if spec_changes:
-                spec = s.scalar(select(StudyModel.spec).where(StudyModel.id == study_id)) or {}
+                spec = _locked_spec(s, StudyModel.id == study_id) or {}
                 values["spec"] = {**spec, **spec_changes} if spec or into_empty else spec
             s.execute(
                 update(StudyModel)
@@ -206,20 +206,22 @@ class Repository:
         A compare-and-set on the status, so two workers sharing the database (PostgreSQL, or
         SQLite on one host) never take the same study. None when nothing is queued.
         """
+        queued = StudyModel.status == StudyStatus.QUEUED.value
         while True:
             with session_scope(self._engine) as s:
-                candidate = s.execute(
-                    select(StudyModel.id, StudyModel.spec)
-                    .where(StudyModel.status == StudyStatus.QUEUED.value)
+                study_id = s.scalar(
+                    select(StudyModel.id)
+                    .where(queued)
                     .order_by(StudyModel.created_at, StudyModel.id)
                     .limit(1)
-                ).first()
-                if candidate is None:
+                )
+                if study_id is None:
                     return None
-                study_id, spec = candidate
+                # {}: another worker took it meanwhile, and the update below matches nothing
+                spec = _locked_spec(s, StudyModel.id == study_id, queued) or {}
                 taken = s.execute(
                     update(StudyModel)
-                    .where(StudyModel.id == study_id, StudyModel.status == StudyStatus.QUEUED.value)
+                    .where(StudyModel.id == study_id, queued)
                     .values(
                         status=StudyStatus.RUNNING.value,
                         spec=spec if worker is None else {**spec, QUEUE_WORKER: dict(worker)},
@@ -249,14 +251,17 @@ class Repository:
             owner = (spec or {}).get(QUEUE_WORKER)
             if not isinstance(owner, Mapping) or not gone(owner, updated):
                 continue
+            unchanged = (
+                StudyModel.id == study_id,
+                StudyModel.updated_at == updated,
+                StudyModel.status.in_(live),
+            )
             with session_scope(self._engine) as s:
+                # {}: written meanwhile, and the update below matches nothing
+                spec = _locked_spec(s, *unchanged) or {}
                 taken = s.execute(
                     update(StudyModel)
-                    .where(
-                        StudyModel.id == study_id,
-                        StudyModel.updated_at == updated,
-                        StudyModel.status.in_(live),
-                    )
+                    .where(*unchanged)
                     .values(spec={**spec, QUEUE_WORKER: dict(worker)}, updated_at=time.time())
                 )
                 if (row := _taken(s, taken, study_id)) is not None:
@@ -267,7 +272,7 @@ class Repository:
         """Move the study's ``updated_at`` to now, if ``worker`` is still its queue worker
         (its heartbeat); False once another worker has taken the study over."""
         with session_scope(self._engine) as s:
-            spec = s.scalar(select(StudyModel.spec).where(StudyModel.name == name))
+            spec = _locked_spec(s, StudyModel.name == name)
             if (spec or {}).get(QUEUE_WORKER) != dict(worker):
                 return False
             s.execute(
@@ -331,7 +336,7 @@ class Repository:
             study_id = _study_id(s, name)
             values: dict[str, Any] = {}
             if runner is not None:
-                spec = s.scalar(select(StudyModel.spec).where(StudyModel.id == study_id)) or {}
+                spec = _locked_spec(s, StudyModel.id == study_id) or {}
                 owned = {RUN_OWNER: dict(runner)}
                 if spec.get(QUEUE_WORKER):
                     owned[QUEUE_WORKER] = dict(runner)
@@ -631,6 +636,18 @@ def _study_id(s: Session, name: str) -> int:
     if study_id is None:
         raise UsageError(f"no study named {name!r}", hint="`tuner studies` lists the studies")
     return study_id
+
+
+def _locked_spec(s: Session, *where: ColumnElement[bool]) -> dict[str, Any] | None:
+    """The stored spec of the study ``where`` picks (None when none does), its row locked until
+    the session's transaction ends, so that a spec merged from it and written back in that
+    transaction loses no other process's write, nor has its own lost: SELECT ... FOR UPDATE on
+    PostgreSQL. SQLite has no row locks, and its driver reads outside a transaction until the
+    first write, so there a write that changes nothing takes the database's write lock first."""
+    if s.get_bind().dialect.name == "sqlite":
+        s.execute(update(StudyModel).where(*where).values(updated_at=StudyModel.updated_at))
+    found = s.execute(select(StudyModel.spec).where(*where).with_for_update()).first()
+    return None if found is None else dict(found[0] or {})
 
 
 def _touch(s: Session, study_id: int, now: float) -> None:
