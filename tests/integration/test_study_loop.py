@@ -319,6 +319,36 @@ def test_the_defaults_are_measured_however_often_they_were_interrupted(tmp_path:
     assert any(r.is_baseline and r.status.value == "complete" for r in rows)
 
 
+def test_the_defaults_queued_again_run_before_the_enqueued_configurations(
+    tmp_path: Path,
+) -> None:
+    """The defaults' launch was interrupted (Ctrl-C) in a study with two [[enqueue]] entries:
+    queued again behind them, the defaults ran last and the two were measured without the
+    study's reference. Now they run first."""
+    from tuner.domain import TrialResult, Workload
+
+    class CtrlCOnDefaults(FakeRunner):
+        def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+            if config == ServingConfig():
+                raise KeyboardInterrupt
+            return super().run(config, workload, **kw)
+
+    url = f"sqlite:///{tmp_path / 'order.db'}"
+    repo = make_repo(url)
+    enqueue = ({"max_num_seqs": 1}, {"gpu_memory_utilization": 0.5})
+    ctx = make_context(url, trials=3, name="order", enqueue=enqueue)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx, CtrlCOnDefaults(), repo)
+    runner = FakeRunner()
+    run_study(ctx, runner, repo, resume=True)
+    first, *others = runner.calls
+    assert first == ServingConfig()
+    assert others == [ServingConfig(max_num_seqs=1), ServingConfig(gpu_memory_utilization=0.5)]
+    rows = repo.list_trials("order", limit=None)
+    measured = [r for r in rows if r.status is TrialStatus.COMPLETE]
+    assert len(measured) == 3 and all(r.score is not None for r in measured)
+
+
 def test_a_resume_on_another_vllm_is_refused(tmp_path: Path) -> None:
     """The resume ran on vLLM 0.26.0 a study measured on 0.32.0, ranking both together."""
     import dataclasses

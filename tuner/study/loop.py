@@ -524,6 +524,9 @@ def _loop(
             time.sleep(WAIT_S)
             continue
         trial = ask_trial(ctx, study, join=join)
+        if _before_defaults(study, trial):
+            sharing.withdraw(study, trial, "vLLM's defaults, queued again, are measured first")
+            continue
         # It beats from the ask on (sharing.heartbeat): a trial whose worker is lost before its
         # measurement (a host gone, kill -9) goes stale as any other; Optuna's heartbeat never
         # marks stale a trial that was never beaten, and it kept the budget of the others.
@@ -574,6 +577,17 @@ def _loop(
         _defaults_here(ctx, study, rows, trial.number, report.phase)
         ranked = standings(rows, ctx.spec.objective, slo)
         report.trial_finished(trial.number, result, ranked[0] if ranked else None)
+
+
+def _before_defaults(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """Whether ``trial``, a queued configuration, was popped while vLLM's defaults wait to be
+    tried again (their trial was interrupted, or its worker lost): Optuna pops the oldest
+    first, and the trials of ``[[enqueue]]`` or a predicted recipe need the study's reference
+    (first-point check, screening, plan). Given back, it is queued again behind them."""
+    if trial.user_attrs.get("baseline"):
+        return False
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    return any(t.user_attrs.get("baseline") and sharing.attempt(t) > 1 for t in waiting)
 
 
 def _defaults_here(
