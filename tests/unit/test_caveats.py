@@ -4,6 +4,7 @@ information, and every report that shows those numbers says so too."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -340,3 +341,76 @@ def test_the_recommendation_mentions_flagged_windows_and_an_inconclusive_confirm
 def test_is_inconclusive_reads_stored_text() -> None:
     assert is_inconclusive("inconclusive: launches of A disagree")
     assert not is_inconclusive(BETTER) and not is_inconclusive(None)
+
+
+# -- a machine that drifts during the comparison ----------------------------------------------
+
+
+def _drifting(
+    a_level: float, ratio: float, slope: float, noise: Sequence[float], timed: bool = True
+) -> Comparison:
+    """Launches A B A B ... (one a minute) whose output falls by ``slope`` a launch (log scale),
+    B at ``ratio`` of A, each with its launch noise (log) from ``noise``; ``timed=False``:
+    without their start times (rows of older tuners)."""
+    import math
+
+    runs: tuple[list[TrialResult], list[TrialResult]] = ([], [])
+    for i, e in enumerate(noise):
+        side = i % 2
+        tok_s = a_level * (ratio if side else 1.0) * math.exp(slope * i + e)
+        launch = _launch(CANDIDATE.config if side else DEFAULTS.config, tok_s)
+        start = 1_000.0 + 60.0 * i if timed else None
+        runs[side].append(dataclasses.replace(launch, started_at=start))
+    return compare(DEFAULTS, runs[0], CANDIDATE, runs[1])
+
+
+def test_a_steady_drift_is_reported_with_b_over_a_taken_out_of_it() -> None:
+    # The H100's launches of 2026-12-06 (docs/results/plan-h200.md §13): both sides fell about
+    # 8 % a launch, and Welch's interval could not tell a x1.39 apart.
+    noise = [-0.12, 0.08, 0.02, 0.10, 0.14, -0.24, -0.03, 0.06]
+    c = _drifting(17_000.0, 1.39, -0.086, noise)
+    thr = c.metric("output_throughput")
+    assert thr.verdict == NO_DIFFERENCE and thr.low is not None and thr.low < 1.0
+    assert thr.drift is not None
+    per, adjusted = thr.drift.per_launch, thr.drift.adjusted
+    assert per.high < 1.0 and per.low < 0.918 < per.high
+    assert adjusted.low > 1.0 and adjusted.low < 1.39 < adjusted.high and adjusted.df == 5
+    assert "drift: output tok/s fell" in thr.describe() and "not the verdict" in thr.describe()
+    assert all(m.drift is None for m in c.metrics if m.metric != "output_throughput")
+    stored = json.loads(json.dumps(c.to_results()))["metrics"][0]["drift"]
+    assert stored["adjusted"]["low"] == pytest.approx(adjusted.low) and stored["df"] == 5
+    page = comparison_report(_row(c, kind="compare"))
+    assert page.provenance["drift"].startswith("output tok/s x0.9")
+    assert "B/A with it taken out x1.387 [1.048, 1.835]" in page.provenance["drift"]
+    assert page.unparsed == ""
+    # Launches without a start time cannot be put in order: no drift is told.
+    timeless = _drifting(17_000.0, 1.39, -0.086, noise, timed=False)
+    assert timeless.metric("output_throughput").drift is None
+
+
+def test_the_drift_interval_covers_as_stated_and_a_steady_machine_rarely_shows_one() -> None:
+    # Launch noise of SD 0.07 (log), about the H200's 0.068 (docs/results/noise-h200.md).
+    import numpy as np
+
+    from tuner.scoring.caveats import drift
+
+    rng = np.random.default_rng(20261206)
+    reps, covered, missed, flagged = 2000, 0, 0, 0
+    for _ in range(reps):
+        e = rng.normal(0.0, 0.07, 8)
+        order = np.arange(8)
+        logs = 0.2 * (order % 2) - 0.08 * order + e  # B/A x1.22, falling 7.7 % a launch
+        a = [(float(t), float(np.exp(v))) for t, v in zip(order[0::2], logs[0::2], strict=True)]
+        b = [(float(t), float(np.exp(v))) for t, v in zip(order[1::2], logs[1::2], strict=True)]
+        found = drift(a, b)
+        if found is None:
+            missed += 1
+            continue
+        covered += found.adjusted.low <= np.exp(0.2) <= found.adjusted.high
+        steady = [(t, v * np.exp(0.08 * t)) for t, v in (*a, *b)]
+        flagged += drift(steady[:4], steady[4:]) is not None
+    # A drift this steep shows nearly every time; where it shows, B/A taken out of it is
+    # covered 95 % of the time (the binomial SD over 2,000 repetitions is 0.5 %).
+    assert missed / reps < 0.01
+    assert 0.935 <= covered / (reps - missed) <= 0.965
+    assert 0.03 <= flagged / reps <= 0.07  # a 5 % test of "no drift"

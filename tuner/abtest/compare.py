@@ -19,6 +19,9 @@ The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboa
 with ``D = {"low", "high", "ratio", "within", "bound", "launches"}`` when that arm's launches
 disagree far beyond their noise (:func:`tuner.scoring.caveats.disagreement`; the metric's verdict is
 then "inconclusive: ..." unless the arms lie apart by more than that, see :func:`compare`),
+the headline metric's ``"drift": {"per_launch": R, "adjusted": R, "confidence", "df"}`` (``R =
+{"ratio", "low", "high"}``) where both arms' launches moved steadily together in launch order
+(:func:`tuner.scoring.caveats.drift`),
 ``SERVER`` per complete launch as :func:`_servers` gives it, and ``verdicts`` is
 ``{metric: verdict, ..., "overall": verdict}``. A side's ``values`` are one per launch, each
 that launch's ``launch_value`` over its windows (:data:`LAUNCH_VALUES`).
@@ -44,12 +47,14 @@ from tuner.scoring import (
     NO_DIFFERENCE,
     WORSE,
     Disagreement,
+    Drift,
     RatioInterval,
     WindowFlags,
     arm_window_note,
     beyond_disagreement,
     disagreement,
     disagreement_verdict,
+    drift,
     is_inconclusive,
     launch_value,
     ratio_interval,
@@ -156,29 +161,43 @@ RATIO_OF = "geometric means"
 
 def launch_values(results: Sequence[TrialResult], metric: str) -> list[float]:
     """One value per complete launch: the metric's median over its windows."""
-    return [value for value, _ in _launches(results, metric)]
+    return [value for value, _, _ in _launches(results, metric)]
 
 
 def _launches(
     results: Sequence[TrialResult], metric: str, geomean: bool = False
-) -> list[tuple[float, tuple[float, ...]]]:
+) -> list[tuple[float, tuple[float, ...], TrialResult]]:
     """Per complete launch that has the metric: its value (the median of its windows, or with
-    ``geomean`` their geometric mean, the value of :mod:`tuner.scoring.noise`'s model) and its
-    window values (none for peak memory, a single number per launch)."""
-    out: list[tuple[float, tuple[float, ...]]] = []
+    ``geomean`` their geometric mean, the value of :mod:`tuner.scoring.noise`'s model), its
+    window values (none for peak memory, a single number per launch) and the launch."""
+    out: list[tuple[float, tuple[float, ...], TrialResult]] = []
     for r in results:
         if r.status is not TrialStatus.COMPLETE:
             continue
         if metric == "memory_gib":
             mem = r.memory.headline_bytes
             if mem:
-                out.append((mem / GIB, ()))
+                out.append((mem / GIB, (), r))
         elif metric in r.metrics:
             e = r.metrics[metric]
             value = launch_value(e.values) if geomean else e.median
             if value is not None:
-                out.append((value, tuple(e.values)))
+                out.append((value, tuple(e.values), r))
     return out
+
+
+def _drift(
+    a_runs: Sequence[tuple[float, Any, TrialResult]],
+    b_runs: Sequence[tuple[float, Any, TrialResult]],
+    confidence: float,
+) -> Drift | None:
+    """The machine's drift over the launches (:func:`tuner.scoring.caveats.drift`), where every
+    launch has its start time."""
+    a = [(r.started_at, v) for v, _, r in a_runs if r.started_at is not None]
+    b = [(r.started_at, v) for v, _, r in b_runs if r.started_at is not None]
+    if len(a) + len(b) < len(a_runs) + len(b_runs):
+        return None
+    return drift(a, b, confidence)
 
 
 @dataclass(frozen=True)
@@ -200,6 +219,8 @@ class MetricComparison:
     # How the interval was computed ("welch", "pooled", "welch: why not pooled") and its df.
     method: str = ""
     df: float | None = None
+    # Both arms' launches moved steadily together in launch order (the headline metric only).
+    drift: Drift | None = None
 
     @property
     def inconclusive(self) -> bool:
@@ -211,7 +232,8 @@ class MetricComparison:
             return f"{self.label}: not enough launches to compare"
         if self.inconclusive:
             return f"{self.label}: {self.verdict} (B/A {shown} is not a measurement of B against A)"
-        return f"{self.label}: B/A {shown} ({(self.ratio - 1.0) * 100:+.1f} %) -> {self.verdict}"
+        told = f"{self.label}: B/A {shown} ({(self.ratio - 1.0) * 100:+.1f} %) -> {self.verdict}"
+        return told + (f"\n    {self.drift.text(self.label)}" if self.drift else "")
 
 
 @dataclass(frozen=True)
@@ -277,6 +299,7 @@ class Comparison:
                         "b": m.b_disagreement.to_dict() if m.b_disagreement else None,
                     },
                     **({"method": m.method, "df": m.df} if m.method else {}),
+                    **({"drift": m.drift.to_dict()} if m.drift else {}),
                 }
                 for m in self.metrics
             ],
@@ -336,13 +359,13 @@ def compare(
     metrics = []
     for name, label, higher in (*COMPARED, *turn_metrics(*a_results, *b_results)):
         a_runs, b_runs = _launches(a_results, name, geomean), _launches(b_results, name, geomean)
-        av, bv = [v for v, _ in a_runs], [v for v, _ in b_runs]
+        av, bv = [v for v, _, _ in a_runs], [v for v, _, _ in b_runs]
         if interval_of is None:
             interval = ratio_interval(av, bv, confidence)
         else:
             interval = interval_of(name, av, bv, confidence)
-        a_off = disagreement(av, [w for _, w in a_runs])
-        b_off = disagreement(bv, [w for _, w in b_runs])
+        a_off = disagreement(av, [w for _, w, _ in a_runs])
+        b_off = disagreement(bv, [w for _, w, _ in b_runs])
         verdict = interval.verdict(higher) if interval else NOT_ENOUGH
         if interval and name in FLOORED and interval.within(min_effect):
             verdict = NO_DIFFERENCE
@@ -370,6 +393,7 @@ def compare(
                 b_disagreement=b_off,
                 method=interval.method if interval and interval_of is not None else "",
                 df=interval.df if interval and interval_of is not None else None,
+                drift=_drift(a_runs, b_runs, confidence) if name == HEADLINE else None,
             )
         )
     return Comparison(

@@ -8,11 +8,13 @@ from tuner import face
 if TYPE_CHECKING:
     from tuner.scoring.caveats import (
         Disagreement,
+        Drift,
         WindowFlags,
         arm_window_note,
         beyond_disagreement,
         disagreement,
         disagreement_verdict,
+        drift,
         stored_window_note,
         window_flags,
     )
@@ -71,6 +73,7 @@ __all__ = [
     "Components",
     "Diagnosis",
     "Disagreement",
+    "Drift",
     "Launch",
     "NoiseKey",
     "NoiseProfile",
@@ -88,6 +91,7 @@ __all__ = [
     "diagnose",
     "disagreement",
     "disagreement_verdict",
+    "drift",
     "half_width_at",
     "is_inconclusive",
     "launch_value",

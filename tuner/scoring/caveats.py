@@ -28,6 +28,17 @@ where ``within`` is the typical (median over launches) max/min of one launch's w
 own load generator was saturated (the number is the client's floor, not the server's), or
 other processes took CPU or the GPU during the window. :class:`WindowFlags` counts them for a
 launch or an arm, so that every report says "N of M windows client-bound / disturbed".
+
+**A machine that drifts during a comparison.** Interleaving (A B A B ...) shares a slow change of
+the machine between the arms, but its launches then scatter more than launch noise, and B,
+launched after A in every pair, carries about one launch's worth more of it. On an H100
+(2026-12-06, ERNIE-0.3B at 256 streams, docs/results/plan-h200.md §13) both arms' output fell
+from launch to launch, the defaults 16,624 → 10,880 tok/s over 4 launches, and Welch's interval
+could not decide. :func:`drift` fits the launches in the order they started to a straight line
+over launches with one level per arm (least squares on the log scale); where the line's slope
+is significant it reports the change a launch and B/A with that trend taken out, a t interval
+on the fit's residual degrees of freedom (launches - 3), whose coverage under a linear drift
+``tests/unit/test_caveats.py`` simulates. It is a caveat, not the verdict.
 """
 
 from __future__ import annotations
@@ -39,8 +50,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tuner.domain import WindowMetrics
-from tuner.scoring.significance import INCONCLUSIVE
+from tuner.scoring.significance import INCONCLUSIVE, RatioInterval, t_interval
 
 DISAGREE_FLOOR = 2.0
 DISAGREE_POWER = 3.0
@@ -143,6 +156,72 @@ def disagreement_verdict(unit: str, sides: Mapping[str, tuple[str, Disagreement]
         for side, (label, d) in sorted(sides.items())
     ]
     return f"{INCONCLUSIVE}: " + "; ".join(clauses)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A steady change of the machine over an interleaved comparison's launches:
+    ``per_launch``, the change of the metric from one launch to the next (x0.917: 8.3 % less a
+    launch), and ``adjusted``, B/A with that straight-line trend taken out, each with its
+    interval (a t interval on ``launches - 3`` degrees of freedom)."""
+
+    per_launch: RatioInterval
+    adjusted: RatioInterval
+
+    def text(self, label: str) -> str:
+        """'drift: output tok/s fell 8.3 % a launch ...' for a comparison's report."""
+        p, a = self.per_launch, self.adjusted
+        way = "fell" if p.ratio < 1.0 else "rose"
+        change = abs(p.ratio - 1.0) * 100
+        level = f"{p.confidence * 100:g} %"
+        return (
+            f"drift: {label} {way} {change:.1f} % a launch on both sides, in launch order "
+            f"(x{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}], {level}): the machine changed while "
+            "the comparison ran, which widens the interval above and, B launching after A in "
+            f"each pair, moves it. B/A with a straight-line trend taken out: x{a.ratio:.3f} "
+            f"[{a.low:.3f}, {a.high:.3f}] ({level}, {a.df:.0f} df); not the verdict: compare "
+            "again on a steadier machine to decide"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            key: {"ratio": i.ratio, "low": i.low, "high": i.high}
+            for key, i in (("per_launch", self.per_launch), ("adjusted", self.adjusted))
+        } | {"confidence": self.per_launch.confidence, "df": self.per_launch.df}
+
+
+def drift(
+    a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]], confidence: float = 0.95
+) -> Drift | None:
+    """The drift of an interleaved comparison (see the module docstring), or None where none
+    shows: the slope's interval at ``confidence`` holds no change, or there are fewer than five
+    launches, or fewer than two a side. ``a``, ``b``: (start time, value) per launch; values
+    that are not positive and finite are left out."""
+    points = sorted(
+        (start, side, math.log(v))
+        for side, launches in ((0.0, a), (1.0, b))
+        for start, v in launches
+        if v > 0 and math.isfinite(v)
+    )
+    n_b = sum(1 for _, side, _ in points if side)
+    n_a = len(points) - n_b
+    if len(points) < 5 or min(n_a, n_b) < 2:
+        return None
+    x = np.column_stack([np.ones(len(points)), [p[1] for p in points], np.arange(len(points))])
+    y = np.array([p[2] for p in points])
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    df = len(points) - 3
+    residual = y - x @ coef
+    cov = float(residual @ residual) / df * np.linalg.inv(x.T @ x)
+
+    def interval(i: int, method: str) -> RatioInterval:
+        se = math.sqrt(max(float(cov[i, i]), 0.0))
+        return t_interval(float(coef[i]), se, df, confidence, n_a, n_b, method)
+
+    trend = interval(2, "straight-line trend over launches")
+    if not trend.significant:
+        return None
+    return Drift(trend, interval(1, "B/A with the trend taken out"))
 
 
 def number(x: float) -> str:

@@ -214,7 +214,21 @@ def decision_facts(results: Mapping[str, Any]) -> dict[str, str]:
         )
         if d.get("method"):
             out["interval"] = str(d["method"])
+    for e in _entries(results):
+        drift = _map(e.get("drift"))
+        per, adjusted = _ratio(_map(drift.get("per_launch"))), _ratio(_map(drift.get("adjusted")))
+        if per is not None and adjusted is not None:
+            out["drift"] = (
+                f"{e.get('label') or e['metric']} {_times(per)} a launch on both sides; B/A "
+                f"with it taken out {_times(adjusted)} (not the verdict)"
+            )
     return out
+
+
+def _times(r: Ratio) -> str:
+    """'x0.918 [0.863, 0.975]'"""
+    shown = f" [{r.low:.3f}, {r.high:.3f}]" if r.low is not None and r.high is not None else ""
+    return f"x{r.median:.3f}{shown}"
 
 
 def _stop_words(stopped: Any, results: Mapping[str, Any]) -> str:
