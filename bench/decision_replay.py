@@ -16,6 +16,10 @@ draws a launch effect and three window effects on the log scale, either
 
 and, in the ``outlier`` scenarios, one of the first three launches of a random side has all its
 windows at ``--outlier`` (0.6) of their value, as a launch that another process disturbed.
+``--drift D`` adds a machine that drifts: a launch's log value moves by ``D`` for each launch
+before it, in the order the design launches the sides (``--order``: ``counterbalanced``, A B,
+B A, ..., as :func:`tuner.abtest.compare.run_interleaved` launches them, or ``alternating``,
+A B, A B, ..., as it launched them before 2026-12-06).
 Each comparison first has a calibration (``--calibration`` launches of the defaults drawn the
 same way, fresh for each comparison: the profile's own uncertainty is part of the result).
 
@@ -181,6 +185,15 @@ class Scenario:
     name: str
     ratio: float
     outlier: float | None
+    drift: float = 0.0  # log change a launch, in launch order
+    order: str = "counterbalanced"
+
+
+def position(side: str, i: int, order: str) -> int:
+    """Where side's ``i``-th launch runs among both sides' launches (0 first): in round ``i``,
+    A first, or, counterbalanced, B first in every other round."""
+    first = "b" if order == "counterbalanced" and i % 2 else "a"
+    return 2 * i + (0 if side == first else 1)
 
 
 class Drawn:
@@ -220,6 +233,7 @@ class Sides(Drawn):
     def launch(self, side: str) -> TrialResult:
         i = len(self.runs[side])
         mu = math.log(15000.0) + (math.log(self.sc.ratio) if side == "b" else 0.0)
+        mu += self.sc.drift * position(side, i, self.sc.order)
         effect, window = self.draw(self.rng)
         values = np.exp(mu + effect + window)
         if self.outlier_at == (side, i):
@@ -361,7 +375,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     warm = [o.wall_s for o in observed if o.wall_s and (o.startup_s or 0) < COLD_S]
     draws = {"parametric": parametric(c), "resample": resampled(*residuals(observed))}
     scenarios = [
-        Scenario(f"x{r:g}{'-outlier' if o else ''}", r, o)
+        Scenario(f"x{r:g}{'-outlier' if o else ''}", r, o, args.drift, args.order)
         for r in args.ratios
         for o in (None, args.outlier)
     ]
@@ -700,6 +714,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ratios", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 1.2])
     p.add_argument("--noise", action="append", choices=["parametric", "resample"])
     p.add_argument("--designs", type=lambda s: s.split(","), default=list(DESIGNS))
+    p.add_argument("--drift", type=float, default=0.0, help="log change a launch (-0.08)")
+    p.add_argument("--order", choices=["counterbalanced", "alternating"], default="counterbalanced")
     p.add_argument(
         "--objective",
         choices=["throughput", "balanced"],

@@ -78,9 +78,10 @@ def test_one_server_at_a_time_is_significantly_worse_and_stored(tmp_path: Path) 
         assert thr["verdict"].startswith("inconclusive: launches of"), thr["verdict"]
         assert sum(side["disturbed"] for side in data["results"]["windows"].values()) > 0
         assert "better" not in data["verdicts"].values()
-    # Progress went to stderr, interleaved A B A B A B.
+    # Progress went to stderr, interleaved A B, B A, A B (counterbalanced).
     launches = [line for line in run.stderr.splitlines() if line.startswith("launch ")]
-    assert [line.split(": ", 1)[1] for line in launches] == ["defaults", "max_num_seqs=1"] * 3
+    a, b = "defaults", "max_num_seqs=1"
+    assert [line.split(": ", 1)[1] for line in launches] == [a, b, b, a, a, b]
     # Each launch's line names its windows' median; the decision's values name theirs.
     assert run.stderr.count("out tok/s (median of 2 windows)") == 6, run.stderr
     assert data["results"]["launch_value"] == "geomean"
@@ -246,7 +247,10 @@ def test_an_interrupted_compare_resumes_from_its_launches(tmp_path: Path) -> Non
     # pair (a busy CI run: 3 pairs), as the sequential design does.
     pairs = len(launched) // 2
     assert pairs >= 2, out
-    assert [line.split(": ", 1)[1] for line in launched] == ["defaults", "max_num_seqs=4"] * pairs
+    # Rounds 2, 3, ... of A B, B A, A B, ...: B A first.
+    turns = [["max_num_seqs=4", "defaults"], ["defaults", "max_num_seqs=4"]]
+    expected = [arm for k in range(pairs) for arm in turns[k % 2]]
+    assert [line.split(": ", 1)[1] for line in launched] == expected
     row = _repo(tmp_path).get_comparison(1)
     assert row is not None and row.results["launches"] == {"a": 1 + pairs, "b": 1 + pairs}
     assert not logs[0].exists()  # stored: the launch log is gone

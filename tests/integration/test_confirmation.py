@@ -33,15 +33,16 @@ def test_confirmation_runs_interleaved_and_finds_a_real_winner(db_url: str) -> N
     runner = FakeRunner()
     run_study(ctx, runner, repo)
 
-    # Search (2 launches), then D A D A D A.
+    # Search (2 launches), then D A, A D, D A (counterbalanced).
     assert len(runner.calls) == 2 + 6
     confirm_calls = runner.calls[2:]
-    assert confirm_calls[0::2] == [ServingConfig()] * 3
-    assert all(c.gpu_memory_utilization == 0.5 for c in confirm_calls[1::2])
+    defaults_at = [True, False, False, True, True, False]
+    assert [c == ServingConfig() for c in confirm_calls] == defaults_at
+    assert all(c.gpu_memory_utilization == 0.5 for c in confirm_calls if c != ServingConfig())
     rows = repo.list_trials(ctx.name, phase="confirm", limit=None)
     assert [r.number for r in rows] == list(range(CONFIRM_NUMBER_BASE, CONFIRM_NUMBER_BASE + 6))
     assert all(r.status is TrialStatus.COMPLETE for r in rows)
-    assert [r.is_baseline for r in rows] == [True, False] * 3
+    assert [r.is_baseline for r in rows] == defaults_at
 
     comparisons = repo.list_comparisons(ctx.name)
     assert len(comparisons) == 1
@@ -302,7 +303,7 @@ def test_without_a_budget_the_confirmation_takes_one_look(db_url: str) -> None:
     ctx = dataclasses.replace(ctx, spec=dataclasses.replace(ctx.spec, confirm_max_launches=None))
     runner = _noisy(5, 1.0, ctx)
     run_study(ctx, runner, repo)
-    assert len(runner.calls) == 2 + 6  # the search, then D A D A D A
+    assert len(runner.calls) == 2 + 6  # the search, then D A, A D, D A
     (row,) = repo.list_comparisons(ctx.name)
     assert row.results["decision"]["kind"] == "fixed" and row.repeats == 3
 
@@ -335,4 +336,5 @@ def test_a_study_given_more_trials_confirms_its_new_top(db_url: str) -> None:
     new = [c for c in repo.list_comparisons(first.name) if c.id != old.id]
     assert [c.b_config for c in new] == [ServingConfig(max_num_seqs=4)], runner.calls
     # The new round launched its own defaults, interleaved with the new candidate.
-    assert runner.calls[-4:] == [ServingConfig(), ServingConfig(max_num_seqs=4)] * 2
+    d, four = ServingConfig(), ServingConfig(max_num_seqs=4)
+    assert runner.calls[-4:] == [d, four, four, d]

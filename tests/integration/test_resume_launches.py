@@ -107,7 +107,8 @@ def test_verify_claims_resumes_from_its_launch_log(tmp_path: Path) -> None:
         planned, second, 3, 0.95, launch_log=lambda _w, _arms: log, on_resumed=said.append
     )
     assert len(second.calls) == 3  # 6 launches in all, 3 made before the stop
-    assert said and said[0].startswith("resuming: 2 of defaults, 1 of max_num_seqs=1")
+    # A B, B A: the third launch was B's second.
+    assert said and said[0].startswith("resuming: 1 of defaults, 2 of max_num_seqs=1")
     assert outcome.verdict == "consistent"
     assert outcome.comparison is not None
     assert [len(outcome.comparison.metric("e2e_p99_ms").a_values)] == [3]

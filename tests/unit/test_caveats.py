@@ -386,6 +386,12 @@ def test_a_steady_drift_is_reported_with_b_over_a_taken_out_of_it() -> None:
     # Launches without a start time cannot be put in order: no drift is told.
     timeless = _drifting(17_000.0, 1.39, -0.086, noise, timed=False)
     assert timeless.metric("output_throughput").drift is None
+    # A study's confirmation says it beside its verdict (tuner best, the study page, the API).
+    confirmed = choose([_row(c)], Objective.THROUGHPUT)
+    assert confirmed is not None and confirmed.caveats == (
+        "the machine drifted: output tok/s x0.917 [0.863, 0.975] a launch on both sides; "
+        "B/A with it taken out x1.387 [1.048, 1.835] (not the verdict)",
+    )
 
 
 def test_the_drift_interval_covers_as_stated_and_a_steady_machine_rarely_shows_one() -> None:

@@ -91,3 +91,23 @@ def test_the_readmes_balanced_table_is_the_committed_run() -> None:
             assert cell == want, (noise, cells[1], scenario)
             checked += 1
     assert checked == 2 * 2 * 7
+
+
+def test_the_launch_order_under_a_drifting_machine() -> None:
+    """--drift puts each launch where the design runs it: counterbalanced (A B, B A, ...) as
+    tuner launches them now, or alternating (A B, A B, ...) as it did before 2026-12-06."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import decision_replay as bench
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    order = sorted(
+        ((bench.position(side, i, "counterbalanced"), side) for side in "ab" for i in range(4)),
+    )
+    assert "".join(side for _, side in order) == "abbaabba"
+    assert [bench.position("b", i, "alternating") for i in range(3)] == [1, 3, 5]
+    # After every second round a steady drift charges neither side; alternating charges B.
+    drift = [sum(bench.position(s, i, "counterbalanced") for i in range(4)) for s in "ab"]
+    assert drift[0] == drift[1]
+    drift = [sum(bench.position(s, i, "alternating") for i in range(4)) for s in "ab"]
+    assert drift[1] - drift[0] == 4

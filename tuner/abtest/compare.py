@@ -1,8 +1,12 @@
 """A/B measurements: interleaved fresh launches of several configurations, and the comparison
 of two of them metric by metric with intervals and verdicts (see :mod:`tuner.scoring.significance`).
 
-Interleaving (A B C A B C ...) spreads slow drifts of the machine (thermal, caches, other
-tenants) over every arm instead of charging them to whichever ran last. Every run is a fresh
+Interleaving spreads slow drifts of the machine (thermal, caches, other tenants) over every arm
+instead of charging them to whichever ran last, and every other round runs the arms in reverse
+(A B, B A, A B, ...: counterbalanced), so that no arm always launches first: in A B A B ...
+B carries one launch more of a steady drift than A (x0.92 against B on an H100 whose output
+fell 8 % a launch, docs/results/plan-h200.md §13), in A B B A it carries none after every
+second round. Every run is a fresh
 server launch: launch-to-launch spread is part of what a user will see.
 
 The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboards read)::
@@ -108,7 +112,8 @@ def run_interleaved(
     done: Sequence[Sequence[TrialResult]] | None = None,
     first_canary: Sequence[str] | None = None,
 ) -> list[list[TrialResult]]:
-    """Launch each arm ``launches`` times, round-robin; results per arm in launch order.
+    """Launch each arm ``launches`` times, interleaved, in reverse every other round (A B, B A,
+    A B, ...; with three arms A B C, C B A, ...); results per arm in launch order.
 
     ``first_canary``: the canary shapes of each arm's first launch (the confirmation asks
     for the full set there); the other launches get the runner's default, the quick set.
@@ -125,7 +130,8 @@ def run_interleaved(
     total = launches * len(arms)
     index = 0
     for round_ in range(launches):
-        for i, arm in enumerate(arms):
+        turn = list(enumerate(arms))
+        for i, arm in reversed(turn) if round_ % 2 else turn:
             index += 1
             if i in hopeless or len(results[i]) > round_:
                 continue

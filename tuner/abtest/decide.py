@@ -3,7 +3,8 @@ confirmation: how many launches a comparison takes, and its verdict at each look
 
 A :class:`Design` is either
 
-- **sequential** (the default): interleaved pairs A B A B ... with a look after every pair from
+- **sequential** (the default): interleaved pairs A B, B A, A B ... (counterbalanced: see
+  :func:`tuner.abtest.compare.run_interleaved`) with a look after every pair from
   ``first`` launches a side, until the interval of B/A excludes 1, or its half-width is at most
   the smallest effect worth acting on (``min_effect``, default 5 %: "no significant
   difference" with the tight interval stated), or ``cap`` launches a side are spent; each
@@ -142,7 +143,7 @@ class Design:
         """A sentence for the plan line."""
         if self.fixed:
             floor = self.plan.min_effect
-            return f"{self.first} fresh launches each, interleaved A B A B ..." + (
+            return f"{self.first} fresh launches each, interleaved A B, B A, ..." + (
                 f", peak memory within {floor * 100:g} % is no difference" if floor else ""
             )
         stop = (
@@ -151,7 +152,7 @@ class Design:
             else ""
         )
         return (
-            f"interleaved pairs A B A B ..., a look after each pair from {self.first} to "
+            f"interleaved pairs A B, B A, A B ..., a look after each pair from {self.first} to "
             f"{self.cap} launches a side, until B/A excludes 1{stop} (each look at "
             f"{self.plan.confidence * 100:.2f} %, Pocock, for {self.confidence * 100:g} % overall)"
         )

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         disagreement,
         disagreement_verdict,
         drift,
+        stored_drift_note,
         stored_window_note,
         window_flags,
     )
@@ -103,6 +104,7 @@ __all__ = [
     "profile_of",
     "ratio_interval",
     "ratio_text",
+    "stored_drift_note",
     "stored_window_note",
     "t_quantile",
     "trial_cost",

@@ -29,9 +29,9 @@ own load generator was saturated (the number is the client's floor, not the serv
 other processes took CPU or the GPU during the window. :class:`WindowFlags` counts them for a
 launch or an arm, so that every report says "N of M windows client-bound / disturbed".
 
-**A machine that drifts during a comparison.** Interleaving (A B A B ...) shares a slow change of
-the machine between the arms, but its launches then scatter more than launch noise, and B,
-launched after A in every pair, carries about one launch's worth more of it. On an H100
+**A machine that drifts during a comparison.** Interleaving (A B, B A, ...) shares a slow change
+of the machine between the arms, but its launches then scatter more than launch noise (and
+where one arm launched earlier on average, it carries less of the change). On an H100
 (2026-12-06, ERNIE-0.3B at 256 streams, docs/results/plan-h200.md §13) both arms' output fell
 from launch to launch, the defaults 16,624 → 10,880 tok/s over 4 launches, and Welch's interval
 could not decide. :func:`drift` fits the launches in the order they started to a straight line
@@ -177,10 +177,10 @@ class Drift:
         return (
             f"drift: {label} {way} {change:.1f} % a launch on both sides, in launch order "
             f"(x{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}], {level}): the machine changed while "
-            "the comparison ran, which widens the interval above and, B launching after A in "
-            f"each pair, moves it. B/A with a straight-line trend taken out: x{a.ratio:.3f} "
-            f"[{a.low:.3f}, {a.high:.3f}] ({level}, {a.df:.0f} df); not the verdict: compare "
-            "again on a steadier machine to decide"
+            "the comparison ran, which widens the interval above (and moves it, where one side "
+            "launched earlier on average). B/A with a straight-line trend taken out: "
+            f"x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}] ({level}, {a.df:.0f} df); not the "
+            "verdict: compare again on a steadier machine to decide"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -317,6 +317,28 @@ def stored_window_note(results: Any) -> str:
     flags = {side: WindowFlags.from_dict(stored.get(side)) for side in ("a", "b")}
     labels = {side: str(results.get(f"{side}_label") or "") for side in ("a", "b")}
     return arm_window_note(flags, labels)
+
+
+def stored_drift_note(results: Any) -> str:
+    """The drift a stored comparison's ``results`` JSON told (:func:`drift`), as a note: 'the
+    machine drifted: output tok/s x0.918 [0.863, 0.975] a launch ...'; '' where it told none
+    (rows stored before tuner looked for one)."""
+    for e in results.get("metrics") or () if isinstance(results, Mapping) else ():
+        told = e.get("drift") if isinstance(e, Mapping) else None
+        if not isinstance(told, Mapping):
+            continue
+        try:
+            per, adjusted = (
+                "x{ratio:.3f} [{low:.3f}, {high:.3f}]".format(**told[k])
+                for k in ("per_launch", "adjusted")
+            )
+        except (KeyError, TypeError, ValueError):
+            return ""
+        return (
+            f"the machine drifted: {e.get('label') or e.get('metric')} {per} a launch on both "
+            f"sides; B/A with it taken out {adjusted} (not the verdict)"
+        )
+    return ""
 
 
 def arm_name(side: str, label: str) -> str:

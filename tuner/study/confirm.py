@@ -2,7 +2,7 @@
 
 The search ranks configurations on single launches, and a single launch can be lucky by 20 %.
 So the best candidates (the top ``confirm_top`` SLO-feasible ones) and vLLM's defaults are
-launched again, interleaved (D A B D A B ...), by the decision design of ``tuner compare``
+launched again, interleaved (D A B, B A D, ...), by the decision design of ``tuner compare``
 (:mod:`tuner.abtest.decide`): ``confirm_launches`` each at the first look, then one more round
 at a time up to ``confirm_max_launches`` (default: one look), until every candidate is decided
 on the objective's deciding metric or the budget is spent. Intervals borrow the noise profile
@@ -72,6 +72,7 @@ from tuner.scoring import (
     RatioInterval,
     is_inconclusive,
     ratio_interval,
+    stored_drift_note,
     stored_window_note,
 )
 from tuner.scoring import objectives as scoring
@@ -492,8 +493,8 @@ def _judged(objective: Objective) -> tuple[str, ...]:
 
 
 def _caveats(row: ComparisonRow) -> tuple[str, ...]:
-    note = stored_window_note(row.results)
-    return (note,) if note else ()
+    notes = (stored_window_note(row.results), stored_drift_note(row.results))
+    return tuple(note for note in notes if note)
 
 
 def _earlier_launches(trials: Sequence[TrialRow], arms: Sequence[Arm]) -> list[list[TrialResult]]:

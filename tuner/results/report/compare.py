@@ -27,7 +27,7 @@ from tuner.abtest import LAUNCH_VALUES, RATIO_OF, UNMEASURED_STOP
 from tuner.db import ComparisonRow
 from tuner.load import HIGHER_IS_BETTER
 from tuner.results.report.study import METRICS, num
-from tuner.scoring import ratio_text, stored_window_note
+from tuner.scoring import ratio_text, stored_drift_note, stored_window_note
 
 # Verdict words that get a colour; any other text is shown as it is, uncoloured.
 TONES: Mapping[str, str] = {"better": "good", "worse": "bad"}
@@ -214,21 +214,10 @@ def decision_facts(results: Mapping[str, Any]) -> dict[str, str]:
         )
         if d.get("method"):
             out["interval"] = str(d["method"])
-    for e in _entries(results):
-        drift = _map(e.get("drift"))
-        per, adjusted = _ratio(_map(drift.get("per_launch"))), _ratio(_map(drift.get("adjusted")))
-        if per is not None and adjusted is not None:
-            out["drift"] = (
-                f"{e.get('label') or e['metric']} {_times(per)} a launch on both sides; B/A "
-                f"with it taken out {_times(adjusted)} (not the verdict)"
-            )
+    drift = stored_drift_note(results)
+    if drift:
+        out["drift"] = drift.removeprefix("the machine drifted: ")
     return out
-
-
-def _times(r: Ratio) -> str:
-    """'x0.918 [0.863, 0.975]'"""
-    shown = f" [{r.low:.3f}, {r.high:.3f}]" if r.low is not None and r.high is not None else ""
-    return f"x{r.median:.3f}{shown}"
 
 
 def _stop_words(stopped: Any, results: Mapping[str, Any]) -> str:
