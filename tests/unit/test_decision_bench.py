@@ -111,3 +111,32 @@ def test_the_launch_order_under_a_drifting_machine() -> None:
     assert drift[0] == drift[1]
     drift = [sum(bench.position(s, i, "alternating") for i in range(4)) for s in "ab"]
     assert drift[1] - drift[0] == 4
+
+
+def test_the_readmes_drift_table_is_the_committed_run() -> None:
+    """bench/README.md's drift table re-derived from bench/results/decision-drift-2026-12-06.json
+    (and its drift-free row from bench/results/decision-replay.json), cell by cell."""
+    runs = json.loads((ROOT / "bench" / "results" / "decision-drift-2026-12-06.json").read_text())
+    steady = json.loads((ROOT / "bench" / "results" / "decision-replay.json").read_text())
+    readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### A machine that drifts, and the order", 1)[1].split("\n### ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    designs = ("fixed-3-welch", "seq-welch", "seq-pooled")
+    checked, drift = 0, ""
+    for line in rows[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        drift = cells[0].split(" ")[0] or drift
+        if drift == "0":
+            run = steady
+            assert runs["alternating"]["-0.02"]["args"]["reps"] == run["args"]["reps"] == 2000
+        else:
+            run = runs[cells[1]][drift]
+            assert (run["args"]["drift"], run["args"]["order"]) == (float(drift), cells[1])
+        res = run["results"]["parametric"]
+        for design, cell in zip(designs, cells[2:5], strict=True):
+            r = res[design]
+            want = f"{100 * r['x1']['false_decisions']:.1f} % / {100 * r['x1.2']['better']:.0f} %"
+            assert cell == want, (drift, cells[1], design)
+            checked += 1
+        assert cells[5] == f"{100 * res['seq-pooled']['x1.2']['inconclusive']:.1f} %"
+    assert checked == 7 * 3
