@@ -349,6 +349,27 @@ def test_the_defaults_queued_again_run_before_the_enqueued_configurations(
     assert len(measured) == 3 and all(r.score is not None for r in measured)
 
 
+def test_the_defaults_a_new_card_needs_run_before_the_enqueued_configurations(
+    tmp_path: Path,
+) -> None:
+    """A study resumed on a card that has not run vLLM's defaults says they run next; the
+    [[enqueue]] entries still waiting from its creation ran before them on that card."""
+    url = f"sqlite:///{tmp_path / 'cards.db'}"
+    repo = make_repo(url)
+    enqueue = ({"max_num_seqs": 1}, {"max_num_seqs": 64}, {"gpu_memory_utilization": 0.5})
+    first = make_context(url, trials=2, name="cards", enqueue=enqueue)
+    run_study(first, FakeRunner(card="GPU-a"), repo)
+    runner = FakeRunner(card="GPU-b")
+    more = make_context(url, trials=5, name="cards", enqueue=enqueue)
+    run_study(more, runner, repo, resume=True)
+    # Card b: the first entry left shows it has no defaults there, then they, then the rest.
+    assert runner.calls == [
+        ServingConfig(max_num_seqs=64),
+        ServingConfig(),
+        ServingConfig(gpu_memory_utilization=0.5),
+    ]
+
+
 def test_a_resume_on_another_vllm_is_refused(tmp_path: Path) -> None:
     """The resume ran on vLLM 0.26.0 a study measured on 0.32.0, ranking both together."""
     import dataclasses

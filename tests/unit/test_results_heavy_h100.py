@@ -85,11 +85,11 @@ def verdict_lines(results: dict[str, Any]) -> str:
 def drift_line(results: dict[str, Any]) -> str:
     """What today's code tells of these launches (the run's tuner did not yet)."""
     (m,) = [m for m in results["metrics"] if m["metric"] == "output_throughput"]
-    starts = [g["started_at"] for g in results["gpu_launches"]]
+    ends = [g["started_at"] + g["wall_s"] for g in results["gpu_launches"]]
     n_a = len(m["a"]["values"])
     found = drift(
-        list(zip(starts[:n_a], m["a"]["values"], strict=True)),
-        list(zip(starts[n_a:], m["b"]["values"], strict=True)),
+        list(zip(ends[:n_a], m["a"]["values"], strict=True)),
+        list(zip(ends[n_a:], m["b"]["values"], strict=True)),
     )
     assert found is not None
     return f"  {found.text('output tok/s')}\n"

@@ -23,8 +23,8 @@ The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboa
 with ``D = {"low", "high", "ratio", "within", "bound", "launches"}`` when that arm's launches
 disagree far beyond their noise (:func:`tuner.scoring.caveats.disagreement`; the metric's verdict is
 then "inconclusive: ..." unless the arms lie apart by more than that, see :func:`compare`),
-the headline metric's ``"drift": {"per_launch": R, "adjusted": R, "confidence", "df"}`` (``R =
-{"ratio", "low", "high"}``) where both arms' launches moved steadily together in launch order
+a metric's ``"drift": {"per_minute": R, "adjusted": R, "confidence", "df"}`` (``R = {"ratio",
+"low", "high"}``) where both arms' launches moved steadily together over time
 (:func:`tuner.scoring.caveats.drift`),
 ``SERVER`` per complete launch as :func:`_servers` gives it, and ``verdicts`` is
 ``{metric: verdict, ..., "overall": verdict}``. A side's ``values`` are one per launch, each
@@ -195,15 +195,14 @@ def _launches(
 def _drift(
     a_runs: Sequence[tuple[float, Any, TrialResult]],
     b_runs: Sequence[tuple[float, Any, TrialResult]],
-    confidence: float,
 ) -> Drift | None:
-    """The machine's drift over the launches (:func:`tuner.scoring.caveats.drift`), where every
-    launch has its start time."""
-    a = [(r.started_at, v) for v, _, r in a_runs if r.started_at is not None]
-    b = [(r.started_at, v) for v, _, r in b_runs if r.started_at is not None]
+    """The machine's drift over the launches (:func:`tuner.scoring.caveats.drift`), on the
+    time each launch ended (its measurement's last window), where every launch has it."""
+    a = [(r.finished_at, v) for v, _, r in a_runs if r.finished_at is not None]
+    b = [(r.finished_at, v) for v, _, r in b_runs if r.finished_at is not None]
     if len(a) + len(b) < len(a_runs) + len(b_runs):
         return None
-    return drift(a, b, confidence)
+    return drift(a, b)
 
 
 @dataclass(frozen=True)
@@ -225,7 +224,7 @@ class MetricComparison:
     # How the interval was computed ("welch", "pooled", "welch: why not pooled") and its df.
     method: str = ""
     df: float | None = None
-    # Both arms' launches moved steadily together in launch order (the headline metric only).
+    # Both arms' launches moved steadily together over time (the machine drifted).
     drift: Drift | None = None
 
     @property
@@ -238,8 +237,7 @@ class MetricComparison:
             return f"{self.label}: not enough launches to compare"
         if self.inconclusive:
             return f"{self.label}: {self.verdict} (B/A {shown} is not a measurement of B against A)"
-        told = f"{self.label}: B/A {shown} ({(self.ratio - 1.0) * 100:+.1f} %) -> {self.verdict}"
-        return told + (f"\n    {self.drift.text(self.label)}" if self.drift else "")
+        return f"{self.label}: B/A {shown} ({(self.ratio - 1.0) * 100:+.1f} %) -> {self.verdict}"
 
 
 @dataclass(frozen=True)
@@ -399,7 +397,7 @@ def compare(
                 b_disagreement=b_off,
                 method=interval.method if interval and interval_of is not None else "",
                 df=interval.df if interval and interval_of is not None else None,
-                drift=_drift(a_runs, b_runs, confidence) if name == HEADLINE else None,
+                drift=_drift(a_runs, b_runs),
             )
         )
     return Comparison(

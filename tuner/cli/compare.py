@@ -140,6 +140,9 @@ def _print_comparison(outcome: PairOutcome, say: Say) -> None:
     say(f"  (a launch's value: {LAUNCH_VALUES[c.launch_value]})")
     for m in c.metrics if not any(findings.values()) else ():
         say(f"  {m.describe()}")
+    decides = c.metric(outcome.look.metric if outcome.look is not None else "output_throughput")
+    if decides.drift is not None and not any(findings.values()):
+        say(f"  {decides.drift.text(decides.label)}")
     thr, p99 = c.metric("output_throughput"), c.metric("e2e_p99_ms")
     for side, arm, tv, pv, failures, flags in (
         ("A", c.a, thr.a_values, p99.a_values, c.a_failures, c.a_windows),

@@ -34,11 +34,12 @@ of the machine between the arms, but its launches then scatter more than launch 
 where one arm launched earlier on average, it carries less of the change). On an H100
 (2026-12-06, ERNIE-0.3B at 256 streams, docs/results/plan-h200.md §13) both arms' output fell
 from launch to launch, the defaults 16,624 → 10,880 tok/s over 4 launches, and Welch's interval
-could not decide. :func:`drift` fits the launches in the order they started to a straight line
-over launches with one level per arm (least squares on the log scale); where the line's slope
-is significant it reports the change a launch and B/A with that trend taken out, a t interval
-on the fit's residual degrees of freedom (launches - 3), whose coverage under a linear drift
-``tests/unit/test_caveats.py`` simulates. It is a caveat, not the verdict.
+could not decide. :func:`drift` fits each launch's value (log) to a straight line over the
+time the launch ended (minutes; the time, not the launch's rank, so that the launches of other
+arms and failed ones leave no gap) with one level per arm, by least squares; where the line's
+slope is significant at 95 % it reports the change a minute and B/A with that trend taken out,
+t intervals on the fit's residual degrees of freedom (launches - 3), whose coverage under a
+linear drift ``tests/unit/test_caveats.py`` simulates. It is a caveat, not the verdict.
 """
 
 from __future__ import annotations
@@ -158,67 +159,109 @@ def disagreement_verdict(unit: str, sides: Mapping[str, tuple[str, Disagreement]
     return f"{INCONCLUSIVE}: " + "; ".join(clauses)
 
 
+DRIFT_CONFIDENCE = 0.95  # a caveat's level, whatever the decision's per-look level
+
+
 @dataclass(frozen=True)
 class Drift:
-    """A steady change of the machine over an interleaved comparison's launches:
-    ``per_launch``, the change of the metric from one launch to the next (x0.917: 8.3 % less a
-    launch), and ``adjusted``, B/A with that straight-line trend taken out, each with its
-    interval (a t interval on ``launches - 3`` degrees of freedom)."""
+    """A steady change of the machine over a comparison's launches: ``per_minute``, the
+    metric's change from one minute to the next on both sides (x0.956: 4.4 % less a minute),
+    and ``adjusted``, B/A with that straight-line trend taken out, each with its interval (a
+    t interval on ``launches - 3`` degrees of freedom)."""
 
-    per_launch: RatioInterval
+    per_minute: RatioInterval
     adjusted: RatioInterval
 
-    def text(self, label: str) -> str:
-        """'drift: output tok/s fell 8.3 % a launch ...' for a comparison's report."""
-        p, a = self.per_launch, self.adjusted
-        way = "fell" if p.ratio < 1.0 else "rose"
-        change = abs(p.ratio - 1.0) * 100
-        level = f"{p.confidence * 100:g} %"
+    def summary(self, label: str) -> str:
+        """'output tok/s x0.956 [0.927, 0.987] a minute on both sides; B/A with it taken out
+        x1.377 [1.045, 1.813] (95 %, 5 df; not the verdict)'"""
+        p, a = self.per_minute, self.adjusted
         return (
-            f"drift: {label} {way} {change:.1f} % a launch on both sides, in launch order "
-            f"(x{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}], {level}): the machine changed while "
-            "the comparison ran, which widens the interval above (and moves it, where one side "
-            "launched earlier on average). B/A with a straight-line trend taken out: "
-            f"x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}] ({level}, {a.df:.0f} df); not the "
-            "verdict: compare again on a steadier machine to decide"
+            f"{label} x{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}] a minute on both sides; B/A "
+            f"with it taken out x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}] "
+            f"({p.confidence * 100:.0f} %, {p.df:.0f} df; not the verdict)"
+        )
+
+    def text(self, label: str) -> str:
+        """The sentence a comparison's report prints: what drifted, what it does to the
+        interval, and what to do."""
+        p, a = self.per_minute, self.adjusted
+        way = "fell" if p.ratio < 1.0 else "rose"
+        level = f"{p.confidence * 100:.0f} %"
+        return (
+            f"drift: {label} {way} {abs(p.ratio - 1.0) * 100:.2g} % a minute on both sides "
+            f"while the comparison ran (x{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}], {level}): "
+            "the interval above holds the machine's change as well as the configurations' "
+            f"difference. B/A with a straight-line trend taken out: x{a.ratio:.3f} "
+            f"[{a.low:.3f}, {a.high:.3f}] ({level}, {a.df:.0f} df); not the verdict: compare "
+            "again on a steadier machine to decide"
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             key: {"ratio": i.ratio, "low": i.low, "high": i.high}
-            for key, i in (("per_launch", self.per_launch), ("adjusted", self.adjusted))
-        } | {"confidence": self.per_launch.confidence, "df": self.per_launch.df}
+            for key, i in (("per_minute", self.per_minute), ("adjusted", self.adjusted))
+        } | {"confidence": self.per_minute.confidence, "df": self.per_minute.df}
+
+    @classmethod
+    def from_dict(cls, told: Any) -> Drift | None:
+        """A stored :meth:`to_dict`; None where it is not one."""
+        try:
+            level, df = float(told["confidence"]), float(told["df"])
+            per, adjusted = (
+                RatioInterval(*_floats(told[k]), level, 0, 0, k, df)
+                for k in ("per_minute", "adjusted")
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        return cls(per, adjusted)
+
+
+def _floats(stored: Any) -> tuple[float, float, float]:
+    """A stored interval's ratio, low and high."""
+    return float(stored["ratio"]), float(stored["low"]), float(stored["high"])
 
 
 def drift(
-    a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]], confidence: float = 0.95
+    a: Sequence[tuple[float, float]],
+    b: Sequence[tuple[float, float]],
+    confidence: float = DRIFT_CONFIDENCE,
 ) -> Drift | None:
-    """The drift of an interleaved comparison (see the module docstring), or None where none
-    shows: the slope's interval at ``confidence`` holds no change, or there are fewer than five
-    launches, or fewer than two a side. ``a``, ``b``: (start time, value) per launch; values
-    that are not positive and finite are left out."""
+    """The drift of a comparison (see the module docstring), or None where none shows: the
+    slope's interval at ``confidence`` holds no change, the fit leaves no residual (values
+    exactly constant per side), the launches span less than a minute, or there are fewer than
+    five launches, or fewer than two a side. ``a``, ``b``: (time in seconds, value) per
+    launch; values that are not positive and finite are left out. The time axis, not the
+    launches' ranks, so that the launches of other arms (a confirmation's several candidates)
+    and failed ones leave no gap in it."""
     points = sorted(
-        (start, side, math.log(v))
+        (at, side, math.log(v))
         for side, launches in ((0.0, a), (1.0, b))
-        for start, v in launches
+        for at, v in launches
         if v > 0 and math.isfinite(v)
     )
     n_b = sum(1 for _, side, _ in points if side)
     n_a = len(points) - n_b
     if len(points) < 5 or min(n_a, n_b) < 2:
         return None
-    x = np.column_stack([np.ones(len(points)), [p[1] for p in points], np.arange(len(points))])
+    minutes = [(at - points[0][0]) / 60.0 for at, _, _ in points]
+    if minutes[-1] < 1.0:
+        return None  # launches within a minute (fakes, not a GPU): no trend over time to tell
+    x = np.column_stack([np.ones(len(points)), [p[1] for p in points], minutes])
     y = np.array([p[2] for p in points])
-    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    coef, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
     df = len(points) - 3
     residual = y - x @ coef
-    cov = float(residual @ residual) / df * np.linalg.inv(x.T @ x)
+    rss = float(residual @ residual)
+    if rank < 3 or rss <= 1e-12 * len(points):
+        return None
+    cov = rss / df * np.linalg.inv(x.T @ x)
 
     def interval(i: int, method: str) -> RatioInterval:
         se = math.sqrt(max(float(cov[i, i]), 0.0))
         return t_interval(float(coef[i]), se, df, confidence, n_a, n_b, method)
 
-    trend = interval(2, "straight-line trend over launches")
+    trend = interval(2, "straight-line trend over the launches' times")
     if not trend.significant:
         return None
     return Drift(trend, interval(1, "B/A with the trend taken out"))
@@ -319,26 +362,26 @@ def stored_window_note(results: Any) -> str:
     return arm_window_note(flags, labels)
 
 
+def stored_drift(results: Any) -> tuple[str, Drift] | None:
+    """The drift a stored comparison's ``results`` JSON told for the metric its decision
+    stopped on (the output throughput where it names none), with that metric's label; None
+    where it told none (rows stored before tuner looked for one)."""
+    if not isinstance(results, Mapping):
+        return None
+    decision = results.get("decision")
+    metric = decision.get("metric") if isinstance(decision, Mapping) else None
+    for e in results.get("metrics") or ():
+        if isinstance(e, Mapping) and e.get("metric") == (metric or "output_throughput"):
+            found = Drift.from_dict(e.get("drift"))
+            return None if found is None else (str(e.get("label") or e["metric"]), found)
+    return None
+
+
 def stored_drift_note(results: Any) -> str:
-    """The drift a stored comparison's ``results`` JSON told (:func:`drift`), as a note: 'the
-    machine drifted: output tok/s x0.918 [0.863, 0.975] a launch ...'; '' where it told none
-    (rows stored before tuner looked for one)."""
-    for e in results.get("metrics") or () if isinstance(results, Mapping) else ():
-        told = e.get("drift") if isinstance(e, Mapping) else None
-        if not isinstance(told, Mapping):
-            continue
-        try:
-            per, adjusted = (
-                "x{ratio:.3f} [{low:.3f}, {high:.3f}]".format(**told[k])
-                for k in ("per_launch", "adjusted")
-            )
-        except (KeyError, TypeError, ValueError):
-            return ""
-        return (
-            f"the machine drifted: {e.get('label') or e.get('metric')} {per} a launch on both "
-            f"sides; B/A with it taken out {adjusted} (not the verdict)"
-        )
-    return ""
+    """:func:`stored_drift` as a note: 'the machine drifted: output tok/s x0.956 ... a minute
+    ...'; '' where there is none."""
+    found = stored_drift(results)
+    return "" if found is None else f"the machine drifted: {found[1].summary(found[0])}"
 
 
 def arm_name(side: str, label: str) -> str:

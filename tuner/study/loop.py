@@ -581,13 +581,23 @@ def _loop(
 
 def _before_defaults(study: optuna.Study, trial: optuna.Trial) -> bool:
     """Whether ``trial``, a queued configuration, was popped while vLLM's defaults wait to be
-    tried again (their trial was interrupted, or its worker lost): Optuna pops the oldest
-    first, and the trials of ``[[enqueue]]`` or a predicted recipe need the study's reference
-    (first-point check, screening, plan). Given back, it is queued again behind them."""
+    tried again (their trial was interrupted, or its worker lost) or on a card that has not run
+    them (:func:`_defaults_here`): Optuna pops the oldest first, and the trials of
+    ``[[enqueue]]``, a predicted recipe or a screening need the reference of their card
+    (first-point check, screening, plan). Given back, it is queued again behind them. A new
+    study's first defaults keep their place behind a predicted recipe, which goes first by
+    design (:mod:`tuner.study.planning`)."""
     if trial.user_attrs.get("baseline"):
         return False
-    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    return any(t.user_attrs.get("baseline") and sharing.attempt(t) > 1 for t in waiting)
+    trials = study.get_trials(deepcopy=False)
+    done = optuna.trial.TrialState.COMPLETE
+    measured = any(t.state is done and t.user_attrs.get("baseline") for t in trials)
+    return any(
+        t.state is optuna.trial.TrialState.WAITING
+        and t.user_attrs.get("baseline")
+        and (measured or sharing.attempt(t) > 1)
+        for t in trials
+    )
 
 
 def _defaults_here(
