@@ -641,12 +641,15 @@ def _study_id(s: Session, name: str) -> int:
 def _locked_spec(s: Session, *where: ColumnElement[bool]) -> dict[str, Any] | None:
     """The stored spec of the study ``where`` picks (None when none does), its row locked until
     the session's transaction ends, so that a spec merged from it and written back in that
-    transaction loses no other process's write, nor has its own lost: SELECT ... FOR UPDATE on
-    PostgreSQL. SQLite has no row locks, and its driver reads outside a transaction until the
-    first write, so there a write that changes nothing takes the database's write lock first."""
+    transaction loses no other process's write, nor has its own lost: SELECT ... FOR NO KEY
+    UPDATE on PostgreSQL (the lock the UPDATE takes anyway, so that inserting a trial that
+    references the study does not wait on it). SQLite has no row locks, and its driver reads
+    outside a transaction until the first write, so there a write that changes nothing takes
+    the database's write lock first."""
     if s.get_bind().dialect.name == "sqlite":
         s.execute(update(StudyModel).where(*where).values(updated_at=StudyModel.updated_at))
-    found = s.execute(select(StudyModel.spec).where(*where).with_for_update()).first()
+    locked = select(StudyModel.spec).where(*where).with_for_update(key_share=True)
+    found = s.execute(locked).first()
     return None if found is None else dict(found[0] or {})
 
 
