@@ -71,10 +71,11 @@ def test_verify_the_seed_claims_on_cpu_vllm(
     assert row is not None and row.results["kind"] == "claim"
     assert row.results["claim"]["verdict"] == prefix["verdict"]
     assert row.provenance is not None and row.provenance.vllm_version.startswith("0.32")
+    # Interleaved A B, B A (counterbalanced).
     assert [line for line in run.stderr.splitlines() if line.startswith("launch ")] == [
         "launch 1/4: gpu_memory_utilization=0.1,enable_prefix_caching=False,enforce_eager=True",
         "launch 2/4: gpu_memory_utilization=0.1,enable_prefix_caching=True,enforce_eager=True",
-        "launch 3/4: gpu_memory_utilization=0.1,enable_prefix_caching=False,enforce_eager=True",
-        "launch 4/4: gpu_memory_utilization=0.1,enable_prefix_caching=True,enforce_eager=True",
+        "launch 3/4: gpu_memory_utilization=0.1,enable_prefix_caching=True,enforce_eager=True",
+        "launch 4/4: gpu_memory_utilization=0.1,enable_prefix_caching=False,enforce_eager=True",
     ]
     assert processes_mentioning(VLLM_PROCESS) == []

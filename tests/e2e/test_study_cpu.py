@@ -149,7 +149,7 @@ def test_a_study_with_a_curve_and_vllm_flags_confirms_its_best(
     # first of each arm answering the whole canary; one comparison with a verdict.
     confirm = repo.list_trials(STUDY, phase="confirm", limit=None)
     assert len(confirm) == 4
-    assert [r.is_baseline for r in confirm] == [True, False] * 2
+    assert [r.is_baseline for r in confirm] == [True, False, False, True]  # D B, B D
     assert all(r.config.extra == FLAGS for r in confirm if not r.is_baseline)
     for row in confirm:
         check_complete(row.to_result())
