@@ -118,6 +118,27 @@ _FOUR = ({"gpu_memory_utilization": 0.5}, {"max_num_seqs": 1}, {"max_num_seqs": 
 _FOUR += ({"gpu_memory_utilization": 0.6, "max_num_seqs": 64},)
 
 
+def test_a_ctrl_c_just_after_the_study_is_marked_running_records_it_interrupted(
+    db_url: str,
+) -> None:
+    """`tuner run --parallel 2` stopped by Ctrl-C left its study "running" (CI, PostgreSQL):
+    one worker had recorded it interrupted, the other, still starting, then wrote "running",
+    and its SIGTERM landed before it could say otherwise."""
+    repo = make_repo(db_url)
+    ctx = make_context(db_url, trials=2)
+    set_status = repo.set_study_status
+
+    def signalled(name: str, status: Any) -> None:
+        set_status(name, status)
+        if status == "running":
+            raise KeyboardInterrupt  # the SIGTERM, between this write and the next step
+
+    repo.set_study_status = signalled  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx, FakeRunner(), repo)
+    assert repo.get_study(ctx.name).status == "interrupted"
+
+
 def test_interrupted_study_resumes_without_losing_completed_trials(db_url: str) -> None:
     repo = make_repo(db_url)
     ctx = make_context(

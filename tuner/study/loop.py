@@ -315,8 +315,10 @@ def run_study(
             repo.set_study_runner(ctx.name, me)
         else:
             _clear_dead_runner(ctx.name, repo)  # a joining worker runs it now
-        repo.set_study_status(ctx.name, "running")
         try:
+            # Inside: a Ctrl-C (a SIGTERM) landing just after this write still records the
+            # study interrupted, whatever another worker wrote before.
+            repo.set_study_status(ctx.name, "running")
             _loop(ctx, study, storage, runner, repo, report, study_slo(row), join=join)
             if ctx.spec.confirm_launches > 0:
                 # A joined worker that takes the confirmation runs the study while it confirms:
