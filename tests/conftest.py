@@ -58,6 +58,7 @@ SERIAL = frozenset(
         "postgres/test_postgres_optuna.py",
         "postgres/test_postgres_workers.py",
         "unit/test_load_generator.py",
+        "unit/test_telemetry_cpu.py",
     }
 )
 # CPU-bound modules that time nothing (the dashboards in chromium, the API fuzzing), which the
