@@ -27,7 +27,7 @@ from tuner.abtest import LAUNCH_VALUES, RATIO_OF, UNMEASURED_STOP
 from tuner.db import ComparisonRow
 from tuner.load import HIGHER_IS_BETTER
 from tuner.results.report.study import METRICS, num
-from tuner.scoring import ratio_text, stored_drift_note, stored_window_note
+from tuner.scoring import ratio_text, stored_drift, stored_window_note
 
 # Verdict words that get a colour; any other text is shown as it is, uncoloured.
 TONES: Mapping[str, str] = {"better": "good", "worse": "bad"}
@@ -214,9 +214,9 @@ def decision_facts(results: Mapping[str, Any]) -> dict[str, str]:
         )
         if d.get("method"):
             out["interval"] = str(d["method"])
-    drift = stored_drift_note(results)
-    if drift:
-        out["drift"] = drift.removeprefix("the machine drifted: ")
+    drift = stored_drift(results)
+    if drift is not None:
+        out["drift"] = drift[1].summary(drift[0])
     return out
 
 
