@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import gc
 import sys
+import tarfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from tuner.compose import StudyContext
 from tuner.db import migrate
 from tuner.db.migrate import upgrade
 from tuner.db.models import VERSION_TABLE, Base
-from tuner.db.repository import Repository
+from tuner.db.repository import QUEUE_WORKER, RUN_OWNER, Repository
+from tuner.db.rows import StudyStatus
 from tuner.db.session import make_engine
 from tuner.domain import ModelSpec, ServingConfig, Workload
 from tuner.domain.workload import parse_slo
@@ -269,3 +271,37 @@ def damage_sqlite(path: Path, *, index_of: str | None = None) -> Path:
         f.seek((page - 1) * size)
         f.write(b"\xff" * 16)
     return path
+
+
+def stream_log(folder: Path, name: str) -> str:
+    """The log of stream ``name`` (its plan's output) in a GPU session's ``streams.tgz``, as
+    scripts/gpu-streams.sh collected it into ``folder``."""
+    with tarfile.open(folder / "streams.tgz") as tar:
+        f = tar.extractfile(f"./{name}.log")
+        assert f is not None
+        return f.read().decode()
+
+
+def spec_writers(
+    repo: Repository, name: str, worker: Mapping[str, Any]
+) -> dict[str, tuple[Callable[[], object], str, object]]:
+    """The repository's calls that read study ``name``'s stored spec and write a merged copy
+    back, each with the spec key it writes and the value: what the concurrency tests run while
+    another connection holds the study's row."""
+    return {
+        "claim_study_step": (
+            lambda: repo.claim_study_step(name, StudyStatus.CONFIRMING, unless=(), runner=worker),
+            RUN_OWNER,
+            worker,
+        ),
+        "set_study_plan": (
+            lambda: repo.set_study_plan(name, {"knobs": None}),
+            "plan_record",
+            {"knobs": None},
+        ),
+        "claim_queued_study": (
+            lambda: repo.claim_queued_study(worker=worker),
+            QUEUE_WORKER,
+            worker,
+        ),
+    }

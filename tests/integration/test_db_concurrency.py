@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, select, text, update
 
+from tests.studykit import spec_writers
 from tuner.db import migrate
 from tuner.db.models import StudyModel
-from tuner.db.repository import QUEUE_WORKER, RUN_OWNER, Repository
-from tuner.db.rows import StudyStatus
+from tuner.db.repository import QUEUE_WORKER, Repository
 from tuner.db.session import SQLITE_BUSY_TIMEOUT_MS, make_engine
 from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
 
@@ -174,20 +174,7 @@ def test_a_spec_written_back_keeps_a_concurrent_change(
     # in between is kept (SQLite's driver reads outside a transaction: a write lock comes first).
     repo = Repository(engines[0])
     _study(repo, "s")  # queued
-    calls: dict[str, tuple[Callable[[], object], str, object]] = {
-        "claim_study_step": (
-            lambda: repo.claim_study_step("s", StudyStatus.CONFIRMING, unless=(), runner=ME),
-            RUN_OWNER,
-            ME,
-        ),
-        "set_study_plan": (
-            lambda: repo.set_study_plan("s", {"knobs": None}),
-            "plan_record",
-            {"knobs": None},
-        ),
-        "claim_queued_study": (lambda: repo.claim_queued_study(worker=ME), QUEUE_WORKER, ME),
-    }
-    call, key, value = calls[write]
+    call, key, value = spec_writers(repo, "s", ME)[write]
     _while_held(engines, {"held": True}, call)
     study = repo.get_study("s")
     assert study is not None and study.spec == {"held": True, key: value}

@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import Engine, create_engine, select, text, update
 from sqlalchemy.pool import NullPool
 
-from tests.studykit import TINY_WORKLOAD
+from tests.studykit import TINY_WORKLOAD, spec_writers
 from tuner.db import codec, migrate
 from tuner.db.models import StudyModel
-from tuner.db.repository import QUEUE_WORKER, RUN_OWNER, Repository
-from tuner.db.rows import StudyStatus, TrialPhase
+from tuner.db.repository import QUEUE_WORKER, Repository
+from tuner.db.rows import TrialPhase
 from tuner.db.session import make_engine
 from tuner.domain import (
     Estimate,
@@ -324,21 +324,7 @@ def test_a_spec_written_back_keeps_a_concurrent_change(
     # in between (another worker's claim, a plan, a runner's record) is kept, and so is this one.
     repo = Repository(engine)
     _study(repo)  # queued
-    me = {"host": "h", "pid": 1, "start": 1.0}
-    calls: dict[str, tuple[Callable[[], object], str, object]] = {
-        "claim_study_step": (
-            lambda: repo.claim_study_step("s1", StudyStatus.CONFIRMING, unless=(), runner=me),
-            RUN_OWNER,
-            me,
-        ),
-        "set_study_plan": (
-            lambda: repo.set_study_plan("s1", {"knobs": None}),
-            "plan_record",
-            {"knobs": None},
-        ),
-        "claim_queued_study": (lambda: repo.claim_queued_study(worker=me), QUEUE_WORKER, me),
-    }
-    call, key, value = calls[write]
+    call, key, value = spec_writers(repo, "s1", {"host": "h", "pid": 1, "start": 1.0})[write]
     _while_held(pg_url, {"held": True}, call)
     study = repo.get_study("s1")
     assert study is not None and study.spec["held"] is True and study.spec["trials"] == 4

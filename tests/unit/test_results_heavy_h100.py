@@ -6,12 +6,12 @@ committed database."""
 from __future__ import annotations
 
 import math
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.studykit import stream_log
 from tuner.db.repository import Repository
 from tuner.db.rows import LaunchRow
 from tuner.db.session import make_engine
@@ -121,9 +121,6 @@ def test_the_stored_values_are_the_launches_and_welch_gives_the_stored_interval(
 
 
 def test_the_stream_log_says_what_the_comparison_printed() -> None:
-    with tarfile.open(DATA / "streams.tgz") as tar:
-        f = tar.extractfile("./heavy.log")
-        assert f is not None
-        log = f.read().decode()
+    log = stream_log(DATA, "heavy")
     assert "output tok/s: B/A 1.274 [0.746, 2.175] (+27.4 %) -> no significant difference" in log
     assert "decision: no significant difference after 4 + 4 launches" in log

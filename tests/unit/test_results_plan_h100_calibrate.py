@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import tarfile
 from pathlib import Path
 
 import pytest
 
+from tests.studykit import stream_log
 from tests.unit.test_results_plan_h200_compare import trials_table
 from tuner.abtest import load_profile, profile_lines
 from tuner.db.repository import Repository
@@ -116,20 +116,17 @@ def test_the_profile_then_and_now(repo: Repository) -> None:
     assert thr is not None and (thr.df, thr.groups) == (8, 3)
     assert thr.sd < then.sd / 2
     report = REPORT.read_text()
-    printed = next(line for line in _stream_log().splitlines() if "output tok/s: launch SD" in line)
+    printed = next(
+        line
+        for line in stream_log(DATA, "decode").splitlines()
+        if "output tok/s: launch SD" in line
+    )
     assert printed.startswith(
         f"  output tok/s: launch SD {then.launch_sd:.3f}, window SD {then.window_sd:.3f} (log), "
         f"a launch's value {then.sd:.3f}, 9 df from 11 launches of 2 configurations"
     )
     assert printed in report
     assert profile_lines(now, ["output_throughput"])[1] in report
-
-
-def _stream_log() -> str:
-    with tarfile.open(DATA / "streams.tgz") as tar:
-        f = tar.extractfile("./decode.log")
-        assert f is not None
-        return f.read().decode()
 
 
 def test_the_three_sessions_ran_on_three_cards() -> None:

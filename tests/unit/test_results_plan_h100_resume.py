@@ -5,12 +5,12 @@ and the shift between cards behind the search's score, re-derived from the commi
 from __future__ import annotations
 
 import statistics
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.studykit import stream_log
 from tuner.db import TrialPhase, TrialRow
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
@@ -160,10 +160,7 @@ def test_a_fourth_card() -> None:
 
 
 def test_the_stream_log_says_what_the_study_printed() -> None:
-    with tarfile.open(DATA / "streams.tgz") as tar:
-        f = tar.extractfile("./decode.log")
-        assert f is not None
-        log = f.read().decode()
+    log = stream_log(DATA, "decode")
     assert "best: #7 score 1.026 (search phase, one launch)" in log
     assert "output tok/s: -2.0 % [-3.2, -0.8] -> worse" in log
     assert "[06:00:14] stream done" in log
