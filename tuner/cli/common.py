@@ -7,9 +7,11 @@ columns in the middle of a flag or a path cannot be pasted or parsed.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -65,6 +67,27 @@ GpuOpt = Annotated[str, typer.Option(help="GPU profile: a10g, h100, h200, cpu, .
 VllmPythonOpt = Annotated[
     str | None, typer.Option(help="Interpreter with vLLM (default: $TUNER_VLLM_PYTHON).")
 ]
+
+
+def interrupted(text: str | None = None) -> NoReturn:
+    """Say ``text`` (what a Ctrl-C or SIGTERM left, and how to go on), if any, and exit 130."""
+    if text:
+        with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
+            err.print(text)
+    raise SystemExit(INTERRUPTED) from None  # past typer and main: said once, here
+
+
+@contextlib.contextmanager
+def interruptible(said: Callable[[], str | None] = lambda: None) -> Iterator[None]:
+    """Ctrl-C, ``kill PID`` (SIGTERM) or a closed terminal (SIGHUP) inside: :func:`interrupted`
+    with ``said()``, read when the interrupt lands."""
+    from tuner.runner import sigterm_as_interrupt
+
+    try:
+        with sigterm_as_interrupt():
+            yield
+    except KeyboardInterrupt:
+        interrupted(said())
 
 
 def checked_price(value: float | None) -> float | None:

@@ -9,18 +9,18 @@ stays fast.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tuner.cli.common import (
-    INTERRUPTED,
     GpuOpt,
     ModelOpt,
     StorageOpt,
     VllmPythonOpt,
     err,
+    interruptible,
     out,
     storage_url,
 )
@@ -40,24 +40,19 @@ class Progress:
         self._last = ""
         self.finished_here = 0  # launches this process finished (each kept in the launch log)
 
-    @contextlib.contextmanager
-    def stopping(self) -> Iterator[None]:
+    def stopping(self) -> contextlib.AbstractContextManager[None]:
         """Ctrl-C, ``kill PID`` or a closed terminal: say what was kept and how to go on, then
         exit 130 (the launch log keeps every finished launch for the same command to reuse)."""
-        from tuner.runner import sigterm_as_interrupt
 
-        try:
-            with sigterm_as_interrupt():
-                yield
-        except KeyboardInterrupt:
+        def said() -> str:
             n = self.finished_here
-            with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
-                err.print(
-                    f"interrupted: {n} launch{'' if n == 1 else 'es'} finished in this run "
-                    f"{'is' if n == 1 else 'are'} kept; the same command again goes on from "
-                    "the launches kept"
-                )
-            raise SystemExit(INTERRUPTED) from None
+            return (
+                f"interrupted: {n} launch{'' if n == 1 else 'es'} finished in this run "
+                f"{'is' if n == 1 else 'are'} kept; the same command again goes on from "
+                "the launches kept"
+            )
+
+        return interruptible(said)
 
     def watch(self) -> Watch:
         """These lines as the callbacks of an A/B run (resumed launches said as they are)."""

@@ -8,7 +8,6 @@ progress, the table, the warnings, ``--json``'s lines). :mod:`tuner.load.bench` 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -21,7 +20,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.cli.common import INTERRUPTED, err, out, say
+from tuner.cli.common import err, interruptible, out, say
 from tuner.domain import FailureClass, Workload
 from tuner.errors import LoadFailure, TunerError, UsageError
 
@@ -569,19 +568,13 @@ def load(
         check_points(shape.load_points())
     note = err if as_json else out  # with --json, stdout holds only the results
     note.print(escape(summary_line(opts, served)), soft_wrap=True)
-    from tuner.runner import sigterm_as_interrupt
-
     try:
-        with sigterm_as_interrupt():  # `kill PID` or a closed terminal stops it as Ctrl-C does
+        with interruptible(lambda: "interrupted: nothing was reported or written"):
             results, failure = bench.run(
                 opts, served, on_phase=progress(lambda text: err.print(escape(text)), opts)
             )
     except LoadFailure as exc:
         raise explain_failure(exc, opts, served) from None
-    except KeyboardInterrupt:
-        with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
-            err.print("interrupted: nothing was reported or written")
-        raise SystemExit(INTERRUPTED) from None
     if as_json:  # one JSON object per point, without the per-request arrays
         from tuner.load import summary
 

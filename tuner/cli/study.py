@@ -4,19 +4,17 @@ to be good, so that a typo is reported at once."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from tuner.cli.common import (
-    INTERRUPTED,
     JsonOpt,
     PriceOpt,
     StorageOpt,
@@ -24,6 +22,8 @@ from tuner.cli.common import (
     checked_price,
     choice,
     err,
+    interrupted,
+    interruptible,
     open_repo,
     open_study,
     out,
@@ -238,28 +238,25 @@ def _reporting(name: str, again: str | None = None) -> Iterator[ConsoleReporter]
     ended, the trial recorded, and the command exits 130 saying how to continue (``again``:
     the command that does, when it is not ``tuner run --study NAME --resume``)."""
     from tuner.cli.progress import ConsoleReporter
-    from tuner.runner import sigterm_as_interrupt
 
+    how = (
+        f"{again} continues it"
+        if again
+        else f"--resume continues (tuner run --study {name} --resume)"
+    )
     reporter = ConsoleReporter(out)
     try:
-        with sigterm_as_interrupt():
+        with interruptible(
+            lambda: _interrupted("the running trial is recorded as interrupted", how)
+        ):
             yield reporter
-    except KeyboardInterrupt:
-        how = (
-            f"{again} continues it"
-            if again
-            else f"--resume continues (tuner run --study {name} --resume)"
-        )
-        _interrupted("the running trial is recorded as interrupted", how)
     finally:
         reporter.close()
 
 
-def _interrupted(what: str, how: str) -> NoReturn:
-    """Say what a Ctrl-C (or SIGTERM) left recorded and which command continues, and exit 130."""
-    with contextlib.suppress(OSError):  # a hung-up terminal takes no more output (EIO)
-        err.print(f"interrupted: {escape(what)}; {escape(how)}")
-    raise SystemExit(INTERRUPTED) from None  # past typer and main: said once, here
+def _interrupted(what: str, how: str) -> str:
+    """What a Ctrl-C (or SIGTERM) left recorded and which command continues."""
+    return f"interrupted: {escape(what)}; {escape(how)}"
 
 
 def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
@@ -291,9 +288,11 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
             command, places, lambda line: out.print(line, markup=False, highlight=False), url
         )
     except KeyboardInterrupt:  # each worker stopped on its SIGTERM and recorded its trial
-        _interrupted(
-            "the workers' running trials are recorded as interrupted",
-            f"tuner run --study {ctx.name} --resume --parallel {n} continues it",
+        interrupted(
+            _interrupted(
+                "the workers' running trials are recorded as interrupted",
+                f"tuner run --study {ctx.name} --resume --parallel {n} continues it",
+            )
         )
     for seat, code in zip(places, codes, strict=True):
         if code != 0:
@@ -511,7 +510,6 @@ def worker(
     """Run studies queued through the API (POST /v1/studies), one after another."""
     from tuner.cli.progress import ConsoleReporter
     from tuner.db import Repository, ensure_ready, make_engine
-    from tuner.runner import sigterm_as_interrupt
     from tuner.study import run_worker
 
     url = storage_url(storage)
@@ -520,20 +518,18 @@ def worker(
         _join(url, study, vllm_python)
         return
     failed: list[str] = []
-    try:
-        with sigterm_as_interrupt():  # `kill PID` ends the server and records the trial
-            taken = run_worker(
-                Repository(make_engine(url)),
-                url,
-                once=once,
-                poll_s=poll,
-                vllm_python=vllm_python,
-                say=say,  # as it is: a hint's [[enqueue]] or [space] is no markup
-                reporter_factory=lambda: ConsoleReporter(out),
-                failed=failed,
-            )
-    except KeyboardInterrupt:  # run_worker said which study, and how to continue it
-        raise SystemExit(INTERRUPTED) from None
+    # `kill PID` ends the server and records the trial; run_worker says which, and how to go on
+    with interruptible():
+        taken = run_worker(
+            Repository(make_engine(url)),
+            url,
+            once=once,
+            poll_s=poll,
+            vllm_python=vllm_python,
+            say=say,  # as it is: a hint's [[enqueue]] or [space] is no markup
+            reporter_factory=lambda: ConsoleReporter(out),
+            failed=failed,
+        )
     out.print(
         f"worker: {taken} stud{'y' if taken == 1 else 'ies'} taken"
         + (f", {len(failed)} failed to run ({', '.join(failed)})" if failed else "")

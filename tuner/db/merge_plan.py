@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from tuner.db.convert import values
 from tuner.db.models import (
+    LAUNCH_KEY,
     Base,
     ComparisonModel,
     LaunchModel,
@@ -68,18 +69,7 @@ def comparison_key(row: ComparisonModel) -> tuple[float, str, str]:
 
 
 # What makes a launch summary the same launch (its run tag may differ after a rename).
-_LAUNCH_KEY = (
-    "created_at",
-    "host",
-    "gpu",
-    "vllm_version",
-    "model",
-    "workload",
-    "windows",
-    "placement",
-    "config_label",
-    "source",
-)
+_LAUNCH_KEY = ("created_at", *LAUNCH_KEY, "config_label", "source")
 
 
 def launch_key(row: LaunchModel) -> tuple[Any, ...]:

@@ -148,6 +148,10 @@ class TrialRequestsModel(Base):
     windows: Mapped[list[Any]] = mapped_column(JSON)
 
 
+# The columns of a launch's noise key, in the order of its index.
+LAUNCH_KEY = ("host", "gpu", "vllm_version", "model", "workload", "windows", "placement")
+
+
 class LaunchModel(Base):
     """One server launch's summary for the noise profile of its key (host, GPU, vLLM version,
     model, workload, windows per launch, CPU placement): the log of every window value of the
@@ -156,18 +160,7 @@ class LaunchModel(Base):
     study it belonged to (so that a comparison's own launches are not counted twice)."""
 
     __tablename__ = "tuner_launches"
-    __table_args__ = (
-        Index(
-            "ix_tuner_launches_key",
-            "host",
-            "gpu",
-            "vllm_version",
-            "model",
-            "workload",
-            "windows",
-            "placement",
-        ),
-    )
+    __table_args__ = (Index("ix_tuner_launches_key", *LAUNCH_KEY),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     created_at: Mapped[float] = mapped_column(Float)
