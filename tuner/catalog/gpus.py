@@ -151,16 +151,14 @@ def price_problem(value: float) -> str | None:
     return f"{value} $/hour is not a price per GPU-hour: give 0 to {MAX_GPU_PRICE:,.0f}"
 
 
-def gpu_price(
-    profile: str, override: float | None = None, source: str = "given price"
-) -> GpuPrice | None:
+def gpu_price(profile: str, override: float | None = None) -> GpuPrice | None:
     """The price per GPU-hour for ``profile``: ``override`` (``--gpu-price`` or the spec's
-    ``gpu_price``, named by ``source``) when given, else the catalog default, labelled as one;
+    ``gpu_price``: a "given price") when given, else the catalog default, labelled as one;
     None when neither."""
     if override is not None:
         if problem := price_problem(override):
             raise UsageError(problem, hint="give US dollars per GPU-hour, e.g. --gpu-price 3.5")
-        return GpuPrice(float(override), source)
+        return GpuPrice(float(override), "given price")
     default = CATALOG_PRICES.get(profile.strip().lower())
     if default is None:
         return None

@@ -156,7 +156,7 @@ class LoadGenerator:
             turns: list[tuple[int, ...]] = []
             try:
                 started = time.perf_counter()
-                await self._warm_up(session, workload, on_phase, should_abort, max_error_rate)
+                await self._warm_up(session, workload, None, should_abort, 0.5)
                 warmup_s = time.perf_counter() - started
 
                 check = WindowCheck(lag, self.neighbours)
@@ -216,14 +216,7 @@ class LoadGenerator:
                     self.energy.end()  # a window cut short: stop its sampling, drop its reading
         return LoadReport(tuple(windows), tuple(per_window), warmup_s, reason, tuple(turns))
 
-    def warm_up(
-        self,
-        workload: Workload,
-        *,
-        on_phase: PhaseCallback | None = None,
-        should_abort: AbortCheck | None = None,
-        max_error_rate: float = 0.5,
-    ) -> float:
+    def warm_up(self, workload: Workload, *, should_abort: AbortCheck | None = None) -> float:
         """Only the warm-up of :meth:`run` (the workload's own shapes, closed-loop at its
         highest concurrency, untimed); returns its seconds. ``tuner launch`` sends it before it
         announces a server, as a trial does before it measures."""
@@ -232,7 +225,7 @@ class LoadGenerator:
         async def warm() -> float:
             started = time.perf_counter()
             async with self._session() as session:
-                await self._warm_up(session, workload, on_phase, should_abort, max_error_rate)
+                await self._warm_up(session, workload, None, should_abort, 0.5)
             return time.perf_counter() - started
 
         return asyncio.run(warm())
