@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from tuner.compose import StudyContext
@@ -27,6 +26,7 @@ from tuner.load import FirstPointCheck, first_point_windows, summarize
 from tuner.scoring import Standing, StopPolicy, meets_slo_within_noise
 from tuner.scoring import objectives as scoring
 from tuner.scoring.early_stop import early_stop
+from tuner.scoring.noise import Launch, components
 from tuner.study.standings import standings
 
 # Log-scale SD of a configuration's throughput across fresh launches when the study has not
@@ -50,20 +50,18 @@ def point_standing(windows: Sequence[WindowMetrics], ctx: StudyContext, margin: 
 
 def launch_sigma(rows: Iterable[TrialRow]) -> float:
     """Pooled log-scale SD of output throughput across launches of one configuration, from
-    the study's complete trials among ``rows``."""
-    by_config: dict[ServingConfig, list[float]] = defaultdict(list)
-    for row in rows:
-        if row.status is not TrialStatus.COMPLETE:
-            continue
-        thr = row.metrics.get("output_throughput")
-        if thr is not None and thr.median > 0:
-            by_config[row.config].append(math.log(thr.median))
-    groups = [v for v in by_config.values() if len(v) >= 2]
-    dof = sum(len(v) - 1 for v in groups)
-    if dof < 2:
-        return DEFAULT_LAUNCH_SIGMA
-    pooled = sum(statistics.variance(v) * (len(v) - 1) for v in groups) / dof
-    return math.sqrt(pooled)
+    the study's complete trials among ``rows`` (:func:`tuner.scoring.noise.components`, one
+    value a launch); :data:`DEFAULT_LAUNCH_SIGMA` below 2 degrees of freedom."""
+    groups: dict[ServingConfig, str] = {}
+    launches = [
+        Launch(groups.setdefault(row.config, str(len(groups))), (math.log(thr.median),))
+        for row in rows
+        if row.status is TrialStatus.COMPLETE
+        and (thr := row.metrics.get("output_throughput")) is not None
+        and thr.median > 0
+    ]
+    pooled = components(launches, windows=1)
+    return DEFAULT_LAUNCH_SIGMA if pooled is None or pooled.df < 2 else pooled.sd
 
 
 def _window_sigma(windows: Sequence[WindowMetrics]) -> float:
