@@ -222,13 +222,9 @@ def _floats(stored: Any) -> tuple[float, float, float]:
     return float(stored["ratio"]), float(stored["low"]), float(stored["high"])
 
 
-def drift(
-    a: Sequence[tuple[float, float]],
-    b: Sequence[tuple[float, float]],
-    confidence: float = DRIFT_CONFIDENCE,
-) -> Drift | None:
+def drift(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> Drift | None:
     """The drift of a comparison (see the module docstring), or None where none shows: the
-    slope's interval at ``confidence`` holds no change, the fit leaves no residual (values
+    slope's interval at :data:`DRIFT_CONFIDENCE` holds no change, the fit leaves no residual (values
     exactly constant per side), the launches span less than a minute, or there are fewer than
     five launches, or fewer than two a side. ``a``, ``b``: (time in seconds, value) per
     launch; values that are not positive and finite are left out. The time axis, not the
@@ -259,7 +255,7 @@ def drift(
 
     def interval(i: int, method: str) -> RatioInterval:
         se = math.sqrt(max(float(cov[i, i]), 0.0))
-        return t_interval(float(coef[i]), se, df, confidence, n_a, n_b, method)
+        return t_interval(float(coef[i]), se, df, DRIFT_CONFIDENCE, n_a, n_b, method)
 
     trend = interval(2, "straight-line trend over the launches' times")
     if not trend.significant:
