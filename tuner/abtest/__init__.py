@@ -21,7 +21,7 @@ if TYPE_CHECKING:
         Arm,
         run_interleaved,
     )
-    from tuner.abtest.decide import UNMEASURED_STOP, Design, Look, judge_look
+    from tuner.abtest.decide import UNMEASURED_STOP, Design, Look, judge_look, run_looks
     from tuner.abtest.pair import NOT_MEASURED, PairOutcome, run_pair, setup_pair
     from tuner.abtest.pipeline import Watch, open_bench
     from tuner.abtest.profile import load_profile, noise_key, profile_lines, record_launch
@@ -54,6 +54,7 @@ __all__ = [
     "rejudge",
     "run_calibration",
     "run_interleaved",
+    "run_looks",
     "run_pair",
     "runner_passing",
     "setup_claims",

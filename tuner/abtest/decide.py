@@ -29,7 +29,7 @@ Every verdict carries its cost: the GPU-minutes of all launches it took (start-u
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +156,27 @@ class Design:
             f"{self.cap} launches a side, until B/A excludes 1{stop} (each look at "
             f"{self.plan.confidence * 100:.2f} %, Pocock, for {self.confidence * 100:g} % overall)"
         )
+
+
+def run_looks(
+    launch: Callable[..., list[list[TrialResult]]],
+    rounds: int,
+    done: Sequence[Sequence[TrialResult]] | None,
+    design: Design | None,
+    decided: Callable[[list[list[TrialResult]]], bool] | None,
+) -> list[list[TrialResult]]:
+    """Launch, then look by look, for ``tuner compare``, ``verify-claims`` and a confirmation:
+    ``launch(rounds, done=...)`` (:func:`~tuner.abtest.compare.run_interleaved`, arms bound) to
+    ``rounds`` a side from ``done``; then, for a sequential ``design`` and a ``decided``, one
+    more round at a time until ``decided`` or the design's cap."""
+    results = launch(rounds, done=done)
+    if design is None or design.fixed or decided is None:
+        return results
+    while rounds < design.cap and not decided(results):
+        # A resumed run may hold more launches than this look: go on from where it stopped.
+        rounds = min(design.cap, max(rounds + 1, min(len(rs) for rs in results) + 1))
+        results = launch(rounds, done=results)
+    return results
 
 
 @dataclass(frozen=True)

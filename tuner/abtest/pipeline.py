@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tuner.abtest.compare import Arm, RunCallback, run_interleaved
-from tuner.abtest.decide import Design
+from tuner.abtest.decide import Design, run_looks
 from tuner.abtest.guard import FindingGuard
 from tuner.abtest.launchlog import LaunchLog, describe_resumed
 from tuner.abtest.profile import load_profile, noise_key, record_launch, run_tag
@@ -167,27 +168,19 @@ def _measure(
         if w.on_run:
             w.on_run(index, total, arm, result)
 
-    def measure(rounds: int, done: list[list[TrialResult]] | None) -> list[list[TrialResult]]:
-        return run_interleaved(
-            group.arms,
-            runner,
-            group.workload,
-            rounds,
-            on_start=w.on_start,
-            on_run=finished,
-            on_phase=w.on_phase,
-            done=done,
-        )
-
+    launch = partial(
+        run_interleaved,
+        group.arms,
+        runner,
+        group.workload,
+        on_start=w.on_start,
+        on_run=finished,
+        on_phase=w.on_phase,
+    )
     rounds = design.first if design is not None else launches
-    results = measure(rounds, done)
-    if design is None or design.fixed or decided is None:
-        return results
-    while rounds < design.cap and not decided(group, results):
-        # A resumed run may hold more than this look's launches: go on from where it stopped.
-        rounds = max(rounds + 1, min(len(rs) for rs in results) + 1)
-        results = measure(min(rounds, design.cap), results)
-    return results
+    return run_looks(
+        launch, rounds, done, design, None if decided is None else partial(decided, group)
+    )
 
 
 def first_provenance(*runs: Sequence[TrialResult]) -> Provenance | None:

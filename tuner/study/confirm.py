@@ -45,6 +45,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tuner.abtest import (
@@ -57,6 +58,7 @@ from tuner.abtest import (
     noise_key,
     record_launch,
     run_interleaved,
+    run_looks,
 )
 from tuner.compose import StudyContext
 from tuner.db import ComparisonRow, Repository, TrialRow, study_run_tag
@@ -149,19 +151,17 @@ def run_confirmation(
         )
         reporter.trial_finished(number, result, None)
 
-    def measure(rounds: int, so_far: list[list[TrialResult]]) -> list[list[TrialResult]]:
-        return run_interleaved(
-            arms,
-            runner,
-            workload,
-            rounds,
-            slo=ctx.slo,
-            on_start=started,
-            on_run=finished,
-            on_phase=reporter.phase,
-            done=so_far,
-            first_canary=FULL,  # every candidate answers every shape before it can win
-        )
+    launch = partial(
+        run_interleaved,
+        arms,
+        runner,
+        workload,
+        slo=ctx.slo,
+        on_start=started,
+        on_run=finished,
+        on_phase=reporter.phase,
+        first_canary=FULL,  # every candidate answers every shape before it can win
+    )
 
     def looks(results: list[list[TrialResult]]) -> list[Look]:
         profile = _profile(ctx, results, repo)
@@ -171,14 +171,10 @@ def run_confirmation(
         ]
 
     try:
-        rounds = launches  # the first look (a single launch each: no interval, no looks)
-        results = measure(rounds, done)
-        while not design.fixed and rounds < design.cap:
-            if all(look.done for look in looks(results)):
-                break
-            # A resumed confirmation may hold more launches than this look: go on from there.
-            rounds = min(design.cap, max(rounds + 1, min(len(rs) for rs in results) + 1))
-            results = measure(rounds, results)
+        # ``launches`` at the first look (a single launch each: no interval, no looks).
+        results = run_looks(
+            launch, launches, done, design, lambda rs: all(look.done for look in looks(rs))
+        )
     except BaseException:
         # The tuner is going down (Ctrl-C, SIGTERM): the launch in flight is recorded as
         # interrupted, and a resumed study launches it again.
