@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         run_interleaved,
     )
     from tuner.abtest.decide import UNMEASURED_STOP, Design, Look, judge_look, run_looks
+    from tuner.abtest.launchlog import reusable
     from tuner.abtest.pair import NOT_MEASURED, PairOutcome, run_pair, setup_pair
     from tuner.abtest.pipeline import Watch, open_bench
     from tuner.abtest.profile import load_profile, noise_key, profile_lines, record_launch
@@ -52,6 +53,7 @@ __all__ = [
     "profile_lines",
     "record_launch",
     "rejudge",
+    "reusable",
     "run_calibration",
     "run_interleaved",
     "run_looks",

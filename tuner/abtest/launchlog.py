@@ -34,7 +34,8 @@ def run_key(**parts: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _reusable(result: TrialResult) -> bool:
+def reusable(result: TrialResult) -> bool:
+    """Whether a launch counts toward a resumed run: complete, or failed with a finding."""
     return result.status is TrialStatus.COMPLETE or bool(finding_of([result]))
 
 
@@ -73,7 +74,7 @@ class LaunchLog:
                 continue
             same = [i for i, arm in enumerate(arms) if arm.config == result.config]
             pool = [i for i in same if arms[i].label == entry.get("arm")] or same
-            if pool and _reusable(result):
+            if pool and reusable(result):
                 done[min(pool, key=lambda i: len(done[i]))].append(result)
         return done
 

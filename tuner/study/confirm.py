@@ -57,6 +57,7 @@ from tuner.abtest import (
     load_profile,
     noise_key,
     record_launch,
+    reusable,
     run_interleaved,
     run_looks,
 )
@@ -497,15 +498,12 @@ def _earlier_launches(trials: Sequence[TrialRow], arms: Sequence[Arm]) -> list[l
     """Per arm, the reusable launches among a study's earlier confirmation trials."""
     done: list[list[TrialResult]] = [[] for _ in arms]
     for t in sorted(trials, key=lambda t: t.number):
-        reusable = t.status is TrialStatus.COMPLETE or (
-            t.failure is not None and t.failure.is_finding
-        )
-        if not reusable:
+        if not reusable(result := t.to_result()):
             continue
         for i, arm in enumerate(arms):
             is_defaults = arm.label == DEFAULTS_LABEL
             if t.is_baseline == is_defaults and t.config == arm.config:
-                done[i].append(t.to_result())
+                done[i].append(result)
                 break
     return done
 
