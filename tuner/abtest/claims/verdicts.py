@@ -361,14 +361,10 @@ def claimed_record(claimed: Claimed | None) -> dict[str, Any] | None:
     """A claimed range as JSON: infinite ends as None."""
     if claimed is None:
         return None
-
-    def end(v: float) -> float | None:
-        return None if math.isinf(v) else v
-
     return {
         "scale": claimed.scale,
-        "low": end(claimed.low),
-        "high": end(claimed.high),
+        "low": None if math.isinf(claimed.low) else claimed.low,
+        "high": None if math.isinf(claimed.high) else claimed.high,
         "unit": claimed.unit,
         "text": claimed.shown(),
     }
