@@ -137,12 +137,9 @@ def run_interleaved(
                 continue
             if on_start:
                 on_start(index, total, arm)
-            if first_canary is not None and not results[i]:
-                result = runner.run(
-                    arm.config, workload, slo=slo, on_phase=on_phase, canary=first_canary
-                )
-            else:
-                result = runner.run(arm.config, workload, slo=slo, on_phase=on_phase)
+            first = first_canary is not None and not results[i]
+            extra: dict[str, Any] = {"canary": first_canary} if first else {}
+            result = runner.run(arm.config, workload, slo=slo, on_phase=on_phase, **extra)
             results[i].append(result)
             if result.failure is not None and result.failure.is_finding:
                 hopeless.add(i)
@@ -373,11 +370,8 @@ def compare(
         verdict = interval.verdict(higher) if interval else NOT_ENOUGH
         if interval and name in FLOORED and interval.within(min_effect):
             verdict = NO_DIFFERENCE
-        off: dict[str, tuple[str, Disagreement]] = {}
-        if a_off is not None:
-            off["a"] = (a.label, a_off)
-        if b_off is not None:
-            off["b"] = (b.label, b_off)
+        sides = (("a", a, a_off), ("b", b, b_off))
+        off = {side: (arm.label, d) for side, arm, d in sides if d is not None}
         decided = verdict in (BETTER, WORSE)
         outweighed = decided and beyond_disagreement(av, bv, [d for _, d in off.values()])
         if interval and off and not outweighed:
