@@ -76,14 +76,10 @@ def resumed_spec(
             continue
         old, new = getattr(stored, key), getattr(given, key)
         if key == "trials":
-            if new < old:
-                raise _contradiction(
-                    stored, key, old, new, "a resume may add trials, not drop them"
-                )
-            if new > max(old, TRIALS_MAX):
-                raise _contradiction(
-                    stored, key, old, new, f"a study runs {TRIALS_MAX} trials at most"
-                )
+            if new < old or new > max(old, TRIALS_MAX):
+                most = f"a study runs {TRIALS_MAX} trials at most"
+                why = "a resume may add trials, not drop them" if new < old else most
+                raise _contradiction(stored, key, old, new, why)
             continue
         if not _same(key, old, new):
             raise _contradiction(stored, key, old, new)
