@@ -34,7 +34,6 @@ import contextlib
 import dataclasses
 import random
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -261,8 +260,7 @@ def _name_metrics(ctx: StudyContext, study: optuna.Study) -> None:
     """Name the objectives (optuna-dashboard shows them); also on resume, for older studies."""
     names = metric_names(ctx.spec.objective)
     if study.metric_names != names:
-        with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in practice
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        with sharing.quiet_optuna():  # experimental since Optuna 3.2, stable in practice
             study.set_metric_names(names)
 
 

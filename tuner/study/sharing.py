@@ -246,7 +246,7 @@ def storage_options() -> dict[str, Any]:
 @contextlib.contextmanager
 def quiet_optuna() -> Iterator[None]:
     """Optuna warns that heartbeats belong to ``Study.optimize``; tuner drives ask/tell and
-    runs the heartbeat itself (:func:`heartbeat`)."""
+    runs the heartbeat itself (:func:`heartbeat`). Its experimental APIs are silenced too."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
