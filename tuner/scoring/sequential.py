@@ -82,7 +82,6 @@ class SequentialPlan:
         *,
         alpha: float = 0.05,
         min_effect: float | None = MIN_EFFECT,
-        higher_is_better: bool = True,
     ) -> SequentialPlan:
         """The decision design (module docstring): looks from ``first`` to ``cap`` a side with
         a Pocock boundary for an overall false-decision rate of ``alpha``."""
@@ -95,7 +94,6 @@ class SequentialPlan:
             cap=cap,
             confidence=pocock_confidence(tuple(range(first, cap + 1)), alpha),
             margin=None,
-            higher_is_better=higher_is_better,
             min_effect=min_effect,
             alpha=alpha,
         )
