@@ -35,14 +35,13 @@ from tuner.domain import (
     TrialStatus,
     Workload,
 )
+from tuner.spec import DEFAULTS
 
 if TYPE_CHECKING:
     from tuner.db import Repository
     from tuner.runner import PhaseCallback, TrialRunner
     from tuner.scoring import NoiseProfile
     from tuner.spec import StudySpec
-
-DEFAULTS = "defaults"
 
 
 @dataclass(frozen=True)

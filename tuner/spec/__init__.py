@@ -6,6 +6,7 @@ from tuner import face
 
 if TYPE_CHECKING:
     from tuner.spec.configs import (
+        DEFAULTS,
         check_confidence,
         configs_in,
         knob_table,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "API_SOURCE",
+    "DEFAULTS",
     "DEFAULT_SPEC_PATH",
     "FINGERPRINT",
     "NO_SLO",

@@ -22,7 +22,8 @@ from tuner.spec.fields import WORKLOAD_TYPES, Fail, valid_confidence, workload_f
 from tuner.vllm import knob_spelling, spelt_like_a_flag
 
 DEFAULTS = "defaults"
-"""The spelling of "vLLM's defaults, no knob set" for a side of a comparison."""
+"""The spelling of "vLLM's defaults, no knob set" for a side of a comparison, and the label of
+that arm (``tuner compare``, ``verify-claims``, a study's confirmation)."""
 
 
 def parse_value(raw: str) -> Any:

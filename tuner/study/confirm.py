@@ -79,13 +79,12 @@ from tuner.scoring import (
     stored_window_note,
 )
 from tuner.scoring import objectives as scoring
+from tuner.spec import DEFAULTS as DEFAULTS_LABEL
 
 CONFIRM_NUMBER_BASE = 100_000
 if TYPE_CHECKING:
     from tuner.scoring import NoiseProfile
     from tuner.study.loop import Ranked
-
-DEFAULTS_LABEL = "defaults"
 
 
 def run_confirmation(
