@@ -209,6 +209,18 @@ def build_space(
     elif new_study:
         where = spec.source if spec.from_file else "on the command line"
         check_baseline(space, f"change the fixed values ([space] fixed) or the workload, {where}")
+    enqueued = check_enqueued(spec, space, as_params=False)
+    if new_study:
+        check_something_to_search(spec, space, enqueued)
+    return space
+
+
+def check_enqueued(
+    spec: StudySpec, space: SearchSpace, *, as_params: bool = True
+) -> set[ServingConfig]:
+    """The ``[[enqueue]]`` entries' configurations; UsageError, entry by entry, for one that
+    ``space``'s rules forbid, or (``as_params``) that ``space`` does not produce: the study
+    enqueues it as Optuna params once it is written, too late to refuse it."""
     enqueued = set()
     for item in spec.enqueue:
         config = space.config_from(item)
@@ -218,23 +230,16 @@ def build_space(
                 f"enqueued configuration {item} is impossible: {'; '.join(problems)}",
                 hint=f"fix the [[enqueue]] entry in {spec.source}",
             )
+        if as_params:
+            try:
+                space.params_for(config)
+            except UsageError as exc:
+                raise UsageError(
+                    f"enqueued configuration {item}: {exc.message}",
+                    hint=f"{exc.hint}, or drop that [[enqueue]] entry from {spec.source}",
+                ) from exc
         enqueued.add(config)
-    if new_study:
-        check_something_to_search(spec, space, enqueued)
-    return space
-
-
-def check_enqueued(spec: StudySpec, space: SearchSpace) -> None:
-    """UsageError unless every ``[[enqueue]]`` entry is a configuration ``space`` produces: the
-    study enqueues it as Optuna params once it is written, too late to refuse it."""
-    for item in spec.enqueue:
-        try:
-            space.params_for(space.config_from(item))
-        except UsageError as exc:
-            raise UsageError(
-                f"enqueued configuration {item}: {exc.message}",
-                hint=f"{exc.hint}, or drop that [[enqueue]] entry from {spec.source}",
-            ) from exc
+    return enqueued
 
 
 def check_something_to_search(
