@@ -145,6 +145,30 @@ def test_start_failures_are_classified_and_cleaned_up(
     assert server.pid is not None and group_members(server.pid) == []
 
 
+@pytest.mark.parametrize(
+    ("fault", "failure"),
+    [("crash_at_start", FailureClass.START_FAILED), ("oom_at_start", FailureClass.MEMORY_EXCEEDED)],
+)
+def test_a_start_up_that_failed_before_the_deadline_is_not_a_timeout(
+    tmp_path: Path, servers: list[VllmServer], fault: str, failure: FailureClass
+) -> None:
+    # vLLM says its start-up failed, then takes a while to go down; the deadline falls between
+    # (CI saw it on a loaded machine): the failure is what it said, not a timeout.
+    server = _server(tmp_path, fault, TUNER_FAKE_EXIT_DELAY_S="60")
+    servers.append(server)
+    server.start()
+    for _ in range(100):  # until it has said so (the fake's start-up takes 0.05 s)
+        if "Engine core initialization failed" in server.log_text():
+            break
+        time.sleep(0.1)
+    with pytest.raises(ServerFailure) as caught:
+        server.wait_ready(0.0)
+    assert caught.value.failure is failure
+    assert "still going down at the 0.0 s deadline" in caught.value.message
+    assert server.pid is not None and group_members(server.pid) == []
+    assert _gone(_engine_core_pid(server.log_text()))
+
+
 def test_unknown_backend_is_unsupported(tmp_path: Path, servers: list[VllmServer]) -> None:
     server = _server(tmp_path, "", "--attention-backend", "NO_SUCH_BACKEND")
     servers.append(server)

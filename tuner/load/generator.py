@@ -156,7 +156,7 @@ class LoadGenerator:
             turns: list[tuple[int, ...]] = []
             try:
                 started = time.perf_counter()
-                await self._warm_up(session, workload, None, should_abort, 0.5)
+                await self._warm_up(session, workload, on_phase, should_abort, max_error_rate)
                 warmup_s = time.perf_counter() - started
 
                 check = WindowCheck(lag, self.neighbours)

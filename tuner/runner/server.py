@@ -32,7 +32,7 @@ from tuner.runner.watchdog import ENV as WATCHDOG_ENV
 from tuner.runner.watchdog import arm as arm_watchdog
 from tuner.runner.watchdog import spawn as spawn_watchdog
 from tuner.telemetry import since_boot
-from tuner.vllm import classify_start_failure
+from tuner.vllm import classify_start_failure, start_failed
 
 HTTP_TIMEOUT_S = 2.0
 FAILURE_GRACE_S = 5.0
@@ -203,6 +203,7 @@ class VllmServer:
                     return time.monotonic() - self._started_at
                 now = time.monotonic()
                 if now >= deadline:
+                    self._fail_late(proc, timeout_s)
                     self.stop(grace_s=FAILURE_GRACE_S)  # before the tail: the log is complete
                     raise ServerFailure(
                         FailureClass.TIMEOUT,
@@ -337,6 +338,23 @@ class VllmServer:
             return all(client.get(path).status_code == 200 for path in ("/health", "/v1/models"))
         except httpx.HTTPError:
             return False
+
+    def _fail_late(self, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+        """At the deadline, a server that has failed on its own is not a timeout: it exited
+        since the last poll, or it has said that its start-up failed and is still going down
+        (read before the stop, whose signals could make it say so)."""
+        code = proc.poll()
+        if code is not None:
+            self._fail_exited(code)
+        if start_failed(self.log_text()):
+            failure, summary = classify_start_failure(self.log_text())
+            self.stop(grace_s=FAILURE_GRACE_S)
+            raise ServerFailure(
+                failure,
+                f"the server failed during start-up, and was still going down at the "
+                f"{timeout_s:.1f} s deadline (its process group was ended): {summary}",
+                log_tail=self.log_tail(),
+            )
 
     def _fail_exited(self, code: int) -> None:
         failure, summary = classify_start_failure(self.log_text())

@@ -46,7 +46,9 @@ api_server argv and behaves like vLLM wherever tuner can see it.
   prompt under 8 tokens kills the engine core: every answer is 500 from then on, as vLLM CPU
   after a SIGILL). ``TUNER_FAKE_FAULT_WHEN`` limits the fault to servers whose argv contains
   that text (one configuration of a study). ``TUNER_FAKE_CHILD_IGNORES_TERM=1``
-  makes the child ignore SIGTERM, so that only SIGKILL ends it.
+  makes the child ignore SIGTERM, so that only SIGKILL ends it. ``TUNER_FAKE_EXIT_DELAY_S``
+  (default 0): seconds a failed start-up takes to exit after saying so (real vLLM takes a
+  while to take its processes down).
 - Answers have the form vLLM's have for ``n``, ``logprobs`` (completions) and ``stop``.
 """
 
@@ -426,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     time.sleep(_startup_s())
     code = _start_up(args, fault, engine_core.pid, kv_scale)
     if code is not None:
+        time.sleep(float(os.environ.get("TUNER_FAKE_EXIT_DELAY_S", "0")))
         return code  # the engine core is left behind on purpose: the launcher must end it
     crash_after = int(os.environ.get("TUNER_FAKE_CRASH_AFTER", "5"))
     short_kills = fault == "dies_on_short_first_prompt"

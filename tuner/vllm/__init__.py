@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         spelt_like_a_flag,
     )
     from tuner.vllm.flagvalues import knob_flag, knob_key, typed_value
-    from tuner.vllm.logparse import classify_start_failure
+    from tuner.vllm.logparse import classify_start_failure, start_failed
     from tuner.vllm.version import VllmInstall, parse_version
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "shipped_union",
     "spelling_key",
     "spelt_like_a_flag",
+    "start_failed",
     "typed_value",
 ]
 

@@ -99,6 +99,7 @@ _EXCEPTION_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception|Exit): \S")
 _GENERIC = re.compile(
     r"Engine core initialization failed|Frontend process failed|See root cause above"
 )
+_START_FAILED = re.compile(rf"EngineCore failed to start|{_GENERIC.pattern}")
 # "(EngineCore_DP0 pid=12) ERROR 11-30 12:00:00 [core.py:1] " and similar.
 _LOG_PREFIX = re.compile(
     r"^\s*(?:\([^)]*pid=\d+\)\s*)?"
@@ -136,6 +137,12 @@ def kv_cache_capacity(log: str) -> tuple[int | None, float | None]:
 def _clean(line: str) -> str:
     text = _LOG_PREFIX.sub("", line, count=1).strip()
     return text if len(text) <= _SUMMARY_MAX else text[: _SUMMARY_MAX - 3] + "..."
+
+
+def start_failed(log: str) -> bool:
+    """Whether vLLM has said that its start-up failed (the engine core's "EngineCore failed to
+    start", the API server's wrapper), though its processes may still be going down."""
+    return _START_FAILED.search(log) is not None
 
 
 def classify_start_failure(log: str) -> tuple[FailureClass, str]:
