@@ -152,8 +152,9 @@ def test_start_failures_are_classified_and_cleaned_up(
 def test_a_start_up_that_failed_before_the_deadline_is_not_a_timeout(
     tmp_path: Path, servers: list[VllmServer], fault: str, failure: FailureClass
 ) -> None:
-    # vLLM says its start-up failed, then takes a while to go down; the deadline falls between
-    # (CI saw it on a loaded machine): the failure is what it said, not a timeout.
+    # vLLM says its start-up failed, then takes a while to go down (or hangs); the deadline
+    # falls in between (CI saw it on a loaded machine): the failure is what it said, not a
+    # timeout, and it is ended a few seconds later, not at the deadline.
     server = _server(tmp_path, fault, TUNER_FAKE_EXIT_DELAY_S="60")
     servers.append(server)
     server.start()
@@ -161,10 +162,12 @@ def test_a_start_up_that_failed_before_the_deadline_is_not_a_timeout(
         if "Engine core initialization failed" in server.log_text():
             break
         time.sleep(0.1)
+    started = time.monotonic()
     with pytest.raises(ServerFailure) as caught:
-        server.wait_ready(0.0)
+        server.wait_ready(120.0)
+    assert time.monotonic() - started < 60.0  # not at the deadline
     assert caught.value.failure is failure
-    assert "still going down at the 0.0 s deadline" in caught.value.message
+    assert "failed during start-up and had not exited 5 s later" in caught.value.message
     assert server.pid is not None and group_members(server.pid) == []
     assert _gone(_engine_core_pid(server.log_text()))
 

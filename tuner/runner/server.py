@@ -173,8 +173,9 @@ class VllmServer:
     def wait_ready(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
         """Block until GET /health and GET /v1/models answer 200; return seconds since start().
 
-        Raises ServerFailure with the class from the log when the process exits first, and
-        ServerFailure TIMEOUT (after ending the group) at the deadline. ``on_tick`` receives
+        Raises ServerFailure with the class from the log when the process exits first or its
+        log says its start-up failed, and ServerFailure TIMEOUT (after ending the group) at
+        the deadline. ``on_tick`` receives
         the seconds since start() on each poll.
         """
         proc = self._require_started()
@@ -201,9 +202,9 @@ class VllmServer:
                     self._fail_exited(code)
                 if self._answers(client):
                     return time.monotonic() - self._started_at
+                self._fail_said(proc)
                 now = time.monotonic()
                 if now >= deadline:
-                    self._fail_late(proc, timeout_s)
                     self.stop(grace_s=FAILURE_GRACE_S)  # before the tail: the log is complete
                     raise ServerFailure(
                         FailureClass.TIMEOUT,
@@ -339,22 +340,25 @@ class VllmServer:
         except httpx.HTTPError:
             return False
 
-    def _fail_late(self, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-        """At the deadline, a server that has failed on its own is not a timeout: it exited
-        since the last poll, or it has said that its start-up failed and is still going down
-        (read before the stop, whose signals could make it say so)."""
+    def _fail_said(self, proc: subprocess.Popen[bytes]) -> None:
+        """A server whose log says its start-up failed has failed, though its processes may
+        still be going down (vLLM's can take a while, or hang): given FAILURE_GRACE_S to exit
+        on its own, then ended; classified from its log either way."""
+        if not start_failed(self.log_text()):
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=FAILURE_GRACE_S)
         code = proc.poll()
         if code is not None:
             self._fail_exited(code)
-        if start_failed(self.log_text()):
-            failure, summary = classify_start_failure(self.log_text())
-            self.stop(grace_s=FAILURE_GRACE_S)
-            raise ServerFailure(
-                failure,
-                f"the server failed during start-up, and was still going down at the "
-                f"{timeout_s:.1f} s deadline (its process group was ended): {summary}",
-                log_tail=self.log_tail(),
-            )
+        failure, summary = classify_start_failure(self.log_text())  # read before our signals
+        self.stop(grace_s=FAILURE_GRACE_S)
+        raise ServerFailure(
+            failure,
+            f"the server failed during start-up and had not exited {FAILURE_GRACE_S:.0f} s "
+            f"later (its process group was ended): {summary}",
+            log_tail=self.log_tail(),
+        )
 
     def _fail_exited(self, code: int) -> None:
         failure, summary = classify_start_failure(self.log_text())
