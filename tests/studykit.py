@@ -4,6 +4,7 @@ runner pointed at the fake server, and a scan for processes a test may have left
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import tarfile
 import threading
@@ -25,7 +26,7 @@ from tuner.db import migrate
 from tuner.db.migrate import upgrade
 from tuner.db.models import VERSION_TABLE, Base
 from tuner.db.repository import QUEUE_WORKER, RUN_OWNER, Repository
-from tuner.db.rows import StudyStatus
+from tuner.db.rows import LaunchRow, StudyStatus
 from tuner.db.session import make_engine
 from tuner.domain import ModelSpec, ServingConfig, Workload
 from tuner.domain.workload import parse_slo
@@ -305,3 +306,61 @@ def spec_writers(
             worker,
         ),
     }
+
+
+# -- the committed GPU comparisons (docs/results/plan-h200.md §13, §14) --------------------
+
+
+def geomean(logs: tuple[float, ...]) -> float:
+    return math.exp(sum(logs) / len(logs))
+
+
+def launch_table(launches: list[LaunchRow]) -> str:
+    """Every launch in the order it ran: one value per launch, the geometric mean of its
+    3 windows (the value the comparison takes), with the range of the windows."""
+    out = [
+        "| launch | configuration | out tok/s, geometric mean [range of 3 windows] "
+        "| P99 E2E ms | start-up s | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, launch in enumerate(sorted(launches, key=lambda x: x.created_at), 1):
+        thr = launch.values["output_throughput"]
+        assert launch.startup_s is not None and launch.wall_s is not None
+        low, high = math.exp(min(thr)), math.exp(max(thr))
+        out.append(
+            f"| {i} | {launch.config_label} | {geomean(thr):,.0f} [{low:,.0f}-{high:,.0f}] | "
+            f"{geomean(launch.values['e2e_p99_ms']):,.0f} | {launch.startup_s:.0f} | "
+            f"{launch.wall_s:.0f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def comparison_launches(repo: Repository) -> list[LaunchRow]:
+    """The launches of a GPU session's one comparison, by the noise key its provenance names."""
+    (row,) = repo.list_comparisons()
+    prov = row.provenance
+    assert prov is not None
+    key = {
+        "host": prov.hostname, "gpu": prov.gpu_name, "vllm_version": prov.vllm_version,
+        "model": row.model, "workload": row.workload, "windows": 3, "placement": "pinned",
+    }  # fmt: skip
+    return repo.list_launches(key)
+
+
+def comparison_results(repo: Repository) -> dict[str, Any]:
+    (row,) = repo.list_comparisons()
+    return dict(row.results)
+
+
+def verdict_lines(results: dict[str, Any]) -> str:
+    d = results["decision"]
+    out = [
+        f"B/A per metric ({d['launches']['a']} + {d['launches']['b']} launches interleaved, "
+        f"stopped: {d['stopped']}; {d['method']}, {d['df']:.1f} df; "
+        f"{results['gpu_minutes']:.1f} GPU-minutes):"
+    ]
+    for m in results["metrics"]:
+        out.append(
+            f"- {m['label']}: x{m['ratio']:.3f} [{m['low']:.3f}, {m['high']:.3f}], {m['verdict']}"
+        )
+    return "\n".join(out) + "\n"
