@@ -31,7 +31,6 @@ Pure functions; no I/O.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from tuner import __version__
-from tuner.domain import ClientHealth, RequestRecord, Slo, WindowEnergy, to_jsonable
+from tuner.domain import ClientHealth, RequestRecord, Slo, WindowEnergy, jsonable, to_jsonable
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
@@ -75,13 +74,7 @@ def goodput_bounds(slo: Slo | None) -> dict[str, float]:
 
 def finite(value: Any) -> Any:
     """``value`` with every NaN or infinite float (also inside lists and dicts) as None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
+    return jsonable.finite(value)[0]
 
 
 def _tpot_s(record: RequestRecord) -> float:
