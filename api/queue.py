@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -190,10 +191,9 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
         notes.append(f"none of the named knobs can be searched on {gpu.name}: the study "
                      "searches as one that names no space does (tuner's lever plan)")  # fmt: skip
         params = None
+    space_here = functools.partial(SearchSpace, model, gpu, workload, flags=_FLAGS)
     try:
-        space = SearchSpace(
-            model, gpu, workload, params=params, choices=choices, fixed=fixed, flags=_FLAGS
-        )
+        space = space_here(params=params, choices=choices, fixed=fixed)
     except UsageError:
         if params is None or _FA not in params:
             raise
@@ -201,18 +201,14 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
         notes.append(f"{_FA} is not searched: attention_backend can never be FLASH_ATTN here")
         params = [k for k in params if k != _FA]
         choices.pop(_FA, None)
-        space = SearchSpace(
-            model, gpu, workload, params=params, choices=choices, fixed=fixed, flags=_FLAGS
-        )
+        space = space_here(params=params, choices=choices, fixed=fixed)
     for knob in list(fixed):  # a fixed value the rules refuse here is left at vLLM's default
         broken = space.violations(space.baseline())
         if not broken:
             break
         without = {k: v for k, v in fixed.items() if k != knob}
         try:
-            rebuilt = SearchSpace(
-                model, gpu, workload, params=params, choices=choices, fixed=without, flags=_FLAGS
-            )
+            rebuilt = space_here(params=params, choices=choices, fixed=without)
         except UsageError:  # another fixed value needs this one (the FA version, a backend)
             continue
         fewer = rebuilt.violations(rebuilt.baseline())
