@@ -203,6 +203,39 @@ def test_run_parallel_interrupted_says_how_to_go_on_with_its_workers(
     assert tagged(env["TUNER_TEST_TAG"]) == []
 
 
+def test_run_parallel_whose_workers_all_died_records_the_study_interrupted(
+    pg_url: str, env: dict[str, str], tmp_path: Path, repo: Repository
+) -> None:
+    """Every worker of `tuner run --parallel 2` SIGKILLed mid-trial (the OOM killer, say): no
+    process runs the study any more, and no worker could record it. The command records it
+    interrupted, says how to go on, and the resume finishes it."""
+    run = tuner(env, tmp_path, "run", "spec.toml", "--parallel", "2", "--storage", pg_url)
+    deadline = time.monotonic() + 120
+    measuring = False
+    while time.monotonic() < deadline and not measuring:
+        time.sleep(0.1)
+        with contextlib.suppress(Exception):  # no tables before the set-up has made them
+            measuring = any(r.status is TrialStatus.RUNNING for r in repo.list_trials(STUDY))
+    workers = [p for p in psutil.Process(run.pid).children() if "worker" in " ".join(p.cmdline())]
+    assert len(workers) == 2
+    for worker in workers:
+        worker.kill()
+    output = run.communicate(timeout=120)[0]
+    assert run.returncode == 1, output
+    assert (
+        "the study is recorded interrupted: "
+        f"tuner run --study {STUDY} --resume --parallel 2 continues it"
+    ) in output, output
+    study = repo.get_study(STUDY)
+    assert study is not None and study.status == "interrupted"
+    again = tuner(env, tmp_path, "run", "--study", STUDY, "--resume", "--storage", pg_url)
+    output = again.communicate(timeout=300)[0]
+    assert again.returncode == 0, output
+    study = repo.get_study(STUDY)
+    assert study is not None and study.status == "finished"
+    assert tagged(env["TUNER_TEST_TAG"]) == []
+
+
 def test_parallel_workers_on_sqlite_are_refused_before_anything_runs(
     env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -283,20 +283,19 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
         + ("" if uuids else " (on CPU: they share its cores, so each measures less)")
     )
     command = parallel.worker_command(ctx.name, spec.vllm_python)
+    again = f"tuner run --study {ctx.name} --resume --parallel {n} continues it"
     try:
         codes = parallel.run_workers(
             command, places, lambda line: out.print(line, markup=False, highlight=False), url
         )
     except KeyboardInterrupt:  # each worker stopped on its SIGTERM and recorded its trial
-        interrupted(
-            _interrupted(
-                "the workers' running trials are recorded as interrupted",
-                f"tuner run --study {ctx.name} --resume --parallel {n} continues it",
-            )
-        )
+        parallel.settle(prepared.repo, ctx.name)  # one killed before it could record the study
+        interrupted(_interrupted("the workers' running trials are recorded as interrupted", again))
     for seat, code in zip(places, codes, strict=True):
         if code != 0:
             out.print(f"[red]{escape(seat.label)} exited with code {code}[/]")
+    if parallel.settle(prepared.repo, ctx.name):  # every worker gone, the study not done
+        out.print(f"the study is recorded interrupted: {escape(again)}")
     shown = print_best(prepared.repo, ctx.name)
     if not shown or any(codes):
         raise typer.Exit(1)

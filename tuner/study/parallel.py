@@ -7,7 +7,9 @@ GPU alone. Workers meet only in the database (:mod:`tuner.study.sharing`). Their
 through line by line, each line headed by the worker's number.
 
 The workers die with this process (Linux: a parent-death signal), and a Ctrl-C or SIGTERM here
-reaches each of them as a SIGTERM, which stops its trial and records it as interrupted.
+reaches each of them as a SIGTERM, which stops its trial and records it as interrupted. Once
+they have all exited, a study they left running (a worker killed before it could record it, or
+every worker dead) is recorded interrupted here (:func:`settle`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from tuner.db import Repository, StudyStatus
 from tuner.errors import UsageError
 
 _PR_SET_PDEATHSIG = 1
@@ -123,3 +126,12 @@ def run_workers(
 def _pump(stream: IO[str], label: str, say: Callable[[str], None]) -> None:
     for line in stream:
         say(f"[{label}] {line.rstrip()}")
+
+
+def settle(repo: Repository, name: str) -> bool:
+    """Once every worker has exited: study ``name`` left running or confirming, which no
+    process runs now, is interrupted (``tuner run --study NAME --resume`` goes on with it).
+    True when it was; a finished, failed or interrupted study is left as it is."""
+    live = (StudyStatus.RUNNING, StudyStatus.CONFIRMING)
+    others = [status for status in StudyStatus if status not in live]
+    return repo.claim_study_step(name, StudyStatus.INTERRUPTED, unless=others)
