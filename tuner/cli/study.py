@@ -261,8 +261,8 @@ def _interrupted(what: str, how: str) -> str:
 
 def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
     """``--parallel N``: set the study up here, then N workers join it (one per GPU)."""
-    from tuner.compose import prepare
-    from tuner.runner import matching_gpus
+    from tuner.compose import prepare, writable_home
+    from tuner.runner import matching_gpus, reap_orphans
     from tuner.study import parallel, set_up_study
     from tuner.telemetry import detect_gpus
 
@@ -291,6 +291,8 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
     except KeyboardInterrupt:  # each worker stopped on its SIGTERM and recorded its trial
         parallel.settle(prepared.repo, ctx.name)  # one killed before it could record the study
         interrupted(_interrupted("the workers' running trials are recorded as interrupted", again))
+    finally:  # the servers of a worker that died, or was killed after its SIGTERM, end now
+        reap_orphans(writable_home() / "leases")
     for seat, code in zip(places, codes, strict=True):
         if code != 0:
             out.print(f"[red]{escape(seat.label)} exited with code {code}[/]")
