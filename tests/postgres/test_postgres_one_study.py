@@ -178,6 +178,16 @@ def test_run_parallel_three_workers_share_one_study(
     assert tagged(env["TUNER_TEST_TAG"]) == []
 
 
+def _until_a_trial_runs(repo: Repository, timeout_s: float = 120.0) -> None:
+    """Wait until a worker measures (a trial RUNNING), or ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    measuring = False
+    while time.monotonic() < deadline and not measuring:
+        time.sleep(0.1)
+        with contextlib.suppress(Exception):  # no tables before the set-up has made them
+            measuring = any(r.status is TrialStatus.RUNNING for r in repo.list_trials(STUDY))
+
+
 def test_run_parallel_interrupted_says_how_to_go_on_with_its_workers(
     pg_url: str, env: dict[str, str], tmp_path: Path, repo: Repository
 ) -> None:
@@ -185,12 +195,7 @@ def test_run_parallel_interrupted_says_how_to_go_on_with_its_workers(
     continues it" and its own bare "interrupted": not the command that continues the study as
     it ran, with its workers. It now says that command."""
     run = tuner(env, tmp_path, "run", "spec.toml", "--parallel", "2", "--storage", pg_url)
-    deadline = time.monotonic() + 120
-    measuring = False
-    while time.monotonic() < deadline and not measuring:
-        time.sleep(0.1)
-        with contextlib.suppress(Exception):  # no tables before the set-up has made them
-            measuring = any(r.status is TrialStatus.RUNNING for r in repo.list_trials(STUDY))
+    _until_a_trial_runs(repo)
     run.send_signal(signal.SIGINT)
     output = run.communicate(timeout=120)[0]
     assert run.returncode == 130, output
@@ -210,12 +215,7 @@ def test_run_parallel_whose_workers_all_died_records_the_study_interrupted(
     process runs the study any more, and no worker could record it. The command records it
     interrupted, says how to go on, and the resume finishes it."""
     run = tuner(env, tmp_path, "run", "spec.toml", "--parallel", "2", "--storage", pg_url)
-    deadline = time.monotonic() + 120
-    measuring = False
-    while time.monotonic() < deadline and not measuring:
-        time.sleep(0.1)
-        with contextlib.suppress(Exception):  # no tables before the set-up has made them
-            measuring = any(r.status is TrialStatus.RUNNING for r in repo.list_trials(STUDY))
+    _until_a_trial_runs(repo)
     workers = [p for p in psutil.Process(run.pid).children() if "worker" in " ".join(p.cmdline())]
     assert len(workers) == 2
     for worker in workers:
