@@ -4,6 +4,8 @@ bad input)."""
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 
 import typer
@@ -69,6 +71,10 @@ def main() -> None:
     Ctrl-C gives 130) and raises click's usage errors, which subclass ``typer.TyperException``
     (typer vendors click, so ``click.ClickException`` would not catch them).
     """
+    # `kill -USR1 PID` prints every thread's stack on stderr and goes on: what a stuck process
+    # is doing (tuner run --parallel asks it of a worker that does not stop).
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         code = app(standalone_mode=False)
     except TunerError as exc:

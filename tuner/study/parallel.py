@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
@@ -29,6 +30,11 @@ from tuner.db import Repository, StudyStatus
 from tuner.errors import UsageError
 
 _PR_SET_PDEATHSIG = 1
+# Seconds the workers have, in all, to stop after their SIGTERM (a server's stop: up to 10 s of
+# grace and 5 s more after its SIGKILL, tuner.runner.server.VllmServer.stop); then the stacks
+# of one still running are asked for and given _STACKS_S to be written.
+STOP_GRACE_S = 60.0
+_STACKS_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -112,15 +118,36 @@ def run_workers(
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # each records its trial and stops its server
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=60)
-            if proc.poll() is None:
-                proc.kill()
+        _stop(procs, places, say)
         raise
     finally:
         for pump in pumps:
             pump.join(timeout=5)
+
+
+def _stop(
+    procs: Sequence[subprocess.Popen[str]], places: Sequence[Seat], say: Callable[[str], None]
+) -> None:
+    """Wait up to :data:`STOP_GRACE_S` in all for the SIGTERMed workers; one still running then
+    has its threads' stacks printed (SIGUSR1: :func:`tuner.cli.app.main` registers faulthandler
+    on it), so that what held it shows in the output, and is killed."""
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for proc, seat in zip(procs, places, strict=False):
+        if proc.poll() is not None:
+            continue
+        say(
+            f"[{seat.label}] still running {STOP_GRACE_S:.0f} s after its SIGTERM: "
+            "its threads' stacks follow, then it is killed"
+        )
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGUSR1)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=_STACKS_S)  # it does not exit on SIGUSR1: time to write them
+        proc.kill()
+        proc.wait()
 
 
 def _pump(stream: IO[str], label: str, say: Callable[[str], None]) -> None:
