@@ -1,14 +1,17 @@
-"""Signals held back while a server is being taken hold of (tuner.runner.interrupts)."""
+"""Signals held back while a server is being taken hold of, and SIGTERM as a stop request
+(tuner.runner.interrupts)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import sys
 import time
 
 import pytest
 
-from tuner.runner.interrupts import deferred_interrupts
+from tuner.runner.interrupts import deferred_interrupts, sigterm_as_interrupt
 
 
 def test_a_ctrl_c_inside_takes_effect_after_the_block() -> None:
@@ -38,3 +41,33 @@ def test_without_a_signal_nothing_happens() -> None:
     with deferred_interrupts():
         pass
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _SignalledWhileCollected:
+    """An object whose finalizer, run by the garbage collector, is where the stop signal's
+    handler runs: its KeyboardInterrupt is raised inside it, where Python drops it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum, self.cycle = signum, self  # a cycle: only the collector frees it
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), self.signum)
+        for _ in range(10_000):  # the handler runs here, inside __del__
+            pass
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_dropped_inside_a_finalizer_is_raised_again_after_it(signum: int) -> None:
+    """A `tuner worker` lost its SIGTERM inside one of SQLAlchemy's weakref callbacks ("Exception
+    ignored in"), ignored the next and ran on until killed: the stop must still land."""
+    reached = []
+    hook = sys.unraisablehook
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        _SignalledWhileCollected(signum)
+        gc.collect()
+        reached.append("collected")
+        time.sleep(5)  # the stop lands at once, not after this
+        reached.append("slept")
+    assert reached in (["collected"], [])
+    assert sys.unraisablehook is hook
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -11,6 +11,7 @@ the trial as interrupted before the process exits.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,8 @@ from types import FrameType
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# Seconds after a stop was dropped (see sigterm_as_interrupt) before its signal is sent again.
+REDELIVER_S = 0.05
 
 
 def _stop_signals() -> list[signal.Signals]:
@@ -33,20 +36,45 @@ def sigterm_as_interrupt() -> Iterator[None]:
     A second one during the clean-up that follows is ignored, so that it cannot cut the
     clean-up short (SIGKILL still ends everything). The previous handlers are restored when the
     block ends. Outside the main thread, where Python cannot handle signals, nothing changes.
+
+    A signal's handler runs wherever the main thread is, and the KeyboardInterrupt it raises
+    inside a ``__del__`` or a weakref callback that the garbage collector runs is printed
+    ("Exception ignored in") and dropped. A `tuner worker` lost its SIGTERM so inside one of
+    SQLAlchemy's, then ignored the next (above), and ran on until killed. Within the block such
+    a dropped KeyboardInterrupt (a Ctrl-C's too) is not printed; its signal is sent to the main
+    thread again (:data:`REDELIVER_S` later, from another thread: any Python code run before,
+    the hook's own included, would drop it again), so that it lands where the code can act.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    got: list[int] = []
 
-    def stop(_signum: int, _frame: FrameType | None) -> None:
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        got.append(signum)
         for s in previous:
             signal.signal(s, signal.SIG_IGN)
         raise KeyboardInterrupt
 
+    def dropped(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            hook(unraisable)
+            return
+        for s in previous:  # the stop did not happen: the next one is not ignored
+            signal.signal(s, stop)
+        again = got[-1] if got else signal.SIGINT  # Python's own handler raised it: a Ctrl-C
+        main = threading.main_thread().ident
+        assert main is not None
+        timer = threading.Timer(REDELIVER_S, signal.pthread_kill, (main, again))
+        timer.daemon = True
+        timer.start()
+
     previous = {s: signal.signal(s, stop) for s in _stop_signals()}
+    hook, sys.unraisablehook = sys.unraisablehook, dropped
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         # None: a handler installed outside Python, which cannot be put back; use the default.
         for s, handler in previous.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
