@@ -388,6 +388,25 @@ def listed(choices: Sequence[Sequence[Any]]) -> Iterator[tuple[Any, ...]] | None
     return itertools.product(*choices)
 
 
+def kernel_twins(
+    values: Mapping[str, Any], backend: str | None, fa_version: int | None, unset: Any = None
+) -> list[dict[str, Any]]:
+    """The knob changes that leave a launch of ``values`` (knob -> value, ``unset`` where
+    vLLM chose) the same launch: none, and the attention backend and FlashAttention version
+    that vLLM chose (``backend``, ``fa_version``: its log) set where ``values`` left them to it.
+    ``--attention-backend FLASH_ATTN`` runs the kernel that vLLM runs when it chooses FLASH_ATTN
+    itself (Hopper's default), so a search that measured one need not launch the other."""
+    fills: dict[str, Any] = {}
+    if backend and values.get("attention_backend", unset) == unset:
+        fills["attention_backend"] = backend
+    if backend == FLASH_ATTN and fa_version and values.get(_FA_VERSION, unset) == unset:
+        fills[_FA_VERSION] = fa_version
+    twins: list[dict[str, Any]] = [{}]
+    for knob, value in fills.items():
+        twins += [{**twin, knob: value} for twin in twins]
+    return twins
+
+
 def _picking(values: Mapping[str, Any]) -> Callable[[str, Sequence[Any]], Any]:
     """A pick for :meth:`SearchSpace._drawn` that gives each knob its value in ``values``."""
     return lambda knob, _choices: values[knob]

@@ -946,3 +946,37 @@ def test_the_sampler_draws_an_untried_configuration_where_it_would_draw_one_agai
     assert len(runner.calls) == len(set(runner.calls)) == 5, runner.calls
     rows = repo.list_trials(ctx.name, limit=None)
     assert len(rows) == 5 and all(r.status is TrialStatus.COMPLETE for r in rows)
+
+
+def test_a_configuration_whose_kernel_vllm_chose_in_a_measured_trial_counts_as_tried(
+    db_url: str,
+) -> None:
+    """On Hopper vLLM's own choice of attention kernel is FLASH_ATTN, so a space that searches
+    attention_backend beside another knob names some FLASH_ATTN launches twice, as "default" and
+    as FLASH_ATTN (an H100 search measured both). A configuration whose kernel a measured trial
+    ran by vLLM's choice counts as tried: the sampler draws others, and the space runs out
+    before all nine names are launched (its startup draws, at random, may still launch the
+    explicit name before the default one, whose choice is known only once it ran)."""
+    from tuner.study.loop import _repeated
+    from tuner.study.standings import measured_before
+
+    repo = make_repo(db_url)
+    ctx = make_context(
+        db_url,
+        trials=9,
+        params=("attention_backend", "max_num_seqs"),
+        choices={"attention_backend": ("FLASH_ATTN", "FLASHINFER"), "max_num_seqs": (1, 64)},
+    )
+    runner = FakeRunner(backend="FLASH_ATTN")
+    run_study(ctx, runner, repo)
+    ran = [c.replace(attention_backend=c.attention_backend or "FLASH_ATTN") for c in runner.calls]
+    assert len(set(ran)) == 6, "every kernel with every max_num_seqs measured"
+    assert len(runner.calls) < 9, runner.calls
+    rows = repo.list_trials(ctx.name, limit=None)
+    assert len(rows) == 9 and repo.get_study(ctx.name).status == "finished"
+    assert rows[0].config == ServingConfig() and rows[0].effective_backend == "FLASH_ATTN"
+    named = ServingConfig(attention_backend="FLASH_ATTN")
+    assert measured_before(rows[:1], named) == rows[0]
+    assert measured_before(rows[:1], ServingConfig(attention_backend="FLASHINFER")) is None
+    said = _repeated(named, rows[0]).failure_detail or ""
+    assert said.startswith("trial #0 measured this configuration (defaults, the same kernel)")

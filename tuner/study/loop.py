@@ -18,7 +18,8 @@ What Optuna is told:
   configuration of the space has been tried: not launched (PRUNED, failure ``repeated``, in
   tuner's table), FAIL like a fault; it counts. While one is untried, the sampler
   (:class:`Untried`) draws that instead where it draws the knobs jointly, and a draw again
-  knob by knob is launched.
+  knob by knob is launched. A configuration naming the attention kernel that vLLM chose in a
+  measured trial which left it to vLLM is that trial's (:func:`tuner.study.standings.ran_as`).
 
 What the loop reads per trial: the study's trial rows, once (with the trials other workers
 finished meanwhile), from which it takes the failed configurations, the defaults' values (the
@@ -56,7 +57,7 @@ from tuner.errors import UsageError
 from tuner.load import fingerprint
 from tuner.runner import TrialRunner
 from tuner.scoring import objectives as scoring
-from tuner.space import LISTED, SearchSpace, listed
+from tuner.space import DEFAULT, LISTED, SearchSpace, kernel_twins, listed
 from tuner.spec import FINGERPRINT, SEED_MAX, check_same_requests, resumed_spec, stored_spec
 from tuner.study import planning, sharing
 from tuner.study.attrs import metric_names, trial_attrs
@@ -67,6 +68,7 @@ from tuner.study.standings import (
     baseline,
     failed_configs,
     measured_before,
+    ran_as,
     rank,
     score_reference,
     standings,
@@ -157,9 +159,10 @@ class Untried(optuna.samplers.BaseSampler):
             return params
         knobs = sorted(search_space)
         tried = {
-            tuple(repr(t.params.get(k)) for k in knobs)
+            tuple(repr(twin.get(k)) for k in knobs)
             for t in study.get_trials(deepcopy=False)
             if t.number != trial.number and sharing.counts(t)
+            for twin in _ran_as(t)
         }
         if tuple(repr(params[k]) for k in knobs) not in tried:
             return params
@@ -189,6 +192,20 @@ class Untried(optuna.samplers.BaseSampler):
     def reseed_rng(self) -> None:
         self.inner.reseed_rng()
         self._rng.seed()
+
+
+def _ran_as(trial: optuna.trial.FrozenTrial) -> list[dict[str, Any]]:
+    """``trial``'s params, and the same with the attention kernel its server chose where they
+    left that to vLLM (:func:`tuner.space.kernel_twins`; the choice is in its attributes)."""
+    attrs = trial.user_attrs
+    backend, fa = attrs.get("attention_backend"), attrs.get("flash_attn_version")
+    twins = kernel_twins(
+        trial.params,
+        backend if isinstance(backend, str) else None,
+        fa if isinstance(fa, int) else None,
+        unset=DEFAULT,
+    )
+    return [{**trial.params, **twin} for twin in twins]
 
 
 def _untried(
@@ -643,16 +660,17 @@ def _drawn_again(
     earlier = measured_before(rows, config)
     if earlier is None or sharing.frozen(study, trial).system_attrs.get("fixed_params"):
         return None
-    return earlier if space.exhausted_by({r.config for r in rows}) else None
+    return earlier if space.exhausted_by({c for r in rows for c in ran_as(r)}) else None
 
 
 def _repeated(config: ServingConfig, earlier: TrialRow) -> TrialResult:
     """The record of a trial that :func:`_drawn_again` found measured: PRUNED, not launched."""
+    same = "" if earlier.config == config else f" ({earlier.config.label()}, the same kernel)"
     return TrialResult(
         config,
         TrialStatus.PRUNED,
         failure=FailureClass.REPEATED,
-        failure_detail=f"trial #{earlier.number} measured this configuration, and every "
+        failure_detail=f"trial #{earlier.number} measured this configuration{same}, and every "
         "configuration of the space has been tried: not launched again (the confirmation "
         "measures the best afresh)",
     )

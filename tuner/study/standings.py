@@ -14,6 +14,7 @@ from tuner.db import Repository, StudyRow, TrialPhase, TrialRow
 from tuner.domain import FailureClass, Objective, ServingConfig, Slo, TrialStatus
 from tuner.scoring import Standing, best_first, canary_broken
 from tuner.scoring import objectives as scoring
+from tuner.space import kernel_twins
 from tuner.study.confirm import Confirmed, study_pick
 
 
@@ -81,8 +82,24 @@ class Reference:
 
 
 def measured_before(rows: Iterable[TrialRow], config: ServingConfig) -> TrialRow | None:
-    """The first measured search trial of ``config`` among ``rows`` (None: not measured yet)."""
-    return next((r for r in rows if r.config == config and _measured(r)), None)
+    """The first measured search trial of ``config`` among ``rows``, or of a configuration that
+    launched as ``config`` would (:func:`ran_as`); None: not measured yet."""
+    return next((r for r in rows if _measured(r) and config in ran_as(r)), None)
+
+
+def ran_as(row: TrialRow) -> list[ServingConfig]:
+    """``row``'s configuration, and the same with the attention kernel its server chose where
+    it left that to vLLM (:func:`tuner.space.kernel_twins`)."""
+    server = row.server
+    if server is None:
+        return [row.config]
+    config = row.config
+    values = {
+        "attention_backend": config.attention_backend,
+        "flash_attn_version": config.flash_attn_version,
+    }
+    twins = kernel_twins(values, server.effective_backend, server.flash_attn_version)
+    return [row.config.replace(**twin) for twin in twins]
 
 
 def score_reference(rows: Iterable[TrialRow]) -> Reference | None:
