@@ -131,6 +131,9 @@ def _sampler(ctx: StudyContext, seed: int) -> optuna.samplers.BaseSampler:
     return Untried(tpe, seed)
 
 
+_FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
 class Untried(optuna.samplers.BaseSampler):
     """The study's sampler, kept from drawing a configuration a trial has had while another of
     the same knobs is left untried. TPE, once it models a categorical space, draws its best so
@@ -146,7 +149,19 @@ class Untried(optuna.samplers.BaseSampler):
     def infer_relative_search_space(
         self, study: optuna.Study, trial: optuna.trial.FrozenTrial
     ) -> dict[str, optuna.distributions.BaseDistribution]:
-        return self.inner.infer_relative_search_space(study, trial)
+        """TPE's joint space, the knobs every finished trial drew, taken over the trials the
+        sampler drew once there are some: a queued trial (the defaults, a lever plan's
+        screening) holds only the knobs it was queued with, and a lever the defaults' trial
+        lacks would be drawn knob by knob for the whole search, out of the untried rule."""
+        drawn = [
+            t
+            for t in study.get_trials(deepcopy=False, states=_FINISHED)
+            if not t.system_attrs.get("fixed_params")
+        ]
+        if not drawn:
+            return self.inner.infer_relative_search_space(study, trial)
+        found = optuna.search_space.intersection_search_space(drawn, include_pruned=True)
+        return {name: d for name, d in sorted(found.items()) if not d.single()}
 
     def sample_relative(
         self,
