@@ -4,6 +4,7 @@ bad input)."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import signal
 import sys
@@ -72,9 +73,11 @@ def main() -> None:
     (typer vendors click, so ``click.ClickException`` would not catch them).
     """
     # `kill -USR1 PID` prints every thread's stack on stderr and goes on: what a stuck process
-    # is doing (tuner run --parallel asks it of a worker that does not stop).
-    if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # is doing (tuner run --parallel asks it of a worker that does not stop). The process's own
+    # stderr: a caller that runs main() in-process may have put one without a file behind it.
+    if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:
+        with contextlib.suppress(OSError, ValueError):  # io.UnsupportedOperation is both
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     try:
         code = app(standalone_mode=False)
     except TunerError as exc:
