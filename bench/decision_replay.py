@@ -275,10 +275,14 @@ def run_design(
     cap: int,
     min_effect: float,
 ) -> Outcome:
-    if name == "fixed-3-welch":
-        a, b = sides.upto(3)
+    if name in ("fixed-3-welch", "fixed-4-welch"):
+        a, b = sides.upto(int(name[6]))
         c = compare(A_ARM, a, B_ARM, b, 0.95).metric(HEADLINE)
         return _outcome(c.verdict, c.low, c.high, sides, a, b)
+    if name in ("fixed-3-trend", "fixed-4-trend"):
+        a, b = sides.upto(int(name[6]))
+        verdict, low, high = trend_adjusted(a, b, sides.sc.order)
+        return _outcome(verdict, low, high, sides, a, b)
     if name == "fixed-3-pooled":
         design = Design.fixed_launches(3)
     else:
@@ -299,6 +303,31 @@ def run_design(
                 b,
             )
         n += 1
+
+
+def trend_adjusted(
+    a: Sequence[TrialResult], b: Sequence[TrialResult], order: str
+) -> tuple[str, float, float]:
+    """Not a design of tuner's (yet): B/A with a common straight-line trend over the launches'
+    order taken out (least squares on each launch's log value: one level a side and a slope,
+    the model of tuner.scoring.caveats.drift, here fitted always), 95 % t interval at
+    launches - 3 df."""
+    from scipy import stats
+
+    rows, y = [], []
+    for side, runs in (("a", a), ("b", b)):
+        for i, r in enumerate(runs):
+            rows.append([1.0, float(side == "b"), float(position(side, i, order))])
+            y.append(float(np.mean(np.log(r.metrics[HEADLINE].values))))
+    x, ys = np.array(rows), np.array(y)
+    coef, *_ = np.linalg.lstsq(x, ys, rcond=None)
+    df = len(ys) - 3
+    resid = ys - x @ coef
+    se = math.sqrt(float(resid @ resid) / df * float(np.linalg.inv(x.T @ x)[1, 1]))
+    q = float(stats.t.ppf(0.975, df))
+    low, high = math.exp(coef[1] - q * se), math.exp(coef[1] + q * se)
+    verdict = BETTER if low > 1 else WORSE if high < 1 else NO_DIFFERENCE
+    return verdict, low, high
 
 
 def _as_profile(c: Components | None) -> Any:
@@ -327,6 +356,8 @@ def _outcome(
 
 
 DESIGNS = ("fixed-3-welch", "fixed-3-pooled", "seq-welch", "seq-pooled")
+# Bench-only designs, asked for by --designs: four a side, and the trend-adjusted interval.
+EXTRA_DESIGNS = ("fixed-4-welch", "fixed-3-trend", "fixed-4-trend")
 
 
 def simulate(
@@ -725,6 +756,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json-out", type=Path)
     args = p.parse_args(argv)
     args.noise = args.noise or ["parametric", "resample"]
+    unknown = set(args.designs) - {*DESIGNS, *EXTRA_DESIGNS}
+    if unknown:
+        p.error(f"unknown design(s) {sorted(unknown)}: {', '.join((*DESIGNS, *EXTRA_DESIGNS))}")
     if args.objective == "balanced":
         out = run_balanced(args)
         print(report_balanced(out))
