@@ -51,6 +51,9 @@ _TYPES: Mapping[str, type] = {
 _MAX_LEN_CANDIDATES = 4
 _UTIL = "gpu_memory_utilization"
 _FA_VERSION = "flash_attn_version"
+# Knobs drawn only where another knob's value asks for them (the FlashAttention version only
+# with FLASH_ATTN): a trial without them is no trial of a smaller space.
+CONDITIONAL = frozenset({_FA_VERSION})
 # What a knob's values are, for a hint: by name, else by type.
 _DESCRIBED = {_UTIL: "a fraction in (0, 1]", _FA_VERSION: "2 or 3"}
 _KIND_NAMES = {bool: "true/false", int: "a positive integer", str: "a name"}

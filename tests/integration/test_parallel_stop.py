@@ -1,9 +1,10 @@
-"""How `tuner run --parallel` ends a worker that does not stop after its SIGTERM: it prints the
-worker's threads' stacks (which `tuner`'s entry point writes on SIGUSR1), then kills it."""
+"""How `tuner run --parallel` ends workers that do not stop after their SIGTERM: it prints their
+threads' stacks (which `tuner`'s entry point writes on SIGUSR1), then kills them."""
 
 from __future__ import annotations
 
-import subprocess
+import os
+import signal
 import sys
 import textwrap
 import threading
@@ -11,17 +12,19 @@ import time
 
 import pytest
 
+from tests.studykit import processes_mentioning
 from tuner.study import parallel
 
-# A `tuner` process (its real entry point, tuner.cli.app.main) whose command ignores SIGTERM and
-# sleeps in a function the stacks must name.
-_STUCK = textwrap.dedent(
+# A `tuner` process (its real entry point, tuner.cli.app.main) whose command sleeps in a
+# function the stacks must name, ignoring SIGTERM unless its seat's GPU is "quick".
+_WORKER = textwrap.dedent(
     """
-    import signal, time
+    import os, signal, time
     from tuner.cli import app
 
     def held_in_a_call_that_never_returns(standalone_mode):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if os.environ.get("CUDA_VISIBLE_DEVICES") != "quick":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("ready", flush=True)
         time.sleep(600)
 
@@ -29,52 +32,39 @@ _STUCK = textwrap.dedent(
     app.main()
     """
 )
-_QUICK = "import time; print('ready', flush=True); time.sleep(600)"
 
 
-def _start(code: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    return proc
-
-
-def test_a_worker_still_running_after_its_sigterm_has_its_stacks_printed_then_is_killed(
+def test_workers_still_running_after_their_sigterm_have_their_stacks_printed_then_are_killed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A Ctrl-C to `tuner run --parallel` while its workers run: each gets a SIGTERM; one that
+    stops is not spoken of, those that do not are named, their stacks printed, then killed."""
     monkeypatch.setattr(parallel, "STOP_GRACE_S", 1.0)
-    stuck, quick = _start(_STUCK), _start(_QUICK)
-    seats = [parallel.Seat("worker 0"), parallel.Seat("worker 1")]
     said: list[str] = []
-    lines: list[str] = []
-    pump = threading.Thread(target=lambda: lines.extend(stuck.stdout or ()), daemon=True)
-    pump.start()
-    try:
-        for proc in (stuck, quick):
-            proc.terminate()
-        started = time.monotonic()
-        parallel._stop([stuck, quick], seats, said.append)
-        took = time.monotonic() - started
-    finally:
-        for proc in (stuck, quick):
-            proc.kill()
-            proc.wait()
-        pump.join(timeout=10)
-        for proc in (stuck, quick):
-            if proc.stdout is not None:
-                proc.stdout.close()
-    assert quick.returncode == -15  # stopped by its SIGTERM: nothing said of it
-    assert stuck.returncode == -9
-    assert said == [
-        "[worker 0] still running 1 s after its SIGTERM: its threads' stacks follow, "
+
+    def interrupt_once_ready() -> None:
+        deadline = time.monotonic() + 60
+        while sum(line.endswith("] ready") for line in said) < 3:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)  # the parent's Ctrl-C
+
+    threading.Thread(target=interrupt_once_ready, daemon=True).start()
+    seats = [parallel.Seat("worker 0"), parallel.Seat("worker 1", "quick"), parallel.Seat("w 2")]
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        parallel.run_workers([sys.executable, "-c", _WORKER], seats, said.append, "sqlite://")
+    took = time.monotonic() - started
+    notes = [line for line in said if "after its SIGTERM" in line]
+    assert notes == [
+        f"[{label}] still running 1 s after its SIGTERM: its threads' stacks follow, "
         "then it is killed"
-    ]
-    stacks = "".join(lines)
-    assert "most recent call first" in stacks, stacks
-    assert "held_in_a_call_that_never_returns" in stacks, stacks
-    assert took < 1.0 + parallel._STACKS_S + 5, took
+        for label in ("worker 0", "w 2")
+    ], said
+    for label in ("worker 0", "w 2"):
+        mine = "\n".join(line for line in said if line.startswith(f"[{label}]"))
+        assert "most recent call first" in mine, said
+        assert "held_in_a_call_that_never_returns" in mine, said
+    assert processes_mentioning("held_in_a_call_that_never_returns") == []
+    assert took < 60, took

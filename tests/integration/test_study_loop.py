@@ -984,6 +984,29 @@ def test_the_joint_space_is_what_the_drawn_trials_share_not_a_queued_trial_lacki
     assert set(study.sampler.infer_relative_search_space(study, frozen)) == {"knob", "lever"}
     assert set(study.ask().relative_params) == {"knob", "lever"}  # drawn jointly
 
+    # As TPE does: a conditional knob (the FlashAttention version) that a finished trial lacks,
+    # and a knob a finished trial drew from other choices, stay out of the joint space.
+    fa = optuna.distributions.CategoricalDistribution(["default", 2, 3])
+    other = optuna.distributions.CategoricalDistribution(["default", 2, 4, 8])
+    study = optuna.create_study(sampler=Untried(tpe, 0))
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"knob": "default", "lever": "default"},
+            distributions={"knob": knob, "lever": other},
+            value=1.0,
+            system_attrs={"fixed_params": {"knob": "default", "lever": "default"}},
+        )
+    )
+    for value, (k, v) in enumerate([(1, 2), (64, 4)], 2):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"knob": k, "lever": v, "flash_attn_version": 3},
+                distributions={"knob": knob, "lever": lever, "flash_attn_version": fa},
+                value=float(value),
+            )
+        )
+    assert set(study.sampler.infer_relative_search_space(study, study.trials[-1])) == {"knob"}
+
 
 def test_a_configuration_whose_kernel_vllm_chose_in_a_measured_trial_counts_as_tried(
     db_url: str,

@@ -12,7 +12,7 @@ from tuner.catalog.gpus import GPUS
 from tuner.catalog.models import MODELS
 from tuner.domain import ModelSpec, ServingConfig, Workload
 from tuner.errors import UsageError
-from tuner.space import CPU_BASELINE_UTILIZATION, DEFAULT, KNOBS, SearchSpace
+from tuner.space import CPU_BASELINE_UTILIZATION, DEFAULT, KNOBS, SearchSpace, kernel_twins
 
 WORKLOAD = Workload("chat", prompt_tokens=400, output_tokens=200)  # longest request: 751
 CPU = dataclasses.replace(GPUS["cpu"], memory_gib=24.0)  # not this host's size
@@ -229,3 +229,25 @@ def test_params_for_rejects_knobs_the_study_does_not_search() -> None:
     s = space(params=["max_num_seqs"])
     with pytest.raises(UsageError, match="does not search kv_cache_dtype"):
         s.params_for(ServingConfig(kv_cache_dtype="fp8"))
+
+
+def test_kernel_twins_fill_only_what_vllm_chose() -> None:
+    """The knob changes that leave a launch the same: the backend and FlashAttention version
+    vLLM chose, set where the configuration left them to it, never where it named them."""
+    unset = {"attention_backend": None, "flash_attn_version": None}
+    assert kernel_twins(unset, "FLASH_ATTN", 3) == [
+        {},
+        {"attention_backend": "FLASH_ATTN"},
+        {"flash_attn_version": 3},
+        {"attention_backend": "FLASH_ATTN", "flash_attn_version": 3},
+    ]
+    assert kernel_twins(unset, "FLASHINFER", 3) == [{}, {"attention_backend": "FLASHINFER"}]
+    named = {"attention_backend": "FLASH_ATTN", "flash_attn_version": None}
+    assert kernel_twins(named, "FLASH_ATTN", 2) == [{}, {"flash_attn_version": 2}]
+    assert kernel_twins({"attention_backend": "TRITON_ATTN"}, "TRITON_ATTN", None) == [{}]
+    assert kernel_twins(unset, None, None) == [{}]  # the log said nothing
+    params = {"attention_backend": DEFAULT, "max_num_seqs": 64}  # Optuna's params
+    assert kernel_twins(params, "FLASH_ATTN", None, unset=DEFAULT) == [
+        {},
+        {"attention_backend": "FLASH_ATTN"},
+    ]

@@ -43,29 +43,41 @@ def sigterm_as_interrupt() -> Iterator[None]:
     SQLAlchemy's, then ignored the next (above), and ran on until killed. Within the block such
     a dropped KeyboardInterrupt (a Ctrl-C's too) is not printed; its signal is sent to the main
     thread again (:data:`REDELIVER_S` later, from another thread: any Python code run before,
-    the hook's own included, would drop it again), so that it lands where the code can act.
+    the hook's own included, would drop it again), so that it lands where the code can act. A
+    dropped stop whose signal has not landed when the block ends is raised there.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    got: list[int] = []
+    main = threading.main_thread().ident
+    assert main is not None
+    pending: list[int] = []  # a dropped stop's signal, sent again, not landed yet
+    lock, sending = threading.Lock(), [True]
 
     def stop(signum: int, _frame: FrameType | None) -> None:
-        got.append(signum)
+        pending.clear()
         for s in previous:
             signal.signal(s, signal.SIG_IGN)
-        raise KeyboardInterrupt
+        raise _Stop(signum)
+
+    def resend(signum: int) -> None:
+        with lock:
+            if sending[0]:  # not once the block has put the handlers back
+                signal.pthread_kill(main, signum)
 
     def dropped(unraisable: Any) -> None:
-        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        exc = unraisable.exc_value
+        if not isinstance(exc, KeyboardInterrupt) or threading.get_ident() != main:
             hook(unraisable)
             return
-        for s in previous:  # the stop did not happen: the next one is not ignored
-            signal.signal(s, stop)
-        again = got[-1] if got else signal.SIGINT  # Python's own handler raised it: a Ctrl-C
-        main = threading.main_thread().ident
-        assert main is not None
-        timer = threading.Timer(REDELIVER_S, signal.pthread_kill, (main, again))
+        if isinstance(exc, _Stop):
+            for s in previous:  # it did not land: the next one is not ignored
+                signal.signal(s, stop)
+            pending.append(exc.signum)
+            again = exc.signum
+        else:
+            again = signal.SIGINT  # Python's own handler raised it: a Ctrl-C
+        timer = threading.Timer(REDELIVER_S, resend, (again,))
         timer.daemon = True
         timer.start()
 
@@ -74,10 +86,22 @@ def sigterm_as_interrupt() -> Iterator[None]:
     try:
         yield
     finally:
+        with lock:
+            sending[0] = False
         sys.unraisablehook = hook
         # None: a handler installed outside Python, which cannot be put back; use the default.
         for s, handler in previous.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+    if pending:
+        raise _Stop(pending[-1])
+
+
+class _Stop(KeyboardInterrupt):
+    """The KeyboardInterrupt of a stop signal inside :func:`sigterm_as_interrupt`."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum = signum
 
 
 @contextmanager

@@ -57,7 +57,7 @@ from tuner.errors import UsageError
 from tuner.load import fingerprint
 from tuner.runner import TrialRunner
 from tuner.scoring import objectives as scoring
-from tuner.space import DEFAULT, LISTED, SearchSpace, kernel_twins, listed
+from tuner.space import CONDITIONAL, DEFAULT, LISTED, SearchSpace, kernel_twins, listed
 from tuner.spec import FINGERPRINT, SEED_MAX, check_same_requests, resumed_spec, stored_spec
 from tuner.study import planning, sharing
 from tuner.study.attrs import metric_names, trial_attrs
@@ -152,15 +152,19 @@ class Untried(optuna.samplers.BaseSampler):
         """TPE's joint space, the knobs every finished trial drew, taken over the trials the
         sampler drew once there are some: a queued trial (the defaults, a lever plan's
         screening) holds only the knobs it was queued with, and a lever the defaults' trial
-        lacks would be drawn knob by knob for the whole search, out of the untried rule."""
-        drawn = [
-            t
-            for t in study.get_trials(deepcopy=False, states=_FINISHED)
-            if not t.system_attrs.get("fixed_params")
-        ]
+        lacks would be drawn knob by knob for the whole search, out of the untried rule. Left
+        out as TPE leaves them: a knob any finished trial drew from other choices, and a
+        conditional knob (:data:`tuner.space.CONDITIONAL`) any finished trial lacks."""
+        finished = study.get_trials(deepcopy=False, states=_FINISHED)
+        drawn = [t for t in finished if not t.system_attrs.get("fixed_params")]
         if not drawn:
             return self.inner.infer_relative_search_space(study, trial)
         found = optuna.search_space.intersection_search_space(drawn, include_pruned=True)
+        for t in finished:
+            for name in list(found):
+                held = t.distributions.get(name)
+                if (held is None and name in CONDITIONAL) or held not in (None, found[name]):
+                    del found[name]
         return {name: d for name, d in sorted(found.items()) if not d.single()}
 
     def sample_relative(

@@ -123,31 +123,39 @@ def run_workers(
     finally:
         for pump in pumps:
             pump.join(timeout=5)
+        for proc in procs:
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 def _stop(
     procs: Sequence[subprocess.Popen[str]], places: Sequence[Seat], say: Callable[[str], None]
 ) -> None:
-    """Wait up to :data:`STOP_GRACE_S` in all for the SIGTERMed workers; one still running then
-    has its threads' stacks printed (SIGUSR1: :func:`tuner.cli.app.main` registers faulthandler
-    on it), so that what held it shows in the output, and is killed."""
-    deadline = time.monotonic() + STOP_GRACE_S
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for proc, seat in zip(procs, places, strict=False):
-        if proc.poll() is not None:
-            continue
-        say(
-            f"[{seat.label}] still running {STOP_GRACE_S:.0f} s after its SIGTERM: "
-            "its threads' stacks follow, then it is killed"
-        )
-        with contextlib.suppress(OSError):
-            proc.send_signal(signal.SIGUSR1)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=_STACKS_S)  # it does not exit on SIGUSR1: time to write them
-        proc.kill()
-        proc.wait()
+    """Wait up to :data:`STOP_GRACE_S` in all for the SIGTERMed workers; those still running
+    then have their threads' stacks printed (SIGUSR1: :func:`tuner.cli.app.main` registers
+    faulthandler on it), so that what held them shows in the output, and are killed, even if
+    this wait is itself interrupted."""
+    stuck: list[subprocess.Popen[str]] = list(procs)
+    try:
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        stuck = [proc for proc in procs if proc.poll() is None]
+        for proc, seat in zip(procs, places, strict=False):
+            if proc in stuck:
+                say(
+                    f"[{seat.label}] still running {STOP_GRACE_S:.0f} s after its SIGTERM: "
+                    "its threads' stacks follow, then it is killed"
+                )
+                with contextlib.suppress(OSError):
+                    proc.send_signal(signal.SIGUSR1)
+        if stuck:
+            time.sleep(_STACKS_S)  # they do not exit on SIGUSR1: time to write the stacks
+    finally:
+        for proc in stuck:
+            proc.kill()
+            proc.wait()
 
 
 def _pump(stream: IO[str], label: str, say: Callable[[str], None]) -> None:
