@@ -7,6 +7,7 @@ import gc
 import os
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -51,7 +52,9 @@ class _SignalledWhileCollected:
         self.signum, self.cycle = signum, self  # a cycle: only the collector frees it
 
     def __del__(self) -> None:
-        os.kill(os.getpid(), self.signum)
+        # To this thread (the main one), so that it arrives now; os.kill's signal to the process
+        # may be taken by another thread and run the handler after the finalizer.
+        signal.pthread_kill(threading.get_ident(), self.signum)
         for _ in range(10_000):  # the handler runs here, inside __del__
             pass
 
