@@ -123,8 +123,8 @@ def run_workers(
     finally:
         for pump in pumps:
             pump.join(timeout=5)
-        for proc in procs:
-            if proc.stdout is not None:
+        for proc, pump in zip(procs, pumps, strict=False):
+            if proc.stdout is not None and not pump.is_alive():  # a pipe still read stays open
                 proc.stdout.close()
 
 

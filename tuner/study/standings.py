@@ -99,7 +99,7 @@ def ran_as(row: TrialRow) -> list[ServingConfig]:
         "flash_attn_version": config.flash_attn_version,
     }
     twins = kernel_twins(values, server.effective_backend, server.flash_attn_version)
-    return [row.config.replace(**twin) for twin in twins]
+    return [config.replace(**twin) for twin in twins]
 
 
 def score_reference(rows: Iterable[TrialRow]) -> Reference | None:
