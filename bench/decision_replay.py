@@ -19,7 +19,8 @@ windows at ``--outlier`` (0.6) of their value, as a launch that another process 
 ``--drift D`` adds a machine that drifts: a launch's log value moves by ``D`` for each launch
 before it, in the order the design launches the sides (``--order``: ``counterbalanced``, A B,
 B A, ..., as :func:`tuner.abtest.compare.run_interleaved` launches them, or ``alternating``,
-A B, A B, ..., as it launched them before 2026-12-06).
+A B, A B, ..., as it launched them before 2026-12-06). ``--step S`` moves every launch from
+position ``--step-at`` on (0 first) by ``S`` instead: a machine that changed once.
 Each comparison first has a calibration (``--calibration`` launches of the defaults drawn the
 same way, fresh for each comparison: the profile's own uncertainty is part of the result).
 
@@ -186,6 +187,8 @@ class Scenario:
     ratio: float
     outlier: float | None
     drift: float = 0.0  # log change a launch, in launch order
+    step: float = 0.0  # log change of every launch from position step_at on (0 first)
+    step_at: int = 0
     order: str = "counterbalanced"
 
 
@@ -204,8 +207,16 @@ class Drawn:
         self.walls, self.rng = walls, rng
         self.runs: dict[str, list[TrialResult]] = {"a": [], "b": []}
 
+    order = "counterbalanced"
+
     def launch(self, side: str) -> TrialResult:
         raise NotImplementedError
+
+    def clock(self, side: str, wall: float) -> dict[str, float]:
+        """When the side's next launch started and ended: launches start a longest wall apart
+        in the design's order, so they end in that order at uneven spacing (their walls)."""
+        start = 1.8e9 + position(side, len(self.runs[side]), self.order) * max(self.walls)
+        return {"started_at": start, "finished_at": start + wall}
 
     def upto(self, n: int) -> tuple[list[TrialResult], list[TrialResult]]:
         for side in ("a", "b"):
@@ -225,7 +236,7 @@ class Sides(Drawn):
         rng: np.random.Generator,
     ) -> None:
         super().__init__(walls, rng)
-        self.sc, self.draw = sc, draw
+        self.sc, self.draw, self.order = sc, draw, sc.order
         self.outlier_at = None
         if sc.outlier is not None:
             self.outlier_at = ("a" if rng.random() < 0.5 else "b", int(rng.integers(3)))
@@ -233,7 +244,8 @@ class Sides(Drawn):
     def launch(self, side: str) -> TrialResult:
         i = len(self.runs[side])
         mu = math.log(15000.0) + (math.log(self.sc.ratio) if side == "b" else 0.0)
-        mu += self.sc.drift * position(side, i, self.sc.order)
+        at = position(side, i, self.sc.order)
+        mu += self.sc.drift * at + (self.sc.step if self.sc.step and at >= self.sc.step_at else 0)
         effect, window = self.draw(self.rng)
         values = np.exp(mu + effect + window)
         if self.outlier_at == (side, i):
@@ -243,8 +255,7 @@ class Sides(Drawn):
             config=(A_ARM if side == "a" else B_ARM).config,
             status=TrialStatus.COMPLETE,
             metrics={HEADLINE: estimate(values.tolist())},
-            started_at=0.0,
-            finished_at=wall,
+            **self.clock(side, wall),
         )
         self.runs[side].append(result)
         return result
@@ -283,11 +294,8 @@ def run_design(
         a, b = sides.upto(int(name[6]))
         verdict, low, high = trend_adjusted(a, b, sides.sc.order)
         return _outcome(verdict, low, high, sides, a, b)
-    if name == "fixed-3-pooled":
-        design = Design.fixed_launches(3)
-    else:
-        design = Design.sequential(first, cap, 0.95, min_effect)
-    prof = profile if name in ("fixed-3-pooled", "seq-pooled") else None
+    design = tuner_design(name, first, cap, min_effect)
+    prof = profile if name.removesuffix("-trend") in ("fixed-3-pooled", "seq-pooled") else None
     n = design.first
     while True:
         a, b = sides.upto(n)
@@ -303,6 +311,15 @@ def run_design(
                 b,
             )
         n += 1
+
+
+def tuner_design(name: str, first: int, cap: int, min_effect: float) -> Design:
+    """tuner's design of that name: one look of 3 a side (``fixed-3-pooled``) or the sequential
+    one, with the trend over the launches' times taken out where the name ends in ``-trend``."""
+    trend = name.endswith("-trend")
+    if name.removesuffix("-trend") == "fixed-3-pooled":
+        return Design.fixed_launches(3, trend=trend)
+    return Design.sequential(first, cap, 0.95, min_effect, trend=trend)
 
 
 def trend_adjusted(
@@ -348,7 +365,7 @@ def _outcome(
     b: Sequence[TrialResult],
 ) -> Outcome:
     covered = None if low is None or high is None else low <= sides.sc.ratio <= high
-    wall = sum((r.finished_at or 0.0) for r in (*a, *b))
+    wall = sum((r.finished_at or 0.0) - (r.started_at or 0.0) for r in (*a, *b))
     hw = None
     if low and high and low > 0 and math.isfinite(high):
         hw = math.expm1((math.log(high) - math.log(low)) / 2)
@@ -358,6 +375,8 @@ def _outcome(
 DESIGNS = ("fixed-3-welch", "fixed-3-pooled", "seq-welch", "seq-pooled")
 # Bench-only designs, asked for by --designs: four a side, and the trend-adjusted interval.
 EXTRA_DESIGNS = ("fixed-4-welch", "fixed-3-trend", "fixed-4-trend")
+# tuner's designs with the trend over the launches' times taken out (Design.trend).
+TREND_DESIGNS = ("fixed-3-pooled-trend", "seq-welch-trend", "seq-pooled-trend")
 
 
 def simulate(
@@ -406,7 +425,15 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     warm = [o.wall_s for o in observed if o.wall_s and (o.startup_s or 0) < COLD_S]
     draws = {"parametric": parametric(c), "resample": resampled(*residuals(observed))}
     scenarios = [
-        Scenario(f"x{r:g}{'-outlier' if o else ''}", r, o, args.drift, args.order)
+        Scenario(
+            f"x{r:g}{'-outlier' if o else ''}",
+            r,
+            o,
+            args.drift,
+            step=args.step,
+            step_at=args.step_at,
+            order=args.order,
+        )
         for r in args.ratios
         for o in (None, args.outlier)
     ]
@@ -580,8 +607,7 @@ class JointSides(Drawn):
             status=TrialStatus.COMPLETE,
             metrics=metrics,
             memory=memory,
-            started_at=0.0,
-            finished_at=float(self.rng.choice(self.walls)),
+            **self.clock(side, float(self.rng.choice(self.walls))),
         )
         self.runs[side].append(result)
         return result
@@ -643,11 +669,7 @@ def simulate_balanced(
     args: argparse.Namespace,
     seed: int,
 ) -> dict[str, Any]:
-    design = (
-        Design.fixed_launches(3)
-        if design_name == "fixed-3-pooled"
-        else Design.sequential(args.first, args.cap, 0.95, args.min_effect)
-    )
+    design = tuner_design(design_name, args.first, args.cap, args.min_effect)
     outs = []
     for rep in range(args.reps):
         rng = np.random.default_rng([seed, rep, zlib.crc32(sc.name.encode())])
@@ -696,7 +718,8 @@ def run_balanced(args: argparse.Namespace) -> dict[str, Any]:
         "results": {},
     }
     for noise in args.noise:
-        for design in BALANCED_DESIGNS:
+        asked = [d for d in args.designs if d.removesuffix("-trend") in BALANCED_DESIGNS]
+        for design in asked or BALANCED_DESIGNS:
             for sc in BALANCED_SCENARIOS:
                 res = simulate_balanced(
                     design, sc, draws[noise], memories, warm, args, zlib.crc32(noise.encode())
@@ -746,6 +769,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--noise", action="append", choices=["parametric", "resample"])
     p.add_argument("--designs", type=lambda s: s.split(","), default=list(DESIGNS))
     p.add_argument("--drift", type=float, default=0.0, help="log change a launch (-0.08)")
+    p.add_argument("--step", type=float, default=0.0, help="log change from --step-at on")
+    p.add_argument("--step-at", type=int, default=3, help="launch position (0 first)")
     p.add_argument("--order", choices=["counterbalanced", "alternating"], default="counterbalanced")
     p.add_argument(
         "--objective",
@@ -756,9 +781,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json-out", type=Path)
     args = p.parse_args(argv)
     args.noise = args.noise or ["parametric", "resample"]
-    unknown = set(args.designs) - {*DESIGNS, *EXTRA_DESIGNS}
+    unknown = set(args.designs) - {*DESIGNS, *EXTRA_DESIGNS, *TREND_DESIGNS}
     if unknown:
-        p.error(f"unknown design(s) {sorted(unknown)}: {', '.join((*DESIGNS, *EXTRA_DESIGNS))}")
+        known = ", ".join((*DESIGNS, *EXTRA_DESIGNS, *TREND_DESIGNS))
+        p.error(f"unknown design(s) {sorted(unknown)}: {known}")
     if args.objective == "balanced":
         out = run_balanced(args)
         print(report_balanced(out))

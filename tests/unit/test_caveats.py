@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tuner.abtest.compare import Arm, Comparison, compare
+from tuner.abtest.decide import Design, judge_look
 from tuner.db.rows import ComparisonRow
 from tuner.domain import (
     ClientHealth,
@@ -352,6 +353,13 @@ def _drifting(
     """Launches A B A B ... (one a minute) whose output falls by ``slope`` a launch (log scale),
     B at ``ratio`` of A, each with its launch noise (log) from ``noise``; ``timed=False``:
     without the times they ended (rows of older tuners)."""
+    runs = _drifting_runs(a_level, ratio, slope, noise, timed)
+    return compare(DEFAULTS, runs[0], CANDIDATE, runs[1])
+
+
+def _drifting_runs(
+    a_level: float, ratio: float, slope: float, noise: Sequence[float], timed: bool = True
+) -> tuple[list[TrialResult], list[TrialResult]]:
     import math
 
     runs: tuple[list[TrialResult], list[TrialResult]] = ([], [])
@@ -361,7 +369,7 @@ def _drifting(
         launch = _launch(CANDIDATE.config if side else DEFAULTS.config, tok_s)
         end = 1_000.0 + 60.0 * i if timed else None
         runs[side].append(dataclasses.replace(launch, finished_at=end))
-    return compare(DEFAULTS, runs[0], CANDIDATE, runs[1])
+    return runs
 
 
 def test_a_steady_drift_is_reported_with_b_over_a_taken_out_of_it() -> None:
@@ -397,6 +405,33 @@ def test_a_steady_drift_is_reported_with_b_over_a_taken_out_of_it() -> None:
         "the machine drifted: output tok/s x0.917 [0.863, 0.975] a minute on both sides; "
         "B/A with it taken out x1.387 [1.048, 1.835] (95 %, 5 df; not the verdict)",
     )
+
+
+def test_a_decision_that_took_the_trend_out_says_so_beside_the_drift() -> None:
+    noise = [-0.12, 0.08, 0.02, 0.10, 0.14, -0.24, -0.03, 0.06]
+    a, b = _drifting_runs(17_000.0, 1.39, -0.086, noise)
+    look = judge_look(DEFAULTS, a, CANDIDATE, b, Design.fixed_launches(4), None)
+    thr = look.comparison.metric("output_throughput")
+    # The verdict's interval is the trend fit's (the caveat's B/A at the same 95 %).
+    assert thr.method == "trend taken out: no noise profile for this key" and thr.df == 5
+    assert thr.verdict == BETTER and (thr.low, thr.high) == pytest.approx((1.048, 1.835), abs=5e-4)
+    assert thr.drift is not None and thr.drift.in_verdict
+    told = thr.drift.text(thr.label)
+    assert "the interval above has this straight-line trend taken out" in told
+    assert "not the verdict" not in told
+    stored = json.loads(json.dumps(look.to_results()))
+    assert stored["metrics"][0]["drift"]["in_verdict"] is True
+    assert stored["decision"]["trend"] == "straight line over the launches' times"
+    row = dataclasses.replace(_row(look.comparison), results={**stored, "kind": "confirmation"})
+    confirmed = choose([row], Objective.THROUGHPUT)
+    assert confirmed is not None and confirmed.caveats == (
+        "the machine drifted: output tok/s x0.917 [0.863, 0.975] a minute on both sides (95 %); "
+        "the verdict's interval has it taken out",
+    )
+    # The design without the trend judges as before: the drift is left in, and said so.
+    untrended = Design.fixed_launches(4, trend=False)
+    old = judge_look(DEFAULTS, a, CANDIDATE, b, untrended, None).comparison.metric(thr.metric)
+    assert old.verdict == NO_DIFFERENCE and old.drift is not None and not old.drift.in_verdict
 
 
 def test_the_drift_interval_covers_as_stated_and_a_steady_machine_rarely_shows_one() -> None:

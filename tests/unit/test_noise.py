@@ -11,12 +11,15 @@ import pytest
 
 from tuner.scoring.noise import (
     POOLED,
+    TREND,
     Components,
     Launch,
     components,
     contradicts,
     launch_value,
     pooled_ratio_interval,
+    trend_ratio_interval,
+    trend_taken_out,
 )
 from tuner.scoring.sequential import (
     BUDGET,
@@ -164,3 +167,62 @@ def test_by_simulation_false_decisions_stay_within_alpha_and_intervals_cover() -
     assert 5.5 <= launches <= 6.0  # at this noise +-5 % is out of reach: the budget ends it
     power, coverage_up, launches_up = _simulate(1.2, 300, seed=12)
     assert power >= 0.7 and coverage_up >= 0.9 and launches_up < 5.5
+
+
+def _drifting(
+    rng: np.random.Generator, n: int, ratio: float, drift: float, sd: float
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """n launches a side, A B, B A, ... 100 s apart, each moved by ``drift`` (log) a launch."""
+    a, b = [], []
+    for i in range(2 * n):
+        side = (i // 2 + i) % 2  # A B, B A, ...: B at positions 1, 2, 5, 6, ...
+        at = 1.8e9 + 100.0 * i
+        value = math.exp(drift * i + (math.log(ratio) if side else 0.0) + rng.normal(0, sd))
+        (b if side else a).append((at, 15000.0 * value))
+    return a, b
+
+
+def test_the_trend_interval_takes_a_steady_drift_out_and_pools_the_profile() -> None:
+    rng = np.random.default_rng(3)
+    profile = Components(0.0064, 0.0059, 0.0084, 9, 28, 3, 14, 5)  # the H200's, 9 df
+    a, b = _drifting(rng, 4, 1.2, -0.08, 0.0)  # no noise: the fit is exact
+    a[0] = (a[0][0], a[0][1] * 1.01)  # a residual, so that there is an interval
+    found = trend_ratio_interval(a, b, 0.95, profile)
+    assert found is not None and found.method == f"{POOLED}, {TREND}" and found.df == 9 + 5
+    assert trend_taken_out(found.method) and found.verdict(True) == BETTER
+    assert found.ratio == pytest.approx(1.2, rel=0.01)
+    # The untrended interval on the same launches takes the drift for noise.
+    untrended = pooled_ratio_interval([v for _, v in a], [v for _, v in b], 0.95, profile)
+    assert untrended is not None and not trend_taken_out(untrended.method)
+    assert untrended.half_width > 3 * found.half_width
+    alone = trend_ratio_interval(a, b, 0.95, None)
+    assert alone is not None and alone.df == 5 and alone.method.startswith(f"{TREND}: no noise")
+    # Launches within a minute (fakes) or too few: no trend to fit, the caller falls back.
+    assert trend_ratio_interval([(t / 100.0, v) for t, v in a], b[:1], 0.95, profile) is None
+    quick = [(1.8e9 + i, v) for i, (_, v) in enumerate(a + b)]
+    assert trend_ratio_interval(quick[:4], quick[4:], 0.95, profile) is None
+
+
+def test_the_trend_interval_drops_a_profile_its_residuals_contradict() -> None:
+    profile = Components(0.0001, 0.0001, 0.0001, 20, 60, 3, 25, 4)  # SD 0.01
+    a, b = _drifting(np.random.default_rng(5), 4, 1.0, -0.04, 0.2)
+    found = trend_ratio_interval(a, b, 0.95, profile)
+    assert found is not None and found.df == 5
+    assert found.method.startswith(f"{TREND}: residuals spread x")
+    assert found.method.endswith("the profile is not used")
+
+
+@pytest.mark.parametrize("drift", [0.0, -0.08])
+def test_the_trend_interval_covers_as_stated_whatever_the_steady_drift(drift: float) -> None:
+    rng = np.random.default_rng(11)
+    profile = Components(0.0064, 0.0059, 0.0084, 9, 28, 3, 14, 5)
+    covered = trials = 0
+    for _ in range(2000):
+        a, b = _drifting(rng, 3, 1.1, drift, math.sqrt(0.0084))
+        for p in (None, profile):
+            found = trend_ratio_interval(a, b, 0.95, p)
+            assert found is not None
+            covered += found.low <= 1.1 <= found.high
+            trials += 1
+    # 4,000 intervals: the binomial SD of the coverage is 0.34 points.
+    assert covered / trials == pytest.approx(0.95, abs=0.012)

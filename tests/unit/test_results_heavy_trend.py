@@ -5,6 +5,7 @@ its slope is significant), re-derived from the committed databases."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -13,9 +14,13 @@ import pytest
 from scipy import stats
 
 from tests.studykit import comparison_launches, geomean
+from tuner.abtest.compare import HEADLINE, Arm
+from tuner.abtest.decide import Design, judge_look
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
-from tuner.scoring import drift
+from tuner.domain import TrialResult, TrialStatus
+from tuner.load import estimate
+from tuner.scoring import BETTER, BUDGET, NO_DIFFERENCE, SIGNIFICANT, drift
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "bench" / "README.md"
@@ -57,3 +62,57 @@ def test_the_readings_bench_readme_quotes() -> None:
     assert f"x{ratio:.3f} [{low:.3f},\n{high:.3f}] ({df} df)" in text or (
         f"x{ratio:.3f} [{low:.3f}, {high:.3f}] ({df} df)" in text.replace("\n", " ")
     )
+
+
+def _results(folder: str) -> tuple[list[TrialResult], list[TrialResult]]:
+    """The stored launches of the folder's comparison as the trials tuner compare judged
+    (output throughput's windows, ending at the launch's stored time), A's and B's."""
+    db = ROOT / "studies" / "results" / folder / "2026-12-06" / "tuner-heavy.db"
+    launches = sorted(
+        comparison_launches(Repository(make_engine(f"sqlite:///{db}"))),
+        key=lambda x: x.created_at,
+    )
+    a: list[TrialResult] = []
+    b: list[TrialResult] = []
+    for x in launches:
+        windows = [math.exp(v) for v in x.values[HEADLINE]]
+        (a if x.is_defaults else b).append(
+            TrialResult(
+                config=x.config,
+                status=TrialStatus.COMPLETE,
+                metrics={HEADLINE: estimate(windows)},
+                started_at=x.created_at - (x.wall_s or 0.0),
+                finished_at=x.created_at,
+            )
+        )
+    return a, b
+
+
+@pytest.mark.parametrize(
+    ("folder", "design", "stored"),
+    [
+        ("heavy-clocks", Design.fixed_launches(3), (1.247, 1.000, 1.554)),
+        ("heavy-h100", Design.sequential(3, 4), (1.274, 0.746, 2.175)),
+    ],
+)
+def test_todays_design_decides_both_h100_comparisons_that_welch_left_open(
+    folder: str, design: Design, stored: tuple[float, float, float]
+) -> None:
+    """Read after the fact (the trend design was chosen after these runs, so this proves what
+    it does on them, not that it was right): the design as the runs had it (no trend) gives the
+    stored interval and no decision; today's default takes the trend out and says better."""
+    a, b = _results(folder)
+    arm_a, arm_b = Arm("defaults", a[0].config), Arm("heavy", b[0].config)
+    old = judge_look(arm_a, a, arm_b, b, dataclasses.replace(design, trend=False), None)
+    head = old.comparison.metric(HEADLINE)
+    assert (head.ratio, head.low, head.high) == pytest.approx(stored, abs=5e-4)
+    assert old.step.verdict == NO_DIFFERENCE and old.step.reason == BUDGET
+    assert design.trend  # the default
+    new = judge_look(arm_a, a, arm_b, b, design, None)
+    head = new.comparison.metric(HEADLINE)
+    assert new.step.verdict == BETTER and new.step.reason == SIGNIFICANT
+    assert head.method == "trend taken out: no noise profile for this key"
+    assert head.low is not None and head.low > 1.0
+    if head.drift is not None:  # §13's slope is significant: the caveat says it is taken out
+        assert head.drift.in_verdict
+        assert "has this straight-line trend taken out" in head.drift.text(head.label)

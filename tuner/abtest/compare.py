@@ -35,6 +35,7 @@ so, "launch_value".
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 from collections.abc import Callable, Sequence
@@ -63,11 +64,17 @@ from tuner.scoring import (
     launch_value,
     ratio_interval,
     ratio_text,
+    trend_taken_out,
     window_flags,
 )
 
-MetricInterval = Callable[[str, Sequence[float], Sequence[float], float], RatioInterval | None]
-"""An interval of B/A for a metric: (metric, A's launch values, B's, confidence) -> interval."""
+Times = tuple[tuple[float, ...], tuple[float, ...]]
+"""When each launch of A and of B ended (its last window's end, epoch seconds)."""
+MetricInterval = Callable[
+    [str, Sequence[float], Sequence[float], float, Times | None], RatioInterval | None
+]
+"""An interval of B/A for a metric: (metric, A's launch values, B's, confidence, the
+launches' times or None where a launch lacks one) -> interval."""
 
 NOT_ENOUGH = "not enough launches"
 
@@ -189,17 +196,27 @@ def _launches(
     return out
 
 
-def _drift(
+def _times(
     a_runs: Sequence[tuple[float, Any, TrialResult]],
     b_runs: Sequence[tuple[float, Any, TrialResult]],
+) -> Times | None:
+    """When each launch ended (its measurement's last window), where every launch has it."""
+    a = tuple(r.finished_at for _, _, r in a_runs if r.finished_at is not None)
+    b = tuple(r.finished_at for _, _, r in b_runs if r.finished_at is not None)
+    return (a, b) if len(a) + len(b) == len(a_runs) + len(b_runs) else None
+
+
+def _drift(
+    av: Sequence[float], bv: Sequence[float], at: Times | None, interval: RatioInterval | None
 ) -> Drift | None:
-    """The machine's drift over the launches (:func:`tuner.scoring.caveats.drift`), on the
-    time each launch ended (its measurement's last window), where every launch has it."""
-    a = [(r.finished_at, v) for v, _, r in a_runs if r.finished_at is not None]
-    b = [(r.finished_at, v) for v, _, r in b_runs if r.finished_at is not None]
-    if len(a) + len(b) < len(a_runs) + len(b_runs):
+    """The machine's drift over the launches (:func:`tuner.scoring.caveats.drift`), marked
+    ``in_verdict`` where ``interval`` (the metric's) took the trend out already."""
+    if at is None:
         return None
-    return drift(a, b)
+    found = drift(list(zip(at[0], av, strict=True)), list(zip(at[1], bv, strict=True)))
+    if found is None or interval is None or not trend_taken_out(interval.method):
+        return found
+    return dataclasses.replace(found, in_verdict=True)
 
 
 @dataclass(frozen=True)
@@ -223,6 +240,7 @@ class MetricComparison:
     df: float | None = None
     # Both arms' launches moved steadily together over time (the machine drifted).
     drift: Drift | None = None
+    times: Times | None = None  # when each launch ended, where every one has it
 
     @property
     def inconclusive(self) -> bool:
@@ -361,10 +379,11 @@ def compare(
     for name, label, higher in (*COMPARED, *turn_metrics(*a_results, *b_results)):
         a_runs, b_runs = _launches(a_results, name, geomean), _launches(b_results, name, geomean)
         av, bv = [v for v, _, _ in a_runs], [v for v, _, _ in b_runs]
+        at = _times(a_runs, b_runs)
         if interval_of is None:
             interval = ratio_interval(av, bv, confidence)
         else:
-            interval = interval_of(name, av, bv, confidence)
+            interval = interval_of(name, av, bv, confidence, at)
         a_off = disagreement(av, [w for _, w, _ in a_runs])
         b_off = disagreement(bv, [w for _, w, _ in b_runs])
         verdict = interval.verdict(higher) if interval else NOT_ENOUGH
@@ -391,7 +410,8 @@ def compare(
                 b_disagreement=b_off,
                 method=interval.method if interval and interval_of is not None else "",
                 df=interval.df if interval and interval_of is not None else None,
-                drift=_drift(a_runs, b_runs),
+                drift=_drift(av, bv, at, interval),
+                times=at,
             )
         )
     return Comparison(

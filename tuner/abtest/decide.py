@@ -17,7 +17,16 @@ A :class:`Design` is either
 Either way a launch's value is the geometric mean of its windows, and each metric's interval
 borrows the noise profile of the key when there is one and the comparison's own launches do
 not contradict it (:func:`tuner.scoring.noise.pooled_ratio_interval`), else Welch's on its own
-launches. A side whose launches disagree far beyond their noise ends the comparison
+launches. A machine that drifts while the comparison runs (an H100 fell 4-8 % a launch,
+docs/results/plan-h200.md §13-14) would widen that interval by its drift, so by default
+(:attr:`Design.trend`) the interval is B/A with a common straight-line trend over the
+launches' times taken out (:func:`tuner.scoring.noise.trend_ratio_interval`: a level a side
+and one slope, the residual variance pooled with the profile's as above), wherever the
+launches span a minute or more. ``bench/decision_replay.py`` measured it: without a drift it
+costs nothing (the same power and false decisions), with 4 % a launch it keeps the power that
+the untrended interval loses (84 % against 33 % at B/A = 1.2), and a change that is not a
+straight line (a step of 15 % within the first look) raises its false decisions from 5 % to
+about 7 %. A side whose launches disagree far beyond their noise ends the comparison
 "inconclusive" (more launches cannot undo a disagreement), unless the two sides' launches lie
 apart by more than either side's spread and the interval decides. A side that cannot be
 measured here (a finding such as memory exceeded, or no launch of it completed) ends it
@@ -33,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.abtest.compare import HEADLINE, Arm, Comparison, compare
+from tuner.abtest.compare import HEADLINE, Arm, Comparison, Times, compare
 from tuner.abtest.guard import finding_of
 from tuner.abtest.profile import launch_walls
 from tuner.domain import TrialResult, TrialStatus
@@ -50,8 +59,10 @@ from tuner.scoring import (
     Step,
     next_step,
     pooled_ratio_interval,
+    trend_ratio_interval,
 )
 
+TREND = True  # whether a design fits the machine's drift unless told otherwise
 FIRST = 3  # launches a side at the first look
 CAP = 6  # launches a side at most
 INCONCLUSIVE_STOP = "inconclusive"
@@ -65,17 +76,25 @@ class Design:
     plan: SequentialPlan
     confidence: float  # what the reported intervals hold at (overall, whichever look stopped)
     fixed: bool = False
+    # Take a common straight-line trend over the launches' times out of every interval
+    # (tuner.scoring.noise.trend_ratio_interval), where the launches span a minute or more.
+    trend: bool = TREND
 
     @classmethod
     def fixed_launches(
-        cls, n: int, confidence: float = 0.95, min_effect: float | None = None
+        cls,
+        n: int,
+        confidence: float = 0.95,
+        min_effect: float | None = None,
+        *,
+        trend: bool = TREND,
     ) -> Design:
         """``n`` launches a side, one look; ``min_effect`` when one was asked for (peak memory's
         floor, and "precise" at its half-width), else None: the floor is 5 %, unstated."""
         plan = SequentialPlan(
             first=n, cap=n, confidence=confidence, margin=None, min_effect=min_effect
         )
-        return cls(plan, confidence, fixed=True)
+        return cls(plan, confidence, fixed=True, trend=trend)
 
     @classmethod
     def sequential(
@@ -84,11 +103,13 @@ class Design:
         cap: int = CAP,
         confidence: float = 0.95,
         min_effect: float | None = MIN_EFFECT,
+        *,
+        trend: bool = TREND,
     ) -> Design:
         if first == cap:
-            return cls.fixed_launches(first, confidence)
+            return cls.fixed_launches(first, confidence, trend=trend)
         plan = SequentialPlan.decision(first, cap, alpha=1.0 - confidence, min_effect=min_effect)
-        return cls(plan, confidence)
+        return cls(plan, confidence, trend=trend)
 
     @classmethod
     def of_options(
@@ -125,8 +146,9 @@ class Design:
         whose run is defined by its launch count alone."""
         if self.fixed:
             return None
-        return {"first": self.first, "cap": self.cap, "confidence": self.confidence,
-                "min_effect": self.plan.min_effect}  # fmt: skip
+        key = {"first": self.first, "cap": self.cap, "confidence": self.confidence,
+               "min_effect": self.plan.min_effect}  # fmt: skip
+        return key | {"trend": True} if self.trend else key
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,13 +159,15 @@ class Design:
             "per_look_confidence": self.plan.confidence,
             "min_effect": self.plan.min_effect,
             "boundary": None if self.fixed else "pocock",
+            "trend": "straight line over the launches' times" if self.trend else None,
         }
 
     def text(self) -> str:
         """A sentence for the plan line."""
+        trend = ", a straight-line trend over the launches' times taken out" if self.trend else ""
         if self.fixed:
             floor = self.plan.min_effect
-            return f"{self.first} fresh launches each, interleaved A B, B A, ..." + (
+            return f"{self.first} fresh launches each, interleaved A B, B A, ...{trend}" + (
                 f", peak memory within {floor * 100:g} % is no difference" if floor else ""
             )
         stop = (
@@ -154,7 +178,8 @@ class Design:
         return (
             f"interleaved pairs A B, B A, A B ..., a look after each pair from {self.first} to "
             f"{self.cap} launches a side, until B/A excludes 1{stop} (each look at "
-            f"{self.plan.confidence * 100:.2f} %, Pocock, for {self.confidence * 100:g} % overall)"
+            f"{self.plan.confidence * 100:.2f} %, Pocock, for {self.confidence * 100:g} % overall"
+            f"{trend})"
         )
 
 
@@ -236,9 +261,18 @@ def judge_look(
     ``metric``'s interval decides whether to stop (the output throughput, or a claim's metric)."""
 
     def interval_of(
-        metric: str, av: Sequence[float], bv: Sequence[float], confidence: float
+        metric: str,
+        av: Sequence[float],
+        bv: Sequence[float],
+        confidence: float,
+        at: Times | None,
     ) -> RatioInterval | None:
         component = profile.get(metric) if profile is not None else None
+        if design.trend and at is not None:
+            a_points, b_points = zip(at[0], av, strict=True), zip(at[1], bv, strict=True)
+            found = trend_ratio_interval(list(a_points), list(b_points), confidence, component)
+            if found is not None:
+                return found
         return pooled_ratio_interval(av, bv, confidence, component)
 
     plan = design.plan
@@ -258,7 +292,7 @@ def judge_look(
             head.a_values,
             head.b_values,
             plan,
-            lambda av, bv, conf: interval_of(metric, av, bv, conf),
+            lambda av, bv, conf: interval_of(metric, av, bv, conf, head.times),
         )
         if step.reason == SIGNIFICANT and head.verdict == NO_DIFFERENCE:  # within min_effect
             step = dataclasses.replace(

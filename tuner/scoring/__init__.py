@@ -31,6 +31,8 @@ if TYPE_CHECKING:
         launch_value,
         pooled_ratio_interval,
         profile_of,
+        trend_ratio_interval,
+        trend_taken_out,
     )
     from tuner.scoring.objectives import GIB
     from tuner.scoring.ranking import Standing, best_first, canary_broken
@@ -109,6 +111,8 @@ __all__ = [
     "stored_drift_note",
     "stored_window_note",
     "t_quantile",
+    "trend_ratio_interval",
+    "trend_taken_out",
     "trial_cost",
     "usd_per_million",
     "welch",

@@ -167,18 +167,24 @@ class Drift:
     """A steady change of the machine over a comparison's launches: ``per_minute``, the
     metric's change from one minute to the next on both sides (x0.956: 4.4 % less a minute),
     and ``adjusted``, B/A with that straight-line trend taken out, each with its interval (a
-    t interval on ``launches - 3`` degrees of freedom)."""
+    t interval on ``launches - 3`` degrees of freedom). ``in_verdict``: the comparison's own
+    interval took the trend out already (:attr:`tuner.abtest.decide.Design.trend`), so the
+    drift is told, not left in the verdict."""
 
     per_minute: RatioInterval
     adjusted: RatioInterval
+    in_verdict: bool = False
 
     def summary(self, label: str) -> str:
         """'output tok/s x0.956 [0.927, 0.987] a minute on both sides; B/A with it taken out
-        x1.377 [1.045, 1.813] (95 %, 5 df; not the verdict)'"""
+        x1.377 [1.045, 1.813] (95 %, 5 df; not the verdict)', or where the verdict took it out
+        '...; the verdict's interval has it taken out'"""
         p, a = self.per_minute, self.adjusted
+        head = f"{label} x{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}] a minute on both sides"
+        if self.in_verdict:
+            return f"{head} ({p.confidence * 100:.0f} %); the verdict's interval has it taken out"
         return (
-            f"{label} x{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}] a minute on both sides; B/A "
-            f"with it taken out x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}] "
+            f"{head}; B/A with it taken out x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}] "
             f"({p.confidence * 100:.0f} %, {p.df:.0f} df; not the verdict)"
         )
 
@@ -188,20 +194,32 @@ class Drift:
         p, a = self.per_minute, self.adjusted
         way = "fell" if p.ratio < 1.0 else "rose"
         level = f"{p.confidence * 100:.0f} %"
-        return (
+        head = (
             f"drift: {label} {way} {abs(p.ratio - 1.0) * 100:.2g} % a minute on both sides "
-            f"while the comparison ran (x{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}], {level}): "
-            "the interval above holds the machine's change as well as the configurations' "
-            f"difference. B/A with a straight-line trend taken out: x{a.ratio:.3f} "
-            f"[{a.low:.3f}, {a.high:.3f}] ({level}, {a.df:.0f} df); not the verdict: compare "
-            "again on a steadier machine to decide"
+            f"while the comparison ran (x{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}], {level})"
+        )
+        if self.in_verdict:
+            return (
+                f"{head}: the interval above has this straight-line trend taken out; a change "
+                "that was not steady (a step, a curve) is not, so compare again on a steadier "
+                "machine where the launches above do not follow a line"
+            )
+        return (
+            f"{head}: the interval above holds the machine's change as well as the "
+            "configurations' difference. B/A with a straight-line trend taken out: "
+            f"x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}] ({level}, {a.df:.0f} df); not the "
+            "verdict: compare again on a steadier machine to decide"
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            key: {"ratio": i.ratio, "low": i.low, "high": i.high}
-            for key, i in (("per_minute", self.per_minute), ("adjusted", self.adjusted))
-        } | {"confidence": self.per_minute.confidence, "df": self.per_minute.df}
+        return (
+            {
+                key: {"ratio": i.ratio, "low": i.low, "high": i.high}
+                for key, i in (("per_minute", self.per_minute), ("adjusted", self.adjusted))
+            }
+            | {"confidence": self.per_minute.confidence, "df": self.per_minute.df}
+            | ({"in_verdict": True} if self.in_verdict else {})
+        )
 
     @classmethod
     def from_dict(cls, told: Any) -> Drift | None:
@@ -214,7 +232,7 @@ class Drift:
             )
         except (KeyError, TypeError, ValueError):
             return None
-        return cls(per, adjusted)
+        return cls(per, adjusted, told.get("in_verdict") is True)
 
 
 def _floats(stored: Any) -> tuple[float, float, float]:
@@ -222,14 +240,37 @@ def _floats(stored: Any) -> tuple[float, float, float]:
     return float(stored["ratio"]), float(stored["low"]), float(stored["high"])
 
 
-def drift(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> Drift | None:
-    """The drift of a comparison (see the module docstring), or None where none shows: the
-    slope's interval at :data:`DRIFT_CONFIDENCE` holds no change, the fit leaves no residual (values
-    exactly constant per side), the launches span less than a minute, or there are fewer than
-    five launches, or fewer than two a side. ``a``, ``b``: (time in seconds, value) per
-    launch; values that are not positive and finite are left out. The time axis, not the
-    launches' ranks, so that the launches of other arms (a confirmation's several candidates)
-    and failed ones leave no gap in it."""
+@dataclass(frozen=True)
+class TrendFit:
+    """The drift model fitted to a comparison's launches: each launch's log value on one level
+    a side and one straight line over time, by least squares. ``coef`` is (A's level, log B/A,
+    the change a minute), ``unscaled`` the inverse of X'X (the coefficients' covariance is
+    ``rss / df`` times it), ``df`` the residual degrees of freedom (launches - 3)."""
+
+    coef: tuple[float, float, float]
+    unscaled: tuple[float, float, float]  # the diagonal of inv(X'X)
+    rss: float
+    df: int
+    n_a: int
+    n_b: int
+
+    def interval(
+        self, i: int, var: float, df: float, confidence: float, method: str
+    ) -> RatioInterval:
+        """Coefficient ``i`` (1: B/A, 2: a minute's change) as a ratio with its t interval, for
+        a residual variance ``var`` on ``df`` degrees of freedom (the fit's own, or pooled)."""
+        se = math.sqrt(max(var * self.unscaled[i], 0.0))
+        return t_interval(self.coef[i], se, df, confidence, self.n_a, self.n_b, method)
+
+
+def trend_fit(
+    a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]
+) -> TrendFit | None:
+    """The drift model (:class:`TrendFit`) on ``a`` and ``b``, (time in seconds, value) per
+    launch; values that are not positive and finite are left out. None where it cannot be
+    fitted: fewer than four launches or two a side, launches within a minute (fakes, not a
+    GPU: no trend over time to tell), or a fit that leaves no residual (values exactly
+    constant per side)."""
     points = sorted(
         (at, side, math.log(v))
         for side, launches in ((0.0, a), (1.0, b))
@@ -238,29 +279,47 @@ def drift(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) ->
     )
     n_b = sum(1 for _, side, _ in points if side)
     n_a = len(points) - n_b
-    if len(points) < 5 or min(n_a, n_b) < 2:
+    if len(points) < 4 or min(n_a, n_b) < 2:
         return None
     minutes = [(at - points[0][0]) / 60.0 for at, _, _ in points]
     if minutes[-1] < 1.0:
-        return None  # launches within a minute (fakes, not a GPU): no trend over time to tell
+        return None
     x = np.column_stack([np.ones(len(points)), [p[1] for p in points], minutes])
     y = np.array([p[2] for p in points])
     coef, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
-    df = len(points) - 3
     residual = y - x @ coef
     rss = float(residual @ residual)
     if rank < 3 or rss <= 1e-12 * len(points):
         return None
-    cov = rss / df * np.linalg.inv(x.T @ x)
+    unscaled = np.diag(np.linalg.inv(x.T @ x))
+    return TrendFit(
+        (float(coef[0]), float(coef[1]), float(coef[2])),
+        (float(unscaled[0]), float(unscaled[1]), float(unscaled[2])),
+        rss,
+        len(points) - 3,
+        n_a,
+        n_b,
+    )
 
-    def interval(i: int, method: str) -> RatioInterval:
-        se = math.sqrt(max(float(cov[i, i]), 0.0))
-        return t_interval(float(coef[i]), se, df, DRIFT_CONFIDENCE, n_a, n_b, method)
 
-    trend = interval(2, "straight-line trend over the launches' times")
+def drift(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> Drift | None:
+    """The drift of a comparison (see the module docstring), or None where none shows: the
+    slope's interval at :data:`DRIFT_CONFIDENCE` holds no change, fewer than five launches, or
+    no fit (:func:`trend_fit`). ``a``, ``b``: (time in seconds, value) per launch. The time
+    axis, not the launches' ranks, so that the launches of other arms (a confirmation's several
+    candidates) and failed ones leave no gap in it."""
+    fit = trend_fit(a, b)
+    if fit is None or fit.df < 2:
+        return None
+    var = fit.rss / fit.df
+    trend = fit.interval(
+        2, var, fit.df, DRIFT_CONFIDENCE, "straight-line trend over the launches' times"
+    )
     if not trend.significant:
         return None
-    return Drift(trend, interval(1, "B/A with the trend taken out"))
+    return Drift(
+        trend, fit.interval(1, var, fit.df, DRIFT_CONFIDENCE, "B/A with the trend taken out")
+    )
 
 
 def number(x: float) -> str:

@@ -43,6 +43,7 @@ from typing import Any
 
 from scipy import stats
 
+from tuner.scoring.caveats import trend_fit
 from tuner.scoring.sequential import launches_for
 from tuner.scoring.significance import RatioInterval, logs, ratio_interval, t_interval
 
@@ -51,6 +52,7 @@ from tuner.scoring.significance import RatioInterval, logs, ratio_interval, t_in
 CONTRADICTS = 0.05
 POOLED = "pooled"
 WELCH = "welch"
+TREND = "trend taken out"
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,42 @@ def pooled_ratio_interval(
     diff = sum(lb) / len(lb) - sum(la) / len(la)
     se = math.sqrt(var * (1.0 / len(la) + 1.0 / len(lb)))
     return t_interval(diff, se, float(df), confidence, len(la), len(lb), POOLED)
+
+
+def trend_ratio_interval(
+    a: Sequence[tuple[float, float]],
+    b: Sequence[tuple[float, float]],
+    confidence: float,
+    profile: Components | None,
+) -> RatioInterval | None:
+    """B/A from launches ``a`` and ``b`` ((time in seconds, value) each) with a common
+    straight-line trend over the launches' times taken out (:func:`tuner.scoring.caveats.
+    trend_fit`): the fit's B/A, its residual variance pooled with the profile's unless it
+    contradicts it (as :func:`pooled_ratio_interval`), t at the pooled df. None where no trend
+    can be fitted (launches within a minute, too few): the caller then takes
+    :func:`pooled_ratio_interval` on the values."""
+    fit = trend_fit(a, b)
+    if fit is None:
+        return None
+    var, df, method = fit.rss, fit.df, f"{TREND}: no noise profile for this key"
+    if profile is not None:
+        own = fit.rss / fit.df
+        p = contradicts(own, fit.df, profile)
+        if p >= CONTRADICTS:
+            var, df = var + profile.launch_mean_var * profile.df, df + profile.df
+            method = f"{POOLED}, {TREND}"
+        else:
+            ratio = math.sqrt(own / profile.launch_mean_var) if profile.launch_mean_var else 0
+            method = (
+                f"{TREND}: residuals spread x{ratio:.2f} the profile's SD (F test p = {p:.3f}): "
+                "the profile is not used"
+            )
+    return fit.interval(1, var / df, df, confidence, method)
+
+
+def trend_taken_out(method: str) -> bool:
+    """Whether an interval's ``method`` is :func:`trend_ratio_interval`'s."""
+    return method.split(":", 1)[0].endswith(TREND)
 
 
 def _welch(
