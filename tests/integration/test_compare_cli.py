@@ -77,7 +77,10 @@ def test_one_server_at_a_time_is_significantly_worse_and_stored(tmp_path: Path) 
         assert run.returncode == 1, run.stdout + run.stderr
         assert thr["verdict"].startswith("inconclusive: launches of"), thr["verdict"]
         assert sum(side["disturbed"] for side in data["results"]["windows"].values()) > 0
-        assert "better" not in data["verdicts"].values()
+        # Never "better" on what one stream at a time costs (its P99 ITL may well be better:
+        # a decode step of one sequence is short).
+        throughputs = ("output_throughput", "request_throughput", "overall")
+        assert all(data["verdicts"][m] != "better" for m in throughputs), data["verdicts"]
     # Progress went to stderr, interleaved A B, B A, A B (counterbalanced).
     launches = [line for line in run.stderr.splitlines() if line.startswith("launch ")]
     a, b = "defaults", "max_num_seqs=1"
@@ -103,8 +106,14 @@ def test_one_server_at_a_time_is_significantly_worse_and_stored(tmp_path: Path) 
 
 def test_a_config_against_itself_shows_no_significant_difference(tmp_path: Path) -> None:
     # 0.999: the same config differs "significantly" in 1 - confidence of runs by design.
-    run = _compare(tmp_path, "max_num_seqs=8", "max_num_seqs=8", "--confidence", "0.999")
+    run = _compare(
+        tmp_path, "max_num_seqs=8", "max_num_seqs=8", "--confidence", "0.999", "--no-trend"
+    )
     thr = next(line for line in run.stdout.splitlines() if "output tok/s: " in line)
+    plan = next(line for line in run.stdout.splitlines() if "interleaved pairs A B" in line)
+    assert "a look after each pair" in plan and "trend" not in plan, run.stdout
+    (row,) = _repo(tmp_path).list_comparisons()
+    assert row.results["decision"]["trend"] is None
     # What a busy 2-core machine allows: no difference, or (exit 1) the launches of one side
     # disagree beyond their noise because another process took the CPU; never a verdict.
     if run.returncode == 0:

@@ -428,8 +428,10 @@ def test_a_decision_that_took_the_trend_out_says_so_beside_the_drift() -> None:
         "the machine drifted: output tok/s x0.917 [0.863, 0.975] a minute on both sides (95 %); "
         "the verdict's interval has it taken out",
     )
+    assert "a straight-line trend over the launches' times taken out" in look.design.text()
     # The design without the trend judges as before: the drift is left in, and said so.
     untrended = Design.fixed_launches(4, trend=False)
+    assert "trend" not in untrended.text()
     old = judge_look(DEFAULTS, a, CANDIDATE, b, untrended, None).comparison.metric(thr.metric)
     assert old.verdict == NO_DIFFERENCE and old.drift is not None and not old.drift.in_verdict
 

@@ -118,20 +118,21 @@ class Design:
         max_launches: int | None,
         confidence: float,
         min_effect: float | None,
+        *,
+        trend: bool = TREND,
     ) -> Design:
         """The design from a command's options: ``--repeats`` alone is a fixed design;
         ``--max-launches`` makes it sequential with ``--repeats`` (default 3, at most the
         budget) as the first look, fixed with ``min_effect`` where the two are equal; neither:
         sequential from 3 to 6 a side. ``min_effect`` None: none asked for (5 %)."""
         if max_launches is None and repeats is not None:
-            return cls.fixed_launches(repeats, confidence)
+            return cls.fixed_launches(repeats, confidence, trend=trend)
         cap = CAP if max_launches is None else max_launches
         first = min(repeats if repeats is not None else FIRST, cap)
         if first == cap:
-            return cls.fixed_launches(first, confidence, min_effect)
-        return cls.sequential(
-            first, cap, confidence, MIN_EFFECT if min_effect is None else min_effect
-        )
+            return cls.fixed_launches(first, confidence, min_effect, trend=trend)
+        floor = MIN_EFFECT if min_effect is None else min_effect
+        return cls.sequential(first, cap, confidence, floor, trend=trend)
 
     @property
     def first(self) -> int:

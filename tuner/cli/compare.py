@@ -209,12 +209,27 @@ MinEffect = Annotated[
 ]
 
 
+Trend = Annotated[
+    bool,
+    typer.Option(
+        "--trend/--no-trend",
+        help="Take a common straight-line trend over the launches' times out of every interval "
+        "(the default: a machine that drifts while the comparison runs does not widen it); "
+        "--no-trend takes each side's launches as they are.",
+    ),
+]
+
+
 def design_of(
-    repeats: int | None, max_launches: int | None, min_effect: float | None, confidence: float
+    repeats: int | None,
+    max_launches: int | None,
+    min_effect: float | None,
+    confidence: float,
+    trend: bool = True,
 ) -> Design:
     """The decision design of ``--repeats`` / ``--max-launches`` / ``--min-effect`` /
-    ``--confidence`` (shared by compare and verify-claims): UsageError for a confidence or a
-    min effect that is no fraction, or a first look above the budget."""
+    ``--confidence`` / ``--trend`` (shared by compare and verify-claims): UsageError for a
+    confidence or a min effect that is no fraction, or a first look above the budget."""
     from tuner.abtest import Design
     from tuner.errors import UsageError
     from tuner.scoring import MIN_EFFECT
@@ -238,7 +253,7 @@ def design_of(
             f"--repeats {repeats} (the first look) is above --max-launches {max_launches}",
             hint="lower --repeats or raise --max-launches",
         )
-    return Design.of_options(repeats, max_launches, confidence, min_effect)
+    return Design.of_options(repeats, max_launches, confidence, min_effect, trend=trend)
 
 
 def consoles(as_json: bool) -> Say:
@@ -257,6 +272,7 @@ def compare(
     repeats: FirstLook = None,
     max_launches: MaxLaunches = None,
     min_effect: MinEffect = None,
+    trend: Trend = True,
     confidence: Confidence = 0.95,
     storage: StorageOpt = None,
     vllm_python: VllmPythonOpt = None,
@@ -277,7 +293,7 @@ def compare(
     from tuner.abtest import open_bench, run_pair, setup_pair
     from tuner.load import fingerprint
 
-    design = design_of(repeats, max_launches, min_effect, confidence)
+    design = design_of(repeats, max_launches, min_effect, confidence, trend)
     url, say = storage_url(storage), consoles(as_json)
     setup = setup_pair(
         model=model,

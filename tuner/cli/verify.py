@@ -17,6 +17,7 @@ from tuner.cli.compare import (
     MinEffect,
     Progress,
     Say,
+    Trend,
     WorkloadSet,
     consoles,
     decision_lines,
@@ -56,6 +57,7 @@ def verify_claims(
     repeats: FirstLook = None,
     max_launches: MaxLaunches = None,
     min_effect: MinEffect = None,
+    trend: Trend = True,
     confidence: Confidence = 0.95,
     only: Annotated[list[str] | None, typer.Option(help="Only this claim id (repeatable).")] = None,
     fixed: Annotated[
@@ -86,7 +88,7 @@ def verify_claims(
         verify,
     )
 
-    design = design_of(repeats, max_launches, min_effect, confidence)
+    design = design_of(repeats, max_launches, min_effect, confidence, trend)
     url, say = storage_url(storage), consoles(as_json)
     setup = setup_claims(
         file=file,
