@@ -140,3 +140,47 @@ def test_the_readmes_drift_table_is_the_committed_run() -> None:
             checked += 1
         assert cells[5] == f"{100 * res['seq-pooled']['x1.2']['inconclusive']:.1f} %"
     assert checked == 7 * 3
+
+
+def test_the_readmes_trend_design_table_is_the_committed_run() -> None:
+    """bench/README.md's table of tuner's design with the trend taken out, re-derived from
+    bench/results/decision-trend-designs-2026-12-06.json cell by cell; the untrended designs'
+    cells are the drift table's run's (the simulated launches' times change no such verdict)."""
+    runs = json.loads(
+        (ROOT / "bench" / "results" / "decision-trend-designs-2026-12-06.json").read_text()
+    )
+    drift_runs = json.loads(
+        (ROOT / "bench" / "results" / "decision-drift-2026-12-06.json").read_text()
+    )
+    readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### tuner's design with the trend taken out", 1)[1].split("\n### ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    designs = [c.strip() for c in rows[0].strip("|").split("|")][1:-1]
+    assert designs == [
+        "seq-welch", "seq-welch-trend", "seq-pooled", "seq-pooled-trend", "fixed-3-pooled",
+        "fixed-3-pooled-trend",
+    ]  # fmt: skip
+    checked = 0
+    for line in rows[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        words = cells[0].split(" ")
+        if words[0] == "step":
+            run = runs["step"][str(int(words[-1]) - 1)]  # "from launch 4": rank 3
+            assert (run["args"]["step"], run["args"]["drift"]) == (float(words[1]), 0.0)
+        else:
+            drift = words[-3] if len(words) > 1 else words[0]
+            run = runs["drift"][drift]
+            assert (run["args"]["drift"], run["args"]["step"]) == (float(drift), 0.0)
+            if drift in ("-0.02", "-0.04"):
+                old = drift_runs["counterbalanced"][drift]["results"]["parametric"]
+                for design in ("seq-welch", "seq-pooled"):
+                    assert run["results"]["parametric"][design]["x1"] == old[design]["x1"]
+        assert run["args"]["reps"] == 2000 and run["args"]["order"] == "counterbalanced"
+        res = run["results"]["parametric"]
+        for design, cell in zip(designs, cells[1:-1], strict=True):
+            r = res[design]
+            want = f"{100 * r['x1']['false_decisions']:.1f} % / {100 * r['x1.2']['better']:.0f} %"
+            assert cell == want, (cells[0], design)
+            checked += 1
+        assert cells[-1] == f"{100 * res['seq-pooled-trend']['x1.2']['inconclusive']:.1f} %"
+    assert checked == 6 * 6

@@ -23,10 +23,10 @@ docs/results/plan-h200.md §13-14) would widen that interval by its drift, so by
 launches' times taken out (:func:`tuner.scoring.noise.trend_ratio_interval`: a level a side
 and one slope, the residual variance pooled with the profile's as above), wherever the
 launches span a minute or more. ``bench/decision_replay.py`` measured it: without a drift it
-costs nothing (the same power and false decisions), with 4 % a launch it keeps the power that
-the untrended interval loses (84 % against 33 % at B/A = 1.2), and a change that is not a
-straight line (a step of 15 % within the first look) raises its false decisions from 5 % to
-about 7 %. A side whose launches disagree far beyond their noise ends the comparison
+costs nothing with a profile (the same power and false decisions), with 4 % a launch it keeps
+the power that the untrended interval loses (83 % against 35 % at B/A = 1.2), and a change that
+is not a straight line (a step of 15 % inside a round of the first look) raises its false
+decisions to 7.5 % (10.5 % for one look of 3), against 4-5 % without the trend. A side whose launches disagree far beyond their noise ends the comparison
 "inconclusive" (more launches cannot undo a disagreement), unless the two sides' launches lie
 apart by more than either side's spread and the interval decides. A side that cannot be
 measured here (a finding such as memory exceeded, or no launch of it completed) ends it

@@ -39,7 +39,10 @@ time the launch ended (minutes; the time, not the launch's rank, so that the lau
 arms and failed ones leave no gap) with one level per arm, by least squares; where the line's
 slope is significant at 95 % it reports the change a minute and B/A with that trend taken out,
 t intervals on the fit's residual degrees of freedom (launches - 3), whose coverage under a
-linear drift ``tests/unit/test_caveats.py`` simulates. It is a caveat, not the verdict.
+linear drift ``tests/unit/test_caveats.py`` simulates. The same fit (:func:`trend_fit`) gives
+the decision design's interval by default (:func:`tuner.scoring.noise.trend_ratio_interval`);
+the caveat then says the verdict has the trend taken out (``Drift.in_verdict``), and is
+otherwise a caveat, not the verdict.
 """
 
 from __future__ import annotations
