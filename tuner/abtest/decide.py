@@ -26,7 +26,8 @@ launches span a minute or more. ``bench/decision_replay.py`` measured it: withou
 costs nothing with a profile (the same power and false decisions), with 4 % a launch it keeps
 the power that the untrended interval loses (83 % against 35 % at B/A = 1.2), and a change that
 is not a straight line (a step of 15 % inside a round of the first look) raises its false
-decisions to 7.5 % (10.5 % for one look of 3), against 4-5 % without the trend. A side whose launches disagree far beyond their noise ends the comparison
+decisions to 7.5 % (10.5 % for one look of 3), against 4-5 % without the trend.
+A side whose launches disagree far beyond their noise ends the comparison
 "inconclusive" (more launches cannot undo a disagreement), unless the two sides' launches lie
 apart by more than either side's spread and the interval decides. A side that cannot be
 measured here (a finding such as memory exceeded, or no launch of it completed) ends it
