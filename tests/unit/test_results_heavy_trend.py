@@ -116,3 +116,29 @@ def test_todays_design_decides_both_h100_comparisons_that_welch_left_open(
     if head.drift is not None:  # §13's slope is significant: the caveat says it is taken out
         assert head.drift.in_verdict
         assert "has this straight-line trend taken out" in head.drift.text(head.label)
+
+
+def test_plan_h200_section_15_is_these_readings() -> None:
+    section = (ROOT / "docs" / "results" / "plan-h200.md").read_text(encoding="utf-8")
+    section = " ".join(section.split("## 15. ", 1)[1].split())
+
+    def reading(folder: str, design: Design, n: int, trend: bool) -> str:
+        a, b = _results(folder)
+        look = judge_look(
+            Arm("defaults", a[0].config), a[:n], Arm("heavy", b[0].config), b[:n],
+            dataclasses.replace(design, trend=trend), None,
+        )  # fmt: skip
+        h = look.comparison.metric(HEADLINE)
+        assert h.ratio is not None and h.low is not None and h.high is not None
+        return f"x{h.ratio:.3f} [{h.low:.3f}, {h.high:.3f}]"
+
+    clocks, h100 = Design.fixed_launches(3), Design.sequential(3, 4)
+    assert (
+        f"output tok/s {reading('heavy-clocks', clocks, 3, True)}, better (3 df), where Welch's "
+        f"interval was {reading('heavy-clocks', clocks, 3, False)}, no significant" in section
+    )
+    assert (
+        f"output tok/s {reading('heavy-h100', h100, 4, True)}, better (5 df), where Welch's was "
+        f"{reading('heavy-h100', h100, 4, False)}; at its first look (3 + 3) "
+        f"{reading('heavy-h100', h100, 3, True)}, which" in section
+    )

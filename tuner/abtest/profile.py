@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 
 def noise_key(result: TrialResult, model: ModelSpec, workload: str) -> NoiseKey | None:
-    """The key of a complete launch: where it ran (its provenance), ``model`` (by
+    """The key of a complete launch: where it ran (its provenance: the GPU's UUID where it has
+    one, else the host name; see :class:`tuner.scoring.noise.NoiseKey`), ``model`` (by
     :func:`tuner.catalog.model_key`: two local directories that share their last name are two
     models), ``workload`` (its name, with any changes), its headline metric's windows and its CPU
     placement (as its server recorded it; "off" for launches from before tuner placed them);
@@ -37,7 +38,7 @@ def noise_key(result: TrialResult, model: ModelSpec, workload: str) -> NoiseKey 
         return None
     placed = result.server.placement if result.server is not None else None
     return NoiseKey(
-        host=prov.hostname,
+        host=prov.gpu_uuid or prov.hostname,
         gpu=prov.gpu_name,
         vllm_version=prov.vllm_version,
         model=model_key(model.alias, model.source),

@@ -59,7 +59,10 @@ TREND = "trend taken out"
 class NoiseKey:
     """What a noise profile is valid for: launches on one machine, of one vLLM, model and
     workload, with the same number of windows each and the same CPU placement (pinned launches
-    spread differently: :mod:`tuner.runner.placement`)."""
+    spread differently: :mod:`tuner.runner.placement`). ``host`` names the machine by its GPU's
+    UUID where it has one, else by its host name: a card keeps its UUID across container
+    restarts (which change the host name) and lent machines that all call themselves ``vm``
+    are told apart (launches recorded before 2026-12-06 are keyed by host name)."""
 
     host: str
     gpu: str
@@ -71,10 +74,16 @@ class NoiseKey:
 
     def text(self) -> str:
         return (
-            f"{self.gpu} on {self.host or 'an unnamed host'}, vLLM {self.vllm_version}, "
+            f"{self.gpu} {self.where()}, vLLM {self.vllm_version}, "
             f"{self.model}, {self.workload}, {self.windows} windows a launch, "
             f"CPU placement {self.placement}"
         )
+
+    def where(self) -> str:
+        """'card GPU-141c6883-...' or 'on host-1' (launches keyed before cards were)."""
+        if self.host.startswith("GPU-"):
+            return f"card {self.host}"
+        return f"on {self.host or 'an unnamed host'}"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
