@@ -184,3 +184,37 @@ def test_the_readmes_trend_design_table_is_the_committed_run() -> None:
             checked += 1
         assert cells[-1] == f"{100 * res['seq-pooled-trend']['x1.2']['inconclusive']:.1f} %"
     assert checked == 6 * 6
+
+
+def test_the_balanced_verdicts_trend_paragraph_is_the_committed_run() -> None:
+    run = json.loads(
+        (ROOT / "bench" / "results" / "decision-balanced-trend-2026-12-06.json").read_text()
+    )
+    readme = " ".join((ROOT / "bench" / "README.md").read_text(encoding="utf-8").split())
+    assert run["args"]["reps"] == 2000 and run["args"]["objective"] == "balanced"
+    res = run["results"]
+
+    def spread(design: str, scenario: str, key: str) -> str:
+        got = sorted(
+            100 * res[noise][design][scenario][key] for noise in ("parametric", "resample")
+        )
+        return f"{got[0]:.1f}-{got[1]:.1f} %"
+
+    quoted = [
+        spread("seq-pooled-trend", "x1.2, E2E /1.2", "balanced_better") + " (sequential)",
+        spread("fixed-3-pooled-trend", "x1.2, E2E /1.2", "balanced_better") + " (one look of 3)",
+        "often (" + spread("seq-pooled-trend", "x1.2, E2E x1.1", "balanced_better")[:-2],
+    ]
+
+    def both(scenario: str) -> str:
+        got = sorted(
+            100 * res[noise][d][scenario]["balanced_better"]
+            for noise in ("parametric", "resample")
+            for d in ("seq-pooled-trend", "fixed-3-pooled-trend")
+        )
+        return f"{got[0]:.1f}-{got[-1]:.1f} %"
+
+    quoted.append(f'"better" at B/A = 1 in {both("x1")}')
+    quoted.append(f"for a pure latency regression in {both('x1, E2E x1.2')}")
+    for text in quoted:
+        assert text in readme, text

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.unit.test_report_study import _est, _study, _trial
-from tuner.domain import RequestRecord, WindowEnergy
+from tuner.domain import Estimate, RequestRecord, WindowEnergy
 from tuner.load.benchjson import bench_result
 from tuner.results import energy
 from tuner.results.export import markdown_table
@@ -68,7 +68,7 @@ def test_best_shows_energy_beside_the_throughput_or_why_there_is_none() -> None:
             "gpu_power_w": _est(450.0),
         }
     ).render()
-    assert "J/out token: 0.2 [0.18, 0.22]   defaults 0.25 [0.225, 0.275]" in text
+    assert "J/out token: 0.200 [0.180, 0.220]   defaults 0.250 [0.225, 0.275]" in text
     assert "GPU watts: 450 [405, 495]   defaults 400 [360, 440]" in text
     lines = text.splitlines()
     assert lines.index(next(x for x in lines if "J/out token" in x)) > lines.index(
@@ -107,3 +107,8 @@ def test_bench_files_carry_the_window_energy_only_when_measured() -> None:
 def test_absent_is_none_when_measured() -> None:
     assert energy.absent(ENERGY, on_gpu=True) is None
     assert energy.absent({}, on_gpu=False) == energy.NOT_ON_CPU
+
+
+def test_a_range_keeps_its_trailing_zeros_at_three_figures() -> None:
+    assert Estimate(0.3, 0.287, 0.3, (0.287, 0.3)).figures() == "0.300 [0.287, 0.300]"
+    assert Estimate(100.0, 99.5, 1234.0, ()).figures() == "100 [99.5, 1.23e+03]"

@@ -423,7 +423,7 @@ def trials(
             r.config.label(),
             _ci(m["output_throughput"]) if ok else "",
             *([capacities[r.number] or ""] if curve else []),
-            energy.per_token(m[energy.PER_TOKEN]) if ok and not why else "",
+            m[energy.PER_TOKEN].figures() if ok and not why else "",
             _ci(m["e2e_p99_ms"]) if ok else "",
             f"{values[1]:.2f}" if ok and len(values) == 3 else "",
             r.effective_backend or "",

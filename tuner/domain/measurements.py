@@ -162,6 +162,15 @@ class Estimate:
     high: float
     values: tuple[float, ...]
 
+    def figures(self) -> str:
+        """'0.300 [0.287, 0.310]': three significant figures each, trailing zeros kept, so
+        that the ends of a range read at one precision ($ per 1M tokens, J per token)."""
+
+        def three(x: float) -> str:
+            return f"{x:#.3g}".rstrip(".")
+
+        return f"{three(self.median)} [{three(self.low)}, {three(self.high)}]"
+
 
 @dataclass(frozen=True)
 class MemoryUsage:

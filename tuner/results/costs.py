@@ -152,6 +152,3 @@ def usd(metrics: Mapping[str, Estimate], price: GpuPrice | None) -> Estimate | N
     """$ per 1M output tokens of a trial's ``metrics`` at ``price``; None without either."""
     return None if price is None else trial_cost(metrics, price.usd_per_hour)
 
-
-def usd_text(e: Estimate) -> str:
-    return f"{e.median:.3g} [{e.low:.3g}, {e.high:.3g}]"

@@ -28,10 +28,5 @@ def absent(metrics: Mapping[str, Estimate], *, on_gpu: bool) -> str | None:
     return NOT_MEASURED if on_gpu else NOT_ON_CPU
 
 
-def per_token(e: Estimate) -> str:
-    """``0.123 [0.118, 0.131]``: joules per output token, median [range over windows]."""
-    return f"{e.median:.3g} [{e.low:.3g}, {e.high:.3g}]"
-
-
 def power(e: Estimate) -> str:
     return f"{e.median:.0f} [{e.low:.0f}, {e.high:.0f}]"

@@ -146,10 +146,10 @@ class Recommendation:
             return [f"  {self.price}"] if self.price else []
         base = self.baseline_cost
         at_most = "at most " if self.baseline_cost_is_upper_bound else ""
-        vs = f"   defaults {at_most}{costs.usd_text(base)}" if base is not None else ""
+        vs = f"   defaults {at_most}{base.figures()}" if base is not None else ""
         at_most = "at most " if self.cost_is_upper_bound else ""
         lines = [
-            f"  {'$/1M out tok':>13}: {at_most}{costs.usd_text(self.cost)}{vs}",
+            f"  {'$/1M out tok':>13}: {at_most}{self.cost.figures()}{vs}",
             f"  {'':>13}  at {self.price}",
         ]
         if self.cost_is_upper_bound or (base is not None and self.baseline_cost_is_upper_bound):
@@ -173,7 +173,7 @@ class Recommendation:
             return [f"  {self.energy_note}"]
         out = []
         for key, label, text in (
-            (energy.PER_TOKEN, "J/out token", energy.per_token),
+            (energy.PER_TOKEN, "J/out token", Estimate.figures),
             (energy.POWER, "GPU watts", energy.power),
         ):
             if key not in self.metrics:
