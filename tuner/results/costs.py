@@ -151,4 +151,3 @@ def no_price(gpu: str) -> str:
 def usd(metrics: Mapping[str, Estimate], price: GpuPrice | None) -> Estimate | None:
     """$ per 1M output tokens of a trial's ``metrics`` at ``price``; None without either."""
     return None if price is None else trial_cost(metrics, price.usd_per_hour)
-
