@@ -25,7 +25,7 @@ from tuner.domain import (
     WindowMetrics,
 )
 from tuner.load.stats import summarize
-from tuner.results.comparisons import comparisons_markdown
+from tuner.results.comparisons import comparison_table, comparisons_markdown
 from tuner.results.recommend import Recommendation
 from tuner.results.report import comparison_report
 from tuner.scoring.caveats import (
@@ -429,6 +429,24 @@ def test_a_decision_that_took_the_trend_out_says_so_beside_the_drift() -> None:
         "the verdict's interval has it taken out",
     )
     assert "a straight-line trend over the launches' times taken out" in look.design.text()
+    # The surfaces say what the ratio is now: the fit's, at one time, not the geometric means'.
+    page = comparison_report(row)
+    assert page.ratio_of == "geometric means at one time (a straight-line trend taken out)"
+    assert page.provenance["design"] == (
+        "fixed, 4 launches a side, straight line over the launches' times taken out"
+    )
+    table = comparison_table({**row.results, "a_label": "A", "b_label": "B"})
+    assert "change [95 % CI] of geometric means at one time" in table
+    # A composite objective's score takes the trend out too (each side's launch times stored).
+    assert stored["metrics"][0]["a"]["at"] == [r.finished_at for r in a]
+    balanced = choose([row], Objective.BALANCED)
+    assert balanced is not None and balanced.score_low > 1.0
+    no_times = json.loads(json.dumps(stored))
+    for m in no_times["metrics"]:
+        m["a"].pop("at"), m["b"].pop("at")
+    old_row = dataclasses.replace(row, results={**no_times, "kind": "confirmation"})
+    plain = choose([old_row], Objective.BALANCED)
+    assert plain is not None and plain.score_low < balanced.score_low
     # The design without the trend judges as before: the drift is left in, and said so.
     untrended = Design.fixed_launches(4, trend=False)
     assert "trend" not in untrended.text()

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
         FLOORED,
         HEADLINE,
         LAUNCH_VALUES,
-        RATIO_OF,
         Arm,
+        ratio_of,
         run_interleaved,
     )
     from tuner.abtest.decide import UNMEASURED_STOP, Design, Look, judge_look, run_looks
@@ -33,7 +33,6 @@ __all__ = [
     "HEADLINE",
     "LAUNCH_VALUES",
     "NOT_MEASURED",
-    "RATIO_OF",
     "UNMEASURED_STOP",
     "Arm",
     "Claim",
@@ -51,6 +50,7 @@ __all__ = [
     "noise_key",
     "open_bench",
     "profile_lines",
+    "ratio_of",
     "record_launch",
     "rejudge",
     "reusable",

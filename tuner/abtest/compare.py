@@ -14,7 +14,7 @@ The JSON shape stored in ``tuner_comparisons.results`` (what the API and dashboa
     {"confidence": 0.95, "a_label": str, "b_label": str, "launches": {"a": n, "b": n},
      "launch_value": "median" | "geomean",
      "metrics": [{"metric": str, "label": str, "higher_is_better": bool,
-                  "a": {"median": x, "values": [...]}, "b": {"median": x, "values": [...]},
+                  "a": {"median": x, "values": [...], "at": [...]}, "b": {...},
                   "ratio": r | null, "low": l | null, "high": h | null, "verdict": str,
                   "disagreement": {"a": D | null, "b": D | null}}],
      "failures": {"a": [str], "b": [str]}, "servers": {"a": [SERVER], "b": [SERVER]},
@@ -28,9 +28,12 @@ a metric's ``"drift": {"per_minute": R, "adjusted": R, "confidence", "df"}`` (``
 (:func:`tuner.scoring.caveats.drift`),
 ``SERVER`` per complete launch as :func:`_servers` gives it, and ``verdicts`` is
 ``{metric: verdict, ..., "overall": verdict}``. A side's ``values`` are one per launch, each
-that launch's ``launch_value`` over its windows (:data:`LAUNCH_VALUES`).
-Rows stored before tuner checked these lack "disagreement" and "windows", and before it said
-so, "launch_value".
+that launch's ``launch_value`` over its windows (:data:`LAUNCH_VALUES`), and ``at`` when each
+of them ended, where every one has a time; a metric's ``"method"`` and ``"df"`` say how a
+decision's interval was computed, and ``"drift"`` holds ``"in_verdict": true`` where that
+interval took the trend out already.
+Rows stored before tuner checked these lack "disagreement" and "windows", before it said so,
+"launch_value", and before it fitted trends, "at".
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,7 +169,21 @@ LAUNCH_VALUES = {
 # What a metric's ratio B/A is taken from: the sides' geometric means of their launch values
 # (the log scale its interval is computed on), not their medians, which the surfaces show
 # beside it; with few or spread launches B median / A median differs from it, even in direction.
+# Where the interval took a trend over the launches' times out (Design.trend), the ratio is the
+# fit's: the sides' geometric means at one time (RATIO_OF_TREND).
 RATIO_OF = "geometric means"
+RATIO_OF_TREND = "geometric means at one time (a straight-line trend taken out)"
+
+
+def ratio_of(results: Mapping[str, Any]) -> str:
+    """What a stored comparison's ratios are taken from: :data:`RATIO_OF_TREND` where a
+    metric's interval took a trend out, else :data:`RATIO_OF`; "" for a shape without a
+    metrics list (its stored ratio, else B median / A median)."""
+    metrics = results.get("metrics")
+    if not isinstance(metrics, list):
+        return ""
+    methods = (str(m.get("method") or "") for m in metrics if isinstance(m, Mapping))
+    return RATIO_OF_TREND if any(map(trend_taken_out, methods)) else RATIO_OF
 
 
 def launch_values(results: Sequence[TrialResult], metric: str) -> list[float]:
@@ -235,7 +252,8 @@ class MetricComparison:
     # more than any arm's spread (tuner.scoring.caveats.beyond_disagreement).
     a_disagreement: Disagreement | None = None
     b_disagreement: Disagreement | None = None
-    # How the interval was computed ("welch", "pooled", "welch: why not pooled") and its df.
+    # How the interval was computed ("welch", "pooled", "welch: why not pooled", "pooled,
+    # trend taken out", "trend taken out: ...") and its df.
     method: str = ""
     df: float | None = None
     # Both arms' launches moved steadily together over time (the machine drifted).
@@ -307,8 +325,8 @@ class Comparison:
                     "metric": m.metric,
                     "label": m.label,
                     "higher_is_better": m.higher_is_better,
-                    "a": _side(m.a_values),
-                    "b": _side(m.b_values),
+                    "a": _side(m.a_values, m.times[0] if m.times else None),
+                    "b": _side(m.b_values, m.times[1] if m.times else None),
                     "ratio": m.ratio,
                     "low": m.low,
                     "high": m.high,
@@ -349,8 +367,11 @@ def turn_metrics(*results: TrialResult) -> tuple[tuple[str, str, bool], ...]:
     )
 
 
-def _side(values: Sequence[float]) -> dict[str, Any]:
-    return {"median": statistics.median(values) if values else None, "values": list(values)}
+def _side(values: Sequence[float], at: Sequence[float] | None) -> dict[str, Any]:
+    """A side's launch values, their median and, where every launch has one, when each ended
+    (``at``, epoch seconds: what a trend over the launches' times is fitted on)."""
+    side = {"median": statistics.median(values) if values else None, "values": list(values)}
+    return side | ({"at": list(at)} if at is not None else {})
 
 
 def compare(

@@ -10,11 +10,13 @@ workload, emulated, hostname, tuner_version}, and from the stored results (see
 :mod:`tuner.abtest.compare` for their shape; null where a comparison was stored before tuner
 recorded them): a_label / b_label, confidence, launches {a, b} (complete fresh launches),
 failures, servers, windows, metrics (a side's values: one per launch, each the median of that
-launch's measurement windows, or their geometric mean where a decision is recorded; ratio B/A
-with a Welch interval, or the decision's pooled one, on the log scale at ``confidence``), claim
-(verify-claims only: :func:`tuner.abtest.claims.verdicts.claim_record`), decision (the decision
-design of :mod:`tuner.abtest.decide`: kind, first, max_launches, confidence,
-per_look_confidence, min_effect, boundary, stopped, launches, half_width, method, df),
+launch's measurement windows, or their geometric mean where a decision is recorded, and when
+each ended; ratio B/A with a Welch interval, or the decision's, pooled with a noise profile
+and with a straight-line trend over the launches' times taken out, as its method says, on the
+log scale at ``confidence``), claim (verify-claims only:
+:func:`tuner.abtest.claims.verdicts.claim_record`), decision (the decision design of
+:mod:`tuner.abtest.decide`: kind, first, max_launches, confidence, per_look_confidence,
+min_effect, boundary, trend, stopped, launches, half_width, method, df),
 gpu_minutes (the wall time of every launch the verdict took) and gpu_launches (those launches,
 ``{"started_at", "wall_s"}`` each).
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tuner.abtest import LAUNCH_VALUES, RATIO_OF, Claim
+from tuner.abtest import LAUNCH_VALUES, Claim, ratio_of
 from tuner.db import Repository
 from tuner.domain import to_jsonable
 from tuner.results.export import md_cell
@@ -118,7 +120,8 @@ def comparison_table(record: Mapping[str, Any]) -> str:
     level = f"{(record.get('confidence') or 0.95) * 100:g} %"
     head = (
         f"| metric | {a}: median (launches) | {b}: median (launches) | "
-        f"change [{level} CI] of {RATIO_OF} | verdict |\n|---|---|---|---|---|\n"
+        f"change [{level} CI] of {ratio_of(record) or 'geometric means'} | verdict |\n"
+        "|---|---|---|---|---|\n"
     )
     lines = []
     for m in record["metrics"]:

@@ -77,6 +77,7 @@ from tuner.scoring import (
     ratio_interval,
     stored_drift_note,
     stored_window_note,
+    trend_ratio_interval,
 )
 from tuner.scoring import objectives as scoring
 from tuner.spec import DEFAULTS as DEFAULTS_LABEL
@@ -444,9 +445,17 @@ def _score_interval(
         return RatioInterval(ratio, low, high, level, n_a, n_b, m.get("method") or "welch")
     decision = row.results.get("decision") or {}
     confidence = float(decision.get("per_look_confidence") or row.results.get("confidence", 0.95))
-    return ratio_interval(
-        _composites(metrics, "a", objective), _composites(metrics, "b", objective), confidence
-    )
+    a, b = _composites(metrics, "a", objective), _composites(metrics, "b", objective)
+    at = metrics.get("output_throughput", {})
+    a_at, b_at = (at.get(side, {}).get("at") for side in ("a", "b"))
+    if decision.get("trend") and a_at and b_at and (len(a_at), len(b_at)) == (len(a), len(b)):
+        # As the decision took the machine's drift out of each metric, out of the score too.
+        found = trend_ratio_interval(
+            list(zip(a_at, a, strict=True)), list(zip(b_at, b, strict=True)), confidence, None
+        )
+        if found is not None:
+            return found
+    return ratio_interval(a, b, confidence)
 
 
 def _alone(objective: Objective) -> str | None:

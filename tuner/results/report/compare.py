@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.abtest import LAUNCH_VALUES, RATIO_OF, UNMEASURED_STOP
+from tuner.abtest import LAUNCH_VALUES, UNMEASURED_STOP, ratio_of
 from tuner.db import ComparisonRow
 from tuner.load import HIGHER_IS_BETTER
 from tuner.results.report.study import METRICS, num
@@ -100,9 +100,9 @@ class ComparisonReport:
     unparsed: str  # JSON text of whatever did not fit the expected shape; "" when all did
     # "A (defaults): 2 of 9 windows disturbed; ..." from "windows"; "" when none was flagged.
     window_note: str = ""
-    # What each ratio B/A is taken from: "geometric means" (RATIO_OF) in what tuner compare
-    # records, not the medians shown beside it; "" for the plain map shape (its stored ratio,
-    # else B median / A median).
+    # What each ratio B/A is taken from (tuner.abtest.compare.ratio_of): the sides' geometric
+    # means, at one time where a trend was taken out, not the medians shown beside it; "" for
+    # the plain map shape (its stored ratio, else B median / A median).
     ratio_of: str = ""
 
     @property
@@ -208,6 +208,8 @@ def decision_facts(results: Mapping[str, Any]) -> dict[str, str]:
             )
         else:
             out["design"] = f"fixed, {d.get('first')} launches a side"
+        if d.get("trend"):
+            out["design"] += f", {d['trend']} taken out"
         out["stopped"] = (
             f"{_stop_words(d.get('stopped'), results)} after {launches.get('a', '?')} + "
             f"{launches.get('b', '?')} launches"
@@ -304,5 +306,5 @@ def comparison_report(row: ComparisonRow) -> ComparisonReport:
         provenance={k: v for k, v in provenance.items() if v},
         unparsed=json.dumps(leftover, indent=2, sort_keys=True, default=str) if leftover else "",
         window_note=stored_window_note(results),
-        ratio_of=RATIO_OF if isinstance(results.get("metrics"), list) else "",
+        ratio_of=ratio_of(results),
     )
