@@ -512,3 +512,24 @@ def test_the_drift_is_read_on_the_launches_times_so_other_arms_leave_no_gap() ->
     assert found is not None
     assert found.per_minute.low < math.exp(-0.05) < found.per_minute.high
     assert found.adjusted.low < math.exp(0.1) < found.adjusted.high
+
+
+def test_the_guard_reads_launches_along_a_drift_the_verdict_took_out() -> None:
+    """A machine falling 15 % a launch spreads each side's launches beyond x2 over 8 launches:
+    read as measured, they "disagree"; along the fitted line they agree, and the verdict (which
+    took that line out) stands. A lone disturbed launch on a steady machine moves no line
+    significantly and is still judged on its own value."""
+    noise = [-0.12, 0.08, 0.02, 0.10, 0.14, -0.24, -0.03, 0.06]
+    a, b = _drifting_runs(17_000.0, 1.39, -0.16, noise)
+    untrended = judge_look(DEFAULTS, a, CANDIDATE, b, Design.fixed_launches(4, trend=False), None)
+    raw = untrended.comparison.metric("output_throughput")
+    assert raw.a_disagreement is not None and raw.verdict.startswith("inconclusive: launches of")
+    look = judge_look(DEFAULTS, a, CANDIDATE, b, Design.fixed_launches(4), None)
+    thr = look.comparison.metric("output_throughput")
+    assert thr.drift is not None and thr.drift.in_verdict
+    assert thr.a_disagreement is None and thr.b_disagreement is None and thr.verdict == BETTER
+    steady = [0.02, -0.03, 0.01, 0.04, -0.9, 0.0, -0.02, 0.03]  # launch 5 (A) at x0.41
+    a, b = _drifting_runs(17_000.0, 1.0, 0.0, steady)
+    look = judge_look(DEFAULTS, a, CANDIDATE, b, Design.fixed_launches(4), None)
+    thr = look.comparison.metric("output_throughput")
+    assert thr.drift is None and thr.verdict.startswith("inconclusive: launches of A")

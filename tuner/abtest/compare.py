@@ -223,6 +223,24 @@ def _times(
     return (a, b) if len(a) + len(b) == len(a_runs) + len(b_runs) else None
 
 
+def _steady(
+    av: Sequence[float], bv: Sequence[float], at: Times | None, found: Drift | None
+) -> tuple[list[float], list[float]]:
+    """The launch values as the disagreement guard reads them: where the machine drifted
+    measurably and the interval took that trend out (``found.in_verdict``), each value moved
+    to the first launch's time along the fitted line, so that a steady drift is not taken
+    for launches that disagree; otherwise as measured (a lone disturbed launch, which moves
+    no line significantly, is still judged on its own value)."""
+    if at is None or found is None or not found.in_verdict:
+        return list(av), list(bv)
+    t0, per_minute = min((*at[0], *at[1])), found.per_minute.ratio
+
+    def back(times: Sequence[float], values: Sequence[float]) -> list[float]:
+        return [v / per_minute ** ((t - t0) / 60.0) for t, v in zip(times, values, strict=True)]
+
+    return back(at[0], av), back(at[1], bv)
+
+
 def _drift(
     av: Sequence[float], bv: Sequence[float], at: Times | None, interval: RatioInterval | None
 ) -> Drift | None:
@@ -405,15 +423,17 @@ def compare(
             interval = ratio_interval(av, bv, confidence)
         else:
             interval = interval_of(name, av, bv, confidence, at)
-        a_off = disagreement(av, [w for _, w, _ in a_runs])
-        b_off = disagreement(bv, [w for _, w, _ in b_runs])
+        drifted = _drift(av, bv, at, interval)
+        ga, gb = _steady(av, bv, at, drifted)
+        a_off = disagreement(ga, [w for _, w, _ in a_runs])
+        b_off = disagreement(gb, [w for _, w, _ in b_runs])
         verdict = interval.verdict(higher) if interval else NOT_ENOUGH
         if interval and name in FLOORED and interval.within(min_effect):
             verdict = NO_DIFFERENCE
         sides = (("a", a, a_off), ("b", b, b_off))
         off = {side: (arm.label, d) for side, arm, d in sides if d is not None}
         decided = verdict in (BETTER, WORSE)
-        outweighed = decided and beyond_disagreement(av, bv, [d for _, d in off.values()])
+        outweighed = decided and beyond_disagreement(ga, gb, [d for _, d in off.values()])
         if interval and off and not outweighed:
             verdict = disagreement_verdict(label.rsplit(" ", 1)[-1], off)  # "tok/s", "ms"
         metrics.append(
@@ -431,7 +451,7 @@ def compare(
                 b_disagreement=b_off,
                 method=interval.method if interval and interval_of is not None else "",
                 df=interval.df if interval and interval_of is not None else None,
-                drift=_drift(av, bv, at, interval),
+                drift=drifted,
                 times=at,
             )
         )

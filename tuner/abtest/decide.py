@@ -24,7 +24,7 @@ launches' times taken out (:func:`tuner.scoring.noise.trend_ratio_interval`: a l
 and one slope, the residual variance pooled with the profile's as above), wherever the
 launches span a minute or more. ``bench/decision_replay.py`` measured it: without a drift it
 costs nothing with a profile (the same power and false decisions), with 4 % a launch it keeps
-the power that the untrended interval loses (83 % against 35 % at B/A = 1.2), and a change that
+the power that the untrended interval loses (84 % against 35 % at B/A = 1.2), and a change that
 is not a straight line (a step of 15 % inside a round of the first look) raises its false
 decisions to 7.5 % (10.5 % for one look of 3), against 4-5 % without the trend.
 A side whose launches disagree far beyond their noise ends the comparison

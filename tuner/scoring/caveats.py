@@ -24,6 +24,15 @@ where ``within`` is the typical (median over launches) max/min of one launch's w
   windows too, and must not excuse itself. A launch with one window, or a metric without
   windows (peak memory), contributes no window spread: the floor alone applies.
 
+Where the machine drifted measurably (:func:`drift` shows) and the verdict's interval took
+that trend out (``Drift.in_verdict``), the rule reads each launch's value moved along the
+fitted line to the first launch's time (:func:`tuner.abtest.compare.compare`): a steady fall
+of 8 % a launch spreads twelve launches x2.6 as measured, though they agree about the line. A
+lone disturbed launch on a steady machine moves no line significantly, so it is still judged
+on its own value (``bench/README.md``: 0.3 % of x1.2 comparisons inconclusive at 8 % a launch,
+against 39.5 % on the launches as measured; a launch at x0.6 on a steady machine as often
+flagged as before).
+
 **Windows that were client-bound or disturbed** (:class:`tuner.domain.ClientHealth`): tuner's
 own load generator was saturated (the number is the client's floor, not the server's), or
 other processes took CPU or the GPU during the window. :class:`WindowFlags` counts them for a
