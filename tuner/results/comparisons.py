@@ -120,8 +120,7 @@ def comparison_table(record: Mapping[str, Any]) -> str:
     level = f"{(record.get('confidence') or 0.95) * 100:g} %"
     head = (
         f"| metric | {a}: median (launches) | {b}: median (launches) | "
-        f"change [{level} CI] of {ratio_of(record) or 'geometric means'} | verdict |\n"
-        "|---|---|---|---|---|\n"
+        f"change [{level} CI] of {ratio_of(record)} | verdict |\n|---|---|---|---|---|\n"
     )
     lines = []
     for m in record["metrics"]:

@@ -239,19 +239,10 @@ def pooled_ratio_interval(
         return _welch(a, b, confidence, "no noise profile for this key")
     if not la or not lb:
         return None
-    own = own_variance(a, b)
-    var, df = profile.launch_mean_var * profile.df, profile.df
-    if own is not None:
-        p = contradicts(own[0], own[1], profile)
-        if p < CONTRADICTS:
-            ratio = math.sqrt(own[0] / profile.launch_mean_var) if profile.launch_mean_var else 0
-            why = (
-                f"own launches spread x{ratio:.2f} the profile's SD (F test p = {p:.3f}): "
-                "the profile is not used"
-            )
-            return _welch(a, b, confidence, why)
-        var, df = var + own[0] * own[1], df + own[1]
-    var /= df
+    pooled = _pooled(own_variance(a, b), profile)
+    if isinstance(pooled, str):
+        return _welch(a, b, confidence, f"own launches {pooled}")
+    var, df = pooled
     diff = sum(lb) / len(lb) - sum(la) / len(la)
     se = math.sqrt(var * (1.0 / len(la) + 1.0 / len(lb)))
     return t_interval(diff, se, float(df), confidence, len(la), len(lb), POOLED)
@@ -272,20 +263,29 @@ def trend_ratio_interval(
     fit = trend_fit(a, b)
     if fit is None:
         return None
-    var, df, method = fit.rss, fit.df, f"{TREND}: no noise profile for this key"
+    var, df, method = fit.rss / fit.df, fit.df, f"{TREND}: no noise profile for this key"
     if profile is not None:
-        own = fit.rss / fit.df
-        p = contradicts(own, fit.df, profile)
-        if p >= CONTRADICTS:
-            var, df = var + profile.launch_mean_var * profile.df, df + profile.df
-            method = f"{POOLED}, {TREND}"
+        pooled = _pooled((var, fit.df), profile)
+        if isinstance(pooled, str):
+            method = f"{TREND}: residuals {pooled}"
         else:
-            ratio = math.sqrt(own / profile.launch_mean_var) if profile.launch_mean_var else 0
-            method = (
-                f"{TREND}: residuals spread x{ratio:.2f} the profile's SD (F test p = {p:.3f}): "
-                "the profile is not used"
-            )
-    return fit.interval(1, var / df, df, confidence, method)
+            (var, df), method = pooled, f"{POOLED}, {TREND}"
+    return fit.interval(1, var, df, confidence, method)
+
+
+def _pooled(own: tuple[float, int] | None, profile: Components) -> tuple[float, int] | str:
+    """The profile's variance of a launch's value pooled with a comparison's own (variance,
+    df), and the pooled df; or, where the own variance contradicts the profile
+    (:func:`contradicts`), why the profile is not used: 'spread x2.10 the profile's SD (F test
+    p = 0.004): the profile is not used'."""
+    var, df = profile.launch_mean_var * profile.df, profile.df
+    if own is None:
+        return var / df, df
+    p = contradicts(own[0], own[1], profile)
+    if p < CONTRADICTS:
+        ratio = math.sqrt(own[0] / profile.launch_mean_var) if profile.launch_mean_var else 0
+        return f"spread x{ratio:.2f} the profile's SD (F test p = {p:.3f}): the profile is not used"
+    return (var + own[0] * own[1]) / (df + own[1]), df + own[1]
 
 
 def trend_taken_out(method: str) -> bool:
