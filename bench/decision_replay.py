@@ -73,7 +73,14 @@ from tuner.domain import (  # noqa: E402
     TrialStatus,
 )
 from tuner.load import estimate  # noqa: E402
-from tuner.scoring.noise import Components, Launch, components, logs  # noqa: E402
+from tuner.scoring.noise import (  # noqa: E402
+    Components,
+    Launch,
+    components,
+    launch_value,
+    logs,
+    trend_ratio_interval,
+)
 from tuner.scoring.significance import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE  # noqa: E402
 
 LATENCY = "e2e_p99_ms"  # the balanced objective's latency, beside the output throughput
@@ -325,26 +332,19 @@ def tuner_design(name: str, first: int, cap: int, min_effect: float) -> Design:
 def trend_adjusted(
     a: Sequence[TrialResult], b: Sequence[TrialResult], order: str
 ) -> tuple[str, float, float]:
-    """Not a design of tuner's (yet): B/A with a common straight-line trend over the launches'
-    order taken out (least squares on each launch's log value: one level a side and a slope,
-    the model of tuner.scoring.caveats.drift, here fitted always), 95 % t interval at
-    launches - 3 df."""
-    from scipy import stats
-
-    rows, y = [], []
-    for side, runs in (("a", a), ("b", b)):
-        for i, r in enumerate(runs):
-            rows.append([1.0, float(side == "b"), float(position(side, i, order))])
-            y.append(float(np.mean(np.log(r.metrics[HEADLINE].values))))
-    x, ys = np.array(rows), np.array(y)
-    coef, *_ = np.linalg.lstsq(x, ys, rcond=None)
-    df = len(ys) - 3
-    resid = ys - x @ coef
-    se = math.sqrt(float(resid @ resid) / df * float(np.linalg.inv(x.T @ x)[1, 1]))
-    q = float(stats.t.ppf(0.975, df))
-    low, high = math.exp(coef[1] - q * se), math.exp(coef[1] + q * se)
-    verdict = BETTER if low > 1 else WORSE if high < 1 else NO_DIFFERENCE
-    return verdict, low, high
+    """Bench-only: tuner's trend-fitted interval (:func:`tuner.scoring.noise.
+    trend_ratio_interval`, no profile) at 95 %, one look, on the launches' order as their time
+    (a minute apart), as the bench asked before tuner's design fitted it on their times."""
+    points = {
+        side: [
+            (60.0 * position(side, i, order), launch_value(r.metrics[HEADLINE].values))
+            for i, r in enumerate(runs)
+        ]
+        for side, runs in (("a", a), ("b", b))
+    }
+    found = trend_ratio_interval(points["a"], points["b"], 0.95, None)
+    assert found is not None  # six launches or more, spread over minutes
+    return found.verdict(True), found.low, found.high
 
 
 def _as_profile(c: Components | None) -> Any:
