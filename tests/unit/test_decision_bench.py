@@ -154,6 +154,7 @@ def test_the_readmes_trend_design_table_is_the_committed_run() -> None:
     )
     readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
     section = readme.split("### tuner's design with the trend taken out", 1)[1].split("\n### ")[0]
+    section = section.split("What a decision costs", 1)[0]  # its first table
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     designs = [c.strip() for c in rows[0].strip("|").split("|")][1:-1]
     assert designs == [
@@ -218,3 +219,42 @@ def test_the_balanced_verdicts_trend_paragraph_is_the_committed_run() -> None:
     quoted.append(f"for a pure latency regression in {both('x1, E2E x1.2')}")
     for text in quoted:
         assert text in readme, text
+
+
+def test_the_readmes_cost_table_of_the_trend_designs_is_the_committed_run() -> None:
+    """The launches and GPU-minutes a decision takes, tuner's sequential designs with and
+    without the trend, re-derived from bench/results/decision-trend-designs-2026-12-06.json."""
+    runs = json.loads(
+        (ROOT / "bench" / "results" / "decision-trend-designs-2026-12-06.json").read_text()
+    )
+    readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### tuner's design with the trend taken out", 1)[1].split("\n### ")[0]
+    table = section.split("What a decision costs at B/A = 1.2", 1)[1].split("\n\n")[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    designs = [c.strip() for c in rows[0].strip("|").split("|")][1:]
+    assert designs == ["seq-welch", "seq-welch-trend", "seq-pooled", "seq-pooled-trend"]
+    runs_by_label = {
+        "0": runs["drift"]["0"],
+        **{f"drift {d} a launch": runs["drift"][d] for d in ("-0.02", "-0.04", "-0.08")},
+        "step -0.15 from launch 4": runs["step"]["3"],
+        "step -0.15 from launch 5": runs["step"]["4"],
+    }
+    for line in rows[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        res = runs_by_label.pop(cells[0])["results"]["parametric"]
+        for design, cell in zip(designs, cells[1:], strict=True):
+            r = res[design]["x1.2"]
+            assert cell == f"{r['launches_median']:.0f} / {r['gpu_minutes_median']:.1f}"
+    assert runs_by_label == {}
+    # At B/A = 1: the budget, 12 launches and 23.2 GPU-minutes, but for the guard's early stops.
+    for kind, machines in runs.items():
+        for machine, run in machines.items():
+            res = run["results"]["parametric"]
+            for design in designs:
+                r = res[design]["x1"]
+                if design.endswith("-trend") or (kind, machine) != ("drift", "-0.08"):
+                    assert r["launches_median"] == 12
+                    assert 23.15 <= r["gpu_minutes_median"] < 23.35
+                else:
+                    assert f"{r['gpu_minutes_median']:.1f}" == "19.6"
+    assert "12 launches, 23.2-23.3 GPU-minutes (median)" in " ".join(section.split())
