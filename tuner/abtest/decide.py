@@ -159,6 +159,8 @@ class Design:
             "max_launches": self.cap,
             "confidence": self.confidence,
             "per_look_confidence": self.plan.confidence,
+            # where an interval rests on its own launches alone (t at the trend fit's df)
+            "per_look_confidence_own": self.plan.own_confidence if self.trend else None,
             "min_effect": self.plan.min_effect,
             "boundary": None if self.fixed else "pocock",
             "trend": "straight line over the launches' times" if self.trend else None,
@@ -177,11 +179,13 @@ class Design:
             if self.plan.min_effect
             else ""
         )
+        own = self.plan.own_confidence
+        alone = f", {own * 100:.2f} % on its own launches alone" if self.trend and own else ""
         return (
             f"interleaved pairs A B, B A, A B ..., a look after each pair from {self.first} to "
             f"{self.cap} launches a side, until B/A excludes 1{stop} (each look at "
-            f"{self.plan.confidence * 100:.2f} %, Pocock, for {self.confidence * 100:g} % overall"
-            f"{trend})"
+            f"{self.plan.confidence * 100:.2f} %{alone}, Pocock, for {self.confidence * 100:g} % "
+            f"overall{trend})"
         )
 
 
@@ -272,7 +276,9 @@ def judge_look(
         component = profile.get(metric) if profile is not None else None
         if design.trend and at is not None:
             a_points, b_points = zip(at[0], av, strict=True), zip(at[1], bv, strict=True)
-            found = trend_ratio_interval(list(a_points), list(b_points), confidence, component)
+            found = trend_ratio_interval(
+                list(a_points), list(b_points), confidence, component, design.plan.own_confidence
+            )
             if found is not None:
                 return found
         return pooled_ratio_interval(av, bv, confidence, component)

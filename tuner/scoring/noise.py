@@ -253,24 +253,28 @@ def trend_ratio_interval(
     b: Sequence[tuple[float, float]],
     confidence: float,
     profile: Components | None,
+    own_confidence: float | None = None,
 ) -> RatioInterval | None:
     """B/A from launches ``a`` and ``b`` ((time in seconds, value) each) with a common
     straight-line trend over the launches' times taken out (:func:`tuner.scoring.caveats.
     trend_fit`): the fit's B/A, its residual variance pooled with the profile's unless it
-    contradicts it (as :func:`pooled_ratio_interval`), t at the pooled df. None where no trend
-    can be fitted (launches within a minute, too few): the caller then takes
-    :func:`pooled_ratio_interval` on the values."""
+    contradicts it (as :func:`pooled_ratio_interval`), t at the pooled df. An interval on the
+    residuals alone is at ``own_confidence`` where given (a sequential design's level for t at
+    the fit's few df: :func:`tuner.scoring.sequential.pocock_confidence_own`), else at
+    ``confidence``. None where no trend can be fitted (launches within a minute, too few): the
+    caller then takes :func:`pooled_ratio_interval` on the values."""
     fit = trend_fit(a, b)
     if fit is None:
         return None
     var, df, method = fit.rss / fit.df, fit.df, f"{TREND}: no noise profile for this key"
+    level = own_confidence or confidence
     if profile is not None:
         pooled = _pooled((var, fit.df), profile)
         if isinstance(pooled, str):
             method = f"{TREND}: residuals {pooled}"
         else:
-            (var, df), method = pooled, f"{POOLED}, {TREND}"
-    return fit.interval(1, var, df, confidence, method)
+            (var, df), method, level = pooled, f"{POOLED}, {TREND}", confidence
+    return fit.interval(1, var, df, level, method)
 
 
 def _pooled(own: tuple[float, int] | None, profile: Components) -> tuple[float, int] | str:

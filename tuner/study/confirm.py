@@ -450,8 +450,9 @@ def _score_interval(
     a_at, b_at = (at.get(side, {}).get("at") for side in ("a", "b"))
     if decision.get("trend") and a_at and b_at and (len(a_at), len(b_at)) == (len(a), len(b)):
         # As the decision took the machine's drift out of each metric, out of the score too.
+        own = decision.get("per_look_confidence_own")
         found = trend_ratio_interval(
-            list(zip(a_at, a, strict=True)), list(zip(b_at, b, strict=True)), confidence, None
+            list(zip(a_at, a, strict=True)), list(zip(b_at, b, strict=True)), confidence, None, own
         )
         if found is not None:
             return found
