@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -258,3 +260,29 @@ def test_the_readmes_cost_table_of_the_trend_designs_is_the_committed_run() -> N
                 else:
                     assert f"{r['gpu_minutes_median']:.1f}" == "19.6"
     assert "12 launches, 23.2-23.3 GPU-minutes (median)" in " ".join(section.split())
+
+
+def test_the_own_launches_level_paragraph_is_the_committed_runs() -> None:
+    """The paragraph on the level of an interval on the comparison's own launches alone:
+    its figures from the re-run `-trend` columns and the 8,000-comparison run, and the level
+    itself from tuner.scoring.sequential."""
+    from tuner.scoring.sequential import pocock_confidence, pocock_confidence_own
+
+    results = ROOT / "bench" / "results"
+    runs = json.loads((results / "decision-trend-designs-2026-12-06.json").read_text())
+    big = json.loads((results / "decision-trend-own-level-8000-2026-12-06.json").read_text())
+    readme = " ".join((ROOT / "bench" / "README.md").read_text(encoding="utf-8").split())
+    drifts = [runs["drift"][d]["results"]["parametric"]["seq-welch-trend"] for d in runs["drift"]]
+    false = sorted(100 * r["x1"]["false_decisions"] for r in drifts)
+    found = {round(100 * r["x1.2"]["better"]) for r in drifts}
+    assert found == {78}
+    assert f"`seq-welch-trend` {false[0]:.1f}-{false[-1]:.1f} % under a steady drift" in readme
+    assert big["args"]["reps"] == 8000 and big["args"]["designs"] == ["seq-welch-trend"]
+    assert big["args"]["drift"] == 0.0 and big["args"]["ratios"] == [1.0]
+    rate = big["results"]["parametric"]["seq-welch-trend"]["x1"]["false_decisions"]
+    assert f"and {100 * rate:.1f} % at 8,000 comparisons without a drift" in readme
+    looks = (3, 4, 5, 6)
+    assert f"{100 * pocock_confidence_own(looks):.2f} % a look for 3-6 a side" in readme
+    assert f"Pocock level ({100 * pocock_confidence(looks):.2f} % a look)" in readme
+    for run in (*runs["drift"].values(), *runs["step"].values()):
+        assert run["per_look_confidence_own"] == pytest.approx(pocock_confidence_own(looks))
