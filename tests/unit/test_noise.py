@@ -28,6 +28,7 @@ from tuner.scoring.sequential import (
     SequentialPlan,
     next_step,
     pocock_confidence,
+    pocock_confidence_own,
 )
 from tuner.scoring.significance import BETTER, NO_DIFFERENCE, WORSE, ratio_interval
 
@@ -226,3 +227,62 @@ def test_the_trend_interval_covers_as_stated_whatever_the_steady_drift(drift: fl
             trials += 1
     # 4,000 intervals: the binomial SD of the coverage is 0.34 points.
     assert covered / trials == pytest.approx(0.95, abs=0.012)
+
+
+def test_the_own_launches_level_is_set_for_t_at_the_fits_df() -> None:
+    looks = (3, 4, 5, 6)
+    assert pocock_confidence_own((3,)) == pytest.approx(0.95)
+    own, normal = pocock_confidence_own(looks), pocock_confidence(looks)
+    assert normal < own < 0.99  # heavier tails: a higher level a look
+    assert pocock_confidence_own.__wrapped__(looks) == own  # seeded: one level a schedule
+    assert SequentialPlan.decision(3, 6).own_confidence == own
+    with pytest.raises(ValueError):
+        pocock_confidence_own((1, 2))  # a fit needs two launches a side
+
+
+def _false_decisions(level: float, reps: int, seed: int) -> float:
+    """Of ``reps`` comparisons with no difference, looks at 3-6 a side in the design's order
+    (A B, B A, ...) at uneven times (each launch 90-150 s after the one before), the share
+    whose trend-fitted t interval on its own launches excludes 1 at some look at ``level``;
+    vectorised, and apart from tuner's simulation (another seed, other times)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(seed)
+    side = np.array([(i // 2 + i) % 2 for i in range(12)], dtype=float)
+    minutes = np.cumsum(rng.uniform(1.5, 2.5, size=(reps, 12)), axis=1)
+    y = rng.standard_normal((reps, 12))
+    out = np.zeros(reps, dtype=bool)
+    for n in (3, 4, 5, 6):
+        m = 2 * n
+        x = np.stack([np.ones((reps, m)), np.broadcast_to(side[:m], (reps, m)), minutes[:, :m]], 2)
+        xtx_inv = np.linalg.inv(np.einsum("rmi,rmj->rij", x, x))
+        coef = np.einsum("rij,rmj,rm->ri", xtx_inv, x, y[:, :m])
+        rss = ((y[:, :m] - np.einsum("rmi,ri->rm", x, coef)) ** 2).sum(axis=1)
+        t = np.abs(coef[:, 1]) / np.sqrt(rss / (m - 3) * xtx_inv[:, 1, 1])
+        out |= t > stats.t.ppf(0.5 + level / 2.0, m - 3)
+    return float(out.mean())
+
+
+def test_by_simulation_the_own_level_holds_five_percent_where_the_normal_one_does_not() -> None:
+    # 40,000 comparisons: the binomial SD of a 5 % rate is 0.11 points.
+    looks = (3, 4, 5, 6)
+    assert _false_decisions(pocock_confidence_own(looks), 40_000, 21) == pytest.approx(
+        0.05, abs=0.004
+    )
+    assert _false_decisions(pocock_confidence(looks), 40_000, 21) > 0.055
+
+
+def test_only_an_interval_on_the_own_launches_alone_takes_the_own_level() -> None:
+    a, b = _drifting(np.random.default_rng(5), 4, 1.0, -0.04, 0.08)
+    alone = trend_ratio_interval(a, b, 0.97, None, 0.98)
+    assert alone is not None and alone.confidence == 0.98
+    plain = trend_ratio_interval(a, b, 0.97, None)
+    assert plain is not None and plain.confidence == 0.97 and plain.ratio == alone.ratio
+    assert plain.half_width < alone.half_width
+    profile = Components(0.0064, 0.0059, 0.0084, 9, 28, 3, 14, 5)
+    pooled = trend_ratio_interval(a, b, 0.97, profile, 0.98)
+    assert pooled is not None and pooled.method.startswith(POOLED) and pooled.confidence == 0.97
+    quiet = Components(0.0001, 0.0001, 0.0001, 20, 60, 3, 25, 4)  # contradicted: SD 0.01
+    dropped = trend_ratio_interval(a, b, 0.97, quiet, 0.98)
+    assert dropped is not None and "the profile is not used" in dropped.method
+    assert dropped.confidence == 0.98
