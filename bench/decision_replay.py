@@ -442,6 +442,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "fitted": c.to_dict(),
         "warm_wall_s": {"median": statistics.median(warm), "n": len(warm)},
         "per_look_confidence": Design.sequential(args.first, args.cap, 0.95).plan.confidence,
+        # an interval on the comparison's own launches alone (the -trend designs, no profile)
+        "per_look_confidence_own": Design.sequential(args.first, args.cap).plan.own_confidence,
         "results": {},
     }
     for noise in args.noise:

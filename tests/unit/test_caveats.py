@@ -533,3 +533,70 @@ def test_the_guard_reads_launches_along_a_drift_the_verdict_took_out() -> None:
     look = judge_look(DEFAULTS, a, CANDIDATE, b, Design.fixed_launches(4), None)
     thr = look.comparison.metric("output_throughput")
     assert thr.drift is None and thr.verdict.startswith("inconclusive: launches of A")
+
+
+def test_a_sequential_look_takes_its_own_launches_alone_at_their_own_level() -> None:
+    """The level simulated for t at the trend fit's few df (SequentialPlan.own_confidence)
+    where an interval rests on the comparison's own launches alone, the Pocock level where a
+    profile is pooled; stored and said with the design; a composite score reads it back."""
+    from tuner.scoring.noise import Components, NoiseKey, NoiseProfile, trend_ratio_interval
+
+    noise = [-0.12, 0.08, 0.02, 0.10, 0.14, -0.24, -0.03, 0.06]
+    a, b = _drifting_runs(17_000.0, 1.39, -0.086, noise)
+    design = Design.sequential(3, 4)
+    plan = design.plan
+    assert plan.own_confidence is not None and plan.own_confidence > plan.confidence
+    base = judge_look(DEFAULTS, a, CANDIDATE, b, design, None).comparison
+    values = base.metric("output_throughput")
+    assert values.times is not None
+    points = [
+        list(zip(values.times[0], values.a_values, strict=True)),
+        list(zip(values.times[1], values.b_values, strict=True)),
+    ]
+
+    def judged(profile: Components | None) -> tuple[float | None, float | None, str]:
+        key = NoiseKey("GPU-1", "H100", "0.26.0", "m", "w", 3)
+        prof = None if profile is None else NoiseProfile(key, {"output_throughput": profile}, 9)
+        thr = judge_look(DEFAULTS, a, CANDIDATE, b, design, prof).comparison.metric(
+            "output_throughput"
+        )
+        return thr.low, thr.high, thr.method
+
+    def at(level: float, profile: Components | None) -> tuple[float, float]:
+        found = trend_ratio_interval(*points, level, profile)
+        assert found is not None
+        return found.low, found.high
+
+    low, high, method = judged(None)
+    assert method == "trend taken out: no noise profile for this key"
+    assert (low, high) == pytest.approx(at(plan.own_confidence, None))
+    assert (low, high) != pytest.approx(at(plan.confidence, None))
+    accepted = Components(0.02, 0.002, 0.02, 30, 60, 3, 36, 6)  # the launches' own spread
+    low, high, method = judged(accepted)
+    assert method == "pooled, trend taken out"
+    assert (low, high) == pytest.approx(at(plan.confidence, accepted))
+    contradicted = Components(0.0001, 0.0001, 0.0001, 20, 60, 3, 25, 4)  # SD 0.01
+    low, high, method = judged(contradicted)
+    assert method.endswith("the profile is not used")
+    assert (low, high) == pytest.approx(at(plan.own_confidence, None))
+    # Said and stored with the design; not for a fixed design or one without the trend.
+    assert f"{plan.own_confidence * 100:.2f} % on its own launches alone" in design.text()
+    assert design.to_dict()["per_look_confidence_own"] == plan.own_confidence
+    untrended = Design.sequential(3, 4, trend=False)
+    assert untrended.to_dict()["per_look_confidence_own"] is None
+    assert "own launches" not in untrended.text()
+    assert Design.fixed_launches(4).to_dict()["per_look_confidence_own"] is None
+    # A confirmation's composite score takes its trend-fitted interval at the stored level.
+    stored = json.loads(
+        json.dumps(judge_look(DEFAULTS, a, CANDIDATE, b, design, None).to_results())
+    )
+    assert stored["decision"]["per_look_confidence_own"] == plan.own_confidence
+    row = dataclasses.replace(_row(_drifting(17_000.0, 1.39, -0.086, noise)))
+    own = choose([dataclasses.replace(row, results={**stored, "kind": "confirmation"})],
+                 Objective.BALANCED)  # fmt: skip
+    normal = json.loads(json.dumps(stored))
+    normal["decision"].pop("per_look_confidence_own")
+    at_normal = choose([dataclasses.replace(row, results={**normal, "kind": "confirmation"})],
+                       Objective.BALANCED)  # fmt: skip
+    assert own is not None and at_normal is not None
+    assert own.score_low < at_normal.score_low and own.score_high > at_normal.score_high

@@ -8,9 +8,10 @@ A :class:`Design` is either
   ``first`` launches a side, until the interval of B/A excludes 1, or its half-width is at most
   the smallest effect worth acting on (``min_effect``, default 5 %: "no significant
   difference" with the tight interval stated), or ``cap`` launches a side are spent; each
-  look's interval at the Pocock level for the look schedule (:mod:`tuner.scoring.sequential`),
-  so the intervals are repeated confidence intervals that hold at the stated ``confidence``
-  whichever look the comparison stopped at;
+  look's interval at the Pocock level for the look schedule (:mod:`tuner.scoring.sequential`;
+  an interval on the comparison's own launches alone, t at the trend fit's few df, at the
+  level simulated for those statistics), so the intervals are repeated confidence intervals
+  that hold at the stated ``confidence`` whichever look the comparison stopped at;
 - **fixed**: ``n`` launches a side and one look at ``confidence`` (``--repeats`` alone, or
   ``--repeats N --max-launches N``, which takes ``--min-effect``; else ``min_effect`` is 5 %).
 
@@ -291,7 +292,7 @@ def judge_look(
     head = c.metric(metric)
     a_n, b_n = len(head.a_values), len(head.b_values)
     if head.inconclusive:
-        found = _interval(head, design)
+        found = interval_of(metric, head.a_values, head.b_values, plan.confidence, head.times)
         step = Step(head.verdict, found, a_n, b_n, INCONCLUSIVE_STOP)
     else:
         if plan.higher_is_better != head.higher_is_better:  # a latency claim: lower is better
@@ -309,15 +310,6 @@ def judge_look(
         if step.verdict == CONTINUE and _hopeless(a_runs, b_runs):
             step = Step(head.verdict, step.interval, a_n, b_n, UNMEASURED_STOP)
     return Look(c, step, design, profile, launch_walls([*a_runs, *b_runs]), metric)
-
-
-def _interval(head: Any, design: Design) -> RatioInterval | None:
-    if head.ratio is None:
-        return None
-    return RatioInterval(
-        head.ratio, head.low, head.high, design.plan.confidence, len(head.a_values),
-        len(head.b_values), head.method or "welch", head.df,
-    )  # fmt: skip
 
 
 def _hopeless(*runs: Sequence[TrialResult]) -> bool:

@@ -16,7 +16,7 @@ and with a straight-line trend over the launches' times taken out, as its method
 log scale at ``confidence``), claim (verify-claims only:
 :func:`tuner.abtest.claims.verdicts.claim_record`), decision (the decision design of
 :mod:`tuner.abtest.decide`: kind, first, max_launches, confidence, per_look_confidence,
-min_effect, boundary, trend, stopped, launches, half_width, method, df),
+per_look_confidence_own, min_effect, boundary, trend, stopped, launches, half_width, method, df),
 gpu_minutes (the wall time of every launch the verdict took) and gpu_launches (those launches,
 ``{"started_at", "wall_s"}`` each).
 
