@@ -12,33 +12,27 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from types import UnionType
+from typing import Any, Protocol, get_args, get_origin, get_type_hints
 
+from tuner.domain import Workload
 from tuner.errors import SpecError
 
-# Types of the workload overrides (Workload's fields); a float field also takes an integer.
+
+def _override_type(hint: Any) -> type:
+    """``int`` for ``int``, ``float`` for ``float | None``, ``tuple`` for ``tuple[int, ...]``."""
+    if isinstance(hint, UnionType):
+        (hint,) = (t for t in get_args(hint) if t is not type(None))
+    found: type = get_origin(hint) or hint
+    return found
+
+
+# Types of the workload overrides: Workload's fields but its name, trace and source; a float
+# field also takes an integer.
 WORKLOAD_TYPES: Mapping[str, type] = {
-    "prompt_tokens": int,
-    "output_tokens": int,
-    "shared_prefix_tokens": int,
-    "concurrency": int,
-    "request_rate": float,
-    "requests_per_window": int,
-    "windows": int,
-    "warmup_requests": int,
-    "length_jitter": float,
-    "seed": int,
-    "concurrency_ladder": tuple,
-    "rate_ladder": tuple,
-    "turns": int,
-    "think_time_s": float,
-    # A trace's replay options (tuner.load.traces).
-    "speed": float,
-    "start_s": float,
-    "end_s": float,
-    "max_requests": int,
-    "arrival": str,
-    "block_tokens": int,
+    name: _override_type(hint)
+    for name, hint in get_type_hints(Workload).items()
+    if name not in ("name", "trace", "source")
 }
 _KIND_NAMES: Mapping[type, str] = {
     int: "an integer",
