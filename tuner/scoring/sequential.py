@@ -166,10 +166,12 @@ def pocock_confidence_own(looks: tuple[int, ...], alpha: float = 0.05) -> float:
             m = 2 * n
             x = np.column_stack([np.ones(m), side[:m], minutes[:m]])
             inverse = np.linalg.inv(x.T @ x)
-            coef = noise[:, :m] @ (inverse @ x.T).T
-            rss = ((noise[:, :m] - coef @ x.T) ** 2).sum(axis=1)
-            t = np.abs(coef[:, 1]) / np.sqrt(rss / (m - 3) * inverse[1, 1])
-            p = np.minimum(p, 2.0 * stats.t.sf(t, m - 3))
+            y, basis = noise[:, :m], np.linalg.qr(x)[0]
+            fitted = y @ basis  # the residual sum of squares is |y|^2 less its fitted part's
+            rss = np.einsum("ij,ij->i", y, y) - np.einsum("ij,ij->i", fitted, fitted)
+            t = np.abs(y @ (inverse @ x.T)[1]) / np.sqrt(rss / (m - 3) * inverse[1, 1])
+            near = t > stats.t.isf(alpha / 2.0, m - 3)  # p below alpha: all the quantile reads
+            p[near] = np.minimum(p[near], 2.0 * stats.t.sf(t[near], m - 3))
         smallest.append(p)
     return 1.0 - float(np.quantile(np.concatenate(smallest), alpha))
 
