@@ -437,13 +437,14 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         for r in args.ratios
         for o in (None, args.outlier)
     ]
+    plan = Design.sequential(args.first, args.cap, 0.95).plan
     out: dict[str, Any] = {
         "args": {k: v for k, v in vars(args).items() if k != "json_out"},
         "fitted": c.to_dict(),
         "warm_wall_s": {"median": statistics.median(warm), "n": len(warm)},
-        "per_look_confidence": Design.sequential(args.first, args.cap, 0.95).plan.confidence,
+        "per_look_confidence": plan.confidence,
         # an interval on the comparison's own launches alone (the -trend designs, no profile)
-        "per_look_confidence_own": Design.sequential(args.first, args.cap).plan.own_confidence,
+        "per_look_confidence_own": plan.own_confidence,
         "results": {},
     }
     for noise in args.noise:
