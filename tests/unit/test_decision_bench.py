@@ -286,3 +286,36 @@ def test_the_own_launches_level_paragraph_is_the_committed_runs() -> None:
     assert f"Pocock level ({100 * pocock_confidence(looks):.2f} % a look)" in readme
     for run in (*runs["drift"].values(), *runs["step"].values()):
         assert run["per_look_confidence_own"] == pytest.approx(pocock_confidence_own(looks))
+
+
+def test_the_headline_row_of_the_default_design_is_the_committed_runs() -> None:
+    """bench/README.md's table of figures: the row of today's default design (the trend taken
+    out), with a profile and without, re-derived from the trend designs' runs."""
+    results = ROOT / "bench" / "results"
+    runs = json.loads((results / "decision-trend-designs-2026-12-06.json").read_text())
+    big = json.loads((results / "decision-trend-own-level-8000-2026-12-06.json").read_text())
+    readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| the default decision"))
+    figures = row.split(" | ")[1]
+
+    def spread(values: list[float], digits: int) -> str:
+        low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+        return low if low == high else f"{low}-{high}"
+
+    cells = {}
+    for design in ("seq-pooled-trend", "seq-welch-trend"):
+        rs = [run["results"]["parametric"][design] for run in runs["drift"].values()]
+        step = runs["step"]["3"]["results"]["parametric"][design]["x1"]["false_decisions"]
+        cells[design] = (
+            spread([100 * r["x1"]["false_decisions"] for r in rs], 1) + " %",
+            spread([100 * r["x1.2"]["better"] for r in rs], 0) + " %, "
+            + spread([r["x1.2"]["launches_median"] for r in rs], 0) + " ("
+            + spread([r["x1.2"]["gpu_minutes_median"] for r in rs], 1) + ")",
+            f"{100 * step:.1f} %",
+        )  # fmt: skip
+    with_profile, without = cells["seq-pooled-trend"], cells["seq-welch-trend"]
+    rate = big["results"]["parametric"]["seq-welch-trend"]["x1"]["false_decisions"]
+    assert figures == (
+        f"{with_profile[0]} / {without[0]} ({100 * rate:.1f} % at 8,000 comparisons); "
+        f"{with_profile[1]} / {without[1]}; {with_profile[2]} / {without[2]}"
+    )
