@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from tuner.scoring.noise import (
     POOLED,
@@ -116,6 +117,29 @@ def test_pocock_confidence_is_the_known_constant() -> None:
     assert pocock_confidence((1, 2, 3, 4, 5), 0.05) == pytest.approx(1 - 0.0158, abs=3e-4)
     with pytest.raises(ValueError):
         pocock_confidence((3, 2))
+
+
+def test_pocock_confidence_matches_the_published_constants_and_an_independent_integral() -> None:
+    # Pocock's constants for K equally spaced looks at 5 % two-sided (Jennison and Turnbull,
+    # table 2.1): c with P(max_k |Z_k| >= c) = 0.05.
+    for k, constant in [(2, 2.178), (3, 2.289), (4, 2.361), (5, 2.413), (10, 2.555)]:
+        c = stats.norm.ppf((1 + pocock_confidence(tuple(range(1, k + 1)))) / 2)
+        assert c == pytest.approx(constant, abs=6e-4)
+    # An uneven schedule (the decision design's), against scipy's multivariate normal.
+    looks = (3, 4, 5, 6)
+    n = np.asarray(looks, dtype=float)
+    c = stats.norm.ppf((1 + pocock_confidence(looks)) / 2)
+    cov = np.sqrt(np.minimum.outer(n, n) / np.maximum.outer(n, n))
+    inside = stats.multivariate_normal(np.zeros(4), cov).cdf(
+        c * np.ones(4), lower_limit=-c * np.ones(4), rng=0
+    )
+    assert 1 - inside == pytest.approx(0.05, abs=1e-4)
+    # Many looks (3 to 20 a side), against a simulated random walk: 200,000 comparisons.
+    looks = tuple(range(3, 21))
+    c = stats.norm.ppf((1 + pocock_confidence(looks)) / 2)
+    walk = np.cumsum(np.random.default_rng(5).standard_normal((200_000, 20)), axis=1)
+    z = walk[:, 2:] / np.sqrt(np.arange(3, 21))
+    assert (np.abs(z) >= c).any(axis=1).mean() == pytest.approx(0.05, abs=0.0015)  # 3 SD
 
 
 def test_the_decision_plan_stops_for_precision_and_budget() -> None:

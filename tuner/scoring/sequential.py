@@ -23,8 +23,9 @@ expected number of launches for large effects at a small maximum, where O'Brien-
 almost never stop at the first looks; anytime-valid intervals are 1.3-1.6 times wider at these
 sizes. :func:`pocock_confidence` computes it for the actual schedule ``first, ..., cap``: the
 standardised differences at the looks are jointly normal with correlation ``sqrt(n_j / n_k)``,
-and ``P(max_k |Z_k| < c) = 1 - alpha`` is solved with ``scipy.stats.multivariate_normal``; each
-look's interval is a t interval at ``2 Phi(c) - 1`` (the usual group-sequential approximation),
+and ``P(max_k |Z_k| < c) = 1 - alpha`` is solved by integrating the running sum's density
+from look to look (Armitage, McPherson and Rowe's recursion, as group-sequential software does);
+each look's interval is a t interval at ``2 Phi(c) - 1`` (the usual group-sequential approximation),
 where its variance borrows a noise profile's many degrees of freedom. An interval on the
 comparison's own few launches alone (t at 3-9 df) has heavier tails, so the decision design
 takes it at the level simulated for those statistics (:func:`pocock_confidence_own`).
@@ -115,23 +116,37 @@ class SequentialPlan:
 def pocock_confidence(looks: tuple[int, ...], alpha: float = 0.05) -> float:
     """The per-look confidence of a constant (Pocock) boundary for looks at ``looks`` launches
     a side, so that the chance of any look's interval excluding a true ratio is ``alpha``
-    (standardised differences jointly normal with correlation sqrt(n_j / n_k))."""
+    (standardised differences jointly normal with correlation sqrt(n_j / n_k)). Exact to about
+    1e-9 in milliseconds for any number of looks (:func:`_inside_pocock`)."""
     if not looks or any(n < 1 for n in looks) or list(looks) != sorted(set(looks)):
         raise ValueError("looks must be increasing launch counts")
     if len(looks) == 1:
         return 1.0 - alpha
-    n = np.asarray(looks, dtype=float)
-    cov = np.sqrt(np.minimum.outer(n, n) / np.maximum.outer(n, n))
-    mvn = stats.multivariate_normal(mean=np.zeros(len(n)), cov=cov)
-
-    def miss(c: float) -> float:
-        ones = np.ones(len(n))
-        inside = float(mvn.cdf(c * ones, lower_limit=-c * ones, rng=0))
-        return (1.0 - inside) - alpha
-
     z = float(stats.norm.ppf(1.0 - alpha / 2.0))
-    c = float(optimize.brentq(miss, z, z + 3.0, xtol=1e-4))
+    c = optimize.brentq(lambda c: 1.0 - _inside_pocock(c, looks) - alpha, z, z + 3.0, xtol=1e-10)
     return 2.0 * float(stats.norm.cdf(c)) - 1.0
+
+
+def _inside_pocock(c: float, looks: tuple[int, ...], points: int = 401) -> float:
+    """``P(|Z_k| < c at every look)``: the sum of ``n`` standard normal differences is a random
+    walk, so its density at a look is the density at the one before, kept inside that look's
+    bounds ``|S| < c sqrt(n)``, convolved with a normal step of the launches in between;
+    Simpson's rule on ``points`` (odd) points a look. 401 points agree with 801 to 1e-9 up to
+    20 looks."""
+    weights = np.full(points, 2.0)
+    weights[1::2], weights[0], weights[-1] = 4.0, 1.0, 1.0
+    before: tuple[int, np.ndarray, np.ndarray] | None = None  # the last look's n, grid, mass
+    for n in looks:
+        s = np.linspace(-c * math.sqrt(n), c * math.sqrt(n), points)
+        if before is None:
+            density = np.exp(-0.5 * s**2 / n) / math.sqrt(2.0 * math.pi * n)
+        else:
+            m, grid, mass = before
+            kernel = np.exp(-0.5 * (s[:, None] - grid[None, :]) ** 2 / (n - m))
+            density = kernel @ mass / math.sqrt(2.0 * math.pi * (n - m))
+        mass = density * weights * (s[1] - s[0]) / 3.0
+        before = (n, s, mass)
+    return float(mass.sum())
 
 
 @cache
