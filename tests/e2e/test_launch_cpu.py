@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.integration.test_launch_cli import (
     serve_and_stop,
     tuner,
 )
+from tuner.runner.leases import read_lease
 from tuner.runner.ports import free_port
 
 pytestmark = pytest.mark.e2e
@@ -48,6 +50,12 @@ def _load_and_canary(
     return {"load": load, "canary": canary}
 
 
+def _socket_dirs(leases: Path) -> list[Path]:
+    """The socket directories of the servers serving ``SERVED`` (their leases say which)."""
+    found = [read_lease(path) for path in leases.glob("server-*.json")]
+    return [Path(lease.sockets) for lease in found if lease and lease.served_model_name == SERVED]
+
+
 def test_doctor_then_launch_load_and_canary_on_cpu_vllm(
     tmp_path: Path, vllm_python: str, e2e_home: Path
 ) -> None:
@@ -66,14 +74,26 @@ def test_doctor_then_launch_load_and_canary_on_cpu_vllm(
     port = free_port()
     results = tmp_path / "results"
     done: dict[str, subprocess.CompletedProcess[str]] = {}
+    sockets: list[Path] = []
+    bound: list[int] = []  # socket files in each while it serves
+
+    def serving(url: str) -> None:
+        sockets.extend(_socket_dirs(e2e_home / "leases"))
+        bound.extend(sum(stat.S_ISSOCK(f.lstat().st_mode) for f in d.iterdir()) for d in sockets)
+        done.update(_load_and_canary(url, tmp_path, results))
+
     output, client = serve_and_stop(
         ["--model", "tiny-ernie", "--gpu", "cpu", "--storage", db_url, "--port", str(port)],
         tmp_path,
         env,
         str(e2e_home),  # in the server's --model path
         ready_timeout_s=600,
-        while_serving=lambda url: done.update(_load_and_canary(url, tmp_path, results)),
+        while_serving=serving,
     )
+    # vLLM bound its engine's sockets in the directory tuner gave it, and it went with it.
+    assert len(sockets) == 1 and sockets[0].name.startswith("tuner-vllm-"), sockets
+    assert bound[0] >= 1, bound
+    assert not sockets[0].exists()
     assert f"base URL: http://127.0.0.1:{port}/v1" in output
     # Announced only after the quick canary, the workload's warm-up and the full canary.
     marks = ("canary: 3", "warming up:", "canary passed", "base URL:")

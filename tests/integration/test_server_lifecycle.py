@@ -8,8 +8,10 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ import pytest
 
 from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
-from tuner.runner.leases import reap_orphans
+from tuner.runner.leases import read_lease, reap_orphans
 from tuner.runner.ports import free_port, port_is_open
 from tuner.runner.procgroup import group_members
 from tuner.runner.server import VllmServer
@@ -93,6 +95,35 @@ def test_ready_identity_and_clean_stop(tmp_path: Path, servers: list[VllmServer]
     assert list((tmp_path / "leases").iterdir()) == []
     assert not port_is_open("127.0.0.1", server.port)
     server.stop()  # idempotent
+
+
+def _sockets(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if stat.S_ISSOCK(p.lstat().st_mode)]
+
+
+def test_the_servers_socket_files_go_with_it(tmp_path: Path, servers: list[VllmServer]) -> None:
+    # vLLM (and the fake, as it) binds socket files in VLLM_RPC_BASE_PATH and leaves them when
+    # it is killed: each server gets a directory of its own, removed with the server.
+    server = _server(tmp_path)
+    servers.append(server)
+    server.start()
+    server.wait_ready(10.0)
+    lease = read_lease(tmp_path / "leases" / f"server-{server.pid}.json")
+    assert lease is not None
+    folder = Path(lease.sockets)
+    assert folder.parent == Path(tempfile.gettempdir())
+    assert folder.name.startswith("tuner-vllm-") and len(_sockets(folder)) == 2
+    server.stop(grace_s=5.0)
+    assert not folder.exists()
+    # One the user named is theirs: used, and left.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    server = _server(tmp_path, VLLM_RPC_BASE_PATH=str(mine))
+    servers.append(server)
+    server.start()
+    server.wait_ready(10.0)
+    server.stop(grace_s=5.0)
+    assert len(_sockets(mine)) == 2
 
 
 def test_hang_times_out_and_leaves_no_process(tmp_path: Path, servers: list[VllmServer]) -> None:
@@ -361,6 +392,8 @@ def test_reap_orphans_ends_a_group_whose_owner_died(
     )  # fmt: skip
     pgid = int(owner.stdout.strip())
     child = _engine_core_pid((tmp_path / "orphan.log").read_text())
+    lease = read_lease(leases / f"server-{pgid}.json")
+    assert lease is not None and len(_sockets(Path(lease.sockets))) == 2
     try:
         assert len(group_members(pgid)) == 2 and port_is_open("127.0.0.1", port)
         _step_the_clock(monkeypatch, clock_step_s)  # between the lease and the resume
@@ -368,6 +401,7 @@ def test_reap_orphans_ends_a_group_whose_owner_died(
         assert f"ended the server trial-1 (process group {pgid})" in caplog.text
         assert group_members(pgid) == [] and _gone(child)
         assert list(leases.iterdir()) == []
+        assert not Path(lease.sockets).exists()  # its socket files went with it
     finally:
         for proc in group_members(pgid):
             proc.kill()

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tuner.runner.leases import Lease, read_lease, reap_orphans, write_lease
+from tuner.runner.leases import (
+    SOCKETS_PREFIX,
+    Lease,
+    read_lease,
+    reap_orphans,
+    remove_sockets_dir,
+    sockets_dir,
+    write_lease,
+)
 from tuner.telemetry import since_boot
 
 NO_SUCH_PID = 2**22 + 7  # above Linux's largest pid_max: no process can have it
@@ -113,3 +124,34 @@ def test_lease_of_a_live_owner_is_kept(tmp_path: Path) -> None:
     path = write_lease(tmp_path, _lease(owner_pid=me.pid, owner_start=since_boot(me.pid)))
     assert reap_orphans(tmp_path) == []
     assert path.exists()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory with a short path (pytest's are too long for a socket's)."""
+    path = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))
+    yield path
+    shutil.rmtree(path)
+
+
+def test_a_servers_sockets_directory_is_its_own_unless_named_or_too_long(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmp_path = short_tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = sockets_dir({})
+    assert Path(made).parent == tmp_path and Path(made).name.startswith(SOCKETS_PREFIX)
+    remove_sockets_dir(made)
+    assert not Path(made).exists()
+    assert sockets_dir({"VLLM_RPC_BASE_PATH": "/run/mine"}) == ""  # the user's: left to vLLM
+    # A socket's path must fit 107 bytes: where the directory would push vLLM's past that,
+    # vLLM keeps its default.
+    deep = tmp_path / ("d" * (100 - len(str(tmp_path))))
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert sockets_dir({}) == "" and list(deep.iterdir()) == []
+    # Only a directory of its own making is removed.
+    other = tmp_path / "other"
+    other.mkdir()
+    remove_sockets_dir(str(other))
+    assert other.exists()

@@ -14,13 +14,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
 
 from tuner.errors import EnvironmentProblem
-from tuner.runner.procgroup import START_TIME_TOLERANCE_S, kill_group, still_running
+from tuner.runner.procgroup import (
+    START_TIME_TOLERANCE_S,
+    group_members,
+    kill_group,
+    still_running,
+)
 from tuner.telemetry import since_boot
 
 log = logging.getLogger(__name__)
@@ -38,6 +46,7 @@ class Lease:
     start: float  # the leader's start (tuner.telemetry.since_boot), to tell a recycled pid apart
     owner_pid: int  # the tuner process that launched it
     owner_start: float
+    sockets: str = ""  # the server's own directory of vLLM's socket files ("" none: sockets_dir)
 
 
 def write_lease(lease_dir: Path, lease: Lease) -> Path:
@@ -81,9 +90,43 @@ def read_lease(path: Path) -> Lease | None:
             start=float(data["start"]),
             owner_pid=int(data["owner_pid"]),
             owner_start=float(data["owner_start"]),
+            sockets=str(data.get("sockets", "")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+SOCKETS_PREFIX = "tuner-vllm-"
+_SOCKET_PATH_MAX = 107  # the longest path a Unix socket can bind to (sun_path, less its NUL)
+
+
+def sockets_dir(env: Mapping[str, str]) -> str:
+    """A new directory for one server's socket files; "" where ``env`` names one already.
+
+    vLLM binds its engine's ZeroMQ sockets as files named by a UUID in ``VLLM_RPC_BASE_PATH``
+    (the temporary directory by default) and leaves them there when its process is killed,
+    as a trial's server is: two a launch, thousands after a few studies. A directory of the
+    server's own, given to vLLM in that variable and removed with the server
+    (:func:`remove_sockets_dir`), leaves nothing behind. Where it would lengthen a socket's
+    path past what a Unix socket can bind to, vLLM keeps its default."""
+    if "VLLM_RPC_BASE_PATH" in env:
+        return ""
+    longest = len(os.path.join(tempfile.gettempdir(), SOCKETS_PREFIX + "x" * 8, "x" * 36))
+    if longest > _SOCKET_PATH_MAX:
+        return ""
+    try:
+        return tempfile.mkdtemp(prefix=SOCKETS_PREFIX)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot make a directory for the server's sockets in {tempfile.gettempdir()}: {exc}",
+            hint="make the temporary directory writable, or set TMPDIR to one that is",
+        ) from None
+
+
+def remove_sockets_dir(path: str) -> None:
+    """Remove a directory :func:`sockets_dir` made (one of another name is left alone)."""
+    if path and os.path.basename(path).startswith(SOCKETS_PREFIX):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _leader_state(lease: Lease) -> str:
@@ -133,5 +176,7 @@ def reap_orphans(lease_dir: Path) -> list[int]:
                 "lease %s dropped: pid %d is no longer the server tuner started (another "
                 "program has it, or it cannot be inspected); left alone", path.name, lease.pid,
             )  # fmt: skip
+        if not group_members(lease.pgid):  # the server is gone: its socket files go too
+            remove_sockets_dir(lease.sockets)
         path.unlink(missing_ok=True)
     return ended

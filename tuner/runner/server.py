@@ -25,7 +25,7 @@ from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
 from tuner.runner import amx
 from tuner.runner.interrupts import deferred_interrupts
-from tuner.runner.leases import Lease, write_lease
+from tuner.runner.leases import Lease, remove_sockets_dir, sockets_dir, write_lease
 from tuner.runner.ports import port_is_open
 from tuner.runner.procgroup import group_members, kill_group
 from tuner.runner.watchdog import ENV as WATCHDOG_ENV
@@ -91,6 +91,7 @@ class VllmServer:
         self._start: float | None = None  # the leader's (since_boot), for its lease and stop
         self._started_at = 0.0
         self._stopped = False
+        self._sockets = ""  # the server's directory of vLLM's socket files (leases.sockets_dir)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -120,15 +121,19 @@ class VllmServer:
         with deferred_interrupts():
             try:
                 self._watchdog, self._watchdog_pipe = spawn_watchdog(FAILURE_GRACE_S)
+                env = {
+                    **os.environ,
+                    "PYTHONUNBUFFERED": "1",
+                    **self.env,
+                    WATCHDOG_ENV: str(self._watchdog.pid),
+                }
+                self._sockets = sockets_dir(env)
+                if self._sockets:
+                    env["VLLM_RPC_BASE_PATH"] = self._sockets
             except BaseException:
                 self._log.close()  # nothing started yet: no group to end
+                self._release_watchdog()
                 raise
-            env = {
-                **os.environ,
-                "PYTHONUNBUFFERED": "1",
-                **self.env,
-                WATCHDOG_ENV: str(self._watchdog.pid),
-            }
             env |= amx.server_env(env)  # vLLM's CPU workers must ask for AMX (runner.amx)
             try:
                 self._proc = subprocess.Popen(
@@ -143,6 +148,7 @@ class VllmServer:
             except OSError as exc:
                 self._log.close()
                 self._release_watchdog()
+                remove_sockets_dir(self._sockets)
                 raise EnvironmentProblem(
                     f"cannot start {self.command[0]!r}: {exc.strerror or exc}",
                     hint="check --vllm-python (or TUNER_VLLM_PYTHON) names a working interpreter",
@@ -168,6 +174,7 @@ class VllmServer:
             start=self._start,
             owner_pid=os.getpid(),
             owner_start=since_boot(os.getpid()),
+            sockets=self._sockets,
         )
 
     def wait_ready(self, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
@@ -277,8 +284,10 @@ class VllmServer:
                     left = group_members(proc.pid)
                 if self._log is not None:
                     self._log.close()
-                if self._lease_path is not None and not left:
-                    self._lease_path.unlink(missing_ok=True)
+                if not left:
+                    remove_sockets_dir(self._sockets)
+                    if self._lease_path is not None:
+                        self._lease_path.unlink(missing_ok=True)
 
     def _release_watchdog(self) -> None:
         """Close the watchdog's pipe and reap it: it exits at once when the group is ended, and

@@ -58,9 +58,12 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -380,6 +383,24 @@ def _spawn_engine_core() -> subprocess.Popen[bytes]:
     return child
 
 
+def _bind_engine_sockets() -> list[socket.socket]:
+    """Two Unix sockets bound as files named by a UUID in ``VLLM_RPC_BASE_PATH`` (the
+    temporary directory by default), as vLLM's API server and engine core bind their ZeroMQ
+    sockets; and, as vLLM's after its process is killed, never removed."""
+    base = os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()
+    bound = []
+    for _ in range(2):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(os.path.join(base, str(uuid.uuid4())))
+        except OSError as exc:  # vLLM would fail here; the fake says so and serves on
+            _log("WARNING", "utils.py:180", f"cannot bind an IPC socket in {base}: {exc}")
+            sock.close()
+            continue
+        bound.append(sock)
+    return bound
+
+
 def _startup_s() -> float:
     """The start-up delay: ``TUNER_FAKE_STARTUP_S``, a third of it when ``VLLM_CACHE_ROOT``
     already holds what an earlier start compiled there (as vLLM's warm starts are faster)."""
@@ -425,6 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log("INFO", "utils.py:253", f"non-default args: {vars(args)}")
     _log("INFO", "__init__.py:291", "Automatically detected platform cuda.")
     engine_core = _spawn_engine_core()
+    sockets = _bind_engine_sockets()  # noqa: F841 - held open while the server lives
     time.sleep(_startup_s())
     code = _start_up(args, fault, engine_core.pid, kv_scale)
     if code is not None:
