@@ -584,6 +584,7 @@ def test_a_sequential_look_takes_its_own_launches_alone_at_their_own_level() -> 
     assert design.to_dict()["per_look_confidence_own"] == plan.own_confidence
     untrended = Design.sequential(3, 4, trend=False)
     assert untrended.to_dict()["per_look_confidence_own"] is None
+    assert untrended.plan.own_confidence is None  # not simulated where nothing reads it
     assert "own launches" not in untrended.text()
     assert Design.fixed_launches(4).to_dict()["per_look_confidence_own"] is None
     # A confirmation's composite score takes its trend-fitted interval at the stored level.

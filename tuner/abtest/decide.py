@@ -110,7 +110,9 @@ class Design:
     ) -> Design:
         if first == cap:
             return cls.fixed_launches(first, confidence, trend=trend)
-        plan = SequentialPlan.decision(first, cap, alpha=1.0 - confidence, min_effect=min_effect)
+        plan = SequentialPlan.decision(
+            first, cap, alpha=1.0 - confidence, min_effect=min_effect, own=trend
+        )
         return cls(plan, confidence, trend=trend)
 
     @classmethod
@@ -161,7 +163,7 @@ class Design:
             "confidence": self.confidence,
             "per_look_confidence": self.plan.confidence,
             # where an interval rests on its own launches alone (t at the trend fit's df)
-            "per_look_confidence_own": self.plan.own_confidence if self.trend else None,
+            "per_look_confidence_own": self.plan.own_confidence,
             "min_effect": self.plan.min_effect,
             "boundary": None if self.fixed else "pocock",
             "trend": "straight line over the launches' times" if self.trend else None,
