@@ -32,3 +32,26 @@ def test_only_the_baseline_is_called_so_a_later_trial_of_the_defaults_measures_t
     assert lines[0].startswith("trial 1/5 #0 (vLLM defaults, the baseline): ")
     assert lines[1].startswith("trial 5/5 #4 (vLLM defaults again): ")
     assert "baseline" not in lines[1]
+
+
+def test_a_log_gets_a_line_per_phase_and_per_window_not_per_warm_up_request() -> None:
+    buffer = io.StringIO()
+    reporter = ConsoleReporter(Console(file=buffer, width=200))  # not a terminal: plain lines
+    for _ in range(2):  # a second launch starts its phases afresh
+        reporter.trial_started(1, 2, 5, ServingConfig(max_num_seqs=8), False)
+        reporter.phase("starting", "port 8000")
+        for done in range(9):
+            reporter.phase("warming up", f"{done}/8 requests")
+        for window in (1, 2, 3):
+            reporter.phase("measuring", f"window {window}/3")
+        reporter.phase("stopping", "")
+    lines = [line.strip() for line in buffer.getvalue().splitlines()]
+    assert lines[1:7] == [
+        "starting port 8000",
+        "warming up 0/8 requests",
+        "measuring window 1/3",
+        "measuring window 2/3",
+        "measuring window 3/3",
+        "stopping",
+    ]
+    assert lines[8:] == lines[1:7]

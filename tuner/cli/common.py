@@ -52,6 +52,13 @@ out: Console = _Lazy("stdout")  # type: ignore[assignment]
 err: Console = _Lazy("stderr")  # type: ignore[assignment]
 
 
+def phase_line(phase: str, last: str) -> bool:
+    """Whether a launch's phase report is worth a line of its own in a log (not a terminal's
+    status line): each new phase and each measurement window; the warm-up reports every request,
+    and its first line is enough."""
+    return phase != last or phase == "measuring"
+
+
 def say(text: str) -> None:
     """``text`` on stdout as it is: no markup, URLs and paths unbroken."""
     out.print(escape(text), soft_wrap=True)

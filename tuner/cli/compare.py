@@ -22,6 +22,7 @@ from tuner.cli.common import (
     err,
     interruptible,
     out,
+    phase_line,
     storage_url,
 )
 
@@ -65,9 +66,9 @@ class Progress:
         self.say(f"launch {index}/{total}: {arm.label}")
 
     def phase(self, phase: str, detail: str) -> None:
-        if phase != self._last:  # warm-up reports every request: one line is enough
-            self._last = phase
+        if phase_line(phase, self._last):
             self.say(f"  {phase} {detail}".rstrip())
+        self._last = phase
 
     def finished(self, index: int, total: int, arm: Arm, result: TrialResult) -> None:
         from tuner.domain import TrialStatus

@@ -12,6 +12,7 @@ import time
 from rich.console import Console
 from rich.status import Status
 
+from tuner.cli.common import phase_line
 from tuner.domain import ServingConfig, TrialResult, TrialStatus
 from tuner.study import CONFIRM_NUMBER_BASE
 from tuner.study.loop import Defaults, Ranked
@@ -25,6 +26,7 @@ class ConsoleReporter:
         self._head = ""
         self._best = "best: -"
         self._t0 = time.monotonic()
+        self._phase = ""  # the last phase reported in this launch
 
     def trial_started(
         self, number: int, index: int, total: int, config: ServingConfig, baseline: Defaults
@@ -38,6 +40,7 @@ class ConsoleReporter:
         what = "confirmation launch" if number >= CONFIRM_NUMBER_BASE else "trial"
         self._head = f"{what} {index}/{total} #{number}{tag}"
         self._t0 = time.monotonic()
+        self._phase = ""
         self.console.print(f"[bold]{self._head}[/]: {config.label()}")
         if self.live and self._status is None:
             self._status = self.console.status(self._head)
@@ -48,8 +51,9 @@ class ConsoleReporter:
         line = f"{self._head} | {phase} {detail} | {elapsed:.0f}s | {self._best}"
         if self._status is not None:
             self._status.update(line)
-        else:
+        elif phase_line(phase, self._phase):
             self.console.print(f"  {phase} {detail}".rstrip(), highlight=False)
+        self._phase = phase
 
     def trial_finished(self, number: int, result: TrialResult, best: Ranked | None) -> None:
         if result.status is TrialStatus.COMPLETE:
