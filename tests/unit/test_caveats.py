@@ -327,7 +327,10 @@ def test_the_recommendation_mentions_flagged_windows_and_an_inconclusive_confirm
         "  caution: trial #3: 2 of 3 windows client-bound (tuner's load generator was "
         "saturated, so those numbers are the client's floor, not the server's)"
     ) in text
-    assert "  caution: vLLM's defaults: 1 of 3 windows disturbed (other processes" in text
+    assert (
+        "  caution: vLLM's defaults: 1 of 3 windows disturbed (tuner's load generator was short"
+        in text
+    )
 
     c = _compare([462.0, 2363.0, 470.0], [1480.0, 1505.0, 1495.0], disturbed=3)
     confirmed = choose([_row(c)], Objective.THROUGHPUT)

@@ -115,7 +115,8 @@ def test_warnings_for_client_bound_disturbed_and_failed_points() -> None:
     noisy = ClientHealth(0.1, 30.0, 40.0, 2.0, 2, disturbed=True, notes=("others used 1.5",))
     lines = command.warnings(_point(noisy, failed=2))
     assert lines == [
-        "16 streams: disturbed (others used 1.5): other work on this host shared it",
+        "16 streams: disturbed (others used 1.5): its timings are not the server's alone; "
+        "measure it again on a quiet host with cores to spare",
         "16 streams: 2 of 6 failed: HTTP 500: boom",
     ]
 

@@ -317,6 +317,24 @@ def test_judge_tells_a_saturated_client_from_a_starved_one(
     assert (health.client_bound, health.disturbed) == (bound, disturbed), health
 
 
+def test_a_client_starved_by_the_server_it_measures_says_so() -> None:
+    # CPU vLLM on 2 cores: the host's cores busy, the server's processes all but all of it.
+    late = np.full(200, 300.0)
+    mine = selfcheck.NeighbourReading(host_cpu=1.98, others_cpu=0.01)
+    health = selfcheck.judge(client_cpu=0.08, lags_ms=late, reading=mine, cores=2)
+    assert health.disturbed and not health.client_bound
+    assert health.notes == (
+        "client event loop late by 300 ms at P99 while idle: CPU contention with the server's "
+        "own processes (2.0 of 2 cores busy)",
+    )
+    others = selfcheck.NeighbourReading(host_cpu=1.98, others_cpu=1.2)
+    health = selfcheck.judge(client_cpu=0.08, lags_ms=late, reading=others, cores=2)
+    assert health.notes == (
+        "client event loop late by 300 ms at P99 while idle: CPU contention",
+        "other processes used 1.2 of 2 cores",
+    )
+
+
 def test_judge_calls_busy_neighbours_disturbed() -> None:
     reading = selfcheck.NeighbourReading(host_cpu=1.9, others_cpu=1.2, other_gpu_processes=0)
     health = selfcheck.judge(client_cpu=0.3, lags_ms=np.zeros(10), reading=reading, cores=2)

@@ -353,7 +353,10 @@ def warnings(point: PointResult) -> list[str]:
             "the server; measure this point from a less loaded or faster client machine"
         )
     if client is not None and client.disturbed:
-        lines.append(f"{point.label}: disturbed ({notes}): other work on this host shared it")
+        lines.append(
+            f"{point.label}: disturbed ({notes}): its timings are not the server's alone; "
+            "measure it again on a quiet host with cores to spare"
+        )
     failed = point.result["failed"]
     if failed:
         first = next((e for e in point.result["errors"] if e), "?")

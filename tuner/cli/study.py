@@ -363,7 +363,8 @@ def trials(
     """List a study's trials with their metrics or failure class.
 
     "flags": the trial's client-bound windows (tuner's load generator was saturated: its
-    numbers are the client's floor) and disturbed ones (other processes took CPU or the GPU).
+    numbers are the client's floor) and disturbed ones (it was short of CPU, or another process
+    used the GPU).
     """
     from tuner.domain import TrialStatus, to_jsonable
     from tuner.scoring import window_flags

@@ -145,12 +145,20 @@ def judge(
     if late and client_cpu >= BUSY_FOR_LAG:
         bound.append(f"client event loop late by {p99:.0f} ms at P99 while busy")
     disturbed: list[str] = []
-    if late and client_cpu < BUSY_FOR_LAG:
-        disturbed.append(
-            f"client event loop late by {p99:.0f} ms at P99 while idle: CPU contention"
-        )
     reading = reading or NeighbourReading(host_cpu=float("nan"), others_cpu=None)
     others = reading.others_cpu
+    if late and client_cpu < BUSY_FOR_LAG:
+        # Starved: by others (said below), or by the server it measures, where the host has too
+        # few cores for both (CPU vLLM on 2 cores: host 2.0 busy, others 0.01).
+        mine = others is not None and others <= others_bound(cores)
+        by = (
+            f" with the server's own processes ({reading.host_cpu:.1f} of {cores} cores busy)"
+            if mine
+            else ""
+        )
+        disturbed.append(
+            f"client event loop late by {p99:.0f} ms at P99 while idle: CPU contention{by}"
+        )
     if others is not None and others > others_bound(cores):
         disturbed.append(f"other processes used {others:.1f} of {cores} cores")
     if reading.other_gpu_processes:

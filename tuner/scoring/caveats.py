@@ -34,8 +34,9 @@ against 39.5 % on the launches as measured; a launch at x0.6 on a steady machine
 flagged as before).
 
 **Windows that were client-bound or disturbed** (:class:`tuner.domain.ClientHealth`): tuner's
-own load generator was saturated (the number is the client's floor, not the server's), or
-other processes took CPU or the GPU during the window. :class:`WindowFlags` counts them for a
+own load generator was saturated (the number is the client's floor, not the server's), or it
+was short of CPU (the server's own processes or others took it; its timestamps are late) or
+another process used the GPU during the window. :class:`WindowFlags` counts them for a
 launch or an arm, so that every report says "N of M windows client-bound / disturbed".
 
 **A machine that drifts during a comparison.** Interleaving (A B, B A, ...) shares a slow change
@@ -75,7 +76,10 @@ CLIENT_BOUND_MEANS = (
     "tuner's load generator was saturated, so those numbers are the client's floor, "
     "not the server's"
 )
-DISTURBED_MEANS = "other processes took CPU or the GPU during them"
+DISTURBED_MEANS = (
+    "tuner's load generator was short of CPU (the server's own processes or others took it) "
+    "or another process used the GPU during them"
+)
 
 
 def noise_bound(within: float) -> float:
