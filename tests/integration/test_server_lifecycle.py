@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -101,7 +102,9 @@ def _sockets(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if stat.S_ISSOCK(p.lstat().st_mode)]
 
 
-def test_the_servers_socket_files_go_with_it(tmp_path: Path, servers: list[VllmServer]) -> None:
+def test_the_servers_socket_files_go_with_it(
+    tmp_path: Path, servers: list[VllmServer], request: pytest.FixtureRequest
+) -> None:
     # vLLM (and the fake, as it) binds socket files in VLLM_RPC_BASE_PATH and leaves them when
     # it is killed: each server gets a directory of its own, removed with the server.
     server = _server(tmp_path)
@@ -116,8 +119,8 @@ def test_the_servers_socket_files_go_with_it(tmp_path: Path, servers: list[VllmS
     server.stop(grace_s=5.0)
     assert not folder.exists()
     # One the user named is theirs: used, and left.
-    mine = tmp_path / "mine"
-    mine.mkdir()
+    mine = Path(tempfile.mkdtemp(dir="/tmp"))  # short: pytest's tmp_path may be too long
+    request.addfinalizer(lambda: shutil.rmtree(mine))
     server = _server(tmp_path, VLLM_RPC_BASE_PATH=str(mine))
     servers.append(server)
     server.start()

@@ -327,6 +327,10 @@ def test_a_client_starved_by_the_server_it_measures_says_so() -> None:
         "client event loop late by 300 ms at P99 while idle: CPU contention with the server's "
         "own processes (2.0 of 2 cores busy)",
     )
+    # A late loop on a host with cores to spare is not the server's doing.
+    idle = selfcheck.NeighbourReading(host_cpu=3.0, others_cpu=0.2)
+    health = selfcheck.judge(client_cpu=0.08, lags_ms=late, reading=idle, cores=16)
+    assert health.notes == ("client event loop late by 300 ms at P99 while idle: CPU contention",)
     others = selfcheck.NeighbourReading(host_cpu=1.98, others_cpu=1.2)
     health = selfcheck.judge(client_cpu=0.08, lags_ms=late, reading=others, cores=2)
     assert health.notes == (

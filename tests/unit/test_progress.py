@@ -55,3 +55,9 @@ def test_a_log_gets_a_line_per_phase_and_per_window_not_per_warm_up_request() ->
         "stopping",
     ]
     assert lines[8:] == lines[1:7]
+    # Other phases that repeat with new details are each worth their line.
+    buffer.truncate(0)
+    buffer.seek(0)
+    for phase, detail in [("prediction", "a"), ("prediction", "b"), ("waiting", "4")] * 2:
+        reporter.phase(phase, detail)
+    assert len(buffer.getvalue().splitlines()) == 6

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -150,8 +151,25 @@ def test_a_servers_sockets_directory_is_its_own_unless_named_or_too_long(
     deep.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(deep))
     assert sockets_dir({}) == "" and list(deep.iterdir()) == []
-    # Only a directory of its own making is removed.
+    # Only a directory of its own making is removed, and in it only socket files: a path
+    # read from a lease file may have been edited.
     other = tmp_path / "other"
     other.mkdir()
     remove_sockets_dir(str(other))
     assert other.exists()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    kept = Path(sockets_dir({}))
+    assert kept.parent == tmp_path
+    (kept / "results.json").write_text("{}")
+    bound = socket.socket(socket.AF_UNIX)
+    bound.bind(str(kept / "sock"))
+    bound.close()
+    remove_sockets_dir(str(kept))
+    assert sorted(p.name for p in kept.iterdir()) == ["results.json"]
+    link = tmp_path / f"{SOCKETS_PREFIX}link"
+    link.symlink_to(kept)
+    remove_sockets_dir(str(link))
+    assert link.exists() and (kept / "results.json").exists()
+    monkeypatch.chdir(tmp_path)
+    remove_sockets_dir(kept.name)  # relative: not resolved against wherever the reaper runs
+    assert kept.exists()

@@ -53,10 +53,10 @@ err: Console = _Lazy("stderr")  # type: ignore[assignment]
 
 
 def phase_line(phase: str, last: str) -> bool:
-    """Whether a launch's phase report is worth a line of its own in a log (not a terminal's
-    status line): each new phase and each measurement window; the warm-up reports every request,
-    and its first line is enough."""
-    return phase != last or phase == "measuring"
+    """Whether a phase report is worth a line of its own in a log (not a terminal's status
+    line): all but a repeated warm-up's, which reports every request (its first line is
+    enough)."""
+    return phase != last or phase != "warming up"
 
 
 def say(text: str) -> None:

@@ -2,7 +2,8 @@
 best so far.
 
 On a terminal a rich status line is redrawn in place; elsewhere (CI logs, pipes) each event is
-one plain line, so logs stay readable.
+one plain line, but for a warm-up's per-request counts (its first line only), so logs stay
+readable.
 """
 
 from __future__ import annotations

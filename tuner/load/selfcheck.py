@@ -13,7 +13,9 @@ throughput is then a floor set by the client, not the server's number.
 
 What the host's other processes did is asked of a :class:`Neighbours` (the runner's telemetry
 knows the server's process tree and the GPU's processes); a window in which they took more
-than :func:`others_bound` cores, or another process used the measured GPU, is **disturbed**.
+than :func:`others_bound` cores, or another process used the measured GPU, or the generator's
+loop was late while it was idle (starved of CPU: by others, or on a host too small for it and
+the server it measures, by the server), is **disturbed**.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from tuner.domain import ClientHealth, WindowEnergy
 CPU_BOUND = 0.9
 # Loop lag at the 99th percentile that blurs timings by more than the measurement is worth.
 LAG_BOUND_MS = 20.0
-# Below this CPU share a late loop is starved by others (interference), not saturated.
+# Below this CPU share a late loop is starved by other processes (the server's included), not
+# saturated.
 BUSY_FOR_LAG = 0.5
 
 
@@ -150,7 +153,11 @@ def judge(
     if late and client_cpu < BUSY_FOR_LAG:
         # Starved: by others (said below), or by the server it measures, where the host has too
         # few cores for both (CPU vLLM on 2 cores: host 2.0 busy, others 0.01).
-        mine = others is not None and others <= others_bound(cores)
+        mine = (
+            others is not None
+            and others <= others_bound(cores)
+            and reading.host_cpu >= cores - 0.5  # every core busy, and not with others' work
+        )
         by = (
             f" with the server's own processes ({reading.host_cpu:.1f} of {cores} cores busy)"
             if mine

@@ -11,10 +11,11 @@ is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import shutil
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -109,13 +110,13 @@ def sockets_dir(env: Mapping[str, str]) -> str:
     server's own, given to vLLM in that variable and removed with the server
     (:func:`remove_sockets_dir`), leaves nothing behind. Where it would lengthen a socket's
     path past what a Unix socket can bind to, vLLM keeps its default."""
-    if "VLLM_RPC_BASE_PATH" in env:
+    if env.get("VLLM_RPC_BASE_PATH"):
         return ""
-    longest = len(os.path.join(tempfile.gettempdir(), SOCKETS_PREFIX + "x" * 8, "x" * 36))
-    if longest > _SOCKET_PATH_MAX:
+    longest = os.path.join(tempfile.gettempdir(), SOCKETS_PREFIX + "x" * 8, "x" * 36)
+    if len(os.fsencode(longest)) > _SOCKET_PATH_MAX:
         return ""
     try:
-        return tempfile.mkdtemp(prefix=SOCKETS_PREFIX)
+        return os.path.abspath(tempfile.mkdtemp(prefix=SOCKETS_PREFIX))
     except OSError as exc:
         raise EnvironmentProblem(
             f"cannot make a directory for the server's sockets in {tempfile.gettempdir()}: {exc}",
@@ -124,9 +125,19 @@ def sockets_dir(env: Mapping[str, str]) -> str:
 
 
 def remove_sockets_dir(path: str) -> None:
-    """Remove a directory :func:`sockets_dir` made (one of another name is left alone)."""
-    if path and os.path.basename(path).startswith(SOCKETS_PREFIX):
-        shutil.rmtree(path, ignore_errors=True)
+    """Remove a directory :func:`sockets_dir` made: its socket files, then the directory where
+    that left it empty. Anything else is left alone (a path from a lease file may have been
+    edited): a relative path, a link, one of another name, a file that is not a socket."""
+    where = Path(path)
+    if not (path and where.is_absolute() and where.name.startswith(SOCKETS_PREFIX)):
+        return
+    with contextlib.suppress(OSError):
+        if where.is_symlink() or not where.is_dir():
+            return
+        for entry in where.iterdir():
+            if stat.S_ISSOCK(entry.lstat().st_mode):
+                entry.unlink()
+        where.rmdir()
 
 
 def _leader_state(lease: Lease) -> str:

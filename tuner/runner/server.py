@@ -145,10 +145,12 @@ class VllmServer:
                     start_new_session=True,
                     close_fds=True,
                 )
-            except OSError as exc:
+            except BaseException as exc:  # no server started: nothing of it may stay
                 self._log.close()
                 self._release_watchdog()
                 remove_sockets_dir(self._sockets)
+                if not isinstance(exc, OSError):
+                    raise
                 raise EnvironmentProblem(
                     f"cannot start {self.command[0]!r}: {exc.strerror or exc}",
                     hint="check --vllm-python (or TUNER_VLLM_PYTHON) names a working interpreter",

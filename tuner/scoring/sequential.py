@@ -119,8 +119,9 @@ class SequentialPlan:
 def pocock_confidence(looks: tuple[int, ...], alpha: float = 0.05) -> float:
     """The per-look confidence of a constant (Pocock) boundary for looks at ``looks`` launches
     a side, so that the chance of any look's interval excluding a true ratio is ``alpha``
-    (standardised differences jointly normal with correlation sqrt(n_j / n_k)). Exact to about
-    1e-9 in milliseconds for any number of looks (:func:`_inside_pocock`)."""
+    (standardised differences jointly normal with correlation sqrt(n_j / n_k)). To about 1e-9
+    in milliseconds for schedules of up to 20 looks or so (:func:`_inside_pocock`; looks far
+    apart in number, such as 1000 and 1001, lose digits)."""
     if not looks or any(n < 1 for n in looks) or list(looks) != sorted(set(looks)):
         raise ValueError("looks must be increasing launch counts")
     if len(looks) == 1:

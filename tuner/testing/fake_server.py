@@ -61,7 +61,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -384,10 +383,13 @@ def _spawn_engine_core() -> subprocess.Popen[bytes]:
 
 
 def _bind_engine_sockets() -> list[socket.socket]:
-    """Two Unix sockets bound as files named by a UUID in ``VLLM_RPC_BASE_PATH`` (the
-    temporary directory by default), as vLLM's API server and engine core bind their ZeroMQ
-    sockets; and, as vLLM's after its process is killed, never removed."""
-    base = os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()
+    """Two Unix sockets bound as files named by a UUID in ``VLLM_RPC_BASE_PATH``, as vLLM's API
+    server and engine core bind their ZeroMQ sockets; and, as vLLM's after its process is
+    killed, never removed. None without that variable (where vLLM would take the temporary
+    directory): tests that start the fake by hand leave nothing there."""
+    base = os.environ.get("VLLM_RPC_BASE_PATH")
+    if not base:
+        return []
     bound = []
     for _ in range(2):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
