@@ -9,9 +9,9 @@
 # for the run, Debian's chromium for the dashboards) and, side by side with them, the end-to-end
 # ones on real CPU vLLM (tests/e2e; TUNER_REQUIRE_E2E=1 turns their skip into a failure), which
 # start as soon as CPU vLLM is installed (in the background from the first second: about 4
-# minutes, mostly downloading); that stream then runs the CPU-bound modules that time nothing
-# (marker after_e2e: the dashboards in chromium, the API fuzzing), which would otherwise wait in
-# the longer stream. The end-to-end stream's output follows the others' at the end.
+# minutes, mostly downloading); that stream then runs the modules of marker after_e2e (the
+# dashboards in chromium, the API fuzzing, the serial ones on PostgreSQL), which would otherwise
+# wait in the longer stream. The end-to-end stream's output follows the others' at the end.
 #
 # --fast: lint, types, the import contract and every test that needs no real vLLM but the
 # modules of long fake-server runs (-m "not e2e and not slow"; tests/conftest.py lists them):
@@ -92,7 +92,7 @@ if [ "$FAST" = 0 ]; then
     echo "[test] CPU vLLM ready; end-to-end tests start ($SECONDS s)"
     rc=0
     TUNER_VLLM_PYTHON="$VLLM_PYTHON" run_pytest -m e2e "$@" || rc=$?
-    # Then the CPU-bound modules that time nothing (marker after_e2e), to even out the streams.
+    # Then the modules of marker after_e2e (tests/conftest.py), to even out the streams.
     echo "[test] end-to-end tests done; the dashboards and the API fuzzing ($SECONDS s)"
     run_pytest -m "not e2e and after_e2e" "$@" || rc=$?
     exit "$rc"

@@ -65,8 +65,17 @@ SERIAL = frozenset(
 )
 # CPU-bound modules that time nothing (the dashboards in chromium, the API fuzzing), which the
 # full run takes out of the suite and runs in the end-to-end stream once the real-vLLM tests are
-# done: that stream ends about three minutes before the suite's, with a core to spare.
-AFTER_E2E = ("browser/", "integration/test_api_fuzz.py", "postgres/test_postgres_api_fuzz.py")
+# done: that stream ended five to six minutes before the suite's, with a core to spare. So do
+# the serial modules on PostgreSQL (about 90 s): beside the suite's serial stage they have one
+# other process beside them, as they had beside the end-to-end tests before.
+AFTER_E2E = (
+    "browser/",
+    "integration/test_api_fuzz.py",
+    "postgres/test_postgres_api_fuzz.py",
+    "postgres/test_postgres_one_study.py",
+    "postgres/test_postgres_optuna.py",
+    "postgres/test_postgres_workers.py",
+)
 # Serial modules whose fake server must keep a whole core busy to show its regime (the frontend
 # regime's CPU per streamed event): beside CI's CPU vLLM it got 0.58 of a core and the study
 # diagnosed another regime; and those whose assertions compare a fake server's wall-clock
