@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import integrate, optimize, stats
 
 from tuner.scoring.significance import NO_DIFFERENCE, RatioInterval, ratio_interval
 
@@ -135,22 +135,21 @@ def _inside_pocock(c: float, looks: tuple[int, ...], points: int = 401) -> float
     """``P(|Z_k| < c at every look)``: the sum of ``n`` standard normal differences is a random
     walk, so its density at a look is the density at the one before, kept inside that look's
     bounds ``|S| < c sqrt(n)``, convolved with a normal step of the launches in between;
-    Simpson's rule on ``points`` (odd) points a look. 401 points agree with 801 to 1e-9 up to
-    20 looks."""
-    weights = np.full(points, 2.0)
-    weights[1::2], weights[0], weights[-1] = 4.0, 1.0, 1.0
-    before: tuple[int, np.ndarray, np.ndarray] | None = None  # the last look's n, grid, mass
+    Simpson's rule (:func:`scipy.integrate.simpson`) on ``points`` (odd) points a look. 401
+    points agree with 801 to 1e-9 up to 20 looks."""
+    before: tuple[int, np.ndarray, np.ndarray] | None = None  # the last look's n, grid, density
     for n in looks:
         s = np.linspace(-c * math.sqrt(n), c * math.sqrt(n), points)
         if before is None:
             density = np.exp(-0.5 * s**2 / n) / math.sqrt(2.0 * math.pi * n)
         else:
-            m, grid, mass = before
+            m, grid, inside = before
             kernel = np.exp(-0.5 * (s[:, None] - grid[None, :]) ** 2 / (n - m))
-            density = kernel @ mass / math.sqrt(2.0 * math.pi * (n - m))
-        mass = density * weights * (s[1] - s[0]) / 3.0
-        before = (n, s, mass)
-    return float(mass.sum())
+            step = integrate.simpson(kernel * inside, x=grid, axis=1)
+            density = step / math.sqrt(2.0 * math.pi * (n - m))
+        before = (n, s, density)
+    assert before is not None  # looks is not empty
+    return float(integrate.simpson(before[2], x=before[1]))
 
 
 @cache
