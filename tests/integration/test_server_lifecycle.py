@@ -395,9 +395,9 @@ def test_reap_orphans_ends_a_group_whose_owner_died(
     )  # fmt: skip
     pgid = int(owner.stdout.strip())
     child = _engine_core_pid((tmp_path / "orphan.log").read_text())
-    lease = read_lease(leases / f"server-{pgid}.json")
-    assert lease is not None and len(_sockets(Path(lease.sockets))) == 2
     try:
+        lease = read_lease(leases / f"server-{pgid}.json")
+        assert lease is not None and len(_sockets(Path(lease.sockets))) == 2
         assert len(group_members(pgid)) == 2 and port_is_open("127.0.0.1", port)
         _step_the_clock(monkeypatch, clock_step_s)  # between the lease and the resume
         assert reap_orphans(leases) == [pgid]

@@ -183,7 +183,7 @@ class Design:
             else ""
         )
         own = self.plan.own_confidence
-        alone = f", {own * 100:.2f} % on its own launches alone" if self.trend and own else ""
+        alone = f", {own * 100:.2f} % on its own launches alone" if own else ""
         return (
             f"interleaved pairs A B, B A, A B ..., a look after each pair from {self.first} to "
             f"{self.cap} launches a side, until B/A excludes 1{stop} (each look at "

@@ -187,7 +187,7 @@ def reap_orphans(lease_dir: Path) -> list[int]:
                 "lease %s dropped: pid %d is no longer the server tuner started (another "
                 "program has it, or it cannot be inspected); left alone", path.name, lease.pid,
             )  # fmt: skip
-        if not group_members(lease.pgid):  # the server is gone: its socket files go too
+        if lease.sockets and not group_members(lease.pgid):  # gone: its socket files go too
             remove_sockets_dir(lease.sockets)
         path.unlink(missing_ok=True)
     return ended
