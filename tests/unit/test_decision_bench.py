@@ -319,3 +319,33 @@ def test_the_headline_row_of_the_default_design_is_the_committed_runs() -> None:
         f"{with_profile[0]} / {without[0]} ({100 * rate:.1f} % at 8,000 comparisons); "
         f"{with_profile[1]} / {without[1]}; {with_profile[2]} / {without[2]}"
     )
+
+
+def test_the_integrated_pocock_level_reproduces_the_committed_decisions() -> None:
+    """bench/README.md "The Pocock level, integrated": the four sequential designs re-run with
+    the level by recursive integration give the committed run's figures, but for the median
+    half-widths (by 2e-6 at most), and the level is today's."""
+    from tuner.scoring.sequential import pocock_confidence
+
+    results = ROOT / "bench" / "results"
+    rerun = json.loads((results / "decision-pocock-recursion-2026-12-07.json").read_text())
+    committed = json.loads((results / "decision-trend-designs-2026-12-06.json").read_text())
+    before = committed["drift"]["0"]
+    assert rerun["args"]["reps"] == before["args"]["reps"] == 2000
+    assert rerun["args"]["drift"] == 0.0
+    assert rerun["per_look_confidence"] == pytest.approx(pocock_confidence((3, 4, 5, 6)), abs=1e-12)
+    assert abs(rerun["per_look_confidence"] - before["per_look_confidence"]) < 1e-6
+    designs = rerun["results"]["parametric"]
+    assert sorted(designs) == ["seq-pooled", "seq-pooled-trend", "seq-welch", "seq-welch-trend"]
+    moved = 0.0
+    for design, cells in designs.items():
+        for cell, figures in cells.items():
+            old = before["results"]["parametric"][design][cell]
+            for name, value in figures.items():
+                if name == "half_width_median":
+                    moved = max(moved, abs(value - old[name]))
+                else:
+                    assert value == old[name], (design, cell, name)
+    assert 0.0 < moved <= 4e-6
+    readme = " ".join((ROOT / "bench" / "README.md").read_text(encoding="utf-8").split())
+    assert "only the median half-widths move, by 4e-6 at most" in readme
