@@ -228,6 +228,7 @@ def test_sigkill_in_the_baseline_takes_the_server_along_and_resume_measures_the_
         time.sleep(0.05)
     assert group_members(lease.pgid) == [], "the server outlived its tuner"
     assert s.tagged_processes() == [], "the watchdog ends its server, then itself"
+    assert lease.sockets and not Path(lease.sockets).exists(), "and removes its socket files"
     [baseline] = _trials(repo)
     assert baseline.is_baseline and baseline.status is TrialStatus.RUNNING
     # Nobody cleaned up the study's status either: `tuner studies` says its tuner is gone.

@@ -24,7 +24,7 @@ import pytest
 
 from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
-from tuner.runner.leases import read_lease, reap_orphans
+from tuner.runner.leases import read_lease, reap_orphans, sockets_dir
 from tuner.runner.ports import free_port, port_is_open
 from tuner.runner.procgroup import group_members
 from tuner.runner.server import VllmServer
@@ -423,7 +423,7 @@ def test_reap_orphans_spares_servers_of_a_live_owner(
 _KILLED_BEFORE_ARMING = """
 import os, subprocess, sys
 from tuner.runner import watchdog
-proc, fd = watchdog.spawn(1.0)
+proc, fd = watchdog.spawn(1.0, sys.argv[1])
 child = subprocess.Popen(
     [sys.executable, "-c", "import time; time.sleep(120)"],
     env={**os.environ, watchdog.ENV: str(proc.pid)}, start_new_session=True,
@@ -436,15 +436,22 @@ os._exit(0)  # as a SIGKILL between starting the server and writing its group id
 def test_a_tuner_killed_before_it_armed_the_watchdog_leaves_no_server() -> None:
     """The watchdog starts before its server, so the window a kill can land in between the
     server's start and the watchdog knowing its group is guarded too (seen once in CI: a
-    tuner SIGKILLed while it started a confirmation launch left that server running)."""
+    tuner SIGKILLed while it started a confirmation launch left that server running). The
+    server's socket directory goes with it."""
+    folder = Path(sockets_dir({}))
+    bound = socket.socket(socket.AF_UNIX)
+    bound.bind(str(folder / "engine-socket"))
+    bound.close()  # the file stays, as vLLM's do when its process is killed
     owner = subprocess.run(
-        [sys.executable, "-c", _KILLED_BEFORE_ARMING],
+        [sys.executable, "-c", _KILLED_BEFORE_ARMING, str(folder)],
         capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
     child, watchdog = (int(x) for x in owner.stdout.split())
     try:
         psutil.Process(watchdog).wait(timeout=30)  # it found the group by its environment
         assert _gone(child)
+        assert not folder.exists()
     finally:
+        shutil.rmtree(folder, ignore_errors=True)
         if not _gone(child):
             psutil.Process(child).kill()

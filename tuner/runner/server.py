@@ -119,20 +119,17 @@ class VllmServer:
         # lease written); if one came, it takes effect right after and stop() ends the server.
         # A SIGKILL cannot be held: the watchdog starts first, so it guards that window too.
         with deferred_interrupts():
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
             try:
-                self._watchdog, self._watchdog_pipe = spawn_watchdog(FAILURE_GRACE_S)
-                env = {
-                    **os.environ,
-                    "PYTHONUNBUFFERED": "1",
-                    **self.env,
-                    WATCHDOG_ENV: str(self._watchdog.pid),
-                }
-                self._sockets = sockets_dir(env)
+                self._sockets = sockets_dir(env)  # the watchdog removes it, should tuner die
                 if self._sockets:
                     env["VLLM_RPC_BASE_PATH"] = self._sockets
+                self._watchdog, self._watchdog_pipe = spawn_watchdog(FAILURE_GRACE_S, self._sockets)
+                env[WATCHDOG_ENV] = str(self._watchdog.pid)
             except BaseException:
                 self._log.close()  # nothing started yet: no group to end
                 self._release_watchdog()
+                remove_sockets_dir(self._sockets)
                 raise
             env |= amx.server_env(env)  # vLLM's CPU workers must ask for AMX (runner.amx)
             try:
