@@ -136,3 +136,43 @@ def test_an_interrupted_confirmation_resumes_without_relaunching(tmp_path: Path)
     assert numbers == list(range(CONFIRM_NUMBER_BASE, CONFIRM_NUMBER_BASE + 7))
     (comparison,) = repo.list_comparisons("s1")
     assert comparison.results["launches"] == {"a": 3, "b": 3}
+
+
+def test_a_run_under_other_options_is_not_resumed_but_said(tmp_path: Path) -> None:
+    """Any option in the log's key (the design's --trend included) starts afresh: the launches
+    an interrupted run kept under other options are named, with how to use or drop them."""
+    kept = LaunchLog.for_run(tmp_path, "compare", run_key(trend=False))
+    fake = FakeRunner()
+    kept.record(A, fake.run(A.config, LOAD))
+    kept.record(B, fake.run(B.config, LOAD))
+    LaunchLog.for_run(tmp_path, "verify-claims", run_key(x=1)).record(A, fake.run(A.config, LOAD))
+    strange = LaunchLog.for_run(tmp_path, "compare", run_key(other=1))  # other configurations
+    strange.record(A, fake.run(ServingConfig(max_num_seqs=64), LOAD))
+    log = LaunchLog.for_run(tmp_path, "compare", run_key(trend=True))
+    done = log.load([A, B])
+    assert done == [[], []]
+    said = describe_resumed(done, [A, B], log)
+    assert said is not None and said.startswith("not resumed: ")
+    assert f"kept 2 launches in {kept.path};" in said and "--trend/--no-trend" in said
+    assert describe_resumed(done, [A, B], log, besides={kept.path}) is None
+    assert describe_resumed(done, [A, B]) is None
+
+
+def test_a_groups_own_run_is_not_elsewhere_to_the_next_group(tmp_path: Path) -> None:
+    """verify-claims measures one group a workload, each in a log of its own, all kept until the
+    run is stored: the second group's fresh start is not an "other run" of the first's."""
+    small = WORKLOADS["smoke"].replace(requests_per_window=8, warmup_requests=0, windows=2)
+    other = small.replace(name="smoke-2", output_tokens=small.output_tokens + 1)
+    at_least = parse_claimed(">= 1.5", "e2e_p99_ms")
+    claims = [
+        Claim(name, "s", {}, {"max_num_seqs": 1}, load, "e2e_p99_ms", at_least, ">= 1.5")
+        for name, load in (("c1", small), ("c2", other))
+    ]
+    planned = plan(claims, resolve_model("tiny-ernie"), get_gpu("h100"))
+
+    def log_of(workload: Workload, arms: list[Arm]) -> LaunchLog:
+        return LaunchLog.for_run(tmp_path, "verify-claims", run_key(workload=workload.name))
+
+    said: list[str] = []
+    outcomes = evaluate(planned, FakeRunner(), 3, 0.95, launch_log=log_of, on_resumed=said.append)
+    assert len(outcomes) == 2 and said == []

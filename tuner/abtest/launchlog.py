@@ -16,7 +16,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,21 @@ class LaunchLog:
                 done[min(pool, key=lambda i: len(done[i]))].append(result)
         return done
 
+    def elsewhere(
+        self, arms: Sequence[Arm], besides: Collection[Path] = ()
+    ) -> list[tuple[Path, int]]:
+        """Other logs of this command (not among ``besides``: the same run's other groups)
+        holding reusable launches of these configurations, an interrupted run of them with
+        other options (model, GPU, workload, launch budget, design, vLLM), each with its count."""
+        kind = self.path.name.rsplit("-", 1)[0]
+        others = self.path.parent.glob(f"{kind}-*.jsonl")
+        counted = [
+            (other, sum(map(len, LaunchLog(other).load(arms))))
+            for other in sorted(others)
+            if other != self.path and other not in besides and other.name.rsplit("-", 1)[0] == kind
+        ]
+        return [(other, n) for other, n in counted if n]
+
     def record(self, arm: Arm, result: TrialResult) -> None:
         """Append one finished launch, flushed to disk before the next launch starts."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,10 +108,27 @@ class LaunchLog:
         self.path.unlink(missing_ok=True)
 
 
-def describe_resumed(done: Sequence[Sequence[TrialResult]], arms: Sequence[Arm]) -> str | None:
-    """ "resuming: 2 launches of defaults, 1 of fa2 from an interrupted run", or None."""
+def describe_resumed(
+    done: Sequence[Sequence[TrialResult]],
+    arms: Sequence[Arm],
+    log: LaunchLog | None = None,
+    besides: Collection[Path] = (),
+) -> str | None:
+    """ "resuming: 2 launches of defaults, 1 of fa2 from an interrupted run", or None; where
+    nothing is resumed but ``log``'s command kept launches of these configurations under other
+    options (:meth:`LaunchLog.elsewhere`), a line that says where, and how to use or drop
+    them."""
     counts: Mapping[str, int] = {a.label: len(d) for a, d in zip(arms, done, strict=True) if d}
     if not counts:
-        return None
+        others = log.elsewhere(arms, besides) if log is not None else []
+        if not others:
+            return None
+        n, paths = sum(n for _, n in others), " ".join(str(path) for path, _ in others)
+        return (
+            f"not resumed: an interrupted run of these configurations with other options "
+            f"(model, GPU, workload, launch budget, --trend/--no-trend, vLLM) kept {n} launch"
+            f"{'' if n == 1 else 'es'} in {paths}; its exact options again reuse them, and "
+            "deleting the file drops them"
+        )
     listed = ", ".join(f"{n} of {label}" for label, n in counts.items())
     return f"resuming: {listed} already measured by an interrupted run of this command"

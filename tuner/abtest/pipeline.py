@@ -15,9 +15,10 @@ Nothing here prints: progress goes to the callbacks of a :class:`Watch`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tuner.abtest.compare import Arm, RunCallback, run_interleaved
@@ -119,23 +120,22 @@ def run_groups(
     profile's store).
     """
     w = watch or Watch()
-    logs: list[LaunchLog] = []
+    logs = [launch_log(g.workload, list(g.arms)) if launch_log else None for g in groups]
+    ours = {log.path for log in logs if log is not None}  # the other groups' are not elsewhere
     measured: list[list[list[TrialResult]]] = []
-    for group in groups:
+    for group, log in zip(groups, logs, strict=True):
         if runner is None:
             raise ValueError("a runner is needed to measure a group")
         if on_group:
             on_group(group)
-        log = launch_log(group.workload, list(group.arms)) if launch_log else None
-        if log is not None:
-            logs.append(log)
-        measured.append(_measure(group, runner, launches, log, w, design, decided, record))
+        measured.append(_measure(group, runner, launches, log, ours, w, design, decided, record))
     judged = [j for g, results in zip(groups, measured, strict=True) for j in judge(g, results)]
     if store is None:
         return [(j, None) for j in judged]
     ids = [None if (row := j.stored()) is None else store(row) for j in judged]
     for log in logs:  # stored: a later run of the same command measures afresh
-        log.clear()
+        if log is not None:
+            log.clear()
     return list(zip(judged, ids, strict=True))
 
 
@@ -144,6 +144,7 @@ def _measure(
     runner: TrialRunner,
     launches: int,
     log: LaunchLog | None,
+    ours: Collection[Path],
     w: Watch,
     design: Design | None,
     decided: Decided | None,
@@ -153,7 +154,7 @@ def _measure(
     ``w.on_resumed``), each new one recorded in ``log`` as it finishes: ``launches`` rounds, or
     look by look (see :func:`run_groups`)."""
     done = log.load(list(group.arms)) if log is not None else None
-    resumed = describe_resumed(done, group.arms) if done is not None else None
+    resumed = describe_resumed(done, group.arms, log, ours) if done is not None else None
     if resumed and w.on_resumed:
         w.on_resumed(resumed)
     seen: list[TrialResult] = [r for rs in done or [] for r in rs]
