@@ -315,7 +315,7 @@ def queue(repo: Repository, spec: StudySpec) -> StudyRow:
         objective=spec.objective.value,
         slo={k: v for k, v in vars(slo).items() if v is not None},
         spec=spec.to_dict(),
-        emulated=False,
+        emulated=spec.emulate,  # the worker's hardware check has the last word
         vllm_version=None,
         n_trials_requested=spec.trials,
         notes=spec.notes or f"queued through the API (SLO {format_slo(slo)})",

@@ -244,7 +244,7 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
         vllm_version=version,
         metrics=metrics_out(trial.metrics),
         memory_gib=_memory(trial),
-        score=finite(pick.ranked.score) or 0.0,
+        score=finite(pick.ranked.score) if pick.ranked.relative else None,
         baseline=None
         if base is None
         else BaselineOut(

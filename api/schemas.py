@@ -181,7 +181,11 @@ class RecommendationOut(BaseModel):
     vllm_version: str = Field(description="the vLLM version the flags are spelled for")
     metrics: dict[str, EstimateOut]
     memory_gib: float | None
-    score: float = Field(description="objective score; 1.0 = vLLM's defaults in that study")
+    score: float | None = Field(
+        description="objective score; 1.0 = vLLM's defaults in that study; null where the "
+        "defaults were not measured there (ranked on the objective's raw composite, as "
+        "`tuner best` says)"
+    )
     baseline: BaselineOut | None
     provenance: ProvenanceOut
     feasible: bool = Field(description="meets the SLO (the request's, else the study's)")
@@ -225,6 +229,10 @@ class StudyFailureOut(BaseModel):
 
 class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))):  # type: ignore[misc]
     status: str
+    workload_label: str = Field(
+        description="the load it measured: the workload's name with any values the study "
+        "changed, e.g. chat[turns=2]; what /v1/recommendations and /v1/sizing match on"
+    )
     slo: dict[str, Any]
     trial_counts: dict[str, int]
     confirmation_counts: dict[str, int]
@@ -245,6 +253,7 @@ class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))): 
             cls,
             s,
             status=str(s.status),
+            workload_label=s.workload_label,
             runner_gone=runner_gone(s),
             failure=None if s.failure is None else StudyFailureOut.model_validate(s.failure),
             slo=dict(s.slo),

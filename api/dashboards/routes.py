@@ -102,6 +102,7 @@ def overview_page(repo: RepoDep) -> HTMLResponse:
 
 
 @router.get("/studies/{name:path}", response_class=HTMLResponse)
+@router.head("/studies/{name:path}", response_class=HTMLResponse)
 def study_page(name: str, repo: RepoDep, storage_url: StorageUrlDep) -> HTMLResponse:
     try:
         study = repo.get_study(name)
@@ -144,6 +145,7 @@ def _importances(url: str | None, optuna_name: str, objective: str) -> dict[str,
 
 
 @router.get("/compare/{comparison_id}", response_class=HTMLResponse)
+@router.head("/compare/{comparison_id}", response_class=HTMLResponse)
 def compare_page(comparison_id: str, repo: RepoDep) -> HTMLResponse:
     # Any text is a page: one that names no stored id is the 404 page, not a JSON 422 (or a
     # storage error past the columns' range).
@@ -151,6 +153,7 @@ def compare_page(comparison_id: str, repo: RepoDep) -> HTMLResponse:
     number = int(comparison_id) if digits else 0
     try:
         row = repo.get_comparison(number) if 1 <= number <= INT_MAX else None
+        studies = repo.list_studies() if row is not None and row.study_id is not None else []
     except TunerError as e:
         return _error(503, "storage unavailable", e)
     if row is None:
@@ -160,14 +163,13 @@ def compare_page(comparison_id: str, repo: RepoDep) -> HTMLResponse:
             f"no comparison with id {comparison_id}",
             "`tuner compare` and confirmation runs record comparisons; the overview lists them",
         )
-    study_name = None
-    if row.study_id is not None:
-        study_name = next((s.name for s in repo.list_studies() if s.id == row.study_id), None)
+    study_name = next((s.name for s in studies if s.id == row.study_id), None)
     report = comparison_report(row)
     return _page("compare.html", c=report, study_name=study_name, charts=compare_chart(report))
 
 
 @router.get("/vendor/plotly.min.js")
+@router.head("/vendor/plotly.min.js")
 def plotly_js() -> FileResponse:
     """plotly.js from the installed ``plotly`` Python package: the pages never load a CDN."""
     return FileResponse(

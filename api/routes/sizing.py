@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
+from pydantic import StringConstraints
 
 from api.bounds import (
     GPU_MAX,
@@ -46,8 +47,8 @@ async def get_sizing(
         Query(description="requests/s, or output tokens/s"),
     ] = "req/s",
     gpu: Annotated[
-        list[str] | None,
-        Query(max_length=GPU_MAX, description="GPU profile, repeatable (default: every one)"),
+        list[Annotated[str, StringConstraints(min_length=1, max_length=GPU_MAX)]] | None,
+        Query(max_length=64, description="GPU profile, repeatable (default: every one)"),
     ] = None,
     slo: Annotated[
         str | None,
@@ -58,7 +59,8 @@ async def get_sizing(
         ),
     ] = None,
     workload: Annotated[
-        str | None, Query(max_length=WORKLOAD_MAX, description="only this workload's studies")
+        str | None,
+        Query(min_length=1, max_length=WORKLOAD_MAX, description="only this workload's studies"),
     ] = None,
     emulated: Annotated[bool, Query(description="size from emulated studies")] = False,
     gpu_price: GpuPriceQuery = None,

@@ -62,7 +62,14 @@ def list_studies(
     status: Annotated[StudyStatus | None, Query(description="only studies in this state")] = None,
     model: Annotated[str | None, Query(max_length=MODEL_MAX)] = None,
     gpu: Annotated[str | None, Query(max_length=GPU_MAX)] = None,
-    workload: Annotated[str | None, Query(max_length=WORKLOAD_MAX)] = None,
+    workload: Annotated[
+        str | None,
+        Query(
+            max_length=WORKLOAD_MAX,
+            description="a workload's name (every study of it, whatever values it changed) or "
+            "a study's workload_label (chat[turns=2]: those values only)",
+        ),
+    ] = None,
 ) -> StudyListOut:
     """All studies, newest first, with trial counts by status; optionally filtered."""
     rows = [
@@ -71,7 +78,7 @@ def list_studies(
         if (status is None or s.status == status)
         and (model is None or model in (s.model, s.model_source))
         and (gpu is None or s.gpu == gpu.lower())
-        and (workload is None or s.workload == workload)
+        and (workload is None or workload in (s.workload, s.workload_label))
     ]
     return StudyListOut(total=len(rows), items=[StudyOut.of(s) for s in rows])
 

@@ -91,7 +91,9 @@ def test_pages_answer_and_unknown_things_are_404_pages(client: TestClient) -> No
     assert client.get("/ui/compare/99").status_code == 404
 
 
-def test_any_other_ui_address_is_the_html_404_page_and_head_answers(client: TestClient) -> None:
+def test_any_other_ui_address_is_the_html_404_page_and_head_answers(
+    client: TestClient, db: tuple[str, Repository]
+) -> None:
     # These were JSON answers (422, 404) or, past the storage's integers, a 500.
     odd = (
         "/ui/compare/abc",
@@ -107,9 +109,13 @@ def test_any_other_ui_address_is_the_html_404_page_and_head_answers(client: Test
         assert r.headers["content-type"].startswith("text/html"), path
         assert "/ui/" in r.text and "script-src 'self'" in r.headers["content-security-policy"]
     assert client.get("/ui/static/charts.js").status_code == 200  # not taken by the 404 route
-    head = client.head("/ui/")
-    assert head.status_code == 200 and head.content == b""
+    # HEAD answers as GET does (it fell through to the 404 route for every page but /ui/).
+    comparison = store_claim(db[1], statement="head")
+    for path in ("/ui/", "/ui/studies/s1", f"/ui/compare/{comparison}", "/ui/vendor/plotly.min.js"):
+        head = client.head(path)
+        assert head.status_code == 200 and head.content == b"", path
     assert client.head("/ui/nope").status_code == 404
+    assert client.head("/ui/studies/nope").status_code == 404
 
 
 def test_hostile_study_name_is_escaped_in_the_html(client: TestClient) -> None:
@@ -156,6 +162,32 @@ def test_unreadable_database_is_a_503_page_with_a_hint(tmp_path: Path) -> None:
     finally:
         engine.dispose()
     assert r.status_code == 503 and "storage unavailable" in r.text
+
+
+def test_a_storage_error_behind_the_compare_page_is_the_503_page(
+    db: tuple[str, Repository],
+) -> None:
+    """Looking up the study of a confirmation's comparison failed outside the page's guard:
+    a JSON 503, where every other page answers with the HTML one."""
+    import dataclasses
+
+    from tuner.errors import StorageError
+
+    url, repo = db
+    comparison = store_claim(repo, statement="broken")
+
+    class Broken(Repository):
+        def get_comparison(self, comparison_id: int) -> Any:
+            row = super().get_comparison(comparison_id)
+            return None if row is None else dataclasses.replace(row, study_id=1)
+
+        def list_studies(self, *args: Any, **kwargs: Any) -> Any:
+            raise StorageError("the database went away")
+
+    with TestClient(_app(Broken(make_engine(url)), url)) as client:
+        r = client.get(f"/ui/compare/{comparison}")
+    assert r.status_code == 503 and r.headers["content-type"].startswith("text/html")
+    assert "storage unavailable" in r.text
 
 
 def test_param_importances_of_a_real_study(db: tuple[str, Repository]) -> None:

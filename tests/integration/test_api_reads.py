@@ -382,6 +382,23 @@ def test_scores_stay_ratios_when_the_canary_broke_the_defaults(tmp_path: Path) -
     assert rec["score"] == pytest.approx(api[rec["trial"]])
 
 
+def test_a_study_whose_defaults_failed_recommends_with_no_score(tmp_path: Path) -> None:
+    """No measured defaults, no ratio: the recommendation sent the raw composite (4.44) as a
+    score described as "1.0 = vLLM's defaults", where the trials and `tuner best` say none."""
+    from tuner.load.canary import QUICK
+
+    url = f"sqlite:///{tmp_path / 'nobase.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, name="s", trials=3, workload=CHAT)
+    run_study(ctx, FakeRunner(canary_breaks={ctx.space.baseline(): QUICK[0]}), repo)
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        items = _get(c, "/v1/studies/s/trials")["items"]
+        rec = _get(c, REAL)
+    assert [t["status"] for t in items if t["number"] == 0] == ["failed"]
+    assert rec["trial"] != 0 and rec["baseline"] is None
+    assert rec["score"] is None and all(t["score"] is None for t in items)
+
+
 def test_a_running_study_whose_tuner_exited_says_so_in_the_list_and_on_its_pages(
     tmp_path: Path,
 ) -> None:

@@ -42,7 +42,11 @@ def test_sizing_answers_per_gpu_and_refuses_bad_input(tmp_path: Path) -> None:
         assert rag.status_code == 404 and "with workload rag" in rag.json()["message"]
         nan = client.get("/v1/sizing", params={"model": "tiny-ernie", "rate": "nan"})
         assert "finite number" in nan.json()["message"]  # it said "should be <= 1e12"
-        for bad in ({"rate": "0"}, {"rate": "lots"}, {"rate": "2", "unit": "rps"}):
+        # An empty filter matched nothing ("no measured study ... on  to size from"), and a
+        # GPU's length was not bounded (the bound capped how many were named instead).
+        odd = ({"gpu": ""}, {"workload": ""}, {"gpu": "h" * 300}, {"gpu": ["h100", ""]})
+        for bad in ({"rate": "0"}, {"rate": "lots"}, {"rate": "2", "unit": "rps"}, *odd):
+            bad = {"rate": "2", **bad}
             answer = client.get("/v1/sizing", params={"model": "tiny-ernie", **bad})
             assert answer.status_code == 422, (bad, answer.text)
 

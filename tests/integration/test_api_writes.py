@@ -79,6 +79,19 @@ def _with(section: str, **changes: Any) -> dict[str, Any]:
     return {**SPEC, section: {**SPEC.get(section, {}), **changes}}
 
 
+def test_an_emulated_study_is_listed_as_emulated_from_the_moment_it_is_queued(
+    repo: Repository,
+) -> None:
+    """It read emulated: false until a worker claimed it, beside a spec that said emulate."""
+    client = _client(repo, KEY)
+    r = client.post("/v1/studies", json=_with("study", gpu="a10g", emulate=True),
+                    headers={"X-API-Key": KEY})  # fmt: skip
+    assert r.status_code == 201, r.text
+    assert r.json()["emulated"] is True and r.json()["spec"]["emulate"] is True
+    (listed,) = client.get("/v1/studies").json()["items"]
+    assert listed["emulated"] is True
+
+
 @pytest.mark.parametrize(
     ("body", "words"),
     [
@@ -256,6 +269,14 @@ def test_run_settings_and_multi_turn_overrides_are_queued(repo: Repository) -> N
     assert spec["workload_overrides"] == {"turns": 2, "think_time_s": 0.1}
     assert spec["confirm_launches"] == 3 and spec["compile_cache"] == "cold"
     assert spec["cpu_placement"] == "off"
+    # Listed under its workload and under the load it measures, which the recommendations match.
+    client = _client(repo, KEY)
+    (listed,) = client.get("/v1/studies", params={"workload": "multi-turn"}).json()["items"]
+    label = listed["workload_label"]
+    assert label.startswith("multi-turn[") and "turns=2" in label
+    assert client.get("/v1/studies", params={"workload": label}).json()["total"] == 1
+    other = label.replace("turns=2", "turns=3")
+    assert client.get("/v1/studies", params={"workload": other}).json()["total"] == 0
     bad = {**body, "runner": {"cpu_placement": "sideways"}}
     refused = _client(repo, KEY).post("/v1/studies", json=bad, headers={"X-API-Key": KEY})
     assert refused.status_code == 422 and "cpu_placement" in refused.text
