@@ -17,7 +17,7 @@ from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from tuner.db import ComparisonRow, StudyRow, TrialRow
+from tuner.db import ComparisonRow, StudyRow, TrialRow, numbers_back
 from tuner.domain import Estimate, GpuProfile, jsonable, to_jsonable
 from tuner.results import costs
 from tuner.study import runner_gone
@@ -382,11 +382,18 @@ class ComparisonOut(row_fields(ComparisonRow)):  # type: ignore[misc]
             c,
             a_config=c.a_config.to_dict(),
             b_config=c.b_config.to_dict(),
-            results=json_safe(c.results),
+            results=json_safe(numbers_back(c.results, _RESULT_NUMBERS)),
             verdicts=json_safe(c.verdicts),
             provenance=json_safe(c.provenance),
             gpu_minutes=_gpu_minutes(c.results),
         )
+
+
+# Where a comparison's results hold numbers that may be stored non-finite (a metric with no
+# samples): null in the answer, not the codec's "nan".
+_RESULT_NUMBERS = frozenset(
+    {"ratio", "low", "high", "median", "values", "half_width", "df", "confidence", "bound"}
+)
 
 
 def _gpu_minutes(results: Any) -> float | None:

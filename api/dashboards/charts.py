@@ -97,7 +97,8 @@ def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict
             "x_title": "$ per 1M output tokens at the SLO's throughput"
             + (" (≤: at most, see below)" if any(p.usd_at_most for p in priced) else ""),
             "y_title": "P99 end-to-end latency (ms)",
-            "price": report.price_label,
+            # What the chart says where no trial has a cost: none measured, or why none is priced.
+            "empty": report.price_label if points else "No measured trial yet.",
         },
         "importance": {
             # Least important first: plotly draws horizontal bars bottom-up.

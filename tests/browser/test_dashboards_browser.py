@@ -365,3 +365,23 @@ def test_an_open_loop_capacity_reads_at_least_on_the_study_page(
         path=str(screenshots / "trials-at-least.png")
     )
     probe.assert_clean()
+
+
+def test_a_study_with_nothing_measured_says_so_on_its_cost_chart(
+    probe: Probe, served: Served
+) -> None:
+    """The cost chart's empty note was the price label ("$4.00/GPU-hour (catalog default...)").
+    (Last in the module: the study it adds would be one more on the overview.)"""
+    from tuner.domain import FailureClass, ServingConfig, TrialResult
+
+    repo, name = served.db.repo, "nothing-measured"
+    repo.create_study(name=name, optuna_study_name=name, model="tiny-ernie", model_source=None,
+                      gpu="h100", workload="smoke", objective="balanced", slo={}, spec={},
+                      emulated=False, vllm_version="0.32.0", n_trials_requested=1)  # fmt: skip
+    failed = TrialResult(ServingConfig(), TrialStatus.FAILED, failure=FailureClass.START_FAILED)
+    repo.finish_trial(
+        repo.start_trial(name, 0, failed.config, is_baseline=True), failed, None, None
+    )
+    assert probe.goto(f"/ui/studies/{name}").status == 200
+    assert probe.page.inner_text("#chart-pareto-cost") == "No measured trial yet."
+    probe.assert_clean()

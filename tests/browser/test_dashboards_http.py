@@ -190,6 +190,20 @@ def test_a_storage_error_behind_the_compare_page_is_the_503_page(
     assert "storage unavailable" in r.text
 
 
+def test_the_cost_chart_says_why_it_is_empty(tmp_path: Path) -> None:
+    """With no measured trial it showed the price label ("$4.00/GPU-hour (catalog default...)")
+    as its message; with trials and no price, why none is priced."""
+    url = f"sqlite:///{tmp_path / 'cost.db'}"
+    repo = make_repo(url)
+    run_study(make_context(url, name="none", trials=1), FakeRunner(max_utilization=0.0), repo)
+    run_study(make_context(url, name="cpu", trials=1, gpu="cpu"), FakeRunner(), repo)
+    with TestClient(_app(repo, url)) as client:
+        none = _chart_data(client.get("/ui/studies/none").text)["pareto_cost"]
+        cpu = _chart_data(client.get("/ui/studies/cpu").text)["pareto_cost"]
+    assert none["numbers"] == [] and none["empty"] == "No measured trial yet."
+    assert cpu["numbers"] == [] and cpu["empty"].startswith("cost: no price per GPU-hour for cpu")
+
+
 def test_param_importances_of_a_real_study(db: tuple[str, Repository]) -> None:
     url, _ = db
     imp = param_importances(url, "s1", objective=Objective.THROUGHPUT)

@@ -399,6 +399,28 @@ def test_a_study_whose_defaults_failed_recommends_with_no_score(tmp_path: Path) 
     assert rec["score"] is None and all(t["score"] is None for t in items)
 
 
+def test_a_comparisons_non_finite_numbers_are_null_and_its_labels_stay(tmp_path: Path) -> None:
+    """The store keeps a NaN as the string "nan" (PostgreSQL's JSON has no NaN): the answer
+    sent "ratio": "nan" where the README promises null; a label that reads "nan" is a label."""
+    nan, inf = float("nan"), float("inf")
+    repo = make_repo(f"sqlite:///{tmp_path / 'nan.db'}")
+    metric = {"metric": "itl_p50_ms", "label": "nan", "ratio": nan, "low": -inf, "high": inf,
+              "a": {"median": nan, "values": [1.0, nan]}, "b": {"median": 2.0, "values": [2.0]},
+              "verdict": "inconclusive"}  # fmt: skip
+    row = repo.add_comparison(
+        model="tiny-ernie", gpu="h100", workload="w", a_config=ServingConfig(),
+        b_config=ServingConfig(max_num_seqs=8), repeats=2,
+        results={"a_label": "nan", "b_label": "inf", "confidence": 0.95, "metrics": [metric]},
+        verdicts={"itl_p50_ms": "inconclusive", "overall": "inconclusive"},
+    )  # fmt: skip
+    with TestClient(create_app(ApiSettings(storage=repo))) as c:
+        results = _get(c, f"/v1/compare/{row.id}")["results"]
+    (got,) = results["metrics"]
+    assert got["ratio"] is None and got["low"] is None and got["high"] is None
+    assert got["a"] == {"median": None, "values": [1.0, None]}
+    assert got["label"] == "nan" and (results["a_label"], results["b_label"]) == ("nan", "inf")
+
+
 def test_a_running_study_whose_tuner_exited_says_so_in_the_list_and_on_its_pages(
     tmp_path: Path,
 ) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from tuner import face
 
 if TYPE_CHECKING:
-    from tuner.db.codec import decode_result, encode
+    from tuner.db.codec import decode_result, encode, numbers_back
     from tuner.db.merge import MergeSummary, StudyMerge, merge_databases
     from tuner.db.merge_plan import study_run_tag
     from tuner.db.migrate import (
@@ -62,6 +62,7 @@ __all__ = [
     "make_engine",
     "merge_databases",
     "name_problem",
+    "numbers_back",
     "optuna_engine_kwargs",
     "optuna_rdb",
     "safe_url",

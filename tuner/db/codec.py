@@ -3,7 +3,8 @@
 Writing goes through :func:`tuner.domain.to_jsonable`. Two things are added here:
 
 - non-finite floats (a NaN percentile, an infinite penalty) become the strings ``"nan"``,
-  ``"inf"``, ``"-inf"``, because PostgreSQL's JSON rejects them; ``float()`` reads them back;
+  ``"inf"``, ``"-inf"``, because PostgreSQL's JSON rejects them; ``float()`` reads them back
+  (:func:`numbers_back` in untyped JSON);
 - reading ignores keys a record no longer has, so rows written by an older tuner still load
   as long as new fields have defaults (a missing tuple or mapping reads as empty).
 
@@ -19,7 +20,7 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from tuner.domain import (
@@ -49,6 +50,25 @@ def _finite(value: Any) -> Any:
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_finite(v) for v in value]
+    return value
+
+
+def numbers_back(value: Any, keys: Collection[str]) -> Any:
+    """Untyped JSON read from a column, with the strings :func:`encode` wrote for non-finite
+    floats made floats again wherever they stand under one of ``keys`` (the names that hold
+    numbers, or lists of them). Strings elsewhere stay: a label may read "nan"."""
+    if isinstance(value, dict):
+        return {k: _float_back(v) if k in keys else numbers_back(v, keys) for k, v in value.items()}
+    if isinstance(value, list):
+        return [numbers_back(v, keys) for v in value]
+    return value
+
+
+def _float_back(value: Any) -> Any:
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+        return float(value)
+    if isinstance(value, list):
+        return [_float_back(v) for v in value]
     return value
 
 

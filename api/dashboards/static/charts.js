@@ -122,7 +122,7 @@
     },
 
     pareto_cost(el, d) {
-      if (!d.numbers.length) return empty(el, esc(d.price || "No measured trial yet."));
+      if (!d.numbers.length) return empty(el, d.empty);  // plain text: textContent escapes
       const text = d.numbers.map((n, i) => "#" + n + " " + esc(d.labels[i]));
       // "≤" where a cost is only an upper bound (an open-loop load the server kept up with).
       const atMost = (d.at_most || []).map((b) => (b ? "≤ " : ""));
