@@ -132,6 +132,18 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
         Case(("trials", "nosuchstudy"), database=True),
         ("no study named 'nosuchstudy'", "tuner studies"),
     ),
+    "trials-unknown-study-elsewhere": (  # the hint read the default database
+        Case(("trials", "nosuchstudy", "--storage", f"sqlite:///{DB_FILE}"), database=True),
+        ("no study named 'nosuchstudy'", f"tuner studies --storage sqlite:///{DB_FILE}"),
+    ),
+    "worker-joins-on-sqlite": (  # it created tuner.db first
+        Case(("worker", "--study", "nosuch")),
+        ("needs a database server",),
+    ),
+    "worker-of-a-missing-database": (  # it created the file, and polled its empty queue
+        Case(("worker", "--once", "--storage", "sqlite:///typo/x.db")),
+        ("database typo/x.db does not exist", "`tuner serve` queues in"),
+    ),
     "resume-unknown-study": (
         Case(("run", "--study", "nosuch", "--resume"), database=True),
         ("no study named 'nosuch' to resume", "tuner studies"),
@@ -262,6 +274,7 @@ def test_db_current_says_what_a_database_without_tuner_tables_holds(tmp_path: Pa
         conn.execute("PRAGMA user_version = 1")  # a SQLite file with no table at all
     conn.close()
     text.write_text("hello\n")
+    before = other.read_bytes()
 
     def current(path: Path) -> str:
         run = CliRunner().invoke(app, ["db", "current", "--storage", f"sqlite:///{path}"])
@@ -276,6 +289,13 @@ def test_db_current_says_what_a_database_without_tuner_tables_holds(tmp_path: Pa
     )
     said = current(text)
     assert f"file {text} is not a SQLite database" in said and "damaged" not in said
+    # Read, not written: it was left in WAL mode (header bytes 18-19), and a resume of a study
+    # it cannot hold created tuner's and Optuna's tables in it.
+    resume = CliRunner().invoke(
+        app, ["run", "--study", "x", "--resume", "--storage", f"sqlite:///{other}"]
+    )
+    assert "no study named 'x' to resume" in str(resume.exception)
+    assert other.read_bytes() == before
 
 
 def test_a10g_on_this_machine_fails_at_once(outcomes: dict[str, Outcome]) -> None:

@@ -40,12 +40,13 @@ def test_safe_url_masks_the_password() -> None:
 
 
 def test_malformed_url_is_a_storage_error_with_an_example() -> None:
-    with pytest.raises(StorageError) as err:
-        make_engine("tuner.db")
-    assert "not a database URL" in err.value.message
-    assert "sqlite:///" in err.value.hint
-    # The options tuner has: --storage (and $TUNER_DB_URL); there is no --db.
-    assert "--storage" in err.value.hint and "--db" not in err.value.hint
+    for url in ("tuner.db", "sqlite://tuner.db"):  # the second was a traceback
+        with pytest.raises(StorageError) as err:
+            make_engine(url)
+        assert "not a database URL" in err.value.message
+        assert "sqlite:///" in err.value.hint
+        # The options tuner has: --storage (and $TUNER_DB_URL); there is no --db.
+        assert "--storage" in err.value.hint and "--db" not in err.value.hint
 
 
 def test_unknown_backend_is_a_storage_error() -> None:

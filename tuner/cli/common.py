@@ -149,7 +149,8 @@ def open_repo(url: str | None, study: str | None = None) -> Repository:
 def open_study(url: str | None, study: str) -> Repository:
     repo = open_repo(url, study)
     if repo.get_study(study) is None:
-        raise UsageError(f"no study named {study!r}", hint="run `tuner studies`")
+        listing = f"tuner studies --storage {url}" if url else "tuner studies"
+        raise UsageError(f"no study named {study!r}", hint=f"run `{listing}`")
     return repo
 
 

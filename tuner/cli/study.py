@@ -202,13 +202,15 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     """The spec ``--resume`` continues: the one stored with the study (found by ``spec``'s
     name), with what the command line gives checked against it (:mod:`tuner.spec.resume`).
     A study that is not there is refused here, before anything is prepared or printed."""
-    from tuner.db import Repository, ensure_ready, make_engine
+    from tuner.db import Repository, current_revision, ensure_ready, make_engine
     from tuner.db.session import safe_url
     from tuner.spec import resumed_spec, stored_spec
 
     row = None
     missing = missing_sqlite_file(url)
-    if missing is None:  # else no database file yet
+    # No file yet, or no tuner tables (another application's database): no study, and nothing
+    # created there to say so.
+    if missing is None and current_revision(url) is not None:
         ensure_ready(url, auto_upgrade=True)
         engine = make_engine(url)
         try:
@@ -512,9 +514,17 @@ def worker(
     """Run studies queued through the API (POST /v1/studies), one after another."""
     from tuner.cli.progress import ConsoleReporter
     from tuner.db import Repository, ensure_ready, make_engine
-    from tuner.study import run_worker
+    from tuner.study import refuse_sqlite, run_worker
 
     url = storage_url(storage)
+    if study is not None:  # before anything is created: SQLite has no second host to join
+        refuse_sqlite(url, "`tuner worker --study`")
+    missing = missing_sqlite_file(url)
+    if missing is not None:  # a typo in the path: an empty queue created there, polled forever
+        raise UsageError(
+            f"database {missing} does not exist: no study was queued in it",
+            hint="point --storage (or $TUNER_DB_URL) at the database `tuner serve` queues in",
+        )
     ensure_ready(url, auto_upgrade=True)
     if study is not None:
         _join(url, study, vllm_python)

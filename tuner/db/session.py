@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from tuner.db.models import VERSION_TABLE
 from tuner.errors import StorageError
 
 ENV_URL = "TUNER_DB_URL"
@@ -172,6 +173,14 @@ def make_engine(url: str, url_hint: str = _URL_HINT) -> Engine:
         if parsed.get_backend_name() == "postgresql":
             hint = "install the PostgreSQL driver: pip install 'tuner[postgres]'"
         raise StorageError(f"cannot use database {safe_url(parsed)}: {e}", hint=hint) from e
+    except sa_exc.ArgumentError as e:  # sqlite://t.db: a URL, but not one of a database file
+        why = (
+            "a SQLite file is sqlite:///relative/path.db or sqlite:////absolute/path.db: three "
+            "slashes before the path"
+            if parsed.get_backend_name() == "sqlite"
+            else str(e).splitlines()[0]
+        )
+        raise StorageError(f"not a database URL: {url!r} ({why})", hint=url_hint) from e
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_read_pragmas if options else _sqlite_pragmas)
     return engine
@@ -196,7 +205,15 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     try:
         # busy_timeout first: switching to WAL needs a lock another process may hold.
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        # WAL stays with the file once set: only for tuner's own database (new, or holding its
+        # version table), never for another application's that a command only read.
+        cursor.execute(
+            "SELECT count(*), coalesce(sum(name = ?), 0) FROM sqlite_master WHERE type = 'table'",
+            (VERSION_TABLE,),
+        )
+        tables, ours = cursor.fetchone()
+        if not tables or ours:
+            cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
