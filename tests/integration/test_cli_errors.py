@@ -132,6 +132,24 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
         Case(("trials", "nosuchstudy"), database=True),
         ("no study named 'nosuchstudy'", "tuner studies"),
     ),
+    "calibrate-config": (  # it said --a, an option of compare, not calibrate
+        Case(("calibrate", "--model", "tiny-ernie", "--gpu", "cpu", "--config", "max_num_seqs")),
+        ("--config: cannot read 'max_num_seqs'", "write --config knob=value"),
+    ),
+    "calibrate-config-that-cannot-run": (
+        Case(
+            (
+                "calibrate",
+                "--model",
+                "tiny-ernie",
+                "--gpu",
+                "cpu",
+                "--config",
+                "attention_backend=FLASH_ATTN",
+            )
+        ),
+        ("--config (attention_backend=FLASH_ATTN", "not available on CPU", "change --config"),
+    ),
     "trials-unknown-study-elsewhere": (  # the hint read the default database
         Case(("trials", "nosuchstudy", "--storage", f"sqlite:///{DB_FILE}"), database=True),
         ("no study named 'nosuchstudy'", f"tuner studies --storage sqlite:///{DB_FILE}"),

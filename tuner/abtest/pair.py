@@ -60,11 +60,12 @@ def setup_pair(
     workload_set: str | None,
     confidence: float,
     vllm_python: str | None,
+    options: tuple[str, str] = ("--a", "--b"),
 ) -> PairSetup:
     """Check the SPECs (unknown knobs, bad values), the workload changes and the confidence,
     then A and B against the space rules of this model, GPU and workload: UsageError (exit 2)
-    before anything starts."""
-    a_knobs, b_knobs = parse_config_spec(a, "--a"), parse_config_spec(b, "--b")
+    naming the option that gave the side (``options``) before anything starts."""
+    a_knobs, b_knobs = parse_config_spec(a, options[0]), parse_config_spec(b, options[1])
     overrides = parse_workload_overrides(workload_set)
     check_confidence(confidence)
     profile, spec_model = get_gpu(gpu), resolve_model(model)
@@ -84,9 +85,9 @@ def setup_pair(
     # of the vLLM that will run: asked of its interpreter, and cached per version.
     flags = installed_flags(spec) if beyond_typed([*a_knobs, *b_knobs]) else None
     space = SearchSpace(spec_model, profile, load, flags=flags)
-    configs = configs_in(space, {"A": a_knobs, "B": b_knobs})
+    configs = configs_in(space, list(zip(options, (a_knobs, b_knobs), strict=True)))
     # Labels as typed; the configs add the platform baseline (e.g. CPU's utilization).
-    arm_a, arm_b = (Arm(t.strip(), c) for t, c in zip((a, b), configs.values(), strict=True))
+    arm_a, arm_b = (Arm(t.strip(), c) for t, c in zip((a, b), configs, strict=True))
     return PairSetup(spec, spec_model, profile, load, (arm_a, arm_b))
 
 

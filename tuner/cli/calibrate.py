@@ -47,6 +47,7 @@ def calibrate(
         workload_set=workload_set,
         confidence=0.95,
         vllm_python=vllm_python,
+        options=("--config", "--config"),
     )
     bench = open_bench("calibrate", setup.spec, url, setup.model, setup.gpu, launches)
     arm = setup.arms[0]

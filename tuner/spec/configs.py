@@ -147,18 +147,18 @@ def knob_table(value: Any, side: str, fail: Fail) -> dict[str, Any]:
 
 
 def configs_in(
-    space: SearchSpace, sides: Mapping[str, Mapping[str, Any]]
-) -> dict[str, ServingConfig]:
-    """The configuration of each side (``{"A": knobs, "B": knobs}``) in ``space``: its baseline
-    with the knobs applied. UsageError naming the side's option (``--a``) when one breaks the
-    space's rules on this model, GPU and workload."""
-    configs = {side: space.config_from(knobs, f"--{side.lower()}") for side, knobs in sides.items()}
-    for side, config in configs.items():
+    space: SearchSpace, sides: Sequence[tuple[str, Mapping[str, Any]]]
+) -> list[ServingConfig]:
+    """The configuration of each side (``[("--a", knobs), ("--b", knobs)]``: the option that
+    gave it, its knobs) in ``space``: its baseline with the knobs applied. UsageError naming
+    the option when one breaks the space's rules on this model, GPU and workload."""
+    configs = [space.config_from(knobs, option) for option, knobs in sides]
+    for (option, _), config in zip(sides, configs, strict=True):
         problems = space.violations(config)
         if problems:
             raise UsageError(
-                f"{side} ({config.label()}) cannot run here: {'; '.join(problems)}",
-                hint=f"change --{side.lower()}; `tuner gpus` lists what each profile offers",
+                f"{option} ({config.label()}) cannot run here: {'; '.join(problems)}",
+                hint=f"change {option}; `tuner gpus` lists what each profile offers",
             )
     return configs
 
