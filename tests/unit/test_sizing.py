@@ -153,7 +153,16 @@ def test_tuner_size_compares_two_gpu_profiles(tmp_path: Path) -> None:
     missing = CliRunner().invoke(
         app, ["size", "--model", "no-such-model", "--rate", "5", "--storage", url]
     )
-    assert missing.exit_code == 1 and "no measured study" in missing.stderr
+    # A name no study has is a typo (exit 2, naming what there is), not "nothing measured".
+    assert isinstance(missing.exception, UsageError)
+    said = f"{missing.exception.message} {missing.exception.hint}"
+    there = "(there are: tiny-ernie/h100/chat, tiny-ernie/h200/chat)"
+    assert f"no study of no-such-model {there}" in said
+    assert "check --model, --gpu and --workload" in said
+    chatty = ["size", "--model", "tiny-ernie", "--rate", "5", "--workload", "chatty"]
+    typo = CliRunner().invoke(app, [*chatty, "--storage", url])
+    assert isinstance(typo.exception, UsageError)
+    assert "no study of tiny-ernie with workload chatty" in typo.exception.message
     # The message names the filters it applied, and says when emulated studies exist.
     insert_measured_study(url, configs, name="e-a10g", gpu="a10g", workload="rag", emulated=True)
     other = CliRunner().invoke(

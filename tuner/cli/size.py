@@ -3,13 +3,17 @@ SLO, with the $/hour and $ per 1M output tokens (:mod:`tuner.results.sizing`).""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from tuner.cli.common import JsonOpt, PriceOpt, StorageOpt, err, open_repo, out, print_json
 from tuner.errors import UsageError
+
+if TYPE_CHECKING:
+    from tuner.db import StudyRow
 
 
 def size(
@@ -58,6 +62,8 @@ def size(
                      slo=wanted_slo, emulated=emulated, gpu_price=gpu_price)  # fmt: skip
 
     answers = sized(emulated)
+    if not answers:
+        _refuse_what_no_study_names(repo.list_studies(), model, gpu or (), workload)
     if as_json:
         print_json({"model": model, "rate": to_jsonable(target), "sizes": to_jsonable(answers)})
     else:
@@ -85,3 +91,29 @@ def size(
                    "--slo, or measure a configuration that meets it")
         )  # fmt: skip
         raise typer.Exit(1)
+
+
+def _refuse_what_no_study_names(
+    studies: list[StudyRow], model: str, gpus: Sequence[str], workload: str | None
+) -> None:
+    """UsageError (exit 2) where no study at all, emulated or not, is of ``model`` on ``gpus``
+    with ``workload``: a typo, not "nothing measured" (exit 1); the error lists what is."""
+    wanted = {g.strip().lower() for g in gpus}
+    if any(
+        model in (s.model, s.model_source)
+        and (not wanted or s.gpu.lower() in wanted)
+        and (workload is None or s.workload_label == workload)
+        for s in studies
+    ):
+        return
+    seen = sorted({f"{s.model}/{s.gpu}/{s.workload_label}" for s in studies})
+    what = (
+        model
+        + (f" on {', '.join(gpus)}" if gpus else "")
+        + (f" with workload {workload}" if workload else "")
+    )
+    raise UsageError(
+        f"no study of {what}" + (f" (there are: {', '.join(seen)})" if seen else " (none yet)"),
+        hint="check --model, --gpu and --workload against `tuner studies`, or pass the "
+        "--storage that holds the study",
+    )
