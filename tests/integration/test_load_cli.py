@@ -337,6 +337,22 @@ def test_save_result_is_checked_before_the_load(base_url: str, tmp_path: Path) -
     assert "measuring" not in run.stderr and "warm-up" not in run.stderr
 
 
+def test_a_misnamed_workload_is_said_before_the_server_is_asked_and_nothing_is_made(
+    tmp_path: Path,
+) -> None:
+    """With no server there, a misspelt --workload read as "cannot reach" (exit 1), and the
+    --save-result folders were made for a run that never measured."""
+    nobody = f"http://127.0.0.1:{free_port('127.0.0.1')}"
+    out = tmp_path / "a" / "b"
+    for workload, said in (("chatty", "unknown workload 'chatty'"),
+                           (f"custom:{tmp_path / 'none.jsonl'}", "cannot read trace")):  # fmt: skip
+        run = _tuner(nobody, "--workload", workload, "--save-result", str(out))
+        assert run.returncode == 2 and said in _one_line_error(run)
+    run = _tuner(nobody, "--save-result", str(out), *QUICK)
+    assert run.returncode == 1 and "cannot reach" in _one_line_error(run)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_sigterm_stops_a_load_as_ctrl_c_does() -> None:
     """`kill PID` ended `tuner load` by the signal (exit -15), without a word."""
     with uvicorn_in_thread(create_app(MODEL, max_num_seqs=8, step_s=0.05)) as url:

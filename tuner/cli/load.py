@@ -558,8 +558,9 @@ def load(
         tokenizer=tokenizer,
         workload_set=workload_set,
     )
+    bench.check_named_workload(opts)  # a typo is said as one, not as "cannot reach"
     if save_result is not None:  # before the load, not after it: the run is not lost
-        bench.writable_dir(save_result)
+        bench.writable_dir(save_result, make=False)  # made once there are results
     served = bench.check_server(opts.url, opts.model, min(opts.timeout_s, bench.PROBE_TIMEOUT_S))
     opts = bench.with_workload(opts, served)
     if opts.workload is not None:  # its own load points, as checked above for fixed shapes

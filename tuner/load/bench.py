@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from tuner.load.curve import point_label
 from tuner.load.generator import FailedAfterPoints, LoadGenerator, PhaseCallback
 from tuner.load.prompts import PromptFactory
 from tuner.load.stats import ttft_by_turn, ttft_s_by_turn, turn_summary
-from tuner.load.traces import tokenizer_file
+from tuner.load.traces import check_readable, split_name, tokenizer_file
 from tuner.load.workloads import get_workload
 
 DEFAULT_CONCURRENCY = 16
@@ -300,10 +301,19 @@ def run(
     return results, failure
 
 
-def writable_dir(directory: Path) -> None:
+def writable_dir(directory: Path, *, make: bool = True) -> None:
     """Make ``directory`` if missing and check that a file can be written there; UsageError
-    saying why not (checked before a run, so that its results are not lost at the end)."""
+    saying why not. ``make=False`` (the check before a run, so that its results are not lost
+    at the end) creates nothing: a missing directory's nearest existing folder must let it be
+    made."""
     try:
+        if not make and not directory.exists():
+            parent = next(p for p in directory.absolute().parents if p.exists())
+            if not parent.is_dir():
+                raise NotADirectoryError(20, f"{parent} is not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise PermissionError(13, f"cannot create folders in {parent}")
+            return
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=directory):
             pass
@@ -312,6 +322,19 @@ def writable_dir(directory: Path) -> None:
             f"cannot write results to {directory}: {exc.strerror or exc}",
             hint="give --save-result a writable directory",
         ) from None
+
+
+def check_named_workload(opts: LoadOptions) -> None:
+    """``--workload`` checked before the server is asked anything, so that a typo is said as
+    such and not behind "cannot reach": a preset resolved with ``--workload-set``, a trace's
+    file opened (its rows are read later, counted with the served model's tokenizer)."""
+    name = opts.workload_name
+    if name is None:
+        return
+    if split_name(name) is None:
+        get_workload(name, opts.workload_set)
+    else:
+        check_readable(name)
 
 
 def save(results: Sequence[PointResult], directory: Path) -> list[Path]:

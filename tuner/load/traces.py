@@ -237,14 +237,31 @@ def _refuse_spread(path: Path, text: str) -> None:
         )
 
 
+def check_readable(name: str) -> None:
+    """UsageError unless the trace ``name`` names (``FORMAT:FILE``) can be opened."""
+    split = split_name(name)
+    if split is None:
+        raise UsageError(
+            f"{name!r} names no trace", hint=f"write FORMAT:FILE with FORMAT one of {FORMATS}"
+        )
+    try:
+        split[1].open("rb").close()
+    except OSError as exc:
+        raise _unreadable(split[1], name, exc) from None
+
+
+def _unreadable(path: Path, name: str, exc: OSError) -> UsageError:
+    return UsageError(
+        f"cannot read trace {path}: {exc.strerror or exc}",
+        hint=f"give the path of a trace file after {name.split(':', 1)[0]!r}:",
+    )
+
+
 def _read(path: Path, name: str) -> str:
     try:
         return path.read_text(encoding="utf-8-sig")  # a BOM (spreadsheets write one) is no text
     except OSError as exc:
-        raise UsageError(
-            f"cannot read trace {path}: {exc.strerror or exc}",
-            hint=f"give the path of a trace file after {name.split(':', 1)[0]!r}:",
-        ) from None
+        raise _unreadable(path, name, exc) from None
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"trace {path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
