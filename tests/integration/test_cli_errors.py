@@ -313,6 +313,11 @@ def test_db_current_says_what_a_database_without_tuner_tables_holds(tmp_path: Pa
         app, ["run", "--study", "x", "--resume", "--storage", f"sqlite:///{other}"]
     )
     assert "no study named 'x' to resume" in str(resume.exception)
+    # Another application's database: said as such, not only "run tuner db upgrade" on it.
+    trials = CliRunner().invoke(app, ["trials", "x", "--storage", f"sqlite:///{other}"])
+    said = str(trials.exception)
+    assert f"{other} has no tuner tables (2 other tables)" in said
+    assert "point --storage (or $TUNER_DB_URL) at tuner's database" in said
     assert other.read_bytes() == before
 
 

@@ -248,8 +248,16 @@ def ensure_current(url: str) -> None:
         return
     where = safe_url(url)
     if current is None:
+        held = holdings(url)  # "is empty", or another application's: "(2 other tables)"
+        foreign = held.startswith("has no tuner tables (")
         raise StorageError(
-            f"database {where} has no tuner tables, tuner needs {head}", hint=upgrade_hint(url)
+            f"database {where} {held if foreign else 'has no tuner tables'}, tuner needs {head}",
+            hint=(
+                "point --storage (or $TUNER_DB_URL) at tuner's database; to keep tuner's "
+                f"tables beside these, {upgrade_hint(url)}"
+            )
+            if foreign
+            else upgrade_hint(url),
         )
     if current not in known_revisions():
         raise _unknown_revision(url, current)
