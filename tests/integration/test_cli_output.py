@@ -150,3 +150,18 @@ def test_the_models_table_shows_a_small_count_and_a_model_without_weights() -> N
     assert "│ 0.43 M " in rows["tiny-ernie"] and "│ 0.36 B " in rows["ernie-0.3b"]
     assert "none published" in rows["tiny-ernie"] and "random weights" in rows["tiny-ernie"]
     assert "│ published" in rows["qwen2.5-7b"]
+
+
+def test_trials_prints_a_log_lines_brackets_as_text(url: str) -> None:
+    """A failure's detail was read as Rich markup: "[rank0]:" vanished, and a path in brackets
+    ("[/models/llama]", a closing tag to Rich) crashed `tuner trials` with a MarkupError (a
+    "[nan, nan]" range went the same way)."""
+    from tuner.db import Repository, make_engine
+    from tuner.domain import FailureClass, TrialResult, TrialStatus
+
+    repo = Repository(make_engine(url))
+    detail = "[rank0]: model dir [/models/llama] not found"
+    failed = TrialResult(LONG, TrialStatus.FAILED, FailureClass.START_FAILED, detail)
+    repo.finish_trial(repo.start_trial("a-study-with-a-long-name", 3, LONG), failed, None, None)
+    shown = _invoke("trials", "a-study-with-a-long-name", "--storage", url)
+    assert f"start_failed: {detail}" in " ".join(shown.split())

@@ -308,3 +308,29 @@ def test_a_capacity_at_a_ladder_the_server_kept_up_with_is_exported_as_at_least(
     assert "At least: the capacity of #0 is only a lower bound: the server kept up" in md
     older = [{k: v for k, v in r.items() if k != "capacity_is_lower_bound"} for r in records]
     assert "at least" not in markdown_table(older).lower()  # an older export cannot say
+
+
+def test_the_export_shows_only_what_was_measured(tmp_path: Path) -> None:
+    """A failed trial's objective_values were the penalty told to Optuna (80 GiB, 10^7 ms) as
+    if measured; the Markdown printed "nan [1, inf]" where the JSONL says null, and a curve no
+    load point of which met the SLO as "0 [0, 0] @ 0"."""
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
+
+    url = f"sqlite:///{tmp_path / 'measured.db'}"
+    repo = insert_measured_study(url, [ServingConfig()], name="m")
+    oom = TrialResult(ServingConfig(max_num_seqs=512), TrialStatus.FAILED,
+                      FailureClass.MEMORY_EXCEEDED, "CUDA out of memory")  # fmt: skip
+    repo.finish_trial(repo.start_trial("m", 1, oom.config), oom, None, [0.0, 80.0, 1e7])
+    records = {r["number"]: r for r in study_records(repo, "m")}
+    assert records[1]["objective_values"] is None and records[0]["objective_values"] is not None
+    nan, inf = float("nan"), float("inf")
+    zero = {"median": 0.0, "low": 0.0, "high": 0.0, "values": [0.0]}
+    trial = {**records[0], "metrics": {
+        "output_throughput": {"median": 10.0, "low": 9.0, "high": 11.0, "values": [10.0]},
+        "ttft_p99_ms": {"median": nan, "low": 1.0, "high": inf, "values": [nan]},
+        "capacity_output_throughput": zero, "capacity_load": zero,
+    }}  # fmt: skip
+    row = markdown_table([trial]).splitlines()[2]
+    assert "nan" not in row and "inf" not in row and "| 10 [9, 11] |" in row
+    assert "| none met the SLO |" in row and "@ 0" not in row

@@ -420,7 +420,7 @@ def trials(
         values: list[float] = list(r.objective_values or [])
         why = energy.absent(m, on_gpu=r.gpu_uuid is not None) if ok else None
         unmeasured.update([why] if why else [])
-        table.add_row(
+        cells = (
             str(r.number) + (" (baseline)" if r.is_baseline else ""),
             r.status.value + (" (tuner gone)" if gone and r.status is TrialStatus.RUNNING else ""),
             r.config.label(),
@@ -433,6 +433,8 @@ def trials(
             (r.failure.value + ": " + r.failure_detail[:60]) if r.failure else "",
             window_flags(r.windows).short(),
         )
+        # Text, not markup: a log line's "[rank0]:" or a path in brackets, a "[nan, nan]" range.
+        table.add_row(*map(escape, cells))
     out.print(table)
     if stored is not None:
         _say_failure(stored)

@@ -5,7 +5,8 @@ committed data.
 Each line holds: study, number, phase (search / confirm), is_baseline, status, failure_class,
 failure_detail, config (the knobs set; {} is vLLM's defaults), score (relative to the
 baseline; null when it or the baseline was not measured), objective_values [output tok/s,
-memory GiB, P99 E2E ms],
+memory GiB, P99 E2E ms] (null for a failed trial: the penalty Optuna was told is no
+measurement; a trial stopped early keeps its partial values),
 metrics {name: {median, low, high, values}} (the median over the measurement windows, low and
 high the smallest and largest window value: a range, not a confidence interval; values one per
 window), memory {gpu_peak_bytes, gpu_baseline_bytes, host_peak_rss_bytes}, effective_backend,
@@ -22,11 +23,12 @@ are only a lower bound (read at an open-loop load the server kept up with,
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tuner.db import Repository
-from tuner.domain import Objective, TrialStatus, to_jsonable
+from tuner.domain import FailureClass, Objective, TrialStatus, to_jsonable
 from tuner.domain.jsonable import dumps
 from tuner.results import costs, energy
 
@@ -54,7 +56,10 @@ def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
                 "failure_detail": row.failure_detail or None,
                 "config": row.config.to_dict(),
                 "score": trial_score(row, reference, objective),
-                "objective_values": list(row.objective_values or []) or None,
+                # What was measured: a failure's values are the penalty Optuna was told.
+                "objective_values": list(row.objective_values or []) or None
+                if row.status is TrialStatus.COMPLETE or row.failure is FailureClass.STOPPED_EARLY
+                else None,
                 "metrics": to_jsonable(row.metrics),
                 "memory": to_jsonable(row.memory),
                 "effective_backend": row.effective_backend,
@@ -90,8 +95,12 @@ def md_cell(text: object) -> str:
 
 
 def _range(metric: Mapping[str, Any] | None, digits: int = 0) -> str:
-    if not metric or metric.get("median") is None:
+    """'12 [11, 13]'; empty where the metric or any end of it is missing or not finite (a
+    percentile no request reached: null in the JSONL, a dash on the page), never 'nan'."""
+    ends = [metric.get(k) for k in ("median", "low", "high")] if metric else []
+    if not ends or not all(isinstance(x, int | float) and math.isfinite(x) for x in ends):
         return ""
+    assert metric is not None
     return (
         f"{metric['median']:.{digits}f} [{metric['low']:.{digits}f}, {metric['high']:.{digits}f}]"
     )
@@ -161,8 +170,11 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
         score = f"{r['score']:.3f}" if r["score"] is not None else ""
         baseline = " (baseline)" if r["is_baseline"] else ""
         capacity = _range(m.get("capacity_output_throughput"))
-        if capacity and m.get("capacity_load"):
-            capacity += f" @ {m['capacity_load']['median']:g}"
+        load = (m.get("capacity_load") or {}).get("median")
+        if capacity and m["capacity_output_throughput"]["median"] <= 0:
+            capacity = "none met the SLO"  # no load point did: curve.capacity stores zeros
+        elif capacity and load:
+            capacity += f" @ {load:g}"
         if capacity and r.get("capacity_is_lower_bound"):  # older exports do not say
             capacity = f"at least {capacity}"
         lines.append(
