@@ -93,13 +93,14 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
         objective = q.objective or study_objective(snap.study)
         strict = q.slo is not None and use_slo
         slo = q.slo if q.slo is not None and strict else Slo(**snap.study.slo)
-        # Judged on the stored metrics whatever the preset: no curve was read with a request's SLO.
+        # A request's own SLO is judged on the stored metrics whatever the preset (no curve was
+        # read with it); the study's, on the curve where its preset ranks by one, as `tuner best`.
         table = standings(
             snap.trials,
             objective,
             slo,
             updated_at=snap.study.updated_at,
-            by_curve=False,
+            by_curve=not strict,
             reference=snap.reference,
         )
         verdict = snap.confirmed.get(objective)

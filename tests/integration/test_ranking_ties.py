@@ -268,3 +268,45 @@ def test_a_fine_tune_named_as_a_catalog_model_is_another_model() -> None:
     assert model_key("qwen2.5-7b", None) == "qwen2.5-7b"
     assert model_key("qwen2.5-7b", "myorg/qwen2.5-7b") == "myorg/qwen2.5-7b"
     assert model_key("foo", "orgA/foo") == "orgA/foo"
+
+
+def test_a_capacity_study_names_one_winner_everywhere(tmp_path: Path) -> None:
+    """A capacity study judges its SLO on the load curve (the most a load point that met it
+    served). #0 served the most within the SLO on its curve, but its fixed-load P99 E2E misses
+    the SLO: `tuner best`, `tuner size` and `tuner launch` named #0, while the overview, the
+    study page's best card and the API judged the fixed load alone and named #1."""
+    import sqlite3
+
+    from tests.integration.test_launch_cli import insert_ladder_study
+    from tuner.results import overview, study_report
+
+    path = tmp_path / "cap.db"
+    url = f"sqlite:///{path}"
+    repo = insert_ladder_study(url, name="cap", gpu="cpu")
+    with sqlite3.connect(path) as db:  # an SLO #1's fixed load meets and #0's misses
+        db.execute("UPDATE tuner_studies SET slo = ? WHERE name = 'cap'", ('{"e2e_p99_ms": 5000}',))
+        db.execute(
+            "UPDATE tuner_trials SET metrics = json_set(metrics, '$.e2e_p99_ms.median', 6000.0) "
+            "WHERE number = 0"
+        )
+    db.close()
+    study = repo.get_study("cap")
+    assert study is not None
+    label = study.workload_label
+    found: dict[str, int] = {}
+    run = CliRunner().invoke(app, ["best", "cap", "--json", "--storage", url])
+    assert run.exit_code == 0, run.output
+    found["cli"] = json.loads(run.stdout)["recommendation"]["trial_number"]
+    found["launch"] = best_local(repo, "tiny-ernie", "cpu", workload=label).trial
+    with TestClient(create_app(ApiSettings(storage=url))) as client:
+        query = {"model": "tiny-ernie", "gpu": "cpu", "workload": label}
+        found["api"] = client.get("/v1/recommendations", params=query).json()["trial"]
+    trials = repo.list_trials("cap", limit=None)
+    (entry,) = overview([study], {"cap": trials}, {})
+    found["overview"] = entry.trial.number
+    report = study_report(study, trials)
+    assert report.best is not None
+    found["page best"], found["page star"] = report.best.number, report.recommended
+    assert set(found.values()) == {0}, found
+    # The page's lines say #0 met the SLO, as the ranking judged it.
+    assert [line.feasible for line in report.trials] == [True, True]

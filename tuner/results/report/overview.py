@@ -43,7 +43,6 @@ def overview(
             (s, trials_by_study.get(s.name, ()), study_objective(s), confirmed_by_study.get(s.name))
             for s in studies
         ),
-        by_curve=False,  # judged as the trials table shows it
     )
     groups: dict[tuple[str, str, str], list[tuple[StudyRow, Ranked]]] = {}
     for s, top in picks:  # best first, so each group's too

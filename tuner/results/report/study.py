@@ -200,11 +200,12 @@ def _memory_gib(row: TrialRow) -> float | None:
     return None if b is None else b / GIB
 
 
-def _feasible(row: TrialRow, slo: Slo) -> bool | None:
-    """Whether the trial met the SLO and error budget; None when a metric it needs is missing
-    (rows written by another tool): unknown, not a page error."""
+def _feasible(row: TrialRow, slo: Slo, objective: Objective) -> bool | None:
+    """Whether the trial met the SLO and error budget, as its study's standings judge it (a
+    capacity or cost study on its load curve); None when a metric it needs is missing (rows
+    written by another tool): unknown, not a page error."""
     try:
-        return scoring.is_feasible(scoring.metric_constraints(row.metrics, slo))
+        return scoring.is_feasible(scoring.metric_constraints(row.metrics, slo, objective))
     except KeyError:
         return None
 
@@ -240,7 +241,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 e2e_p99_ms=median(t.metrics.get("e2e_p99_ms")),
                 memory_gib=_memory_gib(t) if measured else None,
                 score=trial_score(t, reference, objective),
-                feasible=_feasible(t, slo) if measured else None,
+                feasible=_feasible(t, slo, objective) if measured else None,
                 backend=t.effective_backend,
                 duration_s=took,
                 windows=window_flags(t.windows),
@@ -307,8 +308,9 @@ def best_line(
     study: StudyRow, trials: Sequence[TrialRow], lines: Sequence[TrialLine]
 ) -> TrialLine | None:
     """The line of the search trial the study's standings put first
-    (:func:`tuner.study.standings.standings`, on the fixed-load metrics the table shows)."""
-    ranked = standings(trials, study_objective(study), Slo(**study.slo), by_curve=False)
+    (:func:`tuner.study.standings.standings`: a capacity or cost study's SLO judged on the load
+    curve, as `tuner best` judges it)."""
+    ranked = standings(trials, study_objective(study), Slo(**study.slo))
     top = ranked[0].number if ranked else None
     return next((line for line in lines if line.number == top), None)
 
