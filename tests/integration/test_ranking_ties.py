@@ -193,6 +193,12 @@ def test_a_study_that_changed_its_workload_never_stands_for_the_preset(tmp_path:
     assert rows == {("smoke", "plain"), (label, "changed")}
     sized = size(repo, model="tiny-ernie", rate=Rate(5.0, "req/s"), workload="smoke")
     assert [s.study for s in sized] == ["plain"]
+    # The CLI names it as the matching does (it said "smoke", and `tuner size --workload smoke`
+    # then answered with the other study's numbers, or with none).
+    listed = CliRunner().invoke(app, ["studies", "--storage", url])
+    assert label in " ".join(listed.stdout.split())
+    best = CliRunner().invoke(app, ["best", "changed", "--json", "--storage", url])
+    assert json.loads(best.stdout)["recommendation"]["provenance"]["workload"] == label
 
 
 def test_every_surface_shows_the_same_score_for_every_trial(

@@ -333,7 +333,8 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
         if s.n_confirmation_launches:
             counts += f"; {s.n_confirmation_launches} confirmation launches"
         status = f"{s.status} (tuner gone)" if s.name in gone else str(s.status)
-        table.add_row(s.name, s.model, s.gpu, s.workload, s.objective, status, counts)
+        cells = (s.name, s.model, s.gpu, s.workload_label, s.objective, status, counts)
+        table.add_row(*map(escape, cells))  # text: "smoke[concurrency=2]" is no markup
     if not rows:  # said beside the output (stderr), as `tuner export` says an empty dataset
         err.print("no studies in this database: `tuner run` (or a worker) stores them")
         return

@@ -259,7 +259,7 @@ def recommendation(
             "gpu": trial.gpu_name,
             "vllm": version,
             "model": trial.model,
-            "workload": trial.workload,
+            "workload": row.workload_label,  # with the values the study changed, if any
             "emulated": trial.emulated,
             "windows": len(trial.metrics["output_throughput"].values),
         },
