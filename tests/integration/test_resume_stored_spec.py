@@ -220,7 +220,10 @@ def test_resume_with_the_name_alone_continues_the_stored_study(scene: Scene) -> 
     )
     assert best.returncode == 0, best.stderr
     rec = json.loads(best.stdout)["recommendation"]
-    assert rec["provenance"]["workload"] == "chat"
+    # The load it measured, as the API names it: the preset with the values the study changed.
+    stored = repo.get_study(STUDY)
+    assert stored is not None and stored.workload_label.startswith("chat[")
+    assert rec["provenance"]["workload"] == stored.workload_label
     assert rec["confirmed"] is not None
     _drained(s)
 
