@@ -93,14 +93,16 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
         objective = q.objective or study_objective(snap.study)
         strict = q.slo is not None and use_slo
         slo = q.slo if q.slo is not None and strict else Slo(**snap.study.slo)
-        # A request's own SLO is judged on the stored metrics whatever the preset (no curve was
-        # read with it); the study's, on the curve where its preset ranks by one, as `tuner best`.
+        # The study's own SLO and preset are judged as `tuner best` judges them (on the load
+        # curve where the preset ranks by one); another SLO or objective on the stored metrics:
+        # no curve was read with that SLO, and another preset's curve may not exist.
+        own = objective is study_objective(snap.study) and slo == Slo(**snap.study.slo)
         table = standings(
             snap.trials,
             objective,
             slo,
             updated_at=snap.study.updated_at,
-            by_curve=not strict,
+            by_curve=own,
             reference=snap.reference,
         )
         verdict = snap.confirmed.get(objective)

@@ -14,6 +14,7 @@ from tuner.results import (
     StudyCurves,
     StudyReport,
     TrialCurve,
+    costs,
 )
 
 
@@ -97,8 +98,13 @@ def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict
             "x_title": "$ per 1M output tokens at the SLO's throughput"
             + (" (≤: at most, see below)" if any(p.usd_at_most for p in priced) else ""),
             "y_title": "P99 end-to-end latency (ms)",
-            # What the chart says where no trial has a cost: none measured, or why none is priced.
-            "empty": report.price_label if points else "No measured trial yet.",
+            # What the chart says where no trial has a cost: none measured, why none is priced,
+            # or (priced) that none served a load within the SLO: its $/1M is infinite.
+            "empty": "No measured trial yet."
+            if not points
+            else report.price_label
+            if report.price_label == costs.no_price(report.study.gpu)
+            else "No trial has a cost: none served a load within the SLO.",
         },
         "importance": {
             # Least important first: plotly draws horizontal bars bottom-up.

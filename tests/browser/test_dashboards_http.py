@@ -202,6 +202,23 @@ def test_the_cost_chart_says_why_it_is_empty(tmp_path: Path) -> None:
         cpu = _chart_data(client.get("/ui/studies/cpu").text)["pareto_cost"]
     assert none["numbers"] == [] and none["empty"] == "No measured trial yet."
     assert cpu["numbers"] == [] and cpu["empty"].startswith("cost: no price per GPU-hour for cpu")
+    # Priced, measured, and no load point met the SLO anywhere: no finite $/1M to draw.
+    import sqlite3
+
+    from tests.integration.test_launch_cli import insert_ladder_study
+
+    path = tmp_path / "ladder.db"
+    insert_ladder_study(f"sqlite:///{path}", name="missed")
+    with sqlite3.connect(path) as db:
+        for key in ("capacity_output_throughput", "capacity_load"):
+            ends = ", ".join(f"'$.{key}.{end}', 0" for end in ("median", "low", "high"))
+            db.execute(f"UPDATE tuner_trials SET metrics = json_set(metrics, {ends})")
+    db.close()
+    ladder = Repository(make_engine(f"sqlite:///{path}"))
+    with TestClient(_app(ladder, None)) as client:
+        missed = _chart_data(client.get("/ui/studies/missed").text)["pareto_cost"]
+    assert missed["numbers"] == []
+    assert missed["empty"] == "No trial has a cost: none served a load within the SLO."
 
 
 def test_param_importances_of_a_real_study(db: tuple[str, Repository]) -> None:

@@ -158,10 +158,6 @@ BAD_INPUT: dict[str, tuple[Case, tuple[str, ...]]] = {
         Case(("worker", "--study", "nosuch")),
         ("needs a database server",),
     ),
-    "worker-of-a-missing-database": (  # it created the file, and polled its empty queue
-        Case(("worker", "--once", "--storage", "sqlite:///typo/x.db")),
-        ("database typo/x.db does not exist", "`tuner serve` queues in"),
-    ),
     "resume-unknown-study": (
         Case(("run", "--study", "nosuch", "--resume"), database=True),
         ("no study named 'nosuch' to resume", "tuner studies"),
@@ -319,6 +315,15 @@ def test_db_current_says_what_a_database_without_tuner_tables_holds(tmp_path: Pa
     assert f"{other} has no tuner tables (2 other tables)" in said
     assert "point --storage (or $TUNER_DB_URL) at tuner's database" in said
     assert other.read_bytes() == before
+    # Tuner's tables without a revision record: said as such, not "no study named 'x'".
+    leftovers = tmp_path / "leftovers.db"
+    with sqlite3.connect(leftovers) as conn:
+        conn.execute("CREATE TABLE tuner_studies (id)")
+    conn.close()
+    again = CliRunner().invoke(
+        app, ["run", "--study", "x", "--resume", "--storage", f"sqlite:///{leftovers}"]
+    )
+    assert "has tuner tables ['tuner_studies'] but no revision record" in str(again.exception)
 
 
 def test_a10g_on_this_machine_fails_at_once(outcomes: dict[str, Outcome]) -> None:

@@ -307,6 +307,12 @@ def test_a_capacity_study_names_one_winner_everywhere(tmp_path: Path) -> None:
     with TestClient(create_app(ApiSettings(storage=url))) as client:
         query = {"model": "tiny-ernie", "gpu": "cpu", "workload": label}
         found["api"] = client.get("/v1/recommendations", params=query).json()["trial"]
+        # The study's own SLO, asked for, is the study's SLO: judged the same way.
+        same = client.get("/v1/recommendations", params={**query, "slo": "e2e_p99=5s"})
+        found["api, its own SLO"] = same.json()["trial"]
+        # Another preset (no capacity curve of its own to judge): on the stored metrics.
+        other = client.get("/v1/recommendations", params={**query, "objective": "throughput"})
+        assert other.status_code == 200 and other.json()["trial"] == 1, other.json()
     trials = repo.list_trials("cap", limit=None)
     (entry,) = overview([study], {"cap": trials}, {})
     found["overview"] = entry.trial.number

@@ -148,6 +148,12 @@ def test_a_run_under_other_options_is_not_resumed_but_said(tmp_path: Path) -> No
     LaunchLog.for_run(tmp_path, "verify-claims", run_key(x=1)).record(A, fake.run(A.config, LOAD))
     strange = LaunchLog.for_run(tmp_path, "compare", run_key(other=1))  # other configurations
     strange.record(A, fake.run(ServingConfig(max_num_seqs=64), LOAD))
+    # The defaults against something else: one arm in common is another run, not this one.
+    shares_a = LaunchLog.for_run(tmp_path, "compare", run_key(other=2))
+    shares_a.record(A, fake.run(A.config, LOAD))
+    shares_a.record(
+        Arm("c", ServingConfig(max_num_seqs=2)), fake.run(ServingConfig(max_num_seqs=2), LOAD)
+    )
     log = LaunchLog.for_run(tmp_path, "compare", run_key(trend=True))
     done = log.load([A, B])
     assert done == [[], []]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -459,6 +460,46 @@ def test_a_worker_run_once_exits_1_when_a_study_it_took_failed_to_run(
     assert "worker: 2 studies taken, 1 failed to run (elsewhere)" in " ".join(run.output.split())
     assert repo.get_study("fine").status == "finished"
     assert repo.get_study("elsewhere").status == "failed"
+
+
+def test_a_worker_on_a_sqlite_file_not_made_yet_creates_nothing_and_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """It created the file (and its folders, for a typo) and polled an empty queue there; now
+    `--once` says nothing can be queued in it, and a polling worker waits for `tuner serve`
+    to make it (started first, or beside it, by a service manager)."""
+    import subprocess
+    import sys
+    import time
+
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    path = tmp_path / "typo" / "x.db"
+    url = f"sqlite:///{path}"
+    once = CliRunner().invoke(app, ["worker", "--once", "--storage", url])
+    assert once.exit_code == 0, once.output
+    assert f"worker: 0 studies taken (database {path} does not exist)" in once.output
+    assert not (tmp_path / "typo").exists()
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "worker", "--storage", url, "--poll", "0.2"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert waiting.stdout is not None
+        assert "worker: waiting for database" in waiting.stdout.readline()
+        time.sleep(1.0)
+        assert waiting.poll() is None and not (tmp_path / "typo").exists()
+        make_repo(url)  # what `tuner serve` does at its start
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "typo").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert waiting.poll() is None  # it polls the queue now
+    finally:
+        waiting.terminate()
+        waiting.wait(timeout=30)
 
 
 def test_a_study_that_failed_to_run_says_why_in_the_api_the_page_and_tuner_studies(

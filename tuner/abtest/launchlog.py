@@ -57,11 +57,11 @@ class LaunchLog:
         key = run_key(command=command, configs=configs, launches=launches, **facts)
         return cls.for_run(home, command, key)
 
-    def load(self, arms: Sequence[Arm]) -> list[list[TrialResult]]:
+    def load(self, arms: Sequence[Arm], *, warn: bool = True) -> list[list[TrialResult]]:
         """Earlier reusable launches per arm (matched on the configuration, then on the arm's
         label), in launch order. Where several arms run one configuration (an A/A comparison)
         each launch goes to the arm it was logged for, else to the one with fewest so far. A
-        line that cannot be read (a write cut short) is skipped."""
+        line that cannot be read (a write cut short) is skipped, said where ``warn``."""
         done: list[list[TrialResult]] = [[] for _ in arms]
         if not self.path.exists():
             return done
@@ -70,7 +70,8 @@ class LaunchLog:
                 entry = json.loads(line)
                 result = decode_result(entry["result"])
             except (ValueError, KeyError, TypeError) as exc:
-                log.warning("%s line %d unreadable, launched again: %s", self.path, n, exc)
+                if warn:
+                    log.warning("%s line %d unreadable, launched again: %s", self.path, n, exc)
                 continue
             same = [i for i, arm in enumerate(arms) if arm.config == result.config]
             pool = [i for i in same if arms[i].label == entry.get("arm")] or same
@@ -82,16 +83,18 @@ class LaunchLog:
         self, arms: Sequence[Arm], besides: Collection[Path] = ()
     ) -> list[tuple[Path, int]]:
         """Other logs of this command (not among ``besides``: the same run's other groups)
-        holding reusable launches of these configurations, an interrupted run of them with
-        other options (model, GPU, workload, launch budget, design, vLLM), each with its count."""
+        holding reusable launches of every one of these configurations, an interrupted run of
+        them with other options (model, GPU, workload, launch budget, design, vLLM), each with
+        its count. A log that shares one arm only (the defaults, in most runs) is another run."""
         kind = self.path.name.rsplit("-", 1)[0]
-        others = self.path.parent.glob(f"{kind}-*.jsonl")
-        counted = [
-            (other, sum(map(len, LaunchLog(other).load(arms))))
-            for other in sorted(others)
-            if other != self.path and other not in besides and other.name.rsplit("-", 1)[0] == kind
-        ]
-        return [(other, n) for other, n in counted if n]
+        found = []
+        for other in sorted(self.path.parent.glob(f"{kind}-*.jsonl")):
+            if other == self.path or other in besides or other.name.rsplit("-", 1)[0] != kind:
+                continue
+            done = LaunchLog(other).load(arms, warn=False)  # another run may be writing it
+            if all(done):
+                found.append((other, sum(map(len, done))))
+        return found
 
     def record(self, arm: Arm, result: TrialResult) -> None:
         """Append one finished launch, flushed to disk before the next launch starts."""
@@ -128,7 +131,7 @@ def describe_resumed(
             f"not resumed: an interrupted run of these configurations with other options "
             f"(model, GPU, workload, launch budget, --trend/--no-trend, vLLM) kept {n} launch"
             f"{'' if n == 1 else 'es'} in {paths}; its exact options again reuse them, and "
-            "deleting the file drops them"
+            "deleting the file drops them (unless a run still going writes it)"
         )
     listed = ", ".join(f"{n} of {label}" for label, n in counts.items())
     return f"resuming: {listed} already measured by an interrupted run of this command"

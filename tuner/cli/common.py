@@ -8,6 +8,7 @@ columns in the middle of a flag or a path cannot be pasted or parsed.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from enum import Enum
@@ -149,7 +150,12 @@ def open_repo(url: str | None, study: str | None = None) -> Repository:
 def open_study(url: str | None, study: str) -> Repository:
     repo = open_repo(url, study)
     if repo.get_study(study) is None:
-        listing = f"tuner studies --storage {url}" if url else "tuner studies"
+        from tuner.db.session import safe_url
+
+        # The URL as given, its password masked, quoted for a shell.
+        listing = (
+            f"tuner studies --storage {shlex.quote(safe_url(url))}" if url else "tuner studies"
+        )
         raise UsageError(f"no study named {study!r}", hint=f"run `{listing}`")
     return repo
 

@@ -5,6 +5,7 @@ to be good, so that a typo is reported at once."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -202,15 +203,18 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     """The spec ``--resume`` continues: the one stored with the study (found by ``spec``'s
     name), with what the command line gives checked against it (:mod:`tuner.spec.resume`).
     A study that is not there is refused here, before anything is prepared or printed."""
-    from tuner.db import Repository, current_revision, ensure_ready, make_engine
+    from tuner.db import Repository, check_leftovers, current_revision, ensure_ready, make_engine
     from tuner.db.session import safe_url
     from tuner.spec import resumed_spec, stored_spec
 
     row = None
     missing = missing_sqlite_file(url)
     # No file yet, or no tuner tables (another application's database): no study, and nothing
-    # created there to say so.
-    if missing is None and current_revision(url) is not None:
+    # created there to say so. Tuner's tables without a revision record are said as such.
+    revision = current_revision(url) if missing is None else None
+    if missing is None and revision is None:
+        check_leftovers(url)
+    if revision is not None:
         ensure_ready(url, auto_upgrade=True)
         engine = make_engine(url)
         try:
@@ -522,12 +526,13 @@ def worker(
     url = storage_url(storage)
     if study is not None:  # before anything is created: SQLite has no second host to join
         refuse_sqlite(url, "`tuner worker --study`")
-    missing = missing_sqlite_file(url)
-    if missing is not None:  # a typo in the path: an empty queue created there, polled forever
-        raise UsageError(
-            f"database {missing} does not exist: no study was queued in it",
-            hint="point --storage (or $TUNER_DB_URL) at the database `tuner serve` queues in",
-        )
+    if (missing := missing_sqlite_file(url)) is not None:  # `tuner serve` makes it; not here
+        if once:  # nothing can be queued in a file that is not there
+            say(f"worker: 0 studies taken (database {missing} does not exist)")
+            return
+        say(f"worker: waiting for database {missing} (`tuner serve --storage {url}` creates it)")
+        while missing_sqlite_file(url) is not None:
+            time.sleep(poll)
     ensure_ready(url, auto_upgrade=True)
     if study is not None:
         _join(url, study, vllm_python)

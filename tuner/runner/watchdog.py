@@ -14,10 +14,11 @@ gone, and exits. A tuner killed after it started the server but before it wrote 
 instead. A tuner that stops its server itself ends the group first and then closes the pipe,
 so the watchdog finds nothing to do.
 
-Until the pipe ends, only the standard library is loaded, so the watchdog starts in a few tens
-of milliseconds; what it needs then (psutil, :mod:`tuner.runner.procgroup`,
-:mod:`tuner.runner.leases`) is imported after. It ignores SIGINT and SIGHUP (a Ctrl-C or a
-closed terminal reaches the tuner, which stops the server itself).
+Only the standard library, psutil, :mod:`tuner.runner.procgroup`, :mod:`tuner.runner.leases`
+and :mod:`tuner.telemetry`'s process facts are imported (before it blocks, so that nothing is
+loaded once the tuner is gone), and the watchdog starts in a few tens of milliseconds. It
+ignores SIGINT and SIGHUP (a Ctrl-C or a closed terminal reaches the tuner, which stops the
+server itself).
 """
 
 from __future__ import annotations
