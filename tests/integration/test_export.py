@@ -308,6 +308,14 @@ def test_a_capacity_at_a_ladder_the_server_kept_up_with_is_exported_as_at_least(
     assert "At least: the capacity of #0 is only a lower bound: the server kept up" in md
     older = [{k: v for k, v in r.items() if k != "capacity_is_lower_bound"} for r in records]
     assert "at least" not in markdown_table(older).lower()  # an older export cannot say
+    # Windows counted as `tuner best` counts them, a load point's; the page says both.
+    from tuner.results import study_report
+
+    assert "3 measurement windows a load point" in md
+    study = repo.get_study("ladder")
+    assert study is not None
+    page = study_report(study, repo.list_trials("ladder", limit=None))
+    assert page.provenance["windows per trial"] == "6 (2 load points of 3)"
 
 
 def test_the_export_shows_only_what_was_measured(tmp_path: Path) -> None:

@@ -140,8 +140,9 @@ def provenance_line(records: Sequence[Mapping[str, Any]]) -> str:
     ]
     if any(p.get("emulated") for p in provenance):
         parts.append("emulated")
-    if windows:
-        parts.append(f"{windows} measurement windows a trial")
+    if windows:  # at the workload's own load point: per point where a trial measured a curve
+        curve = any("capacity_output_throughput" in (r["metrics"] or {}) for r in records)
+        parts.append(f"{windows} measurement windows a {'load point' if curve else 'trial'}")
     return f"Study {records[0]['study']}: " + ", ".join(parts)
 
 

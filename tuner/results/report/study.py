@@ -13,6 +13,7 @@ from typing import Any
 
 from tuner.db import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Estimate, Objective, Slo, TrialStatus
+from tuner.load.curve import load_points
 from tuner.results import costs, energy
 from tuner.scoring import GIB, WindowFlags, ranking, window_flags
 from tuner.scoring import objectives as scoring
@@ -462,7 +463,14 @@ def _provenance(study: StudyRow, trials: Sequence[TrialRow]) -> dict[str, str]:
     def seen(values: Iterable[Any]) -> str:
         return ", ".join(dict.fromkeys(str(v) for v in values if v not in (None, "")))
 
-    windows = seen(len(t.windows) for t in measured)
+    def count(t: TrialRow) -> str:  # a curve's: "9 (3 load points of 3)", as tuner best counts
+        points = len(load_points(t.windows))
+        if points <= 1:
+            return str(len(t.windows))
+        each = f" of {len(t.windows) // points}" if len(t.windows) % points == 0 else ""
+        return f"{len(t.windows)} ({points} load points{each})"
+
+    windows = seen(count(t) for t in measured)
     out = {
         "model": study.model,
         "GPU": seen([study.gpu, *(t.gpu_name for t in measured)]),
