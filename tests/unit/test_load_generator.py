@@ -147,6 +147,9 @@ def test_some_failures_are_recorded_not_raised() -> None:
         ([event(" t1"), b"data: {not json}\n\n"], "malformed"),
         ([event(" t1"), b"data: [1, 2]\n\n"], "unexpected stream data"),
         ([event(" t1"), b'data: {"object":"error","message":"old style"}\n\n'], "old style"),
+        # A 200 with a usage chunk and no token: it counted as a success with no TTFT, and met
+        # any TTFT SLO (goodput); vLLM's benchmark fails it.
+        ([event(None, {"prompt_tokens": 20, "completion_tokens": 0})], "no token before [DONE]"),
     ],
 )
 def test_bad_streams_are_failed_records(parts: list[bytes], needle: str) -> None:
@@ -158,6 +161,33 @@ def test_bad_streams_are_failed_records(parts: list[bytes], needle: str) -> None
     with serving(handler) as url, pytest.raises(LoadFailure, match="warm-up") as info:
         _generator(url).run(SMALL)
     assert needle in info.value.message
+
+
+def test_a_request_ends_at_its_last_token_as_vllm_times_it() -> None:
+    """E2E ran to [DONE]: a usage chunk sent 0.3 s after the last token (a busy API server)
+    added 0.3 s to E2E, its P99 against the SLO and TPOT; vLLM's benchmark stops at the last
+    token."""
+    import asyncio
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        n = int(body["max_tokens"])
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(n):
+            await resp.write(event(f" t{i}"))
+        await asyncio.sleep(0.3)
+        await resp.write(event(None, {"prompt_tokens": 20, "completion_tokens": n}))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    w = SMALL.replace(length_jitter=0.0, warmup_requests=0, windows=1, requests_per_window=3)
+    with serving(handler) as url:
+        report = _generator(url).run(w)
+    records = report.records[0]
+    assert records and all(r.ok and r.e2e_s is not None for r in records)
+    assert all(r.e2e_s < 0.2 for r in records if r.e2e_s is not None), records
 
 
 def test_crlf_events_and_split_reads_parse_like_vllm_events() -> None:

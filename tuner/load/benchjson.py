@@ -22,8 +22,9 @@ reads like a measurement; here it is ``null``, and so is any other non-finite fl
 start (vLLM writes ``perf_counter`` values, whose origin means nothing outside the process).
 vLLM's ``generated_texts`` and ``queue_times`` are left out: tuner keeps no text, and its
 ``start_time`` is taken once the request holds its concurrency slot, so the client queue is not
-measured; a successful request that streamed no token has no TTFT sample (vLLM would count
-0.0). Tuner's own additions are under ``tuner_*`` keys only.
+measured; a request that streamed no token before ``[DONE]`` is a failed one, as vLLM fails it
+(:func:`tuner.load.stream.stream_completion`). Tuner's own additions are under ``tuner_*`` keys
+only.
 
 Pure functions; no I/O.
 """

@@ -202,13 +202,17 @@ async def stream_completion(
         return failed(state.error)
     if state.done is None:
         return failed("stream ended before [DONE]")
+    if state.first is None:  # vLLM's benchmark fails it too: no token, no TTFT to count
+        return failed("no token before [DONE]")
     usage = state.usage
     return RequestRecord(
         ok=True,
         prompt_tokens=int(usage.get("prompt_tokens") or prompt_tokens),
         output_tokens=int(usage.get("completion_tokens") or state.chunks),
         start_s=start - t0,
-        ttft_s=None if state.first is None else state.first - start,
-        e2e_s=state.done - start,
+        ttft_s=state.first - start,
+        # As vLLM's benchmark ends a request: at its last token, not at the usage chunk or
+        # [DONE] after it (a busy API server may send those later).
+        e2e_s=state.last - start,
         itl_s=tuple(state.gaps),
     )
