@@ -58,6 +58,30 @@ def test_a_queued_study_is_claimed_once_and_runs(tmp_path: Path) -> None:
     assert repo.get_study("queued-1").status == "finished"
 
 
+def test_a_study_tuner_run_sets_up_is_never_queued_for_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tuner run` created its study "queued" and wrote "running" only once it was set up: a
+    worker polling the same database in between claimed it, and failed it or itself."""
+    from tuner.study import planning
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    repo = make_repo(url)
+    worker = Repository(make_engine(url))
+    seen: list[tuple[str, object]] = []
+    enqueue = planning.enqueue_predicted
+
+    def meanwhile(ctx, study):  # type: ignore[no-untyped-def]
+        row = repo.get_study("mine")
+        seen.append((row.status if row else "", worker.claim_queued_study()))
+        return enqueue(ctx, study)
+
+    monkeypatch.setattr(planning, "enqueue_predicted", meanwhile)
+    run_study(make_context(url, trials=1, name="mine"), FakeRunner(), repo)
+    assert seen == [("running", None)]
+    assert repo.get_study("mine").status == "finished"
+
+
 def test_claims_follow_queue_order(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'q.db'}"
     repo = make_repo(url)

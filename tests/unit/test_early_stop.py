@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -78,3 +79,25 @@ def test_an_equal_configuration_is_stopped_by_chance_at_the_one_sided_rate() -> 
         cand = Standing(True, math.exp(rng.gauss(0.0, sd)))
         stopped += early_stop(cand, ref, POLICY).stop
     assert 0.015 < stopped / n < 0.031
+
+
+def test_the_window_spread_is_the_first_load_points_not_the_curves() -> None:
+    """On a ladder the spread was taken over every point's windows: the curve's x30 rise made
+    it 1.48 (log), a margin of 4.2 and a stop only below x0.015, so nothing ever stopped."""
+    from tuner.domain import LatencyStats, WindowMetrics, Workload
+    from tuner.study.early import point_spread
+
+    stats = LatencyStats(1, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0)
+
+    def window(tok_s: float, streams: int) -> WindowMetrics:
+        return WindowMetrics(1.0, 4, 0, 4, 4, 4.0, tok_s, tok_s, stats, stats, stats,
+                             concurrency=streams)  # fmt: skip
+
+    values = [(100, 4), (102, 4), (98, 4), (700, 16), (710, 16), (690, 16), (3000, 64)]
+    windows = [window(v, c) for v, c in values]
+    ladder = Workload(name="l", prompt_tokens=8, output_tokens=8, windows=3,
+                      concurrency_ladder=(4, 16, 64))  # fmt: skip
+    first = statistics.stdev(math.log(v) for v in (100, 102, 98))
+    assert point_spread(windows, ladder) == pytest.approx(first)
+    one = Workload(name="o", prompt_tokens=8, output_tokens=8, windows=3)
+    assert point_spread(windows[:3], one) == pytest.approx(first)  # its windows, all of them

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from tuner.compose import StudyContext
 from tuner.db import TrialRow
-from tuner.domain import Objective, ServingConfig, Slo, TrialStatus, WindowMetrics
+from tuner.domain import Objective, ServingConfig, Slo, TrialStatus, WindowMetrics, Workload
 from tuner.load import FirstPointCheck, first_point_windows, summarize
 from tuner.scoring import Standing, StopPolicy, meets_slo_within_noise
 from tuner.scoring import objectives as scoring
@@ -69,6 +69,15 @@ def _window_sigma(windows: Sequence[WindowMetrics]) -> float:
     return statistics.stdev(logs) if len(logs) >= 2 else 0.0
 
 
+def point_spread(windows: Sequence[WindowMetrics], workload: Workload) -> float:
+    """The window-to-window SD (log output throughput) at the first load point of ``workload``:
+    over all the windows of a one-point workload (its first alone has none), over the first
+    point's of a ladder. Over a ladder's points it was the curve's rise (x10 from the bottom
+    rung to the top), which widened the margin until nothing ever stopped."""
+    one_point = len(workload.load_points()) == 1
+    return _window_sigma(windows if one_point else windows[: first_point_windows(workload)])
+
+
 def first_point_check(
     ctx: StudyContext, rows: Sequence[TrialRow], slo: Slo
 ) -> FirstPointCheck | None:
@@ -84,7 +93,8 @@ def first_point_check(
     n = first_point_windows(ctx.workload)
     if len(best.windows) < n:
         return None
-    policy = StopPolicy(launch_sigma=launch_sigma(rows), window_sigma=_window_sigma(best.windows))
+    spread = point_spread(best.windows, ctx.workload)
+    policy = StopPolicy(launch_sigma=launch_sigma(rows), window_sigma=spread)
     reference = point_standing(best.windows[:n], ctx, policy.margin)
 
     def check(windows: tuple[WindowMetrics, ...]) -> str | None:

@@ -478,6 +478,8 @@ def _open(
                 emulated=ctx.emulated,
                 vllm_version=ctx.vllm_version,
                 n_trials_requested=ctx.spec.trials,
+                # Not queued: a worker polling this database would claim it while it is set up.
+                status=StudyStatus.RUNNING,
             )
         if existing is not None:  # queued: what its worker knows now
             repo.set_up_queued(
