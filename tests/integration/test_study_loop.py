@@ -1040,3 +1040,29 @@ def test_a_configuration_whose_kernel_vllm_chose_in_a_measured_trial_counts_as_t
     assert measured_before(rows[:1], ServingConfig(attention_backend="FLASHINFER")) is None
     said = _repeated(named, rows[0]).failure_detail or ""
     assert said.startswith("trial #0 measured this configuration (defaults, the same kernel)")
+
+
+def test_a_candidate_that_names_the_kernel_the_defaults_ran_is_not_confirmed(
+    tmp_path: Path,
+) -> None:
+    """vLLM's defaults ran FLASH_ATTN (its own choice); a trial that names FLASH_ATTN runs the
+    same launch. It took a confirmation slot, and the confirmation compared the defaults with
+    themselves while the best distinct configuration went unconfirmed."""
+    from tuner.study.confirm import confirmation_candidates
+    from tuner.study.standings import standings
+
+    url = f"sqlite:///{tmp_path / 'twins.db'}"
+    repo = make_repo(url)
+    twin, other = {"attention_backend": "FLASH_ATTN"}, {"max_num_seqs": 64}
+    ctx = make_context(url, trials=3, name="twins", params=("attention_backend", "max_num_seqs"),
+                       choices={"attention_backend": ("FLASH_ATTN", "TRITON_ATTN"),
+                                "max_num_seqs": (1, 64)},
+                       enqueue=[twin, other], confirm_top=1)  # fmt: skip
+    run_study(ctx, FakeRunner(backend="FLASH_ATTN"), repo)
+    rows = repo.list_trials("twins", limit=None)
+    ranked = standings(rows, ctx.spec.objective, ctx.slo)
+    named = next(r for r in ranked if r.config == ServingConfig(**twin))
+    rest = [r for r in ranked if r is not named]
+    # Whatever the fake measured, put the twin first among the candidates.
+    ((number, config),) = confirmation_candidates(ctx, [named, *rest])
+    assert config != named.config and config == ServingConfig(**other), (number, config)

@@ -203,12 +203,17 @@ def confirmation_candidates(
     ctx: StudyContext, ranked: Sequence[Ranked]
 ) -> list[tuple[int, ServingConfig]]:
     """The trials a confirmation of the study's standings ``ranked`` puts against the defaults:
-    the top ``confirm_top`` SLO-feasible configurations other than the defaults, by number."""
-    seen = {ctx.space.baseline()}
+    the top ``confirm_top`` SLO-feasible configurations other than the defaults, by number. One
+    that names the kernel vLLM chose by itself for the defaults (or an earlier candidate) runs
+    the same launch (:func:`tuner.study.standings.ran_as`): it is no candidate of its own."""
+    from tuner.study.standings import ran_as  # standings reads this module's verdicts
+
+    seen = {ctx.space.baseline(), *(c for r in ranked if r.is_baseline for c in ran_as(r.row))}
     candidates = []
     for r in ranked:
-        if r.feasible and not r.is_baseline and r.config not in seen:
-            seen.add(r.config)
+        same = ran_as(r.row)
+        if r.feasible and not r.is_baseline and not seen.intersection(same):
+            seen.update(same)
             candidates.append((r.number, r.config))
     return candidates[: ctx.spec.confirm_top]
 
