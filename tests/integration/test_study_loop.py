@@ -1066,3 +1066,22 @@ def test_a_candidate_that_names_the_kernel_the_defaults_ran_is_not_confirmed(
     # Whatever the fake measured, put the twin first among the candidates.
     ((number, config),) = confirmation_candidates(ctx, [named, *rest])
     assert config != named.config and config == ServingConfig(**other), (number, config)
+
+
+def test_a_capacity_studys_confirmation_compares_the_capacity(tmp_path: Path) -> None:
+    """Its launches' capacity is compared beside the fixed-load metrics (the confirmation
+    decides on it: tests/unit/test_confirm_choose.py), and its looks ran to a verdict."""
+    url = f"sqlite:///{tmp_path / 'cap.db'}"
+    ladder = TINY_WORKLOAD.replace(concurrency=16, concurrency_ladder=(4, 8, 16), windows=2)
+    repo = make_repo(url)
+    ctx = make_context(
+        url, trials=2, workload=ladder, objective="capacity", slo="ttft_p99=200ms",
+        params=("max_num_seqs",), choices={"max_num_seqs": (2, 64)},
+        enqueue=[{"max_num_seqs": 64}], confirm_launches=2, confirm_top=1,
+    )  # fmt: skip
+    run_study(ctx, FakeRunner(), repo)
+    (comparison,) = repo.list_comparisons(ctx.name)
+    metrics = {m["metric"]: m for m in comparison.results["metrics"]}
+    capacity = metrics["capacity_output_throughput"]
+    assert capacity["label"] == "capacity out tok/s" and len(capacity["a"]["values"]) >= 2
+    assert comparison.verdicts["capacity_output_throughput"]

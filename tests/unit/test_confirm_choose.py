@@ -263,3 +263,28 @@ def test_the_api_lists_worse_among_the_verdicts() -> None:
     assert out.verdict == "worse" and out.label == DEFAULTS_LABEL and out.score == 1.0
     assert out.decided_on is not None and out.decided_on.high is not None
     assert out.decided_on.high < 1.0
+
+
+def test_a_capacity_study_is_confirmed_on_its_capacity_not_its_fixed_load() -> None:
+    """A capacity study ranks by the most a load point within the SLO served; its confirmation
+    decided on the throughput at the workload's own (top) load point, which no SLO bounds: a
+    candidate faster there but with less capacity was "better" and recommended."""
+    from tuner.study.confirm import decision_metric
+
+    row = _row()  # output tok/s x1.34, better
+    lower = _metric("capacity_output_throughput", "capacity out tok/s", B_THR, A_THR,
+                    0.7458, 0.5625, 0.9888, WORSE, True)  # fmt: skip
+    curve = dataclasses.replace(
+        row, results={**row.results, "metrics": [*row.results["metrics"], lower]}
+    )
+    for objective in (Objective.CAPACITY, Objective.COST):
+        assert decision_metric(objective, curve=True) == "capacity_output_throughput"
+        confirmed = choose([curve], objective)
+        assert confirmed is not None and confirmed.verdict == WORSE, (objective, confirmed)
+        assert confirmed.decided_on is not None
+        assert confirmed.decided_on[0] == "capacity out tok/s"
+        # Without a curve (a study at one load point), the throughput decides, as before.
+        plain = choose([row], objective)
+        assert plain is not None and plain.verdict == BETTER
+    # The other presets weigh what they weighed.
+    assert decision_metric(Objective.THROUGHPUT, curve=True) == "output_throughput"

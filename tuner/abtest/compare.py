@@ -370,6 +370,18 @@ class Comparison:
 _TURN_P50 = re.compile(r"ttft_turn(\d+)_p50_ms")
 
 
+CAPACITY = "capacity_output_throughput"  # a load curve's: the most a point within the SLO served
+
+
+def curve_metrics(*results: TrialResult) -> tuple[tuple[str, str, bool], ...]:
+    """The capacity (:data:`CAPACITY`) where every complete launch of ``results`` measured a
+    load curve: what a capacity or cost study ranks by, so what its confirmation decides on."""
+    complete = [r for r in results if r.status is TrialStatus.COMPLETE]
+    if complete and all(CAPACITY in r.metrics for r in complete):
+        return ((CAPACITY, "capacity out tok/s", True),)
+    return ()
+
+
 def turn_metrics(*results: TrialResult) -> tuple[tuple[str, str, bool], ...]:
     """The per-turn median TTFT metrics (``ttft_turn{k}_p50_ms``, multi-turn workloads) that
     every complete launch of ``results`` has, in turn order, as :data:`COMPARED` lists them:
@@ -415,7 +427,8 @@ def compare(
     smallest effect worth acting on: 0.05, a change of 5 %).
     """
     metrics = []
-    for name, label, higher in (*COMPARED, *turn_metrics(*a_results, *b_results)):
+    both = (*a_results, *b_results)
+    for name, label, higher in (*COMPARED, *curve_metrics(*both), *turn_metrics(*both)):
         a_runs, b_runs = _launches(a_results, name, geomean), _launches(b_results, name, geomean)
         av, bv = [v for v, _, _ in a_runs], [v for v, _, _ in b_runs]
         at = _times(a_runs, b_runs)

@@ -49,6 +49,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tuner.abtest import (
+    CAPACITY,
     FLOORED,
     Arm,
     Design,
@@ -116,7 +117,7 @@ def run_confirmation(
         return
     launches = spec.confirm_launches
     design = confirmation_design(launches, spec.confirm_max_launches, spec.confidence)
-    metric = decision_metric(spec.objective)
+    metric = decision_metric(spec.objective, curve=len(ctx.workload.load_points()) > 1)
     arms = [Arm(DEFAULTS_LABEL, baseline)] + [Arm(f"#{n}", c) for n, c in candidates]
     earlier = repo.list_trials(study, phase="confirm", limit=None)
     # Only this round's launches are reused (a confirmation cut short): an earlier round's
@@ -230,11 +231,21 @@ def confirmation_design(launches: int, max_launches: int | None, confidence: flo
 _COMPOSITE = ("output_throughput", "e2e_p99_ms", "memory_gib")  # as _composites weighs them
 
 
-def decision_metric(objective: Objective) -> str:
+def decision_metric(objective: Objective, curve: bool = False) -> str:
     """The metric whose interval decides when a confirmation stops: the heaviest of the
-    objective's weights (ties: the first, the output throughput)."""
+    objective's weights (ties: the first, the output throughput; over a load ``curve``, a
+    capacity or cost study's is the capacity, :func:`_weighed`)."""
     weights = scoring.WEIGHTS[objective]
-    return _COMPOSITE[max(range(len(weights)), key=lambda i: (weights[i], -i))]
+    return _weighed(objective, curve)[max(range(len(weights)), key=lambda i: (weights[i], -i))]
+
+
+def _weighed(objective: Objective, curve: bool) -> tuple[str, ...]:
+    """The metrics the objective's weights apply to, as its search ranked: a capacity or cost
+    study over a load ``curve`` weighs the capacity (the most a load point within the SLO
+    served), not the throughput at the workload's own load point, which no SLO bounds."""
+    if curve and objective in (Objective.CAPACITY, Objective.COST):
+        return (CAPACITY, *_COMPOSITE[1:])
+    return _COMPOSITE
 
 
 def _profile(
@@ -339,7 +350,10 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
     lost: list[ComparisonRow] = []  # the comparisons worse on what decides
     for row in rows:
         metrics = {m["metric"]: m for m in row.results["metrics"]}
-        if any(is_inconclusive(metrics.get(n, {}).get("verdict")) for n in _judged(objective)):
+        curve = CAPACITY in metrics  # launches over a load curve: see _weighed
+        if any(
+            is_inconclusive(metrics.get(n, {}).get("verdict")) for n in _judged(objective, curve)
+        ):
             unclear = unclear or row
             continue
         interval = _score_interval(row, metrics, objective)
@@ -351,13 +365,14 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         if decided_on is None:
             said = interval.verdict(higher_is_better=True)
             # Peak memory is better or worse only beyond the smallest effect, as compare judges.
-            if said != NO_DIFFERENCE and _alone(objective) in FLOORED and interval.within(floor):
+            floored = _alone(objective, curve) in FLOORED
+            if said != NO_DIFFERENCE and floored and interval.within(floor):
                 too_small = floor if said == BETTER else too_small
                 said = NO_DIFFERENCE
             wins = said == BETTER
         else:  # a composite: what the looks stopped on, no weighed metric worse, score above 1
-            said = metrics.get(decision_metric(objective), {}).get("verdict")
-            worse = any(_worse_by(metrics.get(n, {}), floor) for n in _judged(objective))
+            said = metrics.get(decision_metric(objective, curve), {}).get("verdict")
+            worse = any(_worse_by(metrics.get(n, {}), floor) for n in _judged(objective, curve))
             wins = said == BETTER and not worse and interval.ratio > 1.0
         if objective is Objective.MEMORY and metrics["output_throughput"]["verdict"] == WORSE:
             wins = False
@@ -385,7 +400,8 @@ def choose(rows: Sequence[ComparisonRow], objective: Objective) -> Confirmed | N
         # The first one's comparison shown, with what it lost on (the deciding metric, or the
         # metric the objective weighs alone).
         metrics = {m["metric"]: m for m in lost[0].results["metrics"]}
-        lost_on = _deciding(metrics, objective) or _metric_interval(metrics, _alone(objective))
+        alone = _alone(objective, CAPACITY in metrics)
+        lost_on = _deciding(metrics, objective) or _metric_interval(metrics, alone)
         names = tuple(_name(r) for r in lost)
         return _keep_defaults(lost[0], WORSE, decided_on=lost_on, worse=names)
     # The evidence for keeping the defaults: the first candidate's comparison not worse than
@@ -437,7 +453,7 @@ def _score_interval(
     row: ComparisonRow, metrics: Mapping[str, Any], objective: Objective
 ) -> RatioInterval | None:
     """The candidate's score against the defaults with its interval (see :func:`choose`)."""
-    alone = _alone(objective)
+    alone = _alone(objective, CAPACITY in metrics)
     if alone is not None:
         m = metrics.get(alone, {})
         ratio, low, high = m.get("ratio"), m.get("low"), m.get("high")
@@ -464,11 +480,10 @@ def _score_interval(
     return ratio_interval(a, b, confidence)
 
 
-def _alone(objective: Objective) -> str | None:
+def _alone(objective: Objective, curve: bool = False) -> str | None:
     """The metric an objective weighs alone (its score is that metric), None for a composite."""
-    weighed = [
-        (name, w) for name, w in zip(_COMPOSITE, scoring.WEIGHTS[objective], strict=True) if w
-    ]
+    names = _weighed(objective, curve)
+    weighed = [(name, w) for name, w in zip(names, scoring.WEIGHTS[objective], strict=True) if w]
     return weighed[0][0] if len(weighed) == 1 and weighed[0][1] == 1.0 else None
 
 
@@ -477,9 +492,10 @@ def _deciding(
 ) -> tuple[str, float, float, float] | None:
     """A composite objective's deciding metric as (label, ratio, low, high); None for an
     objective that weighs one metric alone (its score's interval is that metric's)."""
-    if _alone(objective) is not None:
+    curve = CAPACITY in metrics
+    if _alone(objective, curve) is not None:
         return None
-    return _metric_interval(metrics, decision_metric(objective))
+    return _metric_interval(metrics, decision_metric(objective, curve))
 
 
 def _worse_by(metric: Mapping[str, Any], floor: float) -> bool:
@@ -494,9 +510,9 @@ def _worse_by(metric: Mapping[str, Any], floor: float) -> bool:
     return worsening - 1.0 >= floor - 1e-12
 
 
-def _judged(objective: Objective) -> tuple[str, ...]:
+def _judged(objective: Objective, curve: bool = False) -> tuple[str, ...]:
     """The metrics a confirmation's verdict for ``objective`` rests on."""
-    weights = zip(_COMPOSITE, scoring.WEIGHTS[objective], strict=True)
+    weights = zip(_weighed(objective, curve), scoring.WEIGHTS[objective], strict=True)
     names = [name for name, weight in weights if weight > 0]
     if objective is Objective.MEMORY:
         names.append("output_throughput")  # it must not be significantly worse
