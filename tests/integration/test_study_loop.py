@@ -3,6 +3,7 @@ the sampler as infeasible, dominated configs never launched, interruption and re
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -1085,3 +1086,24 @@ def test_a_capacity_studys_confirmation_compares_the_capacity(tmp_path: Path) ->
     capacity = metrics["capacity_output_throughput"]
     assert capacity["label"] == "capacity out tok/s" and len(capacity["a"]["values"]) >= 2
     assert comparison.verdicts["capacity_output_throughput"]
+
+
+def test_a_joining_worker_never_writes_running_over_a_confirmation(tmp_path: Path) -> None:
+    """A worker that joined read the study "running", then its runner claimed the confirmation,
+    then the joiner wrote "running" over it: its own claim then succeeded, and two
+    confirmations ran side by side with colliding launch numbers."""
+    url = f"sqlite:///{tmp_path / 'join.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=1, name="join", confirm_launches=2, confirm_top=1)
+    run_study(ctx, FakeRunner(), repo)
+    repo.set_study_status("join", "confirming")  # its runner claimed the confirmation
+
+    class ReadBefore(Repository):  # what the joiner read just before that claim
+        def get_study(self, name: str):  # type: ignore[no-untyped-def]
+            row = super().get_study(name)
+            return None if row is None else dataclasses.replace(row, status="running")
+
+    joiner = FakeRunner()
+    run_study(ctx, joiner, ReadBefore(repo._engine), join=True)
+    assert repo.get_study("join").status == "confirming"
+    assert joiner.calls == []  # no trial, no second confirmation

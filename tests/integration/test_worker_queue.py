@@ -523,7 +523,7 @@ def test_a_worker_on_a_sqlite_file_not_made_yet_creates_nothing_and_waits_for_it
         assert waiting.poll() is None  # it polls the queue now
     finally:
         waiting.terminate()
-        waiting.wait(timeout=30)
+        waiting.communicate(timeout=30)  # reaped, and its pipe closed
 
 
 def test_a_study_that_failed_to_run_says_why_in_the_api_the_page_and_tuner_studies(

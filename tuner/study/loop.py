@@ -352,7 +352,14 @@ def run_study(
         try:
             # Inside: a Ctrl-C (a SIGTERM) landing just after this write still records the
             # study interrupted, whatever another worker wrote before.
-            repo.set_study_status(ctx.name, "running")
+            if not join:
+                repo.set_study_status(ctx.name, "running")
+            elif not repo.claim_study_step(ctx.name, StudyStatus.RUNNING, unless=_SETTLED):
+                # Its runner took the confirmation (or finished) since the read above: "running"
+                # written over that let this worker start a second confirmation beside it.
+                settled = repo.get_study(ctx.name)
+                report.phase("nothing to do", _settled(ctx.name, settled) if settled else "")
+                return rank(repo, ctx.name, ctx.spec.objective)
             _loop(ctx, study, storage, runner, repo, report, study_slo(row), join=join)
             if ctx.spec.confirm_launches > 0:
                 # A joined worker that takes the confirmation runs the study while it confirms:
