@@ -1107,3 +1107,33 @@ def test_a_joining_worker_never_writes_running_over_a_confirmation(tmp_path: Pat
     run_study(ctx, joiner, ReadBefore(repo._engine), join=True)
     assert repo.get_study("join").status == "confirming"
     assert joiner.calls == []  # no trial, no second confirmation
+
+
+def test_a_result_stored_before_optuna_was_told_keeps_its_place_in_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped between storing a trial's result and telling Optuna (a SIGTERM, a second
+    Ctrl-C): the resume failed its Optuna trial uncounted and not retried, so the study ran
+    one trial more than its budget, beside a row Optuna never learned."""
+    url = f"sqlite:///{tmp_path / 'tell.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="tell")
+    finish = Repository.finish_trial
+
+    def stored_then_stopped(self, trial_id, result, score, values):  # type: ignore[no-untyped-def]
+        row = finish(self, trial_id, result, score, values)
+        if row.number == 1 and result.status is TrialStatus.COMPLETE:
+            raise KeyboardInterrupt  # after the row, before any word to Optuna
+        return row
+
+    monkeypatch.setattr(Repository, "finish_trial", stored_then_stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx, FakeRunner(), repo)
+    monkeypatch.setattr(Repository, "finish_trial", finish)
+    states = [t.state for t in optuna.load_study(study_name="tell", storage=url).trials]
+    assert states[1] is optuna.trial.TrialState.RUNNING  # the window this test is about
+    again = FakeRunner()
+    run_study(ctx, again, repo, resume=True)
+    rows = repo.list_trials("tell", limit=None)
+    assert [r.number for r in rows] == [0, 1] and again.calls == []
+    assert all(r.status is TrialStatus.COMPLETE for r in rows)

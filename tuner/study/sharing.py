@@ -320,13 +320,23 @@ def swept(
             if isinstance(owner, dict):
                 refuse_beside(owner, name, f"measures its trial #{live.number}")
     failed = _fail_stale(study)  # the trials this worker failed, each failed by one worker
+    rows = repo.list_trials(name, limit=None)
+    # A row stored as finished while its Optuna trial runs: the tuner stopped between storing
+    # the result and telling Optuna. It is a result: it uses the budget (as its tell would
+    # have), and is not launched again.
+    stored = {
+        r.number
+        for r in rows
+        if r.status is not TrialStatus.RUNNING and r.failure is not FailureClass.INTERRUPTED
+    }
     for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if alone or dead_here(running):
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                if running.number in stored:
+                    storage.set_trial_user_attr(running._trial_id, COUNTED, True)
                 if storage.set_trial_state_values(running._trial_id, state=TrialState.FAIL):
                     failed.add(running.number)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    rows = repo.list_trials(name, limit=None)
     # A trial lost before its row was written (between the ask and start_trial) is queued
     # again by the worker that failed it: its queued configuration (the baseline, a retry, an
     # [[enqueue]] one) would be lost otherwise, and a configuration it drew whole is retried
