@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from tuner.abtest.claims.rejudge import rejudge
     from tuner.abtest.claims.verdicts import Outcome, claim_record, verify
     from tuner.abtest.compare import (
-        CAPACITY,
         COMPARED,
         FLOORED,
         HEADLINE,
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from tuner.abtest.profile import load_profile, noise_key, profile_lines, record_launch
 
 __all__ = [
-    "CAPACITY",
     "COMPARED",
     "FLOORED",
     "HEADLINE",

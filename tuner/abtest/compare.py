@@ -50,6 +50,7 @@ from tuner.domain import ServingConfig, Slo, TrialResult, TrialStatus, Workload
 from tuner.runner import PhaseCallback, TrialRunner
 from tuner.scoring import (
     BETTER,
+    CAPACITY,
     GIB,
     MIN_EFFECT,
     NO_DIFFERENCE,
@@ -368,9 +369,6 @@ class Comparison:
 
 
 _TURN_P50 = re.compile(r"ttft_turn(\d+)_p50_ms")
-
-
-CAPACITY = "capacity_output_throughput"  # a load curve's: the most a point within the SLO served
 
 
 def curve_metrics(*results: TrialResult) -> tuple[tuple[str, str, bool], ...]:

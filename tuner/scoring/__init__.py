@@ -20,7 +20,7 @@ if TYPE_CHECKING:
         stored_window_note,
         window_flags,
     )
-    from tuner.scoring.cost import trial_cost, usd_per_million
+    from tuner.scoring.cost import CAPACITY, trial_cost, usd_per_million
     from tuner.scoring.early_stop import StopPolicy, meets_slo_within_noise
     from tuner.scoring.noise import (
         Components,
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BETTER",
     "BUDGET",
+    "CAPACITY",
     "CONTINUE",
     "GIB",
     "INCONCLUSIVE",

@@ -49,7 +49,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tuner.abtest import (
-    CAPACITY,
     FLOORED,
     Arm,
     Design,
@@ -69,6 +68,7 @@ from tuner.load import FULL
 from tuner.runner import TrialRunner
 from tuner.scoring import (
     BETTER,
+    CAPACITY,
     INCONCLUSIVE,
     MIN_EFFECT,
     NO_DIFFERENCE,
