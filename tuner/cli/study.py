@@ -560,9 +560,8 @@ def worker(
 
 def _join(url: str, name: str, vllm_python: str | None) -> None:
     from tuner.db import Repository, make_engine
-    from tuner.study import join_study, refuse_sqlite
+    from tuner.study import join_study
 
-    refuse_sqlite(url, "`tuner worker --study`")
     with _reporting(name, f"tuner worker --study {name}") as reporter:
         repo = Repository(make_engine(url))
         n = join_study(repo, url, name, vllm_python=vllm_python, reporter=reporter)

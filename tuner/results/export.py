@@ -31,6 +31,7 @@ from tuner.db import Repository
 from tuner.domain import FailureClass, Objective, TrialStatus, to_jsonable
 from tuner.domain.jsonable import dumps
 from tuner.results import costs, energy
+from tuner.scoring import CAPACITY
 
 
 def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
@@ -97,10 +98,11 @@ def md_cell(text: object) -> str:
 def _range(metric: Mapping[str, Any] | None, digits: int = 0) -> str:
     """'12 [11, 13]'; empty where the metric or any end of it is missing or not finite (a
     percentile no request reached: null in the JSONL, a dash on the page), never 'nan'."""
-    ends = [metric.get(k) for k in ("median", "low", "high")] if metric else []
-    if not ends or not all(isinstance(x, int | float) and math.isfinite(x) for x in ends):
+    if not metric:
         return ""
-    assert metric is not None
+    ends = [metric.get(k) for k in ("median", "low", "high")]
+    if not all(isinstance(x, int | float) and math.isfinite(x) for x in ends):
+        return ""
     return (
         f"{metric['median']:.{digits}f} [{metric['low']:.{digits}f}, {metric['high']:.{digits}f}]"
     )
@@ -141,9 +143,14 @@ def provenance_line(records: Sequence[Mapping[str, Any]]) -> str:
     if any(p.get("emulated") for p in provenance):
         parts.append("emulated")
     if windows:  # at the workload's own load point: per point where a trial measured a curve
-        curve = any("capacity_output_throughput" in (r["metrics"] or {}) for r in records)
-        parts.append(f"{windows} measurement windows a {'load point' if curve else 'trial'}")
+        per = "load point" if _curve(records) else "trial"
+        parts.append(f"{windows} measurement windows a {per}")
     return f"Study {records[0]['study']}: " + ", ".join(parts)
+
+
+def _curve(records: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a trial of ``records`` measured a load curve (it has a capacity)."""
+    return any(CAPACITY in (r["metrics"] or {}) for r in records)
 
 
 def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
@@ -152,7 +159,7 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
     curve add their capacity (what a capacity study ranks by) and the load level it was at,
     "at least" where it is only a lower bound (the note under the table says why); out tok/s is
     then the workload's own load point's."""
-    curve = any("capacity_output_throughput" in (r["metrics"] or {}) for r in records)
+    curve = _curve(records)
     head = (
         "| # | phase | status | backend | config | out tok/s [range] | "
         + ("capacity out tok/s [range] @ load | " if curve else "")

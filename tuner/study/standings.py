@@ -188,8 +188,6 @@ def standings(
 
 def best_across(
     studies: Iterable[tuple[StudyRow, Sequence[TrialRow], Objective, Confirmed | None]],
-    *,
-    by_curve: bool = True,
 ) -> list[tuple[StudyRow, Ranked]]:
     """Each study's pick for its objective, best first (the one rule: a tie goes to a pick its
     study's confirmation decided, then to the more recently updated study). A study's pick is
@@ -198,7 +196,7 @@ def best_across(
     picks = []
     for study, rows, objective, confirmed in studies:
         slo = Slo(**study.slo)
-        table = standings(rows, objective, slo, updated_at=study.updated_at, by_curve=by_curve)
+        table = standings(rows, objective, slo, updated_at=study.updated_at)
         if (top := study_pick(table, confirmed)) is not None:
             picks.append((study, chosen(top, confirmed)))
     return best_first(picks, lambda p: p[1].standing)
