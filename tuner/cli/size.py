@@ -98,13 +98,9 @@ def _refuse_what_no_study_names(
 ) -> None:
     """UsageError (exit 2) where no study at all, emulated or not, is of ``model`` on ``gpus``
     with ``workload``: a typo, not "nothing measured" (exit 1); the error lists what is."""
-    wanted = {g.strip().lower() for g in gpus}
-    if any(
-        model in (s.model, s.model_source)
-        and (not wanted or s.gpu.lower() in wanted)
-        and (workload is None or s.workload_label == workload)
-        for s in studies
-    ):
+    from tuner.results.sizing import sized_studies
+
+    if sized_studies(studies, model, gpus, workload):
         return
     seen = sorted({f"{s.model}/{s.gpu}/{s.workload_label}" for s in studies})
     what = (

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from tuner.catalog import GpuPrice, check_one_model, model_key
@@ -258,6 +258,21 @@ def fleet_size(
     )
 
 
+def sized_studies(
+    studies: Iterable[StudyRow], model: str, gpus: Sequence[str], workload: str | None
+) -> list[StudyRow]:
+    """The studies of ``studies`` that :func:`size` reads for ``model`` on ``gpus`` (every
+    profile when empty) of ``workload`` (any when None), emulated or not."""
+    wanted = {g.strip().lower() for g in gpus}
+    return [
+        s
+        for s in studies
+        if model in (s.model, s.model_source)
+        and (not wanted or s.gpu.lower() in wanted)
+        and (workload is None or s.workload_label == workload)
+    ]
+
+
 def size(
     repo: Repository,
     *,
@@ -272,16 +287,11 @@ def size(
     """One :class:`FleetSize` per study of ``model`` (on ``gpus``, every profile measured when
     empty; of ``workload`` when given) whose recommendation has stored windows, best (fewest
     GPUs, then cheapest) first. Emulated studies only with ``emulated``."""
-    wanted = {g.strip().lower() for g in gpus}
-    studies = [s for s in repo.list_studies() if model in (s.model, s.model_source)]
-    check_one_model(model, (model_key(s.model, s.model_source) for s in studies))
+    of_model = [s for s in repo.list_studies() if model in (s.model, s.model_source)]
+    check_one_model(model, (model_key(s.model, s.model_source) for s in of_model))
     out = []
-    for study in studies:
+    for study in sized_studies(of_model, model, gpus, workload):
         if study.emulated != emulated:
-            continue
-        if wanted and study.gpu.lower() not in wanted:
-            continue
-        if workload is not None and study.workload_label != workload:
             continue
         rec = recommendation(repo, study.name, gpu_price=gpu_price)
         if rec is None:
