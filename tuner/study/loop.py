@@ -341,8 +341,7 @@ def run_study(
         row = repo.get_study(ctx.name)
         if join and row is not None and row.status in _SETTLED:
             # Its runner's record stays: a confirming worker gone is said (tuner studies).
-            report.phase("nothing to do", _settled(ctx.name, row))
-            return rank(repo, ctx.name, ctx.spec.objective)
+            return _nothing_to_do(ctx, repo, report, row)
         runs = not join  # whether this process is recorded as the study's runner
         if runs:
             repo.set_study_worker(ctx.name, owner)
@@ -357,9 +356,7 @@ def run_study(
             elif not repo.claim_study_step(ctx.name, StudyStatus.RUNNING, unless=_SETTLED):
                 # Its runner took the confirmation (or finished) since the read above: "running"
                 # written over that let this worker start a second confirmation beside it.
-                settled = repo.get_study(ctx.name)
-                report.phase("nothing to do", _settled(ctx.name, settled) if settled else "")
-                return rank(repo, ctx.name, ctx.spec.objective)
+                return _nothing_to_do(ctx, repo, report, repo.get_study(ctx.name))
             _loop(ctx, study, storage, runner, repo, report, study_slo(row), join=join)
             if ctx.spec.confirm_launches > 0:
                 # A joined worker that takes the confirmation runs the study while it confirms:
@@ -394,6 +391,15 @@ def run_study(
 
 
 _SETTLED = (StudyStatus.CONFIRMING, StudyStatus.FINISHED)  # nothing left for a joined worker
+
+
+def _nothing_to_do(
+    ctx: StudyContext, repo: Repository, report: Reporter, row: StudyRow | None
+) -> list[Ranked]:
+    """A joining worker's end where the study is confirming or finished (``row``): said, and
+    the study's standings returned."""
+    report.phase("nothing to do", _settled(ctx.name, row) if row is not None else "")
+    return rank(repo, ctx.name, ctx.spec.objective)
 
 
 def _settled(name: str, row: StudyRow) -> str:
