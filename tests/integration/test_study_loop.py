@@ -277,24 +277,31 @@ def test_a_capacity_study_ranks_by_the_curve_under_the_slo(db_url: str) -> None:
     assert ranked[0].values[0] == max(caps.values())
 
 
+def _capacity_study(db: Path, **more: Any) -> tuple[StudyContext, Repository]:
+    """A capacity study of two trials on a ladder of 4, 8 and 16 streams under a TTFT SLO,
+    run through the in-process fake; ``more``: make_context's other arguments."""
+    url = f"sqlite:///{db}"
+    ladder = TINY_WORKLOAD.replace(concurrency=16, concurrency_ladder=(4, 8, 16), windows=2)
+    repo = make_repo(url)
+    ctx = make_context(
+        url, trials=2, workload=ladder, objective="capacity", slo="ttft_p99=200ms",
+        params=("max_num_seqs",), choices={"max_num_seqs": (2, 64)}, **more,
+    )  # fmt: skip
+    run_study(ctx, FakeRunner(), repo)
+    return ctx, repo
+
+
 def test_a_capacity_study_shows_the_capacity_it_ranks_by(tmp_path: Path) -> None:
     """`tuner trials`, `tuner best` and the Markdown export showed only the out tok/s of one
     load point, unlabelled, beside a score computed from the capacity, which only --json held."""
     from typer.testing import CliRunner
 
-    from tests.studykit import TINY_WORKLOAD
     from tuner.cli.app import app
     from tuner.results import recommendation
     from tuner.results.export import markdown_table, study_records
 
+    ctx, repo = _capacity_study(tmp_path / "curve.db")
     url = f"sqlite:///{tmp_path / 'curve.db'}"
-    ladder = TINY_WORKLOAD.replace(concurrency=16, concurrency_ladder=(4, 8, 16), windows=2)
-    repo = make_repo(url)
-    ctx = make_context(
-        url, trials=2, workload=ladder, objective="capacity", slo="ttft_p99=200ms",
-        params=("max_num_seqs",), choices={"max_num_seqs": (2, 64)},
-    )  # fmt: skip
-    run_study(ctx, FakeRunner(), repo)
     best = recommendation(repo, ctx.name)
     assert best is not None
     cap, load = best.metrics["capacity_output_throughput"], best.metrics["capacity_load"]
@@ -1072,15 +1079,9 @@ def test_a_candidate_that_names_the_kernel_the_defaults_ran_is_not_confirmed(
 def test_a_capacity_studys_confirmation_compares_the_capacity(tmp_path: Path) -> None:
     """Its launches' capacity is compared beside the fixed-load metrics (the confirmation
     decides on it: tests/unit/test_confirm_choose.py), and its looks ran to a verdict."""
-    url = f"sqlite:///{tmp_path / 'cap.db'}"
-    ladder = TINY_WORKLOAD.replace(concurrency=16, concurrency_ladder=(4, 8, 16), windows=2)
-    repo = make_repo(url)
-    ctx = make_context(
-        url, trials=2, workload=ladder, objective="capacity", slo="ttft_p99=200ms",
-        params=("max_num_seqs",), choices={"max_num_seqs": (2, 64)},
-        enqueue=[{"max_num_seqs": 64}], confirm_launches=2, confirm_top=1,
-    )  # fmt: skip
-    run_study(ctx, FakeRunner(), repo)
+    ctx, repo = _capacity_study(
+        tmp_path / "cap.db", enqueue=[{"max_num_seqs": 64}], confirm_launches=2, confirm_top=1
+    )
     (comparison,) = repo.list_comparisons(ctx.name)
     metrics = {m["metric"]: m for m in comparison.results["metrics"]}
     capacity = metrics["capacity_output_throughput"]
