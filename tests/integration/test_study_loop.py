@@ -582,6 +582,40 @@ def test_the_baseline_of_a_remote_worker_lost_before_measuring_is_queued_again(
     assert [t.user_attrs.get("retry_of") for t in trials].count(0) == 1  # queued once
 
 
+def test_a_trial_lost_between_the_ask_and_its_first_beat_gives_its_place_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker lost right after Optuna's ask, before it recorded itself on the trial and beat
+    (kill -9 in that instant), left a running trial that Optuna never takes for stale and that
+    no rule judged: it kept its place in the budget, and the workers left waited for it for
+    good. It is taken for dead once the heartbeat's grace has passed since it started; the
+    baseline it had popped from the queue is queued again."""
+    import time
+
+    from tuner.study.loop import SilentReporter, set_up_study
+
+    class NeverWaits(SilentReporter):
+        def phase(self, phase: str, detail: str) -> None:
+            assert phase != "waiting", "the unowned trial kept its place in the budget"
+
+    monkeypatch.setenv("TUNER_HEARTBEAT_S", "1")
+    url = f"sqlite:///{tmp_path / 'unowned.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=3, name="unowned")
+    set_up_study(ctx, repo, resume=False)
+    lost = optuna.load_study(study_name="unowned", storage=url).ask()  # then nothing: lost
+    assert lost.number == 0
+    time.sleep(6)  # past the grace of four 1-s beats
+    run_study(ctx, FakeRunner(), repo, join=True, reporter=NeverWaits())
+    rows = repo.list_trials("unowned", limit=None)
+    assert [r.number for r in rows] == [1, 2, 3]
+    assert [r.config for r in rows if r.is_baseline] == [ctx.space.baseline()]
+    trials = optuna.load_study(study_name="unowned", storage=url).trials
+    assert trials[0].state is optuna.trial.TrialState.FAIL
+    assert trials[1].user_attrs.get("retry_of") == 0
+    assert repo.get_study("unowned").status == "finished"
+
+
 def test_a_resume_is_refused_while_the_run_that_owns_the_study_lives(tmp_path: Path) -> None:
     """Between two trials, or in the confirmation, no Optuna trial runs: a resume then marked
     the live run's confirmation launch interrupted and ran a second confirmation beside it."""

@@ -176,3 +176,14 @@ def test_the_same_configuration_from_other_parameters_is_a_duplicate() -> None:
     second = trial(1, TrialState.RUNNING, started_s=1, params={"max_num_seqs": 16})
     first.user_attrs[sharing.DRAWN] = second.user_attrs[sharing.DRAWN] = config
     assert sharing.duplicate_of([first, second], 1, config) == 0
+
+
+def test_a_running_trial_no_worker_owns_is_abandoned_after_the_grace() -> None:
+    assert sharing.abandoned(trial(0, TrialState.RUNNING, started_s=0))  # started days ago
+    owned = trial(1, TrialState.RUNNING, started_s=0, worker=sharing.worker_identity())
+    assert not sharing.abandoned(owned), "an owner's trial is judged by dead_here"
+    just_asked = trial(2, TrialState.RUNNING, started_s=0)
+    just_asked.datetime_start = datetime.datetime.now()
+    assert not sharing.abandoned(just_asked), "its worker records itself in milliseconds"
+    assert not sharing.abandoned(trial(3, TrialState.FAIL, started_s=0))
+    assert not sharing.abandoned(trial(4, TrialState.WAITING))

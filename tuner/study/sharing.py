@@ -16,7 +16,9 @@ the same trials reaches the same answer.
 - **Whose trial is dead** (:func:`dead_here`): the worker's identity (host, pid, process start
   time) is stored on each trial it asks; a running trial whose worker process on this host is
   gone is dead now, on another host after Optuna's heartbeat goes stale (a trial beats from
-  its ask on: Optuna never takes a trial that was never beaten for stale).
+  its ask on: Optuna never takes a trial that was never beaten for stale). A running trial
+  that no worker owns (its worker was lost between Optuna's ask and its first beat) is dead
+  once the heartbeat's grace has passed since it started (:func:`abandoned`).
 
 **Upkeep** between two trials of a worker (:func:`swept`): a dead trial's Optuna trial becomes
 FAIL and its row FAILED/interrupted, by an atomic update that exactly one worker wins; that
@@ -159,6 +161,20 @@ def dead_here(trial: FrozenTrial) -> bool:
     """
     owner = trial.user_attrs.get(WORKER)
     return trial.state is TrialState.RUNNING and isinstance(owner, dict) and gone_here(owner)
+
+
+def abandoned(trial: FrozenTrial) -> bool:
+    """A running trial that no worker owns, started longer ago than the heartbeat's grace.
+
+    A worker records itself on its trial within milliseconds of Optuna's ask; one lost in
+    between (``kill -9``, a host gone) leaves a trial that Optuna never takes for stale, as it
+    was never beaten, and that kept a place in the budget for good.
+    """
+    if trial.state is not TrialState.RUNNING or WORKER in trial.user_attrs:
+        return False
+    started = trial.datetime_start  # Optuna's local wall clock, as datetime.now() reads it
+    age = datetime.datetime.now() - started if started is not None else datetime.timedelta()
+    return age.total_seconds() > heartbeat_s() * _GRACE_BEATS
 
 
 def owner_gone(owner: Mapping[str, Any], updated_at: float) -> bool:
@@ -330,7 +346,7 @@ def swept(
         if r.status is not TrialStatus.RUNNING and r.failure is not FailureClass.INTERRUPTED
     }
     for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if alone or dead_here(running):
+        if alone or dead_here(running) or abandoned(running):
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 if running.number in stored:
                     storage.set_trial_user_attr(running._trial_id, COUNTED, True)
