@@ -7,7 +7,8 @@ chunk, an error event, anything unexpected) are parsed as JSON.
 
 A chunk "with choices" is a token event, whatever its text (vLLM's benchmark counts it the
 same way: text can be empty for special tokens); TTFT is the first one, every later one adds a
-gap to the ITL list, and E2E ends at ``[DONE]``.
+gap to the ITL list, and E2E ends at the last one (``[DONE]`` ends the stream, and a
+response without it fails).
 """
 
 from __future__ import annotations
