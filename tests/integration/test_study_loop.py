@@ -616,6 +616,47 @@ def test_a_trial_lost_between_the_ask_and_its_first_beat_gives_its_place_back(
     assert repo.get_study("unowned").status == "finished"
 
 
+def test_a_result_a_remote_worker_stored_before_it_was_lost_keeps_its_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on another host lost between storing a trial's result and telling Optuna:
+    Optuna's heartbeat failed the trial, uncounted, so the workers left ran one trial more than
+    the budget, beside a row Optuna never learned. The sweep marks such a trial a result before
+    anything fails it."""
+    import time
+
+    from tuner.study.loop import set_up_study
+
+    monkeypatch.setenv("TUNER_HEARTBEAT_S", "1")
+    url = f"sqlite:///{tmp_path / 'told.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="told")
+    set_up_study(ctx, repo, resume=False)
+    finish = Repository.finish_trial
+
+    def stored_then_lost(self, trial_id, result, score, values):  # type: ignore[no-untyped-def]
+        row = finish(self, trial_id, result, score, values)
+        if row.number == 1 and result.status is TrialStatus.COMPLETE:
+            raise _Lost  # after the row, before any word to Optuna
+        return row
+
+    monkeypatch.setattr(Repository, "finish_trial", stored_then_lost)
+    monkeypatch.setenv("TUNER_WORKER_HOST", "far-host")
+    with pytest.raises(_Lost):
+        run_study(ctx, FakeRunner(), repo, join=True)
+    monkeypatch.setattr(Repository, "finish_trial", finish)
+    monkeypatch.delenv("TUNER_WORKER_HOST")
+    time.sleep(6)  # past the grace: Optuna's heartbeat takes the trial for stale
+    again = FakeRunner()
+    run_study(ctx, again, repo, join=True)
+    rows = repo.list_trials("told", limit=None)
+    assert [r.number for r in rows] == [0, 1] and again.calls == []
+    assert all(r.status is TrialStatus.COMPLETE for r in rows)
+    trials = optuna.load_study(study_name="told", storage=url).trials
+    assert trials[1].state is optuna.trial.TrialState.FAIL
+    assert trials[1].user_attrs.get("counted") is True
+
+
 def test_a_resume_is_refused_while_the_run_that_owns_the_study_lives(tmp_path: Path) -> None:
     """Between two trials, or in the confirmation, no Optuna trial runs: a resume then marked
     the live run's confirmation launch interrupted and ran a second confirmation beside it."""

@@ -330,26 +330,30 @@ def swept(
     a confirming study), so its running launches are dead, whoever else runs search trials.
     """
     storage = study._storage
+    running_now = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     if alone:  # unless a live tuner on this host runs it: its measurement would be lost
-        for live in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        for live in running_now:
             owner = live.user_attrs.get(WORKER)
             if isinstance(owner, dict):
                 refuse_beside(owner, name, f"measures its trial #{live.number}")
-    failed = _fail_stale(study)  # the trials this worker failed, each failed by one worker
     rows = repo.list_trials(name, limit=None)
-    # A row stored as finished while its Optuna trial runs: the tuner stopped between storing
-    # the result and telling Optuna. It is a result: it uses the budget (as its tell would
-    # have), and is not launched again.
+    # A row stored as finished while its Optuna trial runs: the tuner stopped (or its host was
+    # lost) between storing the result and telling Optuna. It is a result: it uses the budget
+    # (as its tell would have), and is not launched again. It is marked so before anything
+    # fails it, Optuna's heartbeat included: a finished trial takes no attribute.
     stored = {
         r.number
         for r in rows
         if r.status is not TrialStatus.RUNNING and r.failure is not FailureClass.INTERRUPTED
     }
+    for running in running_now:
+        if running.number in stored and not running.user_attrs.get(COUNTED):
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                storage.set_trial_user_attr(running._trial_id, COUNTED, True)  # told by now
+    failed = _fail_stale(study)  # the trials this worker failed, each failed by one worker
     for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if alone or dead_here(running) or abandoned(running):
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                if running.number in stored:
-                    storage.set_trial_user_attr(running._trial_id, COUNTED, True)
                 if storage.set_trial_state_values(running._trial_id, state=TrialState.FAIL):
                     failed.add(running.number)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
