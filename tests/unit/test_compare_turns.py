@@ -11,6 +11,7 @@ import pytest
 
 from tuner.abtest.compare import COMPARED, Arm, compare, turn_metrics
 from tuner.abtest.decide import Design, judge_look
+from tuner.cli.compare import decision_lines
 from tuner.domain import FailureClass, MemoryUsage, ServingConfig, TrialResult, TrialStatus
 from tuner.load.stats import estimate
 from tuner.scoring import BUDGET, GIB, NO_DIFFERENCE, PRECISE, WORSE
@@ -122,3 +123,35 @@ def test_a_fixed_design_takes_min_effect_as_its_memory_floor() -> None:
         design_of(3, None, 0.0001, 0.95)
     assert "within 5 % is no difference" in str(refused.value)
     assert "add --max-launches 3 for 3 launches a side" in refused.value.hint
+
+
+def _throughput(values: Sequence[float]) -> list[TrialResult]:
+    out = []
+    for v in values:
+        launch = _launch(50, {})
+        metrics = {**launch.metrics, "output_throughput": estimate([v, v * 1.001])}
+        out.append(dataclasses.replace(launch, metrics=metrics))
+    return out
+
+
+def test_the_look_at_the_cap_decides_though_a_launch_failed() -> None:
+    """Cap 6, one B launch crashed: the look counted 5 values against the cap and said
+    "continue" with no reason, where run_looks had no launch left to run; `tuner compare`
+    printed "decision: continue after 6 + 5 launches ()" and stored it so."""
+    a, b = Arm("a", ServingConfig()), Arm("b", ServingConfig())
+    crashed = TrialResult(
+        config=ServingConfig(), status=TrialStatus.FAILED, failure=FailureClass.CRASHED
+    )
+    a_runs = _throughput([100, 112, 91, 108, 95, 104])
+    b_runs = [*_throughput([103, 90, 111, 97, 106]), crashed]
+    design = Design.sequential(3, 6, 0.95, 0.01)
+    look = judge_look(a, a_runs, b, b_runs, design, None)
+    assert (look.step.verdict, look.step.reason) == (NO_DIFFERENCE, BUDGET)
+    assert (look.step.n_a, look.step.n_b) == (6, 5)
+    assert look.to_results()["decision"]["stopped"] == BUDGET
+    lines = decision_lines(look)
+    assert lines[0].startswith("decision: no significant difference after 6 + 5 launches (the")
+    assert "caution: failed launches A 0, B 1" in "\n".join(lines)
+    # Below the cap, the same launches go on to one more round.
+    early = judge_look(a, a_runs[:5], b, b_runs, design, None)
+    assert not early.done

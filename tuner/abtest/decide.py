@@ -311,6 +311,10 @@ def judge_look(
             )
         if step.verdict == CONTINUE and _hopeless(a_runs, b_runs):
             step = Step(head.verdict, step.interval, a_n, b_n, UNMEASURED_STOP)
+        elif step.verdict == CONTINUE and min(len(a_runs), len(b_runs)) >= design.cap:
+            # The cap counts launches, as run_looks does: a failed one has no value, and the
+            # look at the cap decided nothing ("continue") where no launch was left to run.
+            step = Step(NO_DIFFERENCE, step.interval, a_n, b_n, BUDGET)
     return Look(c, step, design, profile, launch_walls([*a_runs, *b_runs]), metric)
 
 

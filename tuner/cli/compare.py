@@ -123,6 +123,12 @@ def decision_lines(look: Look) -> list[str]:
         )
     if head.method:
         lines.append(f"  interval: {head.method}" + (f", {head.df:.0f} df" if head.df else ""))
+    failed = {"A": len(look.comparison.a_failures), "B": len(look.comparison.b_failures)}
+    if failed["A"] != failed["B"]:
+        lines.append(
+            f"  caution: failed launches A {failed['A']}, B {failed['B']}; the interval weighs "
+            "only the launches that ran, not how often a side failed"
+        )
     lines += [f"  {line}" for line in profile_lines(look.profile)]
     return lines
 
