@@ -160,3 +160,20 @@ def test_records_of_several_settings_are_refused() -> None:
     other = {**RECORDS[0], "gpu": "a10g"}
     with pytest.raises(ValueError, match="one model, GPU and vLLM version"):
         rejudge([RECORDS[0], other], CLAIMS)
+
+
+def test_a_difference_claim_is_judged_again_at_the_level_it_was_judged_at() -> None:
+    """A sequential comparison judges a claim made in a unit ("<= -500 ms") by Welch's interval
+    at the per-look level (97.79 % for looks 3 to 6); judged again from the stored record, it
+    read the record's overall 95 % and called "consistent" what verify-claims had left
+    inconclusive."""
+    a, b = [1500.0, 1620.0, 1410.0], [1150.0, 1010.0, 1300.0]  # B - A = -357 ms
+    records = copy.deepcopy(RECORDS)
+    for record in records:
+        for metric in record["metrics"]:
+            if metric["metric"] == "ttft_p50_ms":
+                metric["a"]["values"], metric["b"]["values"] = list(a), list(b)
+    assert _by_id(records)["fa2-ttft"]["verdict"] == "consistent"  # at 95 %: [-655, -58]
+    for record in records:
+        record["decision"] = {"kind": "sequential", "per_look_confidence": 0.9779}
+    assert _by_id(records)["fa2-ttft"]["verdict"] == "inconclusive"  # [-753, +39]

@@ -118,7 +118,12 @@ def _outcome(
         high=metric.get("high"),
         a_values=list(metric["a"].get("values", [])),
         b_values=list(metric["b"].get("values", [])),
-        confidence=float(record.get("confidence") or 0.95),
+        # The level its interval was judged at: a sequential design's per look, not overall
+        confidence=float(
+            (record.get("decision") or {}).get("per_look_confidence")
+            or record.get("confidence")
+            or 0.95
+        ),
         verdict=metric.get("verdict"),
     )
     reason = reading.reason
