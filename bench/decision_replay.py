@@ -197,6 +197,7 @@ class Scenario:
     step: float = 0.0  # log change of every launch from position step_at on (0 first)
     step_at: int = 0
     order: str = "counterbalanced"
+    noisier: float = 1.0  # the comparison's noise (launch and window SD) over the calibration's
 
 
 def position(side: str, i: int, order: str) -> int:
@@ -254,7 +255,7 @@ class Sides(Drawn):
         at = position(side, i, self.sc.order)
         mu += self.sc.drift * at + (self.sc.step if self.sc.step and at >= self.sc.step_at else 0)
         effect, window = self.draw(self.rng)
-        values = np.exp(mu + effect + window)
+        values = np.exp(mu + self.sc.noisier * (effect + window))
         if self.outlier_at == (side, i):
             values = values * (self.sc.outlier or 1.0)
         wall = float(self.rng.choice(self.walls))
@@ -432,6 +433,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             args.drift,
             step=args.step,
             step_at=args.step_at,
+            noisier=args.noisier,
             order=args.order,
         )
         for r in args.ratios
@@ -774,6 +776,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--drift", type=float, default=0.0, help="log change a launch (-0.08)")
     p.add_argument("--step", type=float, default=0.0, help="log change from --step-at on")
     p.add_argument("--step-at", type=int, default=3, help="launch position (0 first)")
+    p.add_argument(
+        "--noisier",
+        type=float,
+        default=1.0,
+        help="the comparison's noise SD over the calibration's (a noisier day, a noisier B)",
+    )
     p.add_argument("--order", choices=["counterbalanced", "alternating"], default="counterbalanced")
     p.add_argument(
         "--objective",

@@ -349,3 +349,26 @@ def test_the_integrated_pocock_level_reproduces_the_committed_decisions() -> Non
     assert 0.0 < moved <= 4e-6
     readme = " ".join((ROOT / "bench" / "README.md").read_text(encoding="utf-8").split())
     assert "only the median half-widths move, by 4e-6 at most" in readme
+
+
+def test_the_readmes_noisier_table_is_the_committed_run() -> None:
+    """bench/README.md's table of a comparison noisier than its calibration, re-derived from
+    bench/results/decision-noisier-2026-12-07.json (K = 1.3, 1.5) and the committed trend
+    designs' run (K = 1), cell by cell."""
+    noisier = json.loads(
+        (ROOT / "bench" / "results" / "decision-noisier-2026-12-07.json").read_text()
+    )["runs"]
+    steady = json.loads(
+        (ROOT / "bench" / "results" / "decision-trend-designs-2026-12-06.json").read_text()
+    )["drift"]["0"]
+    readme = (ROOT / "bench" / "README.md").read_text()
+    for k, run in (("1", steady), *noisier.items()):
+        assert run["args"].get("noisier", 1.0) == float(k)
+        cells = []
+        for design in ("seq-pooled-trend", "seq-welch-trend"):
+            r = run["results"]["parametric"][design]
+            cells.append(
+                f"{r['x1']['false_decisions'] * 100:.1f} % / {r['x1']['coverage'] * 100:.1f} % / "
+                f"{r['x1.2']['better'] * 100:.0f} %"
+            )
+        assert f"| {k} | {cells[0]} | {cells[1]} |" in readme
