@@ -11,9 +11,10 @@ throughput (per round, median and range).
 What makes the two send the same requests:
 
 - vLLM's sampler keeps an entry only if its prompt and answer are at least 4 tokens, the prompt
-  at most 1,024 and both at most 2,048 (``is_valid_sequence``); tuner replays every entry with
-  an answer. The bench applies vLLM's rule to the file first and, when it drops entries, gives
-  both clients the copy without them (``*-replayed.json``), naming what was dropped and why.
+  at most 1,024 and both at most 2,048 (``is_valid_sequence``); tuner's reader skips the same
+  entries by its own counts (without special tokens). The bench applies vLLM's rule, with
+  vLLM's counts, to the file first and, when it drops entries, gives both clients the copy
+  without them (``*-replayed.json``), naming what was dropped and why.
 - vLLM shuffles the entries (``--seed``) unless ``--disable-shuffle``, which the bench passes,
   and draws extra requests at random beyond the entries (``--no-oversample`` is passed): the
   request count is the number of entries kept, so each client sends each entry once, in order.
@@ -62,10 +63,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# vLLM's is_valid_sequence (vllm/benchmarks/datasets), as its ShareGPT sampler calls it.
-VLLM_MIN_LEN = 4
-VLLM_MAX_PROMPT = 1024
-VLLM_MAX_TOTAL = 2048
+# vLLM's is_valid_sequence (vllm/benchmarks/datasets), as its ShareGPT sampler calls it: the
+# limits tuner's ShareGPT reader applies too.
+from tuner.load import traces  # noqa: E402
+
+VLLM_MIN_LEN = traces.SHAREGPT_MIN_TOKENS
+VLLM_MAX_PROMPT = traces.SHAREGPT_MAX_PROMPT
+VLLM_MAX_TOTAL = traces.SHAREGPT_MAX_TOTAL
 # A result's per-request arrays that are left out of the copies kept beside the summary.
 BULKY = (
     "itls",

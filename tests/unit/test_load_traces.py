@@ -15,7 +15,7 @@ from tokenizers.pre_tokenizers import Whitespace
 from tuner.errors import UsageError
 from tuner.load.fingerprints import prefix_reuse
 from tuner.load.traces import approximate_tokens, tokenizer_counter
-from tuner.load.workloads import get_workload, plan_requests
+from tuner.load.workloads import PlannedRequest, get_workload, plan_requests
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
@@ -28,7 +28,7 @@ def test_sharegpt_takes_the_first_exchange_of_each_conversation() -> None:
     w = get_workload(f"sharegpt:{TRACES / 'sharegpt.json'}", count_tokens=_words)
     assert w.trace is not None
     # Conversation c has no answer and is skipped, as vLLM's benchmark skips it.
-    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [(6, 6), (11, 16), (1, 7)]
+    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [(6, 6), (11, 16), (6, 7)]
     assert w.arrival == "closed" and "tokenizer" in w.source
     assert all(p.arrival_s is None for p in plan_requests(w, 6, seed=1))
 
@@ -341,13 +341,13 @@ def test_sharegpt_entries_with_an_empty_message_are_skipped_and_counted(tmp_path
         {"conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "an answer"}]},
         {"conversations": [{"from": "human", "value": "a question"}, {"from": "gpt", "value": ""}]},
         {"conversations": [{"from": "human", "value": "two words"}, {"from": "gpt", "value": " "}]},
-        {"conversations": [{"from": "human", "value": "one two three"}, {"value": "four five"}]},
+        {"conversations": [{"value": "one two three four"}, {"value": "five six seven eight"}]},
     ]
     path = tmp_path / "sg.json"
     path.write_text(json.dumps(entries))
     w = get_workload(f"sharegpt:{path}", count_tokens=_words)
     assert w.trace is not None
-    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [(3, 2)]
+    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [(4, 4)]
     assert "3 entries with an empty message skipped" in w.source
     path.write_text(json.dumps(entries[:3]))
     with pytest.raises(UsageError, match=r"has no requests \(3 entries with an empty message"):
@@ -418,3 +418,106 @@ def test_a_timestamp_past_any_clock_is_refused_as_a_window_of_days(tmp_path: Pat
         plan_requests(w, 3, seed=1)  # a second cycle starts past any float
     assert [p.arrival_s for p in plan_requests(w, 1, seed=1)] == [0.0]  # its first row alone
     assert len(plan_requests(w, 4, seed=1, timed=False)) == 4  # a warm-up sends them at once
+
+
+def _whole_prompt_repeats(plan: list[PlannedRequest]) -> list[PlannedRequest]:
+    """The requests that repeat an earlier prompt whole: every token a prefix-cache hit."""
+    longest: dict[object, int] = {}
+    repeats = []
+    for p in plan:
+        hit = sum(n for _, n in p.segments) == p.prompt_tokens
+        for m, (stream, n) in enumerate(p.segments):
+            key = (p.segments[:m], stream)
+            hit = hit and longest.get(key, 0) >= n
+            longest[key] = max(longest.get(key, 0), n)
+        if hit:
+            repeats.append(p)
+    return repeats
+
+
+@pytest.mark.parametrize("arrival", ["poisson", "closed"])
+def test_rows_drawn_at_random_are_fresh_prompts_of_their_length(
+    tmp_path: Path, arrival: str
+) -> None:
+    """Rows drawn at random kept their session's stream: a row drawn twice, or an earlier turn
+    drawn after a later one, was an entire prefix-cache hit (239 of 400 draws of 100 sessions
+    of 4 turns). A prefix group and hash blocks that several rows name stay shared; a hash
+    block of one row alone is the draw's own."""
+    path = tmp_path / "turns.jsonl"
+    rows = [
+        {"prompt_tokens": 100 * t, "output_tokens": 8, "arrival_s": s + t / 10, "session": s}
+        for s in range(100)
+        for t in range(1, 5)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rate = {"request_rate": 10.0} if arrival == "poisson" else {}
+    plan = plan_requests(get_workload(f"tuner:{path}", {"arrival": arrival, **rate}), 400, seed=1)
+    assert _whole_prompt_repeats(plan) == [] and prefix_reuse(plan) == 0.0
+    assert all(p.session is None for p in plan)  # drawn rows are no turns to wait for
+    sessions = get_workload(f"trace:{TRACES / 'sessions.jsonl'}", {"arrival": arrival})
+    prefixes = {k for p in plan_requests(sessions, 50, seed=1) for k, _ in p.segments}
+    assert {k for k in prefixes if k.startswith("prefix:")} == {"prefix:sys"}
+    mooncake = get_workload(f"mooncake:{TRACES / 'mooncake.jsonl'}", {"arrival": arrival})
+    drawn = plan_requests(mooncake, 50, seed=1)
+    streams = {k for p in drawn for k, _ in p.segments}
+    assert {"hash:0@w1", "hash:1@w1", "hash:2@w1"} <= streams  # named by several rows
+    assert not {"hash:3@w1", "hash:4@w1", "hash:5@w1"} & streams  # each one row's own
+    # Only the first and last rows repeat whole: they name the same three blocks, as in the
+    # trace; the second (block 3 its own) and the third (blocks 4-5) do not.
+    assert {p.prompt_tokens for p in _whole_prompt_repeats(drawn)} == {1200, 1300}
+
+
+def test_poisson_draws_of_a_trace_without_times_need_a_rate_given() -> None:
+    """A trace without arrival times (ShareGPT, custom: every row at 0) drawn with Poisson
+    arrivals and no request_rate ran at as many requests a second as it has rows, labelled as
+    the trace's mean rate (a 500-row file: 500 req/s)."""
+    from tuner.load.workloads import check_workload
+
+    for trace in (f"sharegpt:{TRACES / 'sharegpt.json'}", f"custom:{TRACES / 'custom.jsonl'}"):
+        drawn = get_workload(trace, {"arrival": "poisson"})
+        assert drawn.request_rate is None
+        with pytest.raises(UsageError, match="no arrival times") as info:
+            check_workload(drawn)
+        assert "request_rate" in info.value.hint and "--request-rate" in info.value.hint
+        check_workload(get_workload(trace, {"arrival": "poisson", "request_rate": 4.0}))
+        check_workload(get_workload(trace, {"arrival": "poisson", "rate_ladder": (1.0, 4.0)}))
+
+
+def test_vllms_own_custom_file_asks_256_output_tokens_of_rows_that_give_none(
+    tmp_path: Path,
+) -> None:
+    """vLLM's custom format is {"prompt": ...} alone (its benchmark asks --custom-output-len,
+    256 unless set, of every row); tuner refused such a file for a missing output_tokens."""
+    path = tmp_path / "vllm.jsonl"
+    path.write_text('{"prompt": "one two three"}\n{"prompt": "four", "output_tokens": 9}\n')
+    w = get_workload(f"custom:{path}", count_tokens=_words)
+    assert w.trace is not None
+    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == [(3, 256), (1, 9)]
+    assert "; output tokens 256 where a row gives none (1 row)" in w.source
+    assert get_workload(f"trace:{path}").name == f"trace:{path.name}"  # detected by "prompt"
+    for bad in ("0", "2.5", '"64"', "true"):
+        path.write_text(f'{{"prompt": "one", "output_tokens": {bad}}}\n')
+        with pytest.raises(UsageError, match=r"vllm\.jsonl:1: output_tokens must be an integer"):
+            get_workload(f"custom:{path}", count_tokens=_words)
+
+
+def test_sharegpt_entries_vllms_sampling_drops_are_skipped_and_counted(tmp_path: Path) -> None:
+    """vLLM's ShareGPT sampling drops an entry whose prompt or answer is under 4 tokens, whose
+    prompt is over 1,024 or whose two are over 2,048; tuner kept them, so `max_request_tokens`
+    (10,100 for one public file) marked configs of a shorter context as unable to run it."""
+
+    def entry(prompt: int, answer: int) -> dict[str, object]:
+        return {"conversations": [{"value": "w " * prompt}, {"value": "w " * answer}]}
+
+    kept = [(4, 4), (1024, 1024), (1000, 1048)]
+    dropped = [(3, 100), (100, 3), (1025, 4), (1000, 1049)]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps([entry(*lengths) for lengths in dropped[:2] + kept + dropped[2:]]))
+    w = get_workload(f"sharegpt:{path}", count_tokens=_words)
+    assert w.trace is not None
+    assert [(r.prompt_tokens, r.output_tokens) for r in w.trace] == kept
+    assert w.max_request_tokens == 2048
+    assert w.source.endswith(
+        "; 4 entries outside vLLM's lengths (prompt and answer 4 tokens or more, prompt at most "
+        "1,024, both at most 2,048) skipped)"
+    )

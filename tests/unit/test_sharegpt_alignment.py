@@ -143,10 +143,11 @@ def test_the_synthetic_file_reads_the_same_to_tuner_and_to_vllms_rule(
         (count(e["conversations"][0]["value"]), count(e["conversations"][1]["value"])) for e in kept
     ]
     assert [(r.prompt_tokens, r.output_tokens) for r in rows] == lengths
-    # The unfiltered file: tuner replays the four entries vLLM's rule drops (one has no answer).
+    # The unfiltered file: tuner drops the five entries vLLM's rule drops, as vLLM does (it
+    # replayed the four of them that have an answer), and keeps the same 24.
     everything = tmp_path / "all.json"
     everything.write_text(json.dumps(data))
-    assert len(read_trace(f"sharegpt:{everything}", tokenizer=tok).trace or ()) == 28
+    assert (read_trace(f"sharegpt:{everything}", tokenizer=tok).trace or ()) == rows
 
 
 def _run(rnd: int, client: str, tps: float, **changes: Any) -> dict[str, Any]:

@@ -13,15 +13,18 @@
 ``sharegpt:`` ShareGPT JSON: a list of ``{"conversations": [{"from", "value"}, ...]}``; as
               ``vllm bench serve`` does, one request per conversation: its first message is the
               prompt, the second the answer whose length is the output. No timestamps: closed
-              loop. Entries with an empty first or second message, or without a second, are
-              skipped and counted.
+              loop. Entries with an empty first or second message, without a second, or of
+              lengths vLLM's sampling drops (prompt or answer under 4 tokens, prompt over 1,024,
+              both over 2,048) are skipped and counted.
 ``burstgpt:`` BurstGPT CSV: ``Timestamp`` (s), ``Request tokens``, ``Response tokens``; rows of
               0 response tokens (failed in the log) are skipped and counted in the source.
 ``mooncake:`` Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``,
               ``hash_ids``: block ``i`` of the prompt is hash block ``hash_ids[i]`` of
               ``block_tokens`` tokens (512 unless the workload says), so rows sharing leading
               hash ids share those prompt blocks.
-``custom:``   vLLM's custom JSONL: ``{"prompt": TEXT, "output_tokens": INT}``; closed loop.
+``custom:``   vLLM's custom JSONL: ``{"prompt": TEXT}`` per line, and tuner's optional
+              ``"output_tokens": INT``; output tokens 256 where a row gives none, as ``vllm
+              bench serve`` asks of every row unless given ``--custom-output-len``; closed loop.
 ============  ================================================================================
 
 Text (ShareGPT, custom) is counted with the model's tokenizer when one is given (a model
@@ -58,7 +61,7 @@ _HINTS = {
     "burstgpt": "a CSV with columns Timestamp, Request tokens, Response tokens",
     "mooncake": 'each line: {"timestamp": MS, "input_length": INT, "output_length": INT, '
     '"hash_ids": [INT, ...]}',
-    "custom": 'each line: {"prompt": TEXT, "output_tokens": INT}',
+    "custom": 'each line: {"prompt": TEXT} or {"prompt": TEXT, "output_tokens": INT}',
 }
 
 
@@ -156,17 +159,20 @@ def read_trace(
         dropped = f"{skipped} {rows_} of 0 response tokens skipped" if skipped else ""
     elif fmt == "sharegpt":
         counter, counted = text_counter(count_tokens, tokenizer)
-        rows, empty, unanswered = _sharegpt_rows(path, text, counter)
+        rows, skips = _sharegpt_rows(path, text, counter)
         dropped = "; ".join(
-            f"{n} {'entry' if n == 1 else 'entries'} {why} skipped"
-            for n, why in ((empty, "with an empty message"), (unanswered, "without an answer"))
-            if n
+            f"{n} {'entry' if n == 1 else 'entries'} {why} skipped" for why, n in skips.items() if n
         )
         note = f"; prompt and output tokens {counted}"
     else:
         counter, counted = text_counter(count_tokens, tokenizer)
-        rows = _custom_rows(path, text, counter)
+        rows, unsized = _custom_rows(path, text, counter)
         note = f"; prompt tokens {counted}"
+        if unsized:
+            rows_ = "row" if unsized == 1 else "rows"
+            note += (
+                f"; output tokens {CUSTOM_OUTPUT_TOKENS} where a row gives none ({unsized} {rows_})"
+            )
     if dropped:
         note += f"; {dropped}"
     if not rows:
@@ -420,12 +426,37 @@ def _text(value: Any, key: str, where: str) -> str:
     return value
 
 
+# vLLM's ShareGPT sampling (``is_valid_sequence`` in vllm/benchmarks/datasets.py) keeps an
+# entry whose prompt and answer have 4 tokens or more, the prompt at most 1,024 and the two at
+# most 2,048: kept, a file's rare long entries (10,100 tokens) set a workload's
+# max_request_tokens past the context of configs that run vLLM's benchmark of it. The lengths
+# are tuner's counts (no special tokens; vLLM's sampler counts a BOS where the tokenizer adds
+# one), so an entry at a limit may fall on the other side of it.
+SHAREGPT_MIN_TOKENS, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
+# Why a ShareGPT entry is skipped, as the source counts them.
+_EMPTY, _UNANSWERED = "with an empty message", "without an answer"
+_UNSAMPLED = (
+    f"outside vLLM's lengths (prompt and answer {SHAREGPT_MIN_TOKENS} tokens or more, "
+    f"prompt at most {SHAREGPT_MAX_PROMPT:,}, both at most {SHAREGPT_MAX_TOTAL:,})"
+)
+
+
+def _vllm_samples(prompt: int, output: int) -> bool:
+    """Whether vLLM's ShareGPT sampling keeps an entry of these lengths."""
+    return (
+        min(prompt, output) >= SHAREGPT_MIN_TOKENS
+        and prompt <= SHAREGPT_MAX_PROMPT
+        and prompt + output <= SHAREGPT_MAX_TOTAL
+    )
+
+
 def _sharegpt_rows(
     path: Path, text: str, count: TokenCounter
-) -> tuple[list[TraceRequest], int, int]:
-    """The requests, and how many entries were skipped for an empty prompt or answer (the
-    public ShareGPT files hold some; vLLM's benchmark drops them by their length) and for
-    fewer than two messages (no answer to size the output; vLLM's benchmark skips them too)."""
+) -> tuple[list[TraceRequest], dict[str, int]]:
+    """The requests, and how many entries were skipped, by why: an empty prompt or answer
+    (the public ShareGPT files hold some), fewer than two messages (no answer to size the
+    output), or lengths vLLM's sampling drops (:func:`_vllm_samples`); vLLM's benchmark skips
+    all of them."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -434,7 +465,8 @@ def _sharegpt_rows(
         ) from None
     if not isinstance(data, list):
         raise UsageError(f"{path}: expected a JSON list of conversations", hint=_HINTS["sharegpt"])
-    rows, skipped, unanswered = [], 0, 0
+    rows: list[TraceRequest] = []
+    skipped = dict.fromkeys((_EMPTY, _UNANSWERED, _UNSAMPLED), 0)
     for index, entry in enumerate(data):
         where = f"{path}: entry {index}"
         if not isinstance(entry, dict) or "conversations" not in entry:
@@ -443,7 +475,7 @@ def _sharegpt_rows(
         if not isinstance(turns, list):
             raise UsageError(f"{where}: conversations must be a list, got {turns!r}")
         if len(turns) < 2:
-            unanswered += 1
+            skipped[_UNANSWERED] += 1
             continue
         messages = []
         for k in (0, 1):
@@ -453,27 +485,37 @@ def _sharegpt_rows(
             messages.append(turn["value"])
         lengths = [count(m) if m.strip() else 0 for m in messages]
         if min(lengths) < 1:
-            skipped += 1
-            continue
-        rows.append(TraceRequest(lengths[0], lengths[1], 0.0))
-    return rows, skipped, unanswered
+            skipped[_EMPTY] += 1
+        elif not _vllm_samples(*lengths):
+            skipped[_UNSAMPLED] += 1
+        else:
+            rows.append(TraceRequest(lengths[0], lengths[1], 0.0))
+    return rows, skipped
 
 
-def _custom_rows(path: Path, text: str, count: TokenCounter) -> list[TraceRequest]:
-    rows = []
+# The output length of a custom row that gives none: vLLM's --custom-output-len default.
+CUSTOM_OUTPUT_TOKENS = 256
+
+
+def _custom_rows(path: Path, text: str, count: TokenCounter) -> tuple[list[TraceRequest], int]:
+    """The requests, and how many rows gave no ``output_tokens`` (vLLM's own files give none:
+    its benchmark takes ``--custom-output-len``, 256 unless set, for every row)."""
+    rows, unsized = [], 0
     for where, obj in _json_lines(path, text, "custom"):
-        _need(obj, ("prompt", "output_tokens"), where, "custom")
+        _need(obj, ("prompt",), where, "custom")
         prompt = count(_text(obj["prompt"], "prompt", where))
-        rows.append(TraceRequest(prompt, _count(obj["output_tokens"], "output_tokens", where), 0.0))
-    return rows
+        output = obj.get("output_tokens", CUSTOM_OUTPUT_TOKENS)
+        unsized += "output_tokens" not in obj
+        rows.append(TraceRequest(prompt, _count(output, "output_tokens", where), 0.0))
+    return rows, unsized
 
 
 def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
     """A read trace with its replay options applied: hash blocks sized, the window and the
     cap cut, arrivals scaled by ``speed`` and offset to start at 0, and ``poisson`` arrivals
-    without a ``request_rate`` given the trace's mean rate. ``explicit``: the
-    overrides given (a ``requests_per_window`` among them is kept, else the selection's
-    count)."""
+    without a ``request_rate`` given the trace's mean rate where its rows have times.
+    ``explicit``: the overrides given (a ``requests_per_window`` among them is kept, else the
+    selection's count)."""
     if workload.trace is None:
         return workload
     name = workload.name
@@ -513,9 +555,10 @@ def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
         changes["requests_per_window"] = n
     if "warmup_requests" not in explicit:
         changes["warmup_requests"] = min(workload.warmup_requests, n)
-    if workload.arrival == "poisson" and workload.request_rate is None:
+    span = scaled[-1].arrival_s
+    if workload.arrival == "poisson" and workload.request_rate is None and span > 0:
         # The trace's mean rate, stated on the workload: its load points, their labels and
-        # vLLM's request_rate then name the rate the rows are drawn at.
-        span = scaled[-1].arrival_s
-        changes["request_rate"] = (n - 1) / span if span > 0 else float(n)
+        # vLLM's request_rate then name the rate the rows are drawn at. Rows without times
+        # (ShareGPT, custom: all at 0) have none, and need a rate given (check_workload).
+        changes["request_rate"] = (n - 1) / span
     return workload.replace(**changes)

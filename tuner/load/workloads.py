@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,6 +229,15 @@ def check_workload(workload: Workload) -> None:
             "load), or arrival = 'closed' for a closed loop of streams",
         )
     rated = workload.rate_ladder or workload.request_rate is not None
+    if workload.trace is not None and workload.arrival == "poisson" and not rated:
+        # Such a trace was drawn at as many requests a second as it has rows, labelled its
+        # mean rate (a 500-row ShareGPT file: 500 req/s).
+        raise UsageError(
+            f"workload {workload.name!r}: arrival = 'poisson' draws the rows at a request rate, "
+            "and the trace has no arrival times (or one row) to take its mean rate from",
+            hint="give the rate: request_rate or rate_ladder in [workload] in a spec, "
+            "--request-rate with tuner load",
+        )
     if workload.trace is not None and workload.arrival != "poisson" and rated:
         how = "replays the trace's own times" if workload.arrival == "trace" else "is a closed loop"
         raise UsageError(
@@ -304,18 +314,18 @@ def _jittered(mean: int, jitter: float, u: float) -> int:
 def _poisson_arrivals(
     rng: np.random.Generator, rate: float | None, count: int
 ) -> list[float | None]:
-    """``count`` arrival times of a Poisson process of ``rate`` per second, the first at 0 (no
-    idle lead-in in the window); all None (a closed loop) without a rate. The gaps are scaled,
-    as `vllm bench serve` scales its own, so that they average exactly ``1 / rate``: a window
-    offers the rate it is labelled with, whatever its seed (unscaled, 64 requests drawn with
-    seed 1 offered 13 % more, at every rung of a ladder alike)."""
+    """``count`` arrival times of a Poisson process of ``rate`` per second; all None (a closed
+    loop) without a rate. As `vllm bench serve` sends them: the first request waits its own
+    exponential gap too (a window opens with that gap idle), and the gaps are scaled so that
+    the last request is sent at ``count / rate``. A window then offers the rate it is labelled
+    with, whatever its seed (unscaled, 64 requests drawn with seed 1 offered 13 % more, at
+    every rung of a ladder alike), and the same rate as vLLM's window of as many requests
+    (sending the first at 0 and the last at ``(count - 1) / rate`` offered 3 % more at 32)."""
     if rate is None or not count:
         return [None] * count
-    gaps = rng.exponential(1.0 / rate, count)
-    gaps[0] = 0.0
-    arrivals = np.cumsum(gaps)
-    if count > 1 and arrivals[-1] > 0:
-        arrivals *= (count - 1) / rate / arrivals[-1]
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, count))
+    if arrivals[-1] > 0:
+        arrivals *= count / rate / arrivals[-1]
     return [float(t) for t in arrivals]
 
 
@@ -341,6 +351,26 @@ def _trace_request(
     )
 
 
+def _own_blocks(rows: tuple[TraceRequest, ...]) -> frozenset[str]:
+    """The hash blocks (Mooncake's) that one row of the trace alone names."""
+    naming = Counter(k for r in rows for k in {k for k, _ in r.segments if k.startswith("hash:")})
+    return frozenset(k for k, n in naming.items() if n == 1)
+
+
+def _drawn(r: TraceRequest, draw: int, own: frozenset[str]) -> TraceRequest:
+    """Row ``r`` as the ``draw``-th row drawn at random (with replacement): a fresh prompt of
+    its length. Its session's stream and the hash blocks no other row names (``own``) become
+    streams of this draw alone; kept, a row drawn twice, or a later turn drawn after an
+    earlier one, repeated a whole earlier prompt (about 240 of 400 Poisson draws of 100
+    sessions of 4 turns were entire prefix-cache hits). A drawn row is no turn of a
+    conversation. Prefix groups and the hash blocks several rows name stay shared: that is the
+    trace's own prefix sharing, which a draw replays."""
+    segments = tuple(
+        (f"{k}#{draw}" if k.startswith("session:") or k in own else k, n) for k, n in r.segments
+    )
+    return dataclasses.replace(r, segments=segments)
+
+
 # What one window may replay of a trace's own clock: a longer one is a trace in the wrong time
 # unit (milliseconds read as seconds), or a window no one means to wait for.
 MAX_WINDOW_S = 24 * 3600.0
@@ -352,7 +382,8 @@ def _plan_trace(
     """A trace's requests. ``arrival = "trace"`` replays the rows in order with their own
     times, cycling when ``count`` exceeds them (a cycle starts one mean gap after the last);
     a session's turns keep their order and a turn waits for the previous one. ``poisson`` and
-    ``closed`` draw rows (their lengths and prefixes, not their sessions) at random."""
+    ``closed`` draw rows (their lengths and prefixes, not their sessions) at random: see
+    :func:`_drawn`."""
     ordered = workload.trace or ()
     shared = workload.shared_prefix_tokens
     first = ordered[0].arrival_s
@@ -363,7 +394,11 @@ def _plan_trace(
         # Poisson at request_rate (the trace's mean rate unless given: apply_replay's)
         rate = workload.request_rate if workload.arrival == "poisson" else None
         arrivals = _poisson_arrivals(rng, rate, count)
-        return [_trace_request(r, shared, a, phase) for r, a in zip(rows, arrivals, strict=True)]
+        own = _own_blocks(ordered)
+        return [
+            _trace_request(_drawn(r, i, own), shared, a, phase)
+            for i, (r, a) in enumerate(zip(rows, arrivals, strict=True))
+        ]
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
 
     def start(cycle: int) -> float:
@@ -451,7 +486,8 @@ def plan_requests(
     Lengths are uniform within +-``length_jitter`` of the means (at least one token); the
     jitter applies to the part of the prompt after the shared prefix, so the prompt mean stays
     ``workload.prompt_tokens``. With ``request_rate`` set, arrivals are a Poisson process
-    starting at 0. A trace replays its rows in order, cycling when ``count`` exceeds it.
+    timed as `vllm bench serve` times its own (:func:`_poisson_arrivals`). A trace replays its
+    rows in order, cycling when ``count`` exceeds it.
     ``timed=False`` (a warm-up, whose arrival times are dropped) skips the check that a window
     replays at most :data:`MAX_WINDOW_S` of a trace's clock.
     """
