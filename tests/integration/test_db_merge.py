@@ -8,6 +8,7 @@ under test.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -15,12 +16,15 @@ import json
 import shutil
 import sqlite3
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+from sqlalchemy import Engine, event
 
 from tests.studykit import (
     damage_sqlite,
@@ -30,8 +34,11 @@ from tests.studykit import (
     store_claim,
 )
 from tuner.cli.app import main
+from tuner.db import merge as merge_module
 from tuner.db import migrate
-from tuner.db.merge import MergeSummary, merge_databases
+from tuner.db.merge import SAME_MERGED_COLUMNS, MergeSummary, merge_databases
+from tuner.db.models import Base
+from tuner.db.session import make_engine
 from tuner.domain import ServingConfig, TrialResult, Workload
 from tuner.errors import StorageError, UsageError
 from tuner.runner.vllm import PhaseCallback
@@ -289,6 +296,40 @@ def test_the_finished_trial_replaces_an_interrupted_one(tmp_path: Path) -> None:
     assert taken.get_study("a").status == "finished"
 
 
+def test_an_interrupted_trial_replaces_the_running_one_of_an_earlier_copy(
+    tmp_path: Path,
+) -> None:
+    """A copy taken while trial N ran, merged after the GPU host was killed and resumed (trial
+    N interrupted there, the study finished), kept trial N RUNNING in tuner's table while
+    Optuna's was FAIL; merging again said "nothing to do"."""
+    source, target = tmp_path / "gpu-host.db", tmp_path / "central.db"
+    runner = SnapshotRunner(source, target, at=3)
+    run_study(make_context(url(source), name="a", trials=5), runner, make_repo(url(source)))
+    with sqlite3.connect(target) as con:
+        (number,) = con.execute(
+            "SELECT number FROM tuner_trials WHERE status = 'running'"
+        ).fetchone()
+    con.close()
+    with sqlite3.connect(source) as con:  # as kill + `--resume` leave it on the GPU host
+        con.execute(
+            "UPDATE tuner_trials SET status = 'failed', failure_class = 'interrupted', "
+            "score = NULL WHERE number = ?",
+            (number,),
+        )
+        con.execute("UPDATE trials SET state = 'FAIL' WHERE number = ?", (number,))
+        con.execute(
+            "DELETE FROM trial_values WHERE trial_id IN (SELECT trial_id FROM trials "
+            "WHERE number = ?)",
+            (number,),
+        )
+    con.close()
+    summary = merge(source, target).studies[0]
+    assert summary.trials_replaced == 1 and summary.optuna.trials_finished == 1
+    assert rows(target) == rows(source)
+    assert optuna_trials(target, "a") == optuna_trials(source, "a")
+    assert not merge(source, target).changed
+
+
 def test_dry_run_writes_nothing(source: Path, tmp_path: Path) -> None:
     target = tmp_path / "central.db"
     dry = merge(source, target, dry_run=True)
@@ -298,6 +339,155 @@ def test_dry_run_writes_nothing(source: Path, tmp_path: Path) -> None:
     before = dump(target)
     assert not merge(source, target, dry_run=True).changed
     assert dump(target) == before
+
+
+def test_a_dry_run_writes_neither_an_empty_file_nor_a_rollback_journal_target(
+    source: Path, tmp_path: Path
+) -> None:
+    """The dry run opened the target with tuner's engine: a 0-byte file grew into a 4 KiB
+    database in WAL mode, and a tuner database in rollback-journal mode was switched to WAL."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert merge(source, empty, dry_run=True).changed
+    assert empty.stat().st_size == 0
+    journal = copy_db(source, tmp_path / "journal.db")
+    with sqlite3.connect(journal) as con:
+        con.execute("PRAGMA journal_mode = DELETE")
+    con.close()
+    before = digest(journal)
+    assert not merge(source, journal, dry_run=True).changed
+    assert digest(journal) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "journal.db"]
+    assert merge(source, empty).changed  # the merge itself takes the empty file
+
+
+def test_tuner_tables_without_a_revision_are_refused_by_dry_run_merge_and_upgrade(
+    source: Path, tmp_path: Path
+) -> None:
+    """The dry run said the merge would work; the merge and `tuner db upgrade` then failed on
+    "table tuner_studies already exists", with the hint to check that the database is
+    reachable."""
+    target = tmp_path / "central.db"
+    engine = make_engine(url(target))
+    Base.metadata.create_all(engine)  # tuner's tables, as a hand-made or half-deleted store
+    engine.dispose()
+    before = digest(target)
+    for attempt in (
+        lambda: merge(source, target, dry_run=True),
+        lambda: merge(source, target),
+        lambda: migrate.upgrade(url(target)),
+    ):
+        with pytest.raises(
+            StorageError, match=r"has tuner tables \[.*\] but no revision"
+        ) as refused:
+            attempt()
+        assert "move them out of the way" in refused.value.hint
+    assert digest(target) == before
+
+
+def test_a_source_written_while_the_merge_reads_it_is_read_as_one_moment(
+    source: Path, tmp_path: Path
+) -> None:
+    """A study and its comparison written to the source after the merge had read its studies,
+    before it read the comparisons: the merge failed with a KeyError traceback."""
+    live = copy_db(source, tmp_path / "live.db")
+    writer = sqlite3.connect(live)  # held open: its -wal says "in use", read with locking
+    writer.execute("PRAGMA journal_mode = WAL")
+    writer.execute("SELECT count(*) FROM tuner_studies").fetchone()
+
+    def write_a_study(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.startswith("SELECT tuner_studies.id") and not written:
+            written.append(_add_study_with_comparison(writer, "late"))
+
+    written: list[int] = []
+    event.listen(Engine, "after_cursor_execute", write_a_study)
+    try:
+        summary = merge(live, tmp_path / "central.db")
+    finally:
+        event.remove(Engine, "after_cursor_execute", write_a_study)
+        writer.close()
+    assert written and {s.name for s in summary.studies} == {"a", "conf"}
+    later = merge(live, tmp_path / "central.db")  # the next merge brings it
+    assert [(s.name, s.comparisons_added) for s in later.studies if s.new] == [("late", 1)]
+
+
+def _add_study_with_comparison(con: sqlite3.Connection, name: str) -> int:
+    """A copy of study "conf" named ``name``, created later, with a copy of its comparison."""
+    columns = [r[1] for r in con.execute("PRAGMA table_info(tuner_studies)") if r[1] != "id"]
+    picked = [
+        "?"
+        if c in ("name", "optuna_study_name")
+        else ("created_at + 100" if c == "created_at" else c)
+        for c in columns
+    ]
+    cursor = con.execute(
+        f"INSERT INTO tuner_studies ({', '.join(columns)}) SELECT {', '.join(picked)} "
+        "FROM tuner_studies WHERE name = 'conf'",
+        [name] * picked.count("?"),
+    )
+    study_id = cursor.lastrowid
+    columns = [r[1] for r in con.execute("PRAGMA table_info(tuner_comparisons)") if r[1] != "id"]
+    picked = [
+        "?" if c == "study_id" else ("created_at + 100" if c == "created_at" else c)
+        for c in columns
+    ]
+    con.execute(
+        f"INSERT INTO tuner_comparisons ({', '.join(columns)}) SELECT {', '.join(picked)} "
+        "FROM tuner_comparisons WHERE study_id IS NOT NULL",
+        (study_id,),
+    )
+    con.commit()
+    return int(study_id or 0)
+
+
+def test_two_merges_at_once_copy_each_comparison_and_launch_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both merges planned before either wrote: each added the claim and the launch summary,
+    and the target held them twice."""
+    target = tmp_path / "central.db"
+    summaries = merge_twice_at_once(tmp_path / "gpu-host.db", url(target), monkeypatch)
+    assert sorted(s.comparisons_added for s in summaries) == [0, 1]
+    assert sorted(s.launches_added for s in summaries) == [0, 1]
+    assert len(rows(target)["comparisons"]) == 1 and len(launches(target)) == 1
+
+
+def merge_twice_at_once(
+    source: Path, target: str, monkeypatch: pytest.MonkeyPatch
+) -> list[MergeSummary]:
+    """Merge a new ``source`` (one claim, one launch summary) into ``target`` from two threads
+    at once, each pausing after it planned until the other has planned too (or 2 s passed)."""
+    store_claim(make_repo(url(source)))
+    add_compare_launch(source)
+    migrate.upgrade(target)
+    both_planned = threading.Barrier(2)
+    plan = merge_module._plan_merge
+
+    def plan_then_wait(*args: Any) -> Any:
+        planned = plan(*args)
+        # Once merges plan one at a time, the other comes only after this one committed.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_planned.wait(timeout=2)
+        return planned
+
+    monkeypatch.setattr(merge_module, "_plan_merge", plan_then_wait)
+    # Alembic keeps its context in module globals: one migration at a time in one process
+    # (two processes each have their own).
+    one_at_a_time, upgrade = threading.Lock(), migrate.upgrade
+
+    def upgrade_alone(*args: Any) -> None:
+        with one_at_a_time:
+            upgrade(*args)
+
+    monkeypatch.setattr(migrate, "upgrade", upgrade_alone)
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda _: merge_databases(str(source), target), range(2)))
+
+
+def test_every_older_revision_is_read_as_a_source() -> None:
+    """merge reads an older source as it is (it never migrates one): a migration that changes
+    the merged tables must teach it to read the old ones, and list the revision here."""
+    assert migrate.known_revisions() - {migrate.head_revision()} <= SAME_MERGED_COLUMNS
 
 
 def test_real_h200_results_merge_into_one_store(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import optuna
+import pytest
 
 from tuner.db.merge import merge_databases
 from tuner.db.repository import Repository
@@ -70,3 +71,18 @@ def test_h200_results_round_trip_through_postgres(pg_url: str, tmp_path: Path) -
     back = tmp_path / "back.db"
     merge_databases(pg_url, f"sqlite:///{back}")
     assert _contents(f"sqlite:///{back}") == in_postgres
+
+
+def test_two_merges_at_once_copy_each_comparison_once(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both merges planned before either wrote, and each added the same claim."""
+    from tests.integration.test_db_merge import merge_twice_at_once
+
+    summaries = merge_twice_at_once(tmp_path / "gpu-host.db", pg_url, monkeypatch)
+    assert sorted(s.comparisons_added for s in summaries) == [0, 1]
+    engine = make_engine(pg_url)
+    try:
+        assert len(Repository(engine).list_comparisons()) == 1
+    finally:
+        engine.dispose()

@@ -53,7 +53,7 @@ def _study_line(s: StudyMerge, would: str) -> str:
         parts.append(f"status and notes {would}taken from the source (newer)")
     trials = _counts(s.trials_added, s.trials_kept, "trial", would)
     if s.trials_replaced:
-        trials += f", {s.trials_replaced} unfinished {would}replaced by finished ones"
+        trials += f", {s.trials_replaced} unfinished {would}replaced by ones further along"
     parts.append(trials)
     if s.comparisons_added or s.comparisons_kept:
         parts.append(_counts(s.comparisons_added, s.comparisons_kept, "comparison", would))

@@ -8,18 +8,22 @@ Merging is idempotent: what the target holds already is left alone, so merging t
 twice changes nothing the second time, and merging a later copy of it adds what is new. How
 rows are matched, and when a study is refused, is in :mod:`tuner.db.merge_plan`.
 
-The source is only read: a SQLite file is opened read-only, and one whose tuner schema is not at
-this tuner's head revision is refused (upgrading it is its owner's decision, and a read-only
-copy from a customer's machine should stay as it came).
+The source is only read, in one snapshot: a SQLite file is opened read-only, and it is never
+migrated (upgrading it is its owner's decision, and a read-only copy from a customer's machine
+should stay as it came). A source at an older revision whose studies, trials and comparisons
+tables are the head's (:data:`SAME_MERGED_COLUMNS`) is read as it is; one at a revision this
+tuner does not know is refused. A dry run only reads the target too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import create_engine, inspect, select
+from sqlalchemy import Connection, Engine, create_engine, false, inspect, select, text, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
@@ -62,7 +66,7 @@ class StudyMerge:
     new: bool  # the target had no such study
     updated: bool  # the target's study took the source's newer status / notes / trial count
     trials_added: int
-    trials_replaced: int  # RUNNING or interrupted in the target, finished in the source
+    trials_replaced: int  # RUNNING or interrupted in the target, further along in the source
     trials_kept: int  # already in the target (or further along there)
     comparisons_added: int
     comparisons_kept: int
@@ -113,8 +117,9 @@ def merge_databases(
     and plans against the older tables as they are; either way ``upgraded_from`` says so).
     Raises UsageError for a source that is missing, unreadable or holds no tuner tables, for a
     bad ``rename_suffix``, and for studies that cannot be merged (see
-    :mod:`tuner.db.merge_plan`), before anything is written; StorageError for a source not at
-    the head revision or a database that fails.
+    :mod:`tuner.db.merge_plan`), before anything is written; StorageError for a source at a
+    revision this tuner does not know, a target it cannot migrate (:func:`_target_revision`)
+    or a database that fails.
     """
     src = source_url(source)
     suffix = None if rename_suffix is None else check_suffix(rename_suffix)
@@ -132,17 +137,14 @@ def merge_databases(
     # The source must not change, not even by the WAL switch tuner's engines make.
     engine_kwargs = {} if src_file is None else read_only(src_file)
     data = _read_source(src, src_file, engine_kwargs)
-    before = None
-    if dst_file is None or dst_file.exists():  # a damaged target is not written to
-        migrate.check_integrity(target)
-        before = migrate.current_revision(target)
+    before = _target_revision(target, dst_file, dry_run)
     with merge_optuna.open_storage(
         "sqlite://" if src_file else src, engine_kwargs, create=False
     ) as from_optuna:
         if dry_run or before != migrate.head_revision():
             # Planned against the target as it is first: a refused merge leaves it untouched,
             # not even migrated. (At the head, the merge's own plan refuses before it writes.)
-            plan, merged = _dry_run(data, target, dst_file, from_optuna, suffix)
+            plan, merged = _dry_run(data, target, dst_file, before, from_optuna, suffix)
         if not dry_run:
             plan, merged = _merge(data, target, from_optuna, suffix)
     return MergeSummary(
@@ -158,6 +160,51 @@ def merge_databases(
     )
 
 
+def _target_revision(target: str, dst_file: Path | None, dry_run: bool) -> str | None:
+    """The target's tuner revision; None for a SQLite file that is missing or empty (0 bytes:
+    not opened, since opening it writes SQLite's header) or a database without tuner's tables.
+
+    Raises StorageError for a target that is damaged (not written to), whose alembic_version
+    is another application's, that is at a revision this tuner does not know, or that has
+    tuner tables without a revision (migrating them would fail on the tables it finds). A dry
+    run opens a SQLite file read-only: it writes nothing, not even the WAL switch.
+    """
+    if _blank(dst_file):
+        return None
+    engine = _target_engine(target, dst_file if dry_run else None)
+    try:
+        with engine.connect() as connection:
+            if problems := migrate.damage(connection):
+                raise migrate.damaged(f"database {safe_url(target)}", problems)
+            migrate.check_alembic_version(connection, target)
+            revision = migrate.revision_of(connection)
+            tables = inspect(connection).get_table_names()
+    except sa_exc.SQLAlchemyError as e:
+        raise storage_error(e, target) from e
+    finally:
+        engine.dispose()
+    if revision is None:
+        migrate.check_leftovers(target, tables)
+    elif revision not in migrate.known_revisions():
+        raise migrate.unknown_revision(target, revision)
+    return revision
+
+
+def _blank(path: Path | None) -> bool:
+    """Whether SQLite file ``path`` holds nothing: it is missing, or empty (0 bytes). Either is
+    planned against as an empty database without being opened: opening writes SQLite's header
+    (tuner.doctor.checks.blank_sqlite_file says the same for the commands that only read)."""
+    return path is not None and (not path.exists() or (path.is_file() and path.stat().st_size == 0))
+
+
+def _target_engine(target: str, read_only_file: Path | None) -> Engine:
+    """The target's engine: tuner's (:func:`make_engine`), or one that opens SQLite file
+    ``read_only_file`` read-only, for what must not write."""
+    if read_only_file is None:
+        return make_engine(target)
+    return create_engine("sqlite://", **read_only(read_only_file))
+
+
 def _merge(
     data: Source, target: str, from_optuna: RDBStorage | None, suffix: str | None
 ) -> tuple[Plan, dict[str, OptunaMerge]]:
@@ -168,6 +215,7 @@ def _merge(
         with merge_optuna.open_storage(target, kwargs, create=False) as to_optuna:
             names = merge_optuna.study_names(to_optuna)
         with session_scope(engine) as s:
+            _lock(s)
             plan = _plan_merge(data, TargetView(s, names), suffix)
             apply_plan(s, plan, data.requests)
     finally:
@@ -186,27 +234,46 @@ def _merge(
     return plan, merged
 
 
+# Any constant will do: the PostgreSQL advisory lock a merge holds while it plans and writes.
+_MERGE_LOCK = 0x6D65726765  # "merge"
+
+
+def _lock(s: Session) -> None:
+    """Take the target's lock for merging before planning, so that a merge beside this one
+    plans only once this one has committed (planned side by side, both added the same
+    comparisons and launches). On SQLite, the write lock: pysqlite begins a transaction only at
+    the first write, so a write that changes nothing takes it, as Repository's
+    ``_locked_spec`` does. On PostgreSQL, an advisory lock until the transaction ends."""
+    dialect = s.get_bind().dialect.name
+    if dialect == "sqlite":
+        s.execute(update(StudyModel).where(false()).values(updated_at=StudyModel.updated_at))
+    elif dialect == "postgresql":
+        s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MERGE_LOCK})
+
+
 def _dry_run(
     data: Source,
     target: str,
     dst_file: Path | None,
+    current: str | None,
     from_optuna: RDBStorage | None,
     suffix: str | None,
 ) -> tuple[Plan, dict[str, OptunaMerge]]:
-    """The plan against the target as it is, without creating or migrating anything."""
-    if dst_file is not None and not dst_file.exists():
+    """The plan against the target at revision ``current`` as it is, reading only: nothing is
+    created or migrated, and a SQLite file is opened read-only."""
+    if _blank(dst_file):
         plan = _plan_merge(data, TargetView(None, ()), suffix)
         return plan, _optuna(from_optuna, None, plan, dry_run=True)
-    current = migrate.current_revision(target)
     fresh = current is None
     older = current in SAME_MERGED_COLUMNS  # planned as it is: the merge would migrate it
-    if not fresh and not older:
-        migrate.ensure_current(target)
-    kwargs = optuna_engine_kwargs(target)
-    engine = make_engine(target)
+    if dst_file is None:
+        url, kwargs = target, optuna_engine_kwargs(target)
+    else:
+        url, kwargs = "sqlite://", read_only(dst_file)
+    engine = _target_engine(target, dst_file)
     try:
         with (
-            merge_optuna.open_storage(target, kwargs, create=False) as to_optuna,
+            merge_optuna.open_storage(url, kwargs, create=False) as to_optuna,
             Session(engine) as s,
         ):
             names = merge_optuna.study_names(to_optuna)
@@ -254,34 +321,17 @@ _SOURCE_HINT = (
 
 
 def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> Source:
-    """All of the source's tuner rows, after checking its revision."""
+    """All of the source's tuner rows, after checking its revision, read in one snapshot."""
     where = safe_url(url)
     engine = create_engine("sqlite://", **engine_kwargs) if path else make_engine(url, _SOURCE_HINT)
     try:
-        with engine.connect() as connection:
+        with _snapshot(engine) as connection:
             if problems := migrate.damage(connection):
                 raise migrate.damaged(f"source database {where}", problems)
             tables = inspect(connection).get_table_names()
-            revision = migrate.revision_of(connection)
-        _check_revision(where, url, revision, tables)
-        with Session(engine) as s:
-            studies = list(
-                s.scalars(select(StudyModel).order_by(StudyModel.created_at, StudyModel.id))
-            )
-            trials: dict[int, list[TrialModel]] = {}
-            for t in s.scalars(select(TrialModel).order_by(TrialModel.study_id, TrialModel.number)):
-                trials.setdefault(t.study_id, []).append(t)
-            comparisons = list(s.scalars(select(ComparisonModel).order_by(ComparisonModel.id)))
-            launches = (
-                list(s.scalars(select(LaunchModel).order_by(LaunchModel.id)))
-                if LaunchModel.__tablename__ in tables
-                else []
-            )
-            requests = (
-                {r.trial_id: r.windows for r in s.scalars(select(TrialRequestsModel))}
-                if TrialRequestsModel.__tablename__ in tables
-                else {}
-            )
+            _check_revision(where, migrate.revision_of(connection), tables)
+            with Session(connection) as s:
+                return _rows(s, tables)
     except sa_exc.SQLAlchemyError as e:
         if path is None:
             raise storage_error(e, url, _SOURCE_HINT) from e
@@ -294,16 +344,50 @@ def _read_source(url: str, path: Path | None, engine_kwargs: dict[str, Any]) -> 
         ) from e
     finally:
         engine.dispose()
+
+
+@contextmanager
+def _snapshot(engine: Engine) -> Iterator[Connection]:
+    """A connection whose reads all see the database as one moment left it. Read table by
+    table while a study wrote it, a source gave a comparison of a study that came after the
+    studies were read. pysqlite begins no transaction for reads, so SQLite gets an explicit
+    BEGIN (its first read fixes the snapshot); PostgreSQL gets REPEATABLE READ."""
+    with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            connection.exec_driver_sql("BEGIN")
+        else:
+            connection.execution_options(isolation_level="REPEATABLE READ")
+        yield connection
+
+
+def _rows(s: Session, tables: list[str]) -> Source:
+    """The source's rows, read in ``s``; ``tables``: the tables it has."""
+    studies = list(s.scalars(select(StudyModel).order_by(StudyModel.created_at, StudyModel.id)))
+    trials: dict[int, list[TrialModel]] = {}
+    for t in s.scalars(select(TrialModel).order_by(TrialModel.study_id, TrialModel.number)):
+        trials.setdefault(t.study_id, []).append(t)
+    comparisons = list(s.scalars(select(ComparisonModel).order_by(ComparisonModel.id)))
+    launches = (
+        list(s.scalars(select(LaunchModel).order_by(LaunchModel.id)))
+        if LaunchModel.__tablename__ in tables
+        else []
+    )
+    requests = (
+        {r.trial_id: r.windows for r in s.scalars(select(TrialRequestsModel))}
+        if TrialRequestsModel.__tablename__ in tables
+        else {}
+    )
     return Source(studies, trials, comparisons, launches, requests)
 
 
 # Older revisions whose studies, trials and comparisons tables are those of the head: a source
 # before 0002 has no tuner_trial_requests (per-request records) to copy, one before 0003 no
-# tuner_launches and brings no launch summaries.
+# tuner_launches and brings no launch summaries. Every older revision is one of them (a test
+# holds it so): a migration that changes those tables must teach the merge to read the old ones.
 SAME_MERGED_COLUMNS = frozenset({"0001", "0002"})
 
 
-def _check_revision(where: str, url: str, revision: str | None, tables: list[str]) -> None:
+def _check_revision(where: str, revision: str | None, tables: list[str]) -> None:
     if revision is None:
         ours = [t for t in tables if t.startswith(TABLE_PREFIX)]
         raise UsageError(
@@ -311,16 +395,9 @@ def _check_revision(where: str, url: str, revision: str | None, tables: list[str
             + (f" (only {', '.join(ours)}, without a revision)" if ours else ""),
             hint="is it the file a study wrote? `tuner studies --storage SOURCE` lists its studies",
         )
-    head = migrate.head_revision()
-    if revision == head or revision in SAME_MERGED_COLUMNS:
-        return
-    if revision in migrate.known_revisions():
+    if revision != migrate.head_revision() and revision not in SAME_MERGED_COLUMNS:
         raise StorageError(
-            f"source database {where} is at tuner schema revision {revision}, this tuner at {head}",
-            hint=f"upgrade it first (a copy, if it must stay as it is): "
-            f"tuner db upgrade --storage {where}",
+            f"source database {where} is at tuner schema revision {revision}, unknown to this "
+            "tuner",
+            hint="a newer tuner wrote it: upgrade tuner, then merge",
         )
-    raise StorageError(
-        f"source database {where} is at tuner schema revision {revision}, unknown to this tuner",
-        hint="a newer tuner wrote it: upgrade tuner, then merge",
-    )

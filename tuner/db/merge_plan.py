@@ -1,18 +1,23 @@
 """Planning ``tuner db merge``: where each source row goes in the target, and what cannot go.
 
-Rows are copied column by column through the ORM models' tables (both databases are at the
-head revision), so a column added by a later migration is copied without a change here.
+Rows are copied column by column through the ORM models' tables, so a column added by a later
+migration is copied without a change here. The target is at the head revision when a merge
+writes; the source may be at an older one whose tables of studies, trials and comparisons are
+the head's (``tuner.db.merge.SAME_MERGED_COLUMNS``), and a dry run plans against the target's
+tables as they are.
 
 A source study lands in the target as:
 
 - a new study, when the target has none of that name;
 - more of the same study, when the target's study of that name has the same ``created_at``:
-  only trials it lacks (by number and phase) are added, and a trial the target holds RUNNING
-  or interrupted is replaced by the source's finished one (the repository's rule for reusing a
-  trial number);
+  trials are matched by number; those it lacks are added, and a trial is replaced by the
+  source's copy when that one got further (RUNNING, then interrupted, then any other end:
+  :func:`progress`; a RUNNING or interrupted trial's number may be used again, the
+  repository's rule);
 - nothing, with a conflict: the target's study of that name is another study, or the same one
-  whose finished trials differ (it went on in two places), or the target holds an Optuna study
-  of that name without tuner's. ``rename_suffix`` then retries as ``NAME-SUFFIX``.
+  whose trials of one number differ in phase, or ended differently (it went on in two
+  places), or the target holds an Optuna study of that name without tuner's.
+  ``rename_suffix`` then retries as ``NAME-SUFFIX``.
 
 Comparisons are matched on ``created_at`` and both configurations, wherever they are linked.
 
@@ -48,6 +53,7 @@ from tuner.db.names import STUDY_NAME_MAX, name_problem
 
 # The repository's rule: a RUNNING or interrupted trial's number may be used again.
 from tuner.db.repository import replaceable
+from tuner.domain import TrialStatus
 from tuner.errors import UsageError
 
 _ROW_KEYS = frozenset({"id", "study_id"})  # the target gives its own
@@ -272,6 +278,14 @@ def _try(
     return plan, ""
 
 
+def progress(row: TrialModel) -> int:
+    """How far a trial got: 0 RUNNING, 1 interrupted (FAILED when the tuner stopped), 2 any
+    other end. A copy further along replaces the other; two different ends are a conflict."""
+    if row.status == TrialStatus.RUNNING.value:
+        return 0
+    return 1 if replaceable(row) else 2
+
+
 def _diff_trials(
     plan: StudyPlan, source: Sequence[TrialModel], target: Sequence[TrialModel]
 ) -> list[int]:
@@ -284,12 +298,13 @@ def _diff_trials(
             plan.add.append(trial)
         elif mine.phase != trial.phase:
             diverged.append(trial.number)
-        elif same_row(trial, mine) or replaceable(trial):
-            plan.kept += 1  # the target's copy is the same, or at least as far along
-            if same_row(trial, mine):
-                plan.same.append((mine, trial))
-        elif replaceable(mine):
+        elif same_row(trial, mine):
+            plan.kept += 1
+            plan.same.append((mine, trial))
+        elif progress(trial) > progress(mine):
             plan.replace.append((mine, trial))
+        elif progress(trial) < progress(mine) or replaceable(mine):
+            plan.kept += 1  # the target's copy is further along, or as far and not finished
         else:
             diverged.append(trial.number)
     return diverged

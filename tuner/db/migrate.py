@@ -213,7 +213,8 @@ def damaged(what: str, problems: list[str]) -> StorageError:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Migrate tuner's tables up to ``revision``; other tables in the database are untouched."""
+    """Migrate tuner's tables up to ``revision``; other tables in the database are untouched.
+    Tuner tables without a revision record are refused (:func:`check_leftovers`)."""
     _run(url, "upgrade", revision)
 
 
@@ -228,13 +229,15 @@ def _run(url: str, direction: str, revision: str) -> None:
         check_alembic_version(connection, url)
         current = revision_of(connection)
         if current is not None and current not in known_revisions():
-            raise _unknown_revision(url, current)
+            raise unknown_revision(url, current)
+        if current is None and direction == "upgrade":  # else: "table ... already exists"
+            check_leftovers(url, inspect(connection).get_table_names())
         # env.py picks this connection up instead of opening its own.
         config.attributes["connection"] = connection
         getattr(command, direction)(config, revision)
 
 
-def _unknown_revision(url: str, current: str) -> StorageError:
+def unknown_revision(url: str, current: str) -> StorageError:
     return StorageError(
         f"database {safe_url(url)} is at revision {current}, which this tuner does not know",
         hint="it was migrated by a newer tuner: upgrade tuner",
@@ -260,7 +263,7 @@ def ensure_current(url: str) -> None:
             else upgrade_hint(url),
         )
     if current not in known_revisions():
-        raise _unknown_revision(url, current)
+        raise unknown_revision(url, current)
     raise StorageError(
         f"database {where} at revision {current}, tuner needs {head}", hint=upgrade_hint(url)
     )
@@ -283,8 +286,7 @@ def ensure_ready(url: str, auto_upgrade: bool = True) -> None:
                 current = revision_of(connection)
                 tables = set(inspect(connection).get_table_names())
             if current is None:
-                check_leftovers(url, tables)
-                upgrade(url)
+                upgrade(url)  # refuses tuner tables without a revision (check_leftovers)
             if _OPTUNA_TABLES - tables:
                 _create_optuna_tables(url)
     ensure_current(url)
