@@ -348,9 +348,18 @@ def warnings(point: PointResult) -> list[str]:
     client = point.window.client
     notes = "; ".join(client.notes) if client is not None else ""
     if client is not None and client.client_bound:
+        from tuner.load import LAG_BOUND_MS
+
+        held = client.held_p99_ms >= LAG_BOUND_MS
         lines.append(
             f"{point.label}: client-bound ({notes}): the load generator was the limit, not "
-            "the server; measure this point from a less loaded or faster client machine"
+            "the server; "
+            + (
+                "raise the workload's concurrency, its cap on requests in flight "
+                "(--workload-set concurrency=N)"
+                if held
+                else "measure this point from a less loaded or faster client machine"
+            )
         )
     if client is not None and client.disturbed:
         lines.append(

@@ -66,7 +66,10 @@ class ClientHealth:
     busy); ``loop_lag_*`` how late its event loop woke up. ``others_cpu`` is host CPU used by
     processes that are neither the generator nor the server (None when the server's processes
     are unknown), ``other_gpu_processes`` processes on the measured GPUs that are not the
-    server's. ``client_bound`` and ``disturbed`` are the verdicts, ``notes`` say why.
+    server's. ``held_p99_ms`` is how long requests with arrival times (a trace's, Poisson's)
+    waited for one of the in-flight slots the workload's concurrency caps, at the 99th
+    percentile (0 without arrival times, or where none waited). ``client_bound`` and
+    ``disturbed`` are the verdicts, ``notes`` say why.
     """
 
     client_cpu: float
@@ -76,6 +79,7 @@ class ClientHealth:
     host_cores: int
     others_cpu: float | None = None
     other_gpu_processes: int = 0
+    held_p99_ms: float = 0.0
     client_bound: bool = False
     disturbed: bool = False
     notes: tuple[str, ...] = ()

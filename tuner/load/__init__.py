@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         first_point_windows,
     )
     from tuner.load.prompts import UNKNOWN_VOCAB_NOTE, PromptFactory
+    from tuner.load.selfcheck import LAG_BOUND_MS
     from tuner.load.stats import HIGHER_IS_BETTER, estimate, summarize, window_metrics
     from tuner.load.traces import read_trace, tokenizer_file
     from tuner.load.workloads import (
@@ -58,6 +59,7 @@ __all__ = [
     "FEASIBLE",
     "FULL",
     "HIGHER_IS_BETTER",
+    "LAG_BOUND_MS",
     "MAX_ERROR_RATE",
     "QUICK",
     "SHAPES",

@@ -174,11 +174,12 @@ class LoadGenerator:
                     check.begin()
                     if self.energy is not None:
                         self.energy.begin()
+                    held: list[float] = []
                     records, duration = await self._phase(
-                        session, plan, point.concurrency, should_abort, None
+                        session, plan, point.concurrency, should_abort, None, held
                     )
                     energy = self.energy.end() if self.energy is not None else None
-                    health = check.end()
+                    health = check.end(held, point.concurrency)
                     where = f"window {index + 1}"
                     if len(points) > 1:
                         label = point_label(
@@ -276,9 +277,11 @@ class LoadGenerator:
         concurrency: int,
         should_abort: AbortCheck | None,
         on_done: Callable[[], None] | None,
+        held: list[float] | None = None,
     ) -> tuple[list[RequestRecord], float]:
         """Send ``plan`` with at most ``concurrency`` in flight; the records in plan order and
-        the wall time from the first launch to the last completion."""
+        the wall time from the first launch to the last completion. ``held`` gets the seconds
+        each request with an arrival time waited, once due, for a slot."""
         # Bodies are made before the clock starts so that building them is never timed.
         bodies = [
             request_body(
@@ -311,7 +314,10 @@ class LoadGenerator:
                     delay = t0 + p.arrival_s - time.perf_counter()
                     if delay > 0:
                         await asyncio.sleep(delay)
+                due = time.perf_counter()
                 async with slots:
+                    if held is not None and p.arrival_s is not None:
+                        held.append(time.perf_counter() - due)
                     record = await stream_completion(
                         session,
                         url,

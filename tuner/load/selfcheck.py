@@ -9,7 +9,11 @@ Two things are measured during every window, in the generator's own process:
 
 A window is **client-bound** when the generator was saturated: its CPU near one full core, or
 its loop late by more than :data:`LAG_BOUND_MS` at the 99th percentile while it was busy. Its
-throughput is then a floor set by the client, not the server's number.
+throughput is then a floor set by the client, not the server's number. It is client-bound too
+when requests with arrival times (a trace's, Poisson's) waited as long for one of the slots the
+workload's concurrency caps: they were sent later than timed, and their TTFT, timed from the
+send as ``vllm bench serve`` times it, leaves that wait out; the load the server saw was not
+the one the window is labelled with.
 
 What the host's other processes did is asked of a :class:`Neighbours` (the runner's telemetry
 knows the server's process tree and the GPU's processes); a window in which they took more
@@ -24,6 +28,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -118,7 +123,9 @@ class WindowCheck:
         self._wall = time.perf_counter()
         self._cpu = time.process_time()
 
-    def end(self) -> ClientHealth:
+    def end(self, held_s: Sequence[float] = (), slots: int = 0) -> ClientHealth:
+        """The window's verdicts; ``held_s``: how long each request with an arrival time
+        waited for one of the ``slots`` requests in flight."""
         wall = max(time.perf_counter() - self._wall, 1e-9)
         cpu_s = time.process_time() - self._cpu
         lags_ms = np.asarray(self.lag.take(), dtype=float) * 1000.0
@@ -128,6 +135,8 @@ class WindowCheck:
             lags_ms=lags_ms,
             reading=reading,
             cores=os.cpu_count() or 1,
+            held_ms=np.asarray(held_s, dtype=float) * 1000.0,
+            slots=slots,
         )
 
 
@@ -137,6 +146,8 @@ def judge(
     lags_ms: np.ndarray,
     reading: NeighbourReading | None,
     cores: int,
+    held_ms: np.ndarray | None = None,
+    slots: int = 0,
 ) -> ClientHealth:
     """The verdicts for one window from its raw readings (pure, for tests)."""
     p99 = float(np.percentile(lags_ms, 99)) if lags_ms.size else 0.0
@@ -147,6 +158,12 @@ def judge(
         bound.append(f"client used {client_cpu:.0%} of a core (saturated at {CPU_BOUND:.0%})")
     if late and client_cpu >= BUSY_FOR_LAG:
         bound.append(f"client event loop late by {p99:.0f} ms at P99 while busy")
+    held = float(np.percentile(held_ms, 99)) if held_ms is not None and held_ms.size else 0.0
+    if held >= LAG_BOUND_MS:
+        bound.append(
+            f"timed arrivals waited for one of the {slots} requests in flight, {held:.0f} ms at "
+            "P99 (the workload's concurrency cap held them back)"
+        )
     disturbed: list[str] = []
     reading = reading or NeighbourReading(host_cpu=float("nan"), others_cpu=None)
     others = reading.others_cpu
@@ -178,6 +195,7 @@ def judge(
         host_cores=cores,
         others_cpu=None if others is None else round(others, 4),
         other_gpu_processes=reading.other_gpu_processes,
+        held_p99_ms=round(held, 3),
         client_bound=bool(bound),
         disturbed=bool(disturbed),
         notes=(*bound, *disturbed),
