@@ -219,7 +219,9 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
     base = snap.baseline(trial.gpu_uuid)  # the defaults the pick's score is a ratio to
     applied = q.slo if q.slo is not None else Slo(**study.slo)
     try:
-        price, no_cost = costs.study_price(study.gpu, study.spec, q.gpu_price), ""
+        emulated = is_emulated(study, trial)
+        price = costs.study_price(study.gpu, study.spec, q.gpu_price, emulated=emulated)
+        no_cost = ""
     except UsageError as exc:  # a stored price of an older tuner: the flags still answer
         price, no_cost = None, f"no cost: {exc.message}; give one with gpu_price"
 

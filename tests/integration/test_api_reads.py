@@ -566,3 +566,34 @@ def test_a_recommendation_of_a_study_with_an_unreadable_stored_price_still_answe
         "give one with gpu_price"
     )
     assert given["price"]["source"] == "given price" and given["warnings"] == []
+
+
+def test_an_emulated_studys_cost_says_it_was_not_measured_on_that_gpu(tmp_path: Path) -> None:
+    """`tuner run --emulate --gpu a100-80g` on an H200 priced the H200's throughput at the
+    A100's rate, with nothing near the cost to say so: a third of any real cost. The price
+    behind an emulated cost now says that its throughput was measured on another GPU, on the
+    API, `tuner best` and the study page alike (one home: tuner.results.costs.study_price)."""
+    from tuner.results import costs, recommendation
+    from tuner.results.report.study import trial_lines
+
+    url = f"sqlite:///{tmp_path / 'emu-cost.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=1, name="emu", gpu="a10g", workload=CHAT)
+    run_study(dataclasses.replace(ctx, emulated=True), FakeRunner(), repo)
+    run_study(
+        make_context(url, trials=1, name="real", gpu="a10g", workload=CHAT), FakeRunner(), repo
+    )
+    query = "/v1/recommendations?model=tiny-ernie&gpu=a10g&workload=chat&gpu_price=1.5"
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        emulated = _get(c, query + "&emulated=true")["price"]["source"]
+        measured = _get(c, query)["price"]["source"]
+    assert "measured in emulation on another GPU" in emulated and "not the cost on a10g" in emulated
+    assert measured == "given price"
+    best = recommendation(repo, "emu", gpu_price=1.5)
+    assert best is not None and "measured in emulation" in best.price
+    assert "measured in emulation" not in recommendation(repo, "real", gpu_price=1.5).price  # type: ignore[union-attr]
+    study = repo.get_study("emu")
+    assert study is not None and study.emulated
+    price = costs.study_price(study.gpu, {"gpu_price": 2.0}, emulated=study.emulated)
+    assert price is not None and price.usd_per_hour == 2.0 and "emulation" in price.source
+    assert trial_lines(study, repo.list_trials("emu", limit=None))  # the page prices it too

@@ -5,6 +5,7 @@ load an open-loop workload offered (:func:`tuner.load.curve.unsaturated`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,11 +31,28 @@ MEASURE_CAPACITY = (
 
 
 def study_price(
-    gpu: str, spec: Mapping[str, Any] | None, given: float | None = None
+    gpu: str,
+    spec: Mapping[str, Any] | None,
+    given: float | None = None,
+    *,
+    emulated: bool = False,
 ) -> GpuPrice | None:
     """The price of a study on GPU profile ``gpu`` with stored ``spec``: ``given`` (a reading
     command's ``--gpu-price``), else the spec's own ``gpu_price`` (``tuner run --gpu-price``
-    lands there), else the catalog default; None without any."""
+    lands there), else the catalog default; None without any. An ``emulated`` study's price
+    says that the throughput it divides was measured on another GPU: priced at the emulated
+    profile's rate, an H200's throughput read as an A100's cost, three times too cheap."""
+    price = _price(gpu, spec, given)
+    if price is None or not emulated:
+        return price
+    return dataclasses.replace(
+        price,
+        source=f"{price.source}; the throughput was measured in emulation on another GPU, so "
+        f"this is not the cost on {gpu}",
+    )
+
+
+def _price(gpu: str, spec: Mapping[str, Any] | None, given: float | None) -> GpuPrice | None:
     stored = (spec or {}).get("gpu_price")
     if given is not None or stored is None:
         return gpu_price(gpu, given)

@@ -236,7 +236,8 @@ def recommendation(
     version = trial.vllm_version or row.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None
-    price = costs.study_price(row.gpu, row.spec, gpu_price)
+    emulated = bool(row.emulated or trial.emulated)
+    price = costs.study_price(row.gpu, row.spec, gpu_price, emulated=emulated)
     floor = costs.capacity_at_least(trial.metrics, trial.windows, row.spec)
     base_floor = base_trial is not None and costs.capacity_at_least(
         base_trial.metrics, base_trial.windows, row.spec

@@ -217,7 +217,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
     slo = Slo(**dict(study.slo))
     reference = score_reference(trials)
     broken = ranking.canary_broken(trials)
-    price = costs.study_price(study.gpu, study.spec)
+    price = costs.study_price(study.gpu, study.spec, emulated=study.emulated)
     out = []
     for t in trials:
         measured = t.status is TrialStatus.COMPLETE and bool(t.objective_values)
@@ -496,7 +496,7 @@ def study_report(
     :mod:`tuner.results.importance`); when None or empty, :func:`fallback_importances` is used.
     ``comparisons``: the study's own (its confirmation phase)."""
     lines = trial_lines(study, trials)
-    price = costs.study_price(study.gpu, study.spec)
+    price = costs.study_price(study.gpu, study.spec, emulated=study.emulated)
     if importances:
         imp = Importances(dict(importances), "PED-ANOVA (Optuna)")
     else:
