@@ -23,13 +23,15 @@ from api.errors import MALFORMED, UNAVAILABLE, not_found, responses
 from tuner.domain import to_jsonable
 from tuner.domain.jsonable import finite_record
 from tuner.results import Rate, size
+from tuner.results.sizing import MAX_RATE
 
 router = APIRouter(prefix="/v1", tags=["sizing"])
 
 
 @router.get(
     "/sizing",
-    responses=responses({404: "no measured study of that model (on those GPUs)",
+    responses=responses({400: "one gpu_price for studies on several GPU profiles",
+                         404: "no measured study of that model (on those GPUs)",
                          409: "the model's name fits several models measured here",
                          **MALFORMED, **UNAVAILABLE}),
 )  # fmt: skip
@@ -40,7 +42,9 @@ async def get_sizing(
     ],
     rate: Annotated[
         float,
-        Query(gt=0, le=1e12, allow_inf_nan=False, description="the target rate, in unit (e.g. 20)"),
+        Query(
+            gt=0, le=MAX_RATE, allow_inf_nan=False, description="the target rate, in unit (e.g. 20)"
+        ),  # as `tuner size --rate`
     ],
     unit: Annotated[
         Literal["req/s", "tok/s"],

@@ -51,6 +51,28 @@ def test_sizing_answers_per_gpu_and_refuses_bad_input(tmp_path: Path) -> None:
             assert answer.status_code == 422, (bad, answer.text)
 
 
+def test_sizing_refuses_one_gpu_price_for_several_profiles_and_rates_tuner_size_refuses(
+    tmp_path: Path,
+) -> None:
+    """gpu_price=2.5 priced h100 and h200 alike, and a rate of up to 1e12 was answered
+    (60,864,789,355 GPUs) where `tuner size --rate` refuses one above 1e9."""
+    url = f"sqlite:///{tmp_path / 'api-two-prices.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(url, configs, name="m-h100", gpu="h100", workload="chat")
+    insert_measured_study(url, configs, name="m-h200", gpu="h200", workload="chat")
+    params = {"model": "tiny-ernie", "rate": "2", "gpu_price": "2.5"}
+    with TestClient(create_app(ApiSettings(storage=url))) as client:
+        both = client.get("/v1/sizing", params=params)
+        assert both.status_code == 400, both.text
+        assert "would price h100, h200 alike" in both.json()["message"]
+        one = client.get("/v1/sizing", params={**params, "gpu": "h200"})
+        assert one.status_code == 200 and one.json()["sizes"][0]["price"]["usd_per_hour"] == 2.5
+        top = {"model": "tiny-ernie", "gpu": "h200"}
+        assert client.get("/v1/sizing", params={**top, "rate": "1e9"}).status_code == 200
+        huge = client.get("/v1/sizing", params={**top, "rate": "1.5e9"})
+        assert huge.status_code == 422 and "1000000000" in huge.text, huge.text
+
+
 def test_a_posted_study_may_name_its_gpu_price(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'api-price.db'}"
     settings = ApiSettings(storage=url, api_key="k")

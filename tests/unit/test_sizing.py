@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,13 @@ from tests.integration.test_launch_cli import insert_ladder_study, insert_measur
 from tests.unit.test_report_study import _study, _trial
 from tuner.catalog.gpus import CATALOG_PRICES
 from tuner.cli.app import app
-from tuner.domain import LatencyStats, ServingConfig, Slo, WindowMetrics
+from tuner.domain import LatencyStats, Objective, ServingConfig, Slo, WindowMetrics
 from tuner.errors import UsageError
+from tuner.load import trial_metrics
+from tuner.load.workloads import get_workload
 from tuner.results.sizing import REQ, TOK, Rate, fleet_size, gpus_for, parse_rate
+from tuner.scoring.objectives import objective_values
+from tuner.testing.fake_runner import FakeRunner
 
 
 def _lat(p99: float) -> LatencyStats:
@@ -173,6 +178,25 @@ def test_tuner_size_compares_two_gpu_profiles(tmp_path: Path) -> None:
     assert "emulated ones can be sized: add --emulated" in other.stderr
 
 
+def test_one_gpu_price_is_refused_for_several_gpu_profiles(tmp_path: Path) -> None:
+    """`tuner size --gpu h200 --gpu a100-80g --gpu-price 2.5` (the README's example) priced
+    every profile at $2.50/GPU-hour, so their costs differed by GPU count alone."""
+    url = f"sqlite:///{tmp_path / 'two-prices.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(url, configs, name="m-h100", gpu="h100", workload="chat")
+    insert_measured_study(url, configs, name="m-h200", gpu="h200", workload="chat")
+    size = ["size", "--model", "tiny-ernie", "--rate", "5", "--storage", url, "--gpu-price", "2.5"]
+    for gpus in ([], ["--gpu", "h100", "--gpu", "h200"]):  # every profile measured, or named
+        refused = CliRunner().invoke(app, [*size, *gpus])
+        assert isinstance(refused.exception, UsageError), refused.output
+        assert "would price h100, h200 alike" in refused.exception.message
+        assert "--gpu PROFILE --gpu-price USD" in refused.exception.hint
+    one = CliRunner().invoke(app, [*size, "--gpu", "h200", "--json"])
+    assert one.exit_code == 0, one.output
+    (sized,) = json.loads(one.stdout)["sizes"]
+    assert sized["usd_per_hour"] == pytest.approx(2.5 * sized["gpus"])
+
+
 def test_the_reading_commands_take_the_price_their_hint_names(tmp_path: Path) -> None:
     """A CPU study has no catalog price: `tuner best` and `tuner size` say to give one with
     --gpu-price, and both commands take it (labelled as given, the figures at that price)."""
@@ -222,11 +246,49 @@ def test_tuner_size_fails_when_no_configuration_serves_the_rate(tmp_path: Path) 
     missed = CliRunner().invoke(app, [*size, "--slo", "ttft_p99=0.001ms"])
     assert missed.exit_code == 1, missed.output
     assert "none can serve it" in missed.stdout
-    assert "no measured configuration serves 5 req/s within the SLO" in missed.stderr
+    assert "no measured trial of the studies sized serves 5 req/s within the SLO" in missed.stderr
     as_json = CliRunner().invoke(app, [*size, "--slo", "ttft_p99=0.001ms", "--json"])
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["sizes"][0]["gpus"] is None
     served = CliRunner().invoke(app, size)
     assert served.exit_code == 0 and served.stderr == ""
+
+
+def _insert_trials(
+    url: str, trials: Sequence[tuple[ServingConfig, Sequence[WindowMetrics]]]
+) -> None:
+    """A finished balanced study "s" of chat on h200 whose trials measured ``windows``."""
+    repo = insert_measured_study(url, [], name="s", gpu="h200", workload="chat")
+    shape = get_workload("chat").replace(requests_per_window=8, windows=3)
+    for number, (config, windows) in enumerate(trials):
+        metrics = trial_metrics(shape, windows, None)
+        run = FakeRunner().run(config, shape)
+        result = dataclasses.replace(run, windows=tuple(windows), metrics=metrics)
+        values = objective_values(result, memory_ceiling_gib=64.0, objective=Objective.BALANCED)
+        trial_id = repo.start_trial("s", number, config, is_baseline=config.is_default())
+        repo.finish_trial(trial_id, result, 1.0, values)
+
+
+def test_tuner_size_sizes_the_best_trial_that_meets_the_slo_given(tmp_path: Path) -> None:
+    """The recommendation (30 req/s at an E2E P99 of 1.2 s) misses --slo e2e_p99=1000ms, and
+    trial #1 (8 req/s at 0.6 s) meets it: `tuner size` re-read only the recommendation, said
+    "no measured configuration serves the rate within the SLO" and exited 1."""
+    url = f"sqlite:///{tmp_path / 'slo-given.db'}"
+    fast = [_w(64, r, 1200.0) for r in (29.0, 30.0, 31.0)]
+    quick = [_w(16, r, 600.0) for r in (7.5, 8.0, 8.5)]
+    _insert_trials(url, [(ServingConfig(), fast), (ServingConfig(max_num_seqs=16), quick)])
+    size = ["size", "--model", "tiny-ernie", "--rate", "20", "--storage", url]
+    mine = CliRunner().invoke(app, [*size, "--slo", "e2e_p99=1000ms", "--json"])
+    assert mine.exit_code == 0, mine.output
+    (answer,) = json.loads(mine.stdout)["sizes"]
+    assert answer["trial_number"] == 1 and "--max-num-seqs 16" in " ".join(answer["flags"])
+    assert answer["gpus"] == math.ceil(20 / 7.5) and answer["capacity"]["median"] == 8.0
+    assert any("recommendation, trial #0, misses the SLO" in n for n in answer["notes"])
+    own = json.loads(CliRunner().invoke(app, [*size, "--json"]).stdout)["sizes"][0]
+    assert own["trial_number"] == 0 and own["gpus"] == 1  # no SLO of its own: the recommendation
+    none = CliRunner().invoke(app, [*size, "--slo", "e2e_p99=100ms"])
+    assert none.exit_code == 1 and "trial #0" in none.stdout
+    assert "none of the study's 2 measured trials meets the SLO" in " ".join(none.stdout.split())
+    assert "no measured trial of the studies sized serves 20 req/s within the SLO" in none.stderr
 
 
 def _open(concurrency: int, req_s: float, p99_ms: float, rate: float | None) -> WindowMetrics:
@@ -265,6 +327,33 @@ def test_an_open_loop_load_the_server_kept_up_with_is_only_a_lower_bound() -> No
     assert bracketed is not None and not bracketed.capacity_is_lower_bound
     assert "8 req/s" in bracketed.basis and "at least" not in bracketed.render()
     assert not _sized(Rate(30.0, REQ)).capacity_is_lower_bound  # the closed-loop curve
+
+
+def test_a_client_bound_rung_above_the_capacity_leaves_it_a_lower_bound() -> None:
+    """10 req/s kept up, 20 req/s met the SLO but was client-bound: the capacity (10 req/s,
+    never the client-bound rung) was said as exact, "5 GPUs for 40 req/s" with no "at least",
+    as if the 20 req/s rung had bracketed it, and its $/1M as exact too."""
+    from tuner.domain import ClientHealth
+    from tuner.load import estimate
+    from tuner.results import costs
+
+    client = ClientHealth(1.0, 0.0, 0.0, 1.0, 2, client_bound=True)
+    bound = (_open(64, r, 800.0, 20.0) for r in (19.0, 20.0, 21.0))
+    windows = (
+        *(_open(64, r, 800.0, 10.0) for r in (9.0, 10.0, 11.0)),
+        *(dataclasses.replace(w, client=client) for w in bound),
+    )
+    trial = _trial(1, 800.0, windows=windows)
+    sized = fleet_size(_study(slo={"e2e_p99_ms": 2000.0}), trial, (), Rate(40.0, REQ))
+    assert sized is not None and "10 req/s" in sized.basis
+    assert sized.capacity_is_lower_bound
+    text = sized.render()
+    assert "capacity per GPU: at least 10 req/s" in text and "GPUs for 40 req/s: at most 5" in text
+    # The trial's cost and capacity read alike elsewhere (tuner best, the report, the API).
+    metrics = {**trial.metrics, "capacity_load": estimate([10.0]),
+               "capacity_output_throughput": estimate([1000.0])}  # fmt: skip
+    assert costs.usd_at_most(metrics, windows, {})
+    assert costs.capacity_at_least(metrics, windows, {})
 
 
 def test_tuner_size_says_an_open_loop_capacity_is_a_lower_bound(tmp_path: Path) -> None:

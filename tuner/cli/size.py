@@ -84,11 +84,12 @@ def size(
             )  # fmt: skip
         raise typer.Exit(1)
     if all(a.gpus is None for a in answers):
-        # Something was sized, and nothing serves the rate: a script asking "how many GPUs?"
-        # must not read that as an answer.
+        # Something was sized, and no measured trial of it meets the SLO (sizing falls back
+        # to the best one that does): a script asking "how many GPUs?" must not read that as
+        # an answer.
         err.print(
-            escape(f"no measured configuration serves {target} within the SLO; try a looser "
-                   "--slo, or measure a configuration that meets it")
+            escape(f"no measured trial of the studies sized serves {target} within the SLO; "
+                   "try a looser --slo, or measure a configuration that meets it")
         )  # fmt: skip
         raise typer.Exit(1)
 

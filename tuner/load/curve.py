@@ -89,13 +89,15 @@ class LoadPoint:
 def unsaturated(point: LoadPoint, points: Sequence[LoadPoint], timed: bool = False) -> bool:
     """Whether ``point``'s throughput only bounds the server's capacity from below: its load
     was sent open loop (a request rate, or ``timed``: the workload's arrivals were timed, a
-    trace's own or Poisson at its mean rate) and no higher load of ``points`` was measured. A
-    server that keeps up serves what it is sent: that throughput is the load offered, not what
-    the GPU can serve. A closed loop keeps the server busy; a curve with a higher point
-    (one that missed the SLO or served less) brackets the capacity."""
+    trace's own or Poisson at its mean rate) and no higher load of ``points`` was measured
+    that the server, not the client, bounded. A server that keeps up serves what it is sent:
+    that throughput is the load offered, not what the GPU can serve. A closed loop keeps the
+    server busy; a curve with a higher point (one that missed the SLO or served less) brackets
+    the capacity, unless that point was client-bound: what it measured is the client's floor,
+    as :func:`capacity` says by never taking it."""
     if point.request_rate is None and not timed:
         return False
-    return point.load >= max(p.load for p in points)
+    return not any(p.load > point.load and not p.client_bound for p in points)
 
 
 def load_points(windows: Sequence[WindowMetrics]) -> list[LoadPoint]:

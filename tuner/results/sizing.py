@@ -2,10 +2,12 @@
 SLO, turned into a fleet size, its $/hour and its $ per 1M output tokens.
 
 Per study (a model on a GPU profile with a workload), the configuration is the study's
-recommendation (:func:`tuner.results.recommend.recommendation`). Its capacity is read from its
-stored windows (:mod:`tuner.load.curve`) under the SLO asked for, or the study's own when none
-is: the highest throughput of the load curve whose P99 latencies meet it (never a client-bound
-point), or, for a workload of one load point, that point's throughput if it meets the SLO.
+recommendation (:func:`tuner.results.recommend.recommendation`), or, where that misses the SLO
+asked for, the study's best measured trial that meets it (its standings under that SLO,
+:func:`tuner.study.standings.standings`). Its capacity is read from its stored windows
+(:mod:`tuner.load.curve`) under the SLO asked for, or the study's own when none is: the highest
+throughput of the load curve whose P99 latencies meet it (never a client-bound point), or, for
+a workload of one load point, that point's throughput if it meets the SLO.
 Where that load was sent open loop (Poisson arrivals, a trace's own arrival times) and no
 higher load was measured, the server served what it was sent: the capacity is only a lower
 bound, said so, and the counts and costs from it are upper bounds. Where the capacity or cost
@@ -27,6 +29,7 @@ measured output tokens per request at the capacity point.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import shlex
@@ -35,13 +38,16 @@ from dataclasses import asdict, dataclass, field
 
 from tuner.catalog import GpuPrice, check_one_model, model_key
 from tuner.db import Repository, StudyRow, TrialRow
-from tuner.domain import Estimate, Slo
+from tuner.domain import Estimate, Objective, Slo
 from tuner.errors import UsageError
-from tuner.load import estimate, load_points, point_label, unsaturated
+from tuner.load import capacity, estimate, load_points, point_label, unsaturated
 from tuner.results import costs
-from tuner.results.recommend import recommendation
+from tuner.results.recommend import Recommendation, recommendation
 from tuner.results.report.curves import chosen_point
 from tuner.scoring import usd_per_million
+from tuner.scoring.objectives import Headline
+from tuner.study.standings import standings, study_objective
+from tuner.vllm import argv
 
 REQ = "req/s"
 TOK = "tok/s"
@@ -197,11 +203,12 @@ def fleet_size(
     is_baseline: bool = False,
     gpu_price: float | None = None,
     ranking_caveat: str = "",
+    picked: str = "",
 ) -> FleetSize | None:
     """The fleet for ``rate`` of ``trial`` (the study's recommendation); ``slo`` None: the
     study's own; ``ranking_caveat``: why the ranking that picked it rests on a lower bound
-    (:func:`tuner.results.costs.ranked_on_a_bound`), a note. None when the trial has no stored
-    windows."""
+    (:func:`tuner.results.costs.ranked_on_a_bound`), a note; ``picked``: why this trial where it
+    is not the recommendation, a note. None when the trial has no stored windows."""
     own = Slo(**dict(study.slo))
     given = slo is not None and slo != own
     used = own if slo is None else slo
@@ -216,8 +223,8 @@ def fleet_size(
         rate.value if rate.unit == TOK else (rate.value * per_request if per_request else None)
     )
     usd_m = usd_per_million(tokens_s, usd_h) if usd_h is not None and tokens_s else None
-    notes = []
-    if given:
+    notes = [picked] if picked else []
+    if given and not picked:
         notes.append(
             "the configuration is the one recommended under the study's SLO; its capacity is "
             "re-read from its windows under the SLO given"
@@ -286,29 +293,92 @@ def size(
 ) -> list[FleetSize]:
     """One :class:`FleetSize` per study of ``model`` (on ``gpus``, every profile measured when
     empty; of ``workload`` when given) whose recommendation has stored windows, best (fewest
-    GPUs, then cheapest) first. Emulated studies only with ``emulated``."""
+    GPUs, then cheapest) first. Emulated studies only with ``emulated``. ``gpu_price`` prices
+    one GPU profile: UsageError where the studies sized are of several."""
     of_model = [s for s in repo.list_studies() if model in (s.model, s.model_source)]
     check_one_model(model, (model_key(s.model, s.model_source) for s in of_model))
+    studies = [s for s in sized_studies(of_model, model, gpus, workload) if s.emulated == emulated]
+    _check_one_profile_priced(studies, gpu_price)
     out = []
-    for study in sized_studies(of_model, model, gpus, workload):
-        if study.emulated != emulated:
-            continue
+    for study in studies:
         rec = recommendation(repo, study.name, gpu_price=gpu_price)
         if rec is None:
             continue
-        trial = repo.get_trial(study.name, rec.trial_number)
-        if trial is None:
-            continue
-        sized = fleet_size(
-            study,
-            trial,
-            rec.flags,
-            rate,
-            slo=slo,
-            is_baseline=rec.is_baseline,
-            gpu_price=gpu_price,
-            ranking_caveat=rec.ranking_caveat,
-        )
+        sized = _size_study(repo, study, rec, rate, slo, gpu_price)
         if sized is not None:
             out.append(sized)
     return sorted(out, key=lambda f: (f.gpus or math.inf, f.usd_per_hour or math.inf))
+
+
+def _check_one_profile_priced(studies: Sequence[StudyRow], gpu_price: float | None) -> None:
+    """UsageError where one price per GPU-hour was given for studies on several GPU profiles:
+    it would price them alike, and compare them by nothing but their GPU counts."""
+    profiles = sorted({s.gpu for s in studies})
+    if gpu_price is None or len(profiles) < 2:
+        return
+    raise UsageError(
+        f"one price per GPU-hour (${gpu_price:g}) would price {', '.join(profiles)} alike",
+        hint="size one GPU profile at a time with its price (--gpu PROFILE --gpu-price USD; "
+        "gpu=PROFILE&gpu_price=USD on GET /v1/sizing), or give none: each study is priced at "
+        "its own price, else the catalog's",
+    )
+
+
+def _size_study(
+    repo: Repository,
+    study: StudyRow,
+    rec: Recommendation,
+    rate: Rate,
+    slo: Slo | None,
+    gpu_price: float | None,
+) -> FleetSize | None:
+    """The fleet of the study's recommendation ``rec``; where it misses the SLO (the one given,
+    often stricter than the study's) at every load point, the fleet of the study's best
+    measured trial that meets it, by its standings under that SLO. Where none does, the
+    recommendation's (no GPU count), with a note saying so of the study's measured trials."""
+    trial = repo.get_trial(study.name, rec.trial_number)
+    if trial is None:
+        return None
+    sized = fleet_size(study, trial, rec.flags, rate, slo=slo, is_baseline=rec.is_baseline,
+                       gpu_price=gpu_price, ranking_caveat=rec.ranking_caveat)  # fmt: skip
+    if sized is None or sized.gpus is not None:
+        return sized
+    used = Slo(**dict(study.slo)) if slo is None else slo
+    objective = study_objective(study)
+    rows = _under(repo.list_trials(study.name, limit=None), used, objective)
+    table = standings(rows, objective, used)
+    why = (
+        f"the study's recommendation, trial #{trial.number}, misses the SLO at every load "
+        f"point; this is its best measured trial that meets it (its {objective.value} "
+        "standings under that SLO)"
+    )
+    for ranked in (r for r in table if r.feasible and r.number != trial.number):
+        version = ranked.row.vllm_version or study.vllm_version or "0"
+        flags = tuple(argv.render_flags(ranked.config, version).args)
+        caveat = costs.ranked_on_a_bound(objective, ranked.row, rows, study.spec)
+        other = fleet_size(study, ranked.row, flags, rate, slo=slo, is_baseline=ranked.is_baseline,
+                           gpu_price=gpu_price, ranking_caveat=caveat, picked=why)  # fmt: skip
+        if other is not None and other.gpus is not None:
+            return other
+    trials = f"{len(table)} measured trial{'' if len(table) == 1 else 's'}"
+    return dataclasses.replace(
+        sized, notes=(*sized.notes, f"none of the study's {trials} meets the SLO")
+    )
+
+
+def _under(rows: Sequence[TrialRow], slo: Slo, objective: Objective) -> list[TrialRow]:
+    """``rows`` as if their study had been run under ``slo``: each curve's capacity re-read
+    from its windows (:func:`tuner.load.capacity`), and with it the throughput the capacity and
+    cost presets rank by, so that their standings judge and order the trials by it."""
+    out = []
+    for row in rows:
+        cap = capacity(load_points(row.windows), slo)
+        if cap is None:
+            out.append(row)
+            continue
+        metrics = {**row.metrics, **cap}
+        values = row.objective_values
+        if values is not None and objective in (Objective.CAPACITY, Objective.COST):
+            values = (Headline.of_metrics(metrics, objective).throughput, *values[1:])
+        out.append(dataclasses.replace(row, metrics=metrics, objective_values=values))
+    return out
