@@ -17,7 +17,7 @@ from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from tuner.db import ComparisonRow, StudyRow, TrialRow, numbers_back
+from tuner.db import ComparisonRow, StudyRow, TrialRow, numbers_back, plan_back
 from tuner.domain import Estimate, GpuProfile, jsonable, to_jsonable
 from tuner.results import costs
 from tuner.study import runner_gone
@@ -275,7 +275,7 @@ class StudyDetailOut(StudyOut):
     @classmethod
     def of(cls, s: StudyRow, **converted: Any) -> Self:
         plan = s.spec.get("plan_record") if s.spec else None
-        plan = json_safe(plan) if isinstance(plan, dict) else None
+        plan = json_safe(plan_back(plan)) if isinstance(plan, dict) else None
         return super().of(s, spec=json_safe(s.spec), plan=plan, **converted)
 
 

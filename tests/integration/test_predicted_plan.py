@@ -6,22 +6,27 @@ search (it did not). FakeRunner's launches carry the telemetry a diagnosis reads
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
+import sqlite3
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 
 from tests.studykit import make_repo
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compose import StudyContext
-from tuner.domain import ServingConfig, TrialResult, TrialStatus, Workload
+from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, Workload
 from tuner.domain.workload import parse_slo
 from tuner.load.workloads import get_workload
 from tuner.space import SearchSpace
 from tuner.spec.study import StudySpec
 from tuner.study.loop import rank, run_study
+from tuner.study.plan import PREDICTED, RECIPE, SCREEN, Plan, make_plan, predict, screened
 from tuner.testing.fake_runner import FakeRunner
 from tuner.vllm.flags import shipped
 
@@ -82,8 +87,6 @@ def _context(db_url: str, trials: int) -> StudyContext:
 
 
 def _roofline(ctx: StudyContext) -> float:
-    from tuner.study.plan import predict
-
     found = predict(ctx.model, ctx.gpu, ctx.workload)
     assert found is not None
     return found.figures["roofline_tok_s"]
@@ -209,3 +212,61 @@ def test_a_screening_trial_retried_after_an_interruption_is_judged_by_its_measur
     effects = record.spec["plan_record"]["effects"]
     # A knob judged by the interrupted launch would have the recipe over 0: an infinite share.
     assert effects and all(0.0 < e < 10.0 for e in effects.values()), effects
+
+
+def test_a_plan_with_an_infinite_effect_is_stored_as_json_every_database_reads(
+    tmp_path: Path,
+) -> None:
+    """A leave-one-out trial that failed gives its knob an infinite effect. The plan was
+    stored raw, as JSON's non-standard ``Infinity``, which PostgreSQL refuses: a study on
+    PostgreSQL crashed when its screening was judged."""
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    ctx = _context(db_url, trials=1)
+    run_study(ctx, Telemetry(FRONTEND), repo)  # the study's row
+    diagnosis = predict(ctx.model, ctx.gpu, ctx.workload)
+    assert diagnosis is not None
+    plan = make_plan(diagnosis, ctx.space, Objective.THROUGHPUT)
+    assert plan is not None and len(plan.knobs) > 1
+    failed, *rest = [k.knob for k in plan.knobs]
+    judged = screened(plan, {RECIPE: 1.3, failed: 0.0, **dict.fromkeys(rest, 1.2)}, None, "")
+    assert judged.effects[failed] == math.inf
+    repo.set_study_plan(ctx.name, judged.as_dict())
+    with sqlite3.connect(tmp_path / "p.db") as db:
+        (text,) = db.execute("SELECT spec FROM tuner_studies").fetchone()
+    assert "plan_record" in text and not re.search(r"Infinity|NaN", text), text
+    back = repo.study_plan(ctx.name)
+    assert back == judged.as_dict() and Plan.from_dict(back) == judged
+
+
+class Checked(Telemetry):
+    """Telemetry that notes, launch by launch, whether it was handed a first-point check."""
+
+    def __init__(self, metrics: Mapping[str, float], **kw: Any) -> None:
+        super().__init__(metrics, **kw)
+        self.checked: list[bool] = []
+
+    def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+        self.checked.append(kw.get("first_point") is not None)
+        return super().run(config, workload, **kw)
+
+
+def test_with_early_stopping_on_the_screening_trials_are_measured_in_full(tmp_path: Path) -> None:
+    """The screening's trials had the first-point check of every search trial: a recipe one
+    harmful knob from good was stopped against the defaults, every knob's effect was then 0,
+    and the fallback kept the first two knobs of the plan, unmeasured."""
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    ctx = _context(db_url, trials=8)
+    ctx = dataclasses.replace(ctx, spec=dataclasses.replace(ctx.spec, early_stop=True))
+    runner = Checked(DECODE)  # a wrong prediction: the decode plan is screened after the defaults
+    run_study(ctx, runner, repo)
+    trials = optuna.load_study(study_name="predicted", storage=db_url).get_trials()
+    assert len(runner.checked) == len(trials)  # one launch a trial
+    launches = list(zip(trials, runner.calls, runner.checked, strict=True))
+    screening = [c for t, _, c in launches if SCREEN in t.user_attrs or PREDICTED in t.user_attrs]
+    # The search's own trials, the defaults (the reference) aside.
+    searched = [c for t, config, c in launches if not {SCREEN, PREDICTED} & set(t.user_attrs)
+                and config != ServingConfig()]  # fmt: skip
+    assert len(screening) > 2 and not any(screening), runner.checked
+    assert searched and all(searched), runner.checked  # early stopping is on

@@ -115,6 +115,20 @@ def test_trials_round_trip_with_non_finite_floats(engine: Engine, pg_url: str) -
     assert failed.score is None and failed.failure is FailureClass.MEMORY_EXCEEDED
 
 
+def test_a_plan_with_an_infinite_effect_is_stored_and_read_back(engine: Engine) -> None:
+    """A leave-one-out trial that failed gives its knob an infinite effect; the plan was stored
+    raw, as JSON's ``Infinity``, which PostgreSQL refuses: the study crashed when its screening
+    was judged."""
+    repo = Repository(engine)
+    _study(repo)
+    diagnosis = {"regime": "decode-bound", "evidence": [], "figures": {"streams": 8.0}}
+    plan = {"diagnosis": {**diagnosis, "streams": 8}, "knobs": [], "kept": ["kv_cache_dtype"],
+            "effects": {"kv_cache_dtype": INF, "attention_backend": 1.2}, "margin": 0.1,
+            "recipe": 1.3}  # fmt: skip
+    repo.set_study_plan("s1", plan)
+    assert repo.study_plan("s1") == plan
+
+
 def test_nul_characters_are_stored_refused_or_not_found(engine: Engine) -> None:
     # A crashing server's log may hold NUL bytes; PostgreSQL's text type cannot, and the
     # trial must still be recorded rather than fail the study.

@@ -51,6 +51,20 @@ def test_a_busy_gpu_is_not_frontend_bound_and_the_cpu_build_is_never_scheduler_b
     assert diagnose(cpu).regime is Regime.DECODE
 
 
+def test_a_gpu_idle_most_of_the_time_is_not_decode_bound_whatever_the_decode_share() -> None:
+    """With vLLM's phase times, a prefill share under half named the server decode-bound
+    whatever the GPU did: an API server at 0.55 cores, the engine core at 0.6 and the GPU busy
+    22 % of the time read "decode-bound ... GPU busy 22 % of the time"."""
+    phases = {"prefill_time_s": 2.0, "decode_time_s": 38.0, "inference_time_s": 40.0}
+    idle = _trial(server_cpu_peak_process=0.55, engine_core_cpu=0.6, gpu_utilization_mean=0.22,
+                  requests_running_peak=64, **phases)  # fmt: skip
+    d = diagnose(idle)
+    assert d.regime is Regime.UNKNOWN
+    assert d.evidence == ("decode 95 % of the engine time", "GPU busy 22 % of the time")
+    busy = _trial(gpu_utilization_mean=0.9, requests_running_peak=64, **phases)
+    assert diagnose(busy).regime is Regime.DECODE
+
+
 def test_preemptions_win_over_a_saturated_frontend_and_the_record_round_trips() -> None:
     d = diagnose(_trial(preemptions=7, server_cpu_peak_process=1.0, kv_cache_usage_peak=1.0))
     assert d.regime is Regime.KV_CACHE
@@ -64,6 +78,12 @@ def _card(gpu: str, workload: str = "throughput-256", **fixed: object) -> Search
     return SearchSpace(model, get_gpu(gpu), get_workload(workload), fixed=fixed, flags=flags)
 
 
+def _streams(card: SearchSpace, concurrency: int) -> SearchSpace:
+    """``card`` with its closed loop at ``concurrency`` streams."""
+    workload = card.workload.replace(concurrency=concurrency)
+    return SearchSpace(card.model, card.gpu, workload, fixed=card.given_fixed, flags=card.flags)
+
+
 def test_a_frontend_plan_on_the_h200_searches_the_levers_not_the_card() -> None:
     d = Diagnosis(Regime.FRONTEND, ("API server at 1.00 of a core",), {}, 256)
     plan = make_plan(d, _card("h200"), Objective.THROUGHPUT)
@@ -73,10 +93,10 @@ def test_a_frontend_plan_on_the_h200_searches_the_levers_not_the_card() -> None:
     skipped = dict(plan.skipped)
     # vLLM 0.26.0 declares async scheduling None, and turns it on by itself on a GPU.
     assert skipped["async_scheduling"] == "True is already vLLM's default on h200"
-    # Larger batches: the card's candidates end at 512, under vLLM's 1,024 on the H200.
+    # Larger batches: 256 streams never reach vLLM's 1,024 on the H200 (nor the card's 512).
     assert skipped["max_num_seqs"] == (
-        "no candidate above vLLM's default of 1024 on h200: larger batches once the frontend "
-        "keeps up"
+        "the workload has at most 256 requests in flight, within vLLM's cap of 1024 on h200: "
+        "a cap of 512 binds nothing"
     )
     assert skipped["enforce_eager"] == "no CUDA graphs is never faster under load"
     assert any("attention_backend" in k for k in skipped)
@@ -213,19 +233,21 @@ def test_a_knob_already_at_vllms_resolved_default_or_a_cap_that_never_bound_is_n
     frontend = Diagnosis(Regime.FRONTEND, (), {"requests_running_peak": 256.0}, 256)
     plan = make_plan(frontend, card, Objective.THROUGHPUT)
     assert plan is not None and "max_num_seqs" not in [k.knob for k in plan.knobs]
-    # Where the cap did bind (a smaller GPU's 256 reached), the larger cap is screened; and a
-    # KV-bound plan's smaller cap (64, under the peak) still is.
+    # Where the cap did bind (a smaller GPU's 256 reached at 512 streams), the larger cap is
+    # screened; and a KV-bound plan's smaller cap (64, under the peak) still is.
     full = Diagnosis(Regime.FRONTEND, (), {"requests_running_peak": 256.0}, 512)
-    plan = make_plan(full, _card("a10g"), Objective.THROUGHPUT)
+    plan = make_plan(full, _streams(_card("a10g"), 512), Objective.THROUGHPUT)
     assert plan is not None and "max_num_seqs" in [k.knob for k in plan.knobs]
     kv = Diagnosis(Regime.KV_CACHE, (), {"requests_running_peak": 200.0}, 256)
     plan = make_plan(kv, card, Objective.THROUGHPUT)
     assert plan is not None and ("max_num_seqs", 64) in [(k.knob, k.screen) for k in plan.knobs]
     # Without the figure (an older trial), nothing is assumed of the peak; a smaller GPU whose
-    # default is 256 screens the larger cap, the H200 has no candidate above its 1,024.
-    plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 256), _card("a10g"), Objective.THROUGHPUT)
+    # default is 256 screens the larger cap at 512 streams, the H200 has no candidate above its
+    # 1,024.
+    older = Diagnosis(Regime.FRONTEND, (), {}, 512)
+    plan = make_plan(older, _streams(_card("a10g"), 512), Objective.THROUGHPUT)
     assert plan is not None and ("max_num_seqs", 512) in [(k.knob, k.screen) for k in plan.knobs]
-    plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 256), card, Objective.THROUGHPUT)
+    plan = make_plan(older, _streams(card, 2048), Objective.THROUGHPUT)
     assert plan is not None and dict(plan.skipped)["max_num_seqs"].startswith(
         "no candidate above vLLM's default of 1024"
     )
@@ -236,6 +258,33 @@ def test_a_knob_already_at_vllms_resolved_default_or_a_cap_that_never_bound_is_n
     assert vllm_default("max_num_seqs", _card("a100-80g").gpu) == 256
     assert vllm_default("max_num_batched_tokens", card.gpu) == 8192
     assert vllm_default("max_num_seqs", _card("cpu", "smoke").gpu) == 128
+
+
+def test_a_larger_cap_is_not_screened_where_no_request_ever_waited_behind_vllms() -> None:
+    """A closed loop of 256 streams on a GPU whose cap is 256 runs 256 requests at once with
+    none waiting: the peak reached the cap, which counted as bound, and max_num_seqs=512 was
+    screened, though at most 256 requests are ever in flight. Likewise an open loop whose
+    peak reached the cap while no request waited."""
+    a10g = _card("a10g")
+    reached = {"requests_running_peak": 256.0, "requests_waiting_peak": 0.0}
+    plan = make_plan(Diagnosis(Regime.FRONTEND, (), reached, 256), a10g, Objective.THROUGHPUT)
+    assert plan is not None and "max_num_seqs" not in [k.knob for k in plan.knobs]
+    assert dict(plan.skipped)["max_num_seqs"] == (
+        "the workload has at most 256 requests in flight, within vLLM's cap of 256 on a10g: "
+        "a cap of 512 binds nothing"
+    )
+    rate = SearchSpace(a10g.model, a10g.gpu, a10g.workload.replace(request_rate=50.0,
+                       concurrency=1024), flags=a10g.flags)  # fmt: skip
+    plan = make_plan(Diagnosis(Regime.FRONTEND, (), reached), rate, Objective.THROUGHPUT)
+    assert plan is not None and dict(plan.skipped)["max_num_seqs"] == (
+        "256 requests ran at once at vLLM's cap of 256 on a10g and none waited: a cap of 512 "
+        "binds nothing"
+    )
+    # Requests waited (or no figure says they did not): the cap may have bound.
+    waited = {**reached, "requests_waiting_peak": 30.0}
+    for figures in (waited, {"requests_running_peak": 256.0}):
+        plan = make_plan(Diagnosis(Regime.FRONTEND, (), figures), rate, Objective.THROUGHPUT)
+        assert plan is not None and "max_num_seqs" in [k.knob for k in plan.knobs]
 
 
 def test_an_fp8_kv_cache_is_not_screened_where_the_kv_cache_is_a_sliver_of_a_decode_step() -> None:

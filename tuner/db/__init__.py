@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     )
     from tuner.db.models import StudyModel
     from tuner.db.names import STUDY_NAME_PATTERN, check_study_name, name_problem
-    from tuner.db.repository import RUN_OWNER, Repository
+    from tuner.db.repository import RUN_OWNER, Repository, plan_back
     from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
     from tuner.db.session import (
         default_url,
@@ -65,6 +65,7 @@ __all__ = [
     "numbers_back",
     "optuna_engine_kwargs",
     "optuna_rdb",
+    "plan_back",
     "safe_url",
     "sqlite_file",
     "storage_error",

@@ -54,6 +54,7 @@ QUEUE_WORKER = "queue_worker"
 # The process that runs a study now (any, the command line's included), by the spec key: a
 # resume on its host refuses while it lives. Unlike QUEUE_WORKER, never taken over.
 RUN_OWNER = "run_owner"
+_PLAN = "plan_record"  # the key, in a study's stored spec, of its lever plan
 _NUL = "\x00"  # PostgreSQL's text type cannot hold it: refused in names, replaced in free text
 
 
@@ -175,8 +176,16 @@ class Repository:
     def set_study_plan(self, name: str, plan: Mapping[str, Any]) -> None:
         """Store the lever plan (:mod:`tuner.study.plan`) with the study, in its spec's
         ``plan_record`` (what a resume or another worker continues; the spec's own fields are
-        untouched)."""
-        self._update_study(name, {"plan_record": dict(plan)}, into_empty=True)
+        untouched). Through the codec: an effect is infinite where a leave-one-out trial
+        failed, and PostgreSQL's JSON refuses ``Infinity``; :meth:`study_plan` reads it back."""
+        self._update_study(name, {_PLAN: codec.encode(dict(plan))}, into_empty=True)
+
+    def study_plan(self, name: str) -> dict[str, Any] | None:
+        """The plan record stored with study ``name``, its numbers as they were given to
+        :meth:`set_study_plan` (None: none yet, or not a planned study)."""
+        row = self.get_study(name)
+        record = (row.spec or {}).get(_PLAN) if row is not None else None
+        return plan_back(record) if isinstance(record, dict) else None
 
     def _update_study(
         self,
@@ -627,6 +636,15 @@ def _taken(s: Session, result: Any, study_id: int) -> StudyRow | None:
     row = s.get(StudyModel, study_id)
     assert row is not None
     return study_row(row, {})
+
+
+def plan_back(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored plan record with the strings :func:`codec.encode` wrote for non-finite numbers
+    made floats again where the plan holds numbers: its margin and recipe, each effect (keyed
+    by knob) and each figure of its diagnosis."""
+    effects = record.get("effects") or {}
+    figures = (record.get("diagnosis") or {}).get("figures") or {}
+    return dict(codec.numbers_back(record, {"margin", "recipe", *effects, *figures}))
 
 
 def _study_id(s: Session, name: str) -> int:

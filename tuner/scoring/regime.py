@@ -15,8 +15,10 @@ scheduler-bound     on a GPU: the engine core >= 0.75 of a core while the GPU is
 light-load          at most 4 requests in flight (offered or running)
 prefill-bound       prefill >= half the requests' time in the engine (or, without vLLM's phase
                     times, TTFT >= half of E2E)
-decode-bound        decoding takes most of the time (the GPU busy, or on a CPU the engine core)
-unknown             too little telemetry to say
+decode-bound        decoding takes most of the time, the GPU busy >= 75 % (without GPU
+                    telemetry, as on a CPU: decoding takes most of the time)
+unknown             none of the above: too little telemetry, or a GPU mostly idle that no
+                    rule above explains
 ==================  ===========================================================================
 
 A diagnosis is one trial's, usually vLLM's defaults: it says where to look first, not what is
@@ -143,7 +145,9 @@ def diagnose(result: TrialResult) -> Diagnosis:
         return found(Regime.PREFILL, f"prefill {_pct(share)} of the engine time")
     if share is None and f.get("ttft_share", 0.0) >= PHASE_SHARE:
         return found(Regime.PREFILL, f"TTFT {_pct(f['ttft_share'])} of E2E")
-    if share is not None or (gpu is not None and gpu >= GPU_BUSY):
-        decoding = f"decode {_pct(1 - share)} of the engine time" if share is not None else ""
-        return found(Regime.DECODE, *[x for x in (decoding, gpu_said) if x])
-    return found(Regime.UNKNOWN)
+    decoding = f"decode {_pct(1 - share)} of the engine time" if share is not None else ""
+    evidence = [x for x in (decoding, gpu_said) if x]
+    if not gpu_idle or (gpu is None and share is not None):
+        return found(Regime.DECODE, *evidence)
+    # A GPU idle most of the time is not what limits decoding, whatever its share.
+    return found(Regime.UNKNOWN, *(evidence if share is not None else ()))

@@ -606,7 +606,11 @@ def _loop(
             )
             repo.set_study_status(ctx.name, "running")  # another worker may have stopped
             trial_id = repo.start_trial(ctx.name, trial.number, config, "search", defaults)
-            check = None if defaults or earlier else first_point_check(ctx, rows, slo)
+            check = (
+                None
+                if defaults or earlier or planning.screening(trial)
+                else first_point_check(ctx, rows, slo)
+            )
             try:
                 if earlier is not None:
                     screen: TrialResult | None = _repeated(config, earlier)

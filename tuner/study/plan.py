@@ -301,13 +301,30 @@ def _changes_nothing(knob: str, value: Any, diagnosis: Diagnosis, card: SearchSp
                 f"of {context:,.0f} tokens against {weights / 1e9:.1f} GB of weights): halving "
                 f"it gains at most x{1 / (1 - share / 2):.2f}"
             )
-    bound = isinstance(default, int) and peak is not None and peak >= default
-    if knob == "max_num_seqs" and peak is not None and not bound and value > peak:
-        # The cap never bound in the defaults' trial, and would not at value either.
-        return (
-            f"at most {peak:.0f} requests ran at once, under vLLM's cap of {default} on "
-            f"{card.gpu.name}: a cap of {value} binds nothing"
-        )
+    if knob == "max_num_seqs":
+        return _cap_binds_nothing(value, default, diagnosis, card)
+    return None
+
+
+def _cap_binds_nothing(
+    value: Any, default: Any, diagnosis: Diagnosis, card: SearchSpace
+) -> str | None:
+    """Why a ``max_num_seqs`` cap of ``value`` would hold back no request more or less than
+    vLLM's ``default`` cap did; None when it may. From the defaults' trial: a cap above what
+    ran binds nothing where fewer ran than the default allows. From the workload: the client
+    never has more requests in flight than its concurrency (whatever the arrival process), so
+    caps at or above it are alike. From the defaults' trial again: a cap reached that no
+    request waited behind did not bind either."""
+    peak = diagnosis.figures.get("requests_running_peak")
+    most = max(p.concurrency for p in card.workload.load_points())
+    cap, idle = f"vLLM's cap of {default} on {card.gpu.name}", f"a cap of {value} binds nothing"
+    reached = isinstance(default, int) and peak is not None and peak >= default
+    if peak is not None and value > peak and not reached:
+        return f"at most {peak:.0f} requests ran at once, under {cap}: {idle}"
+    if isinstance(default, int) and min(value, default) >= most:
+        return f"the workload has at most {most} requests in flight, within {cap}: {idle}"
+    if reached and value > peak and diagnosis.figures.get("requests_waiting_peak") == 0:
+        return f"{peak:.0f} requests ran at once at {cap} and none waited: {idle}"
     return None
 
 

@@ -50,9 +50,7 @@ _UNFINISHED = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
 
 def stored_plan(repo: Repository, name: str) -> dict[str, Any] | None:
     """The plan record stored with study ``name`` (None: none yet, or not a planned study)."""
-    row = repo.get_study(name)
-    record = (row.spec or {}).get("plan_record") if row is not None else None
-    return dict(record) if isinstance(record, dict) else None
+    return repo.study_plan(name)
 
 
 def _baseline_result(rows: Sequence[TrialRow]) -> TrialResult | None:
@@ -85,6 +83,15 @@ def trial_space(ctx: StudyContext, trial: optuna.Trial, space: SearchSpace) -> S
     if trial.user_attrs.get("baseline"):
         return ctx.space
     return _predicted_space(ctx.space, trial.user_attrs) or space
+
+
+def screening(trial: optuna.Trial) -> bool:
+    """Whether ``trial`` measures the screening: its recipe, the recipe without one knob, or a
+    predicted recipe that may count as its recipe. Such a trial runs in full, never stopped at
+    its first load point against the best so far: a knob's effect is the recipe's score over
+    the score without it, and a stopped trial scores nothing (a recipe one harmful knob from
+    good would zero every effect)."""
+    return SCREEN in trial.user_attrs or PREDICTED in trial.user_attrs
 
 
 def _predicted_space(card: SearchSpace, attrs: Mapping[str, Any]) -> SearchSpace | None:
