@@ -324,9 +324,8 @@ def test_the_recommendation_mentions_flagged_windows_and_an_inconclusive_confirm
         windows=WindowFlags(3, 2, 0), baseline_windows=WindowFlags(3, 0, 1)
     ).render()
     assert (
-        "  caution: trial #3: 2 of 3 windows client-bound (tuner's load generator was the "
-        "limit (saturated, or its cap on requests in flight held timed arrivals back), so "
-        "those numbers are the client's, not the server's)"
+        "  caution: trial #3: 2 of 3 windows client-bound (tuner's load generator was "
+        "saturated, so those numbers are the client's floor, not the server's)"
     ) in text
     assert (
         "  caution: vLLM's defaults: 1 of 3 windows disturbed (tuner's load generator was short"

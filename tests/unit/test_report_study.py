@@ -307,9 +307,8 @@ def test_the_study_report_names_trials_with_client_bound_or_disturbed_windows() 
     report = study_report(_study(), trials)
     assert [t.flags for t in report.trials] == ["", "2/3 client-bound, 1/3 disturbed"]
     assert report.window_caveat == (
-        "2 of 6 windows client-bound, 1 of 6 disturbed (tuner's load generator was the limit "
-        "(saturated, or its cap on requests in flight held timed arrivals back), so those "
-        "numbers are the client's, not the server's; tuner's load generator was "
+        "2 of 6 windows client-bound, 1 of 6 disturbed (tuner's load generator was saturated, "
+        "so those numbers are the client's floor, not the server's; tuner's load generator was "
         "short of CPU (the server's own processes or others took it) or another process used "
         "the GPU during them): #1 2/3 client-bound, 1/3 disturbed"
     )

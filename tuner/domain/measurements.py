@@ -66,9 +66,10 @@ class ClientHealth:
     busy); ``loop_lag_*`` how late its event loop woke up. ``others_cpu`` is host CPU used by
     processes that are neither the generator nor the server (None when the server's processes
     are unknown), ``other_gpu_processes`` processes on the measured GPUs that are not the
-    server's. ``held_p99_ms`` is how long requests with arrival times (a trace's, Poisson's)
-    waited for one of the in-flight slots the workload's concurrency caps, at the 99th
-    percentile (0 without arrival times, or where none waited). ``client_bound`` and
+    server's. ``held_p99_ms`` is how long timed arrivals (Poisson, a trace's own times) waited,
+    once due, for one of the in-flight slots the workload's concurrency caps, at the 99th
+    percentile (0 for a closed loop, or where none waited): not a verdict on the client, the
+    server's backlog at that cap (:mod:`tuner.load.selfcheck`). ``client_bound`` and
     ``disturbed`` are the verdicts, ``notes`` say why.
     """
 

@@ -174,12 +174,16 @@ class LoadGenerator:
                     check.begin()
                     if self.energy is not None:
                         self.energy.begin()
+                    # Waits for a slot, of arrivals that are timed: a trace whose rows all
+                    # came at 0 is a closed loop, whose requests wait for a slot by design.
                     held: list[float] = []
+                    timed = point.trace_paced or point.request_rate is not None
                     records, duration = await self._phase(
-                        session, plan, point.concurrency, should_abort, None, held
-                    )
+                        session, plan, point.concurrency, should_abort, None,
+                        held if timed else None,
+                    )  # fmt: skip
                     energy = self.energy.end() if self.energy is not None else None
-                    health = check.end(held, point.concurrency)
+                    health = check.end(held)
                     where = f"window {index + 1}"
                     if len(points) > 1:
                         label = point_label(

@@ -9,11 +9,14 @@ Two things are measured during every window, in the generator's own process:
 
 A window is **client-bound** when the generator was saturated: its CPU near one full core, or
 its loop late by more than :data:`LAG_BOUND_MS` at the 99th percentile while it was busy. Its
-throughput is then a floor set by the client, not the server's number. It is client-bound too
-when requests with arrival times (a trace's, Poisson's) waited as long for one of the slots the
-workload's concurrency caps: they were sent later than timed, and their TTFT, timed from the
-send as ``vllm bench serve`` times it, leaves that wait out; the load the server saw was not
-the one the window is labelled with.
+throughput is then a floor set by the client, not the server's number.
+
+Where arrivals are timed (Poisson, a trace's own times), the window also records how long they
+waited, once due, for one of the in-flight slots the workload's concurrency caps
+(``held_p99_ms``). That is no verdict on the client: the server did not keep up with the
+arrivals at that cap (it served a closed loop of ``concurrency`` streams, a number of its
+own), and TTFT, timed from the send as ``vllm bench serve`` times it, leaves the wait out.
+``tuner load`` says so.
 
 What the host's other processes did is asked of a :class:`Neighbours` (the runner's telemetry
 knows the server's process tree and the GPU's processes); a window in which they took more
@@ -123,9 +126,9 @@ class WindowCheck:
         self._wall = time.perf_counter()
         self._cpu = time.process_time()
 
-    def end(self, held_s: Sequence[float] = (), slots: int = 0) -> ClientHealth:
-        """The window's verdicts; ``held_s``: how long each request with an arrival time
-        waited for one of the ``slots`` requests in flight."""
+    def end(self, held_s: Sequence[float] = ()) -> ClientHealth:
+        """The window's verdicts; ``held_s``: how long each timed arrival waited, once due,
+        for a slot."""
         wall = max(time.perf_counter() - self._wall, 1e-9)
         cpu_s = time.process_time() - self._cpu
         lags_ms = np.asarray(self.lag.take(), dtype=float) * 1000.0
@@ -136,7 +139,6 @@ class WindowCheck:
             reading=reading,
             cores=os.cpu_count() or 1,
             held_ms=np.asarray(held_s, dtype=float) * 1000.0,
-            slots=slots,
         )
 
 
@@ -147,7 +149,6 @@ def judge(
     reading: NeighbourReading | None,
     cores: int,
     held_ms: np.ndarray | None = None,
-    slots: int = 0,
 ) -> ClientHealth:
     """The verdicts for one window from its raw readings (pure, for tests)."""
     p99 = float(np.percentile(lags_ms, 99)) if lags_ms.size else 0.0
@@ -159,11 +160,6 @@ def judge(
     if late and client_cpu >= BUSY_FOR_LAG:
         bound.append(f"client event loop late by {p99:.0f} ms at P99 while busy")
     held = float(np.percentile(held_ms, 99)) if held_ms is not None and held_ms.size else 0.0
-    if held >= LAG_BOUND_MS:
-        bound.append(
-            f"timed arrivals waited for one of the {slots} requests in flight, {held:.0f} ms at "
-            "P99 (the workload's concurrency cap held them back)"
-        )
     disturbed: list[str] = []
     reading = reading or NeighbourReading(host_cpu=float("nan"), others_cpu=None)
     others = reading.others_cpu

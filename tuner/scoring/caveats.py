@@ -73,8 +73,8 @@ DISAGREE_FLOOR = 2.0
 DISAGREE_POWER = 3.0
 
 CLIENT_BOUND_MEANS = (
-    "tuner's load generator was the limit (saturated, or its cap on requests in flight held "
-    "timed arrivals back), so those numbers are the client's, not the server's"
+    "tuner's load generator was saturated, so those numbers are the client's floor, "
+    "not the server's"
 )
 DISTURBED_MEANS = (
     "tuner's load generator was short of CPU (the server's own processes or others took it) "
