@@ -14,7 +14,7 @@ from tuner.abtest.decide import Design, judge_look
 from tuner.cli.compare import decision_lines
 from tuner.domain import FailureClass, MemoryUsage, ServingConfig, TrialResult, TrialStatus
 from tuner.load.stats import estimate
-from tuner.scoring import BUDGET, GIB, NO_DIFFERENCE, PRECISE, WORSE
+from tuner.scoring import BETTER, BUDGET, GIB, NO_DIFFERENCE, PRECISE, WORSE
 
 
 def _launch(ttft: float, turns: dict[int, float]) -> TrialResult:
@@ -155,3 +155,39 @@ def test_the_look_at_the_cap_decides_though_a_launch_failed() -> None:
     # Below the cap, the same launches go on to one more round.
     early = judge_look(a, a_runs[:5], b, b_runs, design, None)
     assert not early.done
+    # A fixed design's one look is its cap: with a crashed launch it judged nothing and read
+    # "no significant difference" for a B 30 % faster. It judges the values there are.
+    fixed = Design.fixed_launches(5)
+    faster = [*_throughput([130, 131, 129, 132]), crashed]
+    look = judge_look(a, a_runs[:5], b, faster, fixed, None)
+    assert look.step.verdict == BETTER and look.step.interval is not None
+    assert (look.step.n_a, look.step.n_b) == (5, 4)
+
+
+def test_a_resumed_comparison_fills_its_last_round_before_it_looks() -> None:
+    """Interrupted after A's 5th launch and before B's, a resumed `tuner compare` looked at 5
+    against 4 (a look at 4 a side, which the Pocock schedule of 3 to 6 had already spent),
+    then launched the round that brought both to 5. It now launches B's 5th first."""
+    from tuner.abtest.decide import run_looks
+
+    done = [_throughput([100, 101, 99, 102, 98]), _throughput([100, 100, 101, 99])]
+    asked: list[int] = []
+    seen: list[tuple[int, int]] = []
+
+    def launch(rounds: int, done: list[list[TrialResult]]) -> list[list[TrialResult]]:
+        asked.append(rounds)
+        return [list(rs) + _throughput([100.0] * (rounds - len(rs))) for rs in done]
+
+    def decided(results: list[list[TrialResult]]) -> bool:
+        seen.append((len(results[0]), len(results[1])))
+        return True
+
+    run_looks(launch, 3, done, Design.sequential(3, 6, 0.95, 0.05), decided)
+    assert asked == [5] and seen == [(5, 5)]
+    # No earlier launches, or a fixed design, start where they always did.
+    asked.clear()
+    run_looks(launch, 3, [[], []], Design.sequential(3, 6, 0.95, 0.05), decided)
+    assert asked == [3]
+    asked.clear()
+    run_looks(launch, 3, done, Design.fixed_launches(3), decided)
+    assert asked == [3]

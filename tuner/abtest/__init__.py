@@ -21,7 +21,14 @@ if TYPE_CHECKING:
         ratio_of,
         run_interleaved,
     )
-    from tuner.abtest.decide import UNMEASURED_STOP, Design, Look, judge_look, run_looks
+    from tuner.abtest.decide import (
+        UNMEASURED_STOP,
+        Design,
+        Look,
+        judge_look,
+        judged_level,
+        run_looks,
+    )
     from tuner.abtest.launchlog import reusable
     from tuner.abtest.pair import NOT_MEASURED, PairOutcome, run_pair, setup_pair
     from tuner.abtest.pipeline import Watch, open_bench
@@ -44,6 +51,7 @@ __all__ = [
     "Where",
     "claim_record",
     "judge_look",
+    "judged_level",
     "load_claims",
     "load_profile",
     "machine_flags",

@@ -40,7 +40,7 @@ Every verdict carries its cost: the GPU-minutes of all launches it took (start-u
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,7 +202,11 @@ def run_looks(
     """Launch, then look by look, for ``tuner compare``, ``verify-claims`` and a confirmation:
     ``launch(rounds, done=...)`` (:func:`~tuner.abtest.compare.run_interleaved`, arms bound) to
     ``rounds`` a side from ``done``; then, for a sequential ``design`` and a ``decided``, one
-    more round at a time until ``decided`` or the design's cap."""
+    more round at a time until ``decided`` or the design's cap. A resumed run (``done``) fills
+    its last round first: interrupted between A's 5th launch and B's, it looked at 4 a side, a
+    look its design never planned, before the round that brought both to 5."""
+    if done and design is not None and not design.fixed:
+        rounds = min(design.cap, max(rounds, *(len(rs) for rs in done)))
     results = launch(rounds, done=done)
     if design is None or design.fixed or decided is None:
         return results
@@ -211,6 +215,15 @@ def run_looks(
         rounds = min(design.cap, max(rounds + 1, min(len(rs) for rs in results) + 1))
         results = launch(rounds, done=results)
     return results
+
+
+def judged_level(results: Mapping[str, Any]) -> float:
+    """The level a stored comparison's intervals were judged at (its ``to_results`` JSON): a
+    sequential design's per look, as :meth:`Look.to_results` stores it in its decision; else
+    the record's own confidence (a fixed design's, a comparison without a design), 0.95 where
+    it names none."""
+    decision = results.get("decision") or {}
+    return float(decision.get("per_look_confidence") or results.get("confidence") or 0.95)
 
 
 @dataclass(frozen=True)
@@ -299,6 +312,12 @@ def judge_look(
     else:
         if plan.higher_is_better != head.higher_is_better:  # a latency claim: lower is better
             plan = dataclasses.replace(plan, higher_is_better=head.higher_is_better)
+        n = min(a_n, b_n)
+        if min(len(a_runs), len(b_runs)) >= design.cap and 2 <= n < plan.cap:
+            # The cap counts launches, as run_looks does; a failed one left fewer values, and
+            # the look at the cap judged nothing ("continue", where no launch was left; a
+            # fixed design's first look is its cap). It judges the values there are.
+            plan = dataclasses.replace(plan, first=min(plan.first, n), cap=n)
         step = next_step(
             head.a_values,
             head.b_values,
@@ -311,10 +330,6 @@ def judge_look(
             )
         if step.verdict == CONTINUE and _hopeless(a_runs, b_runs):
             step = Step(head.verdict, step.interval, a_n, b_n, UNMEASURED_STOP)
-        elif step.verdict == CONTINUE and min(len(a_runs), len(b_runs)) >= design.cap:
-            # The cap counts launches, as run_looks does: a failed one has no value, and the
-            # look at the cap decided nothing ("continue") where no launch was left to run.
-            step = Step(NO_DIFFERENCE, step.interval, a_n, b_n, BUDGET)
     return Look(c, step, design, profile, launch_walls([*a_runs, *b_runs]), metric)
 
 

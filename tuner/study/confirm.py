@@ -54,6 +54,7 @@ from tuner.abtest import (
     Design,
     Look,
     judge_look,
+    judged_level,
     load_profile,
     noise_key,
     record_launch,
@@ -465,7 +466,7 @@ def _score_interval(
         level = float(row.results.get("confidence", 0.95))
         return RatioInterval(ratio, low, high, level, n_a, n_b, m.get("method") or "welch")
     decision = row.results.get("decision") or {}
-    confidence = float(decision.get("per_look_confidence") or row.results.get("confidence", 0.95))
+    confidence = judged_level(row.results)
     a, b = _composites(metrics, "a", objective), _composites(metrics, "b", objective)
     at = metrics.get("output_throughput", {})
     a_at, b_at = (at.get(side, {}).get("at") for side in ("a", "b"))

@@ -39,6 +39,7 @@ from tuner.abtest.claims.facts import (
 from tuner.abtest.claims.figures import read
 from tuner.abtest.claims.file import DEFAULT_BACKEND, EFFECT, STARTS
 from tuner.abtest.claims.verdicts import Outcome, answered, claim_record, fact_outcome
+from tuner.abtest.decide import judged_level
 from tuner.catalog import get_gpu, resolve_model
 from tuner.scoring import stored_window_note
 from tuner.vllm import shipped
@@ -118,12 +119,7 @@ def _outcome(
         high=metric.get("high"),
         a_values=list(metric["a"].get("values", [])),
         b_values=list(metric["b"].get("values", [])),
-        # The level its interval was judged at: a sequential design's per look, not overall
-        confidence=float(
-            (record.get("decision") or {}).get("per_look_confidence")
-            or record.get("confidence")
-            or 0.95
-        ),
+        confidence=judged_level(record),  # a sequential design's per look, not overall
         verdict=metric.get("verdict"),
     )
     reason = reading.reason
