@@ -178,12 +178,25 @@ def test_the_same_configuration_from_other_parameters_is_a_duplicate() -> None:
     assert sharing.duplicate_of([first, second], 1, config) == 0
 
 
-def test_a_running_trial_no_worker_owns_is_abandoned_after_the_grace() -> None:
-    assert sharing.abandoned(trial(0, TrialState.RUNNING, started_s=0))  # started days ago
+def test_a_running_trial_no_worker_owns_is_abandoned_once_seen_so_for_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Judged by its start, a trial asked on a host whose clock (or time zone) is hours behind
+    read as long abandoned in the milliseconds before its worker recorded itself: a live
+    trial failed. It is judged by how long this process has seen it unowned."""
+    clock = [1000.0]
+    monkeypatch.setattr(sharing.time, "monotonic", lambda: clock[0])
+    grace = sharing.heartbeat_s() * 4
+    unowned = trial(0, TrialState.RUNNING, started_s=0)  # its start: days ago
+    assert not sharing.abandoned("s", unowned), "first seen now"
+    clock[0] += grace / 2
+    assert not sharing.abandoned("s", unowned)
+    assert not sharing.abandoned("other", unowned), "another study's trial of that number"
+    clock[0] += grace
+    assert sharing.abandoned("s", unowned)
     owned = trial(1, TrialState.RUNNING, started_s=0, worker=sharing.worker_identity())
-    assert not sharing.abandoned(owned), "an owner's trial is judged by dead_here"
-    just_asked = trial(2, TrialState.RUNNING, started_s=0)
-    just_asked.datetime_start = datetime.datetime.now()
-    assert not sharing.abandoned(just_asked), "its worker records itself in milliseconds"
-    assert not sharing.abandoned(trial(3, TrialState.FAIL, started_s=0))
-    assert not sharing.abandoned(trial(4, TrialState.WAITING))
+    assert not sharing.abandoned("s", owned), "an owner's trial is judged by dead_here"
+    clock[0] += 10 * grace
+    assert not sharing.abandoned("s", owned)
+    assert not sharing.abandoned("s", trial(3, TrialState.FAIL, started_s=0))
+    assert not sharing.abandoned("s", trial(4, TrialState.WAITING))

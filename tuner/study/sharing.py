@@ -18,7 +18,7 @@ the same trials reaches the same answer.
   gone is dead now, on another host after Optuna's heartbeat goes stale (a trial beats from
   its ask on: Optuna never takes a trial that was never beaten for stale). A running trial
   that no worker owns (its worker was lost between Optuna's ask and its first beat) is dead
-  once the heartbeat's grace has passed since it started (:func:`abandoned`).
+  once a worker has seen it unowned for the heartbeat's grace (:func:`abandoned`).
 
 **Upkeep** between two trials of a worker (:func:`swept`): a dead trial's Optuna trial becomes
 FAIL and its row FAILED/interrupted, by an atomic update that exactly one worker wins; that
@@ -163,18 +163,27 @@ def dead_here(trial: FrozenTrial) -> bool:
     return trial.state is TrialState.RUNNING and isinstance(owner, dict) and gone_here(owner)
 
 
-def abandoned(trial: FrozenTrial) -> bool:
-    """A running trial that no worker owns, started longer ago than the heartbeat's grace.
+# When this process first saw each running trial without an owner (:func:`abandoned`), by
+# study, number and start: trial numbers repeat across studies and databases.
+_UNOWNED_SINCE: dict[tuple[str, int, datetime.datetime | None], float] = {}
+
+
+def abandoned(study: str, trial: FrozenTrial) -> bool:
+    """A running trial of ``study`` that no worker owns, seen so by this process for longer
+    than the heartbeat's grace.
 
     A worker records itself on its trial within milliseconds of Optuna's ask; one lost in
     between (``kill -9``, a host gone) leaves a trial that Optuna never takes for stale, as it
-    was never beaten, and that kept a place in the budget for good.
+    was never beaten, and that kept a place in the budget for good. Its age is this process's
+    own clock since it first saw it, not the trial's start: that is the asking host's local
+    time, hours off on a host in another time zone.
     """
+    key = (study, trial.number, trial.datetime_start)
     if trial.state is not TrialState.RUNNING or WORKER in trial.user_attrs:
+        _UNOWNED_SINCE.pop(key, None)
         return False
-    started = trial.datetime_start  # Optuna's local wall clock, as datetime.now() reads it
-    age = datetime.datetime.now() - started if started is not None else datetime.timedelta()
-    return age.total_seconds() > heartbeat_s() * _GRACE_BEATS
+    first = _UNOWNED_SINCE.setdefault(key, time.monotonic())
+    return time.monotonic() - first > heartbeat_s() * _GRACE_BEATS
 
 
 def owner_gone(owner: Mapping[str, Any], updated_at: float) -> bool:
@@ -352,7 +361,7 @@ def swept(
                 storage.set_trial_user_attr(running._trial_id, COUNTED, True)  # told by now
     failed = _fail_stale(study)  # the trials this worker failed, each failed by one worker
     for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if alone or dead_here(running) or abandoned(running):
+        if alone or dead_here(running) or abandoned(name, running):
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 if storage.set_trial_state_values(running._trial_id, state=TrialState.FAIL):
                     failed.add(running.number)
