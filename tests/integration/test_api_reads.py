@@ -597,3 +597,10 @@ def test_an_emulated_studys_cost_says_it_was_not_measured_on_that_gpu(tmp_path: 
     price = costs.study_price(study.gpu, {"gpu_price": 2.0}, emulated=study.emulated)
     assert price is not None and price.usd_per_hour == 2.0 and "emulation" in price.source
     assert trial_lines(study, repo.list_trials("emu", limit=None))  # the page prices it too
+    from tuner.results.sizing import REQ, Rate, size
+
+    (fleet,) = size(
+        repo, model="tiny-ernie", rate=Rate(1.0, REQ), gpus=("a10g",), emulated=True,
+        gpu_price=1.5,
+    )  # fmt: skip
+    assert fleet.price is not None and "measured in emulation" in fleet.price.source

@@ -9,7 +9,8 @@ asked for, the study's best measured trial that meets it (its standings under th
 throughput of the load curve whose P99 latencies meet it (never a client-bound point), or, for
 a workload of one load point, that point's throughput if it meets the SLO.
 Where that load was sent open loop (Poisson arrivals, a trace's own arrival times) and no
-higher load was measured, the server served what it was sent: the capacity is only a lower
+higher load was measured that the server, not the client, bounded (a client-bound point says
+nothing of the server), the server served what it was sent: the capacity is only a lower
 bound, said so, and the counts and costs from it are upper bounds. Where the capacity or cost
 ranking that picked the configuration rested on such a bound (every configuration kept up with
 the top rate of a rate ladder), a note says its pick is by noise, as ``tuner best`` does.
@@ -217,7 +218,7 @@ def fleet_size(
         return None
     cap, basis, per_request, floor = read
     gpus = gpus_for(rate.value, cap.low)
-    price = costs.study_price(study.gpu, study.spec, gpu_price)
+    price = costs.study_price(study.gpu, study.spec, gpu_price, emulated=study.emulated)
     usd_h = gpus * price.usd_per_hour if gpus is not None and price is not None else None
     tokens_s = (
         rate.value if rate.unit == TOK else (rate.value * per_request if per_request else None)
@@ -348,9 +349,9 @@ def _size_study(
     rows = _under(repo.list_trials(study.name, limit=None), used, objective)
     table = standings(rows, objective, used)
     why = (
-        f"the study's recommendation, trial #{trial.number}, misses the SLO at every load "
-        f"point; this is its best measured trial that meets it (its {objective.value} "
-        "standings under that SLO)"
+        f"the study's recommendation, trial #{trial.number}, has no capacity under the SLO (it "
+        "missed it, or was client-bound, at every load point); this is the study's best "
+        f"measured trial that meets it (its {objective.value} standings under that SLO)"
     )
     for ranked in (r for r in table if r.feasible and r.number != trial.number):
         version = ranked.row.vllm_version or study.vllm_version or "0"
