@@ -394,6 +394,8 @@ def test_workload_set_reaches_a_traces_replay_options(base_url: str, tmp_path: P
     assert ran.exit_code == 0, ran.output
     (point,) = [json.loads(line) for line in ran.stdout.splitlines() if line.strip()]
     assert point["completed"] == 4 and point["total_input_tokens"] == 160
+    # vLLM's request_rate "inf" means every request at once: tuner's key says how they came.
+    assert point["request_rate"] == "inf" and point["tuner_arrival"] == "trace"
     huge = _tuner(
         base_url, *workload[:2], "--workload-set", "block_tokens=16,requests_per_window=2000000"
     )
@@ -459,6 +461,7 @@ def test_a_trace_drawn_at_poisson_arrivals_is_named_by_its_rate(
         (point,) = [json.loads(line) for line in ran.stdout.splitlines() if line.strip()]
         assert point["request_rate"] == pytest.approx(rate)
         assert point["tuner_load_point"] == f"{rate:g} req/s"
+        assert point["tuner_arrival"] == "poisson"
         assert f"request rate {rate:g} req/s (max 64 in flight)" in ran.stderr
         opts = options(
             url="127.0.0.1:9", model=None, concurrency=None, request_rate=None,

@@ -271,6 +271,11 @@ def run(
         turn_ttfts = ttft_s_by_turn([records], [planned]) if planned else {}
         extra: dict[str, Any] = {
             "tuner_load_point": label,
+            # vLLM's file has no word for a trace's own times: its request_rate "inf" (and the
+            # file name's "infqps") would read as every request at once.
+            "tuner_arrival": "trace"
+            if point.trace_paced
+            else ("closed" if point.request_rate is None else "poisson"),
             "tuner_prompts": "text" if opts.text_prompts else "token_ids",
             "tuner_warmup_requests": opts.warmup,
             "tuner_warmup_s": report.warmup_s,
