@@ -418,3 +418,13 @@ def test_a_wait_for_a_slot_is_no_verdict_on_the_client() -> None:
     )  # fmt: skip
     assert long.held_p99_ms == 250.0
     assert not long.client_bound and not long.disturbed and long.notes == ()
+
+
+def test_the_generator_keeps_no_phases_streams_after_a_run() -> None:
+    """Every window's conversations were kept as prompt streams for the whole run."""
+    conversations = SMALL.replace(windows=2, warmup_requests=2, turns=2, requests_per_window=4)
+    with serving(FakeVllm()) as url:
+        gen = _generator(url)
+        report = gen.run(conversations)
+    assert len(report.windows) == 2
+    assert sorted(gen.prompts._streams) == [""]  # the shared prefix alone

@@ -69,3 +69,18 @@ def test_bad_arguments_are_rejected() -> None:
         factory.make(10, 11)
     with pytest.raises(ValueError, match="prompt_tokens"):
         factory.make(0)
+
+
+def test_a_phases_streams_are_dropped_once_its_prompts_are_made() -> None:
+    """A session's turns and a trace's hash blocks are streams of one phase (``...@PHASE``):
+    kept for the whole run, a Mooncake trace's tens of thousands of 512-token blocks a window
+    took gigabytes as Python ints. The generator drops them once a phase's prompts are made;
+    shared prefixes stay, and a stream made again is the same tokens (seeded by its name)."""
+    f = PromptFactory(1000, synthetic=False, seed=3)
+    segs = (("", 4), ("prefix:sys", 6), ("session:7@p0w1", 8))
+    first = f.segment_ids(30, segs)
+    f.forget_phase_streams()
+    assert sorted(f._streams) == ["", "prefix:sys"]
+    again = f.segment_ids(30, segs)
+    assert again[:18] == first[:18]  # the same stream, made again from its name
+    assert all(isinstance(t, int) for t in again)  # JSON-ready, not numpy ints

@@ -295,6 +295,7 @@ class LoadGenerator:
             )
             for p in plan
         ]
+        self.prompts.forget_phase_streams()  # this phase's, all used by now
         url = f"{self.base_url}/v1/completions"
         slots = asyncio.Semaphore(concurrency)
         # A session's turns go in plan order: each waits for the one before it to finish.

@@ -46,11 +46,13 @@ class PromptFactory:
             top = _REAL_HIGH_RESERVED if vocab_size > 8 * _REAL_HIGH_RESERVED else 0
             self._low, self._high = low, vocab_size - top
         self._rng = np.random.default_rng(seed)
-        # Named prefix streams (tuner.domain.Segments): one generator and its tokens per name.
-        # The system prompt, "", is drawn once from its own stream, so its content does not
-        # depend on how long the longest prefix asked for turns out to be.
-        self._streams: dict[str, tuple[np.random.Generator, list[int]]] = {
-            "": (np.random.default_rng([seed, 1]), [])
+        # Named prefix streams (tuner.domain.Segments): one generator and its tokens per name,
+        # as int32 (a Mooncake trace names tens of thousands of 512-token blocks a window: as
+        # Python ints, about 43 bytes a token). The system prompt, "", is drawn once from its
+        # own stream, so its content does not depend on how long the longest prefix asked for
+        # turns out to be.
+        self._streams: dict[str, tuple[np.random.Generator, np.ndarray]] = {
+            "": (np.random.default_rng([seed, 1]), np.empty(0, np.int32))
         }
 
     def token_ids(self, prompt_tokens: int, shared_prefix_tokens: int = 0) -> list[int]:
@@ -62,14 +64,24 @@ class PromptFactory:
             )
         return self.segment_ids(prompt_tokens, (("", shared_prefix_tokens),))
 
-    def _stream(self, name: str, n: int) -> list[int]:
+    def _stream(self, name: str, n: int) -> np.ndarray:
         if name not in self._streams:
             seeds = [self._seed, 2, zlib.crc32(name.encode())]
-            self._streams[name] = (np.random.default_rng(seeds), [])
+            self._streams[name] = (np.random.default_rng(seeds), np.empty(0, np.int32))
         rng, tokens = self._streams[name]
         if n > len(tokens):
-            tokens.extend(int(t) for t in rng.integers(self._low, self._high, n - len(tokens)))
+            more = rng.integers(self._low, self._high, n - len(tokens)).astype(np.int32)
+            tokens = np.concatenate((tokens, more))
+            self._streams[name] = (rng, tokens)
         return tokens[:n]
+
+    def forget_phase_streams(self) -> None:
+        """Drop the streams of one phase once its prompts are made: a trace's sessions and hash
+        blocks (``...@PHASE``) and a workload's conversations (``conversation:PHASE...``). No
+        later phase names them, and a long trace's would otherwise be kept for the whole run.
+        Shared prefixes stay."""
+        for name in [k for k in self._streams if "@" in k or k.startswith("conversation:")]:
+            del self._streams[name]
 
     def segment_ids(self, prompt_tokens: int, segments: tuple[tuple[str, int], ...]) -> list[int]:
         """``prompt_tokens`` ids: the first ``n`` ids of each named stream ``(name, n)`` in
@@ -81,9 +93,9 @@ class PromptFactory:
                 f"need 1 <= prompt_tokens and segments of >= 0 tokens that fit in it, got "
                 f"prompt_tokens={prompt_tokens}, segments={segments}"
             )
-        ids = [t for name, n in segments for t in self._stream(name, n)]
-        own = self._rng.integers(self._low, self._high, prompt_tokens - shared)
-        return ids + [int(t) for t in own]
+        parts = [self._stream(name, n) for name, n in segments]
+        parts.append(self._rng.integers(self._low, self._high, prompt_tokens - shared))
+        return [int(t) for t in np.concatenate(parts)]
 
     def make_segments(
         self, prompt_tokens: int, segments: tuple[tuple[str, int], ...]
