@@ -182,3 +182,22 @@ def test_a_groups_own_run_is_not_elsewhere_to_the_next_group(tmp_path: Path) -> 
     said: list[str] = []
     outcomes = evaluate(planned, FakeRunner(), 3, 0.95, launch_log=log_of, on_resumed=said.append)
     assert len(outcomes) == 2 and said == []
+
+
+def test_a_crashed_launch_counts_on_resume_as_it_did_in_the_run(tmp_path: Path) -> None:
+    """A launch that crashed (or timed out) counted in the run that made it, but a resumed run
+    launched it again: the same command ended with other launches than when run through. One
+    the tuner's stop cut short is still launched again."""
+    log = LaunchLog.for_run(tmp_path, "compare", run_key(a=3))
+    fake = FakeRunner()
+    crashed = TrialResult(B.config, TrialStatus.FAILED, FailureClass.CRASHED, "exit 1")
+    timed_out = TrialResult(B.config, TrialStatus.FAILED, FailureClass.TIMEOUT, "600 s")
+    interrupted = TrialResult(A.config, TrialStatus.FAILED, FailureClass.INTERRUPTED, "stopped")
+    complete = fake.run(A.config, LOAD)
+    for arm, result in ((A, complete), (B, crashed), (A, interrupted), (B, timed_out)):
+        log.record(arm, result)
+    assert log.load([A, B]) == [[complete], [crashed, timed_out]]
+    runner = FakeRunner()
+    results = run_interleaved([A, B], runner, LOAD, 2, done=log.load([A, B]))
+    assert runner.calls == [A.config]  # A's second; B's two ended on their own
+    assert [len(r) for r in results] == [2, 2]

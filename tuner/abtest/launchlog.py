@@ -23,7 +23,7 @@ from typing import Any
 from tuner.abtest.compare import Arm
 from tuner.abtest.guard import finding_of
 from tuner.db import decode_result, encode
-from tuner.domain import TrialResult, TrialStatus
+from tuner.domain import FailureClass, TrialResult, TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,13 @@ def run_key(**parts: Any) -> str:
 
 
 def reusable(result: TrialResult) -> bool:
-    """Whether a launch counts toward a resumed run: complete, or failed with a finding."""
-    return result.status is TrialStatus.COMPLETE or bool(finding_of([result]))
+    """Whether a launch counts toward a resumed run: every launch that ended on its own
+    (complete, a finding, a crash or a timeout), as it counted in the run that made it; not
+    one the tuner's stop cut short. A resumed run launched a crashed one again, and ended with
+    other launches than the same command run through."""
+    if result.status is TrialStatus.COMPLETE or finding_of([result]):
+        return True
+    return result.failure is not None and result.failure is not FailureClass.INTERRUPTED
 
 
 class LaunchLog:
