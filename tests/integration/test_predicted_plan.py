@@ -17,10 +17,11 @@ import optuna
 import pytest
 
 from tests.studykit import make_repo
+from tuner.abtest import noise_key
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compose import StudyContext
-from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, Workload
+from tuner.domain import Estimate, Objective, ServingConfig, TrialResult, TrialStatus, Workload
 from tuner.domain.workload import parse_slo
 from tuner.load.workloads import get_workload
 from tuner.space import SearchSpace
@@ -270,3 +271,68 @@ def test_with_early_stopping_on_the_screening_trials_are_measured_in_full(tmp_pa
                 and config != ServingConfig()]  # fmt: skip
     assert len(screening) > 2 and not any(screening), runner.checked
     assert searched and all(searched), runner.checked  # early stopping is on
+
+
+class Bursty(Telemetry):
+    """Telemetry where a stream interval doubles the throughput and makes every chunk gap
+    a hundred times longer (P99 ITL from about 2 ms to 200 ms)."""
+
+    def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+        result = super().run(config, workload, **kw)
+        if result.status is not TrialStatus.COMPLETE or "stream_interval" not in config.extra:
+            return result
+        scaled = {"output_throughput": 2.0, "itl_p99_ms": 100.0}
+        metrics = {
+            name: _times(est, scaled[name]) if name in scaled else est
+            for name, est in result.metrics.items()
+        }
+        return dataclasses.replace(result, metrics=metrics)
+
+
+def _times(est: Estimate, factor: float) -> Estimate:
+    return Estimate(est.median * factor, est.low * factor, est.high * factor,
+                    tuple(v * factor for v in est.values))  # fmt: skip
+
+
+def test_a_screening_trial_that_misses_the_slo_scores_nothing_for_its_throughput(
+    tmp_path: Path,
+) -> None:
+    """The screening scored its trials without the SLO: a recipe whose stream interval broke
+    a P99 ITL bound of 100 ms kept that knob, alone, for the throughput it bought (the
+    committed plan-ernie-256 study: 207 ms against the defaults' 46 ms)."""
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    ctx = dataclasses.replace(_context(db_url, trials=5), slo=parse_slo("itl_p99=100ms"))
+    run_study(ctx, Bursty(FRONTEND), repo)
+    record = repo.get_study("predicted")
+    assert record is not None
+    plan = Plan.from_dict(record.spec["plan_record"])
+    assert [k.knob for k in plan.knobs] == ["stream_interval", "api_server_count"]
+    # The recipe and the recipe without more API servers miss the SLO: no effect is known.
+    assert plan.recipe == 0.0 and set(plan.effects.values()) == {0.0}
+    assert plan.lines()[-1].endswith("(none helped: the two likeliest)")
+
+
+def test_a_latency_study_judges_its_screening_against_the_noise_of_its_p99(
+    tmp_path: Path,
+) -> None:
+    """The margin was the SD of a launch's output throughput whatever the objective scored;
+    under a latency objective the P99's own, here ten times as wide, is the noise to beat."""
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    ctx = _context(db_url, trials=5)
+    ctx = dataclasses.replace(ctx, spec=dataclasses.replace(ctx.spec, objective=Objective.LATENCY))
+    key = noise_key(Telemetry(FRONTEND).run(ServingConfig(), ctx.workload), ctx.model,
+                    ctx.workload.name)  # fmt: skip
+    assert key is not None
+    for step in (0.0, 0.2):  # two launches of the defaults: a launch value's SD 0.2 / sqrt(2)
+        values = {"output_throughput": [7.0 + step / 10], "e2e_p99_ms": [5.0 + step]}
+        repo.add_launch(key=key.to_dict(), config=ServingConfig(), is_defaults=True,
+                        source="calibrate", run="calibrate:x", values=values)  # fmt: skip
+    run_study(ctx, Telemetry(FRONTEND), repo)
+    record = repo.get_study("predicted")
+    assert record is not None
+    plan = Plan.from_dict(record.spec["plan_record"])
+    assert plan.kept is not None, plan
+    assert plan.margin == pytest.approx(0.2)  # sqrt(2) x 0.2 / sqrt(2)
+    assert plan.margin_source == "SD of a launch's P99 E2E ms 0.141 from 2 stored launches"

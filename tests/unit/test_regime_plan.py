@@ -13,9 +13,18 @@ from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.domain import Objective, Regime, ServingConfig, TrialResult, TrialStatus
 from tuner.load.workloads import get_workload
+from tuner.scoring.noise import Components, NoiseKey, NoiseProfile
 from tuner.scoring.regime import Diagnosis, diagnose
 from tuner.space import SearchSpace
-from tuner.study.plan import DEFAULT_LAUNCH_SD, Plan, make_plan, screen_configs, screened
+from tuner.study.plan import (
+    DEFAULT_LAUNCH_SD,
+    Plan,
+    Planned,
+    make_plan,
+    screen_configs,
+    screened,
+)
+from tuner.study.planning import score_sd
 from tuner.vllm.flags import shipped
 
 
@@ -174,6 +183,61 @@ def test_the_screening_line_says_when_the_fallback_chose() -> None:
     )
     failed = screened(plan, {"recipe": 0.0}, None, "").lines()[-1]
     assert failed.endswith("(none helped: the two likeliest)")
+
+
+def test_when_the_recipe_scores_nothing_a_knob_whose_absence_scored_is_searched_last() -> None:
+    """A recipe that missed the SLO scores 0, and so does every knob's effect. The fallback
+    then took the first two knobs of the plan: the stream interval whose chunk gaps broke a
+    P99 ITL bound (the recipe without it met the SLO, the others did not) came first."""
+    plan = Plan(
+        Diagnosis(Regime.FRONTEND, (), {}, 256),
+        (Planned("stream_interval", 8, ""), Planned("api_server_count", 4, ""),
+         Planned("async_scheduling", True, "")),
+    )  # fmt: skip
+    judged = screened(plan, {"recipe": 0.0, "stream_interval": 0.93}, None, "")
+    assert judged.effects == dict.fromkeys(["stream_interval", "api_server_count",
+                                            "async_scheduling"], 0.0)  # fmt: skip
+    assert judged.kept == ("api_server_count", "async_scheduling")
+    assert judged.lines()[-1].endswith("(none helped: the two likeliest)")
+
+
+def _profile(**sds: float) -> NoiseProfile:
+    """A noise profile whose metrics have these SDs of a launch's value (log scale)."""
+    key = NoiseKey("GPU-x", "NVIDIA H200", "0.26.0", "ernie-0.3b", "throughput-256", 3)
+    parts = {n: Components(sd**2, None, sd**2, 4, 0, 3, 5, 1) for n, sd in sds.items()}
+    return NoiseProfile(key, parts, 5)
+
+
+def test_the_margin_rests_on_the_noise_of_the_metrics_the_objective_scores() -> None:
+    """The margin was always output throughput's SD, whatever the objective scored: a latency
+    objective's P99 ratio, twice as noisy on the H200, let null knobs through."""
+    profile = _profile(output_throughput=0.068, e2e_p99_ms=0.133, memory_gib=0.01)
+    assert score_sd(profile, Objective.THROUGHPUT) == (
+        0.068, "SD of a launch's output tok/s 0.068 from 5 stored launches"
+    )  # fmt: skip
+    assert score_sd(profile, Objective.LATENCY)[0] == 0.133
+    sd, source = score_sd(profile, Objective.BALANCED)  # at most the weighted sum
+    assert sd == pytest.approx(0.5 * 0.068 + 0.3 * 0.133 + 0.2 * 0.01)
+    assert source == (
+        "SD of a launch's 0.5 x output tok/s + 0.3 x P99 E2E ms + 0.2 x memory GiB, at most "
+        f"{sd:.3f}, from 5 stored launches"
+    )
+    bare = _profile(output_throughput=0.068)
+    assert score_sd(bare, Objective.LATENCY) == (
+        0.068, "SD of a launch's output tok/s 0.068 from 5 stored launches (the noise profile "
+        "has no P99 E2E ms: output tok/s's instead)"
+    )  # fmt: skip
+    assert score_sd(_profile(e2e_p99_ms=0.1), Objective.THROUGHPUT) == (None, "")
+    judged = screened(_frontend_plan(), {"recipe": 1.2}, None, "")
+    assert judged.margin_source == (
+        "no noise profile here: the H200's SD of a launch's output tok/s, 0.068"
+    )
+
+
+def _frontend_plan() -> Plan:
+    plan = make_plan(Diagnosis(Regime.FRONTEND, (), {}, 256), _card("h200"), Objective.THROUGHPUT)
+    assert plan is not None
+    return plan
 
 
 def test_with_one_planned_knob_the_defaults_are_its_without() -> None:

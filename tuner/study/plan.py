@@ -12,14 +12,15 @@ search goes on.
 Then it is **screened** from the regime's recipe down, not up from the defaults: the first
 trial sets every planned knob at its likeliest value at once (levers that only pay together,
 such as async scheduling with a stream interval, pay there), then one trial drops each knob
-from that recipe again. A knob's effect is the recipe's score over the score without it; it is
-kept when that beats one launch difference's noise (``sqrt(2)`` x the SD of one launch's
-value: from the noise profile of this GPU, model and workload where ``tuner calibrate`` or
-earlier decisions measured one, else :data:`DEFAULT_LAUNCH_SD`, the H200's). The sampler then
-searches the kept knobs (the ones above 1 when none beats the noise, the best two when none
-helps: the plan says so). With one planned knob the defaults are its "without". Every trial
-of the plan counts in the study's budget; when the regime cannot be named, the study searches
-the card's knobs as before.
+from that recipe again. A knob's effect is the recipe's score over the score without it (a
+trial that misses the study's SLO scores 0); it is kept when that beats one launch
+difference's noise (``sqrt(2)`` x the SD of one launch's score: from the noise profile of this
+GPU, model and workload where ``tuner calibrate`` or earlier decisions measured one, the
+metrics the objective scores, else :data:`DEFAULT_LAUNCH_SD`, the H200's throughput). The
+sampler then searches the kept knobs (the ones above 1 when none beats the noise, the best two
+when none helps: the plan says so). With one planned knob the defaults are its "without".
+Every trial of the plan counts in the study's budget; when the regime cannot be named, the
+study searches the card's knobs as before.
 """
 
 from __future__ import annotations
@@ -381,11 +382,11 @@ def screen_configs(plan: Plan, card: SearchSpace) -> list[tuple[str, ServingConf
 def screened(plan: Plan, scores: Mapping[str, float], launch_sd: float | None, source: str) -> Plan:
     """``plan`` with its screening judged. ``scores``: the screening trials' scores against the
     defaults (1.0 = the defaults), keyed by :data:`RECIPE` and by the knob each one dropped (a
-    trial that failed: 0). ``launch_sd``: the SD of one launch's value from a noise profile
-    (None: :data:`DEFAULT_LAUNCH_SD`)."""
+    trial that failed or missed the study's SLO: 0). ``launch_sd``: the SD of one launch's
+    score from a noise profile (None: :data:`DEFAULT_LAUNCH_SD`, output throughput's)."""
     sd = DEFAULT_LAUNCH_SD if launch_sd is None else launch_sd
     if launch_sd is None:
-        source = f"no noise profile here: the H200's launch SD {DEFAULT_LAUNCH_SD}"
+        source = f"no noise profile here: the H200's SD of a launch's output tok/s, {sd}"
     margin = math.sqrt(2) * sd
     recipe = scores.get(RECIPE, 0.0)
     without = {k.knob: scores.get(k.knob, 0.0) for k in plan.knobs}
@@ -396,9 +397,7 @@ def screened(plan: Plan, scores: Mapping[str, float], launch_sd: float | None, s
     }
     kept = [k for k, e in effects.items() if e > 0 and math.log(e) > margin]
     if not kept:  # nothing beat the noise: what helped at all, else the two likeliest
-        kept = [k for k, e in effects.items() if e > 1.0] or sorted(
-            effects, key=lambda k: -effects[k]
-        )[:2]
+        kept = [k for k, e in effects.items() if e > 1.0] or _likeliest(effects, without)[:2]
     order = [k.knob for k in plan.knobs]
     return dataclasses.replace(
         plan,
@@ -408,6 +407,14 @@ def screened(plan: Plan, scores: Mapping[str, float], launch_sd: float | None, s
         kept=tuple(sorted(kept, key=order.index)),
         recipe=recipe,
     )
+
+
+def _likeliest(effects: Mapping[str, float], without: Mapping[str, float]) -> list[str]:
+    """The knobs by effect, ties (a recipe that failed or missed the SLO: every effect 0) in
+    the plan's order after those whose trial without them scored lowest: a knob whose absence
+    alone brought the score back (a stream interval whose chunk gaps broke a P99 ITL bound)
+    is the least likely to help."""
+    return sorted(effects, key=lambda k: (-effects[k], without[k]))
 
 
 def moved(plan: Plan, number: int, diagnosis: Diagnosis, card: SearchSpace,

@@ -22,12 +22,13 @@ from typing import Any
 
 import optuna
 
-from tuner.abtest import HEADLINE, load_profile, noise_key
+from tuner.abtest import COMPARED, HEADLINE, load_profile, noise_key
 from tuner.compose import StudyContext, plan_wanted
 from tuner.db import Repository, TrialRow
-from tuner.domain import Slo, TrialResult, TrialStatus
+from tuner.domain import Objective, Slo, TrialResult, TrialStatus
 from tuner.errors import UsageError
-from tuner.scoring import diagnose
+from tuner.scoring import NoiseProfile, diagnose
+from tuner.scoring.objectives import WEIGHTS
 from tuner.space import SearchSpace
 from tuner.study.plan import (
     PREDICTED,
@@ -45,6 +46,9 @@ from tuner.study.plan import (
 from tuner.study.standings import baseline, standings
 
 Say = Callable[[str, str], None]
+_LABELS = {name: label for name, label, _ in COMPARED}  # "e2e_p99_ms": "P99 E2E ms"
+# The metrics an objective's WEIGHTS weigh, in their order: throughput, P99 latency, memory.
+_WEIGHED = ("output_throughput", "e2e_p99_ms", "memory_gib")
 _UNFINISHED = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
 
 
@@ -224,7 +228,10 @@ def _judge(
     expected = len(screen_configs(plan, ctx.space))
     if len(labels) < expected or any(t.state in _UNFINISHED for t in trials):
         return plan  # screening still runs
-    scores = {r.number: r.score for r in standings(rows, ctx.spec.objective, slo)}
+    # A trial that misses the SLO scores as one that failed: a knob is not kept for the
+    # throughput of a recipe the study could never recommend.
+    ranked = standings(rows, ctx.spec.objective, slo)
+    scores = {r.number: r.score if r.feasible else 0.0 for r in ranked}
     by_knob = {label: scores.get(number, 0.0) for number, label in labels.items()}
     sd, source = _launch_sd(ctx, repo, rows)
     judged = screened(plan, by_knob, sd, source)
@@ -239,7 +246,33 @@ def _launch_sd(
     defaults = _baseline_result(rows)
     key = noise_key(defaults, ctx.model, ctx.workload.name) if defaults else None
     profile = load_profile(repo, key) if key is not None else None
-    parts = profile.get(HEADLINE) if profile is not None else None
-    if parts is None:
+    return score_sd(profile, ctx.spec.objective) if profile is not None else (None, "")
+
+
+def score_sd(profile: NoiseProfile, objective: Objective) -> tuple[float | None, str]:
+    """The SD of one launch's ``objective`` score from ``profile``, and what it rests on.
+
+    The score is a weighted sum of its metrics' log ratios (:data:`tuner.scoring.objectives.
+    WEIGHTS`), so its SD is at most that sum of their SDs (equal where they move together).
+    Throughput's alone let null knobs through a latency objective: a launch's P99 TTFT spread
+    twice as wide on the H200 (docs/results/noise-h200.md). Where the profile lacks one of the
+    metrics: throughput's, said so; None where it lacks that too."""
+    weights = {n: w for n, w in zip(_WEIGHED, WEIGHTS[objective], strict=True) if w}
+    parts = {n: profile.get(n) for n in weights}
+    if all(parts.values()):
+        sd = sum(w * p.sd for n, w in weights.items() if (p := parts[n]) is not None)
+        launches = min(p.launches for p in parts.values() if p is not None)
+        if len(weights) == 1:
+            (name,) = weights
+            return sd, f"SD of a launch's {_LABELS[name]} {sd:.3f} from {launches} stored launches"
+        what = " + ".join(f"{w:g} x {_LABELS[n]}" for n, w in weights.items())
+        return sd, f"SD of a launch's {what}, at most {sd:.3f}, from {launches} stored launches"
+    thr = profile.get(HEADLINE)
+    if thr is None:
         return None, ""
-    return parts.sd, f"launch SD {parts.sd:.3f} from {parts.launches} stored launches"
+    missing = ", ".join(_LABELS[n] for n, p in parts.items() if p is None)
+    label = _LABELS[HEADLINE]
+    return thr.sd, (
+        f"SD of a launch's {label} {thr.sd:.3f} from {thr.launches} stored launches (the noise "
+        f"profile has no {missing}: {label}'s instead)"
+    )
