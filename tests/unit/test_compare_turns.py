@@ -162,6 +162,9 @@ def test_the_look_at_the_cap_decides_though_a_launch_failed() -> None:
     look = judge_look(a, a_runs[:5], b, faster, fixed, None)
     assert look.step.verdict == BETTER and look.step.interval is not None
     assert (look.step.n_a, look.step.n_b) == (5, 4)
+    # One value a side left: no interval, and still no "continue" at the cap.
+    lone = judge_look(a, a_runs, b, [*_throughput([103]), *[crashed] * 5], design, None)
+    assert lone.done and lone.step.reason == BUDGET and (lone.step.n_a, lone.step.n_b) == (6, 1)
 
 
 def test_a_resumed_comparison_fills_its_last_round_before_it_looks() -> None:

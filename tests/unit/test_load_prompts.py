@@ -77,10 +77,10 @@ def test_a_phases_streams_are_dropped_once_its_prompts_are_made() -> None:
     took gigabytes as Python ints. The generator drops them once a phase's prompts are made;
     shared prefixes stay, and a stream made again is the same tokens (seeded by its name)."""
     f = PromptFactory(1000, synthetic=False, seed=3)
-    segs = (("", 4), ("prefix:sys", 6), ("session:7@p0w1", 8))
+    segs = (("", 4), ("prefix:sys@v2", 6), ("session:7@p0w1", 8))
     first = f.segment_ids(30, segs)
     f.forget_phase_streams()
-    assert sorted(f._streams) == ["", "prefix:sys"]
+    assert sorted(f._streams) == ["", "prefix:sys@v2"]  # a user's prefix name, "@" and all
     again = f.segment_ids(30, segs)
     assert again[:18] == first[:18]  # the same stream, made again from its name
     assert all(isinstance(t, int) for t in again)  # JSON-ready, not numpy ints

@@ -228,6 +228,15 @@ def test_the_margin_rests_on_the_noise_of_the_metrics_the_objective_scores() -> 
         "has no P99 E2E ms: output tok/s's instead)"
     )  # fmt: skip
     assert score_sd(_profile(e2e_p99_ms=0.1), Objective.THROUGHPUT) == (None, "")
+    # The memory score is guarded by throughput: its noise counts (memory's alone, 0.01, let
+    # a knob through on a 2 % throughput wobble).
+    assert score_sd(profile, Objective.MEMORY)[0] == pytest.approx(0.01 + 0.068)
+    # A capacity study scores the capacity where the profile has it; throughput's otherwise.
+    curved = _profile(output_throughput=0.068, capacity_output_throughput=0.09)
+    assert score_sd(curved, Objective.CAPACITY) == (
+        0.09, "SD of a launch's capacity out tok/s 0.090 from 5 stored launches"
+    )  # fmt: skip
+    assert score_sd(profile, Objective.COST)[0] == 0.068
     judged = screened(_frontend_plan(), {"recipe": 1.2}, None, "")
     assert judged.margin_source == (
         "no noise profile here: the H200's SD of a launch's output tok/s, 0.068"

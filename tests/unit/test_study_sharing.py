@@ -200,3 +200,8 @@ def test_a_running_trial_no_worker_owns_is_abandoned_once_seen_so_for_the_grace(
     assert not sharing.abandoned("s", owned)
     assert not sharing.abandoned("s", trial(3, TrialState.FAIL, started_s=0))
     assert not sharing.abandoned("s", trial(4, TrialState.WAITING))
+    # A sweep forgets the study's trials that run no longer; another study's stay.
+    sharing._forget_unowned("s", [])
+    assert [k for k in sharing._UNOWNED_SINCE if k[0] == "s"] == []
+    assert [k for k in sharing._UNOWNED_SINCE if k[0] == "other"]
+    sharing._forget_unowned("other", [])

@@ -330,6 +330,9 @@ def judge_look(
             )
         if step.verdict == CONTINUE and _hopeless(a_runs, b_runs):
             step = Step(head.verdict, step.interval, a_n, b_n, UNMEASURED_STOP)
+        elif step.verdict == CONTINUE and min(len(a_runs), len(b_runs)) >= design.cap:
+            # Fewer than two values a side at the cap: no interval, and no launch left.
+            step = Step(head.verdict, step.interval, a_n, b_n, BUDGET)
     return Look(c, step, design, profile, launch_walls([*a_runs, *b_runs]), metric)
 
 

@@ -25,6 +25,15 @@ UNKNOWN_VOCAB_NOTE = (
 )
 
 
+def _per_phase(name: str) -> bool:
+    """Whether stream ``name`` is one phase's (tuner.load.workloads names them so): a trace's
+    session or hash block (``session:...@PHASE``, ``hash:...@PHASE``) or a conversation of a
+    workload's (``conversation:PHASE...``); a prefix group's name is the user's, ``@`` and all."""
+    return name.startswith("conversation:") or (
+        name.startswith(("session:", "hash:")) and "@" in name
+    )
+
+
 class PromptFactory:
     """Makes prompts for one load run; every prompt shares the same prefix tokens.
 
@@ -80,7 +89,7 @@ class PromptFactory:
         blocks (``...@PHASE``) and a workload's conversations (``conversation:PHASE...``). No
         later phase names them, and a long trace's would otherwise be kept for the whole run.
         Shared prefixes stay."""
-        for name in [k for k in self._streams if "@" in k or k.startswith("conversation:")]:
+        for name in [k for k in self._streams if _per_phase(k)]:
             del self._streams[name]
 
     def segment_ids(self, prompt_tokens: int, segments: tuple[tuple[str, int], ...]) -> list[int]:

@@ -463,7 +463,7 @@ def _score_interval(
         if not m.get("higher_is_better", True):  # the score is its inverse
             ratio, low, high = 1.0 / ratio, 1.0 / high, 1.0 / low
         n_a, n_b = len(m["a"]["values"]), len(m["b"]["values"])
-        level = float(row.results.get("confidence", 0.95))
+        level = judged_level(row.results)
         return RatioInterval(ratio, low, high, level, n_a, n_b, m.get("method") or "welch")
     decision = row.results.get("decision") or {}
     confidence = judged_level(row.results)

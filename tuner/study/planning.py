@@ -27,7 +27,7 @@ from tuner.compose import StudyContext, plan_wanted
 from tuner.db import Repository, TrialRow
 from tuner.domain import Objective, Slo, TrialResult, TrialStatus
 from tuner.errors import UsageError
-from tuner.scoring import NoiseProfile, diagnose
+from tuner.scoring import CAPACITY, NoiseProfile, diagnose
 from tuner.scoring.objectives import WEIGHTS
 from tuner.space import SearchSpace
 from tuner.study.plan import (
@@ -47,6 +47,7 @@ from tuner.study.standings import baseline, standings
 
 Say = Callable[[str, str], None]
 _LABELS = {name: label for name, label, _ in COMPARED}  # "e2e_p99_ms": "P99 E2E ms"
+_LABELS[CAPACITY] = "capacity out tok/s"
 # The metrics an objective's WEIGHTS weigh, in their order: throughput, P99 latency, memory.
 _WEIGHED = ("output_throughput", "e2e_p99_ms", "memory_gib")
 _UNFINISHED = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
@@ -254,10 +255,17 @@ def score_sd(profile: NoiseProfile, objective: Objective) -> tuple[float | None,
 
     The score is a weighted sum of its metrics' log ratios (:data:`tuner.scoring.objectives.
     WEIGHTS`), so its SD is at most that sum of their SDs (equal where they move together).
-    Throughput's alone let null knobs through a latency objective: a launch's P99 TTFT spread
-    twice as wide on the H200 (docs/results/noise-h200.md). Where the profile lacks one of the
-    metrics: throughput's, said so; None where it lacks that too."""
+    Throughput's alone let null knobs through a latency objective: a launch's P99 latency
+    spreads wider (P99 TTFT twice as wide on the H200, docs/results/noise-h200.md). The memory
+    score is guarded by throughput (``min(1, thr / thr_ref)``), so its noise counts too; a
+    capacity or cost study scores the capacity where the profile has it (a load curve's).
+    Where the profile lacks one of the metrics: throughput's, said so; None where it lacks
+    that too."""
     weights = {n: w for n, w in zip(_WEIGHED, WEIGHTS[objective], strict=True) if w}
+    if objective is Objective.MEMORY:
+        weights[HEADLINE] = 1.0
+    if objective in (Objective.CAPACITY, Objective.COST) and profile.get(CAPACITY) is not None:
+        weights = {CAPACITY: 1.0}
     parts = {n: profile.get(n) for n in weights}
     if all(parts.values()):
         sd = sum(w * p.sd for n, w in weights.items() if (p := parts[n]) is not None)

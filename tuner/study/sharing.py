@@ -168,6 +168,14 @@ def dead_here(trial: FrozenTrial) -> bool:
 _UNOWNED_SINCE: dict[tuple[str, int, datetime.datetime | None], float] = {}
 
 
+def _forget_unowned(study: str, running: Sequence[FrozenTrial]) -> None:
+    """Forget the trials of ``study`` seen unowned that run no longer (failed, told): a queue
+    worker lives for days."""
+    now = {(study, t.number, t.datetime_start) for t in running}
+    for key in [k for k in _UNOWNED_SINCE if k[0] == study and k not in now]:
+        del _UNOWNED_SINCE[key]
+
+
 def abandoned(study: str, trial: FrozenTrial) -> bool:
     """A running trial of ``study`` that no worker owns, seen so by this process for longer
     than the heartbeat's grace.
@@ -360,7 +368,9 @@ def swept(
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 storage.set_trial_user_attr(running._trial_id, COUNTED, True)  # told by now
     failed = _fail_stale(study)  # the trials this worker failed, each failed by one worker
-    for running in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    running_now = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    _forget_unowned(name, running_now)
+    for running in running_now:
         if alone or dead_here(running) or abandoned(name, running):
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 if storage.set_trial_state_values(running._trial_id, state=TrialState.FAIL):
