@@ -3,8 +3,9 @@ the sampler as infeasible, dominated configs never launched, interruption and re
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -617,6 +618,27 @@ def test_a_trial_lost_between_the_ask_and_its_first_beat_gives_its_place_back(
     assert repo.get_study("unowned").status == "finished"
 
 
+@contextlib.contextmanager
+def _stopped_after_storing(
+    monkeypatch: pytest.MonkeyPatch, number: int, stop: type[BaseException]
+) -> Iterator[None]:
+    """Within the block, the tuner stops (raises ``stop``) right after trial ``number``'s
+    measured result is stored, before any word to Optuna; the repository as it was after."""
+    finish = Repository.finish_trial
+
+    def stored_then_stopped(self, trial_id, result, score, values):  # type: ignore[no-untyped-def]
+        row = finish(self, trial_id, result, score, values)
+        if row.number == number and result.status is TrialStatus.COMPLETE:
+            raise stop
+        return row
+
+    monkeypatch.setattr(Repository, "finish_trial", stored_then_stopped)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(Repository, "finish_trial", finish)
+
+
 def test_a_result_a_remote_worker_stored_before_it_was_lost_keeps_its_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -633,19 +655,9 @@ def test_a_result_a_remote_worker_stored_before_it_was_lost_keeps_its_place(
     repo = make_repo(url)
     ctx = make_context(url, trials=2, name="told")
     set_up_study(ctx, repo, resume=False)
-    finish = Repository.finish_trial
-
-    def stored_then_lost(self, trial_id, result, score, values):  # type: ignore[no-untyped-def]
-        row = finish(self, trial_id, result, score, values)
-        if row.number == 1 and result.status is TrialStatus.COMPLETE:
-            raise _Lost  # after the row, before any word to Optuna
-        return row
-
-    monkeypatch.setattr(Repository, "finish_trial", stored_then_lost)
     monkeypatch.setenv("TUNER_WORKER_HOST", "far-host")
-    with pytest.raises(_Lost):
+    with _stopped_after_storing(monkeypatch, 1, _Lost), pytest.raises(_Lost):
         run_study(ctx, FakeRunner(), repo, join=True)
-    monkeypatch.setattr(Repository, "finish_trial", finish)
     monkeypatch.delenv("TUNER_WORKER_HOST")
     time.sleep(6)  # past the grace: Optuna's heartbeat takes the trial for stale
     again = FakeRunner()
@@ -1195,18 +1207,11 @@ def test_a_result_stored_before_optuna_was_told_keeps_its_place_in_the_budget(
     url = f"sqlite:///{tmp_path / 'tell.db'}"
     repo = make_repo(url)
     ctx = make_context(url, trials=2, name="tell")
-    finish = Repository.finish_trial
-
-    def stored_then_stopped(self, trial_id, result, score, values):  # type: ignore[no-untyped-def]
-        row = finish(self, trial_id, result, score, values)
-        if row.number == 1 and result.status is TrialStatus.COMPLETE:
-            raise KeyboardInterrupt  # after the row, before any word to Optuna
-        return row
-
-    monkeypatch.setattr(Repository, "finish_trial", stored_then_stopped)
-    with pytest.raises(KeyboardInterrupt):
+    with (
+        _stopped_after_storing(monkeypatch, 1, KeyboardInterrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
         run_study(ctx, FakeRunner(), repo)
-    monkeypatch.setattr(Repository, "finish_trial", finish)
     states = [t.state for t in optuna.load_study(study_name="tell", storage=url).trials]
     assert states[1] is optuna.trial.TrialState.RUNNING  # the window this test is about
     again = FakeRunner()
