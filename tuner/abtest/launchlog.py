@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from tuner.abtest.compare import Arm
-from tuner.abtest.guard import finding_of
 from tuner.db import decode_result, encode
 from tuner.domain import FailureClass, TrialResult, TrialStatus
 
@@ -39,7 +38,7 @@ def reusable(result: TrialResult) -> bool:
     (complete, a finding, a crash or a timeout), as it counted in the run that made it; not
     one the tuner's stop cut short. A resumed run launched a crashed one again, and ended with
     other launches than the same command run through."""
-    if result.status is TrialStatus.COMPLETE or finding_of([result]):
+    if result.status is TrialStatus.COMPLETE:
         return True
     return result.failure is not None and result.failure is not FailureClass.INTERRUPTED
 
