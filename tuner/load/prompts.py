@@ -104,7 +104,8 @@ class PromptFactory:
             )
         parts = [self._stream(name, n) for name, n in segments]
         parts.append(self._rng.integers(self._low, self._high, prompt_tokens - shared))
-        return [int(t) for t in np.concatenate(parts)]
+        ids: list[int] = np.concatenate(parts).tolist()  # Python ints, ready for JSON
+        return ids
 
     def make_segments(
         self, prompt_tokens: int, segments: tuple[tuple[str, int], ...]
