@@ -4,6 +4,7 @@ runner pointed at the fake server, and a scan for processes a test may have left
 from __future__ import annotations
 
 import gc
+import io
 import math
 import sys
 import tarfile
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import psutil
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from tuner.abtest.compare import Arm, compare
+from tuner.abtest.compare import HEADLINE, Arm, compare
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compose import StudyContext
@@ -28,8 +30,9 @@ from tuner.db.models import VERSION_TABLE, Base
 from tuner.db.repository import QUEUE_WORKER, RUN_OWNER, Repository
 from tuner.db.rows import LaunchRow, StudyStatus
 from tuner.db.session import make_engine
-from tuner.domain import ModelSpec, ServingConfig, Workload
+from tuner.domain import ModelSpec, ServingConfig, TrialResult, TrialStatus, Workload
 from tuner.domain.workload import parse_slo
+from tuner.load import estimate
 from tuner.load.workloads import WORKLOADS
 from tuner.runner.hardware import Hardware
 from tuner.runner.vllm import RunnerSettings, VllmTrialRunner
@@ -335,20 +338,133 @@ def launch_table(launches: list[LaunchRow]) -> str:
     return "\n".join(out) + "\n"
 
 
-def comparison_launches(repo: Repository) -> list[LaunchRow]:
-    """The launches of a GPU session's one comparison, by the noise key its provenance names."""
-    (row,) = repo.list_comparisons()
+def _logged(data: Path, name: str) -> str:
+    with tarfile.open(data / "results.tgz") as tar:
+        member = tar.extractfile(f"results/{name}")
+        assert member is not None
+        return io.TextIOWrapper(member, encoding="utf-8").read()
+
+
+def gpu_samples(data: Path) -> list[dict[str, Any]]:
+    """nvidia-smi's rows every 5 s: time (UTC epoch), SM clock MHz, temperature C, power W,
+    utilization %, clock-event reasons (a bit mask; 0x1 is the GPU idle), from the loggers
+    of a GPU session's ``results.tgz`` in ``data``."""
+    rows = []
+    for line in _logged(data, "gpu-clocks.csv").splitlines()[1:]:
+        stamp, sm, _mem, _max, temp, power, _limit, util, reasons = line.split(", ")
+        when = datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=UTC)
+        rows.append(
+            {
+                "t": when.timestamp(),
+                "sm": int(sm.split()[0]),
+                "temp": int(temp),
+                "power": float(power.split()[0]),
+                "util": int(util.split()[0]),
+                "reasons": int(reasons, 16),
+            }
+        )
+    return rows
+
+
+def host_samples(data: Path) -> list[dict[str, Any]]:
+    """vmstat's rows every 5 s (the first, averages since boot, left out): time, run queue,
+    CPU % user, system, idle and stolen by the host."""
+    rows = []
+    for line in _logged(data, "vmstat.txt").splitlines()[3:]:
+        f = line.split()
+        when = datetime.fromisoformat(f"{f[-2]}T{f[-1]}").replace(tzinfo=UTC)
+        rows.append(
+            {
+                "t": when.timestamp(),
+                "r": int(f[0]),
+                "us": int(f[12]),
+                "sy": int(f[13]),
+                "id": int(f[14]),
+                "st": int(f[16]),
+            }
+        )
+    return rows
+
+
+def machine_table(data: Path, launches: list[LaunchRow]) -> str:
+    """Per launch, over the samples while the GPU worked (utilization above 0: the warm-up and
+    the measured windows): the SM clock, temperature, power and clock-event reasons; and the
+    host's CPU over the whole launch."""
+    gpu, host = gpu_samples(data), host_samples(data)
+    out = [
+        "| launch | configuration | SM clock MHz (busy) | GPU utilization %, busy mean "
+        "| temperature C, max | power W, max | clock-event reasons (busy) "
+        "| host CPU % busy, mean | stolen %, max |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, launch in enumerate(sorted(launches, key=lambda x: x.created_at), 1):
+        assert launch.wall_s is not None
+        start, end = launch.created_at - launch.wall_s, launch.created_at  # stored at its end
+        busy = [s for s in gpu if start <= s["t"] <= end and s["util"] > 0]
+        during = [s for s in host if start <= s["t"] <= end]
+        assert busy and during
+        clocks = sorted({s["sm"] for s in busy})
+        reasons = sorted({s["reasons"] for s in busy})
+        cpu = sum(100 - s["id"] for s in during) / len(during)
+        cells = (
+            str(i),
+            launch.config_label,
+            f"{clocks[0]}-{clocks[-1]}",
+            f"{sum(s['util'] for s in busy) / len(busy):.0f}",
+            str(max(s["temp"] for s in busy)),
+            f"{max(s['power'] for s in busy):.0f}",
+            ", ".join(f"0x{r:x}" for r in reasons),
+            f"{cpu:.1f}",
+            str(max(s["st"] for s in during)),
+        )
+        out.append(f"| {' | '.join(cells)} |")
+    return "\n".join(out) + "\n"
+
+
+def comparison_launches(repo: Repository, nth: int | None = None) -> list[LaunchRow]:
+    """The launches of a GPU session's one comparison (or of its ``nth``, counted from 0, where
+    it ran several on one noise key: each comparison's launches form one run), by the noise
+    key its provenance names."""
+    rows = repo.list_comparisons()
+    (row,) = rows if nth is None else (rows[nth],)
     prov = row.provenance
     assert prov is not None
     key = {
-        "host": prov.hostname, "gpu": prov.gpu_name, "vllm_version": prov.vllm_version,
-        "model": row.model, "workload": row.workload, "windows": 3, "placement": "pinned",
+        "gpu": prov.gpu_name, "vllm_version": prov.vllm_version, "model": row.model,
+        "workload": row.workload, "windows": 3, "placement": "pinned",
     }  # fmt: skip
-    return repo.list_launches(key)
+    # Keyed by the card's UUID since 2026-12-06's later sessions, by the host name before.
+    found = repo.list_launches({**key, "host": prov.gpu_uuid}) if prov.gpu_uuid else []
+    found = found or repo.list_launches({**key, "host": prov.hostname})
+    launches = sorted(found, key=lambda x: x.created_at)
+    if nth is None:
+        return launches
+    runs = list(dict.fromkeys(x.run for x in launches))
+    return [x for x in launches if x.run == runs[nth]]
 
 
-def comparison_results(repo: Repository) -> dict[str, Any]:
-    (row,) = repo.list_comparisons()
+def launch_trials(launches: list[LaunchRow]) -> tuple[list[TrialResult], list[TrialResult]]:
+    """Stored launches as the trials ``tuner compare`` judged, A's (the defaults) and B's in the
+    order they ran: output throughput's windows, ending at the launch's stored time."""
+    a: list[TrialResult] = []
+    b: list[TrialResult] = []
+    for x in sorted(launches, key=lambda x: x.created_at):
+        windows = [math.exp(v) for v in x.values[HEADLINE]]
+        (a if x.is_defaults else b).append(
+            TrialResult(
+                config=x.config,
+                status=TrialStatus.COMPLETE,
+                metrics={HEADLINE: estimate(windows)},
+                started_at=x.created_at - (x.wall_s or 0.0),
+                finished_at=x.created_at,
+            )
+        )
+    return a, b
+
+
+def comparison_results(repo: Repository, nth: int | None = None) -> dict[str, Any]:
+    rows = repo.list_comparisons()
+    (row,) = rows if nth is None else (rows[nth],)
     return dict(row.results)
 
 

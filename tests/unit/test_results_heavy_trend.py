@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.studykit import comparison_launches, geomean
+from tests.studykit import comparison_launches, geomean, launch_trials
 from tuner.abtest.compare import HEADLINE, Arm
 from tuner.abtest.decide import Design, judge_look
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
-from tuner.domain import TrialResult, TrialStatus
-from tuner.load import estimate
+from tuner.domain import TrialResult
 from tuner.scoring import BETTER, BUDGET, NO_DIFFERENCE, SIGNIFICANT, drift
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,27 +64,9 @@ def test_the_readings_bench_readme_quotes() -> None:
 
 
 def _results(folder: str) -> tuple[list[TrialResult], list[TrialResult]]:
-    """The stored launches of the folder's comparison as the trials tuner compare judged
-    (output throughput's windows, ending at the launch's stored time), A's and B's."""
+    """The stored launches of the folder's comparison as the trials tuner compare judged."""
     db = ROOT / "studies" / "results" / folder / "2026-12-06" / "tuner-heavy.db"
-    launches = sorted(
-        comparison_launches(Repository(make_engine(f"sqlite:///{db}"))),
-        key=lambda x: x.created_at,
-    )
-    a: list[TrialResult] = []
-    b: list[TrialResult] = []
-    for x in launches:
-        windows = [math.exp(v) for v in x.values[HEADLINE]]
-        (a if x.is_defaults else b).append(
-            TrialResult(
-                config=x.config,
-                status=TrialStatus.COMPLETE,
-                metrics={HEADLINE: estimate(windows)},
-                started_at=x.created_at - (x.wall_s or 0.0),
-                finished_at=x.created_at,
-            )
-        )
-    return a, b
+    return launch_trials(comparison_launches(Repository(make_engine(f"sqlite:///{db}"))))
 
 
 @pytest.mark.parametrize(
