@@ -10,7 +10,7 @@
 #   bash scripts/gpu-streams.sh collect          # databases, stream logs, server/launch logs -> $OUT
 #
 # The machine can be released between two calls (30 s idle, or taken back): what ran on it is
-# then gone, so every `wait` brings back what has finished so far, and a `wait` on a fresh
+# then gone (start and the first wait belong in one call: `start ... && bash $0 wait 530`), so every `wait` brings back what has finished so far, and a `wait` on a fresh
 # machine fails at once instead of waiting on nothing.
 #
 # Each stream has its database $HOME/tuner-DB.db (DB defaults to NAME; streams may share one:
