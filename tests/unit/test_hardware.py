@@ -65,6 +65,20 @@ def test_an_uncatalogued_gpu_falls_back_to_suggesting_cpu() -> None:
     assert "--gpu cpu" in info.value.hint
 
 
+@pytest.mark.parametrize(("card", "memory_gib"), [("NVIDIA H100 PCIe", 79.6),
+                                                    ("NVIDIA H100 NVL", 93.6)])  # fmt: skip
+def test_an_h100_pcie_or_nvl_is_not_taken_for_the_sxm5(card: str, memory_gib: float) -> None:
+    """The h100 profile matched every card named H100: a PCIe card (HBM2e, 2.0 TB/s) or an NVL
+    (94 GB, 3.9 TB/s) ran as the SXM5, with its bandwidth and price, labelled as measured."""
+    h100 = get_gpu("h100")
+    assert check_hardware(h100, [gpu("NVIDIA H100 80GB HBM3", memory_gib=79.6)]).is_gpu
+    with pytest.raises(HardwareMismatch) as info:
+        check_hardware(h100, [gpu(card, memory_gib=memory_gib)])
+    assert f"NVIDIA H100 SXM5, but this machine has 1 GPU(s): {card}" in info.value.message
+    assert "--emulate" in info.value.hint and "found here" not in info.value.hint
+    assert check_hardware(h100, [gpu(card, memory_gib=memory_gib)], emulate=True).emulated
+
+
 def test_the_matching_gpu_gives_its_identity() -> None:
     hardware = check_hardware(get_gpu("h200"), [H200])
     assert hardware.is_gpu

@@ -86,7 +86,9 @@ GPUS: dict[str, GpuProfile] = {
         _cuda("l4", "NVIDIA L4", 22.5, (8, 9), ("L4",)),
         _cuda("a100-40g", "NVIDIA A100 40GB", 40.0, (8, 0), ("A100-SXM4-40GB", "A100-PCIE-40GB")),
         _cuda("a100-80g", "NVIDIA A100 80GB", 80.0, (8, 0), ("A100-SXM4-80GB", "A100 80GB")),
-        _cuda("h100", "NVIDIA H100", 79.6, (9, 0), ("H100",)),
+        # The SXM5 card alone: NVIDIA's H100 data sheet gives the PCIe card HBM2e at 2.0 TB/s
+        # and the NVL 94 GB at 3.9 TB/s, neither this profile's bandwidth nor its price.
+        _cuda("h100", "NVIDIA H100 SXM5", 79.6, (9, 0), ("H100 80GB HBM3",)),
         _cuda("h200", "NVIDIA H200", 140.4, (9, 0), ("H200",)),
         GpuProfile(
             name="cpu",

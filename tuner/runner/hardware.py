@@ -160,5 +160,8 @@ def _on_gpu(gpu: DetectedGpu) -> Hardware:
 
 
 def _suggest(detected: Sequence[DetectedGpu]) -> str:
-    names = [p.name for p in GPUS.values() if any(match_detected(p, [g.name]) for g in detected)]
-    return f"--gpu {names[0]} (the GPU found here)" if names else "--gpu cpu"
+    gpus = [p for p in GPUS.values() if not p.is_cpu]  # cpu matches any machine
+    names = [p.name for p in gpus if any(match_detected(p, [g.name]) for g in detected)]
+    if names:
+        return f"--gpu {names[0]} (the GPU found here)"
+    return "--emulate (this GPU, held to the profile's memory; labelled emulated) or --gpu cpu"
