@@ -12,7 +12,7 @@ What makes the two send the same requests:
 
 - vLLM's sampler keeps an entry only if its prompt and answer are at least 4 tokens, the prompt
   at most 1,024 and both at most 2,048 (``is_valid_sequence``); tuner's reader skips the same
-  entries by its own counts (without special tokens). The bench applies vLLM's rule, with
+  entries, counting special tokens as vLLM's sampler does. The bench applies vLLM's rule, with
   vLLM's counts, to the file first and, when it drops entries, gives both clients the copy
   without them (``*-replayed.json``), naming what was dropped and why.
 - vLLM shuffles the entries (``--seed``) unless ``--disable-shuffle``, which the bench passes,

@@ -521,3 +521,34 @@ def test_sharegpt_entries_vllms_sampling_drops_are_skipped_and_counted(tmp_path:
         "; 4 entries outside vLLM's lengths (prompt and answer 4 tokens or more, prompt at most "
         "1,024, both at most 2,048) skipped)"
     )
+
+
+def test_sharegpts_filter_counts_the_bos_vllms_sampler_counts(tmp_path: Path) -> None:
+    """vLLM's sampler counts both lengths with the tokenizer's special tokens; tuner counted
+    them without, so with a tokenizer that adds a BOS it kept a prompt of 1,024 words (1,025 to
+    vLLM) and a pair of 2,047 (2,049), and dropped an answer or a prompt of 3 (4)."""
+    from tokenizers.processors import TemplateProcessing
+
+    tokenizer = Tokenizer(WordLevel({"[UNK]": 0, "<s>": 1, "w": 2}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    tokenizer.save(str(plain / "tokenizer.json"))
+    tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    bos = tmp_path / "bos"
+    bos.mkdir()
+    tokenizer.save(str(bos / "tokenizer.json"))
+
+    def entry(prompt: int, answer: int) -> dict[str, object]:
+        return {"conversations": [{"value": "w " * prompt}, {"value": "w " * answer}]}
+
+    lengths = [(1024, 8), (8, 3), (1000, 1047), (1000, 1046), (3, 8)]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps([entry(*pair) for pair in lengths]))
+
+    def kept(tokenizer: Path) -> list[tuple[int, int]]:
+        trace = get_workload(f"sharegpt:{path}", tokenizer=tokenizer).trace or ()
+        return [(r.prompt_tokens, r.output_tokens) for r in trace]
+
+    assert kept(bos) == [(8, 3), (1000, 1046), (3, 8)]  # the lengths stay the text's
+    assert kept(plain) == [(1024, 8), (1000, 1047), (1000, 1046)]  # no BOS: as before

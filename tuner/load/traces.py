@@ -83,7 +83,7 @@ def tokenizer_file(path: Path) -> Path | None:
 def tokenizer_counter(path: Path) -> TokenCounter | None:
     """A counter from the ``tokenizer.json`` in the model directory ``path`` (or that file),
     None when there is none. Special tokens are not added: a trace's text is counted as the
-    prompt text it is, as ``vllm bench serve`` counts a dataset's prompt lengths."""
+    prompt text it is (ShareGPT's length filter adds them: :func:`added_tokens`)."""
     file = tokenizer_file(path)
     if file is None:
         return None
@@ -97,6 +97,19 @@ def tokenizer_counter(path: Path) -> TokenCounter | None:
             hint="give --tokenizer the directory of a model with a valid tokenizer.json",
         ) from None
     return lambda text: max(1, len(tokenizer.encode(text, add_special_tokens=False).ids))
+
+
+def added_tokens(path: Path | None) -> int:
+    """The special tokens the ``tokenizer.json`` at ``path`` (as :func:`tokenizer_counter`
+    finds it) adds to a text encoded alone (a BOS: 1), 0 without one: vLLM's ShareGPT sampler
+    counts them in both lengths it filters on."""
+    file = tokenizer_file(path) if path is not None else None
+    if file is None:
+        return 0
+    from tokenizers import Tokenizer
+
+    processor = Tokenizer.from_file(str(file)).post_processor
+    return processor.num_special_tokens_to_add(False) if processor is not None else 0
 
 
 def split_name(name: str) -> tuple[str, Path] | None:
@@ -159,7 +172,8 @@ def read_trace(
         dropped = f"{skipped} {rows_} of 0 response tokens skipped" if skipped else ""
     elif fmt == "sharegpt":
         counter, counted = text_counter(count_tokens, tokenizer)
-        rows, skips = _sharegpt_rows(path, text, counter)
+        added = 0 if count_tokens is not None else added_tokens(tokenizer)
+        rows, skips = _sharegpt_rows(path, text, counter, added)
         dropped = "; ".join(
             f"{n} {'entry' if n == 1 else 'entries'} {why} skipped" for why, n in skips.items() if n
         )
@@ -429,9 +443,8 @@ def _text(value: Any, key: str, where: str) -> str:
 # vLLM's ShareGPT sampling (``is_valid_sequence`` in vllm/benchmarks/datasets.py) keeps an
 # entry whose prompt and answer have 4 tokens or more, the prompt at most 1,024 and the two at
 # most 2,048: kept, a file's rare long entries (10,100 tokens) set a workload's
-# max_request_tokens past the context of configs that run vLLM's benchmark of it. The lengths
-# are tuner's counts (no special tokens; vLLM's sampler counts a BOS where the tokenizer adds
-# one), so an entry at a limit may fall on the other side of it.
+# max_request_tokens past the context of configs that run vLLM's benchmark of it. It counts
+# with the tokenizer's special tokens (a BOS where it adds one), so the filter does too.
 SHAREGPT_MIN_TOKENS, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
 # Why a ShareGPT entry is skipped, as the source counts them.
 _EMPTY, _UNANSWERED = "with an empty message", "without an answer"
@@ -451,12 +464,12 @@ def _vllm_samples(prompt: int, output: int) -> bool:
 
 
 def _sharegpt_rows(
-    path: Path, text: str, count: TokenCounter
+    path: Path, text: str, count: TokenCounter, added: int
 ) -> tuple[list[TraceRequest], dict[str, int]]:
     """The requests, and how many entries were skipped, by why: an empty prompt or answer
     (the public ShareGPT files hold some), fewer than two messages (no answer to size the
-    output), or lengths vLLM's sampling drops (:func:`_vllm_samples`); vLLM's benchmark skips
-    all of them."""
+    output), or lengths vLLM's sampling drops (:func:`_vllm_samples`, each length counted with
+    the ``added`` special tokens); vLLM's benchmark skips all of them."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -486,7 +499,7 @@ def _sharegpt_rows(
         lengths = [count(m) if m.strip() else 0 for m in messages]
         if min(lengths) < 1:
             skipped[_EMPTY] += 1
-        elif not _vllm_samples(*lengths):
+        elif not _vllm_samples(lengths[0] + added, lengths[1] + added):
             skipped[_UNSAMPLED] += 1
         else:
             rows.append(TraceRequest(lengths[0], lengths[1], 0.0))
