@@ -101,3 +101,57 @@ def test_the_window_spread_is_the_first_load_points_not_the_curves() -> None:
     assert point_spread(windows, ladder) == pytest.approx(first)
     one = Workload(name="o", prompt_tokens=8, output_tokens=8, windows=3)
     assert point_spread(windows[:3], one) == pytest.approx(first)  # its windows, all of them
+
+
+def test_a_latency_studys_early_stop_rests_on_the_p99_noise() -> None:
+    """Early stopping's margin was output throughput's noise whatever the objective scored: a
+    latency study's P99, twice as noisy on the H200, was judged by throughput's steadier
+    spread, so a configuration as fast as the best was stopped by chance. It now takes the
+    lever plan's screening's SD of a launch's score (tuner.study.planning.score_sd)."""
+    from tuner.domain import (
+        Estimate,
+        LatencyStats,
+        Objective,
+        ServingConfig,
+        TrialResult,
+        TrialStatus,
+        WindowMetrics,
+        Workload,
+    )
+    from tuner.study.early import launch_sigma, point_spread
+
+    def est(v: float) -> Estimate:
+        return Estimate(v, v, v, (v,))
+
+    thr = {1: (100.0, 101.0, 99.0), 2: (200.0, 198.0, 202.0)}
+    p99 = {1: (100.0, 130.0, 80.0), 2: (50.0, 40.0, 62.0)}
+    rows = [
+        TrialResult(ServingConfig(max_num_seqs=n), TrialStatus.COMPLETE,
+                    metrics={"output_throughput": est(t), "e2e_p99_ms": est(p)})
+        for n in (1, 2) for t, p in zip(thr[n], p99[n], strict=True)
+    ]  # fmt: skip
+
+    def pooled(by_config: dict[int, tuple[float, ...]]) -> float:
+        var = [statistics.variance(math.log(v) for v in vs) for vs in by_config.values()]
+        return math.sqrt(sum(var) / len(var))
+
+    assert launch_sigma(rows, Objective.LATENCY) == pytest.approx(pooled(p99))
+    assert launch_sigma(rows, Objective.THROUGHPUT) == pytest.approx(pooled(thr))
+    assert launch_sigma(rows, Objective.CAPACITY) == pytest.approx(pooled(thr))  # by points
+
+    stats = LatencyStats(1, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0)
+
+    def window(tok_s: float, p99_ms: float) -> WindowMetrics:
+        e2e = LatencyStats(1, p99_ms, p99_ms, p99_ms, p99_ms, p99_ms, 0.0)
+        return WindowMetrics(1.0, 4, 0, 4, 4, 4.0, tok_s, tok_s, stats, stats, e2e)
+
+    windows = [window(100, 100), window(101, 125), window(99, 85)]
+    one = Workload(name="o", prompt_tokens=8, output_tokens=8, windows=3)
+    spread = point_spread(windows, one, Objective.LATENCY)
+    assert spread == pytest.approx(statistics.stdev(math.log(v) for v in (100, 125, 85)))
+    # A first point at x0.75 of the best's P99 score is within the P99 noise; by throughput's
+    # it was stopped.
+    latency = StopPolicy(launch_sigma(rows, Objective.LATENCY), spread)
+    throughput = StopPolicy(pooled(thr), point_spread(windows, one))
+    assert not early_stop(Standing(True, 0.75), Standing(True, 1.0), latency).stop
+    assert early_stop(Standing(True, 0.75), Standing(True, 1.0), throughput).stop

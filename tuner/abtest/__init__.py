@@ -32,7 +32,13 @@ if TYPE_CHECKING:
     from tuner.abtest.launchlog import reusable
     from tuner.abtest.pair import NOT_MEASURED, PairOutcome, run_pair, setup_pair
     from tuner.abtest.pipeline import Watch, open_bench
-    from tuner.abtest.profile import load_profile, noise_key, profile_lines, record_launch
+    from tuner.abtest.profile import (
+        load_profile,
+        log_values,
+        noise_key,
+        profile_lines,
+        record_launch,
+    )
 
 __all__ = [
     "COMPARED",
@@ -54,6 +60,7 @@ __all__ = [
     "judged_level",
     "load_claims",
     "load_profile",
+    "log_values",
     "machine_flags",
     "noise_key",
     "open_bench",

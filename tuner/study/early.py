@@ -6,9 +6,11 @@ first load point of a trial against the same point of the best trial so far, by 
   latency; memory is not known before the launch ends, so it counts as equal). The capacity
   objective compares points by the throughput objective's score; the memory objective is never
   stopped early (its score is the memory).
-- **Noise**: the launch-to-launch spread of the study's configurations measured more than once
-  (SD of log output throughput, pooled), else :data:`DEFAULT_LAUNCH_SIGMA`; the window-to-window
-  spread from the best trial's own windows at that point.
+- **Noise**: the SD of a launch's score by the metrics the objective scores, as the lever
+  plan's screening takes it (:func:`tuner.study.planning.score_sd`: P99 E2E latency's for the
+  latency objective), pooled over the study's configurations measured more than once, else
+  :data:`DEFAULT_LAUNCH_SIGMA`; the window-to-window spread of the score over the best trial's
+  own windows at that point.
 - A stopped trial is PRUNED/STOPPED_EARLY with its partial numbers: Optuna is told them (it
   learns the region is poor), the ranking never holds it beside whole trials.
 """
@@ -19,14 +21,24 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
+from tuner.abtest import log_values
 from tuner.compose import StudyContext
 from tuner.db import TrialRow
-from tuner.domain import Objective, ServingConfig, Slo, TrialStatus, WindowMetrics, Workload
+from tuner.domain import (
+    Objective,
+    ServingConfig,
+    Slo,
+    TrialResult,
+    TrialStatus,
+    WindowMetrics,
+    Workload,
+)
 from tuner.load import FirstPointCheck, first_point_windows, summarize
 from tuner.scoring import Standing, StopPolicy, meets_slo_within_noise
 from tuner.scoring import objectives as scoring
 from tuner.scoring.early_stop import early_stop
 from tuner.scoring.noise import Launch, components
+from tuner.study.planning import score_sd
 from tuner.study.standings import standings
 
 # Log-scale SD of a configuration's throughput across fresh launches when the study has not
@@ -48,34 +60,45 @@ def point_standing(windows: Sequence[WindowMetrics], ctx: StudyContext, margin: 
     return Standing(feasible, scoring.score_metrics(metrics, objective))
 
 
-def launch_sigma(rows: Iterable[TrialRow]) -> float:
-    """Pooled log-scale SD of output throughput across launches of one configuration, from
-    the study's complete trials among ``rows`` (:func:`tuner.scoring.noise.components`, one
-    value a launch); :data:`DEFAULT_LAUNCH_SIGMA` below 2 degrees of freedom."""
+def launch_sigma(rows: Iterable[TrialResult], objective: Objective) -> float:
+    """Log-scale SD of a launch's ``objective`` score (:func:`tuner.study.planning.score_sd`),
+    from each scored metric's spread across launches of one configuration among the complete
+    ``rows`` (:func:`tuner.scoring.noise.components`, pooled over configurations);
+    :data:`DEFAULT_LAUNCH_SIGMA` below 2 degrees of freedom."""
     groups: dict[ServingConfig, str] = {}
-    launches = [
-        Launch(groups.setdefault(row.config, str(len(groups))), (math.log(thr.median),))
-        for row in rows
-        if row.status is TrialStatus.COMPLETE
-        and (thr := row.metrics.get("output_throughput")) is not None
-        and thr.median > 0
+    launches: dict[str, list[Launch]] = {}
+    for row in rows:
+        if row.status is TrialStatus.COMPLETE:
+            group = groups.setdefault(row.config, str(len(groups)))
+            for name, ls in log_values(row).items():
+                launches.setdefault(name, []).append(Launch(group, tuple(ls)))
+    pooled = {n: c for n, ls in launches.items() if (c := components(ls)) and c.df >= 2}
+    sd = score_sd(pooled, objective)[0]
+    return DEFAULT_LAUNCH_SIGMA if sd is None else sd
+
+
+def _window_sigma(windows: Sequence[WindowMetrics], objective: Objective) -> float:
+    logs = [
+        math.log(scoring.score_values((w.output_throughput, 0.0, w.e2e_ms.p99), objective))
+        for w in windows
+        if w.output_throughput > 0
     ]
-    pooled = components(launches, windows=1)
-    return DEFAULT_LAUNCH_SIGMA if pooled is None or pooled.df < 2 else pooled.sd
-
-
-def _window_sigma(windows: Sequence[WindowMetrics]) -> float:
-    logs = [math.log(w.output_throughput) for w in windows if w.output_throughput > 0]
     return statistics.stdev(logs) if len(logs) >= 2 else 0.0
 
 
-def point_spread(windows: Sequence[WindowMetrics], workload: Workload) -> float:
-    """The window-to-window SD (log output throughput) at the first load point of ``workload``:
-    over all the windows of a one-point workload (its first alone has none), over the first
-    point's of a ladder. Over a ladder's points it was the curve's rise (x10 from the bottom
-    rung to the top), which widened the margin until nothing ever stopped."""
+def point_spread(
+    windows: Sequence[WindowMetrics],
+    workload: Workload,
+    objective: Objective = Objective.THROUGHPUT,
+) -> float:
+    """The window-to-window SD of the log ``objective`` score (memory left out) at the first
+    load point of ``workload``: over all the windows of a one-point workload (its first alone
+    has none), over the first point's of a ladder. Over a ladder's points it was the curve's
+    rise (x10 from the bottom rung to the top), which widened the margin until nothing ever
+    stopped."""
     one_point = len(workload.load_points()) == 1
-    return _window_sigma(windows if one_point else windows[: first_point_windows(workload)])
+    first = windows if one_point else windows[: first_point_windows(workload)]
+    return _window_sigma(first, objective)
 
 
 def first_point_check(
@@ -93,8 +116,8 @@ def first_point_check(
     n = first_point_windows(ctx.workload)
     if len(best.windows) < n:
         return None
-    spread = point_spread(best.windows, ctx.workload)
-    policy = StopPolicy(launch_sigma=launch_sigma(rows), window_sigma=spread)
+    spread = point_spread(best.windows, ctx.workload, ctx.spec.objective)
+    policy = StopPolicy(launch_sigma(rows, ctx.spec.objective), spread)
     reference = point_standing(best.windows[:n], ctx, policy.margin)
 
     def check(windows: tuple[WindowMetrics, ...]) -> str | None:

@@ -27,7 +27,7 @@ from tuner.compose import StudyContext, plan_wanted
 from tuner.db import Repository, TrialRow
 from tuner.domain import Objective, Slo, TrialResult, TrialStatus
 from tuner.errors import UsageError
-from tuner.scoring import CAPACITY, NoiseProfile, diagnose
+from tuner.scoring import CAPACITY, Components, NoiseProfile, diagnose
 from tuner.scoring.objectives import WEIGHTS
 from tuner.space import SearchSpace
 from tuner.study.plan import (
@@ -250,8 +250,11 @@ def _launch_sd(
     return score_sd(profile, ctx.spec.objective) if profile is not None else (None, "")
 
 
-def score_sd(profile: NoiseProfile, objective: Objective) -> tuple[float | None, str]:
-    """The SD of one launch's ``objective`` score from ``profile``, and what it rests on.
+def score_sd(
+    profile: NoiseProfile | Mapping[str, Components], objective: Objective
+) -> tuple[float | None, str]:
+    """The SD of one launch's ``objective`` score from ``profile`` (or its components by
+    metric), and what it rests on.
 
     The score is a weighted sum of its metrics' log ratios (:data:`tuner.scoring.objectives.
     WEIGHTS`), so its SD is at most that sum of their SDs (equal where they move together).
