@@ -70,10 +70,11 @@ async def get_sizing(
     gpu_price: GpuPriceQuery = None,
 ) -> dict[str, Any]:
     """One answer per study, fewest GPUs first: the recommended configuration, its capacity per
-    GPU (median and the range over one launch's windows), the GPUs for the rate from the low
-    end of that range (and from the median and the high end), $/hour and $ per 1M output
-    tokens at ``gpu_price`` or the study's price per GPU-hour (its source named); ``notes`` say
-    what to read it with (a capacity only a lower bound, a pick whose ranking rested on one)."""
+    GPU (median and the range over one launch's windows, or over those of the confirmation's
+    launches of it, ``launches``), the GPUs for the rate from the low end of that range (and
+    from the median and the high end), $/hour and $ per 1M output tokens at ``gpu_price`` or
+    the study's price per GPU-hour (its source named); ``notes`` say what to read it with (a
+    capacity only a lower bound, a pick whose ranking rested on one)."""
     target, wanted_slo = Rate(float(rate), unit), slo_query(slo)
 
     def sized(emulated: bool) -> list[Any]:

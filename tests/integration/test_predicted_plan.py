@@ -21,7 +21,15 @@ from tuner.abtest import noise_key
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.compose import StudyContext
-from tuner.domain import Estimate, Objective, ServingConfig, TrialResult, TrialStatus, Workload
+from tuner.domain import (
+    Estimate,
+    FailureClass,
+    Objective,
+    ServingConfig,
+    TrialResult,
+    TrialStatus,
+    Workload,
+)
 from tuner.domain.workload import parse_slo
 from tuner.load.workloads import get_workload
 from tuner.space import SearchSpace
@@ -336,3 +344,34 @@ def test_a_latency_study_judges_its_screening_against_the_noise_of_its_p99(
     assert plan.kept is not None, plan
     assert plan.margin == pytest.approx(0.2)  # sqrt(2) x 0.2 / sqrt(2)
     assert plan.margin_source == "SD of a launch's P99 E2E ms 0.141 from 2 stored launches"
+
+
+class Bounded(Said):
+    """A reporter that stops a study drawing past ``most`` trials."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__()
+        self.left = most
+
+    def trial_started(self, *a: Any) -> None:
+        self.left -= 1
+        assert self.left >= 0, "the study drew on and on"
+
+
+@pytest.mark.parametrize("trials", [16, 30])
+def test_a_combination_the_rules_rule_out_uses_no_trial_of_the_plans_budget(
+    tmp_path: Path, trials: int
+) -> None:
+    """The decode plan searches kv_cache_dtype with attention_backend: its space holds
+    FLEX_ATTENTION with an fp8 KV cache, which the rules rule out before launch. Such a draw
+    took a trial of the budget (16 trials, 15 launches). Past the 12 configurations the
+    search has left (30 trials), a draw again is a trial that launches nothing."""
+    db_url = f"sqlite:///{tmp_path / 'p.db'}"
+    repo = make_repo(db_url)
+    runner = Telemetry(DECODE)
+    run_study(_context(db_url, trials=trials), runner, repo, reporter=Bounded(100))
+    rows = repo.list_trials("predicted", limit=None)
+    failures = [r.failure for r in rows]
+    assert FailureClass.INVALID_CONFIG in failures  # the search drew such a combination
+    repeated = failures.count(FailureClass.REPEATED)
+    assert len(runner.calls) + repeated == trials and (repeated > 0) == (trials > 16)

@@ -1219,3 +1219,27 @@ def test_a_result_stored_before_optuna_was_told_keeps_its_place_in_the_budget(
     rows = repo.list_trials("tell", limit=None)
     assert [r.number for r in rows] == [0, 1] and again.calls == []
     assert all(r.status is TrialStatus.COMPLETE for r in rows)
+
+
+def test_a_combination_the_rules_rule_out_uses_the_budget_only_when_drawn_again(
+    db_url: str,
+) -> None:
+    """A rule-rejected draw gives its place in the budget to the next draw; drawn again, it
+    takes one, or a sampler that keeps drawing it (every other combination tried) would hold
+    the study open for good. The same ruled-out configuration queued twice: the first costs no
+    trial, the second one."""
+    repo = make_repo(db_url)
+    bad = {"max_num_seqs": 64, "max_num_batched_tokens": 32}  # vLLM refuses: tokens < seqs
+    ctx = make_context(
+        db_url, trials=4, params=("max_num_seqs", "max_num_batched_tokens"),
+        choices={"max_num_seqs": (1, 8, 64), "max_num_batched_tokens": (32, 2048)},
+        enqueue=[bad, bad],
+    )  # fmt: skip
+    runner = FakeRunner()
+    run_study(ctx, runner, repo)
+    rows = repo.list_trials(ctx.name, limit=None)
+    ruled_out = [r for r in rows if r.failure is FailureClass.INVALID_CONFIG]
+    assert len(ruled_out) == 2
+    assert "no trial of the budget" in ruled_out[0].failure_detail
+    assert "drawn again, it uses a trial of the budget" in ruled_out[1].failure_detail
+    assert len(runner.calls) == 3  # 4 trials: 3 launches and the second ruled-out draw

@@ -23,6 +23,7 @@ from tuner.load import trial_metrics
 from tuner.load.workloads import get_workload
 from tuner.results.sizing import REQ, TOK, Rate, fleet_size, gpus_for, parse_rate
 from tuner.scoring.objectives import objective_values
+from tuner.study import CONFIRM_NUMBER_BASE
 from tuner.testing.fake_runner import FakeRunner
 
 
@@ -253,18 +254,22 @@ def test_tuner_size_fails_when_no_configuration_serves_the_rate(tmp_path: Path) 
     assert served.exit_code == 0 and served.stderr == ""
 
 
-def _insert_trials(
-    url: str, trials: Sequence[tuple[ServingConfig, Sequence[WindowMetrics]]]
-) -> None:
-    """A finished balanced study "s" of chat on h200 whose trials measured ``windows``."""
+Measured = Sequence[tuple[ServingConfig, Sequence[WindowMetrics]]]
+
+
+def _insert_trials(url: str, trials: Measured, confirm: Measured = ()) -> None:
+    """A finished balanced study "s" of chat on h200 whose trials measured ``windows``, and the
+    launches of its confirmation (``confirm``), numbered as the confirmation numbers them."""
     repo = insert_measured_study(url, [], name="s", gpu="h200", workload="chat")
     shape = get_workload("chat").replace(requests_per_window=8, windows=3)
-    for number, (config, windows) in enumerate(trials):
+    searched = [(n, "search", *trial) for n, trial in enumerate(trials)]
+    again = [(CONFIRM_NUMBER_BASE + n, "confirm", *trial) for n, trial in enumerate(confirm)]
+    for number, phase, config, windows in [*searched, *again]:
         metrics = trial_metrics(shape, windows, None)
         run = FakeRunner().run(config, shape)
         result = dataclasses.replace(run, windows=tuple(windows), metrics=metrics)
         values = objective_values(result, memory_ceiling_gib=64.0, objective=Objective.BALANCED)
-        trial_id = repo.start_trial("s", number, config, is_baseline=config.is_default())
+        trial_id = repo.start_trial("s", number, config, phase, is_baseline=config.is_default())
         repo.finish_trial(trial_id, result, 1.0, values)
 
 
@@ -291,6 +296,31 @@ def test_tuner_size_sizes_the_best_trial_that_meets_the_slo_given(tmp_path: Path
     assert none.exit_code == 1 and "trial #0" in none.stdout
     assert "none of the study's 2 measured trials meets the SLO" in " ".join(none.stdout.split())
     assert "no measured trial of the studies sized serves 20 req/s within the SLO" in none.stderr
+
+
+def test_a_confirmed_configuration_is_sized_from_every_launch_of_its_confirmation(
+    tmp_path: Path,
+) -> None:
+    """Sizing read the search's one launch of the recommendation (10 req/s, picked for being
+    high) where its confirmation had launched it three times more, at 8, 6 and 7 req/s."""
+    url = f"sqlite:///{tmp_path / 'confirmed.db'}"
+    seqs = ServingConfig(max_num_seqs=16)
+    searched = [(ServingConfig(), [_w(16, r, 600.0) for r in (2.9, 3.0, 3.1)]),
+                (seqs, [_w(16, r, 600.0) for r in (9.9, 10.0, 10.1)])]  # fmt: skip
+    confirm = [(seqs, [_w(16, r + d, 600.0) for d in (-0.1, 0.0, 0.1)]) for r in (8.0, 6.0, 7.0)]
+    _insert_trials(url, searched, confirm)
+    size = ["size", "--model", "tiny-ernie", "--rate", "20", "--storage", url]
+    (answer,) = json.loads(CliRunner().invoke(app, [*size, "--json"]).stdout)["sizes"]
+    assert answer["trial_number"] == 1
+    assert answer["capacity"]["median"] == pytest.approx(7.0)
+    assert answer["capacity"]["low"] == pytest.approx(5.9)
+    assert answer["capacity"]["high"] == pytest.approx(8.1)
+    assert answer["gpus"] == math.ceil(20 / 5.9)
+    assert answer["launches"] == [CONFIRM_NUMBER_BASE + n for n in range(3)]
+    assert answer["windows"] == 9
+    text = " ".join(CliRunner().invoke(app, size).stdout.split())
+    assert "each launch's median: #100000 8, #100001 6, #100002 7;" in text
+    assert "range over 9 windows of the confirmation's 3 launches" in text
 
 
 def _open(concurrency: int, req_s: float, p99_ms: float, rate: float | None) -> WindowMetrics:

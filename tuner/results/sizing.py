@@ -16,7 +16,11 @@ ranking that picked the configuration rested on such a bound (every configuratio
 the top rate of a rate ladder), a note says its pick is by noise, as ``tuner best`` does.
 
 A capacity is a median with the range over the measurement windows of one launch (smallest to
-largest window): a range, not a confidence interval. The count takes the conservative end::
+largest window): a range, not a confidence interval. Where the study's confirmation launched the
+configuration afresh (:func:`tuner.study.confirm.confirmation_launches`), the capacity is read
+from each of those launches instead, and their windows are pooled: the search's one launch was
+picked for being high, and a fleet sized on it may be too small. The count takes the
+conservative end::
 
     GPUs = ceil(rate / capacity.low)
 
@@ -34,6 +38,7 @@ import dataclasses
 import math
 import re
 import shlex
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -47,6 +52,7 @@ from tuner.results.recommend import Recommendation, recommendation
 from tuner.results.report.curves import chosen_point
 from tuner.scoring import usd_per_million
 from tuner.scoring.objectives import Headline
+from tuner.study.confirm import confirmation_launches
 from tuner.study.standings import standings, study_objective
 from tuner.vllm import argv
 
@@ -114,6 +120,7 @@ class FleetSize:
     gpus_at_high: int | None
     windows: int
     vllm_version: str
+    launches: tuple[int, ...] = ()  # the confirmation's launches the capacity pools, by number
     price: GpuPrice | None = None
     usd_per_hour: float | None = None
     usd_per_million: float | None = None  # the fleet at the target rate
@@ -130,10 +137,12 @@ class FleetSize:
         slo = ", ".join(f"{k} <= {v:g} ms" for k, v in self.slo.items()) or "none"
         lines.append(f"  SLO ({self.slo_source}): {slo}")
         at_least, at_most = ("at least ", "at most ") if self.capacity_is_lower_bound else ("", "")
+        n = len(self.launches)
+        of = f"the confirmation's {n} launch{'' if n == 1 else 'es'}" if n else "one launch"
         lines.append(
             f"  capacity per GPU: {at_least}{c.median:.4g} {unit} [{c.low:.4g}, {c.high:.4g}] "
             f"({self.basis}; range over {self.windows} window{'' if self.windows == 1 else 's'}"
-            " of one launch, not a confidence interval)"
+            f" of {of}, not a confidence interval)"
         )
         if self.gpus is None:
             lines.append(f"  GPUs for {self.rate}: none can serve it (no load point met the SLO)")
@@ -155,6 +164,26 @@ class FleetSize:
         lines.extend(f"  note: {n}" for n in self.notes)
         lines.append(f"  measured with vLLM {self.vllm_version}")
         return "\n".join(lines)
+
+
+def _pooled(
+    launches: Sequence[TrialRow], slo: Slo, unit: str, arrivals: str | None
+) -> tuple[Estimate, str, float | None, bool] | None:
+    """:func:`_capacity` of the confirmation's ``launches`` with their windows pooled, each
+    launch's own (its median) named in the basis: the median tokens per request, a lower bound
+    where one launch's is; None without launches."""
+    read = [(t.number, r) for t in launches if (r := _capacity(t, slo, unit, arrivals))]
+    if not read:
+        return None
+    caps, bases, per, floors = zip(*(r for _, r in read), strict=True)
+    each = ", ".join(f"#{n} {r[0].median:.4g}" for n, r in read)
+    tokens = [p for p in per if p is not None]
+    return (
+        estimate([v for cap in caps for v in cap.values]),
+        f"{'; '.join(dict.fromkeys(bases))}; each launch's median: {each}",
+        statistics.median(tokens) if tokens else None,
+        any(floors),
+    )
 
 
 def _capacity(
@@ -205,15 +234,22 @@ def fleet_size(
     gpu_price: float | None = None,
     ranking_caveat: str = "",
     picked: str = "",
+    launches: Sequence[TrialRow] = (),
 ) -> FleetSize | None:
     """The fleet for ``rate`` of ``trial`` (the study's recommendation); ``slo`` None: the
     study's own; ``ranking_caveat``: why the ranking that picked it rests on a lower bound
     (:func:`tuner.results.costs.ranked_on_a_bound`), a note; ``picked``: why this trial where it
-    is not the recommendation, a note. None when the trial has no stored windows."""
+    is not the recommendation, a note; ``launches``: the confirmation's of its configuration
+    (:func:`tuner.study.confirm.confirmation_launches`), whose windows, where they have any,
+    the capacity is read from instead of the trial's. None when neither has stored windows."""
     own = Slo(**dict(study.slo))
     given = slo is not None and slo != own
     used = own if slo is None else slo
-    read = _capacity(trial, used, rate.unit, costs.arrivals(study.spec))
+    arrivals = costs.arrivals(study.spec)
+    confirmed = [t for t in launches if load_points(t.windows)]
+    read = _pooled(confirmed, used, rate.unit, arrivals) or _capacity(
+        trial, used, rate.unit, arrivals
+    )
     if read is None:
         return None
     cap, basis, per_request, floor = read
@@ -259,6 +295,7 @@ def fleet_size(
         gpus_at_high=gpus_for(rate.value, cap.high),
         windows=len(cap.values),
         vllm_version=trial.vllm_version or study.vllm_version or "?",
+        launches=tuple(t.number for t in confirmed),
         price=price,
         usd_per_hour=usd_h,
         usd_per_million=usd_m,
@@ -340,13 +377,16 @@ def _size_study(
     trial = repo.get_trial(study.name, rec.trial_number)
     if trial is None:
         return None
+    every = repo.list_trials(study.name, limit=None)
+    again = confirmation_launches(every, trial.config, rec.is_baseline)
     sized = fleet_size(study, trial, rec.flags, rate, slo=slo, is_baseline=rec.is_baseline,
-                       gpu_price=gpu_price, ranking_caveat=rec.ranking_caveat)  # fmt: skip
+                       gpu_price=gpu_price, ranking_caveat=rec.ranking_caveat,
+                       launches=again)  # fmt: skip
     if sized is None or sized.gpus is not None:
         return sized
     used = Slo(**dict(study.slo)) if slo is None else slo
     objective = study_objective(study)
-    rows = _under(repo.list_trials(study.name, limit=None), used, objective)
+    rows = _under(every, used, objective)
     table = standings(rows, objective, used)
     why = (
         f"the study's recommendation, trial #{trial.number}, has no capacity under the SLO (it "
@@ -357,8 +397,10 @@ def _size_study(
         version = ranked.row.vllm_version or study.vllm_version or "0"
         flags = tuple(argv.render_flags(ranked.config, version).args)
         caveat = costs.ranked_on_a_bound(objective, ranked.row, rows, study.spec)
+        again = confirmation_launches(every, ranked.config, ranked.is_baseline)
         other = fleet_size(study, ranked.row, flags, rate, slo=slo, is_baseline=ranked.is_baseline,
-                           gpu_price=gpu_price, ranking_caveat=caveat, picked=why)  # fmt: skip
+                           gpu_price=gpu_price, ranking_caveat=caveat, picked=why,
+                           launches=again)  # fmt: skip
         if other is not None and other.gpus is not None:
             return other
     trials = f"{len(table)} measured trial{'' if len(table) == 1 else 's'}"

@@ -63,7 +63,7 @@ from tuner.abtest import (
     run_looks,
 )
 from tuner.compose import StudyContext
-from tuner.db import ComparisonRow, Repository, TrialRow, study_run_tag
+from tuner.db import ComparisonRow, Repository, TrialPhase, TrialRow, study_run_tag
 from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
 from tuner.load import FULL
 from tuner.runner import TrialRunner
@@ -527,16 +527,19 @@ def _caveats(row: ComparisonRow) -> tuple[str, ...]:
 
 def _earlier_launches(trials: Sequence[TrialRow], arms: Sequence[Arm]) -> list[list[TrialResult]]:
     """Per arm, the reusable launches among a study's earlier confirmation trials."""
-    done: list[list[TrialResult]] = [[] for _ in arms]
-    for t in sorted(trials, key=lambda t: t.number):
-        if not reusable(result := t.to_result()):
-            continue
-        for i, arm in enumerate(arms):
-            is_defaults = arm.label == DEFAULTS_LABEL
-            if t.is_baseline == is_defaults and t.config == arm.config:
-                done[i].append(result)
-                break
-    return done
+    found = (confirmation_launches(trials, a.config, a.label == DEFAULTS_LABEL) for a in arms)
+    return [[t.to_result() for t in launches] for launches in found]
+
+
+def confirmation_launches(
+    trials: Sequence[TrialRow], config: ServingConfig, defaults: bool
+) -> list[TrialRow]:
+    """The confirmation's launches of ``config`` (as vLLM's defaults where ``defaults``, else
+    as a candidate) among a study's trials, by number: those that ended on their own
+    (:func:`tuner.abtest.reusable`), which a resumed confirmation counts as done."""
+    mine = [t for t in trials if t.phase is TrialPhase.CONFIRM and t.is_baseline == defaults]
+    found = [t for t in mine if t.config == config and reusable(t.to_result())]
+    return sorted(found, key=lambda t: t.number)
 
 
 def is_confirmation(row: ComparisonRow) -> bool:

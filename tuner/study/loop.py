@@ -11,7 +11,8 @@ What Optuna is told:
 - a measured trial: its three objective values and SLO constraints (see
   :mod:`tuner.scoring.objectives`);
 - a finding (the config cannot run here): penalty values and a violated constraint, so the
-  sampler learns the region is infeasible;
+  sampler learns the region is infeasible; one the space's rules rule out before launch
+  (``invalid_config``) uses no place in the budget, which goes to the next draw;
 - a fault (timeout, crash, stranger): FAIL, which samplers ignore; it counts as a trial;
 - an interruption (Ctrl-C, SIGTERM, a dead worker): FAIL, not counted, and queued again;
 - a configuration the sampler drew again after a trial of the study measured it, where every
@@ -35,7 +36,7 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import optuna
@@ -139,7 +140,9 @@ class Untried(optuna.samplers.BaseSampler):
     the same knobs is left untried. TPE, once it models a categorical space, draws its best so
     far again (Optuna's samplers take an objective to be stochastic, optuna issue 2021), and a
     second search launch is not pooled with the first: the confirmation measures the best
-    afresh. Such a draw becomes one drawn at random among the untried combinations. The random
+    afresh. Such a draw becomes one drawn at random among the untried combinations (one the
+    space's rules ruled out is tried, though it uses no budget: drawn again, it would be
+    ruled out again, and a search with no other combination left would never end). The random
     start-up phase draws knob by knob, which this leaves as it is: a configuration drawn again
     there is the loop's to skip (:func:`_drawn_again`), as one drawn where none is left."""
 
@@ -180,7 +183,7 @@ class Untried(optuna.samplers.BaseSampler):
         tried = {
             tuple(repr(twin.get(k)) for k in knobs)
             for t in study.get_trials(deepcopy=False)
-            if t.number != trial.number and sharing.counts(t)
+            if t.number != trial.number and (t.state in _FINISHED or sharing.counts(t))
             for twin in _ran_as(t)
         }
         if tuple(repr(params[k]) for k in knobs) not in tried:
@@ -616,6 +619,9 @@ def _loop(
                     screen: TrialResult | None = _repeated(config, earlier)
                 else:
                     screen = None if defaults else _screen(space, config, rows)
+                invalid = screen is not None and screen.failure is FailureClass.INVALID_CONFIG
+                if invalid and ruled_out_before(rows, config):  # drawn again: it uses the budget
+                    trial.set_user_attr(sharing.COUNTED, True)
                 result = screen or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
@@ -719,13 +725,26 @@ def _screen(space: SearchSpace, config: ServingConfig, rows: list[TrialRow]) -> 
     study's trial rows, whose failures rule out what they dominate)."""
     problems = space.violations(config)
     if problems:
-        failure, detail = FailureClass.INVALID_CONFIG, "; ".join(problems)
+        failure = FailureClass.INVALID_CONFIG
+        budget = (
+            "drawn again, it uses a trial of the budget"
+            if ruled_out_before(rows, config)
+            else "no trial of the budget: the next draw takes its place"
+        )
+        detail = f"{'; '.join(problems)} ({budget})"
     elif (blocker := space.dominated_by(config, failed_configs(rows))) is not None:
         failure = FailureClass.DOMINATED
         detail = f"at least as demanding as {blocker.label()}, which did not fit"
     else:
         return None
     return TrialResult(config, TrialStatus.PRUNED, failure=failure, failure_detail=detail)
+
+
+def ruled_out_before(rows: Iterable[TrialRow], config: ServingConfig) -> bool:
+    """Whether the space's rules ruled ``config`` out in an earlier trial among ``rows``: the
+    first such draw uses no place in the budget, a second does (:func:`sharing.counts`), so a
+    sampler that keeps drawing it cannot hold a study open for good."""
+    return any(r.failure is FailureClass.INVALID_CONFIG and r.config == config for r in rows)
 
 
 def _record(
