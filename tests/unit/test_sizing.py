@@ -323,6 +323,29 @@ def test_a_confirmed_configuration_is_sized_from_every_launch_of_its_confirmatio
     assert "range over 9 windows of the confirmation's 3 launches" in text
 
 
+def test_a_confirmation_launch_that_missed_the_slo_is_named_not_pooled_as_zeros(
+    tmp_path: Path,
+) -> None:
+    """One of three confirmation launches missed the SLO (1,100 ms against 1,000): its zeros
+    made the pooled low end 0, and sizing called the recommendation unable to meet the SLO and
+    sized vLLM's defaults at 7 GPUs instead of the recommendation at 3."""
+    url = f"sqlite:///{tmp_path / 'missed.db'}"
+    seqs = ServingConfig(max_num_seqs=16)
+    searched = [(ServingConfig(), [_w(16, r, 600.0) for r in (2.9, 3.0, 3.1)]),
+                (seqs, [_w(16, r, 600.0) for r in (9.9, 10.0, 10.1)])]  # fmt: skip
+    confirm = [(seqs, [_w(16, r + d, ms) for d in (-0.1, 0.0, 0.1)])
+               for r, ms in ((8.0, 600.0), (7.0, 600.0), (9.0, 1100.0))]  # fmt: skip
+    _insert_trials(url, searched, confirm)
+    size = ["size", "--model", "tiny-ernie", "--rate", "20", "--slo", "e2e_p99=1000ms"]
+    size += ["--storage", url]
+    (answer,) = json.loads(CliRunner().invoke(app, [*size, "--json"]).stdout)["sizes"]
+    assert answer["trial_number"] == 1 and answer["gpus"] == math.ceil(20 / 6.9)
+    assert answer["capacity"]["low"] == pytest.approx(6.9)
+    assert answer["launches"] == [CONFIRM_NUMBER_BASE, CONFIRM_NUMBER_BASE + 1]
+    assert "#100002 left out: its one load point" in answer["basis"]
+    assert "missed the SLO" in answer["basis"]
+
+
 def _open(concurrency: int, req_s: float, p99_ms: float, rate: float | None) -> WindowMetrics:
     return dataclasses.replace(_w(concurrency, req_s, p99_ms), request_rate=rate)
 

@@ -168,22 +168,28 @@ class FleetSize:
 
 def _pooled(
     launches: Sequence[TrialRow], slo: Slo, unit: str, arrivals: str | None
-) -> tuple[Estimate, str, float | None, bool] | None:
+) -> tuple[tuple[Estimate, str, float | None, bool], tuple[int, ...]] | None:
     """:func:`_capacity` of the confirmation's ``launches`` with their windows pooled, each
     launch's own (its median) named in the basis: the median tokens per request, a lower bound
-    where one launch's is; None without launches."""
-    read = [(t.number, r) for t in launches if (r := _capacity(t, slo, unit, arrivals))]
+    where one launch's is, and the numbers of the launches pooled; None without launches. A
+    launch without a capacity under the SLO
+    (it missed it, or its client was the bound) is named and left out of the pool while
+    another has one: its zeros would make the low end 0, and the configuration unsizeable."""
+    found = [(t.number, r) for t in launches if (r := _capacity(t, slo, unit, arrivals))]
+    read = [(n, r) for n, r in found if r[0].median > 0] or found
     if not read:
         return None
     caps, bases, per, floors = zip(*(r for _, r in read), strict=True)
     each = ", ".join(f"#{n} {r[0].median:.4g}" for n, r in read)
+    each += "".join(f"; #{n} left out: {r[1]}" for n, r in found if (n, r) not in read)
     tokens = [p for p in per if p is not None]
-    return (
+    pooled = (
         estimate([v for cap in caps for v in cap.values]),
         f"{'; '.join(dict.fromkeys(bases))}; each launch's median: {each}",
         statistics.median(tokens) if tokens else None,
         any(floors),
     )
+    return pooled, tuple(n for n, _ in read)
 
 
 def _capacity(
@@ -246,10 +252,8 @@ def fleet_size(
     given = slo is not None and slo != own
     used = own if slo is None else slo
     arrivals = costs.arrivals(study.spec)
-    confirmed = [t for t in launches if load_points(t.windows)]
-    read = _pooled(confirmed, used, rate.unit, arrivals) or _capacity(
-        trial, used, rate.unit, arrivals
-    )
+    confirmed = _pooled([t for t in launches if load_points(t.windows)], used, rate.unit, arrivals)
+    read, numbers = confirmed or (_capacity(trial, used, rate.unit, arrivals), ())
     if read is None:
         return None
     cap, basis, per_request, floor = read
@@ -295,7 +299,7 @@ def fleet_size(
         gpus_at_high=gpus_for(rate.value, cap.high),
         windows=len(cap.values),
         vllm_version=trial.vllm_version or study.vllm_version or "?",
-        launches=tuple(t.number for t in confirmed),
+        launches=numbers,
         price=price,
         usd_per_hour=usd_h,
         usd_per_million=usd_m,
