@@ -58,6 +58,15 @@ def test_what_uses_the_budget() -> None:
     assert not sharing.counts(trial(5, TrialState.FAIL, started_s=0, withdrawn="over budget"))
     assert not sharing.counts(trial(6, TrialState.RUNNING, started_s=0, withdrawn="duplicate"))
     assert not sharing.counts(trial(7, TrialState.WAITING))
+
+
+def test_a_rule_rejected_draw_is_free_only_where_marked_so() -> None:
+    """The loop marks the first draw of a combination the rules rule out ``free``. A rejected
+    trial stored before the mark existed used its place, and keeps it: read as free, a resume
+    of an old study (or of one confirming) launched one more search trial per rejection."""
+    rejected = {"failure_class": "invalid_config"}
+    assert sharing.counts(trial(0, TrialState.COMPLETE, started_s=0, **rejected))  # an old one
+    assert not sharing.counts(trial(1, TrialState.COMPLETE, started_s=0, free=True, **rejected))
     done = [trial(0, TrialState.COMPLETE, started_s=0), trial(1, TrialState.RUNNING, started_s=1)]
     assert sharing.results(done) == 1
 

@@ -620,8 +620,8 @@ def _loop(
                 else:
                     screen = None if defaults else _screen(space, config, rows)
                 invalid = screen is not None and screen.failure is FailureClass.INVALID_CONFIG
-                if invalid and ruled_out_before(rows, config):  # drawn again: it uses the budget
-                    trial.set_user_attr(sharing.COUNTED, True)
+                if invalid and not ruled_out_before(rows, config):  # drawn again: it counts
+                    trial.set_user_attr(sharing.FREE, True)
                 result = screen or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
@@ -742,7 +742,7 @@ def _screen(space: SearchSpace, config: ServingConfig, rows: list[TrialRow]) -> 
 
 def ruled_out_before(rows: Iterable[TrialRow], config: ServingConfig) -> bool:
     """Whether the space's rules ruled ``config`` out in an earlier trial among ``rows``: the
-    first such draw uses no place in the budget, a second does (:func:`sharing.counts`), so a
+    first such draw uses no place in the budget (``sharing.FREE``), a second does, so a
     sampler that keeps drawing it cannot hold a study open for good."""
     return any(r.failure is FailureClass.INVALID_CONFIG and r.config == config for r in rows)
 

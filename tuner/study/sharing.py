@@ -8,9 +8,8 @@ the same trials reaches the same answer.
 - **What uses the budget** (:func:`counts`): a running trial, a measured one, a finding, and a
   fault that tuner recorded as a result (``counted`` attribute). A trial that was interrupted
   (Ctrl-C, SIGTERM, ``kill -9``, a lost machine) or withdrawn before it started never does,
-  nor one the space's rules ruled out before launch (``invalid_config``) the first time: the
-  sampler is told it as a finding, and its place goes to the next draw (drawn again, it is
-  ``counted``).
+  nor one the space's rules ruled out before launch (``invalid_config``) the first time
+  (``free``): the sampler is told it as a finding, and its place goes to the next draw.
 - **Who goes first** (:func:`start_order`): trials in the order they started, ties by number.
   A worker whose new trial is past the budget in that order withdraws it
   (:func:`over_budget`); one whose configuration another worker started earlier and still
@@ -58,7 +57,10 @@ from tuner.study.plan import PREDICTED, PREDICTED_KNOBS, SCREEN
 from tuner.telemetry import since_boot
 
 WORKER = "worker"  # user attr: {"host", "pid", "start"} of the worker that asked the trial
-COUNTED = "counted"  # a FAIL trial that is a result (a crash), a rule-rejected one drawn again
+COUNTED = "counted"  # user attr on a FAIL trial that is a result (a crash, a timeout)
+# User attr on a trial the space's rules ruled out before launch, the first time: no place in
+# the budget (trials stored before it existed keep theirs, so a resume launches no more).
+FREE = "free"
 WITHDRAWN = "withdrawn"  # user attr: why the trial was given back before it started
 ATTEMPT = "attempt"  # user attr: 1 for a first try, k for the (k-1)-th retry of a configuration
 # user attr, set once every knob is drawn: the configuration (ServingConfig.to_dict). Optuna
@@ -95,9 +97,8 @@ def counts(trial: FrozenTrial) -> bool:
         return WITHDRAWN not in trial.user_attrs
     if trial.state is TrialState.FAIL:
         return bool(trial.user_attrs.get(COUNTED))
-    ruled_out = trial.user_attrs.get("failure_class") == FailureClass.INVALID_CONFIG.value
     finished = trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
-    return finished and (not ruled_out or bool(trial.user_attrs.get(COUNTED)))
+    return finished and not trial.user_attrs.get(FREE)
 
 
 def results(trials: Iterable[FrozenTrial]) -> int:
