@@ -173,3 +173,11 @@ def test_parallel_workers_get_the_visible_gpus_of_the_profile() -> None:
     # Emulating a 24 GB GPU: any visible GPU with at least that much memory.
     assert [g.index for g in matching_gpus(get_gpu("a10g"), mixed, None, emulate=True)] == [0, 2]
     assert matching_gpus(get_gpu("h200"), mixed, "") == []
+
+
+def test_emulation_is_suggested_only_where_this_gpu_could_hold_the_profile() -> None:
+    """`--gpu h200` on an H100 PCIe was told to use --emulate, which then failed: an H200
+    needs 140.4 GiB and the card has 80."""
+    with pytest.raises(HardwareMismatch) as info:
+        check_hardware(get_gpu("h200"), [gpu("NVIDIA H100 PCIe", memory_gib=79.6)])
+    assert "--emulate" not in info.value.hint and info.value.hint.endswith("or use --gpu cpu")

@@ -108,7 +108,7 @@ def check_hardware(
     matching = [g for g in detected if match_detected(profile, [g.name])]
     if not matching:
         here = describe(detected)
-        options = "--gpu cpu to tune CPU vLLM here" if not detected else _suggest(detected)
+        options = "--gpu cpu to tune CPU vLLM here" if not detected else _suggest(profile, detected)
         raise HardwareMismatch(
             f"--gpu {profile.name} asks for an {profile.display_name}, but this machine has {here}",
             hint=f"run tuner on a machine with an {profile.display_name}, or use {options}",
@@ -159,9 +159,14 @@ def _on_gpu(gpu: DetectedGpu) -> Hardware:
     )
 
 
-def _suggest(detected: Sequence[DetectedGpu]) -> str:
+def _suggest(profile: GpuProfile, detected: Sequence[DetectedGpu]) -> str:
     gpus = [p for p in GPUS.values() if not p.is_cpu]  # cpu matches any machine
     names = [p.name for p in gpus if any(match_detected(p, [g.name]) for g in detected)]
     if names:
         return f"--gpu {names[0]} (the GPU found here)"
-    return "--emulate (this GPU, held to the profile's memory; labelled emulated) or --gpu cpu"
+    if any(g.memory_total_bytes >= profile.memory_bytes for g in detected):
+        return (
+            "--emulate where the command has it (this GPU held to the profile's memory, "
+            "labelled emulated), or --gpu cpu"
+        )
+    return "--gpu cpu"
