@@ -550,5 +550,7 @@ def test_sharegpts_filter_counts_the_bos_vllms_sampler_counts(tmp_path: Path) ->
         trace = get_workload(f"sharegpt:{path}", tokenizer=tokenizer).trace or ()
         return [(r.prompt_tokens, r.output_tokens) for r in trace]
 
-    assert kept(bos) == [(8, 3), (1000, 1046), (3, 8)]  # the lengths stay the text's
+    # The lengths are vLLM's too: its text prompt gains the BOS on the server (tuner sends
+    # token ids, which do not), and its max_tokens counts the BOS.
+    assert kept(bos) == [(9, 4), (1001, 1047), (4, 9)]
     assert kept(plain) == [(1024, 8), (1000, 1047), (1000, 1046)]  # no BOS: as before

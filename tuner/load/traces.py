@@ -502,7 +502,9 @@ def _sharegpt_rows(
         elif not _vllm_samples(lengths[0] + added, lengths[1] + added):
             skipped[_UNSAMPLED] += 1
         else:
-            rows.append(TraceRequest(lengths[0], lengths[1], 0.0))
+            # Both lengths as vLLM's sampler counts them (with a BOS): its text prompt gains
+            # the BOS on the server, tuner's token ids do not, and max_tokens counts it.
+            rows.append(TraceRequest(lengths[0] + added, lengths[1] + added, 0.0))
     return rows, skipped
 
 
