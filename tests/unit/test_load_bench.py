@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,6 +59,20 @@ def test_a_workloads_own_closed_loop_point_keeps_the_floor_the_help_promises() -
     more = bench.with_workload(_opts(workload="chat", requests=200, prompt_tokens=None,
                                      output_tokens=None), "m")  # fmt: skip
     assert bench.workload(more).load_points()[0].requests_per_window == 200
+
+
+def test_a_trace_replayed_at_its_own_times_caps_nothing_unless_told(tmp_path: Path) -> None:
+    """A replay caps nothing in flight (every request of its window may be), yet --requests 50
+    of a 10-row trace (five cycles of it) capped 10 in flight, the rows the trace read with;
+    --concurrency is the cap."""
+    trace = tmp_path / "timed.jsonl"
+    rows = [{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": i} for i in range(10)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for given, cap in ((None, 50), ("8", 8)):
+        opts = _opts(workload=f"tuner:{trace}", requests=50, concurrency=given,
+                     prompt_tokens=None, output_tokens=None)  # fmt: skip
+        (point,) = bench.workload(bench.with_workload(opts, "m")).load_points()
+        assert (point.trace_paced, point.requests_per_window, point.concurrency) == (True, 50, cap)
 
 
 def test_rate_ladder_capped_in_flight() -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import resource
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ from tuner.load import selfcheck
 from tuner.load import stream as stream_module
 from tuner.load.generator import LoadGenerator
 from tuner.load.prompts import PromptFactory
-from tuner.load.workloads import plan_requests
+from tuner.load.workloads import get_workload, plan_requests
 
 SMALL = Workload(
     name="unit",
@@ -409,6 +412,39 @@ def test_timed_arrivals_held_back_by_the_in_flight_cap_are_measured_and_said() -
     )
     assert "leaves the wait out" in said[0] and "--workload-set concurrency=N" in said[0]
     assert warnings(PointResult("500 req/s", roomy, {"failed": 0, "errors": []}, {})) == []
+
+
+def test_a_trace_replayed_at_its_own_times_caps_nothing_in_flight_unless_told(
+    tmp_path: Path,
+) -> None:
+    """A trace replayed at its own times kept at most 64 requests in flight, where `vllm bench
+    serve` sends each at its time unless given --max-concurrency: 80 rows arriving within 80 ms
+    at a server that takes a second over each were 64 at once, the rest held back in the
+    client. ``concurrency`` is the cap when given."""
+    trace = tmp_path / "burst.jsonl"
+    rows = [{"prompt_tokens": 8, "output_tokens": 2, "arrival_s": i / 1000} for i in range(80)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for given, most in (({}, 80), ({"concurrency": 40}, 40)):
+        server = FakeVllm(gap_s=0.25)
+        workload = get_workload(f"tuner:{trace}", {"windows": 1, "warmup_requests": 0, **given})
+        with serving(server) as url:
+            _generator(url).run(workload)
+        assert server.max_in_flight == most
+
+
+def test_the_client_holds_a_socket_for_each_request_in_flight() -> None:
+    """At a soft limit on open files below the requests in flight (Linux's default is 1024;
+    2,000 of a trace's requests were in flight at once), every further open failed (EMFILE):
+    the generator raises its soft limit, up to the hard one, to hold them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wide = SMALL.replace(concurrency=150, requests_per_window=150, windows=1, warmup_requests=0)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+    try:
+        with serving(FakeVllm(gap_s=0.05)) as url:
+            report = _generator(url).run(wide)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert all(r.ok for r in report.records[0])
 
 
 def test_a_wait_for_a_slot_is_no_verdict_on_the_client() -> None:

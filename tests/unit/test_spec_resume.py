@@ -4,6 +4,7 @@ against it field by field."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import Objective
 from tuner.errors import SpecError, UsageError
-from tuner.spec.resume import resumed_spec, stored_spec
+from tuner.spec.resume import FINGERPRINT, check_same_requests, resumed_spec, stored_spec
 from tuner.spec.study import TRIALS_MAX, StudySpec, load_spec
 
 CREATED = StudySpec(
@@ -155,3 +156,51 @@ def test_tuner_run_file_resume_continues_a_study_past_the_trials_bound(
     run = CliRunner().invoke(app, ["run", str(file), "--resume", "--storage", url])
     assert "the resume was let through" in str(run.exception), run.exception
     assert [s.trials for s in prepared] == [BIG]
+
+
+def test_a_trace_study_measured_at_the_old_cap_in_flight_resumes_at_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace replayed at its own times capped 64 requests in flight unless its spec gave a
+    cap, and caps none now: a study measured at 64 was refused on resume as measured on other
+    requests (cap 64 then, 100 now). It keeps its cap, from its stored spec (`tuner run --study
+    NAME --resume`, a worker) and from its spec file; a study measured without one keeps none."""
+    from typer.testing import CliRunner
+
+    import tuner.compose
+    from tuner.cli.app import app
+    from tuner.compose import resolve_workload
+    from tuner.load import fingerprint
+
+    trace = tmp_path / "timed.jsonl"
+    rows = [{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": i} for i in range(100)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    file = tmp_path / "spec.toml"
+    file.write_text(f'[study]\nname = "timed"\nmodel = "tiny-ernie"\ngpu = "cpu"\n'
+                    f'workload = "tuner:{trace}"\n')  # fmt: skip
+    spec = load_spec(file)
+    then: dict[int, dict[str, object]] = {}  # the fingerprint stored, by the cap measured at
+    for cap, given in ((64, {"concurrency": 64}), (100, {})):  # the old default, the new one
+        measured = spec.with_overrides(workload_overrides=given)
+        then[cap] = fingerprint(resolve_workload(measured)).as_dict()
+        row = codec.encode({**spec.to_dict(), FINGERPRINT: then[cap]})
+        resumed = resolve_workload(stored_spec(row, "timed"))
+        check_same_requests(then[cap], resumed, "timed")
+        assert resumed.concurrency == cap
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    upgrade(url)
+    Repository(make_engine(url)).create_study(
+        "timed", "timed", "tiny-ernie", None, "cpu", spec.workload, "balanced", {},
+        codec.encode({**spec.to_dict(), FINGERPRINT: then[64]}),
+        False, None, spec.trials,
+    )  # fmt: skip
+    prepared: list[StudySpec] = []
+
+    def prepare(asked: StudySpec, *_: object, **__: object) -> None:
+        prepared.append(asked)
+        raise UsageError("stop here: the resume was let through")
+
+    monkeypatch.setattr(tuner.compose, "prepare", prepare)
+    run = CliRunner().invoke(app, ["run", str(file), "--resume", "--storage", url])
+    assert "the resume was let through" in str(run.exception), run.exception
+    assert [resolve_workload(s).concurrency for s in prepared] == [64]

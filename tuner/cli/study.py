@@ -205,7 +205,7 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
     A study that is not there is refused here, before anything is prepared or printed."""
     from tuner.db import Repository, check_leftovers, current_revision, ensure_ready, make_engine
     from tuner.db.session import safe_url
-    from tuner.spec import resumed_spec, stored_spec
+    from tuner.spec import FINGERPRINT, kept_cap, resumed_spec, stored_spec
 
     row = None
     missing = missing_sqlite_file(url)
@@ -232,7 +232,7 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
         return spec
     stored = stored_spec(row.spec, row.name)
     if from_file:  # the file and the options on top of it: all of it must describe the study
-        return resumed_spec(stored, spec)
+        return resumed_spec(stored, kept_cap(spec, row.spec.get(FINGERPRINT)))
     given = {k: v for k, v in options.items() if v is not None}
     return resumed_spec(stored, stored.with_overrides(resume=True, **given), changed=set(given))
 

@@ -180,7 +180,10 @@ def with_workload(opts: LoadOptions, model: str) -> LoadOptions:
     tokenizer = opts.tokenizer
     if tokenizer is None and tokenizer_file(Path(model)) is not None:
         tokenizer = Path(model)
-    shape = get_workload(opts.workload_name, opts.workload_set, tokenizer=tokenizer)
+    sets = dict(opts.workload_set)
+    if opts.requests is not None:  # a window's requests: a replay's default cap in flight too
+        sets["requests_per_window"] = opts.requests
+    shape = get_workload(opts.workload_name, sets, tokenizer=tokenizer)
     changes: dict[str, Any] = {"workload": shape, "tokenizer": tokenizer}
     if not opts.ladder_given:
         if shape.request_rate is not None and (shape.trace is None or shape.arrival == "poisson"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +49,20 @@ def first_point_windows(workload: Workload) -> int:
 
 
 _POLL_S = 0.2  # how often should_abort is asked
+_SPARE_FILES = 256  # open files kept beside the sockets of the requests in flight
+
+
+def _allow_open_files(sockets: int) -> None:
+    """Raise this process's soft limit on open files, up to its hard limit, to hold
+    ``sockets`` (one a request in flight) and :data:`_SPARE_FILES` more. At Linux's default
+    soft limit of 1024, a trace replayed with 2,000 requests in flight at once failed every
+    open (a socket, a module's import) with EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = sockets + _SPARE_FILES
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return
+    most = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (most, hard))
 
 
 @dataclass(frozen=True)
@@ -297,6 +312,7 @@ class LoadGenerator:
         ]
         self.prompts.forget_phase_streams()  # this phase's, all used by now
         url = f"{self.base_url}/v1/completions"
+        _allow_open_files(min(concurrency, len(plan)))
         slots = asyncio.Semaphore(concurrency)
         # A session's turns go in plan order: each waits for the one before it to finish.
         done_events = [asyncio.Event() for _ in plan]

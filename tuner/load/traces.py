@@ -201,7 +201,8 @@ def read_trace(
         name=f"{given}:{path.name}",
         prompt_tokens=round(sum(r.prompt_tokens for r in ordered) / n),
         output_tokens=round(sum(r.output_tokens for r in ordered) / n),
-        # A cap, not a target, when the trace's own arrival times set the load.
+        # Streams of a closed loop; the cap in flight of Poisson draws of timed rows (a replay
+        # at the trace's own times has none unless given: apply_replay).
         concurrency=64 if timed else 16,
         requests_per_window=n,
         windows=3,
@@ -530,7 +531,9 @@ def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
     cap cut, arrivals scaled by ``speed`` and offset to start at 0, and ``poisson`` arrivals
     without a ``request_rate`` given the trace's mean rate where its rows have times.
     ``explicit``: the overrides given (a ``requests_per_window`` among them is kept, else the
-    selection's count)."""
+    selection's count; a ``concurrency`` among them is the cap in flight of a replay at the
+    rows' own times, else a window's every request may be in flight at once, as ``vllm bench
+    serve`` sends them without ``--max-concurrency``)."""
     if workload.trace is None:
         return workload
     name = workload.name
@@ -571,6 +574,8 @@ def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
     if "warmup_requests" not in explicit:
         changes["warmup_requests"] = min(workload.warmup_requests, n)
     span = scaled[-1].arrival_s
+    if workload.arrival == "trace" and span > 0 and "concurrency" not in explicit:
+        changes["concurrency"] = changes.get("requests_per_window", workload.requests_per_window)
     if workload.arrival == "poisson" and workload.request_rate is None and span > 0:
         # The trace's mean rate, stated on the workload: its load points, their labels and
         # vLLM's request_rate then name the rate the rows are drawn at. Rows without times

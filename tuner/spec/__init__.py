@@ -16,7 +16,13 @@ if TYPE_CHECKING:
         with_overrides,
     )
     from tuner.spec.fields import Fail, find_line, read_toml, typed_value, workload_field
-    from tuner.spec.resume import FINGERPRINT, check_same_requests, resumed_spec, stored_spec
+    from tuner.spec.resume import (
+        FINGERPRINT,
+        check_same_requests,
+        kept_cap,
+        resumed_spec,
+        stored_spec,
+    )
     from tuner.spec.study import (
         API_SOURCE,
         DEFAULT_SPEC_PATH,
@@ -44,6 +50,7 @@ __all__ = [
     "check_same_requests",
     "configs_in",
     "find_line",
+    "kept_cap",
     "knob_table",
     "load_spec",
     "parse_config_spec",

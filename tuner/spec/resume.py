@@ -56,8 +56,23 @@ _SPEC_KEYS: Mapping[str, str] = {
 
 
 def stored_spec(stored: Mapping[str, Any], name: str) -> StudySpec:
-    """The spec stored with study ``name`` (its row's ``spec``), named ``name``."""
-    return StudySpec.from_dict({**stored, "name": name})
+    """The spec stored with study ``name`` (its row's ``spec``), named ``name``, with the cap
+    in flight its trace was replayed at (:func:`kept_cap`)."""
+    return kept_cap(StudySpec.from_dict({**stored, "name": name}), stored.get(FINGERPRINT))
+
+
+def kept_cap(spec: StudySpec, measured: Mapping[str, Any] | None) -> StudySpec:
+    """``spec`` with ``[workload] concurrency`` set to the cap in flight its study's stored
+    fingerprint (``measured``) records, where the study replayed a trace at its own times
+    without setting one. Such a replay caps nothing by default now; before, it capped 64 in
+    flight, and a study measured so keeps that cap in its resumes, joins and confirmation."""
+    measured = measured or {}
+    cap = measured.get("concurrency")
+    given = "concurrency" in spec.workload_overrides
+    if measured.get("arrival") != "trace" or cap is None or given:
+        return spec
+    overrides = {**spec.workload_overrides, "concurrency": cap}
+    return dataclasses.replace(spec, workload_overrides=overrides)
 
 
 def resumed_spec(
