@@ -73,6 +73,7 @@ from tuner.domain import (  # noqa: E402
     TrialStatus,
 )
 from tuner.load import estimate  # noqa: E402
+from tuner.scoring import noise as noise_model  # noqa: E402
 from tuner.scoring.noise import (  # noqa: E402
     Components,
     Launch,
@@ -782,6 +783,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=1.0,
         help="the comparison's noise SD over the calibration's (a noisier day, a noisier B)",
     )
+    p.add_argument(
+        "--contradicts",
+        type=float,
+        default=noise_model.CONTRADICTS,
+        help="what-if: the profile guard's F-test level (tuner's: tuner.scoring.noise.CONTRADICTS)",
+    )
+    p.add_argument(
+        "--own-floor",
+        action="store_true",
+        help="what-if: a pooled variance never below the comparison's own (not tuner's rule)",
+    )
     p.add_argument("--order", choices=["counterbalanced", "alternating"], default="counterbalanced")
     p.add_argument(
         "--objective",
@@ -792,6 +804,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json-out", type=Path)
     args = p.parse_args(argv)
     args.noise = args.noise or ["parametric", "resample"]
+    _what_if_guard(args.contradicts, args.own_floor)
     unknown = set(args.designs) - {*DESIGNS, *EXTRA_DESIGNS, *TREND_DESIGNS}
     if unknown:
         known = ", ".join((*DESIGNS, *EXTRA_DESIGNS, *TREND_DESIGNS))
@@ -805,6 +818,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def _what_if_guard(level: float, own_floor: bool) -> None:
+    """Another profile guard for this process: the F test at ``level``, and with
+    ``own_floor`` a pooled variance raised to the comparison's own where that is larger. Only
+    the bench's comparisons see it; tuner's rule stays :func:`tuner.scoring.noise._pooled`."""
+    noise_model.CONTRADICTS = level
+    if own_floor:
+        pooled = noise_model._pooled
+
+        def floored(own: tuple[float, int] | None, profile: Components) -> tuple[float, int] | str:
+            found = pooled(own, profile)
+            if isinstance(found, str) or own is None:
+                return found
+            return max(found[0], own[0]), found[1]
+
+        noise_model._pooled = floored
 
 
 if __name__ == "__main__":

@@ -372,3 +372,78 @@ def test_the_readmes_noisier_table_is_the_committed_run() -> None:
                 f"{r['x1.2']['better'] * 100:.0f} %"
             )
         assert f"| {k} | {cells[0]} | {cells[1]} |" in readme
+
+
+GUARDS = {"f25": "F test at 25 %", "f50": "F test at 50 %", "floor": "own variance as a floor"}
+
+
+def test_the_readmes_guard_table_is_the_committed_run() -> None:
+    """bench/README.md's table of other profile guards (`--contradicts`, `--own-floor`),
+    re-derived from bench/results/decision-guard-2026-12-07.json, cell by cell."""
+    guard = json.loads((ROOT / "bench" / "results" / "decision-guard-2026-12-07.json").read_text())
+    readme = (ROOT / "bench" / "README.md").read_text()
+    for name, label in GUARDS.items():
+        runs = guard["runs"][name]
+        cells = []
+        for k in ("1", "1.3", "1.5"):
+            run = runs[k]
+            assert run["args"]["noisier"] == float(k)
+            assert (run["args"]["contradicts"], run["args"]["own_floor"]) == {
+                "f25": (0.25, False), "f50": (0.5, False), "floor": (0.05, True)
+            }[name]  # fmt: skip
+            r = run["results"]["parametric"]["seq-pooled-trend"]
+            cells.append(
+                f"{r['x1']['false_decisions'] * 100:.1f} % / {r['x1.2']['better'] * 100:.0f} %"
+            )
+        assert f"| {label} | {' | '.join(cells)} |" in readme
+
+
+def test_the_own_floor_would_not_have_stopped_either_gpu_decision_where_it_did(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the comparison's own variance as a floor, the two comparisons decided on a GPU
+    with a profile would have gone on: the H200's at its third look (4 a side), the H100's
+    second (docs/results/plan-h200.md §16) at its first (3 a side)."""
+    import importlib.util
+
+    from tests.studykit import comparison_launches, launch_trials
+    from tuner.abtest.compare import HEADLINE, Arm
+    from tuner.abtest.decide import Design, judge_look
+    from tuner.abtest.profile import load_profile
+    from tuner.db.repository import Repository
+    from tuner.db.session import make_engine
+    from tuner.scoring import NoiseKey, noise
+
+    spec = importlib.util.spec_from_file_location("replay", ROOT / "bench" / "decision_replay.py")
+    assert spec is not None and spec.loader is not None
+    replay = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "replay", replay)  # its dataclasses look themselves up
+    spec.loader.exec_module(replay)
+    data = ROOT / "studies" / "results" / "heavy-trend" / "2026-12-07" / "tuner-heavy.db"
+    repo = Repository(make_engine(f"sqlite:///{data}"))
+    launches = comparison_launches(repo, 1)
+    x = launches[0]
+    key = NoiseKey(x.host, x.gpu, x.vllm_version, x.model, x.workload, x.windows, x.placement)
+    profile = load_profile(repo, key, exclude_run=x.run)
+    a, b = launch_trials(launches)
+
+    def step() -> str:
+        look = judge_look(Arm("A", a[0].config), a, Arm("B", b[0].config), b, Design.sequential(),
+                          profile)  # fmt: skip
+        assert look.comparison.metric(HEADLINE).method == "pooled, trend taken out"
+        return str(look.step.verdict)
+
+    assert step() == "better"  # tuner's guard, as printed
+    monkeypatch.setattr(noise, "_pooled", noise._pooled)  # restored after the test
+    monkeypatch.setattr(noise, "CONTRADICTS", noise.CONTRADICTS)
+    replay._what_if_guard(noise.CONTRADICTS, own_floor=True)
+    assert step() == "continue"
+
+    from bench.tables.noise import placement_components
+    from tests.unit.test_results_decide_h200 import DATA, NOISE_LOG, looks_table
+
+    lines = [json.loads(x) for x in NOISE_LOG.read_text().splitlines() if x.strip()]
+    pinned = placement_components(lines, "output_throughput")["pinned"]
+    assert pinned is not None
+    table = looks_table(json.loads(DATA.read_text()), pinned)
+    assert table.rstrip().endswith("| 3 | 4 | 1.195 | [0.973, 1.467] (98.22 %) | 10 | continue |")
