@@ -447,6 +447,19 @@ def test_the_client_holds_a_socket_for_each_request_in_flight() -> None:
     assert all(r.ok for r in report.records[0])
 
 
+def test_a_hard_limit_below_the_requests_in_flight_is_said_before_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the hard limit the soft one cannot follow: every socket beyond it failed (EMFILE)
+    and the window failed for load errors, recorded against the configuration."""
+    from tuner.errors import EnvironmentProblem
+    from tuner.load import generator
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 4096))
+    with pytest.raises(EnvironmentProblem, match=r"4096 files at most .*ulimit -Hn 20256"):
+        generator._allow_open_files(20_000)
+
+
 def test_a_wait_for_a_slot_is_no_verdict_on_the_client() -> None:
     long = selfcheck.judge(
         client_cpu=0.1, lags_ms=np.zeros(10), reading=None, cores=2,

@@ -554,3 +554,24 @@ def test_sharegpts_filter_counts_the_bos_vllms_sampler_counts(tmp_path: Path) ->
     # token ids, which do not), and its max_tokens counts the BOS.
     assert kept(bos) == [(9, 4), (1001, 1047), (4, 9)]
     assert kept(plain) == [(1024, 8), (1000, 1047), (1000, 1046)]  # no BOS: as before
+
+
+def test_a_replay_through_a_concurrency_ladder_keeps_its_headline_rung(tmp_path: Path) -> None:
+    """A replay at the trace's own times caps nothing by default, but stepped through a
+    concurrency ladder the workload's concurrency names the rung its objectives are read at
+    (64, as before the cap was lifted): lifted to the window's 100 requests, a new study read
+    its trials at 256 where a study of the day before read them at 64, and a resume pinned the
+    fingerprint's first rung, 16."""
+    from tuner.spec import kept_cap
+    from tuner.spec.study import StudySpec
+
+    trace = tmp_path / "timed.jsonl"
+    rows = [{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": i / 10} for i in range(100)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ladder = {"concurrency_ladder": [16, 64, 256]}
+    assert get_workload(f"tuner:{trace}", ladder).concurrency == 64
+    assert get_workload(f"tuner:{trace}").concurrency == 100  # no ladder: uncapped
+    spec = StudySpec(model="tiny-ernie", gpu="cpu", workload=f"tuner:{trace}",
+                     workload_overrides=ladder)  # fmt: skip
+    stored = {"arrival": "trace", "concurrency": 16}  # the first rung's, as fingerprinted
+    assert kept_cap(spec, stored) == spec

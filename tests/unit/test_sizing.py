@@ -344,6 +344,9 @@ def test_a_confirmation_launch_that_missed_the_slo_is_named_not_pooled_as_zeros(
     assert answer["launches"] == [CONFIRM_NUMBER_BASE, CONFIRM_NUMBER_BASE + 1]
     assert "#100002 left out: its one load point" in answer["basis"]
     assert "missed the SLO" in answer["basis"]
+    assert "1 of the confirmation's 3 launches had no capacity under the SLO" in " ".join(
+        answer["notes"]
+    )
 
 
 def _open(concurrency: int, req_s: float, p99_ms: float, rate: float | None) -> WindowMetrics:

@@ -574,7 +574,10 @@ def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
     if "warmup_requests" not in explicit:
         changes["warmup_requests"] = min(workload.warmup_requests, n)
     span = scaled[-1].arrival_s
-    if workload.arrival == "trace" and span > 0 and "concurrency" not in explicit:
+    # Uncapped, unless told or stepped through a concurrency ladder (whose headline rung the
+    # concurrency names, 64 by default, as before).
+    uncapped = not {"concurrency", "concurrency_ladder"} & set(explicit)
+    if workload.arrival == "trace" and span > 0 and uncapped and not workload.concurrency_ladder:
         changes["concurrency"] = changes.get("requests_per_window", workload.requests_per_window)
     if workload.arrival == "poisson" and workload.request_rate is None and span > 0:
         # The trace's mean rate, stated on the workload: its load points, their labels and

@@ -252,7 +252,8 @@ def fleet_size(
     given = slo is not None and slo != own
     used = own if slo is None else slo
     arrivals = costs.arrivals(study.spec)
-    confirmed = _pooled([t for t in launches if load_points(t.windows)], used, rate.unit, arrivals)
+    fresh = [t for t in launches if load_points(t.windows)]
+    confirmed = _pooled(fresh, used, rate.unit, arrivals)
     read, numbers = confirmed or (_capacity(trial, used, rate.unit, arrivals), ())
     if read is None:
         return None
@@ -265,6 +266,12 @@ def fleet_size(
     )
     usd_m = usd_per_million(tokens_s, usd_h) if usd_h is not None and tokens_s else None
     notes = [picked] if picked else []
+    if numbers and len(numbers) < len(fresh):
+        notes.append(
+            f"{len(fresh) - len(numbers)} of the confirmation's {len(fresh)} launches had no "
+            "capacity under the SLO (named in the basis): sized from the others, the fleet may "
+            "miss the SLO"
+        )
     if given and not picked:
         notes.append(
             "the configuration is the one recommended under the study's SLO; its capacity is "

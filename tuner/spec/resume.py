@@ -65,10 +65,11 @@ def kept_cap(spec: StudySpec, measured: Mapping[str, Any] | None) -> StudySpec:
     """``spec`` with ``[workload] concurrency`` set to the cap in flight its study's stored
     fingerprint (``measured``) records, where the study replayed a trace at its own times
     without setting one. Such a replay caps nothing by default now; before, it capped 64 in
-    flight, and a study measured so keeps that cap in its resumes, joins and confirmation."""
+    flight, and a study measured so keeps that cap in its resumes, joins and confirmation. A
+    concurrency ladder's replay keeps 64 as its headline rung still: nothing to keep there."""
     measured = measured or {}
     cap = measured.get("concurrency")
-    given = "concurrency" in spec.workload_overrides
+    given = {"concurrency", "concurrency_ladder"} & set(spec.workload_overrides)
     if measured.get("arrival") != "trace" or cap is None or given:
         return spec
     overrides = {**spec.workload_overrides, "concurrency": cap}
