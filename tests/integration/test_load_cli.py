@@ -396,6 +396,7 @@ def test_workload_set_reaches_a_traces_replay_options(base_url: str, tmp_path: P
     assert point["completed"] == 4 and point["total_input_tokens"] == 160
     # vLLM's request_rate "inf" means every request at once: tuner's key says how they came.
     assert point["request_rate"] == "inf" and point["tuner_arrival"] == "trace"
+    assert point["max_concurrency"] is None  # no cap in flight, as vLLM writes it
     huge = _tuner(
         base_url, *workload[:2], "--workload-set", "block_tokens=16,requests_per_window=2000000"
     )

@@ -293,7 +293,10 @@ def run(
             records,
             window.duration_s,
             model=model,
-            concurrency=point.concurrency,
+            # A replay whose every request may be in flight had no cap: vLLM writes null.
+            concurrency=None
+            if point.trace_paced and point.concurrency >= point.requests_per_window
+            else point.concurrency,
             request_rate=point.request_rate,
             percentiles=opts.percentiles,
             goodput=bounds,
