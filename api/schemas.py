@@ -237,6 +237,15 @@ class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))): 
     trial_counts: dict[str, int]
     confirmation_counts: dict[str, int]
     n_trials: int
+    free_counts: dict[str, int] = Field(
+        description="search trials that used no place in the trial budget, per failure class: "
+        "interrupted, and invalid_config (the first draw of a configuration the space's rules "
+        "rule out before launch; drawn again, it uses one)"
+    )
+    n_budget_trials: int = Field(
+        description="search trials that use a place in the budget, running ones included: "
+        "n_trials less free_counts; what n_trials_requested counts"
+    )
     runner_gone: bool = Field(
         description="running, but the tuner that ran it has exited on the API's host "
         "(`kill -9`, a lost terminal): `tuner run --study NAME --resume` continues it"
@@ -259,6 +268,7 @@ class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))): 
             slo=dict(s.slo),
             trial_counts={str(k): v for k, v in s.trial_counts.items()},
             confirmation_counts={str(k): v for k, v in s.confirmation_counts.items()},
+            free_counts={str(k): v for k, v in s.free_counts.items()},
             **converted,
         )
 

@@ -38,6 +38,7 @@ from tuner.runner.hardware import Hardware
 from tuner.runner.vllm import RunnerSettings, VllmTrialRunner
 from tuner.space import SearchSpace
 from tuner.spec.study import StudySpec
+from tuner.study.loop import run_study
 from tuner.testing.fake_runner import FakeRunner
 
 # Small enough that a fake-server trial takes well under a second.
@@ -167,6 +168,23 @@ def memory_confirmation_context(db_url: str) -> StudyContext:
         confirm_top=1,
         objective="memory",
     )
+
+
+def budget_free_study(db_url: str, name: str = "s1") -> Repository:
+    """A study of 4 trials whose sampler was handed one configuration the space's rules rule
+    out, twice (the first draw costs no trial of the budget, the second one), then a search
+    trial interrupted after the study ended: 6 search rows, 4 of them the budget's."""
+    repo = make_repo(db_url)
+    bad = {"max_num_seqs": 64, "max_num_batched_tokens": 32}  # vLLM refuses: tokens < seqs
+    ctx = make_context(
+        db_url, trials=4, name=name, params=("max_num_seqs", "max_num_batched_tokens"),
+        choices={"max_num_seqs": (1, 8, 64), "max_num_batched_tokens": (32, 2048)},
+        enqueue=[bad, bad],
+    )  # fmt: skip
+    run_study(ctx, FakeRunner(), repo)
+    repo.start_trial(name, len(repo.list_trials(name, limit=None)), ServingConfig())
+    assert repo.mark_running_as_interrupted(name) == 1
+    return repo
 
 
 def store_claim(repo: Repository, statement: str = "it is faster", **fields: Any) -> int:

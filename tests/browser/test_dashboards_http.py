@@ -4,6 +4,7 @@ HTML itself, the script-safe JSON, the assets, and Optuna's importances of a rea
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
@@ -26,7 +27,13 @@ from tests.browser.dashdata import (
     no_defaults_study,
     old_study,
 )
-from tests.studykit import make_context, make_repo, memory_confirmation_context, store_claim
+from tests.studykit import (
+    budget_free_study,
+    make_context,
+    make_repo,
+    memory_confirmation_context,
+    store_claim,
+)
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import Objective
@@ -272,6 +279,25 @@ def test_overview_counts_confirmation_launches_apart_from_the_search(tmp_path: P
     row = html.split('id="studies-table"', 1)[1].split("</tr>", 2)[1]
     assert "2 / 2" in row  # the search: 2 trials of 2 requested
     assert "+ 6 confirmation" in row
+
+
+def test_the_pages_count_the_budget_as_the_study_loop_and_name_the_free_trials(
+    tmp_path: Path,
+) -> None:
+    """A ruled-out first draw and an interrupted trial used no place in the budget: the study
+    page said "6 of 4 search trials" and the overview "6 / 4"."""
+    url = f"sqlite:///{tmp_path / 'free.db'}"
+    repo = budget_free_study(url)
+    free = "1 ruled out before launch, 1 interrupted"
+    with TestClient(_app(repo, url)) as client:
+        page = client.get("/ui/studies/s1").text
+        overview = client.get("/ui/").text
+    count = page.split('id="trial-count">', 1)[1].split("</span> ·", 1)[0]
+    assert (
+        " ".join(unescape(re.sub("<[^>]+>", "", count)).split()) == f"4 of 4 search trials + {free}"
+    )
+    row = overview.split('id="studies-table"', 1)[1].split("</tr>", 2)[1]
+    assert "4 / 4" in row and f"+ {free}" in row
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,13 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.settings import ApiSettings
-from tests.studykit import TINY_WORKLOAD, fake_server_runner, make_context, make_repo
+from tests.studykit import (
+    TINY_WORKLOAD,
+    budget_free_study,
+    fake_server_runner,
+    make_context,
+    make_repo,
+)
 from tuner.catalog.gpus import get_gpu
 from tuner.compose import StudyContext
 from tuner.db.repository import Repository
@@ -604,3 +610,19 @@ def test_an_emulated_studys_cost_says_it_was_not_measured_on_that_gpu(tmp_path: 
         gpu_price=1.5,
     )  # fmt: skip
     assert fleet.price is not None and "measured in emulation" in fleet.price.source
+
+
+def test_a_study_says_which_of_its_search_trials_used_no_place_in_its_budget(
+    tmp_path: Path,
+) -> None:
+    """A ruled-out first draw and an interrupted trial use no trial of the budget: their study
+    ran its 4 trials, not 6 of 4 (n_trials, every search row, stays as it was)."""
+    url = f"sqlite:///{tmp_path / 'free.db'}"
+    budget_free_study(url)
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        detail = _get(c, "/v1/studies/s1")
+        [listed] = _get(c, "/v1/studies")["items"]
+    for study in (detail, listed):
+        assert study["n_budget_trials"] == 4 == study["n_trials_requested"]
+        assert study["free_counts"] == {"invalid_config": 1, "interrupted": 1}
+        assert study["n_trials"] == 6 == sum(study["trial_counts"].values())

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.integration.test_launch_cli import insert_measured_study
+from tests.studykit import budget_free_study
 from tuner.cli.app import app
 from tuner.db.migrate import upgrade
 from tuner.domain import Estimate, ServingConfig
@@ -74,6 +75,19 @@ def test_json_outputs_are_strict_and_say_why_a_value_is_null(url: str) -> None:
     assert rec["trial_number"] in (0, 1, 2) and rec["serve_command"].startswith("vllm serve")
     assert _strict(_invoke("models", "--json"))[0]["alias"]
     assert {g["name"] for g in _strict(_invoke("gpus", "--json"))} >= {"h200", "cpu"}
+
+
+def test_studies_counts_the_budget_as_the_study_loop_and_names_the_free_trials(
+    tmp_path: Path,
+) -> None:
+    """A ruled-out first draw and an interrupted trial used no place in the budget."""
+    url = f"sqlite:///{tmp_path / 'free.db'}"
+    budget_free_study(url)
+    table = " ".join(_invoke("studies", "--storage", url).split())
+    assert "4 of 4 search trials + 1 ruled out before launch, 1 interrupted" in table
+    [study] = _strict(_invoke("studies", "--json", "--storage", url))
+    assert study["n_budget_trials"] == 4 and study["n_trials"] == 6
+    assert study["free_counts"] == {"invalid_config": 1, "interrupted": 1}
 
 
 def test_best_json_of_a_study_without_a_completed_trial_exits_1(tmp_path: Path) -> None:

@@ -317,7 +317,7 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         from tuner.domain import to_jsonable
 
-        totals = ("n_trials", "n_confirmation_launches")  # properties, not fields
+        totals = ("n_trials", "n_budget_trials", "n_confirmation_launches")  # properties
         print_json(
             [
                 {
@@ -334,6 +334,9 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     gone = [s.name for s in rows if runner_gone(s)]
     for s in rows:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(s.trial_counts.items()) if n) or "0"
+        of = f" of {s.n_trials_requested}" if s.n_trials_requested else ""
+        free = f" + {s.free_label}" if s.free_label else ""
+        counts = f"{s.n_budget_trials}{of} search trials{free} ({counts})"
         if s.n_confirmation_launches:
             counts += f"; {s.n_confirmation_launches} confirmation launches"
         status = f"{s.status} (tuner gone)" if s.name in gone else str(s.status)

@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 from tuner.db import codec
 from tuner.db.models import Base, StudyModel, TrialModel
-from tuner.db.rows import StudyRow, TrialPhase, TrialRow
-from tuner.domain import ServingConfig, TrialResult, TrialStatus
+from tuner.db.rows import FREE, StudyRow, TrialPhase, TrialRow
+from tuner.domain import FailureClass, ServingConfig, TrialResult, TrialStatus
 
 R = TypeVar("R")
 
@@ -32,8 +32,13 @@ def frozen_row(model: Base, row_type: type[R], **extra: Any) -> R:
     return codec.decode(row_type, {**values(model), **extra})
 
 
-def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRow:
-    """``counts``: trials per phase value, then per status value; missing ones count 0."""
+def study_row(
+    m: StudyModel,
+    counts: Mapping[str, Mapping[str, int]],
+    free: Mapping[FailureClass, int] | None = None,
+) -> StudyRow:
+    """``counts``: trials per phase value, then per status value; missing ones count 0.
+    ``free``: the search trials that used no place in the budget (:func:`budget_free`)."""
     search = counts.get(TrialPhase.SEARCH.value, {})
     confirm = counts.get(TrialPhase.CONFIRM.value, {})
     return frozen_row(
@@ -41,6 +46,7 @@ def study_row(m: StudyModel, counts: Mapping[str, Mapping[str, int]]) -> StudyRo
         StudyRow,
         trial_counts={s: search.get(s.value, 0) for s in TrialStatus},
         confirmation_counts={s: confirm.get(s.value, 0) for s in TrialStatus},
+        free_counts={f: (free or {}).get(f, 0) for f in FREE},
     )
 
 

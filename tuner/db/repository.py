@@ -28,6 +28,7 @@ from tuner.db.convert import (
 )
 from tuner.db.models import ComparisonModel, LaunchModel, StudyModel, TrialModel, TrialRequestsModel
 from tuner.db.rows import (
+    FREE,
     RUN_FAILURE,
     ComparisonRow,
     LaunchRow,
@@ -35,6 +36,7 @@ from tuner.db.rows import (
     StudyStatus,
     TrialPhase,
     TrialRow,
+    budget_free,
 )
 from tuner.db.session import session_scope, storage_error
 from tuner.domain import (
@@ -127,7 +129,7 @@ class Repository:
             row = s.scalar(select(StudyModel).where(StudyModel.name == name))
             if row is None:
                 return None
-            return study_row(row, _counts(s, [row.id]).get(row.id, {}))
+            return study_row(row, _counts(s, [row.id]).get(row.id, {}), _free(s, [row.id])[row.id])
 
     def list_studies(self) -> list[StudyRow]:
         """All studies, newest first, each with its trial counts by status."""
@@ -135,8 +137,9 @@ class Repository:
             rows = s.scalars(
                 select(StudyModel).order_by(StudyModel.created_at.desc(), StudyModel.id.desc())
             ).all()
-            counts = _counts(s, [r.id for r in rows])
-            return [study_row(r, counts.get(r.id, {})) for r in rows]
+            ids = [r.id for r in rows]
+            counts, free = _counts(s, ids), _free(s, ids)
+            return [study_row(r, counts.get(r.id, {}), free[r.id]) for r in rows]
 
     def change_marker(self) -> tuple[int, int | None, float | None, float | None]:
         """A cheap value that changes whenever a study or one of its trials is written
@@ -688,6 +691,19 @@ def _counts(s: Session, study_ids: list[int]) -> dict[int, dict[str, dict[str, i
     for study_id, phase, status, n in s.execute(query):
         out.setdefault(study_id, {}).setdefault(phase, {})[status] = int(n)
     return out
+
+
+def _free(s: Session, study_ids: list[int]) -> dict[int, dict[FailureClass, int]]:
+    """Per study id: its search trials that used no place in its budget (:func:`budget_free`)."""
+    query = select(TrialModel).where(
+        TrialModel.study_id.in_(study_ids),
+        TrialModel.phase == TrialPhase.SEARCH.value,
+        TrialModel.failure_class.in_([f.value for f in FREE]),
+    )
+    rows: dict[int, list[TrialRow]] = {i: [] for i in study_ids}
+    for row in s.scalars(query):
+        rows[row.study_id].append(trial_row(row, ""))
+    return {i: budget_free(r) for i, r in rows.items()}
 
 
 def _trials_of(

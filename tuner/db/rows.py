@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tuner.domain import Provenance, ServingConfig, TrialResult, TrialStatus
+from tuner.domain import FailureClass, Provenance, ServingConfig, TrialResult, TrialStatus
 from tuner.domain.workload import overridden_name
 
 
@@ -32,6 +32,13 @@ class TrialPhase(enum.StrEnum):
     CONFIRM = "confirm"  # a re-run of a candidate (or the defaults) before recommending it
 
 
+# The search trials that may use no place in a study's trial budget, as the surfaces name them.
+FREE = {
+    FailureClass.INVALID_CONFIG: "ruled out before launch",
+    FailureClass.INTERRUPTED: "interrupted",
+}
+
+
 @dataclass(frozen=True)
 class StudyRow:
     id: int
@@ -51,10 +58,12 @@ class StudyRow:
     vllm_version: str | None
     notes: str
     n_trials_requested: int | None
-    # Search trials (those n_trials_requested counts) per status; every status is present.
+    # Search trials per status; every status is present.
     trial_counts: Mapping[TrialStatus, int] = field(default_factory=dict)
     # The confirmation phase's launches per status, kept apart from the search's.
     confirmation_counts: Mapping[TrialStatus, int] = field(default_factory=dict)
+    # Search trials that used no place in the budget (:func:`budget_free`); every class of FREE.
+    free_counts: Mapping[FailureClass, int] = field(default_factory=dict)
 
     @property
     def workload_label(self) -> str:
@@ -67,6 +76,18 @@ class StudyRow:
     def n_trials(self) -> int:
         """Search trials, whatever their status (confirmation launches not included)."""
         return sum(self.trial_counts.values())
+
+    @property
+    def n_budget_trials(self) -> int:
+        """Search trials that use a place in the budget (n_trials_requested), running ones
+        included: :attr:`n_trials` less :attr:`free_counts`."""
+        return self.n_trials - sum(self.free_counts.values())
+
+    @property
+    def free_label(self) -> str:
+        """The search trials that used no place in the budget, named: "1 ruled out before
+        launch, 1 interrupted"; "" when there are none."""
+        return ", ".join(f"{n} {FREE[f]}" for f, n in self.free_counts.items() if n)
 
     @property
     def n_confirmation_launches(self) -> int:
@@ -112,6 +133,25 @@ class TrialRow(TrialResult):
     def to_result(self) -> TrialResult:
         """The trial as the runner reported it (RUNNING rows give a RUNNING result)."""
         return TrialResult(**{f.name: getattr(self, f.name) for f in fields(TrialResult)})
+
+
+def budget_free(rows: Iterable[TrialRow]) -> dict[FailureClass, int]:
+    """How many search trials among ``rows`` used no place in their study's trial budget, per
+    failure class, by the study loop's rules (:mod:`tuner.study.sharing`): every interrupted one
+    (Ctrl-C, a lost worker), and the first trial of each configuration that the space's rules
+    ruled out before launch (``invalid_config``); drawn again, such a configuration used one.
+    Rows lack Optuna's ``free`` mark: the loop counts the first draws of a study stored before
+    it set that mark, and this does not."""
+    free = dict.fromkeys(FREE, 0)
+    ruled_out: list[ServingConfig] = []
+    for row in sorted(rows, key=lambda r: r.number):
+        if row.phase is not TrialPhase.SEARCH or row.failure not in free:
+            continue
+        if row.failure is FailureClass.INTERRUPTED or row.config not in ruled_out:
+            free[row.failure] += 1
+        if row.failure is FailureClass.INVALID_CONFIG:
+            ruled_out.append(row.config)
+    return free
 
 
 @dataclass(frozen=True)

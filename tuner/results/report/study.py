@@ -165,7 +165,7 @@ class StudyReport:
     importances: Importances
     ttft: Distribution
     e2e: Distribution
-    search_count: int = 0  # trials of the search phase (the study's --trials counts these)
+    search_count: int = 0  # trials of the search phase (StudyRow.n_budget_trials: the budget's)
     confirm_count: int = 0  # launches of the confirmation phase
     # The trial recommended (tuner.study.standings.pick: as `tuner best` and the API name it).
     recommended: int | None = None
