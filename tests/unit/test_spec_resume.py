@@ -204,3 +204,23 @@ def test_a_trace_study_measured_at_the_old_cap_in_flight_resumes_at_it(
     run = CliRunner().invoke(app, ["run", str(file), "--resume", "--storage", url])
     assert "the resume was let through" in str(run.exception), run.exception
     assert [resolve_workload(s).concurrency for s in prepared] == [64]
+
+
+def test_a_trace_study_whose_first_window_starts_at_once_keeps_its_old_cap(tmp_path: Path) -> None:
+    """The first window's rows all at t=0 fingerprint a closed loop, though the whole selection
+    spans time and was capped at 64 in flight: kept_cap passed it by, and its resume was
+    refused (cap 64 then, 8 now)."""
+    from tuner.compose import resolve_workload
+    from tuner.load import fingerprint
+
+    trace = tmp_path / "burst.jsonl"
+    rows = [{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 0 if i < 10 else i}
+            for i in range(50)]  # fmt: skip
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = StudySpec(model="tiny-ernie", gpu="cpu", workload=f"tuner:{trace}",
+                     workload_overrides={"requests_per_window": 8})  # fmt: skip
+    old = fingerprint(resolve_workload(spec).replace(concurrency=64)).as_dict()
+    assert old["arrival"] == "closed loop" and old["concurrency"] == 64
+    resumed = resolve_workload(stored_spec(codec.encode({**spec.to_dict(), FINGERPRINT: old}), "b"))
+    check_same_requests(old, resumed, "b")
+    assert resumed.concurrency == 64

@@ -30,6 +30,7 @@ from tuner.domain import Workload
 from tuner.domain.workload import parse_slo
 from tuner.errors import UsageError
 from tuner.load import fingerprint
+from tuner.load.traces import split_name
 from tuner.spec.study import TRIALS_MAX, StudySpec
 
 FINGERPRINT = "workload_fingerprint"  # the spec's key for the fingerprint of its requests
@@ -70,7 +71,9 @@ def kept_cap(spec: StudySpec, measured: Mapping[str, Any] | None) -> StudySpec:
     measured = measured or {}
     cap = measured.get("concurrency")
     given = {"concurrency", "concurrency_ladder"} & set(spec.workload_overrides)
-    if measured.get("arrival") != "trace" or cap is None or given:
+    # A window whose rows all start at once is fingerprinted a closed loop, yet was capped too.
+    replayed = measured.get("arrival") in ("trace", "closed loop") and split_name(spec.workload)
+    if not replayed or cap is None or given:
         return spec
     overrides = {**spec.workload_overrides, "concurrency": cap}
     return dataclasses.replace(spec, workload_overrides=overrides)
@@ -180,7 +183,9 @@ def check_same_requests(stored: Mapping[str, Any] | None, workload: Workload, na
             f"sends now (" + "; ".join(changed) + "): its trials would rank against another "
             "workload's",
             hint="restore the trace or workload file it was measured on, or start a new study "
-            "with another --study name",
+            "with another --study name (where the file did not change, tuner reads it otherwise: "
+            "since 2026-12-07 a ShareGPT entry's tokens are counted as vLLM counts them, a BOS "
+            "included)",
         )
 
 
