@@ -224,3 +224,16 @@ def test_a_trace_study_whose_first_window_starts_at_once_keeps_its_old_cap(tmp_p
     resumed = resolve_workload(stored_spec(codec.encode({**spec.to_dict(), FINGERPRINT: old}), "b"))
     check_same_requests(old, resumed, "b")
     assert resumed.concurrency == 64
+
+
+def test_only_a_sharegpt_refusal_says_a_file_is_now_counted_otherwise() -> None:
+    """The hint that an unchanged file is read otherwise since the BOS count holds for
+    ShareGPT alone; it was added to every refusal, a preset's included."""
+    from tuner.load import fingerprint
+    from tuner.load.workloads import get_workload
+
+    chat = get_workload("chat")
+    stored = {**fingerprint(chat).as_dict(), "requests": 1}
+    with pytest.raises(UsageError) as refused:
+        check_same_requests(stored, chat, "s")
+    assert "ShareGPT" not in refused.value.hint

@@ -183,10 +183,17 @@ def check_same_requests(stored: Mapping[str, Any] | None, workload: Workload, na
             f"sends now (" + "; ".join(changed) + "): its trials would rank against another "
             "workload's",
             hint="restore the trace or workload file it was measured on, or start a new study "
-            "with another --study name (where the file did not change, tuner reads it otherwise: "
-            "since 2026-12-07 a ShareGPT entry's tokens are counted as vLLM counts them, a BOS "
-            "included)",
+            "with another --study name"
+            + (_SHAREGPT_RECOUNTED if workload.name.startswith("sharegpt:") else ""),
         )
+
+
+# Where a ShareGPT file did not change, tuner may read it otherwise: since 2026-12-07 with a
+# tokenizer that adds a BOS, as vLLM's sampler counts it.
+_SHAREGPT_RECOUNTED = (
+    " (a ShareGPT file that did not change is read otherwise with a tokenizer that adds a BOS "
+    "since 2026-12-07: its tokens are counted as vLLM counts them)"
+)
 
 
 def _number(value: Any) -> Any:

@@ -165,7 +165,7 @@ class StudyReport:
     importances: Importances
     ttft: Distribution
     e2e: Distribution
-    search_count: int = 0  # trials of the search phase (StudyRow.n_budget_trials: the budget's)
+    search_count: int = 0  # rows of the search phase, free ones too (the budget: n_budget_trials)
     confirm_count: int = 0  # launches of the confirmation phase
     # The trial recommended (tuner.study.standings.pick: as `tuner best` and the API name it).
     recommended: int | None = None
