@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from tuner.db.models import StudyModel
     from tuner.db.names import STUDY_NAME_PATTERN, check_study_name, name_problem
     from tuner.db.repository import RUN_OWNER, Repository, plan_back
-    from tuner.db.rows import ComparisonRow, StudyRow, StudyStatus, TrialPhase, TrialRow
+    from tuner.db.rows import (
+        ComparisonRow,
+        StudyRow,
+        StudyStatus,
+        TrialPhase,
+        TrialRow,
+        ruled_out_before,
+    )
     from tuner.db.session import (
         default_url,
         make_engine,
@@ -66,6 +73,7 @@ __all__ = [
     "optuna_engine_kwargs",
     "optuna_rdb",
     "plan_back",
+    "ruled_out_before",
     "safe_url",
     "sqlite_file",
     "storage_error",

@@ -143,15 +143,22 @@ def budget_free(rows: Iterable[TrialRow]) -> dict[FailureClass, int]:
     Rows lack Optuna's ``free`` mark: the loop counts the first draws of a study stored before
     it set that mark, and this does not."""
     free = dict.fromkeys(FREE, 0)
-    ruled_out: list[ServingConfig] = []
-    for row in sorted(rows, key=lambda r: r.number):
-        if row.phase is not TrialPhase.SEARCH or row.failure not in free:
-            continue
-        if row.failure is FailureClass.INTERRUPTED or row.config not in ruled_out:
+    search = sorted((r for r in rows if r.phase is TrialPhase.SEARCH), key=lambda r: r.number)
+    for i, row in enumerate(search):
+        if row.failure is FailureClass.INTERRUPTED or (
+            row.failure is FailureClass.INVALID_CONFIG
+            and not ruled_out_before(search[:i], row.config)
+        ):
             free[row.failure] += 1
-        if row.failure is FailureClass.INVALID_CONFIG:
-            ruled_out.append(row.config)
     return free
+
+
+def ruled_out_before(rows: Iterable[TrialRow], config: ServingConfig) -> bool:
+    """Whether the space's rules ruled ``config`` out in a trial among ``rows``
+    (``invalid_config``): the first such draw uses no place in the budget (the study loop's
+    ``free`` mark), a second does, so a sampler that keeps drawing it cannot hold a study open
+    for good."""
+    return any(r.failure is FailureClass.INVALID_CONFIG and r.config == config for r in rows)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import optuna
@@ -51,6 +51,7 @@ from tuner.db import (
     TrialPhase,
     TrialRow,
     optuna_rdb,
+    ruled_out_before,
     storage_error,
 )
 from tuner.domain import FailureClass, ServingConfig, Slo, TrialResult, TrialStatus, interrupted
@@ -738,13 +739,6 @@ def _screen(space: SearchSpace, config: ServingConfig, rows: list[TrialRow]) -> 
     else:
         return None
     return TrialResult(config, TrialStatus.PRUNED, failure=failure, failure_detail=detail)
-
-
-def ruled_out_before(rows: Iterable[TrialRow], config: ServingConfig) -> bool:
-    """Whether the space's rules ruled ``config`` out in an earlier trial among ``rows``: the
-    first such draw uses no place in the budget (``sharing.FREE``), a second does, so a
-    sampler that keeps drawing it cannot hold a study open for good."""
-    return any(r.failure is FailureClass.INVALID_CONFIG and r.config == config for r in rows)
 
 
 def _record(
