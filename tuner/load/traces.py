@@ -41,16 +41,20 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.domain import TraceRequest, Workload
 from tuner.domain.workload import ARRIVALS
 from tuner.errors import UsageError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 TokenCounter = Callable[[str], int]
 FORMATS = ("trace", "tuner", "sharegpt", "burstgpt", "mooncake", "custom")
@@ -87,15 +91,7 @@ def tokenizer_counter(path: Path) -> TokenCounter | None:
     file = tokenizer_file(path)
     if file is None:
         return None
-    from tokenizers import Tokenizer
-
-    try:
-        tokenizer = Tokenizer.from_file(str(file))
-    except Exception as exc:  # the tokenizers library raises its own bare Exception
-        raise UsageError(
-            f"cannot read the tokenizer {file}: {exc}",
-            hint="give --tokenizer the directory of a model with a valid tokenizer.json",
-        ) from None
+    tokenizer = _tokenizer(file, file.stat().st_mtime_ns)
     return lambda text: max(1, len(tokenizer.encode(text, add_special_tokens=False).ids))
 
 
@@ -106,10 +102,23 @@ def added_tokens(path: Path | None) -> int:
     file = tokenizer_file(path) if path is not None else None
     if file is None:
         return 0
+    processor = _tokenizer(file, file.stat().st_mtime_ns).post_processor
+    return processor.num_special_tokens_to_add(False) if processor is not None else 0
+
+
+@functools.lru_cache(maxsize=2)
+def _tokenizer(file: Path, modified_ns: int) -> Tokenizer:
+    """The tokenizer of ``file`` as of ``modified_ns``, read once for the counter and the
+    special tokens."""
     from tokenizers import Tokenizer
 
-    processor = Tokenizer.from_file(str(file)).post_processor
-    return processor.num_special_tokens_to_add(False) if processor is not None else 0
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:  # the tokenizers library raises its own bare Exception
+        raise UsageError(
+            f"cannot read the tokenizer {file}: {exc}",
+            hint="give --tokenizer the directory of a model with a valid tokenizer.json",
+        ) from None
 
 
 def split_name(name: str) -> tuple[str, Path] | None:
