@@ -52,6 +52,7 @@ SERIAL = frozenset(
         "integration/test_faults_tuner_killed.py",
         "integration/test_load_cli.py",
         "integration/test_load_cli_turns.py",
+        "integration/test_load_multi_turn.py",
         "integration/test_plan_fake.py",
         "integration/test_resume_stored_spec.py",
         "integration/test_server_lifecycle.py",
@@ -87,6 +88,7 @@ QUIET = frozenset(
         "integration/test_fake_regimes.py",
         "integration/test_fake_server_app.py",
         "integration/test_load_cli_turns.py",
+        "integration/test_load_multi_turn.py",
         "integration/test_plan_fake.py",
     }
 )
