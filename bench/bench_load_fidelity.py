@@ -13,8 +13,12 @@ and each client's own check that it was not the bottleneck.
     python bench/bench_load_fidelity.py --url http://127.0.0.1:8000 --model NAME \\
         --tokenizer DIR --vllm-python python3 --concurrency 16,64,256 --rounds 2 --out DIR
 
+``--request-rate 20,40`` adds Poisson-arrival points (``--request-rate R`` for both clients, no
+cap in flight, about ``--rate-seconds`` of arrivals each); ``--concurrency ""`` leaves out the
+closed-loop ones.
+
 ``--out DIR`` keeps every raw result (tuner's and vLLM's JSON) and ``fidelity.jsonl``, one line
-per (round, concurrency, client) with the compared fields.
+per (round, load point, client) with the compared fields.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -97,10 +102,12 @@ def launched(
         yield server.base_url, served, tokenizer
 
 
-def run_tuner(args: argparse.Namespace, url: str, model: str, c: int, n: int) -> dict[str, Any]:
+def run_tuner(
+    args: argparse.Namespace, url: str, model: str, c: int | None, n: int, rate: float | None
+) -> dict[str, Any]:
+    load = ["--concurrency", str(c)] if rate is None else ["--request-rate", f"{rate:g}"]
     cmd = [
-        sys.executable, "-m", "tuner", "load", url, "--model", model,
-        "--concurrency", str(c), "--requests", str(n),
+        sys.executable, "-m", "tuner", "load", url, "--model", model, *load, "--requests", str(n),
         "--prompt-tokens", str(args.prompt_tokens), "--output-tokens", str(args.output_tokens),
         "--warmup", str(args.warmup), "--vocab-size", str(args.vocab_size), "--json",
         *(["--text-prompts"] if args.tuner_prompts == "text" else []),
@@ -113,7 +120,14 @@ def run_tuner(args: argparse.Namespace, url: str, model: str, c: int, n: int) ->
 
 
 def run_vllm(
-    args: argparse.Namespace, url: str, model: str, tokenizer: str, c: int, n: int, where: Path
+    args: argparse.Namespace,
+    url: str,
+    model: str,
+    tokenizer: str,
+    c: int | None,
+    n: int,
+    where: Path,
+    rate: float | None,
 ) -> dict[str, Any]:
     return vllm_bench_serve.run(
         args.vllm_python,
@@ -121,6 +135,7 @@ def run_vllm(
         model=model,
         tokenizer=tokenizer,
         concurrency=c,
+        request_rate=rate,
         requests=n,
         prompt_tokens=args.prompt_tokens,
         output_tokens=args.output_tokens,
@@ -144,7 +159,9 @@ def main() -> int:
     p.add_argument("--launch", help="start this catalogued model instead of --url")
     p.add_argument("--server-arg", action="append", default=[], help="extra vLLM flag (--launch)")
     p.add_argument("--vllm-python", required=True, help="interpreter that has vLLM")
-    p.add_argument("--concurrency", default="16,64,256")
+    p.add_argument("--concurrency", default="16,64,256", help='closed-loop streams ("": none)')
+    p.add_argument("--request-rate", default="", help="Poisson points, req/s, e.g. 20,40")
+    p.add_argument("--rate-seconds", type=float, default=20.0, help="arrivals per rate point")
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--output-tokens", type=int, default=256)
     p.add_argument("--requests-per-stream", type=int, default=4)
@@ -163,27 +180,37 @@ def main() -> int:
     args = p.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="fidelity-out-"))
     out.mkdir(parents=True, exist_ok=True)
-    levels = [int(c) for c in args.concurrency.split(",")]
+    # (streams, None) for a closed loop, (None, rate) for Poisson arrivals without a cap.
+    points: list[tuple[int | None, float | None]] = [
+        (int(c), None) for c in args.concurrency.split(",") if c.strip()
+    ] + [(None, float(r)) for r in args.request_rate.split(",") if r.strip()]
+    if not points:
+        p.error("give --concurrency or --request-rate")
 
     ctx = server(args, p)
     rows: list[dict[str, Any]] = []
     with ctx as (url, model, tokenizer), open(out / "fidelity.jsonl", "a") as sink:
         for rnd in range(1, args.rounds + 1):
-            for c in levels:
-                n = max(args.min_requests, args.requests_per_stream * c)
+            for c, rate in points:
+                if rate is None:
+                    n = max(args.min_requests, args.requests_per_stream * int(c or 0))
+                else:
+                    n = max(args.min_requests, math.ceil(rate * args.rate_seconds))
+                tag = f"c{c}" if rate is None else f"r{rate:g}"
                 # Who goes first alternates, so that a drift of the server favours neither.
                 order = ("tuner", "vllm") if rnd % 2 else ("vllm", "tuner")
                 for client in order:
                     t = time.time()
                     if client == "tuner":
-                        result = run_tuner(args, url, model, c, n)
-                        (out / f"tuner-r{rnd}-c{c}.json").write_text(json.dumps(result))
+                        result = run_tuner(args, url, model, c, n, rate)
+                        (out / f"tuner-r{rnd}-{tag}.json").write_text(json.dumps(result))
                     else:
-                        result = run_vllm(args, url, model, tokenizer, c, n, out)
+                        result = run_vllm(args, url, model, tokenizer, c, n, out, rate)
                     health = result.get("tuner_client") or {}
                     row = {
                         "round": rnd,
                         "concurrency": c,
+                        **({} if rate is None else {"request_rate": rate}),
                         "requests": n,
                         "client": client,
                         "prompt_tokens": args.prompt_tokens,
@@ -199,7 +226,7 @@ def main() -> int:
                     sink.write(json.dumps(row) + "\n")
                     sink.flush()
                     print(
-                        f"round {rnd} c={c:<4} {client:<6} out {row['output_throughput']:>10,.0f} "
+                        f"round {rnd} {tag:<6} {client:<6} out {row['output_throughput']:>10,.0f} "
                         f"tok/s  P99 TTFT {row['p99_ttft_ms']:>8,.1f} ms  P99 E2E "
                         f"{row['p99_e2el_ms']:>9,.1f} ms",
                         flush=True,

@@ -25,25 +25,35 @@ def run(
     url: str,
     model: str,
     tokenizer: str,
-    concurrency: int,
+    concurrency: int | None,
     requests: int,
     prompt_tokens: int,
     output_tokens: int,
     warmups: int = 0,
     result_dir: Path | None = None,
+    request_rate: float | None = None,
 ) -> dict[str, Any]:
-    """One closed-loop run of ``vllm bench serve`` (random dataset of fixed lengths,
-    ``--ignore-eos``) through this script; its ``--save-result`` JSON (kept in ``result_dir``
-    when given). Raises SystemExit with the benchmark's output tail when it fails."""
+    """One run of ``vllm bench serve`` (random dataset of fixed lengths, ``--ignore-eos``)
+    through this script: a closed loop of ``concurrency`` streams, or Poisson arrivals at
+    ``request_rate`` capped at ``concurrency`` in flight (None: no cap). Its ``--save-result``
+    JSON (kept in ``result_dir`` when given). Raises SystemExit with the benchmark's output
+    tail when it fails."""
+    if concurrency is None and request_rate is None:
+        raise ValueError("a closed loop needs its concurrency")
     where = result_dir or Path(tempfile.mkdtemp(prefix="vllm-bench-"))
-    name = f"vllm-c{concurrency}-{uuid.uuid4().hex[:6]}.json"
+    load = f"c{concurrency}" if request_rate is None else f"r{request_rate:g}"
+    name = f"vllm-{load}-{uuid.uuid4().hex[:6]}.json"
+    cap = [] if concurrency is None else ["--max-concurrency", str(concurrency)]
+    rate = (
+        [] if request_rate is None else ["--request-rate", f"{request_rate:g}", "--burstiness", "1"]
+    )
     cmd = [
         vllm_python, __file__,
         "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
         "--model", model, "--tokenizer", tokenizer,
         "--dataset-name", "random", "--random-input-len", str(prompt_tokens),
         "--random-output-len", str(output_tokens), "--random-range-ratio", "0",
-        "--ignore-eos", "--max-concurrency", str(concurrency), "--num-prompts", str(requests),
+        "--ignore-eos", *cap, *rate, "--num-prompts", str(requests),
         "--num-warmups", str(warmups), "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,90,99", "--disable-tqdm",
         "--save-result", "--result-dir", str(where), "--result-filename", name,

@@ -113,6 +113,15 @@ def test_save_result_writes_full_files_per_point(base_url: str, tmp_path: Path) 
         assert data["tuner_prompts"] == "text"
 
 
+def test_a_rate_point_without_a_cap_writes_none_as_vllm_does(base_url: str) -> None:
+    """`tuner load --request-rate` capped 256 in flight unless told; now, as `vllm bench
+    serve --request-rate` without --max-concurrency, it caps none and writes null."""
+    stdout = _invoke(base_url, "--request-rate", "200", "--requests", "12", "--json", *QUICK)
+    (point,) = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    assert point["request_rate"] == 200.0 and point["max_concurrency"] is None
+    assert point["completed"] == 12 and point["tuner_arrival"] == "poisson"
+
+
 def test_save_result_never_overwrites_an_earlier_result(tmp_path: Path) -> None:
     """Runs within the same second wrote the same file name: the last one replaced the others."""
     from tuner.load.bench import PointResult, save

@@ -75,11 +75,17 @@ def test_a_trace_replayed_at_its_own_times_caps_nothing_unless_told(tmp_path: Pa
         assert (point.trace_paced, point.requests_per_window, point.concurrency) == (True, 50, cap)
 
 
-def test_rate_ladder_capped_in_flight() -> None:
+def test_rate_ladder_caps_nothing_in_flight_unless_told() -> None:
+    """A rate point capped 256 requests in flight by default, where `vllm bench serve
+    --request-rate` without --max-concurrency caps none: above that many, tuner's arrivals
+    waited and the rate it sent was not the rate it said."""
     points = bench.workload(_opts(request_rate="8,2")).load_points()
     assert [p.request_rate for p in points] == [2.0, 8.0]
-    assert {p.concurrency for p in points} == {256}
     assert {p.requests_per_window for p in points} == {80}  # 10 s at 8 req/s
+    assert {p.concurrency for p in points} == {80}  # every request of the window may be
+    many = bench.workload(_opts(request_rate="100", requests=2000)).load_points()
+    assert many[0].concurrency == 2000
+    assert "no cap in flight" in command.summary_line(_opts(request_rate="2"), "m")
     capped = bench.workload(_opts(request_rate="1", max_concurrency=4, requests=10))
     assert capped.load_points()[0].concurrency == 4
     assert capped.load_points()[0].requests_per_window == 10

@@ -111,7 +111,7 @@ def options(
     ``--workload`` is read later (:func:`tuner.load.bench.with_workload`), once the server
     names its model."""
     from tuner.domain.workload import parse_slo
-    from tuner.load import DEFAULT_CONCURRENCY, DEFAULT_MAX_CONCURRENCY, LoadOptions, tokenizer_file
+    from tuner.load import DEFAULT_CONCURRENCY, LoadOptions, tokenizer_file
 
     if workload is not None:
         for name, value in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
@@ -191,7 +191,7 @@ def options(
         model=model,
         concurrency=streams,
         request_rates=rates,
-        max_concurrency=max_concurrency or DEFAULT_MAX_CONCURRENCY,
+        max_concurrency=max_concurrency,
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         requests=requests,
@@ -383,9 +383,10 @@ def summary_line(opts: LoadOptions, model: str) -> str:
     elif opts.closed_loop:
         what = f"concurrency {streams}"
     else:
-        what = (
-            f"request rate {','.join(f'{r:g}' for r in opts.request_rates)} req/s "
-            f"(max {opts.max_concurrency} in flight)"
+        what = f"request rate {','.join(f'{r:g}' for r in opts.request_rates)} req/s" + (
+            " (no cap in flight)"
+            if opts.max_concurrency is None
+            else f" (max {opts.max_concurrency} in flight)"
         )
         if shape is not None and any(r.session is not None for r in shape.trace or ()):
             what += " of rows drawn at random (its sessions are not replayed as conversations)"
@@ -458,7 +459,10 @@ def load(
     ] = None,
     max_concurrency: Annotated[
         int | None,
-        typer.Option(help="With --request-rate: the cap on requests in flight (default 256)."),
+        typer.Option(
+            help="With --request-rate: the cap on requests in flight (default: none, as "
+            "vllm bench serve)."
+        ),
     ] = None,
     prompt_tokens: Annotated[
         int | None, typer.Option(help="Tokens per prompt (default 512).", show_default=False)

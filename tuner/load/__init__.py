@@ -8,7 +8,6 @@ from tuner import face
 if TYPE_CHECKING:
     from tuner.load.bench import (
         DEFAULT_CONCURRENCY,
-        DEFAULT_MAX_CONCURRENCY,
         LoadOptions,
         PointResult,
         workload,
@@ -55,7 +54,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CAPACITY_METRICS",
     "DEFAULT_CONCURRENCY",
-    "DEFAULT_MAX_CONCURRENCY",
     "FEASIBLE",
     "FULL",
     "HIGHER_IS_BETTER",

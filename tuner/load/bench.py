@@ -43,7 +43,6 @@ from tuner.load.traces import check_readable, split_name, tokenizer_file
 from tuner.load.workloads import get_workload
 
 DEFAULT_CONCURRENCY = 16
-DEFAULT_MAX_CONCURRENCY = 256  # the cap on requests in flight of a request-rate point
 MIN_CLOSED_REQUESTS = 32  # a closed-loop point sends max(this, 4 x concurrency) by default
 MIN_RATE_REQUESTS = 64
 RATE_WINDOW_S = 10.0  # default requests of a rate ladder: ~10 s of arrivals at its top rate
@@ -57,8 +56,10 @@ class LoadOptions:
     url: str  # the server root, http://host:port
     model: str | None  # None: the first model the server lists
     concurrency: tuple[int, ...] = (DEFAULT_CONCURRENCY,)
-    request_rates: tuple[float, ...] = ()  # non-empty: Poisson arrivals, capped in flight
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    request_rates: tuple[float, ...] = ()  # non-empty: Poisson arrivals
+    # The cap on requests in flight of a request-rate point; None: none, every request of the
+    # window may be (as ``vllm bench serve --request-rate`` without ``--max-concurrency``).
+    max_concurrency: int | None = None
     prompt_tokens: int = 512
     output_tokens: int = 256
     requests: int | None = None  # per load point; None: the defaults above
@@ -152,7 +153,8 @@ def workload(opts: LoadOptions) -> Workload:
         )
     if shape.trace is not None:
         shape = shape.replace(arrival="poisson")
-    return shape.replace(concurrency=opts.max_concurrency, rate_ladder=tuple(opts.request_rates))
+    cap = shape.requests_per_window if opts.max_concurrency is None else opts.max_concurrency
+    return shape.replace(concurrency=cap, rate_ladder=tuple(opts.request_rates))
 
 
 def each_row_once(shape: Workload) -> Workload:
@@ -293,9 +295,11 @@ def run(
             records,
             window.duration_s,
             model=model,
-            # A replay whose every request may be in flight had no cap: vLLM writes null.
+            # A replay or a rate point whose every request may be in flight had no cap: vLLM
+            # writes null.
             concurrency=None
-            if point.trace_paced and point.concurrency >= point.requests_per_window
+            if (point.trace_paced or point.request_rate is not None)
+            and point.concurrency >= point.requests_per_window
             else point.concurrency,
             request_rate=point.request_rate,
             percentiles=opts.percentiles,
