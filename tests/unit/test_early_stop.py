@@ -3,6 +3,7 @@ point, and how often a configuration as good as the best is stopped by chance.""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -118,7 +119,7 @@ def test_a_latency_studys_early_stop_rests_on_the_p99_noise() -> None:
         WindowMetrics,
         Workload,
     )
-    from tuner.study.early import launch_sigma, point_spread
+    from tuner.study.early import DEFAULT_LAUNCH_SIGMA, launch_sigma, point_spread
 
     def est(v: float) -> Estimate:
         return Estimate(v, v, v, (v,))
@@ -138,6 +139,12 @@ def test_a_latency_studys_early_stop_rests_on_the_p99_noise() -> None:
     assert launch_sigma(rows, Objective.LATENCY) == pytest.approx(pooled(p99))
     assert launch_sigma(rows, Objective.THROUGHPUT) == pytest.approx(pooled(thr))
     assert launch_sigma(rows, Objective.CAPACITY) == pytest.approx(pooled(thr))  # by points
+    # Launches that measured throughput's spread but not P99's: a latency study took
+    # throughput's (0.01 here), which stops far more than the default margin.
+    no_p99 = [dataclasses.replace(r, metrics={"output_throughput": r.metrics["output_throughput"]})
+              for r in rows]  # fmt: skip
+    assert launch_sigma(no_p99, Objective.LATENCY) == DEFAULT_LAUNCH_SIGMA
+    assert launch_sigma(no_p99, Objective.THROUGHPUT) == pytest.approx(pooled(thr))
 
     stats = LatencyStats(1, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0)
 

@@ -64,7 +64,8 @@ def launch_sigma(rows: Iterable[TrialResult], objective: Objective) -> float:
     """Log-scale SD of a launch's ``objective`` score (:func:`tuner.study.planning.score_sd`),
     from each scored metric's spread across launches of one configuration among the complete
     ``rows`` (:func:`tuner.scoring.noise.components`, pooled over configurations);
-    :data:`DEFAULT_LAUNCH_SIGMA` below 2 degrees of freedom."""
+    :data:`DEFAULT_LAUNCH_SIGMA` where a scored metric has fewer than 2 degrees of freedom
+    (throughput's narrower spread does not stand in for a P99's here: it would stop more)."""
     groups: dict[ServingConfig, str] = {}
     launches: dict[str, list[Launch]] = {}
     for row in rows:
@@ -73,7 +74,7 @@ def launch_sigma(rows: Iterable[TrialResult], objective: Objective) -> float:
             for name, ls in log_values(row).items():
                 launches.setdefault(name, []).append(Launch(group, tuple(ls)))
     pooled = {n: c for n, ls in launches.items() if (c := components(ls)) and c.df >= 2}
-    sd = score_sd(pooled, objective)[0]
+    sd = score_sd(pooled, objective, stand_in=False)[0]
     return DEFAULT_LAUNCH_SIGMA if sd is None else sd
 
 

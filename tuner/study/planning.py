@@ -251,7 +251,10 @@ def _launch_sd(
 
 
 def score_sd(
-    profile: NoiseProfile | Mapping[str, Components], objective: Objective
+    profile: NoiseProfile | Mapping[str, Components],
+    objective: Objective,
+    *,
+    stand_in: bool = True,
 ) -> tuple[float | None, str]:
     """The SD of one launch's ``objective`` score from ``profile`` (or its components by
     metric), and what it rests on.
@@ -262,8 +265,8 @@ def score_sd(
     spreads wider (P99 TTFT twice as wide on the H200, docs/results/noise-h200.md). The memory
     score is guarded by throughput (``min(1, thr / thr_ref)``), so its noise counts too; a
     capacity or cost study scores the capacity where the profile has it (a load curve's).
-    Where the profile lacks one of the metrics: throughput's, said so; None where it lacks
-    that too."""
+    Where the profile lacks one of the metrics: throughput's, said so (``stand_in``; else
+    None); None where it lacks that too."""
     weights = {n: w for n, w in zip(_WEIGHED, WEIGHTS[objective], strict=True) if w}
     if objective is Objective.MEMORY:
         weights[HEADLINE] = 1.0
@@ -279,7 +282,7 @@ def score_sd(
         what = " + ".join(f"{w:g} x {_LABELS[n]}" for n, w in weights.items())
         return sd, f"SD of a launch's {what}, at most {sd:.3f}, from {launches} stored launches"
     thr = profile.get(HEADLINE)
-    if thr is None:
+    if thr is None or not stand_in:
         return None, ""
     missing = ", ".join(_LABELS[n] for n, p in parts.items() if p is None)
     label = _LABELS[HEADLINE]
