@@ -112,6 +112,58 @@ def test_bad_options_are_usage_errors(changes: dict[str, Any], words: str) -> No
     assert words in info.value.message
 
 
+def test_a_cap_in_flight_is_one_the_user_gave_not_one_guessed_from_its_size(
+    tmp_path: Path,
+) -> None:
+    """vLLM writes the --max-concurrency it was given. tuner wrote null whenever the cap was
+    at least a window's requests: --max-concurrency 1000 over 40 requests, and a workload's
+    own cap of 64 printed as "max 64 in flight", both saved as uncapped."""
+    trace = tmp_path / "timed.jsonl"
+    rows = [{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": i / 10} for i in range(40)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def caps(opts: bench.LoadOptions) -> list[bool]:
+        if opts.workload_name is not None:
+            opts = bench.with_workload(opts, "m")
+        return [bench.capped(opts, p) for p in bench.workload(opts).load_points()]
+
+    assert caps(_opts(request_rate="50", max_concurrency=1000, requests=40)) == [True]
+    assert caps(_opts(request_rate="50,100")) == [False, False]
+    assert caps(_opts(concurrency="4,16")) == [True, True]
+    loaded = {"prompt_tokens": None, "output_tokens": None, "workload": f"tuner:{trace}"}
+    assert caps(_opts(**loaded)) == [False]  # a replay at the trace's times
+    assert caps(_opts(**loaded, concurrency="100")) == [True]
+    assert caps(_opts(**loaded, workload_set="concurrency=100")) == [True]
+    assert caps(_opts(**loaded, workload_set="arrival=poisson")) == [True]  # its own 64
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"request_rate": "5", "workload_set": "concurrency=8"}, "--max-concurrency K"),
+        ({"concurrency": "5", "workload_set": "concurrency=8"}, "replaces the workload's load"),
+    ],
+)
+def test_a_workloads_own_cap_beside_a_load_given_is_refused(
+    tmp_path: Path, changes: dict[str, Any], words: str
+) -> None:
+    """--workload-set concurrency=2 beside --request-rate 200 was dropped without a word: the
+    run went uncapped."""
+    trace = tmp_path / "timed.jsonl"
+    trace.write_text(json.dumps({"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 0}) + "\n")
+    with pytest.raises(UsageError) as info:
+        _opts(prompt_tokens=None, output_tokens=None, workload=f"tuner:{trace}", **changes)
+    assert words in info.value.message + (info.value.hint or "")
+
+
+def test_max_concurrency_at_a_workloads_own_rate_points_to_its_cap() -> None:
+    """The refusal said "give the streams with --concurrency", which turned a Poisson preset
+    into a closed loop of that many streams."""
+    with pytest.raises(UsageError) as info:
+        _opts(prompt_tokens=None, output_tokens=None, workload="chat", max_concurrency=8)
+    assert "--workload-set concurrency=K" in (info.value.hint or "")
+
+
 def test_server_address_forms() -> None:
     assert command.server_root("127.0.0.1:8000") == "http://127.0.0.1:8000"
     assert command.server_root("http://h:1/v1/") == "http://h:1"

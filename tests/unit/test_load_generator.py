@@ -411,6 +411,12 @@ def test_timed_arrivals_held_back_by_the_in_flight_cap_are_measured_and_said() -
         "500 req/s: arrivals waited for one of the 1 requests in flight"
     )
     assert "leaves the wait out" in said[0] and "--workload-set concurrency=N" in said[0]
+    assert "--max-concurrency N with --request-rate" in said[0]
+    # A replay at the trace's times: its cap is --concurrency (--workload-set concurrency was
+    # refused alongside it, or ignored).
+    replay = PointResult("trace", capped, {"failed": 0, "errors": [], "tuner_arrival": "trace"})
+    (line,) = warnings(replay)
+    assert "raise the cap (--concurrency N)" in line and "--workload-set" not in line
     assert warnings(PointResult("500 req/s", roomy, {"failed": 0, "errors": []}, {})) == []
 
 
@@ -458,8 +464,32 @@ def test_a_hard_limit_below_a_windows_requests_lets_the_run_go_on(
     set_to: list[tuple[int, int]] = []
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 4096))
     monkeypatch.setattr(resource, "setrlimit", lambda _, limits: set_to.append(limits))
-    generator._allow_open_files(23_000)
+    assert generator._allow_open_files(23_000) == 4096 - generator._SPARE_FILES
     assert set_to == [(4096, 4096)]
+
+
+@pytest.mark.parametrize("rate", [None, 500.0])
+def test_requests_in_flight_are_held_to_what_the_open_file_limit_holds(
+    monkeypatch: pytest.MonkeyPatch, rate: float | None
+) -> None:
+    """Past the hard limit on open files an uncapped run kept a socket per request in flight
+    until every further open failed: a module's import in the client's self-check raised
+    EMFILE and `tuner load` died with a traceback. The requests in flight are held to what the
+    limit holds, and the window says the client was the limit."""
+    from tuner.load import generator
+
+    monkeypatch.setattr(generator, "_allow_open_files", lambda sockets: min(sockets, 2))
+    server = FakeVllm(gap_s=0.02)
+    wide = SMALL.replace(concurrency=6, requests_per_window=12, windows=1, warmup_requests=0)
+    with serving(server) as url:
+        window = _generator(url).run(wide.replace(request_rate=rate)).windows[0]
+    assert server.max_in_flight == 2 and window.requests_ok == 12
+    assert window.client is not None and window.client_bound
+    assert "open files for 2 requests in flight" in "; ".join(window.client.notes)
+    monkeypatch.undo()  # a limit that holds them all
+    with serving(FakeVllm(gap_s=0.02)) as url:
+        roomy = _generator(url).run(wide.replace(request_rate=rate)).windows[0]
+    assert not roomy.client_bound
 
 
 def test_a_wait_for_a_slot_is_no_verdict_on_the_client() -> None:

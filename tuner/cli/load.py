@@ -152,7 +152,18 @@ def options(
     if max_concurrency is not None and request_rate is None:
         raise UsageError(
             "--max-concurrency caps a --request-rate run",
-            hint="for a closed loop give the streams with --concurrency",
+            hint="for a closed loop give the streams with --concurrency"
+            if workload is None
+            else "at the workload's own load its cap is --workload-set concurrency=K; "
+            "--concurrency K would make it a closed loop of K streams",
+        )
+    if "concurrency" in overrides and (concurrency is not None or request_rate is not None):
+        given = "--concurrency" if concurrency is not None else "--request-rate"
+        raise UsageError(
+            f"--workload-set concurrency=... is the workload's own cap, and {given} replaces "
+            "the workload's load",
+            hint="cap a --request-rate run with --max-concurrency K; with --concurrency K, K is "
+            "the cap (of a replay at the trace's times) or the streams",
         )
     for name, value, low in (
         ("--prompt-tokens", prompt_tokens, 1),
@@ -359,8 +370,7 @@ def warnings(point: PointResult) -> list[str]:
             f"{point.label}: arrivals waited for one of the {point.window.concurrency} "
             f"requests in flight, {client.held_p99_ms:.0f} ms at P99: the server did not keep "
             "up with them at that cap, and TTFT (timed from the send, as vllm bench serve "
-            "times it) leaves the wait out; raise the cap (--workload-set concurrency=N) to "
-            "see the server's own queue"
+            f"times it) leaves the wait out; {_raise_cap(point)} to see the server's own queue"
         )
     if client is not None and client.disturbed:
         lines.append(
@@ -372,6 +382,16 @@ def warnings(point: PointResult) -> list[str]:
         first = next((e for e in point.result["errors"] if e), "?")
         lines.append(f"{point.label}: {failed} of {point.result['num_prompts']} failed: {first}")
     return lines
+
+
+def _raise_cap(point: PointResult) -> str:
+    """How the cap of ``point`` is raised: the option that set it."""
+    if point.result.get("tuner_arrival") == "trace":
+        return "raise the cap (--concurrency N) or leave it out (a replay caps nothing unless told)"
+    return (
+        "raise the cap (--max-concurrency N with --request-rate; --workload-set concurrency=N "
+        "at a workload's own rate)"
+    )
 
 
 def summary_line(opts: LoadOptions, model: str) -> str:

@@ -157,6 +157,19 @@ def workload(opts: LoadOptions) -> Workload:
     return shape.replace(concurrency=cap, rate_ladder=tuple(opts.request_rates))
 
 
+def capped(opts: LoadOptions, point: Workload) -> bool:
+    """Whether a cap on requests in flight was set for ``point``, which ``vllm bench serve``
+    writes as ``max_concurrency`` (null without one): a closed loop's streams; a rate point's
+    ``--max-concurrency`` (or the cap of a workload at its own rate); a replay at the trace's
+    times, its ``--concurrency`` or ``--workload-set concurrency``. A cap is not guessed from
+    its size: one given at or above a window's requests is still the cap given."""
+    if point.trace_paced:
+        return opts.ladder_given or "concurrency" in opts.workload_set
+    if point.request_rate is not None:
+        return opts.max_concurrency is not None
+    return True
+
+
 def each_row_once(shape: Workload) -> Workload:
     """A closed-loop trace without arrival times (ShareGPT, custom) sent as ``vllm bench
     serve`` sends a dataset: every row once, in the file's order (vLLM's with
@@ -295,12 +308,7 @@ def run(
             records,
             window.duration_s,
             model=model,
-            # A replay or a rate point whose every request may be in flight had no cap: vLLM
-            # writes null.
-            concurrency=None
-            if (point.trace_paced or point.request_rate is not None)
-            and point.concurrency >= point.requests_per_window
-            else point.concurrency,
+            concurrency=point.concurrency if capped(opts, point) else None,
             request_rate=point.request_rate,
             percentiles=opts.percentiles,
             goodput=bounds,

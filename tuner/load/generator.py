@@ -26,11 +26,18 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from tuner.domain import FailureClass, RequestRecord, Slo, WindowMetrics, Workload
+from tuner.domain import (
+    ClientHealth,
+    FailureClass,
+    RequestRecord,
+    Slo,
+    WindowMetrics,
+    Workload,
+)
 from tuner.errors import LoadFailure
 from tuner.load.curve import point_label
 from tuner.load.prompts import PromptFactory
-from tuner.load.selfcheck import EnergyMeter, LoopLag, Neighbours, WindowCheck
+from tuner.load.selfcheck import LAG_BOUND_MS, EnergyMeter, LoopLag, Neighbours, WindowCheck
 from tuner.load.stats import window_metrics
 from tuner.load.stream import request_body, stream_completion
 from tuner.load.workloads import PlannedRequest, check_workload, plan_requests
@@ -52,19 +59,32 @@ _POLL_S = 0.2  # how often should_abort is asked
 _SPARE_FILES = 256  # open files kept beside the sockets of the requests in flight
 
 
-def _allow_open_files(sockets: int) -> None:
+def _allow_open_files(sockets: int) -> int:
     """Raise this process's soft limit on open files, up to its hard limit, to hold
-    ``sockets`` (one a request in flight) and :data:`_SPARE_FILES` more. At Linux's default
-    soft limit of 1024, a trace replayed with 2,000 requests in flight at once failed every
-    open (a socket, a module's import) with EMFILE."""
+    ``sockets`` (one a request in flight) and :data:`_SPARE_FILES` more; how many sockets it
+    then holds (``sockets``, or fewer past the hard limit). At Linux's default soft limit of
+    1024, a trace replayed with 2,000 requests in flight at once failed every open (a socket,
+    a module's import) with EMFILE."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = sockets + _SPARE_FILES
     if soft == resource.RLIM_INFINITY or soft >= want:
-        return
+        return sockets
     # An uncapped replay may ask for more than ever are in flight (every row of an hour's
     # trace), so past the hard limit this raises what it can and lets the run go on.
     most = want if hard == resource.RLIM_INFINITY else min(want, hard)
     resource.setrlimit(resource.RLIMIT_NOFILE, (most, hard))
+    return max(1, most - _SPARE_FILES)
+
+
+def _files_bound(health: ClientHealth, room: int) -> ClientHealth:
+    """``health`` of a window that this process's open files held to ``room`` requests in
+    flight (its arrivals waited, or its closed loop ran fewer streams): the client was the
+    limit."""
+    note = (
+        f"this process may open files for {room} requests in flight at most (its hard "
+        "limit, ulimit -Hn)"
+    )
+    return dataclasses.replace(health, client_bound=True, notes=(*health.notes, note))
 
 
 @dataclass(frozen=True)
@@ -124,6 +144,9 @@ class LoadGenerator:
         self.stall_timeout_s = stall_timeout_s
         self.neighbours = neighbours
         self.energy = energy
+        # The requests in flight the open-file limit held, where it held fewer than a phase
+        # wanted (see _phase); None where it held them all.
+        self.files_capped: int | None = None
 
     def run(
         self,
@@ -201,6 +224,10 @@ class LoadGenerator:
                     )  # fmt: skip
                     energy = self.energy.end() if self.energy is not None else None
                     health = check.end(held)
+                    # A closed loop so capped ran fewer streams than its point says.
+                    waited = not timed or health.held_p99_ms >= LAG_BOUND_MS
+                    if self.files_capped is not None and waited:
+                        health = _files_bound(health, self.files_capped)
                     where = f"window {index + 1}"
                     if len(points) > 1:
                         label = point_label(
@@ -314,8 +341,12 @@ class LoadGenerator:
         ]
         self.prompts.forget_phase_streams()  # this phase's, all used by now
         url = f"{self.base_url}/v1/completions"
-        _allow_open_files(min(concurrency, len(plan)))
-        slots = asyncio.Semaphore(concurrency)
+        # Past the hard limit on open files the requests in flight are capped at what it
+        # holds: beyond, a socket (or an import of the run's own) failed with EMFILE.
+        wanted = min(concurrency, len(plan))
+        room = _allow_open_files(wanted)
+        self.files_capped = room if room < wanted else None
+        slots = asyncio.Semaphore(min(concurrency, room))
         # A session's turns go in plan order: each waits for the one before it to finish.
         done_events = [asyncio.Event() for _ in plan]
         previous: list[int | None] = []
