@@ -1235,11 +1235,50 @@ def test_a_combination_the_rules_rule_out_uses_the_budget_only_when_drawn_again(
         choices={"max_num_seqs": (1, 8, 64), "max_num_batched_tokens": (32, 2048)},
         enqueue=[bad, bad],
     )  # fmt: skip
+    from tuner.study.loop import SilentReporter
+
+    places: list[int | None] = []
+
+    class Places(SilentReporter):
+        def trial_started(self, number, index, total, config, baseline):  # type: ignore[no-untyped-def]
+            places.append(index)
+
     runner = FakeRunner()
-    run_study(ctx, runner, repo)
+    run_study(ctx, runner, repo, reporter=Places())
     rows = repo.list_trials(ctx.name, limit=None)
     ruled_out = [r for r in rows if r.failure is FailureClass.INVALID_CONFIG]
     assert len(ruled_out) == 2
     assert "no trial of the budget" in ruled_out[0].failure_detail
     assert "drawn again, it uses a trial of the budget" in ruled_out[1].failure_detail
     assert len(runner.calls) == 3  # 4 trials: 3 launches and the second ruled-out draw
+    # The progress line said "trial 2/4" for the free draw and again for the next one.
+    assert places == [1, None, 2, 3, 4]
+
+
+def test_a_ruled_out_draw_is_free_once_even_when_another_worker_ruled_it_out_meanwhile() -> None:
+    """Whether a ruled-out draw was the first of its configuration was read from the rows of
+    the loop's sweep: another worker's draw of it, ruled out after that read, left both free,
+    and the study ran a trial over its budget ("4 of 3 search trials" on every surface). The
+    trials as they are at the screening decide, in number order as the surfaces count."""
+    from types import SimpleNamespace
+
+    from tuner.domain import TrialResult
+    from tuner.study import sharing
+    from tuner.study.loop import _free_draw
+
+    bad = ServingConfig(max_num_seqs=64, max_num_batched_tokens=32)
+    ruled = TrialResult(bad, TrialStatus.PRUNED, failure=FailureClass.INVALID_CONFIG)
+    other = SimpleNamespace(
+        number=3,
+        user_attrs={sharing.DRAWN: bad.to_dict(), "failure_class": "invalid_config"},
+    )
+
+    def study(*trials: Any) -> Any:
+        return SimpleNamespace(get_trials=lambda deepcopy=True: list(trials))
+
+    mine = SimpleNamespace(number=5)
+    assert not _free_draw(study(other), mine, bad, ruled, [])  # stale rows: no ruled-out row
+    assert _free_draw(study(other), SimpleNamespace(number=2), bad, ruled, [])  # mine first
+    assert _free_draw(study(), mine, bad, ruled, [])
+    found = TrialResult(bad, TrialStatus.PRUNED, failure=FailureClass.DOMINATED)
+    assert not _free_draw(study(), mine, bad, found, [])  # only a rule's refusal is free

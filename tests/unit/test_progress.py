@@ -23,6 +23,17 @@ def test_confirmation_launches_are_named_so() -> None:
     assert lines[2].startswith("confirmation launch 2/4 #100001: ")
 
 
+def test_a_draw_that_takes_no_place_in_the_budget_says_so() -> None:
+    """A ruled-out first draw was announced "trial 2/5", and so was the next trial."""
+    buffer = io.StringIO()
+    reporter = ConsoleReporter(Console(file=buffer, width=200))
+    reporter.trial_started(1, None, 5, ServingConfig(max_num_seqs=64), False)
+    reporter.trial_started(2, 2, 5, ServingConfig(max_num_seqs=8), False)
+    lines = buffer.getvalue().splitlines()
+    assert lines[0].startswith("trial #1, no place in the budget: ")
+    assert lines[1].startswith("trial 2/5 #2: ")
+
+
 def test_only_the_baseline_is_called_so_a_later_trial_of_the_defaults_measures_them_again() -> None:
     buffer = io.StringIO()
     reporter = ConsoleReporter(Console(file=buffer, width=200))

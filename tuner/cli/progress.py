@@ -30,7 +30,7 @@ class ConsoleReporter:
         self._phase = ""  # the last phase reported in this launch
 
     def trial_started(
-        self, number: int, index: int, total: int, config: ServingConfig, baseline: Defaults
+        self, number: int, index: int | None, total: int, config: ServingConfig, baseline: Defaults
     ) -> None:
         # Every score is against the baseline; a later trial of the defaults is not it.
         if baseline == "again":
@@ -39,7 +39,10 @@ class ConsoleReporter:
             tag = " (vLLM defaults, the baseline)" if baseline else ""
         # Confirmation launches are numbered apart from the search's trials.
         what = "confirmation launch" if number >= CONFIRM_NUMBER_BASE else "trial"
-        self._head = f"{what} {index}/{total} #{number}{tag}"
+        if index is None:
+            self._head = f"{what} #{number}, no place in the budget{tag}"
+        else:
+            self._head = f"{what} {index}/{total} #{number}{tag}"
         self._t0 = time.monotonic()
         self._phase = ""
         self.console.print(f"[bold]{self._head}[/]: {config.label()}")

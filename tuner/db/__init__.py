@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from tuner.db.names import STUDY_NAME_PATTERN, check_study_name, name_problem
     from tuner.db.repository import RUN_OWNER, Repository, plan_back
     from tuner.db.rows import (
+        FREE_NOTE,
+        USED_NOTE,
         ComparisonRow,
         StudyRow,
         StudyStatus,
@@ -44,8 +46,10 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "FREE_NOTE",
     "RUN_OWNER",
     "STUDY_NAME_PATTERN",
+    "USED_NOTE",
     "ComparisonRow",
     "MergeSummary",
     "Repository",

@@ -135,19 +135,24 @@ class TrialRow(TrialResult):
         return TrialResult(**{f.name: getattr(self, f.name) for f in fields(TrialResult)})
 
 
+# How the study loop records, in a ruled-out trial's failure detail, that it took no place in
+# the budget (Optuna's ``free`` mark, :mod:`tuner.study.sharing`); its other note is USED_NOTE.
+FREE_NOTE = "no trial of the budget: the next draw takes its place"
+USED_NOTE = "drawn again, it uses a trial of the budget"
+
+
 def budget_free(rows: Iterable[TrialRow]) -> dict[FailureClass, int]:
     """How many search trials among ``rows`` used no place in their study's trial budget, per
-    failure class, by the study loop's rules (:mod:`tuner.study.sharing`): every interrupted one
-    (Ctrl-C, a lost worker), and the first trial of each configuration that the space's rules
-    ruled out before launch (``invalid_config``); drawn again, such a configuration used one.
-    Rows lack Optuna's ``free`` mark: the loop counts the first draws of a study stored before
-    it set that mark, and this does not."""
+    failure class, as the study loop counted them (:mod:`tuner.study.sharing`): every
+    interrupted one (Ctrl-C, a lost worker), and each trial ruled out before launch
+    (``invalid_config``) that the loop marked free (:data:`FREE_NOTE`: the first draw of a
+    configuration; a study stored before 2026-12-07 has no such mark, and its loop counts them
+    all)."""
     free = dict.fromkeys(FREE, 0)
-    search = sorted((r for r in rows if r.phase is TrialPhase.SEARCH), key=lambda r: r.number)
-    for i, row in enumerate(search):
-        if row.failure is FailureClass.INTERRUPTED or (
-            row.failure is FailureClass.INVALID_CONFIG
-            and not ruled_out_before(search[:i], row.config)
+    for row in rows:
+        if row.phase is TrialPhase.SEARCH and (
+            row.failure is FailureClass.INTERRUPTED
+            or (row.failure is FailureClass.INVALID_CONFIG and FREE_NOTE in row.failure_detail)
         ):
             free[row.failure] += 1
     return free
@@ -156,8 +161,8 @@ def budget_free(rows: Iterable[TrialRow]) -> dict[FailureClass, int]:
 def ruled_out_before(rows: Iterable[TrialRow], config: ServingConfig) -> bool:
     """Whether the space's rules ruled ``config`` out in a trial among ``rows``
     (``invalid_config``): the first such draw uses no place in the budget (the study loop's
-    ``free`` mark), a second does, so a sampler that keeps drawing it cannot hold a study open
-    for good."""
+    ``free`` mark, :data:`FREE_NOTE`), a second does, so a sampler that keeps drawing it cannot
+    hold a study open for good."""
     return any(r.failure is FailureClass.INVALID_CONFIG and r.config == config for r in rows)
 
 

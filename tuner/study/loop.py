@@ -44,7 +44,9 @@ from sqlalchemy import exc as sa_exc
 
 from tuner.compose import StudyContext
 from tuner.db import (
+    FREE_NOTE,
     RUN_OWNER,
+    USED_NOTE,
     Repository,
     StudyRow,
     StudyStatus,
@@ -91,7 +93,12 @@ is measured against, :func:`tuner.study.standings.baseline`), as the defaults me
 
 class Reporter(Protocol):
     def trial_started(
-        self, number: int, index: int, total: int, config: ServingConfig, baseline: Defaults
+        self,
+        number: int,
+        index: int | None,  # its place in the budget, from 1; None: it takes none
+        total: int,
+        config: ServingConfig,
+        baseline: Defaults,
     ) -> None: ...
 
     def phase(self, phase: str, detail: str) -> None: ...
@@ -101,7 +108,7 @@ class Reporter(Protocol):
 
 class SilentReporter:
     def trial_started(
-        self, number: int, index: int, total: int, config: ServingConfig, baseline: Defaults
+        self, number: int, index: int | None, total: int, config: ServingConfig, baseline: Defaults
     ) -> None:
         pass
 
@@ -604,9 +611,26 @@ def _loop(
             # now (twin_of), so one already measured is the baseline and this one measures it again.
             again = defaults and baseline(rows) is not None
             earlier = _drawn_again(study, trial, config, rows, space)
-            # Its place in the budget: "trial 3/6" once, whichever worker measures it.
+            if earlier is not None:
+                screen: TrialResult | None = _repeated(config, earlier)
+            else:
+                screen = None if defaults else _screen(space, config, rows)
+            free = _free_draw(study, trial, config, screen, rows)
+            if free:
+                trial.set_user_attr(sharing.FREE, True)
+            if screen is not None and screen.failure is FailureClass.INVALID_CONFIG:
+                budget = FREE_NOTE if free else USED_NOTE
+                screen = dataclasses.replace(
+                    screen, failure_detail=f"{screen.failure_detail} ({budget})"
+                )
+            # Its place in the budget: "trial 3/6" once, whichever worker measures it; a
+            # first draw the rules rule out takes none.
             report.trial_started(
-                trial.number, at + 1, total, config, "again" if again else defaults
+                trial.number,
+                None if free else at + 1,
+                total,
+                config,
+                "again" if again else defaults,
             )
             repo.set_study_status(ctx.name, "running")  # another worker may have stopped
             trial_id = repo.start_trial(ctx.name, trial.number, config, "search", defaults)
@@ -616,13 +640,6 @@ def _loop(
                 else first_point_check(ctx, rows, slo)
             )
             try:
-                if earlier is not None:
-                    screen: TrialResult | None = _repeated(config, earlier)
-                else:
-                    screen = None if defaults else _screen(space, config, rows)
-                invalid = screen is not None and screen.failure is FailureClass.INVALID_CONFIG
-                if invalid and not ruled_out_before(rows, config):  # drawn again: it counts
-                    trial.set_user_attr(sharing.FREE, True)
                 result = screen or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
@@ -708,6 +725,30 @@ def _drawn_again(
     return earlier if space.exhausted_by({c for r in rows for c in ran_as(r)}) else None
 
 
+def _free_draw(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    config: ServingConfig,
+    screen: TrialResult | None,
+    rows: list[TrialRow],
+) -> bool:
+    """Whether ``screen`` rules ``config`` out by the space's rules for the first time, so
+    that ``trial`` takes no place in the budget (:func:`tuner.db.rows.ruled_out_before`, in
+    trial number order as the surfaces count it). Another worker's draw of it may have been
+    ruled out since ``rows`` were read: the trials as they are now say so."""
+    if screen is None or screen.failure is not FailureClass.INVALID_CONFIG:
+        return False
+    if ruled_out_before(rows, config):
+        return False
+    drawn, invalid = config.to_dict(), FailureClass.INVALID_CONFIG.value
+    return not any(
+        t.number < trial.number
+        and t.user_attrs.get(sharing.DRAWN) == drawn
+        and t.user_attrs.get("failure_class") == invalid
+        for t in study.get_trials(deepcopy=False)
+    )
+
+
 def _repeated(config: ServingConfig, earlier: TrialRow) -> TrialResult:
     """The record of a trial that :func:`_drawn_again` found measured: PRUNED, not launched."""
     same = "" if earlier.config == config else f" ({earlier.config.label()}, the same kernel)"
@@ -727,12 +768,7 @@ def _screen(space: SearchSpace, config: ServingConfig, rows: list[TrialRow]) -> 
     problems = space.violations(config)
     if problems:
         failure = FailureClass.INVALID_CONFIG
-        budget = (
-            "drawn again, it uses a trial of the budget"
-            if ruled_out_before(rows, config)
-            else "no trial of the budget: the next draw takes its place"
-        )
-        detail = f"{'; '.join(problems)} ({budget})"
+        detail = "; ".join(problems)  # and its place in the budget (_free_draw)
     elif (blocker := space.dominated_by(config, failed_configs(rows))) is not None:
         failure = FailureClass.DOMINATED
         detail = f"at least as demanding as {blocker.label()}, which did not fit"
