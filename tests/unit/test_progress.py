@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from tuner.cli.progress import ConsoleReporter
-from tuner.domain import ServingConfig
+from tuner.domain import ServingConfig, TrialResult, TrialStatus
 from tuner.study.confirm import CONFIRM_NUMBER_BASE
 
 
@@ -32,6 +32,24 @@ def test_a_draw_that_takes_no_place_in_the_budget_says_so() -> None:
     lines = buffer.getvalue().splitlines()
     assert lines[0].startswith("trial #1, no place in the budget: ")
     assert lines[1].startswith("trial 2/5 #2: ")
+
+
+def test_what_a_user_typed_is_printed_as_typed_not_read_as_markup() -> None:
+    """A chat template's "[/INST]" in a searched value crashed the progress line with rich's
+    MarkupError after the baseline, and again on every resume; "[red]x" lost its brackets."""
+    from tuner.domain import FailureClass
+
+    buffer = io.StringIO()
+    reporter = ConsoleReporter(Console(file=buffer, width=300))
+    config = ServingConfig(extra={"chat_template": "[INST] {q} [/INST] [red]x"})
+    reporter.trial_started(1, 2, 5, config, False)
+    reporter.phase("starting", "server log: [/bold] ready")
+    failed = TrialResult(config, TrialStatus.FAILED, failure=FailureClass.UNSUPPORTED,
+                         failure_detail="vLLM said: [/INST] is no token")  # fmt: skip
+    reporter.trial_finished(1, failed, None)
+    text = buffer.getvalue()
+    assert "chat_template=[INST] {q} [/INST] [red]x" in text
+    assert "server log: [/bold] ready" in text and "vLLM said: [/INST] is no token" in text
 
 
 def test_only_the_baseline_is_called_so_a_later_trial_of_the_defaults_measures_them_again() -> None:

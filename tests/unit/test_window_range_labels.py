@@ -106,4 +106,23 @@ def test_intervals_across_launches_keep_their_95_percent_label() -> None:
         ],
     }
     assert "change [95 % CI]" in comparison_table(record).splitlines()[0]
-    assert "measured B/A [95 % CI]" in claims_table([]).splitlines()[0]
+    claim = {"id": "c", "metric": "output_throughput", "claimed_text": "1.41",
+             "verdict": "refuted", "reason": "r",
+             "measured": {"ratio": 1.02, "low": 0.95, "high": 1.11}}  # fmt: skip
+    claimed = {**record, "workload": "w", "claim": claim}
+    assert "measured B/A [95 % CI]" in claims_table([claimed]).splitlines()[0]
+
+
+def test_a_claims_interval_says_its_own_level() -> None:
+    """`verify-claims --confidence 0.9` stored 90 % intervals; the Markdown export called them
+    95 %. One level for all: in the head; several: in each cell."""
+    claim = {"id": "c", "metric": "output_throughput", "claimed_text": "1.41",
+             "verdict": "refuted", "reason": "r",
+             "measured": {"ratio": 1.02, "low": 0.95, "high": 1.11}}  # fmt: skip
+    base = {"a_label": "A", "b_label": "B", "workload": "w", "claim": claim}
+    at_90 = claims_table([{**base, "confidence": 0.9}]).splitlines()
+    assert "measured B/A [90 % CI]" in at_90[0] and "95 %" not in "\n".join(at_90)
+    mixed = claims_table([{**base, "confidence": 0.9}, {**base, "confidence": 0.99}])
+    head, _, first, second = mixed.splitlines()
+    assert "measured B/A [CI]" in head
+    assert "[0.950, 1.110] (90 %)" in first and "[0.950, 1.110] (99 %)" in second

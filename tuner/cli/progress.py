@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.status import Status
 
 from tuner.cli.common import phase_line
@@ -45,18 +46,19 @@ class ConsoleReporter:
             self._head = f"{what} {index}/{total} #{number}{tag}"
         self._t0 = time.monotonic()
         self._phase = ""
-        self.console.print(f"[bold]{self._head}[/]: {config.label()}")
+        # What a user typed (a chat template's "[/INST]") is no markup.
+        self.console.print(f"[bold]{self._head}[/]: {escape(config.label())}")
         if self.live and self._status is None:
             self._status = self.console.status(self._head)
             self._status.start()
 
     def phase(self, phase: str, detail: str) -> None:
         elapsed = time.monotonic() - self._t0
-        line = f"{self._head} | {phase} {detail} | {elapsed:.0f}s | {self._best}"
+        line = escape(f"{self._head} | {phase} {detail} | {elapsed:.0f}s | {self._best}")
         if self._status is not None:
             self._status.update(line)
         elif phase_line(phase, self._phase):
-            self.console.print(f"  {phase} {detail}".rstrip(), highlight=False)
+            self.console.print(escape(f"  {phase} {detail}".rstrip()), highlight=False)
         self._phase = phase
 
     def trial_finished(self, number: int, result: TrialResult, best: Ranked | None) -> None:
@@ -74,7 +76,7 @@ class ConsoleReporter:
         else:
             failure = result.failure.value if result.failure else "?"
             self.console.print(
-                f"  [red]{result.status.value}[/] ({failure}): {result.failure_detail}",
+                f"  [red]{result.status.value}[/] ({failure}): {escape(result.failure_detail)}",
                 highlight=False,
             )
         if best is not None:
@@ -85,7 +87,7 @@ class ConsoleReporter:
                 else "no score: no defaults yet"
             )
             self._best = f"best: #{best.number} {score}"
-            self.console.print(f"  {self._best} ({best.config.label()})", highlight=False)
+            self.console.print(escape(f"  {self._best} ({best.config.label()})"), highlight=False)
 
     def close(self) -> None:
         if self._status is not None:

@@ -117,7 +117,7 @@ def comparison_table(record: Mapping[str, Any]) -> str:
     the change B/A - 1 with its interval (B/A of the sides' geometric means, not of the
     medians beside it: its header says so), and the verdict."""
     a, b = md_cell(record["a_label"] or "A"), md_cell(record["b_label"] or "B")
-    level = f"{(record.get('confidence') or 0.95) * 100:g} %"
+    level = _level(record)
     head = (
         f"| metric | {a}: median (launches) | {b}: median (launches) | "
         f"change [{level} CI] of {ratio_of(record)} | verdict |\n|---|---|---|---|---|\n"
@@ -133,19 +133,42 @@ def comparison_table(record: Mapping[str, Any]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def _level(record: Mapping[str, Any] | None) -> str:
+    """The confidence level of a stored comparison's intervals, e.g. "90 %"; "?" where the
+    record is unknown."""
+    if record is None:
+        return "?"
+    return f"{(record.get('confidence') or 0.95) * 100:g} %"
+
+
+def _interval_head(levels: Sequence[str]) -> tuple[str, bool]:
+    """An interval column's level for its head (" [95 % CI]") when every row with an interval
+    has that one, else " [CI]" and True: each such cell then names its own; nothing where no
+    row has an interval."""
+    if not levels:
+        return "", False
+    if len(set(levels)) == 1 and levels[0] != "?":
+        return f" [{levels[0]} CI]", False
+    return " [CI]", True
+
+
 def claims_table(records: Sequence[Mapping[str, Any]]) -> str:
-    """Verified claims as a Markdown table: claimed and measured B/A, verdict and why."""
+    """Verified claims as a Markdown table: claimed and measured B/A, verdict and why. The
+    interval's level is each comparison's own (``verify-claims --confidence``)."""
+    records = [r for r in records if r.get("claim")]
+    ratios = [r for r in records if (r["claim"].get("measured") or {}).get("ratio") is not None]
+    interval, per_row = _interval_head([_level(r) for r in ratios])
     head = (
-        "| claim | metric | A | B | workload | claimed B/A | measured B/A [95 % CI] | "
+        f"| claim | metric | A | B | workload | claimed B/A | measured B/A{interval} | "
         "verdict | why |\n|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in records:
-        claim = r.get("claim")
-        if not claim:
-            continue
+        claim = r["claim"]
         m = claim.get("measured") or {}
         measured = ratio_text(m.get("ratio"), m.get("low"), m.get("high")) or "-"
+        if per_row and m.get("ratio") is not None:
+            measured += f" ({_level(r)})"
         cells = [claim["id"], claim["metric"], r["a_label"], r["b_label"], r["workload"]]
         cells += [claim["claimed_text"], measured, claim["verdict"], claim["reason"]]
         lines.append("| " + " | ".join(md_cell(x) for x in cells) + " |")
@@ -162,9 +185,15 @@ def verdicts_table(
     A of a measured claim from the comparison in ``records`` it names."""
     by_id = {c.id: c for c in claims}
     compared = {r["id"]: r for r in records}
+
+    def level(v: Mapping[str, Any]) -> str:  # of a verdict measured by a stored comparison
+        return _level(compared.get(v["comparison_id"]))
+
+    compared_ones = [v for v in verdicts if v.get("comparison_id") is not None]
+    interval, per_row = _interval_head([level(v) for v in compared_ones])
     head = (
         "| claim | the article's figure | tested here as | B against A (workload) | measured "
-        "here [95 % CI] | verdict | why |\n|---|---|---|---|---|---|---|\n"
+        f"here{interval} | verdict | why |\n|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for v in verdicts:
@@ -180,6 +209,8 @@ def verdicts_table(
         else:
             arms = "-"
         measured = (v.get("measured") or {}).get("text") or "-"
+        if per_row and v.get("comparison_id") is not None and measured != "-":
+            measured += f" ({level(v)})"
         why = v["reason"].rstrip(".") + (f"; {v['setting']}" if v.get("setting") else "")
         lines.append(
             "| " + " | ".join(md_cell(x) for x in (v["id"], figure, tested, arms, measured))
