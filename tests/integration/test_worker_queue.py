@@ -513,7 +513,10 @@ def test_a_worker_on_a_sqlite_file_not_made_yet_creates_nothing_and_waits_for_it
     )  # fmt: skip
     try:
         assert waiting.stdout is not None
-        assert "worker: waiting for database" in waiting.stdout.readline()
+        said = waiting.stdout.readline()
+        assert "worker: waiting for database" in said
+        # It named `tuner serve --storage URL`, which refuses a database that does not exist.
+        assert f"`tuner db upgrade --storage {url}` creates it" in said
         time.sleep(1.0)
         assert waiting.poll() is None and not (tmp_path / "typo").exists()
         make_repo(url)  # what `tuner serve` does at its start

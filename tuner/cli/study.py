@@ -529,11 +529,14 @@ def worker(
     url = storage_url(storage)
     if study is not None:  # before anything is created: SQLite has no second host to join
         refuse_sqlite(url, "`tuner worker --study`")
-    if (missing := missing_sqlite_file(url)) is not None:  # `tuner serve` makes it; not here
+    if (missing := missing_sqlite_file(url)) is not None:  # `tuner db upgrade` makes it
         if once:  # nothing can be queued in a file that is not there
             say(f"worker: 0 studies taken (database {missing} does not exist)")
             return
-        say(f"worker: waiting for database {missing} (`tuner serve --storage {url}` creates it)")
+        say(
+            f"worker: waiting for database {missing} (`tuner db upgrade --storage {url}` "
+            f"creates it; then `tuner serve --storage {url}` queues studies in it)"
+        )
         while missing_sqlite_file(url) is not None:
             time.sleep(poll)
     ensure_ready(url, auto_upgrade=True)
