@@ -126,23 +126,23 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def load_sessions(paths: Sequence[Any]) -> list[dict[str, Any]]:
+def load_sessions(paths: Sequence[Any], first: int = 1) -> list[dict[str, Any]]:
     """The rows of several ``fidelity.jsonl`` files, each tagged with its session number
-    (1-based, in the order given)."""
+    (from ``first``, in the order given)."""
     rows: list[dict[str, Any]] = []
-    for number, path in enumerate(paths, start=1):
+    for number, path in enumerate(paths, start=first):
         for line in Path(path).read_text().splitlines():
             if line.strip():
                 rows.append({**json.loads(line), "session": number})
     return rows
 
 
-def client_markdown(raw_dirs: Sequence[Any]) -> str:
+def client_markdown(raw_dirs: Sequence[Any], first: int = 1) -> str:
     """tuner's self-check in each of its runs (from the raw ``tuner-rR-cC.json`` results, or
     ``tuner-rR-rRATE.json`` of a Poisson point): its CPU share of one core, its event loop's
     P99 lag, and the verdict."""
     found = []
-    for number, raw in enumerate(raw_dirs, start=1):
+    for number, raw in enumerate(raw_dirs, start=first):
         for path in Path(raw).glob("tuner-r*-*.json"):
             m = re.fullmatch(r"tuner-r(\d+)-(c|r)([\d.]+)\.json", path.name)
             if m:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -64,3 +65,29 @@ def test_the_throughput_claims_hold_on_the_data() -> None:
         for r in ratios:
             mean *= r
         assert f"| {c} | {len(ratios)} | {mean ** (1 / len(ratios)):.3f} |" in summary
+
+
+SESSION_3 = DATA / "session-3-h100"
+
+
+def test_the_h100_sessions_tables_are_derived_from_its_data() -> None:
+    rows = load_sessions([SESSION_3 / "fidelity.jsonl"], first=3)
+    assert _block("s3-summary") == summary_markdown(rows)
+    assert _block("s3-values") == values_markdown(rows)
+    assert _block("s3-ratios") == ratios_markdown(rows)
+    assert _block("s3-client") == client_markdown([SESSION_3 / "raw"], first=3)
+
+
+def test_poisson_arrivals_send_the_same_load_from_both_clients_without_a_cap() -> None:
+    """At 20 and 40 req/s with no cap in flight on either client, each pair's output
+    throughput agrees within 5 %, every request completed, and both saved results say no cap
+    (vLLM's null)."""
+    rows = load_sessions([SESSION_3 / "fidelity.jsonl"], first=3)
+    poisson = [(t, v) for t, v in pairs(rows) if t.get("request_rate") is not None]
+    assert len(poisson) == 3
+    for t, v in poisson:
+        assert abs(ratio(t["output_throughput"], v["output_throughput"]) - 1) <= 0.05
+        assert t["failed"] == 0 and v["failed"] == 0 and not t["client_bound"]
+    raw = [json.loads(p.read_text()) for p in (SESSION_3 / "raw").glob("*-r[24]0*.json")]
+    assert len(raw) == 6 and all(r["max_concurrency"] is None for r in raw)
+    assert {r["request_rate"] for r in raw} == {20.0, 40.0}
