@@ -58,6 +58,22 @@ def test_a_queued_study_is_claimed_once_and_runs(tmp_path: Path) -> None:
     assert repo.get_study("queued-1").status == "finished"
 
 
+def test_a_queued_study_stopped_before_its_set_up_is_resumed(tmp_path: Path) -> None:
+    """A worker stopped (Ctrl-C) or failed while it set a queued study up, before the Optuna
+    study existed: the worker said `tuner run --study NAME --resume` continues it, and that
+    resume died with a KeyError traceback; no worker takes such a study again."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=2, name="q4")
+    _queue(repo, "q4", ctx.spec)
+    assert repo.claim_queued_study() is not None  # taken; the worker stops in its set-up
+    repo.set_study_status("q4", "interrupted")
+    ranked = run_study(ctx, FakeRunner(), repo, resume=True)
+    assert ranked and repo.get_study("q4").status == "finished"
+    rows = repo.list_trials("q4", limit=None)
+    assert len(rows) == 2 and rows[0].is_baseline
+
+
 def test_a_study_tuner_run_sets_up_is_never_queued_for_a_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -513,11 +513,7 @@ def _open(
                 emulated=ctx.emulated,
                 spec={FINGERPRINT: fingerprint(ctx.workload).as_dict()},
             )
-        study = open_optuna_study(ctx, create=True, storage=storage)
-        planning.enqueue_predicted(ctx, study)  # a predicted regime's recipe goes first
-        study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})
-        for item in ctx.spec.enqueue:
-            study.enqueue_trial(ctx.space.params_for(ctx.space.config_from(item)))
+        study = _set_up_optuna(ctx, storage)
     else:
         runner = existing.spec.get(RUN_OWNER)
         if resume and isinstance(runner, dict):  # between its trials, or confirming
@@ -534,6 +530,12 @@ def _open(
                 hint=f"continue it with vLLM {existing.vllm_version} (--vllm-python), or start "
                 "another study (--study NEW) for this version",
             )
+        if resume and not _optuna_study_exists(storage, ctx.name):
+            # Its queue worker stopped (or failed) while it set the study up, before the
+            # Optuna study existed: this resume sets it up.
+            study = _set_up_optuna(ctx, storage)
+            _name_metrics(ctx, study)
+            return study
         study = open_optuna_study(ctx, create=False, storage=storage)
         # A resume: nobody else runs the study (none on this host, it checks first), so every
         # trial still running is dead; not so for a takeover (``alone`` False).
@@ -549,6 +551,25 @@ def _open(
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
     _name_metrics(ctx, study)
     return study
+
+
+def _set_up_optuna(ctx: StudyContext, storage: optuna.storages.RDBStorage) -> optuna.Study:
+    """The study's Optuna study, created with its first trials queued: a predicted regime's
+    recipe, vLLM's defaults, then the spec's ``[[enqueue]]``."""
+    study = open_optuna_study(ctx, create=True, storage=storage)
+    planning.enqueue_predicted(ctx, study)  # a predicted regime's recipe goes first
+    study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})
+    for item in ctx.spec.enqueue:
+        study.enqueue_trial(ctx.space.params_for(ctx.space.config_from(item)))
+    return study
+
+
+def _optuna_study_exists(storage: optuna.storages.RDBStorage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
 
 
 def refuse_taken(name: str, row: StudyRow | None) -> None:

@@ -100,7 +100,7 @@ def run_worker(
                 repo.set_study_status(row.name, "interrupted")
             if isinstance(exc, KeyboardInterrupt):
                 say(
-                    f"worker: study {row.name} interrupted (its running trial is recorded as "
+                    f"worker: study {row.name} interrupted (a running trial is recorded as "
                     f"interrupted); `tuner run --study {row.name} --resume` continues it"
                 )
             raise
