@@ -210,8 +210,10 @@ def test_an_interrupted_worker_says_which_study_and_how_to_continue_it(
         )
     study = repo.get_study("stopped")
     assert study is not None and study.status == "interrupted"
+    # Stopped before any trial (here: as its reporter is made): it said "its running trial
+    # is recorded as interrupted", of a trial that never was.
     assert said[-1] == (
-        "worker: study stopped interrupted (its running trial is recorded as interrupted); "
+        "worker: study stopped interrupted (stopped while it was set up, before any trial); "
         "`tuner run --study stopped --resume` continues it"
     )
 

@@ -99,9 +99,17 @@ def run_worker(
             with contextlib.suppress(Exception):
                 repo.set_study_status(row.name, "interrupted")
             if isinstance(exc, KeyboardInterrupt):
+                started = True
+                with contextlib.suppress(Exception):
+                    started = bool(repo.list_trials(row.name, limit=1))
+                what = (
+                    "its running trial is recorded as interrupted"
+                    if started
+                    else "stopped while it was set up, before any trial"
+                )
                 say(
-                    f"worker: study {row.name} interrupted (a running trial is recorded as "
-                    f"interrupted); `tuner run --study {row.name} --resume` continues it"
+                    f"worker: study {row.name} interrupted ({what}); "
+                    f"`tuner run --study {row.name} --resume` continues it"
                 )
             raise
         say(f"worker: study {row.name} {_ended(repo, row.name)}")
