@@ -423,6 +423,7 @@ def test_a_resume_beside_a_live_tuner_is_refused_and_loses_nothing(scenario: Sce
     said = " ".join((resume.stdout + resume.stderr).split())
     assert resume.returncode == 2, said
     assert f"study '{STUDY}' is running: process {tuner.pid} on this host" in said
+    assert "tuner worker --study" not in said  # SQLite takes one worker: no joining beside
     assert tuner.wait(timeout=120) == 0, s.output()
     rows = _trials(repo)
     assert all(r.failure is not FailureClass.INTERRUPTED for r in rows)

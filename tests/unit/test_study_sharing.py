@@ -214,3 +214,20 @@ def test_a_running_trial_no_worker_owns_is_abandoned_once_seen_so_for_the_grace(
     assert [k for k in sharing._UNOWNED_SINCE if k[0] == "s"] == []
     assert [k for k in sharing._UNOWNED_SINCE if k[0] == "other"]
     sharing._forget_unowned("other", [])
+
+
+def test_the_hints_for_a_study_running_beside_name_what_its_database_allows() -> None:
+    """On SQLite the refusal of a resume beside a live tuner hinted `tuner worker --study`,
+    which SQLite refuses, and that refusal hinted `tuner run --resume`, refused here: a
+    circle. A new study's --parallel was pointed at a resume of a study that did not exist."""
+    from tuner.errors import UsageError
+    from tuner.study.parallel import refuse_sqlite
+
+    live = {**sharing.worker_identity(), "pid": os.getppid()}  # another process, alive
+    for shared, named in ((True, True), (False, False)):
+        with pytest.raises(UsageError) as info:
+            sharing.refuse_beside(live, "s", shared=shared)
+        assert ("`tuner worker --study s`" in info.value.hint) is named
+    with pytest.raises(UsageError) as info:
+        refuse_sqlite("sqlite:///x.db", "--parallel 2")
+    assert "drop --parallel" in info.value.hint

@@ -518,7 +518,12 @@ def _open(
         runner = existing.spec.get(RUN_OWNER)
         if resume and isinstance(runner, dict):  # between its trials, or confirming
             confirming = existing.status == StudyStatus.CONFIRMING
-            sharing.refuse_beside(runner, ctx.name, "confirms it" if confirming else "runs it")
+            sharing.refuse_beside(
+                runner,
+                ctx.name,
+                "confirms it" if confirming else "runs it",
+                shared=not ctx.storage_url.startswith("sqlite"),
+            )
         if existing.spec:  # the study continues as it was created (tuner.spec.resume)
             resumed_spec(stored_spec(existing.spec, existing.name), ctx.spec)
             check_same_requests(existing.spec.get(FINGERPRINT), ctx.workload, ctx.name)

@@ -52,7 +52,8 @@ def refuse_sqlite(storage_url: str, what: str) -> None:
             f"{what} needs a database server that several processes can write at once; "
             f"{storage_url} is SQLite, whose file locks make parallel workers fail",
             hint="pass --storage postgresql+psycopg://USER:PASS@HOST/DB (or set TUNER_DB_URL); "
-            "one worker on SQLite: `tuner run --resume`",
+            "on SQLite one worker runs a study: drop --parallel (`tuner run --study NAME "
+            "--resume` continues a stopped one)",
         )
 
 

@@ -241,16 +241,19 @@ def named(owner: Mapping[str, Any]) -> str:
     return f"process {owner.get('pid')} on {'this host' if host == host_name() else f'host {host}'}"
 
 
-def refuse_beside(owner: Mapping[str, Any], name: str, doing: str = "runs it") -> None:
+def refuse_beside(
+    owner: Mapping[str, Any], name: str, doing: str = "runs it", *, shared: bool = True
+) -> None:
     """UsageError when ``owner`` (:func:`worker_identity`) is another live process on this
     host: a resume of study ``name`` beside it would mark its launch interrupted (between
-    trials and in the confirmation too), and it would then lose that launch's measurement."""
+    trials and in the confirmation too), and it would then lose that launch's measurement.
+    ``shared``: the study's database takes several workers (not SQLite), so one may join."""
     mine = owner.get("pid") == os.getpid()  # an earlier run of this process's
     if owner.get("host") == host_name() and not mine and not gone_here(owner):
+        beside = f"; `tuner worker --study {name}` runs beside it" if shared else ""
         raise UsageError(
             f"study {name!r} is running: {named(owner)} {doing}",
-            hint="let it finish, or stop it (Ctrl-C, or kill PID) and resume then; "
-            f"`tuner worker --study {name}` runs beside it",
+            hint=f"let it finish, or stop it (Ctrl-C, or kill PID) and resume then{beside}",
         )
 
 
@@ -358,7 +361,9 @@ def swept(
         for live in running_now:
             owner = live.user_attrs.get(WORKER)
             if isinstance(owner, dict):
-                refuse_beside(owner, name, f"measures its trial #{live.number}")
+                rdb = getattr(storage, "_backend", storage)  # under Optuna's cache
+                shared = not str(getattr(rdb, "url", "")).startswith("sqlite")
+                refuse_beside(owner, name, f"measures its trial #{live.number}", shared=shared)
     rows = repo.list_trials(name, limit=None)
     # A row stored as finished while its Optuna trial runs: the tuner stopped (or its host was
     # lost) between storing the result and telling Optuna. It is a result: it uses the budget
