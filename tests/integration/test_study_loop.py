@@ -349,6 +349,33 @@ def test_the_defaults_are_measured_however_often_they_were_interrupted(tmp_path:
     assert any(r.is_baseline and r.status.value == "complete" for r in rows)
 
 
+def test_a_users_stops_never_drop_an_enqueued_configuration(tmp_path: Path) -> None:
+    """Three Ctrl-Cs while the same [[enqueue]] configuration ran used its three attempts:
+    the next resume never measured it, and nothing said so. A user's stop is not the
+    configuration's doing."""
+    from tuner.domain import TrialResult, Workload
+
+    mine = ServingConfig(max_num_seqs=64)
+
+    class CtrlCOnMine(FakeRunner):
+        def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+            if config == mine:
+                raise KeyboardInterrupt
+            return super().run(config, workload, **kw)
+
+    url = f"sqlite:///{tmp_path / 'stops.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=3, name="stops", enqueue=[{"max_num_seqs": 64}])
+    with pytest.raises(KeyboardInterrupt):
+        run_study(ctx, CtrlCOnMine(), repo)
+    for _ in range(3):
+        with pytest.raises(KeyboardInterrupt):
+            run_study(ctx, CtrlCOnMine(), repo, resume=True)
+    runner = FakeRunner()
+    run_study(ctx, runner, repo, resume=True)
+    assert mine in runner.calls
+
+
 def test_the_defaults_queued_again_run_before_the_enqueued_configurations(
     tmp_path: Path,
 ) -> None:

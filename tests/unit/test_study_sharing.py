@@ -223,11 +223,16 @@ def test_the_hints_for_a_study_running_beside_name_what_its_database_allows() ->
     from tuner.errors import UsageError
     from tuner.study.parallel import refuse_sqlite
 
-    live = {**sharing.worker_identity(), "pid": os.getppid()}  # another process, alive
-    for shared, named in ((True, True), (False, False)):
-        with pytest.raises(UsageError) as info:
-            sharing.refuse_beside(live, "s", shared=shared)
-        assert ("`tuner worker --study s`" in info.value.hint) is named
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        live = {**sharing.worker_identity(), "pid": child.pid, "start": since_boot(child.pid)}
+        for shared, named in ((True, True), (False, False)):
+            with pytest.raises(UsageError) as info:
+                sharing.refuse_beside(live, "s", shared=shared)
+            assert ("`tuner worker --study s`" in info.value.hint) is named
+    finally:
+        child.kill()
+        child.wait()
     with pytest.raises(UsageError) as info:
         refuse_sqlite("sqlite:///x.db", "--parallel 2")
     assert "drop --parallel" in info.value.hint

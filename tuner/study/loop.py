@@ -669,14 +669,17 @@ def _loop(
                 result = screen or runner.run(
                     config, ctx.workload, slo=ctx.slo, on_phase=report.phase, first_point=check
                 )
-            except BaseException:
+            except BaseException as exc:
                 # The tuner itself is going down (Ctrl-C, SIGTERM): record it, queue the
                 # configuration again (an interruption is not a result), let it propagate.
                 stopped = interrupted(config, "the tuner stopped during this trial")
                 repo.finish_trial(trial_id, stopped, None, None)
                 _tell_attrs(trial, stopped)
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                sharing.retry(study, sharing.frozen(study, trial))
+                # A user's stop is not the configuration's doing: it keeps its attempts (three
+                # Ctrl-Cs dropped a user's [[enqueue]] configuration for good).
+                user = isinstance(exc, (KeyboardInterrupt, SystemExit))
+                sharing.retry(study, sharing.frozen(study, trial), counted=not user)
                 raise
         rows = _record(ctx, study, trial, trial_id, result, repo, defaults, rows)
         _defaults_here(ctx, study, rows, trial.number, report.phase)
@@ -700,7 +703,7 @@ def _before_defaults(study: optuna.Study, trial: optuna.Trial) -> bool:
     return any(
         t.state is optuna.trial.TrialState.WAITING
         and t.user_attrs.get("baseline")
-        and (measured or sharing.attempt(t) > 1)
+        and (measured or sharing.attempt(t) > 1 or "retry_of" in t.user_attrs)
         for t in trials
     )
 

@@ -458,20 +458,21 @@ def _interrupted(row: TrialRow) -> TrialRow:
 SPACE_ATTRS = ("baseline", PREDICTED, PREDICTED_KNOBS, SCREEN)
 
 
-def retry(study: optuna.Study, trial: FrozenTrial) -> bool:
+def retry(study: optuna.Study, trial: FrozenTrial, *, counted: bool = True) -> bool:
     """Queue ``trial``'s configuration again, unless it was tried :data:`MAX_ATTEMPTS` times
     or never got one (a trial stopped before its parameters were drawn, the baseline aside).
     vLLM's defaults are queued again up to :data:`MAX_BASELINE_ATTEMPTS` times: every score is
-    a ratio to them, and a study without them has none."""
+    a ratio to them, and a study without them has none. ``counted`` False: the stop was the
+    user's (Ctrl-C, SIGTERM), not a lost worker's, and uses no attempt."""
     tries = attempt(trial)
     cap = MAX_BASELINE_ATTEMPTS if trial.user_attrs.get("baseline") else MAX_ATTEMPTS
-    if tries >= cap:
+    if counted and tries >= cap:
         return False
     # A queued configuration whole, even where its trial was lost while it drew
     params = {**(trial.system_attrs.get("fixed_params") or {}), **trial.params}
     if not params:
         return False
-    attrs: dict[str, Any] = {ATTEMPT: tries + 1, "retry_of": trial.number}
+    attrs: dict[str, Any] = {ATTEMPT: tries + 1 if counted else tries, "retry_of": trial.number}
     attrs |= {k: v for k, v in trial.user_attrs.items() if k in SPACE_ATTRS}
     study.enqueue_trial(params, user_attrs=attrs)
     return True
