@@ -76,6 +76,11 @@ def test_the_launch_log_keeps_what_can_be_reused(tmp_path: Path) -> None:
     log.clear()
     assert not log.path.exists()
     assert run_key(a=1, b=[1, 2]) == run_key(b=[1, 2], a=1) != run_key(a=2, b=[1, 2])
+    # A configuration against itself: its sides' counts were one ("3 of x" for 3 + 4).
+    same = Arm("b", B.config)
+    assert describe_resumed([[complete] * 3, [complete] * 4], [B, same]) == (
+        "resuming: 3 of b (A), 4 of b (B) already measured by an interrupted run of this command"
+    )
 
 
 def test_an_a_a_comparison_resumes_each_launch_to_its_own_side(tmp_path: Path) -> None:
@@ -160,6 +165,9 @@ def test_a_run_under_other_options_is_not_resumed_but_said(tmp_path: Path) -> No
     said = describe_resumed(done, [A, B], log)
     assert said is not None and said.startswith("not resumed: ")
     assert f"kept 2 launches in {kept.path};" in said and "--trend/--no-trend" in said
+    # The design's level and smallest effect key the log too: a rerun with another one
+    # kept nothing, and the line did not name them.
+    assert "--confidence" in said and "--min-effect" in said
     assert describe_resumed(done, [A, B], log, besides={kept.path}) is None
     assert describe_resumed(done, [A, B]) is None
 

@@ -194,3 +194,16 @@ def test_a_resumed_comparison_fills_its_last_round_before_it_looks() -> None:
     asked.clear()
     run_looks(launch, 3, done, Design.fixed_launches(3), decided)
     assert asked == [3]
+
+
+def test_a_launch_budget_past_what_launches_resolve_is_refused_at_once() -> None:
+    """--max-launches 100 simulated its design's bounds for 50 s (half a GB) before anything
+    was printed, for a design of hours of GPU time."""
+    from tuner.cli.compare import MAX_LAUNCHES, design_of
+    from tuner.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        design_of(None, 100, None, 0.95)
+    assert f"at most {MAX_LAUNCHES} launches a side" in refused.value.message
+    assert "--min-effect" in refused.value.hint
+    assert design_of(None, 6, None, 0.95).plan is not None

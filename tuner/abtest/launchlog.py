@@ -125,7 +125,10 @@ def describe_resumed(
     nothing is resumed but ``log``'s command kept launches of these configurations under other
     options (:meth:`LaunchLog.elsewhere`), a line that says where, and how to use or drop
     them."""
-    counts: Mapping[str, int] = {a.label: len(d) for a, d in zip(arms, done, strict=True) if d}
+    labels = [a.label for a in arms]
+    if len(set(labels)) < len(labels):  # A against itself: each side by its letter
+        labels = [f"{label} ({chr(ord('A') + i)})" for i, label in enumerate(labels)]
+    counts: Mapping[str, int] = {label: len(d) for label, d in zip(labels, done, strict=True) if d}
     if not counts:
         others = log.elsewhere(arms, besides) if log is not None else []
         if not others:
@@ -133,7 +136,8 @@ def describe_resumed(
         n, paths = sum(n for _, n in others), " ".join(str(path) for path, _ in others)
         return (
             f"not resumed: an interrupted run of these configurations with other options "
-            f"(model, GPU, workload, launch budget, --trend/--no-trend, vLLM) kept {n} launch"
+            f"(model, GPU, workload, vLLM, --repeats/--max-launches, --confidence, "
+            f"--min-effect, --trend/--no-trend) kept {n} launch"
             f"{'' if n == 1 else 'es'} in {paths}; its exact options again reuse them, and "
             "deleting the file drops them (unless a run still going writes it)"
         )

@@ -197,12 +197,14 @@ FirstLook = Annotated[
         "--max-launches, the first look (default: sequential from 3 to 6 a side).",
     ),
 ]
+MAX_LAUNCHES = 40  # a sequential design's budget a side, at most
+
 MaxLaunches = Annotated[
     int | None,
     typer.Option(
         min=2,
         help="Launch budget a side of the sequential design: pairs are added until B/A is "
-        "decided, precise to --min-effect, or this many launches a side.",
+        "decided, precise to --min-effect, or this many launches a side (at most 40).",
     ),
 ]
 MinEffect = Annotated[
@@ -254,6 +256,14 @@ def design_of(
     if min_effect is not None and not 0.0 < min_effect < 1.0:
         raise UsageError(
             f"--min-effect {min_effect} is not a fraction", hint="e.g. --min-effect 0.05 for ±5 %"
+        )
+    if max_launches is not None and max_launches > MAX_LAUNCHES:
+        # Its bounds are simulated before the first launch: at 100 a side that took 50 s and
+        # half a GB with nothing printed, for a design of hours of GPU time.
+        raise UsageError(
+            f"--max-launches {max_launches}: at most {MAX_LAUNCHES} launches a side",
+            hint="a difference that needs more is below what launches resolve here: raise "
+            "--min-effect, or borrow this card's noise profile (`tuner calibrate`)",
         )
     if repeats is not None and max_launches is not None and repeats > max_launches:
         raise UsageError(
