@@ -209,3 +209,23 @@ def test_a_crashed_launch_counts_on_resume_as_it_did_in_the_run(tmp_path: Path) 
     results = run_interleaved([A, B], runner, LOAD, 2, done=log.load([A, B]))
     assert runner.calls == [A.config]  # A's second; B's two ended on their own
     assert [len(r) for r in results] == [2, 2]
+
+
+def test_two_runs_at_once_never_share_a_launch_log(tmp_path: Path) -> None:
+    """A second `tuner compare` with the same arguments, started while the first ran, took
+    the first one's finished launches for an interrupted run's: both stored comparisons stood
+    on the same launches. The second is refused while the first holds the log; once it ends,
+    the log is free again."""
+    from tuner.errors import UsageError
+
+    log = LaunchLog.for_run(tmp_path, "compare", run_key(a=1))
+    with log.exclusive():
+        again = LaunchLog.for_run(tmp_path, "compare", run_key(a=1))
+        with pytest.raises(UsageError) as refused, again.exclusive():
+            pass
+        assert str(log.path) in refused.value.message
+        with LaunchLog.for_run(tmp_path, "compare", run_key(a=2)).exclusive():  # another run
+            pass
+    with log.exclusive():
+        pass
+    assert not [p for p in tmp_path.rglob("*.jsonl")]  # the lock is no log of launches

@@ -12,17 +12,20 @@ and faults are launched again. The file is removed once the run's result is stor
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tuner.abtest.compare import Arm
 from tuner.db import decode_result, encode
 from tuner.domain import FailureClass, TrialResult, TrialStatus
+from tuner.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +116,26 @@ class LaunchLog:
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """This log for one run alone, while it lasts (a lock file beside it, released when
+        the process ends however it ends): UsageError when another run holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.with_suffix(".lock").open("a") as lock:
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UsageError(
+                    "another run measures these configurations with these options now (its "
+                    f"launches go to {self.path})",
+                    hint="let it finish (its comparison is stored), or stop it and run this "
+                    "again to go on from its launches",
+                ) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def describe_resumed(

@@ -15,6 +15,7 @@ Nothing here prints: progress goes to the callbacks of a :class:`Watch`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -122,21 +123,29 @@ def run_groups(
     w = watch or Watch()
     logs = [launch_log(g.workload, list(g.arms)) if launch_log else None for g in groups]
     ours = {log.path for log in logs if log is not None}  # the other groups' are not elsewhere
-    measured: list[list[list[TrialResult]]] = []
-    for group, log in zip(groups, logs, strict=True):
-        if runner is None:
-            raise ValueError("a runner is needed to measure a group")
-        if on_group:
-            on_group(group)
-        measured.append(_measure(group, runner, launches, log, ours, w, design, decided, record))
-    judged = [j for g, results in zip(groups, measured, strict=True) for j in judge(g, results)]
-    if store is None:
-        return [(j, None) for j in judged]
-    ids = [None if (row := j.stored()) is None else store(row) for j in judged]
-    for log in logs:  # stored: a later run of the same command measures afresh
-        if log is not None:
-            log.clear()
-    return list(zip(judged, ids, strict=True))
+    with contextlib.ExitStack() as held:
+        # One run at a time on a log: a second one beside it took the first one's finished
+        # launches for an interrupted run's, and both comparisons stood on them.
+        for log in logs:
+            if log is not None:
+                held.enter_context(log.exclusive())
+        measured: list[list[list[TrialResult]]] = []
+        for group, log in zip(groups, logs, strict=True):
+            if runner is None:
+                raise ValueError("a runner is needed to measure a group")
+            if on_group:
+                on_group(group)
+            measured.append(
+                _measure(group, runner, launches, log, ours, w, design, decided, record)
+            )
+        judged = [j for g, results in zip(groups, measured, strict=True) for j in judge(g, results)]
+        if store is None:
+            return [(j, None) for j in judged]
+        ids = [None if (row := j.stored()) is None else store(row) for j in judged]
+        for log in logs:  # stored: a later run of the same command measures afresh
+            if log is not None:
+                log.clear()
+        return list(zip(judged, ids, strict=True))
 
 
 def _measure(
