@@ -445,3 +445,21 @@ def test_a_request_rate_for_conversations_is_refused_at_its_line(tmp_path: Path)
     with pytest.raises(SpecError) as caught:
         resolve_workload(load_spec(write(tmp_path, text)))
     assert caught.value.line == 6 and "a request rate" in caught.value.message
+
+
+def test_a_ladder_can_be_written_on_the_command_line() -> None:
+    """--workload-set offered concurrency_ladder and rate_ladder among its fields, and read
+    none of `[4]`, `[2,4]` (its commas part fields) or `2`."""
+    from tuner.load.workloads import get_workload
+    from tuner.spec.configs import parse_workload_overrides
+
+    sets = parse_workload_overrides("concurrency_ladder=4;16;64,windows=2")
+    assert sets == {"concurrency_ladder": (4, 16, 64), "windows": 2}
+    assert get_workload("chat", parse_workload_overrides("rate_ladder=2;4.5")).rate_ladder == (
+        2.0,
+        4.5,
+    )
+    assert parse_workload_overrides("concurrency_ladder=8") == {"concurrency_ladder": (8,)}
+    with pytest.raises((SpecError, UsageError)) as refused:
+        parse_workload_overrides("concurrency_ladder=4;x")
+    assert "concurrency_ladder=4;16;64" in str(refused.value)

@@ -94,10 +94,26 @@ def workload_field(key: str, value: Any, fail: Fail) -> Any:
     return typed_value(value, kind, key, fail, "workload")
 
 
+def _number(text: str) -> Any:
+    """``text`` as an int or a float where it is one, else as it is (refused by the check)."""
+    for kind in (int, float):
+        try:
+            return kind(text.strip())
+        except ValueError:
+            pass
+    return text
+
+
 def ladder(value: Any, key: str, fail: Fail) -> tuple[float, ...] | tuple[int, ...]:
-    """A load ladder: a non-empty list of positive numbers (integers for concurrencies)."""
+    """A load ladder: a non-empty list of positive numbers (integers for concurrencies); on
+    the command line (``--workload-set``, whose commas part fields) its rungs are parted by
+    semicolons, ``concurrency_ladder=4;16;64``, and one number is a ladder of one rung."""
     integers = key == "concurrency_ladder"
     kind = int if integers else (int, float)
+    if isinstance(value, str) and ";" in value:
+        value = [_number(v) for v in value.split(";") if v.strip()]
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
     if (
         not isinstance(value, list)
         or not value
@@ -105,7 +121,10 @@ def ladder(value: Any, key: str, fail: Fail) -> tuple[float, ...] | tuple[int, .
     ):
         what = "positive integers" if integers else "positive numbers (requests per second)"
         raise fail(
-            f"{key} must be a non-empty list of {what}, got {value!r}", key, section="workload"
+            f"{key} must be a non-empty list of {what}, got {value!r} (on the command line: "
+            f"{key}=4;16;64)",
+            key,
+            section="workload",
         )
     return tuple(int(v) for v in value) if integers else tuple(float(v) for v in value)
 
