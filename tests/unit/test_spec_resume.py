@@ -237,3 +237,14 @@ def test_only_a_sharegpt_refusal_says_a_file_is_now_counted_otherwise() -> None:
     with pytest.raises(UsageError) as refused:
         check_same_requests(stored, chat, "s")
     assert "ShareGPT" not in refused.value.hint
+
+
+def test_the_refusals_hint_covers_a_spec_file_that_leaves_the_option_out() -> None:
+    """A spec file without its `seed = 3` line asks for the default seed 0: the hint said
+    "leave --seed out (of the command line and of the spec file)", which it already was."""
+    created = stored().with_overrides(seed=3)
+    with pytest.raises(UsageError) as refused:
+        resumed_spec(created, created.with_overrides(seed=0), changed={"seed"})
+    hint = refused.value.hint
+    assert "`tuner run --study chat-study --resume` reads its stored settings" in hint
+    assert "give --seed 3" in hint and "leaves it out asks for its default" in hint

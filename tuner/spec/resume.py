@@ -148,8 +148,10 @@ def _contradiction(stored: StudySpec, key: str, old: Any, new: Any, why: str = "
     return UsageError(
         f"study {name!r} was created with {option} {_show(key, old)}; this resume asks for "
         f"{_show(key, new)}" + (f" ({why})" if why else ""),
-        hint=f"leave {option} out (of the command line and of the spec file) to resume the study "
-        "as it was created, or start a new study with another --study name",
+        hint=f"leave {option} out and resume it by name as it was created (`tuner run --study "
+        f"{name} --resume` reads its stored settings), or give {option} {_show(key, old)} (a "
+        "spec file that leaves it out asks for its default), or start a new study with another "
+        "--study name",
     )
 
 
