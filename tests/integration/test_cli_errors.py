@@ -408,6 +408,10 @@ ONE_LINE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("db", "current", "--storage", "sqlite:///damaged.db"),
         ("malformed", "damaged"),
     ),
+    "confirmation-budget-past-what-launches-resolve": (
+        ("run", "--confirm-max-launches", "100"),
+        ("--confirm-max-launches 100: at most 40 launches a candidate", "lower it"),
+    ),
     "resume-on-another-workload": (
         ("run", "--study", "s1", "--resume", "--workload", "chat"),
         ("study 's1' was created with --workload smoke; this resume asks for chat", "leave"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from tests.studykit import make_context, make_repo
 from tuner.db.repository import Repository
 from tuner.db.session import make_engine
 from tuner.domain import TrialStatus
+from tuner.spec.resume import FINGERPRINT
 from tuner.spec.study import StudySpec
 from tuner.study.loop import run_study
 from tuner.study.worker import run_worker
@@ -68,10 +70,16 @@ def test_a_queued_study_stopped_before_its_set_up_is_resumed(tmp_path: Path) -> 
     _queue(repo, "q4", ctx.spec)
     assert repo.claim_queued_study() is not None  # taken; the worker stops in its set-up
     repo.set_study_status("q4", "interrupted")
-    ranked = run_study(ctx, FakeRunner(), repo, resume=True)
-    assert ranked and repo.get_study("q4").status == "finished"
+    more = dataclasses.replace(ctx, spec=ctx.spec.with_overrides(trials=3))
+    ranked = run_study(more, FakeRunner(), repo, resume=True)
+    row = repo.get_study("q4")
+    assert ranked and row is not None and row.status == "finished"
     rows = repo.list_trials("q4", limit=None)
-    assert len(rows) == 2 and rows[0].is_baseline
+    assert len(rows) == 3 and rows[0].is_baseline
+    # Set up as its worker would have: the budget asked for, the vLLM it measured with and
+    # the fingerprint of its requests, which a later resume is checked against.
+    assert row.n_trials_requested == 3 and row.vllm_version == ctx.vllm_version
+    assert FINGERPRINT in row.spec
 
 
 def test_a_study_tuner_run_sets_up_is_never_queued_for_a_worker(

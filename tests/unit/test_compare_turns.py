@@ -199,8 +199,9 @@ def test_a_resumed_comparison_fills_its_last_round_before_it_looks() -> None:
 def test_a_launch_budget_past_what_launches_resolve_is_refused_at_once() -> None:
     """--max-launches 100 simulated its design's bounds for 50 s (half a GB) before anything
     was printed, for a design of hours of GPU time."""
-    from tuner.cli.compare import MAX_LAUNCHES, design_of
+    from tuner.cli.compare import design_of
     from tuner.errors import UsageError
+    from tuner.scoring import MAX_LAUNCHES
 
     with pytest.raises(UsageError) as refused:
         design_of(None, 100, None, 0.95)

@@ -142,6 +142,9 @@ def test_a_cap_in_flight_is_one_the_user_gave_not_one_guessed_from_its_size(
     [
         ({"request_rate": "5", "workload_set": "concurrency=8"}, "--max-concurrency K"),
         ({"concurrency": "5", "workload_set": "concurrency=8"}, "replaces the workload's load"),
+        # A ladder there was read, then dropped: one point at the workload's own load.
+        ({"workload_set": "concurrency_ladder=4;16;64"}, "--concurrency 4,16,64"),
+        ({"workload_set": "rate_ladder=1;2"}, "--request-rate 1,2"),
     ],
 )
 def test_a_workloads_own_cap_beside_a_load_given_is_refused(

@@ -486,6 +486,13 @@ def test_requests_in_flight_are_held_to_what_the_open_file_limit_holds(
     assert server.max_in_flight == 2 and window.requests_ok == 12
     assert window.client is not None and window.client_bound
     assert "open files for 2 requests in flight" in "; ".join(window.client.notes)
+    # Said as the client's files, not as a cap to raise or a server that fell behind.
+    from tuner.cli.load import warnings
+    from tuner.load import PointResult
+
+    (said,) = warnings(PointResult("p", window, {"failed": 0, "errors": []}))
+    assert "raise the hard limit on open files (ulimit -Hn)" in said
+    assert "arrivals waited" not in said and "--max-concurrency" not in said
     monkeypatch.undo()  # a limit that holds them all
     with serving(FakeVllm(gap_s=0.02)) as url:
         roomy = _generator(url).run(wide.replace(request_rate=rate)).windows[0]

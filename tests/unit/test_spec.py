@@ -413,6 +413,10 @@ def test_the_confirmations_launch_budget(tmp_path: Path) -> None:
     assert "max_launches (3) is below launches (4)" in below.message and below.line == 3
     assert "raise max_launches" in below.hint
     assert StudySpec.from_dict(spec.to_dict()).confirm_max_launches == 8  # stored with a study
+    # The same sequential design as `tuner compare --max-launches`, whose cap it lacked: at
+    # 100 its bounds were simulated for a minute before the confirmation's first launch.
+    above = spec_error(tmp_path, "[confirm]\nlaunches = 3\nmax_launches = 100\n")
+    assert "max_launches (100) is above 40" in above.message and above.line == 3
 
 
 @pytest.mark.parametrize(

@@ -126,3 +126,18 @@ def test_a_claims_interval_says_its_own_level() -> None:
     head, _, first, second = mixed.splitlines()
     assert "measured B/A [CI]" in head
     assert "[0.950, 1.110] (90 %)" in first and "[0.950, 1.110] (99 %)" in second
+
+
+def test_a_verdicts_interval_level_comes_from_its_record_or_is_left_unsaid() -> None:
+    """Claim records without their comparisons (`verify-claims --json`, a report's verdicts
+    table) printed "(?)" in every measured cell; they carry their level now, and where one
+    does not, none is claimed."""
+    from tuner.results.comparisons import verdicts_table
+
+    v = {"id": "c", "kind": "effect", "workload": "w", "verdict": "refuted", "reason": "r",
+         "claimed_text": "x1.41", "comparison_id": 7,
+         "measured": {"text": "x1.100 [1.000, 1.200]"}}  # fmt: skip
+    unknown = verdicts_table([v], [])
+    assert "(?)" not in unknown and "95 %" not in unknown
+    at_90 = verdicts_table([{**v, "confidence": 0.9}], []).splitlines()
+    assert "measured here [90 % CI]" in at_90[0]

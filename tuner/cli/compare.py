@@ -197,8 +197,6 @@ FirstLook = Annotated[
         "--max-launches, the first look (default: sequential from 3 to 6 a side).",
     ),
 ]
-MAX_LAUNCHES = 40  # a sequential design's budget a side, at most
-
 MaxLaunches = Annotated[
     int | None,
     typer.Option(
@@ -241,7 +239,7 @@ def design_of(
     confidence or a min effect that is no fraction, or a first look above the budget."""
     from tuner.abtest import Design
     from tuner.errors import UsageError
-    from tuner.scoring import MIN_EFFECT
+    from tuner.scoring import MAX_LAUNCHES, MIN_EFFECT
     from tuner.spec import check_confidence
 
     check_confidence(confidence)
@@ -258,8 +256,6 @@ def design_of(
             f"--min-effect {min_effect} is not a fraction", hint="e.g. --min-effect 0.05 for ±5 %"
         )
     if max_launches is not None and max_launches > MAX_LAUNCHES:
-        # Its bounds are simulated before the first launch: at 100 a side that took 50 s and
-        # half a GB with nothing printed, for a design of hours of GPU time.
         raise UsageError(
             f"--max-launches {max_launches}: at most {MAX_LAUNCHES} launches a side",
             hint="a difference that needs more is below what launches resolve here: raise "

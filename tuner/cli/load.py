@@ -157,6 +157,16 @@ def options(
             else "at the workload's own load its cap is --workload-set concurrency=K; "
             "--concurrency K would make it a closed loop of K streams",
         )
+    for name, option in (
+        ("concurrency_ladder", "--concurrency"),
+        ("rate_ladder", "--request-rate"),
+    ):
+        if name in overrides:
+            rungs = ",".join(f"{r:g}" for r in overrides[name])
+            raise UsageError(
+                f"--workload-set {name}: tuner load's load points are its own options",
+                hint=f"give them as {option} {rungs}",
+            )
     if "concurrency" in overrides and (concurrency is not None or request_rate is not None):
         given = "--concurrency" if concurrency is not None else "--request-rate"
         raise UsageError(
@@ -356,16 +366,24 @@ def results_table(results: Sequence[PointResult], opts: LoadOptions) -> Table:
 def warnings(point: PointResult) -> list[str]:
     """One line per reason not to take the point's numbers as the server's."""
     from tuner.load import LAG_BOUND_MS
+    from tuner.load.generator import FILES_NOTE
 
     lines = []
     client = point.window.client
     notes = "; ".join(client.notes) if client is not None else ""
-    if client is not None and client.client_bound:
+    # Its open files held the requests in flight: neither a cap nor the server did.
+    files = client is not None and any(n.startswith(FILES_NOTE) for n in client.notes)
+    if files:
+        lines.append(
+            f"{point.label}: client-bound ({notes}): raise the hard limit on open files "
+            "(ulimit -Hn), or cap the requests in flight below it"
+        )
+    elif client is not None and client.client_bound:
         lines.append(
             f"{point.label}: client-bound ({notes}): the load generator was the limit, not "
             "the server; measure this point from a less loaded or faster client machine"
         )
-    if client is not None and client.held_p99_ms >= LAG_BOUND_MS:
+    if client is not None and not files and client.held_p99_ms >= LAG_BOUND_MS:
         lines.append(
             f"{point.label}: arrivals waited for one of the {point.window.concurrency} "
             f"requests in flight, {client.held_p99_ms:.0f} ms at P99: the server did not keep "

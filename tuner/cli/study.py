@@ -126,6 +126,7 @@ def run(
     ] = 1,
 ) -> None:
     """Run a study: launch vLLM per trial, drive the workload, record and rank."""
+    from tuner.scoring import MAX_LAUNCHES
     from tuner.spec import DEFAULT_SPEC_PATH, StudySpec, load_spec, parse_search
 
     if study is not None and not resume:  # a new study's name; a resumed one exists already
@@ -159,6 +160,11 @@ def run(
         spec = load_spec(DEFAULT_SPEC_PATH)
     spec = spec.with_overrides(resume=resume, **options)
     budget = spec.confirm_max_launches
+    if budget is not None and budget > MAX_LAUNCHES:
+        raise UsageError(
+            f"--confirm-max-launches {budget}: at most {MAX_LAUNCHES} launches a candidate",
+            hint="a difference that needs more is below what launches resolve: lower it",
+        )
     if budget is not None and budget < spec.confirm_launches:
         raise UsageError(
             f"--confirm-max-launches {budget} is below the confirmation's first look of "

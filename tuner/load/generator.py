@@ -57,6 +57,7 @@ def first_point_windows(workload: Workload) -> int:
 
 _POLL_S = 0.2  # how often should_abort is asked
 _SPARE_FILES = 256  # open files kept beside the sockets of the requests in flight
+FILES_NOTE = "this process may open files for"  # how a window held by them says so
 
 
 def _allow_open_files(sockets: int) -> int:
@@ -80,10 +81,7 @@ def _files_bound(health: ClientHealth, room: int) -> ClientHealth:
     """``health`` of a window that this process's open files held to ``room`` requests in
     flight (its arrivals waited, or its closed loop ran fewer streams): the client was the
     limit."""
-    note = (
-        f"this process may open files for {room} requests in flight at most (its hard "
-        "limit, ulimit -Hn)"
-    )
+    note = f"{FILES_NOTE} {room} requests in flight at most (its hard limit, ulimit -Hn)"
     return dataclasses.replace(health, client_bound=True, notes=(*health.notes, note))
 
 

@@ -187,7 +187,10 @@ def verdicts_table(
     compared = {r["id"]: r for r in records}
 
     def level(v: Mapping[str, Any]) -> str:  # of a verdict measured by a stored comparison
-        return _level(compared.get(v["comparison_id"]))
+        row = compared.get(v["comparison_id"])
+        if row is None and v.get("confidence") is not None:
+            row = {"confidence": v["confidence"]}  # `verify-claims --json` says it
+        return _level(row)
 
     compared_ones = [v for v in verdicts if v.get("comparison_id") is not None]
     interval, per_row = _interval_head([level(v) for v in compared_ones])
@@ -210,7 +213,8 @@ def verdicts_table(
             arms = "-"
         measured = (v.get("measured") or {}).get("text") or "-"
         if per_row and v.get("comparison_id") is not None and measured != "-":
-            measured += f" ({level(v)})"
+            known = level(v)
+            measured += f" ({known})" if known != "?" else ""
         why = v["reason"].rstrip(".") + (f"; {v['setting']}" if v.get("setting") else "")
         lines.append(
             "| " + " | ".join(md_cell(x) for x in (v["id"], figure, tested, arms, measured))

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from tuner.scoring.sequential import (
         BUDGET,
         CONTINUE,
+        MAX_LAUNCHES,
         MIN_EFFECT,
         PRECISE,
         SIGNIFICANT,
@@ -70,6 +71,7 @@ __all__ = [
     "CONTINUE",
     "GIB",
     "INCONCLUSIVE",
+    "MAX_LAUNCHES",
     "MIN_EFFECT",
     "NO_DIFFERENCE",
     "PRECISE",

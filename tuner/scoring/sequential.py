@@ -53,6 +53,9 @@ SIGNIFICANT = "significant"  # the interval excludes 1
 PRECISE = "precise"  # the half-width reached the smallest effect worth acting on
 BUDGET = "budget"  # the launches a side were spent
 MIN_EFFECT = 0.05  # the default smallest difference worth acting on: 5 %
+# A sequential design's launch budget a side, at most: its bounds are simulated before the
+# first launch, and at 100 a side that took 50 s and half a GB, for a design of GPU-hours.
+MAX_LAUNCHES = 40
 
 Interval = Callable[[Sequence[float], Sequence[float], float], RatioInterval | None]
 

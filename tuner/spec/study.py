@@ -17,6 +17,7 @@ from tuner.db import name_problem
 from tuner.domain import Objective, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import SpecError, UsageError
+from tuner.scoring import MAX_LAUNCHES
 from tuner.spec.fields import (
     WORKLOAD_TYPES,
     Fail,
@@ -356,6 +357,14 @@ def _confirm_section(confirm: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
     if kwargs.get("confirm_top", 1) < 1 or kwargs.get("confirm_launches", 0) < 0:
         raise fail("confirm top must be >= 1 and launches >= 0 (0 turns it off)", "confirm")
     budget = kwargs.get("confirm_max_launches")
+    if budget is not None and budget > MAX_LAUNCHES:
+        raise fail(
+            f"confirm max_launches ({budget}) is above {MAX_LAUNCHES}, the most a sequential "
+            "design takes a side",
+            "max_launches",
+            hint="a difference that needs more is below what launches resolve: lower it",
+            section="confirm",
+        )
     if budget is not None and budget < kwargs.get("confirm_launches", 3):
         raise fail(
             f"confirm max_launches ({budget}) is below launches "

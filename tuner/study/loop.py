@@ -506,13 +506,7 @@ def _open(
                 status=StudyStatus.RUNNING,
             )
         if existing is not None:  # queued: what its worker knows now
-            repo.set_up_queued(
-                ctx.name,
-                vllm_version=ctx.vllm_version,
-                model_source=ctx.serve_model,
-                emulated=ctx.emulated,
-                spec={FINGERPRINT: fingerprint(ctx.workload).as_dict()},
-            )
+            _record_set_up(ctx, repo)
         study = _set_up_optuna(ctx, storage)
     else:
         runner = existing.spec.get(RUN_OWNER)
@@ -537,7 +531,10 @@ def _open(
             )
         if resume and not _optuna_study_exists(storage, ctx.name):
             # Its queue worker stopped (or failed) while it set the study up, before the
-            # Optuna study existed: this resume sets it up.
+            # Optuna study existed: this resume sets it up, as that worker would have.
+            _record_set_up(ctx, repo)
+            if existing.n_trials_requested != ctx.spec.trials:
+                repo.set_trials_requested(ctx.name, ctx.spec.trials)
             study = _set_up_optuna(ctx, storage)
             _name_metrics(ctx, study)
             return study
@@ -556,6 +553,18 @@ def _open(
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
     _name_metrics(ctx, study)
     return study
+
+
+def _record_set_up(ctx: StudyContext, repo: Repository) -> None:
+    """What a queued study learns where it is set up: its vLLM, served model, emulation and
+    the fingerprint of its requests (which later resumes are checked against)."""
+    repo.set_up_queued(
+        ctx.name,
+        vllm_version=ctx.vllm_version,
+        model_source=ctx.serve_model,
+        emulated=ctx.emulated,
+        spec={FINGERPRINT: fingerprint(ctx.workload).as_dict()},
+    )
 
 
 def _set_up_optuna(ctx: StudyContext, storage: optuna.storages.RDBStorage) -> optuna.Study:

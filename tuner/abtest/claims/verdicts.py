@@ -391,6 +391,7 @@ def claim_record(outcome: Outcome) -> dict[str, Any]:
     }
     if outcome.look is not None:
         step = outcome.look.step
+        record["confidence"] = outcome.look.design.confidence  # the level of its interval
         record["decision"] = {
             "design": outcome.look.design.to_dict()["kind"],
             "stopped": step.reason,
