@@ -141,3 +141,14 @@ def test_a_verdicts_interval_level_comes_from_its_record_or_is_left_unsaid() -> 
     assert "(?)" not in unknown and "95 %" not in unknown
     at_90 = verdicts_table([{**v, "confidence": 0.9}], []).splitlines()
     assert "measured here [90 % CI]" in at_90[0]
+
+
+def test_a_difference_claims_interval_is_shown_in_the_claims_table() -> None:
+    """A claim on a difference ("840 MB freed") showed "-" where its interval stood."""
+    claim = {"id": "freed", "metric": "memory_gib", "claimed_text": "-840 MB",
+             "verdict": "smaller", "reason": "r",
+             "measured": {"difference": -0.131, "low": -0.185, "high": -0.077,
+                          "text": "-134 MB [-189, -79]"}}  # fmt: skip
+    table = claims_table([{"a_label": "A", "b_label": "B", "workload": "w", "claim": claim,
+                           "confidence": 0.95}])  # fmt: skip
+    assert "| -134 MB [-189, -79] |" in table and "[95 % CI]" in table.splitlines()[0]

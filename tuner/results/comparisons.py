@@ -156,8 +156,9 @@ def claims_table(records: Sequence[Mapping[str, Any]]) -> str:
     """Verified claims as a Markdown table: claimed and measured B/A, verdict and why. The
     interval's level is each comparison's own (``verify-claims --confidence``)."""
     records = [r for r in records if r.get("claim")]
-    ratios = [r for r in records if (r["claim"].get("measured") or {}).get("ratio") is not None]
-    interval, per_row = _interval_head([_level(r) for r in ratios])
+    # An interval of B/A, or of B - A for a difference claim (its text names the unit).
+    ranged = [r for r in records if (r["claim"].get("measured") or {}).get("low") is not None]
+    interval, per_row = _interval_head([_level(r) for r in ranged])
     head = (
         f"| claim | metric | A | B | workload | claimed B/A | measured B/A{interval} | "
         "verdict | why |\n|---|---|---|---|---|---|---|---|---|\n"
@@ -166,8 +167,8 @@ def claims_table(records: Sequence[Mapping[str, Any]]) -> str:
     for r in records:
         claim = r["claim"]
         m = claim.get("measured") or {}
-        measured = ratio_text(m.get("ratio"), m.get("low"), m.get("high")) or "-"
-        if per_row and m.get("ratio") is not None:
+        measured = ratio_text(m.get("ratio"), m.get("low"), m.get("high")) or m.get("text") or "-"
+        if per_row and m.get("low") is not None:
             measured += f" ({_level(r)})"
         cells = [claim["id"], claim["metric"], r["a_label"], r["b_label"], r["workload"]]
         cells += [claim["claimed_text"], measured, claim["verdict"], claim["reason"]]
