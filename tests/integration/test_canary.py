@@ -298,3 +298,157 @@ def test_a_context_beyond_the_servers_is_refused_before_any_prompt_is_built() ->
     assert isinstance(over.exception, UsageError), over.output
     assert "beyond the server's max_model_len (256, from /v1/models)" in str(over.exception)
     assert ok.exit_code == 0, ok.output
+
+
+def _odd_server(*, models: Any, completion: Any, health: int = 200) -> Starlette:
+    """Answers /v1/models and every completion with the JSON given (status 200), whatever its
+    shape, and /health with ``health``; chat like vLLM."""
+
+    async def complete(_: Request) -> Response:
+        return JSONResponse(completion)
+
+    async def listing(_: Request) -> Response:
+        return JSONResponse(models)
+
+    async def alive(_: Request) -> Response:
+        return Response(status_code=health)
+
+    return Starlette(
+        routes=[
+            Route("/v1/completions", complete, methods=["POST"]),
+            Route("/v1/models", listing),
+            Route("/health", alive),
+        ]
+    )
+
+
+GOOD_MODELS = {"data": [{"id": MODEL, "max_model_len": 64}]}
+ONE_TOKEN = {  # a right answer to the first shape (a 1-token prompt)
+    "choices": [{"text": " a", "finish_reason": "length"}],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+}
+
+
+@pytest.mark.parametrize(
+    ("models", "completion", "detail"),
+    [
+        ([MODEL], ONE_TOKEN, ""),  # a list where vLLM answers an object: no context read
+        ({"data": [MODEL]}, ONE_TOKEN, ""),
+        (GOOD_MODELS, {"choices": [None]}, "a choice is not a JSON object: None"),
+        (GOOD_MODELS, {"choices": ["a"]}, "a choice is not a JSON object: a"),
+        (
+            GOOD_MODELS,
+            {"choices": [{"text": "a", "finish_reason": "length", "message": 3}]},
+            "a choice's message is not a JSON object: 3",
+        ),
+        (
+            GOOD_MODELS,
+            {"choices": ONE_TOKEN["choices"], "usage": [1]},
+            "usage is not a JSON object: [1]",
+        ),
+    ],
+)
+def test_answers_of_an_unexpected_shape_fail_the_shape_not_the_canary(
+    models: Any, completion: Any, detail: str
+) -> None:
+    """A server's JSON in a shape vLLM never sends (a list for an object, null for a choice) is
+    the canary's finding at that shape, with what was wrong: it raised AttributeError out of
+    ``tuner canary``, ``tuner launch`` and every trial's quick canary."""
+    with uvicorn_in_thread(_odd_server(models=models, completion=completion)) as url:
+        report = run_canary(url, MODEL, shapes=("first-1-token",))
+        run = CliRunner().invoke(app, ["canary", url, "--model", MODEL, "--shapes", "quick"])
+    assert run.exception is None or isinstance(run.exception, SystemExit), run.output
+    assert "Traceback" not in run.output
+    if not detail:
+        assert report.passed, report.summary()
+        return
+    bad = report.broken_by
+    assert bad is not None and bad.shape == "first-1-token" and bad.server_alive
+    assert bad.detail == detail
+    assert run.exit_code == 1 and detail in " ".join(run.stdout.split())
+
+
+def _odd_stream(events: list[Any]) -> Starlette:
+    """Streams ``events`` as server-sent events, then [DONE]."""
+
+    async def complete(_: Request) -> Response:
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        return Response(body, media_type="text/event-stream")
+
+    async def listing(_: Request) -> Response:
+        return JSONResponse(GOOD_MODELS)
+
+    return Starlette(
+        routes=[
+            Route("/v1/completions", complete, methods=["POST"]),
+            Route("/v1/models", listing),
+            Route("/health", lambda _: Response(status_code=200)),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("events", "detail"),
+    [
+        ([[1, 2]], "an event is not a JSON object: [1, 2]"),
+        ([{"choices": "abc"}], "an event's choices is not a JSON array: abc"),
+        ([{"choices": [7]}], "an event's choice is not a JSON object: 7"),
+        ([{"choices": [], "usage": "x"}], "an event's usage is not a JSON object: x"),
+        ([{"choices": [], "usage": {"completion_tokens": "8"}}], "usage {'completion_tokens'"),
+        ([{"choices": [{"text": "a"}], "usage": None}], "no usage chunk before [DONE]"),
+    ],
+)
+def test_a_stream_of_unexpected_events_fails_the_streamed_shape(
+    events: list[Any], detail: str
+) -> None:
+    with uvicorn_in_thread(_odd_stream(events)) as url:
+        report = run_canary(url, MODEL, shapes=("streamed",))
+    bad = report.broken_by
+    assert bad is not None and bad.shape == "streamed" and bad.server_alive
+    assert bad.detail.startswith(detail), bad.detail
+
+
+def test_a_server_without_health_is_watched_through_its_model_list() -> None:
+    """An OpenAI-compatible server (or proxy) whose GET /health is 404 before the first shape
+    is watched through GET /v1/models, and the command says so: every such server failed the
+    first shape as one that 'stopped serving'. /health is still what a server that answers it
+    is watched through."""
+    no_health = _odd_server(models=GOOD_MODELS, completion=ONE_TOKEN, health=404)
+    with uvicorn_in_thread(no_health) as url:
+        report = run_canary(url, MODEL, shapes=("first-1-token",))
+        run = CliRunner().invoke(app, ["canary", url, "--shapes", "first-1-token"])
+        as_json = CliRunner().invoke(app, ["canary", url, "--shapes", "first-1-token", "--json"])
+    assert report.passed and report.liveness == "/v1/models", report.summary()
+    assert run.exit_code == 0, run.output
+    text = " ".join(run.stdout.split())
+    assert "whether the server still served was read from GET /v1/models" in text
+    assert json.loads(as_json.stdout)["liveness"] == "/v1/models"
+    with uvicorn_in_thread(_odd_server(models=GOOD_MODELS, completion=ONE_TOKEN)) as url:
+        assert run_canary(url, MODEL, shapes=("first-1-token",)).liveness == "/health"
+
+
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [
+        (
+            "http://127.0.0.1:9/v1/completions",
+            "is one of the server's endpoints (/v1/completions), not its address",
+        ),
+        ("127.0.0.1:9/v1/chat/completions/", "give the server's base URL: http://127.0.0.1:9"),
+        (
+            "http://127.0.0.1:9/proxy/v1/models",
+            "give the server's base URL: http://127.0.0.1:9/proxy",
+        ),
+        ("http://[::1", "is not a server address"),
+    ],
+)
+def test_an_endpoint_or_a_broken_address_is_refused_naming_the_base_url(
+    address: str, words: str
+) -> None:
+    """A pasted endpoint was taken for the base URL: the hint said 'name the model with
+    --model', and with --model every shape answered 404. An unclosed IPv6 bracket was a
+    traceback."""
+    for command in (["canary", address], ["load", address]):
+        run = CliRunner().invoke(app, command)
+        assert isinstance(run.exception, UsageError), run.output
+        assert words in " ".join(f"{run.exception} {run.exception.hint}".split())

@@ -82,6 +82,11 @@ def canary(
         for name in report.skipped:
             table.add_row(name, "not sent", "", "")
         out.print(table)
+        if report.liveness != "/health":
+            say(
+                f"GET /health was not found (404) before the first shape: whether the server "
+                f"still served was read from GET {report.liveness}"
+            )
         say(report.summary())
     if not report.passed:
         raise typer.Exit(1)

@@ -73,17 +73,29 @@ def server_root(url: str) -> str:
     text = url.strip()
     if "://" not in text:
         text = "http://" + text
-    parts = urlsplit(text)
     try:
+        parts = urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError:
-        parts = parts._replace(netloc="")
+    except ValueError:  # a port that is not a number, an unclosed [IPv6 address
+        parts = urlsplit("http://")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(
             f"{url!r} is not a server address",
             hint="give the server's base URL, e.g. http://127.0.0.1:8000 (a /v1 suffix is fine)",
         )
+    path = parts.path.rstrip("/")
+    for endpoint in _ENDPOINTS:
+        if path.endswith(endpoint):
+            base = f"{parts.scheme}://{parts.netloc}{path[: -len(endpoint)]}"
+            raise UsageError(
+                f"{url!r} is one of the server's endpoints ({endpoint}), not its address",
+                hint=f"give the server's base URL: {base}",
+            )
     return api_root(f"{parts.scheme}://{parts.netloc}{parts.path}")
+
+
+# Paths of an OpenAI-compatible server (and vLLM's own) that a user may paste with its address.
+_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
 
 
 def options(

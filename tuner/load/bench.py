@@ -35,6 +35,7 @@ from tuner.load.benchjson import (
     metric_stats,
     result_filename,
 )
+from tuner.load.canary import served_models
 from tuner.load.curve import point_label
 from tuner.load.generator import FailedAfterPoints, LoadGenerator, PhaseCallback
 from tuner.load.prompts import PromptFactory
@@ -254,9 +255,10 @@ def _served_models(response: Any) -> list[str] | None:
     if response.status_code != 200:
         return None
     try:
-        return [str(m["id"]) for m in response.json()["data"]]
-    except (ValueError, KeyError, TypeError):
+        entries = served_models(response.json())
+    except ValueError:
         return None
+    return None if entries is None else [str(m["id"]) for m in entries]
 
 
 def run(

@@ -22,10 +22,11 @@ fixed set, in this order (a fresh server's first requests are part of the test):
 
 Each answer is checked for its form (status 200, the choices asked for, the exact prompt
 length where the prompt is token ids, a finish reason, tokens within ``max_tokens``), and the
-server for life (``GET /health``) after it. The first failure ends the run: the shape that
-broke the server is the finding. :data:`QUICK` (the first three) runs on every trial's server
-before its warm-up; :data:`FULL` on a configuration's first confirmation launch and in
-``tuner launch`` before it announces the server.
+server for life after it (``GET /health``; ``GET /v1/models`` where a server has no
+``/health``). The first failure ends the run: the shape that broke the server is the finding.
+:data:`QUICK` (the first three) runs on every trial's server before its warm-up; :data:`FULL`
+on a configuration's first confirmation launch and in ``tuner launch`` before it announces the
+server.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ class CanaryReport:
     outcomes: tuple[ShapeOutcome, ...]
     shapes: tuple[str, ...]  # the set that was asked for, in order
     skipped: tuple[str, ...] = ()  # not sent: an earlier shape failed
+    # What told whether the server still served after each shape: GET /health, or GET
+    # /v1/models for a server whose /health was not found (404) before the first shape.
+    liveness: str = "/health"
 
     @property
     def passed(self) -> bool:
@@ -96,12 +100,26 @@ class CanaryReport:
             "summary": self.summary(),
             "shapes": list(self.shapes),
             "skipped": list(self.skipped),
+            "liveness": self.liveness,
             "outcomes": [o.__dict__ for o in self.outcomes],
         }
 
 
 class CanaryError(Exception):
     """An answer of the wrong form (the message says what was expected)."""
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    """``value``, a JSON object, or CanaryError saying which part of the answer was not one."""
+    if not isinstance(value, dict):
+        raise CanaryError(f"{what} is not a JSON object: {str(value)[:200]}")
+    return value
+
+
+def _array(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise CanaryError(f"{what} is not a JSON array: {str(value)[:200]}")
+    return value
 
 
 @dataclass
@@ -139,12 +157,14 @@ def _check_choices(data: dict[str, Any], n: int, prompt_tokens: int | None = Non
     if len(choices) != n:
         raise CanaryError(f"{len(choices)} choices, {n} asked for")
     for choice in choices:
-        text = choice.get("text", (choice.get("message") or {}).get("content"))
+        choice = _object(choice, "a choice")
+        message = _object(choice.get("message") or {}, "a choice's message")
+        text = choice.get("text", message.get("content"))
         if not isinstance(text, str):
             raise CanaryError(f"a choice without text: {str(choice)[:200]}")
         if choice.get("finish_reason") not in ("stop", "length"):
             raise CanaryError(f"finish_reason {choice.get('finish_reason')!r}")
-    usage = data.get("usage") or {}
+    usage = _object(data.get("usage") or {}, "usage")
     done = usage.get("completion_tokens")
     if not isinstance(done, int) or not 0 <= done <= GENERATED * n:
         raise CanaryError(f"completion_tokens {done!r} for max_tokens {GENERATED} x {n}")
@@ -173,7 +193,7 @@ def _chat_system(ctx: _Context) -> None:
     }
     data = _json_answer(ctx.client.post("/v1/chat/completions", json=body))
     _check_choices(data, 1)
-    if data["choices"][0].get("message", {}).get("role") != "assistant":
+    if (data["choices"][0].get("message") or {}).get("role") != "assistant":
         raise CanaryError(f"not an assistant message: {str(data['choices'][0])[:200]}")
 
 
@@ -190,7 +210,7 @@ def _n_2(ctx: _Context) -> None:
 def _logprobs(ctx: _Context) -> None:
     data = _completion(ctx, 16, temperature=0, logprobs=2)
     _check_choices(data, 1)
-    logprobs = data["choices"][0].get("logprobs") or {}
+    logprobs = _object(data["choices"][0].get("logprobs") or {}, "logprobs")
     tokens, top = logprobs.get("tokens"), logprobs.get("top_logprobs")
     if not isinstance(tokens, list) or not isinstance(top, list) or len(tokens) != len(top):
         raise CanaryError(f"logprobs without tokens / top_logprobs: {str(logprobs)[:200]}")
@@ -224,9 +244,10 @@ def _stream(ctx: _Context, max_tokens: int) -> Iterator[dict[str, Any]]:
                 yield {"done": True}
                 return
             try:
-                yield json.loads(payload)
+                event = json.loads(payload)
             except ValueError:
                 raise CanaryError(f"an event that is not JSON: {payload[:120]!r}") from None
+            yield _object(event, "an event")
     raise CanaryError("the stream ended without [DONE]")
 
 
@@ -237,12 +258,14 @@ def _streamed(ctx: _Context) -> None:
             break
         if "error" in event:
             raise CanaryError(f"error event: {str(event['error'])[:200]}")
-        for choice in event.get("choices") or []:
-            text += choice.get("text") or ""
-        usage = event.get("usage") or usage
+        for choice in _array(event.get("choices") or [], "an event's choices"):
+            text += _object(choice, "an event's choice").get("text") or ""
+        if event.get("usage") is not None:  # vLLM's chunks before the last carry a null one
+            usage = _object(event["usage"], "an event's usage")
     if usage is None:
         raise CanaryError("no usage chunk before [DONE]")
-    if not 0 <= int(usage.get("completion_tokens", -1)) <= GENERATED:
+    done = usage.get("completion_tokens")
+    if not isinstance(done, int) or not 0 <= done <= GENERATED:
         raise CanaryError(f"usage {usage}")
 
 
@@ -275,29 +298,49 @@ FULL: tuple[str, ...] = tuple(SHAPES)
 QUICK: tuple[str, ...] = ("first-1-token", "first-3-token", "chat-system")
 
 
+def served_models(answer: Any) -> list[dict[str, Any]] | None:
+    """The model entries (each with an ``id``) of an OpenAI ``GET /v1/models`` answer's JSON,
+    or None for an answer of any other shape."""
+    entries = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(m, dict) and "id" in m for m in entries):
+        return None
+    return entries
+
+
 def server_max_model_len(client: httpx.Client, model: str) -> int | None:
     """The context length ``/v1/models`` reports for ``model`` (vLLM's ``max_model_len``)."""
     try:
-        data = client.get("/v1/models").json()
+        entries = served_models(client.get("/v1/models").json())
     except (httpx.HTTPError, ValueError):
         return None
-    for entry in data.get("data") or []:
+    for entry in entries or []:
         if entry.get("id") == model and isinstance(entry.get("max_model_len"), int):
             return int(entry["max_model_len"])
     return None
 
 
-def _health(client: httpx.Client, alive: Callable[[], bool] | None) -> str:
-    """ "" when the server serves (``GET /health`` is 200 and ``alive``, if given, says so);
+def _liveness(client: httpx.Client) -> str:
+    """The path that tells whether the server still serves: ``/health`` (vLLM's), unless it
+    is not found before any shape is sent (an OpenAI-compatible server or proxy without it),
+    then ``/v1/models``. Any other answer to /health (a 500 included) is the server's health."""
+    try:
+        status = client.get("/health", timeout=HEALTH_TIMEOUT_S).status_code
+    except httpx.HTTPError:
+        return "/health"
+    return "/v1/models" if status == 404 else "/health"
+
+
+def _health(client: httpx.Client, alive: Callable[[], bool] | None, path: str) -> str:
+    """ "" when the server serves (``GET path`` is 200 and ``alive``, if given, says so);
     else what was seen, in words that claim no more than that: a server that answers HTTP 500
     lives, whatever its engine did."""
     if alive is not None and not alive():
         return "the server process exited"
     try:
-        status = client.get("/health", timeout=HEALTH_TIMEOUT_S).status_code
+        status = client.get(path, timeout=HEALTH_TIMEOUT_S).status_code
     except httpx.HTTPError:
         return "the server stopped answering"
-    return "" if status == 200 else f"the server answers, but GET /health says HTTP {status}"
+    return "" if status == 200 else f"the server answers, but GET {path} says HTTP {status}"
 
 
 # No served model's context comes near this many tokens; a prompt this long (held in memory
@@ -332,7 +375,8 @@ def run_canary(
 ) -> CanaryReport:
     """Send ``shapes`` to the server at ``base_url`` (without ``/v1``), in order, and check
     each answer and the server's life after it. ``alive`` adds a check of its own (the
-    runner's: is the server process still running?) to ``GET /health``."""
+    runner's: is the server process still running?) to ``GET /health`` (``GET /v1/models`` for a
+    server whose ``/health`` is not found before the first shape)."""
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         raise ValueError(f"unknown canary shapes {unknown}: use {list(SHAPES)}")
@@ -347,6 +391,7 @@ def run_canary(
         reported = server_max_model_len(client, model)
         if max_model_len is not None:
             _check_context(max_model_len, reported)
+        liveness = _liveness(client)
         ctx = _Context(
             client=client,
             model=model,
@@ -367,11 +412,13 @@ def run_canary(
                 detail, ok = str(exc), False
             except httpx.HTTPError as exc:
                 detail, ok = f"{type(exc).__name__}: {exc}", False
-            after = _health(client, alive)
+            after = _health(client, alive, liveness)
             if ok and after:
                 detail, ok = "the answer came, then the server stopped serving", False
             seconds = time.perf_counter() - started
             outcomes.append(ShapeOutcome(name, ok, detail, seconds, not after, after))
             if not ok:
-                return CanaryReport(tuple(outcomes), tuple(shapes), tuple(shapes[i + 1 :]))
-    return CanaryReport(tuple(outcomes), tuple(shapes))
+                return CanaryReport(
+                    tuple(outcomes), tuple(shapes), tuple(shapes[i + 1 :]), liveness
+                )
+    return CanaryReport(tuple(outcomes), tuple(shapes), liveness=liveness)

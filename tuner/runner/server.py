@@ -23,6 +23,7 @@ import psutil
 
 from tuner.domain import FailureClass
 from tuner.errors import EnvironmentProblem, ServerFailure
+from tuner.load.canary import served_models
 from tuner.runner import amx
 from tuner.runner.interrupts import deferred_interrupts
 from tuner.runner.leases import Lease, remove_sockets_dir, sockets_dir, write_lease
@@ -47,9 +48,10 @@ def _client_host(host: str) -> str:
 def _model_names(response: httpx.Response) -> list[str]:
     """The ids in an OpenAI /v1/models answer; [] for anything else."""
     try:
-        return [str(m["id"]) for m in response.json()["data"]]
-    except (ValueError, KeyError, TypeError):
+        entries = served_models(response.json())
+    except ValueError:
         return []
+    return [str(m["id"]) for m in entries or []]
 
 
 class VllmServer:
