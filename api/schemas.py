@@ -178,6 +178,15 @@ class RecommendationOut(BaseModel):
     flags: list[str]
     env: dict[str, str] = Field(description="environment variables the flags need")
     serve_command: str
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="the study's own extra vLLM arguments: every launch had them before the "
+        "flags, as serve_command has",
+    )
+    workload_overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the values the study changed in its workload preset (its warm-up shapes)",
+    )
     vllm_version: str = Field(description="the vLLM version the flags are spelled for")
     metrics: dict[str, EstimateOut]
     memory_gib: float | None

@@ -267,3 +267,72 @@ def test_a_combination_whose_every_trial_failed_says_so(tmp_path: Path) -> None:
     assert f"no trial of tiny-ernie on {ctx.gpu.name} completed" in caught.value.message
     assert "1 study tried (all-failed)" in caught.value.message
     assert "tuner trials all-failed --state failed" in (caught.value.hint or "")
+
+
+def test_a_study_s_extra_arguments_reach_every_serve_line_and_the_api(tmp_path: Path) -> None:
+    """A study measured with extra vLLM arguments (say --max-model-len 2048 --enforce-eager)
+    is served with them: `tuner best`'s serve line and the API's serve_command left them out,
+    and `tuner launch --api` served without them, another configuration than the one measured;
+    `tuner launch --storage` kept them. The API also sends the study's workload overrides."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.settings import ApiSettings
+    from tuner.results.recommend import recommendation
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    extra = ["--max-model-len", "2048", "--enforce-eager"]
+    repo = insert_measured_study(
+        url, [ServingConfig(), LEAN], name="x", extra_args=extra,
+        workload_overrides={"concurrency": 2},
+    )  # fmt: skip
+    best = recommendation(repo, "x")
+    assert best is not None
+    assert " ".join(extra) in best.serve_command, best.serve_command
+
+    client = TestClient(create_app(ApiSettings(storage=repo)))
+    body = client.get(
+        "/v1/recommendations",
+        params={"model": "tiny-ernie", "gpu": "cpu", "workload": "smoke[concurrency=2]"},
+    ).json()
+    assert body["extra_args"] == extra and body["workload_overrides"] == {"concurrency": 2}
+    assert body["serve_command"] == best.serve_command
+
+    from tuner.deploy.remote import from_api
+
+    served = from_api(body, "http://api")
+    local = best_local(repo, "tiny-ernie", "cpu")
+    assert served.extra_args == local.extra_args == tuple(extra)
+    assert served.workload_overrides == local.workload_overrides == {"concurrency": 2}
+    assert local.workload == "smoke[concurrency=2]"
+
+
+def test_an_objective_this_tuner_does_not_know_is_ranked_as_balanced_everywhere(
+    tmp_path: Path,
+) -> None:
+    """A study stored by another tuner with an objective preset this one lacks: `tuner best`
+    and `tuner size` ended in a ValueError traceback, and the study's page too; `tuner
+    launch` read it as balanced. Every surface now reads it as balanced."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import text
+    from typer.testing import CliRunner
+
+    from api.app import create_app
+    from api.settings import ApiSettings
+    from tuner.cli.app import app
+    from tuner.db import make_engine
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    repo = insert_measured_study(url, [ServingConfig(), LEAN], name="o1")
+    with make_engine(url).begin() as conn:
+        conn.execute(text("UPDATE tuner_studies SET objective = 'goodput'"))
+    best = CliRunner().invoke(app, ["best", "o1", "--storage", url])
+    assert best.exit_code == 0 and best.exception is None, best.output
+    size = CliRunner().invoke(
+        app, ["size", "--model", "tiny-ernie", "--rate", "5", "--storage", url]
+    )
+    assert size.exception is None or isinstance(size.exception, SystemExit), size.output
+    assert "Traceback" not in size.output and "goodput" not in size.output.lower()
+    page = TestClient(create_app(ApiSettings(storage=repo))).get("/ui/studies/o1")
+    assert page.status_code == 200
+    assert best_local(repo, "tiny-ernie", "cpu").objective == "balanced"

@@ -63,7 +63,7 @@ class Measured:
         for key, label in _SHOWN:
             e = self.metrics.get(key)
             if e is not None:
-                lines.append(f"  {label:>13}: {e.median:.1f} [{e.low:.1f}, {e.high:.1f}]")
+                lines.append(f"  {label:>13}: {e.text()}")
         if self.metrics:
             lines.append("  (medians [range] over the measurement windows of one launch)")
         return lines
@@ -140,7 +140,7 @@ def best_local(
         env=dict(flags.env),
         vllm_version=version,
         gpu=trial.gpu_name or study.gpu,
-        workload=trial.workload or study.workload,
+        workload=study.workload_label,
         objective=(objective or study_objective(study)).value,
         source=source,
         config=top.config,

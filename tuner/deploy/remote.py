@@ -93,9 +93,7 @@ def _estimates(data: Mapping[str, Any]) -> dict[str, Estimate]:
 
 def from_api(data: Mapping[str, Any], api: str) -> Measured:
     """A :class:`Measured` from the API's JSON. KeyError/TypeError/ValueError when malformed."""
-    flags = data["flags"]
-    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-        raise TypeError("flags is not a list of strings")
+    flags = _strings(data["flags"], "flags")
     prov = data.get("provenance") or {}
     config = data.get("config")
     return Measured(
@@ -111,5 +109,13 @@ def from_api(data: Mapping[str, Any], api: str) -> Measured:
         source=api,
         config=ServingConfig.from_dict(config) if isinstance(config, dict) else None,
         metrics=_estimates(data.get("metrics") or {}),
+        extra_args=tuple(_strings(data.get("extra_args") or [], "extra_args")),
         is_baseline=bool(data.get("is_baseline", False)),
+        workload_overrides=dict(data.get("workload_overrides") or {}),
     )
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{name} is not a list of strings")
+    return value

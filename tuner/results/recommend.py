@@ -11,11 +11,11 @@ from pathlib import Path
 from tuner.abtest import COMPARED
 from tuner.catalog import GPUS, MODELS, levers, tokenizer_dir
 from tuner.db import Repository, StudyRow
-from tuner.domain import Estimate, Objective, ServingConfig
+from tuner.domain import Estimate, ServingConfig
 from tuner.load import capacity_text
 from tuner.results import costs, energy
 from tuner.scoring import WindowFlags, window_flags
-from tuner.study import Confirmed, choose
+from tuner.study import Confirmed, choose, study_objective
 from tuner.study.standings import baseline, pick
 from tuner.vllm import argv
 
@@ -83,8 +83,8 @@ class Recommendation:
                 continue
             e = self.metrics[key]
             base = self.baseline_metrics.get(key) if self.baseline_metrics else None
-            vs = f"   defaults {base.median:.1f} [{base.low:.1f}, {base.high:.1f}]" if base else ""
-            lines.append(f"  {label:>13}: {e.median:.1f} [{e.low:.1f}, {e.high:.1f}]{vs}")
+            vs = f"   defaults {base.text()}" if base else ""
+            lines.append(f"  {label:>13}: {e.text()}{vs}")
         base_mem = (
             f"   defaults {self.baseline_memory_gib:.2f}"
             if self.baseline_memory_gib is not None
@@ -205,14 +205,18 @@ def emulated_memory_warning(memory_gib: float | None, capacity_gib: float | None
 
 
 def serve_flags(study: StudyRow, flags: argv.RenderedFlags) -> argv.RenderedFlags:
-    """The flags a ready ``vllm serve`` line needs for ``study``'s model: a test architecture
-    without published weights (tiny-ernie) keeps random weights and the synthetic tokenizer."""
+    """The flags a ready ``vllm serve`` line needs for ``study``'s model: the study's own extra
+    arguments (``extra_args``), then the configuration's ``flags``, as every launch of the study
+    had them (:func:`tuner.vllm.argv.base_args`); a test architecture without published
+    weights (tiny-ernie) keeps random weights and the synthetic tokenizer."""
+    extra = tuple(str(a) for a in study.spec.get("extra_args") or ())
     model = MODELS.get(study.model)
     if model is None or model.weights_available or not study.model_source:
-        return flags
+        return argv.RenderedFlags(args=(*extra, *flags.args), env=flags.env)
     tokenizer = str(tokenizer_dir(Path(study.model_source)))
     return argv.RenderedFlags(
-        args=("--load-format", "dummy", "--tokenizer", tokenizer, *flags.args), env=flags.env
+        args=("--load-format", "dummy", "--tokenizer", tokenizer, *extra, *flags.args),
+        env=flags.env,
     )
 
 
@@ -226,7 +230,7 @@ def recommendation(
     if row is None:
         return None
     rows = repo.list_trials(study, limit=None)
-    confirmed = choose(repo.list_comparisons(study), Objective(row.objective))
+    confirmed = choose(repo.list_comparisons(study), study_objective(row))
     top = pick(row, rows, confirmed)
     if top is None:
         return None
@@ -288,7 +292,7 @@ def recommendation(
         cost_is_upper_bound=costs.usd_at_most(trial.metrics, trial.windows, row.spec),
         baseline_cost_is_upper_bound=base_trial is not None
         and costs.usd_at_most(base_trial.metrics, base_trial.windows, row.spec),
-        ranking_caveat=costs.ranked_on_a_bound(Objective(row.objective), trial, rows, row.spec),
+        ranking_caveat=costs.ranked_on_a_bound(study_objective(row), trial, rows, row.spec),
     )
 
 
