@@ -272,6 +272,10 @@ def test_print_gives_the_exact_command_under_the_model_alias(tmp_path: Path, db_
         "--seed 7 --gpu-memory-utilization 0.1 --max-num-seqs 8 --enforce-eager"
     ), flags
     assert "no Python interpreter" in run.stderr  # why the flags are spelled as measured
+    # What is printed and where it was measured, on stderr: stdout is the line alone.
+    assert len(run.stdout.splitlines()) == 1
+    assert "best measured for tiny-ernie: trial #1 of study measured" in run.stderr
+    assert "with vLLM 0.32.0" in run.stderr and "study's extra arguments: --seed 7" in run.stderr
 
 
 def test_nothing_measured_is_exit_2_naming_what_is_there(tmp_path: Path, db_url: str) -> None:
@@ -349,7 +353,7 @@ def test_serves_the_fake_server_until_stopped_and_leaves_nothing(
     # Provenance: study, trial, where and with what it was measured, metrics with intervals.
     assert "trial #1 of study measured" in output
     assert "measured on cpu: test host with vLLM 0.32.0" in output
-    assert re.search(r"output tok/s: [\d.]+ \[[\d.]+, [\d.]+\]", output), output
+    assert re.search(r"output tok/s: [\d.,]+ \[[\d.,]+, [\d.,]+\]", output), output
     assert "stopped: the server's process group has ended" in output
     if run_client:
         assert re.search(r"chat \(streamed\):\s+\S", client), client
@@ -386,6 +390,15 @@ def test_a_server_that_fails_is_reported_with_its_log(tmp_path: Path, db_url: st
     assert any("RuntimeError: fake engine core crashed" in line for line in tail)
     text = " ".join(start.stderr.split())
     assert "exited with code 1 during start-up" in text and "whole log: .tuner/logs/" in text
+    assert "--startup-timeout" not in text  # waiting longer would not help a crash
+    slow = tuner(
+        [*args[: -len(FAKE_SERVER)], "--startup-timeout", "1", *FAKE_SERVER],
+        tmp_path,
+        {**env, "TUNER_FAKE_STARTUP_S": "30"},
+    )  # a start that outlasts the timeout: the hint says how to wait longer
+    text = " ".join(slow.stderr.split())
+    assert slow.returncode == 1 and "not ready within 1.0 s" in text, slow.stdout + slow.stderr
+    assert "raise --startup-timeout (was 1 s)" in text
 
     # Dies on a client's first request, once announced (after the 3 quick canary shapes, the
     # smoke workload's 8 warm-up requests and the 11 of the full canary): tuner notices, shows

@@ -101,10 +101,16 @@ def serve(
             what = "the server failed a request shape a client may send: " if canary_failed else ""
             died = exc.failure in (FailureClass.CANARY_FAILED, FailureClass.CRASHED)
             cause = logparse.engine_death(server.log_text()) if died else None
+            slow = (
+                f"a start that needs longer: raise --startup-timeout "
+                f"(was {startup_timeout_s:g} s). "
+                if exc.failure is FailureClass.TIMEOUT
+                else ""
+            )
             raise TunerError(
                 what + exc.message + (f" ({cause})" if cause else ""),
-                hint=f"not served; the server's whole log: {log_path}. Another configuration: "
-                "tuner launch --objective ..., or measure again with `tuner run`",
+                hint=f"not served; the server's whole log: {log_path}. {slow}Another "
+                "configuration: tuner launch --objective ..., or measure again with `tuner run`",
             ) from None
         say(f"ready in {time.monotonic() - started:.0f} s")  # its warm-up and canary too
         # Serving from here: a stop that lands while the base URL is being printed (a client
@@ -265,7 +271,11 @@ def launch_command(
         model=model,
     )
     if print_only:
-        print(launch.shell(), flush=True)  # plain: a wrapped line could not be pasted
+        # What it is and what to check on stderr (a vLLM other than the measured one), the
+        # line alone on stdout: a wrapped line could not be pasted.
+        for line in [*measured.describe(), *launch.notes]:
+            err.print(line, markup=False, soft_wrap=True)
+        print(launch.shell(), flush=True)
         return
     _check_can_serve(profile, host, port)
     for line in [*measured.describe(), *launch.notes]:
