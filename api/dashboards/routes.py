@@ -33,7 +33,7 @@ from tuner.results import (
     study_report,
     trial_capacities,
 )
-from tuner.study import choose
+from tuner.study import choose, study_objective
 
 log = logging.getLogger("tuner.dashboards")
 
@@ -89,7 +89,7 @@ def overview_page(repo: RepoDep) -> HTMLResponse:
     for study_id in {c.study_id for c in comparisons if c.study_id in names}:
         study = names[study_id]
         own = [c for c in comparisons if c.study_id == study_id]
-        pick = choose(own, Objective(study.objective))
+        pick = choose(own, study_objective(study))
         if pick is not None:
             confirmed[study.name] = pick
     others = [comparison_report(c) for c in comparisons if c.study_id is None]

@@ -206,7 +206,7 @@ def pick(study: StudyRow, rows: Sequence[TrialRow], confirmed: Confirmed | None)
     """The study's recommendation, the one trial `tuner best`, the API and the study page name:
     its confirmation's verdict where it had one (``confirmed``), else the top of its standings
     for its own objective and SLO; None before a trial completed."""
-    return study_pick(standings(rows, Objective(study.objective), study_slo(study)), confirmed)
+    return study_pick(standings(rows, study_objective(study), study_slo(study)), confirmed)
 
 
 def chosen(ranked: Ranked, confirmed: Confirmed | None) -> Ranked:

@@ -213,7 +213,7 @@ def _feasible(row: TrialRow, slo: Slo, objective: Objective) -> bool | None:
 
 def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine, ...]:
     """Table rows for ``trials``, scored as :func:`tuner.study.standings.rank` scores them."""
-    objective = Objective(study.objective)
+    objective = study_objective(study)
     slo = Slo(**dict(study.slo))
     reference = score_reference(trials)
     broken = ranking.canary_broken(trials)
@@ -503,7 +503,7 @@ def study_report(
         fb = fallback_importances(lines)
         imp = Importances(fb, "variance of the score explained per knob (fallback)" if fb else "")
     has_gpu = any(t.memory.gpu_peak_bytes for t in trials if t.status is TrialStatus.COMPLETE)
-    confirmed = choose(comparisons, Objective(study.objective))  # the page's and the pick's
+    confirmed = choose(comparisons, study_objective(study))  # the page's and the pick's
     ranked = pick(study, trials, confirmed)
     ids = tuple(c.id for c in comparisons if is_confirmation(c))
     return StudyReport(
