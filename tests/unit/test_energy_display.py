@@ -112,3 +112,20 @@ def test_absent_is_none_when_measured() -> None:
 def test_a_range_keeps_its_trailing_zeros_at_three_figures() -> None:
     assert Estimate(0.3, 0.287, 0.3, (0.287, 0.3)).figures() == "0.300 [0.287, 0.300]"
     assert Estimate(100.0, 99.5, 1234.0, ()).figures() == "100 [99.5, 1.23e+03]"
+
+
+def test_a_slow_rate_keeps_its_figures_in_best_and_launch() -> None:
+    """A CPU or long-output study serves well under 0.05 req/s: `tuner best` and `tuner
+    launch` printed 'requests/s: 0.0 [0.0, 0.0]   defaults 0.0 [0.0, 0.0]', hiding a 40 %
+    difference that `tuner size` showed (0.045 req/s)."""
+    slow = Estimate(0.0452, 0.0441, 0.0463, (0.0441, 0.0452, 0.0463))
+    assert slow.text() == "0.0452 [0.0441, 0.0463]"
+    assert Estimate(13476.4, 13057.0, 14339.0, ()).text() == "13,476 [13,057, 14,339]"
+    assert Estimate(52.64, 51.0, 56.01, ()).text() == "52.6 [51.0, 56.0]"
+    from tuner.deploy.local import Measured
+
+    measured = Measured(
+        model="m", study="s", trial=1, flags=(), env={}, vllm_version="0.32.0", gpu="cpu",
+        workload="chat", objective="balanced", source="t", metrics={"request_throughput": slow},
+    )  # fmt: skip
+    assert "requests/s: 0.0452 [0.0441, 0.0463]" in "\n".join(measured.describe())

@@ -99,7 +99,7 @@ def test_the_recommendations_defaults_are_the_baseline_its_score_is_against() ->
     assert rec.baseline_metrics is not None
     assert rec.baseline_metrics["output_throughput"].median == 100.0
     assert rec.baseline_memory_gib == 9.0
-    assert "defaults 100.0" in rec.render()
+    assert "defaults 100 [" in rec.render()
 
 
 def test_the_recommendations_flags_line_is_shell_quoted_as_its_serve_line() -> None:

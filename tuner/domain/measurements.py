@@ -176,6 +176,21 @@ class Estimate:
 
         return f"{three(self.median)} [{three(self.low)}, {three(self.high)}]"
 
+    def text(self) -> str:
+        """'13,476 [13,057, 14,339]', '52.6 [51.0, 56.0]', '0.0452 [0.0441, 0.0463]': each
+        value as :func:`number` writes it, so a small rate keeps its figures."""
+        return f"{number(self.median)} [{number(self.low)}, {number(self.high)}]"
+
+
+def number(x: float) -> str:
+    """A measured value for a line of text: '2,363', '46.2', '0.512' (no fewer than three
+    significant figures below 100)."""
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
 
 @dataclass(frozen=True)
 class MemoryUsage:

@@ -67,6 +67,7 @@ from typing import Any
 import numpy as np
 
 from tuner.domain import WindowMetrics
+from tuner.domain.measurements import number
 from tuner.scoring.significance import INCONCLUSIVE, RatioInterval, t_interval
 
 DISAGREE_FLOOR = 2.0
@@ -336,15 +337,6 @@ def drift(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) ->
     return Drift(
         trend, fit.interval(1, var, fit.df, DRIFT_CONFIDENCE, "B/A with the trend taken out")
     )
-
-
-def number(x: float) -> str:
-    """A measured value for a sentence: '2,363', '46.2', '0.512'."""
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    if abs(x) >= 10:
-        return f"{x:.1f}"
-    return f"{x:.3g}"
 
 
 @dataclass(frozen=True)
