@@ -445,3 +445,40 @@ def test_tuner_size_says_the_ranking_that_picked_it_rests_on_a_lower_bound(
     notes = {a["study"]: " ".join(a["notes"]) for a in answers}
     assert "the capacity ranking rests on a lower bound" in notes["capacity"]
     assert "ranking rests on" not in notes["balanced"]  # not ranked by throughput
+
+
+def _bound(window: WindowMetrics) -> WindowMetrics:
+    from tuner.domain import ClientHealth
+
+    client = ClientHealth(1.0, 0.0, 0.0, 1.0, 2, client_bound=True)
+    return dataclasses.replace(window, client=client)
+
+
+def test_a_capacity_the_client_bounded_is_not_called_a_missed_slo(tmp_path: Path) -> None:
+    """Every window client-bound, in a study with no SLO: `tuner size` said "none can serve it
+    (no load point met the SLO)", "none of the study's 2 measured trials meets the SLO" and
+    "try a looser --slo", which cannot help. It now says the load generator was the limit and
+    how to measure again; a missed SLO still reads as one."""
+    url = f"sqlite:///{tmp_path / 'bound.db'}"
+    one = [_bound(_w(16, r, 600.0)) for r in (7.5, 8.0, 8.5)]
+    curve = [_bound(w) for w in CURVE]
+    _insert_trials(url, [(ServingConfig(), one), (ServingConfig(max_num_seqs=16), curve)])
+    size = ["size", "--model", "tiny-ernie", "--rate", "20", "--storage", url]
+    run = CliRunner().invoke(app, size)
+    text = " ".join(run.stdout.split())
+    assert run.exit_code == 1, run.output
+    assert "no load point met the SLO" not in text and "meets the SLO" not in text
+    assert "not sized: the load generator, not the server, was the limit" in text
+    assert "no other of the study's 2 measured trials has a capacity under the SLO" in text
+    assert "measure it again from a less loaded or faster client machine" in run.stderr
+    assert "--slo" not in run.stderr
+    (answer,) = json.loads(CliRunner().invoke(app, [*size, "--json"]).stdout)["sizes"]
+    assert answer["client_bound"] is True and answer["gpus"] is None
+    study = _study()
+    trial = dataclasses.replace(_trial(0, 100.0), windows=tuple(curve))
+    sized = fleet_size(study, trial, (), Rate(20.0, REQ))
+    assert sized is not None and sized.basis == "every load point of the curve client-bound"
+    kept_up = dataclasses.replace(trial, windows=CURVE)
+    missed = fleet_size(study, kept_up, (), Rate(20.0, REQ), slo=Slo(e2e_p99_ms=1.0))
+    assert missed is not None and not missed.client_bound
+    assert missed.basis == "no load point of the curve met the SLO"

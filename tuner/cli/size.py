@@ -87,10 +87,19 @@ def size(
         # Something was sized, and no measured trial of it meets the SLO (sizing falls back
         # to the best one that does): a script asking "how many GPUs?" must not read that as
         # an answer.
-        err.print(
-            escape(f"no measured trial of the studies sized serves {target} within the SLO; "
-                   "try a looser --slo, or measure a configuration that meets it")
-        )  # fmt: skip
+        if all(a.client_bound for a in answers):
+            from tuner.results.sizing import CLIENT_BOUND_FIX
+
+            text = (
+                f"no study sized has a capacity to size {target} from: the load generator, not "
+                f"the server, was the limit; {CLIENT_BOUND_FIX}"
+            )
+        else:
+            text = (
+                f"no measured trial of the studies sized serves {target} within the SLO; try a "
+                "looser --slo, or measure a configuration that meets it"
+            )
+        err.print(escape(text))
         raise typer.Exit(1)
 
 

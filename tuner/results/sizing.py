@@ -58,6 +58,10 @@ from tuner.vllm import argv
 
 REQ = "req/s"
 TOK = "tok/s"
+CLIENT_BOUND_FIX = (
+    "measure it again from a less loaded or faster client machine (`tuner trials` flags the "
+    "client-bound windows)"
+)
 _RATE = re.compile(
     r"^\s*((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)?)\s*(req/s|tok/s)?\s*$", re.IGNORECASE
 )
@@ -125,6 +129,9 @@ class FleetSize:
     usd_per_hour: float | None = None
     usd_per_million: float | None = None  # the fleet at the target rate
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # No capacity because the load generator was the limit at every load point read (the
+    # server's capacity was not measured), not because the server missed the SLO.
+    client_bound: bool = False
 
     def render(self) -> str:
         unit = self.rate.unit
@@ -144,7 +151,12 @@ class FleetSize:
             f"({self.basis}; range over {self.windows} window{'' if self.windows == 1 else 's'}"
             f" of {of}, not a confidence interval)"
         )
-        if self.gpus is None:
+        if self.gpus is None and self.client_bound:
+            lines.append(
+                f"  GPUs for {self.rate}: not sized: the load generator, not the server, was the "
+                f"limit at every load point; {CLIENT_BOUND_FIX}"
+            )
+        elif self.gpus is None:
             lines.append(f"  GPUs for {self.rate}: none can serve it (no load point met the SLO)")
         else:
             lines.append(
@@ -206,9 +218,14 @@ def _capacity(
     key = "request_throughput" if unit == REQ else "output_throughput"
     if len(points) >= 2:
         chosen = chosen_point(points, slo)
-        if chosen is None:  # no point met the SLO
+        if chosen is None:  # no point met the SLO with its client keeping up
             none = [0.0] * max(len(p.metrics[key].values) for p in points)
-            return estimate(none), "no load point of the curve met the SLO", None, False
+            why = (
+                "every load point of the curve client-bound"
+                if all(p.client_bound for p in points)
+                else "no load point of the curve met the SLO"
+            )
+            return estimate(none), why, None, False
         basis = f"the load curve's capacity at {chosen.label}"
     else:
         chosen = points[0]
@@ -259,6 +276,8 @@ def fleet_size(
         return None
     cap, basis, per_request, floor = read
     gpus = gpus_for(rate.value, cap.low)
+    points = [p for t in (fresh if confirmed else [trial]) for p in load_points(t.windows)]
+    bound = gpus is None and all(p.client_bound for p in points)
     price = costs.study_price(study.gpu, study.spec, gpu_price, emulated=study.emulated)
     usd_h = gpus * price.usd_per_hour if gpus is not None and price is not None else None
     tokens_s = (
@@ -311,6 +330,7 @@ def fleet_size(
         usd_per_hour=usd_h,
         usd_per_million=usd_m,
         notes=tuple(notes),
+        client_bound=bound,
     )
 
 
@@ -415,9 +435,12 @@ def _size_study(
         if other is not None and other.gpus is not None:
             return other
     trials = f"{len(table)} measured trial{'' if len(table) == 1 else 's'}"
-    return dataclasses.replace(
-        sized, notes=(*sized.notes, f"none of the study's {trials} meets the SLO")
+    note = (
+        f"no other of the study's {trials} has a capacity under the SLO either"
+        if sized.client_bound
+        else f"none of the study's {trials} meets the SLO"
     )
+    return dataclasses.replace(sized, notes=(*sized.notes, note))
 
 
 def _under(rows: Sequence[TrialRow], slo: Slo, objective: Objective) -> list[TrialRow]:
