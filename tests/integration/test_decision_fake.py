@@ -206,3 +206,55 @@ def test_a_claims_own_metric_drives_the_stopping(repo: Repository) -> None:
         (no_gain,) = verify([flat], _claims_bench(repo, runner, setup), 3, 0.95, watch=Watch())
         assert no_gain.look is not None and no_gain.verdict != CONSISTENT, no_gain.reason
         assert 3 < no_gain.look.step.n_a <= BUDGET  # undecided at the first look: more pairs
+
+
+def test_a_run_into_another_database_does_not_resume_and_calibrate_names_its_own_option(
+    repo: Repository, tmp_path: Path
+) -> None:
+    """An interrupted calibration run again with another --storage resumed its launches,
+    stored only in the first database: the second reported "3 of 3 launches complete" over a
+    profile of 2. The database is part of a run's launch log now. The line that says a log of
+    other options was kept named compare's options (--repeats, ...), which calibrate lacks."""
+    from tuner.abtest.launchlog import describe_resumed
+
+    setup = _setup()
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    migrate.upgrade(url)
+    other = Repository(make_engine(url))
+    arm = setup.arms[0]
+    first = _bench(setup, repo, 1, 1.0, "calibrate").launch_log(setup.workload, [arm])
+    second = _bench(setup, other, 1, 1.0, "calibrate").launch_log(setup.workload, [arm])
+    assert first.path != second.path
+    same = _bench(setup, Repository(make_engine(f"sqlite:///{tmp_path}/./tuner.db")), 1, 1.0,
+                  "calibrate").launch_log(setup.workload, [arm])  # fmt: skip
+    assert same.path == first.path  # one database, whatever the spelling of its URL
+    result = FakeRunner(seed=1).run(arm.config, setup.workload)
+    first.record(arm, result)
+    said = describe_resumed(second.load([arm]), [arm], second)
+    assert said is not None and said.startswith("not resumed:"), said
+    assert "the database, --launches)" in said and "--repeats" not in said
+    compare = _bench(setup, other, 1, 1.0, "compare").launch_log(setup.workload, setup.arms)
+    assert compare.options.startswith("--repeats/--max-launches")
+
+
+def test_a_calibration_that_completes_one_launch_says_its_profile_is_the_earlier_one(
+    repo: Repository,
+) -> None:
+    """One launch of a calibration completed and an earlier one had stored a profile: exit 0
+    and the earlier profile printed as if this run had measured it."""
+    import dataclasses
+
+    from tuner.domain import FailureClass, TrialStatus
+
+    setup = _setup()
+    bench = _bench(setup, repo, 5, 1.0, "calibrate")
+    calibration = run_calibration(bench, setup.workload, setup.arms[0], Watch())
+    assert calibration.profile is not None and calibration.earlier_note() is None
+    done = calibration.results[0]
+    lost = dataclasses.replace(
+        done, status=TrialStatus.FAILED, failure=FailureClass.CRASHED, metrics={}, windows=()
+    )
+    one = dataclasses.replace(calibration, results=(done, lost))
+    note = one.earlier_note()
+    assert note is not None and note.startswith("this run completed 1 launch: the profile")
+    assert dataclasses.replace(one, profile=None).earlier_note() is None

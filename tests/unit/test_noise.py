@@ -310,3 +310,19 @@ def test_only_an_interval_on_the_own_launches_alone_takes_the_own_level() -> Non
     dropped = trend_ratio_interval(a, b, 0.97, quiet, 0.98)
     assert dropped is not None and "the profile is not used" in dropped.method
     assert dropped.confidence == 0.98
+
+
+def test_one_window_a_launch_says_the_spread_is_launch_and_window_together() -> None:
+    """With one window a launch, window noise cannot be told from launch noise: `tuner
+    calibrate` printed their sum as the 'launch SD' without a word."""
+    from tuner.scoring.noise import Launch, components
+
+    launches = [Launch("g", (math.log(v),)) for v in (100.0, 104.0, 97.0)]
+    one = components(launches)
+    assert one is not None and one.windows == 1
+    text = one.text()
+    assert text.startswith("launch and window SD together") and "cannot be told apart" in text
+    assert "window SD" not in text.replace("launch and window SD together", "")
+    three = [Launch("g", tuple(math.log(v + d) for d in (0, 1, 2))) for v in (100.0, 104.0)]
+    many = components(three)
+    assert many is not None and many.text().startswith("launch SD ")

@@ -43,6 +43,17 @@ class Calibration:
     def gpu_minutes(self) -> float:
         return gpu_seconds(self.results) / 60.0
 
+    def earlier_note(self) -> str | None:
+        """Where this run completed too few launches for a profile of its own and the profile
+        is that of launches stored before it, a line that says so; else None."""
+        if self.profile is None or self.completed >= 2:
+            return None
+        return (
+            f"this run completed {self.completed} launch{'' if self.completed == 1 else 'es'}: "
+            "the profile above rests on the launches stored for this key before it (see its "
+            "launch count)"
+        )
+
     def to_json(self) -> dict[str, Any]:
         """What ``tuner calibrate --json`` prints."""
         return {

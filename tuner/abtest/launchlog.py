@@ -46,13 +46,25 @@ def reusable(result: TrialResult) -> bool:
     return result.failure is not None and result.failure is not FailureClass.INTERRUPTED
 
 
+# The options of each command with launch logs that define its run (and so its log), besides
+# the model, GPU, workload, vLLM and database; compare's for any other.
+_OPTIONS = {"calibrate": "--launches"}
+_DESIGN_OPTIONS = "--repeats/--max-launches, --confidence, --min-effect, --trend/--no-trend"
+
+
 class LaunchLog:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, command: str = "compare") -> None:
         self.path = path
+        self.command = command
+
+    @property
+    def options(self) -> str:
+        """The command's own options that define its run, as a user types them."""
+        return _OPTIONS.get(self.command, _DESIGN_OPTIONS)
 
     @classmethod
     def for_run(cls, home: Path, kind: str, key: str) -> LaunchLog:
-        return cls(home / "launches" / f"{kind}-{key}.jsonl")
+        return cls(home / "launches" / f"{kind}-{key}.jsonl", kind)
 
     @classmethod
     def for_arms(
@@ -91,8 +103,9 @@ class LaunchLog:
     ) -> list[tuple[Path, int]]:
         """Other logs of this command (not among ``besides``: the same run's other groups)
         holding reusable launches of every one of these configurations, an interrupted run of
-        them with other options (model, GPU, workload, launch budget, design, vLLM), each with
-        its count. A log that shares one arm only (the defaults, in most runs) is another run."""
+        them with other options (model, GPU, workload, launch budget, design, vLLM, database),
+        each with its count. A log that shares one arm only (the defaults, in most runs) is
+        another run."""
         kind = self.path.name.rsplit("-", 1)[0]
         found = []
         for other in sorted(self.path.parent.glob(f"{kind}-*.jsonl")):
@@ -154,13 +167,12 @@ def describe_resumed(
     counts: Mapping[str, int] = {label: len(d) for label, d in zip(labels, done, strict=True) if d}
     if not counts:
         others = log.elsewhere(arms, besides) if log is not None else []
-        if not others:
+        if log is None or not others:
             return None
         n, paths = sum(n for _, n in others), " ".join(str(path) for path, _ in others)
         return (
             f"not resumed: an interrupted run of these configurations with other options "
-            f"(model, GPU, workload, vLLM, --repeats/--max-launches, --confidence, "
-            f"--min-effect, --trend/--no-trend) kept {n} launch"
+            f"(model, GPU, workload, vLLM, the database, {log.options}) kept {n} launch"
             f"{'' if n == 1 else 'es'} in {paths}; its exact options again reuse them, and "
             "deleting the file drops them (unless a run still going writes it)"
         )

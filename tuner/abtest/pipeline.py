@@ -225,6 +225,9 @@ class Bench:
             hardware=self.hardware,
             vllm=self.vllm_version,
             workload=workload,
+            # A launch is stored in the database of the run that made it: a run into another
+            # one starts afresh, or its results there would rest on launches stored elsewhere.
+            database=self.repo.database,
             **({"design": key} if key is not None else {}),
         )
 

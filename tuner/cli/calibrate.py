@@ -31,7 +31,9 @@ def calibrate(
 ) -> None:
     """Measure the launch-to-launch and window-to-window noise here and store its profile.
 
-    Exit 1 when fewer than two launches completed (no profile could be estimated).
+    The profile pools every complete launch stored for its key (this run's and earlier
+    calibrations' and comparisons'). Exit 1 when there is none: fewer than two such launches
+    of one configuration in one run.
     """
     import json
 
@@ -67,6 +69,8 @@ def calibrate(
     else:
         for line in profile_lines(outcome.profile, [name for name, _, _ in COMPARED]):
             say(line)
+        if note := outcome.earlier_note():
+            say(note)
     say(
         f"{outcome.completed} of {outcome.launched} launches complete, "
         f"{outcome.gpu_minutes:.1f} GPU-minutes"

@@ -38,7 +38,7 @@ from tuner.db.rows import (
     TrialRow,
     budget_free,
 )
-from tuner.db.session import session_scope, storage_error
+from tuner.db.session import safe_url, session_scope, sqlite_file, storage_error
 from tuner.domain import (
     FailureClass,
     Provenance,
@@ -65,6 +65,13 @@ class Repository:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+
+    @property
+    def database(self) -> str:
+        """Which database this is, one name whatever the URL's spelling: a SQLite file's
+        absolute path, else the URL with its password masked."""
+        path = sqlite_file(self._engine.url)
+        return str(path.resolve()) if path is not None else safe_url(self._engine.url)
 
     # -- studies -------------------------------------------------------------------------
 

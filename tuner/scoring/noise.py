@@ -153,10 +153,18 @@ class Components:
         }
 
     def text(self) -> str:
-        """'launch SD 0.081, window SD 0.102 (log), a launch's value 0.098, 12 df'"""
-        window = "" if self.window_sd is None else f", window SD {self.window_sd:.3f}"
+        """'launch SD 0.081, window SD 0.102 (log), a launch's value 0.098, 12 df'. With one
+        window a launch the two cannot be told apart, and the line says so."""
+        if self.windows == 1:
+            spread = (
+                f"launch and window SD together {self.launch_sd:.3f} (log; one window a "
+                "launch: the two cannot be told apart)"
+            )
+        else:
+            window = "" if self.window_sd is None else f", window SD {self.window_sd:.3f}"
+            spread = f"launch SD {self.launch_sd:.3f}{window} (log)"
         return (
-            f"launch SD {self.launch_sd:.3f}{window} (log), a launch's value "
+            f"{spread}, a launch's value "
             f"{self.sd:.3f}, {self.df} df from {self.launches} launches in {self.groups} "
             f"group{'s' if self.groups != 1 else ''} (a configuration in one run)"
         )
