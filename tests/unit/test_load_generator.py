@@ -486,6 +486,7 @@ def test_requests_in_flight_are_held_to_what_the_open_file_limit_holds(
     assert server.max_in_flight == 2 and window.requests_ok == 12
     assert window.client is not None and window.client_bound
     assert "open files for 2 requests in flight" in "; ".join(window.client.notes)
+    assert window.client.files_room == 2  # a field, stored with the window, not a note's text
     # Said as the client's files, not as a cap to raise or a server that fell behind.
     from tuner.cli.load import warnings
     from tuner.load import PointResult
@@ -496,7 +497,8 @@ def test_requests_in_flight_are_held_to_what_the_open_file_limit_holds(
     monkeypatch.undo()  # a limit that holds them all
     with serving(FakeVllm(gap_s=0.02)) as url:
         roomy = _generator(url).run(wide.replace(request_rate=rate)).windows[0]
-    assert not roomy.client_bound
+    assert not roomy.client_bound and roomy.client is not None
+    assert roomy.client.files_room is None
 
 
 def test_a_wait_for_a_slot_is_no_verdict_on_the_client() -> None:

@@ -378,13 +378,12 @@ def results_table(results: Sequence[PointResult], opts: LoadOptions) -> Table:
 def warnings(point: PointResult) -> list[str]:
     """One line per reason not to take the point's numbers as the server's."""
     from tuner.load import LAG_BOUND_MS
-    from tuner.load.generator import FILES_NOTE
 
     lines = []
     client = point.window.client
     notes = "; ".join(client.notes) if client is not None else ""
     # Its open files held the requests in flight: neither a cap nor the server did.
-    files = client is not None and any(n.startswith(FILES_NOTE) for n in client.notes)
+    files = client is not None and client.files_room is not None
     if files:
         lines.append(
             f"{point.label}: client-bound ({notes}): raise the hard limit on open files "

@@ -84,6 +84,9 @@ class ClientHealth:
     client_bound: bool = False
     disturbed: bool = False
     notes: tuple[str, ...] = ()
+    # The requests in flight this process's open files allowed (its hard limit, ulimit -Hn),
+    # where they held the window below its load; None where they did not.
+    files_room: int | None = None
 
 
 @dataclass(frozen=True)

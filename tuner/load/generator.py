@@ -57,7 +57,6 @@ def first_point_windows(workload: Workload) -> int:
 
 _POLL_S = 0.2  # how often should_abort is asked
 _SPARE_FILES = 256  # open files kept beside the sockets of the requests in flight
-FILES_NOTE = "this process may open files for"  # how a window held by them says so
 
 
 def _allow_open_files(sockets: int) -> int:
@@ -81,8 +80,13 @@ def _files_bound(health: ClientHealth, room: int) -> ClientHealth:
     """``health`` of a window that this process's open files held to ``room`` requests in
     flight (its arrivals waited, or its closed loop ran fewer streams): the client was the
     limit."""
-    note = f"{FILES_NOTE} {room} requests in flight at most (its hard limit, ulimit -Hn)"
-    return dataclasses.replace(health, client_bound=True, notes=(*health.notes, note))
+    note = (
+        f"this process may open files for {room} requests in flight at most (its hard limit, "
+        "ulimit -Hn)"
+    )
+    return dataclasses.replace(
+        health, client_bound=True, files_room=room, notes=(*health.notes, note)
+    )
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,6 @@ class LoadGenerator:
         self.energy = energy
         # The requests in flight the open-file limit held, where it held fewer than a phase
         # wanted (see _phase); None where it held them all.
-        self.files_capped: int | None = None
 
     def run(
         self,
@@ -216,7 +219,7 @@ class LoadGenerator:
                     # came at 0 is a closed loop, whose requests wait for a slot by design.
                     held: list[float] = []
                     timed = point.trace_paced or point.request_rate is not None
-                    records, duration = await self._phase(
+                    records, duration, capped = await self._phase(
                         session, plan, point.concurrency, should_abort, None,
                         held if timed else None,
                     )  # fmt: skip
@@ -224,8 +227,8 @@ class LoadGenerator:
                     health = check.end(held)
                     # A closed loop so capped ran fewer streams than its point says.
                     waited = not timed or health.held_p99_ms >= LAG_BOUND_MS
-                    if self.files_capped is not None and waited:
-                        health = _files_bound(health, self.files_capped)
+                    if capped is not None and waited:
+                        health = _files_bound(health, capped)
                     where = f"window {index + 1}"
                     if len(points) > 1:
                         label = point_label(
@@ -313,7 +316,7 @@ class LoadGenerator:
                 on_phase("warmup", next(done), len(warm))
 
         top = max(p.concurrency for p in workload.load_points())
-        records, _ = await self._phase(session, warm, top, should_abort, warmed)
+        records, _, _ = await self._phase(session, warm, top, should_abort, warmed)
         _check_errors(records, "warm-up", max_error_rate)
 
     async def _phase(
@@ -324,10 +327,12 @@ class LoadGenerator:
         should_abort: AbortCheck | None,
         on_done: Callable[[], None] | None,
         held: list[float] | None = None,
-    ) -> tuple[list[RequestRecord], float]:
-        """Send ``plan`` with at most ``concurrency`` in flight; the records in plan order and
-        the wall time from the first launch to the last completion. ``held`` gets the seconds
-        each request with an arrival time waited, once due, for a slot."""
+    ) -> tuple[list[RequestRecord], float, int | None]:
+        """Send ``plan`` with at most ``concurrency`` in flight; the records in plan order, the
+        wall time from the first launch to the last completion, and the requests in flight
+        this process's open files held it to where they were fewer than it wanted (else
+        None). ``held`` gets the seconds each request with an arrival time waited, once due,
+        for a slot."""
         # Bodies are made before the clock starts so that building them is never timed.
         bodies = [
             request_body(
@@ -343,7 +348,6 @@ class LoadGenerator:
         # holds: beyond, a socket (or an import of the run's own) failed with EMFILE.
         wanted = min(concurrency, len(plan))
         room = _allow_open_files(wanted)
-        self.files_capped = room if room < wanted else None
         slots = asyncio.Semaphore(min(concurrency, room))
         # A session's turns go in plan order: each waits for the one before it to finish.
         done_events = [asyncio.Event() for _ in plan]
@@ -412,7 +416,7 @@ class LoadGenerator:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        return [t.result() for t in tasks], max(duration, 1e-9)
+        return [t.result() for t in tasks], max(duration, 1e-9), room if room < wanted else None
 
 
 def _check_errors(records: list[RequestRecord], phase: str, max_error_rate: float) -> None:
