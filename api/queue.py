@@ -102,7 +102,8 @@ def read(body: Mapping[str, Any]) -> Parsed:
             "; ".join(f"{p['where']}: {p['problem']}" for p in problems),
             hint="the body's schema is in /docs (POST /v1/studies)",
         )
-    check_fits(model, gpu)
+    quantization = spec.fixed.get("quantization")  # as the worker fits it (tuner.compose)
+    check_fits(model, gpu, quantization if isinstance(quantization, str) else None)
     if spec.emulate and gpu.is_cpu:  # as the worker's hardware check would, at once
         raise UsageError(
             f"{WHERE}: study.emulate needs a GPU to emulate on; gpu 'cpu' is not emulated",

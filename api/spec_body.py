@@ -233,9 +233,17 @@ def _conditions() -> list[dict[str, Any]]:
                 bad.append(gpu_name)
         if bad:
             unfit.setdefault(tuple(bad), []).append(name)
+    # In the weights' own dtype: a study that holds a quantization fixed (fp8 halves them) is
+    # fitted by api.queue with it, as the worker fits it.
+    quantized = {
+        "required": ["space"],
+        "properties": {
+            "space": {"required": ["fixed"], "properties": {"fixed": {"required": ["quantization"]}}}
+        },
+    }
     fits = [
         {
-            "if": _in_study("model", {"enum": names}),
+            "if": {"allOf": [_in_study("model", {"enum": names}), {"not": quantized}]},
             "then": _in_study("gpu", {"enum": [g for g in GPUS if g not in bad]}, required=False),
         }
         for bad, names in unfit.items()

@@ -102,6 +102,17 @@ def test_what_the_schema_excludes_is_refused(app: FastAPI, body: Any, words: str
     assert words in r.json()["message"]
 
 
+def test_a_model_that_fits_only_at_its_fixed_quantization_is_queued(app: FastAPI) -> None:
+    """qwen2.5-14b's bf16 weights (29.5 GB) exceed an L4; held at fp8 they fit, and the worker
+    runs it so. The API refused it (422, "does not fit"), in its schema and in its check."""
+    study = {**_study("fp8-on-l4"), "model": "qwen2.5-14b", "gpu": "l4"}
+    fixed = {"quantization": "fp8", "max_model_len": 8192}
+    r = _post(app, {"study": study, "space": {"fixed": fixed}})
+    assert r.status_code == 201, r.text
+    unquantized = _post(app, {"study": {**study, "name": "bf16"}, "space": {"fixed": {}}})
+    assert unquantized.status_code == 422 and "does not fit" in unquantized.json()["message"]
+
+
 def test_the_space_is_fitted_to_the_hardware_and_the_changes_listed(app: FastAPI) -> None:
     space = {
         "params": ["attention_backend", "max_num_seqs", "enforce_eager"],
