@@ -222,32 +222,44 @@ def _in_study(name: str, schema: dict[str, Any], *, required: bool = True) -> di
 
 def _conditions() -> list[dict[str, Any]]:
     """The rules across sections, as JSON Schema conditionals, from tuner's own checks."""
-    unfit: dict[tuple[str, ...], list[str]] = {}
-    for name in MODEL_NAMES:
-        model = resolve_model(name)
-        bad = []
-        for gpu_name, gpu in GPUS.items():
-            try:
-                check_fits(model, gpu)
-            except UsageError:
-                bad.append(gpu_name)
-        if bad:
-            unfit.setdefault(tuple(bad), []).append(name)
-    # In the weights' own dtype: a study that holds a quantization fixed (fp8 halves them) is
-    # fitted by api.queue with it, as the worker fits it.
-    quantized = {
+    # Fitted in the weights' own dtype, or at fp8 where the study holds it fixed (vLLM's online
+    # FP8 halves the linear layers), as the worker fits it (tuner.compose.prepare).
+    fp8 = {
         "required": ["space"],
         "properties": {
-            "space": {"required": ["fixed"], "properties": {"fixed": {"required": ["quantization"]}}}
+            "space": {
+                "required": ["fixed"],
+                "properties": {
+                    "fixed": {
+                        "required": ["quantization"],
+                        "properties": {"quantization": {"const": "fp8"}},
+                    }
+                },
+            }
         },
     }
-    fits = [
-        {
-            "if": {"allOf": [_in_study("model", {"enum": names}), {"not": quantized}]},
-            "then": _in_study("gpu", {"enum": [g for g in GPUS if g not in bad]}, required=False),
-        }
-        for bad, names in unfit.items()
-    ]
+    fits = []
+    for quantization, held in ((None, {"not": fp8}), ("fp8", fp8)):
+        unfit: dict[tuple[str, ...], list[str]] = {}
+        for name in MODEL_NAMES:
+            model = resolve_model(name)
+            bad = []
+            for gpu_name, gpu in GPUS.items():
+                try:
+                    check_fits(model, gpu, quantization)
+                except UsageError:
+                    bad.append(gpu_name)
+            if bad:
+                unfit.setdefault(tuple(bad), []).append(name)
+        fits += [
+            {
+                "if": {"allOf": [_in_study("model", {"enum": names}), held]},
+                "then": _in_study(
+                    "gpu", {"enum": [g for g in GPUS if g not in bad]}, required=False
+                ),
+            }
+            for bad, names in unfit.items()
+        ]
     capacity = {
         "if": _in_study("objective", {"const": Objective.CAPACITY.value}),
         "then": {

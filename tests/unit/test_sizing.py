@@ -196,6 +196,12 @@ def test_one_gpu_price_is_refused_for_several_gpu_profiles(tmp_path: Path) -> No
     assert one.exit_code == 0, one.output
     (sized,) = json.loads(one.stdout)["sizes"]
     assert sized["usd_per_hour"] == pytest.approx(2.5 * sized["gpus"])
+    # A study on another profile with nothing measured (queued, say) prices nothing: the one
+    # price is for the one profile sized. It was refused (a 400 on GET /v1/sizing).
+    insert_measured_study(url, [], name="queued-l4", gpu="l4", workload="chat")
+    both = CliRunner().invoke(app, [*size, "--gpu", "h200", "--gpu", "l4", "--json"])
+    assert both.exit_code == 0, both.output
+    assert [s["gpu"] for s in json.loads(both.stdout)["sizes"]] == ["h200"]
 
 
 def test_the_reading_commands_take_the_price_their_hint_names(tmp_path: Path) -> None:

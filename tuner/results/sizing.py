@@ -367,7 +367,6 @@ def size(
     of_model = [s for s in repo.list_studies() if model in (s.model, s.model_source)]
     check_one_model(model, (model_key(s.model, s.model_source) for s in of_model))
     studies = [s for s in sized_studies(of_model, model, gpus, workload) if s.emulated == emulated]
-    _check_one_profile_priced(studies, gpu_price)
     out = []
     for study in studies:
         rec = recommendation(repo, study.name, gpu_price=gpu_price)
@@ -376,6 +375,8 @@ def size(
         sized = _size_study(repo, study, rec, rate, slo, gpu_price)
         if sized is not None:
             out.append(sized)
+    # Of the studies sized: one queued or with nothing measured on another profile prices none.
+    _check_one_profile_priced([s for s in studies if s.name in {f.study for f in out}], gpu_price)
     return sorted(out, key=lambda f: (f.gpus or math.inf, f.usd_per_hour or math.inf))
 
 
