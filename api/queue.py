@@ -46,7 +46,7 @@ from tuner.spec import (
     StudySpec,
     spec_from_mapping,  # the spec file's own rules
 )
-from tuner.vllm import knob_spelling, shipped_union
+from tuner.vllm import knob_spelling, shipped, shipped_union, shipped_versions
 
 WHERE = API_SOURCE  # a queued study's spec.source
 # The API has no vLLM of its own: levers are typed against the flag lists tuner ships, and
@@ -242,7 +242,28 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
         check_something_to_search(fitted, space, configs)
     except NothingToSearch as exc:  # the worker refuses it before any launch; what to change
         warnings.append(f"the study will fail before any launch: {exc.message}; {exc.hint}")
-    return Parsed(fitted, tuple(notes), tuple(warnings))
+    return Parsed(fitted, tuple(notes), (*warnings, *_flags_some_vllm_lacks(fitted)))
+
+
+def _flags_some_vllm_lacks(spec: StudySpec) -> list[str]:
+    """A warning per shipped vLLM version that lacks a flag the study sets or searches beyond
+    the typed knobs: the API passes a flag some version has (:data:`_FLAGS`), and a worker
+    with a version that lacks it refuses the study before any launch."""
+    named = {*(spec.params or ()), *spec.choices, *spec.fixed}
+    named |= {knob for item in spec.enqueue for knob in item}
+    named -= set(KNOBS)  # typed knobs: spelt for each version (tuner.vllm.argv)
+    versions = shipped_versions()
+    out = []
+    for version in versions:
+        catalog = shipped(version)
+        missing = sorted(k for k in named if catalog and catalog.get(k.split(".")[0]) is None)
+        if missing:
+            out.append(
+                f"vLLM {version} has no flag for {', '.join(missing)} (tuner knows the flags of "
+                f"vLLM {', '.join(versions)}): a worker with that version fails the study "
+                "before any launch"
+            )
+    return out
 
 
 def _only_default(

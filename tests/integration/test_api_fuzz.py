@@ -138,3 +138,17 @@ def test_the_space_is_fitted_to_the_hardware_and_the_changes_listed(app: FastAPI
         assert words in said, said
     again = _post(app, {"study": _study("plain"), "space": {"params": ["max_num_seqs"]}})
     assert again.status_code == 201 and again.json()["adjustments"] == []
+
+
+def test_a_knob_one_shipped_vllm_lacks_is_queued_with_a_warning(app: FastAPI) -> None:
+    """max_num_partial_prefills is a flag of vLLM 0.26.0, not of 0.32.0: the API queued a study
+    that searched it without a word, and a worker with 0.32.0 failed it at once."""
+    space = {"choices": {"max_num_partial_prefills": [1, 4]}}
+    r = _post(app, {"study": _study("partial"), "space": space, "confirm": {"launches": 0}})
+    assert r.status_code == 201, r.text
+    (warning,) = r.json()["warnings"]
+    assert warning.startswith("vLLM 0.32.0 has no flag for max_num_partial_prefills")
+    assert "fails the study before any launch" in warning
+    typed = {"choices": {"max_num_seqs": [8, 16]}, "params": ["flash_attn_version"]}
+    plain = _post(app, {"study": _study("seqs"), "space": typed})
+    assert plain.status_code == 201 and plain.json()["warnings"] == []  # spelt per version

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         knob_spelling,
         shipped,
         shipped_union,
+        shipped_versions,
         spelling_key,
         spelt_like_a_flag,
     )
@@ -44,6 +45,7 @@ __all__ = [
     "parse_version",
     "shipped",
     "shipped_union",
+    "shipped_versions",
     "spelling_key",
     "spelt_like_a_flag",
     "start_failed",
