@@ -212,6 +212,53 @@ def test_a_different_study_of_the_same_name_is_refused(source: Path, tmp_path: P
     assert len(optuna_trials(target, "a")) == 2  # the target's own, untouched
 
 
+def test_a_study_merged_under_a_suffix_is_merged_there_again_whatever_the_suffix(
+    source: Path, tmp_path: Path
+) -> None:
+    """Merged once as a-h200 beside the target's own "a", the same file merged again with
+    another suffix (or none) copied every trial a second time, as a-b2."""
+    target = tmp_path / "central.db"
+    run_study(make_context(url(target), name="a", trials=2), FakeRunner(), make_repo(url(target)))
+    merge(source, target, rename_suffix="h200")
+    before = dump(target)
+    for suffix in ("b2", None):
+        summary = merge(source, target, rename_suffix=suffix)
+        assert {s.merged_as for s in summary.studies} == {"a-h200", "conf"}
+        assert not summary.changed and dump(target) == before
+    with sqlite3.connect(target) as con:
+        names = sorted(r[0] for r in con.execute("SELECT name FROM tuner_studies"))
+    con.close()
+    assert names == ["a", "a-h200", "conf"]
+
+
+def test_a_copy_of_a_study_a_worker_runs_is_not_taken_over_by_the_target_s_worker(
+    source: Path, tmp_path: Path
+) -> None:
+    """A snapshot of a study an API worker was running, merged into a store with a worker of
+    its own: that worker saw the first worker's heartbeat stop, took the copy over and
+    waited for good on its running trial. The copy holds no worker of another host."""
+    from tuner.db.repository import QUEUE_WORKER
+    from tuner.study import sharing
+
+    running = copy_db(source, tmp_path / "running.db")
+    owner = {"host": "gpu-host", "pid": 1, "boot": "x"}
+    with sqlite3.connect(running) as con:
+        (text,) = con.execute("SELECT spec FROM tuner_studies WHERE name = 'a'").fetchone()
+        spec = json.loads(text)
+        spec[QUEUE_WORKER] = owner
+        con.execute(
+            "UPDATE tuner_studies SET status = 'running', spec = ?, updated_at = 0 "
+            "WHERE name = 'a'",
+            (json.dumps(spec),),
+        )
+    con.close()
+    target = tmp_path / "central.db"
+    merge(running, target)
+    repo = make_repo(url(target))
+    assert QUEUE_WORKER not in (repo.get_study("a").spec or {})  # type: ignore[union-attr]
+    assert repo.take_over_study(sharing.owner_gone, {"host": "central", "pid": 2}) is None
+
+
 def test_a_study_that_went_on_in_two_places_is_refused(source: Path, tmp_path: Path) -> None:
     target = copy_db(source, tmp_path / "central.db")
     with sqlite3.connect(target) as con:

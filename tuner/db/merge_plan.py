@@ -52,7 +52,7 @@ from tuner.db.models import (
 from tuner.db.names import STUDY_NAME_MAX, name_problem
 
 # The repository's rule: a RUNNING or interrupted trial's number may be used again.
-from tuner.db.repository import replaceable
+from tuner.db.repository import QUEUE_WORKER, replaceable
 from tuner.domain import TrialStatus
 from tuner.errors import UsageError
 
@@ -113,6 +113,19 @@ class TargetView:
         if self.session is None:
             return None
         return self.session.scalar(select(StudyModel).where(StudyModel.name == name))
+
+    def renamed(self, study: StudyModel) -> list[tuple[str, str]]:
+        """The names (and Optuna names) the target holds ``study`` under besides its own: an
+        earlier merge's renamed copies (created at the same moment, of its model and GPU)."""
+        if self.session is None:
+            return []
+        query = select(StudyModel.name, StudyModel.optuna_study_name).where(
+            StudyModel.created_at == study.created_at,
+            StudyModel.model == study.model,
+            StudyModel.gpu == study.gpu,
+            StudyModel.name != study.name,
+        )
+        return [(name, optuna) for name, optuna in self.session.execute(query.order_by("name"))]
 
     def trials(self, study_id: int) -> list[TrialModel]:
         if self.session is None:
@@ -226,8 +239,12 @@ def _place(
     suffix: str | None,
     claimed: set[str],
 ) -> tuple[StudyPlan | None, str]:
-    """The plan under the study's own name, else under ``NAME-SUFFIX``; else (None, why)."""
-    names = [(study.name, study.optuna_study_name)]
+    """The plan under the study's own name, else under a name an earlier merge gave it there
+    (it is the same study: a second suffix copied it again), else under ``NAME-SUFFIX``;
+    else (None, why)."""
+    held = target.study(study.name)
+    same = held is not None and held.created_at == study.created_at
+    names = [*([] if same else target.renamed(study)), (study.name, study.optuna_study_name)]
     if suffix is not None:
         names.append((f"{study.name}-{suffix}", f"{study.optuna_study_name}-{suffix}"))
     reasons = []
@@ -338,6 +355,11 @@ def apply_plan(session: Session, plan: Plan, requests: Mapping[int, Any]) -> Non
             # there is N * 4e-7 s); past that, the marker's latest timestamp still moves
             # wherever the touched study is the latest.
             row.updated_at = max(p.source.updated_at, row.updated_at) + _TOUCH_S
+        if row.spec and QUEUE_WORKER in row.spec and (p.target is None or p.refresh):
+            # The worker that ran it is another host's, whose heartbeat stops here with the
+            # copy: a worker of the target took such a copy over, and waited for good on its
+            # running trial. A copy is nobody's to run here (`tuner run --resume` can).
+            row.spec = {k: v for k, v in row.spec.items() if k != QUEUE_WORKER}
         rows[p.source.id] = row
         copied = [(TrialModel(study_id=row.id, **values(t, _ROW_KEYS)), t) for t in p.add]
         session.add_all(mine for mine, _ in copied)
