@@ -91,3 +91,45 @@ def test_poisson_arrivals_send_the_same_load_from_both_clients_without_a_cap() -
     raw = [json.loads(p.read_text()) for p in (SESSION_3 / "raw").glob("*-r[24]0*.json")]
     assert len(raw) == 6 and all(r["max_concurrency"] is None for r in raw)
     assert {r["request_rate"] for r in raw} == {20.0, 40.0}
+
+
+SESSION_4 = DATA / "session-4-h100"
+
+
+def test_the_second_h100_sessions_tables_are_derived_from_its_data() -> None:
+    rows = load_sessions([SESSION_4 / "fidelity.jsonl"], first=4)
+    assert _block("s4-summary") == summary_markdown(rows)
+    assert _block("s4-values") == values_markdown(rows)
+    assert _block("s4-ratios") == ratios_markdown(rows)
+    assert _block("s4-client") == client_markdown([SESSION_4 / "raw"], first=4)
+
+
+def test_the_h100_gap_at_256_streams_is_inside_the_pairs_spread() -> None:
+    """Session 3's two pairs at 256 streams read x0.86-0.88; with session 4's five, the seven
+    closed-loop pairs on the two H100s hold 1 in their t-interval at 256 and at 64 streams,
+    as the report says, and no run of tuner's client was client-bound."""
+    import math
+
+    from scipy import stats
+
+    rows = load_sessions([SESSION_3 / "fidelity.jsonl"], first=3)
+    rows += load_sessions([SESSION_4 / "fidelity.jsonl"], first=4)
+    by_c: dict[int, list[float]] = {}
+    for t, v in pairs(rows):
+        if t.get("request_rate") is None:
+            by_c.setdefault(int(t["concurrency"]), []).append(
+                math.log(ratio(t["output_throughput"], v["output_throughput"]))
+            )
+            assert not t["client_bound"] and t["failed"] == 0 and v["failed"] == 0
+    text = " ".join(REPORT.read_text().split())
+    for c, logs in sorted(by_c.items()):
+        n = len(logs)
+        mean = sum(logs) / n
+        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+        half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+        low, high = math.exp(mean - half), math.exp(mean + half)
+        assert n == 7 and low < 1 < high
+        assert f"x{math.exp(mean):.3f} [{low:.3f}, {high:.3f}]" in text or (
+            f"x{math.exp(mean):.3f}, with a t-interval over the pairs of [{low:.3f}, {high:.3f}]"
+            in text
+        ), (c, math.exp(mean), low, high)
