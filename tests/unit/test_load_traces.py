@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tokenizers import Tokenizer
@@ -575,3 +576,25 @@ def test_a_replay_through_a_concurrency_ladder_keeps_its_headline_rung(tmp_path:
                      workload_overrides=ladder)  # fmt: skip
     stored = {"arrival": "trace", "concurrency": 16}  # the first rung's, as fingerprinted
     assert kept_cap(spec, stored) == spec
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"request_rate": 1e-6}, "a window of 32 requests at 1e-06 req/s takes 8,888.9 hours"),
+        ({"rate_ladder": (1.0, 1e-4)}, "at 0.0001 req/s takes 88.9 hours of arrivals"),
+        ({"turns": 2, "think_time_s": 1e6}, "a conversation of 2 turns thinks 277.8 hours"),
+    ],
+)
+def test_a_window_that_would_take_days_is_refused_where_the_workload_is_read(
+    fields: dict[str, Any], words: str
+) -> None:
+    """The API queued a study at 1e-6 req/s (or a think time of 1e6 s) and its trial waited
+    for days; a window's arrivals now take at most a day on average, as a trace's replay."""
+    from tuner.load.workloads import check_shapes, get_workload
+
+    workload = get_workload("chat").replace(requests_per_window=32, **fields)
+    with pytest.raises(UsageError) as refused:
+        check_shapes(workload)
+    assert words in refused.value.message and "at most 24" in refused.value.message
+    check_shapes(get_workload("chat").replace(requests_per_window=32, request_rate=0.001))

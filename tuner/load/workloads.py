@@ -270,6 +270,7 @@ def check_shapes(workload: Workload) -> None:
     rate = workload.request_rate
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
+    _check_span(workload)
     if workload.turns > 1 and any(p.request_rate is not None for p in workload.load_points()):
         raise UsageError(
             f"workload {workload.name!r}: conversations of {workload.turns} turns are paced by "
@@ -279,6 +280,38 @@ def check_shapes(workload: Workload) -> None:
             "--concurrency with tuner load; for Poisson arrivals take a preset of single "
             "requests (turns = 1)",
         )
+
+
+def _check_span(workload: Workload) -> None:
+    """UsageError where a window's arrivals would take longer than :data:`MAX_WINDOW_S` on
+    average (its requests at a point's rate, or a conversation's think times): a rate of
+    1e-6 req/s or a think time of 1e6 s was queued, and its trial waited for days."""
+    if not workload.trace:
+        for point in workload.load_points():
+            if point.request_rate is None or not point.request_rate > 0:
+                continue
+            span = point.requests_per_window / point.request_rate
+            if span > MAX_WINDOW_S:
+                raise UsageError(
+                    f"workload {workload.name!r}: a window of {point.requests_per_window} "
+                    f"requests at {point.request_rate:g} req/s takes {_hours(span)} hours of "
+                    f"arrivals (at most {MAX_WINDOW_S / 3600:.0f})",
+                    hint="raise the request rate, or send fewer requests a window "
+                    "(requests_per_window)",
+                )
+    think = (workload.turns - 1) * workload.think_time_s
+    if workload.turns > 1 and think > MAX_WINDOW_S:
+        raise UsageError(
+            f"workload {workload.name!r}: a conversation of {workload.turns} turns thinks "
+            f"{_hours(think)} hours on average (think_time_s {workload.think_time_s:g}; at most "
+            f"{MAX_WINDOW_S / 3600:.0f} hours a window)",
+            hint="think_time_s is the mean seconds between an answer and the next turn: lower it",
+        )
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:,.1f}" if seconds < 1e9 else f"{hours:.3g}"
 
 
 def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
@@ -408,10 +441,9 @@ def _plan_trace(
     cycles, row = divmod(max(count - 1, 0), len(ordered))
     end = ordered[row].arrival_s - first + start(cycles)  # the last request's arrival
     if timed and end > MAX_WINDOW_S:  # a warm-up sends its rows at once: no clock to wait for
-        hours = f"{end / 3600:,.1f}" if end < 1e9 else f"{end / 3600:.3g}"
         raise UsageError(
             f"workload {workload.name!r}: a window of {count} requests would replay "
-            f"{hours} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
+            f"{_hours(end)} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
             hint="check the trace's time unit; or replay a part (start_s, end_s, "
             "max_requests, or fewer requests a window) or faster (speed): [workload] in a "
             "spec, --workload-set with tuner load",
