@@ -304,7 +304,8 @@ def test_a_study_s_extra_arguments_reach_every_serve_line_and_the_api(tmp_path: 
     local = best_local(repo, "tiny-ernie", "cpu")
     assert served.extra_args == local.extra_args == tuple(extra)
     assert served.workload_overrides == local.workload_overrides == {"concurrency": 2}
-    assert local.workload == "smoke[concurrency=2]"
+    assert local.workload == served.workload == "smoke"  # its preset: the warm-up reads it
+    assert "workload smoke[concurrency=2]," in "\n".join(local.describe())
 
 
 def test_an_objective_this_tuner_does_not_know_is_ranked_as_balanced_everywhere(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.catalog import model_key, resolve_model
 from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
+from tuner.domain.workload import overridden_name
 from tuner.errors import UsageError
 from tuner.vllm import argv
 
@@ -39,7 +40,7 @@ class Measured:
     env: Mapping[str, str]
     vllm_version: str  # the vLLM it was measured with
     gpu: str  # what it ran on, as recorded
-    workload: str
+    workload: str  # the preset's name (the label with the study's overrides: describe())
     objective: str
     source: str  # the database or API it came from
     config: ServingConfig | None = None
@@ -55,7 +56,8 @@ class Measured:
         lines = [
             f"best measured for {self.model}: {trial} of study {self.study}",
             f"  measured on {self.gpu} with vLLM {self.vllm_version}, workload "
-            f"{self.workload}, objective {self.objective} ({self.source})",
+            f"{overridden_name(self.workload, self.workload_overrides)}, objective "
+            f"{self.objective} ({self.source})",
             f"  flags: {shlex.join(self.flags) or '(none: vLLM defaults)'}",
         ]
         if self.extra_args:
@@ -140,7 +142,7 @@ def best_local(
         env=dict(flags.env),
         vllm_version=version,
         gpu=trial.gpu_name or study.gpu,
-        workload=study.workload_label,
+        workload=trial.workload or study.workload,
         objective=(objective or study_objective(study)).value,
         source=source,
         config=top.config,

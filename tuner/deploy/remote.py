@@ -104,7 +104,8 @@ def from_api(data: Mapping[str, Any], api: str) -> Measured:
         env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
         vllm_version=str(data["vllm_version"]),
         gpu=str(prov.get("gpu_name") or data.get("gpu") or "?"),
-        workload=str(data.get("workload") or prov.get("workload") or "?"),
+        # The preset's name (provenance's), not the label: its overrides come beside it.
+        workload=str(prov.get("workload") or data.get("workload") or "?"),
         objective=str(data.get("objective") or "?"),
         source=api,
         config=ServingConfig.from_dict(config) if isinstance(config, dict) else None,
