@@ -323,6 +323,8 @@ def test_one_window_a_launch_says_the_spread_is_launch_and_window_together() -> 
     text = one.text()
     assert text.startswith("launch and window SD together") and "cannot be told apart" in text
     assert "window SD" not in text.replace("launch and window SD together", "")
+    peak = one.text(windowed=False)  # peak memory: once a launch, no window noise to mix
+    assert peak.startswith("launch SD ") and "cannot be told apart" not in peak
     three = [Launch("g", tuple(math.log(v + d) for d in (0, 1, 2))) for v in (100.0, 104.0)]
     many = components(three)
     assert many is not None and many.text().startswith("launch SD ")

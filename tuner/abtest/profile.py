@@ -48,11 +48,14 @@ def noise_key(result: TrialResult, model: ModelSpec, workload: str) -> NoiseKey 
     )
 
 
+ONCE_A_LAUNCH = frozenset({"memory_gib"})  # measured once a launch (its peak), not per window
+
+
 def log_values(result: TrialResult) -> dict[str, list[float]]:
     """Per compared metric, the logs of the launch's window values (peak memory: one value)."""
     out: dict[str, list[float]] = {}
     for name, _label, _higher in COMPARED:
-        if name == "memory_gib":
+        if name in ONCE_A_LAUNCH:
             mem = result.memory.headline_bytes
             if mem:
                 out[name] = [math.log(mem / GIB)]
@@ -152,5 +155,7 @@ def profile_lines(profile: NoiseProfile | None, metrics: Sequence[str] = (HEADLI
     for name in metrics:
         c = profile.get(name)
         if c is not None:
-            lines.append(f"  {labels.get(name, name)}: {c.text()}")
+            lines.append(
+                f"  {labels.get(name, name)}: {c.text(windowed=name not in ONCE_A_LAUNCH)}"
+            )
     return lines

@@ -152,10 +152,11 @@ class Components:
             "configurations": self.groups,  # groups: a configuration in one run (the name kept)
         }
 
-    def text(self) -> str:
+    def text(self, *, windowed: bool = True) -> str:
         """'launch SD 0.081, window SD 0.102 (log), a launch's value 0.098, 12 df'. With one
-        window a launch the two cannot be told apart, and the line says so."""
-        if self.windows == 1:
+        window a launch of a metric measured per window (``windowed``; peak memory is not)
+        the two cannot be told apart, and the line says so."""
+        if self.windows == 1 and windowed:
             spread = (
                 f"launch and window SD together {self.launch_sd:.3f} (log; one window a "
                 "launch: the two cannot be told apart)"
