@@ -228,6 +228,8 @@ def test_a_run_into_another_database_does_not_resume_and_calibrate_names_its_own
     same = _bench(setup, Repository(make_engine(f"sqlite:///{tmp_path}/./tuner.db")), 1, 1.0,
                   "calibrate").launch_log(setup.workload, [arm])  # fmt: skip
     assert same.path == first.path  # one database, whatever the spelling of its URL
+    spellings = ("postgresql://u:pw@db.example/t", "postgresql+psycopg://u@DB.example:5432/t?x=1")
+    assert len({Repository(make_engine(u)).database for u in spellings}) == 1
     result = FakeRunner(seed=1).run(arm.config, setup.workload)
     first.record(arm, result)
     said = describe_resumed(second.load([arm]), [arm], second)

@@ -38,7 +38,7 @@ from tuner.db.rows import (
     TrialRow,
     budget_free,
 )
-from tuner.db.session import safe_url, session_scope, sqlite_file, storage_error
+from tuner.db.session import session_scope, sqlite_file, storage_error
 from tuner.domain import (
     FailureClass,
     Provenance,
@@ -57,6 +57,7 @@ QUEUE_WORKER = "queue_worker"
 # resume on its host refuses while it lives. Unlike QUEUE_WORKER, never taken over.
 RUN_OWNER = "run_owner"
 _PLAN = "plan_record"  # the key, in a study's stored spec, of its lever plan
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}  # where a URL names none
 _NUL = "\x00"  # PostgreSQL's text type cannot hold it: refused in names, replaced in free text
 
 
@@ -69,9 +70,17 @@ class Repository:
     @property
     def database(self) -> str:
         """Which database this is, one name whatever the URL's spelling: a SQLite file's
-        absolute path, else the URL with its password masked."""
-        path = sqlite_file(self._engine.url)
-        return str(path.resolve()) if path is not None else safe_url(self._engine.url)
+        absolute path; else backend://user@host:port/database (no driver, password or query;
+        the host in lower case, the backend's default port where none is given)."""
+        url = self._engine.url
+        path = sqlite_file(url)
+        if path is not None:
+            return str(path.resolve())
+        backend = url.get_backend_name()
+        port = url.port or _DEFAULT_PORTS.get(backend)
+        host = (url.host or "").lower() + (f":{port}" if port else "")
+        user = f"{url.username}@" if url.username else ""
+        return f"{backend}://{user}{host}/{url.database or ''}"
 
     # -- studies -------------------------------------------------------------------------
 
