@@ -906,3 +906,19 @@ def test_per_request_records_come_with_their_trials(tmp_path: Path) -> None:
     con.close()
     merge(real, added)
     assert _requests(added) == _requests(real)
+
+
+def test_a_copy_that_went_on_in_two_places_is_merged_into_its_renamed_copy_again(
+    source: Path, tmp_path: Path
+) -> None:
+    """The target holds the study under its own name, continued differently there: the first
+    merge renames the source's copy; a second merge, under another suffix, copied it again."""
+    target = copy_db(source, tmp_path / "central.db")
+    with sqlite3.connect(target) as con:
+        con.execute(
+            "UPDATE tuner_trials SET score = score + 1 WHERE number = 1 AND score IS NOT NULL"
+        )
+    con.close()
+    assert merge(source, target, rename_suffix="b").studies[0].merged_as == "a-b"
+    again = merge(source, target, rename_suffix="c")
+    assert again.studies[0].merged_as == "a-b" and not again.changed

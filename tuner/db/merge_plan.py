@@ -242,9 +242,10 @@ def _place(
     """The plan under the study's own name, else under a name an earlier merge gave it there
     (it is the same study: a second suffix copied it again), else under ``NAME-SUFFIX``;
     else (None, why)."""
-    held = target.study(study.name)
-    same = held is not None and held.created_at == study.created_at
-    names = [*([] if same else target.renamed(study)), (study.name, study.optuna_study_name)]
+    own, renamed = (study.name, study.optuna_study_name), target.renamed(study)
+    # Its own name first where the target holds a study there (the same one, or another that
+    # refuses it); where it holds none, an earlier merge's copy before a new one.
+    names = [own, *renamed] if target.study(study.name) is not None else [*renamed, own]
     if suffix is not None:
         names.append((f"{study.name}-{suffix}", f"{study.optuna_study_name}-{suffix}"))
     reasons = []
