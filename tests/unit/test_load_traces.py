@@ -598,3 +598,19 @@ def test_a_window_that_would_take_days_is_refused_where_the_workload_is_read(
         check_shapes(workload)
     assert words in refused.value.message and "at most 24" in refused.value.message
     check_shapes(get_workload("chat").replace(requests_per_window=32, request_rate=0.001))
+
+
+def test_a_trace_drawn_at_a_rate_is_held_to_the_same_day(tmp_path: Path) -> None:
+    """A trace's rows drawn as Poisson arrivals at 1e-6 req/s were not checked: only a trace
+    replayed on its own clock was."""
+    from tuner.load.workloads import check_shapes
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(json.dumps({"prompt": "a b c", "output_tokens": 4}) + "\n" for _ in range(3))
+    )
+    drawn = get_workload(f"trace:{trace}").replace(
+        arrival="poisson", request_rate=1e-6, requests_per_window=64
+    )
+    with pytest.raises(UsageError, match=r"takes 17,777\.8 hours of arrivals"):
+        check_shapes(drawn)
