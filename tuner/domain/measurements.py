@@ -186,13 +186,13 @@ class Estimate:
 
 
 def number(x: float) -> str:
-    """A measured value for a line of text: '2,363', '46.2', '0.512' (no fewer than three
-    significant figures below 100)."""
+    """A measured value for a line of text: '2,363', '46.2', '0.512', '0.0450' (three
+    significant figures below 100, trailing zeros kept)."""
     if abs(x) >= 100:
         return f"{x:,.0f}"
     if abs(x) >= 10:
         return f"{x:.1f}"
-    return f"{x:.3g}"
+    return f"{x:#.3g}".rstrip(".")
 
 
 @dataclass(frozen=True)
