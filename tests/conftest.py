@@ -67,11 +67,15 @@ SERIAL = frozenset(
 # CPU-bound modules that time nothing (the dashboards in chromium, the API fuzzing), which the
 # full run takes out of the suite and runs in the end-to-end stream once the real-vLLM tests are
 # done: that stream ended five to six minutes before the suite's, with a core to spare. So do
-# the serial modules on PostgreSQL (about 90 s): beside the suite's serial stage they have one
-# other process beside them, as they had beside the end-to-end tests before.
+# the serial modules on PostgreSQL (about 90 s) and two serial modules that wait on fake servers
+# (a resumed study's stored spec, the compile caches: about 80 s), which moved that stream's end
+# to the suite's: beside the suite's serial stage they have one other process beside them, as
+# they had beside the end-to-end tests before.
 AFTER_E2E = (
     "browser/",
     "integration/test_api_fuzz.py",
+    "integration/test_compile_cache.py",
+    "integration/test_resume_stored_spec.py",
     "postgres/test_postgres_api_fuzz.py",
     "postgres/test_postgres_one_study.py",
     "postgres/test_postgres_optuna.py",
