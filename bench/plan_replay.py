@@ -77,7 +77,6 @@ from tuner.scoring import objectives as scoring  # noqa: E402
 from tuner.scoring.ranking import Standing  # noqa: E402
 from tuner.scoring.regime import Diagnosis, diagnose  # noqa: E402
 from tuner.space import SearchSpace  # noqa: E402
-from tuner.study.loop import Untried  # noqa: E402
 from tuner.study.plan import (  # noqa: E402
     DEFAULT_LAUNCH_SD,
     RECIPE,
@@ -89,6 +88,7 @@ from tuner.study.plan import (  # noqa: E402
     screened,
     space_of,
 )
+from tuner.study.sampling import Untried  # noqa: E402
 from tuner.vllm.flags import FlagCatalog, shipped  # noqa: E402
 
 THROUGHPUT = "output_throughput"
@@ -352,9 +352,9 @@ def _tell(
 
 
 def _tpe(seed: int, trials: int, sampler: str = "untried") -> optuna.samplers.BaseSampler:
-    """tuner's sampler, as ``tuner.study.loop.open_optuna_study`` configures it (``sampler``
+    """tuner's sampler, as ``tuner.study.sampling.open_optuna_study`` configures it (``sampler``
     "tpe": TPE alone, as the loop drew before it gave a configuration drawn again an untried
-    one, :class:`tuner.study.loop.Untried`)."""
+    one, :class:`tuner.study.sampling.Untried`)."""
     tpe = optuna.samplers.TPESampler(
         seed=seed,
         multivariate=True,

@@ -13,7 +13,7 @@ excludes them instead; ``bench.replay_space`` explains both).
 Samplers, each told what a study tells Optuna (three objectives, the SLO as constraints,
 penalties for a configuration that cannot run), vLLM's defaults enqueued as trial 0:
 
-- ``tpe``: tuner's, exactly as ``tuner.study.loop.open_optuna_study`` configures it:
+- ``tpe``: tuner's, exactly as ``tuner.study.sampling.open_optuna_study`` configures it:
   ``TPESampler(multivariate=True, n_startup_trials=max(3, trials // 3))``;
 - ``tpe-score``: the same sampler on a single objective, the preset's score (relative to trial
   0, as the study's ranking scores), with the same constraints: what the study's ranking asks
@@ -189,7 +189,7 @@ class Account:
 
 def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
     startup = max(3, trials // 3)
-    if name in ("tpe", "tpe-score"):  # as tuner.study.loop.open_optuna_study
+    if name in ("tpe", "tpe-score"):  # as tuner.study.sampling.open_optuna_study
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=startup)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)

@@ -16,7 +16,8 @@ from tuner.domain import Objective, ServingConfig, TrialStatus
 from tuner.results.recommend import recommendation
 from tuner.scoring.significance import BETTER, NO_DIFFERENCE
 from tuner.study.confirm import CONFIRM_NUMBER_BASE, DEFAULTS_LABEL, choose
-from tuner.study.loop import open_optuna_study, run_study
+from tuner.study.loop import run_study
+from tuner.study.sampling import open_optuna_study
 from tuner.testing.fake_runner import FakeRunner
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from tests.studykit import make_context, make_repo
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
-from tuner.study.loop import open_optuna_study, rank, run_study
+from tuner.study.loop import rank, run_study
+from tuner.study.sampling import open_optuna_study
 from tuner.testing.fake_runner import FakeRunner
 
 

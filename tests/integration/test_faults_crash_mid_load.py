@@ -16,7 +16,8 @@ import psutil
 from tests.studykit import fake_server_runner, make_context, make_repo
 from tuner.domain import FailureClass, ServingConfig, Slo, TrialResult, TrialStatus, Workload
 from tuner.runner.vllm import PhaseCallback, VllmTrialRunner
-from tuner.study.loop import open_optuna_study, rank, run_study
+from tuner.study.loop import rank, run_study
+from tuner.study.sampling import open_optuna_study
 
 CRASH_AT_LAUNCH = 2  # the trial after the baseline
 # The fake SIGKILLs itself when request 7 arrives: after the 2 warm-up requests, so in the

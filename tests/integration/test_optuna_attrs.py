@@ -18,7 +18,8 @@ from tuner.compose import StudyContext
 from tuner.db.merge import merge_databases
 from tuner.domain import Objective, ServingConfig
 from tuner.study.attrs import metric_names, trial_attrs
-from tuner.study.loop import open_optuna_study, run_study
+from tuner.study.loop import run_study
+from tuner.study.sampling import open_optuna_study
 from tuner.testing.fake_runner import GIB, FakeRunner
 
 NAMES = ["output_throughput_tok_s ↑", "peak_memory_gib ↓", "e2e_p99_ms ↓"]

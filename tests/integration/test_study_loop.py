@@ -17,7 +17,8 @@ from tuner.compose import StudyContext
 from tuner.db import Repository
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.errors import UsageError
-from tuner.study.loop import open_optuna_study, rank, run_study
+from tuner.study.loop import rank, run_study
+from tuner.study.sampling import open_optuna_study
 from tuner.testing.contract import check_complete, check_failed
 from tuner.testing.fake_runner import FakeRunner
 
@@ -492,7 +493,8 @@ def test_workers_that_join_at_once_draw_configurations_of_their_own(tmp_path: Pa
     held the same trials, so their samplers were seeded alike and drew the same configurations
     in lockstep: the twin check gave one of each pair back. Each trial of a joined worker is now
     drawn from the study's seed and its own number; a single worker draws as it did."""
-    from tuner.study.loop import ask_trial, optuna_storage, set_up_study
+    from tuner.study.loop import set_up_study
+    from tuner.study.sampling import ask_trial, optuna_storage
 
     choices = {
         "max_num_seqs": (2, 4, 8, 16, 32, 64, 128),
@@ -1079,7 +1081,7 @@ def test_the_joint_space_is_what_the_drawn_trials_share_not_a_queued_trial_lacki
     drew them knob by knob, where no untried rule applies (a replay of the H200's heavy table,
     bench/plan_replay.py, took 15.5 GPU-minutes to the target that way, 13.8 jointly). The
     joint space is what the trials the sampler drew share, once there are some."""
-    from tuner.study.loop import Untried
+    from tuner.study.sampling import Untried
 
     tpe = optuna.samplers.TPESampler(seed=0, multivariate=True, n_startup_trials=1)
     study = optuna.create_study(sampler=Untried(tpe, 0))
