@@ -246,8 +246,8 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
         serve_command=argv.serve_command(
             study.model_source or study.model, serve_flags(study, flags)
         ),
-        extra_args=[str(a) for a in study.spec.get("extra_args") or ()],
-        workload_overrides=dict(study.spec.get("workload_overrides") or {}),
+        extra_args=list(study.extra_args),
+        workload_overrides=study.workload_overrides,
         vllm_version=version,
         metrics=metrics_out(trial.metrics),
         memory_gib=_memory(trial),

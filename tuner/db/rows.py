@@ -70,7 +70,17 @@ class StudyRow:
         """The load the study measured: its preset's name with the ``[workload]`` values it
         changed (:func:`overridden_name`, "smoke[concurrency_ladder=[2, 4]]"). Two studies of one
         preset with other values measured different loads: neither stands for the other."""
-        return overridden_name(self.workload, self.spec.get("workload_overrides") or {})
+        return overridden_name(self.workload, self.workload_overrides)
+
+    @property
+    def workload_overrides(self) -> dict[str, Any]:
+        """The ``[workload]`` values the study changed in its preset (its warm-up shapes)."""
+        return dict(self.spec.get("workload_overrides") or {})
+
+    @property
+    def extra_args(self) -> tuple[str, ...]:
+        """The study's own extra vLLM arguments: every launch had them before the flags."""
+        return tuple(str(a) for a in self.spec.get("extra_args") or ())
 
     @property
     def n_trials(self) -> int:

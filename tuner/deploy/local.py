@@ -133,7 +133,6 @@ def best_local(
     trial = top.row
     version = trial.vllm_version or study.vllm_version or "0"
     flags = argv.render_flags(top.config, version)
-    extra = study.spec.get("extra_args") or ()
     return Measured(
         model=alias,
         study=study.name,
@@ -147,9 +146,9 @@ def best_local(
         source=source,
         config=top.config,
         metrics=dict(trial.metrics),
-        extra_args=tuple(str(a) for a in extra),
+        extra_args=study.extra_args,
         is_baseline=top.is_baseline,
-        workload_overrides=dict(study.spec.get("workload_overrides") or {}),
+        workload_overrides=study.workload_overrides,
     )
 
 

@@ -146,8 +146,6 @@ class LoadGenerator:
         self.stall_timeout_s = stall_timeout_s
         self.neighbours = neighbours
         self.energy = energy
-        # The requests in flight the open-file limit held, where it held fewer than a phase
-        # wanted (see _phase); None where it held them all.
 
     def run(
         self,

@@ -209,7 +209,7 @@ def serve_flags(study: StudyRow, flags: argv.RenderedFlags) -> argv.RenderedFlag
     arguments (``extra_args``), then the configuration's ``flags``, as every launch of the study
     had them (:func:`tuner.vllm.argv.base_args`); a test architecture without published
     weights (tiny-ernie) keeps random weights and the synthetic tokenizer."""
-    extra = tuple(str(a) for a in study.spec.get("extra_args") or ())
+    extra = study.extra_args
     model = MODELS.get(study.model)
     if model is None or model.weights_available or not study.model_source:
         return argv.RenderedFlags(args=(*extra, *flags.args), env=flags.env)
