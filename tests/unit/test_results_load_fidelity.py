@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from bench.tables.fidelity import (
     client_markdown,
     load_sessions,
@@ -68,14 +70,16 @@ def test_the_throughput_claims_hold_on_the_data() -> None:
 
 
 SESSION_3 = DATA / "session-3-h100"
+SESSION_4 = DATA / "session-4-h100"
 
 
-def test_the_h100_sessions_tables_are_derived_from_its_data() -> None:
-    rows = load_sessions([SESSION_3 / "fidelity.jsonl"], first=3)
-    assert _block("s3-summary") == summary_markdown(rows)
-    assert _block("s3-values") == values_markdown(rows)
-    assert _block("s3-ratios") == ratios_markdown(rows)
-    assert _block("s3-client") == client_markdown([SESSION_3 / "raw"], first=3)
+@pytest.mark.parametrize(("session", "first"), [(SESSION_3, 3), (SESSION_4, 4)])
+def test_the_h100_sessions_tables_are_derived_from_their_data(session: Path, first: int) -> None:
+    rows = load_sessions([session / "fidelity.jsonl"], first=first)
+    assert _block(f"s{first}-summary") == summary_markdown(rows)
+    assert _block(f"s{first}-values") == values_markdown(rows)
+    assert _block(f"s{first}-ratios") == ratios_markdown(rows)
+    assert _block(f"s{first}-client") == client_markdown([session / "raw"], first=first)
 
 
 def test_poisson_arrivals_send_the_same_load_from_both_clients_without_a_cap() -> None:
@@ -91,17 +95,6 @@ def test_poisson_arrivals_send_the_same_load_from_both_clients_without_a_cap() -
     raw = [json.loads(p.read_text()) for p in (SESSION_3 / "raw").glob("*-r[24]0*.json")]
     assert len(raw) == 6 and all(r["max_concurrency"] is None for r in raw)
     assert {r["request_rate"] for r in raw} == {20.0, 40.0}
-
-
-SESSION_4 = DATA / "session-4-h100"
-
-
-def test_the_second_h100_sessions_tables_are_derived_from_its_data() -> None:
-    rows = load_sessions([SESSION_4 / "fidelity.jsonl"], first=4)
-    assert _block("s4-summary") == summary_markdown(rows)
-    assert _block("s4-values") == values_markdown(rows)
-    assert _block("s4-ratios") == ratios_markdown(rows)
-    assert _block("s4-client") == client_markdown([SESSION_4 / "raw"], first=4)
 
 
 def test_the_h100_gap_at_256_streams_is_inside_the_pairs_spread() -> None:
