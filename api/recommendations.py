@@ -235,6 +235,7 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
     caveat = costs.ranked_on_a_bound(pick.objective, trial, snap.trials, study.spec)
     return RecommendationOut(
         model=study.model,
+        model_source=study.model_source,
         gpu=study.gpu,
         workload=study.workload_label,
         objective=pick.objective.value,

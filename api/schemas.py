@@ -169,6 +169,11 @@ class ConfirmedOut(BaseModel):
 
 class RecommendationOut(BaseModel):
     model: str
+    model_source: str | None = Field(
+        default=None,
+        description="where the study loaded the model from (a hub id, a directory); null for a "
+        "catalog alias",
+    )
     gpu: str
     workload: str
     objective: str

@@ -18,7 +18,7 @@ from tuner.catalog.materialize import tokenizer_dir
 from tuner.deploy.local import Measured, best_local, model_source, plan
 from tuner.deploy.remote import best_remote
 from tuner.domain import Objective, ServingConfig
-from tuner.errors import EnvironmentProblem, UsageError
+from tuner.errors import AmbiguousModel, EnvironmentProblem, UsageError
 from tuner.runner.ports import free_port
 
 LEAN = ServingConfig(gpu_memory_utilization=0.5, enforce_eager=True)  # less memory, slower
@@ -337,3 +337,38 @@ def test_an_objective_this_tuner_does_not_know_is_ranked_as_balanced_everywhere(
     page = TestClient(create_app(ApiSettings(storage=repo))).get("/ui/studies/o1")
     assert page.status_code == 200
     assert best_local(repo, "tiny-ernie", "cpu").objective == "balanced"
+
+
+def test_a_model_measured_from_a_hub_id_is_launched_by_its_short_name(tmp_path: Path) -> None:
+    """`tuner best`, `tuner size` and the API find a study of ``myorg/foo`` by ``foo``;
+    `tuner launch --model foo` refused it as an unknown model. It now finds it, serves it from
+    where the study loaded it, and refuses a name two measured models share."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.settings import ApiSettings
+    from tuner.deploy.remote import from_api
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    repo = insert_measured_study(
+        url, [ServingConfig(), LEAN], name="foo-study", model="foo", model_source="myorg/foo"
+    )
+    found = best_local(repo, "foo", "cpu")
+    assert (found.study, found.model, found.model_source) == ("foo-study", "foo", "myorg/foo")
+    assert best_local(repo, "myorg/foo", "cpu").study == "foo-study"
+    line = plan(found, python="python3", vllm_version="0.32.0", host="127.0.0.1", port=8000,
+                home=tmp_path, model="foo")  # fmt: skip
+    assert line.command[line.command.index("--model") + 1 :][:1] == ("myorg/foo",), line.command
+
+    client = TestClient(create_app(ApiSettings(storage=repo)))
+    body = client.get(
+        "/v1/recommendations", params={"model": "foo", "gpu": "cpu", "workload": "smoke"}
+    ).json()
+    assert from_api(body, "http://api").model_source == "myorg/foo"
+
+    with pytest.raises(UsageError) as unknown:
+        best_local(repo, "bar", "cpu")
+    assert "bar" in unknown.value.message
+    insert_measured_study(url, [ServingConfig()], name="other", model="foo", model_source="o/foo")
+    with pytest.raises(AmbiguousModel):
+        best_local(repo, "foo", "cpu")

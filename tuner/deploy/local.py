@@ -6,19 +6,19 @@ command for it (:func:`plan`); :mod:`tuner.cli.launch` serves it.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.catalog import model_key, resolve_model
+from tuner.catalog import MODELS, check_one_model, model_key, resolve_model
 from tuner.domain import Estimate, Objective, ServingConfig, TrialStatus
 from tuner.domain.workload import overridden_name
 from tuner.errors import UsageError
 from tuner.vllm import argv
 
 if TYPE_CHECKING:
-    from tuner.db import Repository
+    from tuner.db import Repository, StudyRow
 
 _SHOWN = (
     ("output_throughput", "output tok/s"),
@@ -49,6 +49,8 @@ class Measured:
     is_baseline: bool = False
     # The study's [workload] overrides of its preset (the warm-up sends its shapes).
     workload_overrides: Mapping[str, Any] = field(default_factory=dict)
+    # Where the study loaded the model from (a hub id, a directory); None for a catalog alias.
+    model_source: str | None = None
 
     def describe(self) -> list[str]:
         """Provenance lines: study, trial, GPU, vLLM version, metrics with their window ranges."""
@@ -95,9 +97,8 @@ def best_local(
     """
     from tuner.study import best_across, choose, study_objective
 
-    spec = resolve_model(model)
-    alias, wanted = spec.alias, model_key(spec.alias, spec.source)
     studies = repo.list_studies()
+    alias, wanted = _wanted(model, studies)
     tried = [  # the real studies of this model, GPU (and workload), measured or not
         s
         for s in studies
@@ -149,7 +150,24 @@ def best_local(
         extra_args=study.extra_args,
         is_baseline=top.is_baseline,
         workload_overrides=study.workload_overrides,
+        model_source=study.model_source,
     )
+
+
+def _wanted(model: str, studies: Sequence[StudyRow]) -> tuple[str, str]:
+    """``(alias, model_key)`` of the model ``model`` names: as :func:`resolve_model` reads it,
+    else (``foo`` for a study of ``myorg/foo``) the one measured model whose alias or source it
+    is, as `tuner best`, `tuner size` and the API match it."""
+    try:
+        spec = resolve_model(model)
+    except UsageError:
+        keys = {model_key(s.model, s.model_source): s.model for s in studies
+                if model in (s.model, s.model_source)}  # fmt: skip
+        if not keys:
+            raise
+        check_one_model(model, keys)
+        return next(iter(keys.values())), next(iter(keys))
+    return spec.alias, model_key(spec.alias, spec.source)
 
 
 @dataclass(frozen=True)
@@ -227,9 +245,10 @@ def plan(
             f"vLLM {vllm_version} will serve a configuration measured with "
             f"{measured.vllm_version}: its numbers may differ"
         )
-    model_path, load_format, tokenizer = model_source(
-        model or measured.model, home, dummy_weights=dummy_weights
-    )
+    name = model or measured.model
+    if measured.model_source and name == measured.model and name not in MODELS:
+        name = measured.model_source  # the short name of a hub id or directory studied
+    model_path, load_format, tokenizer = model_source(name, home, dummy_weights=dummy_weights)
     args = argv.base_args(
         model_path,
         served_model_name=measured.model,

@@ -113,6 +113,7 @@ def from_api(data: Mapping[str, Any], api: str) -> Measured:
         extra_args=tuple(_strings(data.get("extra_args") or [], "extra_args")),
         is_baseline=bool(data.get("is_baseline", False)),
         workload_overrides=dict(data.get("workload_overrides") or {}),
+        model_source=data.get("model_source") or None,
     )
 
 
