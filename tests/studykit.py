@@ -498,3 +498,11 @@ def verdict_lines(results: dict[str, Any]) -> str:
             f"- {m['label']}: x{m['ratio']:.3f} [{m['low']:.3f}, {m['high']:.3f}], {m['verdict']}"
         )
     return "\n".join(out) + "\n"
+
+
+def committed_repo(db: Path) -> Repository:
+    """The committed results database ``db``, opened where it is. A missing file fails here:
+    SQLite would create an empty one in its place, and the next tests read that instead."""
+    if not db.is_file():
+        raise AssertionError(f"{db} is missing: restore it (git checkout -- {db.name})")
+    return Repository(make_engine(f"sqlite:///{db}"))

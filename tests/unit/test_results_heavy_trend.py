@@ -13,11 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.studykit import comparison_launches, geomean, launch_trials
+from tests.studykit import committed_repo, comparison_launches, geomean, launch_trials
 from tuner.abtest.compare import HEADLINE, Arm
 from tuner.abtest.decide import Design, judge_look
-from tuner.db.repository import Repository
-from tuner.db.session import make_engine
 from tuner.domain import TrialResult
 from tuner.scoring import BETTER, BUDGET, NO_DIFFERENCE, SIGNIFICANT, drift
 
@@ -30,7 +28,7 @@ def trend_adjusted(folder: str) -> tuple[str, tuple[float, float, float], int, b
     drift caveat shows (its slope significant)."""
     db = ROOT / "studies" / "results" / folder / "2026-12-06" / "tuner-heavy.db"
     launches = sorted(
-        comparison_launches(Repository(make_engine(f"sqlite:///{db}"))),
+        comparison_launches(committed_repo(db)),
         key=lambda x: x.created_at,
     )
     minutes = np.array([x.created_at for x in launches]) / 60.0
@@ -66,7 +64,7 @@ def test_the_readings_bench_readme_quotes() -> None:
 def _results(folder: str) -> tuple[list[TrialResult], list[TrialResult]]:
     """The stored launches of the folder's comparison as the trials tuner compare judged."""
     db = ROOT / "studies" / "results" / folder / "2026-12-06" / "tuner-heavy.db"
-    return launch_trials(comparison_launches(Repository(make_engine(f"sqlite:///{db}"))))
+    return launch_trials(comparison_launches(committed_repo(db)))
 
 
 @pytest.mark.parametrize(

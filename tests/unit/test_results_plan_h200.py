@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from bench.tables.splice import count_blocks, stale_blocks
+from tests.studykit import committed_repo
 from tuner.catalog.gpus import CATALOG_PRICES, get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.db.repository import Repository
-from tuner.db.session import make_engine
 from tuner.domain import Objective
 from tuner.load.workloads import get_workload
 from tuner.results.export import from_jsonl, study_records, to_jsonl
@@ -39,7 +39,7 @@ TARGET = 1_000_000.0  # output tok/s, the fleet's target rate
 
 @pytest.fixture(scope="module")
 def repo() -> Repository:
-    return Repository(make_engine(f"sqlite:///{DB}"))
+    return committed_repo(DB)
 
 
 def _rows(study: str) -> list[dict[str, Any]]:
@@ -247,7 +247,7 @@ def test_the_study_replays_with_its_diagnosis_read_from_its_telemetry() -> None:
     assert set(table.knobs) == {
         "stream_interval", "api_server_count", "async_scheduling", "max_num_seqs"
     }  # fmt: skip
-    repo = Repository(make_engine(f"sqlite:///{DB}"))
+    repo = committed_repo(DB)
     base = repo.get_trial("plan-ernie-256", 0)
     assert base is not None
     assert diagnose(base.to_result()).regime.value == "frontend-bound"

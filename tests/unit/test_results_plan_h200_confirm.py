@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.studykit import committed_repo
 from tuner.db.repository import Repository
-from tuner.db.session import make_engine
 from tuner.domain import Objective
 from tuner.results.export import from_jsonl, study_records, to_jsonl
 from tuner.scoring import BETTER
@@ -29,7 +29,7 @@ FIRST_SESSION = 7  # trials #0-#6 ran on 2026-12-03
 
 @pytest.fixture(scope="module")
 def repo() -> Repository:
-    return Repository(make_engine(f"sqlite:///{DB}"))
+    return committed_repo(DB)
 
 
 def _trials() -> list[dict[str, Any]]:

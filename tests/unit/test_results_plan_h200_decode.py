@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from bench.tables.splice import stale_blocks
+from tests.studykit import committed_repo
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.db.repository import Repository
-from tuner.db.session import make_engine
 from tuner.domain import Objective
 from tuner.load.workloads import get_workload
 from tuner.results.export import from_jsonl, study_records, to_jsonl
@@ -31,7 +31,7 @@ STUDY = "decode-qwen7b-chat"
 
 @pytest.fixture(scope="module")
 def repo() -> Repository:
-    return Repository(make_engine(f"sqlite:///{DB}"))
+    return committed_repo(DB)
 
 
 def _rows() -> list[dict[str, Any]]:
