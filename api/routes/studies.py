@@ -1,4 +1,5 @@
-"""Studies and their trials: list, detail, paginated trials, the Pareto front; queue a study."""
+"""Studies and their trials: list, detail, paginated trials, the Pareto front; queue a study,
+or withdraw it before a worker takes it."""
 
 from __future__ import annotations
 
@@ -171,6 +172,42 @@ def queue_study(
 def get_study(repo: RepoDep, name: StudyName) -> StudyDetailOut:
     """One study with its spec and trial counts."""
     return StudyDetailOut.of(_study(repo, name))
+
+
+@router.delete(
+    "/{name}",
+    status_code=204,
+    dependencies=[WriteAccess],
+    responses={
+        204: {"description": "withdrawn: no worker will take it"},
+        **responses(
+            {
+                401: "API key missing or wrong",
+                403: "the server has no API key (writes are off)",
+                404: "no study by that name",
+                409: "a worker has taken the study (or it has run): it is not withdrawn",
+                **MALFORMED,
+                **UNAVAILABLE,
+            }
+        ),
+    },
+)
+def withdraw_study(repo: RepoDep, name: StudyName) -> Response:
+    """Withdraw a queued study before a worker takes it, freeing its name. A study a worker
+    has taken is left as it is (409): what it measured stays, and stopping it is its worker's
+    (Ctrl-C there records the running trial as interrupted)."""
+    if repo.delete_study(name, status=StudyStatus.QUEUED):
+        return Response(status_code=204)
+    row = _study(repo, name)
+    raise ApiError(
+        409,
+        "conflict",
+        f"study {name!r} is {row.status.value}, not queued: only a study no worker has taken "
+        "is withdrawn",
+        hint="stop the worker that runs it (Ctrl-C records its running trial as interrupted)"
+        if row.status in (StudyStatus.RUNNING, StudyStatus.CONFIRMING)
+        else "its results stay; queue the next study under another study.name",
+    )
 
 
 @router.get("/{name}/trials", response_model=TrialPageOut, responses=NAMED)

@@ -343,3 +343,28 @@ def test_a_shape_no_plan_can_draw_is_queued_with_the_warning_of_its_failure(
     assert r.status_code == 201, r.text
     (warning,) = r.json()["warnings"]
     assert "shared_prefix_tokens (64) must be >= 0 and below prompt_tokens (64)" in warning
+
+
+def test_a_queued_study_is_withdrawn_and_a_taken_one_is_not(repo: Repository) -> None:
+    """A study queued by mistake (its warning said it would fail) stayed queued for good: no
+    endpoint withdrew it, and its name could not be queued again. DELETE withdraws it while no
+    worker has taken it; a taken study stays, with what it measured."""
+    client = _client(repo, KEY)
+    auth = {"X-API-Key": KEY}
+    assert client.post("/v1/studies", json=SPEC, headers=auth).status_code == 201
+    assert client.delete("/v1/studies/queued-1").status_code == 401
+    assert _client(repo, None).delete("/v1/studies/queued-1").status_code == 403
+    gone = client.delete("/v1/studies/queued-1", headers=auth)
+    assert gone.status_code == 204 and gone.content == b""
+    assert repo.get_study("queued-1") is None
+    assert client.get("/v1/studies/queued-1").status_code == 404
+    assert client.delete("/v1/studies/queued-1", headers=auth).status_code == 404
+    assert client.post("/v1/studies", json=SPEC, headers=auth).status_code == 201  # its name
+
+    taken = repo.claim_queued_study(worker={"host": "h", "pid": 1})
+    assert taken is not None and taken.name == "queued-1"
+    kept = client.delete("/v1/studies/queued-1", headers=auth)
+    assert kept.status_code == 409, kept.text
+    assert "is running, not queued" in kept.json()["message"]
+    assert "stop the worker" in kept.json()["hint"]
+    assert repo.get_study("queued-1") is not None

@@ -376,12 +376,15 @@ class Repository:
             )
             return getattr(taken, "rowcount", 0) == 1
 
-    def delete_study(self, name: str) -> bool:
-        """Delete a study and its trials (its comparisons stay, unlinked). False if absent."""
+    def delete_study(self, name: str, *, status: StudyStatus | None = None) -> bool:
+        """Delete a study and its trials (its comparisons stay, unlinked); with ``status``, only
+        while it has that status (a queued study no worker has claimed: the claim is one
+        UPDATE, so the two cannot both happen). False if absent or not in that status."""
         if _NUL in name:
             return False
+        when = [] if status is None else [StudyModel.status == StudyStatus(status).value]
         with session_scope(self._engine) as s:
-            result = s.execute(delete(StudyModel).where(StudyModel.name == name))
+            result = s.execute(delete(StudyModel).where(StudyModel.name == name, *when))
             return bool(getattr(result, "rowcount", 0))
 
     # -- trials --------------------------------------------------------------------------
