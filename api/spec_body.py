@@ -24,12 +24,12 @@ from api.bounds import INT_MAX, NO_NUL, SLO_EXAMPLE, SLO_PATTERN, TEXT_MAX
 from tuner.catalog import GPUS, LEVERS, MAX_GPU_PRICE, MODELS, resolve_model
 from tuner.compose import check_fits
 from tuner.db import STUDY_NAME_PATTERN
-from tuner.domain import Objective
+from tuner.domain import SEED_MAX, Objective
 from tuner.errors import UsageError
 from tuner.load import WORKLOADS
 from tuner.runner.placement import MODES as PLACEMENTS
 from tuner.space import KNOBS
-from tuner.spec import SEED_MAX, TRIALS_MAX
+from tuner.spec import TRIALS_MAX
 from tuner.vllm.caches import MODES as CACHE_MODES
 
 T = TypeVar("T")

@@ -103,6 +103,19 @@ def test_tuner_trace_sessions_and_prefixes() -> None:
     assert again[6].session == "u1#1" and again[6].turn == 2
 
 
+def test_a_second_cycle_of_a_mooncake_trace_repeats_no_block_of_the_first() -> None:
+    """A window of more requests than the trace has rows replays it again from the top: its
+    hash blocks kept their names, so every row of the second copy found its whole prompt in the
+    prefix cache (TTFT 88 ms in the first, 5 ms in the second, on a fake server). A copy
+    shares blocks within itself, as the trace does, and none with the copy before it."""
+    w = get_workload(f"mooncake:{TRACES / 'mooncake.jsonl'}")
+    plan = plan_requests(w, 8, seed=1)
+    first = {k for p in plan[:4] for k, _ in p.segments}
+    second = {k for p in plan[4:] for k, _ in p.segments}
+    assert first and second and not first & second
+    assert prefix_reuse(plan[4:]) == pytest.approx(prefix_reuse(plan[:4]))
+
+
 @pytest.mark.parametrize("trace", ["trace:sessions.jsonl", "mooncake:mooncake.jsonl"])
 def test_no_phase_replays_the_sessions_or_blocks_of_another(trace: str) -> None:
     """The warm-up (seed 0) and each window replay the same rows: were their sessions' and
@@ -183,6 +196,7 @@ def test_a_request_rate_for_a_trace_at_its_own_times_or_closed_is_refused() -> N
         ({"start_s": 10.0}, "no request of the trace arrives"),
         ({"max_requests": 0}, "max_requests must be >= 1"),
         ({"block_tokens": 0}, "block_tokens must be >= 1"),
+        ({"requests_per_window": 0}, "requests_per_window must be >= 1"),  # said: concurrency
     ],
 )
 def test_bad_replay_options(overrides: dict[str, object], needle: str) -> None:
@@ -614,3 +628,20 @@ def test_a_trace_drawn_at_a_rate_is_held_to_the_same_day(tmp_path: Path) -> None
     )
     with pytest.raises(UsageError, match=r"takes 17,777\.8 hours of arrivals"):
         check_shapes(drawn)
+
+
+def test_an_integer_timestamp_past_any_float_is_refused_at_its_line(tmp_path: Path) -> None:
+    """A timestamp of 401 digits ended `tuner load` in an OverflowError traceback."""
+    path = tmp_path / "huge.jsonl"
+    huge = "1" + "0" * 400
+    path.write_text(
+        '{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [1]}\n'
+        f'{{"timestamp": {huge}, "input_length": 8, "output_length": 4, "hash_ids": [2]}}\n'
+    )
+    with pytest.raises(UsageError) as info:
+        get_workload(f"mooncake:{path}")
+    assert (
+        f"{path}:2" in info.value.message
+        and "timestamp must be a number >= 0" in info.value.message
+    )
+    assert len(info.value.message) < len(str(path)) + 120  # the number is not printed whole

@@ -424,6 +424,8 @@ def test_the_confirmations_launch_budget(tmp_path: Path) -> None:
     [
         ("[workload]\nrequests_per_window = -5\n", 2, "requests_per_window must be >= 1"),
         ("[workload]\nwindows = 1\nprompt_tokens = -3\n", 3, "below prompt_tokens (-3)"),
+        # a traceback from numpy after the study's header
+        ("[workload]\nwindows = 1\nseed = -1\n", 3, "seed must be 0 to 4294967295"),
     ],
 )
 def test_a_workload_override_a_load_cannot_take_is_reported_at_its_line(
@@ -449,6 +451,17 @@ def test_a_request_rate_for_conversations_is_refused_at_its_line(tmp_path: Path)
     with pytest.raises(SpecError) as caught:
         resolve_workload(load_spec(write(tmp_path, text)))
     assert caught.value.line == 6 and "a request rate" in caught.value.message
+
+
+def test_an_infinite_request_rate_is_refused_before_the_study(tmp_path: Path) -> None:
+    """rate_ladder = [inf, 2.0] passed every check; the study measured four windows, then
+    stopped mid-trial ("request_rate must be > 0, got inf") and was left interrupted."""
+    from tuner.spec.configs import parse_workload_overrides
+
+    refused = spec_error(tmp_path, "[workload]\nrate_ladder = [inf, 2.0]\n")
+    assert "positive numbers" in refused.message and refused.line == 2
+    with pytest.raises((SpecError, UsageError)):
+        parse_workload_overrides("rate_ladder=inf;2")
 
 
 def test_a_ladder_can_be_written_on_the_command_line() -> None:

@@ -23,9 +23,10 @@ from tuner.domain.measurements import (
     interrupted,
     stopped_early,
 )
-from tuner.domain.workload import SLO_METRICS, Slo, TraceRequest, Workload
+from tuner.domain.workload import SEED_MAX, SLO_METRICS, Slo, TraceRequest, Workload
 
 __all__ = [
+    "SEED_MAX",
     "SLO_METRICS",
     "ClientHealth",
     "Estimate",

@@ -28,6 +28,10 @@ class TraceRequest:
     segments: Segments = ()  # shared prompt prefixes (see Segments)
 
 
+# A random seed (a workload's draws, the samplers'): numpy's limit.
+SEED_MAX = 2**32 - 1
+
+
 @dataclass(frozen=True)
 class Workload:
     """A load shape. Token counts are means; lengths vary by ``length_jitter`` around them.

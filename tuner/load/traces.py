@@ -344,14 +344,16 @@ def _count(value: Any, key: str, where: str) -> int:
 
 
 def _seconds(value: Any, key: str, where: str) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise UsageError(f"{where}: {key} must be a number >= 0, got {value!r}")
-    return float(value)
+    seconds = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an integer past any float
+            seconds = math.inf
+    if not (math.isfinite(seconds) and seconds >= 0):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise UsageError(f"{where}: {key} must be a number >= 0, got {shown}")
+    return seconds
 
 
 def _name(value: Any, key: str, where: str) -> str:
@@ -546,6 +548,9 @@ def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
     if workload.trace is None:
         return workload
     name = workload.name
+    if "requests_per_window" in explicit and workload.requests_per_window < 1:
+        # before it becomes the cap in flight, which would be the field named
+        raise UsageError(f"workload {name!r}: requests_per_window must be >= 1")
     if not (math.isfinite(workload.speed) and workload.speed > 0):
         raise UsageError(f"workload {name!r}: speed must be > 0, got {workload.speed}")
     if workload.arrival not in ARRIVALS:

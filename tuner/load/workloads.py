@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.domain import TraceRequest, Workload
+from tuner.domain import SEED_MAX, TraceRequest, Workload
 from tuner.domain.workload import Segments
 from tuner.errors import UsageError
 from tuner.load.traces import FORMATS, TokenCounter, apply_replay, read_trace, split_name
@@ -219,8 +219,10 @@ def check_workload(workload: Workload) -> None:
         )
     if any(c < 1 for c in workload.concurrency_ladder):
         raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
-    if any(not r > 0 for r in workload.rate_ladder):
-        raise UsageError(f"workload {workload.name!r}: every request rate must be > 0")
+    if any(not 0 < r < math.inf for r in workload.rate_ladder):
+        raise UsageError(f"workload {workload.name!r}: every request rate must be > 0 and finite")
+    if not 0 <= workload.seed <= SEED_MAX:
+        raise UsageError(f"workload {workload.name!r}: seed must be 0 to {SEED_MAX}")
     if workload.trace is not None and workload.arrival == "poisson" and workload.concurrency_ladder:
         raise UsageError(
             f"workload {workload.name!r}: arrival = 'poisson' draws its rows at a request rate, "
@@ -362,6 +364,9 @@ def _poisson_arrivals(
     return [float(t) for t in arrivals]
 
 
+_PER_PHASE = ("session:", "hash:")  # a trace's streams a phase (and a replay's cycle) owns
+
+
 def _trace_request(
     r: TraceRequest, shared: int, arrival: float | None, phase: str
 ) -> PlannedRequest:
@@ -371,9 +376,8 @@ def _trace_request(
     a block, is a miss, as in the trace); a prefix group (``prefix:``, a system prompt) and the
     workload's own shared prefix (``""``) stay warm across phases, as they would be in
     steady serving."""
-    per_phase = ("session:", "hash:")
     segments = tuple(
-        (f"{k}@{phase}" if k.startswith(per_phase) else k, n) for k, n in r.segments
+        (f"{k}@{phase}" if k.startswith(_PER_PHASE) else k, n) for k, n in r.segments
     ) or ((("", min(shared, r.prompt_tokens - 1)),) if shared else ())
     return PlannedRequest(
         prompt_tokens=r.prompt_tokens,
@@ -454,15 +458,14 @@ def _plan_trace(
         cycle, row = divmod(i, len(ordered))
         r = ordered[row]
         p = _trace_request(r, shared, r.arrival_s - first + start(cycle), phase)
+        if cycle:  # a new copy of the trace: its conversations and hash blocks are new streams
+            segments = tuple((f"{k}#{cycle}" if k.startswith(_PER_PHASE) else k, n)
+                             for k, n in p.segments)  # fmt: skip
+            p = dataclasses.replace(p, segments=segments)
         if r.session is not None:
-            # Each cycle is a new conversation: its own stream, so it repeats no earlier cycle.
             session = f"{r.session}#{cycle}" if cycle else r.session
             turn = turns[session] = turns.get(session, 0) + 1
-            segments = tuple(
-                (f"{k}#{cycle}" if cycle and k.startswith("session:") else k, n)
-                for k, n in p.segments
-            )
-            p = dataclasses.replace(p, session=session, turn=turn, segments=segments)
+            p = dataclasses.replace(p, session=session, turn=turn)
         plan.append(p)
     return plan
 

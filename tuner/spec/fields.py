@@ -8,6 +8,7 @@ Each reader passes its own :class:`Fail`, which turns a problem into the error i
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -117,7 +118,9 @@ def ladder(value: Any, key: str, fail: Fail) -> tuple[float, ...] | tuple[int, .
     if (
         not isinstance(value, list)
         or not value
-        or not all(isinstance(v, kind) and not isinstance(v, bool) and v > 0 for v in value)
+        or not all(
+            isinstance(v, kind) and not isinstance(v, bool) and 0 < v < math.inf for v in value
+        )
     ):
         what = "positive integers" if integers else "positive numbers (requests per second)"
         raise fail(

@@ -14,7 +14,7 @@ from typing import Any
 
 from tuner.catalog import price_problem
 from tuner.db import name_problem
-from tuner.domain import Objective, typed_knobs
+from tuner.domain import SEED_MAX, Objective, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import SpecError, UsageError
 from tuner.scoring import MAX_LAUNCHES
@@ -53,7 +53,6 @@ _SECTIONS: Mapping[str, frozenset[str]] = {
 }
 _SERVING_KEYS = frozenset(typed_knobs())
 NO_SLO = "none"  # `slo = "none"`: no SLO, not even the workload's recommended one
-SEED_MAX = 2**32 - 1  # the samplers' random seed (numpy's limit)
 # Trials of one study, for a spec file, --trials and the API alike: each is a vLLM launch of
 # minutes, so this is months of one GPU, and far inside what the database's columns hold. A
 # resume is bounded by its stored study instead (tuner.spec.resume): one created with more

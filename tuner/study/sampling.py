@@ -14,10 +14,9 @@ import optuna
 
 from tuner.compose import StudyContext
 from tuner.db import optuna_rdb
-from tuner.domain import TrialResult
+from tuner.domain import SEED_MAX, TrialResult
 from tuner.scoring import objectives as scoring
 from tuner.space import CONDITIONAL, DEFAULT, LISTED, kernel_twins, listed
-from tuner.spec import SEED_MAX
 from tuner.study import sharing
 from tuner.study.attrs import metric_names, trial_attrs
 
