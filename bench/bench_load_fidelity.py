@@ -111,6 +111,9 @@ def run_tuner(
         "--prompt-tokens", str(args.prompt_tokens), "--output-tokens", str(args.output_tokens),
         "--warmup", str(args.warmup), "--vocab-size", str(args.vocab_size), "--json",
         *(["--text-prompts"] if args.tuner_prompts == "text" else []),
+        # vllm bench serve's seed (0) each round, as tuner load's was when sessions 1-4 ran:
+        # both clients' later rounds find their own prompts in the prefix cache alike
+        "--seed", "0",
     ]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if out.returncode != 0:

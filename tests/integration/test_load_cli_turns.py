@@ -78,7 +78,7 @@ def test_per_turn_ttft_shows_the_prefix_cache(tmp_path: Path) -> None:
 
 def test_json_carries_ttft_by_turn_and_the_workload(tmp_path: Path) -> None:
     trace = _conversations(tmp_path / "conversations.jsonl", sessions=4, turns=2)
-    stdout = _turns(True, trace, "--json")
+    stdout = _turns(True, trace, "--json", "--metric-percentiles", "50,90,99,99.9")
     (line,) = [json.loads(x) for x in stdout.splitlines() if x.strip()]
     assert line["num_prompts"] == line["completed"] == 8
     assert line["tuner_workload"] == "tuner:conversations.jsonl"
@@ -88,6 +88,9 @@ def test_json_carries_ttft_by_turn_and_the_workload(tmp_path: Path) -> None:
         assert stats["count"] == 4
         assert 0 < stats["p50_ms"] <= stats["p99_ms"] <= stats["max_ms"]
     assert by_turn["2"]["p50_ms"] < by_turn["1"]["p50_ms"]
+    # the top percentile the table printed (it was only in the table)
+    assert all(s["p99_ms"] <= s["p99.9_ms"] <= s["max_ms"] for s in by_turn.values())
+    assert isinstance(line["tuner_seed"], int)
 
 
 def test_sharegpt_counted_with_the_tokenizer(tmp_path: Path) -> None:

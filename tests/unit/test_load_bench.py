@@ -242,3 +242,81 @@ def test_a_list_option_says_what_it_takes(changes: dict[str, Any], words: str, h
     with pytest.raises(UsageError) as info:
         _opts(**changes)
     assert words in info.value.message and hint in info.value.hint
+
+
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
+MOONCAKE = f"mooncake:{TRACES / 'mooncake.jsonl'}"
+
+
+def _w(**changes: Any) -> bench.LoadOptions:
+    """Options of a run with --workload (which brings its own shapes)."""
+    return _opts(prompt_tokens=None, output_tokens=None, **changes)
+
+
+def test_each_run_draws_fresh_prompts_unless_a_seed_is_given() -> None:
+    """Every run sent the same prompts (seed 0): run again on one server, it found them in
+    the prefix cache (TTFT 86 ms, then 10 ms). A run now draws a seed of its own, says it, and
+    takes one given, by --seed or --workload-set seed=N."""
+    from tuner.load.prompts import PromptFactory
+
+    seeds = {_opts().seed for _ in range(4)}
+    assert len(seeds) > 1
+    given = _opts(seed=7)
+    assert given.seed == 7 and bench.workload(given).seed == 7
+    assert "seed 7" in command.summary_line(given, "m")
+    a, b = (bench.workload(_opts(seed=s)) for s in (1, 2))
+    assert a.seed != b.seed  # what bench.run seeds its prompts with:
+    assert PromptFactory(1024, False, a.seed).make(16) != PromptFactory(1024, False, b.seed).make(
+        16
+    )
+    assert _w(workload="chat", workload_set="seed=5").seed == 5
+    with pytest.raises(UsageError, match="both set the seed"):
+        _w(workload="chat", workload_set="seed=5", seed=5)
+    with pytest.raises(UsageError, match="--seed must be 0 to 4294967295"):
+        _w(workload="chat", workload_set="seed=-1")
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [  # each was accepted, and changed nothing
+        ({"workload": "chat", "workload_set": "warmup_requests=2"}, "warmup_requests"),
+        ({"workload": "chat", "workload_set": "windows=5"}, "windows"),
+        ({"workload": MOONCAKE, "workload_set": "speed=4", "request_rate": "2"}, "speed"),
+        ({"workload": MOONCAKE, "workload_set": "arrival=closed", "request_rate": "2"}, "arrival"),
+        ({"workload": "chat", "tokenizer": TRACES}, "--tokenizer counts the text of a trace"),
+    ],
+)
+def test_workload_fields_tuner_load_would_not_read_are_refused(
+    changes: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(UsageError) as info:
+        _w(**changes) if "workload" in changes else _opts(**changes)
+    assert words in info.value.message
+
+
+def test_replay_options_name_the_workload_in_the_results() -> None:
+    """Replays of one trace at speed 1 and 4 were both `mooncake:mooncake.jsonl` in the JSON."""
+    fast = bench.with_workload(_w(workload=MOONCAKE, workload_set="speed=4"), "m")
+    assert bench.workload_label(fast).endswith("mooncake.jsonl[speed=4]")
+    assert "mooncake.jsonl[speed=4]" in command.summary_line(fast, "m")
+
+
+def test_a_timed_trace_whose_rows_all_arrive_at_once_takes_a_ladder(tmp_path: Path) -> None:
+    """A `tuner:` trace with every arrival_s 0 has no times to replay; it was refused a
+    concurrency ladder as if its times set the load (ShareGPT's, also all at 0, took one)."""
+    path = tmp_path / "flat.jsonl"
+    path.write_text('{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 0}\n' * 3)
+    opts = bench.with_workload(_w(workload=f"tuner:{path}", concurrency="1,2"), "m")
+    assert [p.concurrency for p in bench.workload(opts).load_points()] == [1, 2]
+
+
+def test_a_replay_of_days_is_refused_before_the_warm_up(tmp_path: Path) -> None:
+    """A trace in milliseconds read as seconds warmed the server up, then failed."""
+    path = tmp_path / "ms.jsonl"
+    path.write_text(
+        '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 0}\n'
+        '{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 100000000}\n'
+    )
+    opts = bench.with_workload(_w(workload=f"tuner:{path}"), "m")
+    with pytest.raises(UsageError, match=r"would replay 27,777\.8 hours"):
+        command.check_points(bench.workload(opts).load_points())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -118,12 +119,15 @@ def options(
     workload: str | None = None,
     tokenizer: Path | None = None,
     workload_set: str | None = None,
+    seed: int | None = None,
 ) -> LoadOptions:
     """The command's options checked and parsed; UsageError naming the option otherwise.
     ``--workload`` is read later (:func:`tuner.load.bench.with_workload`), once the server
     names its model."""
+    from tuner.domain import SEED_MAX
     from tuner.domain.workload import parse_slo
     from tuner.load import DEFAULT_CONCURRENCY, LoadOptions, tokenizer_file
+    from tuner.load.traces import split_name
 
     if workload is not None:
         for name, value in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
@@ -142,7 +146,7 @@ def options(
 
     overrides = parse_workload_overrides(workload_set)
     if tokenizer is not None:
-        if workload is None:
+        if workload is None or split_name(workload) is None:
             raise UsageError(
                 "--tokenizer counts the text of a trace given with --workload",
                 hint="e.g. --workload sharegpt:FILE --tokenizer MODEL_DIR",
@@ -179,6 +183,26 @@ def options(
                 f"--workload-set {name}: tuner load's load points are its own options",
                 hint=f"give them as {option} {rungs}",
             )
+    for name, instead in (
+        ("warmup_requests", "--warmup N: one warm-up for all the load points"),
+        ("windows", "tuner load measures one window a load point: run it again for another"),
+    ):
+        if name in overrides:
+            raise UsageError(f"--workload-set {name}: tuner load does not read it", hint=instead)
+    if request_rate is not None:
+        for name in ("speed", "arrival", "request_rate"):
+            if name in overrides:
+                raise UsageError(
+                    f"--workload-set {name}=...: --request-rate draws the rows at its rates "
+                    f"(Poisson arrivals), so {name} would change nothing",
+                    hint="leave it out, or drop --request-rate to send the workload at its own "
+                    "load (a trace at its own times, scaled by speed)",
+                )
+    if seed is not None and "seed" in overrides:
+        raise UsageError("--seed and --workload-set seed=... both set the seed", hint="give one")
+    seed = overrides.get("seed", seed)
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise UsageError(f"--seed must be 0 to {SEED_MAX}, got {seed}", hint="e.g. --seed 0")
     if "concurrency" in overrides and (concurrency is not None or request_rate is not None):
         given = "--concurrency" if concurrency is not None else "--request-rate"
         raise UsageError(
@@ -239,6 +263,9 @@ def options(
         workload_set=overrides,
         tokenizer=tokenizer,
         ladder_given=concurrency is not None or request_rate is not None,
+        # A fresh seed a run unless given: a run repeated on one server would otherwise send
+        # the same prompts, and find them in its prefix cache.
+        seed=secrets.randbelow(SEED_MAX + 1) if seed is None else seed,
     )
 
 
@@ -268,8 +295,13 @@ def check_size(rates: tuple[float, ...], streams: tuple[int, ...], requests: int
 
 def check_points(points: Sequence[Workload]) -> None:
     """:func:`refuse_point`'s bounds for a workload's load points (``--workload``, with any
-    ``--workload-set``); a trace's own arrivals have the window's bound of their own."""
+    ``--workload-set``); a trace's own arrivals have the window's bound of their own, checked
+    here too: before the warm-up, not when the window's plan is drawn after it."""
+    from tuner.load import check_replay
+
     for p in points:
+        if p.trace_paced:
+            check_replay(p, p.requests_per_window)
         rate = None if p.trace_paced else p.request_rate
         at = f"workload {p.name!r}"
         hint = "set fewer --requests (or requests_per_window with --workload-set)"
@@ -424,6 +456,8 @@ def _raise_cap(point: PointResult) -> str:
 
 
 def summary_line(opts: LoadOptions, model: str) -> str:
+    from tuner.load.bench import workload_label
+
     shape = opts.workload
     streams = ",".join(map(str, opts.concurrency))
     replayed = shape is not None and shape.trace_paced  # as the load points are labelled
@@ -442,10 +476,13 @@ def summary_line(opts: LoadOptions, model: str) -> str:
     if shape is None:
         lengths = f"{opts.prompt_tokens} prompt + {opts.output_tokens} output tokens"
     else:
-        lengths = f"workload {shape.name}"
+        lengths = f"workload {workload_label(opts)}"
         if shape.source:
             lengths += f" ({shape.source})"
-    return f"{opts.url} model {model}: {what}, {lengths}, warm-up {opts.warmup} requests"
+    return (
+        f"{opts.url} model {model}: {what}, {lengths}, warm-up {opts.warmup} requests, "
+        f"seed {opts.seed}"
+    )
 
 
 def turn_lines(results: Sequence[PointResult], opts: LoadOptions) -> list[str]:
@@ -594,6 +631,16 @@ def load(
         Path | None,
         typer.Option(help="Write one full vLLM-format result file per load point here."),
     ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the prompts (and of a workload's draws). Default: a fresh one each "
+            "run, so that a run repeated on one server does not find its prompts in the "
+            "prefix cache (vllm bench serve's default is 0). The results carry it as "
+            "tuner_seed.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Measure a running OpenAI-compatible server at one or more load points.
 
@@ -620,6 +667,7 @@ def load(
         workload=workload,
         tokenizer=tokenizer,
         workload_set=workload_set,
+        seed=seed,
     )
     bench.check_named_workload(opts)  # a typo is said as one, not as "cannot reach"
     if save_result is not None:  # before the load, not after it: the run is not lost

@@ -33,6 +33,7 @@ from tuner.load.benchjson import (
     bench_result,
     goodput_bounds,
     metric_stats,
+    percentile_key,
     result_filename,
 )
 from tuner.load.canary import served_models
@@ -82,10 +83,20 @@ class LoadOptions:
     # ``--workload-set``: fields of the workload changed, a trace's replay options among them
     # (speed, start_s, end_s, max_requests, block_tokens); checked by parse_workload_overrides.
     workload_set: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0  # of the prompts and of the workload's draws (`tuner load` draws a fresh one)
 
     @property
     def closed_loop(self) -> bool:
         return not self.request_rates
+
+
+def workload_label(opts: LoadOptions) -> str:
+    """The workload's name with what ``--workload-set`` changed (``mooncake:f.jsonl[speed=4]``):
+    two replays of one trace that differ in them are told apart in the results."""
+    from tuner.domain.workload import overridden_name
+
+    name = opts.workload.name if opts.workload is not None else opts.workload_name
+    return overridden_name(name or "tuner-load", opts.workload_set)
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,7 @@ def workload(opts: LoadOptions) -> Workload:
         warmup_requests=opts.warmup,
         concurrency_ladder=(),
         rate_ladder=(),
+        seed=opts.seed,
     )
     if opts.workload is not None and not opts.ladder_given:
         # The workload's own load point; a preset's closed loop takes the ladder's floor too
@@ -136,8 +148,7 @@ def workload(opts: LoadOptions) -> Workload:
         if own.request_rate is None and own.trace is None:
             own = own.replace(requests_per_window=max(own.requests_per_window, 4 * own.concurrency))
         return each_row_once(own) if opts.closed_loop else own
-    timed = shape.trace is not None and shape.arrival == "trace"
-    if opts.closed_loop and timed:
+    if opts.closed_loop and shape.trace_paced:
         # The trace's arrival times set the load; the streams only cap requests in flight.
         if len(opts.concurrency) > 1:
             raise UsageError(
@@ -299,13 +310,23 @@ def run(
             "tuner_prompts": "text" if opts.text_prompts else "token_ids",
             "tuner_warmup_requests": opts.warmup,
             "tuner_warmup_s": report.warmup_s,
+            "tuner_seed": shape.seed,
         }
         if opts.workload is not None:
-            extra["tuner_workload"] = shape.name
+            extra["tuner_workload"] = workload_label(opts)
             if shape.source:
                 extra["tuner_workload_source"] = shape.source
+        per_turn = {
+            turn: {"count": len(ttfts), **metric_stats("ttft", ttfts, opts.percentiles)}
+            for turn, ttfts in turn_ttfts.items()
+        }
         if by_turn:
-            extra["tuner_ttft_by_turn"] = turn_summary(by_turn)
+            summary = turn_summary(by_turn)
+            for turn, stats in per_turn.items():  # and each of --metric-percentiles
+                for p in opts.percentiles:
+                    key = percentile_key(p, "ttft")
+                    summary[str(turn)].setdefault(key.replace("_ttft", ""), stats[key])
+            extra["tuner_ttft_by_turn"] = summary
         result = bench_result(
             records,
             window.duration_s,
@@ -318,10 +339,6 @@ def run(
             date=date,
             extra=extra,
         )
-        per_turn = {
-            turn: {"count": len(ttfts), **metric_stats("ttft", ttfts, opts.percentiles)}
-            for turn, ttfts in turn_ttfts.items()
-        }
         results.append(PointResult(label, window, result, per_turn))
     return results, failure
 

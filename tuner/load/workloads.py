@@ -413,6 +413,29 @@ def _drawn(r: TraceRequest, draw: int, own: frozenset[str]) -> TraceRequest:
 MAX_WINDOW_S = 24 * 3600.0
 
 
+def check_replay(workload: Workload, count: int) -> None:
+    """UsageError when a window of ``count`` requests replaying ``workload``'s trace at its own
+    times (in order, from the top again past its last row, one mean gap after it) would take
+    more than :data:`MAX_WINDOW_S` of the trace's clock."""
+    ordered = workload.trace or ()
+    if not ordered:
+        return
+    first = ordered[0].arrival_s
+    span = ordered[-1].arrival_s - first
+    gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
+    cycles, row = divmod(max(count - 1, 0), len(ordered))
+    # the last request's arrival; a first cycle has no offset even where span + gap overflows
+    end = ordered[row].arrival_s - first + (cycles * (span + gap) if cycles else 0.0)
+    if end > MAX_WINDOW_S:
+        raise UsageError(
+            f"workload {workload.name!r}: a window of {count} requests would replay "
+            f"{_hours(end)} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
+            hint="check the trace's time unit; or replay a part (start_s, end_s, "
+            "max_requests, or fewer requests a window) or faster (speed): [workload] in a "
+            "spec, --workload-set with tuner load",
+        )
+
+
 def _plan_trace(
     workload: Workload, count: int, seed: int, phase: str, timed: bool = True
 ) -> list[PlannedRequest]:
@@ -436,22 +459,14 @@ def _plan_trace(
             _trace_request(_drawn(r, i, own), shared, a, phase)
             for i, (r, a) in enumerate(zip(rows, arrivals, strict=True))
         ]
+    if timed:  # a warm-up sends its rows at once: no clock to wait for
+        check_replay(workload, count)
     gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
 
     def start(cycle: int) -> float:
         # A cycle's offset; the first has none, even where span + gap overflows (0 x inf: nan).
         return cycle * (span + gap) if cycle else 0.0
 
-    cycles, row = divmod(max(count - 1, 0), len(ordered))
-    end = ordered[row].arrival_s - first + start(cycles)  # the last request's arrival
-    if timed and end > MAX_WINDOW_S:  # a warm-up sends its rows at once: no clock to wait for
-        raise UsageError(
-            f"workload {workload.name!r}: a window of {count} requests would replay "
-            f"{_hours(end)} hours of the trace (more than {MAX_WINDOW_S / 3600:.0f})",
-            hint="check the trace's time unit; or replay a part (start_s, end_s, "
-            "max_requests, or fewer requests a window) or faster (speed): [workload] in a "
-            "spec, --workload-set with tuner load",
-        )
     plan = []
     turns: dict[str, int] = {}
     for i in range(count):
