@@ -46,7 +46,7 @@ from tuner.spec import (
     StudySpec,
     spec_from_mapping,  # the spec file's own rules
 )
-from tuner.vllm import knob_spelling, shipped, shipped_union, shipped_versions
+from tuner.vllm import argv, knob_spelling, shipped, shipped_union, shipped_versions
 
 WHERE = API_SOURCE  # a queued study's spec.source
 # The API has no vLLM of its own: levers are typed against the flag lists tuner ships, and
@@ -221,7 +221,8 @@ def fit(spec: StudySpec, model: ModelSpec, gpu: GpuProfile, workload: Workload) 
     try:
         check_shapes(workload)
         check_baseline(space, "")
-    except UsageError as exc:  # the workload itself: the worker refuses it before any launch
+        argv.once(spec.extra_args, [*space.searched, *space.fixed], None)
+    except UsageError as exc:  # the worker refuses it before any launch
         warnings.append(f"the study will fail before any launch: {exc.message}")
     enqueue = []
     for item in spec.enqueue:

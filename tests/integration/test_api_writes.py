@@ -368,3 +368,22 @@ def test_a_queued_study_is_withdrawn_and_a_taken_one_is_not(repo: Repository) ->
     assert "is running, not queued" in kept.json()["message"]
     assert "stop the worker" in kept.json()["hint"]
     assert repo.get_study("queued-1") is not None
+
+
+def test_extra_args_the_worker_would_refuse_are_said_at_once(repo: Repository) -> None:
+    """A study whose extra arguments repeat a knob it searches was queued without a word, and
+    its worker refused it ("vLLM would get it twice"); one that set --port was queued and each
+    of its trials waited out the start-up timeout."""
+    client = TestClient(create_app(ApiSettings(storage=repo, api_key=KEY, allow_extra_args=True)))
+    headers = {"X-API-Key": KEY}
+    twice = {**SPEC, "runner": {"extra_args": ["--max-num-seqs", "4"]}}
+    r = client.post("/v1/studies", json=twice, headers=headers)
+    assert r.status_code == 201, r.text
+    assert any("--max-num-seqs" in w and "twice" in w for w in r.json()["warnings"]), r.json()
+    port = {
+        **SPEC,
+        "study": {**SPEC["study"], "name": "q3"},
+        "runner": {"extra_args": ["--port", "1"]},
+    }
+    r = client.post("/v1/studies", json=port, headers=headers)
+    assert r.status_code == 422 and "tuner picks a free port" in r.json()["message"], r.text

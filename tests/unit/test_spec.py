@@ -281,6 +281,13 @@ def test_unknown_knob_in_enqueue(tmp_path: Path) -> None:
         ("[runner]\nstartup_timeout_s = inf\n", 2, "must be positive and finite"),
         ("[runner]\nstartup_timeout_s = nan\n", 2, "must be positive and finite"),
         ('[runner]\nextra_args = "--dtype float32"\n', 2, "extra_args must be a list"),
+        # vLLM took the later --port: every trial waited out its start-up timeout
+        ('[runner]\nextra_args = ["--port", "8123"]\n', 2, "sets --port: tuner picks a free"),
+        ('[runner]\nextra_args = ["--served-model-name=x"]\n', 2, "sets --served-model-name"),
+        ('[runner]\nextra_args = ["--load-format", "dummy"]\n', 2, "use [runner] load_format"),
+        # a traceback at the launch, the study left interrupted
+        ('[runner]\nextra_args = ["--revision", "a\\u0000b"]\n', 2, "extra_args holds a NUL"),
+        ('[runner]\nvllm_python = "py\\u0000"\n', 2, "vllm_python holds a NUL"),
         ('[space]\nparams = "max_num_seqs"\n', 2, "params must be a list"),
         ("[space]\nchoices = 3\n", 2, "choices must be a table"),
         ("study = 3\n", 1, "[study] must be a table"),
@@ -417,6 +424,20 @@ def test_the_confirmations_launch_budget(tmp_path: Path) -> None:
     # 100 its bounds were simulated for a minute before the confirmation's first launch.
     above = spec_error(tmp_path, "[confirm]\nlaunches = 3\nmax_launches = 100\n")
     assert "max_launches (100) is above 40" in above.message and above.line == 3
+
+
+def test_a_budget_below_the_first_look_names_where_each_came_from(tmp_path: Path) -> None:
+    """A spec's `max_launches = 6` under `--confirm-launches 8` was reported as
+    `--confirm-max-launches 6`, an option the user never gave."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    path = write(tmp_path, '[study]\nmodel = "tiny-ernie"\n\n[confirm]\nmax_launches = 6\n')
+    done = CliRunner().invoke(app, ["run", str(path), "--confirm-launches", "8"])
+    assert isinstance(done.exception, UsageError), done.output
+    said = done.exception.message
+    assert f"[confirm] max_launches = 6 in {path} is below the confirmation's first look" in said
 
 
 @pytest.mark.parametrize(

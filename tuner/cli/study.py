@@ -166,9 +166,13 @@ def run(
             hint="a difference that needs more is below what launches resolve: lower it",
         )
     if budget is not None and budget < spec.confirm_launches:
+        cap = (  # the option given, or the spec file's line it came from
+            f"--confirm-max-launches {budget}"
+            if confirm_max_launches is not None
+            else f"[confirm] max_launches = {budget} in {spec.source}"
+        )
         raise UsageError(
-            f"--confirm-max-launches {budget} is below the confirmation's first look of "
-            f"{spec.confirm_launches} launches",
+            f"{cap} is below the confirmation's first look of {spec.confirm_launches} launches",
             hint="raise --confirm-max-launches, or lower --confirm-launches",
         )
     url = storage_url(storage)

@@ -27,7 +27,7 @@ from tuner.spec.fields import (
     valid_confidence,
     workload_field,
 )
-from tuner.vllm import FlagCatalog, knob_flag, knob_spelling, spelling_key, spelt_like_a_flag
+from tuner.vllm import FlagCatalog, argv, knob_flag, knob_spelling, spelling_key, spelt_like_a_flag
 from tuner.vllm.caches import MODES as CACHE_MODES
 
 # The keys of [study] and [runner] that are read as they are, by type.
@@ -402,10 +402,18 @@ def _runner_section(runner: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
                 hint='e.g. extra_args = ["--dtype", "float32"]',
                 section="runner",
             )
+        why = argv.tuner_sets(extra)
+        if why is not None:
+            raise fail(why, "extra_args", hint="drop it from extra_args", section="runner")
         kwargs["extra_args"] = tuple(extra)
     for key in _RUNNER_STRINGS:
         if key in runner:
             kwargs[key] = typed_value(runner[key], str, key, fail, "runner")
+    for key in ("extra_args", *_RUNNER_STRINGS):  # no program takes one in an argument
+        value = kwargs.get(key)
+        texts = value if isinstance(value, tuple) else (value,) if isinstance(value, str) else ()
+        if any("\x00" in text for text in texts):
+            raise fail(f"{key} holds a NUL character", key, section="runner")
     if "compile_cache" in runner:
         mode = typed_value(runner["compile_cache"], str, "compile_cache", fail, "runner")
         if mode not in CACHE_MODES:

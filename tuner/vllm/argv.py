@@ -130,6 +130,22 @@ def reserved(knob: str) -> str | None:
     return RESERVED_FLAGS.get(knob.split(".", 1)[0])
 
 
+# Of those, the ones every launch passes (or [runner] load_format sets): in a study's own extra
+# arguments vLLM would take the later one, and tuner would wait on another port or name.
+_EVERY_LAUNCH = ("model", "served_model_name", "host", "port", "load_format")
+
+
+def tuner_sets(extra: Sequence[str]) -> str | None:
+    """Why a study's extra arguments (``[runner] extra_args``) cannot be passed, where one is
+    a flag tuner passes on every launch itself; None when none is."""
+    for arg in extra:
+        if arg.startswith("-") and not is_number(arg):
+            dest = spelling_key(arg.split("=", 1)[0])
+            if dest in _EVERY_LAUNCH:
+                return f"[runner] extra_args sets {arg.split('=', 1)[0]}: {RESERVED_FLAGS[dest]}"
+    return None
+
+
 def extra_args(extra: Mapping[str, object]) -> list[str]:
     """Argv for the extra knobs (``ServingConfig.extra``), each flag once, in name order.
 
