@@ -501,3 +501,12 @@ def test_a_ladder_can_be_written_on_the_command_line() -> None:
     with pytest.raises((SpecError, UsageError)) as refused:
         parse_workload_overrides("concurrency_ladder=4;x")
     assert "concurrency_ladder=4;16;64" in str(refused.value)
+
+
+def test_a_gpu_named_in_another_case_is_one_study(tmp_path: Path) -> None:
+    """`gpu = "CPU"` ran on the cpu profile but made the study tiny-ernie-CPU-smoke-balanced,
+    which `--gpu cpu --resume` then could not find (and refused as another GPU)."""
+    spec = load_spec(write(tmp_path, '[study]\nmodel = "tiny-ernie"\ngpu = "CPU"\n'))
+    assert spec.gpu == "cpu" and spec.study_name() == "tiny-ernie-cpu-smoke-balanced"
+    assert StudySpec().with_overrides(gpu=" H200 ").gpu == "h200"
+    assert StudySpec().with_overrides(gpu="nosuch").gpu == "nosuch"  # refused where prepared

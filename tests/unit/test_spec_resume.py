@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -248,3 +249,28 @@ def test_the_refusals_hint_covers_a_spec_file_that_leaves_the_option_out() -> No
     hint = refused.value.hint
     assert "`tuner run --study chat-study --resume` reads its stored settings" in hint
     assert "give --seed 3" in hint and "leaves it out asks for its default" in hint
+
+
+@pytest.mark.parametrize(
+    ("stored", "given", "again"),
+    [  # each hint was a command that did not parse: `--gpu-price none`, `--early-stop true`
+        ({}, {"gpu_price": 2.0}, None),
+        ({"early_stop": True}, {"early_stop": False}, "or give --early-stop ("),
+        ({"early_stop": False}, {"early_stop": True}, "or give --no-early-stop ("),
+        ({"emulate": False}, {"emulate": True}, None),
+        ({"gpu_price": 2.5}, {"gpu_price": 3.0}, "or give --gpu-price 2.5 ("),
+    ],
+)
+def test_a_refused_resume_hints_only_commands_that_parse(
+    stored: dict[str, Any], given: dict[str, Any], again: str | None
+) -> None:
+    from tuner.spec import resumed_spec
+
+    with pytest.raises(UsageError) as refused:
+        resumed_spec(StudySpec(**stored), StudySpec(**given), changed=set(given))
+    hint = refused.value.hint or ""
+    assert hint.startswith("leave --") and "start a new study" in hint
+    if again is None:
+        assert " or give " not in hint, hint
+    else:
+        assert again in hint, hint

@@ -142,16 +142,35 @@ def _show(key: str, value: Any) -> str:
     return plain if isinstance(plain, str) else json.dumps(plain)
 
 
+# The command line's switches that take no value: a False one is said by its --no- form.
+_SWITCHES = {"--early-stop": "--no-early-stop", "--emulate": None}
+
+
+def _again(key: str, option: str, old: Any) -> str | None:
+    """How a command line asks for the stored ``old`` again; None where only leaving the
+    option out does (a value unset when the study was created, a switch that was off)."""
+    plain = _plain(old)
+    if not option.startswith("--"):  # a spec file's key
+        return f"give {option} {_show(key, old)}"
+    if plain in (None, [], {}):
+        return None
+    if isinstance(plain, bool):
+        off = _SWITCHES.get(option)
+        return f"give {option}" if plain else (f"give {off}" if off else None)
+    return f"give {option} {_show(key, old)}"
+
+
 def _contradiction(stored: StudySpec, key: str, old: Any, new: Any, why: str = "") -> UsageError:
     name = stored.study_name()
     option = _SPEC_KEYS.get(key) or "--" + key.replace("_", "-")
+    again = _again(key, option, old)
     return UsageError(
         f"study {name!r} was created with {option} {_show(key, old)}; this resume asks for "
         f"{_show(key, new)}" + (f" ({why})" if why else ""),
         hint=f"leave {option} out and resume it by name as it was created (`tuner run --study "
-        f"{name} --resume` reads its stored settings), or give {option} {_show(key, old)} (a "
-        "spec file that leaves it out asks for its default), or start a new study with another "
-        "--study name",
+        f"{name} --resume` reads its stored settings), "
+        + (f"or {again} (a spec file that leaves it out asks for its default), " if again else "")
+        + "or start a new study with another --study name",
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.catalog import price_problem
+from tuner.catalog import get_gpu, price_problem
 from tuner.db import name_problem
 from tuner.domain import SEED_MAX, Objective, typed_knobs
 from tuner.domain.workload import parse_slo
@@ -133,6 +133,8 @@ class StudySpec:
             given["search"] = {**self.search, **given["search"]}
         if "objective" in given:
             given["objective"] = parse_objective(str(given["objective"]), where="--objective")
+        if "gpu" in given:
+            given["gpu"] = profile_name(given["gpu"])
         return dataclasses.replace(self, **given)
 
     @classmethod
@@ -236,6 +238,16 @@ def _check_sections(data: Mapping[str, Any], fail: Fail) -> None:
                 )
 
 
+def profile_name(gpu: str) -> str:
+    """The GPU profile's own name for ``gpu`` (matched in any case): one profile, one study
+    name and one resume check. A name no profile has is kept, refused where the study is
+    prepared, with the profiles listed."""
+    try:
+        return get_gpu(gpu).name
+    except UsageError:
+        return gpu
+
+
 def _study_section(
     study: Mapping[str, Any], fail: Fail, where: str, resume: bool = False
 ) -> dict[str, Any]:
@@ -245,6 +257,8 @@ def _study_section(
         for key, kind in _STUDY_TYPES.items()
         if key in study
     }
+    if "gpu" in kwargs:
+        kwargs["gpu"] = profile_name(kwargs["gpu"])
     if "slo" in kwargs and kwargs["slo"].strip().lower() != NO_SLO:
         try:
             parse_slo(kwargs["slo"])
