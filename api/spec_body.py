@@ -26,8 +26,9 @@ from tuner.compose import check_fits
 from tuner.db import STUDY_NAME_PATTERN
 from tuner.domain import SEED_MAX, Objective
 from tuner.errors import UsageError
-from tuner.load import WORKLOADS
+from tuner.load import MAX_POINT_REQUESTS, WORKLOADS
 from tuner.runner.placement import MODES as PLACEMENTS
+from tuner.scoring import MAX_LAUNCHES
 from tuner.space import KNOBS
 from tuner.spec import TRIALS_MAX
 from tuner.vllm.caches import MODES as CACHE_MODES
@@ -103,7 +104,7 @@ class WorkloadSection(TypedDict, total=False):
     shared_prefix_tokens: Amount
     concurrency: Count
     request_rate: Positive
-    requests_per_window: Count
+    requests_per_window: Annotated[int, Field(ge=1, le=MAX_POINT_REQUESTS)]
     windows: Count
     warmup_requests: Amount
     length_jitter: Annotated[float, Field(ge=0, lt=1)]
@@ -201,7 +202,7 @@ class ConfirmSection(TypedDict, total=False):
     between two numbers that a JSON Schema cannot state (the API's schema is exact)."""
 
     top: Count
-    launches: Amount
+    launches: Annotated[int, Field(ge=0, le=MAX_LAUNCHES)]
     confidence: Annotated[float, Field(gt=0.5, lt=1)]
 
 

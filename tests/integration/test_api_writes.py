@@ -114,6 +114,9 @@ def test_an_emulated_study_is_listed_as_emulated_from_the_moment_it_is_queued(
             {**SPEC, "workload": {"concurrency_ladder": [2, 4], "rate_ladder": [1.0, 2.0]}},
             "give a concurrency ladder or a rate ladder, not both",
         ),
+        # Queued before: a window of 2,147,483,647 requests, a first look of as many launches
+        (_with("workload", requests_per_window=2_000_000), "must be at most 1,000,000"),
+        (_with("confirm", launches=41), "launches (41) is above 40"),
     ],
 )
 def test_bad_specs_are_422_with_a_message(repo: Repository, body: Any, words: str) -> None:

@@ -424,6 +424,8 @@ def test_the_confirmations_launch_budget(tmp_path: Path) -> None:
     # 100 its bounds were simulated for a minute before the confirmation's first launch.
     above = spec_error(tmp_path, "[confirm]\nlaunches = 3\nmax_launches = 100\n")
     assert "max_launches (100) is above 40" in above.message and above.line == 3
+    first = spec_error(tmp_path, "[confirm]\nlaunches = 100\n")  # its first look alone
+    assert "launches (100) is above 40" in first.message and first.line == 2
 
 
 def test_a_budget_below_the_first_look_names_where_each_came_from(tmp_path: Path) -> None:
@@ -438,6 +440,9 @@ def test_a_budget_below_the_first_look_names_where_each_came_from(tmp_path: Path
     assert isinstance(done.exception, UsageError), done.output
     said = done.exception.message
     assert f"[confirm] max_launches = 6 in {path} is below the confirmation's first look" in said
+    done = CliRunner().invoke(app, ["run", "--confirm-launches", "100"])
+    assert isinstance(done.exception, UsageError), done.output
+    assert "--confirm-launches 100: at most 40 launches" in done.exception.message
 
 
 @pytest.mark.parametrize(
@@ -447,6 +452,8 @@ def test_a_budget_below_the_first_look_names_where_each_came_from(tmp_path: Path
         ("[workload]\nwindows = 1\nprompt_tokens = -3\n", 3, "below prompt_tokens (-3)"),
         # a traceback from numpy after the study's header
         ("[workload]\nwindows = 1\nseed = -1\n", 3, "seed must be 0 to 4294967295"),
+        # a window no one waits for: the API queued 2,147,483,647 requests a window
+        ("[workload]\nrequests_per_window = 2000000\n", 2, "at most 1,000,000"),
     ],
 )
 def test_a_workload_override_a_load_cannot_take_is_reported_at_its_line(

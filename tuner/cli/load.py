@@ -269,9 +269,6 @@ def options(
     )
 
 
-MAX_POINT_REQUESTS = 1_000_000  # requests one load point may send
-
-
 def check_size(rates: tuple[float, ...], streams: tuple[int, ...], requests: int | None) -> None:
     """UsageError for a load point of fixed shapes no one means to wait for, before the server
     is asked (:func:`refuse_point`'s bounds on the count the point would send)."""
@@ -314,7 +311,7 @@ def refuse_point(n: float, rate: float | None, given: str, paced: str, hint: str
     :data:`MAX_POINT_REQUESTS` (said of ``given``), or Poisson arrivals at ``rate`` that take
     more than a day (said of ``paced``: the bound a trace's window has,
     :data:`tuner.load.workloads.MAX_WINDOW_S`)."""
-    from tuner.load.workloads import MAX_WINDOW_S
+    from tuner.load.workloads import MAX_POINT_REQUESTS, MAX_WINDOW_S
 
     if n > MAX_POINT_REQUESTS:
         raise UsageError(

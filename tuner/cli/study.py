@@ -159,6 +159,11 @@ def run(
     else:
         spec = load_spec(DEFAULT_SPEC_PATH)
     spec = spec.with_overrides(resume=resume, **options)
+    if confirm_launches is not None and confirm_launches > MAX_LAUNCHES:
+        raise UsageError(
+            f"--confirm-launches {confirm_launches}: at most {MAX_LAUNCHES} launches a candidate",
+            hint="a difference that needs more is below what launches resolve: lower it",
+        )
     budget = spec.confirm_max_launches
     if budget is not None and budget > MAX_LAUNCHES:
         raise UsageError(

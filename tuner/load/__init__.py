@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from tuner.load.stats import HIGHER_IS_BETTER, estimate, summarize, window_metrics
     from tuner.load.traces import read_trace, tokenizer_file
     from tuner.load.workloads import (
+        MAX_POINT_REQUESTS,
         TRACE_PREFIX,
         WORKLOADS,
         check_overrides,
@@ -60,6 +61,7 @@ __all__ = [
     "HIGHER_IS_BETTER",
     "LAG_BOUND_MS",
     "MAX_ERROR_RATE",
+    "MAX_POINT_REQUESTS",
     "QUICK",
     "SHAPES",
     "TRACE_PREFIX",

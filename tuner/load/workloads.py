@@ -211,6 +211,11 @@ def check_workload(workload: Workload) -> None:
     for field in ("concurrency", "requests_per_window", "windows"):
         if getattr(workload, field) < 1:
             raise UsageError(f"workload {workload.name!r}: {field} must be >= 1")
+    if workload.requests_per_window > MAX_POINT_REQUESTS:
+        raise UsageError(
+            f"workload {workload.name!r}: requests_per_window must be at most "
+            f"{MAX_POINT_REQUESTS:,} (a window of more is hours of load)"
+        )
     if workload.warmup_requests < 0:
         raise UsageError(f"workload {workload.name!r}: warmup_requests must be >= 0")
     if workload.concurrency_ladder and workload.rate_ladder:
@@ -411,6 +416,8 @@ def _drawn(r: TraceRequest, draw: int, own: frozenset[str]) -> TraceRequest:
 # What one window may replay of a trace's own clock: a longer one is a trace in the wrong time
 # unit (milliseconds read as seconds), or a window no one means to wait for.
 MAX_WINDOW_S = 24 * 3600.0
+# Requests one window (one load point) may send: a million is hours of load on any server.
+MAX_POINT_REQUESTS = 1_000_000
 
 
 def check_replay(workload: Workload, count: int) -> None:

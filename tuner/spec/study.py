@@ -369,6 +369,14 @@ def _confirm_section(confirm: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
     }
     if kwargs.get("confirm_top", 1) < 1 or kwargs.get("confirm_launches", 0) < 0:
         raise fail("confirm top must be >= 1 and launches >= 0 (0 turns it off)", "confirm")
+    if kwargs.get("confirm_launches", 0) > MAX_LAUNCHES:
+        raise fail(
+            f"confirm launches ({kwargs['confirm_launches']}) is above {MAX_LAUNCHES}, the most "
+            "a sequential design takes a side",
+            "launches",
+            hint="a difference that needs more is below what launches resolve: lower it",
+            section="confirm",
+        )
     budget = kwargs.get("confirm_max_launches")
     if budget is not None and budget > MAX_LAUNCHES:
         raise fail(
