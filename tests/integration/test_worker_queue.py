@@ -658,3 +658,30 @@ def test_a_worker_prints_a_failure_with_brackets_as_it_is(
     hint = repo.get_study("brackets").failure["hint"]  # type: ignore[union-attr,index]
     assert "drop that [[enqueue]] entry from study.toml" in hint
     assert f"  hint: {hint}\n" in run.output
+
+
+def test_a_queued_spec_this_tuner_cannot_read_fails_its_study_not_the_worker(
+    tmp_path: Path,
+) -> None:
+    """A study queued with an objective this tuner does not know (a newer API's) ended the
+    worker in a ValueError traceback and stayed "running"; each next worker took it over and
+    stopped on it again. It now fails, saying why, and the worker goes on to the next."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    repo = make_repo(url)
+    ctx = make_context(url, trials=1, name="fine")
+    newer = {**ctx.spec.to_dict(), "objective": "goodput"}  # as a newer tuner stores it
+    repo.create_study(
+        name="skew", optuna_study_name="skew", model=ctx.spec.model, model_source=None,
+        gpu=ctx.spec.gpu, workload=ctx.spec.workload, objective="goodput", slo={}, spec=newer,
+        emulated=False, vllm_version="", n_trials_requested=1, status="queued",
+    )  # fmt: skip
+    said: list[str] = []
+    failed: list[str] = []
+    taken = run_worker(repo, url, once=True, poll_s=0.1, vllm_python=None, say=said.append,
+                       failed=failed)  # fmt: skip
+    assert taken == 1 and failed == ["skew"]
+    row = repo.get_study("skew")
+    assert row is not None and row.status == "failed" and row.failure is not None
+    assert "'goodput' is not a valid Objective" in row.failure["message"]
+    assert "another version" in row.failure["hint"]
+    assert any("study skew failed to run" in line for line in said)

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tuner.db import RUN_OWNER, Repository, StudyStatus, optuna_rdb
+from tuner.db import RUN_OWNER, Repository, StudyRow, StudyStatus, optuna_rdb
 from tuner.errors import TunerError, UsageError
-from tuner.spec import stored_spec
+from tuner.spec import StudySpec, stored_spec
 from tuner.study import sharing
 
 if TYPE_CHECKING:
@@ -69,8 +69,8 @@ def run_worker(
                 f"worker: took over study {what}: the worker that ran it is gone (its process "
                 "here has exited, or one on another host stopped its heartbeat)"
             )
-        spec = stored_spec(row.spec, row.name).with_overrides(vllm_python=vllm_python)
         try:
+            spec = _spec_of(row, vllm_python)
             with sharing.study_heartbeat(repo, row.name, me):  # from the claim on: prepare
                 # may take minutes (flags, a model); a queued study is set up here first
                 prepared = prepare(spec, storage_url, new_study=fresh)
@@ -113,6 +113,20 @@ def run_worker(
                 )
             raise
         say(f"worker: study {row.name} {_ended(repo, row.name)}")
+
+
+def _spec_of(row: StudyRow, vllm_python: str | None) -> StudySpec:
+    """The spec a worker runs ``row`` with. TunerError, stored as the study's failure, for one
+    this tuner cannot read (another version's): else each next worker would take it over and
+    stop on it again."""
+    try:
+        return stored_spec(row.spec, row.name).with_overrides(vllm_python=vllm_python)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise TunerError(
+            f"its stored spec cannot be read by this tuner ({exc})",
+            hint="a tuner of another version queued it: run that version's `tuner worker`, or "
+            "queue the study again through this version's API",
+        ) from None
 
 
 def _ended(repo: Repository, name: str) -> str:
