@@ -287,7 +287,7 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
     from tuner.study import parallel, set_up_study
     from tuner.telemetry import detect_gpus
 
-    parallel.refuse_sqlite(url, f"--parallel {n}")
+    parallel.refuse_sqlite(url, f"--parallel {n}", spec.study_name())
     prepared = prepare(spec, url, new_study=not resume)
     ctx = prepared.ctx
     uuids = None
@@ -543,7 +543,7 @@ def worker(
 
     url = storage_url(storage)
     if study is not None:  # before anything is created: SQLite has no second host to join
-        refuse_sqlite(url, "`tuner worker --study`")
+        refuse_sqlite(url, "`tuner worker --study`", study)
     if (missing := missing_sqlite_file(url)) is not None:  # `tuner db upgrade` makes it
         if once:  # nothing can be queued in a file that is not there
             say(f"worker: 0 studies taken (database {missing} does not exist)")

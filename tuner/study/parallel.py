@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -45,15 +46,17 @@ class Seat:
     gpu_uuid: str | None = None
 
 
-def refuse_sqlite(storage_url: str, what: str) -> None:
-    """Several workers on one SQLite file: refused, as Optuna's documentation advises."""
+def refuse_sqlite(storage_url: str, what: str, study: str = "NAME") -> None:
+    """Several workers on one SQLite file: refused, as Optuna's documentation advises.
+    ``what`` is the option asking for them (``--parallel 2``, ``tuner worker --study``)."""
     if storage_url.startswith("sqlite"):
+        alone = "drop --parallel" if what.startswith("--parallel") else "one process runs it"
         raise UsageError(
             f"{what} needs a database server that several processes can write at once; "
             f"{storage_url} is SQLite, whose file locks make parallel workers fail",
             hint="pass --storage postgresql+psycopg://USER:PASS@HOST/DB (or set TUNER_DB_URL); "
-            "on SQLite one worker runs a study: drop --parallel (`tuner run --study NAME "
-            "--resume` continues a stopped one)",
+            f"on SQLite one worker runs a study: {alone} (`tuner run --study "
+            f"{shlex.quote(study)} --resume` continues a stopped one)",
         )
 
 
