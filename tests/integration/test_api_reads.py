@@ -403,6 +403,12 @@ def test_a_study_whose_defaults_failed_recommends_with_no_score(tmp_path: Path) 
     assert [t["status"] for t in items if t["number"] == 0] == ["failed"]
     assert rec["trial"] != 0 and rec["baseline"] is None
     assert rec["score"] is None and all(t["score"] is None for t in items)
+    # `tuner best --json` sent it (7.14, read as a 7x gain) where its text said none
+    from tuner.results import recommendation
+
+    best = recommendation(repo, "s")
+    assert best is not None and best.score is None
+    assert "score: none (vLLM's defaults have no measurement" in best.render()
 
 
 def test_a_comparisons_non_finite_numbers_are_null_and_its_labels_stay(tmp_path: Path) -> None:

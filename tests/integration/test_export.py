@@ -332,6 +332,15 @@ def test_the_export_shows_only_what_was_measured(tmp_path: Path) -> None:
     repo.finish_trial(repo.start_trial("m", 1, oom.config), oom, None, [0.0, 80.0, 1e7])
     records = {r["number"]: r for r in study_records(repo, "m")}
     assert records[1]["objective_values"] is None and records[0]["objective_values"] is not None
+    # `tuner trials --json` gave the penalty as measured: 80 GiB, a P99 of 10^7 ms
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    done = CliRunner().invoke(app, ["trials", "m", "--json", "--storage", url])
+    listed = {r["number"]: r for r in json.loads(done.stdout)}
+    assert listed[1]["objective_values"] is None
+    assert listed[0]["objective_values"] == records[0]["objective_values"]
     nan, inf = float("nan"), float("inf")
     zero = {"median": 0.0, "low": 0.0, "high": 0.0, "values": [0.0]}
     trial = {**records[0], "metrics": {

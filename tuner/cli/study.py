@@ -414,6 +414,7 @@ def trials(
             [
                 {
                     **to_jsonable(r),
+                    "objective_values": r.measured_values,  # as `tuner export` gives them
                     "score": trial_score(r, reference, objective),
                     "flags": window_flags(r.windows).to_dict(),
                     # Its metrics' capacity_* only a lower bound (an open-loop load kept up with).

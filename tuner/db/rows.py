@@ -144,6 +144,14 @@ class TrialRow(TrialResult):
         """The trial as the runner reported it (RUNNING rows give a RUNNING result)."""
         return TrialResult(**{f.name: getattr(self, f.name) for f in fields(TrialResult)})
 
+    @property
+    def measured_values(self) -> list[float] | None:
+        """Its objective values as measured; None for a trial that measured none (a failure's
+        stored values are the penalty Optuna was told: 79.6 GiB, a P99 of 10,000 s)."""
+        if self.status is TrialStatus.COMPLETE or self.failure is FailureClass.STOPPED_EARLY:
+            return list(self.objective_values or []) or None
+        return None
+
 
 # How the study loop records, in a ruled-out trial's failure detail, that it took no place in
 # the budget (Optuna's ``free`` mark, :mod:`tuner.study.sharing`); its other note is USED_NOTE.

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tuner.db import Repository
-from tuner.domain import FailureClass, Objective, TrialStatus, to_jsonable
+from tuner.domain import Objective, TrialStatus, to_jsonable
 from tuner.domain.jsonable import dumps
 from tuner.results import costs, energy
 from tuner.scoring import CAPACITY
@@ -57,10 +57,7 @@ def study_records(repo: Repository, study: str) -> list[dict[str, Any]]:
                 "failure_detail": row.failure_detail or None,
                 "config": row.config.to_dict(),
                 "score": trial_score(row, reference, objective),
-                # What was measured: a failure's values are the penalty Optuna was told.
-                "objective_values": list(row.objective_values or []) or None
-                if row.status is TrialStatus.COMPLETE or row.failure is FailureClass.STOPPED_EARLY
-                else None,
+                "objective_values": row.measured_values,
                 "metrics": to_jsonable(row.metrics),
                 "memory": to_jsonable(row.memory),
                 "effective_backend": row.effective_backend,

@@ -28,7 +28,7 @@ class Recommendation:
     study: str
     trial_number: int
     is_baseline: bool
-    score: float
+    score: float | None  # against vLLM's defaults; None where this study did not measure them
     flags: tuple[str, ...]
     env: Mapping[str, str]
     serve_command: str
@@ -110,7 +110,7 @@ class Recommendation:
                 f"  changes outputs: {', '.join(self.output_changes)} changes what the model "
                 "generates (not only how fast): check its answers before adopting it"
             )
-        if self.baseline_metrics is None and not self.is_baseline:
+        if self.score is None:
             lines.append(
                 "  score: none (vLLM's defaults have no measurement in this study to score "
                 "against; medians [range] over the measurement windows of one launch)"
@@ -250,7 +250,7 @@ def recommendation(
         study=study,
         trial_number=top.number,
         is_baseline=top.is_baseline,
-        score=top.score,
+        score=top.score if top.relative else None,  # a raw composite is no ratio to print
         flags=tuple(flags.args),
         env=dict(flags.env),
         serve_command=argv.serve_command(row.model_source or row.model, serve_flags(row, flags)),
