@@ -179,3 +179,19 @@ def test_trials_prints_a_log_lines_brackets_as_text(url: str) -> None:
     repo.finish_trial(repo.start_trial("a-study-with-a-long-name", 3, LONG), failed, None, None)
     shown = _invoke("trials", "a-study-with-a-long-name", "--storage", url)
     assert f"start_failed: {detail}" in " ".join(shown.split())
+
+
+def test_hints_after_storage_name_that_storage(tmp_path: Path) -> None:
+    """`tuner best S --storage URL` said "see `tuner trials S`", which read the default
+    database and answered "no study named S"; `tuner studies` gave a resume line without it."""
+    from tests.studykit import make_context, make_repo
+    from tuner.study.loop import run_study
+    from tuner.testing.fake_runner import FakeRunner
+
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    run_study(make_context(url, trials=2, name="allfail"), FakeRunner(max_utilization=0.0),
+              make_repo(url))  # fmt: skip  # every launch out of memory
+    done = CliRunner().invoke(app, ["best", "allfail", "--storage", url])
+    assert done.exit_code == 1
+    said = " ".join(done.stdout.split())
+    assert f"see `tuner trials allfail --storage {url}`" in said, said

@@ -31,6 +31,7 @@ from tuner.cli.common import (
     print_json,
     say,
     storage_url,
+    with_storage,
 )
 from tuner.doctor.checks import missing_sqlite_file
 from tuner.errors import UsageError
@@ -207,9 +208,9 @@ def run(
         out.print(escape(line))
     if "vocab_size" not in ctx.model.facts:
         out.print(f"  note: {escape(UNKNOWN_VOCAB_NOTE)}")
-    with _reporting(ctx.name) as reporter:
+    with _reporting(ctx.name, storage=storage) as reporter:
         ranked = run_study(ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter)
-    print_best(prepared.repo, ctx.name)
+    print_best(prepared.repo, ctx.name, storage=storage)
     if not ranked:
         raise typer.Exit(1)
 
@@ -253,7 +254,9 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
 
 
 @contextmanager
-def _reporting(name: str, again: str | None = None) -> Iterator[ConsoleReporter]:
+def _reporting(
+    name: str, again: str | None = None, storage: str | None = None
+) -> Iterator[ConsoleReporter]:
     """The console reporter of study ``name``'s run, closed at the end, with ``kill PID``
     (SIGTERM) and a closed terminal (SIGHUP) taken as Ctrl-C: the running trial's server is
     ended, the trial recorded, and the command exits 130 saying how to continue (``again``:
@@ -263,7 +266,7 @@ def _reporting(name: str, again: str | None = None) -> Iterator[ConsoleReporter]
     how = (
         f"{again} continues it"
         if again
-        else f"--resume continues (tuner run --study {name} --resume)"
+        else f"--resume continues ({with_storage(f'tuner run --study {name} --resume', storage)})"
     )
     reporter = ConsoleReporter(out)
     try:
@@ -364,7 +367,7 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     for name in gone:
         err.print(
             f"study {name!r}: the tuner that ran it on this host has exited; "
-            f"`tuner run --study {name} --resume` continues it"
+            f"`{with_storage(f'tuner run --study {name} --resume', storage)}` continues it"
         )
     for s in rows:
         _say_failure(s)
@@ -496,18 +499,22 @@ def best(
         if rec is None:
             raise typer.Exit(1)
         return
-    if not print_best(repo, study, gpu_price=gpu_price):
+    if not print_best(repo, study, gpu_price=gpu_price, storage=storage):
         raise typer.Exit(1)
 
 
-def print_best(repo: Repository, name: str, *, gpu_price: float | None = None) -> bool:
-    """The study's recommendation on the screen; False when no trial completed."""
+def print_best(
+    repo: Repository, name: str, *, gpu_price: float | None = None, storage: str | None = None
+) -> bool:
+    """The study's recommendation on the screen; False when no trial completed. ``storage``:
+    the ``--storage`` given, which its hint repeats."""
     from tuner.results import recommendation
 
     rec = recommendation(repo, name, gpu_price=gpu_price)
     if rec is None:
         out.print(
-            f"[red]no trial of {name} completed[/]: nothing to recommend; see `tuner trials {name}`"
+            f"[red]no trial of {escape(name)} completed[/]: nothing to recommend; see "
+            f"`{escape(with_storage(f'tuner trials {name}', storage))}`"
         )
         return False
     out.print(escape(rec.render()))  # "[range]" and flags are text, not rich markup
