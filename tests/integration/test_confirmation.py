@@ -339,3 +339,34 @@ def test_a_study_given_more_trials_confirms_its_new_top(db_url: str) -> None:
     # The new round launched its own defaults, interleaved with the new candidate.
     d, four = ServingConfig(), ServingConfig(max_num_seqs=4)
     assert runner.calls[-4:] == [d, four, four, d]
+
+
+def test_a_confirmation_that_chose_defaults_missing_the_slo_gives_way(tmp_path: Path) -> None:
+    """The defaults missed the SLO (P99 E2E 30.6 ms for 30), three trials met it, and the
+    confirmation, which compares scores, found no difference: `tuner best` recommended the
+    defaults under "[no trial met the SLO; closest shown]". The best trial that meets it is
+    recommended, everywhere the recommendation is read, and the text says why."""
+    from tuner.results import recommendation
+    from tuner.study import best_across, choose, study_objective
+
+    url = f"sqlite:///{tmp_path / 'slo.db'}"
+    repo = make_repo(url)
+    sizes = (64, 32, 16)
+    ctx = make_context(url, trials=4, name="s", params=("max_num_seqs",),
+                       choices={"max_num_seqs": sizes},
+                       enqueue=[{"max_num_seqs": v} for v in sizes],
+                       slo="e2e_p99=30ms", confirm_launches=3, confirm_top=1,
+                       objective="throughput")  # fmt: skip
+    run_study(ctx, FakeRunner(seed=2), repo)
+    trials = repo.list_trials("s", limit=None)
+    search = {t.number: t for t in trials if t.phase == "search"}
+    assert search[0].metrics["e2e_p99_ms"].median > 30 > search[2].metrics["e2e_p99_ms"].median
+    study = repo.get_study("s")
+    assert study is not None
+    confirmed = choose(repo.list_comparisons("s"), study_objective(study))
+    assert confirmed is not None and confirmed.chose(0, True)  # the defaults, by score
+    rec = recommendation(repo, "s")
+    assert rec is not None and not rec.is_baseline and rec.feasible
+    assert "its choice misses the SLO" in rec.render()
+    ((_, top),) = best_across([(study, trials, study_objective(study), confirmed)])
+    assert top.number == rec.trial_number  # what `tuner launch` serves

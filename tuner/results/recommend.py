@@ -130,6 +130,11 @@ class Recommendation:
         if self.confirmed is not None:
             c = self.confirmed
             lines.append(f"  confirmation (fresh launches, interleaved): {c.verdict_text()}")
+            if not c.chose(self.trial_number, self.is_baseline):
+                lines.append(
+                    "    caution: its choice misses the SLO: shown instead, the best trial that "
+                    "meets it (not the confirmation's choice)"
+                )
             if c.details_from:
                 lines.append(f"    {c.details_from}, per metric:")
             lines.extend(f"    {d}" for d in c.details)

@@ -576,11 +576,13 @@ def _details(metrics: Mapping[str, Any]) -> tuple[str, ...]:
 
 def study_pick(ranked: Sequence[Ranked], confirmed: Confirmed | None) -> Ranked | None:
     """A study's recommendation from its ranked search trials: the confirmation decides where
-    there was one (its winner, or the defaults when nothing beat them), else the top trial."""
+    there was one (its winner, or the defaults when nothing beat them), else the top trial. A
+    choice that misses the study's SLO gives way to the top trial where that one meets it (as
+    the API's recommendation does): the confirmation compared scores, and an SLO is a bound."""
     if not ranked:
         return None
     if confirmed is not None:
         for r in ranked:
             if confirmed.chose(r.number, r.is_baseline):
-                return r
+                return r if r.feasible or not ranked[0].feasible else ranked[0]
     return ranked[0]
