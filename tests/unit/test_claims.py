@@ -148,6 +148,31 @@ def test_requires_and_fixed_make_claims_not_applicable() -> None:
     assert mml.a is not None and mml.a.enforce_eager is True and mml.a.max_model_len is None
 
 
+@pytest.mark.parametrize("override", ["windows=0", "concurrency=0", "requests_per_window=0"])
+def test_a_workload_count_of_zero_is_refused_before_any_server(
+    override: str, tmp_path: Path
+) -> None:
+    """verify-claims launched a server for `--workload-set windows=0` (minutes of a model's
+    load on a GPU), and only then said that a window count must be >= 1; so did a claims
+    file's `workload = {preset = "smoke", windows = 0}`."""
+    from tuner.abtest.claims import setup_claims
+    from tuner.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"must be >= 1"):
+        setup_claims(file=SEED, model="tiny-ernie", gpu="cpu", confidence=0.95,
+                     only=["prefix-caching-throughput"], fixed=None, workload_set=override,
+                     vllm_python=None)  # fmt: skip
+    key, _, value = override.partition("=")
+    path = tmp_path / "claims.toml"
+    path.write_text(
+        '[[claim]]\nid = "c"\nstatement = "s"\na = "defaults"\nb = { max_num_seqs = 8 }\n'
+        f'workload = {{ preset = "smoke", {key} = {value} }}\nmetric = "output_throughput"\n'
+        "claimed = 1.1\n"
+    )
+    with pytest.raises(SpecError, match=r"must be >= 1"):
+        load_claims(path)
+
+
 def test_workload_overrides_apply_to_every_claim_and_rename_it() -> None:
     claims = load_claims(SEED)
     planned = plan(

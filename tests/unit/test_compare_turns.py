@@ -208,3 +208,22 @@ def test_a_launch_budget_past_what_launches_resolve_is_refused_at_once() -> None
     assert f"at most {MAX_LAUNCHES} launches a side" in refused.value.message
     assert "--min-effect" in refused.value.hint
     assert design_of(None, 6, None, 0.95).plan is not None
+
+
+def test_a_wide_interval_s_half_width_and_the_hints_agree_with_what_is_taken() -> None:
+    """`interval half-width ±122.9 % (-35.9 % [-71.2, +42.9])`: the half-width is a factor
+    on the log scale, which a percentage beside the interval's ends contradicted; and a hint
+    offered `--max-launches 50`, which the next run refused (at most 40)."""
+    from tuner.cli.compare import design_of
+    from tuner.errors import UsageError
+
+    a, b = Arm("a", ServingConfig()), Arm("b", ServingConfig())
+    look = judge_look(a, _throughput([100, 70, 130]), b, _throughput([60, 110, 85]),
+                      Design.fixed_launches(3), None)  # fmt: skip
+    (line,) = [x for x in decision_lines(look) if "half-width" in x]
+    found = look.step.interval
+    assert found is not None and found.high / found.ratio > 2  # a wide one
+    assert f"x/÷ {(found.high / found.low) ** 0.5:.3f}" in line and "±" not in line
+    with pytest.raises(UsageError) as refused:
+        design_of(25, None, 0.1, 0.95)
+    assert "--max-launches 40 for a sequential design" in (refused.value.hint or "")

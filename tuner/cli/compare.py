@@ -111,8 +111,9 @@ def decision_lines(look: Look) -> list[str]:
         f"{look.gpu_minutes:.1f} GPU-minutes"
     ]
     if found is not None and step.reason in (PRECISE, BUDGET):
-        hw = found.half_width * 100
-        lines.append(f"  interval half-width ±{hw:.1f} % ({found.percent()})")
+        # a factor either way (the interval is one on the log scale): "±122.9 %" beside
+        # [-71.2, +42.9] read as a contradiction
+        lines.append(f"  interval half-width x/÷ {1 + found.half_width:.3f} ({found.percent()})")
     c = look.profile.get(look.metric) if look.profile is not None else None
     min_effect = look.design.plan.min_effect
     if step.reason == BUDGET and c is not None and min_effect:
@@ -248,8 +249,8 @@ def design_of(
             "--min-effect stops a sequential design, and --repeats alone is a fixed one, whose "
             f"peak memory within {MIN_EFFECT * 100:g} % is no difference",
             hint=f"add --max-launches {repeats} for {repeats} launches a side with --min-effect as "
-            f"that floor, add --max-launches {max(2 * repeats, 6)} for a sequential design that "
-            "stops at it too, or drop --min-effect",
+            f"that floor, add --max-launches {min(max(2 * repeats, 6), MAX_LAUNCHES)} for a "
+            "sequential design that stops at it too, or drop --min-effect",
         )
     if min_effect is not None and not 0.0 < min_effect < 1.0:
         raise UsageError(

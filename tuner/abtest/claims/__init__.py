@@ -23,6 +23,7 @@ from tuner.abtest.claims.file import EFFECT, FLAG, METRICS, UNMEASURABLE, Claim,
 from tuner.catalog import FLASH_ATTN, get_gpu, resolve_model, rules
 from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
 from tuner.errors import UsageError
+from tuner.load import check_shapes, check_workload
 from tuner.space import KNOBS, SearchSpace, normalize_knob
 from tuner.spec import (
     StudySpec,
@@ -79,6 +80,9 @@ def plan(
     out = []
     for claim in claims:
         workload = with_overrides(claim.workload, workload_overrides or {})
+        if claim.kind not in (FLAG, UNMEASURABLE):  # a count of 0 measures nothing: said
+            check_workload(workload)  # before any server starts, as compare says it
+            check_shapes(workload)
         if claim.kind in (FLAG, UNMEASURABLE):  # no configuration: nothing the space can rule out
             out.append(Planned(claim, workload, reason=_unmet(claim, gpu)))
             continue

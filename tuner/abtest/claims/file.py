@@ -42,7 +42,7 @@ from tuner.abtest.compare import COMPARED
 from tuner.catalog import GPUS
 from tuner.domain import Workload
 from tuner.errors import SpecError, UsageError
-from tuner.load import WORKLOADS, plan_requests
+from tuner.load import WORKLOADS, check_workload, plan_requests
 from tuner.spec import (
     Fail,
     find_line,
@@ -300,6 +300,7 @@ def _workload(value: Any, fail: Fail) -> Workload:
         raise fail("the workload's name must be a string", "name")
     try:
         workload = with_overrides(preset, overrides, name=name)
+        check_workload(workload)  # the counts (windows = 0 measures nothing), with a line
         plan_requests(workload, 1, 0)  # the shape checks, with a line number
     except UsageError as exc:
         raise fail(exc.message, "workload", hint=exc.hint) from None
