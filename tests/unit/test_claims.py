@@ -477,3 +477,19 @@ def test_the_other_kinds_check_their_keys(
 ) -> None:
     with pytest.raises(SpecError, match=re.escape(words)):
         _load(tmp_path, KINDS.replace(*change, 1))
+
+
+def test_a_vllm_flag_held_with_fixed_is_typed_by_the_installed_vllm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`tuner compare -b stream_interval=4` ran; `tuner verify-claims --fixed
+    stream_interval=4` was refused as an unknown knob (with a hint naming `tuner run`)."""
+    from tuner.abtest.claims import setup_claims
+
+    monkeypatch.setenv("TUNER_SERVER_MODULE", "tuner.testing.fake_server")  # vLLM 0.32.0's list
+    done = setup_claims(file=SEED, model="tiny-ernie", gpu="cpu", confidence=0.95,
+                        only=["prefix-caching-throughput"], fixed="stream_interval=4",
+                        workload_set=None, vllm_python=None)  # fmt: skip
+    (planned,) = done.planned
+    assert planned.a is not None and planned.b is not None, planned.reason
+    assert planned.a.extra.get("stream_interval") == planned.b.extra.get("stream_interval") == 4

@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.abtest.claims.file import EFFECT, FLAG, METRICS, UNMEASURABLE, Claim, load_claims
 from tuner.catalog import FLASH_ATTN, get_gpu, resolve_model, rules
+from tuner.compose import beyond_typed, installed_flags
 from tuner.domain import GpuProfile, ModelSpec, ServingConfig, Workload
 from tuner.errors import UsageError
 from tuner.load import check_shapes, check_workload
@@ -32,6 +33,9 @@ from tuner.spec import (
     parse_workload_overrides,
     with_overrides,
 )
+
+if TYPE_CHECKING:
+    from tuner.vllm import FlagCatalog
 
 __all__ = [
     "METRICS",
@@ -66,6 +70,7 @@ def plan(
     *,
     fixed: Mapping[str, Any] | None = None,
     workload_overrides: Mapping[str, Any] | None = None,
+    flags: FlagCatalog | None = None,
 ) -> list[Planned]:
     """The A and B configurations of each claim here, or why it is not applicable.
 
@@ -90,7 +95,7 @@ def plan(
         if reason:
             out.append(Planned(claim, workload, reason=reason))
             continue
-        space = SearchSpace(model, gpu, workload, fixed=fixed)
+        space = SearchSpace(model, gpu, workload, fixed=fixed, flags=flags)
         a, b = space.config_from(claim.a), space.config_from(claim.b)
         # The space's sentences first: they say exactly what does not work here and why.
         problems = [
@@ -154,9 +159,14 @@ def setup_claims(
     held = parse_config_spec(fixed, "--fixed") if fixed else {}
     overrides = parse_workload_overrides(workload_set)
     profile, spec_model = get_gpu(gpu), resolve_model(model)
-    planned = plan(claims, spec_model, profile, fixed=held, workload_overrides=overrides)
     spec = StudySpec(
         model=model, gpu=gpu, fixed=held, vllm_python=vllm_python, source="command line"
+    )
+    # A vLLM flag held with --fixed (stream_interval=4) is typed by the installed vLLM's list,
+    # as compare's -a/-b are.
+    flags = installed_flags(spec) if beyond_typed(held) else None
+    planned = plan(
+        claims, spec_model, profile, fixed=held, workload_overrides=overrides, flags=flags
     )
     return ClaimsSetup(claims, planned, spec_model, profile, spec)
 
