@@ -227,3 +227,22 @@ def test_a_wide_interval_s_half_width_and_the_hints_agree_with_what_is_taken() -
     with pytest.raises(UsageError) as refused:
         design_of(25, None, 0.1, 0.95)
     assert "--max-launches 40 for a sequential design" in (refused.value.hint or "")
+
+
+def test_a_metric_no_launch_gave_is_not_measured_not_short_of_launches() -> None:
+    """With one-token answers there is no ITL in any window: compare said "not enough
+    launches to compare", as if more launches would give it one."""
+    from tuner.abtest.compare import NO_VALUES, NOT_ENOUGH, compare
+
+    def without_itl(n: int) -> list[TrialResult]:
+        runs = [_launch(50 + i, {}) for i in range(n)]
+        kept = [{k: v for k, v in r.metrics.items() if not k.startswith("itl")} for r in runs]
+        return [dataclasses.replace(r, metrics=m) for r, m in zip(runs, kept, strict=True)]
+
+    a, b = Arm("a", ServingConfig()), Arm("b", ServingConfig())
+    done = compare(a, without_itl(2), b, without_itl(2))
+    itl = done.metric("itl_p99_ms")
+    assert itl.verdict == NO_VALUES and "no launch gave a value" in itl.describe()
+    assert done.metric("ttft_p50_ms").verdict != NO_VALUES
+    short = compare(a, without_itl(1), b, without_itl(1))  # one launch a side: too few
+    assert short.metric("itl_p99_ms").verdict == NOT_ENOUGH

@@ -81,6 +81,9 @@ MetricInterval = Callable[
 launches' times or None where a launch lacks one) -> interval."""
 
 NOT_ENOUGH = "not enough launches"
+# Every launch ran, and none gave the metric: the workload does not measure it (the ITL of
+# one-token answers), which more launches would not change.
+NO_VALUES = "not measured by this workload"
 
 # (metric, label, higher is better). memory_gib is the trial's peak memory headline.
 COMPARED: tuple[tuple[str, str, bool], ...] = (
@@ -192,6 +195,11 @@ def launch_values(results: Sequence[TrialResult], metric: str) -> list[float]:
     return [value for value, _, _ in _launches(results, metric)]
 
 
+def _ran(results: Sequence[TrialResult]) -> bool:
+    """Whether a side has two complete launches: enough for an interval, had they a value."""
+    return sum(r.status is TrialStatus.COMPLETE for r in results) >= 2
+
+
 def _launches(
     results: Sequence[TrialResult], metric: str, geomean: bool = False
 ) -> list[tuple[float, tuple[float, ...], TrialResult]]:
@@ -285,6 +293,8 @@ class MetricComparison:
 
     def describe(self) -> str:
         shown = ratio_text(self.ratio, self.low, self.high)
+        if self.verdict == NO_VALUES:
+            return f"{self.label}: {NO_VALUES} (no launch gave a value)"
         if shown is None or self.ratio is None:
             return f"{self.label}: not enough launches to compare"
         if self.inconclusive:
@@ -439,6 +449,8 @@ def compare(
         a_off = disagreement(ga, [w for _, w, _ in a_runs])
         b_off = disagreement(gb, [w for _, w, _ in b_runs])
         verdict = interval.verdict(higher) if interval else NOT_ENOUGH
+        if not av and not bv and all(_ran(side) for side in (a_results, b_results)):
+            verdict = NO_VALUES
         if interval and name in FLOORED and interval.within(min_effect):
             verdict = NO_DIFFERENCE
         sides = (("a", a, a_off), ("b", b, b_off))

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.abtest.compare import NOT_ENOUGH, Arm, Comparison
+from tuner.abtest.compare import NO_VALUES, NOT_ENOUGH, Arm, Comparison
 from tuner.abtest.decide import Design, Look, judge_look
 from tuner.abtest.guard import finding_of
 from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance
@@ -127,7 +127,7 @@ class PairOutcome:
         """False when no interval could be given (a side not measured, too few launches) or
         the output throughput is inconclusive (a side's launches disagree beyond their noise)."""
         overall = self.verdicts["overall"]
-        return overall not in (NOT_MEASURED, NOT_ENOUGH) and not is_inconclusive(overall)
+        return overall not in (NOT_MEASURED, NOT_ENOUGH, NO_VALUES) and not is_inconclusive(overall)
 
     def to_json(self) -> dict[str, Any]:
         """What ``tuner compare --json`` prints."""
