@@ -95,6 +95,11 @@ def test_a_memory_claim_within_the_smallest_effect_is_decided_no_difference(
     assert (look.step.verdict, look.step.reason) == (NO_DIFFERENCE, reason)
     assert look.step.interval is not None and look.step.interval.low > 1.0
     assert look.comparison.to_verdicts()["memory_gib"] == NO_DIFFERENCE
+    # it said "(the interval's half-width is at most 5 %)" beside an interval that excludes 1
+    assert (
+        "(the whole interval lies within ±5 %, the smallest effect that counts)"
+        in (decision_lines(look)[0])
+    )
     # tuner compare (decided on throughput) with --min-effect 0.0001: the 0.03 % counts.
     tight = Design.sequential(3, 6, 0.95, 0.0001)
     look = judge_look(a, _memory(A_GIB), b, _memory(B_GIB), tight, None)

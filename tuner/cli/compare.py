@@ -95,7 +95,7 @@ class Progress:
 def decision_lines(look: Look) -> list[str]:
     """How a decision ended, its interval's method and its cost, for people."""
     from tuner.abtest import UNMEASURED_STOP, profile_lines
-    from tuner.scoring import BUDGET, PRECISE, SIGNIFICANT
+    from tuner.scoring import BUDGET, MIN_EFFECT, NO_DIFFERENCE, PRECISE, SIGNIFICANT
 
     step, found = look.step, look.step.interval
     why = {
@@ -106,6 +106,11 @@ def decision_lines(look: Look) -> list[str]:
         UNMEASURED_STOP: "a side could not be measured: see its failures",
     }.get(step.reason, step.reason)
     head = look.comparison.metric(look.metric)
+    if found is not None and step.verdict == NO_DIFFERENCE and (found.low > 1 or found.high < 1):
+        # an interval that excludes 1, inside the smallest effect worth acting on: its
+        # half-width said nothing of why it was no difference
+        effect = look.design.plan.min_effect or MIN_EFFECT
+        why = f"the whole interval lies within ±{effect * 100:g} %, the smallest effect that counts"
     lines = [
         f"decision: {step.verdict} after {step.n_a} + {step.n_b} launches ({why}); "
         f"{look.gpu_minutes:.1f} GPU-minutes"
