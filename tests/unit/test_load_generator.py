@@ -518,3 +518,31 @@ def test_the_generator_keeps_no_phases_streams_after_a_run() -> None:
         report = gen.run(conversations)
     assert len(report.windows) == 2
     assert sorted(gen.prompts._streams) == [""]  # the shared prefix alone
+
+
+def test_a_stop_inside_a_client_task_is_not_logged_as_a_second_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SIGTERM (taken as Ctrl-C) landing inside a task aiohttp started printed "Task exception
+    was never retrieved" and 30 lines of traceback after the stop's own line (once in seven
+    stops); the run's loop takes a stop there as handled. Other errors are logged as before."""
+    import asyncio
+    import logging
+
+    from tuner.load.generator import quiet_stops
+
+    loop = asyncio.new_event_loop()
+    try:
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            quiet_stops(loop, {"message": "Task exception was never retrieved",
+                               "exception": KeyboardInterrupt()})  # fmt: skip
+            assert not caplog.records
+            quiet_stops(loop, {"message": "boom", "exception": ValueError("x")})
+            assert [r.getMessage() for r in caplog.records] == ["boom"]
+    finally:
+        loop.close()
+    handlers: list[object] = []  # the handler a run's own loop has
+    with serving(FakeVllm()) as url:
+        _generator(url).run(SMALL, on_phase=lambda *_: handlers.append(
+            asyncio.get_running_loop().get_exception_handler()))  # fmt: skip
+    assert handlers and set(handlers) == {quiet_stops}

@@ -23,6 +23,7 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -117,6 +118,16 @@ def api_root(base_url: str) -> str:
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
+def quiet_stops(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The run's loop's exception handler: a stop (Ctrl-C, or SIGTERM taken as one) raised
+    inside a task the HTTP client started for itself is the run's own stop, handled where
+    the run ends; logged as "Task exception was never retrieved", it printed a traceback after
+    the stop's one line. Anything else goes to asyncio's default handler."""
+    if isinstance(context.get("exception"), KeyboardInterrupt):
+        return
+    loop.default_exception_handler(context)
+
+
 class LoadGenerator:
     """Sends a :class:`Workload` to one server and measures it.
 
@@ -187,6 +198,7 @@ class LoadGenerator:
         first_point: FirstPointCheck | None = None,
     ) -> LoadReport:
         points = workload.load_points()
+        asyncio.get_running_loop().set_exception_handler(quiet_stops)
         lag = LoopLag()
         async with self._session() as session:
             lag.start()
