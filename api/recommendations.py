@@ -84,7 +84,9 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
 
     A study whose confirmation phase gave a verdict for the objective offers only the trial
     it chose (a search-phase winner the confirmation did not bear out is no recommendation),
-    unless that trial misses the requested SLO: then its trials compete on their search scores.
+    unless that trial misses the SLO (the requested one, else the study's) that another trial
+    meets: then its trials compete on their search scores, as
+    :func:`tuner.study.confirm.study_pick` has it for `tuner best` and `tuner launch`.
     """
     picks: list[Pick] = []
     for snap in snapshots:
@@ -107,7 +109,7 @@ def ranked(snapshots: Iterable[StudySnapshot], q: Query, *, use_slo: bool = True
         )
         verdict = snap.confirmed.get(objective)
         mine = [r for r in table if verdict and verdict.chose(r.number, r.is_baseline)][:1]
-        if mine and (not strict or mine[0].feasible):
+        if mine and (mine[0].feasible or not any(r.feasible for r in table)):
             table = mine
         else:
             verdict = None

@@ -115,6 +115,10 @@ def test_cors_headers_only_for_configured_origins(repo: Repository) -> None:
     assert r.headers["access-control-allow-origin"] == "http://dash.example"
     other = cors.get("/healthz", headers={"Origin": "http://evil.example"})
     assert "access-control-allow-origin" not in other.headers
+    # every write the API has: withdrawing a queued study was refused its preflight
+    for method in ("POST", "DELETE"):
+        asked = {**preflight, "Access-Control-Request-Method": method}
+        assert cors.options("/v1/studies/s", headers=asked).status_code == 200, method
 
 
 def test_root_redirects_to_the_dashboards_or_the_docs(client: TestClient) -> None:

@@ -370,3 +370,12 @@ def test_a_confirmation_that_chose_defaults_missing_the_slo_gives_way(tmp_path: 
     assert "its choice misses the SLO" in rec.render()
     ((_, top),) = best_across([(study, trials, study_objective(study), confirmed)])
     assert top.number == rec.trial_number  # what `tuner launch` serves
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.settings import ApiSettings
+
+    with TestClient(create_app(ApiSettings(storage=repo))) as client:  # `tuner launch --api`
+        asked = {"model": study.model, "gpu": study.gpu, "workload": study.workload_label}
+        body = client.get("/v1/recommendations", params=asked).json()
+    assert body["trial"] == rec.trial_number and body["feasible"], body
