@@ -274,3 +274,27 @@ def test_a_refused_resume_hints_only_commands_that_parse(
         assert " or give " not in hint, hint
     else:
         assert again in hint, hint
+
+
+def test_a_study_named_before_gpu_names_were_the_profile_s_resumes(tmp_path: Path) -> None:
+    """A study created with `--gpu H100` (tiny-ernie-H100-smoke-balanced, its spec's gpu
+    "H100") was not found by `--gpu H100 --resume` once GPU names became the profile's (h100),
+    and `--study` it was refused as created on another GPU."""
+    from tuner.cli.study import _resumed
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url)
+    repo = Repository(make_engine(url))
+    old = dataclasses.replace(StudySpec(), gpu="H100")
+    name = old.study_name()
+    assert name == "tiny-ernie-H100-smoke-balanced"
+    repo.create_study(name=name, optuna_study_name=name, model=old.model, model_source=None,
+                      gpu="H100", workload=old.workload, objective=old.objective.value, slo={},
+                      spec=old.to_dict(), emulated=False, vllm_version="0.32.0",
+                      n_trials_requested=old.trials, status="interrupted")  # fmt: skip
+    given = StudySpec().with_overrides(gpu="H100")
+    assert given.gpu == "h100"
+    spec = _resumed(given, url, {"gpu": "H100"}, from_file=False)
+    assert spec.study_name() == name
+    by_name = StudySpec(name=name).with_overrides(gpu="H100")
+    assert _resumed(by_name, url, {"gpu": "H100", "name": name}, from_file=False).name == name

@@ -4,6 +4,7 @@ to be good, so that a typo is reported at once."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -234,7 +235,14 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
         ensure_ready(url, auto_upgrade=True)
         engine = make_engine(url)
         try:
-            row = Repository(engine).get_study(spec.study_name())
+            repo = Repository(engine)
+            row = repo.get_study(spec.study_name())
+            if row is None and spec.name is None:
+                # A name made before GPU names were the profile's (tiny-ernie-H100-...): the
+                # one study of this name in another case, where there is one.
+                wanted = spec.study_name().lower()
+                alike = [s for s in repo.list_studies() if s.name.lower() == wanted]
+                row = alike[0] if len(alike) == 1 else None
         finally:
             engine.dispose()
     if row is None:
@@ -245,7 +253,7 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
             "that holds it)",
         )
     if not row.spec:
-        return spec
+        return dataclasses.replace(spec, name=row.name)
     stored = stored_spec(row.spec, row.name)
     if from_file:  # the file and the options on top of it: all of it must describe the study
         return resumed_spec(stored, kept_cap(spec, row.spec.get(FINGERPRINT)))

@@ -31,7 +31,7 @@ from tuner.domain.workload import parse_slo
 from tuner.errors import UsageError
 from tuner.load import fingerprint
 from tuner.load.traces import split_name
-from tuner.spec.study import TRIALS_MAX, StudySpec
+from tuner.spec.study import TRIALS_MAX, StudySpec, profile_name
 
 FINGERPRINT = "workload_fingerprint"  # the spec's key for the fingerprint of its requests
 
@@ -111,6 +111,8 @@ def resumed_spec(
 def _same(key: str, old: Any, new: Any) -> bool:
     if key == "slo":
         return bool(_slo_key(old) == _slo_key(new))
+    if key == "gpu":  # a study stored before GPU names were the profile's: "H100" is h100
+        return profile_name(str(old)) == profile_name(str(new))
     return bool(_plain(old) == _plain(new))
 
 
