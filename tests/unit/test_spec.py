@@ -488,6 +488,12 @@ def test_an_infinite_request_rate_is_refused_before_the_study(tmp_path: Path) ->
 
     refused = spec_error(tmp_path, "[workload]\nrate_ladder = [inf, 2.0]\n")
     assert "positive numbers" in refused.message and refused.line == 2
+    from tuner.compose import resolve_workload  # a single rate: at its line too
+
+    spec = load_spec(write(tmp_path, "[workload]\nrequest_rate = inf\n"))
+    with pytest.raises(SpecError) as one:
+        resolve_workload(spec)
+    assert "request_rate must be > 0 and finite" in one.value.message and one.value.line == 2
     with pytest.raises((SpecError, UsageError)):
         parse_workload_overrides("rate_ladder=inf;2")
 

@@ -259,6 +259,8 @@ def test_the_refusals_hint_covers_a_spec_file_that_leaves_the_option_out() -> No
         ({"early_stop": False}, {"early_stop": True}, "or give --no-early-stop ("),
         ({"emulate": False}, {"emulate": True}, None),
         ({"gpu_price": 2.5}, {"gpu_price": 3.0}, "or give --gpu-price 2.5 ("),
+        # "or give --slo the workload's recommended SLO"
+        ({"slo": ""}, {"slo": "ttft_p99=1s"}, None),
     ],
 )
 def test_a_refused_resume_hints_only_commands_that_parse(

@@ -226,6 +226,7 @@ def check_workload(workload: Workload) -> None:
         raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
     if any(not 0 < r < math.inf for r in workload.rate_ladder):
         raise UsageError(f"workload {workload.name!r}: every request rate must be > 0 and finite")
+
     if not 0 <= workload.seed <= SEED_MAX:
         raise UsageError(f"workload {workload.name!r}: seed must be 0 to {SEED_MAX}")
     if workload.trace is not None and workload.arrival == "poisson" and workload.concurrency_ladder:
@@ -275,8 +276,10 @@ def check_shapes(workload: Workload) -> None:
             f"got {workload.length_jitter}"
         )
     rate = workload.request_rate
-    if rate is not None and not (math.isfinite(rate) and rate > 0):
-        raise UsageError(f"workload {workload.name!r}: request_rate must be > 0, got {rate}")
+    if rate is not None and not 0 < rate < math.inf:
+        raise UsageError(
+            f"workload {workload.name!r}: request_rate must be > 0 and finite, got {rate}"
+        )
     _check_span(workload)
     if workload.turns > 1 and any(p.request_rate is not None for p in workload.load_points()):
         raise UsageError(

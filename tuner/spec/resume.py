@@ -154,8 +154,8 @@ def _again(key: str, option: str, old: Any) -> str | None:
     plain = _plain(old)
     if not option.startswith("--"):  # a spec file's key
         return f"give {option} {_show(key, old)}"
-    if plain in (None, [], {}):
-        return None
+    if plain in (None, [], {}) or (key == "slo" and not str(plain).strip()):
+        return None  # unset, or the workload's recommended SLO: what leaving it out gives
     if isinstance(plain, bool):
         off = _SWITCHES.get(option)
         return f"give {option}" if plain else (f"give {off}" if off else None)
