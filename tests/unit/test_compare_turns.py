@@ -232,6 +232,11 @@ def test_a_wide_interval_s_half_width_and_the_hints_agree_with_what_is_taken() -
     with pytest.raises(UsageError) as refused:
         design_of(25, None, 0.1, 0.95)
     assert "--max-launches 40 for a sequential design" in (refused.value.hint or "")
+    with pytest.raises(UsageError) as refused:  # no sequential design starts at 40
+        design_of(40, None, 0.1, 0.95)
+    assert "sequential" not in (refused.value.hint or "")
+    with pytest.raises(UsageError, match="--repeats 50: at most 40 launches a side"):
+        design_of(50, None, None, 0.95)
 
 
 def test_a_metric_no_launch_gave_is_not_measured_not_short_of_launches() -> None:

@@ -249,13 +249,25 @@ def design_of(
     from tuner.spec import check_confidence
 
     check_confidence(confidence)
+    if repeats is not None and repeats > MAX_LAUNCHES:
+        raise UsageError(
+            f"--repeats {repeats}: at most {MAX_LAUNCHES} launches a side",
+            hint="a difference that needs more is below what launches resolve: raise "
+            "--min-effect, or borrow this card's noise profile (`tuner calibrate`)",
+        )
     if min_effect is not None and repeats is not None and max_launches is None:
         raise UsageError(
             "--min-effect stops a sequential design, and --repeats alone is a fixed one, whose "
             f"peak memory within {MIN_EFFECT * 100:g} % is no difference",
             hint=f"add --max-launches {repeats} for {repeats} launches a side with --min-effect as "
-            f"that floor, add --max-launches {min(max(2 * repeats, 6), MAX_LAUNCHES)} for a "
-            "sequential design that stops at it too, or drop --min-effect",
+            "that floor, "
+            + (
+                f"add --max-launches {min(max(2 * repeats, 6), MAX_LAUNCHES)} for a sequential "
+                "design that stops at it too, "
+                if repeats < MAX_LAUNCHES
+                else ""
+            )
+            + "or drop --min-effect",
         )
     if min_effect is not None and not 0.0 < min_effect < 1.0:
         raise UsageError(
