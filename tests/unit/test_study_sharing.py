@@ -239,4 +239,5 @@ def test_the_hints_for_a_study_running_beside_name_what_its_database_allows() ->
     with pytest.raises(UsageError) as info:  # it told a worker to drop an option it lacked
         refuse_sqlite("sqlite:///x.db", "`tuner worker --study`", "my study")
     hint = info.value.hint or ""
-    assert "--parallel" not in hint and "`tuner run --study 'my study' --resume`" in hint
+    assert "--parallel" not in hint
+    assert "`tuner run --study 'my study' --resume --storage sqlite:///x.db`" in hint

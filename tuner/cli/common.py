@@ -8,7 +8,6 @@ columns in the middle of a flag or a path cannot be pasted or parsed.
 from __future__ import annotations
 
 import contextlib
-import shlex
 import sys
 from collections.abc import Callable, Iterator
 from enum import Enum
@@ -147,19 +146,11 @@ def open_repo(url: str | None, study: str | None = None) -> Repository:
     return Repository(make_engine(storage))
 
 
-def with_storage(command: str, url: str | None) -> str:
-    """``command`` as a hint names it: with ``--storage URL`` where the user gave one (the URL
-    as given, its password masked, quoted for a shell), else it would read the default one."""
-    if not url:
-        return command
-    from tuner.db.session import safe_url
-
-    return f"{command} --storage {shlex.quote(safe_url(url))}"
-
-
 def open_study(url: str | None, study: str) -> Repository:
     repo = open_repo(url, study)
     if repo.get_study(study) is None:
+        from tuner.db import with_storage
+
         raise UsageError(
             f"no study named {study!r}", hint=f"run `{with_storage('tuner studies', url)}`"
         )

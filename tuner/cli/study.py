@@ -32,7 +32,6 @@ from tuner.cli.common import (
     print_json,
     say,
     storage_url,
-    with_storage,
 )
 from tuner.doctor.checks import missing_sqlite_file
 from tuner.errors import UsageError
@@ -270,6 +269,7 @@ def _reporting(
     ended, the trial recorded, and the command exits 130 saying how to continue (``again``:
     the command that does, when it is not ``tuner run --study NAME --resume``)."""
     from tuner.cli.progress import ConsoleReporter
+    from tuner.db import with_storage
 
     how = (
         f"{again} continues it"
@@ -372,6 +372,8 @@ def studies(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
         err.print("no studies in this database: `tuner run` (or a worker) stores them")
         return
     out.print(table)
+    from tuner.db import with_storage
+
     for name in gone:
         err.print(
             f"study {name!r}: the tuner that ran it on this host has exited; "
@@ -516,6 +518,7 @@ def print_best(
 ) -> bool:
     """The study's recommendation on the screen; False when no trial completed. ``storage``:
     the ``--storage`` given, which its hint repeats."""
+    from tuner.db import with_storage
     from tuner.results import recommendation
 
     rec = recommendation(repo, name, gpu_price=gpu_price)
@@ -572,7 +575,7 @@ def worker(
             time.sleep(poll)
     ensure_ready(url, auto_upgrade=True)
     if study is not None:
-        _join(url, study, vllm_python)
+        _join(url, study, vllm_python, storage)
         return
     failed: list[str] = []
     # `kill PID` ends the server and records the trial; run_worker says which, and how to go on
@@ -595,11 +598,11 @@ def worker(
         raise typer.Exit(1)
 
 
-def _join(url: str, name: str, vllm_python: str | None) -> None:
-    from tuner.db import Repository, make_engine
+def _join(url: str, name: str, vllm_python: str | None, storage: str | None) -> None:
+    from tuner.db import Repository, make_engine, with_storage
     from tuner.study import join_study
 
-    with _reporting(name, f"tuner worker --study {name}") as reporter:
+    with _reporting(name, with_storage(f"tuner worker --study {name}", storage)) as reporter:
         repo = Repository(make_engine(url))
         n = join_study(repo, url, name, vllm_python=vllm_python, reporter=reporter)
     out.print(f"worker: study {name} has {n} measured trial(s); this worker is done")

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         safe_url,
         sqlite_file,
         storage_error,
+        with_storage,
     )
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "storage_error",
     "study_run_tag",
     "upgrade",
+    "with_storage",
 ]
 
 __getattr__, __dir__ = face(__name__)

@@ -11,6 +11,7 @@ read work on it, and a write fails with a StorageError that says how to get a wr
 from __future__ import annotations
 
 import os
+import shlex
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator
@@ -54,6 +55,12 @@ def safe_url(url: str | URL) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except sa_exc.ArgumentError:
         return str(url)
+
+
+def with_storage(command: str, url: str | None) -> str:
+    """``command`` as a hint names it: with ``--storage URL`` where the user gave one (the URL
+    as given, its password masked, quoted for a shell), else it would read the default one."""
+    return f"{command} --storage {shlex.quote(safe_url(url))}" if url else command
 
 
 def optuna_engine_kwargs(url: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from tuner.db import Repository, StudyStatus
+from tuner.db import Repository, StudyStatus, with_storage
 from tuner.errors import UsageError
 
 _PR_SET_PDEATHSIG = 1
@@ -55,8 +55,9 @@ def refuse_sqlite(storage_url: str, what: str, study: str = "NAME") -> None:
             f"{what} needs a database server that several processes can write at once; "
             f"{storage_url} is SQLite, whose file locks make parallel workers fail",
             hint="pass --storage postgresql+psycopg://USER:PASS@HOST/DB (or set TUNER_DB_URL); "
-            f"on SQLite one worker runs a study: {alone} (`tuner run --study "
-            f"{shlex.quote(study)} --resume` continues a stopped one)",
+            f"on SQLite one worker runs a study: {alone} "
+            f"(`{with_storage(f'tuner run --study {shlex.quote(study)} --resume', storage_url)}` "
+            "continues a stopped one)",
         )
 
 
