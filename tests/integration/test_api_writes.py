@@ -115,7 +115,7 @@ def test_an_emulated_study_is_listed_as_emulated_from_the_moment_it_is_queued(
             "give a concurrency ladder or a rate ladder, not both",
         ),
         # Queued before: a window of 2,147,483,647 requests, a first look of as many launches
-        (_with("workload", requests_per_window=2_000_000), "must be at most 1,000,000"),
+        (_with("workload", requests_per_window=2_000_000), "more than 1,000,000"),
         (_with("confirm", launches=41), "launches (41) is above 40"),
     ],
 )

@@ -213,8 +213,10 @@ def check_workload(workload: Workload) -> None:
             raise UsageError(f"workload {workload.name!r}: {field} must be >= 1")
     if workload.requests_per_window > MAX_POINT_REQUESTS:
         raise UsageError(
-            f"workload {workload.name!r}: requests_per_window must be at most "
-            f"{MAX_POINT_REQUESTS:,} (a window of more is hours of load)"
+            f"workload {workload.name!r}: requests_per_window would send "
+            f"{workload.requests_per_window:,} requests a window, more than "
+            f"{MAX_POINT_REQUESTS:,}",
+            hint="set fewer (a window of more is hours of load at any server's pace)",
         )
     if workload.warmup_requests < 0:
         raise UsageError(f"workload {workload.name!r}: warmup_requests must be >= 0")
