@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -432,12 +432,7 @@ def check_replay(workload: Workload, count: int) -> None:
     ordered = workload.trace or ()
     if not ordered:
         return
-    first = ordered[0].arrival_s
-    span = ordered[-1].arrival_s - first
-    gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
-    cycles, row = divmod(max(count - 1, 0), len(ordered))
-    # the last request's arrival; a first cycle has no offset even where span + gap overflows
-    end = ordered[row].arrival_s - first + (cycles * (span + gap) if cycles else 0.0)
+    end = _replay_at(ordered, max(count - 1, 0))
     if end > MAX_WINDOW_S:
         raise UsageError(
             f"workload {workload.name!r}: a window of {count} requests would replay "
@@ -446,6 +441,18 @@ def check_replay(workload: Workload, count: int) -> None:
             "max_requests, or fewer requests a window) or faster (speed): [workload] in a "
             "spec, --workload-set with tuner load",
         )
+
+
+def _replay_at(ordered: Sequence[TraceRequest], i: int) -> float:
+    """When the ``i``-th request of a replay arrives on the trace's clock (0 at its first row):
+    the rows in order, from the top again past the last, a cycle one mean gap after the last
+    row of the one before."""
+    first = ordered[0].arrival_s
+    span = ordered[-1].arrival_s - first
+    gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
+    cycle, row = divmod(i, len(ordered))
+    # a first cycle has no offset, even where span + gap overflows (0 x inf: nan)
+    return ordered[row].arrival_s - first + (cycle * (span + gap) if cycle else 0.0)
 
 
 def _plan_trace(
@@ -458,8 +465,6 @@ def _plan_trace(
     :func:`_drawn`."""
     ordered = workload.trace or ()
     shared = workload.shared_prefix_tokens
-    first = ordered[0].arrival_s
-    span = ordered[-1].arrival_s - first
     if workload.arrival != "trace":
         rng = np.random.default_rng([workload.seed, seed, 3])
         rows = [ordered[int(i)] for i in rng.integers(0, len(ordered), count)]
@@ -473,18 +478,12 @@ def _plan_trace(
         ]
     if timed:  # a warm-up sends its rows at once: no clock to wait for
         check_replay(workload, count)
-    gap = span / (len(ordered) - 1) if len(ordered) > 1 else 0.0
-
-    def start(cycle: int) -> float:
-        # A cycle's offset; the first has none, even where span + gap overflows (0 x inf: nan).
-        return cycle * (span + gap) if cycle else 0.0
-
     plan = []
     turns: dict[str, int] = {}
     for i in range(count):
         cycle, row = divmod(i, len(ordered))
         r = ordered[row]
-        p = _trace_request(r, shared, r.arrival_s - first + start(cycle), phase)
+        p = _trace_request(r, shared, _replay_at(ordered, i), phase)
         if cycle:  # a new copy of the trace: its conversations and hash blocks are new streams
             segments = tuple((f"{k}#{cycle}" if k.startswith(_PER_PHASE) else k, n)
                              for k, n in p.segments)  # fmt: skip

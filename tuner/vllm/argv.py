@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuner.domain import ServingConfig
@@ -138,12 +138,25 @@ _EVERY_LAUNCH = ("model", "served_model_name", "host", "port", "load_format")
 def tuner_sets(extra: Sequence[str]) -> str | None:
     """Why a study's extra arguments (``[runner] extra_args``) cannot be passed, where one is
     a flag tuner passes on every launch itself; None when none is."""
-    for arg in extra:
-        if arg.startswith("-") and not is_number(arg):
-            dest = spelling_key(arg.split("=", 1)[0])
-            if dest in _EVERY_LAUNCH:
-                return f"[runner] extra_args sets {arg.split('=', 1)[0]}: {RESERVED_FLAGS[dest]}"
+    for spelling, dest in _options(extra, None):
+        if dest in _EVERY_LAUNCH:
+            return f"[runner] extra_args sets {spelling}: {RESERVED_FLAGS[dest]}"
     return None
+
+
+def _options(extra: Sequence[str], flags: FlagCatalog | None) -> Iterator[tuple[str, str]]:
+    """Each option of a study's extra arguments as (its spelling, the dest it sets): values
+    and numbers skipped, ``=VALUE`` and a JSON key (``.key``) cut, ``--no-NAME`` read as the
+    flag it negates. ``flags`` resolves aliases (``-asc``); without it the spelling decides."""
+    for arg in extra:
+        if not arg.startswith("-") or arg == "-" or is_number(arg):
+            continue
+        spelling = arg.split("=", 1)[0]
+        option = spelling.split(".", 1)[0]
+        if option.startswith("--no-"):
+            option = "--" + option[len("--no-") :]
+        flag = flags.get(option) if flags is not None else None
+        yield spelling, flag.dest if flag is not None else spelling_key(option)
 
 
 def extra_args(extra: Mapping[str, object]) -> list[str]:
@@ -192,17 +205,10 @@ def once(extra: Sequence[str], knobs: Iterable[str], flags: FlagCatalog | None) 
     that a knob of the study sets too: its value would reach vLLM twice. ``flags`` resolves
     aliases (``-asc``); without it options are matched by spelling."""
     heads = {knob.split(".", 1)[0] for knob in knobs}
-    for arg in extra:
-        if not arg.startswith("-") or arg == "-" or is_number(arg):
-            continue
-        option = arg.split("=", 1)[0].split(".", 1)[0]
-        if option.startswith("--no-"):
-            option = "--" + option[len("--no-") :]
-        flag = flags.get(option) if flags is not None else None
-        dest = flag.dest if flag is not None else spelling_key(option)
+    for spelling, dest in _options(extra, flags):
         if dest in heads:
             raise UsageError(
-                f"[runner] extra_args sets {arg.split('=', 1)[0]}, which the study also sets "
+                f"[runner] extra_args sets {spelling}, which the study also sets "
                 f"as the knob {dest}: vLLM would get it twice",
                 hint=f"drop it from extra_args, or hold it with [space] fixed = {{ {dest} = ... }}",
             )
