@@ -36,7 +36,6 @@ from tuner.catalog import check_one_model, model_key
 from tuner.db import StudyRow, TrialRow
 from tuner.domain import Objective, Slo
 from tuner.domain.workload import format_slo
-from tuner.errors import UsageError
 from tuner.results import costs, emulated_memory_warning, gpu_memory_gib, serve_flags
 from tuner.scoring import ranking
 from tuner.study import Confirmed, study_objective
@@ -220,12 +219,9 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
     flags = argv.render_flags(trial.config, version)
     base = snap.baseline(trial.gpu_uuid)  # the defaults the pick's score is a ratio to
     applied = q.slo if q.slo is not None else Slo(**study.slo)
-    try:
-        emulated = is_emulated(study, trial)
-        price = costs.study_price(study.gpu, study.spec, q.gpu_price, emulated=emulated)
-        no_cost = ""
-    except UsageError as exc:  # a stored price of an older tuner: the flags still answer
-        price, no_cost = None, f"no cost: {exc.message}; give one with gpu_price"
+    emulated = is_emulated(study, trial)
+    price, no_cost = costs.price_or_why(study.gpu, study.spec, q.gpu_price, emulated=emulated)
+    no_cost += "; give one with gpu_price" if no_cost else ""
 
     def cost(row: TrialRow) -> tuple[EstimateOut | None, bool]:
         usd = costs.usd(row.metrics, price)

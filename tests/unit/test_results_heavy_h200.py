@@ -76,3 +76,28 @@ def test_the_databases_hold_the_studies_without_per_request_records() -> None:
             ).fetchone()[0]
             assert n == trials
             assert db.execute("SELECT count(*) FROM tuner_trial_requests").fetchone()[0] == 0
+
+
+def test_tuner_size_writes_large_figures_with_grouped_digits(tmp_path: Path) -> None:
+    """The H200's capacity of the small model read "1.35e+04 tok/s [1.251e+04, 1.408e+04]"
+    (the ends at another precision than the median), and a low rate's cost "$4.38e+03 per 1M
+    output tokens"; `tuner best` writes the same throughput 13,503."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from tests.studykit import make_repo
+    from tuner.cli.app import app
+
+    db = tmp_path / "chat-heavy.db"  # a copy: opening migrates, the committed file stays
+    shutil.copyfile(DATA / "chat-heavy-h200.db", db)
+    url = f"sqlite:///{db}"
+    make_repo(url)
+    size = ["size", "--model", "ernie-0.3b", "--storage", url, "--rate"]
+    big = CliRunner().invoke(app, [*size, "50000tok/s"])
+    assert big.exit_code == 0, big.output
+    assert "capacity per GPU: at least 13,503 tok/s [12,513, 14,077]" in big.stdout
+    low = CliRunner().invoke(app, [*size, "0.001"])
+    assert low.exit_code == 0, low.output
+    assert "$4,378 per 1M output tokens" in low.stdout
+    assert "e+0" not in big.stdout + low.stdout

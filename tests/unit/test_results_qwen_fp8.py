@@ -85,3 +85,27 @@ def test_the_dataset_is_what_the_committed_database_says(tmp_path: Path) -> None
     records = study_records(make_repo(f"sqlite:///{db}"), "qwen2.5-14b-rtx4090-fp8")
     fresh = {r["number"]: json.loads(json.dumps(r)) for r in records}
     assert fresh == _trials()
+
+
+def test_tuner_size_warns_as_tuner_best_that_the_emulated_peak_may_not_start(
+    tmp_path: Path,
+) -> None:
+    """`tuner best` warns that the emulated RTX 4090's peak (25.32 GiB) is above its 24 GiB;
+    `tuner size` sized two GPUs of it without the warning."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from tests.studykit import make_repo
+    from tuner.cli.app import app
+
+    db = tmp_path / "qwen.db"  # a copy: opening migrates, and the committed file stays as it is
+    shutil.copyfile(DATA / "qwen-fp8-h200.db", db)
+    url = f"sqlite:///{db}"
+    make_repo(url)
+    size = ["size", "--model", "qwen2.5-14b", "--rate", "10", "--emulated", "--gpu-price", "1"]
+    sized = CliRunner().invoke(app, [*size, "--storage", url])
+    assert sized.exit_code == 0, sized.output
+    text = " ".join(sized.stdout.split())
+    assert "GPUs for 10 req/s: 2" in text
+    assert "the peak GPU memory (25.32 GiB) is above the emulated GPU's 24.0 GiB" in text

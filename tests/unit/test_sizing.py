@@ -488,3 +488,109 @@ def test_a_capacity_the_client_bounded_is_not_called_a_missed_slo(tmp_path: Path
     missed = fleet_size(study, kept_up, (), Rate(20.0, REQ), slo=Slo(e2e_p99_ms=1.0))
     assert missed is not None and not missed.client_bound
     assert missed.basis == "no load point of the curve met the SLO"
+
+
+def test_defaults_that_served_nothing_are_no_yardstick_for_capacity(tmp_path: Path) -> None:
+    """A capacity study whose defaults met its SLO (E2E P99 2 s) at no load point: every other
+    trial scored 1.000 against their capacity of 0 (a ratio to nothing reads as neutral), and
+    the tie went to the lower trial number: `tuner best` and `tuner size` took #1 (420 tok/s)
+    over #2 (1,200 tok/s) and sized 5 GPUs where 2 serve."""
+    from sqlalchemy import text
+
+    from tuner.db import make_engine
+
+    url = f"sqlite:///{tmp_path / 'capacity.db'}"
+    slo = {"e2e_p99_ms": 2000.0}
+
+    def curve(p99_8: float, p99_16: float, k: float) -> list[WindowMetrics]:
+        return [*(_w(8, r * k, p99_8) for r in (4.0, 4.2, 4.4)),
+                *(_w(16, r * k, p99_16) for r in (7.5, 8.0, 8.4))]  # fmt: skip
+
+    repo = insert_measured_study(url, [], name="s", gpu="h200", workload="chat",
+                                 objective="capacity")  # fmt: skip
+    with make_engine(url).begin() as c:
+        c.execute(text("update tuner_studies set slo = :s where name = 's'"),
+                  {"s": json.dumps(slo)})  # fmt: skip
+    shape = get_workload("chat").replace(requests_per_window=8, windows=3)
+    trials = [
+        (ServingConfig(), curve(3000.0, 5000.0, 1.0)),  # misses the SLO everywhere
+        (ServingConfig(max_num_seqs=16), curve(1500.0, 5000.0, 1.0)),  # 8 streams: 420 tok/s
+        (ServingConfig(max_num_seqs=32), curve(1500.0, 1800.0, 1.5)),  # 16 streams: 1,200
+    ]
+    for number, (config, windows) in enumerate(trials):
+        result = dataclasses.replace(
+            FakeRunner().run(config, shape),
+            windows=tuple(windows),
+            metrics=trial_metrics(shape, windows, Slo(**slo)),
+        )
+        values = objective_values(result, memory_ceiling_gib=64.0, objective=Objective.CAPACITY)
+        trial_id = repo.start_trial("s", number, config, "search", is_baseline=number == 0)
+        repo.finish_trial(trial_id, result, 1.0, values)
+    best = CliRunner().invoke(app, ["best", "s", "--storage", url])
+    assert best.exit_code == 0, best.output
+    assert "trial #2" in best.stdout and "--max-num-seqs 32" in best.stdout
+    assert "defaults served nothing within the SLO" in " ".join(best.stdout.split())
+    assert "defaults none (no load point met the SLO)" in best.stdout  # not "inf [inf, inf]"
+    size = ["size", "--model", "tiny-ernie", "--rate", "20", "--storage", url, "--json"]
+    sized = CliRunner().invoke(app, size)
+    assert sized.exit_code == 0, sized.output
+    (answer,) = json.loads(sized.stdout)["sizes"]
+    assert answer["trial_number"] == 2 and answer["gpus"] == 2
+
+
+def _set_price(url: str, study: str, price: float) -> None:
+    from sqlalchemy import text
+
+    from tuner.db import make_engine
+
+    with make_engine(url).begin() as c:
+        spec = json.loads(c.execute(text("select spec from tuner_studies where name = :n"),
+                                    {"n": study}).scalar_one())  # fmt: skip
+        c.execute(text("update tuner_studies set spec = :s where name = :n"),
+                  {"s": json.dumps({**spec, "gpu_price": price}), "n": study})  # fmt: skip
+
+
+def test_a_free_fleet_comes_before_a_paid_one_of_as_many_gpus(tmp_path: Path) -> None:
+    """Owned hardware priced at $0/hour sorted after a $4/hour fleet of as many GPUs: the
+    sort read a price of 0 as none."""
+    url = f"sqlite:///{tmp_path / 'free.db'}"
+    configs = [ServingConfig(), ServingConfig(max_num_seqs=64)]
+    insert_measured_study(url, configs, name="on-h200", gpu="h200", workload="chat")
+    insert_measured_study(url, configs, name="on-h100-free", gpu="h100", workload="chat")
+    _set_price(url, "on-h100-free", 0.0)
+    sized = CliRunner().invoke(app, ["size", "--model", "tiny-ernie", "--rate", "1",
+                                     "--storage", url, "--json"])  # fmt: skip
+    assert sized.exit_code == 0, sized.output
+    fleets = json.loads(sized.stdout)["sizes"]
+    assert [f["gpus"] for f in fleets] == [1, 1]
+    assert [f["study"] for f in fleets] == ["on-h100-free", "on-h200"]
+
+
+def test_a_bad_stored_price_costs_nothing_and_the_rest_still_answers(tmp_path: Path) -> None:
+    """A price an older tuner stored (-1 $/hour) turned the dashboard's pages into a JSON 400
+    and `tuner best` and `tuner size` into exit 2, where the API's recommendation already
+    answered the flags with "no cost"."""
+    import html
+
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.settings import ApiSettings
+
+    url = f"sqlite:///{tmp_path / 'bad-price.db'}"
+    insert_measured_study(url, [ServingConfig(), ServingConfig(max_num_seqs=64)], name="s",
+                          gpu="h200", workload="chat")  # fmt: skip
+    _set_price(url, "s", -1.0)
+    why = "no cost: the study's stored gpu_price -1.0 is no price per GPU-hour"
+    best = CliRunner().invoke(app, ["best", "s", "--storage", url])
+    assert best.exit_code == 0, best.output
+    assert f"{why}; give one with --gpu-price" in best.stdout and "flags:" in best.stdout
+    size = CliRunner().invoke(app, ["size", "--model", "tiny-ernie", "--rate", "1", "--storage",
+                                    url])  # fmt: skip
+    assert size.exit_code == 0, size.output
+    assert why in size.stdout and "GPUs for 1 req/s: 1" in size.stdout
+    client = TestClient(create_app(ApiSettings(storage=url)))
+    for page in ("/ui/", "/ui/studies/s"):
+        answer = client.get(page)
+        assert answer.status_code == 200, (page, answer.text[:300])
+    assert why in html.unescape(client.get("/ui/studies/s").text)

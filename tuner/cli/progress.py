@@ -84,7 +84,7 @@ class ConsoleReporter:
             score = (
                 f"score {best.score:.3f} (search phase, one launch)"
                 if best.relative
-                else "no score: no defaults yet"
+                else "no score: no defaults yet that served within the SLO"
             )
             self._best = f"best: #{best.number} {score}"
             self.console.print(escape(f"  {self._best} ({best.config.label()})"), highlight=False)

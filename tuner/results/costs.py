@@ -52,6 +52,17 @@ def study_price(
     )
 
 
+def price_or_why(
+    gpu: str, spec: Mapping[str, Any] | None, given: float | None = None, *, emulated: bool = False
+) -> tuple[GpuPrice | None, str]:
+    """:func:`study_price`, and "" ; or None and why there is no cost where the study's stored
+    price is none (one an older tuner stored): the flags, metrics and pages still answer."""
+    try:
+        return study_price(gpu, spec, given, emulated=emulated), ""
+    except UsageError as exc:
+        return None, f"no cost: {exc.message}"
+
+
 def _price(gpu: str, spec: Mapping[str, Any] | None, given: float | None) -> GpuPrice | None:
     stored = (spec or {}).get("gpu_price")
     if given is not None or stored is None:

@@ -3,6 +3,7 @@ for the vLLM version it was measured with, its numbers against the baseline, and
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -111,10 +112,13 @@ class Recommendation:
                 "generates (not only how fast): check its answers before adopting it"
             )
         if self.score is None:
-            lines.append(
-                "  score: none (vLLM's defaults have no measurement in this study to score "
-                "against; medians [range] over the measurement windows of one launch)"
+            why = (
+                "vLLM's defaults have no measurement in this study to score against"
+                if self.baseline_metrics is None
+                else "vLLM's defaults served nothing within the SLO: no ratio to them"
             )
+            lines.append(f"  score: none ({why}; medians [range] over the measurement windows "
+                         "of one launch)")  # fmt: skip
         else:
             lines.append(
                 f"  score {self.score:.3f} (search phase, one launch: 1.0 = vLLM's defaults; "
@@ -150,11 +154,13 @@ class Recommendation:
         if self.cost is None:
             return [f"  {self.price}"] if self.price else []
         base = self.baseline_cost
-        at_most = "at most " if self.baseline_cost_is_upper_bound else ""
-        vs = f"   defaults {at_most}{base.figures()}" if base is not None else ""
-        at_most = "at most " if self.cost_is_upper_bound else ""
+        finite = base is not None and math.isfinite(base.median)
+        at_most = "at most " if self.baseline_cost_is_upper_bound and finite else ""
+        vs = f"   defaults {at_most}{_cost(base)}" if base is not None else ""
+        finite = math.isfinite(self.cost.median)
+        at_most = "at most " if self.cost_is_upper_bound and finite else ""
         lines = [
-            f"  {'$/1M out tok':>13}: {at_most}{self.cost.figures()}{vs}",
+            f"  {'$/1M out tok':>13}: {at_most}{_cost(self.cost)}{vs}",
             f"  {'':>13}  at {self.price}",
         ]
         if self.cost_is_upper_bound or (base is not None and self.baseline_cost_is_upper_bound):
@@ -190,6 +196,14 @@ class Recommendation:
 
     def emulation_warning(self) -> str | None:
         return emulated_memory_warning(self.memory_gib, self.emulated_memory_gib)
+
+
+def _cost(usd: Estimate) -> str:
+    """$ per 1M output tokens with its range; an infinite one (nothing served within the SLO,
+    at any price) says so instead of 'inf [inf, inf]'."""
+    if math.isfinite(usd.median):
+        return usd.figures()
+    return "none (no load point met the SLO)"
 
 
 def emulated_memory_warning(memory_gib: float | None, capacity_gib: float | None) -> str | None:
@@ -246,7 +260,7 @@ def recommendation(
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None
     emulated = bool(row.emulated or trial.emulated)
-    price = costs.study_price(row.gpu, row.spec, gpu_price, emulated=emulated)
+    price, no_cost = costs.price_or_why(row.gpu, row.spec, gpu_price, emulated=emulated)
     floor = costs.capacity_at_least(trial.metrics, trial.windows, row.spec)
     base_floor = base_trial is not None and costs.capacity_at_least(
         base_trial.metrics, base_trial.windows, row.spec
@@ -293,7 +307,9 @@ def recommendation(
         energy_note=energy.absent(trial.metrics, on_gpu=trial.gpu_uuid is not None),
         cost=costs.usd(trial.metrics, price),
         baseline_cost=costs.usd(base_metrics, price) if base_metrics else None,
-        price=price.label() if price is not None else costs.no_price(row.gpu),
+        price=price.label()
+        if price is not None
+        else (f"{no_cost}; give one with --gpu-price" if no_cost else costs.no_price(row.gpu)),
         cost_is_upper_bound=costs.usd_at_most(trial.metrics, trial.windows, row.spec),
         baseline_cost_is_upper_bound=base_trial is not None
         and costs.usd_at_most(base_trial.metrics, base_trial.windows, row.spec),

@@ -48,7 +48,12 @@ from tuner.domain import Estimate, Objective, Slo
 from tuner.errors import UsageError
 from tuner.load import capacity, estimate, load_points, point_label, unsaturated
 from tuner.results import costs
-from tuner.results.recommend import Recommendation, recommendation
+from tuner.results.recommend import (
+    Recommendation,
+    emulated_memory_warning,
+    gpu_memory_gib,
+    recommendation,
+)
 from tuner.results.report.curves import chosen_point
 from tuner.scoring import usd_per_million
 from tuner.scoring.objectives import Headline
@@ -147,7 +152,8 @@ class FleetSize:
         n = len(self.launches)
         of = f"the confirmation's {n} launch{'' if n == 1 else 'es'}" if n else "one launch"
         lines.append(
-            f"  capacity per GPU: {at_least}{c.median:.4g} {unit} [{c.low:.4g}, {c.high:.4g}] "
+            f"  capacity per GPU: {at_least}{_figure(c.median)} {unit} "
+            f"[{_figure(c.low)}, {_figure(c.high)}] "
             f"({self.basis}; range over {self.windows} window{'' if self.windows == 1 else 's'}"
             f" of {of}, not a confidence interval)"
         )
@@ -167,7 +173,8 @@ class FleetSize:
             lines.append(f"  {costs.no_price(self.gpu)}")
         elif self.usd_per_hour is not None:
             per_m = (
-                f", {at_most}${self.usd_per_million:.3g} per 1M output tokens at {self.rate}"
+                f", {at_most}${_figure(self.usd_per_million, 3)} per 1M output tokens at "
+                f"{self.rate}"
                 if self.usd_per_million is not None
                 else ""
             )
@@ -278,13 +285,15 @@ def fleet_size(
     gpus = gpus_for(rate.value, cap.low)
     points = [p for t in (fresh if confirmed else [trial]) for p in load_points(t.windows)]
     bound = gpus is None and all(p.client_bound for p in points)
-    price = costs.study_price(study.gpu, study.spec, gpu_price, emulated=study.emulated)
+    price, no_cost = costs.price_or_why(study.gpu, study.spec, gpu_price, emulated=study.emulated)
     usd_h = gpus * price.usd_per_hour if gpus is not None and price is not None else None
     tokens_s = (
         rate.value if rate.unit == TOK else (rate.value * per_request if per_request else None)
     )
     usd_m = usd_per_million(tokens_s, usd_h) if usd_h is not None and tokens_s else None
     notes = [picked] if picked else []
+    if no_cost:
+        notes.append(f"{no_cost}; give one with --gpu-price")
     if numbers and len(numbers) < len(fresh):
         notes.append(
             f"{len(fresh) - len(numbers)} of the confirmation's {len(fresh)} launches had no "
@@ -305,6 +314,9 @@ def fleet_size(
         notes.append(ranking_caveat)
     if study.emulated:
         notes.append("emulated: the memory is the profile's, the compute a larger GPU's")
+        peak = trial.objective_values[1] if trial.objective_values else None
+        if (warning := emulated_memory_warning(peak, gpu_memory_gib(study.gpu))) is not None:
+            notes.append(warning)
     return FleetSize(
         study=study.name,
         model=study.model,
@@ -377,7 +389,15 @@ def size(
             out.append(sized)
     # Of the studies sized: one queued or with nothing measured on another profile prices none.
     _check_one_profile_priced([s for s in studies if s.name in {f.study for f in out}], gpu_price)
-    return sorted(out, key=lambda f: (f.gpus or math.inf, f.usd_per_hour or math.inf))
+    return sorted(out, key=_fewest_then_cheapest)
+
+
+def _fewest_then_cheapest(f: FleetSize) -> tuple[float, float]:
+    """Fewest GPUs, then cheapest; unsized or unpriced last (a free fleet, $0, is cheapest)."""
+    return (
+        math.inf if f.gpus is None else f.gpus,
+        math.inf if f.usd_per_hour is None else f.usd_per_hour,
+    )
 
 
 def _check_one_profile_priced(studies: Sequence[StudyRow], gpu_price: float | None) -> None:
@@ -460,3 +480,9 @@ def _under(rows: Sequence[TrialRow], slo: Slo, objective: Objective) -> list[Tri
             values = (Headline.of_metrics(metrics, objective).throughput, *values[1:])
         out.append(dataclasses.replace(row, metrics=metrics, objective_values=values))
     return out
+
+
+def _figure(x: float, digits: int = 4) -> str:
+    """A capacity or a price in a line: digits grouped from 1,000 up ('13,503', not
+    '1.35e+04'), else ``digits`` significant figures ('10', '2.5')."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.{digits}g}"

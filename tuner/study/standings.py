@@ -104,8 +104,11 @@ def ran_as(row: TrialRow) -> list[ServingConfig]:
 
 def score_reference(rows: Iterable[TrialRow]) -> Reference | None:
     """The :class:`Reference` of the study's scores among ``rows``; None before its defaults
-    were measured."""
-    defaults = _defaults(rows)
+    were measured. Defaults that served nothing (a capacity of 0: no load point met the SLO)
+    are no yardstick: every trial that served would be "x inf" of them, and a ratio that says
+    nothing ranked a trial of 420 tok/s level with one of 1,200. Without defaults that served,
+    the study's scores are raw values (as before its defaults were measured)."""
+    defaults = [r for r in _defaults(rows) if (r.objective_values or (0.0,))[0] > 0]
     if not defaults:
         return None
     cards: dict[str, tuple[float, ...]] = {}

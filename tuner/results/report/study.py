@@ -217,7 +217,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
     slo = Slo(**dict(study.slo))
     reference = score_reference(trials)
     broken = ranking.canary_broken(trials)
-    price = costs.study_price(study.gpu, study.spec, emulated=study.emulated)
+    price, _ = costs.price_or_why(study.gpu, study.spec, emulated=study.emulated)
     out = []
     for t in trials:
         measured = t.status is TrialStatus.COMPLETE and bool(t.objective_values)
@@ -496,7 +496,7 @@ def study_report(
     :mod:`tuner.results.importance`); when None or empty, :func:`fallback_importances` is used.
     ``comparisons``: the study's own (its confirmation phase)."""
     lines = trial_lines(study, trials)
-    price = costs.study_price(study.gpu, study.spec, emulated=study.emulated)
+    price, no_cost = costs.price_or_why(study.gpu, study.spec, emulated=study.emulated)
     if importances:
         imp = Importances(dict(importances), "PED-ANOVA (Optuna)")
     else:
@@ -523,7 +523,7 @@ def study_report(
         recommended=None if ranked is None else ranked.number,
         window_caveat=window_caveat(lines),
         energy_note=energy_note(trials),
-        price_label=price.label() if price is not None else costs.no_price(study.gpu),
+        price_label=price.label() if price is not None else no_cost or costs.no_price(study.gpu),
         cost_bound_note=cost_bound_note(lines),
         ranking_caveat=""
         if ranked is None
