@@ -94,3 +94,19 @@ def test_constraints_exist_and_are_enforced(pg_url: str) -> None:
             )
     finally:
         engine.dispose()
+
+
+def test_the_db_commands_mask_the_password_of_the_url(pg_url: str) -> None:
+    """`tuner db upgrade` and `tuner db current` printed the URL as given: a PostgreSQL
+    password landed in the terminal and the CI log, where every other message masks it."""
+    from sqlalchemy.engine import make_url
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    # the test server trusts local connections: the password is carried, never checked
+    url = make_url(pg_url).set(password="s3cret-pw").render_as_string(hide_password=False)
+    for command in (["db", "upgrade"], ["db", "current"]):
+        done = CliRunner().invoke(app, [*command, "--storage", url])
+        assert done.exit_code == 0, done.output
+        assert "s3cret-pw" not in done.output and "***" in done.output

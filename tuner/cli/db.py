@@ -81,12 +81,12 @@ def _counts(added: int, kept: int, noun: str, would: str) -> str:
 
 def db_upgrade(storage: StorageOpt = None) -> None:
     """Create or migrate tuner's tables to the current revision."""
-    from tuner.db import check_integrity, current_revision, upgrade
+    from tuner.db import check_integrity, current_revision, safe_url, upgrade
 
     url = storage_url(storage)
     check_integrity(url)  # a damaged file is not migrated, nor reported as "at revision"
     upgrade(url)
-    out.print(f"{url}: tuner schema at revision {current_revision(url)}")
+    out.print(f"{safe_url(url)}: tuner schema at revision {current_revision(url)}")
 
 
 def db_current(storage: StorageOpt = None) -> None:
@@ -104,14 +104,16 @@ def db_current(storage: StorageOpt = None) -> None:
     url = storage_url(storage)
     blank = blank_sqlite_file(url)
     if blank is not None:  # not opened: that would create or write the file
-        out.print(f"{url}: at nothing (database {blank[0]} {blank[1]}), head {head_revision()}")
+        out.print(
+            f"{safe_url(url)}: at nothing (database {blank[0]} {blank[1]}), head {head_revision()}"
+        )
         return
     check_integrity(url)
     revision = current_revision(url)
     if revision is None:
         where = sqlite_file(url) or safe_url(url)
         revision = f"nothing (database {where} {holdings(url)})"
-    out.print(f"{url}: at {revision}, head {head_revision()}")
+    out.print(f"{safe_url(url)}: at {revision}, head {head_revision()}")
 
 
 def db_merge(
