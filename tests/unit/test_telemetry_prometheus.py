@@ -232,3 +232,43 @@ def test_summarize_vllm_leaves_out_phase_times_it_cannot_know() -> None:
         "vllm:request_queue_time_seconds_sum": 3.0,  # missing before
     }
     assert summarize_vllm(before, after, {}) == {"prefill_time_s": 2.5}
+
+
+def test_a_scrape_goes_straight_to_the_server_whatever_proxy_the_environment_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With HTTP_PROXY set (and no NO_PROXY for 127.0.0.1) every scrape went to the proxy and
+    failed: the trial kept no server metrics (KV cache, preemptions, phase times), and the
+    diagnosis had nothing to read. The server, the load and the canary clients ignore it."""
+    import http.server
+    import threading
+
+    from tuner.telemetry.prometheus import MetricsPoller, scrape
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"vllm:prompt_tokens_total 5.0\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    try:
+        assert scrape(url, 2.0) == {"vllm:prompt_tokens_total": 5.0}
+        poller = MetricsPoller(url, interval_s=60.0, timeout_s=2.0)
+        poller.start()
+        poller.stop()
+        assert poller.scrapes >= 1
+    finally:
+        server.shutdown()
+        server.server_close()

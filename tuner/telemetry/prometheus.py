@@ -118,7 +118,8 @@ def scrape(
     """
     try:
         if client is None:
-            response = httpx.get(url, timeout=timeout_s)
+            # trust_env=False: a proxy from the environment must never see local trial traffic
+            response = httpx.get(url, timeout=timeout_s, trust_env=False)
         else:
             response = client.get(url, timeout=timeout_s)
         response.raise_for_status()
@@ -247,7 +248,7 @@ class MetricsPoller(Periodic):
                 self._peaks[key] = max(self._peaks.get(key, value), value)
 
     def _before_start(self) -> None:
-        self._client = httpx.Client()
+        self._client = httpx.Client(trust_env=False)  # no proxy: see scrape
 
     def _after_stop(self) -> None:
         if self._client is not None:
