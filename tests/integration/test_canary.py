@@ -452,3 +452,61 @@ def test_an_endpoint_or_a_broken_address_is_refused_naming_the_base_url(
         run = CliRunner().invoke(app, command)
         assert isinstance(run.exception, UsageError), run.output
         assert words in " ".join(f"{run.exception} {run.exception.hint}".split())
+
+
+def _chat_server(chat: Response) -> Starlette:
+    """Answers completions as vLLM does (``n`` choices, the prompt counted) and every chat
+    request with ``chat``."""
+
+    async def completions(request: Request) -> Response:
+        body = await request.json()
+        tokens = len(body["prompt"])
+        usage = {"prompt_tokens": tokens, "completion_tokens": 2, "total_tokens": tokens + 2}
+        choices = [{"index": i, "text": " a b", "finish_reason": "length"}
+                   for i in range(body.get("n", 1))]  # fmt: skip
+        return JSONResponse({"choices": choices, "usage": usage})
+
+    async def answer_chat(_: Request) -> Response:
+        return chat
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"data": [{"id": MODEL, "max_model_len": 64}]})
+
+    async def health(_: Request) -> Response:
+        return Response(status_code=200)
+
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", answer_chat, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/health", health),
+        ]
+    )
+
+
+def test_a_base_model_or_a_reasoning_parser_passes_the_chat_shape() -> None:
+    """Every trial of a base model (no chat template: vLLM 0.32 answers a chat request HTTP
+    400) and of a server with --reasoning-parser (the 8 tokens all in `reasoning`, `content`
+    null) failed the quick canary at 'chat-system' on a healthy server: no study measured."""
+    refused = JSONResponse(
+        {"error": {"message": "As of transformers v4.44, default chat template is no longer "
+                              "allowed, so you must provide a chat template if the tokenizer "
+                              "does not define one.", "code": 400}},
+        status_code=400,
+    )  # fmt: skip
+    usage = {"prompt_tokens": 9, "completion_tokens": 8, "total_tokens": 17}
+    message = {"role": "assistant", "content": None, "reasoning": "t267 t267 t267 t267"}
+    thinking = JSONResponse(
+        {"choices": [{"message": message, "finish_reason": "length"}], "usage": usage}
+    )
+    for chat, said in ((refused, "not applicable: the model has no chat template"), (thinking, "")):
+        with uvicorn_in_thread(_chat_server(chat)) as url:
+            report = run_canary(url, MODEL, shapes=QUICK)
+        assert report.passed, report.summary()
+        assert report.outcomes[-1].shape == "chat-system"
+        assert report.outcomes[-1].detail.startswith(said)
+    broken = JSONResponse({"error": {"message": "Internal", "code": 400}}, status_code=400)
+    with uvicorn_in_thread(_chat_server(broken)) as url:
+        report = run_canary(url, MODEL, shapes=QUICK)
+    assert not report.passed and "HTTP 400" in report.summary()  # any other 400 is a finding

@@ -24,6 +24,9 @@ Each answer is checked for its form (status 200, the choices asked for, the exac
 length where the prompt is token ids, a finish reason, tokens within ``max_tokens``), and the
 server for life after it (``GET /health``; ``GET /v1/models`` where a server has no
 ``/health``). The first failure ends the run: the shape that broke the server is the finding.
+A chat answer may hold its text as the reasoning (a server with ``--reasoning-parser``); a model
+without a chat template (a base model: vLLM answers every chat request HTTP 400) passes
+``chat-system`` as not applicable.
 :data:`QUICK` (the first three) runs on every trial's server before its warm-up; :data:`FULL`
 on a configuration's first confirmation launch and in ``tuner launch`` before it announces the
 server.
@@ -109,6 +112,11 @@ class CanaryError(Exception):
     """An answer of the wrong form (the message says what was expected)."""
 
 
+class NotApplicable(Exception):
+    """A shape the served model does not take, whatever the flags (chat without a chat
+    template): no finding, the shape is passed with the reason."""
+
+
 def _object(value: Any, what: str) -> dict[str, Any]:
     """``value``, a JSON object, or CanaryError saying which part of the answer was not one."""
     if not isinstance(value, dict):
@@ -160,6 +168,8 @@ def _check_choices(data: dict[str, Any], n: int, prompt_tokens: int | None = Non
         choice = _object(choice, "a choice")
         message = _object(choice.get("message") or {}, "a choice's message")
         text = choice.get("text", message.get("content"))
+        if text is None:  # a reasoning parser's answer: the tokens went to the reasoning
+            text = message.get("reasoning", message.get("reasoning_content"))
         if not isinstance(text, str):
             raise CanaryError(f"a choice without text: {str(choice)[:200]}")
         if choice.get("finish_reason") not in ("stop", "length"):
@@ -191,7 +201,11 @@ def _chat_system(ctx: _Context) -> None:
         "max_tokens": GENERATED,
         "temperature": 0,
     }
-    data = _json_answer(ctx.client.post("/v1/chat/completions", json=body))
+    answer = ctx.client.post("/v1/chat/completions", json=body)
+    if answer.status_code == 400 and "chat template" in answer.text.lower():
+        # A base model: vLLM refuses every chat request, and clients call /v1/completions.
+        raise NotApplicable("the model has no chat template (HTTP 400 to any chat request)")
+    data = _json_answer(answer)
     _check_choices(data, 1)
     if (data["choices"][0].get("message") or {}).get("role") != "assistant":
         raise CanaryError(f"not an assistant message: {str(data['choices'][0])[:200]}")
@@ -408,6 +422,8 @@ def run_canary(
             try:
                 SHAPES[name](ctx)
                 detail, ok = "", True
+            except NotApplicable as exc:
+                detail, ok = f"not applicable: {exc}", True
             except CanaryError as exc:
                 detail, ok = str(exc), False
             except httpx.HTTPError as exc:
