@@ -71,9 +71,10 @@ def test_the_throughput_claims_hold_on_the_data() -> None:
 
 SESSION_3 = DATA / "session-3-h100"
 SESSION_4 = DATA / "session-4-h100"
+SESSION_5 = DATA / "session-5-h100"
 
 
-@pytest.mark.parametrize(("session", "first"), [(SESSION_3, 3), (SESSION_4, 4)])
+@pytest.mark.parametrize(("session", "first"), [(SESSION_3, 3), (SESSION_4, 4), (SESSION_5, 5)])
 def test_the_h100_sessions_tables_are_derived_from_their_data(session: Path, first: int) -> None:
     rows = load_sessions([session / "fidelity.jsonl"], first=first)
     assert _block(f"s{first}-summary") == summary_markdown(rows)
@@ -126,3 +127,50 @@ def test_the_h100_gap_at_256_streams_is_inside_the_pairs_spread() -> None:
             f"x{math.exp(mean):.3f}, with a t-interval over the pairs of [{low:.3f}, {high:.3f}]"
             in text
         ), (c, math.exp(mean), low, high)
+
+
+def test_the_three_h100_sessions_pooled_hold_1_at_256_and_64_streams() -> None:
+    """Session 5 keeps round 7's unpaired tuner row as the device wrote it and the loader leaves
+    it out (12 pairs); with sessions 3 and 4, the 13 closed-loop pairs at 256 and at 64 streams
+    on the three H100s hold 1 in their t-interval, as the report says, and no run of tuner's
+    client was client-bound."""
+    import math
+
+    from scipy import stats
+
+    s5 = load_sessions([SESSION_5 / "fidelity.jsonl"], first=5)
+    assert len(s5) == 25 and len(pairs(s5)) == 12
+    assert [(r["round"], r["concurrency"], r["client"]) for r in s5 if r["round"] == 7] == [
+        (7, 256, "tuner")
+    ]
+    rows = load_sessions([SESSION_3 / "fidelity.jsonl"], first=3)
+    rows += load_sessions([SESSION_4 / "fidelity.jsonl"], first=4)
+    rows += s5
+    by_c: dict[int, list[float]] = {}
+    for t, v in pairs(rows):
+        if t.get("request_rate") is None:
+            by_c.setdefault(int(t["concurrency"]), []).append(
+                math.log(ratio(t["output_throughput"], v["output_throughput"]))
+            )
+            assert not t["client_bound"] and t["failed"] == 0 and v["failed"] == 0
+    text = " ".join(REPORT.read_text().split())
+    assert sorted(by_c) == [64, 256]
+    for c, logs in sorted(by_c.items()):
+        n = len(logs)
+        mean = sum(logs) / n
+        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+        half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+        low, high = math.exp(mean - half), math.exp(mean + half)
+        assert n == 13 and low < 1 < high
+        assert f"x{math.exp(mean):.3f} [{low:.3f}, {high:.3f}]" in text or (
+            f"x{math.exp(mean):.3f}, with a t-interval over the pairs of [{low:.3f}, {high:.3f}]"
+            in text
+        ), (c, math.exp(mean), low, high)
+    # Session 5's own pairs at 256 streams, as the report lists them.
+    at_256 = [
+        ratio(t["output_throughput"], v["output_throughput"])
+        for t, v in pairs(s5)
+        if int(t["concurrency"]) == 256
+    ]
+    listed = ", ".join(f"x{r:.3f}" for r in at_256[:-1]) + f" and x{at_256[-1]:.3f}"
+    assert f"the six pairs read {listed}" in text
