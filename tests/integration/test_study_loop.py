@@ -350,6 +350,40 @@ def test_the_defaults_are_measured_however_often_they_were_interrupted(tmp_path:
     assert any(r.is_baseline and r.status.value == "complete" for r in rows)
 
 
+def test_a_fault_of_the_defaults_queues_them_again_while_nothing_measured_them(
+    tmp_path: Path,
+) -> None:
+    """One start_failed of the defaults' cold launch left the study without a score and without
+    its confirmation: a fault is counted, and the defaults were never queued again, even by a
+    resume with more trials. A fault that comes back every time stops after three tries."""
+    from tuner.domain import TrialResult, Workload
+
+    class FailsDefaults(FakeRunner):
+        def __init__(self, times: int) -> None:
+            super().__init__()
+            self.times = times
+
+        def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+            if config == ServingConfig() and self.times > 0:
+                self.times -= 1
+                return TrialResult(config, TrialStatus.FAILED, failure=FailureClass.START_FAILED,
+                                   failure_detail="EngineCore failed to start")  # fmt: skip
+            return super().run(config, workload, **kw)
+
+    url = f"sqlite:///{tmp_path / 'fault.db'}"
+    repo = make_repo(url)
+    ranked = run_study(make_context(url, trials=4, name="once"), FailsDefaults(1), repo)
+    rows = repo.list_trials("once", limit=None)
+    defaults = [r.status for r in rows if r.is_baseline and r.phase.value == "search"]
+    assert defaults == [TrialStatus.FAILED, TrialStatus.COMPLETE]
+    assert len([r for r in rows if r.phase.value == "search"]) == 4  # the fault used the budget
+    assert ranked and all(r.relative for r in ranked)
+    run_study(make_context(url, trials=6, name="always"), FailsDefaults(99), repo)
+    rows = repo.list_trials("always", limit=None)
+    tried = [r.failure for r in rows if r.is_baseline]
+    assert tried == [FailureClass.START_FAILED] * 3  # then the search goes on without them
+
+
 def test_a_users_stops_never_drop_an_enqueued_configuration(tmp_path: Path) -> None:
     """Three Ctrl-Cs while the same [[enqueue]] configuration ran used its three attempts:
     the next resume never measured it, and nothing said so. A user's stop is not the

@@ -500,6 +500,8 @@ def _loop(
                 raise
         rows = _record(ctx, study, trial, trial_id, result, repo, defaults, rows)
         _defaults_here(ctx, study, rows, trial.number, report.phase)
+        if defaults:
+            _defaults_again(ctx, study, trial, result, rows, report.phase)
         ranked = standings(rows, ctx.spec.objective, slo)
         report.trial_finished(trial.number, result, ranked[0] if ranked else None)
 
@@ -549,6 +551,36 @@ def _defaults_here(
         f"{row.gpu_name or 'this GPU'} ({card}) has not run vLLM's defaults in this study: "
         "they run next, and the trials of this card are scored against them",
     )
+
+
+def _defaults_again(
+    ctx: StudyContext,
+    study: optuna.Study,
+    trial: optuna.Trial,
+    result: TrialResult,
+    rows: list[TrialRow],
+    say: planning.Say,
+) -> None:
+    """Queue vLLM's defaults again after a fault of theirs (a start that failed, a timeout, a
+    crash: not a finding) while the study has no measurement of them and the budget has room,
+    up to :data:`tuner.study.sharing.MAX_ATTEMPTS` tries: every score is a ratio to them, and
+    one cold start that went wrong left a study without any (and without its confirmation)."""
+    failure = result.failure
+    if failure is None or failure.is_finding or result.status is not TrialStatus.FAILED:
+        return
+    if baseline(rows) is not None:
+        return
+    told = sharing.frozen(study, trial)
+    tries = sharing.attempt(told)
+    trials = study.get_trials(deepcopy=False)
+    if tries >= sharing.MAX_ATTEMPTS or sum(map(sharing.counts, trials)) >= ctx.spec.trials:
+        return
+    if sharing.retry(study, told):
+        say(
+            "defaults",
+            f"vLLM's defaults failed ({failure.value}): they run again, try {tries + 1} of "
+            f"{sharing.MAX_ATTEMPTS} (every score is a ratio to them)",
+        )
 
 
 def _drawn_again(
