@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from tuner.catalog import levers
 from tuner.catalog.gpus import get_gpu
 from tuner.catalog.models import resolve_model
 from tuner.domain import Objective, Regime, ServingConfig, TrialResult, TrialStatus
@@ -18,6 +19,7 @@ from tuner.scoring.regime import Diagnosis, diagnose
 from tuner.space import SearchSpace
 from tuner.study.plan import (
     DEFAULT_LAUNCH_SD,
+    MAX_KNOBS,
     Plan,
     Planned,
     make_plan,
@@ -462,3 +464,19 @@ def test_async_scheduling_is_vllms_own_default_where_its_flag_declares_none() ->
     )
     plan = make_plan(Diagnosis(Regime.DECODE, (), {}, 16), card, Objective.THROUGHPUT)
     assert plan is not None and "async_scheduling" not in [k.knob for k in plan.knobs]
+
+
+def test_every_lever_of_the_playbook_is_planned_or_said_why_not() -> None:
+    """A prefill-bound plan on the H100 with the chat workload screened four levers and said
+    nothing of enable_chunked_prefill, the fifth: the stored plan lists every lever it looked
+    at, and a user read it as never considered. Past the four it is named, with why."""
+    plan = make_plan(Diagnosis(Regime.PREFILL, (), {}, 32), _card("h100", "chat"),
+                     Objective.THROUGHPUT)  # fmt: skip
+    assert plan is not None and len(plan.knobs) == MAX_KNOBS
+    said = {p.knob for p in plan.knobs} | {
+        k for knobs, _ in plan.skipped for k in knobs.split(", ")
+    }
+    missing = [m.knob for m in levers.MOVES[Regime.PREFILL] if m.knob not in said]
+    assert missing == []
+    why = dict(plan.skipped)["enable_chunked_prefill"]
+    assert why.startswith(f"a lever beyond the plan's {MAX_KNOBS}, which come first in the")

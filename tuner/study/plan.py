@@ -249,6 +249,8 @@ def make_plan(diagnosis: Diagnosis, card: SearchSpace, objective: Objective) -> 
             skipped.append((move.knob, idle))
             continue
         if len(planned) >= MAX_KNOBS:
+            skipped.append((move.knob, f"a lever beyond the plan's {MAX_KNOBS}, which come first "
+                                       f"in the {diagnosis.regime} playbook"))  # fmt: skip
             continue
         trial = [*planned, Planned(move.knob, value, move.why)]
         problems = space_of(card, [k.knob for k in trial]).violations(_recipe(card, trial))
