@@ -1345,3 +1345,41 @@ def test_a_ruled_out_draw_is_free_once_even_when_another_worker_ruled_it_out_mea
     assert _free_draw(study(), mine, bad, ruled, [])
     found = TrialResult(bad, TrialStatus.PRUNED, failure=FailureClass.DOMINATED)
     assert not _free_draw(study(), mine, bad, found, [])  # only a rule's refusal is free
+
+
+def test_an_enqueued_configuration_runs_as_written_in_a_planned_study(tmp_path: Path) -> None:
+    """A study with no [space] of its own plans its levers after the defaults; its [[enqueue]]
+    entry was then drawn from the plan's narrower space: the knobs the plan does not search
+    dropped, the others drawn (`max_num_seqs=32, enable_prefix_caching` ran as
+    `api_server_count=4, stream_interval=2`). The user's configuration never ran."""
+    from tuner.catalog.gpus import get_gpu
+    from tuner.catalog.models import resolve_model
+    from tuner.domain import TrialResult, Workload
+    from tuner.domain.workload import parse_slo
+    from tuner.space import SearchSpace
+    from tuner.spec.study import StudySpec
+    from tuner.vllm.flags import shipped
+
+    class FrontendBound(FakeRunner):  # what the diagnosis reads as an API server at its limit
+        def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+            busy = {"server_cpu_peak_process": 0.98, "gpu_utilization_mean": 0.4,
+                    "requests_running_peak": 64.0}  # fmt: skip
+            return dataclasses.replace(super().run(config, workload, **kw), server_metrics=busy)
+
+    url = f"sqlite:///{tmp_path / 'planned.db'}"
+    workload = TINY_WORKLOAD.replace(concurrency=64)
+    wanted = {"max_num_seqs": 32, "enable_prefix_caching": True}
+    spec = StudySpec(model="tiny-ernie", gpu="h100", workload=workload.name, trials=4,
+                     enqueue=(wanted,), name="planned", confirm_launches=0,
+                     ).with_overrides(objective="throughput")  # fmt: skip
+    model, gpu = resolve_model("tiny-ernie"), get_gpu("h100")
+    space = SearchSpace(model, gpu, workload, fixed=spec.fixed, flags=shipped("0.26.0"))
+    ctx = StudyContext(name="planned", spec=spec, model=model, gpu=gpu, workload=workload,
+                       slo=parse_slo(""), space=space, storage_url=url, vllm_version="0.26.0",
+                       serve_model="tiny-ernie")  # fmt: skip
+    repo = make_repo(url)
+    runner = FrontendBound()
+    run_study(ctx, runner, repo)
+    row = repo.get_study("planned")
+    assert row is not None and row.spec.get("plan_record")  # the plan was made
+    assert space.config_from(wanted) in runner.calls

@@ -65,6 +65,7 @@ from tuner.spec import FINGERPRINT, check_same_requests, resumed_spec, stored_sp
 from tuner.study import planning, sharing
 from tuner.study.confirm import run_confirmation
 from tuner.study.early import first_point_check
+from tuner.study.plan import ENQUEUED
 from tuner.study.sampling import (
     ask_trial,
     name_metrics,
@@ -382,7 +383,8 @@ def _set_up_optuna(ctx: StudyContext, storage: optuna.storages.RDBStorage) -> op
     planning.enqueue_predicted(ctx, study)  # a predicted regime's recipe goes first
     study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})
     for item in ctx.spec.enqueue:
-        study.enqueue_trial(ctx.space.params_for(ctx.space.config_from(item)))
+        params = ctx.space.params_for(ctx.space.config_from(item))
+        study.enqueue_trial(params, user_attrs={ENQUEUED: True})  # run as written, plan or not
     return study
 
 

@@ -158,6 +158,7 @@ DECODE_MARGIN = 2.0
 KV_ROOM = 0.5  # of the KV memory: a workload that would fill more may be KV-cache-bound
 PREDICTED = "predicted"  # the Optuna user attribute of a predicted regime's recipe trial
 PREDICTED_KNOBS = "predicted_knobs"  # and its knobs: the space that trial is drawn from
+ENQUEUED = "enqueued"  # the Optuna user attribute of a spec's [[enqueue]] entry: the card's space
 
 
 def predict(model: ModelSpec, gpu: GpuProfile, workload: Workload) -> Diagnosis | None:

@@ -31,6 +31,7 @@ from tuner.scoring import CAPACITY, Components, NoiseProfile, diagnose
 from tuner.scoring.objectives import WEIGHTS
 from tuner.space import SearchSpace
 from tuner.study.plan import (
+    ENQUEUED,
     PREDICTED,
     PREDICTED_KNOBS,
     RECIPE,
@@ -83,9 +84,11 @@ def enqueue_predicted(ctx: StudyContext, study: optuna.Study) -> None:
 
 
 def trial_space(ctx: StudyContext, trial: optuna.Trial, space: SearchSpace) -> SearchSpace:
-    """The space ``trial`` is drawn from: the card's for the defaults, the predicted recipe's
-    knobs for that trial, else ``space`` (the study's current one)."""
-    if trial.user_attrs.get("baseline"):
+    """The space ``trial`` is drawn from: the card's for the defaults and for a spec's
+    ``[[enqueue]]`` entry (a plan's narrower space would drop the knobs it does not search and
+    draw the rest), the predicted recipe's knobs for that trial, else ``space`` (the study's
+    current one)."""
+    if trial.user_attrs.get("baseline") or trial.user_attrs.get(ENQUEUED):
         return ctx.space
     return _predicted_space(ctx.space, trial.user_attrs) or space
 

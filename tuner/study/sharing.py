@@ -53,7 +53,7 @@ from tuner.db import RUN_OWNER, Repository, StudyRow, StudyStatus, TrialPhase, T
 from tuner.domain import FailureClass, ServingConfig, TrialStatus
 from tuner.errors import UsageError
 from tuner.runner import still_running
-from tuner.study.plan import PREDICTED, PREDICTED_KNOBS, SCREEN
+from tuner.study.plan import ENQUEUED, PREDICTED, PREDICTED_KNOBS, SCREEN
 from tuner.telemetry import since_boot
 
 WORKER = "worker"  # user attr: {"host", "pid", "start"} of the worker that asked the trial
@@ -455,7 +455,7 @@ def _interrupted(row: TrialRow) -> TrialRow:
 # What a queued configuration keeps when it is queued again (a retry, a withdrawal): the
 # attributes that say which space it is drawn from (tuner.study.planning.trial_space) and which
 # screening trial it is (a retried one is judged by its own measurement, not as a failure).
-SPACE_ATTRS = ("baseline", PREDICTED, PREDICTED_KNOBS, SCREEN)
+SPACE_ATTRS = ("baseline", ENQUEUED, PREDICTED, PREDICTED_KNOBS, SCREEN)
 
 
 def retry(study: optuna.Study, trial: FrozenTrial, *, counted: bool = True) -> bool:
