@@ -178,6 +178,15 @@ def test_run_parallel_three_workers_share_one_study(
     assert tagged(env["TUNER_TEST_TAG"]) == []
 
 
+def _shown(url: str) -> str:
+    """``url`` as a hint names it: the password masked, quoted for a shell."""
+    import shlex
+
+    from tuner.db import safe_url
+
+    return shlex.quote(safe_url(url))
+
+
 def _until_a_trial_runs(repo: Repository, timeout_s: float = 120.0) -> None:
     """Wait until a worker measures (a trial RUNNING), or ``timeout_s`` has passed."""
     deadline = time.monotonic() + timeout_s
@@ -201,8 +210,12 @@ def test_run_parallel_interrupted_says_how_to_go_on_with_its_workers(
     assert run.returncode == 130, output
     assert output.splitlines()[-1] == (
         "interrupted: the workers' running trials are recorded as interrupted; "
-        f"tuner run --study {STUDY} --resume --parallel 2 continues it"
+        f"tuner run --study {STUDY} --resume --parallel 2 --storage {_shown(pg_url)} continues it"
     ), output
+    # the workers' own lines name the database too (they said `tuner worker --study NAME`,
+    # which read the default SQLite file)
+    said = [line for line in output.splitlines() if "tuner worker --study" in line]
+    assert said and all(f"--storage {_shown(pg_url)}" in line for line in said), output
     study = repo.get_study(STUDY)
     assert study is not None and study.status == "interrupted"
     assert tagged(env["TUNER_TEST_TAG"]) == []
@@ -224,7 +237,7 @@ def test_run_parallel_whose_workers_all_died_records_the_study_interrupted(
     assert run.returncode == 1, output
     assert (
         "the study is recorded interrupted: "
-        f"tuner run --study {STUDY} --resume --parallel 2 continues it"
+        f"tuner run --study {STUDY} --resume --parallel 2 --storage {_shown(pg_url)} continues it"
     ) in output, output
     study = repo.get_study(STUDY)
     assert study is not None and study.status == "interrupted"

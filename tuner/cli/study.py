@@ -191,7 +191,7 @@ def run(
         from tuner.runner import sigterm_as_interrupt
 
         with sigterm_as_interrupt():  # `kill PID` or a closed terminal: the workers stop too
-            _run_parallel(spec, url, parallel, resume=resume)
+            _run_parallel(spec, url, parallel, resume=resume, storage=storage)
         return
     prepared = prepare(spec, url, new_study=not resume)
     ctx = prepared.ctx
@@ -291,9 +291,10 @@ def _interrupted(what: str, how: str) -> str:
     return f"interrupted: {escape(what)}; {escape(how)}"
 
 
-def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
+def _run_parallel(spec: Any, url: str, n: int, *, resume: bool, storage: str | None) -> None:
     """``--parallel N``: set the study up here, then N workers join it (one per GPU)."""
     from tuner.compose import prepare, writable_home
+    from tuner.db import with_storage
     from tuner.runner import matching_gpus, reap_orphans
     from tuner.study import parallel, set_up_study
     from tuner.telemetry import detect_gpus
@@ -315,11 +316,14 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
         + ("" if uuids else " (on CPU: they share its cores, so each measures less)")
     )
     command = parallel.worker_command(ctx.name, spec.vllm_python)
-    again = f"tuner run --study {ctx.name} --resume --parallel {n} continues it"
+    again = with_storage(f"tuner run --study {ctx.name} --resume --parallel {n}", storage)
+    again += " continues it"
+
+    def say(line: str) -> None:
+        out.print(line, markup=False, highlight=False)
+
     try:
-        codes = parallel.run_workers(
-            command, places, lambda line: out.print(line, markup=False, highlight=False), url
-        )
+        codes = parallel.run_workers(command, places, say, url, storage)
     except KeyboardInterrupt:  # each worker stopped on its SIGTERM and recorded its trial
         parallel.settle(prepared.repo, ctx.name)  # one killed before it could record the study
         interrupted(_interrupted("the workers' running trials are recorded as interrupted", again))
@@ -330,7 +334,7 @@ def _run_parallel(spec: Any, url: str, n: int, *, resume: bool) -> None:
             out.print(f"[red]{escape(seat.label)} exited with code {code}[/]")
     if parallel.settle(prepared.repo, ctx.name):  # every worker gone, the study not done
         out.print(f"the study is recorded interrupted: {escape(again)}")
-    shown = print_best(prepared.repo, ctx.name)
+    shown = print_best(prepared.repo, ctx.name, storage=storage)
     if not shown or any(codes):
         raise typer.Exit(1)
 
@@ -575,7 +579,10 @@ def worker(
             time.sleep(poll)
     ensure_ready(url, auto_upgrade=True)
     if study is not None:
-        _join(url, study, vllm_python, storage)
+        from tuner.study.parallel import HINT_STORAGE
+
+        # a worker of `tuner run --parallel` names the run's --storage in its hints
+        _join(url, study, vllm_python, storage or os.environ.get(HINT_STORAGE))
         return
     failed: list[str] = []
     # `kill PID` ends the server and records the trial; run_worker says which, and how to go on

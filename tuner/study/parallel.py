@@ -90,15 +90,28 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+# The --storage the user gave the run that started the workers: their hints name it (the URL
+# they were given in TUNER_DB_URL is not what the user typed, and may not be given again).
+HINT_STORAGE = "TUNER_HINT_STORAGE"
+
+
 def run_workers(
-    command: Sequence[str], places: Sequence[Seat], say: Callable[[str], None], storage_url: str
+    command: Sequence[str],
+    places: Sequence[Seat],
+    say: Callable[[str], None],
+    storage_url: str,
+    storage: str | None = None,
 ) -> list[int]:
-    """Run one ``command`` per seat until all end; their exit codes, in seat order."""
+    """Run one ``command`` per seat until all end; their exit codes, in seat order.
+    ``storage``: the user's ``--storage``, for the workers' hints (:data:`HINT_STORAGE`)."""
     procs: list[subprocess.Popen[str]] = []
     pumps: list[threading.Thread] = []
     try:
         for seat in places:
             env = {**os.environ, "TUNER_DB_URL": storage_url}
+            env.pop(HINT_STORAGE, None)
+            if storage:
+                env[HINT_STORAGE] = storage
             if seat.gpu_uuid is not None:
                 env["CUDA_VISIBLE_DEVICES"] = seat.gpu_uuid
                 env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
