@@ -80,3 +80,55 @@ def test_placement_off_records_so_and_touches_nothing(
     key = noise_key(result, resolve_model("tiny-ernie"), TINY_WORKLOAD.name)
     assert key is not None and key.placement == "off"
     assert _threads_affinity(os.getpid()) == {frozenset(MINE)}
+
+
+@pytest.mark.skipif(len(MINE) < 2, reason="needs two CPUs to tell the sets apart")
+def test_the_processes_under_an_engine_core_go_on_the_engine_set() -> None:
+    """CPU vLLM runs the model in a worker under its engine core (VLLM::EngineCore, then
+    VLLM::Worker): the pin went by each process's own name, so the worker, which does the
+    model's compute, landed on the API server's quarter of the cores."""
+    import subprocess
+    import sys
+    import time
+
+    from tuner.telemetry import process_tree
+
+    worker = "import time; time.sleep(60)"
+    engine = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {worker!r}]); time.sleep(60)"  # noqa: E501
+    # the marker from the environment: in the API server's own command line it would make it
+    # an engine core too
+    api = f"import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {engine!r}, os.environ['MARK']]); time.sleep(60)"  # noqa: E501
+    root = subprocess.Popen(
+        [sys.executable, "-c", api], env={**os.environ, "MARK": ENGINE_CORE_MARKER}
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(process_tree(root.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        api_proc, *children = process_tree(root.pid)
+        (engine_proc,) = [p for p in children if ENGINE_CORE_MARKER in p.cmdline()]
+        (worker_proc,) = [p for p in children if p is not engine_proc]
+        cpu_plan = CpuPlan(api=(MINE[0],), engine=(MINE[1],), client=(MINE[0],), source="process")
+        done = placement.pin_server(cpu_plan, root.pid)
+        assert _threads_affinity(engine_proc.pid) == {frozenset({MINE[1]})}
+        assert _threads_affinity(worker_proc.pid) == {frozenset({MINE[1]})}
+        assert _threads_affinity(api_proc.pid) == {frozenset({MINE[0]})}
+        assert done["engine_processes"] == "2" and done["api_processes"] == "1"
+    finally:
+        for proc in reversed(process_tree(root.pid)):
+            proc.kill()
+        root.wait()
+
+
+def test_auto_leaves_cpu_vllm_to_bind_its_own_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a machine without a GPU the model computes on the CPUs, its worker's threads bound
+    by vLLM: auto split them as for a GPU server (from 6 cores up), halving the model's CPUs.
+    `pinned` still pins (the test above)."""
+    cpu_plan = CpuPlan(api=(MINE[0],), engine=(MINE[-1],), client=(MINE[0],), source="process")
+    monkeypatch.setattr(placement, "plan", lambda mode, local, **_kw: cpu_plan)  # 6+ cores
+    monkeypatch.setenv(placement.ENV, "auto")
+    result = fake_server_runner(tmp_path).run(ServingConfig(), TINY_WORKLOAD)
+    check_complete(result)
+    assert result.server is not None and dict(result.server.placement or {}) == {"mode": "off"}

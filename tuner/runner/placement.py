@@ -16,7 +16,8 @@ Hyper-threads of one core stay in one set (``thread_siblings_list``), so two set
 physical core. Modes (``[runner] cpu_placement``, or ``TUNER_CPU_PLACEMENT`` in the environment,
 which wins): ``auto`` pins when at least :data:`AUTO_MIN_CORES` whole cores are available and
 leaves placement to the kernel otherwise (a 2-core CI machine); ``pinned`` always pins (an error
-where there are fewer than 3 CPUs to split); ``off`` never does. The plan a launch ran with is
+where there are fewer than 3 CPUs to split); ``off`` never does. On a machine without a GPU
+(CPU vLLM, whose model runs on the CPUs, its threads bound by vLLM) ``auto`` never pins. The plan a launch ran with is
 recorded with it (:attr:`tuner.domain.ServerInfo.placement`).
 """
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.errors import UsageError
-from tuner.telemetry import is_engine_core, process_tree
+from tuner.telemetry import engine_tree
 
 MODES = ("auto", "pinned", "off")
 ENV = "TUNER_CPU_PLACEMENT"
@@ -185,11 +186,12 @@ def set_affinity(pid: int, cpus: Sequence[int]) -> int:
 
 
 def pin_server(cpu_plan: CpuPlan, root_pid: int) -> dict[str, str]:
-    """Place a ready server's processes: engine cores on the engine set, the API server and
-    every other child on the API set. What was done, for the launch's record."""
-    procs = process_tree(root_pid)
-    engines = [p for p in procs if is_engine_core(p)]
-    others = [p for p in procs if p not in engines]
+    """Place a ready server's processes: engine cores and the processes under them on the
+    engine set, the API server and every other child on the API set. What was done, for the
+    launch's record."""
+    tree = engine_tree(root_pid)
+    engines = [p for p, engine in tree if engine]
+    others = [p for p, engine in tree if not engine]
     for proc in engines:
         set_affinity(proc.pid, cpu_plan.engine)
     for proc in others:

@@ -230,6 +230,11 @@ class VllmTrialRunner:
         if mode == "off":
             return None
         hw = self.hardware
+        if not hw.is_gpu and mode == "auto":
+            # CPU vLLM computes the model on these CPUs, its worker's threads bound by vLLM
+            # itself (VLLM_CPU_OMP_THREADS_BIND): a split made for a GPU server's three Python
+            # loops would halve its compute. `pinned` still pins where a user asks.
+            return None
         local = local_cpus(hw.uuid) if hw.is_gpu and hw.uuid else None
         return placement.plan(mode, local)
 

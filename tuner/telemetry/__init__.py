@@ -8,7 +8,7 @@ from tuner import face
 
 if TYPE_CHECKING:
     from tuner.telemetry.energy import GpuEnergyMeter
-    from tuner.telemetry.host import is_engine_core, process_tree, since_boot
+    from tuner.telemetry.host import engine_tree, process_tree, since_boot
     from tuner.telemetry.interference import HostNeighbours, nvml_compute_pids
     from tuner.telemetry.nvml import DetectedGpu, Nvml, detect_gpus, local_cpus
     from tuner.telemetry.probe import TelemetryProbe
@@ -20,7 +20,7 @@ __all__ = [
     "Nvml",
     "TelemetryProbe",
     "detect_gpus",
-    "is_engine_core",
+    "engine_tree",
     "local_cpus",
     "nvml_compute_pids",
     "process_tree",

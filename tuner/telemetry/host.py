@@ -48,6 +48,27 @@ def process_tree(root_pid: int) -> list[psutil.Process]:
         return []
 
 
+def engine_tree(root_pid: int) -> list[tuple[psutil.Process, bool]]:
+    """``root_pid``'s tree, each process with whether it is an engine core or runs under one
+    (CPU vLLM's model worker, ``VLLM::Worker``, is an engine core's child); empty when the
+    root is gone."""
+    try:
+        root = psutil.Process(root_pid)
+    except GONE:
+        return []
+    found: list[tuple[psutil.Process, bool]] = []
+    stack = [(root, False)]
+    while stack:
+        proc, under_engine = stack.pop()
+        engine = under_engine or is_engine_core(proc)
+        found.append((proc, engine))
+        try:
+            stack.extend((child, engine) for child in proc.children())
+        except GONE:
+            continue
+    return found
+
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -172,22 +193,7 @@ class ProcessTreeCpuSampler(Periodic):
         self._last_tick: float | None = None
 
     def _walk(self) -> list[tuple[psutil.Process, bool]]:
-        """The tree's processes, each with whether it is (under) an engine core."""
-        try:
-            root = psutil.Process(self.root_pid)
-        except GONE:
-            return []
-        found: list[tuple[psutil.Process, bool]] = []
-        stack = [(root, False)]
-        while stack:
-            proc, under_engine = stack.pop()
-            engine = under_engine or is_engine_core(proc)
-            found.append((proc, engine))
-            try:
-                stack.extend((child, engine) for child in proc.children())
-            except GONE:
-                continue
-        return found
+        return engine_tree(self.root_pid)
 
     def _tick(self) -> None:
         now = time.monotonic()
