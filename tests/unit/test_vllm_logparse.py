@@ -200,3 +200,33 @@ def test_cpu_kv_request_too_large_is_memory_exceeded() -> None:
         "than requested memory for kv (9.50/10.0 GiB). Reduce CPU memory used by other processes."
     )
     assert classify_start_failure(log)[0] is FailureClass.MEMORY_EXCEEDED
+
+
+def test_a_validation_error_is_summarised_with_its_reason() -> None:
+    """vLLM 0.32 refuses a bad configuration with a pydantic ValidationError whose reason is on
+    the next line: the summary said only which config class failed (seen on CPU vLLM with
+    --max-num-batched-tokens 8 --max-num-seqs 16)."""
+    log = (
+        "(APIServer pid=1) Traceback (most recent call last):\n"
+        "(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error "
+        "for SchedulerConfig\n"
+        "(APIServer pid=1)   Value error, max_num_batched_tokens (8) must be greater than or "
+        "equal to max_num_seqs (16). [type=value_error, input_value=ArgsKwargs((), {}), "
+        "input_type=ArgsKwargs]\n"
+        "(APIServer pid=1)     For further information visit "
+        "https://errors.pydantic.dev/2.11/v/value_error\n"
+    )
+    failure, summary = classify_start_failure(log)
+    assert failure is FailureClass.START_FAILED
+    assert summary == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig: "
+        "Value error, max_num_batched_tokens (8) must be greater than or equal to max_num_seqs "
+        "(16)."
+    )
+    field = "ValidationError: 1 validation error for ModelConfig\nmax_model_len\n  Input " + (
+        "should be a valid integer [type=int_parsing, input_value='x']\n"
+    )
+    assert classify_start_failure(field)[1] == (
+        "ValidationError: 1 validation error for ModelConfig: max_model_len: Input should be a "
+        "valid integer"
+    )

@@ -163,12 +163,34 @@ def classify_start_failure(log: str) -> tuple[FailureClass, str]:
         for line in lines:
             if pattern.search(line):
                 return failure, _clean(line)
-    exceptions = [line for line in lines if _EXCEPTION_LINE.search(line)]
-    specific = [line for line in exceptions if not _GENERIC.search(line)]
-    for candidates in (specific, exceptions, [line for line in lines if line.strip()]):
+    exceptions = [i for i, line in enumerate(lines) if _EXCEPTION_LINE.search(line)]
+    specific = [i for i in exceptions if not _GENERIC.search(lines[i])]
+    for candidates in (specific, exceptions, [i for i, line in enumerate(lines) if line.strip()]):
         if candidates:
-            return FailureClass.START_FAILED, _clean(candidates[-1])
+            return FailureClass.START_FAILED, _clean(_with_reason(lines, candidates[-1]))
     return FailureClass.START_FAILED, "the server exited during start-up without any output"
+
+
+# pydantic's "1 validation error for SchedulerConfig": the reason is on the lines below it
+# ("Value error, max_num_batched_tokens (8) must be ... [type=value_error, ...]"), after the
+# field's name for a field's error.
+_VALIDATION = re.compile(r"\d+ validation errors? for \w+")
+
+
+def _with_reason(lines: list[str], i: int) -> str:
+    """``lines[i]``, with the reason of a pydantic validation error it announces."""
+    head = lines[i]
+    if not _VALIDATION.search(head):
+        return head
+    said: list[str] = []
+    for line in lines[i + 1 : i + 6]:
+        text = _LOG_PREFIX.sub("", line, count=1).strip()
+        if "[type=" in text:
+            said.append(text.split("[type=", 1)[0].strip())
+            return f"{head.rstrip()}: {': '.join(said)}"
+        if text:
+            said.append(text)  # the field's name
+    return head
 
 
 # v1/executor/multiproc_executor.py: "Worker proc VllmWorker-0 died unexpectedly (exit code:
