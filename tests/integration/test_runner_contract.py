@@ -118,3 +118,20 @@ def test_study_over_fake_server_goes_on_after_a_failed_start(tmp_path: Path) -> 
     assert rows[2].status in (TrialStatus.COMPLETE, TrialStatus.PRUNED)
     assert rows[0].vllm_version == "0.32.0" and rows[0].gpu_name == "test host"
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_log_directory_that_cannot_be_made_is_an_environment_problem(tmp_path: Path) -> None:
+    """The runner made the log directory itself before the server's start, outside the error
+    handling the start has: a file in its place (or a read-only working directory) ended the
+    study with a traceback, its trial recorded as interrupted."""
+    import dataclasses
+
+    from tuner.errors import EnvironmentProblem
+
+    (tmp_path / "taken").write_text("a file where the logs would go\n")
+    runner = fake_server_runner(tmp_path)
+    runner.settings = dataclasses.replace(runner.settings, log_dir=tmp_path / "taken" / "logs")
+    with pytest.raises(EnvironmentProblem, match="cannot write the server log") as raised:
+        runner.run(ServingConfig(), TINY_WORKLOAD)
+    assert raised.value.hint
+    assert processes_mentioning(str(tmp_path)) == []

@@ -192,7 +192,6 @@ class VllmTrialRunner:
         )
         cache = self._cache(config)
         env = {**os.environ, **cache.env(), **s.env, **flags.env, **self._device_env()}
-        s.log_dir.mkdir(parents=True, exist_ok=True)
         server = VllmServer(
             argv.server_command(s.python, args, module=s.module),
             env=env,
