@@ -271,3 +271,29 @@ def test_a_wal_without_its_shm_in_a_read_only_directory_says_how_to_read_it(
     assert error.message.startswith(f"cannot read database {copy}: t.db-wal beside it holds")
     assert "work on it as it is" not in error.hint
     assert error.hint.startswith("copy t.db with t.db-wal to a writable directory")
+
+
+def test_a_sqlite_path_under_home_opens_the_file_the_checks_look_at(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`sqlite:///~/x.db`: tuner's checks (the missing file, the read-only file) looked at
+    $HOME/x.db, SQLAlchemy opened ./~/x.db, and every command failed "unable to open database
+    file" beside a file that was there. `tuner db merge` read the source right, so a user had
+    merged into the file they then could not read."""
+    from typer.testing import CliRunner
+
+    from tests.integration.test_launch_cli import insert_measured_study
+    from tuner.cli.app import app
+
+    home, elsewhere = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(elsewhere)
+    insert_measured_study(f"sqlite:///{home / 'q.db'}", [], name="mine")
+    listed = CliRunner().invoke(app, ["studies", "--storage", "sqlite:///~/q.db"])
+    assert listed.exit_code == 0, listed.output
+    assert "mine" in listed.stdout
+    made = CliRunner().invoke(app, ["db", "upgrade", "--storage", "sqlite:///~/new.db"])
+    assert made.exit_code == 0, made.output
+    assert (home / "new.db").is_file() and not (elsewhere / "~").exists()

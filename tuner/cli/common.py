@@ -118,9 +118,9 @@ PriceOpt = Annotated[
 
 
 def storage_url(url: str | None) -> str:
-    from tuner.db import default_url
+    from tuner.db import default_url, home_expanded
 
-    return url or default_url()
+    return home_expanded(url or default_url())
 
 
 def open_repo(url: str | None, study: str | None = None) -> Repository:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from tuner.db.session import (
         default_url,
+        home_expanded,
         make_engine,
         optuna_engine_kwargs,
         optuna_rdb,
@@ -71,6 +72,7 @@ __all__ = [
     "ensure_ready",
     "head_revision",
     "holdings",
+    "home_expanded",
     "make_engine",
     "merge_databases",
     "name_problem",

@@ -207,6 +207,16 @@ def sqlite_file(url: str | URL) -> Path | None:
     return None if database.startswith("file:") else Path(database).expanduser()
 
 
+def home_expanded(url: str) -> str:
+    """``url`` with a SQLite file's ``~`` expanded, as :func:`sqlite_file` reads it (SQLite
+    itself would open ``./~/x.db``, where tuner's checks looked at ``$HOME/x.db``); any other
+    URL as given."""
+    path = sqlite_file(url)
+    if path is None or make_url(url).database == str(path):
+        return url
+    return make_url(url).set(database=str(path)).render_as_string(hide_password=False)
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:

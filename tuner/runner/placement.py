@@ -17,8 +17,8 @@ physical core. Modes (``[runner] cpu_placement``, or ``TUNER_CPU_PLACEMENT`` in 
 which wins): ``auto`` pins when at least :data:`AUTO_MIN_CORES` whole cores are available and
 leaves placement to the kernel otherwise (a 2-core CI machine); ``pinned`` always pins (an error
 where there are fewer than 3 CPUs to split); ``off`` never does. On a machine without a GPU
-(CPU vLLM, whose model runs on the CPUs, its threads bound by vLLM) ``auto`` never pins. The plan a launch ran with is
-recorded with it (:attr:`tuner.domain.ServerInfo.placement`).
+(CPU vLLM, whose model runs on the CPUs, its threads bound by vLLM) ``auto`` never pins. The
+plan a launch ran with is recorded with it (:attr:`tuner.domain.ServerInfo.placement`).
 """
 
 from __future__ import annotations
