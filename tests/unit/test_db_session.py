@@ -297,3 +297,24 @@ def test_a_sqlite_path_under_home_opens_the_file_the_checks_look_at(
     made = CliRunner().invoke(app, ["db", "upgrade", "--storage", "sqlite:///~/new.db"])
     assert made.exit_code == 0, made.output
     assert (home / "new.db").is_file() and not (elsewhere / "~").exists()
+
+
+def test_an_old_database_tuner_cannot_write_is_told_how_to_upgrade_a_copy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A file at an older revision that this user cannot write: `tuner studies` said "run
+    `tuner db upgrade`", which then said the file is not writable and that reading commands
+    work on it as it is, which they do not: no way forward was named."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url, "0002")
+    _deny_writes(monkeypatch)
+    run = CliRunner().invoke(app, ["studies", "--storage", url])
+    assert isinstance(run.exception, StorageError), run.output  # main() prints it, exit 2
+    said = f"{run.exception.message} hint: {run.exception.hint}"
+    assert "at revision 0002" in said and "cannot be upgraded in place: copy it" in said
+    assert f"tuner db merge {tmp_path / 'old.db'}" in said
+    assert f"`tuner db upgrade --storage {url}`" not in said  # it would refuse this file

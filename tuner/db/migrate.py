@@ -28,13 +28,30 @@ from sqlalchemy import Connection, inspect, text
 from sqlalchemy import exc as sa_exc
 
 from tuner.db.models import TABLE_PREFIX, VERSION_TABLE
-from tuner.db.session import DAMAGED_HINT, make_engine, optuna_rdb, safe_url, storage_error
+from tuner.db.session import (
+    DAMAGED_HINT,
+    make_engine,
+    optuna_rdb,
+    safe_url,
+    sqlite_file,
+    storage_error,
+    unwritable,
+)
 from tuner.errors import StorageError
 
 
 def upgrade_hint(url: str) -> str:
     """The command that migrates the database at ``url`` (named: a bare `tuner db upgrade`
     would migrate the default database instead), quoted for a shell."""
+    path = sqlite_file(url)
+    why = unwritable(path) if path is not None and path.is_file() else None
+    if path is not None and why is not None:  # `tuner db upgrade` would refuse it
+        named = shlex.quote(str(path))
+        return (
+            f"{why}, so it cannot be upgraded in place: copy it where you can write (`cp "
+            f"{named} COPY.db`) and run `tuner db upgrade --storage sqlite:///COPY.db` on the "
+            f"copy, or `tuner db merge {named}` into a database of yours"
+        )
     shown = safe_url(url)
     masked = " (its password masked here)" if shown != url else ""
     return f"run `tuner db upgrade --storage {shlex.quote(shown)}`{masked}"
