@@ -116,12 +116,14 @@ def test_the_servers_socket_files_go_with_it(
     folder = Path(lease.sockets)
     assert folder.parent == Path(tempfile.gettempdir())
     assert folder.name.startswith("tuner-vllm-") and len(_sockets(folder)) == 2
+    # CPU vLLM's gloo file store (the fake's, as it) lands there too, not in /tmp for good
+    assert [p.name.startswith("vllm_dist_") for p in folder.iterdir() if p.is_file()] == [True]
     server.stop(grace_s=5.0)
     assert not folder.exists()
     # One the user named is theirs: used, and left.
     mine = Path(tempfile.mkdtemp(dir="/tmp"))  # short: pytest's tmp_path may be too long
     request.addfinalizer(lambda: shutil.rmtree(mine))
-    server = _server(tmp_path, VLLM_RPC_BASE_PATH=str(mine))
+    server = _server(tmp_path, VLLM_RPC_BASE_PATH=str(mine), TMPDIR=str(mine))
     servers.append(server)
     server.start()
     server.wait_ready(10.0)

@@ -124,10 +124,16 @@ def sockets_dir(env: Mapping[str, str]) -> str:
         ) from None
 
 
+# The server's temporary directory is its sockets directory too: CPU vLLM's gloo file store
+# (vllm_dist_<uuid>) is a file there, left behind when its process is killed.
+_TEMP_FILES = "vllm_dist_"
+
+
 def remove_sockets_dir(path: str) -> None:
-    """Remove a directory :func:`sockets_dir` made: its socket files, then the directory where
-    that left it empty. Anything else is left alone (a path from a lease file may have been
-    edited): a relative path, a link, one of another name, a file that is not a socket."""
+    """Remove a directory :func:`sockets_dir` made: its socket files and vLLM's ``vllm_dist_*``
+    files, then the directory where that left it empty. Anything else is left alone (a path
+    from a lease file may have been edited): a relative path, a link, one of another name, a
+    file that is neither."""
     where = Path(path)
     if not (path and where.is_absolute() and where.name.startswith(SOCKETS_PREFIX)):
         return
@@ -135,7 +141,8 @@ def remove_sockets_dir(path: str) -> None:
         if where.is_symlink() or not where.is_dir():
             return
         for entry in where.iterdir():
-            if stat.S_ISSOCK(entry.lstat().st_mode):
+            mode = entry.lstat().st_mode
+            if stat.S_ISSOCK(mode) or (stat.S_ISREG(mode) and entry.name.startswith(_TEMP_FILES)):
                 entry.unlink()
         where.rmdir()
 

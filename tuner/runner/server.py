@@ -126,6 +126,8 @@ class VllmServer:
                 self._sockets = sockets_dir(env)  # the watchdog removes it, should tuner die
                 if self._sockets:
                     env["VLLM_RPC_BASE_PATH"] = self._sockets
+                    # and its temporary files (CPU vLLM's vllm_dist_* file store, one a launch)
+                    env["TMPDIR"] = self._sockets
                 self._watchdog, self._watchdog_pipe = spawn_watchdog(FAILURE_GRACE_S, self._sockets)
                 env[WATCHDOG_ENV] = str(self._watchdog.pid)
             except BaseException:
