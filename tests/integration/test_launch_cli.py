@@ -432,3 +432,27 @@ def test_a_server_that_fails_is_reported_with_its_log(tmp_path: Path, db_url: st
         lines.close()
     assert "vLLM exited by itself" in lines.rest()
     assert processes_mentioning(str(tmp_path / "home")) == []
+
+
+def test_the_launched_server_is_pinned_to_the_gpu_checked(
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tuner launch` checked that the host has the GPU measured, then started vLLM without
+    naming it: on a host with two kinds of GPU, vLLM took CUDA's first (fastest first), which
+    may be the other one. Trials were always pinned (the runner's device environment)."""
+    from typer.testing import CliRunner
+
+    import tuner.cli.launch as launch_cli
+    from tuner.cli.app import app
+    from tuner.runner.hardware import Hardware
+
+    insert_measured_study(db_url, [E2E_CONFIG])
+    checked = Hardware(name="NVIDIA A10G", uuid="GPU-5f3c", index=1, is_gpu=True)
+    monkeypatch.setattr("tuner.runner.check_hardware", lambda *_a, **_kw: checked)
+    started: list[dict[str, str]] = []
+    monkeypatch.setattr(launch_cli, "serve", lambda launch, *_a: started.append(launch.env) or 0)
+    monkeypatch.chdir(tmp_path)
+    run = CliRunner().invoke(app, [*LAUNCH, "--storage", db_url, *FAKE_SERVER])
+    assert run.exit_code == 0, run.output
+    assert started and started[0]["CUDA_VISIBLE_DEVICES"] == "GPU-5f3c"
+    assert started[0]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"

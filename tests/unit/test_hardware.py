@@ -155,15 +155,15 @@ def test_the_server_is_pinned_to_the_measured_gpu(tmp_path: Path) -> None:
     pinned = VllmTrialRunner(
         settings, resolve_model("tiny-ernie"), Hardware(name="H200", index=1, is_gpu=True)
     )
-    assert pinned._device_env() == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}
+    assert pinned.hardware.device_env() == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}
     by_uuid = VllmTrialRunner(
         settings,
         resolve_model("tiny-ernie"),
         Hardware(name="H200", index=1, uuid="GPU-bbbb", is_gpu=True),
     )
-    assert by_uuid._device_env()["CUDA_VISIBLE_DEVICES"] == "GPU-bbbb"
+    assert by_uuid.hardware.device_env()["CUDA_VISIBLE_DEVICES"] == "GPU-bbbb"
     cpu = VllmTrialRunner(settings, resolve_model("tiny-ernie"), Hardware(name="cpu"))
-    assert cpu._device_env() == {}
+    assert cpu.hardware.device_env() == {}
 
 
 def test_parallel_workers_get_the_visible_gpus_of_the_profile() -> None:

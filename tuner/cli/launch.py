@@ -8,6 +8,7 @@ that a second Ctrl-C cannot cut the teardown short and leave vLLM's engine proce
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import math
 import os
@@ -185,17 +186,21 @@ def _check_host(host: str) -> None:
         )
 
 
-def _check_can_serve(profile: GpuProfile, host: str, port: int) -> None:
+def _check_can_serve(profile: GpuProfile, host: str, port: int) -> dict[str, str]:
+    """Refuse a machine without the GPU measured or a port taken; the environment that pins the
+    server to the GPU checked (:meth:`tuner.runner.Hardware.device_env`)."""
     from tuner.runner import check_hardware, free_port, port_is_open
     from tuner.telemetry import detect_gpus
 
-    check_hardware(profile, detect_gpus(), cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    hardware = check_hardware(profile, detect_gpus(), cuda_visible=cuda_visible)
     client_host = "127.0.0.1" if host in ("", "0.0.0.0") else host
     if port_is_open(client_host, port):
         raise UsageError(
             f"port {port} on {host} is already in use",
             hint=f"stop what serves it, or pass another --port (e.g. {free_port(client_host)})",
         )
+    return hardware.device_env()
 
 
 def launch_command(
@@ -277,7 +282,8 @@ def launch_command(
             err.print(line, markup=False, soft_wrap=True)
         print(launch.shell(), flush=True)
         return
-    _check_can_serve(profile, host, port)
+    device = _check_can_serve(profile, host, port)
+    launch = dataclasses.replace(launch, env={**launch.env, **device})
     for line in [*measured.describe(), *launch.notes]:
         say(line)
     from tuner.runner import reap_orphans

@@ -31,6 +31,16 @@ class Hardware:
     # is this GPU's: emulation is of memory only, and results say so.
     memory_scale: float | None = None
 
+    def device_env(self) -> dict[str, str]:
+        """The environment that pins a server to this GPU: on a host with several GPUs vLLM
+        would otherwise take CUDA's first (fastest first, not the one checked or measured).
+        By UUID where NVML gave one: it names the same GPU in every process, whatever the
+        order or the CUDA_VISIBLE_DEVICES a worker of `tuner run --parallel` was given."""
+        if not self.is_gpu or (self.index is None and not self.uuid):
+            return {}
+        device = self.uuid or str(self.index)
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": device}
+
 
 def cpu_name() -> str:
     try:

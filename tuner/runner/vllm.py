@@ -191,7 +191,7 @@ class VllmTrialRunner:
             *flags.args,
         )
         cache = self._cache(config)
-        env = {**os.environ, **cache.env(), **s.env, **flags.env, **self._device_env()}
+        env = {**os.environ, **cache.env(), **s.env, **flags.env, **self.hardware.device_env()}
         server = VllmServer(
             argv.server_command(s.python, args, module=s.module),
             env=env,
@@ -403,17 +403,6 @@ class VllmTrialRunner:
             started_at=launch.started,
             finished_at=time.time(),
         )
-
-    def _device_env(self) -> dict[str, str]:
-        """Pin the server to the GPU that is measured: on a host with several GPUs, vLLM would
-        otherwise take CUDA's first, and the memory of the other GPUs is not this trial's."""
-        hw = self.hardware
-        if not hw.is_gpu or (hw.index is None and not hw.uuid):
-            return {}
-        # By UUID where NVML gave one: it names the same GPU in every process, whatever the
-        # order or the CUDA_VISIBLE_DEVICES a worker of `tuner run --parallel` was given.
-        device = hw.uuid or str(hw.index)
-        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": device}
 
     def _launch_config(self, config: ServingConfig) -> ServingConfig:
         """The config as launched: utilization rescaled when emulating a smaller GPU."""
