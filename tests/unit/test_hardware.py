@@ -155,7 +155,8 @@ def test_the_server_is_pinned_to_the_measured_gpu(tmp_path: Path) -> None:
     pinned = VllmTrialRunner(
         settings, resolve_model("tiny-ernie"), Hardware(name="H200", index=1, is_gpu=True)
     )
-    assert pinned.hardware.device_env() == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}
+    pin = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}
+    assert pinned.hardware.device_env() == pin
     by_uuid = VllmTrialRunner(
         settings,
         resolve_model("tiny-ernie"),
