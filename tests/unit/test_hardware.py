@@ -182,3 +182,14 @@ def test_emulation_is_suggested_only_where_this_gpu_could_hold_the_profile() -> 
     with pytest.raises(HardwareMismatch) as info:
         check_hardware(get_gpu("h200"), [gpu("NVIDIA H100 PCIe", memory_gib=79.6)])
     assert "--emulate" not in info.value.hint and info.value.hint.endswith("or use --gpu cpu")
+
+
+def test_a_mig_slice_is_refused_as_what_it_is() -> None:
+    """CUDA_VISIBLE_DEVICES=MIG-... was read as naming no GPU of this machine ("names none of
+    this machine's 2 GPU(s)"): NVML lists the parents' GPU- UUIDs, which a MIG UUID never
+    matches. Say that a slice is not measured, and what to set instead."""
+    with pytest.raises(HardwareMismatch) as info:
+        check_hardware(
+            get_gpu("h200"), TWO, cuda_visible="MIG-7a1b2c3d-0000-1111-2222-333344445555"
+        )
+    assert "names a MIG slice" in info.value.message and "GPU- UUID" in (info.value.hint or "")

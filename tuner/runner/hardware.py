@@ -74,7 +74,7 @@ def visible_gpus(detected: Sequence[DetectedGpu], cuda_visible: str | None) -> l
         item = raw.strip()
         if item.isdigit():
             found = [g for g in detected if g.index == int(item)]
-        elif item.startswith(("GPU-", "MIG-")):
+        elif item.startswith("GPU-"):
             found = [g for g in detected if g.uuid.startswith(item)]
         else:
             found = []
@@ -99,6 +99,12 @@ def check_hardware(
     ``cuda_visible``: the value of ``CUDA_VISIBLE_DEVICES`` (see :func:`visible_gpus`); trials
     run on the first GPU it leaves that matches, and only that GPU is measured.
     """
+    if cuda_visible is not None and "MIG-" in cuda_visible and not profile.is_cpu:
+        raise HardwareMismatch(
+            f"CUDA_VISIBLE_DEVICES={cuda_visible!r} names a MIG slice: tuner measures whole GPUs "
+            "(NVML's memory and energy counters are the parent GPU's, not the slice's)",
+            hint="set it to a GPU index (nvidia-smi's) or a GPU- UUID of a GPU not split by MIG",
+        )
     if cuda_visible is not None:
         found = len(detected)
         detected = visible_gpus(detected, cuda_visible)
