@@ -456,3 +456,25 @@ def test_the_launched_server_is_pinned_to_the_gpu_checked(
     assert run.exit_code == 0, run.output
     assert started and started[0]["CUDA_VISIBLE_DEVICES"] == "GPU-5f3c"
     assert started[0]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_a_busy_ipv6_port_is_said_to_be_in_use() -> None:
+    """`tuner launch --host ::1` on a port taken: the hint's free port was looked for with an
+    IPv4 socket, which cannot bind ::1, and the error read "cannot find a free port on ::1 ...
+    check the --host setting" instead of "port P is already in use"."""
+    from tuner.catalog import get_gpu
+    from tuner.cli.launch import _check_can_serve
+    from tuner.errors import UsageError
+
+    try:
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        sock.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    with sock:
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(UsageError) as refused:
+            _check_can_serve(get_gpu("cpu"), "::1", port)
+    assert refused.value.message == f"port {port} on ::1 is already in use"
+    assert "pass another --port (e.g. " in (refused.value.hint or "")

@@ -14,7 +14,9 @@ from tuner.errors import EnvironmentProblem
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (the OS picks it; another process may race us)."""
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # the address family of ``host`` ("::1" is IPv6; an AF_INET socket cannot bind it)
+        family = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.bind((host, 0))
             return int(sock.getsockname()[1])
     except OSError as exc:
