@@ -106,3 +106,20 @@ def test_a_profile_keeps_each_runs_launches_apart(tmp_path: Path) -> None:
     thr = profile.get("output_throughput")
     assert thr is not None and (thr.groups, thr.df, thr.launches) == (2, 4, 6)
     assert thr.sd == pytest.approx(0.005, rel=0.01)
+
+
+def test_a_long_workload_or_run_is_found_as_it_was_stored(tmp_path: Path) -> None:
+    """The key's texts were cut to their columns (255 characters) when stored but looked for
+    whole: a trace workload with a long file name was never found again ("noise profile:
+    none" after every calibrate), and a long run name escaped exclude_run, so a confirmation
+    pooled its own launches into the profile it calls independent."""
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    migrate.upgrade(url)
+    repo = Repository(make_engine(url))
+    key = {**KEY, "workload": "trace:" + "x" * 300 + ".jsonl[speed=4]"}
+    run = "study:" + "s" * 300
+    for config in (ServingConfig(), ServingConfig(max_num_seqs=64)):
+        repo.add_launch(key=key, config=config, is_defaults=config == ServingConfig(),
+                        source="confirm", run=run, values={"output_throughput": [1.0]})  # fmt: skip
+    assert len(repo.list_launches(key)) == 2
+    assert repo.list_launches(key, exclude_run=run) == []

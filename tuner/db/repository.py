@@ -604,13 +604,7 @@ class Repository:
         }
         row = LaunchModel(
             created_at=time.time(),
-            host=storable_text(str(key["host"]))[:_NAME_MAX],
-            gpu=storable_text(str(key["gpu"]))[:_NAME_MAX],
-            vllm_version=storable_text(str(key["vllm_version"]))[:64],
-            model=storable_text(str(key["model"]))[:512],
-            workload=storable_text(str(key["workload"]))[:_NAME_MAX],
-            windows=int(key["windows"]),
-            placement=str(key.get("placement", "off"))[:16],
+            **_stored_key(key),
             config_label=storable_text(config.label()),
             config=config.to_dict(),
             is_defaults=is_defaults,
@@ -630,17 +624,23 @@ class Repository:
     ) -> list[LaunchRow]:
         """The stored launches of ``key`` (see :meth:`add_launch`) in the order stored, without
         those of ``exclude_run``."""
-        texts = ("host", "gpu", "vllm_version", "model", "workload")
         with session_scope(self._engine) as s:
-            query = select(LaunchModel).filter_by(
-                **{name: str(key[name]) for name in texts},
-                windows=int(key["windows"]),
-                placement=str(key.get("placement", "off")),
-            )
-            query = query.order_by(LaunchModel.id)
-            if exclude_run is not None:
-                query = query.where(LaunchModel.run != exclude_run)
+            query = select(LaunchModel).filter_by(**_stored_key(key)).order_by(LaunchModel.id)
+            if exclude_run is not None:  # as stored: cut where a long one was cut
+                query = query.where(LaunchModel.run != storable_text(exclude_run)[:_NAME_MAX])
             return [frozen_row(r, LaunchRow) for r in s.scalars(query)]
+
+
+# A launch's key as stored (each text cut to its column): what add_launch writes and
+# list_launches looks for, so that a long workload name is found again.
+_KEY_TEXTS = {"host": _NAME_MAX, "gpu": _NAME_MAX, "vllm_version": 64, "model": 512,
+              "workload": _NAME_MAX}  # fmt: skip
+
+
+def _stored_key(key: Mapping[str, Any]) -> dict[str, Any]:
+    texts = {name: storable_text(str(key[name]))[:n] for name, n in _KEY_TEXTS.items()}
+    return {**texts, "windows": int(key["windows"]),
+            "placement": str(key.get("placement", "off"))[:16]}  # fmt: skip
 
 
 def _name_taken(name: str) -> UsageError:
