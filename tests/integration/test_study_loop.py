@@ -1383,3 +1383,28 @@ def test_an_enqueued_configuration_runs_as_written_in_a_planned_study(tmp_path: 
     row = repo.get_study("planned")
     assert row is not None and row.spec.get("plan_record")  # the plan was made
     assert space.config_from(wanted) in runner.calls
+
+
+def test_defaults_that_served_nothing_on_a_second_card_run_there_once(tmp_path: Path) -> None:
+    """A study resumed on a second card measures vLLM's defaults there once. Where they
+    served nothing (a capacity of 0 under the SLO: no yardstick, so out of the score's
+    reference), the card read as never having run them, and they were queued again after
+    every trial: 7 of 8 launches."""
+    from tuner.domain import TrialResult, Workload
+    from tuner.domain.measurements import Estimate
+
+    class ZeroDefaults(FakeRunner):
+        def run(self, config: ServingConfig, workload: Workload, **kw: Any) -> TrialResult:
+            result = super().run(config, workload, **kw)
+            if config != ServingConfig() or result.status is not TrialStatus.COMPLETE:
+                return result
+            metrics = {**result.metrics, "output_throughput": Estimate(0.0, 0.0, 0.0, (0.0,))}
+            return dataclasses.replace(result, metrics=metrics)
+
+    url = f"sqlite:///{tmp_path / 'cards.db'}"
+    repo = make_repo(url)
+    run_study(make_context(url, trials=2, name="cards"), FakeRunner(card="GPU-a"), repo)
+    runner = ZeroDefaults(card="GPU-b")
+    run_study(make_context(url, trials=10, name="cards"), runner, repo, resume=True)
+    assert sum(c == ServingConfig() for c in runner.calls) == 1  # the search had the rest
+    assert len(runner.calls) >= 5

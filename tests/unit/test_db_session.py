@@ -318,3 +318,22 @@ def test_an_old_database_tuner_cannot_write_is_told_how_to_upgrade_a_copy(
     assert "at revision 0002" in said and "cannot be upgraded in place: copy it" in said
     assert f"tuner db merge {tmp_path / 'old.db'}" in said
     assert f"`tuner db upgrade --storage {url}`" not in said  # it would refuse this file
+
+
+def test_the_copy_hint_is_for_an_old_tuner_database_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The hint to upgrade a copy (or merge) of a file tuner cannot write was spliced into the
+    hints for a database without tuner's tables too, telling a user to merge a foreign one."""
+    import sqlite3
+
+    from tuner.db.migrate import ensure_current
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE theirs (x INTEGER)")
+    _deny_writes(monkeypatch)
+    with pytest.raises(StorageError) as refused:
+        ensure_current(f"sqlite:///{other}")
+    assert "cannot be upgraded in place" not in (refused.value.hint or "")
+    assert "tuner db merge" not in (refused.value.hint or "")

@@ -43,6 +43,14 @@ from tuner.errors import StorageError
 def upgrade_hint(url: str) -> str:
     """The command that migrates the database at ``url`` (named: a bare `tuner db upgrade`
     would migrate the default database instead), quoted for a shell."""
+    shown = safe_url(url)
+    masked = " (its password masked here)" if shown != url else ""
+    return f"run `tuner db upgrade --storage {shlex.quote(shown)}`{masked}"
+
+
+def _old_revision_hint(url: str) -> str:
+    """How to bring tuner's tables of an older revision at ``url`` up: :func:`upgrade_hint`,
+    or, for a SQLite file this process cannot write, upgrading a copy or merging it."""
     path = sqlite_file(url)
     why = unwritable(path) if path is not None and path.is_file() else None
     if path is not None and why is not None:  # `tuner db upgrade` would refuse it
@@ -52,9 +60,7 @@ def upgrade_hint(url: str) -> str:
             f"{named} COPY.db`) and run `tuner db upgrade --storage sqlite:///COPY.db` on the "
             f"copy, or `tuner db merge {named}` into a database of yours"
         )
-    shown = safe_url(url)
-    masked = " (its password masked here)" if shown != url else ""
-    return f"run `tuner db upgrade --storage {shlex.quote(shown)}`{masked}"
+    return upgrade_hint(url)
 
 
 # Any constant will do: every tuner process takes this PostgreSQL advisory lock to set up tables.
@@ -282,7 +288,8 @@ def ensure_current(url: str) -> None:
     if current not in known_revisions():
         raise unknown_revision(url, current)
     raise StorageError(
-        f"database {where} at revision {current}, tuner needs {head}", hint=upgrade_hint(url)
+        f"database {where} at revision {current}, tuner needs {head}",
+        hint=_old_revision_hint(url),
     )
 
 

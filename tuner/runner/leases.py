@@ -12,9 +12,11 @@ is never touched.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import logging
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Mapping
@@ -127,6 +129,13 @@ def sockets_dir(env: Mapping[str, str]) -> str:
 # The server's temporary directory is its sockets directory too: CPU vLLM's gloo file store
 # (vllm_dist_<uuid>) is a file there, left behind when its process is killed.
 _TEMP_FILES = "vllm_dist_"
+
+
+def inductor_default_dir() -> str:
+    """Where torch's Inductor keeps its compile cache unless ``TORCHINDUCTOR_CACHE_DIR`` says:
+    ``torchinductor_USER`` in the temporary directory (torch's ``default_cache_dir``)."""
+    user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
 
 
 def remove_sockets_dir(path: str) -> None:

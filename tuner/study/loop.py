@@ -539,7 +539,8 @@ def _defaults_here(
     row = next((r for r in rows if r.number == number), None)
     card = row.gpu_uuid if row is not None else None
     found = score_reference(rows)
-    if row is None or card is None or found is None or card in found.cards:
+    here = baseline(rows, card)  # measured on this card, a yardstick or not (a capacity of 0)
+    if row is None or card is None or found is None or (here and here.gpu_uuid == card):
         return
     trials = study.get_trials(deepcopy=False)
     unfinished = (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
