@@ -94,8 +94,11 @@ def read(body: Mapping[str, Any]) -> Parsed:
     model, gpu = resolve_model(spec.model), get_gpu(spec.gpu)
     workload = resolve_workload(spec, shapes=False)  # its shapes: a warning of fit's
     resolve_slo(spec)
+    # the GPU as the spec reads it (a profile's name in any case: "H100" is h100, as the CLI's)
+    study = body["study"]
+    checked = {**body, "study": {**study, "gpu": spec.gpu}} if isinstance(study, dict) else body
     problems = describe_validation(
-        [{**e, "loc": ("body", *e["loc"])} for e in spec_body.check(body)]
+        [{**e, "loc": ("body", *e["loc"])} for e in spec_body.check(checked)]
     )
     if problems:
         raise UsageError(

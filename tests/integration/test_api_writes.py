@@ -390,3 +390,13 @@ def test_extra_args_the_worker_would_refuse_are_said_at_once(repo: Repository) -
     }
     r = client.post("/v1/studies", json=port, headers=headers)
     assert r.status_code == 422 and "tuner picks a free port" in r.json()["message"], r.text
+
+
+def test_a_gpu_named_in_another_case_is_queued_as_the_cli_takes_it(repo: Repository) -> None:
+    """`--gpu H100` and a spec file's gpu = "H100" run the h100 profile; the API answered 422
+    "Input should be 'a10g', ..., 'h100'" to the same study."""
+    client = _client(repo, KEY)
+    r = client.post("/v1/studies", json=_with("study", gpu="H100"), headers={"X-API-Key": KEY})
+    assert r.status_code == 201, r.text
+    row = repo.get_study("queued-1")
+    assert row is not None and row.gpu == "h100"
