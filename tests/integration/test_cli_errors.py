@@ -502,3 +502,22 @@ def test_a_taken_study_name_is_refused_before_the_studys_header(tmp_path: Path) 
     assert run.returncode == 2, run.stdout + run.stderr
     assert "error: study 's1' already exists (finished)" in run.stderr
     assert run.stdout == ""
+
+
+def test_early_stopping_under_the_memory_objective_says_it_is_off(tmp_path: Path) -> None:
+    """`--early-stop --objective memory` ran every trial in full without a word: a memory
+    score is the peak GPU memory, known only at a trial's end, so nothing can stop early."""
+    env = {
+        **os.environ, "TUNER_DB_URL": f"sqlite:///{tmp_path / DB_FILE}",
+        "TUNER_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO),
+        "TUNER_SERVER_MODULE": "tuner.testing.fake_server", "TUNER_SERVER_VERSION": "0.32.0",
+        "TUNER_FAKE_STARTUP_S": "0.1", "COLUMNS": "200",
+    }  # fmt: skip
+    args = ["run", "--model", "tiny-ernie", "--gpu", "cpu", "--workload", "smoke", "--trials",
+            "1", "--objective", "memory", "--early-stop", "--confirm-launches", "0"]  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "tuner", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "early stopping is off for the memory objective" in " ".join(run.stdout.split())

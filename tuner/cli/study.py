@@ -114,7 +114,8 @@ def run(
         typer.Option(
             "--early-stop/--no-early-stop",
             help="Stop a trial after its first load point when it is clearly worse than the "
-            "best so far (beyond the measured noise); recorded as stopped_early.",
+            "best so far (beyond the measured noise); recorded as stopped_early. Not under "
+            "the memory objective (its score is known only at a trial's end).",
         ),
     ] = None,
     parallel: Annotated[
@@ -208,6 +209,10 @@ def run(
         out.print(escape(line))
     if "vocab_size" not in ctx.model.facts:
         out.print(f"  note: {escape(UNKNOWN_VOCAB_NOTE)}")
+    if spec.early_stop and spec.objective.value == "memory":
+        from tuner.study.early import MEMORY_NOTE
+
+        out.print(f"  note: {MEMORY_NOTE}")
     with _reporting(ctx.name, storage=storage) as reporter:
         ranked = run_study(ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter)
     print_best(prepared.repo, ctx.name, storage=storage)

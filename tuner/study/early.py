@@ -102,6 +102,13 @@ def point_spread(
     return _window_sigma(first, objective)
 
 
+# Why --early-stop does nothing under the memory objective (the study's header says it).
+MEMORY_NOTE = (
+    "early stopping is off for the memory objective: its score is the peak GPU memory, known "
+    "only when a trial ends"
+)
+
+
 def first_point_check(
     ctx: StudyContext, rows: Sequence[TrialRow], slo: Slo
 ) -> FirstPointCheck | None:
