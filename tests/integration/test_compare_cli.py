@@ -297,3 +297,5 @@ def test_a_calibration_whose_launches_all_fail_says_so(
     said = run.stdout + run.stderr
     assert "noise profile: none, 0 of 2 launches complete" in said
     assert "measures one" not in said
+    # a run on CPU vLLM spends no GPU time: its cost line says CPU-minutes
+    assert " CPU-minutes" in said and "GPU-minutes" not in said

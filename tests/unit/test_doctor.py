@@ -362,3 +362,17 @@ def test_call_by_name_passes_what_the_signature_names_and_refuses_unknown_needs(
     )
     with pytest.raises(TypeError, match="needs 'dtype'"):
         doctor_probe.call_by_name(f, {"head_size": 64})
+
+
+def test_torch_unchecked_and_a_busy_launch_port_say_what_happened_and_what_to_run() -> None:
+    """Without vLLM for the interpreter the probe never ran, yet the screen said "torch not
+    importable"; and a busy launch port said "(use --port)", an option the doctor lacks."""
+    missing = VllmFacts("/usr/bin/python3", error="vLLM is not installed", fix="pip install vllm")
+    ports = PortFacts("127.0.0.1", (40001,), (32768, 60999), launch_port_free=False)
+    from rich.text import Text
+
+    shown = "\n".join(render(report(None, GpuFacts(), missing, ports=ports).to_json()))
+    text = Text.from_markup(shown).plain
+    assert "not checked (no vLLM found for that python)" in text
+    assert "not importable" not in text
+    assert "in use (`tuner launch --port N`)" in text

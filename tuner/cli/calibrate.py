@@ -73,7 +73,7 @@ def calibrate(
             say(note)
     say(
         f"{outcome.completed} of {outcome.launched} launches complete, "
-        f"{outcome.gpu_minutes:.1f} GPU-minutes"
+        f"{outcome.gpu_minutes:.1f} {'CPU' if setup.gpu.is_cpu else 'GPU'}-minutes"
     )
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2), flush=True)

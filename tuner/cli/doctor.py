@@ -38,6 +38,9 @@ def _gpus(data: dict[str, Any]) -> list[str]:
 
 def _torch(data: dict[str, Any]) -> str:
     t = data["torch"]
+    if not t["version"] and not t["error"] and not data["vllm"]["version"]:
+        # torch is probed with vLLM's python, once vLLM is found there
+        return _row("torch", "[yellow]not checked[/] (no vLLM found for that python)")
     if not t["version"]:
         return _row("torch", f"[red]not importable[/] {escape(t['error'] or '')}".rstrip())
     cuda = f"CUDA {t['cuda']}" if t["cuda"] else "no CUDA (CPU build)"
@@ -83,7 +86,7 @@ def _ports(data: dict[str, Any]) -> str:
     p = data["ports"]
     span = f"ephemeral range {p['range'][0]}-{p['range'][1]}" if p["range"] else "range unknown"
     state = "[green]ok[/]" if p["ok"] else f"[red]{escape(p['error'] or 'failed')}[/]"
-    launch = "free" if p["launch_port_free"] else "[yellow]in use[/] (use --port)"
+    launch = "free" if p["launch_port_free"] else "[yellow]in use[/] (`tuner launch --port N`)"
     checked = len(p["checked"])
     return _row(
         "ports",
