@@ -521,3 +521,25 @@ def test_early_stopping_under_the_memory_objective_says_it_is_off(tmp_path: Path
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "early stopping is off for the memory objective" in " ".join(run.stdout.split())
+
+
+def test_a_waiting_worker_names_a_database_path_with_a_space_as_a_shell_reads_it(
+    tmp_path: Path,
+) -> None:
+    """`tuner worker --storage "sqlite:///my dir/x.db"` waited for the file with commands that
+    did not parse when pasted ("Got unexpected extra argument(s) (dir/x.db)")."""
+    import shlex
+
+    url = f"sqlite:///{tmp_path / 'my dir' / 'x.db'}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TUNER_HOME": str(tmp_path / "home")}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "worker", "--storage", url],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    with worker:  # closes its pipe
+        try:
+            assert worker.stdout is not None
+            line = worker.stdout.readline()
+        finally:
+            worker.kill()
+    assert f"`tuner db upgrade --storage {shlex.quote(url)}` creates it" in line, line

@@ -576,9 +576,11 @@ def worker(
         if once:  # nothing can be queued in a file that is not there
             say(f"worker: 0 studies taken (database {missing} does not exist)")
             return
+        from tuner.db import with_storage
+
         say(
-            f"worker: waiting for database {missing} (`tuner db upgrade --storage {url}` "
-            f"creates it; then `tuner serve --storage {url}` queues studies in it)"
+            f"worker: waiting for database {missing} (`{with_storage('tuner db upgrade', url)}` "
+            f"creates it; then `{with_storage('tuner serve', url)}` queues studies in it)"
         )
         while missing_sqlite_file(url) is not None:
             time.sleep(poll)
