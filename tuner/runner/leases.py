@@ -12,11 +12,9 @@ is never touched.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import logging
 import os
-import re
 import stat
 import tempfile
 from collections.abc import Mapping
@@ -126,23 +124,10 @@ def sockets_dir(env: Mapping[str, str]) -> str:
         ) from None
 
 
-# The server's temporary directory is its sockets directory too: CPU vLLM's gloo file store
-# (vllm_dist_<uuid>) is a file there, left behind when its process is killed.
-_TEMP_FILES = "vllm_dist_"
-
-
-def inductor_default_dir() -> str:
-    """Where torch's Inductor keeps its compile cache unless ``TORCHINDUCTOR_CACHE_DIR`` says:
-    ``torchinductor_USER`` in the temporary directory (torch's ``default_cache_dir``)."""
-    user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
-    return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
-
-
 def remove_sockets_dir(path: str) -> None:
-    """Remove a directory :func:`sockets_dir` made: its socket files and vLLM's ``vllm_dist_*``
-    files, then the directory where that left it empty. Anything else is left alone (a path
-    from a lease file may have been edited): a relative path, a link, one of another name, a
-    file that is neither."""
+    """Remove a directory :func:`sockets_dir` made: its socket files, then the directory where
+    that left it empty. Anything else is left alone (a path from a lease file may have been
+    edited): a relative path, a link, one of another name, a file that is not a socket."""
     where = Path(path)
     if not (path and where.is_absolute() and where.name.startswith(SOCKETS_PREFIX)):
         return
@@ -150,8 +135,7 @@ def remove_sockets_dir(path: str) -> None:
         if where.is_symlink() or not where.is_dir():
             return
         for entry in where.iterdir():
-            mode = entry.lstat().st_mode
-            if stat.S_ISSOCK(mode) or (stat.S_ISREG(mode) and entry.name.startswith(_TEMP_FILES)):
+            if stat.S_ISSOCK(entry.lstat().st_mode):
                 entry.unlink()
         where.rmdir()
 

@@ -26,13 +26,7 @@ from tuner.errors import EnvironmentProblem, ServerFailure
 from tuner.load.canary import served_models
 from tuner.runner import amx
 from tuner.runner.interrupts import deferred_interrupts
-from tuner.runner.leases import (
-    Lease,
-    inductor_default_dir,
-    remove_sockets_dir,
-    sockets_dir,
-    write_lease,
-)
+from tuner.runner.leases import Lease, remove_sockets_dir, sockets_dir, write_lease
 from tuner.runner.ports import port_is_open
 from tuner.runner.procgroup import group_members, kill_group
 from tuner.runner.watchdog import ENV as WATCHDOG_ENV
@@ -132,11 +126,6 @@ class VllmServer:
                 self._sockets = sockets_dir(env)  # the watchdog removes it, should tuner die
                 if self._sockets:
                     env["VLLM_RPC_BASE_PATH"] = self._sockets
-                    # and its temporary files (CPU vLLM's vllm_dist_* file store, one a launch),
-                    # but not Inductor's compile cache, which lives in the temporary directory
-                    # unless named: kept where it was, shared by every launch
-                    env.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor_default_dir())
-                    env["TMPDIR"] = self._sockets
                 self._watchdog, self._watchdog_pipe = spawn_watchdog(FAILURE_GRACE_S, self._sockets)
                 env[WATCHDOG_ENV] = str(self._watchdog.pid)
             except BaseException:

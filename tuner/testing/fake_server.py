@@ -55,14 +55,12 @@ api_server argv and behaves like vLLM wherever tuner can see it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -387,9 +385,8 @@ def _spawn_engine_core() -> subprocess.Popen[bytes]:
 def _bind_engine_sockets() -> list[socket.socket]:
     """Two Unix sockets bound as files named by a UUID in ``VLLM_RPC_BASE_PATH``, as vLLM's API
     server and engine core bind their ZeroMQ sockets; and, as vLLM's after its process is
-    killed, never removed; and CPU vLLM's ``vllm_dist_*`` file in the temporary directory. None
-    without that variable (where vLLM would take the temporary directory): tests that start the
-    fake by hand leave nothing there."""
+    killed, never removed. None without that variable (where vLLM would take the temporary
+    directory): tests that start the fake by hand leave nothing there."""
     base = os.environ.get("VLLM_RPC_BASE_PATH")
     if not base:
         return []
@@ -403,9 +400,6 @@ def _bind_engine_sockets() -> list[socket.socket]:
             sock.close()
             continue
         bound.append(sock)
-    # CPU vLLM's gloo file store: a file in the temporary directory, never removed
-    with contextlib.suppress(OSError):
-        Path(tempfile.gettempdir(), f"vllm_dist_{uuid.uuid4().hex}").touch()
     return bound
 
 
