@@ -220,8 +220,9 @@ def response(pick: Pick, q: Query) -> RecommendationOut:
     base = snap.baseline(trial.gpu_uuid)  # the defaults the pick's score is a ratio to
     applied = q.slo if q.slo is not None else Slo(**study.slo)
     emulated = is_emulated(study, trial)
-    price, no_cost = costs.price_or_why(study.gpu, study.spec, q.gpu_price, emulated=emulated)
-    no_cost += "; give one with gpu_price" if no_cost else ""
+    price, no_cost = costs.price_or_why(
+        study.gpu, study.spec, q.gpu_price, emulated=emulated, option="gpu_price"
+    )
 
     def cost(row: TrialRow) -> tuple[EstimateOut | None, bool]:
         usd = costs.usd(row.metrics, price)

@@ -228,7 +228,6 @@ def check_workload(workload: Workload) -> None:
         raise UsageError(f"workload {workload.name!r}: every concurrency must be >= 1")
     if any(not 0 < r < math.inf for r in workload.rate_ladder):
         raise UsageError(f"workload {workload.name!r}: every request rate must be > 0 and finite")
-
     if not 0 <= workload.seed <= SEED_MAX:
         raise UsageError(f"workload {workload.name!r}: seed must be 0 to {SEED_MAX}")
     if workload.trace is not None and workload.arrival == "poisson" and workload.concurrency_ladder:

@@ -53,14 +53,20 @@ def study_price(
 
 
 def price_or_why(
-    gpu: str, spec: Mapping[str, Any] | None, given: float | None = None, *, emulated: bool = False
+    gpu: str,
+    spec: Mapping[str, Any] | None,
+    given: float | None = None,
+    *,
+    emulated: bool = False,
+    option: str = "",
 ) -> tuple[GpuPrice | None, str]:
     """:func:`study_price`, and "" ; or None and why there is no cost where the study's stored
-    price is none (one an older tuner stored): the flags, metrics and pages still answer."""
+    price is none (one an older tuner stored): the flags, metrics and pages still answer.
+    ``option``: what gives a price instead (``--gpu-price``), named in the why."""
     try:
         return study_price(gpu, spec, given, emulated=emulated), ""
     except UsageError as exc:
-        return None, f"no cost: {exc.message}"
+        return None, f"no cost: {exc.message}" + (f"; give one with {option}" if option else "")
 
 
 def _price(gpu: str, spec: Mapping[str, Any] | None, given: float | None) -> GpuPrice | None:

@@ -154,13 +154,13 @@ class Recommendation:
         if self.cost is None:
             return [f"  {self.price}"] if self.price else []
         base = self.baseline_cost
-        finite = base is not None and math.isfinite(base.median)
-        at_most = "at most " if self.baseline_cost_is_upper_bound and finite else ""
-        vs = f"   defaults {at_most}{_cost(base)}" if base is not None else ""
-        finite = math.isfinite(self.cost.median)
-        at_most = "at most " if self.cost_is_upper_bound and finite else ""
+        vs = (
+            f"   defaults {_cost(base, self.baseline_cost_is_upper_bound)}"
+            if base is not None
+            else ""
+        )
         lines = [
-            f"  {'$/1M out tok':>13}: {at_most}{_cost(self.cost)}{vs}",
+            f"  {'$/1M out tok':>13}: {_cost(self.cost, self.cost_is_upper_bound)}{vs}",
             f"  {'':>13}  at {self.price}",
         ]
         if self.cost_is_upper_bound or (base is not None and self.baseline_cost_is_upper_bound):
@@ -198,12 +198,13 @@ class Recommendation:
         return emulated_memory_warning(self.memory_gib, self.emulated_memory_gib)
 
 
-def _cost(usd: Estimate) -> str:
-    """$ per 1M output tokens with its range; an infinite one (nothing served within the SLO,
-    at any price) says so instead of 'inf [inf, inf]'."""
-    if math.isfinite(usd.median):
-        return usd.figures()
-    return "none (no load point met the SLO)"
+def _cost(usd: Estimate, upper_bound: bool) -> str:
+    """$ per 1M output tokens with its range, "at most" where it is an ``upper_bound``; an
+    infinite one (nothing served within the SLO, at any price) says so instead of
+    'inf [inf, inf]'."""
+    if not math.isfinite(usd.median):
+        return "none (no load point met the SLO)"
+    return f"{'at most ' if upper_bound else ''}{usd.figures()}"
 
 
 def emulated_memory_warning(memory_gib: float | None, capacity_gib: float | None) -> str | None:
@@ -260,7 +261,9 @@ def recommendation(
     flags = argv.render_flags(top.config, version)
     base_metrics = base_trial.metrics if base_trial else None
     emulated = bool(row.emulated or trial.emulated)
-    price, no_cost = costs.price_or_why(row.gpu, row.spec, gpu_price, emulated=emulated)
+    price, no_cost = costs.price_or_why(
+        row.gpu, row.spec, gpu_price, emulated=emulated, option="--gpu-price"
+    )
     floor = costs.capacity_at_least(trial.metrics, trial.windows, row.spec)
     base_floor = base_trial is not None and costs.capacity_at_least(
         base_trial.metrics, base_trial.windows, row.spec
@@ -307,9 +310,7 @@ def recommendation(
         energy_note=energy.absent(trial.metrics, on_gpu=trial.gpu_uuid is not None),
         cost=costs.usd(trial.metrics, price),
         baseline_cost=costs.usd(base_metrics, price) if base_metrics else None,
-        price=price.label()
-        if price is not None
-        else (f"{no_cost}; give one with --gpu-price" if no_cost else costs.no_price(row.gpu)),
+        price=price.label() if price is not None else no_cost or costs.no_price(row.gpu),
         cost_is_upper_bound=costs.usd_at_most(trial.metrics, trial.windows, row.spec),
         baseline_cost_is_upper_bound=base_trial is not None
         and costs.usd_at_most(base_trial.metrics, base_trial.windows, row.spec),

@@ -285,7 +285,9 @@ def fleet_size(
     gpus = gpus_for(rate.value, cap.low)
     points = [p for t in (fresh if confirmed else [trial]) for p in load_points(t.windows)]
     bound = gpus is None and all(p.client_bound for p in points)
-    price, no_cost = costs.price_or_why(study.gpu, study.spec, gpu_price, emulated=study.emulated)
+    price, no_cost = costs.price_or_why(
+        study.gpu, study.spec, gpu_price, emulated=study.emulated, option="--gpu-price"
+    )
     usd_h = gpus * price.usd_per_hour if gpus is not None and price is not None else None
     tokens_s = (
         rate.value if rate.unit == TOK else (rate.value * per_request if per_request else None)
@@ -293,7 +295,7 @@ def fleet_size(
     usd_m = usd_per_million(tokens_s, usd_h) if usd_h is not None and tokens_s else None
     notes = [picked] if picked else []
     if no_cost:
-        notes.append(f"{no_cost}; give one with --gpu-price")
+        notes.append(no_cost)
     if numbers and len(numbers) < len(fresh):
         notes.append(
             f"{len(fresh) - len(numbers)} of the confirmation's {len(fresh)} launches had no "
