@@ -209,9 +209,9 @@ def run(
         out.print(escape(line))
     if "vocab_size" not in ctx.model.facts:
         out.print(f"  note: {escape(UNKNOWN_VOCAB_NOTE)}")
-    if spec.early_stop and spec.objective.value == "memory":
-        from tuner.study.early import MEMORY_NOTE
+    from tuner.study.early import MEMORY_NOTE, judged_early
 
+    if spec.early_stop and not judged_early(spec.objective):
         out.print(f"  note: {MEMORY_NOTE}")
     with _reporting(ctx.name, storage=storage) as reporter:
         ranked = run_study(ctx, prepared.runner, prepared.repo, resume=resume, reporter=reporter)

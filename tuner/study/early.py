@@ -109,13 +109,19 @@ MEMORY_NOTE = (
 )
 
 
+def judged_early(objective: Objective) -> bool:
+    """Whether a trial's score under ``objective`` can be judged at its first load point: not
+    the memory objective's, the peak GPU memory (:data:`MEMORY_NOTE`)."""
+    return objective is not Objective.MEMORY
+
+
 def first_point_check(
     ctx: StudyContext, rows: Sequence[TrialRow], slo: Slo
 ) -> FirstPointCheck | None:
     """The check for the study's next trial, from the study's trial ``rows`` (``slo``: the
     one stored with it); None when early stopping is off or has nothing to compare with yet
     (no SLO-feasible trial, or the memory objective)."""
-    if not ctx.spec.early_stop or ctx.spec.objective is Objective.MEMORY:
+    if not ctx.spec.early_stop or not judged_early(ctx.spec.objective):
         return None
     ranked = [r for r in standings(rows, ctx.spec.objective, slo) if r.feasible]
     if not ranked:

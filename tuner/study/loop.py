@@ -426,7 +426,7 @@ def _loop(
         if done >= total:
             return
         space = planning.current_space(ctx, study, repo, report.phase, rows, slo)
-        if sum(1 for t in trials if sharing.counts(t)) >= total:
+        if sharing.budget_taken(trials, total):
             report.phase("waiting", "for the trials other workers measure")
             time.sleep(WAIT_S)
             continue
@@ -546,7 +546,7 @@ def _defaults_here(
     unfinished = (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
     if any(t.state in unfinished and t.user_attrs.get("baseline") for t in trials):
         return  # the defaults are queued or measured now (here or on another card)
-    if sum(1 for t in trials if sharing.counts(t)) >= ctx.spec.trials:
+    if sharing.budget_taken(trials, ctx.spec.trials):
         return
     study.enqueue_trial(ctx.space.baseline_params(), user_attrs={"baseline": True})
     say(
@@ -576,7 +576,7 @@ def _defaults_again(
     told = sharing.frozen(study, trial)
     tries = sharing.attempt(told)
     trials = study.get_trials(deepcopy=False)
-    if tries >= sharing.MAX_ATTEMPTS or sum(map(sharing.counts, trials)) >= ctx.spec.trials:
+    if tries >= sharing.MAX_ATTEMPTS or sharing.budget_taken(trials, ctx.spec.trials):
         return
     if sharing.retry(study, told):
         say(

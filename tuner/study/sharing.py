@@ -106,6 +106,12 @@ def results(trials: Iterable[FrozenTrial]) -> int:
     return sum(1 for t in trials if t.state.is_finished() and counts(t))
 
 
+def budget_taken(trials: Iterable[FrozenTrial], total: int) -> bool:
+    """Whether the trials that use the budget (:func:`counts`: running ones included) are
+    ``total`` already: no place is left for another."""
+    return sum(1 for t in trials if counts(t)) >= total
+
+
 def start_order(trial: FrozenTrial) -> tuple[datetime.datetime, int]:
     return (trial.datetime_start or _NEVER, trial.number)
 
