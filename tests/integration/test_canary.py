@@ -7,6 +7,7 @@ announce it; ``tuner canary URL`` says the same for any running server."""
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,16 @@ def _one_choice_server() -> Starlette:
         return JSONResponse(
             {"choices": [{"message": message, "finish_reason": "stop"}], "usage": usage}
         )
+
+    return _healthy_server(completions, chat)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _healthy_server(completions: Handler, chat: Handler) -> Starlette:
+    """A server that lists MODEL (a context of 64), says it is healthy, and answers
+    completions and chat with the handlers given."""
 
     async def models(_: Request) -> Response:
         return JSONResponse({"data": [{"id": MODEL, "max_model_len": 64}]})
@@ -469,20 +480,7 @@ def _chat_server(chat: Response) -> Starlette:
     async def answer_chat(_: Request) -> Response:
         return chat
 
-    async def models(_: Request) -> Response:
-        return JSONResponse({"data": [{"id": MODEL, "max_model_len": 64}]})
-
-    async def health(_: Request) -> Response:
-        return Response(status_code=200)
-
-    return Starlette(
-        routes=[
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/chat/completions", answer_chat, methods=["POST"]),
-            Route("/v1/models", models),
-            Route("/health", health),
-        ]
-    )
+    return _healthy_server(completions, answer_chat)
 
 
 def test_a_base_model_or_a_reasoning_parser_passes_the_chat_shape() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,16 +99,14 @@ def test_poisson_arrivals_send_the_same_load_from_both_clients_without_a_cap() -
     assert {r["request_rate"] for r in raw} == {20.0, 40.0}
 
 
-def test_the_h100_gap_at_256_streams_is_inside_the_pairs_spread() -> None:
-    """Session 3's two pairs at 256 streams read x0.86-0.88; with session 4's five, the seven
-    closed-loop pairs on the two H100s hold 1 in their t-interval at 256 and at 64 streams,
-    as the report says, and no run of tuner's client was client-bound."""
+def _pooled(rows: list[dict[str, Any]]) -> dict[int, tuple[int, float, float, float]]:
+    """Per closed-loop stream count: the pairs, and the geometric mean of tuner / vLLM output
+    tok/s with its 95 % t-interval over the pairs; no run of either client failed a request
+    and no tuner run was client-bound."""
     import math
 
     from scipy import stats
 
-    rows = load_sessions([SESSION_3 / "fidelity.jsonl"], first=3)
-    rows += load_sessions([SESSION_4 / "fidelity.jsonl"], first=4)
     by_c: dict[int, list[float]] = {}
     for t, v in pairs(rows):
         if t.get("request_rate") is None:
@@ -115,18 +114,34 @@ def test_the_h100_gap_at_256_streams_is_inside_the_pairs_spread() -> None:
                 math.log(ratio(t["output_throughput"], v["output_throughput"]))
             )
             assert not t["client_bound"] and t["failed"] == 0 and v["failed"] == 0
-    text = " ".join(REPORT.read_text().split())
-    for c, logs in sorted(by_c.items()):
+    out = {}
+    for c, logs in by_c.items():
         n = len(logs)
         mean = sum(logs) / n
         sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
         half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-        low, high = math.exp(mean - half), math.exp(mean + half)
+        out[c] = (n, math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+    return out
+
+
+def _reported(text: str, mean: float, low: float, high: float) -> bool:
+    """Whether the report gives the pooled figure, in either of its two phrasings."""
+    return f"x{mean:.3f} [{low:.3f}, {high:.3f}]" in text or (
+        f"x{mean:.3f}, with a t-interval over the pairs of [{low:.3f}, {high:.3f}]" in text
+    )
+
+
+def test_the_h100_gap_at_256_streams_is_inside_the_pairs_spread() -> None:
+    """Session 3's two pairs at 256 streams read x0.86-0.88; with session 4's five, the seven
+    closed-loop pairs on the two H100s hold 1 in their t-interval at 256 and at 64 streams,
+    as the report says, and no run of tuner's client was client-bound."""
+
+    rows = load_sessions([SESSION_3 / "fidelity.jsonl"], first=3)
+    rows += load_sessions([SESSION_4 / "fidelity.jsonl"], first=4)
+    text = " ".join(REPORT.read_text().split())
+    for c, (n, mean, low, high) in sorted(_pooled(rows).items()):
         assert n == 7 and low < 1 < high
-        assert f"x{math.exp(mean):.3f} [{low:.3f}, {high:.3f}]" in text or (
-            f"x{math.exp(mean):.3f}, with a t-interval over the pairs of [{low:.3f}, {high:.3f}]"
-            in text
-        ), (c, math.exp(mean), low, high)
+        assert _reported(text, mean, low, high), (c, mean, low, high)
 
 
 def test_the_three_h100_sessions_pooled_hold_1_at_256_and_64_streams() -> None:
@@ -134,9 +149,6 @@ def test_the_three_h100_sessions_pooled_hold_1_at_256_and_64_streams() -> None:
     it out (12 pairs); with sessions 3 and 4, the 13 closed-loop pairs at 256 and at 64 streams
     on the three H100s hold 1 in their t-interval, as the report says, and no run of tuner's
     client was client-bound."""
-    import math
-
-    from scipy import stats
 
     s5 = load_sessions([SESSION_5 / "fidelity.jsonl"], first=5)
     assert len(s5) == 25 and len(pairs(s5)) == 12
@@ -146,26 +158,12 @@ def test_the_three_h100_sessions_pooled_hold_1_at_256_and_64_streams() -> None:
     rows = load_sessions([SESSION_3 / "fidelity.jsonl"], first=3)
     rows += load_sessions([SESSION_4 / "fidelity.jsonl"], first=4)
     rows += s5
-    by_c: dict[int, list[float]] = {}
-    for t, v in pairs(rows):
-        if t.get("request_rate") is None:
-            by_c.setdefault(int(t["concurrency"]), []).append(
-                math.log(ratio(t["output_throughput"], v["output_throughput"]))
-            )
-            assert not t["client_bound"] and t["failed"] == 0 and v["failed"] == 0
     text = " ".join(REPORT.read_text().split())
-    assert sorted(by_c) == [64, 256]
-    for c, logs in sorted(by_c.items()):
-        n = len(logs)
-        mean = sum(logs) / n
-        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-        half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-        low, high = math.exp(mean - half), math.exp(mean + half)
+    pooled = _pooled(rows)
+    assert sorted(pooled) == [64, 256]
+    for c, (n, mean, low, high) in sorted(pooled.items()):
         assert n == 13 and low < 1 < high
-        assert f"x{math.exp(mean):.3f} [{low:.3f}, {high:.3f}]" in text or (
-            f"x{math.exp(mean):.3f}, with a t-interval over the pairs of [{low:.3f}, {high:.3f}]"
-            in text
-        ), (c, math.exp(mean), low, high)
+        assert _reported(text, mean, low, high), (c, mean, low, high)
     # Session 5's own pairs at 256 streams, as the report lists them.
     at_256 = [
         ratio(t["output_throughput"], v["output_throughput"])
