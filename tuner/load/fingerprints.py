@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 
 from tuner.domain import Workload
+from tuner.load.stats import latency_stats
 from tuner.load.workloads import PlannedRequest, plan_requests
-
-PERCENTILES = (50, 90, 99)
 
 
 @dataclass(frozen=True)
@@ -76,9 +75,8 @@ class Fingerprint:
 
 
 def _lengths(values: Sequence[int]) -> dict[str, float]:
-    a = np.asarray(values, dtype=float)
-    percentiles = {f"p{q}": float(np.percentile(a, q)) for q in PERCENTILES}
-    return {"mean": float(a.mean()), **percentiles, "max": float(a.max())}
+    s = latency_stats(values)
+    return {"mean": s.mean, "p50": s.p50, "p90": s.p90, "p99": s.p99, "max": s.max}
 
 
 def prefix_reuse(plan: Sequence[PlannedRequest]) -> float:

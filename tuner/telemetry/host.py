@@ -192,14 +192,11 @@ class ProcessTreeCpuSampler(Periodic):
         self._first_tick: float | None = None  # time.monotonic() of the first and last tick
         self._last_tick: float | None = None
 
-    def _walk(self) -> list[tuple[psutil.Process, bool]]:
-        return engine_tree(self.root_pid)
-
     def _tick(self) -> None:
         now = time.monotonic()
         try:
             readings: list[tuple[tuple[int, float], float, bool]] = []
-            for proc, engine in self._walk():
+            for proc, engine in engine_tree(self.root_pid):
                 try:
                     born = since_boot(proc.pid)
                     readings.append(((proc.pid, born), cpu_seconds(proc), engine))

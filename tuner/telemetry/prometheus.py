@@ -184,15 +184,9 @@ def summarize_vllm(
     ``after`` (``kv_cache_usage_peak`` a fraction, 1 = full), a counter or time is after - before,
     ``prefix_cache_hit_rate`` delta hits / delta queries (only when queries grew). A key is left
     out when the server does not expose its metric or a counter went backwards."""
-    out: dict[str, float] = {}
-    for key, names in _PEAKS.items():
-        peak = _peak(names, peaks, before, after)
-        if peak is not None:
-            out[key] = peak
-    for key, names in _DELTAS.items():
-        delta = _delta(names, before, after)
-        if delta is not None:
-            out[key] = delta
+    found = {key: _peak(names, peaks, before, after) for key, names in _PEAKS.items()}
+    found.update({key: _delta(names, before, after) for key, names in _DELTAS.items()})
+    out = {key: value for key, value in found.items() if value is not None}
     hits = _delta(_PREFIX_HITS, before, after)
     queries = _delta(_PREFIX_QUERIES, before, after)
     if hits is not None and queries:
