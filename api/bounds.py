@@ -10,7 +10,7 @@ them with the usual 422: an id or offset beyond what a column holds never reache
 from __future__ import annotations
 
 from itertools import permutations
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Query
 from sqlalchemy import String
@@ -61,6 +61,11 @@ def _slo_pattern() -> str:
 
 SLO_PATTERN = _slo_pattern()
 SLO_EXAMPLE = "ttft_p99=500ms,e2e_p99=10s"
+
+
+def slo_param(description: str) -> Any:
+    """The ``Query`` of an ``slo`` parameter (read by :func:`slo_query`)."""
+    return Query(pattern=SLO_PATTERN, description=description, examples=[SLO_EXAMPLE])
 
 
 def pattern_problem(name: str, value: object) -> str:

@@ -46,9 +46,11 @@ def csp(page: str) -> str:
     )
 
 
-def _with_csp(page: HTMLResponse) -> HTMLResponse:
+def _serve(app: FastAPI, path: str, page: HTMLResponse) -> None:
+    """Serve the fixed ``page`` at ``path`` with its content-security policy."""
     body = bytes(page.body).decode()
-    return HTMLResponse(body, headers={"Content-Security-Policy": csp(body)})
+    headers = {"Content-Security-Policy": csp(body)}
+    app.get(path, include_in_schema=False)(lambda: HTMLResponse(body, headers=headers))
 
 
 def install_docs(app: FastAPI) -> None:
@@ -57,37 +59,26 @@ def install_docs(app: FastAPI) -> None:
     The app must be built with ``docs_url=None, redoc_url=None`` (FastAPI's CDN pages off).
     """
     app.mount(STATIC_PREFIX, StaticFiles(directory=ASSETS), name="docs-static")
-    openapi_url = app.openapi_url or "/openapi.json"
+    openapi_url, title = app.openapi_url or "/openapi.json", f"{app.title} API"
     oauth_redirect = "/docs/oauth2-redirect"
     favicon = f"{STATIC_PREFIX}/favicon.png"
-
-    @app.get("/docs", include_in_schema=False)
-    def swagger_ui() -> HTMLResponse:
-        return _with_csp(
-            get_swagger_ui_html(
-                openapi_url=openapi_url,
-                title=f"{app.title} API",
-                swagger_js_url=f"{STATIC_PREFIX}/swagger-ui-bundle.js",
-                swagger_css_url=f"{STATIC_PREFIX}/swagger-ui.css",
-                swagger_favicon_url=favicon,
-                oauth2_redirect_url=oauth_redirect,
-                # No validator badge: Swagger UI would send the spec to validator.swagger.io.
-                swagger_ui_parameters={"validatorUrl": None},
-            )
-        )
-
-    @app.get(oauth_redirect, include_in_schema=False)
-    def swagger_ui_redirect() -> HTMLResponse:
-        return _with_csp(get_swagger_ui_oauth2_redirect_html())
-
-    @app.get("/redoc", include_in_schema=False)
-    def redoc() -> HTMLResponse:
-        return _with_csp(
-            get_redoc_html(
-                openapi_url=openapi_url,
-                title=f"{app.title} API",
-                redoc_js_url=f"{STATIC_PREFIX}/redoc.standalone.js",
-                redoc_favicon_url=favicon,
-                with_google_fonts=False,
-            )
-        )
+    swagger = get_swagger_ui_html(
+        openapi_url=openapi_url,
+        title=title,
+        swagger_js_url=f"{STATIC_PREFIX}/swagger-ui-bundle.js",
+        swagger_css_url=f"{STATIC_PREFIX}/swagger-ui.css",
+        swagger_favicon_url=favicon,
+        oauth2_redirect_url=oauth_redirect,
+        # No validator badge: Swagger UI would send the spec to validator.swagger.io.
+        swagger_ui_parameters={"validatorUrl": None},
+    )
+    _serve(app, "/docs", swagger)
+    _serve(app, oauth_redirect, get_swagger_ui_oauth2_redirect_html())
+    redoc = get_redoc_html(
+        openapi_url=openapi_url,
+        title=title,
+        redoc_js_url=f"{STATIC_PREFIX}/redoc.standalone.js",
+        redoc_favicon_url=favicon,
+        with_google_fonts=False,
+    )
+    _serve(app, "/redoc", redoc)

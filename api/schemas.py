@@ -17,6 +17,7 @@ from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from tuner.catalog import GpuPrice
 from tuner.db import ComparisonRow, StudyRow, TrialRow, numbers_back, plan_back
 from tuner.domain import Estimate, GpuProfile, jsonable, to_jsonable
 from tuner.results import costs
@@ -117,15 +118,13 @@ class BaselineOut(BaseModel):
     )
 
 
-class PriceOut(BaseModel):
+class PriceOut(row_fields(GpuPrice)):  # type: ignore[misc]
     """A price per GPU-hour and where it comes from."""
 
-    usd_per_hour: float
     source: str = Field(
         description="given price (the request's gpu_price), the study's price, or the "
         "catalog default (a list-price assumption, with where it was read)"
     )
-    catalog_default: bool
 
 
 class DecidedOut(BaseModel):
@@ -272,19 +271,7 @@ class StudyOut(row_fields(StudyRow, omit=("id", "optuna_study_name", "spec"))): 
 
     @classmethod
     def of(cls, s: StudyRow, **converted: Any) -> Self:
-        return from_row(
-            cls,
-            s,
-            status=str(s.status),
-            workload_label=s.workload_label,
-            runner_gone=runner_gone(s),
-            failure=None if s.failure is None else StudyFailureOut.model_validate(s.failure),
-            slo=dict(s.slo),
-            trial_counts={str(k): v for k, v in s.trial_counts.items()},
-            confirmation_counts={str(k): v for k, v in s.confirmation_counts.items()},
-            free_counts={str(k): v for k, v in s.free_counts.items()},
-            **converted,
-        )
+        return from_row(cls, s, runner_gone=runner_gone(s), **converted)
 
 
 class StudyDetailOut(StudyOut):
@@ -349,10 +336,7 @@ class TrialOut(row_fields(TrialRow, omit=_TRIAL_APART)):  # type: ignore[misc]
         return from_row(
             cls,
             t,
-            phase=str(t.phase),
-            status=str(t.status),
             config=t.config.to_dict(),
-            failure=None if t.failure is None else str(t.failure),
             metrics=metrics_out(t.metrics),
             memory_gib=finite(values[1]) if values and t.metrics else None,
             score=finite(score),

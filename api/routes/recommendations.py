@@ -11,12 +11,11 @@ from api import recommendations
 from api.bounds import (
     GPU_MAX,
     MODEL_MAX,
-    SLO_EXAMPLE,
-    SLO_PATTERN,
     VERSION_MAX,
     VERSION_PATTERN,
     WORKLOAD_MAX,
     GpuPriceQuery,
+    slo_param,
     slo_query,
 )
 from api.deps import IndexDep
@@ -60,11 +59,9 @@ async def get_recommendation(
     ] = None,
     slo: Annotated[
         str | None,
-        Query(
-            pattern=SLO_PATTERN,
-            description="only trials meeting it: NAME=DURATION items (ttft_p99, itl_p99, "
-            "e2e_p99; ms or s), each name once",
-            examples=[SLO_EXAMPLE],
+        slo_param(
+            "only trials meeting it: NAME=DURATION items (ttft_p99, itl_p99, e2e_p99; ms or s), "
+            "each name once"
         ),
     ] = None,
     vllm_version: Annotated[

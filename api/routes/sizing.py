@@ -9,15 +9,7 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from pydantic import StringConstraints
 
-from api.bounds import (
-    GPU_MAX,
-    MODEL_MAX,
-    SLO_EXAMPLE,
-    SLO_PATTERN,
-    WORKLOAD_MAX,
-    GpuPriceQuery,
-    slo_query,
-)
+from api.bounds import GPU_MAX, MODEL_MAX, WORKLOAD_MAX, GpuPriceQuery, slo_param, slo_query
 from api.deps import RepoDep
 from api.errors import MALFORMED, UNAVAILABLE, not_found, responses
 from tuner.domain import to_jsonable
@@ -54,14 +46,7 @@ async def get_sizing(
         list[Annotated[str, StringConstraints(min_length=1, max_length=GPU_MAX)]] | None,
         Query(max_length=64, description="GPU profile, repeatable (default: every one)"),
     ] = None,
-    slo: Annotated[
-        str | None,
-        Query(
-            pattern=SLO_PATTERN,
-            description="the SLO to size for (default: each study's own)",
-            examples=[SLO_EXAMPLE],
-        ),
-    ] = None,
+    slo: Annotated[str | None, slo_param("the SLO to size for (default: each study's own)")] = None,
     workload: Annotated[
         str | None,
         Query(min_length=1, max_length=WORKLOAD_MAX, description="only this workload's studies"),

@@ -28,6 +28,7 @@ from api.schemas import (
 from tuner.db import Repository, StudyRow, StudyStatus, TrialPhase, TrialRow
 from tuner.domain import TrialStatus
 from tuner.errors import UsageError
+from tuner.results.report.study import non_dominated
 from tuner.scoring import objectives as scoring
 from tuner.study import study_objective, trial_score
 
@@ -277,26 +278,17 @@ def page_total(counted: int, *, offset: int, limit: int, returned: int) -> int:
     return max(counted, offset + returned)
 
 
-def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-    """a is no worse than b on every objective and better on one (throughput up, rest down)."""
-    better_or_equal = a[0] >= b[0] and a[1] <= b[1] and a[2] <= b[2]
-    return better_or_equal and (a[0] > b[0] or a[1] < b[1] or a[2] < b[2])
-
-
 def pareto_front(snap: StudySnapshot) -> list[TrialRow]:
     """The complete trials no other complete trial dominates, by trial number."""
 
     def key(t: TrialRow) -> tuple[float, ...]:
         thr, mem, p99 = t.objective_values or (0.0, math.inf, math.inf)
-        # NaN compares false both ways, which would make a trial undominatable: treat as worst.
-        return (
-            thr if math.isfinite(thr) else -math.inf,
-            mem if math.isfinite(mem) else math.inf,
-            p99 if math.isfinite(p99) else math.inf,
-        )
+        # Each minimised (throughput negated); NaN compares false both ways, which would make a
+        # trial undominatable: treat as worst.
+        return tuple(v if math.isfinite(v) else math.inf for v in (-thr, mem, p99))
 
-    points = [(t, key(t)) for t in snap.trials]
-    return [t for t, v in points if not any(_dominates(w, v) for _, w in points)]
+    on_front = non_dominated([key(t) for t in snap.trials])
+    return [t for t, on in zip(snap.trials, on_front, strict=True) if on]
 
 
 @router.get("/{name}/pareto", response_model=ParetoOut, responses=NAMED)

@@ -57,23 +57,17 @@ def trial_row(m: TrialModel, study_name: str) -> TrialRow:
 def reset_trial(
     m: TrialModel, config: ServingConfig, phase: str, is_baseline: bool, now: float
 ) -> None:
-    """Make ``m`` a fresh RUNNING trial of ``config``: every outcome column cleared."""
-    m.phase = phase
-    m.is_baseline = is_baseline
-    m.config = config.to_dict()
-    m.config_label = config.label()
+    """Make ``m`` a fresh RUNNING trial of ``config``: every outcome column cleared (each
+    nullable one to None)."""
+    for column in m.__table__.columns:
+        if column.nullable:
+            setattr(m, column.key, None)
+    m.phase, m.is_baseline = phase, is_baseline
+    m.config, m.config_label = config.to_dict(), config.label()
     m.status = TrialStatus.RUNNING.value
-    m.failure_class = None
-    m.failure_detail = ""
-    m.log_tail = ""
+    m.failure_detail = m.log_tail = ""
     m.metrics, m.windows, m.memory, m.server_metrics = {}, [], {}, {}
-    m.server = m.objective_values = m.provenance = None
-    m.score = m.finished_at = None
     m.started_at = now
-    m.gpu_name = m.gpu_uuid = m.driver_version = m.vllm_version = None
-    m.model = m.workload = m.effective_backend = m.hostname = None
-    m.emulated = None
-    m.kv_cache_tokens = None
 
 
 def apply_result(m: TrialModel, result: TrialResult, now: float) -> None:

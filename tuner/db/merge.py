@@ -185,8 +185,7 @@ def _target_revision(target: str, dst_file: Path | None, dry_run: bool) -> str |
         engine.dispose()
     if revision is None:
         migrate.check_leftovers(target, tables)
-    elif revision not in migrate.known_revisions():
-        raise migrate.unknown_revision(target, revision)
+    migrate.check_known(target, revision)
     return revision
 
 

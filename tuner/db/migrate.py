@@ -251,8 +251,7 @@ def _run(url: str, direction: str, revision: str) -> None:
     with _connection(url) as connection:
         check_alembic_version(connection, url)
         current = revision_of(connection)
-        if current is not None and current not in known_revisions():
-            raise unknown_revision(url, current)
+        check_known(url, current)
         if current is None and direction == "upgrade":  # else: "table ... already exists"
             check_leftovers(url, inspect(connection).get_table_names())
         # env.py picks this connection up instead of opening its own.
@@ -260,11 +259,13 @@ def _run(url: str, direction: str, revision: str) -> None:
         getattr(command, direction)(config, revision)
 
 
-def unknown_revision(url: str, current: str) -> StorageError:
-    return StorageError(
-        f"database {safe_url(url)} is at revision {current}, which this tuner does not know",
-        hint="it was migrated by a newer tuner: upgrade tuner",
-    )
+def check_known(url: str, current: str | None) -> None:
+    """StorageError when the database is at a revision (``current``) this tuner does not know."""
+    if current is not None and current not in known_revisions():
+        raise StorageError(
+            f"database {safe_url(url)} is at revision {current}, which this tuner does not know",
+            hint="it was migrated by a newer tuner: upgrade tuner",
+        )
 
 
 def ensure_current(url: str) -> None:
@@ -285,8 +286,7 @@ def ensure_current(url: str) -> None:
             if foreign
             else upgrade_hint(url),
         )
-    if current not in known_revisions():
-        raise unknown_revision(url, current)
+    check_known(url, current)
     raise StorageError(
         f"database {where} at revision {current}, tuner needs {head}",
         hint=_old_revision_hint(url),

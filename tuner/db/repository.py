@@ -143,9 +143,7 @@ class Repository:
             return None  # never created; and PostgreSQL refuses NUL even in a query
         with session_scope(self._engine) as s:
             row = s.scalar(select(StudyModel).where(StudyModel.name == name))
-            if row is None:
-                return None
-            return study_row(row, _counts(s, [row.id]).get(row.id, {}), _free(s, [row.id])[row.id])
+            return None if row is None else _counted(s, [row])[0]
 
     def list_studies(self) -> list[StudyRow]:
         """All studies, newest first, each with its trial counts by status."""
@@ -153,9 +151,7 @@ class Repository:
             rows = s.scalars(
                 select(StudyModel).order_by(StudyModel.created_at.desc(), StudyModel.id.desc())
             ).all()
-            ids = [r.id for r in rows]
-            counts, free = _counts(s, ids), _free(s, ids)
-            return [study_row(r, counts.get(r.id, {}), free[r.id]) for r in rows]
+            return _counted(s, rows)
 
     def change_marker(self) -> tuple[int, int | None, float | None, float | None]:
         """A cheap value that changes whenever a study or one of its trials is written
@@ -697,19 +693,20 @@ def _touch(s: Session, study_id: int, now: float) -> None:
     s.execute(update(StudyModel).where(StudyModel.id == study_id).values(updated_at=now))
 
 
-def _counts(s: Session, study_ids: list[int]) -> dict[int, dict[str, dict[str, int]]]:
-    """Per study id: trials per phase, then per status."""
-    out: dict[int, dict[str, dict[str, int]]] = {}
-    if not study_ids:
-        return out
+def _counted(s: Session, studies: Sequence[StudyModel]) -> list[StudyRow]:
+    """The rows of ``studies``, each with its trials per phase, then per status, and its free
+    search trials."""
+    ids = [r.id for r in studies]
+    counts: dict[int, dict[str, dict[str, int]]] = {}
     query = (
         select(TrialModel.study_id, TrialModel.phase, TrialModel.status, func.count())
-        .where(TrialModel.study_id.in_(study_ids))
+        .where(TrialModel.study_id.in_(ids))
         .group_by(TrialModel.study_id, TrialModel.phase, TrialModel.status)
     )
     for study_id, phase, status, n in s.execute(query):
-        out.setdefault(study_id, {}).setdefault(phase, {})[status] = int(n)
-    return out
+        counts.setdefault(study_id, {}).setdefault(phase, {})[status] = int(n)
+    free = _free(s, ids)
+    return [study_row(r, counts.get(r.id, {}), free[r.id]) for r in studies]
 
 
 def _free(s: Session, study_ids: list[int]) -> dict[int, dict[FailureClass, int]]:

@@ -14,7 +14,7 @@ from tuner.catalog import GpuPrice, gpu_price
 from tuner.db import TrialPhase, TrialRow
 from tuner.domain import Estimate, Objective, TrialStatus, WindowMetrics
 from tuner.errors import UsageError
-from tuner.load import load_points, point_label, unsaturated
+from tuner.load import LoadPoint, load_points, point_label, unsaturated
 from tuner.scoring import trial_cost
 from tuner.spec import FINGERPRINT
 
@@ -96,6 +96,14 @@ def arrivals(spec: Mapping[str, Any] | None) -> str | None:
     return str(fingerprint.get("arrival"))
 
 
+def load_label(point: LoadPoint, timed: str | None) -> str:
+    """:func:`tuner.load.point_label` of ``point``, its arrivals timed as ``timed`` says
+    (:func:`arrivals`)."""
+    return point_label(
+        point.concurrency, point.request_rate, timed == "trace", trace_poisson=timed == "poisson"
+    )
+
+
 def usd_at_most(
     metrics: Mapping[str, Estimate], windows: Sequence[WindowMetrics], spec: Mapping[str, Any]
 ) -> bool:
@@ -155,10 +163,7 @@ def ranked_on_a_bound(
     kept = sum(usd_at_most(r.metrics, r.windows, spec or {}) for r in measured)
     points = load_points(trial.windows)
     top = max(points, key=lambda p: p.load)
-    timed = arrivals(spec)
-    label = point_label(
-        top.concurrency, top.request_rate, timed == "trace", trace_poisson=timed == "poisson"
-    )
+    label = load_label(top, arrivals(spec))
     ladder = len(points) > 1 and top.request_rate is not None
     where = f"the rate_ladder's top rate, {label}" if ladder else f"its one open-loop load, {label}"
     fix = (

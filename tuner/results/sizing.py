@@ -46,7 +46,7 @@ from tuner.catalog import GpuPrice, check_one_model, model_key
 from tuner.db import Repository, StudyRow, TrialRow
 from tuner.domain import Estimate, Objective, Slo
 from tuner.errors import UsageError
-from tuner.load import capacity, estimate, load_points, point_label, unsaturated
+from tuner.load import capacity, estimate, load_points, unsaturated
 from tuner.results import costs
 from tuner.results.recommend import (
     Recommendation,
@@ -236,12 +236,7 @@ def _capacity(
         basis = f"the load curve's capacity at {chosen.label}"
     else:
         chosen = points[0]
-        label = point_label(
-            chosen.concurrency,
-            chosen.request_rate,
-            arrivals == "trace",
-            trace_poisson=arrivals == "poisson",
-        )
+        label = costs.load_label(chosen, arrivals)
         if not chosen.meets(slo) or chosen.client_bound:
             why = "client-bound" if chosen.client_bound else "missed the SLO"
             none = [0.0] * len(chosen.metrics[key].values)  # as many windows as were measured

@@ -382,19 +382,12 @@ def pareto(lines: Sequence[TrialLine]) -> tuple[ParetoPoint, ...]:
         and t.e2e_p99_ms is not None
     ]
 
-    def front(pairs: Sequence[tuple[float, float]]) -> list[bool]:
-        # (a, b), both to minimise: dominated when another is no worse on both, better on one.
-        return [
-            not any(oa <= a and ob <= b and (oa < a or ob < b) for oa, ob in pairs)
-            for a, b in pairs
-        ]
-
-    speed = front([(-(t.throughput or 0.0), t.e2e_p99_ms or 0.0) for t in measured])
+    speed = non_dominated([(-(t.throughput or 0.0), t.e2e_p99_ms or 0.0) for t in measured])
     priced = [t for t in measured if t.usd_per_million is not None]
     cheap = dict(
         zip(
             (t.number for t in priced),
-            front([(t.usd_per_million or 0.0, t.e2e_p99_ms or 0.0) for t in priced]),
+            non_dominated([(t.usd_per_million or 0.0, t.e2e_p99_ms or 0.0) for t in priced]),
             strict=True,
         )
     )
@@ -414,6 +407,18 @@ def pareto(lines: Sequence[TrialLine]) -> tuple[ParetoPoint, ...]:
         )
         for t, on in zip(measured, speed, strict=True)
     )
+
+
+def non_dominated(points: Sequence[tuple[float, ...]]) -> list[bool]:
+    """Which ``points`` (every coordinate to minimise) no other dominates: no worse on every
+    coordinate and better on one. Equal points are all on the front."""
+    return [
+        not any(
+            all(o <= p for o, p in zip(other, point, strict=True)) and other != point
+            for other in points
+        )
+        for point in points
+    ]
 
 
 def distribution(metric: str, trials: Sequence[TrialRow]) -> Distribution:
