@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from tuner.abtest.pair import NOT_MEASURED, PairOutcome, run_pair, setup_pair
     from tuner.abtest.pipeline import Watch, open_bench
     from tuner.abtest.profile import (
+        launches_profile,
         load_profile,
         log_values,
         noise_key,
@@ -58,6 +59,7 @@ __all__ = [
     "claim_record",
     "judge_look",
     "judged_level",
+    "launches_profile",
     "load_claims",
     "load_profile",
     "log_values",

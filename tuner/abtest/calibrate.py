@@ -14,7 +14,7 @@ from typing import Any
 
 from tuner.abtest.compare import Arm, failure_texts
 from tuner.abtest.pipeline import Bench, Group, Judgement, Watch, first_provenance
-from tuner.abtest.profile import gpu_seconds, load_profile, noise_key
+from tuner.abtest.profile import gpu_seconds, launches_profile
 from tuner.domain import TrialResult, TrialStatus, Workload, to_jsonable
 from tuner.scoring import NoiseProfile
 
@@ -74,9 +74,7 @@ def run_calibration(bench: Bench, workload: Workload, arm: Arm, watch: Watch) ->
 
     def judge(_group: Group, results: list[list[TrialResult]]) -> Sequence[Calibration]:
         (runs,) = results
-        first = next((r for r in runs if r.status is TrialStatus.COMPLETE), None)
-        key = noise_key(first, bench.model, workload.name) if first else None
-        profile = load_profile(bench.repo, key) if key is not None else None
+        profile = launches_profile(bench.repo, runs, bench.model, workload.name)
         return [Calibration(arm, workload, tuple(runs), profile)]
 
     ((calibration, _),) = bench.run([Group(workload, (arm,))], judge, watch=watch)

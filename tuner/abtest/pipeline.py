@@ -26,7 +26,7 @@ from tuner.abtest.compare import Arm, RunCallback, run_interleaved
 from tuner.abtest.decide import Design, run_looks
 from tuner.abtest.guard import FindingGuard
 from tuner.abtest.launchlog import LaunchLog, describe_resumed
-from tuner.abtest.profile import load_profile, noise_key, record_launch, run_tag
+from tuner.abtest.profile import launches_profile, record_launch, run_tag
 from tuner.compose import prepare, writable_home
 from tuner.domain import (
     GpuProfile,
@@ -34,7 +34,6 @@ from tuner.domain import (
     Provenance,
     ServingConfig,
     TrialResult,
-    TrialStatus,
     Workload,
 )
 from tuner.spec import DEFAULTS
@@ -255,11 +254,8 @@ class Bench:
         """The noise profile of the key of ``group``'s launches, from every stored launch but
         this run's own; None before a launch completed or without a profile."""
         flat = [r for rs in results for r in rs]
-        first = next((r for r in flat if r.status is TrialStatus.COMPLETE), None)
-        key = noise_key(first, self.model, group.workload.name) if first else None
-        if key is None:
-            return None
-        return load_profile(self.repo, key, exclude_run=self.run_tag(group, flat))
+        run = self.run_tag(group, flat)
+        return launches_profile(self.repo, flat, self.model, group.workload.name, run)
 
     def store(self, judgement: Judgement) -> int:
         row = self.repo.add_comparison(

@@ -146,6 +146,20 @@ def load_profile(
     return profile if profile.metrics else None
 
 
+def launches_profile(
+    repo: Repository,
+    results: Iterable[TrialResult],
+    model: ModelSpec,
+    workload: str,
+    exclude_run: str | None = None,
+) -> NoiseProfile | None:
+    """The profile (:func:`load_profile`) of the key of the first complete launch of
+    ``results``; None before a launch completed or without a profile."""
+    first = next((r for r in results if r.status is TrialStatus.COMPLETE), None)
+    key = None if first is None else noise_key(first, model, workload)
+    return None if key is None else load_profile(repo, key, exclude_run=exclude_run)
+
+
 def profile_lines(profile: NoiseProfile | None, metrics: Sequence[str] = (HEADLINE,)) -> list[str]:
     """Lines for people: the key, then each metric's components."""
     if profile is None:

@@ -55,8 +55,7 @@ from tuner.abtest import (
     Look,
     judge_look,
     judged_level,
-    load_profile,
-    noise_key,
+    launches_profile,
     record_launch,
     reusable,
     run_interleaved,
@@ -64,7 +63,7 @@ from tuner.abtest import (
 )
 from tuner.compose import StudyContext
 from tuner.db import ComparisonRow, Repository, TrialPhase, TrialRow, study_run_tag
-from tuner.domain import Objective, ServingConfig, TrialResult, TrialStatus, interrupted
+from tuner.domain import Objective, ServingConfig, TrialResult, interrupted
 from tuner.load import FULL
 from tuner.runner import TrialRunner
 from tuner.scoring import (
@@ -86,7 +85,6 @@ from tuner.spec import DEFAULTS as DEFAULTS_LABEL
 
 CONFIRM_NUMBER_BASE = 100_000
 if TYPE_CHECKING:
-    from tuner.scoring import NoiseProfile
     from tuner.study.loop import Ranked
 
 
@@ -167,7 +165,8 @@ def run_confirmation(
     )
 
     def looks(results: list[list[TrialResult]]) -> list[Look]:
-        profile = _profile(ctx, results, repo)
+        launched = itertools.chain.from_iterable(results)
+        profile = launches_profile(repo, launched, ctx.model, workload.name, study_run_tag(study))
         return [
             judge_look(arms[0], results[0], arm, rs, design, profile, metric)
             for arm, rs in zip(arms[1:], results[1:], strict=True)
@@ -247,15 +246,6 @@ def _weighed(objective: Objective, curve: bool) -> tuple[str, ...]:
     if curve and objective in (Objective.CAPACITY, Objective.COST):
         return (CAPACITY, *_COMPOSITE[1:])
     return _COMPOSITE
-
-
-def _profile(
-    ctx: StudyContext, results: Sequence[Sequence[TrialResult]], repo: Repository
-) -> NoiseProfile | None:
-    """The noise profile of the confirmation's key without the study's own launches."""
-    first = next((r for rs in results for r in rs if r.status is TrialStatus.COMPLETE), None)
-    key = None if first is None else noise_key(first, ctx.model, ctx.workload.name)
-    return None if key is None else load_profile(repo, key, exclude_run=study_run_tag(ctx.name))
 
 
 @dataclass(frozen=True)

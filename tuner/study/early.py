@@ -78,15 +78,6 @@ def launch_sigma(rows: Iterable[TrialResult], objective: Objective) -> float:
     return DEFAULT_LAUNCH_SIGMA if sd is None else sd
 
 
-def _window_sigma(windows: Sequence[WindowMetrics], objective: Objective) -> float:
-    logs = [
-        math.log(scoring.score_values((w.output_throughput, 0.0, w.e2e_ms.p99), objective))
-        for w in windows
-        if w.output_throughput > 0
-    ]
-    return statistics.stdev(logs) if len(logs) >= 2 else 0.0
-
-
 def point_spread(
     windows: Sequence[WindowMetrics],
     workload: Workload,
@@ -99,7 +90,12 @@ def point_spread(
     stopped."""
     one_point = len(workload.load_points()) == 1
     first = windows if one_point else windows[: first_point_windows(workload)]
-    return _window_sigma(first, objective)
+    logs = [
+        math.log(scoring.score_values((w.output_throughput, 0.0, w.e2e_ms.p99), objective))
+        for w in first
+        if w.output_throughput > 0
+    ]
+    return statistics.stdev(logs) if len(logs) >= 2 else 0.0
 
 
 # Why --early-stop does nothing under the memory objective (the study's header says it).

@@ -342,22 +342,19 @@ def _open(
             # Its queue worker stopped (or failed) while it set the study up, before the
             # Optuna study existed: this resume sets it up, as that worker would have.
             _record_set_up(ctx, repo)
-            if existing.n_trials_requested != ctx.spec.trials:
-                repo.set_trials_requested(ctx.name, ctx.spec.trials)
             study = _set_up_optuna(ctx, storage)
-            name_metrics(ctx, study)
-            return study
-        study = open_optuna_study(ctx, create=False, storage=storage)
-        # A resume: nobody else runs the study (none on this host, it checks first), so every
-        # trial still running is dead; not so for a takeover (``alone`` False).
-        sharing.swept(
-            study,
-            repo,
-            ctx.name,
-            alone=resume and alone,
-            # A takeover of a confirming study: its queue worker, gone, ran the confirmation.
-            confirmation_gone=resume and existing.status == StudyStatus.CONFIRMING,
-        )
+        else:
+            study = open_optuna_study(ctx, create=False, storage=storage)
+            # A resume: nobody else runs the study (none on this host, it checks first), so
+            # every trial still running is dead; not so for a takeover (``alone`` False).
+            sharing.swept(
+                study,
+                repo,
+                ctx.name,
+                alone=resume and alone,
+                # A takeover of a confirming study: its queue worker, gone, ran the confirmation.
+                confirmation_gone=resume and existing.status == StudyStatus.CONFIRMING,
+            )
         if resume and existing.n_trials_requested != ctx.spec.trials:
             repo.set_trials_requested(ctx.name, ctx.spec.trials)
     name_metrics(ctx, study)

@@ -22,7 +22,7 @@ from typing import Any
 
 import optuna
 
-from tuner.abtest import COMPARED, HEADLINE, load_profile, noise_key
+from tuner.abtest import COMPARED, HEADLINE, launches_profile
 from tuner.compose import StudyContext, plan_wanted
 from tuner.db import Repository, TrialRow
 from tuner.domain import Objective, Slo, TrialResult, TrialStatus
@@ -248,8 +248,7 @@ def _launch_sd(
     ctx: StudyContext, repo: Repository, rows: Sequence[TrialRow]
 ) -> tuple[float | None, str]:
     defaults = _baseline_result(rows)
-    key = noise_key(defaults, ctx.model, ctx.workload.name) if defaults else None
-    profile = load_profile(repo, key) if key is not None else None
+    profile = launches_profile(repo, [defaults] if defaults else [], ctx.model, ctx.workload.name)
     return score_sd(profile, ctx.spec.objective) if profile is not None else (None, "")
 
 

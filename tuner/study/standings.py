@@ -198,8 +198,7 @@ def best_across(
     them), else the top of its :func:`standings`."""
     picks = []
     for study, rows, objective, confirmed in studies:
-        slo = Slo(**study.slo)
-        table = standings(rows, objective, slo, updated_at=study.updated_at)
+        table = standings(rows, objective, study_slo(study), updated_at=study.updated_at)
         if (top := study_pick(table, confirmed)) is not None:
             picks.append((study, chosen(top, confirmed)))
     return best_first(picks, lambda p: p[1].standing)
