@@ -229,3 +229,21 @@ def test_two_runs_at_once_never_share_a_launch_log(tmp_path: Path) -> None:
     with log.exclusive():
         pass
     assert not [p for p in tmp_path.rglob("*.jsonl")]  # the lock is no log of launches
+
+
+def test_two_models_of_one_alias_never_share_a_launch_log(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two directories named `m` (or a catalog model's dummy and its real weights) share an
+    alias: an interrupted compare of one was resumed with the other's launches."""
+    from dataclasses import replace
+
+    from tuner.abtest.pipeline import Bench
+
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path))
+    repo = make_repo(f"sqlite:///{tmp_path / 't.db'}")
+    dummy = resolve_model("tiny-ernie")
+    models = [dummy, *(replace(dummy, source=str(tmp_path / d / "m")) for d in ("A", "C"))]
+    benches = [
+        Bench("compare", m, get_gpu("cpu"), 3, FakeRunner(), repo, "fake", "0.0.0+fake")
+        for m in models
+    ]
+    assert len({b.launch_log(LOAD, [A, B]).path for b in benches}) == 3

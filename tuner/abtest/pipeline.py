@@ -219,7 +219,9 @@ class Bench:
             self.command,
             arms,
             self.launches,
-            model=self.model.alias,
+            # Two models share an alias (two directories named `m`, `orgA/foo` and `orgB/foo`,
+            # a catalog model's dummy and real weights): the weights' source tells them apart.
+            model=self.model.source or self.model.alias,
             gpu=self.gpu.name,
             hardware=self.hardware,
             vllm=self.vllm_version,
