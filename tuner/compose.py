@@ -18,7 +18,7 @@ from tuner.catalog import get_gpu, has_facts, resolve_model
 from tuner.domain import GpuProfile, ModelSpec, Objective, ServingConfig, Slo, Workload, typed_knobs
 from tuner.domain.workload import parse_slo
 from tuner.errors import EnvironmentProblem, SpecError, UsageError
-from tuner.load import check_shapes, check_workload, get_workload, recommended_slo
+from tuner.load import SATURATING, check_shapes, check_workload, get_workload, recommended_slo
 from tuner.runner import load_flags
 from tuner.space import NothingToSearch, SearchSpace
 from tuner.spec import NO_SLO, StudySpec, check_flags, find_line
@@ -115,10 +115,8 @@ def resolve_workload(
             f"the cost objective ranks by throughput per GPU, but workload {workload.name!r} "
             "sends one open-loop load (timed arrivals): every configuration that keeps up "
             "serves that same rate, so the costs would only rank noise",
-            hint="give it a load that saturates the server: a closed-loop curve ([workload] "
-            "concurrency_ladder = [16, 64, 256]), a closed loop for a trace ([workload] "
-            'arrival = "closed"), or a closed-loop workload (chat, rag, code); or keep this '
-            "workload with another objective (latency, balanced)",
+            hint=f"give it {SATURATING}; or keep this workload with another objective "
+            "(latency, balanced)",
         )
     return workload
 

@@ -301,3 +301,19 @@ def test_a_capacity_read_at_a_ladder_the_server_kept_up_with_says_at_least(
     assert "at least: the capacity of #0 is only a lower bound: the server kept up" in note
     listed = json.loads(tuner("trials", "ladder", "--json"))
     assert [t["capacity_is_lower_bound"] for t in listed] == [True, False]
+
+
+def test_the_capacity_advice_names_only_workloads_that_saturate_a_server() -> None:
+    """The advice under a bound (and the cost objective's refusal) named chat, rag and code,
+    closed loops of 8 to 16 streams: their throughput is a GPU's at that concurrency, not its
+    capacity, so a user who followed it sized from a figure far below what one GPU serves."""
+    import re
+
+    from tuner.load import WORKLOADS
+    from tuner.results.costs import MEASURE_CAPACITY
+
+    named = [w for w in WORKLOADS if re.search(rf"\b{re.escape(w)}\b", MEASURE_CAPACITY)]
+    assert named, MEASURE_CAPACITY
+    for name in named:
+        load = WORKLOADS[name]
+        assert load.request_rate is None and (load.concurrency or 0) >= 256, name

@@ -86,6 +86,15 @@ class LoadPoint:
         return all(m <= 0 for m in slo_margins(self.metrics, slo or Slo()))
 
 
+# What measures a server's capacity: a load it cannot keep up with. chat, rag and code run 8 to
+# 16 streams, which a GPU serves with room to spare: their throughput is that load's, not more.
+SATURATING = (
+    "a load that saturates the server: a closed-loop curve ([workload] concurrency_ladder = "
+    '[16, 64, 256]), a closed loop for a trace ([workload] arrival = "closed"), or a workload '
+    "of many streams in a closed loop (throughput-256)"
+)
+
+
 def unsaturated(point: LoadPoint, points: Sequence[LoadPoint], timed: bool = False) -> bool:
     """Whether ``point``'s throughput only bounds the server's capacity from below: its load
     was sent open loop (a request rate, or ``timed``: the workload's arrivals were timed, a

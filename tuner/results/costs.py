@@ -14,7 +14,7 @@ from tuner.catalog import GpuPrice, gpu_price
 from tuner.db import TrialPhase, TrialRow
 from tuner.domain import Estimate, Objective, TrialStatus, WindowMetrics
 from tuner.errors import UsageError
-from tuner.load import LoadPoint, load_points, point_label, unsaturated
+from tuner.load import SATURATING, LoadPoint, load_points, point_label, unsaturated
 from tuner.scoring import trial_cost
 from tuner.spec import FINGERPRINT
 
@@ -23,11 +23,7 @@ OPEN_LOOP = (
     "the server kept up with an open-loop load (arrivals timed, no higher load measured): "
     "its throughput is the load it was sent, not what the GPU can serve"
 )
-MEASURE_CAPACITY = (
-    "for a capacity, measure a load that saturates the server: a closed-loop curve ([workload] "
-    "concurrency_ladder = [16, 64, 256]), a closed loop for a trace ([workload] arrival = "
-    '"closed"), or a closed-loop workload (chat, rag, code)'
-)
+MEASURE_CAPACITY = f"for a capacity, measure {SATURATING}"
 
 
 def study_price(
