@@ -351,3 +351,18 @@ def test_the_export_shows_only_what_was_measured(tmp_path: Path) -> None:
     row = markdown_table([trial]).splitlines()[2]
     assert "nan" not in row and "inf" not in row and "| 10 [9, 11] |" in row
     assert "| none met the SLO |" in row and "@ 0" not in row
+
+
+def test_markdown_says_what_each_table_was_measured_with(db: str) -> None:
+    """The claims table and each comparison named no GPU, vLLM or launch count, which their
+    JSON records hold: a figure pasted from the Markdown lost where it was measured."""
+    records = comparison_records(make_repo(db))
+    md = comparisons_markdown(records)
+    confirmation = next(r for r in records if not r.get("claim"))
+    heading = md.index("### Comparison")
+    line = md[heading:].split("\n\n")[1]
+    provenance = confirmation["provenance"]
+    assert line.startswith("Measured with model "), line
+    assert f"GPU {provenance['gpu_name']}" in line and f"vLLM {provenance['vllm_version']}" in line
+    assert "3 launches a side" in line
+    assert md.index("Measured with") < md.index("| claim |")

@@ -36,7 +36,7 @@ from typing import Any
 from tuner.abtest import LAUNCH_VALUES, Claim, ratio_of
 from tuner.db import Repository
 from tuner.domain import to_jsonable
-from tuner.results.export import md_cell
+from tuner.results.export import md_cell, measured_with
 from tuner.scoring import is_inconclusive, ratio_text, stored_window_note
 
 
@@ -248,7 +248,7 @@ def comparisons_markdown(records: Sequence[Mapping[str, Any]]) -> str:
     parts = []
     claims = [r for r in records if r.get("claim")]
     if claims:
-        parts.append(claims_table(claims))
+        parts.append(_provenance(claims) + claims_table(claims))
     for r in records:
         if r.get("claim"):
             continue
@@ -262,9 +262,22 @@ def comparisons_markdown(records: Sequence[Mapping[str, Any]]) -> str:
         caution = f"Caution: {note}.\n\n" if note else ""
         value = LAUNCH_VALUES.get(r.get("launch_value") or "")
         values = f"A launch's value: {value}; a side's median is over its launches.\n\n"
-        parts.append(title + caution + (values if value else "") + comparison_table(r))
+        parts.append(
+            title + _provenance([r]) + caution + (values if value else "") + comparison_table(r)
+        )
     total = _total(records)
     return "\n".join(parts) + (f"\n{total}\n" if total else "")
+
+
+def _provenance(records: Sequence[Mapping[str, Any]]) -> str:
+    """A line saying what ``records`` were measured with (model, GPU, vLLM, workload) and how
+    many launches a side, above their table; "" where they recorded none of it."""
+    parts = measured_with([r["provenance"] for r in records if r.get("provenance")])
+    counts = [n for r in records for n in (r.get("launches") or {}).values()]
+    if counts:
+        few, most = min(counts), max(counts)
+        parts.append(f"{few if few == most else f'{few} to {most}'} launches a side")
+    return f"Measured with {', '.join(parts)}.\n\n" if parts else ""
 
 
 def _cost(r: Mapping[str, Any]) -> str:

@@ -120,29 +120,33 @@ def provenance_line(records: Sequence[Mapping[str, Any]]) -> str:
     """What the trials were measured with, in one line ("Study s: model m, GPU NVIDIA H100,
     vLLM 0.32.0, workload chat, 3 measurement windows a trial"), each value as the records hold
     it (several joined by " / "); "" when no trial recorded provenance."""
-    provenance = [r["provenance"] for r in records if r.get("provenance")]
-    if not provenance:
+    parts = measured_with([r["provenance"] for r in records if r.get("provenance")])
+    if not parts:
         return ""
-
-    def values(found: Iterable[object]) -> str:
-        return " / ".join(dict.fromkeys(str(v) for v in found if v not in (None, "")))
-
-    windows = values(
+    windows = _joined(
         len(m["output_throughput"].get("values") or ())
         for r in records
         if r["status"] == "complete" and "output_throughput" in (m := r["metrics"] or {})
     )
-    parts = [
-        f"{label} {text}"
-        for label, key in _PROVENANCE.items()
-        if (text := values(p.get(key) for p in provenance))
-    ]
-    if any(p.get("emulated") for p in provenance):
-        parts.append("emulated")
     if windows:  # at the workload's own load point: per point where a trial measured a curve
         per = "load point" if _curve(records) else "trial"
         parts.append(f"{windows} measurement windows a {per}")
     return f"Study {records[0]['study']}: " + ", ".join(parts)
+
+
+def measured_with(provenance: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The model, GPU, vLLM and workload of ``provenance`` (stored records'), each as the
+    records hold it, several joined by " / "; "emulated" last where any was."""
+    parts = [
+        f"{label} {text}"
+        for label, key in _PROVENANCE.items()
+        if (text := _joined(p.get(key) for p in provenance))
+    ]
+    return parts + (["emulated"] if any(p.get("emulated") for p in provenance) else [])
+
+
+def _joined(found: Iterable[object]) -> str:
+    return " / ".join(dict.fromkeys(str(v) for v in found if v not in (None, "")))
 
 
 def _curve(records: Sequence[Mapping[str, Any]]) -> bool:
