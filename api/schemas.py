@@ -322,7 +322,8 @@ class TrialOut(row_fields(TrialRow, omit=_TRIAL_APART)):  # type: ignore[misc]
     memory_gib: float | None
     score: float | None = Field(description="the study objective's score; 1.0 = the defaults")
     objective_values: list[float | None] | None = Field(
-        description="[output tok/s, memory GiB, P99 E2E ms] as told to the sampler"
+        description="[output tok/s, memory GiB, P99 E2E ms] as measured (a trial stopped early: "
+        "its first load point's); null for a trial that measured none, as in `tuner export`"
     )
     provenance: ProvenanceOut | None
     capacity_is_lower_bound: bool = Field(
@@ -332,7 +333,7 @@ class TrialOut(row_fields(TrialRow, omit=_TRIAL_APART)):  # type: ignore[misc]
 
     @classmethod
     def of(cls, t: TrialRow, study: StudyRow, score: float | None, **converted: Any) -> Self:
-        values = list(t.objective_values) if t.objective_values else None
+        values = t.measured_values  # not a failure's penalty (what the sampler was told)
         return from_row(
             cls,
             t,

@@ -355,6 +355,11 @@ def test_a_combination_whose_every_trial_failed_is_named_as_such(tmp_path: Path)
         err = _get(c, REAL, 404)
     assert "no trial of" in err["message"] and "1 study tried it (all-failed)" in err["message"]
     assert "tuner trials all-failed --state failed" in err["hint"]
+    # A failure's objective values were the penalty the sampler was told (a P99 of 10,000 s),
+    # read by API clients as measurements; `tuner export` gives null, and so does the API now.
+    with TestClient(create_app(ApiSettings(storage=url))) as c:
+        trials = _get(c, "/v1/studies/all-failed/trials")["items"]
+    assert trials and all(t["objective_values"] is None for t in trials), trials
 
 
 def test_an_slo_nobody_meets_counts_every_measured_trial(client: TestClient, db: Db) -> None:
