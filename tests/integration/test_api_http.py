@@ -143,3 +143,25 @@ def test_every_answer_says_nosniff_and_the_docs_carry_a_policy(client: TestClien
     assert len(inline) == 1
     assert f"script-src 'self' 'sha256-{digest}';" in page.headers["content-security-policy"]
     assert "'unsafe-inline'" not in page.headers["content-security-policy"].split("style-src")[0]
+
+
+def test_a_cors_origin_is_taken_as_browsers_send_it_or_refused(repo: Repository) -> None:
+    """--cors-origin http://localhost:3000/ never matched: browsers send the origin without a
+    slash. One with a path, a query or no scheme can match nothing either: refused."""
+    from tuner.errors import UsageError
+
+    settings = ApiSettings.from_env(repo, cors_origins=["http://localhost:3000/", "HTTP://A.B"])
+    assert settings.cors_origins == ("http://localhost:3000", "http://a.b")
+    preflight = {"Origin": "http://localhost:3000", "Access-Control-Request-Method": "GET"}
+    r = TestClient(create_app(settings)).options("/v1/studies", headers=preflight)
+    assert r.status_code == 200
+    assert r.headers["access-control-allow-origin"] == "http://localhost:3000"
+    for bad, why in (
+        ("http://localhost:3000/ui", "has a path"),
+        ("http://localhost:3000?x=1", "query"),
+        ("localhost:3000", "has no scheme://host"),
+    ):
+        with pytest.raises(UsageError, match=why) as refused:
+            ApiSettings.from_env(repo, cors_origins=[bad])
+        assert repr(bad) in refused.value.message
+        assert "--cors-origin http://localhost:3000" in (refused.value.hint or "")

@@ -116,3 +116,24 @@ def test_an_address_other_hosts_reach_is_said_on_stderr(tmp_path: Path) -> None:
     assert warning.startswith("warning: listening on 0.0.0.0"), warning + rest
     assert "every read" in warning and "needs no key" in warning and "none is set" in warning
     assert "warning" not in out
+
+
+def test_a_missing_database_s_hint_pastes_whole(tmp_path: Path) -> None:
+    """`tuner serve --storage "sqlite:///sp ace/nope.db"` hinted an unquoted URL: two words."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+    from tuner.errors import UsageError
+
+    url = f"sqlite:///{tmp_path / 'sp ace' / 'nope.db'}"
+    run = CliRunner().invoke(app, ["serve", "--port", "0", "--storage", url])
+    assert isinstance(run.exception, UsageError), run.output
+    hint = run.exception.hint or ""
+    assert shlex.split(hint.split(": ", 1)[1]) == ["tuner", "db", "upgrade", "--storage", url]
+    bad = CliRunner().invoke(
+        app, ["serve", "--port", "0", "--storage", f"sqlite:///{tmp_path / 'c.db'}",
+              "--cors-origin", "http://localhost:3000/ui"],
+    )  # fmt: skip
+    assert isinstance(bad.exception, UsageError) and "has a path" in bad.exception.message

@@ -4,6 +4,7 @@ from them, checked against what the database holds."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -366,3 +367,40 @@ def test_markdown_says_what_each_table_was_measured_with(db: str) -> None:
     assert f"GPU {provenance['gpu_name']}" in line and f"vLLM {provenance['vllm_version']}" in line
     assert "3 launches a side" in line
     assert md.index("Measured with") < md.index("| claim |")
+
+
+def test_out_hints_paste_whole_and_a_dash_is_standard_output(db: str, tmp_path: Path) -> None:
+    """`--out "/tmp/My Exports/trials.jsonl"` hinted `mkdir -p /tmp/My Exports` (two folders
+    when pasted); `--out -` wrote a file named `-`."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+    from tuner.errors import UsageError
+
+    def export(*args: str) -> Any:
+        return CliRunner().invoke(app, ["export", "s1", *args, "--storage", db])
+
+    folder = tmp_path / "My Exports"
+    run = export("--out", str(folder / "trials.jsonl"))
+    assert isinstance(run.exception, UsageError), run.output
+    assert f"mkdir -p {shlex.quote(str(folder))}" in (run.exception.hint or "")
+    folder.mkdir()
+    run = export("--out", str(folder))
+    assert isinstance(run.exception, UsageError), run.output
+    assert f"--out {shlex.quote(str(folder / 'trials.jsonl'))}" in (run.exception.hint or "")
+    (folder / "b.json").write_text("{}")
+    run = export("--format", "vllm-bench", "--out", str(folder / "b.json"))
+    assert isinstance(run.exception, UsageError), run.output
+    assert f"--out {shlex.quote(str(folder / 'b-bench'))}" in (run.exception.hint or "")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tuner", "export", "s1", "--out", "-", "--storage", db],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(from_jsonl(done.stdout)) == 8 and not (tmp_path / "-").exists()
+    helped = CliRunner().invoke(app, ["export", "--help"], env={"COLUMNS": "200"})
+    assert "File (default, or -: stdout)." in helped.output

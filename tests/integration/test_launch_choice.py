@@ -5,6 +5,7 @@ the failure cases, the real API app on a socket for the contract); the command i
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -372,3 +373,109 @@ def test_a_model_measured_from_a_hub_id_is_launched_by_its_short_name(tmp_path: 
     insert_measured_study(url, [ServingConfig()], name="other", model="foo", model_source="o/foo")
     with pytest.raises(AmbiguousModel):
         best_local(repo, "foo", "cpu")
+
+
+def _command(hint: str) -> list[str]:
+    """The command a hint quotes between backticks, as a shell would split it."""
+    return shlex.split(hint.split("`")[1])
+
+
+def test_launch_hints_name_the_storage_and_workload_given_and_paste_whole(tmp_path: Path) -> None:
+    """The hints said `tuner trials allfailed --state failed` (the default database, not the
+    --storage given), `tuner run --model /tmp/my models/m1 --gpu cpu` (two words where one
+    path was) and dropped --workload."""
+    from typer.testing import CliRunner
+
+    from tests.studykit import make_context, make_repo
+    from tuner.catalog.models import MODELS
+    from tuner.cli.app import app
+    from tuner.study.loop import run_study
+    from tuner.testing.fake_runner import FakeRunner
+
+    (tmp_path / "my dir").mkdir()
+    url = f"sqlite:///{tmp_path / 'my dir' / 's2.db'}"
+    repo = insert_measured_study(url, [E2E_CONFIG], gpu="h100", workload="chat")
+    model = tmp_path / "my models" / "m1"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(dict(MODELS["tiny-ernie"].config)))
+    with pytest.raises(UsageError) as caught:
+        best_local(repo, str(model), "cpu", workload="chat", storage=url)
+    assert _command(caught.value.hint) == [
+        "tuner", "run", "--model", str(model), "--gpu", "cpu", "--workload", "chat",
+        "--storage", url,
+    ]  # fmt: skip
+
+    failed = f"sqlite:///{tmp_path / 'my dir' / 'failed.db'}"
+    ctx = make_context(failed, trials=2, name="all-failed")
+    run_study(ctx, FakeRunner(max_utilization=0.0), make_repo(failed))  # every launch: OOM
+    args = ["launch", "--model", "tiny-ernie", "--gpu", ctx.gpu.name, "--storage", failed]
+    run = CliRunner().invoke(app, args)
+    assert isinstance(run.exception, UsageError), run.output
+    assert _command(run.exception.hint) == [
+        "tuner", "trials", "all-failed", "--state", "failed", "--storage", failed,
+    ]  # fmt: skip
+
+
+def test_the_flags_line_shows_the_environment_the_configuration_sets() -> None:
+    """On a vLLM that takes the attention backend from the environment, `flags:` showed the
+    other flags only: VLLM_ATTENTION_BACKEND, part of the configuration, was hidden."""
+    old = measured(ServingConfig(attention_backend="FLASH_ATTN", max_num_seqs=64), "0.12.0")
+    lines = old.describe()
+    assert "  flags: --max-num-seqs 64" in lines
+    assert "  env:   VLLM_ATTENTION_BACKEND=FLASH_ATTN" in lines
+    only_env = measured(ServingConfig(attention_backend="FLASH_ATTN"), "0.12.0").describe()
+    assert "  flags: (none)" in only_env  # not "vLLM defaults": the backend is set
+    assert not any(line.startswith("  env:") for line in measured(E2E_CONFIG).describe())
+
+
+def test_api_given_with_v1_is_asked_at_its_base_and_another_404_is_a_wrong_address() -> None:
+    """--api http://host:port/v1 (the URL `tuner serve` prints with /v1 after it) asked
+    /v1/v1/recommendations and said "nothing measured ... no such endpoint"."""
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        if request.url.path == "/v1/recommendations":
+            return httpx.Response(200, json=RECOMMENDATION)
+        message = f"no such endpoint: GET {request.url.path}"
+        return httpx.Response(404, json={"error": "not_found", "message": message})
+
+    for api in ("http://api.test/v1", "http://api.test/v1/"):
+        got = best_remote(api, "tiny-ernie", "h200", workload="chat", transport=scripted(handler))
+        assert got.study == "ernie-h200" and asked[-1] == "/v1/recommendations"
+    for answer in (
+        httpx.Response(404, json={"error": "not_found", "message": "no such endpoint: GET /x"}),
+        httpx.Response(404, json={"detail": "Not Found"}),  # vLLM, or another FastAPI app
+        httpx.Response(404, text="<html>404 Not Found</html>"),  # a proxy
+    ):
+        transport = scripted(lambda _r, a=answer: a)
+        with pytest.raises(EnvironmentProblem) as caught:
+            best_remote("http://api.test/x", "m", "h200", workload="chat", transport=transport)
+        assert "http://api.test/x is not a tuner API" in caught.value.message
+        assert "check --api" in (caught.value.hint or "")
+
+
+def test_the_real_api_at_a_wrong_path_is_a_wrong_address(api_server: str) -> None:
+    got = best_remote(f"{api_server}/v1/", "tiny-ernie", "cpu", workload="smoke")
+    assert got.study == "measured"
+    with pytest.raises(EnvironmentProblem, match="is not a tuner API"):
+        best_remote(f"{api_server}/api", "tiny-ernie", "cpu", workload="smoke")
+
+
+def test_launch_print_with_a_model_cache_that_cannot_be_written_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$TUNER_HOME/models a file: `tuner launch --print` ended in a traceback from mkdir."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    insert_measured_study(url, [ServingConfig()])
+    (tmp_path / "models").write_text("not a folder")
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path))
+    args = ["launch", "--model", "tiny-ernie", "--gpu", "cpu", "--storage", url, "--print"]
+    run = CliRunner().invoke(app, [*args, "--vllm-python", str(tmp_path / "none")])
+    assert isinstance(run.exception, EnvironmentProblem), run.exception
+    assert "models is not a directory" in run.exception.message
+    assert "point TUNER_HOME at a writable directory" in (run.exception.hint or "")

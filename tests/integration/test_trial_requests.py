@@ -126,3 +126,22 @@ def test_an_export_of_a_study_without_a_complete_trial_says_so(tmp_path: Path) -
     assert empty.exit_code == 1 and not (tmp_path / "b").exists()
     assert "no complete trial of study q exists yet" in empty.stderr
     assert "revision 0002" not in empty.stderr
+
+
+def test_an_export_of_a_finished_study_whose_every_trial_failed_says_none_completed(
+    tmp_path: Path,
+) -> None:
+    """It said "no complete trial of study allfailed exists yet" of a study that had ended."""
+    from tests.studykit import make_context
+    from tuner.study.loop import run_study
+    from tuner.testing.fake_runner import FakeRunner
+
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    ctx = make_context(url, trials=2, name="allfailed")
+    run_study(ctx, FakeRunner(max_utilization=0.0), make_repo(url))  # every launch: OOM
+    args = ["export", "allfailed", "--format", "vllm-bench", "--out", str(tmp_path / "b")]
+    empty = CliRunner().invoke(app, [*args, "--storage", url])
+    assert empty.exit_code == 1 and not (tmp_path / "b").exists()
+    said = " ".join(empty.stderr.split())
+    assert "study allfailed is finished and none of its 2 trials completed" in said, said
+    assert "yet" not in said

@@ -107,3 +107,16 @@ def test_unknown_facts_cannot_be_materialized(tmp_path: Path) -> None:
     spec = ModelSpec(alias="x", hub_id="org/x", config={}, source="org/x")
     with pytest.raises(UsageError, match=r"config\.json is unknown"):
         materialize(spec, tmp_path)
+
+
+def test_a_model_cache_that_cannot_be_written_is_said_not_a_traceback(tmp_path: Path) -> None:
+    """$TUNER_HOME/models a file (or under one) ended `tuner run` and `tuner launch --print`
+    in a traceback from mkdir (`tuner launch --print`: test_launch_choice.py)."""
+    from tuner.errors import EnvironmentProblem
+
+    (tmp_path / "models").write_text("not a folder")
+    with pytest.raises(EnvironmentProblem, match="models is not a directory") as refused:
+        materialize(TINY, tmp_path / "models")
+    assert "point TUNER_HOME at a writable directory" in (refused.value.hint or "")
+    with pytest.raises(EnvironmentProblem, match="cannot be created"):
+        materialize(TINY, tmp_path / "models" / "under")

@@ -34,7 +34,7 @@ from tokenizers.pre_tokenizers import Whitespace
 
 from tuner.catalog.models import has_facts
 from tuner.domain import ModelSpec
-from tuner.errors import UsageError
+from tuner.errors import EnvironmentProblem, UsageError
 
 # Bump when the files written change, so old directories are not reused.
 _FORMAT = 3
@@ -73,7 +73,8 @@ def materialize(model: ModelSpec, cache_dir: Path) -> Path:
     Idempotent: the directory name is a hash of everything written, and an existing one is
     returned as is. Atomic: files are written to a temporary directory that is renamed into
     place, so a concurrent tuner sees either no directory or a complete one.
-    Raises :class:`UsageError` when the model's architecture facts are unknown.
+    Raises :class:`UsageError` when the model's architecture facts are unknown, and
+    :class:`EnvironmentProblem` when ``cache_dir`` cannot be a writable directory.
     """
     if not has_facts(model):
         raise UsageError(
@@ -88,8 +89,11 @@ def materialize(model: ModelSpec, cache_dir: Path) -> Path:
     target = Path(cache_dir) / f"{safe_alias}-{digest}"
     if (target / "config.json").is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{safe_alias}-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{safe_alias}-", dir=target.parent))
+    except OSError as exc:
+        raise _unusable(target.parent, exc) from None
     try:
         tokenizer = _tokenizer(model)
         tokenizer_dir(tmp).mkdir()
@@ -109,9 +113,24 @@ def materialize(model: ModelSpec, cache_dir: Path) -> Path:
             # Another process renamed its complete copy first: theirs is as good as ours.
             if not (target / "config.json").is_file():
                 raise
+    except OSError as exc:
+        raise _unusable(target.parent, exc) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _unusable(cache_dir: Path, exc: OSError) -> EnvironmentProblem:
+    """A model cache that is a file, under a file, read-only or full: said as tuner's home
+    itself is (:func:`tuner.compose.writable_home`), not as a traceback."""
+    if not cache_dir.exists():
+        why = "cannot be created"
+    else:
+        why = "is not a directory" if not cache_dir.is_dir() else "cannot be written"
+    return EnvironmentProblem(
+        f"tuner's model cache {cache_dir} {why} ({exc.strerror or exc})",
+        hint="point TUNER_HOME at a writable directory (tuner creates it when missing)",
+    )
 
 
 def special_ids(config: Mapping[str, Any]) -> dict[str, int]:

@@ -1,17 +1,18 @@
 """``tuner export``: a study's trials or the stored comparisons as a dataset.
 
-``--out`` never loses a file: one that exists is replaced only with ``--force`` (a vllm-bench
-folder: only the files it would replace count), and a file is written whole or not at all
-(a temporary file beside it, renamed over it). A link is written through, as ``cp`` does: the
-file it names is replaced (beside it, atomically) and the link stays; a link to nothing or to
-a folder is a usage error. A path that cannot be written is a usage error that names it,
-checked before the database is read.
+``--out -`` (or none) is standard output. ``--out`` never loses a file: one that exists is
+replaced only with ``--force`` (a vllm-bench folder: only the files it would replace count),
+and a file is written whole or not at all (a temporary file beside it, renamed over it). A
+link is written through, as ``cp`` does: the file it names is replaced (beside it,
+atomically) and the link stays; a link to nothing or to a folder is a usage error. A path
+that cannot be written is a usage error that names it, checked before the database is read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -37,7 +38,9 @@ def export(
             "--save-result` JSON per measurement window, into the --out folder).",
         ),
     ] = "jsonl",
-    output: Annotated[Path | None, typer.Option("--out", help="File (default: stdout).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--out", help="File (default, or -: stdout).")
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace --out's file(s) when they exist.")
     ] = False,
@@ -62,6 +65,8 @@ def export(
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}", hint="use --format jsonl, md or vllm-bench")
+    if output == Path("-"):  # standard output, as to most tools (a file named -: $PWD/-)
+        output = None
     if fmt == "vllm-bench":
         _export_bench(study, output, comparisons, storage, force)
         return
@@ -104,12 +109,13 @@ def _check_file(path: Path, force: bool) -> None:
     if path.is_dir():
         raise UsageError(
             f"--out {path}{link} is a folder",
-            hint=f"name a file in it, e.g. --out {path}/trials.jsonl",
+            hint=f"name a file in it, e.g. --out {shlex.quote(f'{path}/trials.jsonl')}",
         )
     folder = target.parent
     if not folder.is_dir():
         raise UsageError(
-            f"--out {path}: folder {folder} does not exist", hint=f"create it (mkdir -p {folder})"
+            f"--out {path}: folder {folder} does not exist",
+            hint=f"create it (mkdir -p {shlex.quote(str(folder))})",
         )
     if path.exists() and not force:
         raise UsageError(
@@ -157,21 +163,32 @@ def _export_bench(
     if output.exists() and not output.is_dir():
         raise UsageError(
             f"--out {output} is a file; --format vllm-bench writes a folder of files",
-            hint=f"name a folder, e.g. --out {output.with_suffix('')}-bench",
+            hint=f"name a folder, e.g. --out {shlex.quote(str(output.with_suffix('')) + '-bench')}",
         )
     repo = open_study(storage, study)
     files = bench_files(repo, study)
     if not files:  # no folder made for nothing: said on stderr, exit 1
+        from tuner.db import StudyStatus
         from tuner.domain import TrialStatus
 
         row = repo.get_study(study)
-        complete = row is not None and row.trial_counts.get(TrialStatus.COMPLETE, 0) > 0
-        why = (
-            "has per-request records (databases before revision 0002 kept none)"
-            if complete
-            else "exists yet: there is nothing measured to write"
-        )
-        err.print(escape(f"nothing written: no complete trial of study {study} {why}"))
+        assert row is not None  # open_study found it
+        n = row.n_trials
+        if row.trial_counts.get(TrialStatus.COMPLETE, 0) > 0:
+            why = (
+                f"no complete trial of study {study} has per-request records (databases before "
+                "revision 0002 kept none)"
+            )
+        elif not n or row.status in (StudyStatus.QUEUED, StudyStatus.RUNNING):
+            why = (
+                f"no complete trial of study {study} exists yet: there is nothing measured to write"
+            )
+        else:  # a study that ended: no trial of it will complete
+            trials = (
+                f"none of its {n} trials completed" if n > 1 else "its one trial did not complete"
+            )
+            why = f"study {study} is {row.status} and {trials}: there is nothing measured to write"
+        err.print(escape(f"nothing written: {why}"))
         raise typer.Exit(1)
     there = sorted(name for name in files if (output / name).exists())
     if there and not force:

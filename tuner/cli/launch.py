@@ -260,6 +260,7 @@ def launch_command(
             workload=workload,
             objective=chosen,
             source=safe_url(storage_url(storage)),
+            storage=storage,
         )
     python = vllm_python or default_vllm_python()
     version = _vllm_version(python, measured, server_module, print_only)

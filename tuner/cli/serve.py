@@ -84,24 +84,24 @@ def serve_command(
 
     from api.app import create_app
     from api.settings import ApiSettings
-    from tuner.db import safe_url
+    from tuner.db import safe_url, with_storage
 
     url = storage_url(storage)
     if not api_key_env.strip():
         raise UsageError("--api-key-env must name an environment variable")
-    missing = missing_sqlite_file(url)
-    if missing is not None:
-        raise UsageError(
-            f"database {missing} does not exist",
-            hint=f"point --storage at an existing database, or create this one: "
-            f"tuner db upgrade --storage {url}",
-        )
-    settings = ApiSettings.from_env(
+    settings = ApiSettings.from_env(  # the origins checked before the database is looked at
         url,
         api_key_env=api_key_env,
         cors_origins=cors_origin or (),
         allow_extra_args=allow_extra_args,
     )
+    missing = missing_sqlite_file(url)
+    if missing is not None:
+        raise UsageError(
+            f"database {missing} does not exist",
+            hint="point --storage at an existing database, or create this one: "
+            + with_storage("tuner db upgrade", url),
+        )
     app = create_app(settings)
     # Everything imported and built so far lives as long as the server: keep it out of the
     # garbage collector's full passes, which otherwise stall answers for tens of ms.

@@ -55,13 +55,18 @@ class Measured:
     def describe(self) -> list[str]:
         """Provenance lines: study, trial, GPU, vLLM version, metrics with their window ranges."""
         trial = f"trial #{self.trial}" + (" (vLLM's defaults)" if self.is_baseline else "")
+        defaults = "(none: vLLM defaults)"
         lines = [
             f"best measured for {self.model}: {trial} of study {self.study}",
             f"  measured on {self.gpu} with vLLM {self.vllm_version}, workload "
             f"{overridden_name(self.workload, self.workload_overrides)}, objective "
             f"{self.objective} ({self.source})",
-            f"  flags: {shlex.join(self.flags) or '(none: vLLM defaults)'}",
+            f"  flags: {shlex.join(self.flags) or ('(none)' if self.env else defaults)}",
         ]
+        if self.env:  # what old vLLMs take from the environment (the attention backend)
+            lines.append(
+                f"  env:   {' '.join(f'{k}={shlex.quote(v)}' for k, v in self.env.items())}"
+            )
         if self.extra_args:
             lines.append(f"  study's extra arguments: {shlex.join(self.extra_args)}")
         for key, label in _SHOWN:
@@ -86,6 +91,7 @@ def best_local(
     workload: str | None = None,
     objective: Objective | None = None,
     source: str = "local store",
+    storage: str | None = None,
 ) -> Measured:
     """The best measured configuration over the real (not emulated) studies of ``model`` on
     ``gpu`` (a profile name), optionally of one ``workload``.
@@ -93,8 +99,10 @@ def best_local(
     Each study offers its pick for ``objective`` (default: the study's own), as ``tuner best``
     makes it. Picks compare by SLO feasibility, then score (1.0 = that study's vLLM defaults),
     then the most recently updated study (:func:`tuner.study.standings.best_across`).
-    UsageError (exit 2) when nothing was measured, naming the combinations the store does have.
+    UsageError (exit 2) when nothing was measured, naming the combinations the store does have;
+    its hint repeats ``storage`` (the --storage given, if any).
     """
+    from tuner.db import with_storage
     from tuner.study import best_across, choose, study_objective
 
     studies = repo.list_studies()
@@ -115,19 +123,23 @@ def best_local(
     picks = best_across(offers)
     if not picks and tried:  # studies ran, and none of their trials completed
         names = [s.name for s in tried]
+        trials = f"tuner trials {shlex.quote(names[0])} --state failed"
         raise UsageError(
             f"no trial of {alias} on {gpu} completed in {source}: "
             f"{len(names)} {'study' if len(names) == 1 else 'studies'} tried ({', '.join(names)})",
-            hint=f"`tuner trials {names[0]} --state failed` says why each trial failed",
+            hint=f"`{with_storage(trials, storage)}` says why each trial failed",
         )
     if not picks:
         seen = {
             f"{s.model}/{s.gpu}/{s.workload_label}" + (" (emulated)" if s.emulated else "")
             for s in studies
         }
+        run = f"tuner run --model {shlex.quote(model)} --gpu {shlex.quote(gpu)}" + (
+            f" --workload {shlex.quote(workload)}" if workload else ""
+        )
         raise UsageError(
             nothing_measured(alias, gpu, workload, source, ", ".join(sorted(seen))),
-            hint=f"run `tuner run --model {model} --gpu {gpu}` first, or pass the "
+            hint=f"run `{with_storage(run, storage)}` first, or pass the "
             "--storage / --api that holds the study",
         )
     study, top = picks[0]

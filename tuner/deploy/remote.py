@@ -32,9 +32,10 @@ def best_remote(
 ) -> Measured:
     """The API's recommendation for ``model`` on ``gpu`` with ``workload``.
 
-    UsageError when ``workload`` is missing (the API recommends per workload) or the API has
-    nothing measured (404); EnvironmentProblem when it cannot be reached or answers anything
-    else than a recommendation.
+    ``api`` is the API's base URL, with or without a trailing ``/v1``. UsageError when
+    ``workload`` is missing (the API recommends per workload) or the API has nothing measured
+    (its 404); EnvironmentProblem when it cannot be reached, is no tuner API (another 404) or
+    answers anything else than a recommendation.
     """
     if not workload:
         raise UsageError(
@@ -44,8 +45,10 @@ def best_remote(
     params = {"model": model, "gpu": gpu, "workload": workload}
     if objective is not None:
         params["objective"] = objective.value
-    url = api.rstrip("/") + "/v1/recommendations"
-    hint = "check --api (the tuner API's base URL, without /v1), or use a local --storage"
+    base = api.rstrip("/")
+    base = base.removesuffix("/v1")  # given as OpenAI clients take it: the same API
+    url = base + "/v1/recommendations"
+    hint = "check --api (the tuner API's base URL, e.g. http://HOST:8080), or use a local --storage"
     try:
         with httpx.Client(timeout=API_TIMEOUT_S, transport=transport) as client:
             response = client.get(url, params=params)
@@ -57,6 +60,12 @@ def best_remote(
         body = None
     if response.status_code == 404:
         message, their_hint = _message(body, response)
+        if not _nothing_measured(body, message):  # another server, or no such endpoint there
+            raise EnvironmentProblem(
+                f"{api} is not a tuner API: GET {url} answered HTTP 404"
+                + (f" ({message})" if message else ""),
+                hint=hint,
+            )
         raise UsageError(
             nothing_measured(model, gpu, workload, api, "") + (f": {message}" if message else ""),
             hint=their_hint or f"run a study of {model} on {gpu} first, or ask another --api",
@@ -72,6 +81,18 @@ def best_remote(
         raise EnvironmentProblem(
             f"the tuner API at {api} sent a recommendation tuner cannot read: {exc}", hint=hint
         ) from None
+
+
+def _nothing_measured(body: Any, message: str) -> bool:
+    """Whether a 404 is the API's answer that nothing was measured: its JSON error with a
+    message (error ``not_found``), not a missing endpoint (``no such endpoint: ...``), nor
+    another server's 404 (an HTML page, FastAPI's ``{"detail": "Not Found"}``)."""
+    return (
+        isinstance(body, dict)
+        and body.get("error", "not_found") == "not_found"
+        and bool(body.get("message"))
+        and not message.startswith("no such endpoint")
+    )
 
 
 def _message(body: Any, response: httpx.Response) -> tuple[str, str]:
