@@ -7,6 +7,7 @@ input first, then hardware, then vLLM, and only then anything that writes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterable
@@ -337,6 +338,10 @@ def prepare(
     ``new_study``: a study that measures vLLM's defaults first (not a resumed one, and not an
     A/B command, whose arms are what it launches): they must be able to run here."""
     model = resolve_model(spec.model)
+    if new_study and model.source and Path(spec.model).expanduser().is_dir():
+        # Stored by its full path, so that a resume from another directory finds it; the
+        # study keeps the name the path as given made.
+        spec = dataclasses.replace(spec, name=spec.study_name(), model=model.source)
     gpu = get_gpu(spec.gpu)
     workload = resolve_workload(spec)
     slo = resolve_slo(spec)

@@ -9,6 +9,7 @@ whole file takes a few seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -543,3 +544,39 @@ def test_a_waiting_worker_names_a_database_path_with_a_space_as_a_shell_reads_it
         finally:
             worker.kill()
     assert f"`tuner db upgrade --storage {shlex.quote(url)}` creates it" in line, line
+
+
+def test_a_study_of_a_relative_model_directory_resumes_from_anywhere(tmp_path: Path) -> None:
+    """`tuner run --model ./m` stored `./m`: a resume from another directory failed with
+    "unknown model './m'", no hint offered worked, and where that directory had an `m` of its
+    own the resume measured that other model as the same study."""
+    from tuner.catalog.models import MODELS
+
+    env = {
+        **os.environ, "TUNER_DB_URL": f"sqlite:///{tmp_path / DB_FILE}",
+        "TUNER_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO),
+        "TUNER_SERVER_MODULE": "tuner.testing.fake_server", "TUNER_SERVER_VERSION": "0.32.0",
+        "TUNER_FAKE_STARTUP_S": "0.1", "COLUMNS": "200",
+    }  # fmt: skip
+    first, other = tmp_path / "a", tmp_path / "b"
+    for where in (first, other):
+        where.mkdir()
+    (first / "m").mkdir()
+    (first / "m" / "config.json").write_text(json.dumps(dict(MODELS["tiny-ernie"].config)))
+
+    def tuner(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tuner", "run", "--study", "rel", *args],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    made = tuner(first, "--model", "./m", "--gpu", "cpu", "--workload", "smoke", "--trials", "1",
+                 "--confirm-launches", "0")  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    resumed = tuner(other, "--resume", "--trials", "2")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    (other / "m").mkdir()  # another model of the same name, here
+    (other / "m" / "config.json").write_text((first / "m" / "config.json").read_text())
+    refused = tuner(other, "--model", "./m", "--resume", "--trials", "3")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert str((first / "m").resolve()) in refused.stderr, refused.stderr

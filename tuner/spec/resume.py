@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tuner.domain import Workload
@@ -113,7 +114,14 @@ def _same(key: str, old: Any, new: Any) -> bool:
         return bool(_slo_key(old) == _slo_key(new))
     if key == "gpu":  # a study stored before GPU names were the profile's: "H100" is h100
         return profile_name(str(old)) == profile_name(str(new))
+    if key == "model":  # a directory given as ./m here is the one stored by its full path
+        return _model_dir(str(old)) == _model_dir(str(new))
     return bool(_plain(old) == _plain(new))
+
+
+def _model_dir(name: str) -> str:
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else name
 
 
 def _slo_key(text: str) -> Any:

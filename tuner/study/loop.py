@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shlex
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
@@ -330,6 +331,12 @@ def _open(
         if existing.spec:  # the study continues as it was created (tuner.spec.resume)
             resumed_spec(stored_spec(existing.spec, existing.name), ctx.spec)
             check_same_requests(existing.spec.get(FINGERPRINT), ctx.workload, ctx.name)
+        if ctx.model.source and existing.model_source not in (None, ctx.model.source):
+            raise UsageError(  # another directory of the same name, or another hub id
+                f"study {ctx.name!r} measured the model at {existing.model_source}, and this "
+                f"run's --model {ctx.spec.model} is {ctx.model.source}",
+                hint=f"continue it with --model {shlex.quote(existing.model_source)}",
+            )
         if existing.vllm_version and existing.vllm_version != ctx.vllm_version:
             raise UsageError(
                 f"study {ctx.name!r} measured vLLM {existing.vllm_version}, and this run has "
