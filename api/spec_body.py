@@ -91,8 +91,18 @@ class StudySection(TypedDict, total=False):
     ]
 
 
-# A load curve is a concurrency ladder or a rate ladder (tuner.load.check_workload), not both.
-_ONE_LADDER: Any = {"not": {"required": ["concurrency_ladder", "rate_ladder"]}}
+# A load curve is a concurrency ladder or a rate ladder (tuner.load.check_workload), not both,
+# and its points set the load: no request_rate beside it (tuner.load.check_overrides).
+_ONE_LADDER: Any = {
+    "allOf": [
+        {"not": {"required": list(pair)}}
+        for pair in (
+            ("concurrency_ladder", "rate_ladder"),
+            ("request_rate", "concurrency_ladder"),
+            ("request_rate", "rate_ladder"),
+        )
+    ]
+}
 
 
 @with_config(ConfigDict(**_STRICT, json_schema_extra=_ONE_LADDER))
@@ -196,13 +206,32 @@ class SpaceSection(TypedDict, total=False):
     ]
 
 
-@with_config(_STRICT)
+# max_launches is each candidate's budget, its first look included: at least launches (3 when
+# not given). tuner's spec check refuses less; the schema states it as some count n between
+# the two (an anyOf of one branch a count: generators take that, not a chain of if/then).
+_BUDGET: Any = {
+    "anyOf": [
+        {"not": {"required": ["max_launches"]}},
+        {"not": {"required": ["launches"]}, "properties": {"max_launches": {"minimum": 3}}},
+        *(
+            {
+                "required": ["launches"],
+                "properties": {"launches": {"maximum": n}, "max_launches": {"minimum": n}},
+            }
+            for n in range(2, MAX_LAUNCHES + 1)
+        ),
+    ]
+}
+
+
+@with_config(ConfigDict(**_STRICT, json_schema_extra=_BUDGET))
 class ConfirmSection(TypedDict, total=False):
-    """Without a spec file's ``max_launches``: it must be at least ``launches``, a rule
-    between two numbers that a JSON Schema cannot state (the API's schema is exact)."""
+    """The confirmation: ``max_launches``, each candidate's budget, is at least ``launches``."""
 
     top: Count
-    launches: Annotated[int, Field(ge=0, le=MAX_LAUNCHES)]
+    # 0 turns the confirmation off; one launch a candidate gives no interval.
+    launches: Literal[0] | Annotated[int, Field(ge=2, le=MAX_LAUNCHES)]
+    max_launches: Annotated[int, Field(ge=2, le=MAX_LAUNCHES)]
     confidence: Annotated[float, Field(gt=0.5, lt=1)]
 
 

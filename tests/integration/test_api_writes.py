@@ -253,7 +253,7 @@ def test_the_api_takes_every_spec_file_key_but_those_of_this_machine() -> None:
     # must not be below confirm.launches (a rule the exact schema cannot state).
     assert missing == {
         "study": set(), "workload": set(REPLAY_FIELDS), "space": {"search"},
-        "confirm": {"max_launches"}, "runner": {"vllm_python"},
+        "confirm": set(), "runner": {"vllm_python"},
     }  # fmt: skip
 
 
@@ -400,3 +400,42 @@ def test_a_gpu_named_in_another_case_is_queued_as_the_cli_takes_it(repo: Reposit
     assert r.status_code == 201, r.text
     row = repo.get_study("queued-1")
     assert row is not None and row.gpu == "h100"
+
+
+def test_the_confirmations_budget_is_queued_and_one_launch_refused(repo: Repository) -> None:
+    """`[confirm] max_launches`, which spec files and `tuner run` take, was refused ("Extra
+    inputs are not permitted"); `launches = 1` was queued, its budget then dropped and its
+    candidates never confirmed. The schema states both rules, as tuner's check refuses."""
+    import jsonschema_rs  # schemathesis's, as the fuzz test validates with it
+
+    from api import spec_body
+
+    client = _client(repo, KEY)
+    budget = _with("confirm", launches=3, max_launches=6)
+    r = client.post("/v1/studies", json=budget, headers={"X-API-Key": KEY})
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["confirm_max_launches"] == 6
+    schema = jsonschema_rs.validator_for(spec_body.openapi_schema())
+    assert schema.is_valid(budget)
+    for body, words in (
+        (_with("confirm", launches=1), "one launch a candidate"),
+        (_with("confirm", launches=4, max_launches=3), "max_launches (3) is below launches (4)"),
+        (_with("confirm", max_launches=2), "max_launches (2) is below launches (3)"),
+    ):
+        refused = client.post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+        assert refused.status_code == 422 and words in refused.json()["message"], refused.text
+        assert not schema.is_valid(body), body
+
+
+def test_a_request_rate_beside_a_ladder_is_refused_as_the_schema_says(repo: Repository) -> None:
+    """`request_rate` beside a ladder was queued and dropped: the ladder's points set the load."""
+    import jsonschema_rs
+
+    from api import spec_body
+
+    schema = jsonschema_rs.validator_for(spec_body.openapi_schema())
+    for ladder in ({"concurrency_ladder": [4, 8]}, {"rate_ladder": [1.0, 2.0]}):
+        body = _with("workload", request_rate=1.0, **ladder)
+        r = _client(repo, KEY).post("/v1/studies", json=body, headers={"X-API-Key": KEY})
+        assert r.status_code == 422 and "request_rate" in r.json()["message"], r.text
+        assert not schema.is_valid(body) and schema.is_valid(_with("workload", **ladder))

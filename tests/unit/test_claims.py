@@ -493,3 +493,16 @@ def test_a_vllm_flag_held_with_fixed_is_typed_by_the_installed_vllm(
     (planned,) = done.planned
     assert planned.a is not None and planned.b is not None, planned.reason
     assert planned.a.extra.get("stream_interval") == planned.b.extra.get("stream_interval") == 4
+
+
+@pytest.mark.parametrize("held", ["gpu_memory_utilization=0.5", "gpu-memory-utilization=0.5"])
+def test_a_knob_held_with_fixed_is_held_in_either_spelling(held: str) -> None:
+    """`--fixed gpu-memory-utilization=0.5` aborted with "enqueue sets gpu_memory_utilization=0.9
+    but the study fixes it to 0.5" where `gpu_memory_utilization=0.5` said the claim was held."""
+    from tuner.abtest.claims import setup_claims
+
+    done = setup_claims(file=SEED, model="ernie-0.3b", gpu="h200", confidence=0.95,
+                        only=["utilization-p99"], fixed=held, workload_set=None,
+                        vllm_python=None)  # fmt: skip
+    (planned,) = done.planned
+    assert planned.reason == "the claim sets gpu_memory_utilization, which --fixed holds at 0.5"

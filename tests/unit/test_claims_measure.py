@@ -45,6 +45,16 @@ def test_config_specs() -> None:
     }
 
 
+def test_a_json_valued_knob_keeps_its_commas() -> None:
+    """`--b 'speculative_config={"method":"ngram","num_speculative_tokens":3,...}'` was split
+    at every comma: "cannot read '"num_speculative_tokens":3'"; --search kept them."""
+    ngram = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'
+    assert parse_config_spec(f"speculative_config={ngram}, max_num_seqs=8", "--b") == {
+        "speculative_config": ngram,
+        "max_num_seqs": 8,
+    }
+
+
 @pytest.mark.parametrize(
     ("text", "words"),
     [

@@ -523,3 +523,56 @@ def test_a_gpu_named_in_another_case_is_one_study(tmp_path: Path) -> None:
     assert spec.gpu == "cpu" and spec.study_name() == "tiny-ernie-cpu-smoke-balanced"
     assert StudySpec().with_overrides(gpu=" H200 ").gpu == "h200"
     assert StudySpec().with_overrides(gpu="nosuch").gpu == "nosuch"  # refused where prepared
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        # The rate was dropped: every point a closed loop of the ladder's streams.
+        ("[workload]\nrequest_rate = 1.0\nconcurrency_ladder = [4, 8]\n", 3, "request_rate"),
+        # The rate was dropped: every point at the ladder's own rate.
+        ("[workload]\nrequest_rate = 1.0\nrate_ladder = [1.0, 2.0]\n", 2, "beside rate_ladder"),
+        # Two points were measured, labelled a ladder of three; the API refused the same.
+        ("[workload]\nconcurrency_ladder = [4, 4, 8]\n", 2, "gives 4 twice"),
+        ("[workload]\nrate_ladder = [2.0, 1.0, 2.0]\n", 2, "gives 2 twice"),
+        # Refused only when the first plan was drawn, after the study's header.
+        ('[study]\nworkload = "multi-turn"\n[workload]\nthink_time_s = -1.0\n', 4, "think_time_s"),
+        ('[study]\nworkload = "multi-turn"\n[workload]\nthink_time_s = nan\n', 4, "got nan"),
+        ('[study]\nworkload = "multi-turn"\n[workload]\nwindows = 1\nturns = 0\n', 5, "turns"),
+    ],
+)
+def test_workload_settings_a_study_would_drop_or_fail_on_are_refused_at_their_line(
+    tmp_path: Path, text: str, line: int, words: str
+) -> None:
+    from tuner.compose import resolve_workload
+
+    spec = load_spec(write(tmp_path, text))
+    with pytest.raises(SpecError) as caught:
+        resolve_workload(spec)
+    assert caught.value.line == line and words in caught.value.message, caught.value
+
+
+def test_a_confirmation_of_one_launch_is_refused_on_every_surface(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`launches = 1` was taken: its max_launches budget was dropped, and `tuner best` then
+    recommended vLLM's defaults for "not enough launches" on every metric (the API: see
+    tests/integration/test_api_writes.py)."""
+    from typer.testing import CliRunner
+
+    import tuner.compose
+    from tuner.cli.app import app
+
+    def prepare(*_: object, **__: object) -> None:
+        raise AssertionError("a study was prepared")
+
+    monkeypatch.setattr(tuner.compose, "prepare", prepare)
+
+    one = spec_error(tmp_path, "[confirm]\nlaunches = 1\nmax_launches = 6\n")
+    assert one.line == 2 and "at least 2" in one.message and "or launches = 0" in one.hint
+    assert load_spec(write(tmp_path, "[confirm]\nlaunches = 2\n")).confirm_launches == 2
+    assert load_spec(write(tmp_path, "[confirm]\nlaunches = 0\n")).confirm_launches == 0
+    done = CliRunner().invoke(app, ["run", "--confirm-launches", "1"])
+    assert isinstance(done.exception, UsageError), done.output
+    assert "--confirm-launches 1: one launch a candidate" in done.exception.message
+    assert "or --confirm-launches 0 to turn" in (done.exception.hint or "")

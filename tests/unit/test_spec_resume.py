@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -300,3 +302,50 @@ def test_a_study_named_before_gpu_names_were_the_profile_s_resumes(tmp_path: Pat
     assert spec.study_name() == name
     by_name = StudySpec(name=name).with_overrides(gpu="H100")
     assert _resumed(by_name, url, {"gpu": "H100", "name": name}, from_file=False).name == name
+
+
+def test_a_refused_resume_writes_the_stored_value_as_its_surface_reads_it() -> None:
+    """Created with `--search stream_interval=1,8` and resumed with `=1,4`, the hint said
+    `give --search {"stream_interval": [1, 8]}`, which --search cannot read; a spec file's
+    `[space] fixed` was given back as JSON, not TOML."""
+    from tuner.spec import parse_search
+
+    json_valued = '{"method":"ngram","num_speculative_tokens":3}'
+    searched = StudySpec(
+        name="s", search={"stream_interval": (1, 8), "speculative_config": (json_valued,)}
+    )
+    asked = searched.with_overrides(search={"stream_interval": (1, 4)})
+    with pytest.raises(UsageError) as refused:
+        resumed_spec(searched, asked, changed={"search"})
+    assert "was created with --search " in refused.value.message
+    hint = refused.value.hint or ""
+    assert "--search stream_interval=1,8" in hint and '{"stream_interval"' not in hint
+    # What the hint gives, pasted: the study's own search, which resumes.
+    given = hint.split("or give ", 1)[1].split(" (a spec file", 1)[0]
+    words = shlex.split(given)
+    items = [words[i + 1] for i, word in enumerate(words) if word == "--search"]
+    again = searched.with_overrides(search=parse_search(items))
+    assert resumed_spec(searched, again, changed={"search"}) == searched
+
+    held = dataclasses.replace(CREATED, fixed={"enforce_eager": True})
+    with pytest.raises(UsageError) as refused:
+        resumed_spec(held, dataclasses.replace(CREATED, fixed={}))  # a file without it
+    assert "[space] fixed = { enforce_eager = true }" in refused.value.message
+    hint = refused.value.hint or ""
+    assert "`fixed = { enforce_eager = true }` under [space]" in hint
+    assert "leave [space] fixed out" not in hint and "--study chat-study --resume" in hint
+    written = hint.split("`")[3]  # the TOML the hint gives, read as a spec file reads it
+    assert tomllib.loads(written) == {"fixed": {"enforce_eager": True}}
+
+
+def test_a_spec_file_that_leaves_a_setting_out_is_not_told_to_leave_it_out() -> None:
+    created = stored().with_overrides(seed=3)
+    file = dataclasses.replace(CREATED, seed=0, source="spec.toml")  # no `seed` line
+    with pytest.raises(UsageError) as refused:
+        resumed_spec(created, file)
+    hint = refused.value.hint or ""
+    assert hint.startswith("resume it by name") and "give --seed 3" in hint
+    other = dataclasses.replace(file, seed=5)  # `seed = 5`: leaving it out is a way back
+    with pytest.raises(UsageError) as refused:
+        resumed_spec(created, other)
+    assert (refused.value.hint or "").startswith("leave --seed out")

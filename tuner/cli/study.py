@@ -84,7 +84,9 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Sampler seed (0 to 2^32 - 1).")] = None,
     confirm_launches: Annotated[
         int | None,
-        typer.Option(min=0, help="Fresh launches per candidate in the confirmation (0: off)."),
+        typer.Option(
+            min=0, help="Fresh launches per candidate in the confirmation: 0 (off) or 2 or more."
+        ),
     ] = None,
     confirm_max_launches: Annotated[
         int | None,
@@ -130,6 +132,7 @@ def run(
     """Run a study: launch vLLM per trial, drive the workload, record and rank."""
     from tuner.scoring import MAX_LAUNCHES
     from tuner.spec import DEFAULT_SPEC_PATH, StudySpec, load_spec, parse_search
+    from tuner.spec.study import ONE_LAUNCH, ONE_LAUNCH_HINT
 
     if study is not None and not resume:  # a new study's name; a resumed one exists already
         from tuner.db import check_study_name
@@ -161,6 +164,9 @@ def run(
     else:
         spec = load_spec(DEFAULT_SPEC_PATH)
     spec = spec.with_overrides(resume=resume, **options)
+    if confirm_launches == 1:
+        option = "--confirm-launches"
+        raise UsageError(ONE_LAUNCH.format(f"{option} 1"), hint=ONE_LAUNCH_HINT.format(option))
     if confirm_launches is not None and confirm_launches > MAX_LAUNCHES:
         raise UsageError(
             f"--confirm-launches {confirm_launches}: at most {MAX_LAUNCHES} launches a candidate",

@@ -259,9 +259,9 @@ def check_workload(workload: Workload) -> None:
 
 def check_shapes(workload: Workload) -> None:
     """UsageError for request shapes no plan can draw (a shared prefix past the prompt, no
-    output, a jitter or rate out of range, Poisson arrivals of conversations): checked where a
-    study's workload is resolved (:func:`tuner.compose.resolve_workload`) and again for each
-    plan (:func:`plan_requests`)."""
+    output, a jitter, rate, turn count or think time out of range, Poisson arrivals of
+    conversations): checked where a study's workload is resolved
+    (:func:`tuner.compose.resolve_workload`) and again for each plan (:func:`plan_requests`)."""
     shared = workload.shared_prefix_tokens
     if shared < 0 or (shared >= workload.prompt_tokens and not workload.trace):
         raise UsageError(
@@ -275,6 +275,14 @@ def check_shapes(workload: Workload) -> None:
         raise UsageError(
             f"workload {workload.name!r}: length_jitter must be in [0, 1), "
             f"got {workload.length_jitter}"
+        )
+    if workload.turns < 1:
+        raise UsageError(f"workload {workload.name!r}: turns must be >= 1, got {workload.turns}")
+    think = workload.think_time_s
+    if not (math.isfinite(think) and think >= 0):
+        raise UsageError(
+            f"workload {workload.name!r}: think_time_s must be >= 0 and finite, got {think}",
+            hint="think_time_s is the mean seconds between an answer and the next turn",
         )
     rate = workload.request_rate
     if rate is not None and not 0 < rate < math.inf:
@@ -327,7 +335,9 @@ def _hours(seconds: float) -> str:
 
 def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
     """UsageError for override fields ``workload`` does not read: a preset's drawn shapes on a
-    trace (its rows set their own), a trace's replay options on a preset."""
+    trace (its rows set their own), a trace's replay options on a preset, a request rate
+    beside a ladder (whose points set the load); and for a ladder that gives a point twice
+    (measured once: the points are a set)."""
     idle = sorted(set(overrides) & (SHAPE_FIELDS if workload.trace else REPLAY_FIELDS))
     if idle:
         what = "a trace's rows set" if workload.trace else "only a trace's replay reads"
@@ -338,6 +348,29 @@ def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
             hint=f"leave {them} out"
             + (", or pick a preset to draw shapes from" if workload.trace else ""),
         )
+    for ladder, what in _LADDERS.items():
+        if "request_rate" in overrides and ladder in overrides:
+            raise UsageError(
+                f"workload {workload.name!r}: the override of request_rate would change nothing "
+                f"beside {ladder} ({what})",
+                hint="leave request_rate out"
+                + ("" if ladder == "rate_ladder" else ", or give the rates as rate_ladder"),
+            )
+        points = list(overrides.get(ladder) or ())
+        twice = sorted({p for p in points if points.count(p) > 1})
+        if twice:
+            raise UsageError(
+                f"workload {workload.name!r}: the override of {ladder} gives "
+                f"{', '.join(f'{p:g}' for p in twice)} twice: the points must be distinct",
+                hint=f"give each point once: {', '.join(f'{p:g}' for p in sorted(set(points)))}",
+            )
+
+
+# What each ladder sets at each of its points.
+_LADDERS = {
+    "concurrency_ladder": "each point is a closed loop of that many streams",
+    "rate_ladder": "each point sends Poisson arrivals at its own rate",
+}
 
 
 # Workload fields that only one kind of workload reads: a preset's drawn shapes (a trace's
@@ -557,13 +590,6 @@ def plan_requests(
     if workload.trace:
         return _plan_trace(workload, count, seed, phase or f"w{seed}", timed)
 
-    if workload.turns < 1 or not (
-        math.isfinite(workload.think_time_s) and workload.think_time_s >= 0
-    ):
-        raise UsageError(
-            f"workload {workload.name!r}: turns must be >= 1 and think_time_s >= 0, got "
-            f"{workload.turns} and {workload.think_time_s}"
-        )
     if workload.turns > 1:
         return _plan_turns(workload, count, seed, phase or f"w{seed}")
 

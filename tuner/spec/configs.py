@@ -40,9 +40,11 @@ def parse_value(raw: str) -> Any:
 
 
 def parse_assignments(text: str, option: str) -> dict[str, Any]:
-    """``"k=v,k=v"`` -> ``{k: typed v}``; UsageError naming ``option`` when malformed."""
+    """``"k=v,k=v"`` -> ``{k: typed v}``; UsageError naming ``option`` when malformed. A
+    JSON object's commas (``speculative_config={"method":"ngram","num_speculative_tokens":3}``)
+    stay in its value."""
     out: dict[str, Any] = {}
-    for part in text.split(","):
+    for part in _split_values(text):
         key, sep, value = part.partition("=")
         key = key.strip()
         if not sep or not key or not value.strip():

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,9 @@ RUN_FIELDS = frozenset(
 )
 # Fields kept from the stored spec whatever is given: the study's own name and notes.
 KEPT_FIELDS = frozenset({"name", "notes"})
+
+# What a spec file asks for where it leaves a field out.
+_DEFAULTS = {f.name: getattr(StudySpec(), f.name) for f in dataclasses.fields(StudySpec)}
 
 # How a spec file spells the fields that have no command-line option (--gpu-price, ...).
 _SPEC_KEYS: Mapping[str, str] = {
@@ -95,14 +100,16 @@ def resumed_spec(
         if key in RUN_FIELDS or key in KEPT_FIELDS:
             continue
         old, new = getattr(stored, key), getattr(given, key)
+        # A spec file without the key asks for its default: "leave it out" is no way back.
+        left_out = changed is None and given.from_file and _same(key, new, _DEFAULTS[key])
         if key == "trials":
             if new < old or new > max(old, TRIALS_MAX):
                 most = f"a study runs {TRIALS_MAX} trials at most"
                 why = "a resume may add trials, not drop them" if new < old else most
-                raise _contradiction(stored, key, old, new, why)
+                raise _contradiction(stored, key, old, new, why, left_out=left_out)
             continue
         if not _same(key, old, new):
-            raise _contradiction(stored, key, old, new)
+            raise _contradiction(stored, key, old, new, left_out=left_out)
     updates = {k: getattr(given, k) for k in RUN_FIELDS if k in compared}
     if "trials" in compared:
         updates["trials"] = given.trials
@@ -143,13 +150,54 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, sort_keys=True))
 
 
-def _show(key: str, value: Any) -> str:
+def _show(key: str, value: Any, option: str = "") -> str:
+    """``value`` as ``option`` writes it: a spec file's key in TOML (``{ enforce_eager = true
+    }``), ``--search`` as its arguments (``stream_interval=1,8``), else as the command line."""
     plain = _plain(value)
     if key == "slo" and not str(plain).strip():
         return "the workload's recommended SLO"
     if plain in (None, [], {}):
         return "none"
+    if option.startswith("["):
+        return _toml(plain)
+    if key == "search":
+        return " --search ".join(
+            shlex.quote(f"{flag}={','.join(map(_word, words))}" if words else flag)
+            for flag, words in plain.items()
+        )
     return plain if isinstance(plain, str) else json.dumps(plain)
+
+
+def _word(value: Any) -> str:
+    """One value of ``--search FLAG=V1,V2`` as it reads it back (parse_search)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else str(value)
+
+
+def _toml(value: Any) -> str:
+    """``value`` (as the database holds it) in TOML: ``{ enforce_eager = true }``, ``[1, 8]``."""
+    if isinstance(value, dict):
+        pairs = ", ".join(f"{_toml_key(k)} = {_toml(v)}" for k, v in value.items())
+        return f"{{ {pairs} }}" if pairs else "{}"
+    if isinstance(value, list):
+        return f"[{', '.join(_toml(v) for v in value)}]"
+    return json.dumps(value)  # a string, number or boolean: TOML writes them as JSON does
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _in_file(option: str, plain: Any) -> str:
+    """Where and how a spec file writes ``plain`` at ``option`` (a key of _SPEC_KEYS)."""
+    section, _, name = option.partition(" ")
+    if name:
+        return f"`{name} = {_toml(plain)}` under {section}"
+    if isinstance(plain, dict):  # [workload]: a line each
+        lines = " and ".join(f"`{_toml_key(k)} = {_toml(v)}`" for k, v in plain.items())
+        return f"{lines} under {section}"
+    return f"{section} tables of " + " and ".join(_toml(t) for t in plain)
 
 
 # The command line's switches that take no value: a False one is said by its --no- form.
@@ -157,30 +205,44 @@ _SWITCHES = {"--early-stop": "--no-early-stop", "--emulate": None}
 
 
 def _again(key: str, option: str, old: Any) -> str | None:
-    """How a command line asks for the stored ``old`` again; None where only leaving the
-    option out does (a value unset when the study was created, a switch that was off)."""
+    """How a command line, or a spec file for its own keys, asks for the stored ``old`` again;
+    None where only leaving the option out does (a value unset when the study was created, a
+    switch that was off)."""
     plain = _plain(old)
-    if not option.startswith("--"):  # a spec file's key
-        return f"give {option} {_show(key, old)}"
     if plain in (None, [], {}) or (key == "slo" and not str(plain).strip()):
         return None  # unset, or the workload's recommended SLO: what leaving it out gives
+    if not option.startswith("--"):  # a spec file's key
+        return f"write {_in_file(option, plain)} in the spec file"
     if isinstance(plain, bool):
         off = _SWITCHES.get(option)
-        return f"give {option}" if plain else (f"give {off}" if off else None)
-    return f"give {option} {_show(key, old)}"
+        given = f"give {option}" if plain else (f"give {off}" if off else None)
+    else:
+        given = f"give {option} {_show(key, old, option)}"
+    return given and f"{given} (a spec file that leaves it out asks for its default)"
 
 
-def _contradiction(stored: StudySpec, key: str, old: Any, new: Any, why: str = "") -> UsageError:
+def _contradiction(
+    stored: StudySpec, key: str, old: Any, new: Any, why: str = "", *, left_out: bool = False
+) -> UsageError:
+    """``left_out``: ``new`` is what a spec file that leaves ``key`` out asks for."""
     name = stored.study_name()
     option = _SPEC_KEYS.get(key) or "--" + key.replace("_", "-")
     again = _again(key, option, old)
+    by_name = (
+        f"resume it by name as it was created (`tuner run --study {name} --resume` reads "
+        "its stored settings)"
+    )
+    shown = f"{option} = " if option.startswith("[") and " " in option else f"{option} "
     return UsageError(
-        f"study {name!r} was created with {option} {_show(key, old)}; this resume asks for "
-        f"{_show(key, new)}" + (f" ({why})" if why else ""),
-        hint=f"leave {option} out and resume it by name as it was created (`tuner run --study "
-        f"{name} --resume` reads its stored settings), "
-        + (f"or {again} (a spec file that leaves it out asks for its default), " if again else "")
-        + "or start a new study with another --study name",
+        f"study {name!r} was created with {shown}{_show(key, old, option)}; this resume asks "
+        f"for {_show(key, new, option)}" + (f" ({why})" if why else ""),
+        hint=", or ".join(
+            [
+                by_name if left_out else f"leave {option} out and {by_name}",
+                *([again] if again else []),
+                "start a new study with another --study name",
+            ]
+        ),
     )
 
 

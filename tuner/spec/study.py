@@ -58,6 +58,13 @@ NO_SLO = "none"  # `slo = "none"`: no SLO, not even the workload's recommended o
 # resume is bounded by its stored study instead (tuner.spec.resume): one created with more
 # (by a tuner before this bound) resumes from its own spec file.
 TRIALS_MAX = 10_000
+# A confirmation of one launch a candidate: no interval, its max_launches dropped, and `tuner
+# best` then recommending vLLM's defaults for "not enough launches". 0 turns it off.
+ONE_LAUNCH = (
+    "{}: one launch a candidate gives no interval to confirm it by; a confirmation takes "
+    "at least 2 (as `tuner compare --repeats` does)"
+)
+ONE_LAUNCH_HINT = "give {0} 2 or more (3 is the default), or {0} 0 to turn the confirmation off"
 # The source of a study queued through the API (POST /v1/studies): its spec is the request's body.
 API_SOURCE = "request body"
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -369,6 +376,13 @@ def _confirm_section(confirm: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
     }
     if kwargs.get("confirm_top", 1) < 1 or kwargs.get("confirm_launches", 0) < 0:
         raise fail("confirm top must be >= 1 and launches >= 0 (0 turns it off)", "confirm")
+    if kwargs.get("confirm_launches") == 1:
+        raise fail(
+            ONE_LAUNCH.format("confirm launches = 1"),
+            "launches",
+            ONE_LAUNCH_HINT.format("launches ="),
+            "confirm",
+        )
     if kwargs.get("confirm_launches", 0) > MAX_LAUNCHES:
         raise fail(
             f"confirm launches ({kwargs['confirm_launches']}) is above {MAX_LAUNCHES}, the most "

@@ -33,6 +33,7 @@ from tuner.spec import (
     parse_workload_overrides,
     with_overrides,
 )
+from tuner.vllm import knob_spelling
 
 if TYPE_CHECKING:
     from tuner.vllm import FlagCatalog
@@ -181,7 +182,8 @@ def _unmet(claim: Claim, gpu: GpuProfile) -> str:
 
 
 def _held(claim: Claim, fixed: Mapping[str, Any]) -> str:
-    for knob, value in fixed.items():
+    for given, value in fixed.items():
+        knob = knob_spelling(given)  # --fixed gpu-memory-utilization=0.5 holds it too
         for side in (claim.a, claim.b):
             if knob in side and normalize_knob(knob, side[knob], "claim") != normalize_knob(
                 knob, value, "--fixed"
