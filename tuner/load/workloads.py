@@ -358,7 +358,7 @@ def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
             )
         points = list(overrides.get(ladder) or ())
         twice = sorted({p for p in points if points.count(p) > 1})
-        if twice:
+        if twice and len(set(points)) > 1:  # one rate given twice: one load (compose says so)
             raise UsageError(
                 f"workload {workload.name!r}: the override of {ladder} gives "
                 f"{', '.join(f'{p:g}' for p in twice)} twice: the points must be distinct",
