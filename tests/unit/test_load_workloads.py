@@ -173,3 +173,16 @@ def test_conversations_refuse_a_request_rate_they_would_not_follow() -> None:
     check_shapes(WORKLOADS["chat-heavy"].replace(turns=2, concurrency_ladder=(4, 16)))
     check_shapes(turns.replace(concurrency_ladder=(4, 16)))
     check_shapes(turns.replace(turns=1, request_rate=2.0))
+
+
+def test_a_think_time_past_any_float_is_refused_not_a_crash() -> None:
+    """The API's fuzzing sent turns = 25,646 and think_time_s = 6.5e307: the window's span
+    overflowed while its message was written (a 500). An integer past any float did too."""
+    import dataclasses
+
+    from tuner.load.workloads import check_shapes
+
+    base = WORKLOADS["multi-turn"]
+    for turns, think in ((25_646, 6.539468903548053e307), (3, 10**400)):
+        with pytest.raises(UsageError, match="think"):
+            check_shapes(dataclasses.replace(base, turns=turns, think_time_s=think))

@@ -278,7 +278,10 @@ def check_shapes(workload: Workload) -> None:
         )
     if workload.turns < 1:
         raise UsageError(f"workload {workload.name!r}: turns must be >= 1, got {workload.turns}")
-    think = workload.think_time_s
+    try:
+        think = float(workload.think_time_s)
+    except OverflowError:  # an integer past any float
+        think = math.inf
     if not (math.isfinite(think) and think >= 0):
         raise UsageError(
             f"workload {workload.name!r}: think_time_s must be >= 0 and finite, got {think}",
@@ -318,7 +321,7 @@ def _check_span(workload: Workload) -> None:
                     hint="raise the request rate, or send fewer requests a window "
                     "(requests_per_window)",
                 )
-    think = (workload.turns - 1) * workload.think_time_s
+    think = (workload.turns - 1) * float(workload.think_time_s)  # finite: check_shapes
     if workload.turns > 1 and think > MAX_WINDOW_S:
         raise UsageError(
             f"workload {workload.name!r}: a conversation of {workload.turns} turns thinks "
