@@ -483,3 +483,86 @@ def test_a_trace_drawn_at_poisson_arrivals_is_named_by_its_rate(
     streams = _tuner(base_url, *args, "--concurrency", "4", "--workload-set", "arrival=poisson")
     text = _one_line_error(streams)
     assert streams.returncode == 2 and "'poisson' draws its rows at a request rate" in text
+
+
+def test_help_says_a_workload_sends_its_own_count_of_requests() -> None:
+    """The help of --requests gave only the fixed shapes' defaults; --workload sharegpt:FILE
+    --request-rate 4 sent all 3,000 rows of the file (12 minutes) at each point."""
+    helped = CliRunner().invoke(app, ["load", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(helped.output.replace("│", " ").split())
+    assert "with --workload, its own count at every load point (a trace: all its rows)" in text
+
+
+@pytest.mark.parametrize(
+    ("times", "sets"),
+    [((5.0,), ()), ((5.0, 5.0, 5.0), ()), ((0.0, 10.0), ("--workload-set", "end_s=5"))],
+)
+def test_rows_of_one_arrival_time_are_replayed_at_once_as_two_times_are(
+    base_url: str, tmp_path: Path, times: tuple[float, ...], sets: tuple[str, ...]
+) -> None:
+    """A timed trace of one row (or equal timestamps, or an end_s leaving one row) was run
+    and reported as a closed loop of 64 streams, a cap no one gave: "concurrency 64", a point
+    of "64 streams", max_concurrency 64 and tuner_arrival "closed" in --json."""
+
+    def run(times: tuple[float, ...], *extra: str) -> tuple[dict[str, Any], str]:
+        trace = tmp_path / f"t{len(times)}.jsonl"
+        trace.write_text("".join(json.dumps({"prompt_tokens": 32, "output_tokens": 4,
+                                             "arrival_s": t}) + "\n" for t in times))  # fmt: skip
+        ran = CliRunner().invoke(
+            app, ["load", base_url, "--model", MODEL, "--workload", f"tuner:{trace}",
+                  "--warmup", "1", "--json", *extra],
+            catch_exceptions=False,
+        )  # fmt: skip
+        assert ran.exit_code == 0, ran.output
+        (point,) = [json.loads(line) for line in ran.stdout.splitlines() if line.strip()]
+        return point, " ".join(ran.stderr.split())
+
+    point, said = run(times, *sets)
+    n = point["completed"]
+    assert n == (1 if sets else len(times))
+    two, _ = run((0.0, 0.01))  # a replay of two times, as before
+    for p, k in ((point, n), (two, 2)):
+        assert p["tuner_arrival"] == "trace" and p["max_concurrency"] is None
+        assert p["tuner_load_point"] == f"the trace's arrival times, at most {k} in flight"
+    assert "64 streams" not in said and "concurrency 64" not in said and "most 64" not in said
+    assert (
+        f"every request at once (the trace's rows share one arrival time), concurrency {n}" in said
+    )
+    assert "warm-up: 1 request " in f"{said} " and "1 requests" not in said
+    assert f"(1/1): {n} request{'' if n == 1 else 's'}" in said
+    capped, said = run(times, "--workload-set", ",".join([*sets[1:], "concurrency=2"]))
+    assert capped["max_concurrency"] == 2 and capped["tuner_arrival"] == "trace"
+    assert "at most 2 in flight" in capped["tuner_load_point"] and "at most 2 in flight" in said
+
+
+def test_tokenizer_and_save_result_paths_expand_and_the_tokenizer_is_named(
+    base_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--save-result=~/dir made a folder named ~ where tuner ran (the shell expands no ~ after
+    =), --tokenizer=~/dir was not found; and the results never named the tokenizer that
+    counted a text trace, where vLLM writes tokenizer_id."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    (home / "tok").mkdir(parents=True)
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    tokenizer = Tokenizer(WordLevel({"[UNK]": 0, "hi": 1}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()
+    tokenizer.save(str(home / "tok" / "tokenizer.json"))
+    trace = tmp_path / "c.jsonl"
+    trace.write_text('{"prompt": "hi hi hi hi hi hi hi hi hi hi hi hi", "output_tokens": 4}\n')
+    args = ("load", base_url, "--model", MODEL, "--workload", f"custom:{trace}", "--warmup", "0")
+    ran = CliRunner().invoke(
+        app, [*args, "--tokenizer=~/tok", "--save-result=~/out", "--json"], catch_exceptions=False
+    )
+    assert ran.exit_code == 0, ran.output
+    (point,) = [json.loads(line) for line in ran.stdout.splitlines() if line.strip()]
+    assert point["tokenizer_id"] == str(home / "tok") and point["total_input_tokens"] == 12
+    assert len(list((home / "out").iterdir())) == 1 and not list(cwd.iterdir())
+    ran = CliRunner().invoke(app, [*args, "--json"], catch_exceptions=False)
+    (point,) = [json.loads(line) for line in ran.stdout.splitlines() if line.strip()]
+    assert point["tokenizer_id"] is None and point["total_input_tokens"] == 9  # 35 chars / 4

@@ -320,3 +320,21 @@ def test_a_replay_of_days_is_refused_before_the_warm_up(tmp_path: Path) -> None:
     opts = bench.with_workload(_w(workload=f"tuner:{path}"), "m")
     with pytest.raises(UsageError, match=r"would replay 27,777\.8 hours"):
         command.check_points(bench.workload(opts).load_points())
+
+
+def test_a_tokenizer_for_a_trace_of_token_counts_is_refused(tmp_path: Path) -> None:
+    """--tokenizer with a tuner:, mooncake: or burstgpt: trace was taken and never read: their
+    rows give token counts. A trace: file is told once read."""
+    (tmp_path / "tokenizer.json").write_text("{}")
+    for name in (MOONCAKE, f"tuner:{TRACES / 'sessions.jsonl'}", f"burstgpt:{TRACES / 'b.csv'}"):
+        with pytest.raises(UsageError) as info:
+            _w(workload=name, tokenizer=tmp_path)
+        assert info.value.message.startswith(
+            "--tokenizer counts the text of a sharegpt: or custom: trace"
+        )
+        assert f"is a {name.split(':')[0]}: trace" in info.value.message
+    detected = _w(workload=f"trace:{TRACES / 'mooncake.jsonl'}", tokenizer=tmp_path)
+    with pytest.raises(UsageError, match="is a mooncake: trace, which gives its token counts"):
+        bench.with_workload(detected, "m")
+    counted = bench.with_workload(_w(workload=f"custom:{TRACES / 'custom.jsonl'}"), "m")
+    assert counted.tokenizer is None  # nothing counted with one: no tokenizer_id

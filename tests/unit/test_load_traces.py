@@ -645,3 +645,88 @@ def test_an_integer_timestamp_past_any_float_is_refused_at_its_line(tmp_path: Pa
         and "timestamp must be a number >= 0" in info.value.message
     )
     assert len(info.value.message) < len(str(path)) + 120  # the number is not printed whole
+
+
+def test_a_lone_surrogate_counted_with_a_tokenizer_names_its_entry(tmp_path: Path) -> None:
+    """Text holding a lone surrogate (JSON "\\ud83d", half of an emoji's pair) ended `tuner
+    load --tokenizer` in `TypeError: TextInputSequence must be str`: no tokenizer can count
+    it, and counting a replacement would count a text the file does not hold."""
+    tokenizer = Tokenizer(WordLevel({"[UNK]": 0, "hi": 1}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    broken = "hi there \ud83d hi"  # json.dumps writes it "\\ud83d", as such files hold it
+    sharegpt = tmp_path / "sg.json"
+    entries = [[{"from": "human", "value": text}, {"from": "gpt", "value": "hi hi hi hi hi"}]
+               for text in ("hi hi hi hi", broken)]  # fmt: skip
+    sharegpt.write_text(json.dumps([{"conversations": turns} for turns in entries]))
+    custom = tmp_path / "c.jsonl"
+    custom.write_text("".join(json.dumps({"prompt": text}) + "\n" for text in ("hi", broken)))
+    for name, where in ((f"sharegpt:{sharegpt}", f"{sharegpt}: entry 1: conversations[0] value"),
+                        (f"custom:{custom}", f"{custom}:2: prompt")):  # fmt: skip
+        with pytest.raises(UsageError) as info:
+            get_workload(name, tokenizer=tmp_path)
+        assert info.value.message.startswith(f"{where} holds a lone surrogate '\\ud83d'")
+        assert "\\ud83d\\ude00" in (info.value.hint or "")
+        assert get_workload(name).trace  # approximated from characters: counted as before
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fields", "words"),
+    [
+        ("sharegpt:sharegpt.json", {"speed": 4.0}, "of speed would change nothing (a sharegpt:"),
+        ("custom:custom.jsonl", {"speed": 2.0, "end_s": 5.0}, "of end_s, speed would change"),
+        ("trace:custom.jsonl", {"start_s": 0.0}, "(a custom: trace has no arrival times)"),
+        ("burstgpt:burstgpt.csv", {"block_tokens": 16}, "a burstgpt: trace has no hash blocks"),
+        ("tuner:sessions.jsonl", {"block_tokens": 16}, "a tuner: trace has no hash blocks"),
+    ],
+)
+def test_replay_options_a_trace_never_reads_are_refused(
+    fmt: str, fields: dict[str, Any], words: str
+) -> None:
+    """speed=4 on a ShareGPT trace (no times) and block_tokens on a trace without hash blocks
+    were taken, changed nothing, and went into the workload's label."""
+    kind, _, file = fmt.partition(":")
+    with pytest.raises(UsageError) as info:
+        get_workload(f"{kind}:{TRACES / file}", fields)
+    assert words in info.value.message
+    assert "(tuner:, burstgpt:, mooncake:)" in (info.value.hint or "") or "(mooncake:)" in (
+        info.value.hint or ""
+    )
+    get_workload(f"mooncake:{TRACES / 'mooncake.jsonl'}", {"speed": 2.0, "block_tokens": 400})
+
+
+@pytest.mark.parametrize("fmt", ["tuner", "trace", "mooncake", "custom", "sharegpt"])
+def test_json_nested_past_the_parsers_depth_is_not_valid_json(tmp_path: Path, fmt: str) -> None:
+    """A line of 100,000 "[" ended in a RecursionError traceback."""
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 0}\n' + "[" * 100_000)
+    if fmt == "sharegpt":
+        path.write_text("[" * 100_000)
+    with pytest.raises(UsageError) as info:
+        get_workload(f"{fmt}:{path}")
+    assert "not valid JSON (nested too deeply)" in info.value.message
+    deep_first = tmp_path / "first.jsonl"
+    deep_first.write_text('{"a": ' + "[" * 100_000 + "\n")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        get_workload(f"trace:{deep_first}")
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 5.0}],
+        [{"prompt_tokens": 8, "output_tokens": 4, "arrival_s": 5.0}] * 3,
+    ],
+)
+def test_rows_of_one_arrival_time_are_replayed_at_once_not_64_at_a_time(
+    tmp_path: Path, rows: list[dict[str, Any]]
+) -> None:
+    """A timed trace of one row, or of equal timestamps, kept the timed formats' 64 streams:
+    a replay of two timestamps caps nothing unless told, and neither does this one."""
+    path = tmp_path / "flat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert get_workload(f"tuner:{path}").concurrency == len(rows)
+    assert get_workload(f"tuner:{path}", {"requests_per_window": 10}).concurrency == 10
+    assert get_workload(f"tuner:{path}", {"concurrency": 2}).concurrency == 2  # told
+    ladder = {"concurrency_ladder": [16, 64]}
+    assert get_workload(f"tuner:{path}", ladder).concurrency == 64  # the headline rung

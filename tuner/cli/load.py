@@ -127,7 +127,8 @@ def options(
     from tuner.domain import SEED_MAX
     from tuner.domain.workload import parse_slo
     from tuner.load import DEFAULT_CONCURRENCY, LoadOptions, tokenizer_file
-    from tuner.load.traces import split_name
+    from tuner.load.bench import untokenized
+    from tuner.load.traces import TEXT_FORMATS, split_name
 
     if workload is not None:
         for name, value in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
@@ -146,11 +147,15 @@ def options(
 
     overrides = parse_workload_overrides(workload_set)
     if tokenizer is not None:
-        if workload is None or split_name(workload) is None:
+        tokenizer = tokenizer.expanduser()  # the shell expands no ~ after --tokenizer=
+        split = split_name(workload) if workload is not None else None
+        if workload is None or split is None:
             raise UsageError(
                 "--tokenizer counts the text of a trace given with --workload",
                 hint="e.g. --workload sharegpt:FILE --tokenizer MODEL_DIR",
             )
+        if split[0] not in ("trace", *TEXT_FORMATS):  # trace: is told once read (with_workload)
+            raise untokenized(workload, split[0])
         if tokenizer_file(tokenizer) is None:
             raise UsageError(
                 f"--tokenizer {tokenizer}: no tokenizer.json there",
@@ -453,12 +458,20 @@ def _raise_cap(point: PointResult) -> str:
 
 
 def summary_line(opts: LoadOptions, model: str) -> str:
-    from tuner.load.bench import workload_label
+    from tuner.load.bench import replays, workload_label
 
     shape = opts.workload
     streams = ",".join(map(str, opts.concurrency))
-    replayed = shape is not None and shape.trace_paced  # as the load points are labelled
-    if opts.closed_loop and replayed:
+    replayed = shape is not None and replays(opts, shape)  # as the load points are labelled
+    if opts.closed_loop and replayed and shape is not None and not shape.trace_paced:
+        # rows of one arrival time: all at once, unless capped (--workload-set concurrency)
+        what = (
+            f"the trace's rows, which share one arrival time, at most {streams} in flight"
+            if "concurrency" in opts.workload_set
+            else f"every request at once (the trace's rows share one arrival time), "
+            f"concurrency {streams}"
+        )
+    elif opts.closed_loop and replayed:
         what = f"the trace's arrivals, at most {streams} in flight"
     elif opts.closed_loop:
         what = f"concurrency {streams}"
@@ -477,7 +490,7 @@ def summary_line(opts: LoadOptions, model: str) -> str:
         if shape.source:
             lengths += f" ({shape.source})"
     return (
-        f"{opts.url} model {model}: {what}, {lengths}, warm-up {opts.warmup} requests, "
+        f"{opts.url} model {model}: {what}, {lengths}, warm-up {_requests(opts.warmup)}, "
         f"seed {opts.seed}"
     )
 
@@ -498,6 +511,10 @@ def turn_lines(results: Sequence[PointResult], opts: LoadOptions) -> list[str]:
     ]
 
 
+def _requests(n: int) -> str:
+    return f"{n} request{'' if n == 1 else 's'}"
+
+
 def _hours_or_minutes(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
@@ -505,9 +522,10 @@ def _hours_or_minutes(seconds: float) -> str:
 def progress(say: Callable[[str], None], opts: LoadOptions) -> PhaseCallback:
     """An ``on_phase`` callback that says when the warm-up and each load point start."""
     from tuner.load import point_label, workload
+    from tuner.load.bench import replays
 
     points = workload(opts).load_points()
-    labels = [point_label(p.concurrency, p.request_rate, p.trace_paced) for p in points]
+    labels = [point_label(p.concurrency, p.request_rate, replays(opts, p)) for p in points]
     counts = [p.requests_per_window for p in points]
     # Poisson arrivals take their time whatever the server does: a long point says how long.
     spans = [
@@ -519,10 +537,10 @@ def progress(say: Callable[[str], None], opts: LoadOptions) -> PhaseCallback:
 
     def on_phase(phase: str, done: int, total: int) -> None:
         if phase == "warmup" and done == 0:
-            say(f"warm-up: {total} requests")
+            say(f"warm-up: {_requests(total)}")
         elif phase == "measure" and done < len(labels):
             say(
-                f"measuring {labels[done]} ({done + 1}/{total}): {counts[done]} requests"
+                f"measuring {labels[done]} ({done + 1}/{total}): {_requests(counts[done])}"
                 + spans[done]
             )
 
@@ -585,7 +603,8 @@ def load(
         typer.Option(
             help="Requests per load point. Default: 4 x concurrency (at least 32) in a closed "
             "loop, where a smaller number is raised to 4 x concurrency; with --request-rate "
-            "about 10 s of arrivals at the highest rate (at least 64)."
+            "about 10 s of arrivals at the highest rate (at least 64); with --workload, its own "
+            "count at every load point (a trace: all its rows)."
         ),
     ] = None,
     warmup: Annotated[
@@ -668,6 +687,7 @@ def load(
     )
     bench.check_named_workload(opts)  # a typo is said as one, not as "cannot reach"
     if save_result is not None:  # before the load, not after it: the run is not lost
+        save_result = save_result.expanduser()  # the shell expands no ~ after --save-result=
         bench.writable_dir(save_result, make=False)  # made once there are results
     served = bench.check_server(opts.url, opts.model, min(opts.timeout_s, bench.PROBE_TIMEOUT_S))
     opts = bench.with_workload(opts, served)

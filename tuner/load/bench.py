@@ -41,7 +41,13 @@ from tuner.load.curve import point_label
 from tuner.load.generator import FailedAfterPoints, LoadGenerator, PhaseCallback
 from tuner.load.prompts import PromptFactory
 from tuner.load.stats import ttft_by_turn, ttft_s_by_turn, turn_summary
-from tuner.load.traces import check_readable, split_name, tokenizer_file
+from tuner.load.traces import (
+    TEXT_FORMATS,
+    check_readable,
+    split_name,
+    tokenizer_file,
+    trace_format,
+)
 from tuner.load.workloads import get_workload
 
 DEFAULT_CONCURRENCY = 16
@@ -74,8 +80,9 @@ class LoadOptions:
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     # ``--workload``: a preset or FORMAT:FILE whose shapes, sessions and arrivals replace the
     # fixed prompt/output lengths (read by with_workload once the server's model is known);
-    # ``tokenizer`` counts a text trace; ``ladder_given``: the ladder above is the user's, not
-    # the default one (which then gives way to the workload's own load point).
+    # ``tokenizer`` counts a text trace (once read, the one that counted it, else None: the
+    # result's tokenizer_id); ``ladder_given``: the ladder above is the user's, not the default
+    # one (which then gives way to the workload's own load point).
     workload_name: str | None = None
     tokenizer: Path | None = None
     ladder_given: bool = True
@@ -175,11 +182,26 @@ def capped(opts: LoadOptions, point: Workload) -> bool:
     ``--max-concurrency`` (or the cap of a workload at its own rate); a replay at the trace's
     times, its ``--concurrency`` or ``--workload-set concurrency``. A cap is not guessed from
     its size: one given at or above a window's requests is still the cap given."""
-    if point.trace_paced:
+    if replays(opts, point):
         return opts.ladder_given or "concurrency" in opts.workload_set
     if point.request_rate is not None:
         return opts.max_concurrency is not None
     return True
+
+
+def replays(opts: LoadOptions, point: Workload) -> bool:
+    """Whether ``point`` replays the trace at its own times, as its label and result say:
+    :attr:`Workload.trace_paced`, or, at the workload's own load, a trace whose rows all arrive
+    at one time (one row, equal timestamps, an ``end_s`` leaving one), all sent at once, which
+    trace_paced cannot tell from the closed loop :func:`each_row_once` makes of rows without
+    times (with a ladder of streams given, such a trace is a closed loop too)."""
+    shape = opts.workload
+    return point.trace_paced or (
+        not opts.ladder_given
+        and shape is not None
+        and shape.trace is not None
+        and shape.arrival == "trace"
+    )
 
 
 def each_row_once(shape: Workload) -> Workload:
@@ -211,7 +233,11 @@ def with_workload(opts: LoadOptions, model: str) -> LoadOptions:
     if opts.requests is not None:  # a window's requests: a replay's default cap in flight too
         sets["requests_per_window"] = opts.requests
     shape = get_workload(opts.workload_name, sets, tokenizer=tokenizer)
-    changes: dict[str, Any] = {"workload": shape, "tokenizer": tokenizer}
+    fmt = trace_format(shape)
+    if opts.tokenizer is not None and fmt not in TEXT_FORMATS:  # a trace: told from its file
+        raise untokenized(opts.workload_name, fmt or "?")
+    counted = fmt in TEXT_FORMATS and tokenizer is not None  # written as vLLM's tokenizer_id
+    changes: dict[str, Any] = {"workload": shape, "tokenizer": tokenizer if counted else None}
     if not opts.ladder_given:
         if shape.request_rate is not None and (shape.trace is None or shape.arrival == "poisson"):
             changes.update(concurrency=(), request_rates=(shape.request_rate,))
@@ -219,6 +245,16 @@ def with_workload(opts: LoadOptions, model: str) -> LoadOptions:
         else:
             changes["concurrency"] = (shape.concurrency,)
     return dataclasses.replace(opts, **changes)
+
+
+def untokenized(name: str, fmt: str) -> UsageError:
+    """The refusal of ``--tokenizer`` for the trace ``name`` of ``fmt``, which gives token
+    counts, not text."""
+    return UsageError(
+        f"--tokenizer counts the text of a sharegpt: or custom: trace; --workload {name} is a "
+        f"{fmt}: trace, which gives its token counts",
+        hint="leave --tokenizer out",
+    )
 
 
 def check_server(root: str, model: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> str:
@@ -297,7 +333,8 @@ def run(
     for point, window, records, planned in zip(
         measured, report.windows, report.records, turns, strict=True
     ):
-        label = point_label(point.concurrency, point.request_rate, point.trace_paced)
+        replayed = replays(opts, point)
+        label = point_label(point.concurrency, point.request_rate, replayed)
         by_turn = ttft_by_turn([records], [planned]) if planned else {}
         turn_ttfts = ttft_s_by_turn([records], [planned]) if planned else {}
         extra: dict[str, Any] = {
@@ -305,7 +342,7 @@ def run(
             # vLLM's file has no word for a trace's own times: its request_rate "inf" (and the
             # file name's "infqps") would read as every request at once.
             "tuner_arrival": "trace"
-            if point.trace_paced
+            if replayed
             else ("closed" if point.request_rate is None else "poisson"),
             "tuner_prompts": "text" if opts.text_prompts else "token_ids",
             "tuner_warmup_requests": opts.warmup,
@@ -339,6 +376,8 @@ def run(
             date=date,
             extra=extra,
         )
+        if opts.tokenizer is not None:  # the tokenizer that counted the trace's text
+            result["tokenizer_id"] = str(opts.tokenizer)
         results.append(PointResult(label, window, result, per_turn))
     return results, failure
 

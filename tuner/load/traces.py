@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
 TokenCounter = Callable[[str], int]
 FORMATS = ("trace", "tuner", "sharegpt", "burstgpt", "mooncake", "custom")
+TIMED_FORMATS = ("tuner", "burstgpt", "mooncake")  # rows with arrival times (a replay's clock)
+TEXT_FORMATS = ("sharegpt", "custom")  # rows of text, counted (--tokenizer) into tokens
 APPROXIMATION = "ceil(characters / 4)"
 _HINTS = {
     "tuner": 'each line: {"prompt_tokens": INT, "output_tokens": INT, "arrival_s": SECONDS}',
@@ -92,7 +94,14 @@ def tokenizer_counter(path: Path) -> TokenCounter | None:
     if file is None:
         return None
     tokenizer = _tokenizer(file, file.stat().st_mtime_ns)
-    return lambda text: max(1, len(tokenizer.encode(text, add_special_tokens=False).ids))
+
+    def count(text: str) -> int:
+        # UnicodeEncodeError for a lone surrogate (JSON "\ud83d"), which the tokenizer takes
+        # for no text at all (TypeError: TextInputSequence must be str): _counted names where
+        text.encode("utf-8")
+        return max(1, len(tokenizer.encode(text, add_special_tokens=False).ids))
+
+    return count
 
 
 def added_tokens(path: Path | None) -> int:
@@ -203,7 +212,7 @@ def read_trace(
             f"trace {path} has no requests" + (f" ({dropped})" if dropped else ""),
             hint=_HINTS[fmt],
         )
-    timed = fmt in ("tuner", "mooncake", "burstgpt")
+    timed = fmt in TIMED_FORMATS
     ordered = tuple(sorted(rows, key=lambda r: r.arrival_s))
     n = len(ordered)
     return Workload(
@@ -234,7 +243,7 @@ def detect(path: Path, text: str) -> str:
         return "tuner"  # empty: said as a trace with no requests
     try:
         obj = json.loads(first)
-    except json.JSONDecodeError:
+    except _BAD_JSON:
         obj = None
     if isinstance(obj, dict):
         for key, fmt in _FIRST_KEYS:
@@ -257,7 +266,7 @@ def _refuse_spread(path: Path, text: str) -> None:
     body = text.lstrip()
     try:
         obj, end = json.JSONDecoder().raw_decode(body)
-    except json.JSONDecodeError:
+    except _BAD_JSON:
         return
     if isinstance(obj, dict) and "\n" in body[:end]:
         raise UsageError(
@@ -265,6 +274,22 @@ def _refuse_spread(path: Path, text: str) -> None:
             "of JSON Lines has one object a line",
             hint=f"write each on one line, e.g. jq -c . {path} > {path.stem}.jsonl",
         )
+
+
+# What json raises for text that is no JSON: RecursionError for brackets nested past its depth
+# (a line of 100,000 "[").
+_BAD_JSON = (json.JSONDecodeError, RecursionError)
+
+
+def _json_error(exc: Exception) -> str:
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+
+
+def trace_format(workload: Workload) -> str | None:
+    """The format ``workload``'s trace was read as (``trace:`` told from the file), as its
+    source names it; None for a preset."""
+    fmt = workload.source.partition(" ")[0]
+    return fmt if workload.trace is not None and fmt in FORMATS else None
 
 
 def check_readable(name: str) -> None:
@@ -307,10 +332,12 @@ def _json_lines(path: Path, text: str, fmt: str) -> list[tuple[str, dict[str, An
         where = f"{path}:{number}"
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except _BAD_JSON as exc:
             if not rows:
                 _refuse_spread(path, text)
-            raise UsageError(f"{where}: not valid JSON ({exc.msg})", hint=_HINTS[fmt]) from None
+            raise UsageError(
+                f"{where}: not valid JSON ({_json_error(exc)})", hint=_HINTS[fmt]
+            ) from None
         if not isinstance(obj, dict):
             raise UsageError(
                 f"{where}: expected a JSON object, got {type(obj).__name__}", hint=_HINTS[fmt]
@@ -484,9 +511,10 @@ def _sharegpt_rows(
     the ``added`` special tokens); vLLM's benchmark skips all of them."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except _BAD_JSON as exc:
+        at = f"{path}:{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(path)
         raise UsageError(
-            f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", hint=_HINTS["sharegpt"]
+            f"{at}: not valid JSON ({_json_error(exc)})", hint=_HINTS["sharegpt"]
         ) from None
     if not isinstance(data, list):
         raise UsageError(f"{path}: expected a JSON list of conversations", hint=_HINTS["sharegpt"])
@@ -508,7 +536,10 @@ def _sharegpt_rows(
             if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
                 raise UsageError(f"{where}: conversations[{k}] needs a field value (text)")
             messages.append(turn["value"])
-        lengths = [count(m) if m.strip() else 0 for m in messages]
+        lengths = [
+            _counted(count, m, f"conversations[{k}] value", where) if m.strip() else 0
+            for k, m in enumerate(messages)
+        ]
         if min(lengths) < 1:
             skipped[_EMPTY] += 1
         elif not _vllm_samples(lengths[0] + added, lengths[1] + added):
@@ -524,13 +555,28 @@ def _sharegpt_rows(
 CUSTOM_OUTPUT_TOKENS = 256
 
 
+def _counted(count: TokenCounter, text: str, key: str, where: str) -> int:
+    """``count(text)``; a lone surrogate in ``text`` (half of a UTF-16 pair, JSON "\\ud83d"),
+    which no tokenizer can encode, is a UsageError naming ``where`` and ``key``. Not counted
+    as a replacement character: the text would not be the file's, nor the count of it."""
+    try:
+        return count(text)
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        raise UsageError(
+            f"{where}: {key} holds a lone surrogate {bad!r} at character {exc.start} (half of "
+            "a UTF-16 pair, not text): the tokenizer cannot count it",
+            hint="write the whole pair there (e.g. \\ud83d\\ude00, one emoji) or remove it",
+        ) from None
+
+
 def _custom_rows(path: Path, text: str, count: TokenCounter) -> tuple[list[TraceRequest], int]:
     """The requests, and how many rows gave no ``output_tokens`` (vLLM's own files give none:
     its benchmark takes ``--custom-output-len``, 256 unless set, for every row)."""
     rows, unsized = [], 0
     for where, obj in _json_lines(path, text, "custom"):
         _need(obj, ("prompt",), where, "custom")
-        prompt = count(_text(obj["prompt"], "prompt", where))
+        prompt = _counted(count, _text(obj["prompt"], "prompt", where), "prompt", where)
         output = obj.get("output_tokens", CUSTOM_OUTPUT_TOKENS)
         unsized += "output_tokens" not in obj
         rows.append(TraceRequest(prompt, _count(output, "output_tokens", where), 0.0))
@@ -589,9 +635,10 @@ def apply_replay(workload: Workload, explicit: Mapping[str, Any]) -> Workload:
         changes["warmup_requests"] = min(workload.warmup_requests, n)
     span = scaled[-1].arrival_s
     # Uncapped, unless told or stepped through a concurrency ladder (whose headline rung the
-    # concurrency names, 64 by default, as before).
+    # concurrency names, 64 by default, as before); rows of one arrival time (span 0: one row,
+    # equal timestamps) too, all sent at once, not 64 at a time as a closed loop of 64 streams.
     uncapped = not {"concurrency", "concurrency_ladder"} & set(explicit)
-    if workload.arrival == "trace" and span > 0 and uncapped and not workload.concurrency_ladder:
+    if workload.arrival == "trace" and uncapped and not workload.concurrency_ladder:
         changes["concurrency"] = changes.get("requests_per_window", workload.requests_per_window)
     if workload.arrival == "poisson" and workload.request_rate is None and span > 0:
         # The trace's mean rate, stated on the workload: its load points, their labels and

@@ -351,6 +351,22 @@ def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
             hint=f"leave {them} out"
             + (", or pick a preset to draw shapes from" if workload.trace else ""),
         )
+    from tuner.load.traces import TIMED_FORMATS, trace_format
+
+    fmt = trace_format(workload)
+    for fields, formats, missing in (
+        (CLOCK_FIELDS, TIMED_FORMATS, "arrival times"),
+        ({"block_tokens"}, ("mooncake",), "hash blocks"),
+    ):
+        idle = sorted(set(overrides) & fields)
+        if fmt is not None and fmt not in formats and idle:
+            them = "them" if len(idle) > 1 else "it"
+            takes = ", ".join(f"{f}:" for f in formats)
+            raise UsageError(
+                f"workload {workload.name!r}: the override of {', '.join(idle)} would change "
+                f"nothing (a {fmt}: trace has no {missing})",
+                hint=f"leave {them} out: only a trace with {missing} reads {them} ({takes})",
+            )
     for ladder, what in _LADDERS.items():
         if "request_rate" in overrides and ladder in overrides:
             raise UsageError(
@@ -382,6 +398,8 @@ SHAPE_FIELDS = frozenset(
     {"prompt_tokens", "output_tokens", "length_jitter", "turns", "think_time_s"}
 )
 REPLAY_FIELDS = frozenset({"speed", "start_s", "end_s", "max_requests", "arrival", "block_tokens"})
+# Replay options of a trace's own clock: a trace without times (all its rows at 0) reads none.
+CLOCK_FIELDS = frozenset({"speed", "start_s", "end_s"})
 
 
 def _jittered(mean: int, jitter: float, u: float) -> int:
