@@ -14,7 +14,6 @@ from tuner.results import (
     StudyCurves,
     StudyReport,
     TrialCurve,
-    costs,
 )
 
 
@@ -102,9 +101,9 @@ def study_charts(report: StudyReport, curves: StudyCurves | None = None) -> dict
             # or (priced) that none served a load within the SLO: its $/1M is infinite.
             "empty": "No measured trial yet."
             if not points
-            else report.price_label
-            if report.price_label == costs.no_price(report.study.gpu)
-            else "No trial has a cost: none served a load within the SLO.",
+            else "No trial has a cost: none served a load within the SLO."
+            if report.priced
+            else report.price_label,
         },
         "importance": {
             # Least important first: plotly draws horizontal bars bottom-up.

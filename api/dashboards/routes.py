@@ -22,7 +22,7 @@ from api.dashboards.assets import plotly_js_path
 from api.dashboards.charts import compare_chart, study_charts
 from api.dashboards.render import environment
 from api.deps import RepoDep
-from tuner.domain import Objective, TrialStatus
+from tuner.domain import Objective
 from tuner.errors import TunerError
 from tuner.results import (
     any_capacity,
@@ -33,7 +33,7 @@ from tuner.results import (
     study_report,
     trial_capacities,
 )
-from tuner.study import choose, study_objective
+from tuner.results.report.study import confirmation
 
 log = logging.getLogger("tuner.dashboards")
 
@@ -77,26 +77,25 @@ def _error(status_code: int, title: str, error: TunerError | str, hint: str = ""
 def overview_page(repo: RepoDep) -> HTMLResponse:
     try:
         studies = repo.list_studies()
-        trials = {
-            s.name: repo.list_trials(s.name, status=TrialStatus.COMPLETE, limit=None)
-            for s in studies
-        }
+        # Every trial: the failed ones say which configurations the canary broke.
+        trials = {s.name: repo.list_trials(s.name, limit=None) for s in studies}
         comparisons = repo.list_comparisons()
     except TunerError as e:
         return _error(503, "storage unavailable", e)
     names = {s.id: s for s in studies}
-    confirmed = {}
+    confirmed, unconfirmed = {}, {}
     for study_id in {c.study_id for c in comparisons if c.study_id in names}:
         study = names[study_id]
         own = [c for c in comparisons if c.study_id == study_id]
-        pick = choose(own, study_objective(study))
-        if pick is not None:
-            confirmed[study.name] = pick
+        summary = confirmation(study, trials[study.name], own)
+        if summary is not None:
+            confirmed[study.name] = summary.confirmed
+            unconfirmed[study.name] = summary.not_confirmed
     others = [comparison_report(c) for c in comparisons if c.study_id is None]
     return _page(
         "overview.html",
         studies=studies,
-        best=overview(studies, trials, confirmed),
+        best=overview(studies, trials, confirmed, unconfirmed),
         comparisons=others,
     )
 

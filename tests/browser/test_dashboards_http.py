@@ -516,3 +516,150 @@ def test_an_open_loop_capacity_is_labelled_a_lower_bound_on_the_study_page(
     assert [t["capacity_at_least"] for t in curves] == [True, False]
     assert "at-least" not in closed and "capacity-bound-note" not in closed
     assert not any(t["capacity_at_least"] for t in _chart_data(closed)["curve_latency"]["trials"])
+
+
+def _text(html: str) -> str:
+    """The page's words, tags and spacing taken out."""
+    return " ".join(unescape(re.sub("<[^>]+>", " ", html)).split())
+
+
+def _best_rows(overview: str) -> dict[str, str]:
+    """The overview's recommendations as words, by the study they are from."""
+    table = overview.split('id="best-table"', 1)[1].split("</table>", 1)[0]
+    rows = [_text(r) for r in table.split("<tbody>", 1)[1].split("</tr>")[:-1]]
+    return {r.rsplit(" #", 1)[0].rsplit(" ", 1)[1]: r for r in rows}
+
+
+def test_a_confirmation_verdict_the_full_canary_broke_is_not_recommended_on_the_pages(
+    tmp_path: Path,
+) -> None:
+    """The confirmation kept vLLM's defaults and its full canary then broke them: the API and
+    `tuner best` recommend #2 (tuner.scoring.canary_broken), while the overview (it read only
+    complete trials) and the study page's headline recommended the defaults."""
+    from tuner.load.canary import FULL, QUICK
+    from tuner.results import recommendation
+
+    url = f"sqlite:///{tmp_path / 'canary.db'}"
+    repo = make_repo(url)
+    shape = next(s for s in FULL if s not in QUICK)  # only the confirmation's full canary
+    ctx = make_context(
+        url,
+        name="s",
+        trials=3,
+        confirm_launches=2,
+        confirm_top=1,
+        params=("max_num_seqs",),
+        choices={"max_num_seqs": (1, 2)},
+    )
+    run_study(ctx, FakeRunner(canary_breaks={ctx.space.baseline(): shape}), repo)
+    best = recommendation(repo, "s")
+    assert best is not None and not best.is_baseline  # `tuner best`'s pick
+    with TestClient(_app(repo, url)) as client:
+        page = client.get("/ui/studies/s").text
+        row = _best_rows(client.get("/ui/").text)["s"]
+    assert "Recommendation after confirmation" not in page
+    assert f"Best measured configuration: trial #{best.trial_number}" in _text(page)
+    assert f'"recommended":{best.trial_number}' in page  # the charts' star
+    assert row.endswith(f"s #{best.trial_number}") and "vLLM defaults" not in row
+    assert "no candidate better than the defaults" not in row
+
+
+def test_an_emulated_peak_above_the_emulated_gpu_is_warned_of_on_the_pages(
+    tmp_path: Path,
+) -> None:
+    """The API, `tuner best` and `tuner size` warn that a peak above the emulated GPU's memory
+    may not start on the real one; the study page and the overview showed the number alone."""
+    import dataclasses
+
+    from api.app import create_app
+    from api.settings import ApiSettings
+
+    url = f"sqlite:///{tmp_path / 'emu.db'}"
+    repo = make_repo(url)
+    emulated = make_context(url, trials=1, name="emu", gpu="a10g")
+    run_study(dataclasses.replace(emulated, emulated=True), FakeRunner(memory_gib=26.0), repo)
+    real = make_context(url, trials=1, name="real", gpu="a10g")
+    run_study(
+        dataclasses.replace(real, workload=real.workload.replace(name="chat")),
+        FakeRunner(memory_gib=26.0),
+        repo,
+    )
+    with TestClient(create_app(ApiSettings(storage=url))) as api:
+        query = "/v1/recommendations?model=tiny-ernie&gpu=a10g&workload=smoke&emulated=true"
+        best = api.get(query).json()
+    (warning,) = best["warnings"]  # the API's
+    with TestClient(_app(repo, url)) as client:
+        page = _text(client.get("/ui/studies/emu").text)
+        measured = _text(client.get("/ui/studies/real").text)
+        overview = client.get("/ui/").text
+    assert f"Caution: {warning}." in page
+    assert f"{best['memory_gib']:.2f}" in page and "above the emulated GPU's 22.5 GiB" in page
+    rows = _best_rows(overview)
+    assert warning in rows["emu"] and "may not start" not in rows["real"]
+    assert "may not start" not in measured  # a real A10G's own measurement: no such warning
+
+
+def test_the_cost_texts_without_a_price_say_why_and_never_at(tmp_path: Path) -> None:
+    """ "At cost: no price per GPU-hour for l4 …", and for a stored price that is none
+    "At no cost: …" (read as free) while the cost chart said none served a load in the SLO."""
+    url = f"sqlite:///{tmp_path / 'price.db'}"
+    repo = make_repo(url)
+    run_study(make_context(url, name="l4", trials=1, gpu="l4"), FakeRunner(), repo)
+    run_study(make_context(url, name="odd", trials=1), FakeRunner(), repo)
+    repo._update_study("odd", {"gpu_price": -5})
+    with TestClient(_app(repo, url)) as client:
+        l4, odd = (client.get(f"/ui/studies/{n}").text for n in ("l4", "odd"))
+    why = "no cost: the study's stored gpu_price -5 is no price per GPU-hour"
+    for html, said in ((l4, "cost: no price per GPU-hour for l4"), (odd, why)):
+        note = _text(html.split('id="price-note">', 1)[1].split("</p>", 1)[0])
+        assert note.startswith(said) and "At " not in note and "paid for" not in note
+        assert _chart_data(html)["pareto_cost"]["empty"].startswith(said)
+
+
+def test_a_confirmation_whose_candidate_never_measured_says_it_could_not_be_confirmed(
+    tmp_path: Path,
+) -> None:
+    """Both launches of the candidate failed to start: its comparison has no interval, and the
+    study page and the overview said no candidate was significantly better than the defaults,
+    as if it had been measured and tied."""
+    import dataclasses
+
+    from tuner.domain import FailureClass, ServingConfig, TrialStatus
+
+    class FailCandidate(FakeRunner):
+        def run(self, config, workload, **kw):  # type: ignore[no-untyped-def]
+            done = len(self.calls)
+            result = super().run(config, workload, **kw)
+            if done < 3 or config == ServingConfig():  # the search, and the defaults after it
+                return result
+            return dataclasses.replace(
+                result,
+                status=TrialStatus.FAILED,
+                failure=FailureClass.START_FAILED,
+                failure_detail="boom",
+                metrics={},
+                windows=(),
+            )
+
+    url = f"sqlite:///{tmp_path / 'unmeasured.db'}"
+    repo = make_repo(url)
+    ctx = make_context(
+        url,
+        name="s",
+        trials=3,
+        confirm_launches=2,
+        confirm_top=1,
+        params=("max_num_seqs",),
+        choices={"max_num_seqs": (8, 64)},
+        enqueue=[{"max_num_seqs": 64}, {"max_num_seqs": 8}],
+    )
+    run_study(ctx, FailCandidate(), repo)
+    with TestClient(_app(repo, url)) as client:
+        page = _text(client.get("/ui/studies/s").text)
+        row = _best_rows(client.get("/ui/").text)["s"]
+    why = "could not be confirmed: a side could not be measured: B (start_failed ×2)"
+    headline = page.split("Recommendation after confirmation:", 1)[1].split(" per metric:")[0]
+    assert "vLLM's defaults no candidate measured" in headline and why in headline
+    assert "significantly better" not in headline and "no significant difference" not in headline
+    assert "no candidate measured" in row and why in row
+    assert "no candidate better than the defaults" not in row

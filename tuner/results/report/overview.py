@@ -26,17 +26,23 @@ class BestEntry:
     # The study's confirmation phase, when it ran: its verdict decides ``trial`` (the confirmed
     # candidate, or the defaults when none was significantly better).
     confirmed: Confirmed | None = None
+    # Why no candidate could be confirmed, where none was measured (the verdict above then
+    # rests on no measurement); "" otherwise (ConfirmationSummary.not_confirmed).
+    not_confirmed: str = ""
 
 
 def overview(
     studies: Sequence[StudyRow],
     trials_by_study: Mapping[str, Sequence[TrialRow]],
     confirmed_by_study: Mapping[str, Confirmed] | None = None,
+    not_confirmed_by_study: Mapping[str, str] | None = None,
 ) -> tuple[BestEntry, ...]:
     """One entry per (model, measured GPU, workload): each study's pick competes with the
     others' as :func:`tuner.study.standings.best_across` orders them (a score is relative to its
     own study's baseline, feasible first). A study's pick is what its confirmation chose when it
-    has one (:func:`tuner.study.confirm.choose`), else its best search trial."""
+    has one (:func:`tuner.results.report.study.confirmation`), else its best search trial;
+    ``not_confirmed_by_study``: why none of its candidates could be confirmed, where none was
+    measured."""
     confirmed_by_study = confirmed_by_study or {}
     picks = best_across(
         (
@@ -62,6 +68,7 @@ def overview(
                 vllm_version=top.row.vllm_version or s.vllm_version or "?",
                 other_studies=tuple(e[0].name for e in entries[1:]),
                 confirmed=confirmed_by_study.get(s.name),
+                not_confirmed=(not_confirmed_by_study or {}).get(s.name, ""),
             )
         )
     return tuple(out)

@@ -15,7 +15,8 @@ from tuner.db import ComparisonRow, StudyRow, TrialRow
 from tuner.domain import Estimate, Objective, Slo, TrialStatus
 from tuner.load.curve import load_points
 from tuner.results import costs, energy
-from tuner.scoring import GIB, WindowFlags, ranking, window_flags
+from tuner.results.recommend import emulated_memory_warning, gpu_memory_gib
+from tuner.scoring import CAPACITY, GIB, NO_DIFFERENCE, WindowFlags, ranking, window_flags
 from tuner.scoring import objectives as scoring
 from tuner.study import (
     Confirmed,
@@ -97,6 +98,9 @@ class TrialLine:
     # A measured trial's objective values as stored (throughput as its preset reads it,
     # memory GiB, P99 E2E ms); () for any other.
     objective_values: tuple[float, ...] = ()
+    # An emulated trial's peak memory above the emulated GPU's, as `tuner best` warns of it
+    # (tuner.results.recommend.emulated_memory_warning); None otherwise.
+    memory_warning: str | None = None
 
     @property
     def flags(self) -> str:
@@ -176,6 +180,7 @@ class StudyReport:
     energy_note: str = ""
     # The price per GPU-hour the $ figures assume, with its source, or why there are none.
     price_label: str = ""
+    priced: bool = False  # a price is known: ``price_label`` is it, not why there is none
     # Which trials' $/1M are only upper bounds, why, and what to measure; "" when none is.
     cost_bound_note: str = ""
     # Why the recommendation's capacity or cost ranking rests on a lower bound; "" if not.
@@ -189,6 +194,46 @@ class ConfirmationSummary:
 
     confirmed: Confirmed
     comparison_ids: tuple[int, ...]
+    # Per candidate whose comparison has no interval (its launches measured nothing to set
+    # against the defaults'): "#2 could not be confirmed: WHY".
+    unmeasured: tuple[str, ...] = ()
+
+    @property
+    def not_confirmed(self) -> str:
+        """Why no candidate could be confirmed, where none was measured ("" otherwise): the
+        verdict "no significant difference" then rests on no measurement."""
+        alone = self.confirmed.verdict == NO_DIFFERENCE
+        none = len(self.unmeasured) == len(self.comparison_ids)
+        return "; ".join(self.unmeasured) if alone and none and self.unmeasured else ""
+
+
+def confirmation(
+    study: StudyRow, trials: Sequence[TrialRow], comparisons: Sequence[ComparisonRow]
+) -> ConfirmationSummary | None:
+    """The verdict of the study's confirmation (:func:`tuner.study.confirm.choose`), None
+    without one or where a launch of its configuration failed the canary among ``trials``
+    (never recommended, as the API and `tuner best` leave it out)."""
+    objective = study_objective(study)
+    confirmed = choose(comparisons, objective)
+    if confirmed is None or confirmed.config in ranking.canary_broken(trials):
+        return None
+    own = [c for c in comparisons if is_confirmation(c)]
+    unmeasured = tuple(why for c in own if (why := _unmeasured(c, objective)))
+    return ConfirmationSummary(confirmed, tuple(c.id for c in own), unmeasured)
+
+
+def _unmeasured(row: ComparisonRow, objective: Objective) -> str:
+    """Why ``row``'s candidate could not be confirmed ("#2 could not be confirmed: WHY") where
+    its deciding metric has no interval (a side measured too little: the decision's stop, else
+    the metric's verdict); "" where it has one."""
+    from tuner.results.report.compare import decision_facts  # it imports this module
+
+    metrics = {m["metric"]: m for m in row.results.get("metrics") or ()}
+    deciding = metrics.get(decision_metric(objective, CAPACITY in metrics), {})
+    if deciding.get("low") is not None and deciding.get("high") is not None:
+        return ""
+    why = decision_facts(row.results).get("stopped") or deciding.get("verdict") or "no interval"
+    return f"{row.results.get('b_label') or 'the candidate'} could not be confirmed: {why}"
 
 
 def median(e: Estimate | None) -> float | None:
@@ -218,10 +263,13 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
     reference = score_reference(trials)
     broken = ranking.canary_broken(trials)
     price, _ = costs.price_or_why(study.gpu, study.spec, emulated=study.emulated)
+    card_gib = gpu_memory_gib(study.gpu)
     out = []
     for t in trials:
         measured = t.status is TrialStatus.COMPLETE and bool(t.objective_values)
         usd = median(costs.usd(t.metrics, price)) if measured else None
+        memory = _memory_gib(t) if measured else None
+        emulated = study.emulated or t.emulated
         took = None
         if t.started_at is not None and t.finished_at is not None:
             took = t.finished_at - t.started_at
@@ -240,7 +288,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 throughput=median(t.metrics.get("output_throughput")),
                 ttft_p99_ms=median(t.metrics.get("ttft_p99_ms")),
                 e2e_p99_ms=median(t.metrics.get("e2e_p99_ms")),
-                memory_gib=_memory_gib(t) if measured else None,
+                memory_gib=memory,
                 score=trial_score(t, reference, objective),
                 feasible=_feasible(t, slo, objective) if measured else None,
                 backend=t.effective_backend,
@@ -254,6 +302,7 @@ def trial_lines(study: StudyRow, trials: Sequence[TrialRow]) -> tuple[TrialLine,
                 gpus=len(t.memory.gpu_peak_bytes) or 1,
                 ranges=_ranges(t),
                 objective_values=tuple(t.objective_values or ()) if measured else (),
+                memory_warning=emulated_memory_warning(memory, card_gib) if emulated else None,
             )
         )
     return tuple(out)
@@ -508,9 +557,8 @@ def study_report(
         fb = fallback_importances(lines)
         imp = Importances(fb, "variance of the score explained per knob (fallback)" if fb else "")
     has_gpu = any(t.memory.gpu_peak_bytes for t in trials if t.status is TrialStatus.COMPLETE)
-    confirmed = choose(comparisons, study_objective(study))  # the page's and the pick's
-    ranked = pick(study, trials, confirmed)
-    ids = tuple(c.id for c in comparisons if is_confirmation(c))
+    summary = confirmation(study, trials, comparisons)  # the page's and the pick's
+    ranked = pick(study, trials, None if summary is None else summary.confirmed)
     return StudyReport(
         study=study,
         provenance=_provenance(study, trials),
@@ -524,11 +572,12 @@ def study_report(
         e2e=distribution("e2e", trials),
         search_count=sum(t.phase == "search" for t in lines),
         confirm_count=sum(t.phase == "confirm" for t in lines),
-        confirmation=None if confirmed is None else ConfirmationSummary(confirmed, ids),
+        confirmation=summary,
         recommended=None if ranked is None else ranked.number,
         window_caveat=window_caveat(lines),
         energy_note=energy_note(trials),
         price_label=price.label() if price is not None else no_cost or costs.no_price(study.gpu),
+        priced=price is not None,
         cost_bound_note=cost_bound_note(lines),
         ranking_caveat=""
         if ranked is None
