@@ -349,3 +349,56 @@ def test_a_spec_file_that_leaves_a_setting_out_is_not_told_to_leave_it_out() -> 
     with pytest.raises(UsageError) as refused:
         resumed_spec(created, other)
     assert (refused.value.hint or "").startswith("leave --seed out")
+
+
+def test_a_study_stored_with_settings_now_refused_resumes_as_it_was_measured() -> None:
+    """[workload] settings a tuner now refuses (a request rate beside a ladder, a rung given
+    twice, a replay option a trace has no use for) were taken and ignored before: a study
+    created so could no longer be resumed, nor a queued one run, by any route."""
+    from tuner.compose import resolve_workload
+
+    old = {
+        **CREATED.to_dict(),
+        "workload": "smoke",
+        "workload_overrides": {"concurrency_ladder": [2, 2, 4], "request_rate": 2.0},
+    }
+    spec = stored_spec(old, "old")
+    assert spec.workload_overrides == {"concurrency_ladder": (2, 4)}
+    assert [p.concurrency for p in resolve_workload(spec).load_points()] == [2, 4]
+    trace = {**old, "workload": "sharegpt:x.json", "workload_overrides": {"speed": 2.0}}
+    assert stored_spec(trace, "old").workload_overrides == {}
+    timed = {**old, "workload": "mooncake:x.jsonl", "workload_overrides": {"speed": 2.0}}
+    assert stored_spec(timed, "old").workload_overrides == {"speed": 2.0}
+
+
+def test_a_study_of_a_directory_stored_as_given_resumes_at_the_directory_measured(
+    tmp_path: Path,
+) -> None:
+    """A tuner before model directories were stored whole kept `./m`: a resume elsewhere read
+    another `m`, and the hint to give the measured directory was refused in turn."""
+    measured = tmp_path / "a dir" / "m"
+    old = {**CREATED.to_dict(), "model": "./m"}
+    assert stored_spec(old, "old", str(measured)).model == str(measured)
+    assert stored_spec(old, "old", "/elsewhere/other").model == "./m"  # not its directory
+    with pytest.raises(UsageError) as refused:
+        resumed_spec(stored_spec(old, "old", str(measured)), CREATED, changed={"model"})
+    assert f"give --model {shlex.quote(str(measured))}" in refused.value.hint
+
+
+def test_a_study_of_one_confirmation_launch_is_pointed_only_at_its_resume_by_name() -> None:
+    """A study created with `[confirm] launches = 1` (taken then) was told to give
+    --confirm-launches 1, which is refused now: the hints went round in a circle."""
+    old = dataclasses.replace(CREATED, confirm_launches=1)
+    with pytest.raises(UsageError) as refused:
+        resumed_spec(old, CREATED, changed={"confirm_launches"})
+    assert "--confirm-launches 1" not in refused.value.hint
+    assert "--study chat-study --resume" in refused.value.hint
+
+
+def test_a_confirmation_budget_below_two_is_refused_in_a_spec_file_as_elsewhere(
+    tmp_path: Path,
+) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text("[confirm]\nlaunches = 0\nmax_launches = 1\n")
+    with pytest.raises(SpecError, match="2 or more"):
+        load_spec(spec)

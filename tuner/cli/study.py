@@ -264,7 +264,7 @@ def _resumed(spec: StudySpec, url: str, options: dict[str, Any], *, from_file: b
         )
     if not row.spec:
         return dataclasses.replace(spec, name=row.name)
-    stored = stored_spec(row.spec, row.name)
+    stored = stored_spec(row.spec, row.name, row.model_source)
     if from_file:  # the file and the options on top of it: all of it must describe the study
         return resumed_spec(stored, kept_cap(spec, row.spec.get(FINGERPRINT)))
     given = {k: v for k, v in options.items() if v is not None}

@@ -20,7 +20,14 @@ import numpy as np
 from tuner.domain import SEED_MAX, TraceRequest, Workload
 from tuner.domain.workload import Segments
 from tuner.errors import UsageError
-from tuner.load.traces import FORMATS, TokenCounter, apply_replay, read_trace, split_name
+from tuner.load.traces import (
+    FORMATS,
+    TIMED_FORMATS,
+    TokenCounter,
+    apply_replay,
+    read_trace,
+    split_name,
+)
 
 TRACE_PREFIX = "trace:"
 
@@ -351,7 +358,7 @@ def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
             hint=f"leave {them} out"
             + (", or pick a preset to draw shapes from" if workload.trace else ""),
         )
-    from tuner.load.traces import TIMED_FORMATS, trace_format
+    from tuner.load.traces import trace_format
 
     fmt = trace_format(workload)
     for fields, formats, missing in (
@@ -383,6 +390,25 @@ def check_overrides(workload: Workload, overrides: Mapping[str, Any]) -> None:
                 f"{', '.join(f'{p:g}' for p in twice)} twice: the points must be distinct",
                 hint=f"give each point once: {', '.join(f'{p:g}' for p in sorted(set(points)))}",
             )
+
+
+def measured_overrides(name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` of workload ``name`` as a tuner before :func:`check_overrides` refused
+    what a workload does not read measured them: a request rate beside a ladder dropped, a
+    rung given twice measured once, a replay option the trace has no use for dropped. For a
+    stored study's spec, which its resumes and workers must still read."""
+    kept = dict(overrides)
+    for ladder in _LADDERS:
+        if ladder in kept:
+            kept.pop("request_rate", None)
+            kept[ladder] = type(kept[ladder])(dict.fromkeys(kept[ladder]))
+    fmt = (split_name(name) or ("", None))[0]
+    if fmt and fmt != "trace":  # "trace:" is told from the file: kept, for check_overrides
+        idle = (set() if fmt in TIMED_FORMATS else CLOCK_FIELDS) | (
+            set() if fmt == "mooncake" else {"block_tokens"}
+        )
+        kept = {k: v for k, v in kept.items() if k not in idle}
+    return kept
 
 
 # What each ladder sets at each of its points.

@@ -34,6 +34,7 @@ from tuner.domain.workload import parse_slo
 from tuner.errors import UsageError
 from tuner.load import fingerprint
 from tuner.load.traces import split_name
+from tuner.load.workloads import measured_overrides
 from tuner.spec.study import TRIALS_MAX, StudySpec, profile_name
 
 FINGERPRINT = "workload_fingerprint"  # the spec's key for the fingerprint of its requests
@@ -62,10 +63,18 @@ _SPEC_KEYS: Mapping[str, str] = {
 }
 
 
-def stored_spec(stored: Mapping[str, Any], name: str) -> StudySpec:
+def stored_spec(stored: Mapping[str, Any], name: str, model_source: str | None = None) -> StudySpec:
     """The spec stored with study ``name`` (its row's ``spec``), named ``name``, with the cap
-    in flight its trace was replayed at (:func:`kept_cap`)."""
-    return kept_cap(StudySpec.from_dict({**stored, "name": name}), stored.get(FINGERPRINT))
+    in flight its trace was replayed at (:func:`kept_cap`), its workload's overrides as they
+    were measured (:func:`tuner.load.workloads.measured_overrides`), and a model directory
+    stored as given (``./m``, by a tuner before they were stored whole) at the study's
+    ``model_source``, the directory it measured."""
+    spec = kept_cap(StudySpec.from_dict({**stored, "name": name}), stored.get(FINGERPRINT))
+    model = spec.model
+    if model_source and Path(model_source).is_absolute() and not Path(model).is_absolute():
+        model = model_source if Path(model).name == Path(model_source).name else model
+    overrides = measured_overrides(spec.workload, spec.workload_overrides)
+    return dataclasses.replace(spec, model=model, workload_overrides=overrides)
 
 
 def kept_cap(spec: StudySpec, measured: Mapping[str, Any] | None) -> StudySpec:
@@ -165,7 +174,9 @@ def _show(key: str, value: Any, option: str = "") -> str:
             shlex.quote(f"{flag}={','.join(map(_word, words))}" if words else flag)
             for flag, words in plain.items()
         )
-    return plain if isinstance(plain, str) else json.dumps(plain)
+    if isinstance(plain, str):  # a model directory with a space: pasted whole
+        return shlex.quote(plain) if option.startswith("--") else plain
+    return json.dumps(plain)
 
 
 def _word(value: Any) -> str:
@@ -211,6 +222,8 @@ def _again(key: str, option: str, old: Any) -> str | None:
     plain = _plain(old)
     if plain in (None, [], {}) or (key == "slo" and not str(plain).strip()):
         return None  # unset, or the workload's recommended SLO: what leaving it out gives
+    if key == "confirm_launches" and plain == 1:  # taken before 1 was refused: by name only
+        return None
     if not option.startswith("--"):  # a spec file's key
         return f"write {_in_file(option, plain)} in the spec file"
     if isinstance(plain, bool):

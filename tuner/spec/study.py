@@ -392,6 +392,14 @@ def _confirm_section(confirm: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
             section="confirm",
         )
     budget = kwargs.get("confirm_max_launches")
+    if budget is not None and budget < 2:  # as the API and --confirm-max-launches take it
+        raise fail(
+            f"confirm max_launches ({budget}) must be 2 or more: each arm's budget, first look "
+            "included",
+            "max_launches",
+            hint="leave max_launches out for one look of `launches`",
+            section="confirm",
+        )
     if budget is not None and budget > MAX_LAUNCHES:
         raise fail(
             f"confirm max_launches ({budget}) is above {MAX_LAUNCHES}, the most a sequential "

@@ -329,7 +329,7 @@ def _open(
                 shared=not ctx.storage_url.startswith("sqlite"),
             )
         if existing.spec:  # the study continues as it was created (tuner.spec.resume)
-            resumed_spec(stored_spec(existing.spec, existing.name), ctx.spec)
+            resumed_spec(stored_spec(existing.spec, existing.name, existing.model_source), ctx.spec)
             check_same_requests(existing.spec.get(FINGERPRINT), ctx.workload, ctx.name)
         if ctx.model.source and existing.model_source not in (None, ctx.model.source):
             raise UsageError(  # another directory of the same name, or another hub id

@@ -120,7 +120,9 @@ def _spec_of(row: StudyRow, vllm_python: str | None) -> StudySpec:
     this tuner cannot read (another version's): else each next worker would take it over and
     stop on it again."""
     try:
-        return stored_spec(row.spec, row.name).with_overrides(vllm_python=vllm_python)
+        return stored_spec(row.spec, row.name, row.model_source).with_overrides(
+            vllm_python=vllm_python
+        )
     except (ValueError, TypeError, KeyError) as exc:
         raise TunerError(
             f"its stored spec cannot be read by this tuner ({exc})",
@@ -157,7 +159,7 @@ def join_study(
     row = repo.get_study(name)
     if row is None:
         raise UsageError(f"no study named {name!r} to join", hint="run `tuner studies`")
-    spec = stored_spec(row.spec, row.name).with_overrides(vllm_python=vllm_python)
+    spec = stored_spec(row.spec, row.name, row.model_source).with_overrides(vllm_python=vllm_python)
     prepared = prepare(spec, storage_url)
     # A study queued through the API: the first worker to join takes it and sets it up
     # (Optuna's study, the baseline); the others wait for that, then join.
