@@ -55,19 +55,30 @@ class ApiSettings:
 
 def origin(value: str) -> str:
     """A browser origin as browsers send it in ``Origin`` (``scheme://host[:port]``, lower case,
-    no trailing slash), which CORS compares exactly; ``*`` (any origin) as it is. UsageError for
-    what no browser sends: a path, query or fragment, no scheme or host, a user name."""
+    no trailing slash, no default port), which CORS compares exactly; ``*`` (any origin) and
+    ``null`` (a page opened from a file, a sandboxed frame) as they are. UsageError for what no
+    browser sends: a path, query or fragment, a user name, no scheme or host."""
     text = value.strip()
-    if text == "*":
+    if text in ("*", "null"):
         return text
-    parts = urlsplit(text.rstrip("/"))
-    if not (parts.scheme and parts.netloc) or "@" in parts.netloc:
-        why = "has no scheme://host"
-    elif parts.path or parts.query or parts.fragment:
-        why = "has a path, query or fragment"
+    try:
+        parts = urlsplit(text.rstrip("/"))
+        port = parts.port
+    except ValueError as exc:  # an unclosed [IPv6 address, a port that is not a number
+        why = f"is no URL ({exc})"
     else:
-        return f"{parts.scheme}://{parts.netloc}".lower()
+        if not (parts.scheme and parts.hostname):
+            why = "has no scheme://host"
+        elif parts.username is not None:
+            why = "has a user name"
+        elif parts.path or parts.query or parts.fragment:
+            why = "has a path, query or fragment"
+        else:
+            scheme, netloc = parts.scheme.lower(), parts.netloc.lower()
+            if port == {"http": 80, "https": 443}.get(scheme):  # browsers leave it out
+                netloc = netloc.rpartition(":")[0]
+            return f"{scheme}://{netloc}"
     raise UsageError(
-        f"CORS origin {value!r} {why}: a browser sends scheme://host[:port] only",
+        f"CORS origin {value!r} {why}: a browser sends scheme://host[:port], or null",
         hint="e.g. --cors-origin http://localhost:3000 (no path, no trailing slash)",
     )

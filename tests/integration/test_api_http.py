@@ -165,3 +165,10 @@ def test_a_cors_origin_is_taken_as_browsers_send_it_or_refused(repo: Repository)
             ApiSettings.from_env(repo, cors_origins=[bad])
         assert repr(bad) in refused.value.message
         assert "--cors-origin http://localhost:3000" in (refused.value.hint or "")
+    # A page opened from a file sends `Origin: null` (taken before); browsers leave out a
+    # default port; a user name or an unclosed [IPv6 address is refused, not a traceback.
+    kept = ApiSettings.from_env(repo, cors_origins=["null", "https://x.org:443", "http://[::1]:3"])
+    assert kept.cors_origins == ("null", "https://x.org", "http://[::1]:3")
+    for bad, why in (("http://user@localhost:3000", "user name"), ("http://[::1", "no URL")):
+        with pytest.raises(UsageError, match=why):
+            ApiSettings.from_env(repo, cors_origins=[bad])

@@ -402,5 +402,13 @@ def test_out_hints_paste_whole_and_a_dash_is_standard_output(db: str, tmp_path: 
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert len(from_jsonl(done.stdout)) == 8 and not (tmp_path / "-").exists()
+    # ./- is the way to name a file "-": a Path compared equal to "-" took it for stdout.
+    done = subprocess.run(
+        [sys.executable, "-m", "tuner", "export", "s1", "--out", "./-", "--storage", db],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip().endswith("written to -"), done.stdout
+    assert len(from_jsonl((tmp_path / "-").read_text())) == 8
     helped = CliRunner().invoke(app, ["export", "--help"], env={"COLUMNS": "200"})
     assert "File (default, or -: stdout)." in helped.output

@@ -405,6 +405,13 @@ def test_launch_hints_name_the_storage_and_workload_given_and_paste_whole(tmp_pa
         "--storage", url,
     ]  # fmt: skip
 
+    # A study's label (what `--workload` matches, and the list shows) is no workload name:
+    # the hint ran `tuner run --workload 'chat[requests_per_window=24]'`, which is refused.
+    with pytest.raises(UsageError) as caught:
+        best_local(repo, str(model), "cpu", workload="chat[requests_per_window=24]")
+    assert _command(caught.value.hint)[-2:] == ["--workload", "chat"]
+    assert "with those [workload] settings in a spec file" in caught.value.hint
+
     failed = f"sqlite:///{tmp_path / 'my dir' / 'failed.db'}"
     ctx = make_context(failed, trials=2, name="all-failed")
     run_study(ctx, FakeRunner(max_utilization=0.0), make_repo(failed))  # every launch: OOM

@@ -38,8 +38,8 @@ def export(
             "--save-result` JSON per measurement window, into the --out folder).",
         ),
     ] = "jsonl",
-    output: Annotated[
-        Path | None, typer.Option("--out", help="File (default, or -: stdout).")
+    out_given: Annotated[
+        str | None, typer.Option("--out", help="File (default, or -: stdout).")
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace --out's file(s) when they exist.")
@@ -65,8 +65,8 @@ def export(
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}", hint="use --format jsonl, md or vllm-bench")
-    if output == Path("-"):  # standard output, as to most tools (a file named -: $PWD/-)
-        output = None
+    # "-" is standard output, as to most tools; "./-" (the same Path) is a file named "-".
+    output = None if out_given in (None, "-") else Path(out_given)
     if fmt == "vllm-bench":
         _export_bench(study, output, comparisons, storage, force)
         return

@@ -134,12 +134,17 @@ def best_local(
             f"{s.model}/{s.gpu}/{s.workload_label}" + (" (emulated)" if s.emulated else "")
             for s in studies
         }
+        # A study's label (chat[requests_per_window=24]) is its preset and a spec's [workload].
+        preset = (workload or "").partition("[")[0]
         run = f"tuner run --model {shlex.quote(model)} --gpu {shlex.quote(gpu)}" + (
-            f" --workload {shlex.quote(workload)}" if workload else ""
+            f" --workload {shlex.quote(preset)}" if preset else ""
+        )
+        settings = (
+            " with those [workload] settings in a spec file" if preset != (workload or "") else ""
         )
         raise UsageError(
             nothing_measured(alias, gpu, workload, source, ", ".join(sorted(seen))),
-            hint=f"run `{with_storage(run, storage)}` first, or pass the "
+            hint=f"run `{with_storage(run, storage)}`{settings} first, or pass the "
             "--storage / --api that holds the study",
         )
     study, top = picks[0]
