@@ -4,6 +4,7 @@ the failure cases, the real API app on a socket for the contract); the command i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import threading
@@ -486,3 +487,14 @@ def test_launch_print_with_a_model_cache_that_cannot_be_written_says_so(
     assert isinstance(run.exception, EnvironmentProblem), run.exception
     assert "models is not a directory" in run.exception.message
     assert "point TUNER_HOME at a writable directory" in (run.exception.hint or "")
+
+
+def test_a_study_of_a_directory_gone_from_this_machine_says_so(tmp_path: Path) -> None:
+    """`tuner launch --model foo` for a study of /data/models/foo where that directory is not:
+    "unknown model '/data/models/foo': not a catalog alias…", with the catalog as the hint."""
+    gone = str(tmp_path / "models" / "foo")
+    study = dataclasses.replace(measured(E2E_CONFIG), model="foo", model_source=gone)
+    with pytest.raises(UsageError) as caught:
+        plan(study, python="/v/python", vllm_version="0.32.0", host="h", port=1, home=tmp_path)
+    assert f"from the directory {gone}, which is not on this machine" in caught.value.message
+    assert shlex.quote(gone) in (caught.value.hint or "")

@@ -265,6 +265,13 @@ def plan(
     name = model or measured.model
     if measured.model_source and name == measured.model and name not in MODELS:
         name = measured.model_source  # the short name of a hub id or directory studied
+        if Path(name).is_absolute() and not Path(name).is_dir():
+            raise UsageError(
+                f"study {measured.study} measured {measured.model} from the directory {name}, "
+                "which is not on this machine",
+                hint=f"put the model at {shlex.quote(name)} here (the study is of that "
+                "directory), or launch it where it is",
+            )
     model_path, load_format, tokenizer = model_source(name, home, dummy_weights=dummy_weights)
     args = argv.base_args(
         model_path,
