@@ -597,6 +597,11 @@ def test_an_emulated_peak_above_the_emulated_gpu_is_warned_of_on_the_pages(
     rows = _best_rows(overview)
     assert warning in rows["emu"] and "may not start" not in rows["real"]
     assert "may not start" not in measured  # a real A10G's own measurement: no such warning
+    from tuner.results.recommend import recommendation
+
+    # `tuner best` asked the trial alone whether it was emulated; the API asks the study too.
+    best_here = recommendation(repo, "emu")
+    assert best_here is not None and best_here.emulation_warning() == warning
 
 
 def test_the_cost_texts_without_a_price_say_why_and_never_at(tmp_path: Path) -> None:

@@ -287,12 +287,12 @@ def recommendation(
             "vllm": version,
             "model": trial.model,
             "workload": row.workload_label,  # with the values the study changed, if any
-            "emulated": trial.emulated,
+            "emulated": emulated,
             "windows": len(trial.metrics["output_throughput"].values),
         },
         feasible=top.feasible,
         confirmed=confirmed,
-        emulated_memory_gib=gpu_memory_gib(row.gpu) if trial.emulated else None,
+        emulated_memory_gib=gpu_memory_gib(row.gpu) if emulated else None,
         capacity=capacity_text(trial.metrics, trial.windows, floor),
         baseline_capacity=(
             capacity_text(base_trial.metrics, base_trial.windows, base_floor)
